@@ -1,5 +1,171 @@
-//! loam-threadpool: the work-stealing pool whose workers are the runtime's mutators.
+//! loam-threadpool: the work-stealing pool whose workers are the runtime's
+//! mutators.
 //!
-//! Not yet built: issue #3 fills this crate (crossbeam-deque worker deques, a
-//! global injector, random-victim stealing, parking without spinning, and the
-//! safepoint and parking hooks the runtime needs).
+//! A fixed set of worker threads, each with its own LIFO deque
+//! (crossbeam-deque), a global injector for work arriving from outside, and
+//! random-victim stealing. The API follows rayon-core: [`join`], [`scope`],
+//! [`spawn`], [`broadcast`], [`ThreadPool::install`], [`current_thread_index`],
+//! built by a [`ThreadPoolBuilder`]. Idle workers park (no spinning once
+//! parked); the runtime hooks in between tasks (its safepoint) and around
+//! parking (a parked worker is a blocked mutator).
+//!
+//! # Glossary
+//!
+//! - [`ThreadPool`]: the owning handle; dropping it finishes queued work and
+//!   joins the workers.
+//! - `Registry` (`registry.rs`): what the workers share: stealers, the
+//!   `Injector`, per-worker broadcast inboxes, `Sleep`, hooks.
+//! - `WorkerThread` (`worker.rs`): one worker's deque (`Worker`), its index,
+//!   the scheduling loop, `wait_until(latch)`.
+//! - `JobRef`, `StackJob`, `HeapJob` (`job.rs`): the type-erased job in the
+//!   queues; a job on its waiter's stack; a boxed fire-and-forget job.
+//! - Latches (`latch.rs`): `CoreLatch` (the state machine a worker parks on),
+//!   `SpinLatch` (a join's second half), `CountLatch` (scopes, broadcasts),
+//!   `LockLatch` (a thread outside the pool blocks on it).
+//! - `Sleep` (`sleep.rs`): the sleeper count and per-worker park spots.
+//!
+//! # Fast path: `join(a, b)` on a worker
+//!
+//! 1. Put `b` in a `StackJob` on this stack and push it onto the own deque
+//!    (`Sleep::notify_local`: one load; wakes a parked peer only if any).
+//! 2. Run `a` (catching a panic).
+//! 3. Pop the own deque: if `b` comes back, call it inline. Done: no atomic
+//!    read-modify-write, no allocation, no system call.
+//!
+//! # Slow path: `b` was stolen, or the caller is not a worker
+//!
+//! 1. A thief ran `b`, stored its result and set its latch.
+//! 2. Meanwhile the waiter runs other jobs (own deque, inbox, a random peer,
+//!    the injector); after 32 fruitless rounds it parks on the latch, and the
+//!    thief's `set` wakes it.
+//! 3. From outside the pool (`install`, or `join`/`scope` with no current
+//!    pool), the call is wrapped in a `StackJob`, injected, and the thread
+//!    blocks on a thread-local `LockLatch`.
+//!
+//! # Who owns what across threads
+//!
+//! - A worker's deque is pushed and popped by its owner only; others steal.
+//! - A `StackJob` lives on its waiter's stack; the executor writes its result,
+//!   then sets its latch, then never touches it again; the waiter reads the
+//!   result only after the latch.
+//! - A `HeapJob` owns its closure; running it frees it. Scope jobs borrow the
+//!   `Scope`, which waits (a `CountLatch`) until every job has finished.
+//! - The `Registry` is shared through `Arc` by the handle and every worker, so
+//!   it outlives any job a worker runs. `ThreadPool` alone owns the
+//!   `JoinHandle`s.
+//! - User closures never run under a lock of this crate.
+//!
+//! # Invariants
+//!
+//! Stated as `# Invariants` on `Registry`, `WorkerThread`, `StackJob`,
+//! `CoreLatch`, `CountLatch`, `Sleep` and `Scope`, with `debug_assert!`s at the
+//! counters. Every atomic's doc names its writers, readers and ordering; all
+//! atomics and locks come from `sync.rs`, so the loom models
+//! (`RUSTFLAGS="--cfg loom" cargo test --release -p loam-threadpool`) check the
+//! real sleep and latch code: no lost wake-up with one pusher and one sleeper,
+//! a latch always wakes its parked owner, a count latch fires exactly once.
+//! Under `--cfg loom` only those primitives are compiled.
+//!
+//! # References
+//!
+//! rayon-core (`registry.rs`, `job.rs`, `latch.rs`, `sleep/`): the API, the
+//! work-first `join` and the latch states are modelled on it; the sleep
+//! protocol here is simpler (a sleeper count with a `SeqCst` fence handshake
+//! instead of rayon's jobs-event counter). crossbeam-deque (Chase–Lev deques,
+//! the injector). Blumofe & Leiserson, "Scheduling multithreaded computations
+//! by work stealing" (1999).
+
+#![cfg_attr(loom, allow(dead_code, unused_imports))]
+
+mod latch;
+mod sleep;
+mod sync;
+#[cfg(not(loom))]
+mod unwind;
+
+#[cfg(not(loom))]
+mod broadcast;
+#[cfg(not(loom))]
+mod builder;
+#[cfg(not(loom))]
+mod job;
+#[cfg(not(loom))]
+mod join;
+#[cfg(not(loom))]
+mod pool;
+#[cfg(not(loom))]
+mod registry;
+#[cfg(not(loom))]
+mod scope;
+#[cfg(not(loom))]
+mod spawn;
+#[cfg(not(loom))]
+mod worker;
+
+#[cfg(not(loom))]
+pub use crate::{
+    broadcast::{broadcast, BroadcastContext},
+    builder::{ThreadPoolBuildError, ThreadPoolBuildErrorKind, ThreadPoolBuilder},
+    join::join,
+    pool::ThreadPool,
+    scope::{scope, Scope},
+    spawn::spawn,
+};
+
+/// The index of the current thread in its pool (`0..num_threads`), or `None`
+/// if it is not a worker of any pool.
+///
+/// # Examples
+///
+/// ```
+/// # loam_threadpool::doctest! {
+/// assert_eq!(loam_threadpool::current_thread_index(), None);
+/// let pool = loam_threadpool::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+/// let index = pool.install(loam_threadpool::current_thread_index);
+/// assert!(matches!(index, Some(0 | 1)));
+/// # }
+/// ```
+#[cfg(not(loom))]
+pub fn current_thread_index() -> Option<usize> {
+    let worker = worker::WorkerThread::current();
+    // SAFETY: non-null `WORKER_THREAD` is this thread's live worker.
+    (!worker.is_null()).then(|| unsafe { &*worker }.index())
+}
+
+/// The number of workers of the current pool, or of the global pool outside
+/// any pool (starting it if needed).
+///
+/// # Panics
+///
+/// If the global pool has to be started and its threads cannot be.
+///
+/// # Examples
+///
+/// ```
+/// # loam_threadpool::doctest! {
+/// let pool = loam_threadpool::ThreadPoolBuilder::new().num_threads(3).build().unwrap();
+/// assert_eq!(pool.install(loam_threadpool::current_num_threads), 3);
+/// # }
+/// ```
+#[cfg(not(loom))]
+pub fn current_num_threads() -> usize {
+    registry::with_current_registry(|registry| registry.num_threads())
+}
+
+/// Wraps this crate's doctests: expands to its input normally and to nothing
+/// under `--cfg loom`, where the pool itself is compiled out (rustdoc cannot
+/// see that cfg, so the doctests cannot test for it themselves).
+#[doc(hidden)]
+#[macro_export]
+#[cfg(not(loom))]
+macro_rules! doctest {
+    ($($body:tt)*) => { $($body)* };
+}
+
+/// Under `--cfg loom`: the doctests compile to nothing.
+#[doc(hidden)]
+#[macro_export]
+#[cfg(loom)]
+macro_rules! doctest {
+    ($($body:tt)*) => {};
+}

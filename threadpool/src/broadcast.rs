@@ -1,0 +1,88 @@
+//! `broadcast`: run a closure once on every worker of a pool, through each
+//! worker's private inbox, and collect the results in worker order.
+
+use crate::job::StackJob;
+use crate::latch::{CountLatch, CountLatchRef};
+use crate::registry;
+use crate::unwind::AbortIfPanic;
+use crate::worker::WorkerThread;
+
+/// Where a [`broadcast`] closure is running.
+#[derive(Debug, Clone, Copy)]
+pub struct BroadcastContext {
+    index: usize,
+    num_threads: usize,
+}
+
+impl BroadcastContext {
+    /// The index of the worker running this call, `0..num_threads()`.
+    pub fn index(&self) -> usize {
+        self.index
+    }
+
+    /// The number of workers, hence of calls, in this broadcast.
+    pub fn num_threads(&self) -> usize {
+        self.num_threads
+    }
+}
+
+/// Runs `op` once on every worker of the current pool (or the global pool)
+/// and returns the results, indexed by worker.
+///
+/// Each call runs on its own worker as soon as that worker finishes its
+/// current job (a worker waiting inside a `join` also takes it). Blocks until
+/// all calls are done.
+///
+/// # Panics
+///
+/// If any call panics, a panic is resumed here after all calls are done.
+///
+/// # Examples
+///
+/// ```
+/// # loam_threadpool::doctest! {
+/// let pool = loam_threadpool::ThreadPoolBuilder::new().num_threads(3).build().unwrap();
+/// let indices = pool.broadcast(|ctx| ctx.index());
+/// assert_eq!(indices, vec![0, 1, 2]);
+/// # }
+/// ```
+pub fn broadcast<OP, R>(op: OP) -> Vec<R>
+where
+    OP: Fn(BroadcastContext) -> R + Sync,
+    R: Send,
+{
+    registry::in_worker(|worker| broadcast_in_worker(worker, &op))
+}
+
+/// `broadcast` from worker `worker`, which waits (running its own share).
+pub(crate) fn broadcast_in_worker<OP, R>(worker: &WorkerThread, op: &OP) -> Vec<R>
+where
+    OP: Fn(BroadcastContext) -> R + Sync,
+    R: Send,
+{
+    let registry = worker.registry();
+    let num_threads = registry.num_threads();
+    let latch = CountLatch::new(num_threads, worker.index());
+    let jobs: Vec<_> = (0..num_threads)
+        .map(|index| {
+            let context = BroadcastContext { index, num_threads };
+            StackJob::new(
+                move || op(context),
+                CountLatchRef {
+                    latch: &latch,
+                    sleep: &registry.sleep,
+                },
+            )
+        })
+        .collect();
+    // Between the first push and the wait, other workers point into `jobs`.
+    let abort = AbortIfPanic;
+    for (index, job) in jobs.iter().enumerate() {
+        // SAFETY: `jobs` is neither moved nor dropped until the latch (which
+        // counts every job) is set.
+        registry.push_to_inbox(index, unsafe { job.as_job_ref() });
+    }
+    worker.wait_until(&latch.core);
+    std::mem::forget(abort);
+    jobs.into_iter().map(StackJob::into_result).collect()
+}

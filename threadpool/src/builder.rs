@@ -1,0 +1,483 @@
+//! `ThreadPoolBuilder`: the pool's option table (thread count, names, stack
+//! size, hooks, panic handler) and starting the worker threads.
+
+use std::any::Any;
+use std::fmt;
+use std::thread;
+
+use crossbeam_deque::Worker;
+
+use crate::job::JobRef;
+use crate::registry::{Hooks, Registry, GLOBAL_POOL};
+use crate::sync::Arc;
+use crate::worker::WorkerThread;
+use crate::ThreadPool;
+
+/// The environment variable that overrides the default thread count.
+const NUM_THREADS_ENV: &str = "LOAM_NUM_THREADS";
+
+/// Configures and starts a [`ThreadPool`].
+///
+/// | option | default | meaning |
+/// |---|---|---|
+/// | [`num_threads`](Self::num_threads) | `LOAM_NUM_THREADS`, else the number of CPUs | worker count |
+/// | [`thread_name`](Self::thread_name) | `loam-worker-{index}` | OS thread names |
+/// | [`stack_size`](Self::stack_size) | the platform default | worker stack size |
+/// | [`start_handler`](Self::start_handler) | none | runs first on each worker |
+/// | [`exit_handler`](Self::exit_handler) | none | runs last on each worker |
+/// | [`between_tasks`](Self::between_tasks) | none | after every task (safepoint) |
+/// | [`before_park`](Self::before_park) / [`after_unpark`](Self::after_unpark) | none | around parking |
+/// | [`panic_handler`](Self::panic_handler) | report on stderr, continue | panics of `spawn`ed tasks |
+///
+/// Hooks get the worker's index, run on that worker, and must not panic
+/// (a panicking hook takes its worker down).
+///
+/// # Examples
+///
+/// ```
+/// # loam_threadpool::doctest! {
+/// let pool = loam_threadpool::ThreadPoolBuilder::new()
+///     .num_threads(2)
+///     .thread_name(|index| format!("my-worker-{index}"))
+///     .build()
+///     .unwrap();
+/// let name = pool.install(|| std::thread::current().name().map(String::from));
+/// assert!(name.unwrap().starts_with("my-worker-"));
+/// # }
+/// ```
+#[derive(Default)]
+pub struct ThreadPoolBuilder {
+    num_threads: usize,
+    thread_name: Option<Box<dyn FnMut(usize) -> String>>,
+    stack_size: Option<usize>,
+    hooks: Hooks,
+}
+
+impl ThreadPoolBuilder {
+    /// A builder with every option at its default.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # loam_threadpool::doctest! {
+    /// let pool = loam_threadpool::ThreadPoolBuilder::new().build().unwrap();
+    /// assert!(pool.current_num_threads() >= 1);
+    /// # }
+    /// ```
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets the number of worker threads; 0 means the default
+    /// (`LOAM_NUM_THREADS` if set to a positive number, else the CPU count).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # loam_threadpool::doctest! {
+    /// let pool = loam_threadpool::ThreadPoolBuilder::new().num_threads(3).build().unwrap();
+    /// assert_eq!(pool.current_num_threads(), 3);
+    /// # }
+    /// ```
+    pub fn num_threads(mut self, num_threads: usize) -> Self {
+        self.num_threads = num_threads;
+        self
+    }
+
+    /// Names worker `index` with `name(index)`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # loam_threadpool::doctest! {
+    /// let pool = loam_threadpool::ThreadPoolBuilder::new()
+    ///     .num_threads(1)
+    ///     .thread_name(|index| format!("mutator-{index}"))
+    ///     .build()
+    ///     .unwrap();
+    /// let name = pool.install(|| std::thread::current().name().unwrap().to_owned());
+    /// assert_eq!(name, "mutator-0");
+    /// # }
+    /// ```
+    pub fn thread_name<F>(mut self, name: F) -> Self
+    where
+        F: FnMut(usize) -> String + 'static,
+    {
+        self.thread_name = Some(Box::new(name));
+        self
+    }
+
+    /// Sets each worker's stack size in bytes.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # loam_threadpool::doctest! {
+    /// let pool = loam_threadpool::ThreadPoolBuilder::new()
+    ///     .num_threads(1)
+    ///     .stack_size(8 << 20)
+    ///     .build()
+    ///     .unwrap();
+    /// assert_eq!(pool.install(|| 1 + 1), 2);
+    /// # }
+    /// ```
+    pub fn stack_size(mut self, bytes: usize) -> Self {
+        self.stack_size = Some(bytes);
+        self
+    }
+
+    /// Runs `handler(index)` on each worker when it starts, before any task.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # loam_threadpool::doctest! {
+    /// use std::sync::atomic::{AtomicUsize, Ordering};
+    /// use std::sync::Arc;
+    ///
+    /// let started = Arc::new(AtomicUsize::new(0));
+    /// let counter = started.clone();
+    /// let pool = loam_threadpool::ThreadPoolBuilder::new()
+    ///     .num_threads(2)
+    ///     .start_handler(move |_| {
+    ///         counter.fetch_add(1, Ordering::SeqCst);
+    ///     })
+    ///     .build()
+    ///     .unwrap();
+    /// drop(pool); // joins the workers, so both have started
+    /// assert_eq!(started.load(Ordering::SeqCst), 2);
+    /// # }
+    /// ```
+    pub fn start_handler<H>(mut self, handler: H) -> Self
+    where
+        H: Fn(usize) + Send + Sync + 'static,
+    {
+        self.hooks.start = Some(Box::new(handler));
+        self
+    }
+
+    /// Runs `handler(index)` on each worker as it exits (on pool drop).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # loam_threadpool::doctest! {
+    /// use std::sync::atomic::{AtomicUsize, Ordering};
+    /// use std::sync::Arc;
+    ///
+    /// let exited = Arc::new(AtomicUsize::new(0));
+    /// let counter = exited.clone();
+    /// let pool = loam_threadpool::ThreadPoolBuilder::new()
+    ///     .num_threads(2)
+    ///     .exit_handler(move |_| {
+    ///         counter.fetch_add(1, Ordering::SeqCst);
+    ///     })
+    ///     .build()
+    ///     .unwrap();
+    /// drop(pool);
+    /// assert_eq!(exited.load(Ordering::SeqCst), 2);
+    /// # }
+    /// ```
+    pub fn exit_handler<H>(mut self, handler: H) -> Self
+    where
+        H: Fn(usize) + Send + Sync + 'static,
+    {
+        self.hooks.exit = Some(Box::new(handler));
+        self
+    }
+
+    /// Runs `hook(index)` on a worker after every task it runs from a queue
+    /// (not after a `join`'s second closure run inline, which is a plain
+    /// call). The runtime's safepoint: a worker between tasks holds no task
+    /// state.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # loam_threadpool::doctest! {
+    /// use std::sync::atomic::{AtomicUsize, Ordering};
+    /// use std::sync::Arc;
+    ///
+    /// let safepoints = Arc::new(AtomicUsize::new(0));
+    /// let counter = safepoints.clone();
+    /// let pool = loam_threadpool::ThreadPoolBuilder::new()
+    ///     .num_threads(2)
+    ///     .between_tasks(move |_| {
+    ///         counter.fetch_add(1, Ordering::SeqCst);
+    ///     })
+    ///     .build()
+    ///     .unwrap();
+    /// pool.install(|| ());
+    /// drop(pool);
+    /// assert!(safepoints.load(Ordering::SeqCst) >= 1);
+    /// # }
+    /// ```
+    pub fn between_tasks<H>(mut self, hook: H) -> Self
+    where
+        H: Fn(usize) + Send + Sync + 'static,
+    {
+        self.hooks.between_tasks = Some(Box::new(hook));
+        self
+    }
+
+    /// Runs `hook(index)` on a worker just before it parks for lack of work.
+    /// The runtime marks the worker blocked here. Every call is followed by
+    /// one to the [`after_unpark`](Self::after_unpark) hook (even if, at the
+    /// last moment, work showed up and the worker did not block).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # loam_threadpool::doctest! {
+    /// let (sender, receiver) = std::sync::mpsc::channel();
+    /// let sender = std::sync::Mutex::new(sender);
+    /// let pool = loam_threadpool::ThreadPoolBuilder::new()
+    ///     .num_threads(1)
+    ///     .before_park(move |index| {
+    ///         let _ = sender.lock().unwrap().send(index);
+    ///     })
+    ///     .build()
+    ///     .unwrap();
+    /// assert_eq!(receiver.recv().unwrap(), 0); // the idle worker parks
+    /// # drop(pool);
+    /// # }
+    /// ```
+    pub fn before_park<H>(mut self, hook: H) -> Self
+    where
+        H: Fn(usize) + Send + Sync + 'static,
+    {
+        self.hooks.before_park = Some(Box::new(hook));
+        self
+    }
+
+    /// Runs `hook(index)` on a worker right after it unparks (see
+    /// [`before_park`](Self::before_park)). The runtime marks the worker
+    /// running again here, which may wait for the collector.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # loam_threadpool::doctest! {
+    /// use std::sync::atomic::{AtomicUsize, Ordering};
+    /// use std::sync::Arc;
+    ///
+    /// let parks = Arc::new(AtomicUsize::new(0));
+    /// let unparks = Arc::new(AtomicUsize::new(0));
+    /// let (p, u) = (parks.clone(), unparks.clone());
+    /// let pool = loam_threadpool::ThreadPoolBuilder::new()
+    ///     .num_threads(2)
+    ///     .before_park(move |_| {
+    ///         p.fetch_add(1, Ordering::SeqCst);
+    ///     })
+    ///     .after_unpark(move |_| {
+    ///         u.fetch_add(1, Ordering::SeqCst);
+    ///     })
+    ///     .build()
+    ///     .unwrap();
+    /// drop(pool); // parked workers are woken to exit
+    /// assert_eq!(parks.load(Ordering::SeqCst), unparks.load(Ordering::SeqCst));
+    /// # }
+    /// ```
+    pub fn after_unpark<H>(mut self, hook: H) -> Self
+    where
+        H: Fn(usize) + Send + Sync + 'static,
+    {
+        self.hooks.after_unpark = Some(Box::new(hook));
+        self
+    }
+
+    /// Sends the payload of a panic in a [`spawn`](crate::spawn())ed task to
+    /// `handler` (on the worker that ran it); the pool carries on. Without
+    /// one, the pool writes a line to stderr and carries on. A handler that
+    /// panics aborts the process.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # loam_threadpool::doctest! {
+    /// let (sender, receiver) = std::sync::mpsc::channel();
+    /// let sender = std::sync::Mutex::new(sender);
+    /// let pool = loam_threadpool::ThreadPoolBuilder::new()
+    ///     .num_threads(1)
+    ///     .panic_handler(move |payload| {
+    ///         let message = payload.downcast_ref::<&str>().copied().unwrap_or("?");
+    ///         sender.lock().unwrap().send(message.to_owned()).unwrap();
+    ///     })
+    ///     .build()
+    ///     .unwrap();
+    /// pool.spawn(|| panic!("boom"));
+    /// assert_eq!(receiver.recv().unwrap(), "boom");
+    /// assert_eq!(pool.install(|| 7), 7); // still serving
+    /// # }
+    /// ```
+    pub fn panic_handler<H>(mut self, handler: H) -> Self
+    where
+        H: Fn(Box<dyn Any + Send>) + Send + Sync + 'static,
+    {
+        self.hooks.panic_handler = Some(Box::new(handler));
+        self
+    }
+
+    /// The thread count this builder will use.
+    fn resolved_num_threads(&self) -> usize {
+        if self.num_threads > 0 {
+            return self.num_threads;
+        }
+        if let Ok(value) = std::env::var(NUM_THREADS_ENV) {
+            match value.trim().parse::<usize>() {
+                Ok(n) if n > 0 => return n,
+                _ => eprintln!(
+                    "loam-threadpool: ignoring {NUM_THREADS_ENV}={value:?} (want a positive integer)"
+                ),
+            }
+        }
+        num_cpus::get().max(1)
+    }
+
+    /// Starts the pool's threads.
+    ///
+    /// # Errors
+    ///
+    /// [`ThreadPoolBuildErrorKind::Spawn`] if the OS refuses a thread (the
+    /// threads already started are stopped and joined).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # loam_threadpool::doctest! {
+    /// let pool = loam_threadpool::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+    /// assert_eq!(pool.install(|| 2 + 2), 4);
+    /// # }
+    /// ```
+    pub fn build(mut self) -> Result<ThreadPool, ThreadPoolBuildError> {
+        let num_threads = self.resolved_num_threads();
+        let deques: Vec<Worker<JobRef>> = (0..num_threads).map(|_| Worker::new_lifo()).collect();
+        let stealers = deques.iter().map(Worker::stealer).collect();
+        let hooks = std::mem::take(&mut self.hooks);
+        let registry = Arc::new(Registry::new(stealers, hooks));
+        let mut threads = Vec::with_capacity(num_threads);
+        for (index, deque) in deques.into_iter().enumerate() {
+            let name = match &mut self.thread_name {
+                Some(name) => name(index),
+                None => format!("loam-worker-{index}"),
+            };
+            let mut builder = thread::Builder::new().name(name);
+            if let Some(bytes) = self.stack_size {
+                builder = builder.stack_size(bytes);
+            }
+            let thread_registry = Arc::clone(&registry);
+            match builder.spawn(move || WorkerThread::run(thread_registry, index, deque)) {
+                Ok(handle) => threads.push(handle),
+                Err(error) => {
+                    // Dropping the partial pool stops and joins what started.
+                    drop(ThreadPool::from_parts(registry, threads));
+                    return Err(ThreadPoolBuildError {
+                        kind: ThreadPoolBuildErrorKind::Spawn,
+                        source: Some(error),
+                    });
+                }
+            }
+        }
+        Ok(ThreadPool::from_parts(registry, threads))
+    }
+
+    /// Starts the pool and makes it the global pool, which the free functions
+    /// use outside any pool. Without this, the global pool starts on first use
+    /// with default options.
+    ///
+    /// # Errors
+    ///
+    /// [`ThreadPoolBuildErrorKind::GlobalPoolAlreadyInitialized`] if the
+    /// global pool exists already; [`ThreadPoolBuildErrorKind::Spawn`] as for
+    /// [`build`](Self::build).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # loam_threadpool::doctest! {
+    /// loam_threadpool::ThreadPoolBuilder::new().num_threads(2).build_global().unwrap();
+    /// assert_eq!(loam_threadpool::current_num_threads(), 2);
+    /// let again = loam_threadpool::ThreadPoolBuilder::new().build_global();
+    /// assert_eq!(
+    ///     again.unwrap_err().kind(),
+    ///     loam_threadpool::ThreadPoolBuildErrorKind::GlobalPoolAlreadyInitialized
+    /// );
+    /// # }
+    /// ```
+    pub fn build_global(self) -> Result<(), ThreadPoolBuildError> {
+        let already = || ThreadPoolBuildError {
+            kind: ThreadPoolBuildErrorKind::GlobalPoolAlreadyInitialized,
+            source: None,
+        };
+        if GLOBAL_POOL.get().is_some() {
+            return Err(already());
+        }
+        let pool = self.build()?;
+        // A racing initialiser wins; our pool is then dropped (and joined).
+        GLOBAL_POOL.set(pool).map_err(|_| already())
+    }
+}
+
+impl fmt::Debug for ThreadPoolBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ThreadPoolBuilder")
+            .field("num_threads", &self.num_threads)
+            .field("stack_size", &self.stack_size)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why a pool could not be built; see [`ThreadPoolBuildError::kind`].
+#[derive(Debug)]
+pub struct ThreadPoolBuildError {
+    kind: ThreadPoolBuildErrorKind,
+    source: Option<std::io::Error>,
+}
+
+/// The kinds of [`ThreadPoolBuildError`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ThreadPoolBuildErrorKind {
+    /// The OS refused to start a worker thread.
+    Spawn,
+    /// `build_global` was called after the global pool was started.
+    GlobalPoolAlreadyInitialized,
+}
+
+impl ThreadPoolBuildError {
+    /// What went wrong.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # loam_threadpool::doctest! {
+    /// use loam_threadpool::{ThreadPoolBuilder, ThreadPoolBuildErrorKind};
+    ///
+    /// let _ = loam_threadpool::current_num_threads(); // starts the global pool
+    /// let error = ThreadPoolBuilder::new().build_global().unwrap_err();
+    /// assert_eq!(error.kind(), ThreadPoolBuildErrorKind::GlobalPoolAlreadyInitialized);
+    /// # }
+    /// ```
+    pub fn kind(&self) -> ThreadPoolBuildErrorKind {
+        self.kind
+    }
+}
+
+impl fmt::Display for ThreadPoolBuildError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.kind {
+            ThreadPoolBuildErrorKind::Spawn => f.write_str("could not spawn a worker thread"),
+            ThreadPoolBuildErrorKind::GlobalPoolAlreadyInitialized => {
+                f.write_str("the global thread pool has already been initialized")
+            }
+        }
+    }
+}
+
+impl std::error::Error for ThreadPoolBuildError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source
+            .as_ref()
+            .map(|error| error as &(dyn std::error::Error + 'static))
+    }
+}

@@ -1,0 +1,279 @@
+//! The registry: what a pool's workers share (stealers, injector, inboxes,
+//! sleep state, hooks), how work enters it, and the process-wide global pool.
+
+use std::ptr;
+use std::sync::OnceLock;
+
+use crossbeam_deque::{Injector, Stealer};
+use crossbeam_utils::CachePadded;
+
+use crate::job::{JobRef, StackJob};
+use crate::latch::LockLatch;
+use crate::sleep::Sleep;
+use crate::sync::{Arc, AtomicBool, Ordering};
+use crate::unwind::{self, AbortIfPanic, Payload};
+use crate::worker::WorkerThread;
+use crate::ThreadPool;
+
+/// A per-worker callback taking the worker's index.
+pub(crate) type Hook = Box<dyn Fn(usize) + Send + Sync + 'static>;
+/// Receives the payload of a panic in a `spawn`ed task.
+pub(crate) type PanicHandler = Box<dyn Fn(Payload) + Send + Sync + 'static>;
+
+/// The callbacks a pool's workers run; all optional.
+#[derive(Default)]
+pub(crate) struct Hooks {
+    pub(crate) start: Option<Hook>,
+    pub(crate) exit: Option<Hook>,
+    pub(crate) between_tasks: Option<Hook>,
+    pub(crate) before_park: Option<Hook>,
+    pub(crate) after_unpark: Option<Hook>,
+    pub(crate) panic_handler: Option<PanicHandler>,
+}
+
+/// What one worker exposes to the others.
+struct ThreadInfo {
+    /// The stealing end of the worker's deque.
+    stealer: Stealer<JobRef>,
+    /// Jobs only this worker may run (broadcasts); anyone pushes, it steals.
+    inbox: Injector<JobRef>,
+}
+
+/// The shared heart of a pool. Kept alive by the `ThreadPool` handle and by
+/// every worker thread (each holds an `Arc`).
+///
+/// # Invariants
+///
+/// `thread_infos.len() == sleep`'s worker count `== num_threads`, fixed for
+/// the pool's life. Every queued `JobRef` is live until a worker of this pool
+/// runs it; once `terminating` is set, a worker exits only after a look-up
+/// found no work, so queued work still runs.
+pub(crate) struct Registry {
+    thread_infos: Box<[CachePadded<ThreadInfo>]>,
+    /// Jobs from outside the pool (and `spawn` from non-workers); any worker
+    /// steals them.
+    pub(crate) injector: Injector<JobRef>,
+    pub(crate) sleep: Sleep,
+    /// Set once, by `ThreadPool::drop` (`SeqCst`, then `sleep.wake_all()`);
+    /// read by workers after a failed look-up and in the sleep re-check
+    /// (`SeqCst`; the sleep mutex orders it with parking).
+    terminating: AtomicBool,
+    pub(crate) hooks: Hooks,
+}
+
+impl Registry {
+    /// A registry for workers with the given deque stealers.
+    pub(crate) fn new(stealers: Vec<Stealer<JobRef>>, hooks: Hooks) -> Registry {
+        let num_threads = stealers.len();
+        Registry {
+            thread_infos: stealers
+                .into_iter()
+                .map(|stealer| {
+                    CachePadded::new(ThreadInfo {
+                        stealer,
+                        inbox: Injector::new(),
+                    })
+                })
+                .collect(),
+            injector: Injector::new(),
+            sleep: Sleep::new(num_threads),
+            terminating: AtomicBool::new(false),
+            hooks,
+        }
+    }
+
+    /// Number of worker threads.
+    #[inline]
+    pub(crate) fn num_threads(&self) -> usize {
+        self.thread_infos.len()
+    }
+
+    /// The stealing end of worker `index`'s deque.
+    #[inline]
+    pub(crate) fn stealer(&self, index: usize) -> &Stealer<JobRef> {
+        &self.thread_infos[index].stealer
+    }
+
+    /// Worker `index`'s broadcast inbox.
+    #[inline]
+    pub(crate) fn inbox(&self, index: usize) -> &Injector<JobRef> {
+        &self.thread_infos[index].inbox
+    }
+
+    /// Queues a job any worker may take, and wakes one if all are parked.
+    pub(crate) fn inject(&self, job: JobRef) {
+        self.injector.push(job);
+        self.sleep.notify_injected();
+    }
+
+    /// Queues a job only worker `index` may run, and wakes that worker.
+    pub(crate) fn push_to_inbox(&self, index: usize, job: JobRef) {
+        self.inbox(index).push(job);
+        // Locking the worker's sleep mutex orders this push with its re-check.
+        self.sleep.wake_specific(index);
+    }
+
+    /// Pushes onto the current worker's deque if it belongs to this pool,
+    /// else injects.
+    #[inline]
+    pub(crate) fn inject_or_push(&self, job: JobRef) {
+        match self.current_worker() {
+            Some(worker) => worker.push(job),
+            None => self.inject(job),
+        }
+    }
+
+    /// The current thread's worker, if it is one of this pool's.
+    #[inline]
+    pub(crate) fn current_worker(&self) -> Option<&WorkerThread> {
+        let worker = WorkerThread::current();
+        if worker.is_null() {
+            return None;
+        }
+        // SAFETY: a non-null `WORKER_THREAD` points to the worker on this
+        // thread's stack, live for the whole of the current call.
+        let worker = unsafe { &*worker };
+        ptr::eq(&**worker.registry(), self).then_some(worker)
+    }
+
+    /// Runs `op` on a worker of this pool: inline if the current thread is
+    /// one, else by injecting a job and blocking this thread until it is done.
+    pub(crate) fn in_worker<OP, R>(&self, op: OP) -> R
+    where
+        OP: FnOnce(&WorkerThread) -> R + Send,
+        R: Send,
+    {
+        match self.current_worker() {
+            Some(worker) => op(worker),
+            None => self.in_worker_cold(op),
+        }
+    }
+
+    /// The blocking half of `in_worker`, for threads outside this pool
+    /// (including workers of another pool, which block here).
+    #[cold]
+    pub(crate) fn in_worker_cold<OP, R>(&self, op: OP) -> R
+    where
+        OP: FnOnce(&WorkerThread) -> R + Send,
+        R: Send,
+    {
+        thread_local! {
+            /// This thread's latch for blocking on injected jobs; thread-local
+            /// so it outlives every setter that may still be releasing it.
+            static LOCK_LATCH: LockLatch = LockLatch::new();
+        }
+        LOCK_LATCH.with(|latch| {
+            let job = StackJob::new(
+                || {
+                    let worker = WorkerThread::current();
+                    assert!(!worker.is_null(), "pool: injected job ran off the pool");
+                    // SAFETY: non-null `WORKER_THREAD` is this thread's live worker.
+                    op(unsafe { &*worker })
+                },
+                latch,
+            );
+            // SAFETY: `job` stays on this stack until its latch is set below.
+            self.inject(unsafe { job.as_job_ref() });
+            latch.wait_and_reset();
+            job.into_result()
+        })
+    }
+
+    /// True if worker `worker` has something to do or must exit: the sleep
+    /// re-check, so it reads every queue a wake-up can be about.
+    pub(crate) fn has_work(&self, worker: &WorkerThread) -> bool {
+        self.is_terminating()
+            || !worker.deque_is_empty()
+            || !self.inbox(worker.index()).is_empty()
+            || !self.injector.is_empty()
+            || self
+                .thread_infos
+                .iter()
+                .any(|info| !info.stealer.is_empty())
+    }
+
+    /// Asks the workers to exit once they run out of work, and wakes them.
+    pub(crate) fn terminate(&self) {
+        self.terminating.store(true, Ordering::SeqCst);
+        self.sleep.wake_all();
+    }
+
+    /// True once `terminate` was called.
+    #[inline]
+    pub(crate) fn is_terminating(&self) -> bool {
+        self.terminating.load(Ordering::SeqCst)
+    }
+
+    /// Deals with a panic that escaped a `spawn`ed task: the configured
+    /// handler, or a report on stderr. Either way the pool keeps serving.
+    #[cold]
+    pub(crate) fn handle_panic(&self, payload: Payload) {
+        match &self.hooks.panic_handler {
+            Some(handler) => {
+                // A handler that panics has nowhere left to report to.
+                let abort = AbortIfPanic;
+                handler(payload);
+                std::mem::forget(abort);
+            }
+            None => eprintln!(
+                "loam-threadpool: a spawned task panicked ({}); the pool continues",
+                unwind::payload_message(&payload)
+            ),
+        }
+    }
+}
+
+impl std::fmt::Debug for Registry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Registry")
+            .field("num_threads", &self.num_threads())
+            .field("terminating", &self.is_terminating())
+            .field("sleep", &self.sleep)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The pool used by the free functions when called outside any pool; started
+/// on first use with default settings, or by `ThreadPoolBuilder::build_global`.
+pub(crate) static GLOBAL_POOL: OnceLock<ThreadPool> = OnceLock::new();
+
+/// The global pool's registry, starting the pool if needed.
+///
+/// # Panics
+///
+/// If the global pool's threads cannot be started.
+pub(crate) fn global_registry() -> &'static Arc<Registry> {
+    GLOBAL_POOL
+        .get_or_init(|| {
+            crate::ThreadPoolBuilder::new()
+                .build()
+                .expect("pool: cannot start the global thread pool")
+        })
+        .registry()
+}
+
+/// Runs `op` on the current worker (any pool), or on the global pool's.
+pub(crate) fn in_worker<OP, R>(op: OP) -> R
+where
+    OP: FnOnce(&WorkerThread) -> R + Send,
+    R: Send,
+{
+    let worker = WorkerThread::current();
+    if worker.is_null() {
+        global_registry().in_worker_cold(op)
+    } else {
+        // SAFETY: non-null `WORKER_THREAD` is this thread's live worker.
+        op(unsafe { &*worker })
+    }
+}
+
+/// Calls `f` with the current worker's registry, or the global one.
+pub(crate) fn with_current_registry<R>(f: impl FnOnce(&Arc<Registry>) -> R) -> R {
+    let worker = WorkerThread::current();
+    if worker.is_null() {
+        f(global_registry())
+    } else {
+        // SAFETY: non-null `WORKER_THREAD` is this thread's live worker.
+        f(unsafe { &*worker }.registry())
+    }
+}

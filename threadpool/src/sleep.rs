@@ -1,0 +1,226 @@
+//! Parking idle workers without busy spinning, and waking them without ever
+//! losing a wake-up: a global sleeper count (Dekker-style handshake with
+//! pushers) plus one mutex/condvar pair per worker.
+
+use crossbeam_utils::CachePadded;
+
+use crate::latch::CoreLatch;
+use crate::sync::{fence, AtomicUsize, Condvar, Mutex, Ordering};
+
+/// Sleep and wake-up for a pool's workers.
+///
+/// # Protocol
+///
+/// A worker that found no work parks in [`Sleep::sleep`]:
+///
+/// 1. lock its own `is_sleeping` mutex (held until the condvar wait releases it);
+/// 2. if it waits on a latch, move the latch `UNSET → SLEEPING` (fails if set);
+/// 3. `sleepers += 1` (`SeqCst`), then `fence(SeqCst)`;
+/// 4. re-check for work (`has_work`); if there is some, undo 3 and 2 and return;
+/// 5. set `is_sleeping = true` and wait on the condvar until a waker clears it.
+///
+/// A pusher that made a job visible to every worker (the injector) calls
+/// [`Sleep::notify_injected`]: `fence(SeqCst)`, load `sleepers`, and if it is
+/// non-zero wake one worker. The two `SeqCst` fences order "push; fence; read
+/// sleepers" against "sleepers += 1; fence; read queues": at least one side sees
+/// the other's write, so either the sleeper sees the job in step 4 or the pusher
+/// sees the sleeper and wakes someone. A woken worker re-scans all queues before
+/// parking again, so the job always finds an awake worker. The per-worker mutex
+/// closes the window between step 4 and step 5: a waker locks it, so it either
+/// runs before step 1 (and the sleeper sees the job) or after the sleeper is
+/// waiting (and sees `is_sleeping`).
+///
+/// Pushes to a worker's *own* deque use the cheaper [`Sleep::notify_local`]
+/// (no fence): a missed wake-up there costs parallelism, never progress, because
+/// the owner itself is awake and will run the job.
+///
+/// # Invariants
+///
+/// `sleepers` = number of workers whose `is_sleeping` is true, plus those
+/// between steps 3 and 4 or between 3 and the undo. Checked by `debug_assert!`
+/// on each decrement (it never underflows).
+pub(crate) struct Sleep {
+    /// Count of workers announced as sleeping.
+    /// Writers: a parking worker (`+1` in step 3, `-1` on undo) and wakers
+    /// (`-1` when they clear `is_sleeping`, under the sleeper's mutex).
+    /// Readers: `notify_*`. Ordering: `SeqCst` RMWs, paired with the `SeqCst`
+    /// fences in `sleep` and `notify_injected`.
+    sleepers: CachePadded<AtomicUsize>,
+    /// One slot per worker, indexed by worker index.
+    workers: Box<[CachePadded<WorkerSleepState>]>,
+}
+
+/// One worker's parking spot.
+struct WorkerSleepState {
+    /// True while the worker is parked and not yet woken. Protected by its own
+    /// mutex; written by the worker (to true) and by wakers (to false).
+    is_sleeping: Mutex<bool>,
+    /// Signalled by wakers after clearing `is_sleeping`.
+    condvar: Condvar,
+}
+
+impl Sleep {
+    /// Parking spots for `num_workers` workers, none asleep.
+    pub(crate) fn new(num_workers: usize) -> Sleep {
+        Sleep {
+            sleepers: CachePadded::new(AtomicUsize::new(0)),
+            workers: (0..num_workers)
+                .map(|_| {
+                    CachePadded::new(WorkerSleepState {
+                        is_sleeping: Mutex::new(false),
+                        condvar: Condvar::new(),
+                    })
+                })
+                .collect(),
+        }
+    }
+
+    /// Parks worker `index` until woken, unless `has_work()` (called after the
+    /// worker has announced itself) says there is something to do, or `latch`
+    /// (the latch the worker waits on, if any) is already set.
+    ///
+    /// Returns whether the worker actually blocked. `has_work` must read every
+    /// queue a wake-up could be about, and the pool's terminate flag.
+    pub(crate) fn sleep(
+        &self,
+        index: usize,
+        latch: Option<&CoreLatch>,
+        has_work: impl FnOnce() -> bool,
+    ) -> bool {
+        let state = &self.workers[index];
+        let mut is_sleeping = state.is_sleeping.lock();
+        debug_assert!(!*is_sleeping, "pool: worker {index} parks twice");
+        if let Some(latch) = latch {
+            if !latch.try_mark_sleeping() {
+                return false;
+            }
+        }
+        self.sleepers.fetch_add(1, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        if has_work() {
+            let before = self.sleepers.fetch_sub(1, Ordering::SeqCst);
+            debug_assert!(before > 0, "pool: sleeper count underflow");
+            if let Some(latch) = latch {
+                latch.unmark_sleeping();
+            }
+            return false;
+        }
+        *is_sleeping = true;
+        while *is_sleeping {
+            is_sleeping = state.condvar.wait(is_sleeping);
+        }
+        drop(is_sleeping);
+        if let Some(latch) = latch {
+            latch.unmark_sleeping();
+        }
+        true
+    }
+
+    /// Called after pushing a job any worker may take (the injector): wakes a
+    /// parked worker if there is one. Never loses a wake-up (see the protocol).
+    pub(crate) fn notify_injected(&self) {
+        fence(Ordering::SeqCst);
+        if self.sleepers.load(Ordering::SeqCst) > 0 {
+            self.wake_any_slow();
+        }
+    }
+
+    /// Called after a worker pushed onto its own deque: wakes a parked worker
+    /// to steal, if the count says there is one. Best effort (no fence), as the
+    /// pushing worker runs the job itself if nobody steals it.
+    #[inline]
+    pub(crate) fn notify_local(&self) {
+        if self.sleepers.load(Ordering::SeqCst) > 0 {
+            self.wake_any_slow();
+        }
+    }
+
+    /// Wakes the first parked worker found; returns whether one was woken.
+    #[cold]
+    fn wake_any_slow(&self) -> bool {
+        (0..self.workers.len()).any(|index| self.wake_specific(index))
+    }
+
+    /// Wakes worker `index` if it is parked; returns whether it was.
+    /// Used for latches (the latch's owner) and per-worker inboxes.
+    pub(crate) fn wake_specific(&self, index: usize) -> bool {
+        let state = &self.workers[index];
+        let mut is_sleeping = state.is_sleeping.lock();
+        if *is_sleeping {
+            *is_sleeping = false;
+            let before = self.sleepers.fetch_sub(1, Ordering::SeqCst);
+            debug_assert!(before > 0, "pool: sleeper count underflow");
+            state.condvar.notify_one();
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Wakes every parked worker (shutdown, broadcasts).
+    pub(crate) fn wake_all(&self) {
+        for index in 0..self.workers.len() {
+            self.wake_specific(index);
+        }
+    }
+}
+
+impl std::fmt::Debug for Sleep {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sleep")
+            .field("sleepers", &self.sleepers.load(Ordering::Relaxed))
+            .field("workers", &self.workers.len())
+            .finish()
+    }
+}
+
+#[cfg(all(test, loom))]
+mod loom_tests {
+    use super::Sleep;
+    use crate::latch::CoreLatch;
+    use crate::sync::{Arc, AtomicBool, Ordering};
+
+    /// One pusher, one sleeper: the sleeper parks only while the queue is
+    /// empty, and a push is never missed (loom reports a deadlock if it were).
+    #[test]
+    fn no_lost_wakeup_pusher_and_sleeper() {
+        loom::model(|| {
+            let sleep = Arc::new(Sleep::new(1));
+            // Stands in for the injector: "a job is queued".
+            let queued = Arc::new(AtomicBool::new(false));
+            let pusher = {
+                let (sleep, queued) = (sleep.clone(), queued.clone());
+                loom::thread::spawn(move || {
+                    queued.store(true, Ordering::Relaxed);
+                    sleep.notify_injected();
+                })
+            };
+            while !queued.load(Ordering::Relaxed) {
+                sleep.sleep(0, None, || queued.load(Ordering::Relaxed));
+            }
+            pusher.join().unwrap();
+        });
+    }
+
+    /// A worker parked on a latch is woken by whoever sets the latch.
+    #[test]
+    fn latch_set_wakes_its_owner() {
+        loom::model(|| {
+            let sleep = Arc::new(Sleep::new(1));
+            let latch = Arc::new(CoreLatch::new());
+            let setter = {
+                let (sleep, latch) = (sleep.clone(), latch.clone());
+                loom::thread::spawn(move || {
+                    // SAFETY: `latch` is kept alive by this thread's `Arc`.
+                    if unsafe { CoreLatch::set(&*latch) } {
+                        sleep.wake_specific(0);
+                    }
+                })
+            };
+            while !latch.probe() {
+                sleep.sleep(0, Some(&latch), || false);
+            }
+            setter.join().unwrap();
+        });
+    }
+}

@@ -1,0 +1,50 @@
+//! Panics crossing the pool: catching a task's panic so it can be re-raised
+//! where the caller waits, and aborting if the pool's own bookkeeping unwinds.
+
+use std::any::Any;
+use std::panic::{self, AssertUnwindSafe};
+
+/// A caught panic payload.
+pub(crate) type Payload = Box<dyn Any + Send + 'static>;
+
+/// Runs `f`, catching a panic instead of unwinding through the pool.
+///
+/// Unwind safety is the caller's concern: the payload is re-raised where the
+/// caller waits, so any broken state is observed exactly as if the closure had
+/// run on the caller's own thread.
+#[inline]
+pub(crate) fn halt_unwinding<F, R>(f: F) -> Result<R, Payload>
+where
+    F: FnOnce() -> R,
+{
+    panic::catch_unwind(AssertUnwindSafe(f))
+}
+
+/// Re-raises a caught panic on the current thread.
+pub(crate) fn resume_unwinding(payload: Payload) -> ! {
+    panic::resume_unwind(payload)
+}
+
+/// The panic message, if the payload is a string (as `panic!` makes it).
+pub(crate) fn payload_message(payload: &Payload) -> &str {
+    if let Some(message) = payload.downcast_ref::<&'static str>() {
+        message
+    } else if let Some(message) = payload.downcast_ref::<String>() {
+        message
+    } else {
+        "<non-string panic payload>"
+    }
+}
+
+/// Aborts the process if dropped during unwinding: guards the few stretches
+/// where a panic would leave another thread holding a pointer to our stack.
+/// Forget it (`std::mem::forget`) on the success path.
+#[derive(Debug)]
+pub(crate) struct AbortIfPanic;
+
+impl Drop for AbortIfPanic {
+    fn drop(&mut self) {
+        eprintln!("pool: unexpected panic inside the pool's own code; aborting");
+        std::process::abort();
+    }
+}

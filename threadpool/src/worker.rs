@@ -1,0 +1,257 @@
+//! A worker thread: its LIFO deque, the scheduling loop (pop, inbox, steal,
+//! injector), waiting on a latch while running other jobs, and parking.
+
+use std::cell::Cell;
+use std::ptr;
+use std::thread;
+
+use crossbeam_deque::{Steal, Worker};
+
+use crate::job::JobRef;
+use crate::latch::CoreLatch;
+use crate::registry::Registry;
+use crate::sync::Arc;
+
+/// Failed look-ups for work (each followed by `yield_now`) before a worker
+/// parks. Parking and waking cost system calls, so a worker that runs dry
+/// between two bursts of a join tree should stay awake across the gap.
+const SPIN_ROUNDS: u32 = 32;
+
+thread_local! {
+    /// The `WorkerThread` running on this thread, or null outside any pool.
+    /// Written only by `WorkerThread::run` (set at start, cleared on exit).
+    static WORKER_THREAD: Cell<*const WorkerThread> = const { Cell::new(ptr::null()) };
+}
+
+/// The state a worker thread owns: its deque and its place in the registry.
+///
+/// # Invariants
+///
+/// Lives on its thread's stack for the whole of `run`; `WORKER_THREAD` points
+/// to it exactly then. `deque` is touched only by this thread (others use its
+/// stealer, in the registry at `index`).
+pub(crate) struct WorkerThread {
+    /// This worker's deque: LIFO for its owner, stolen FIFO by the others.
+    deque: Worker<JobRef>,
+    index: usize,
+    /// xorshift state for picking the first steal victim; owner-only.
+    rng: Cell<u64>,
+    registry: Arc<Registry>,
+}
+
+/// Clears `WORKER_THREAD` when the worker's `run` ends, even by unwinding.
+struct ClearCurrent;
+
+impl Drop for ClearCurrent {
+    fn drop(&mut self) {
+        WORKER_THREAD.with(|current| current.set(ptr::null()));
+    }
+}
+
+impl WorkerThread {
+    /// The body of worker thread `index`: start hook, scheduling loop until
+    /// the pool terminates and no work is left, exit hook.
+    pub(crate) fn run(registry: Arc<Registry>, index: usize, deque: Worker<JobRef>) {
+        let worker = WorkerThread {
+            deque,
+            index,
+            rng: Cell::new(0x9E37_79B9_7F4A_7C15 ^ ((index as u64 + 1) << 17)),
+            registry,
+        };
+        WORKER_THREAD.with(|current| current.set(&worker));
+        let _clear = ClearCurrent;
+        let hooks = &worker.registry.hooks;
+        if let Some(start) = &hooks.start {
+            start(index);
+        }
+        worker.main_loop();
+        if let Some(exit) = &hooks.exit {
+            exit(index);
+        }
+    }
+
+    /// The worker running on this thread, or null.
+    #[inline]
+    pub(crate) fn current() -> *const WorkerThread {
+        WORKER_THREAD.with(Cell::get)
+    }
+
+    /// This worker's index in its pool, `0..num_threads`.
+    #[inline]
+    pub(crate) fn index(&self) -> usize {
+        self.index
+    }
+
+    /// The pool this worker belongs to.
+    #[inline]
+    pub(crate) fn registry(&self) -> &Arc<Registry> {
+        &self.registry
+    }
+
+    /// Pushes a job onto this worker's own deque, offering it for stealing.
+    #[inline]
+    pub(crate) fn push(&self, job: JobRef) {
+        self.deque.push(job);
+        self.registry.sleep.notify_local();
+    }
+
+    /// Pops the newest job of this worker's own deque.
+    #[inline]
+    pub(crate) fn take_local_job(&self) -> Option<JobRef> {
+        self.deque.pop()
+    }
+
+    /// True if this worker's deque is empty (for the sleep re-check).
+    pub(crate) fn deque_is_empty(&self) -> bool {
+        self.deque.is_empty()
+    }
+
+    /// Runs a job, then the pool's between-tasks hook (the runtime's safepoint).
+    #[inline]
+    pub(crate) fn execute(&self, job: JobRef) {
+        // SAFETY: every `JobRef` in our queues is live and is handed out once
+        // by the deque/injector, so this is its only execution.
+        unsafe { job.execute() };
+        if let Some(between_tasks) = &self.registry.hooks.between_tasks {
+            between_tasks(self.index);
+        }
+    }
+
+    /// The next job for this worker: its own deque, then its broadcast inbox,
+    /// then a random peer's deque, then the injector.
+    #[inline]
+    fn find_work(&self) -> Option<JobRef> {
+        self.deque.pop().or_else(|| self.steal_work())
+    }
+
+    /// The slow half of `find_work`: everything but the own deque.
+    fn steal_work(&self) -> Option<JobRef> {
+        let registry = &*self.registry;
+        if let Some(job) = retry_steal(|| registry.inbox(self.index).steal()) {
+            return Some(job);
+        }
+        let n = registry.num_threads();
+        if n > 1 {
+            let start = self.next_random() % n;
+            let victims = (start..n).chain(0..start).filter(|&i| i != self.index);
+            let stolen = retry_steal(|| {
+                let mut retry = false;
+                for victim in victims.clone() {
+                    match registry.stealer(victim).steal() {
+                        Steal::Success(job) => return Steal::Success(job),
+                        Steal::Retry => retry = true,
+                        Steal::Empty => {}
+                    }
+                }
+                if retry {
+                    Steal::Retry
+                } else {
+                    Steal::Empty
+                }
+            });
+            if stolen.is_some() {
+                return stolen;
+            }
+        }
+        let job = retry_steal(|| registry.injector.steal_batch_and_pop(&self.deque))?;
+        if !self.deque.is_empty() {
+            // The batch landed in our deque; let a parked peer share it.
+            registry.sleep.notify_local();
+        }
+        Some(job)
+    }
+
+    /// The scheduling loop of an idle worker; returns when the pool
+    /// terminates and this worker found no work.
+    fn main_loop(&self) {
+        let mut idle_rounds = 0;
+        loop {
+            if let Some(job) = self.find_work() {
+                self.execute(job);
+                idle_rounds = 0;
+            } else if self.registry.is_terminating() {
+                return;
+            } else if idle_rounds < SPIN_ROUNDS {
+                idle_rounds += 1;
+                thread::yield_now();
+            } else {
+                self.park(None);
+                idle_rounds = 0;
+            }
+        }
+    }
+
+    /// Returns once `latch` is set, running other jobs meanwhile (so a worker
+    /// waiting on a stolen job keeps the pool busy and nested joins never
+    /// deadlock), and parking when there is nothing to run.
+    #[inline]
+    pub(crate) fn wait_until(&self, latch: &CoreLatch) {
+        if !latch.probe() {
+            self.wait_until_cold(latch);
+        }
+    }
+
+    #[cold]
+    fn wait_until_cold(&self, latch: &CoreLatch) {
+        let mut idle_rounds = 0;
+        while !latch.probe() {
+            if let Some(job) = self.find_work() {
+                self.execute(job);
+                idle_rounds = 0;
+            } else if idle_rounds < SPIN_ROUNDS {
+                idle_rounds += 1;
+                thread::yield_now();
+            } else {
+                self.park(Some(latch));
+                idle_rounds = 0;
+            }
+        }
+    }
+
+    /// Parks until woken (new work, termination, or `latch` set), with the
+    /// pool's park hooks around it. The hooks always come in pairs, even when
+    /// the worker finds work at the last moment and does not block.
+    #[cold]
+    fn park(&self, latch: Option<&CoreLatch>) {
+        let registry = &*self.registry;
+        if let Some(before_park) = &registry.hooks.before_park {
+            before_park(self.index);
+        }
+        registry
+            .sleep
+            .sleep(self.index, latch, || registry.has_work(self));
+        if let Some(after_unpark) = &registry.hooks.after_unpark {
+            after_unpark(self.index);
+        }
+    }
+
+    /// xorshift64*: a cheap, owner-only random number for victim choice.
+    fn next_random(&self) -> usize {
+        let mut x = self.rng.get();
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.rng.set(x);
+        (x.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 32) as usize
+    }
+}
+
+impl std::fmt::Debug for WorkerThread {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WorkerThread")
+            .field("index", &self.index)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Repeats a steal while it asks to be retried.
+#[inline]
+fn retry_steal(mut steal: impl FnMut() -> Steal<JobRef>) -> Option<JobRef> {
+    loop {
+        match steal() {
+            Steal::Success(job) => return Some(job),
+            Steal::Empty => return None,
+            Steal::Retry => {}
+        }
+    }
+}

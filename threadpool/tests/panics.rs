@@ -1,0 +1,163 @@
+//! A panic in a task reaches whoever waits on it (join, scope, install,
+//! broadcast) after the other work is done, spawned-task panics go to the
+//! panic handler, and the pool keeps serving either way.
+#![cfg(not(loom))]
+
+use std::panic::{self, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{mpsc, Mutex};
+
+use loam_threadpool::ThreadPoolBuilder;
+
+fn message(payload: Box<dyn std::any::Any + Send>) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_default()
+}
+
+fn pool(threads: usize) -> loam_threadpool::ThreadPool {
+    ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn join_resumes_a_panic_of_either_side_after_both_finish() {
+    let pool = pool(2);
+    let b_ran = AtomicBool::new(false);
+    let caught = panic::catch_unwind(AssertUnwindSafe(|| {
+        pool.join(
+            || panic!("left"),
+            || {
+                b_ran.store(true, Ordering::SeqCst);
+            },
+        )
+    }));
+    assert_eq!(message(caught.unwrap_err()), "left");
+    assert!(b_ran.load(Ordering::SeqCst), "b finished before the unwind");
+
+    let caught = panic::catch_unwind(AssertUnwindSafe(|| pool.join(|| 1, || panic!("right"))));
+    assert_eq!(message(caught.unwrap_err()), "right");
+
+    let caught = panic::catch_unwind(AssertUnwindSafe(|| {
+        pool.join(|| panic!("both-a"), || panic!("both-b"))
+    }));
+    assert_eq!(message(caught.unwrap_err()), "both-a");
+
+    assert_eq!(pool.join(|| 1, || 2), (1, 2));
+}
+
+#[test]
+fn panic_in_nested_join_reaches_the_outermost_caller() {
+    let pool = pool(2);
+    fn dive(depth: u32) -> u32 {
+        if depth == 0 {
+            panic!("deep");
+        }
+        let (a, b) = loam_threadpool::join(|| dive(depth - 1), || depth);
+        a + b
+    }
+    let caught = panic::catch_unwind(AssertUnwindSafe(|| pool.install(|| dive(8))));
+    assert_eq!(message(caught.unwrap_err()), "deep");
+    assert_eq!(pool.install(|| 5), 5);
+}
+
+#[test]
+fn scope_resumes_the_first_panic_after_all_tasks_finish() {
+    let pool = pool(2);
+    let finished = AtomicUsize::new(0);
+    let caught = panic::catch_unwind(AssertUnwindSafe(|| {
+        pool.scope(|s| {
+            for i in 0..100 {
+                let finished = &finished;
+                s.spawn(move |_| {
+                    if i == 50 {
+                        panic!("task 50");
+                    }
+                    finished.fetch_add(1, Ordering::SeqCst);
+                });
+            }
+        })
+    }));
+    assert_eq!(message(caught.unwrap_err()), "task 50");
+    assert_eq!(finished.load(Ordering::SeqCst), 99);
+
+    let finished = AtomicUsize::new(0);
+    let caught = panic::catch_unwind(AssertUnwindSafe(|| {
+        pool.scope(|s| {
+            s.spawn(|_| {
+                finished.fetch_add(1, Ordering::SeqCst);
+            });
+            panic!("body");
+        })
+    }));
+    assert_eq!(message(caught.unwrap_err()), "body");
+    assert_eq!(finished.load(Ordering::SeqCst), 1);
+}
+
+#[test]
+fn install_resumes_a_panic_and_the_pool_keeps_serving() {
+    let pool = pool(2);
+    for _ in 0..10 {
+        let caught = panic::catch_unwind(AssertUnwindSafe(|| pool.install(|| panic!("install"))));
+        assert_eq!(message(caught.unwrap_err()), "install");
+    }
+    assert_eq!(pool.install(|| 42), 42);
+}
+
+#[test]
+fn broadcast_resumes_a_panic_after_every_worker_ran() {
+    let pool = pool(3);
+    let ran = AtomicUsize::new(0);
+    let caught = panic::catch_unwind(AssertUnwindSafe(|| {
+        pool.broadcast(|ctx| {
+            ran.fetch_add(1, Ordering::SeqCst);
+            if ctx.index() == 1 {
+                panic!("worker 1");
+            }
+        })
+    }));
+    assert_eq!(message(caught.unwrap_err()), "worker 1");
+    assert_eq!(ran.load(Ordering::SeqCst), 3);
+    assert_eq!(pool.broadcast(|ctx| ctx.index()), vec![0, 1, 2]);
+}
+
+#[test]
+fn spawn_panics_go_to_the_configured_handler() {
+    let (sender, receiver) = mpsc::channel();
+    let sender = Mutex::new(sender);
+    let pool = ThreadPoolBuilder::new()
+        .num_threads(2)
+        .panic_handler(move |payload| sender.lock().unwrap().send(message(payload)).unwrap())
+        .build()
+        .unwrap();
+    for i in 0..5 {
+        pool.spawn(move || panic!("spawned {i}"));
+    }
+    let mut messages: Vec<String> = (0..5).map(|_| receiver.recv().unwrap()).collect();
+    messages.sort();
+    assert_eq!(
+        messages,
+        [
+            "spawned 0",
+            "spawned 1",
+            "spawned 2",
+            "spawned 3",
+            "spawned 4"
+        ]
+    );
+    assert_eq!(pool.install(|| 3), 3);
+}
+
+#[test]
+fn spawn_panics_without_a_handler_are_reported_and_the_pool_continues() {
+    let pool = pool(1);
+    let (sender, receiver) = mpsc::channel();
+    pool.spawn(|| panic!("reported on stderr"));
+    pool.spawn(move || sender.send("after").unwrap());
+    assert_eq!(receiver.recv().unwrap(), "after");
+    assert_eq!(pool.install(|| 1), 1);
+}

@@ -1,0 +1,96 @@
+//! Dropping a pool finishes its queued work, joins its threads, and never
+//! deadlocks: idle pools, busy pools, pools dropped from their own workers.
+#![cfg(not(loom))]
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+
+use loam_threadpool::ThreadPoolBuilder;
+
+#[test]
+fn drop_finishes_queued_work_including_work_it_spawns() {
+    let done = Arc::new(AtomicUsize::new(0));
+    let exited = Arc::new(AtomicUsize::new(0));
+    let exit_counter = exited.clone();
+    let pool = ThreadPoolBuilder::new()
+        .num_threads(2)
+        .exit_handler(move |_| {
+            exit_counter.fetch_add(1, Ordering::SeqCst);
+        })
+        .build()
+        .unwrap();
+    for _ in 0..1000 {
+        let done = done.clone();
+        pool.spawn(move || {
+            done.fetch_add(1, Ordering::SeqCst);
+            let done = done.clone();
+            loam_threadpool::spawn(move || {
+                done.fetch_add(1, Ordering::SeqCst);
+            });
+        });
+    }
+    drop(pool);
+    assert_eq!(done.load(Ordering::SeqCst), 2000);
+    assert_eq!(exited.load(Ordering::SeqCst), 2, "threads joined");
+}
+
+#[test]
+fn dropping_idle_and_fresh_pools_does_not_deadlock() {
+    for threads in [1, 2, 4] {
+        for _ in 0..20 {
+            drop(
+                ThreadPoolBuilder::new()
+                    .num_threads(threads)
+                    .build()
+                    .unwrap(),
+            );
+        }
+        let pool = ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        pool.install(|| ());
+        drop(pool);
+    }
+}
+
+#[test]
+fn dropping_the_last_handle_on_its_own_worker_does_not_deadlock() {
+    let (exit_sender, exit_receiver) = mpsc::channel();
+    let exit_sender = Mutex::new(exit_sender);
+    let pool = Arc::new(
+        ThreadPoolBuilder::new()
+            .num_threads(2)
+            .exit_handler(move |i| exit_sender.lock().unwrap().send(i).unwrap())
+            .build()
+            .unwrap(),
+    );
+    let (go_sender, go_receiver) = mpsc::channel::<()>();
+    let handle = pool.clone();
+    pool.spawn(move || {
+        go_receiver.recv().unwrap();
+        drop(handle); // the last handle, dropped on a worker
+    });
+    drop(pool);
+    go_sender.send(()).unwrap();
+    let mut exits = [exit_receiver.recv().unwrap(), exit_receiver.recv().unwrap()];
+    exits.sort();
+    assert_eq!(exits, [0, 1]);
+}
+
+#[test]
+fn drop_waits_for_a_long_join_tree_in_flight() {
+    fn count(depth: u32, counter: &AtomicUsize) {
+        if depth == 0 {
+            counter.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        loam_threadpool::join(|| count(depth - 1, counter), || count(depth - 1, counter));
+    }
+    let counter = Arc::new(AtomicUsize::new(0));
+    let pool = ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+    let c = counter.clone();
+    pool.spawn(move || count(12, &c));
+    drop(pool);
+    assert_eq!(counter.load(Ordering::Relaxed), 1 << 12);
+}

@@ -1,5 +1,220 @@
-//! loam-heap: placeholder until the heap lands.
+//! loam-heap: a scalable size-class allocator whose threads allocate without
+//! locks or atomic read-modify-writes and whose frees from other threads flow
+//! back to the owner in batches.
+//!
+//! It exists for one pattern (the seeds of the loam project): worker threads
+//! allocate small objects at a furious rate while *other* threads (a garbage
+//! collector's) free them. An allocator that takes a lock, or that hands each
+//! freed block back through a shared structure, collapses under that pattern
+//! on multicore machines. Here a thread never touches another thread's lists:
+//! a foreign block travels to its owner through the owner's remote queue, in
+//! batches, and the owner puts it back on its slow path.
+//!
+//! # Glossary
+//! - **Segment** (`segment.rs`): a 4 MiB mapping aligned to 4 MiB. Its first
+//!   two 64 KiB *slices* hold the header (owner, free-slice bitmap, one page
+//!   descriptor per slice) and the pages' side mark bitmaps; the other 62
+//!   slices hold pages. `p & !(4 MiB - 1)` finds the header of any block.
+//! - **Page** (`page.rs`): a span of slices serving one size class (or one
+//!   large object) for one owner: a bump region, a `free` list to allocate
+//!   from and a `local_free` list the owner frees to.
+//! - **Size class** (`size_class.rs`): 52 classes, 8-byte steps to 64,
+//!   16-byte steps to 128, then four per doubling to 128 KiB. Larger requests
+//!   get a span of whole slices; beyond 62 slices, a huge segment of their own.
+//! - **LocalHeap** (`local_heap.rs`): one per thread: a page queue per class,
+//!   its segments, its [`RemoteQueue`](remote) and its outgoing batches.
+//! - **RemoteQueue / RemoteCache** (`remote.rs`): the owner's MPSC queue of
+//!   blocks freed elsewhere; the sender's per-owner batches.
+//! - [`FreeBatch`] (`batch.rs`): the same batching for a collector's sweeper.
+//! - [`LoamAlloc`] (`global_alloc.rs`): the heap as a `GlobalAlloc`.
+//!
+//! # Allocation
+//! 1. Fast path (`LocalHeap::alloc_class`): read the thread-local heap
+//!    pointer, look the size class up in a table, pop the current page's
+//!    `free` list or bump its pointer. No atomic read-modify-write, no lock.
+//! 2. Slow path (`alloc_class_slow`), when the current page is exhausted:
+//!    send this thread's outgoing batches; drain its remote queue (one swap);
+//!    now and then visit orphaned heaps; purge slices idle for the purge
+//!    delay; then move the next page of the class with room (after merging
+//!    its `local_free`) to the front, parking full pages on the full list;
+//!    else cut a page from a segment's free slices (adopting an exited
+//!    thread's segments, or mapping a new one, if none has room).
+//!
+//! # Free
+//! 1. Local (`free_local`): the block's segment names this thread's heap as
+//!    owner: push on the page's `local_free`, decrement `used`. An emptied
+//!    page goes back to its segment (unless it is the class's current page);
+//!    a page on the full list goes back to its class queue.
+//! 2. Remote (`free_remote`): batch the block for its owner in this thread's
+//!    `RemoteCache`; a batch of 128 blocks, or 256 KiB in all, is pushed on
+//!    the owner's queue with one CAS. A thread without a heap pushes directly.
+//!
+//! # Who owns what across threads
+//! - A page's lists and a heap's queues are touched only by the owning thread.
+//!   Other threads write only a heap's `RemoteQueue` (and read a segment's
+//!   `owner` and a page's immutable-while-live geometry).
+//! - When a thread exits, its heap (segments, pages, queue) is *abandoned*
+//!   onto the orphan list (`abandon.rs`). A new thread reuses a whole orphan;
+//!   a live thread that needs memory *adopts* an orphan's segments. Remote
+//!   frees that arrive at an abandoned heap are drained by whoever holds it
+//!   next and forwarded if the segment moved: never lost, never applied twice.
+//!   Heaps are never unmapped, so a stale owner pointer is always safe to use.
+//! - Free slices are decommitted (`madvise`) after the purge delay
+//!   ([`set_purge_delay`]); entirely free segments are unmapped.
+//!
+//! # Invariants
+//! Stated on each struct (`Segment`, `Page`, `LocalHeap`, `RemoteQueue`,
+//! `RemoteCache`) and checked by their `assert_valid` under the
+//! `expensive-checks` feature and in tests; corrupted metadata aborts with a
+//! `heap:` message. Debug builds fill freed blocks and check the fill when a
+//! block is reused; the `asan` feature tells AddressSanitizer which blocks
+//! are free.
+//!
+//! # References
+//! mimalloc (Leijen et al., "Mimalloc: Free List Sharding in Action", 2019):
+//! segments found by masking, per-page free-list sharding, `local_free` kept
+//! apart so the slow path runs regularly. snmalloc (Liétar et al., "snmalloc:
+//! A Message Passing Allocator", 2019): remote frees as batched messages to
+//! the owner's queue. Go's `runtime/malloc.go`: size classes and spans.
 
-/// The global allocator (placeholder: the real one lands with issue #2).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct LoamAlloc;
+#![cfg_attr(loom, allow(dead_code, unused_imports))]
+
+mod block;
+mod remote;
+mod spin;
+mod sync;
+
+#[cfg(not(loom))]
+mod abandon;
+#[cfg(not(loom))]
+mod alloc;
+#[cfg(not(loom))]
+mod batch;
+#[cfg(not(loom))]
+mod free;
+#[cfg(not(loom))]
+mod global_alloc;
+#[cfg(not(loom))]
+mod inspect;
+#[cfg(not(loom))]
+mod local_heap;
+#[cfg(not(loom))]
+mod options;
+#[cfg(not(loom))]
+mod os;
+#[cfg(not(loom))]
+mod page;
+#[cfg(not(loom))]
+mod segment;
+#[cfg(not(loom))]
+mod size_class;
+#[cfg(not(loom))]
+mod stats;
+
+#[cfg(all(test, loom))]
+mod handoff_model;
+
+#[cfg(not(loom))]
+pub use batch::FreeBatch;
+#[cfg(not(loom))]
+pub use global_alloc::{usable_size, LoamAlloc};
+#[cfg(not(loom))]
+pub use inspect::{for_each_local_page, PageRef};
+#[cfg(not(loom))]
+pub use options::{purge_delay, set_purge_delay};
+#[cfg(not(loom))]
+pub use segment::{SEGMENT_SIZE, SLICE_SIZE};
+#[cfg(not(loom))]
+pub use size_class::{worst_case_waste, CLASS_SIZE, NUM_CLASSES, SMALL_MAX};
+#[cfg(not(loom))]
+pub use stats::{stats, ClassStats, HeapStats};
+
+/// Aborts the process with a `heap:`-prefixed message: heap metadata is
+/// corrupted and continuing could only make it worse. Never allocates.
+#[cold]
+#[inline(never)]
+pub(crate) fn fatal(msg: &str) -> ! {
+    #[cfg(not(loom))]
+    {
+        options::warn(b"heap: ");
+        options::warn(msg.as_bytes());
+        options::warn(b"\n");
+        std::process::abort()
+    }
+    #[cfg(loom)]
+    panic!("heap: {msg}")
+}
+
+/// Sends this thread's pending remote frees to their owners now.
+///
+/// A thread batches the blocks it frees for other threads; batches go out
+/// when they fill, on this thread's allocation slow path, and at thread exit.
+/// Call this when a thread that freed foreign blocks is about to idle.
+///
+/// # Examples
+/// ```
+/// let v = std::thread::spawn(|| vec![1u8; 100]).join().unwrap();
+/// # #[global_allocator] static A: loam_heap::LoamAlloc = loam_heap::LoamAlloc;
+/// drop(v); // freed here, owned by the exited thread's heap
+/// loam_heap::flush();
+/// ```
+#[cfg(not(loom))]
+pub fn flush() {
+    let heap = alloc::current_heap();
+    if alloc::is_live(heap) {
+        // SAFETY: the calling thread's own heap.
+        unsafe { (*heap).cache.flush() };
+    }
+}
+
+/// Gives back everything that can be given back, now: sends this thread's
+/// pending remote frees, drains its remote queue, drains the queues of exited
+/// threads' heaps, releases empty pages and decommits free memory without
+/// waiting for the purge delay.
+///
+/// The heap does this on its own as it runs; call `collect` when a thread
+/// goes idle after freeing much, so that the process's resident size falls
+/// back, or before reading [`stats`] for exact figures.
+///
+/// # Examples
+/// ```
+/// # #[global_allocator] static A: loam_heap::LoamAlloc = loam_heap::LoamAlloc;
+/// let big: Vec<Box<[u8; 64]>> = (0..10_000).map(|_| Box::new([1; 64])).collect();
+/// drop(big);
+/// loam_heap::collect();
+/// ```
+#[cfg(not(loom))]
+pub fn collect() {
+    let heap = alloc::current_heap();
+    if alloc::is_live(heap) {
+        // SAFETY: the calling thread's own heap.
+        let h = unsafe { &mut *heap };
+        h.tidy();
+        h.visit_orphans(false);
+        h.tidy();
+    } else if abandon::orphan_count() > 0 {
+        abandon::for_each_orphan(|o| {
+            // SAFETY: held exclusively under the orphan lock.
+            unsafe { (*o).tidy() }
+        });
+    }
+    if alloc::fallback_exists() {
+        alloc::with_fallback(|h| h.tidy());
+    }
+}
+
+/// Checks every invariant of the calling thread's heap and of the orphaned
+/// heaps, aborting with a `heap:` message on the first broken one. Walks all
+/// metadata: for tests and debugging.
+#[cfg(not(loom))]
+pub fn assert_valid() {
+    let heap = alloc::current_heap();
+    if alloc::is_live(heap) {
+        // SAFETY: the calling thread's own heap.
+        unsafe { (*heap).assert_valid() };
+    }
+    abandon::for_each_orphan(|o| {
+        // SAFETY: held exclusively under the orphan lock.
+        unsafe { (*o).assert_valid() }
+    });
+}

@@ -1,0 +1,96 @@
+//! Thread exit: a heap whose thread ends is abandoned onto the orphan list with
+//! its segments; live threads adopt them, and new threads reuse whole heaps.
+//!
+//! A remote free that was addressed to an abandoned heap lands in that heap's
+//! queue, which lives forever (heaps are never unmapped). Whoever next holds
+//! the orphan (an adopter on its slow path, a new thread, or `collect`)
+//! drains it and either frees each block into the orphan's pages or, if the
+//! block's segment was adopted meanwhile, forwards it to the new owner. Each
+//! block is on exactly one list at every moment, so none is lost or freed twice.
+//!
+//! Lock order: the orphan lock, then the segment registry lock (releasing a
+//! huge segment while draining an orphan). Nothing takes them the other way.
+
+use crate::local_heap::LocalHeap;
+use crate::spin::SpinLock;
+use crate::sync::{AtomicUsize, Ordering};
+use std::ptr;
+
+struct Orphans {
+    head: *mut LocalHeap,
+}
+
+// SAFETY: orphan heaps are only touched under the lock.
+unsafe impl Send for Orphans {}
+
+static ORPHANS: SpinLock<Orphans> = SpinLock::new(Orphans {
+    head: ptr::null_mut(),
+});
+
+/// Orphans on the list. Writers: under the lock (Relaxed). Readers: slow
+/// paths deciding whether to take the lock (a hint).
+static ORPHAN_COUNT: AtomicUsize = AtomicUsize::new(0);
+
+/// How many heaps are on the orphan list (a hint).
+#[inline]
+pub(crate) fn orphan_count() -> usize {
+    ORPHAN_COUNT.load(Ordering::Relaxed)
+}
+
+/// Abandons `heap`: sends and drains its traffic, gives back empty pages,
+/// decommits free slices, and puts it on the orphan list.
+///
+/// # Safety
+/// The calling thread owns `heap` and will never touch it again.
+pub(crate) unsafe fn abandon(heap: *mut LocalHeap) {
+    // SAFETY: the caller owns the heap until it is published below.
+    let h = unsafe { &mut *heap };
+    h.tidy();
+    crate::stats::COUNTERS
+        .pages_abandoned
+        .fetch_add(h.page_count as u64, Ordering::Relaxed);
+    crate::stats::COUNTERS
+        .heaps_abandoned
+        .fetch_add(1, Ordering::Relaxed);
+    let mut list = ORPHANS.lock();
+    h.orphan_next = list.head;
+    list.head = heap;
+    ORPHAN_COUNT.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Takes a whole orphan heap for a new thread, if any. Its queue is drained
+/// first, so the new owner starts clean.
+pub(crate) fn take_orphan() -> Option<*mut LocalHeap> {
+    if orphan_count() == 0 {
+        return None;
+    }
+    let mut list = ORPHANS.lock();
+    let heap = list.head;
+    if heap.is_null() {
+        return None;
+    }
+    // SAFETY: under the lock, the head orphan is ours to unlink.
+    unsafe {
+        list.head = (*heap).orphan_next;
+        (*heap).orphan_next = ptr::null_mut();
+    }
+    ORPHAN_COUNT.fetch_sub(1, Ordering::Relaxed);
+    drop(list);
+    // SAFETY: unlinked, so no other thread can reach it.
+    let h = unsafe { &mut *heap };
+    crate::stats::COUNTERS
+        .pages_adopted
+        .fetch_add(h.page_count as u64, Ordering::Relaxed);
+    Some(heap)
+}
+
+/// Runs `f` on each orphan while holding the orphan lock.
+pub(crate) fn for_each_orphan(mut f: impl FnMut(*mut LocalHeap)) {
+    let list = ORPHANS.lock();
+    let mut h = list.head;
+    while !h.is_null() {
+        f(h);
+        // SAFETY: orphans stay listed while the lock is held.
+        h = unsafe { (*h).orphan_next };
+    }
+}

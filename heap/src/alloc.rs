@@ -1,0 +1,156 @@
+//! The allocation entry points and the thread-local heap pointer: which heap a
+//! request goes to, and what happens before a thread has one or after it exits.
+
+use crate::local_heap::LocalHeap;
+use crate::size_class::{class_of, MIN_BLOCK, SMALL_MAX};
+use crate::spin::SpinLock;
+use std::cell::Cell;
+use std::ptr;
+
+/// `HEAP` after the thread's exit hook ran: allocations go to the fallback
+/// heap and frees are remote. Never a valid heap address.
+const EXITED: usize = 1;
+
+thread_local! {
+    /// This thread's heap: null before first use, `EXITED` after exit.
+    /// Const-initialized and without `Drop`, so reading it never allocates
+    /// nor registers anything.
+    static HEAP: Cell<*mut LocalHeap> = const { Cell::new(ptr::null_mut()) };
+    /// Its `Drop` is the thread-exit hook that abandons the heap.
+    static EXIT_HOOK: ExitHook = const { ExitHook };
+}
+
+struct ExitHook;
+
+impl Drop for ExitHook {
+    fn drop(&mut self) {
+        let heap = HEAP.with(|h| h.replace(EXITED as *mut LocalHeap));
+        if heap as usize > EXITED {
+            // SAFETY: the heap was this thread's, and `HEAP` no longer
+            // names it, so this thread will never touch it again.
+            unsafe { crate::abandon::abandon(heap) };
+        }
+    }
+}
+
+/// The calling thread's heap, or null/`EXITED`.
+#[inline(always)]
+pub(crate) fn current_heap() -> *mut LocalHeap {
+    HEAP.with(Cell::get)
+}
+
+/// Whether `heap` (from [`current_heap`]) is a usable heap.
+#[inline(always)]
+pub(crate) fn is_live(heap: *mut LocalHeap) -> bool {
+    heap as usize > EXITED
+}
+
+/// Allocates `size` bytes aligned to `align` (a power of two); null when out
+/// of memory or when the alignment is beyond what the heap serves.
+#[inline]
+pub(crate) fn alloc(size: usize, align: usize) -> *mut u8 {
+    let heap = current_heap();
+    if is_live(heap) {
+        // SAFETY: a live heap in `HEAP` belongs to this thread.
+        let heap = unsafe { &mut *heap };
+        if size <= SMALL_MAX && align <= MIN_BLOCK {
+            return heap.alloc_class(class_of(size));
+        }
+        return heap.alloc_general(size, align);
+    }
+    alloc_cold(size, align)
+}
+
+/// The heap for threads that have exited (allocations made by later
+/// thread-local destructors) or cannot register an exit hook.
+static FALLBACK: SpinLock<FallbackHeap> = SpinLock::new(FallbackHeap(ptr::null_mut()));
+
+struct FallbackHeap(*mut LocalHeap);
+
+// SAFETY: the fallback heap is only touched under its lock.
+unsafe impl Send for FallbackHeap {}
+
+#[cold]
+#[inline(never)]
+fn alloc_cold(size: usize, align: usize) -> *mut u8 {
+    if let Some(heap) = thread_init() {
+        // SAFETY: the heap was just installed for this thread.
+        return unsafe { (*heap).alloc_general(size, align) };
+    }
+    with_fallback(|heap| heap.alloc_general(size, align)).unwrap_or(ptr::null_mut())
+}
+
+/// Runs `f` on the fallback heap under its lock (creating it on first use).
+pub(crate) fn with_fallback<R>(f: impl FnOnce(&mut LocalHeap) -> R) -> Option<R> {
+    let mut g = FALLBACK.lock();
+    if g.0.is_null() {
+        g.0 = LocalHeap::create();
+        if g.0.is_null() {
+            return None;
+        }
+    }
+    // SAFETY: the fallback heap is only ever used under this lock.
+    Some(f(unsafe { &mut *g.0 }))
+}
+
+/// Whether the fallback heap exists (without creating it).
+pub(crate) fn fallback_exists() -> bool {
+    !FALLBACK.lock().0.is_null()
+}
+
+/// Gives this thread a heap (reusing an orphan's if there is one) and
+/// registers its exit hook. `None` if the thread has exited, is tearing down
+/// its thread-locals, or the OS is out of memory.
+fn thread_init() -> Option<*mut LocalHeap> {
+    if current_heap() as usize == EXITED {
+        return None;
+    }
+    let heap = match crate::abandon::take_orphan() {
+        Some(h) => h,
+        None => {
+            let h = LocalHeap::create();
+            if h.is_null() {
+                return None;
+            }
+            h
+        }
+    };
+    // Install first: registering the exit hook may allocate, and that
+    // allocation must find the heap already in place.
+    HEAP.with(|h| h.set(heap));
+    if EXIT_HOOK.try_with(|_| ()).is_err() {
+        // Thread-locals are being destroyed: no hook can run, so give the
+        // heap straight back.
+        HEAP.with(|h| h.set(EXITED as *mut LocalHeap));
+        // SAFETY: the heap is ours and no longer installed.
+        unsafe { crate::abandon::abandon(heap) };
+        return None;
+    }
+    Some(heap)
+}
+
+/// Resizes `p` from `old_size` to `new_size` bytes, keeping `align`.
+///
+/// # Safety
+/// `p` is a live block of this allocator of at least `old_size` bytes.
+pub(crate) unsafe fn realloc(
+    p: *mut u8,
+    old_size: usize,
+    align: usize,
+    new_size: usize,
+) -> *mut u8 {
+    let heap = current_heap();
+    if is_live(heap) {
+        // SAFETY: our own heap; `p` is live (caller).
+        return unsafe { (*heap).realloc(p, old_size, align, new_size) };
+    }
+    let q = alloc(new_size, align);
+    if !q.is_null() {
+        // SAFETY: both blocks are live and distinct (caller, and fresh).
+        unsafe {
+            ptr::copy_nonoverlapping(p, q, old_size.min(new_size));
+            crate::free::free(p);
+        }
+    }
+    q
+}

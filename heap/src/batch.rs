@@ -1,0 +1,115 @@
+//! [`FreeBatch`]: the public way to hand many dead blocks back to their owners
+//! at once, one atomic operation per owner per batch. The collector's sweeper
+//! uses it so that the thread freeing is never the thread whose lists change.
+
+use crate::block;
+use crate::remote::RemoteCache;
+use crate::segment::{page_of, segment_of};
+use crate::sync::Ordering;
+use std::fmt;
+use std::ptr::{self, NonNull};
+
+/// A batch of dead blocks bound for their owning threads' remote queues.
+///
+/// Blocks are grouped by owner; each group is sent with one atomic operation
+/// when it reaches 4096 blocks, when the batch holds 8 MiB, on [`flush`], and
+/// on drop. Owners take the blocks back on their next slow path. Use it to
+/// free a page's dead blocks, or a whole page's worth, from a thread that does
+/// not own them.
+///
+/// [`flush`]: FreeBatch::flush
+///
+/// # Examples
+/// ```
+/// use std::alloc::{GlobalAlloc, Layout};
+/// use loam_heap::{FreeBatch, LoamAlloc};
+///
+/// let layout = Layout::new::<[u64; 4]>();
+/// // Addresses, so the blocks can cross to the sweeping thread.
+/// let blocks: Vec<usize> = (0..100)
+///     .map(|_| unsafe { LoamAlloc.alloc(layout) } as usize)
+///     .collect();
+/// std::thread::spawn(move || {
+///     let mut batch = FreeBatch::new();
+///     for p in blocks {
+///         // SAFETY: each block is live, from LoamAlloc, and never used again.
+///         unsafe { batch.push(std::ptr::NonNull::new(p as *mut u8).unwrap()) };
+///     }
+///     batch.flush(); // or let it drop
+/// })
+/// .join()
+/// .unwrap();
+/// ```
+pub struct FreeBatch {
+    cache: RemoteCache,
+    pending: usize,
+}
+
+impl FreeBatch {
+    /// An empty batch.
+    pub const fn new() -> Self {
+        Self {
+            cache: RemoteCache::for_sweeper(),
+            pending: 0,
+        }
+    }
+
+    /// Adds dead block `p` to the batch.
+    ///
+    /// # Safety
+    /// `p` was returned by this allocator (`LoamAlloc` or [`crate::alloc`]),
+    /// has not been freed, and nobody will use it again.
+    pub unsafe fn push(&mut self, p: NonNull<u8>) {
+        let p = p.as_ptr();
+        // SAFETY: `p` is a live block (caller): its segment and page are
+        // mapped and its block size fixed; heaps (hence queues) live forever.
+        unsafe {
+            let owner = (*segment_of(p)).owner.load(Ordering::Relaxed);
+            let size = (*page_of(p)).block_size();
+            block::on_free(p, size);
+            self.cache.push(ptr::addr_of!((*owner).queue), p, size);
+        }
+        self.pending += 1;
+    }
+
+    /// Blocks added since the last flush.
+    pub fn len(&self) -> usize {
+        self.pending
+    }
+
+    /// Whether no block is waiting to be sent.
+    pub fn is_empty(&self) -> bool {
+        self.pending == 0
+    }
+
+    /// Sends every group to its owner now.
+    pub fn flush(&mut self) {
+        self.cache.flush();
+        self.pending = 0;
+    }
+}
+
+impl Default for FreeBatch {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Drop for FreeBatch {
+    fn drop(&mut self) {
+        self.flush();
+    }
+}
+
+impl fmt::Debug for FreeBatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FreeBatch")
+            .field("pending", &self.pending)
+            .finish()
+    }
+}
+
+// SAFETY: a batch owns the dead blocks it holds outright (nobody else may use
+// them), and the queues they go to are thread-safe; moving it between threads
+// moves that ownership.
+unsafe impl Send for FreeBatch {}

@@ -1,0 +1,55 @@
+//! The free entry point: a block goes back to its page directly when this
+//! thread owns it (`free_local`), else into a batch for its owner's remote
+//! queue (`free_remote`).
+
+use crate::alloc::{current_heap, is_live};
+use crate::block;
+use crate::local_heap::LocalHeap;
+use crate::remote::REMOTE;
+use crate::segment::{page_of, segment_of};
+use crate::sync::Ordering;
+use std::ptr;
+
+/// Frees `p`.
+///
+/// # Safety
+/// `p` is a live block from this allocator that nobody will use again.
+#[inline]
+pub(crate) unsafe fn free(p: *mut u8) {
+    let seg = segment_of(p);
+    // SAFETY: `p` is a live block (caller), so its segment is mapped; its
+    // owner field is atomic.
+    let owner = unsafe { (*seg).owner.load(Ordering::Relaxed) };
+    let heap = current_heap();
+    if owner == heap {
+        // SAFETY: this thread owns the segment, hence the page and block.
+        unsafe { (*heap).free_local(page_of(p), p) };
+    } else {
+        // SAFETY: as the caller promised.
+        unsafe { free_remote(heap, owner, p) };
+    }
+}
+
+/// Sends `p` towards `owner`: batched through this thread's cache when it has
+/// a heap, else pushed on its own.
+///
+/// # Safety
+/// As [`free`]; `owner` is the owner read from `p`'s segment.
+#[inline(never)]
+unsafe fn free_remote(heap: *mut LocalHeap, owner: *mut LocalHeap, p: *mut u8) {
+    // SAFETY: `p` is live (caller), so its page descriptor is stable.
+    let size = unsafe { (*page_of(p)).block_size() };
+    // SAFETY: `p` is dead and ours to hand over (caller); heaps are never
+    // unmapped, so `owner`'s queue outlives the push.
+    unsafe {
+        block::on_free(p, size);
+        let queue = ptr::addr_of!((*owner).queue);
+        if is_live(heap) {
+            (*heap).cache.push(queue, p, size);
+        } else {
+            (*queue).push(p.cast(), p.cast());
+            REMOTE.sent.fetch_add(1, Ordering::Relaxed);
+            REMOTE.batches.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}

@@ -1,0 +1,101 @@
+//! Loom model of the abandon/adopt handoff: a remote free races with the
+//! adoption of the abandoned heap it is addressed to. The model runs the real
+//! `RemoteQueue`, `RemoteCache` and `route_chain`; a segment is reduced to its
+//! atomic owner field.
+
+use crate::block::Block;
+use crate::remote::{route_chain, RemoteCache, RemoteQueue};
+use crate::sync::{AtomicPtr, Ordering};
+use loom::sync::Arc;
+use loom::thread;
+use std::ptr;
+
+/// The two heaps (their queues) and one segment's owner field.
+struct World {
+    abandoned: RemoteQueue,
+    adopter: RemoteQueue,
+    owner: AtomicPtr<RemoteQueue>,
+}
+
+fn new_block() -> *mut Block {
+    Box::into_raw(Box::new(Block {
+        next: ptr::null_mut(),
+    }))
+}
+
+/// Drains queue `q` with the real routing rule, recording local frees.
+fn drain(w: &World, q: &RemoteQueue, freed: &mut Vec<usize>) {
+    let mut cache = RemoteCache::for_thread();
+    let chain = q.take_all();
+    // SAFETY: the chain came from `q`; the queues live as long as `w`.
+    unsafe {
+        route_chain(
+            chain,
+            q,
+            |_| (w.owner.load(Ordering::Relaxed).cast_const(), 8),
+            |b| freed.push(b as usize),
+            &mut cache,
+        );
+    }
+    cache.flush();
+}
+
+/// Thread F frees two blocks of the segment (reading its owner, batching
+/// through its cache) while thread B adopts the abandoned heap: drains its
+/// queue, then re-owns the segment. Afterwards whoever holds each heap drains
+/// it (as new threads and orphan visits do). Every block must be freed exactly
+/// once, and only by the segment's final owner or by the abandoned heap's
+/// holder while it still owned the segment.
+#[test]
+fn remote_free_racing_adoption_is_applied_exactly_once() {
+    loom::model(|| {
+        let w = Arc::new(World {
+            abandoned: RemoteQueue::new(),
+            adopter: RemoteQueue::new(),
+            owner: AtomicPtr::new(ptr::null_mut()),
+        });
+        w.owner
+            .store(ptr::addr_of!(w.abandoned).cast_mut(), Ordering::Relaxed);
+        let blocks = [new_block() as usize, new_block() as usize];
+
+        let wf = w.clone();
+        let freer = thread::spawn(move || {
+            let mut cache = RemoteCache::for_thread();
+            for b in blocks {
+                let owner = wf.owner.load(Ordering::Relaxed);
+                // SAFETY: the freer owns the dead block; queues outlive `wf`.
+                unsafe { cache.push(owner, b as *mut u8, 8) };
+            }
+            cache.flush();
+        });
+
+        let wb = w.clone();
+        let adopter = thread::spawn(move || {
+            let mut freed_by_abandoned = Vec::new();
+            drain(&wb, &wb.abandoned, &mut freed_by_abandoned);
+            wb.owner
+                .store(ptr::addr_of!(wb.adopter).cast_mut(), Ordering::Release);
+            freed_by_abandoned
+        });
+
+        freer.join().unwrap();
+        let mut freed = adopter.join().unwrap();
+        // Later holders of each heap drain again: first the husk (forwarding),
+        // then the adopter.
+        let mut late = Vec::new();
+        drain(&w, &w.abandoned, &mut late);
+        assert!(
+            late.is_empty(),
+            "the husk no longer owns the segment, so it only forwards"
+        );
+        drain(&w, &w.adopter, &mut freed);
+        freed.sort_unstable();
+        let mut want = blocks.to_vec();
+        want.sort_unstable();
+        assert_eq!(freed, want, "each block freed exactly once");
+        for b in blocks {
+            // SAFETY: allocated by `new_block` and freed exactly once above.
+            drop(unsafe { Box::from_raw(b as *mut Block) });
+        }
+    });
+}

@@ -1,0 +1,675 @@
+//! The per-thread heap: size-class page queues, the allocation and local-free
+//! paths, the slow path's housekeeping (drain, adopt, purge), and large spans.
+
+use crate::block;
+use crate::options;
+use crate::os;
+use crate::page::{Page, PageQueue, PageState};
+use crate::remote::{route_chain, RemoteCache, RemoteQueue, REMOTE};
+use crate::segment::{
+    self, Segment, SegmentKind, HEADER_SLICES, SEGMENT_SIZE, SLICES, SLICE_SHIFT, SLICE_SIZE,
+    USABLE_MASK, USABLE_SLICES,
+};
+use crate::size_class::{
+    class_for_aligned, class_of, slices_for_class, CLASS_SIZE, MIN_BLOCK, NUM_CLASSES, SMALL_MAX,
+};
+use crate::sync::{AtomicPtr, Ordering};
+use std::ptr;
+
+/// A thread's heap.
+///
+/// # Invariants
+/// - Every page of every segment in `segments` is owned by this heap; each
+///   `Small` page is in exactly one of `queues[page.class]` or `full`
+///   (`in_full` says which); `Large`/`Huge` pages are in no queue.
+/// - `current[c]` is null or `queues[c].first`.
+/// - `dirty_segments` counts segments in `segments` with a non-zero `dirty`.
+/// - All fields but `queue` are touched only by the thread that owns the heap,
+///   or by whoever holds it exclusively once abandoned (the orphan lock).
+#[repr(C)]
+pub(crate) struct LocalHeap {
+    /// Where other threads send this heap's blocks back (the only field other
+    /// threads write).
+    pub(crate) queue: RemoteQueue,
+    current: [*mut Page; NUM_CLASSES],
+    queues: [PageQueue; NUM_CLASSES],
+    full: PageQueue,
+    pub(crate) segments: *mut Segment,
+    /// Outgoing batches of blocks this thread freed for other heaps.
+    pub(crate) cache: RemoteCache,
+    dirty_segments: usize,
+    next_purge_ms: u64,
+    slow_count: u32,
+    /// Pages in use (any state but free), for abandon/adopt statistics.
+    pub(crate) page_count: usize,
+    /// Next heap on the orphan list (under the orphan lock).
+    pub(crate) orphan_next: *mut LocalHeap,
+    /// Next heap ever created (written once before publication).
+    pub(crate) all_next: *mut LocalHeap,
+}
+
+/// Every heap ever created, newest first. Heaps are never unmapped, so a
+/// walker needs no lock: it follows `all_next` links written before each
+/// heap was published with a Release CAS.
+pub(crate) static ALL_HEAPS: AtomicPtr<LocalHeap> = AtomicPtr::new(ptr::null_mut());
+
+impl LocalHeap {
+    /// Maps, initializes and registers a new heap; null if out of memory.
+    pub(crate) fn create() -> *mut LocalHeap {
+        let size = std::mem::size_of::<LocalHeap>().next_multiple_of(os::OS_PAGE);
+        let heap = os::map_aligned(size, os::OS_PAGE).cast::<LocalHeap>();
+        if heap.is_null() {
+            return heap;
+        }
+        options::init();
+        // SAFETY: a fresh private mapping of the right size and alignment.
+        unsafe {
+            heap.write(LocalHeap {
+                queue: RemoteQueue::new(),
+                current: [ptr::null_mut(); NUM_CLASSES],
+                queues: [PageQueue::NEW; NUM_CLASSES],
+                full: PageQueue::NEW,
+                segments: ptr::null_mut(),
+                cache: RemoteCache::for_thread(),
+                dirty_segments: 0,
+                next_purge_ms: 0,
+                slow_count: 0,
+                page_count: 0,
+                orphan_next: ptr::null_mut(),
+                all_next: ptr::null_mut(),
+            });
+        }
+        let mut head = ALL_HEAPS.load(Ordering::Relaxed);
+        loop {
+            // SAFETY: unpublished, so ours alone.
+            unsafe { (*heap).all_next = head };
+            match ALL_HEAPS.compare_exchange_weak(head, heap, Ordering::Release, Ordering::Relaxed)
+            {
+                Ok(_) => break,
+                Err(h) => head = h,
+            }
+        }
+        heap
+    }
+
+    // ---------------------------------------------------------------- alloc
+
+    /// Allocates a block of class `c`: the fast path.
+    #[inline(always)]
+    pub(crate) fn alloc_class(&mut self, c: usize) -> *mut u8 {
+        let page = self.current[c];
+        if !page.is_null() {
+            // SAFETY: `current[c]` is a live page of ours (invariant).
+            let p = unsafe { (*page).try_alloc() };
+            if !p.is_null() {
+                return p;
+            }
+        }
+        self.alloc_class_slow(c)
+    }
+
+    /// Allocates `size` bytes aligned to `align`, any size.
+    #[inline]
+    pub(crate) fn alloc_general(&mut self, size: usize, align: usize) -> *mut u8 {
+        if size <= SMALL_MAX && align <= MIN_BLOCK {
+            return self.alloc_class(class_of(size));
+        }
+        match class_for_aligned(size, align) {
+            Some(c) => self.alloc_class(c),
+            None => self.alloc_large(size, align),
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn alloc_class_slow(&mut self, c: usize) -> *mut u8 {
+        self.housekeeping();
+        let mut page = self.queues[c].first;
+        while !page.is_null() {
+            // SAFETY: pages in our queues are live and ours (invariant).
+            unsafe {
+                let next = (*page).next;
+                (*page).collect();
+                if (*page).has_room() {
+                    if page != self.queues[c].first {
+                        self.queues[c].remove(page);
+                        self.queues[c].push_front(page);
+                    }
+                    self.current[c] = page;
+                    return (*page).try_alloc();
+                }
+                // Full: park it until one of its blocks comes back.
+                self.queues[c].remove(page);
+                (*page).in_full = true;
+                self.full.push_back(page);
+                page = next;
+            }
+        }
+        let page = self.page_alloc(
+            PageState::Small,
+            c,
+            CLASS_SIZE[c] as usize,
+            slices_for_class(c),
+            0,
+        );
+        if page.is_null() {
+            self.current[c] = ptr::null_mut();
+            return ptr::null_mut();
+        }
+        // SAFETY: a fresh page of ours, in no queue.
+        unsafe {
+            self.queues[c].push_front(page);
+            self.current[c] = page;
+            (*page).try_alloc()
+        }
+    }
+
+    /// A span of its own for a request no class serves.
+    #[cold]
+    #[inline(never)]
+    fn alloc_large(&mut self, size: usize, align: usize) -> *mut u8 {
+        self.housekeeping();
+        let slices = size.div_ceil(SLICE_SIZE).max(1);
+        let page = if align <= SLICE_SIZE && slices <= USABLE_SLICES {
+            self.page_alloc(
+                PageState::Large,
+                NUM_CLASSES,
+                slices << SLICE_SHIFT,
+                slices,
+                1,
+            )
+        } else {
+            self.alloc_huge(size, align)
+        };
+        if page.is_null() {
+            return ptr::null_mut();
+        }
+        // SAFETY: a fresh page of ours with capacity 1.
+        unsafe { (*page).try_alloc() }
+    }
+
+    /// A huge object: a segment of its own, unmapped when it is freed.
+    fn alloc_huge(&mut self, size: usize, align: usize) -> *mut Page {
+        if align > SEGMENT_SIZE / 2 {
+            return ptr::null_mut();
+        }
+        let offset = (HEADER_SLICES * SLICE_SIZE).max(align);
+        let Some(map_size) = size
+            .checked_add(offset)
+            .and_then(|s| s.checked_next_multiple_of(os::OS_PAGE))
+        else {
+            return ptr::null_mut();
+        };
+        let seg = Segment::create(self, SegmentKind::Huge, map_size);
+        if seg.is_null() {
+            return ptr::null_mut();
+        }
+        self.link_segment(seg);
+        let page = Segment::page(seg, offset >> SLICE_SHIFT);
+        let block = map_size - offset;
+        // SAFETY: a descriptor of our fresh segment.
+        unsafe {
+            (*page).init(
+                PageState::Huge,
+                NUM_CLASSES,
+                seg as usize + offset,
+                block,
+                block.div_ceil(SLICE_SIZE),
+                1,
+                true,
+            );
+        }
+        self.page_count += 1;
+        page
+    }
+
+    /// Takes `slices` free slices from our segments (adopting an orphan's or
+    /// mapping a new segment if none has room) and sets them up as a page.
+    fn page_alloc(
+        &mut self,
+        state: PageState,
+        class: usize,
+        block: usize,
+        slices: usize,
+        capacity: usize,
+    ) -> *mut Page {
+        let mut tried_orphans = false;
+        loop {
+            let mut seg = self.segments;
+            while !seg.is_null() {
+                // SAFETY: segments on our list are live and ours.
+                unsafe {
+                    if (*seg).kind == SegmentKind::Normal {
+                        let free = (*seg).free_slices.load(Ordering::Relaxed);
+                        if let Some(i) = Segment::find_free_run(free, slices) {
+                            return self
+                                .page_init_in(seg, i, state, class, block, slices, capacity);
+                        }
+                    }
+                    seg = (*seg).next;
+                }
+            }
+            if tried_orphans || crate::abandon::orphan_count() == 0 {
+                break;
+            }
+            tried_orphans = true;
+            self.visit_orphans(true);
+        }
+        let seg = Segment::create(self, SegmentKind::Normal, SEGMENT_SIZE);
+        if seg.is_null() {
+            return ptr::null_mut();
+        }
+        self.link_segment(seg);
+        self.page_init_in(seg, HEADER_SLICES, state, class, block, slices, capacity)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn page_init_in(
+        &mut self,
+        seg: *mut Segment,
+        i: usize,
+        state: PageState,
+        class: usize,
+        block: usize,
+        slices: usize,
+        capacity: usize,
+    ) -> *mut Page {
+        let mask = run_mask(i, slices);
+        // SAFETY: `seg` is ours; slices `i..i+slices` are free in it (caller).
+        unsafe {
+            let free = (*seg).free_slices.load(Ordering::Relaxed);
+            debug_assert_eq!(free & mask, mask);
+            let dirty = (*seg).dirty.load(Ordering::Relaxed);
+            (*seg).free_slices.store(free & !mask, Ordering::Relaxed);
+            if dirty & mask != 0 {
+                (*seg).dirty.store(dirty & !mask, Ordering::Relaxed);
+                if dirty & !mask == 0 {
+                    self.dirty_segments -= 1;
+                }
+            }
+            let page = Segment::page(seg, i);
+            (*page).init(
+                state,
+                class,
+                Segment::slice_start(seg, i),
+                block,
+                slices,
+                capacity,
+                dirty & mask == 0,
+            );
+            for k in 1..slices {
+                let d = Segment::page(seg, i + k);
+                (*d).slice_offset = k as u32;
+                (*d).set_state(PageState::Interior);
+            }
+            self.page_count += 1;
+            page
+        }
+    }
+
+    fn link_segment(&mut self, seg: *mut Segment) {
+        // SAFETY: `seg` is ours and on no list; our list's head is ours.
+        unsafe {
+            (*seg).prev = ptr::null_mut();
+            (*seg).next = self.segments;
+            if !self.segments.is_null() {
+                (*self.segments).prev = seg;
+            }
+        }
+        self.segments = seg;
+    }
+
+    fn unlink_segment(&mut self, seg: *mut Segment) {
+        // SAFETY: `seg` and its neighbours are on our list.
+        unsafe {
+            let (n, p) = ((*seg).next, (*seg).prev);
+            if !n.is_null() {
+                (*n).prev = p;
+            }
+            if p.is_null() {
+                self.segments = n;
+            } else {
+                (*p).next = n;
+            }
+        }
+    }
+
+    // ----------------------------------------------------------------- free
+
+    /// Frees block `p` of our page `page`: the local fast path.
+    ///
+    /// # Safety
+    /// `page` is the page of `p`, this heap owns it, and `p` is a live block
+    /// that nobody will use again.
+    #[inline(always)]
+    pub(crate) unsafe fn free_local(&mut self, page: *mut Page, p: *mut u8) {
+        // SAFETY: the caller's contract.
+        unsafe {
+            (*page).push_local(p);
+            if (*page).used() == 0 || (*page).in_full {
+                self.free_local_cold(page);
+            }
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    unsafe fn free_local_cold(&mut self, page: *mut Page) {
+        // SAFETY: `page` is a live page of ours (caller of `free_local`).
+        unsafe {
+            match (*page).state() {
+                PageState::Small => {
+                    let c = (*page).class as usize;
+                    if (*page).in_full {
+                        self.full.remove(page);
+                        (*page).in_full = false;
+                        self.queues[c].push_back(page);
+                        if self.current[c].is_null() {
+                            self.current[c] = self.queues[c].first;
+                        }
+                    }
+                    if (*page).used() == 0 && self.current[c] != page {
+                        self.queues[c].remove(page);
+                        self.release_page(page);
+                    }
+                }
+                PageState::Large | PageState::Huge => self.release_page(page),
+                _ => crate::fatal("free of a block in a free or interior page descriptor"),
+            }
+        }
+    }
+
+    /// Gives an empty page's slices back to its segment (a huge segment goes
+    /// back to the OS). The page is in no queue.
+    unsafe fn release_page(&mut self, page: *mut Page) {
+        #[cfg(feature = "expensive-checks")]
+        // SAFETY: `page` is ours (caller).
+        unsafe {
+            (*page).assert_valid()
+        };
+        self.page_count -= 1;
+        let seg = segment::segment_of(page.cast());
+        // SAFETY: `page` is an empty page of ours, in no queue (caller), so its
+        // segment is ours too.
+        unsafe {
+            if (*seg).kind == SegmentKind::Huge {
+                (*page).set_state(PageState::Free);
+                self.unlink_segment(seg);
+                Segment::destroy(seg);
+                return;
+            }
+            let i = (page as usize - ptr::addr_of!((*seg).pages) as usize)
+                / std::mem::size_of::<Page>();
+            let n = (*page).slice_count();
+            block::poison(Segment::slice_start(seg, i) as *mut u8, n << SLICE_SHIFT);
+            for k in 0..n {
+                let d = Segment::page(seg, i + k);
+                (*d).slice_offset = 0;
+                (*d).set_state(PageState::Free);
+            }
+            let mask = run_mask(i, n);
+            let free = (*seg).free_slices.load(Ordering::Relaxed);
+            (*seg).free_slices.store(free | mask, Ordering::Relaxed);
+            let dirty = (*seg).dirty.load(Ordering::Relaxed);
+            if dirty == 0 {
+                self.dirty_segments += 1;
+            }
+            (*seg).dirty.store(dirty | mask, Ordering::Relaxed);
+            (*seg).last_free_ms = os::now_ms();
+        }
+    }
+
+    // ------------------------------------------------------------- realloc
+
+    /// Resizes block `p` (of at least `old_size` bytes, aligned to `align`).
+    ///
+    /// # Safety
+    /// `p` is a live block of ours-or-anyone's from this allocator.
+    pub(crate) unsafe fn realloc(
+        &mut self,
+        p: *mut u8,
+        old_size: usize,
+        align: usize,
+        new_size: usize,
+    ) -> *mut u8 {
+        // SAFETY: `p` is a live block (caller), so its page is live and its
+        // block size fixed while we hold it.
+        let usable = unsafe { (*segment::page_of(p)).block_size() };
+        if new_size <= usable && (usable <= 128 || new_size >= usable / 2) {
+            return p;
+        }
+        let q = self.alloc_general(new_size, align);
+        if !q.is_null() {
+            // SAFETY: both blocks are live, distinct, and at least this long.
+            unsafe {
+                ptr::copy_nonoverlapping(p, q, old_size.min(new_size));
+                crate::free::free(p);
+            }
+        }
+        q
+    }
+
+    // ------------------------------------------------------------ housekeeping
+
+    /// The slow path's chores: send our outgoing batches, take back what other
+    /// threads freed, now and then visit orphaned heaps, purge idle slices.
+    fn housekeeping(&mut self) {
+        self.cache.flush();
+        self.drain_remote();
+        self.slow_count = self.slow_count.wrapping_add(1);
+        if self.slow_count % 256 == 0 && crate::abandon::orphan_count() > 0 {
+            self.visit_orphans(false);
+        }
+        if self.dirty_segments > 0 {
+            self.purge(false);
+        }
+    }
+
+    /// Takes every block other threads sent us and frees it locally; a block
+    /// whose segment has meanwhile been adopted by another heap is forwarded.
+    pub(crate) fn drain_remote(&mut self) {
+        let chain = self.queue.take_all();
+        if chain.is_null() {
+            return;
+        }
+        let me = ptr::addr_of!(self.queue);
+        let mut cache = std::mem::replace(&mut self.cache, RemoteCache::for_thread());
+        // SAFETY: the chain came from our queue; heaps (hence queues) live
+        // forever; each block is dead and its segment mapped.
+        let n = unsafe {
+            route_chain(
+                chain,
+                me,
+                |b| {
+                    let seg = segment::segment_of(b.cast());
+                    let owner = (*seg).owner.load(Ordering::Relaxed);
+                    (
+                        ptr::addr_of!((*owner).queue),
+                        (*segment::page_of(b.cast())).block_size(),
+                    )
+                },
+                |b| self.free_local(segment::page_of(b.cast()), b.cast()),
+                &mut cache,
+            )
+        };
+        let fresh = std::mem::replace(&mut self.cache, cache);
+        debug_assert!(fresh.is_empty());
+        REMOTE.drained.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Releases every empty page, the current ones included.
+    pub(crate) fn retire_empty_pages(&mut self) {
+        for c in 0..NUM_CLASSES {
+            self.current[c] = ptr::null_mut();
+            let mut page = self.queues[c].first;
+            while !page.is_null() {
+                // SAFETY: pages on our queues are ours.
+                unsafe {
+                    let next = (*page).next;
+                    (*page).collect();
+                    if (*page).used() == 0 {
+                        self.queues[c].remove(page);
+                        self.release_page(page);
+                    }
+                    page = next;
+                }
+            }
+            self.current[c] = self.queues[c].first;
+        }
+    }
+
+    /// Decommits free slices that have been idle for the purge delay (all of
+    /// them when `force`), and unmaps segments left entirely free.
+    pub(crate) fn purge(&mut self, force: bool) {
+        if self.dirty_segments == 0 {
+            return;
+        }
+        let now = os::now_ms();
+        if !force && now < self.next_purge_ms {
+            return;
+        }
+        let delay = options::purge_delay_ms();
+        self.next_purge_ms = now + (delay / 2).max(1);
+        let mut seg = self.segments;
+        while !seg.is_null() {
+            // SAFETY: segments on our list are ours.
+            unsafe {
+                let next = (*seg).next;
+                let dirty = (*seg).dirty.load(Ordering::Relaxed);
+                if dirty != 0 && (force || now.saturating_sub((*seg).last_free_ms) >= delay) {
+                    self.dirty_segments -= 1;
+                    if (*seg).free_slices.load(Ordering::Relaxed) == USABLE_MASK {
+                        self.unlink_segment(seg);
+                        Segment::destroy(seg);
+                    } else {
+                        decommit_runs(seg, dirty);
+                        (*seg).dirty.store(0, Ordering::Relaxed);
+                    }
+                }
+                seg = next;
+            }
+        }
+    }
+
+    /// Walks orphaned heaps: drains each one's queue (freeing into its pages
+    /// or forwarding), releases what became empty, and with `adopt` takes the
+    /// segments of the first orphan that has any.
+    pub(crate) fn visit_orphans(&mut self, adopt: bool) {
+        let mut adopted = !adopt;
+        crate::abandon::for_each_orphan(|o| {
+            // SAFETY: the orphan lock is held, so `o` is ours alone; it is
+            // not `self` (a live heap is never on the orphan list).
+            let o = unsafe { &mut *o };
+            o.tidy();
+            if !adopted && !o.segments.is_null() {
+                self.adopt(o);
+                adopted = true;
+            }
+        });
+    }
+
+    /// Drains, sends, and gives back what is empty (used on abandon and on
+    /// orphan visits).
+    pub(crate) fn tidy(&mut self) {
+        self.cache.flush();
+        self.drain_remote();
+        self.cache.flush();
+        self.retire_empty_pages();
+        self.purge(true);
+    }
+
+    /// Takes every segment and page of abandoned heap `o`.
+    fn adopt(&mut self, o: &mut LocalHeap) {
+        let me: *mut LocalHeap = self;
+        let mut seg = o.segments;
+        while !seg.is_null() {
+            // SAFETY: `o` is held exclusively (orphan lock), so its segments
+            // are ours to re-own. The Release store pairs with nothing in
+            // particular: senders only need *some* owner whose queue is drained.
+            unsafe {
+                let next = (*seg).next;
+                (*seg).owner.store(me, Ordering::Release);
+                self.link_segment(seg);
+                seg = next;
+            }
+        }
+        o.segments = ptr::null_mut();
+        self.dirty_segments += std::mem::take(&mut o.dirty_segments);
+        for c in 0..NUM_CLASSES {
+            o.current[c] = ptr::null_mut();
+            // SAFETY: both queues' pages are ours now.
+            unsafe { self.queues[c].append(&mut o.queues[c]) };
+            if self.current[c].is_null() {
+                self.current[c] = self.queues[c].first;
+            }
+        }
+        // SAFETY: as above.
+        unsafe { self.full.append(&mut o.full) };
+        let pages = std::mem::take(&mut o.page_count);
+        self.page_count += pages;
+        crate::stats::COUNTERS
+            .pages_adopted
+            .fetch_add(pages as u64, Ordering::Relaxed);
+    }
+
+    /// Calls `f` on every page this heap owns.
+    pub(crate) fn for_each_own_page(&self, mut f: impl FnMut(*mut Page)) {
+        let mut seg = self.segments;
+        while !seg.is_null() {
+            crate::inspect::for_each_page_in(seg, &mut f);
+            // SAFETY: segments on our list are ours.
+            seg = unsafe { (*seg).next };
+        }
+    }
+
+    /// Checks every invariant of this heap (expensive).
+    pub(crate) fn assert_valid(&self) {
+        let me = self as *const LocalHeap as *mut LocalHeap;
+        let mut pages = 0;
+        let mut seg = self.segments;
+        while !seg.is_null() {
+            // SAFETY: segments on our list are ours.
+            unsafe {
+                if (*seg).owner.load(Ordering::Relaxed) != me {
+                    crate::fatal("heap lists a segment it does not own");
+                }
+                Segment::assert_valid(seg);
+                seg = (*seg).next;
+            }
+        }
+        self.for_each_own_page(|_| pages += 1);
+        if pages != self.page_count {
+            crate::fatal("heap page count out of step with its segments");
+        }
+        for c in 0..NUM_CLASSES {
+            if !self.current[c].is_null() && self.current[c] != self.queues[c].first {
+                crate::fatal("current page is not the first of its queue");
+            }
+        }
+    }
+}
+
+/// Mask of slices `i..i+n`.
+#[inline]
+fn run_mask(i: usize, n: usize) -> u64 {
+    debug_assert!(i + n <= SLICES && n >= 1);
+    (if n == 64 { u64::MAX } else { (1u64 << n) - 1 }) << i
+}
+
+/// Decommits each run of set bits in `dirty`.
+///
+/// # Safety
+/// `seg` is ours and every slice in `dirty` is free.
+unsafe fn decommit_runs(seg: *mut Segment, mut dirty: u64) {
+    while dirty != 0 {
+        let i = dirty.trailing_zeros() as usize;
+        let n = (!(dirty >> i)).trailing_zeros() as usize;
+        let n = n.min(SLICES - i);
+        // SAFETY: free slices of our segment hold nothing live (caller).
+        unsafe { os::decommit(Segment::slice_start(seg, i) as *mut u8, n << SLICE_SHIFT) };
+        crate::stats::COUNTERS
+            .bytes_decommitted
+            .fetch_add((n << SLICE_SHIFT) as u64, Ordering::Relaxed);
+        dirty &= !run_mask(i, n);
+    }
+}

@@ -1,0 +1,76 @@
+//! The heap's options, in one table, with their environment overrides.
+//!
+//! | option | type | default | environment |
+//! |---|---|---|---|
+//! | purge delay | milliseconds | 10 | `LOAM_PURGE_DELAY_MS` |
+//!
+//! The purge delay is how long a freed slice stays resident before it is
+//! decommitted: long enough that a program which frees and re-allocates in
+//! quick succession does not pay for `madvise` and page faults each time,
+//! short enough that an idle program's resident size falls back.
+
+use crate::sync::{AtomicBool, AtomicU64, Ordering};
+use std::ffi::CStr;
+
+const DEFAULT_PURGE_DELAY_MS: u64 = 10;
+
+static PURGE_DELAY_MS: AtomicU64 = AtomicU64::new(DEFAULT_PURGE_DELAY_MS);
+static READ_ENV: AtomicBool = AtomicBool::new(false);
+
+/// Reads the environment once (the first time a heap is created). Uses
+/// `getenv` because `std::env` allocates, and this runs inside the allocator.
+pub(crate) fn init() {
+    if READ_ENV.swap(true, Ordering::Relaxed) {
+        return;
+    }
+    if let Some(v) = getenv(c"LOAM_PURGE_DELAY_MS") {
+        match v.to_str().ok().and_then(|s| s.trim().parse::<u64>().ok()) {
+            Some(ms) => PURGE_DELAY_MS.store(ms, Ordering::Relaxed),
+            None => {
+                warn(b"loam-heap: ignoring LOAM_PURGE_DELAY_MS: not a number of milliseconds\n")
+            }
+        }
+    }
+}
+
+fn getenv(name: &CStr) -> Option<&'static CStr> {
+    // SAFETY: `name` is NUL-terminated; getenv returns null or a string that
+    // lives as long as the environment is not modified (we only read it once,
+    // at start-up).
+    let p = unsafe { libc::getenv(name.as_ptr()) };
+    // SAFETY: non-null results of getenv are NUL-terminated strings.
+    (!p.is_null()).then(|| unsafe { CStr::from_ptr(p) })
+}
+
+/// Writes a message to stderr without allocating.
+pub(crate) fn warn(msg: &[u8]) {
+    // SAFETY: writing a valid buffer to fd 2.
+    unsafe { libc::write(2, msg.as_ptr().cast(), msg.len()) };
+}
+
+/// The current purge delay in milliseconds.
+#[inline]
+pub(crate) fn purge_delay_ms() -> u64 {
+    PURGE_DELAY_MS.load(Ordering::Relaxed)
+}
+
+/// Sets how long freed memory stays resident before it is returned to the OS
+/// (default 10 ms; `LOAM_PURGE_DELAY_MS` overrides the default at start-up).
+///
+/// # Examples
+/// ```
+/// loam_heap::set_purge_delay(std::time::Duration::from_millis(50));
+/// assert_eq!(loam_heap::purge_delay(), std::time::Duration::from_millis(50));
+/// ```
+pub fn set_purge_delay(delay: std::time::Duration) {
+    init();
+    PURGE_DELAY_MS.store(
+        delay.as_millis().min(u64::MAX as u128) as u64,
+        Ordering::Relaxed,
+    );
+}
+
+/// The current purge delay.
+pub fn purge_delay() -> std::time::Duration {
+    std::time::Duration::from_millis(purge_delay_ms())
+}

@@ -1,0 +1,78 @@
+//! The operating system beneath the heap: aligned mappings, decommit, and a
+//! monotonic millisecond clock. Every call here is a slow path.
+
+use std::ptr;
+
+/// Maps `size` bytes aligned to `align` (a power of two, at least the OS page),
+/// zero-filled and read-write. Returns null when the OS refuses.
+pub(crate) fn map_aligned(size: usize, align: usize) -> *mut u8 {
+    debug_assert!(align.is_power_of_two() && size % 4096 == 0);
+    let Some(over) = size.checked_add(align) else {
+        return ptr::null_mut();
+    };
+    // SAFETY: an anonymous private mapping at an address of the kernel's
+    // choosing touches no existing memory.
+    let raw = unsafe {
+        libc::mmap(
+            ptr::null_mut(),
+            over,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    if raw == libc::MAP_FAILED {
+        return ptr::null_mut();
+    }
+    let start = raw as usize;
+    let aligned = (start + align - 1) & !(align - 1);
+    let head = aligned - start;
+    let tail = over - head - size;
+    // SAFETY: both ranges lie inside the mapping just made and outside the
+    // aligned part we keep; nothing else refers to them.
+    unsafe {
+        if head > 0 {
+            libc::munmap(raw, head);
+        }
+        if tail > 0 {
+            libc::munmap((aligned + size) as *mut libc::c_void, tail);
+        }
+    }
+    aligned as *mut u8
+}
+
+/// Unmaps a region made by [`map_aligned`].
+///
+/// # Safety
+/// `p..p+size` is a live mapping from [`map_aligned`] and nothing refers to it
+/// any more.
+pub(crate) unsafe fn unmap(p: *mut u8, size: usize) {
+    // SAFETY: the caller guarantees the range is ours and dead.
+    unsafe { libc::munmap(p.cast(), size) };
+}
+
+/// Gives the physical memory behind `p..p+size` back to the OS; the range stays
+/// mapped and reads as zero on next touch (private anonymous mappings).
+///
+/// # Safety
+/// The range lies in a live mapping of ours and holds no live data.
+pub(crate) unsafe fn decommit(p: *mut u8, size: usize) {
+    // SAFETY: the caller guarantees the range is ours and holds nothing live;
+    // MADV_DONTNEED on private anonymous memory only drops its contents.
+    unsafe { libc::madvise(p.cast(), size, libc::MADV_DONTNEED) };
+}
+
+/// Milliseconds on the monotonic clock (vDSO, no syscall, no allocation).
+pub(crate) fn now_ms() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid out-pointer; CLOCK_MONOTONIC always exists.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000
+}
+
+/// The OS page size (4 KiB on the machines we target; asserted at first use).
+pub(crate) const OS_PAGE: usize = 4096;

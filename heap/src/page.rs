@@ -1,0 +1,335 @@
+//! Page descriptors: one span of slices serving one size class (or one large
+//! object) for one owning heap, with its bump region and its two free lists.
+
+use crate::block::{self, Block};
+use crate::sync::{AtomicU32, Ordering};
+use std::ptr;
+
+/// What a slice descriptor describes. Stored in an atomic so statistics and
+/// page iteration may read it from any thread.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[repr(u32)]
+pub(crate) enum PageState {
+    /// The slice is free (or in a huge segment's unused header range).
+    Free = 0,
+    /// First slice of a page of a size class.
+    Small = 1,
+    /// First slice of a large span (one block).
+    Large = 2,
+    /// A huge segment's page (one block).
+    Huge = 3,
+    /// A non-first slice of a span; `slice_offset` leads to its first slice.
+    Interior = 4,
+}
+
+/// A page: `capacity` blocks of `block_size` bytes from `start`.
+///
+/// # Invariants
+/// `used + |free| + |local_free| + (bump_end - bump) / block_size = capacity`,
+/// where `used` counts blocks handed out and not yet freed back to this page
+/// (blocks in flight in remote queues still count as used).
+/// `free`, `local_free`, `bump`, `next`, `prev`, `in_full` are touched only by
+/// the owning heap's thread (or by whoever holds an abandoned heap exclusively).
+#[repr(C)]
+pub(crate) struct Page {
+    /// Blocks ready to hand out (owner only). The allocation fast path pops here.
+    pub(crate) free: *mut Block,
+    /// Next never-used block (owner only).
+    pub(crate) bump: usize,
+    /// End of the bump region: `start + capacity * block_size`.
+    pub(crate) bump_end: usize,
+    /// Blocks freed by the owner (owner only). Kept apart from `free` so that
+    /// `free` runs dry at least every `capacity` allocations: that is when the
+    /// slow path runs and drains the remote queue (mimalloc's reasoning).
+    pub(crate) local_free: *mut Block,
+    /// Blocks handed out. Written by the owner (relaxed load/store, no
+    /// read-modify-write), read by statistics.
+    pub(crate) used: AtomicU32,
+    /// Writers: the owner when the page is set up. Readers: anyone holding a
+    /// block of the page (ordered by that block's handoff) and statistics.
+    pub(crate) block_size: AtomicU32,
+    pub(crate) capacity: AtomicU32,
+    pub(crate) slice_count: AtomicU32,
+    pub(crate) state: AtomicU32,
+    /// For `Interior` descriptors: how many slices back the span starts.
+    pub(crate) slice_offset: u32,
+    /// Size class, or `NUM_CLASSES` for large and huge spans.
+    pub(crate) class: u8,
+    /// In the owner's full list rather than its class queue (owner only).
+    pub(crate) in_full: bool,
+    /// Every never-used block reads as zero (fresh from the OS or decommitted).
+    pub(crate) is_zero: bool,
+    /// Address of block 0.
+    pub(crate) start: usize,
+    /// Owner's queue links (owner only).
+    pub(crate) next: *mut Page,
+    pub(crate) prev: *mut Page,
+}
+
+impl Page {
+    #[inline(always)]
+    pub(crate) fn state(&self) -> PageState {
+        match self.state.load(Ordering::Relaxed) {
+            0 => PageState::Free,
+            1 => PageState::Small,
+            2 => PageState::Large,
+            3 => PageState::Huge,
+            4 => PageState::Interior,
+            _ => crate::fatal("corrupted page state"),
+        }
+    }
+
+    #[inline(always)]
+    pub(crate) fn set_state(&self, s: PageState) {
+        self.state.store(s as u32, Ordering::Relaxed);
+    }
+
+    #[inline(always)]
+    pub(crate) fn block_size(&self) -> usize {
+        self.block_size.load(Ordering::Relaxed) as usize
+    }
+
+    #[inline(always)]
+    pub(crate) fn capacity(&self) -> usize {
+        self.capacity.load(Ordering::Relaxed) as usize
+    }
+
+    #[inline(always)]
+    pub(crate) fn slice_count(&self) -> usize {
+        self.slice_count.load(Ordering::Relaxed) as usize
+    }
+
+    #[inline(always)]
+    pub(crate) fn used(&self) -> u32 {
+        self.used.load(Ordering::Relaxed)
+    }
+
+    #[inline(always)]
+    pub(crate) fn set_used(&self, n: u32) {
+        self.used.store(n, Ordering::Relaxed);
+    }
+
+    /// Sets the page up as a fresh span of `slices` slices at `start` holding
+    /// `capacity` blocks (0: as many as fit).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn init(
+        &mut self,
+        state: PageState,
+        class: usize,
+        start: usize,
+        block_size: usize,
+        slices: usize,
+        capacity: usize,
+        is_zero: bool,
+    ) {
+        let capacity = if capacity == 0 {
+            (slices << crate::segment::SLICE_SHIFT) / block_size
+        } else {
+            capacity
+        };
+        self.free = ptr::null_mut();
+        self.local_free = ptr::null_mut();
+        self.bump = start;
+        self.bump_end = start + capacity * block_size;
+        self.used.store(0, Ordering::Relaxed);
+        self.block_size.store(block_size as u32, Ordering::Relaxed);
+        self.capacity.store(capacity as u32, Ordering::Relaxed);
+        self.slice_count.store(slices as u32, Ordering::Relaxed);
+        self.slice_offset = 0;
+        self.class = class as u8;
+        self.in_full = false;
+        self.is_zero = is_zero;
+        self.start = start;
+        self.next = ptr::null_mut();
+        self.prev = ptr::null_mut();
+        self.set_state(state);
+    }
+
+    /// Pops a block, from the free list or else the bump region.
+    #[inline(always)]
+    pub(crate) fn try_alloc(&mut self) -> *mut u8 {
+        let b = self.free;
+        if !b.is_null() {
+            // SAFETY: `b` heads this page's free list, which the owner (us)
+            // owns; every entry is a free block of `block_size >= 8` bytes.
+            unsafe {
+                self.free = block::next(b);
+                block::on_reuse(b.cast(), self.block_size());
+            }
+            self.set_used(self.used() + 1);
+            return b.cast();
+        }
+        let p = self.bump;
+        if p < self.bump_end {
+            let size = self.block_size();
+            self.bump = p + size;
+            self.set_used(self.used() + 1);
+            block::unpoison(p as *mut u8, size);
+            return p as *mut u8;
+        }
+        ptr::null_mut()
+    }
+
+    /// Whether the page can hand out a block after `collect`.
+    #[inline]
+    pub(crate) fn has_room(&self) -> bool {
+        !self.free.is_null() || !self.local_free.is_null() || self.bump < self.bump_end
+    }
+
+    /// Moves the owner's local frees onto the allocation list.
+    pub(crate) fn collect(&mut self) {
+        if self.local_free.is_null() {
+            return;
+        }
+        if self.free.is_null() {
+            self.free = std::mem::replace(&mut self.local_free, ptr::null_mut());
+            return;
+        }
+        // Rare: both lists non-empty; append the shorter-lived one.
+        let mut tail = self.local_free;
+        // SAFETY: owner-only lists of free blocks of this page.
+        unsafe {
+            loop {
+                let n = block::next(tail);
+                if n.is_null() {
+                    break;
+                }
+                tail = n;
+            }
+            block::set_next(tail, self.free);
+        }
+        self.free = std::mem::replace(&mut self.local_free, ptr::null_mut());
+    }
+
+    /// Pushes block `b` of this page onto the local free list.
+    ///
+    /// # Safety
+    /// `b` is a block of this page that was handed out and is now dead; the
+    /// caller is the page's owner.
+    #[inline(always)]
+    pub(crate) unsafe fn push_local(&mut self, b: *mut u8) {
+        // SAFETY: `b` is a dead block of this page (caller), at least 8 bytes.
+        unsafe {
+            block::on_free(b, self.block_size());
+            block::set_next(b.cast(), self.local_free);
+        }
+        self.local_free = b.cast();
+        self.set_used(self.used().wrapping_sub(1));
+    }
+
+    /// Checks `used + |free| + |local_free| + unbumped = capacity` (walks both lists).
+    pub(crate) fn assert_valid(&self) {
+        let count = |mut b: *mut Block| {
+            let mut n = 0usize;
+            while !b.is_null() {
+                n += 1;
+                if n > self.capacity() {
+                    crate::fatal("page free list longer than the page (cycle or corruption)");
+                }
+                let a = b as usize;
+                if a < self.start || a >= self.bump_end || (a - self.start) % self.block_size() != 0
+                {
+                    crate::fatal("page free list holds a foreign or misaligned block");
+                }
+                // SAFETY: an entry of an owner-only free list of this page.
+                b = unsafe { block::next(b) };
+            }
+            n
+        };
+        let unbumped = (self.bump_end - self.bump) / self.block_size();
+        let total = self.used() as usize + count(self.free) + count(self.local_free) + unbumped;
+        if total != self.capacity() {
+            crate::fatal(
+                "page block accounting broken: used + free + local_free + unbumped != capacity",
+            );
+        }
+    }
+}
+
+/// A doubly linked list of pages (owner only).
+#[derive(Clone, Copy)]
+pub(crate) struct PageQueue {
+    pub(crate) first: *mut Page,
+    pub(crate) last: *mut Page,
+}
+
+impl PageQueue {
+    pub(crate) const NEW: PageQueue = PageQueue {
+        first: ptr::null_mut(),
+        last: ptr::null_mut(),
+    };
+
+    /// # Safety
+    /// `p` is a live page in no queue; the caller owns both.
+    pub(crate) unsafe fn push_front(&mut self, p: *mut Page) {
+        // SAFETY: owner-only links of live pages (caller).
+        unsafe {
+            (*p).prev = ptr::null_mut();
+            (*p).next = self.first;
+            if self.first.is_null() {
+                self.last = p;
+            } else {
+                (*self.first).prev = p;
+            }
+        }
+        self.first = p;
+    }
+
+    /// # Safety
+    /// `p` is a live page in no queue; the caller owns both.
+    pub(crate) unsafe fn push_back(&mut self, p: *mut Page) {
+        // SAFETY: owner-only links of live pages (caller).
+        unsafe {
+            (*p).next = ptr::null_mut();
+            (*p).prev = self.last;
+            if self.last.is_null() {
+                self.first = p;
+            } else {
+                (*self.last).next = p;
+            }
+        }
+        self.last = p;
+    }
+
+    /// # Safety
+    /// `p` is in this queue; the caller owns it.
+    pub(crate) unsafe fn remove(&mut self, p: *mut Page) {
+        // SAFETY: `p` and its neighbours are live pages of this queue.
+        unsafe {
+            let (n, pr) = ((*p).next, (*p).prev);
+            if pr.is_null() {
+                self.first = n;
+            } else {
+                (*pr).next = n;
+            }
+            if n.is_null() {
+                self.last = pr;
+            } else {
+                (*n).prev = pr;
+            }
+            (*p).next = ptr::null_mut();
+            (*p).prev = ptr::null_mut();
+        }
+    }
+
+    /// Moves every page of `other` to the back of this queue.
+    ///
+    /// # Safety
+    /// The caller owns both queues and their pages.
+    pub(crate) unsafe fn append(&mut self, other: &mut PageQueue) {
+        if other.first.is_null() {
+            return;
+        }
+        // SAFETY: owner-only links of live pages (caller).
+        unsafe {
+            if self.last.is_null() {
+                self.first = other.first;
+            } else {
+                (*self.last).next = other.first;
+                (*other.first).prev = self.last;
+            }
+        }
+        self.last = other.last;
+        *other = PageQueue::NEW;
+    }
+}

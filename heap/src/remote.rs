@@ -1,0 +1,341 @@
+//! Remote frees: the owner's multi-producer, single-consumer [`RemoteQueue`],
+//! and the sender-side [`RemoteCache`] that batches blocks per owner so one
+//! atomic operation hands over many.
+//!
+//! The queue is a Treiber stack whose consumer only ever takes everything at
+//! once (`swap` to null). Producers push a whole pre-linked chain with one CAS;
+//! there is no single-element pop, so the ABA problem of lock-free stacks
+//! cannot arise: a block is re-pushed only after the consumer has taken it,
+//! which moved `head` through null. Order does not matter for frees.
+
+use crate::block::{self, Block};
+use crate::sync::{AtomicPtr, AtomicU64, Ordering};
+use crossbeam_utils::CachePadded;
+use std::ptr;
+
+/// A lock-free MPSC queue of free blocks addressed to one heap.
+///
+/// # Invariants
+/// Every block reachable from `head` through the blocks' link words was
+/// freed exactly once and is owned by the queue until `take_all` returns it.
+pub(crate) struct RemoteQueue {
+    /// Writers: producers (`push`: Release CAS) and the consumer
+    /// (`take_all`: Acquire swap). The CASes form a release sequence, so the
+    /// consumer's Acquire swap sees every link written before any push it takes.
+    head: CachePadded<AtomicPtr<Block>>,
+}
+
+impl RemoteQueue {
+    pub(crate) fn new() -> Self {
+        Self {
+            head: CachePadded::new(AtomicPtr::new(ptr::null_mut())),
+        }
+    }
+
+    /// Pushes the chain `first ..= last` (linked through the blocks' link words).
+    ///
+    /// # Safety
+    /// The chain is well formed, the caller owns its blocks, and each is a
+    /// free block addressed to this queue's heap.
+    pub(crate) unsafe fn push(&self, first: *mut Block, last: *mut Block) {
+        let mut head = self.head.load(Ordering::Relaxed);
+        loop {
+            // SAFETY: `last` is ours until the CAS below publishes it.
+            unsafe { block::set_next(last, head) };
+            match self
+                .head
+                .compare_exchange_weak(head, first, Ordering::Release, Ordering::Relaxed)
+            {
+                Ok(_) => return,
+                Err(h) => head = h,
+            }
+        }
+    }
+
+    /// Takes every queued block, as a chain (null when empty). One relaxed
+    /// load when empty; one atomic swap otherwise.
+    pub(crate) fn take_all(&self) -> *mut Block {
+        if self.head.load(Ordering::Relaxed).is_null() {
+            return ptr::null_mut();
+        }
+        self.head.swap(ptr::null_mut(), Ordering::Acquire)
+    }
+}
+
+/// Walks a chain taken from queue `me`: each block whose owner (per
+/// `owner_of`, which also gives its size) is still `me` goes to `local`; any
+/// other block belongs to a segment that was adopted by another heap since it
+/// was sent, and is forwarded to that heap through `cache`. Returns how many
+/// blocks it walked. This is the one routing rule behind draining and
+/// adoption, and the loom model of the handoff runs it.
+///
+/// # Safety
+/// `chain` came from `me.take_all()` (so its blocks are ours), `owner_of`
+/// returns queues that live forever, and `local` takes ownership of a block.
+pub(crate) unsafe fn route_chain(
+    mut chain: *mut Block,
+    me: *const RemoteQueue,
+    owner_of: impl Fn(*mut Block) -> (*const RemoteQueue, usize),
+    mut local: impl FnMut(*mut Block),
+    cache: &mut RemoteCache,
+) -> u64 {
+    let mut n = 0;
+    while !chain.is_null() {
+        // SAFETY: the chain is ours (caller); read the link before the block
+        // changes hands.
+        let next = unsafe { block::next(chain) };
+        let (owner, size) = owner_of(chain);
+        if owner == me {
+            local(chain);
+        } else {
+            // SAFETY: the block is ours and its owner's queue lives forever.
+            unsafe { cache.push(owner, chain.cast(), size) };
+        }
+        chain = next;
+        n += 1;
+    }
+    n
+}
+
+/// Global counters of remote traffic (one relaxed add per batch, not per block).
+pub(crate) struct RemoteCounters {
+    pub(crate) sent: CachePadded<AtomicU64>,
+    pub(crate) drained: CachePadded<AtomicU64>,
+    pub(crate) batches: CachePadded<AtomicU64>,
+}
+
+#[cfg(not(loom))]
+pub(crate) static REMOTE: RemoteCounters = RemoteCounters {
+    sent: CachePadded::new(AtomicU64::new(0)),
+    drained: CachePadded::new(AtomicU64::new(0)),
+    batches: CachePadded::new(AtomicU64::new(0)),
+};
+
+const SLOTS: usize = 8;
+
+#[derive(Clone, Copy)]
+struct Slot {
+    queue: *const RemoteQueue,
+    head: *mut Block,
+    tail: *mut Block,
+    count: u32,
+    bytes: usize,
+}
+
+const EMPTY_SLOT: Slot = Slot {
+    queue: ptr::null(),
+    head: ptr::null_mut(),
+    tail: ptr::null_mut(),
+    count: 0,
+    bytes: 0,
+};
+
+/// Per-sender batches of blocks bound for other heaps, keyed by destination
+/// queue in a small direct-mapped table (a collision sends the older batch).
+///
+/// # Invariants
+/// Each slot's chain `head ..= tail` holds `count` blocks totalling `bytes`,
+/// all addressed to `queue`; `bytes_total` is the sum over slots. A batch is
+/// sent when it reaches `max_count` blocks or the cache `max_bytes`.
+pub(crate) struct RemoteCache {
+    slots: [Slot; SLOTS],
+    bytes_total: usize,
+    max_count: u32,
+    max_bytes: usize,
+}
+
+impl RemoteCache {
+    /// The cache a thread heap uses: small batches, so memory returns soon.
+    pub(crate) const fn for_thread() -> Self {
+        Self {
+            slots: [EMPTY_SLOT; SLOTS],
+            bytes_total: 0,
+            max_count: 128,
+            max_bytes: 256 * 1024,
+        }
+    }
+
+    /// The cache a [`crate::FreeBatch`] uses: large batches, sent on flush.
+    pub(crate) const fn for_sweeper() -> Self {
+        Self {
+            slots: [EMPTY_SLOT; SLOTS],
+            bytes_total: 0,
+            max_count: 4096,
+            max_bytes: 8 << 20,
+        }
+    }
+
+    #[inline(always)]
+    fn slot_of(queue: *const RemoteQueue) -> usize {
+        // Heaps are page-aligned mappings: the bits above the page offset differ.
+        ((queue as usize >> 12) ^ (queue as usize >> 18)) % SLOTS
+    }
+
+    /// Adds free block `b` of `size` bytes, bound for `queue`.
+    ///
+    /// # Safety
+    /// `b` is a free block the caller owns, addressed to `queue`'s heap, and
+    /// `queue` lives forever (heaps are never unmapped).
+    #[inline]
+    pub(crate) unsafe fn push(&mut self, queue: *const RemoteQueue, b: *mut u8, size: usize) {
+        let i = Self::slot_of(queue);
+        if self.slots[i].queue != queue {
+            if self.slots[i].count > 0 {
+                self.flush_slot(i);
+            }
+            self.slots[i].queue = queue;
+        }
+        let s = &mut self.slots[i];
+        let b = b.cast::<Block>();
+        // SAFETY: `b` is a free block the caller owns (at least 8 bytes).
+        unsafe { block::set_next(b, s.head) };
+        if s.head.is_null() {
+            s.tail = b;
+        }
+        s.head = b;
+        s.count += 1;
+        s.bytes += size;
+        self.bytes_total += size;
+        if s.count >= self.max_count {
+            self.flush_slot(i);
+        } else if self.bytes_total >= self.max_bytes {
+            self.flush();
+        }
+    }
+
+    fn flush_slot(&mut self, i: usize) {
+        let s = std::mem::replace(&mut self.slots[i], EMPTY_SLOT);
+        if s.count == 0 {
+            return;
+        }
+        self.bytes_total -= s.bytes;
+        // SAFETY: the chain is well formed and ours (slot invariant), and the
+        // queue lives forever (`push`'s contract).
+        unsafe { (*s.queue).push(s.head, s.tail) };
+        #[cfg(not(loom))]
+        {
+            REMOTE.sent.fetch_add(u64::from(s.count), Ordering::Relaxed);
+            REMOTE.batches.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether no batch is pending.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.slots.iter().all(|s| s.count == 0)
+    }
+
+    /// Sends every batch.
+    pub(crate) fn flush(&mut self) {
+        if self.bytes_total == 0 && self.slots.iter().all(|s| s.count == 0) {
+            return;
+        }
+        for i in 0..SLOTS {
+            self.flush_slot(i);
+        }
+    }
+}
+
+#[cfg(all(test, loom))]
+mod loom_tests {
+    use super::*;
+    use loom::sync::Arc;
+    use loom::thread;
+
+    /// Blocks for the model: boxed link words, leaked and reclaimed by hand.
+    fn blocks(n: usize) -> Vec<usize> {
+        (0..n)
+            .map(|_| {
+                Box::into_raw(Box::new(Block {
+                    next: ptr::null_mut(),
+                })) as usize
+            })
+            .collect()
+    }
+
+    fn drain_into(q: &RemoteQueue, out: &mut Vec<usize>) {
+        let mut b = q.take_all();
+        while !b.is_null() {
+            out.push(b as usize);
+            // SAFETY: the consumer owns what it took.
+            b = unsafe { block::next(b) };
+        }
+    }
+
+    /// Two producers push batches (one of two blocks, one of one block) while
+    /// the consumer drains concurrently; every block is drained exactly once.
+    #[test]
+    fn remote_queue_drains_each_block_exactly_once() {
+        loom::model(|| {
+            let q = Arc::new(RemoteQueue::new());
+            let a = blocks(2);
+            let b = blocks(1);
+            let mut expected: Vec<usize> = a.iter().chain(b.iter()).copied().collect();
+            let qa = q.clone();
+            let (a0, a1) = (a[0], a[1]);
+            let ta = thread::spawn(move || {
+                let (f, l) = (a0 as *mut Block, a1 as *mut Block);
+                // SAFETY: the producer owns its fresh blocks.
+                unsafe {
+                    block::set_next(f, l);
+                    qa.push(f, l);
+                }
+            });
+            let qb = q.clone();
+            let b0 = b[0];
+            let tb = thread::spawn(move || {
+                // SAFETY: the producer owns its fresh block.
+                unsafe { qb.push(b0 as *mut Block, b0 as *mut Block) };
+            });
+            let mut got = Vec::new();
+            drain_into(&q, &mut got);
+            ta.join().unwrap();
+            tb.join().unwrap();
+            drain_into(&q, &mut got);
+            got.sort_unstable();
+            expected.sort_unstable();
+            assert_eq!(got, expected, "each block drained exactly once");
+            for p in expected {
+                // SAFETY: leaked by `blocks` above and drained, so ours again.
+                drop(unsafe { Box::from_raw(p as *mut Block) });
+            }
+        });
+    }
+
+    /// A sender's cache batches blocks per destination; a flush hands each
+    /// batch over with one push, and the consumers see every block once.
+    #[test]
+    fn remote_cache_batches_per_owner() {
+        loom::model(|| {
+            let q1 = Arc::new(RemoteQueue::new());
+            let q2 = Arc::new(RemoteQueue::new());
+            let bs = blocks(3);
+            let (c1, c2) = (q1.clone(), q2.clone());
+            let sent = bs.clone();
+            let t = thread::spawn(move || {
+                let mut cache = RemoteCache::for_thread();
+                // SAFETY: the sender owns its blocks; the queues outlive the model.
+                unsafe {
+                    cache.push(&*c1, sent[0] as *mut u8, 8);
+                    cache.push(&*c2, sent[1] as *mut u8, 8);
+                    cache.push(&*c1, sent[2] as *mut u8, 8);
+                }
+                cache.flush();
+            });
+            let mut got1 = Vec::new();
+            drain_into(&q1, &mut got1);
+            t.join().unwrap();
+            drain_into(&q1, &mut got1);
+            let mut got2 = Vec::new();
+            drain_into(&q2, &mut got2);
+            got1.sort_unstable();
+            let mut want1 = vec![bs[0], bs[2]];
+            want1.sort_unstable();
+            assert_eq!(got1, want1);
+            assert_eq!(got2, vec![bs[1]]);
+            for p in bs {
+                // SAFETY: leaked by `blocks` and drained.
+                drop(unsafe { Box::from_raw(p as *mut Block) });
+            }
+        });
+    }
+}

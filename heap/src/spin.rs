@@ -1,0 +1,96 @@
+//! A test-and-test-and-set lock for the heap's cold paths (the orphan list and
+//! the segment registry), which must never allocate or park.
+//!
+//! parking_lot and std's Mutex are off limits inside an allocator: parking can
+//! allocate (parking_lot's hash table grows through the global allocator), and
+//! an allocation that re-enters the heap while a lock is held would deadlock.
+//! The critical sections behind this lock are a handful of pointer writes, so
+//! spinning (with a yield after a short burst) is the right tool.
+
+use crate::sync::{yield_now, AtomicBool, Ordering};
+use std::cell::UnsafeCell;
+use std::ops::{Deref, DerefMut};
+
+/// A spin lock around a `T`.
+///
+/// # Invariants
+/// `locked` is true exactly while one [`SpinGuard`] exists; `value` is only
+/// touched through a guard.
+pub(crate) struct SpinLock<T> {
+    /// Writers: `lock` (Acquire CAS false→true) and `SpinGuard::drop`
+    /// (Release store false). The Release/Acquire pair orders each critical
+    /// section before the next.
+    locked: AtomicBool,
+    value: UnsafeCell<T>,
+}
+
+// SAFETY: the lock hands out `&mut T` to one thread at a time, so sharing the
+// lock is sound whenever the value itself may move between threads.
+unsafe impl<T: Send> Sync for SpinLock<T> {}
+// SAFETY: as above; the lock owns its value.
+unsafe impl<T: Send> Send for SpinLock<T> {}
+
+impl<T> SpinLock<T> {
+    #[cfg(not(loom))]
+    pub(crate) const fn new(value: T) -> Self {
+        Self {
+            locked: AtomicBool::new(false),
+            value: UnsafeCell::new(value),
+        }
+    }
+
+    #[cfg(loom)]
+    pub(crate) fn new(value: T) -> Self {
+        Self {
+            locked: AtomicBool::new(false),
+            value: UnsafeCell::new(value),
+        }
+    }
+
+    pub(crate) fn lock(&self) -> SpinGuard<'_, T> {
+        let mut spins = 0u32;
+        loop {
+            if !self.locked.load(Ordering::Relaxed)
+                && self
+                    .locked
+                    .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+                    .is_ok()
+            {
+                return SpinGuard { lock: self };
+            }
+            spins += 1;
+            if spins < 64 && !cfg!(loom) {
+                std::hint::spin_loop();
+            } else {
+                yield_now();
+            }
+        }
+    }
+}
+
+/// Proof that the [`SpinLock`] is held; unlocks on drop.
+pub(crate) struct SpinGuard<'a, T> {
+    lock: &'a SpinLock<T>,
+}
+
+impl<T> Deref for SpinGuard<'_, T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        // SAFETY: the guard exists, so this thread holds the lock and no other
+        // reference to the value is live.
+        unsafe { &*self.lock.value.get() }
+    }
+}
+
+impl<T> DerefMut for SpinGuard<'_, T> {
+    fn deref_mut(&mut self) -> &mut T {
+        // SAFETY: as in `deref`; `&mut self` makes this the only borrow.
+        unsafe { &mut *self.lock.value.get() }
+    }
+}
+
+impl<T> Drop for SpinGuard<'_, T> {
+    fn drop(&mut self) {
+        self.lock.locked.store(false, Ordering::Release);
+    }
+}

@@ -1,0 +1,172 @@
+//! Heap statistics: cumulative counters bumped on slow paths, and a snapshot
+//! computed by walking every segment's page descriptors (so the allocation
+//! fast path pays nothing for them).
+
+use crate::local_heap::ALL_HEAPS;
+use crate::page::PageState;
+use crate::remote::REMOTE;
+use crate::segment::{self, Segment, SegmentKind, HEADER_SLICES, SLICES, SLICE_SIZE};
+use crate::size_class::{CLASS_SIZE, NUM_CLASSES};
+use crate::sync::{AtomicU64, Ordering};
+use crossbeam_utils::CachePadded;
+
+pub(crate) struct Counters {
+    pub(crate) segments_mapped: CachePadded<AtomicU64>,
+    pub(crate) segments_unmapped: CachePadded<AtomicU64>,
+    pub(crate) pages_abandoned: AtomicU64,
+    pub(crate) pages_adopted: AtomicU64,
+    pub(crate) heaps_abandoned: AtomicU64,
+    pub(crate) bytes_decommitted: AtomicU64,
+}
+
+pub(crate) static COUNTERS: Counters = Counters {
+    segments_mapped: CachePadded::new(AtomicU64::new(0)),
+    segments_unmapped: CachePadded::new(AtomicU64::new(0)),
+    pages_abandoned: AtomicU64::new(0),
+    pages_adopted: AtomicU64::new(0),
+    heaps_abandoned: AtomicU64::new(0),
+    bytes_decommitted: AtomicU64::new(0),
+};
+
+/// One size class in a [`HeapStats`] snapshot.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ClassStats {
+    /// The class's block size in bytes.
+    pub block_size: u64,
+    /// Pages serving the class.
+    pub pages: u64,
+    /// Blocks handed out and not yet returned to their page.
+    pub blocks_used: u64,
+    /// Blocks the class's pages can hold.
+    pub blocks_capacity: u64,
+}
+
+/// A snapshot of the whole heap (every thread's).
+///
+/// Obtained with [`stats`]. Figures are read while other threads run, so each
+/// is exact for some recent moment but they need not agree with each other.
+/// A block freed by another thread counts as allocated until its owner drains
+/// it from its remote queue ([`crate::collect`] drains everything reachable
+/// from the calling thread and from exited threads).
+#[derive(Debug, Clone, Copy)]
+pub struct HeapStats {
+    /// Bytes in blocks handed out (block sizes, so including class rounding).
+    pub allocated_bytes: u64,
+    /// Bytes of slices in use or freed but not yet decommitted, plus segment
+    /// headers: an upper bound on what the heap keeps resident.
+    pub committed_bytes: u64,
+    /// Bytes mapped from the OS.
+    pub mapped_bytes: u64,
+    /// Live segments.
+    pub segments: u64,
+    /// Per size class.
+    pub classes: [ClassStats; NUM_CLASSES],
+    /// Bytes in large and huge spans handed out.
+    pub large_bytes: u64,
+    /// Large and huge spans handed out.
+    pub large_count: u64,
+    /// Blocks freed by a thread that did not own them (sent to a remote queue).
+    pub remote_frees_sent: u64,
+    /// Remote frees taken back by their owners.
+    pub remote_frees_drained: u64,
+    /// Batches sent (one atomic operation each).
+    pub remote_batches: u64,
+    /// Pages left behind by exiting threads.
+    pub pages_abandoned: u64,
+    /// Pages taken over from exited threads, by live or new threads.
+    pub pages_adopted: u64,
+    /// Heaps abandoned by exiting threads.
+    pub heaps_abandoned: u64,
+    /// Thread heaps ever created (they are reused, never unmapped).
+    pub heaps_created: u64,
+    /// Segments mapped and unmapped since start.
+    pub segments_mapped_total: u64,
+    /// Segments unmapped since start.
+    pub segments_unmapped_total: u64,
+    /// Bytes decommitted (`madvise`) since start.
+    pub bytes_decommitted_total: u64,
+}
+
+/// Takes a [`HeapStats`] snapshot of the whole heap.
+///
+/// Walks every page descriptor under the segment registry lock: cheap enough
+/// to call often, but not on a hot path.
+///
+/// # Examples
+/// ```
+/// use std::alloc::{GlobalAlloc, Layout};
+/// let layout = Layout::from_size_align(100, 8).unwrap();
+/// let p = unsafe { loam_heap::LoamAlloc.alloc(layout) };
+/// let s = loam_heap::stats();
+/// assert!(s.allocated_bytes >= 112);
+/// assert!(s.classes.iter().any(|c| c.block_size == 112 && c.blocks_used >= 1));
+/// unsafe { loam_heap::LoamAlloc.dealloc(p, layout) };
+/// ```
+pub fn stats() -> HeapStats {
+    let mut s = HeapStats {
+        allocated_bytes: 0,
+        committed_bytes: 0,
+        mapped_bytes: 0,
+        segments: 0,
+        classes: [ClassStats::default(); NUM_CLASSES],
+        large_bytes: 0,
+        large_count: 0,
+        remote_frees_sent: REMOTE.sent.load(Ordering::Relaxed),
+        remote_frees_drained: REMOTE.drained.load(Ordering::Relaxed),
+        remote_batches: REMOTE.batches.load(Ordering::Relaxed),
+        pages_abandoned: COUNTERS.pages_abandoned.load(Ordering::Relaxed),
+        pages_adopted: COUNTERS.pages_adopted.load(Ordering::Relaxed),
+        heaps_abandoned: COUNTERS.heaps_abandoned.load(Ordering::Relaxed),
+        heaps_created: 0,
+        segments_mapped_total: COUNTERS.segments_mapped.load(Ordering::Relaxed),
+        segments_unmapped_total: COUNTERS.segments_unmapped.load(Ordering::Relaxed),
+        bytes_decommitted_total: COUNTERS.bytes_decommitted.load(Ordering::Relaxed),
+    };
+    for (c, cs) in s.classes.iter_mut().enumerate() {
+        cs.block_size = u64::from(CLASS_SIZE[c]);
+    }
+    segment::for_each_segment(|seg| {
+        s.segments += 1;
+        // SAFETY: registered segments stay mapped while the registry lock is
+        // held; the descriptor fields read here are atomics.
+        unsafe {
+            s.mapped_bytes += (*seg).map_size as u64;
+            if (*seg).kind == SegmentKind::Huge {
+                s.committed_bytes += (*seg).map_size as u64;
+            } else {
+                let free = (*seg).free_slices.load(Ordering::Relaxed);
+                let dirty = (*seg).dirty.load(Ordering::Relaxed);
+                let resident = (SLICES as u32 - free.count_ones() + dirty.count_ones()) as u64;
+                s.committed_bytes += resident * SLICE_SIZE as u64;
+            }
+            for i in HEADER_SLICES.min(SLICES)..SLICES {
+                let d = Segment::page(seg, i);
+                let used = u64::from((*d).used());
+                let bs = (*d).block_size() as u64;
+                match (*d).state() {
+                    PageState::Small => {
+                        let c = &mut s.classes[((*d).class as usize).min(NUM_CLASSES - 1)];
+                        c.pages += 1;
+                        c.blocks_used += used;
+                        c.blocks_capacity += (*d).capacity() as u64;
+                        s.allocated_bytes += used * bs;
+                    }
+                    PageState::Large | PageState::Huge => {
+                        s.large_count += used;
+                        s.large_bytes += used * bs;
+                        s.allocated_bytes += used * bs;
+                    }
+                    _ => {}
+                }
+            }
+        }
+    });
+    let mut h = ALL_HEAPS.load(Ordering::Acquire);
+    while !h.is_null() {
+        s.heaps_created += 1;
+        // SAFETY: heaps are never unmapped; `all_next` was written before the
+        // heap was published (Release CAS, Acquire load above).
+        h = unsafe { (*h).all_next };
+    }
+    s
+}

@@ -1,0 +1,14 @@
+//! The one place this crate takes its atomics from: std normally, loom's
+//! model-checked twins under `--cfg loom`, so the loom models run the real code.
+
+#[cfg(loom)]
+pub(crate) use loom::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize};
+#[cfg(loom)]
+pub(crate) use loom::thread::yield_now;
+
+#[cfg(not(loom))]
+pub(crate) use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize};
+#[cfg(not(loom))]
+pub(crate) use std::thread::yield_now;
+
+pub(crate) use std::sync::atomic::Ordering;

@@ -5,7 +5,7 @@
 /// A free block: its first word links it into a free list or a remote batch.
 #[repr(C)]
 pub(crate) struct Block {
-    next: *mut Block,
+    pub(crate) next: *mut Block,
 }
 
 #[cfg(feature = "asan")]

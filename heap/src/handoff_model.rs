@@ -48,7 +48,10 @@ fn drain(w: &World, q: &RemoteQueue, freed: &mut Vec<usize>) {
 /// holder while it still owned the segment.
 #[test]
 fn remote_free_racing_adoption_is_applied_exactly_once() {
-    loom::model(|| {
+    // (blocks freed into the abandoned heap's pages, blocks forwarded late)
+    let outcomes = std::sync::Arc::new(std::sync::Mutex::new(std::collections::HashSet::new()));
+    let seen = outcomes.clone();
+    loom::model(move || {
         let w = Arc::new(World {
             abandoned: RemoteQueue::new(),
             adopter: RemoteQueue::new(),
@@ -80,6 +83,7 @@ fn remote_free_racing_adoption_is_applied_exactly_once() {
 
         freer.join().unwrap();
         let mut freed = adopter.join().unwrap();
+        let before_adoption = freed.len();
         // Later holders of each heap drain again: first the husk (forwarding),
         // then the adopter.
         let mut late = Vec::new();
@@ -88,7 +92,10 @@ fn remote_free_racing_adoption_is_applied_exactly_once() {
             late.is_empty(),
             "the husk no longer owns the segment, so it only forwards"
         );
+        let forwarded = !w.abandoned.take_all().is_null();
+        assert!(!forwarded, "forwarding empties the husk's queue");
         drain(&w, &w.adopter, &mut freed);
+        seen.lock().unwrap().insert(before_adoption);
         freed.sort_unstable();
         let mut want = blocks.to_vec();
         want.sort_unstable();
@@ -98,4 +105,12 @@ fn remote_free_racing_adoption_is_applied_exactly_once() {
             drop(unsafe { Box::from_raw(b as *mut Block) });
         }
     });
+    // The interesting interleavings were explored: blocks drained by the
+    // adopter before it re-owned the segment (0, 1 or 2 of them), and so
+    // blocks that arrived at the husk after adoption and were forwarded.
+    let outcomes = outcomes.lock().unwrap();
+    assert!(
+        outcomes.contains(&0) && outcomes.contains(&2),
+        "explored only {outcomes:?}"
+    );
 }

@@ -262,10 +262,14 @@ mod loom_tests {
     }
 
     /// Two producers push batches (one of two blocks, one of one block) while
-    /// the consumer drains concurrently; every block is drained exactly once.
+    /// a consumer thread drains concurrently; every block is drained exactly
+    /// once.
     #[test]
     fn remote_queue_drains_each_block_exactly_once() {
-        loom::model(|| {
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(std::collections::HashSet::new()));
+        let seen_in_model = seen.clone();
+        loom::model(move || {
+            let seen = &seen_in_model;
             let q = Arc::new(RemoteQueue::new());
             let a = blocks(2);
             let b = blocks(1);
@@ -286,10 +290,16 @@ mod loom_tests {
                 // SAFETY: the producer owns its fresh block.
                 unsafe { qb.push(b0 as *mut Block, b0 as *mut Block) };
             });
-            let mut got = Vec::new();
-            drain_into(&q, &mut got);
+            let qc = q.clone();
+            let consumer = thread::spawn(move || {
+                let mut got = Vec::new();
+                drain_into(&qc, &mut got);
+                got
+            });
             ta.join().unwrap();
             tb.join().unwrap();
+            let mut got = consumer.join().unwrap();
+            seen.lock().unwrap().insert(got.len());
             drain_into(&q, &mut got);
             got.sort_unstable();
             expected.sort_unstable();
@@ -299,34 +309,60 @@ mod loom_tests {
                 drop(unsafe { Box::from_raw(p as *mut Block) });
             }
         });
+        // The model must have explored the consumer taking none, one batch
+        // and both batches, or it proved little.
+        let seen = seen.lock().unwrap();
+        assert!(seen.len() >= 3, "explored only {seen:?}");
     }
 
     /// A sender's cache batches blocks per destination; a flush hands each
     /// batch over with one push, and the consumers see every block once.
     #[test]
     fn remote_cache_batches_per_owner() {
+        // Two heaps' queues a page apart, as real heaps are, so they take
+        // distinct cache slots in every run (the model must be deterministic).
+        #[repr(C, align(4096))]
+        struct PageAligned(RemoteQueue);
+        #[repr(C, align(8192))]
+        struct TwoHeaps(PageAligned, PageAligned);
         loom::model(|| {
-            let q1 = Arc::new(RemoteQueue::new());
-            let q2 = Arc::new(RemoteQueue::new());
+            // Built in place on the heap: loom's thread stacks are too small
+            // for an 8 KiB temporary.
+            let raw = Box::into_raw(Box::<TwoHeaps>::new_uninit()).cast::<TwoHeaps>();
+            // SAFETY: `raw` is a fresh allocation for a TwoHeaps; the two
+            // queues are its only fields that need initializing.
+            let heaps: &'static TwoHeaps = unsafe {
+                std::ptr::addr_of_mut!((*raw).0 .0).write(RemoteQueue::new());
+                std::ptr::addr_of_mut!((*raw).1 .0).write(RemoteQueue::new());
+                &*raw
+            };
+            let q1 = &heaps.0 .0;
+            let q2 = &heaps.1 .0;
             let bs = blocks(3);
-            let (c1, c2) = (q1.clone(), q2.clone());
+            let (h1, h2) = (heaps, heaps);
             let sent = bs.clone();
             let t = thread::spawn(move || {
+                let (c1, c2) = (&h1.0 .0, &h2.1 .0);
                 let mut cache = RemoteCache::for_thread();
                 // SAFETY: the sender owns its blocks; the queues outlive the model.
                 unsafe {
-                    cache.push(&*c1, sent[0] as *mut u8, 8);
-                    cache.push(&*c2, sent[1] as *mut u8, 8);
-                    cache.push(&*c1, sent[2] as *mut u8, 8);
+                    cache.push(c1, sent[0] as *mut u8, 8);
+                    cache.push(c2, sent[1] as *mut u8, 8);
+                    cache.push(c1, sent[2] as *mut u8, 8);
                 }
                 cache.flush();
             });
-            let mut got1 = Vec::new();
-            drain_into(&q1, &mut got1);
+            let d = heaps;
+            let consumer = thread::spawn(move || {
+                let mut got = Vec::new();
+                drain_into(&d.0 .0, &mut got);
+                got
+            });
             t.join().unwrap();
-            drain_into(&q1, &mut got1);
+            let mut got1 = consumer.join().unwrap();
+            drain_into(q1, &mut got1);
             let mut got2 = Vec::new();
-            drain_into(&q2, &mut got2);
+            drain_into(q2, &mut got2);
             got1.sort_unstable();
             let mut want1 = vec![bs[0], bs[2]];
             want1.sort_unstable();
@@ -336,6 +372,8 @@ mod loom_tests {
                 // SAFETY: leaked by `blocks` and drained.
                 drop(unsafe { Box::from_raw(p as *mut Block) });
             }
+            // SAFETY: every thread using `heaps` has been joined.
+            drop(unsafe { Box::from_raw(raw.cast::<std::mem::MaybeUninit<TwoHeaps>>()) });
         });
     }
 }

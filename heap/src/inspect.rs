@@ -49,9 +49,8 @@ impl PageRef {
     /// ```
     pub unsafe fn of(p: *const u8) -> PageRef {
         // SAFETY: `p` is live (caller).
-        PageRef {
-            page: unsafe { segment::page_of(p) },
-        }
+        let page = unsafe { segment::page_of(p) };
+        PageRef { page }
     }
 
     fn page(&self) -> &Page {
@@ -150,10 +149,8 @@ pub(crate) fn for_each_page_in(seg: *mut Segment, f: &mut impl FnMut(*mut Page))
     for i in HEADER_SLICES..SLICES {
         let d = Segment::page(seg, i);
         // SAFETY: `seg` is live (caller); the state field is atomic.
-        if matches!(
-            unsafe { (*d).state() },
-            PageState::Small | PageState::Large | PageState::Huge
-        ) {
+        let state = unsafe { (*d).state() };
+        if matches!(state, PageState::Small | PageState::Large | PageState::Huge) {
             f(d);
         }
     }

@@ -1,0 +1,88 @@
+//! Memory goes back to the OS: after a program frees what it allocated, its
+//! resident size falls back, by the purge delay on a running thread, at thread
+//! exit, and at once with `collect`.
+//!
+//! One test per concern, run in sequence in one process (RSS is per process).
+
+use loam_heap::LoamAlloc;
+use std::alloc::{GlobalAlloc, Layout};
+use std::time::Duration;
+
+fn rss_mib() -> f64 {
+    let s = std::fs::read_to_string("/proc/self/statm").unwrap();
+    let pages: f64 = s.split_whitespace().nth(1).unwrap().parse().unwrap();
+    pages * 4096.0 / (1 << 20) as f64
+}
+
+const MIB: usize = 1 << 20;
+
+fn fill(total: usize, size: usize) -> Vec<usize> {
+    let layout = Layout::from_size_align(size, 8).unwrap();
+    (0..total / size)
+        .map(|_| {
+            // SAFETY: non-zero size; the block is written in full.
+            unsafe {
+                let p = LoamAlloc.alloc(layout);
+                p.write_bytes(1, size);
+                p as usize
+            }
+        })
+        .collect()
+}
+
+fn free_all(blocks: Vec<usize>, size: usize) {
+    let layout = Layout::from_size_align(size, 8).unwrap();
+    for p in blocks {
+        // SAFETY: allocated by `fill` with this layout.
+        unsafe { LoamAlloc.dealloc(p as *mut u8, layout) };
+    }
+}
+
+#[test]
+fn resident_size_falls_back() {
+    // 1. collect() gives freed memory back at once.
+    let base = rss_mib();
+    let blocks = fill(256 * MIB, 64);
+    let peak = rss_mib();
+    assert!(
+        peak - base > 200.0,
+        "the blocks were resident: {base} -> {peak}"
+    );
+    free_all(blocks, 64);
+    loam_heap::collect();
+    let after = rss_mib();
+    assert!(
+        after - base < 32.0,
+        "collect returned the memory: base {base:.0} peak {peak:.0} after {after:.0} MiB"
+    );
+
+    // 2. A running thread returns idle memory by itself after the purge
+    //    delay, on its next slow path.
+    loam_heap::set_purge_delay(Duration::from_millis(20));
+    let base = rss_mib();
+    let blocks = fill(128 * MIB, 1000);
+    free_all(blocks, 1000);
+    std::thread::sleep(Duration::from_millis(60));
+    // Slow paths: a fresh page of a few classes.
+    let kept: Vec<usize> = (0..4).flat_map(|k| fill(64 * 1024, 24 + 8 * k)).collect();
+    let after = rss_mib();
+    assert!(
+        after - base < 40.0,
+        "purged after the delay: base {base:.0} after {after:.0} MiB"
+    );
+    drop(kept);
+
+    // 3. A thread that exits leaves nothing resident behind.
+    let base = rss_mib();
+    std::thread::spawn(|| {
+        let blocks = fill(128 * MIB, 200);
+        free_all(blocks, 200);
+    })
+    .join()
+    .unwrap();
+    let after = rss_mib();
+    assert!(
+        after - base < 32.0,
+        "thread exit returned the memory: base {base:.0} after {after:.0} MiB"
+    );
+}

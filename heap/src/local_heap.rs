@@ -346,6 +346,28 @@ impl LocalHeap {
         // SAFETY: the caller's contract.
         unsafe {
             (*page).push_local(p);
+            self.after_local_free(page);
+        }
+    }
+
+    /// Frees a block that came back through our remote queue (its sender
+    /// already filled and poisoned it).
+    ///
+    /// # Safety
+    /// As [`LocalHeap::free_local`], and `block::on_free` was applied to `p`.
+    #[inline(always)]
+    unsafe fn free_drained(&mut self, page: *mut Page, p: *mut u8) {
+        // SAFETY: the caller's contract.
+        unsafe {
+            (*page).push_freed(p);
+            self.after_local_free(page);
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn after_local_free(&mut self, page: *mut Page) {
+        // SAFETY: `page` is a live page of ours (callers).
+        unsafe {
             if (*page).used() == 0 || (*page).in_full {
                 self.free_local_cold(page);
             }
@@ -488,7 +510,7 @@ impl LocalHeap {
                         (*segment::page_of(b.cast())).block_size(),
                     )
                 },
-                |b| self.free_local(segment::page_of(b.cast()), b.cast()),
+                |b| self.free_drained(segment::page_of(b.cast()), b.cast()),
                 &mut cache,
             )
         };

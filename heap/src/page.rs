@@ -211,8 +211,19 @@ impl Page {
         // SAFETY: `b` is a dead block of this page (caller), at least 8 bytes.
         unsafe {
             block::on_free(b, self.block_size());
-            block::set_next(b.cast(), self.local_free);
+            self.push_freed(b);
         }
+    }
+
+    /// Pushes block `b`, already filled and poisoned by [`block::on_free`]
+    /// (it came through a remote queue), onto the local free list.
+    ///
+    /// # Safety
+    /// As [`Page::push_local`], and `on_free` has been applied to `b`.
+    #[inline(always)]
+    pub(crate) unsafe fn push_freed(&mut self, b: *mut u8) {
+        // SAFETY: `b` is a dead block of this page (caller).
+        unsafe { block::set_next(b.cast(), self.local_free) };
         self.local_free = b.cast();
         self.set_used(self.used().wrapping_sub(1));
     }

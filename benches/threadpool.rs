@@ -1,1 +1,269 @@
-fn main() {}
+//! loam-threadpool against rayon, same machine, same run, same thread count.
+//!
+//! Each group pairs `loam` with `rayon` on one workload:
+//! - `spawn_scope`: 1,000,000 empty tasks spawned in a scope (spawn throughput
+//!   inside the pool: local push, steal, completion count);
+//! - `spawn_static`: 1,000,000 near-empty `'static` tasks spawned from outside
+//!   the pool (the injector path), waited on with a countdown;
+//! - `join_fib`: fib(32) by recursive `join` with a sequential cutoff at 20;
+//! - `tree_sum`: parallel sum over a balanced 10,000,000-node boxed tree,
+//!   built once outside the timed loop, `join` down to depth 12.
+//!
+//! Run: `cargo bench --bench threadpool` (append `-- --sample-size 10`, or a
+//! group name, as needed). Set `LOAM_BENCH_THREADS` to change the thread
+//! count (default 2).
+
+// `criterion_group!` generates an undocumented `pub fn`.
+#![allow(missing_docs)]
+
+use std::hint::black_box;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
+
+const SPAWN_TASKS: usize = 1_000_000;
+const FIB_N: u64 = 32;
+const FIB_CUTOFF: u64 = 20;
+const TREE_NODES: usize = 10_000_000;
+const TREE_PAR_DEPTH: u32 = 12;
+
+fn threads() -> usize {
+    std::env::var("LOAM_BENCH_THREADS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2)
+}
+
+fn loam_pool() -> loam_threadpool::ThreadPool {
+    loam_threadpool::ThreadPoolBuilder::new()
+        .num_threads(threads())
+        .build()
+        .expect("loam pool")
+}
+
+fn rayon_pool() -> rayon::ThreadPool {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(threads())
+        .build()
+        .expect("rayon pool")
+}
+
+/// A one-shot countdown the spawning thread blocks on.
+struct Countdown {
+    remaining: AtomicUsize,
+    done: Mutex<bool>,
+    condvar: Condvar,
+}
+
+impl Countdown {
+    fn new(count: usize) -> Arc<Self> {
+        Arc::new(Countdown {
+            remaining: AtomicUsize::new(count),
+            done: Mutex::new(false),
+            condvar: Condvar::new(),
+        })
+    }
+
+    fn count_down(&self) {
+        if self.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
+            *self.done.lock().unwrap() = true;
+            self.condvar.notify_all();
+        }
+    }
+
+    fn wait(&self) {
+        let mut done = self.done.lock().unwrap();
+        while !*done {
+            done = self.condvar.wait(done).unwrap();
+        }
+    }
+}
+
+fn spawn_scope(c: &mut Criterion) {
+    let mut group = c.benchmark_group("spawn_scope");
+    let n = SPAWN_TASKS;
+    {
+        let pool = loam_pool();
+        group.bench_function(BenchmarkId::new("loam", n), |b| {
+            b.iter(|| {
+                pool.scope(|s| {
+                    for _ in 0..n {
+                        s.spawn(|_| {});
+                    }
+                })
+            })
+        });
+    }
+    {
+        let pool = rayon_pool();
+        group.bench_function(BenchmarkId::new("rayon", n), |b| {
+            b.iter(|| {
+                pool.scope(|s| {
+                    for _ in 0..n {
+                        s.spawn(|_| {});
+                    }
+                })
+            })
+        });
+    }
+    group.finish();
+}
+
+fn spawn_static(c: &mut Criterion) {
+    let mut group = c.benchmark_group("spawn_static");
+    let n = SPAWN_TASKS;
+    {
+        let pool = loam_pool();
+        group.bench_function(BenchmarkId::new("loam", n), |b| {
+            b.iter(|| {
+                let countdown = Countdown::new(n);
+                for _ in 0..n {
+                    let countdown = countdown.clone();
+                    pool.spawn(move || countdown.count_down());
+                }
+                countdown.wait();
+            })
+        });
+    }
+    {
+        let pool = rayon_pool();
+        group.bench_function(BenchmarkId::new("rayon", n), |b| {
+            b.iter(|| {
+                let countdown = Countdown::new(n);
+                for _ in 0..n {
+                    let countdown = countdown.clone();
+                    pool.spawn(move || countdown.count_down());
+                }
+                countdown.wait();
+            })
+        });
+    }
+    group.finish();
+}
+
+fn fib_seq(n: u64) -> u64 {
+    if n < 2 {
+        n
+    } else {
+        fib_seq(n - 1) + fib_seq(n - 2)
+    }
+}
+
+fn fib_loam(n: u64) -> u64 {
+    if n <= FIB_CUTOFF {
+        return fib_seq(n);
+    }
+    let (a, b) = loam_threadpool::join(|| fib_loam(n - 1), || fib_loam(n - 2));
+    a + b
+}
+
+fn fib_rayon(n: u64) -> u64 {
+    if n <= FIB_CUTOFF {
+        return fib_seq(n);
+    }
+    let (a, b) = rayon::join(|| fib_rayon(n - 1), || fib_rayon(n - 2));
+    a + b
+}
+
+fn join_fib(c: &mut Criterion) {
+    let mut group = c.benchmark_group("join_fib");
+    let expected = fib_seq(FIB_N);
+    {
+        let pool = loam_pool();
+        group.bench_function(BenchmarkId::new("loam", FIB_N), |b| {
+            b.iter(|| assert_eq!(pool.install(|| fib_loam(black_box(FIB_N))), expected))
+        });
+    }
+    {
+        let pool = rayon_pool();
+        group.bench_function(BenchmarkId::new("rayon", FIB_N), |b| {
+            b.iter(|| assert_eq!(pool.install(|| fib_rayon(black_box(FIB_N))), expected))
+        });
+    }
+    group.finish();
+}
+
+/// A node of the summed tree (TBB's `tree_sum` shape: a value, two children).
+struct Node {
+    value: u64,
+    left: Option<Box<Node>>,
+    right: Option<Box<Node>>,
+}
+
+/// A balanced tree of `count` nodes with values `first..first + count`.
+fn build_tree(first: u64, count: usize) -> Option<Box<Node>> {
+    if count == 0 {
+        return None;
+    }
+    let left_count = (count - 1) / 2;
+    Some(Box::new(Node {
+        value: first,
+        left: build_tree(first + 1, left_count),
+        right: build_tree(first + 1 + left_count as u64, count - 1 - left_count),
+    }))
+}
+
+fn sum_seq(node: &Option<Box<Node>>) -> u64 {
+    match node {
+        None => 0,
+        Some(node) => node.value + sum_seq(&node.left) + sum_seq(&node.right),
+    }
+}
+
+fn sum_loam(node: &Option<Box<Node>>, depth: u32) -> u64 {
+    match node {
+        Some(node) if depth < TREE_PAR_DEPTH => {
+            let (l, r) = loam_threadpool::join(
+                || sum_loam(&node.left, depth + 1),
+                || sum_loam(&node.right, depth + 1),
+            );
+            node.value + l + r
+        }
+        _ => sum_seq(node),
+    }
+}
+
+fn sum_rayon(node: &Option<Box<Node>>, depth: u32) -> u64 {
+    match node {
+        Some(node) if depth < TREE_PAR_DEPTH => {
+            let (l, r) = rayon::join(
+                || sum_rayon(&node.left, depth + 1),
+                || sum_rayon(&node.right, depth + 1),
+            );
+            node.value + l + r
+        }
+        _ => sum_seq(node),
+    }
+}
+
+fn tree_sum(c: &mut Criterion) {
+    let tree = build_tree(0, TREE_NODES);
+    let expected = (TREE_NODES as u64) * (TREE_NODES as u64 - 1) / 2;
+    assert_eq!(sum_seq(&tree), expected);
+    let mut group = c.benchmark_group("tree_sum");
+    {
+        let pool = loam_pool();
+        group.bench_function(BenchmarkId::new("loam", TREE_NODES), |b| {
+            b.iter(|| assert_eq!(pool.install(|| sum_loam(black_box(&tree), 0)), expected))
+        });
+    }
+    {
+        let pool = rayon_pool();
+        group.bench_function(BenchmarkId::new("rayon", TREE_NODES), |b| {
+            b.iter(|| assert_eq!(pool.install(|| sum_rayon(black_box(&tree), 0)), expected))
+        });
+    }
+    group.finish();
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default()
+        .sample_size(10)
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3));
+    targets = spawn_scope, spawn_static, join_fib, tree_sum
+}
+criterion_main!(benches);

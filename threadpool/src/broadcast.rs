@@ -76,7 +76,7 @@ where
         })
         .collect();
     // Between the first push and the wait, other workers point into `jobs`.
-    let abort = AbortIfPanic;
+    let abort = AbortIfPanic("panic while a broadcast was in flight");
     for (index, job) in jobs.iter().enumerate() {
         // SAFETY: `jobs` is neither moved nor dropped until the latch (which
         // counts every job) is set.

@@ -29,8 +29,9 @@ const NUM_THREADS_ENV: &str = "LOAM_NUM_THREADS";
 /// | [`before_park`](Self::before_park) / [`after_unpark`](Self::after_unpark) | none | around parking |
 /// | [`panic_handler`](Self::panic_handler) | report on stderr, continue | panics of `spawn`ed tasks |
 ///
-/// Hooks get the worker's index, run on that worker, and must not panic
-/// (a panicking hook takes its worker down).
+/// Hooks get the worker's index, run on that worker, and must not panic: a
+/// panicking hook aborts the process (it may run while other workers point
+/// into its worker's stack, so unwinding is not an option).
 ///
 /// # Examples
 ///

@@ -120,7 +120,7 @@ impl<L: Latch, F: FnOnce() -> R, R> StackJob<L, F, R> {
     /// `this` came from `as_job_ref` of a live job not yet run.
     unsafe fn execute(this: *const ()) {
         let this = this as *const Self;
-        let abort = AbortIfPanic;
+        let abort = AbortIfPanic("panic while completing a job");
         // SAFETY: the job is live and not yet run, so we are the only one to
         // touch `func` and `result` until we set the latch.
         let func = unsafe { (*(*this).func.get()).take() }.expect("pool: job run twice");

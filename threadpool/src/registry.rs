@@ -211,7 +211,7 @@ impl Registry {
         match &self.hooks.panic_handler {
             Some(handler) => {
                 // A handler that panics has nowhere left to report to.
-                let abort = AbortIfPanic;
+                let abort = AbortIfPanic("the panic handler panicked");
                 handler(payload);
                 std::mem::forget(abort);
             }

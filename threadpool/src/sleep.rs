@@ -223,4 +223,50 @@ mod loom_tests {
             setter.join().unwrap();
         });
     }
+
+    /// A job for one particular worker (a broadcast inbox): the pusher wakes
+    /// that worker directly, with no fence; the worker's mutex orders it.
+    #[test]
+    fn private_push_wakes_its_target() {
+        loom::model(|| {
+            let sleep = Arc::new(Sleep::new(1));
+            let queued = Arc::new(AtomicBool::new(false));
+            let pusher = {
+                let (sleep, queued) = (sleep.clone(), queued.clone());
+                loom::thread::spawn(move || {
+                    queued.store(true, Ordering::Relaxed);
+                    sleep.wake_specific(0);
+                })
+            };
+            while !queued.load(Ordering::Relaxed) {
+                sleep.sleep(0, None, || queued.load(Ordering::Relaxed));
+            }
+            pusher.join().unwrap();
+        });
+    }
+
+    /// Shutdown: one thread sets the terminate flag and wakes everyone; two
+    /// sleepers must both get out.
+    #[test]
+    fn terminate_wakes_every_sleeper() {
+        loom::model(|| {
+            let sleep = Arc::new(Sleep::new(2));
+            let terminating = Arc::new(AtomicBool::new(false));
+            let sleepers: Vec<_> = (0..2)
+                .map(|index| {
+                    let (sleep, terminating) = (sleep.clone(), terminating.clone());
+                    loom::thread::spawn(move || {
+                        while !terminating.load(Ordering::SeqCst) {
+                            sleep.sleep(index, None, || terminating.load(Ordering::SeqCst));
+                        }
+                    })
+                })
+                .collect();
+            terminating.store(true, Ordering::SeqCst);
+            sleep.wake_all();
+            for sleeper in sleepers {
+                sleeper.join().unwrap();
+            }
+        });
+    }
 }

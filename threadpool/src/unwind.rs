@@ -40,11 +40,11 @@ pub(crate) fn payload_message(payload: &Payload) -> &str {
 /// where a panic would leave another thread holding a pointer to our stack.
 /// Forget it (`std::mem::forget`) on the success path.
 #[derive(Debug)]
-pub(crate) struct AbortIfPanic;
+pub(crate) struct AbortIfPanic(pub(crate) &'static str);
 
 impl Drop for AbortIfPanic {
     fn drop(&mut self) {
-        eprintln!("pool: unexpected panic inside the pool's own code; aborting");
+        eprintln!("pool: {}; aborting", self.0);
         std::process::abort();
     }
 }

@@ -9,8 +9,9 @@ use crossbeam_deque::{Steal, Worker};
 
 use crate::job::JobRef;
 use crate::latch::CoreLatch;
-use crate::registry::Registry;
+use crate::registry::{Hook, Registry};
 use crate::sync::Arc;
+use crate::unwind::AbortIfPanic;
 
 /// Failed look-ups for work (each followed by `yield_now`) before a worker
 /// parks. Parking and waking cost system calls, so a worker that runs dry
@@ -61,13 +62,9 @@ impl WorkerThread {
         WORKER_THREAD.with(|current| current.set(&worker));
         let _clear = ClearCurrent;
         let hooks = &worker.registry.hooks;
-        if let Some(start) = &hooks.start {
-            start(index);
-        }
+        run_hook(&hooks.start, index);
         worker.main_loop();
-        if let Some(exit) = &hooks.exit {
-            exit(index);
-        }
+        run_hook(&hooks.exit, index);
     }
 
     /// The worker running on this thread, or null.
@@ -112,9 +109,7 @@ impl WorkerThread {
         // SAFETY: every `JobRef` in our queues is live and is handed out once
         // by the deque/injector, so this is its only execution.
         unsafe { job.execute() };
-        if let Some(between_tasks) = &self.registry.hooks.between_tasks {
-            between_tasks(self.index);
-        }
+        run_hook(&self.registry.hooks.between_tasks, self.index);
     }
 
     /// The next job for this worker: its own deque, then its broadcast inbox,
@@ -214,15 +209,11 @@ impl WorkerThread {
     #[cold]
     fn park(&self, latch: Option<&CoreLatch>) {
         let registry = &*self.registry;
-        if let Some(before_park) = &registry.hooks.before_park {
-            before_park(self.index);
-        }
+        run_hook(&registry.hooks.before_park, self.index);
         registry
             .sleep
             .sleep(self.index, latch, || registry.has_work(self));
-        if let Some(after_unpark) = &registry.hooks.after_unpark {
-            after_unpark(self.index);
-        }
+        run_hook(&registry.hooks.after_unpark, self.index);
     }
 
     /// xorshift64*: a cheap, owner-only random number for victim choice.
@@ -241,6 +232,18 @@ impl std::fmt::Debug for WorkerThread {
         f.debug_struct("WorkerThread")
             .field("index", &self.index)
             .finish_non_exhaustive()
+    }
+}
+
+/// Runs a hook, if set. A hook that panics aborts the process: it may be
+/// running while other workers hold pointers into this worker's stack (a
+/// `join` waiting for its stolen half), so unwinding past it is not an option.
+#[inline]
+fn run_hook(hook: &Option<Hook>, index: usize) {
+    if let Some(hook) = hook {
+        let abort = AbortIfPanic("a pool hook panicked");
+        hook(index);
+        std::mem::forget(abort);
     }
 }
 

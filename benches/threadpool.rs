@@ -5,7 +5,8 @@
 //!   inside the pool: local push, steal, completion count);
 //! - `spawn_static`: 1,000,000 near-empty `'static` tasks spawned from outside
 //!   the pool (the injector path), waited on with a countdown;
-//! - `join_fib`: fib(32) by recursive `join` with a sequential cutoff at 20;
+//! - `join_fib`: fib(32) by recursive `join` with a sequential cutoff at 20
+//!   (and at 10, where the cost of `join` itself dominates);
 //! - `tree_sum`: parallel sum over a balanced 10,000,000-node boxed tree,
 //!   built once outside the timed loop, `join` down to depth 12.
 //!
@@ -25,7 +26,9 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 
 const SPAWN_TASKS: usize = 1_000_000;
 const FIB_N: u64 = 32;
-const FIB_CUTOFF: u64 = 20;
+/// Sequential cutoffs: 20 is the headline (coarse tasks); 10 makes `join`'s
+/// own overhead dominate (about 150,000 joins per run).
+const FIB_CUTOFFS: [u64; 2] = [20, 10];
 const TREE_NODES: usize = 10_000_000;
 const TREE_PAR_DEPTH: u32 = 12;
 
@@ -151,36 +154,45 @@ fn fib_seq(n: u64) -> u64 {
     }
 }
 
-fn fib_loam(n: u64) -> u64 {
-    if n <= FIB_CUTOFF {
+fn fib_loam(n: u64, cutoff: u64) -> u64 {
+    if n <= cutoff {
         return fib_seq(n);
     }
-    let (a, b) = loam_threadpool::join(|| fib_loam(n - 1), || fib_loam(n - 2));
+    let (a, b) = loam_threadpool::join(|| fib_loam(n - 1, cutoff), || fib_loam(n - 2, cutoff));
     a + b
 }
 
-fn fib_rayon(n: u64) -> u64 {
-    if n <= FIB_CUTOFF {
+fn fib_rayon(n: u64, cutoff: u64) -> u64 {
+    if n <= cutoff {
         return fib_seq(n);
     }
-    let (a, b) = rayon::join(|| fib_rayon(n - 1), || fib_rayon(n - 2));
+    let (a, b) = rayon::join(|| fib_rayon(n - 1, cutoff), || fib_rayon(n - 2, cutoff));
     a + b
 }
 
 fn join_fib(c: &mut Criterion) {
     let mut group = c.benchmark_group("join_fib");
     let expected = fib_seq(FIB_N);
-    {
-        let pool = loam_pool();
-        group.bench_function(BenchmarkId::new("loam", FIB_N), |b| {
-            b.iter(|| assert_eq!(pool.install(|| fib_loam(black_box(FIB_N))), expected))
-        });
-    }
-    {
-        let pool = rayon_pool();
-        group.bench_function(BenchmarkId::new("rayon", FIB_N), |b| {
-            b.iter(|| assert_eq!(pool.install(|| fib_rayon(black_box(FIB_N))), expected))
-        });
+    for cutoff in FIB_CUTOFFS {
+        let id = format!("fib{FIB_N}_cutoff{cutoff}");
+        {
+            let pool = loam_pool();
+            group.bench_function(BenchmarkId::new("loam", &id), |b| {
+                b.iter(|| {
+                    let n = black_box(FIB_N);
+                    assert_eq!(pool.install(|| fib_loam(n, cutoff)), expected)
+                })
+            });
+        }
+        {
+            let pool = rayon_pool();
+            group.bench_function(BenchmarkId::new("rayon", &id), |b| {
+                b.iter(|| {
+                    let n = black_box(FIB_N);
+                    assert_eq!(pool.install(|| fib_rayon(n, cutoff)), expected)
+                })
+            });
+        }
     }
     group.finish();
 }

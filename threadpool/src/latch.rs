@@ -202,6 +202,46 @@ impl Latch for CountLatchRef<'_> {
     }
 }
 
+/// The latch of a job injected into another pool by a worker of this one: the
+/// worker keeps running its own pool's jobs while it waits, so pools can call
+/// into each other (A → B → A) without deadlock.
+///
+/// Holds its own `Arc` of the waiter's registry: the setter is a worker of the
+/// *other* pool, so nothing else keeps the waiter's pool alive between the
+/// setting swap and the wake-up.
+#[cfg(not(loom))]
+#[derive(Debug)]
+pub(crate) struct CrossLatch {
+    pub(crate) core: CoreLatch,
+    registry: crate::sync::Arc<crate::registry::Registry>,
+    owner: usize,
+}
+
+#[cfg(not(loom))]
+impl CrossLatch {
+    /// An unset latch waited on by worker `owner` of `registry`.
+    pub(crate) fn new(registry: crate::sync::Arc<crate::registry::Registry>, owner: usize) -> Self {
+        CrossLatch {
+            core: CoreLatch::new(),
+            registry,
+            owner,
+        }
+    }
+}
+
+#[cfg(not(loom))]
+impl Latch for CrossLatch {
+    unsafe fn set(this: *const Self) {
+        // SAFETY: (1) of `Latch::set`; cloned and copied before the swap.
+        let (registry, owner) =
+            unsafe { (crate::sync::Arc::clone(&(*this).registry), (*this).owner) };
+        // SAFETY: `this` is live until this swap; not touched after it.
+        if unsafe { CoreLatch::set(std::ptr::addr_of!((*this).core)) } {
+            registry.sleep.wake_specific(owner);
+        }
+    }
+}
+
 /// A latch a non-worker thread blocks on (a mutex and a condvar).
 #[derive(Debug)]
 pub(crate) struct LockLatch {

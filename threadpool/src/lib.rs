@@ -21,7 +21,8 @@
 //!   queues; a job on its waiter's stack; a boxed fire-and-forget job.
 //! - Latches (`latch.rs`): `CoreLatch` (the state machine a worker parks on),
 //!   `SpinLatch` (a join's second half), `CountLatch` (scopes, broadcasts),
-//!   `LockLatch` (a thread outside the pool blocks on it).
+//!   `CrossLatch` (a worker waiting on another pool), `LockLatch` (a thread
+//!   outside any pool blocks on it).
 //! - `Sleep` (`sleep.rs`): the sleeper count and per-worker park spots.
 //!
 //! # Fast path: `join(a, b)` on a worker
@@ -40,7 +41,9 @@
 //!    thief's `set` wakes it.
 //! 3. From outside the pool (`install`, or `join`/`scope` with no current
 //!    pool), the call is wrapped in a `StackJob`, injected, and the thread
-//!    blocks on a thread-local `LockLatch`.
+//!    blocks on a thread-local `LockLatch`. From a worker of another pool, the
+//!    job carries a `CrossLatch` instead and the worker keeps running its own
+//!    pool's jobs while it waits, so pools may call into each other.
 //!
 //! # Who owns what across threads
 //!

@@ -62,8 +62,9 @@ impl ThreadPool {
     /// [`spawn`](crate::spawn) use this pool.
     ///
     /// Called from one of this pool's workers, `op` runs inline. Called from
-    /// any other thread (including a worker of another pool), the caller
-    /// blocks until `op` is done.
+    /// a worker of another pool, that worker keeps running its own pool's jobs
+    /// until `op` is done (so pools may call into each other). Called from any
+    /// other thread, the caller blocks until `op` is done.
     ///
     /// # Panics
     ///

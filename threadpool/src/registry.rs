@@ -8,7 +8,7 @@ use crossbeam_deque::{Injector, Stealer};
 use crossbeam_utils::CachePadded;
 
 use crate::job::{JobRef, StackJob};
-use crate::latch::LockLatch;
+use crate::latch::{CrossLatch, LockLatch};
 use crate::sleep::Sleep;
 use crate::sync::{Arc, AtomicBool, Ordering};
 use crate::unwind::{self, AbortIfPanic, Payload};
@@ -137,20 +137,52 @@ impl Registry {
     }
 
     /// Runs `op` on a worker of this pool: inline if the current thread is
-    /// one, else by injecting a job and blocking this thread until it is done.
+    /// one; from a worker of another pool, by injecting a job and running that
+    /// pool's work until it is done; from any other thread, by injecting a job
+    /// and blocking until it is done.
     pub(crate) fn in_worker<OP, R>(&self, op: OP) -> R
     where
         OP: FnOnce(&WorkerThread) -> R + Send,
         R: Send,
     {
-        match self.current_worker() {
-            Some(worker) => op(worker),
-            None => self.in_worker_cold(op),
+        let worker = WorkerThread::current();
+        if worker.is_null() {
+            return self.in_worker_cold(op);
+        }
+        // SAFETY: a non-null `WORKER_THREAD` is this thread's live worker.
+        let worker = unsafe { &*worker };
+        if ptr::eq(&**worker.registry(), self) {
+            op(worker)
+        } else {
+            self.in_worker_cross(worker, op)
         }
     }
 
-    /// The blocking half of `in_worker`, for threads outside this pool
-    /// (including workers of another pool, which block here).
+    /// `in_worker` from `current`, a worker of another pool: it keeps serving
+    /// its own pool while this one runs `op`.
+    #[cold]
+    fn in_worker_cross<OP, R>(&self, current: &WorkerThread, op: OP) -> R
+    where
+        OP: FnOnce(&WorkerThread) -> R + Send,
+        R: Send,
+    {
+        let job = StackJob::new(
+            || {
+                let worker = WorkerThread::current();
+                assert!(!worker.is_null(), "pool: injected job ran off the pool");
+                // SAFETY: non-null `WORKER_THREAD` is this thread's live worker.
+                op(unsafe { &*worker })
+            },
+            CrossLatch::new(Arc::clone(current.registry()), current.index()),
+        );
+        // SAFETY: `job` stays on this stack until its latch is set below.
+        self.inject(unsafe { job.as_job_ref() });
+        current.wait_until(&job.latch.core);
+        job.into_result()
+    }
+
+    /// The blocking half of `in_worker`, for threads that are no pool's
+    /// workers.
     #[cold]
     pub(crate) fn in_worker_cold<OP, R>(&self, op: OP) -> R
     where

@@ -120,6 +120,16 @@ impl<'scope> Scope<'scope> {
     /// assert_eq!(count.into_inner(), 20);
     /// # }
     /// ```
+    ///
+    /// A task cannot borrow what the scope body itself owns, since that dies
+    /// before the scope has waited for the task:
+    ///
+    /// ```compile_fail
+    /// loam_threadpool::scope(|s| {
+    ///     let local = vec![1, 2, 3];
+    ///     s.spawn(|_| println!("{local:?}")); // error: `local` does not live long enough
+    /// });
+    /// ```
     pub fn spawn<BODY>(&self, body: BODY)
     where
         BODY: FnOnce(&Scope<'scope>) + Send + 'scope,

@@ -30,6 +30,19 @@ use crate::worker::WorkerThread;
 /// assert_eq!(receiver.recv().unwrap(), 42);
 /// # }
 /// ```
+///
+/// A spawned task outlives its caller, so it cannot borrow the caller's data,
+/// and it runs on another thread, so it must be `Send`:
+///
+/// ```compile_fail
+/// let data = vec![1, 2, 3];
+/// loam_threadpool::spawn(|| println!("{data:?}")); // error: may outlive `data`
+/// ```
+///
+/// ```compile_fail
+/// let shared = std::rc::Rc::new(5);
+/// loam_threadpool::spawn(move || println!("{shared}")); // error: `Rc` is not `Send`
+/// ```
 pub fn spawn<F>(func: F)
 where
     F: FnOnce() + Send + 'static,

@@ -336,3 +336,15 @@ fn one_thread_pool_handles_deep_nesting() {
     });
     assert_eq!(count.load(Ordering::Relaxed), 10 * 144);
 }
+
+#[test]
+fn pools_calling_into_each_other_do_not_deadlock() {
+    // One thread each: if the waiting worker of `a` blocked instead of
+    // serving `a`, the innermost `a.install` could never run.
+    let a = pool(1);
+    let b = pool(1);
+    let value = a.install(|| b.install(|| a.install(|| b.install(|| fib(10)))));
+    assert_eq!(value, 55);
+    let (x, y) = a.install(|| b.join(|| a.install(|| 1), || a.install(|| 2)));
+    assert_eq!((x, y), (1, 2));
+}

@@ -44,10 +44,10 @@ struct ThreadInfo {
 ///
 /// # Invariants
 ///
-/// `thread_infos.len() == sleep`'s worker count `== num_threads`, fixed for
-/// the pool's life. Every queued `JobRef` is live until a worker of this pool
-/// runs it; once `terminating` is set, a worker exits only after a look-up
-/// found no work, so queued work still runs.
+/// `thread_infos.len() == sleep.num_workers() == num_threads >= 1`, fixed
+/// for the pool's life (`assert_valid`, at creation). Every queued `JobRef` is
+/// live until a worker of this pool runs it; once `terminating` is set, a
+/// worker exits only after a look-up found no work, so queued work still runs.
 pub(crate) struct Registry {
     thread_infos: Box<[CachePadded<ThreadInfo>]>,
     /// Jobs from outside the pool (and `spawn` from non-workers); any worker
@@ -65,7 +65,7 @@ impl Registry {
     /// A registry for workers with the given deque stealers.
     pub(crate) fn new(stealers: Vec<Stealer<JobRef>>, hooks: Hooks) -> Registry {
         let num_threads = stealers.len();
-        Registry {
+        let registry = Registry {
             thread_infos: stealers
                 .into_iter()
                 .map(|stealer| {
@@ -79,7 +79,23 @@ impl Registry {
             sleep: Sleep::new(num_threads),
             terminating: AtomicBool::new(false),
             hooks,
+        };
+        registry.assert_valid();
+        registry
+    }
+
+    /// Checks the registry's shape invariant; aborts with a `pool:` message
+    /// if it is broken.
+    pub(crate) fn assert_valid(&self) {
+        if self.thread_infos.len() != self.sleep.num_workers() || self.thread_infos.is_empty() {
+            eprintln!(
+                "pool: registry has {} workers but {} parking spots",
+                self.thread_infos.len(),
+                self.sleep.num_workers()
+            );
+            std::process::abort();
         }
+        self.sleep.assert_valid();
     }
 
     /// Number of worker threads.

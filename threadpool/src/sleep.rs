@@ -37,8 +37,10 @@ use crate::sync::{fence, AtomicUsize, Condvar, Mutex, Ordering};
 /// # Invariants
 ///
 /// `sleepers` = number of workers whose `is_sleeping` is true, plus those
-/// between steps 3 and 4 or between 3 and the undo. Checked by `debug_assert!`
-/// on each decrement (it never underflows).
+/// between steps 3 and 4 or between 3 and the undo; so
+/// `0 <= sleepers <= workers.len()`. Checked by `debug_assert!` on each
+/// decrement (no underflow) and by `assert_valid` after each park in debug
+/// builds.
 pub(crate) struct Sleep {
     /// Count of workers announced as sleeping.
     /// Writers: a parking worker (`+1` in step 3, `-1` on undo) and wakers
@@ -113,6 +115,9 @@ impl Sleep {
         if let Some(latch) = latch {
             latch.unmark_sleeping();
         }
+        if cfg!(debug_assertions) {
+            self.assert_valid();
+        }
         true
     }
 
@@ -154,6 +159,24 @@ impl Sleep {
             true
         } else {
             false
+        }
+    }
+
+    /// Number of parking spots (the pool's worker count).
+    pub(crate) fn num_workers(&self) -> usize {
+        self.workers.len()
+    }
+
+    /// Checks the O(1) part of the invariant: `sleepers <= num_workers`.
+    /// Aborts with a `pool:` message if the count is corrupt.
+    pub(crate) fn assert_valid(&self) {
+        let sleepers = self.sleepers.load(Ordering::Relaxed);
+        if sleepers > self.workers.len() {
+            eprintln!(
+                "pool: sleeper count {sleepers} exceeds worker count {}",
+                self.workers.len()
+            );
+            std::process::abort();
         }
     }
 

@@ -26,7 +26,7 @@ const NUM_THREADS_ENV: &str = "LOAM_NUM_THREADS";
 /// | [`start_handler`](Self::start_handler) | none | runs first on each worker |
 /// | [`exit_handler`](Self::exit_handler) | none | runs last on each worker |
 /// | [`between_tasks`](Self::between_tasks) | none | after every task (safepoint) |
-/// | [`before_park`](Self::before_park) / [`after_unpark`](Self::after_unpark) | none | around parking |
+/// | [`before_park`](Self::before_park) / [`after_unpark`](Self::after_unpark) | none | around every park |
 /// | [`panic_handler`](Self::panic_handler) | report on stderr, continue | panics of `spawn`ed tasks |
 ///
 /// Hooks get the worker's index, run on that worker, and must not panic: a
@@ -187,10 +187,12 @@ impl ThreadPoolBuilder {
         self
     }
 
-    /// Runs `hook(index)` on a worker after every task it runs from a queue
-    /// (not after a `join`'s second closure run inline, which is a plain
-    /// call). The runtime's safepoint: a worker between tasks holds no task
-    /// state.
+    /// Runs `hook(index)` on a worker after every task it runs from its
+    /// top-level scheduling loop, that is, whenever the worker holds no task
+    /// state at all: the runtime's safepoint. Tasks a worker runs while it
+    /// waits *inside* another task (a `join` or `scope` waiting for stolen
+    /// work) do not fire it, since the outer task is still live on the stack;
+    /// neither does a `join`'s second closure run inline (a plain call).
     ///
     /// # Examples
     ///
@@ -221,8 +223,11 @@ impl ThreadPoolBuilder {
         self
     }
 
-    /// Runs `hook(index)` on a worker just before it parks for lack of work.
-    /// The runtime marks the worker blocked here. Every call is followed by
+    /// Runs `hook(index)` on a worker just before it parks for lack of work,
+    /// at top level or while waiting inside a task (a `join` whose other half
+    /// was stolen): either way the worker will not run code until woken, so
+    /// the runtime marks it blocked here and the collector never waits on
+    /// it. Every call is followed by
     /// one to the [`after_unpark`](Self::after_unpark) hook (even if, at the
     /// last moment, work showed up and the worker did not block).
     ///

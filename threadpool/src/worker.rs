@@ -103,13 +103,12 @@ impl WorkerThread {
         self.deque.is_empty()
     }
 
-    /// Runs a job, then the pool's between-tasks hook (the runtime's safepoint).
+    /// Runs a job. (The between-tasks hook is the top-level loop's business.)
     #[inline]
     pub(crate) fn execute(&self, job: JobRef) {
         // SAFETY: every `JobRef` in our queues is live and is handed out once
         // by the deque/injector, so this is its only execution.
         unsafe { job.execute() };
-        run_hook(&self.registry.hooks.between_tasks, self.index);
     }
 
     /// The next job for this worker: its own deque, then its broadcast inbox,
@@ -163,6 +162,8 @@ impl WorkerThread {
         loop {
             if let Some(job) = self.find_work() {
                 self.execute(job);
+                // Nothing of any task is on this stack now: a safepoint.
+                run_hook(&self.registry.hooks.between_tasks, self.index);
                 idle_rounds = 0;
             } else if self.registry.is_terminating() {
                 return;

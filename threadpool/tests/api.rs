@@ -267,7 +267,7 @@ fn start_and_exit_handlers_run_once_per_worker() {
 }
 
 #[test]
-fn between_tasks_hook_fires_after_every_queued_task() {
+fn between_tasks_hook_fires_after_every_top_level_task() {
     let safepoints = Arc::new(AtomicUsize::new(0));
     let counter = safepoints.clone();
     let pool = ThreadPoolBuilder::new()
@@ -278,14 +278,52 @@ fn between_tasks_hook_fires_after_every_queued_task() {
         })
         .build()
         .unwrap();
-    pool.scope(|s| {
-        for _ in 0..500 {
-            s.spawn(|_| {});
-        }
-    });
+    // Nobody waits inside a task here, so every task runs at top level.
+    for _ in 0..500 {
+        pool.spawn(|| {});
+    }
     drop(pool);
-    // 500 scope tasks plus the injected scope body itself.
-    assert_eq!(safepoints.load(Ordering::SeqCst), 501);
+    assert_eq!(safepoints.load(Ordering::SeqCst), 500);
+}
+
+#[test]
+fn between_tasks_hook_never_fires_inside_a_task() {
+    thread_local! {
+        /// Tasks open on this thread's stack.
+        static DEPTH: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    }
+    let safepoints = Arc::new(AtomicUsize::new(0));
+    let inside = Arc::new(AtomicUsize::new(0));
+    let (c, i) = (safepoints.clone(), inside.clone());
+    let pool = ThreadPoolBuilder::new()
+        .num_threads(2)
+        .between_tasks(move |_| {
+            if DEPTH.with(|d| d.get()) != 0 {
+                i.fetch_add(1, Ordering::SeqCst);
+            }
+            c.fetch_add(1, Ordering::SeqCst);
+        })
+        .build()
+        .unwrap();
+    // The install body is an outer task; while its scope waits, its worker
+    // runs scope tasks, and those must not count as "between tasks".
+    for _ in 0..20 {
+        pool.install(|| {
+            DEPTH.with(|d| d.set(d.get() + 1));
+            loam_threadpool::scope(|s| {
+                for _ in 0..100 {
+                    s.spawn(|_| {});
+                }
+            });
+            DEPTH.with(|d| d.set(d.get() - 1));
+        });
+    }
+    drop(pool);
+    assert_eq!(inside.load(Ordering::SeqCst), 0, "safepoint inside a task");
+    assert!(
+        safepoints.load(Ordering::SeqCst) >= 20,
+        "one per install job"
+    );
 }
 
 #[test]

@@ -4,7 +4,7 @@
 
 use crate::block;
 use crate::remote::RemoteCache;
-use crate::segment::{page_of, segment_of};
+use crate::segment::{block_size_of, segment_of};
 use crate::sync::Ordering;
 use std::fmt;
 use std::ptr::{self, NonNull};
@@ -65,7 +65,7 @@ impl FreeBatch {
         // mapped and its block size fixed; heaps (hence queues) live forever.
         unsafe {
             let owner = (*segment_of(p)).owner.load(Ordering::Relaxed);
-            let size = (*page_of(p)).block_size();
+            let size = block_size_of(p);
             block::on_free(p, size);
             self.cache.push(ptr::addr_of!((*owner).queue), p, size);
         }

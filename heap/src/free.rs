@@ -6,7 +6,7 @@ use crate::alloc::{current_heap, is_live};
 use crate::block;
 use crate::local_heap::LocalHeap;
 use crate::remote::REMOTE;
-use crate::segment::{page_of, segment_of};
+use crate::segment::{block_size_of, page_of, segment_of};
 use crate::sync::Ordering;
 use std::ptr;
 
@@ -38,7 +38,13 @@ pub(crate) unsafe fn free(p: *mut u8) {
 #[inline(never)]
 unsafe fn free_remote(heap: *mut LocalHeap, owner: *mut LocalHeap, p: *mut u8) {
     // SAFETY: `p` is live (caller), so its page descriptor is stable.
-    let size = unsafe { (*page_of(p)).block_size() };
+    let size = unsafe { block_size_of(p) };
+    // SAFETY: as above.
+    debug_assert_eq!(
+        size,
+        unsafe { (*page_of(p)).block_size() },
+        "slice block size out of step"
+    );
     // SAFETY: `p` is dead and ours to hand over (caller); heaps are never
     // unmapped, so `owner`'s queue outlives the push.
     unsafe {

@@ -125,7 +125,7 @@ pub use options::{purge_delay, set_purge_delay};
 #[cfg(not(loom))]
 pub use segment::{SEGMENT_SIZE, SLICE_SIZE};
 #[cfg(not(loom))]
-pub use size_class::{worst_case_waste, CLASS_SIZE, NUM_CLASSES, SMALL_MAX};
+pub use size_class::{class_page_size, worst_case_waste, CLASS_SIZE, NUM_CLASSES, SMALL_MAX};
 #[cfg(not(loom))]
 pub use stats::{stats, ClassStats, HeapStats};
 

@@ -207,6 +207,8 @@ impl LocalHeap {
         self.link_segment(seg);
         let page = Segment::page(seg, offset >> SLICE_SHIFT);
         let block = map_size - offset;
+        // SAFETY: our fresh segment.
+        unsafe { (*seg).slice_block_size[offset >> SLICE_SHIFT].store(block, Ordering::Relaxed) };
         // SAFETY: a descriptor of our fresh segment.
         unsafe {
             (*page).init(
@@ -297,6 +299,9 @@ impl LocalHeap {
                 capacity,
                 dirty & mask == 0,
             );
+            for k in 0..slices {
+                (*seg).slice_block_size[i + k].store(block, Ordering::Relaxed);
+            }
             for k in 1..slices {
                 let d = Segment::page(seg, i + k);
                 (*d).slice_offset = k as u32;

@@ -2,7 +2,7 @@
 //! object) for one owning heap, with its bump region and its two free lists.
 
 use crate::block::{self, Block};
-use crate::sync::{AtomicU32, Ordering};
+use crate::sync::{AtomicU32, AtomicUsize, Ordering};
 use std::ptr;
 
 /// What a slice descriptor describes. Stored in an atomic so statistics and
@@ -47,7 +47,7 @@ pub(crate) struct Page {
     pub(crate) used: AtomicU32,
     /// Writers: the owner when the page is set up. Readers: anyone holding a
     /// block of the page (ordered by that block's handoff) and statistics.
-    pub(crate) block_size: AtomicU32,
+    pub(crate) block_size: AtomicUsize,
     pub(crate) capacity: AtomicU32,
     pub(crate) slice_count: AtomicU32,
     pub(crate) state: AtomicU32,
@@ -86,7 +86,7 @@ impl Page {
 
     #[inline(always)]
     pub(crate) fn block_size(&self) -> usize {
-        self.block_size.load(Ordering::Relaxed) as usize
+        self.block_size.load(Ordering::Relaxed)
     }
 
     #[inline(always)]
@@ -132,7 +132,7 @@ impl Page {
         self.bump = start;
         self.bump_end = start + capacity * block_size;
         self.used.store(0, Ordering::Relaxed);
-        self.block_size.store(block_size as u32, Ordering::Relaxed);
+        self.block_size.store(block_size, Ordering::Relaxed);
         self.capacity.store(capacity as u32, Ordering::Relaxed);
         self.slice_count.store(slices as u32, Ordering::Relaxed);
         self.slice_offset = 0;

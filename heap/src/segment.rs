@@ -6,7 +6,7 @@ use crate::local_heap::LocalHeap;
 use crate::os;
 use crate::page::{Page, PageState};
 use crate::spin::SpinLock;
-use crate::sync::{AtomicPtr, AtomicU64, Ordering};
+use crate::sync::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::ptr;
 
 /// log2 of the segment size.
@@ -74,6 +74,13 @@ pub(crate) struct Segment {
     /// Registry of all segments (under `REGISTRY`).
     all_next: *mut Segment,
     all_prev: *mut Segment,
+    /// Block size of the page covering each slice. Written by the owner when
+    /// it sets a page up (before any of its blocks is handed out, so every
+    /// holder of a block is ordered after the write); read by remote frees.
+    /// Kept apart from the page descriptors, whose cache lines the owner
+    /// writes on every allocation: a freeing thread reading the block size
+    /// there would pull those lines away from the owner.
+    pub(crate) slice_block_size: [AtomicUsize; SLICES],
     /// One descriptor per slice.
     pub(crate) pages: [Page; SLICES],
 }
@@ -102,6 +109,18 @@ static REGISTRY: SpinLock<Registry> = SpinLock::new(Registry {
 #[inline(always)]
 pub(crate) fn segment_of(p: *const u8) -> *mut Segment {
     ((p as usize) & !(SEGMENT_SIZE - 1)) as *mut Segment
+}
+
+/// The block size of the page holding `p`, without touching its descriptor.
+///
+/// # Safety
+/// `p` points into a live block of a live segment of ours.
+#[inline(always)]
+pub(crate) unsafe fn block_size_of(p: *const u8) -> usize {
+    let seg = segment_of(p);
+    let idx = ((p as usize) - (seg as usize)) >> SLICE_SHIFT;
+    // SAFETY: `seg` is live (caller) and `idx < SLICES`.
+    unsafe { (*seg).slice_block_size[idx].load(Ordering::Relaxed) }
 }
 
 /// The page descriptor of the page holding `p`.

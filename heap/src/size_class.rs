@@ -123,6 +123,16 @@ pub const fn slices_for_class(class: usize) -> usize {
     }
 }
 
+/// Bytes in a page of `class`.
+///
+/// # Examples
+/// ```
+/// assert_eq!(loam_heap::class_page_size(0), 64 * 1024);
+/// ```
+pub fn class_page_size(class: usize) -> usize {
+    slices_for_class(class) * SLICE_SIZE
+}
+
 /// Worst-case fraction of a page of `class` that no request can use: the
 /// largest request rounded up into this class, plus the page's tail that no
 /// whole block fits.
@@ -133,7 +143,7 @@ pub fn worst_case_waste(class: usize) -> f64 {
     } else {
         CLASS_SIZE[class - 1] as usize + 1
     };
-    let page = slices_for_class(class) * SLICE_SIZE;
+    let page = class_page_size(class);
     let blocks = page / size;
     let used_worst = blocks * smallest_request;
     1.0 - used_worst as f64 / page as f64

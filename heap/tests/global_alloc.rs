@@ -188,3 +188,22 @@ fn local_pages_are_listed_with_their_geometry() {
     let i = page.block_index((&*b[0] as *const u128).cast());
     assert_eq!(page.block(i), (&*b[0] as *const u128).cast_mut().cast());
 }
+
+#[test]
+fn allocations_beyond_four_gib_keep_their_size() {
+    let size = 5usize << 30;
+    let layout = Layout::from_size_align(size, 8).unwrap();
+    // SAFETY: the block is `size` bytes; only its ends are touched (the rest
+    // is never committed).
+    unsafe {
+        let p = LoamAlloc.alloc(layout);
+        assert!(!p.is_null());
+        p.write(1);
+        p.add(size - 1).write(2);
+        assert!(loam_heap::usable_size(p) >= size);
+        let q = LoamAlloc.realloc(p, layout, size - 4096);
+        assert_eq!(q, p, "shrinking a little stays in place");
+        assert_eq!(q.read(), 1);
+        LoamAlloc.dealloc(q, layout);
+    }
+}

@@ -39,12 +39,12 @@ pub(crate) unsafe fn free(p: *mut u8) {
 unsafe fn free_remote(heap: *mut LocalHeap, owner: *mut LocalHeap, p: *mut u8) {
     // SAFETY: `p` is live (caller), so its page descriptor is stable.
     let size = unsafe { block_size_of(p) };
-    // SAFETY: as above.
-    debug_assert_eq!(
-        size,
-        unsafe { (*page_of(p)).block_size() },
-        "slice block size out of step"
-    );
+    #[cfg(debug_assertions)]
+    {
+        // SAFETY: as above.
+        let page_size = unsafe { (*page_of(p)).block_size() };
+        debug_assert_eq!(size, page_size, "heap: slice block size out of step");
+    }
     // SAFETY: `p` is dead and ours to hand over (caller); heaps are never
     // unmapped, so `owner`'s queue outlives the push.
     unsafe {

@@ -8,6 +8,16 @@ use crate::unwind::AbortIfPanic;
 use crate::worker::WorkerThread;
 
 /// Where a [`broadcast`] closure is running.
+///
+/// # Examples
+///
+/// ```
+/// # loam_threadpool::doctest! {
+/// let pool = loam_threadpool::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+/// let seen = pool.broadcast(|ctx| (ctx.index(), ctx.num_threads()));
+/// assert_eq!(seen, vec![(0, 2), (1, 2)]);
+/// # }
+/// ```
 #[derive(Debug, Clone, Copy)]
 pub struct BroadcastContext {
     index: usize,
@@ -15,12 +25,32 @@ pub struct BroadcastContext {
 }
 
 impl BroadcastContext {
-    /// The index of the worker running this call, `0..num_threads()`.
+    /// The index of the worker running this call, `0..num_threads()`; the
+    /// same as [`current_thread_index`](crate::current_thread_index) there.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # loam_threadpool::doctest! {
+    /// let pool = loam_threadpool::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+    /// let same = pool.broadcast(|ctx| Some(ctx.index()) == loam_threadpool::current_thread_index());
+    /// assert_eq!(same, vec![true, true]);
+    /// # }
+    /// ```
     pub fn index(&self) -> usize {
         self.index
     }
 
     /// The number of workers, hence of calls, in this broadcast.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # loam_threadpool::doctest! {
+    /// let pool = loam_threadpool::ThreadPoolBuilder::new().num_threads(3).build().unwrap();
+    /// assert_eq!(pool.broadcast(|ctx| ctx.num_threads()), vec![3, 3, 3]);
+    /// # }
+    /// ```
     pub fn num_threads(&self) -> usize {
         self.num_threads
     }

@@ -434,6 +434,18 @@ impl fmt::Debug for ThreadPoolBuilder {
 }
 
 /// Why a pool could not be built; see [`ThreadPoolBuildError::kind`].
+///
+/// # Examples
+///
+/// ```
+/// # loam_threadpool::doctest! {
+/// use loam_threadpool::ThreadPoolBuilder;
+///
+/// ThreadPoolBuilder::new().num_threads(1).build_global().unwrap();
+/// let error = ThreadPoolBuilder::new().build_global().unwrap_err();
+/// assert_eq!(error.to_string(), "the global thread pool has already been initialized");
+/// # }
+/// ```
 #[derive(Debug)]
 pub struct ThreadPoolBuildError {
     kind: ThreadPoolBuildErrorKind,
@@ -441,6 +453,19 @@ pub struct ThreadPoolBuildError {
 }
 
 /// The kinds of [`ThreadPoolBuildError`].
+///
+/// # Examples
+///
+/// ```
+/// # loam_threadpool::doctest! {
+/// use loam_threadpool::{ThreadPoolBuildErrorKind, ThreadPoolBuilder};
+///
+/// match ThreadPoolBuilder::new().num_threads(2).build() {
+///     Ok(pool) => assert_eq!(pool.current_num_threads(), 2),
+///     Err(error) => assert_eq!(error.kind(), ThreadPoolBuildErrorKind::Spawn),
+/// }
+/// # }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ThreadPoolBuildErrorKind {

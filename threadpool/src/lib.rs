@@ -3,8 +3,8 @@
 //!
 //! A fixed set of worker threads, each with its own LIFO deque
 //! (crossbeam-deque), a global injector for work arriving from outside, and
-//! random-victim stealing. The API follows rayon-core: [`join`], [`scope`],
-//! [`spawn`], [`broadcast`], [`ThreadPool::install`], [`current_thread_index`],
+//! random-victim stealing. The API follows rayon-core: [`join()`], [`scope()`],
+//! [`spawn()`], [`broadcast()`], [`ThreadPool::install`], [`current_thread_index`],
 //! built by a [`ThreadPoolBuilder`]. Idle workers park (no spinning once
 //! parked); the runtime hooks in between tasks (its safepoint) and around
 //! parking (a parked worker is a blocked mutator).

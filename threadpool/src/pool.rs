@@ -58,8 +58,8 @@ impl ThreadPool {
     }
 
     /// Runs `op` on a worker of this pool and returns its result. Inside
-    /// `op`, [`join`](crate::join), [`scope`](crate::scope) and
-    /// [`spawn`](crate::spawn) use this pool.
+    /// `op`, [`join`](crate::join()), [`scope`](crate::scope()) and
+    /// [`spawn`](crate::spawn()) use this pool.
     ///
     /// Called from one of this pool's workers, `op` runs inline. Called from
     /// a worker of another pool, that worker keeps running its own pool's jobs

@@ -14,6 +14,21 @@ use crate::worker::WorkerThread;
 /// A scope in which tasks borrowing non-`'static` data can be spawned; see
 /// [`scope`].
 ///
+/// # Examples
+///
+/// ```
+/// # loam_threadpool::doctest! {
+/// let words = ["alpha", "beta", "gamma"];
+/// let mut lengths = [0; 3];
+/// loam_threadpool::scope(|s: &loam_threadpool::Scope<'_>| {
+///     for (word, length) in words.iter().zip(lengths.iter_mut()) {
+///         s.spawn(move |_| *length = word.len());
+///     }
+/// });
+/// assert_eq!(lengths, [5, 4, 5]);
+/// # }
+/// ```
+///
 /// # Invariants
 ///
 /// The scope outlives every task spawned in it: `latch` counts the body plus

@@ -7,7 +7,7 @@ use crate::unwind;
 use crate::worker::WorkerThread;
 
 /// Runs `func` on the current pool (or the global one) at some later time and
-/// returns at once. Nothing waits for it; use [`scope`](crate::scope) to wait.
+/// returns at once. Nothing waits for it; use [`scope`](crate::scope()) to wait.
 ///
 /// On a worker, the task goes onto that worker's deque; elsewhere it is
 /// injected into the global pool.

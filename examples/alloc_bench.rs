@@ -32,12 +32,15 @@
 //! - `treesum`: Intel TBB's `tree_sum` example (seed 001). A binary tree of
 //!   10,000,000 × scale `#[repr(C)]` nodes `{ f32 value, left, right }`
 //!   (24 bytes each) is built as TBB builds it: the root, then its left half
-//!   serially, then its right half in parallel (the subtree is split
-//!   recursively, one `std::thread::scope` thread per half, until each of the
-//!   N threads has a subtree). Then `SerialSumTree`, a parallel sum split the
-//!   same way (the two sums must agree bit for bit: the additions happen in
-//!   the same order), then every node is freed serially. Each phase is timed;
-//!   the headline is the total in ms. ops = nodes.
+//!   serially, then its right half in parallel (split in halves for four
+//!   levels, each reseeded, so the tree is the same at any thread count; while
+//!   more than one of the N threads is left for a subtree, its left half is
+//!   built on a `std::thread::scope` thread). Then `SerialSumTree`, a
+//!   parallel sum split the same way over N threads (the two sums must agree
+//!   bit for bit: the additions happen in the same order), then every node is
+//!   freed serially. Each phase is timed (`--verbose`, JSON `phases`); the
+//!   headline is the total in ms. ops = nodes. TBB's node also has a
+//!   `node_count` (32 bytes); the spec's three fields make it 24.
 //! - `xmalloc`: the seed-000 pattern of a garbage-collected framework: N
 //!   producer threads allocate small objects with sizes drawn from the seed-003
 //!   `getmem` table (<16 B: 28.3M, <32: 10.9M, <64: 8.4M, <128: 248k, <512:
@@ -50,13 +53,14 @@
 //!   collector frees what another thread allocated. ops = allocations.
 //! - `replay`: the seed-003 single-threaded "data compiler" profile: 47.9M ×
 //!   scale allocations with sizes from its `getmem` table, one realloc per
-//!   eight allocations (new sizes from its `reallocmem` table; half of them
-//!   to one of the 64 most recent blocks, half to any live block), and frees
-//!   that keep the requested live bytes on a target following four waves
-//!   (crests 0.55, 0.8, 1.0 and 0.7 of 150 MB × scale, troughs 0.25): six in
-//!   eight free one of the 64 most recent blocks (temporaries), one in eight
-//!   the oldest (a structure built long ago being discarded), one in eight a
-//!   random live block (fragmentation). Then everything left is freed. The
+//!   eight allocations (new sizes from its `reallocmem` table; seven in eight
+//!   to one of the 64 most recent blocks, the rest to any live block), and
+//!   frees that keep the requested live bytes on a target following four
+//!   waves (crests 0.55, 0.8, 1.0 and 0.7 of 150 MB × scale, troughs 0.25):
+//!   30 in 32 free one of the 64 most recent blocks (temporaries; newest
+//!   first when the live set shrinks), one in 32 the oldest (a structure built
+//!   long ago being discarded), one in 32 a random live block
+//!   (fragmentation). Then everything left is freed. The
 //!   trace comes from a seeded PRNG, so every allocator replays exactly the
 //!   same operations. ops = allocations + reallocations + frees; the headline
 //!   is ms and peak RSS.
@@ -667,27 +671,40 @@ mod treesum {
         node
     }
 
-    /// TBB's `tree_maker_task`: split `n` nodes over `threads` threads, one
-    /// scoped thread per left half, then build serially.
+    /// Levels of `make_parallel` that split the subtree (and reseed), whatever
+    /// the thread count, so the tree's values and shape do not depend on it.
+    const SPLIT_LEVELS: u32 = 4;
+
+    /// TBB's `tree_maker_task`: split `n` nodes in halves for `levels`
+    /// levels, building each left half on a scoped thread while more than one
+    /// thread is left for this subtree, then build serially.
     fn make_parallel<A: GlobalAlloc + Sync>(
         alloc: &A,
         n: usize,
         threads: usize,
         seed: u64,
+        levels: u32,
     ) -> *mut Node {
         let mut rng = Rng::new(seed);
-        if threads <= 1 || n < 1000 {
+        if levels == 0 || n < 1000 {
             return make_serial(alloc, n, &mut rng);
         }
         let node = new_node(alloc, &mut rng);
         let rest = n - 1;
-        let left_threads = threads / 2;
-        let (left, right) = thread::scope(|s| {
-            let left = s
-                .spawn(move || Subtree(make_parallel(alloc, rest / 2, left_threads, seed * 2 + 1)));
-            let right = make_parallel(alloc, rest - rest / 2, threads - left_threads, seed * 2 + 2);
-            (left.join().expect("treesum: builder panicked").0, right)
-        });
+        let (ln, rn) = (rest / 2, rest - rest / 2);
+        let (ls, rs) = (seed * 2 + 1, seed * 2 + 2);
+        let (left, right) = if threads > 1 {
+            let left_threads = threads / 2;
+            thread::scope(|s| {
+                let left = s
+                    .spawn(move || Subtree(make_parallel(alloc, ln, left_threads, ls, levels - 1)));
+                let right = make_parallel(alloc, rn, threads - left_threads, rs, levels - 1);
+                (left.join().expect("treesum: builder panicked").0, right)
+            })
+        } else {
+            let left = make_parallel(alloc, ln, 1, ls, levels - 1);
+            (left, make_parallel(alloc, rn, 1, rs, levels - 1))
+        };
         // SAFETY: `node` is a live node that only this thread can reach.
         unsafe {
             (*node).left = left;
@@ -770,7 +787,7 @@ mod treesum {
         let rest = nodes - 1;
         let left = make_serial(alloc, rest / 2, &mut rng);
         let t1 = Instant::now();
-        let right = make_parallel(alloc, rest - rest / 2, threads, 2);
+        let right = make_parallel(alloc, rest - rest / 2, threads, 2, SPLIT_LEVELS);
         // SAFETY: `root` is a live node that only this thread can reach.
         unsafe {
             (*root).left = left;
@@ -936,28 +953,33 @@ mod replay {
         }
     }
 
-    /// Picks the block to reallocate: half the time one of the `YOUNG` most
-    /// recent, else any.
+    /// Picks the block to reallocate: seven times in eight one of the `YOUNG`
+    /// most recent, else any.
     #[inline]
     fn realloc_victim(rng: &mut Rng, len: usize) -> usize {
         let r = rng.next_u64();
-        if r >> 63 == 0 {
+        if r >> 61 != 0 {
             len - 1 - Rng::below(r, len.min(YOUNG))
         } else {
             Rng::below(r, len)
         }
     }
 
-    /// Removes the block to free from the non-empty `live`: six times in
-    /// eight one of the `YOUNG` most recent (temporaries), once the oldest (a
-    /// list built long ago being discarded), once any (fragmentation).
+    /// Removes the block to free from the non-empty `live`: 30 times in 32
+    /// one of the `YOUNG` most recent (temporaries; when the live set shrinks
+    /// this recedes into older blocks, newest first), once the oldest (a
+    /// structure built long ago being discarded), once any (fragmentation).
+    ///
+    /// Old and random victims are cache misses for every allocator alike (the
+    /// harness reads the stamp, the allocator its metadata); more of them
+    /// would make the replay measure memory latency rather than allocators.
     #[inline]
     fn take_victim(rng: &mut Rng, live: &mut VecDeque<Block>) -> Block {
         let len = live.len();
         let r = rng.next_u64();
-        let taken = match r >> 61 {
-            0..=5 => live.swap_remove_back(len - 1 - Rng::below(r, len.min(YOUNG))),
-            6 => live.pop_front(),
+        let taken = match r >> 59 {
+            0..=29 => live.swap_remove_back(len - 1 - Rng::below(r, len.min(YOUNG))),
+            30 => live.pop_front(),
             _ => live.swap_remove_front(Rng::below(r, len)),
         };
         taken.expect("replay: victim index out of range")

@@ -31,7 +31,9 @@ pub(crate) struct LocalHeap {
     /// Where other threads send this heap's blocks back (the only field other
     /// threads write).
     pub(crate) queue: RemoteQueue,
-    current: [*mut Page; NUM_CLASSES],
+    /// Indexed by class; the extra last entry (the class of large spans)
+    /// stays null.
+    current: [*mut Page; NUM_CLASSES + 1],
     queues: [PageQueue; NUM_CLASSES],
     full: PageQueue,
     pub(crate) segments: *mut Segment,
@@ -66,7 +68,7 @@ impl LocalHeap {
         unsafe {
             heap.write(LocalHeap {
                 queue: RemoteQueue::new(),
-                current: [ptr::null_mut(); NUM_CLASSES],
+                current: [ptr::null_mut(); NUM_CLASSES + 1],
                 queues: [PageQueue::NEW; NUM_CLASSES],
                 full: PageQueue::NEW,
                 segments: ptr::null_mut(),
@@ -374,6 +376,11 @@ impl LocalHeap {
         // SAFETY: `page` is a live page of ours (callers).
         unsafe {
             if (*page).used() == 0 || (*page).in_full {
+                // The common empty page is the class's current one (a block
+                // allocated and freed at once): it stays, with no call.
+                if !(*page).in_full && self.current[(*page).class as usize] == page {
+                    return;
+                }
                 self.free_local_cold(page);
             }
         }

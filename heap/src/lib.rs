@@ -185,21 +185,31 @@ pub fn flush() {
 /// ```
 #[cfg(not(loom))]
 pub fn collect() {
+    // A block drained from one orphan may be forwarded to another already
+    // visited (its segment was adopted meanwhile), so repeat until a pass
+    // finds every queue empty. Each forward moves a block to its segment's
+    // current owner, so this settles in a pass or two.
     let heap = alloc::current_heap();
-    if alloc::is_live(heap) {
-        // SAFETY: the calling thread's own heap.
-        let h = unsafe { &mut *heap };
-        h.tidy();
-        h.visit_orphans(false);
-        h.tidy();
-    } else if abandon::orphan_count() > 0 {
-        abandon::for_each_orphan(|o| {
-            // SAFETY: held exclusively under the orphan lock.
-            unsafe { (*o).tidy() }
-        });
-    }
-    if alloc::fallback_exists() {
-        alloc::with_fallback(|h| h.tidy());
+    for _ in 0..16 {
+        let mut drained = 0;
+        if alloc::is_live(heap) {
+            // SAFETY: the calling thread's own heap.
+            let h = unsafe { &mut *heap };
+            drained += h.tidy();
+            drained += h.visit_orphans(false);
+            drained += h.tidy();
+        } else {
+            abandon::for_each_orphan(|o| {
+                // SAFETY: held exclusively under the orphan lock.
+                drained += unsafe { (*o).tidy() };
+            });
+        }
+        if alloc::fallback_exists() {
+            drained += alloc::with_fallback(|h| h.tidy()).unwrap_or(0);
+        }
+        if drained == 0 {
+            break;
+        }
     }
 }
 

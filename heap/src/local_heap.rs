@@ -501,10 +501,11 @@ impl LocalHeap {
 
     /// Takes every block other threads sent us and frees it locally; a block
     /// whose segment has meanwhile been adopted by another heap is forwarded.
-    pub(crate) fn drain_remote(&mut self) {
+    /// Returns how many blocks it took.
+    pub(crate) fn drain_remote(&mut self) -> u64 {
         let chain = self.queue.take_all();
         if chain.is_null() {
-            return;
+            return 0;
         }
         let me = ptr::addr_of!(self.queue);
         let mut cache = std::mem::replace(&mut self.cache, RemoteCache::for_thread());
@@ -529,6 +530,7 @@ impl LocalHeap {
         let fresh = std::mem::replace(&mut self.cache, cache);
         debug_assert!(fresh.is_empty());
         REMOTE.drained.fetch_add(n, Ordering::Relaxed);
+        n
     }
 
     /// Releases every empty page, the current ones included.
@@ -588,28 +590,33 @@ impl LocalHeap {
     /// Walks orphaned heaps: drains each one's queue (freeing into its pages
     /// or forwarding), releases what became empty, and with `adopt` takes the
     /// segments of the first orphan that has any.
-    pub(crate) fn visit_orphans(&mut self, adopt: bool) {
+    /// Returns how many queued blocks it drained.
+    pub(crate) fn visit_orphans(&mut self, adopt: bool) -> u64 {
         let mut adopted = !adopt;
+        let mut drained = 0;
         crate::abandon::for_each_orphan(|o| {
             // SAFETY: the orphan lock is held, so `o` is ours alone; it is
             // not `self` (a live heap is never on the orphan list).
             let o = unsafe { &mut *o };
-            o.tidy();
+            drained += o.tidy();
             if !adopted && !o.segments.is_null() {
                 self.adopt(o);
                 adopted = true;
             }
         });
+        drained
     }
 
     /// Drains, sends, and gives back what is empty (used on abandon and on
     /// orphan visits).
-    pub(crate) fn tidy(&mut self) {
+    /// Returns how many queued blocks it drained.
+    pub(crate) fn tidy(&mut self) -> u64 {
         self.cache.flush();
-        self.drain_remote();
+        let drained = self.drain_remote();
         self.cache.flush();
         self.retire_empty_pages();
         self.purge(true);
+        drained
     }
 
     /// Takes every segment and page of abandoned heap `o`.

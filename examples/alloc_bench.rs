@@ -12,7 +12,8 @@
 //! # Command lines
 //!
 //! ```text
-//! # everything: treesum, xmalloc (1 and 2 threads) and replay, 5 rounds
+//! # everything: treesum, xmalloc (1 and 2 threads) and replay, 5 rounds;
+//! # about 5 minutes on a busy 2-core machine, most of it in replay
 //! cargo run --release --example alloc_bench
 //! # quick check, about a twentieth of the default sizes
 //! cargo run --release --example alloc_bench -- --scale 0.05 --rounds 2
@@ -22,7 +23,8 @@
 //! cargo run --release --example alloc_bench -- --json > alloc_bench.json
 //! ```
 //!
-//! Flags: `--workload treesum|xmalloc|replay|all` (default `all`),
+//! Flags: `--workload treesum|xmalloc|replay|all` (default `all`; a
+//! comma-separated list also works),
 //! `--threads N` (default: run 1 and 2), `--alloc loam,system,mimalloc,jemalloc`
 //! (default: all four), `--scale F` (default 1.0), `--rounds R` (default 5),
 //! `--json`, `--verbose` (every run and its phases on stderr).
@@ -60,10 +62,10 @@
 //!   30 in 32 free one of the 64 most recent blocks (temporaries; newest
 //!   first when the live set shrinks), one in 32 the oldest (a structure built
 //!   long ago being discarded), one in 32 a random live block
-//!   (fragmentation). Then everything left is freed. The
-//!   trace comes from a seeded PRNG, so every allocator replays exactly the
-//!   same operations. ops = allocations + reallocations + frees; the headline
-//!   is ms and peak RSS.
+//!   (fragmentation). Then everything left is freed. The trace comes from a
+//!   seeded PRNG, so every allocator replays exactly the same operations.
+//!   ops = allocations + reallocations + frees; the headline is ms and peak
+//!   RSS.
 //!
 //! `--scale` sizes all three (treesum nodes, xmalloc allocations, replay
 //! operations and live set), so `--scale 0.05` is a quick run.
@@ -164,7 +166,8 @@ impl AllocKind {
     }
 
     /// Asks the allocator to return the memory it keeps, so its next run
-    /// starts cold. glibc is always trimmed: the harness itself uses it.
+    /// starts cold. Only the allocator that ran is asked: a release by
+    /// another would show up as this one's kept memory shrinking.
     fn release_retained(self) {
         match self {
             AllocKind::Mimalloc => {
@@ -191,10 +194,11 @@ impl AllocKind {
                 debug_assert_eq!(rc, 0, "jemalloc purge failed");
             }
             AllocKind::Loam => loam::heap::collect(),
-            AllocKind::System => {}
+            AllocKind::System => {
+                // SAFETY: `malloc_trim` takes no pointers and is thread-safe.
+                unsafe { libc::malloc_trim(0) };
+            }
         }
-        // SAFETY: `malloc_trim` takes no pointers and is thread-safe.
-        unsafe { libc::malloc_trim(0) };
     }
 }
 
@@ -237,9 +241,9 @@ impl Workload {
 #[derive(Parser, Debug)]
 #[command(name = "alloc_bench")]
 struct Cli {
-    /// Workload to run.
-    #[arg(long, value_enum, default_value = "all")]
-    workload: WorkloadArg,
+    /// Workload(s) to run, comma-separated.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "all")]
+    workload: Vec<WorkloadArg>,
     /// Thread count (treesum's parallel phases, xmalloc's producers); default:
     /// run both 1 and 2. replay is single-threaded and always runs at 1.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=256))]
@@ -1473,12 +1477,20 @@ fn main() {
             allocs.push(a);
         }
     }
-    let workloads: Vec<Workload> = match cli.workload {
-        WorkloadArg::Treesum => vec![Workload::Treesum],
-        WorkloadArg::Xmalloc => vec![Workload::Xmalloc],
-        WorkloadArg::Replay => vec![Workload::Replay],
-        WorkloadArg::All => vec![Workload::Treesum, Workload::Xmalloc, Workload::Replay],
-    };
+    let mut workloads: Vec<Workload> = Vec::new();
+    for arg in &cli.workload {
+        let picked: &[Workload] = match arg {
+            WorkloadArg::Treesum => &[Workload::Treesum],
+            WorkloadArg::Xmalloc => &[Workload::Xmalloc],
+            WorkloadArg::Replay => &[Workload::Replay],
+            WorkloadArg::All => &[Workload::Treesum, Workload::Xmalloc, Workload::Replay],
+        };
+        for &w in picked {
+            if !workloads.contains(&w) {
+                workloads.push(w);
+            }
+        }
+    }
     let thread_counts: Vec<usize> = match cli.threads {
         Some(n) => vec![n as usize],
         None => vec![1, 2],

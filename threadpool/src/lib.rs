@@ -28,10 +28,11 @@
 //! # Fast path: `join(a, b)` on a worker
 //!
 //! 1. Put `b` in a `StackJob` on this stack and push it onto the own deque
-//!    (`Sleep::notify_local`: one load; wakes a parked peer only if any).
+//!    (`Sleep::notify_new_work`: a fence and one load; wakes a parked peer
+//!    only if there is one).
 //! 2. Run `a` (catching a panic).
-//! 3. Pop the own deque: if `b` comes back, call it inline. Done: no atomic
-//!    read-modify-write, no allocation, no system call.
+//! 3. Pop the own deque: if `b` comes back, call it inline. Done: no lock,
+//!    no allocation, no system call.
 //!
 //! # Slow path: `b` was stolen, or the caller is not a worker
 //!
@@ -74,7 +75,7 @@
 //! rayon-core (`registry.rs`, `job.rs`, `latch.rs`, `sleep/`): the API, the
 //! work-first `join` and the latch states are modelled on it; the sleep
 //! protocol here is simpler (a sleeper count with a `SeqCst` fence handshake
-//! instead of rayon's jobs-event counter). crossbeam-deque (Chase–Lev deques,
+//! instead of rayon's jobs-event counter) and also covers local pushes. crossbeam-deque (Chase–Lev deques,
 //! the injector). Blumofe & Leiserson, "Scheduling multithreaded computations
 //! by work stealing" (1999).
 

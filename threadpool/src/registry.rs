@@ -119,7 +119,7 @@ impl Registry {
     /// Queues a job any worker may take, and wakes one if all are parked.
     pub(crate) fn inject(&self, job: JobRef) {
         self.injector.push(job);
-        self.sleep.notify_injected();
+        self.sleep.notify_new_work();
     }
 
     /// Queues a job only worker `index` may run, and wakes that worker.

@@ -19,9 +19,9 @@ use crate::sync::{fence, AtomicUsize, Condvar, Mutex, Ordering};
 /// 4. re-check for work (`has_work`); if there is some, undo 3 and 2 and return;
 /// 5. set `is_sleeping = true` and wait on the condvar until a waker clears it.
 ///
-/// A pusher that made a job visible to every worker (the injector) calls
-/// [`Sleep::notify_injected`]: `fence(SeqCst)`, load `sleepers`, and if it is
-/// non-zero wake one worker. The two `SeqCst` fences order "push; fence; read
+/// A pusher that made a job stealable (onto its own deque or the injector)
+/// calls [`Sleep::notify_new_work`]: `fence(SeqCst)`, load `sleepers`, and if
+/// it is non-zero wake one worker. The two `SeqCst` fences order "push; fence; read
 /// sleepers" against "sleepers += 1; fence; read queues": at least one side sees
 /// the other's write, so either the sleeper sees the job in step 4 or the pusher
 /// sees the sleeper and wakes someone. A woken worker re-scans all queues before
@@ -30,9 +30,14 @@ use crate::sync::{fence, AtomicUsize, Condvar, Mutex, Ordering};
 /// runs before step 1 (and the sleeper sees the job) or after the sleeper is
 /// waiting (and sees `is_sleeping`).
 ///
-/// Pushes to a worker's *own* deque use the cheaper [`Sleep::notify_local`]
-/// (no fence): a missed wake-up there costs parallelism, never progress, because
-/// the owner itself is awake and will run the job.
+/// Local pushes take the same fence (rayon-core skips it there and accepts
+/// that a local job may not wake anyone): a `join` whose first half blocks on
+/// its second must find the idle worker awake. Measured cost on the benches:
+/// within noise.
+///
+/// Jobs for one particular worker (broadcast inboxes) use
+/// [`Sleep::wake_specific`] directly; its mutex orders the push with that
+/// worker's re-check.
 ///
 /// # Invariants
 ///
@@ -46,7 +51,7 @@ pub(crate) struct Sleep {
     /// Writers: a parking worker (`+1` in step 3, `-1` on undo) and wakers
     /// (`-1` when they clear `is_sleeping`, under the sleeper's mutex).
     /// Readers: `notify_*`. Ordering: `SeqCst` RMWs, paired with the `SeqCst`
-    /// fences in `sleep` and `notify_injected`.
+    /// fences in `sleep` and `notify_new_work`.
     sleepers: CachePadded<AtomicUsize>,
     /// One slot per worker, indexed by worker index.
     workers: Box<[CachePadded<WorkerSleepState>]>,
@@ -121,20 +126,12 @@ impl Sleep {
         true
     }
 
-    /// Called after pushing a job any worker may take (the injector): wakes a
-    /// parked worker if there is one. Never loses a wake-up (see the protocol).
-    pub(crate) fn notify_injected(&self) {
-        fence(Ordering::SeqCst);
-        if self.sleepers.load(Ordering::SeqCst) > 0 {
-            self.wake_any_slow();
-        }
-    }
-
-    /// Called after a worker pushed onto its own deque: wakes a parked worker
-    /// to steal, if the count says there is one. Best effort (no fence), as the
-    /// pushing worker runs the job itself if nobody steals it.
+    /// Called after pushing a job any worker may take (own deque or injector):
+    /// wakes a parked worker if there is one. Never loses a wake-up (see the
+    /// protocol).
     #[inline]
-    pub(crate) fn notify_local(&self) {
+    pub(crate) fn notify_new_work(&self) {
+        fence(Ordering::SeqCst);
         if self.sleepers.load(Ordering::SeqCst) > 0 {
             self.wake_any_slow();
         }
@@ -215,7 +212,7 @@ mod loom_tests {
                 let (sleep, queued) = (sleep.clone(), queued.clone());
                 loom::thread::spawn(move || {
                     queued.store(true, Ordering::Relaxed);
-                    sleep.notify_injected();
+                    sleep.notify_new_work();
                 })
             };
             while !queued.load(Ordering::Relaxed) {

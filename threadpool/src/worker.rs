@@ -89,7 +89,7 @@ impl WorkerThread {
     #[inline]
     pub(crate) fn push(&self, job: JobRef) {
         self.deque.push(job);
-        self.registry.sleep.notify_local();
+        self.registry.sleep.notify_new_work();
     }
 
     /// Pops the newest job of this worker's own deque.
@@ -150,7 +150,7 @@ impl WorkerThread {
         let job = retry_steal(|| registry.injector.steal_batch_and_pop(&self.deque))?;
         if !self.deque.is_empty() {
             // The batch landed in our deque; let a parked peer share it.
-            registry.sleep.notify_local();
+            registry.sleep.notify_new_work();
         }
         Some(job)
     }

@@ -173,6 +173,10 @@ fn fib_rayon(n: u64, cutoff: u64) -> u64 {
 fn join_fib(c: &mut Criterion) {
     let mut group = c.benchmark_group("join_fib");
     let expected = fib_seq(FIB_N);
+    // One thread, no pool: shows how much parallelism the machine gave.
+    group.bench_function(BenchmarkId::new("sequential", format!("fib{FIB_N}")), |b| {
+        b.iter(|| assert_eq!(fib_seq(black_box(FIB_N)), expected))
+    });
     for cutoff in FIB_CUTOFFS {
         let id = format!("fib{FIB_N}_cutoff{cutoff}");
         {
@@ -255,6 +259,9 @@ fn tree_sum(c: &mut Criterion) {
     let expected = (TREE_NODES as u64) * (TREE_NODES as u64 - 1) / 2;
     assert_eq!(sum_seq(&tree), expected);
     let mut group = c.benchmark_group("tree_sum");
+    group.bench_function(BenchmarkId::new("sequential", TREE_NODES), |b| {
+        b.iter(|| assert_eq!(sum_seq(black_box(&tree)), expected))
+    });
     {
         let pool = loam_pool();
         group.bench_function(BenchmarkId::new("loam", TREE_NODES), |b| {

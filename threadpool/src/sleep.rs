@@ -21,10 +21,10 @@ use crate::sync::{fence, AtomicUsize, Condvar, Mutex, Ordering};
 ///
 /// A pusher that made a job stealable (onto its own deque or the injector)
 /// calls [`Sleep::notify_new_work`]: `fence(SeqCst)`, load `sleepers`, and if
-/// it is non-zero wake one worker. The two `SeqCst` fences order "push; fence; read
-/// sleepers" against "sleepers += 1; fence; read queues": at least one side sees
-/// the other's write, so either the sleeper sees the job in step 4 or the pusher
-/// sees the sleeper and wakes someone. A woken worker re-scans all queues before
+/// it is non-zero wake one worker. The two `SeqCst` fences order "push; fence;
+/// read sleepers" against "sleepers += 1; fence; read queues": at least one
+/// side sees the other's write, so either the sleeper sees the job in step 4
+/// or the pusher sees the sleeper and wakes someone. A woken worker re-scans all queues before
 /// parking again, so the job always finds an awake worker. The per-worker mutex
 /// closes the window between step 4 and step 5: a waker locks it, so it either
 /// runs before step 1 (and the sleeper sees the job) or after the sleeper is
@@ -50,7 +50,7 @@ pub(crate) struct Sleep {
     /// Count of workers announced as sleeping.
     /// Writers: a parking worker (`+1` in step 3, `-1` on undo) and wakers
     /// (`-1` when they clear `is_sleeping`, under the sleeper's mutex).
-    /// Readers: `notify_*`. Ordering: `SeqCst` RMWs, paired with the `SeqCst`
+    /// Readers: `notify_new_work`. Ordering: `SeqCst` RMWs, paired with the `SeqCst`
     /// fences in `sleep` and `notify_new_work`.
     sleepers: CachePadded<AtomicUsize>,
     /// One slot per worker, indexed by worker index.

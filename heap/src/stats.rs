@@ -6,7 +6,7 @@ use crate::local_heap::ALL_HEAPS;
 use crate::page::PageState;
 use crate::remote::REMOTE;
 use crate::segment::{self, Segment, SegmentKind, HEADER_SLICES, SLICES, SLICE_SIZE};
-use crate::size_class::{CLASS_SIZE, NUM_CLASSES};
+use crate::size_class::{class_of, CLASS_SIZE, NUM_CLASSES, SMALL_MAX};
 use crate::sync::{AtomicU64, Ordering};
 use crossbeam_utils::CachePadded;
 
@@ -145,7 +145,9 @@ pub fn stats() -> HeapStats {
                 let bs = (*d).block_size() as u64;
                 match (*d).state() {
                     PageState::Small => {
-                        let c = &mut s.classes[((*d).class as usize).min(NUM_CLASSES - 1)];
+                        // The class from the (atomic) block size: `class` itself is
+                        // owner-only. A page being set up may show a stale size.
+                        let c = &mut s.classes[class_of((bs as usize).clamp(1, SMALL_MAX))];
                         c.pages += 1;
                         c.blocks_used += used;
                         c.blocks_capacity += (*d).capacity() as u64;

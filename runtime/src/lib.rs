@@ -18,6 +18,7 @@
 //!   allocated black (both bits set), so the sweeper leaves them alone;
 //! - a *mark* bit, set by the marker with `fetch_or`. Marking never writes into
 //!   objects a mutator may be using.
+//!
 //! The heap now offers one bitmap per page; it will grow a second (a third
 //! header slice per segment, resident only where touched).
 //!
@@ -69,5 +70,6 @@
 //! 4. Mutators resume; GC threads sweep each page (`allocated & !marked`),
 //!    run the dead objects' drop glue, and send the blocks to their owners
 //!    through `loam_heap::FreeBatch`.
+//!
 //! The next issue makes step 3 concurrent behind a snapshot barrier (the
 //! barrier cells already carry it).

@@ -18,6 +18,14 @@ use crate::unwind::AbortIfPanic;
 /// between two bursts of a join tree should stay awake across the gap.
 const SPIN_ROUNDS: u32 = 32;
 
+/// A victim deque at least this long is robbed in a batch (up to half of it,
+/// at most 32 jobs) rather than one job at a time. Long deques come from
+/// loops of `spawn`s, where one job at a time makes the thief fight the owner
+/// for the deque's cache lines on every task; a `join` tree keeps its deque
+/// as short as its depth, so it keeps single steals, which hand the thief the
+/// biggest piece of work.
+const BATCH_STEAL_MIN_LEN: usize = 64;
+
 thread_local! {
     /// The `WorkerThread` running on this thread, or null outside any pool.
     /// Written only by `WorkerThread::run` (set at start, cleared on exit).
@@ -131,7 +139,13 @@ impl WorkerThread {
             let stolen = retry_steal(|| {
                 let mut retry = false;
                 for victim in victims.clone() {
-                    match registry.stealer(victim).steal() {
+                    let stealer = registry.stealer(victim);
+                    let attempt = if stealer.len() >= BATCH_STEAL_MIN_LEN {
+                        stealer.steal_batch_and_pop(&self.deque)
+                    } else {
+                        stealer.steal()
+                    };
+                    match attempt {
                         Steal::Success(job) => return Steal::Success(job),
                         Steal::Retry => retry = true,
                         Steal::Empty => {}
@@ -144,6 +158,10 @@ impl WorkerThread {
                 }
             });
             if stolen.is_some() {
+                if !self.deque.is_empty() {
+                    // A batch landed in our deque; let a parked peer share it.
+                    registry.sleep.notify_new_work();
+                }
                 return stolen;
             }
         }

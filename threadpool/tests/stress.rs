@@ -101,3 +101,19 @@ fn many_outside_threads_inject_at_once() {
         .sum();
     assert_eq!(total.load(Ordering::Relaxed), expected);
 }
+
+#[test]
+fn long_spawn_loops_run_every_task_once() {
+    // Deques this long are robbed in batches; each task must still run once.
+    let pool = ThreadPoolBuilder::new().num_threads(3).build().unwrap();
+    let hits: Vec<AtomicU64> = (0..20_000).map(|_| AtomicU64::new(0)).collect();
+    pool.scope(|s| {
+        for hit in &hits {
+            s.spawn(move |_| {
+                let (a, b) = loam_threadpool::join(|| 1, || 0);
+                hit.fetch_add(a + b, Ordering::Relaxed);
+            });
+        }
+    });
+    assert!(hits.iter().all(|hit| hit.load(Ordering::Relaxed) == 1));
+}

@@ -19,7 +19,7 @@
 
 use std::hint::black_box;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
@@ -31,6 +31,8 @@ const FIB_N: u64 = 32;
 const FIB_CUTOFFS: [u64; 2] = [20, 10];
 const TREE_NODES: usize = 10_000_000;
 const TREE_PAR_DEPTH: u32 = 12;
+/// 0 + 1 + ... + (TREE_NODES - 1): the tree's values.
+const TREE_SUM: u64 = (TREE_NODES as u64) * (TREE_NODES as u64 - 1) / 2;
 
 fn threads() -> usize {
     std::env::var("LOAM_BENCH_THREADS")
@@ -255,23 +257,33 @@ fn sum_rayon(node: &Option<Box<Node>>, depth: u32) -> u64 {
 }
 
 fn tree_sum(c: &mut Criterion) {
-    let tree = build_tree(0, TREE_NODES);
-    let expected = (TREE_NODES as u64) * (TREE_NODES as u64 - 1) / 2;
-    assert_eq!(sum_seq(&tree), expected);
+    // Built on first use (not at all when a filter skips this group), once,
+    // outside every timed loop.
+    let tree = OnceLock::new();
+    let tree = || {
+        tree.get_or_init(|| {
+            let tree = build_tree(0, TREE_NODES);
+            assert_eq!(sum_seq(&tree), TREE_SUM);
+            tree
+        })
+    };
     let mut group = c.benchmark_group("tree_sum");
     group.bench_function(BenchmarkId::new("sequential", TREE_NODES), |b| {
-        b.iter(|| assert_eq!(sum_seq(black_box(&tree)), expected))
+        let tree = tree();
+        b.iter(|| assert_eq!(sum_seq(black_box(tree)), TREE_SUM))
     });
     {
         let pool = loam_pool();
         group.bench_function(BenchmarkId::new("loam", TREE_NODES), |b| {
-            b.iter(|| assert_eq!(pool.install(|| sum_loam(black_box(&tree), 0)), expected))
+            let tree = tree();
+            b.iter(|| assert_eq!(pool.install(|| sum_loam(black_box(tree), 0)), TREE_SUM))
         });
     }
     {
         let pool = rayon_pool();
         group.bench_function(BenchmarkId::new("rayon", TREE_NODES), |b| {
-            b.iter(|| assert_eq!(pool.install(|| sum_rayon(black_box(&tree), 0)), expected))
+            let tree = tree();
+            b.iter(|| assert_eq!(pool.install(|| sum_rayon(black_box(tree), 0)), TREE_SUM))
         });
     }
     group.finish();

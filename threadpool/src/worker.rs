@@ -97,7 +97,10 @@ impl WorkerThread {
     #[inline]
     pub(crate) fn push(&self, job: JobRef) {
         self.deque.push(job);
-        self.registry.sleep.notify_new_work();
+        // Alone in its pool, the pusher has nobody to wake.
+        if self.registry.num_threads() > 1 {
+            self.registry.sleep.notify_new_work();
+        }
     }
 
     /// Pops the newest job of this worker's own deque.

@@ -1,31 +1,53 @@
 //! Jobs: type-erased work items (`JobRef`) that sit in the deques, and the two
-//! shapes behind them: `StackJob` (caller waits on a latch) and `HeapJob` (boxed).
+//! shapes behind them: `StackJob` (caller waits on a latch) and spawned jobs
+//! (the closure itself, inline in the `JobRef` when it fits, else boxed).
 
 use std::cell::UnsafeCell;
+use std::mem::{align_of, size_of, MaybeUninit};
 
 use crate::latch::Latch;
 use crate::unwind::{self, AbortIfPanic, Payload};
 
-/// A type-erased pointer to a job plus the function that runs it; what the
-/// deques and the injector carry. Copyable; running it twice is a bug.
-#[derive(Clone, Copy, Debug)]
+/// The payload of a `JobRef`: a pointer to the job, or a small closure itself.
+/// May hold uninitialised (padding) bytes; read only as the type written.
+type Inline = MaybeUninit<[usize; 2]>;
+
+/// `JobRef::tag` of a `StackJob` (its payload is the job's address).
+const TAG_STACK_JOB: usize = 1;
+/// `JobRef::tag` of a spawned job (its payload is a closure or a box).
+const TAG_SPAWNED: usize = 0;
+
+/// A type-erased job and the function that runs it; what the deques and the
+/// injector carry, by value (32 bytes). Running it twice is a bug.
+///
+/// # Invariants
+///
+/// `execute_fn` reads `data` as exactly the type its constructor wrote there;
+/// if `tag == TAG_STACK_JOB`, `data[0]` is an initialised pointer.
+#[derive(Clone, Copy)]
 pub(crate) struct JobRef {
-    pointer: *const (),
-    execute_fn: unsafe fn(*const ()),
+    data: Inline,
+    tag: usize,
+    execute_fn: unsafe fn(Inline),
 }
 
 // SAFETY: a `JobRef` is only made from jobs whose closures and results are
 // `Send` (the public bounds require it), so running it on another thread is
-// sound; the pointer itself is just an address.
+// sound; a stack job's pointer is just an address.
 unsafe impl Send for JobRef {}
-// SAFETY: as for `Send`: sharing the address shares nothing else.
+// SAFETY: as for `Send`: sharing a `JobRef` shares nothing else.
 unsafe impl Sync for JobRef {}
 
 impl JobRef {
-    /// The job's identity (its address), to recognise a job popped back.
+    /// True if both are the same `StackJob` (how `join` recognises its second
+    /// half popped back). Spawned jobs are never the same as anything.
     #[inline]
-    pub(crate) fn id(&self) -> *const () {
-        self.pointer
+    pub(crate) fn is_same_stack_job(&self, other: &JobRef) -> bool {
+        self.tag == TAG_STACK_JOB
+            && other.tag == TAG_STACK_JOB
+            // SAFETY: stack jobs' payloads start with an initialised pointer
+            // (the invariant).
+            && unsafe { read_pointer::<()>(&self.data) == read_pointer::<()>(&other.data) }
     }
 
     /// Runs the job.
@@ -33,12 +55,38 @@ impl JobRef {
     /// # Safety
     ///
     /// Called at most once per job, while the job is live (a `StackJob`'s owner
-    /// waits on its latch; a `HeapJob` frees itself).
+    /// waits on its latch; a spawned job owns its closure).
     #[inline]
     pub(crate) unsafe fn execute(self) {
         // SAFETY: forwarded from the caller.
-        unsafe { (self.execute_fn)(self.pointer) }
+        unsafe { (self.execute_fn)(self.data) }
     }
+}
+
+impl std::fmt::Debug for JobRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JobRef")
+            .field("tag", &self.tag)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A payload holding one pointer.
+fn pointer_payload<T>(pointer: *const T) -> Inline {
+    let mut data = Inline::uninit();
+    // SAFETY: a pointer fits in (and is no more aligned than) two words.
+    unsafe { (data.as_mut_ptr() as *mut *const T).write(pointer) };
+    data
+}
+
+/// Reads the pointer `pointer_payload` wrote.
+///
+/// # Safety
+///
+/// `data` was made by `pointer_payload::<T>` (or another pointer write).
+unsafe fn read_pointer<T>(data: &Inline) -> *const T {
+    // SAFETY: forwarded from the caller.
+    unsafe { (data.as_ptr() as *const *const T).read() }
 }
 
 /// A job's outcome as its waiter will see it.
@@ -108,18 +156,20 @@ impl<L: Latch, F: FnOnce() -> R, R> StackJob<L, F, R> {
     /// or it has been popped back.
     pub(crate) unsafe fn as_job_ref(&self) -> JobRef {
         JobRef {
-            pointer: self as *const Self as *const (),
+            data: pointer_payload(self),
+            tag: TAG_STACK_JOB,
             execute_fn: Self::execute,
         }
     }
 
-    /// Runs the job from its `JobRef`.
+    /// Runs the job from its `JobRef`'s payload.
     ///
     /// # Safety
     ///
-    /// `this` came from `as_job_ref` of a live job not yet run.
-    unsafe fn execute(this: *const ()) {
-        let this = this as *const Self;
+    /// `data` came from `as_job_ref` of a live job not yet run.
+    unsafe fn execute(data: Inline) {
+        // SAFETY: `as_job_ref` wrote the job's address.
+        let this = unsafe { read_pointer::<Self>(&data) };
         let abort = AbortIfPanic("panic while completing a job");
         // SAFETY: the job is live and not yet run, so we are the only one to
         // touch `func` and `result` until we set the latch.
@@ -144,38 +194,54 @@ impl<L: Latch, F: FnOnce() -> R, R> StackJob<L, F, R> {
     }
 }
 
-/// A boxed job, for work nobody waits on directly (`spawn`, scope spawns).
-/// The closure handles its own panics.
-#[derive(Debug)]
-pub(crate) struct HeapJob<BODY> {
-    body: BODY,
-}
-
-impl<BODY: FnOnce() + Send> HeapJob<BODY> {
-    /// Boxes `body` as a job.
-    pub(crate) fn new(body: BODY) -> Box<Self> {
-        Box::new(HeapJob { body })
-    }
-
-    /// Leaks the box into a `JobRef`; running it frees the box.
-    ///
-    /// # Safety
-    ///
-    /// Everything `body` borrows must outlive the job's execution (for `'static`
-    /// bodies that is free; scopes wait for their jobs).
-    pub(crate) unsafe fn into_job_ref(self: Box<Self>) -> JobRef {
+/// Makes a job of `body`, for work nobody waits on directly (`spawn`, scope
+/// spawns); `body` handles its own panics. A closure of at most two words is
+/// carried inline in the `JobRef` (no allocation: a spawn loop then costs no
+/// `malloc` here and no cross-thread `free` in the thief); a bigger one is
+/// boxed and freed when it runs.
+///
+/// # Safety
+///
+/// Everything `body` borrows must outlive the job's execution (for `'static`
+/// bodies that is free; scopes wait for their jobs).
+pub(crate) unsafe fn spawned_job_ref<BODY: FnOnce() + Send>(body: BODY) -> JobRef {
+    if size_of::<BODY>() <= size_of::<Inline>() && align_of::<BODY>() <= align_of::<Inline>() {
+        let mut data = Inline::uninit();
+        // SAFETY: `BODY` fits in `data` in size and alignment (just checked).
+        unsafe { (data.as_mut_ptr() as *mut BODY).write(body) };
         JobRef {
-            pointer: Box::into_raw(self) as *const (),
-            execute_fn: Self::execute,
+            data,
+            tag: TAG_SPAWNED,
+            execute_fn: execute_inline::<BODY>,
+        }
+    } else {
+        JobRef {
+            data: pointer_payload(Box::into_raw(Box::new(body))),
+            tag: TAG_SPAWNED,
+            execute_fn: execute_boxed::<BODY>,
         }
     }
+}
 
-    /// # Safety
-    ///
-    /// `this` came from `into_job_ref` and runs once.
-    unsafe fn execute(this: *const ()) {
-        // SAFETY: made by `Box::into_raw` in `into_job_ref`, run exactly once.
-        let this = unsafe { Box::from_raw(this as *mut Self) };
-        (this.body)();
-    }
+/// Runs a closure carried inline.
+///
+/// # Safety
+///
+/// `data` holds a `BODY` written by `spawned_job_ref`, run once.
+unsafe fn execute_inline<BODY: FnOnce()>(data: Inline) {
+    // SAFETY: forwarded; this read moves the closure out of its only copy
+    // that will ever run.
+    let body = unsafe { (data.as_ptr() as *const BODY).read() };
+    body();
+}
+
+/// Runs a boxed closure and frees its box.
+///
+/// # Safety
+///
+/// `data` holds a `Box<BODY>` leaked by `spawned_job_ref`, run once.
+unsafe fn execute_boxed<BODY: FnOnce()>(data: Inline) {
+    // SAFETY: forwarded; the box was leaked by `Box::into_raw`.
+    let body = unsafe { Box::from_raw(read_pointer::<BODY>(&data) as *mut BODY) };
+    body();
 }

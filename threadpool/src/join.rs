@@ -78,7 +78,7 @@ where
 
     while !job_b.latch.probe() {
         match worker.take_local_job() {
-            Some(job) if job.id() == job_b_ref.id() => {
+            Some(job) if job.is_same_stack_job(&job_b_ref) => {
                 let result_b = job_b.run_inline();
                 return (result_a, result_b);
             }

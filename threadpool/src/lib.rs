@@ -17,8 +17,9 @@
 //!   `Injector`, per-worker broadcast inboxes, `Sleep`, hooks.
 //! - `WorkerThread` (`worker.rs`): one worker's deque (`Worker`), its index,
 //!   the scheduling loop, `wait_until(latch)`.
-//! - `JobRef`, `StackJob`, `HeapJob` (`job.rs`): the type-erased job in the
-//!   queues; a job on its waiter's stack; a boxed fire-and-forget job.
+//! - `JobRef`, `StackJob` (`job.rs`): the type-erased job in the queues; a
+//!   job on its waiter's stack. A spawned job is its closure, carried inside
+//!   the `JobRef` when it is at most two words, else boxed.
 //! - Latches (`latch.rs`): `CoreLatch` (the state machine a worker parks on),
 //!   `SpinLatch` (a join's second half), `CountLatch` (scopes, broadcasts),
 //!   `CrossLatch` (a worker waiting on another pool), `LockLatch` (a thread
@@ -52,8 +53,9 @@
 //! - A `StackJob` lives on its waiter's stack; the executor writes its result,
 //!   then sets its latch, then never touches it again; the waiter reads the
 //!   result only after the latch.
-//! - A `HeapJob` owns its closure; running it frees it. Scope jobs borrow the
-//!   `Scope`, which waits (a `CountLatch`) until every job has finished.
+//! - A spawned job's `JobRef` owns its closure (inline or boxed); running it
+//!   consumes it. Scope jobs borrow the `Scope`, which waits (a `CountLatch`)
+//!   until every job has finished.
 //! - The `Registry` is shared through `Arc` by the handle and every worker, so
 //!   it outlives any job a worker runs. `ThreadPool` alone owns the
 //!   `JoinHandle`s.

@@ -4,7 +4,7 @@
 use std::marker::PhantomData;
 use std::ptr;
 
-use crate::job::HeapJob;
+use crate::job;
 use crate::latch::CountLatch;
 use crate::registry::{self, Registry};
 use crate::sync::{Arc, AtomicPtr, Ordering};
@@ -151,7 +151,7 @@ impl<'scope> Scope<'scope> {
     {
         self.latch.increment();
         let scope = ScopePtr(self);
-        let job = HeapJob::new(move || {
+        let job = move || {
             // SAFETY: the scope waits for this job (we hold a count), so the
             // pointer is live until our `CountLatch::set` below.
             let scope = unsafe { scope.get() };
@@ -164,10 +164,10 @@ impl<'scope> Scope<'scope> {
             // SAFETY: (1) the latch is live until our decrement lands; (2)
             // `sleep` points into the registry, which this thread keeps alive.
             unsafe { CountLatch::set(&scope.latch, &*sleep) };
-        });
+        };
         // SAFETY: `body` borrows only `'scope` data, and the scope outlives
         // the job (see the invariant).
-        let job_ref = unsafe { job.into_job_ref() };
+        let job_ref = unsafe { job::spawned_job_ref(job) };
         self.registry.inject_or_push(job_ref);
     }
 

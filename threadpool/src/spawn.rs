@@ -1,7 +1,7 @@
 //! `spawn`: fire-and-forget `'static` tasks, boxed; their panics go to the
 //! pool's panic handler.
 
-use crate::job::HeapJob;
+use crate::job;
 use crate::registry::{self, Registry};
 use crate::unwind;
 use crate::worker::WorkerThread;
@@ -55,13 +55,13 @@ pub(crate) fn spawn_in<F>(registry: &Registry, func: F)
 where
     F: FnOnce() + Send + 'static,
 {
-    let job = HeapJob::new(move || {
+    let job = move || {
         if let Err(payload) = unwind::halt_unwinding(func) {
             let worker = WorkerThread::current();
             // SAFETY: jobs run on workers, so this is the live current worker.
             unsafe { &*worker }.registry().handle_panic(payload);
         }
-    });
+    };
     // SAFETY: the body is `'static`, so it borrows nothing that could die.
-    registry.inject_or_push(unsafe { job.into_job_ref() });
+    registry.inject_or_push(unsafe { job::spawned_job_ref(job) });
 }

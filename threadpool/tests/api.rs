@@ -386,3 +386,48 @@ fn pools_calling_into_each_other_do_not_deadlock() {
     let (x, y) = a.install(|| b.join(|| a.install(|| 1), || a.install(|| 2)));
     assert_eq!((x, y), (1, 2));
 }
+
+#[test]
+fn spawned_closures_small_and_large_run_once_and_drop_once() {
+    // Two words or less travel inline in the queue, bigger ones are boxed:
+    // either way each closure runs once and its captures drop once.
+    let pool = pool(2);
+    let token = Arc::new(());
+    let sum = Arc::new(AtomicUsize::new(0));
+    pool.scope(|s| {
+        for i in 0..1000usize {
+            let (small_token, sum) = (token.clone(), &sum);
+            s.spawn(move |_| {
+                let _token = small_token;
+                sum.fetch_add(i, Ordering::Relaxed);
+            });
+            let (big_token, big) = (token.clone(), [i; 8]);
+            s.spawn(move |_| {
+                let _token = big_token;
+                sum.fetch_add(big.iter().sum::<usize>() / 8, Ordering::Relaxed);
+            });
+        }
+    });
+    assert_eq!(sum.load(Ordering::Relaxed), 2 * (0..1000).sum::<usize>());
+    let (sender, receiver) = mpsc::channel();
+    for i in 0..1000usize {
+        let (small, big) = (token.clone(), token.clone());
+        let (s1, s2) = (sender.clone(), sender.clone());
+        pool.spawn(move || {
+            let _small = small;
+            s1.send(i).unwrap();
+        });
+        let payload = [i; 8];
+        pool.spawn(move || {
+            let _big = big;
+            s2.send(payload.iter().sum::<usize>() / 8).unwrap();
+        });
+    }
+    let mut got: Vec<usize> = (0..2000).map(|_| receiver.recv().unwrap()).collect();
+    got.sort();
+    let mut want: Vec<usize> = (0..1000).chain(0..1000).collect();
+    want.sort();
+    assert_eq!(got, want);
+    drop(pool);
+    assert_eq!(Arc::strong_count(&token), 1, "every capture dropped once");
+}

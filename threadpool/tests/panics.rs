@@ -161,3 +161,23 @@ fn spawn_panics_without_a_handler_are_reported_and_the_pool_continues() {
     assert_eq!(receiver.recv().unwrap(), "after");
     assert_eq!(pool.install(|| 1), 1);
 }
+
+#[test]
+fn panics_in_inline_and_boxed_spawned_closures_are_caught() {
+    let pool = pool(2);
+    // A capture-free body travels inline; one with a big capture is boxed.
+    let big = [7u64; 16];
+    let caught = panic::catch_unwind(AssertUnwindSafe(|| {
+        pool.scope(|s| {
+            s.spawn(|_| panic!("inline"));
+        })
+    }));
+    assert_eq!(message(caught.unwrap_err()), "inline");
+    let caught = panic::catch_unwind(AssertUnwindSafe(|| {
+        pool.scope(|s| {
+            s.spawn(move |_| panic!("boxed {}", big.iter().sum::<u64>()));
+        })
+    }));
+    assert_eq!(message(caught.unwrap_err()), "boxed 112");
+    assert_eq!(pool.install(|| 9), 9);
+}

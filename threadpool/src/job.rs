@@ -18,13 +18,14 @@ const TAG_STACK_JOB: usize = 1;
 const TAG_SPAWNED: usize = 0;
 
 /// A type-erased job and the function that runs it; what the deques and the
-/// injector carry, by value (32 bytes). Running it twice is a bug.
+/// injector carry, by value (32 bytes). Deliberately neither `Clone` nor
+/// `Copy`: a spawned job's `JobRef` owns its closure, so a duplicate could run
+/// it twice.
 ///
 /// # Invariants
 ///
 /// `execute_fn` reads `data` as exactly the type its constructor wrote there;
 /// if `tag == TAG_STACK_JOB`, `data[0]` is an initialised pointer.
-#[derive(Clone, Copy)]
 pub(crate) struct JobRef {
     data: Inline,
     tag: usize,
@@ -39,15 +40,13 @@ unsafe impl Send for JobRef {}
 unsafe impl Sync for JobRef {}
 
 impl JobRef {
-    /// True if both are the same `StackJob` (how `join` recognises its second
-    /// half popped back). Spawned jobs are never the same as anything.
+    /// True if this is the `StackJob` at `job` (how `join` recognises its
+    /// second half popped back). A spawned job is never a stack job.
     #[inline]
-    pub(crate) fn is_same_stack_job(&self, other: &JobRef) -> bool {
-        self.tag == TAG_STACK_JOB
-            && other.tag == TAG_STACK_JOB
-            // SAFETY: stack jobs' payloads start with an initialised pointer
-            // (the invariant).
-            && unsafe { read_pointer::<()>(&self.data) == read_pointer::<()>(&other.data) }
+    pub(crate) fn is_stack_job(&self, job: *const ()) -> bool {
+        // SAFETY: a stack job's payload is an initialised pointer (the
+        // invariant); the tag is checked first, so no other payload is read.
+        self.tag == TAG_STACK_JOB && unsafe { read_pointer::<()>(&self.data) } == job
     }
 
     /// Runs the job.
@@ -244,4 +243,48 @@ unsafe fn execute_boxed<BODY: FnOnce()>(data: Inline) {
     // SAFETY: forwarded; the box was leaked by `Box::into_raw`.
     let body = unsafe { Box::from_raw(read_pointer::<BODY>(&data) as *mut BODY) };
     body();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{spawned_job_ref, JobRef, StackJob};
+    use crate::latch::LockLatch;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    #[test]
+    fn a_stack_job_is_recognised_by_its_address_and_nothing_else() {
+        let latch = LockLatch::new();
+        let job = StackJob::new(|| 5, &latch);
+        let other = StackJob::new(|| 6, &latch);
+        // SAFETY: both jobs outlive their `JobRef`s, which are never run.
+        let (job_ref, other_ref) = unsafe { (job.as_job_ref(), other.as_job_ref()) };
+        let address = &job as *const _ as *const ();
+        assert!(job_ref.is_stack_job(address));
+        assert!(!other_ref.is_stack_job(address));
+        // SAFETY: a `'static` closure; run once below.
+        let spawned: JobRef = unsafe { spawned_job_ref(|| {}) };
+        assert!(!spawned.is_stack_job(address));
+        // SAFETY: run once, on a thread where no worker is needed.
+        unsafe { spawned.execute() };
+        assert_eq!(job.run_inline(), 5);
+    }
+
+    #[test]
+    fn spawned_jobs_run_inline_and_boxed_closures_once() {
+        static RUNS: AtomicUsize = AtomicUsize::new(0);
+        let small = [1u8; 16];
+        let big = [1u8; 17];
+        // SAFETY: the closures borrow nothing; each runs once.
+        unsafe {
+            spawned_job_ref(move || {
+                RUNS.fetch_add(small.len(), Ordering::Relaxed);
+            })
+            .execute();
+            spawned_job_ref(move || {
+                RUNS.fetch_add(big.len(), Ordering::Relaxed);
+            })
+            .execute();
+        }
+        assert_eq!(RUNS.load(Ordering::Relaxed), 33);
+    }
 }

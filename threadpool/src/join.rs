@@ -64,8 +64,8 @@ where
     // SAFETY: `job_b` lives on this frame until its latch is set or we popped
     // it back; every exit below (including `a` panicking) passes through one
     // of the two.
-    let job_b_ref = unsafe { job_b.as_job_ref() };
-    worker.push(job_b_ref);
+    worker.push(unsafe { job_b.as_job_ref() });
+    let job_b_id = &job_b as *const _ as *const ();
 
     let result_a = match unwind::halt_unwinding(a) {
         Ok(value) => value,
@@ -78,7 +78,7 @@ where
 
     while !job_b.latch.probe() {
         match worker.take_local_job() {
-            Some(job) if job.is_same_stack_job(&job_b_ref) => {
+            Some(job) if job.is_stack_job(job_b_id) => {
                 let result_b = job_b.run_inline();
                 return (result_a, result_b);
             }

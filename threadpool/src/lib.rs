@@ -6,8 +6,8 @@
 //! random-victim stealing. The API follows rayon-core: [`join()`], [`scope()`],
 //! [`spawn()`], [`broadcast()`], [`ThreadPool::install`], [`current_thread_index`],
 //! built by a [`ThreadPoolBuilder`]. Idle workers park (no spinning once
-//! parked); the runtime hooks in between tasks (its safepoint) and around
-//! parking (a parked worker is a blocked mutator).
+//! parked); the runtime hooks in between top-level tasks (its safepoint) and
+//! around every park (a parked worker is a blocked mutator).
 //!
 //! # Glossary
 //!
@@ -39,8 +39,9 @@
 //!
 //! 1. A thief ran `b`, stored its result and set its latch.
 //! 2. Meanwhile the waiter runs other jobs (own deque, inbox, a random peer,
-//!    the injector); after 32 fruitless rounds it parks on the latch, and the
-//!    thief's `set` wakes it.
+//!    the injector; a peer whose deque holds 64 jobs or more, as a spawn loop
+//!    leaves it, is robbed in a batch); after 32 fruitless rounds it parks on
+//!    the latch, and the thief's `set` wakes it.
 //! 3. From outside the pool (`install`, or `join`/`scope` with no current
 //!    pool), the call is wrapped in a `StackJob`, injected, and the thread
 //!    blocks on a thread-local `LockLatch`. From a worker of another pool, the
@@ -63,23 +64,27 @@
 //!
 //! # Invariants
 //!
-//! Stated as `# Invariants` on `Registry`, `WorkerThread`, `StackJob`,
-//! `CoreLatch`, `CountLatch`, `Sleep` and `Scope`, with `debug_assert!`s at the
-//! counters. Every atomic's doc names its writers, readers and ordering; all
-//! atomics and locks come from `sync.rs`, so the loom models
-//! (`RUSTFLAGS="--cfg loom" cargo test --release -p loam-threadpool`) check the
-//! real sleep and latch code: no lost wake-up with one pusher and one sleeper,
-//! a latch always wakes its parked owner, a count latch fires exactly once.
-//! Under `--cfg loom` only those primitives are compiled.
+//! Stated as `# Invariants` on `Registry`, `WorkerThread`, `JobRef`,
+//! `StackJob`, `CoreLatch`, `CountLatch`, `Sleep` and `Scope`; checked by
+//! `debug_assert!`s at the counters and by `assert_valid` (`Registry`,
+//! `Sleep`), which aborts with a `pool:` message. Every atomic's doc names its
+//! writers, readers and ordering; all atomics and locks come from `sync.rs`,
+//! so the loom models (`RUSTFLAGS="--cfg loom" cargo test --release -p
+//! loam-threadpool`) check the real sleep and latch code: no lost wake-up with
+//! one pusher and one sleeper (the model fails if either fence is removed), a
+//! private inbox push wakes its target, shutdown wakes every sleeper, a latch
+//! always wakes its parked owner, a count latch fires exactly once. Under
+//! `--cfg loom` only those primitives are compiled (and the doctests, wrapped
+//! in a hidden `doctest!` macro, compile to nothing).
 //!
 //! # References
 //!
 //! rayon-core (`registry.rs`, `job.rs`, `latch.rs`, `sleep/`): the API, the
 //! work-first `join` and the latch states are modelled on it; the sleep
 //! protocol here is simpler (a sleeper count with a `SeqCst` fence handshake
-//! instead of rayon's jobs-event counter) and also covers local pushes. crossbeam-deque (Chase–Lev deques,
-//! the injector). Blumofe & Leiserson, "Scheduling multithreaded computations
-//! by work stealing" (1999).
+//! instead of rayon's jobs-event counter) and also covers local pushes.
+//! crossbeam-deque (Chase–Lev deques, the injector). Blumofe & Leiserson,
+//! "Scheduling multithreaded computations by work stealing" (1999).
 
 #![cfg_attr(loom, allow(dead_code, unused_imports))]
 

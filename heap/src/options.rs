@@ -3,6 +3,7 @@
 //! | option | type | default | environment |
 //! |---|---|---|---|
 //! | purge delay | milliseconds | 10 | `LOAM_PURGE_DELAY_MS` |
+//! | huge pages | 0 or 1 | 0 | `LOAM_HUGE_PAGES` |
 //!
 //! The purge delay is how long a freed slice stays resident before it is
 //! decommitted: long enough that a program which frees and re-allocates in
@@ -15,6 +16,7 @@ use std::ffi::CStr;
 const DEFAULT_PURGE_DELAY_MS: u64 = 10;
 
 static PURGE_DELAY_MS: AtomicU64 = AtomicU64::new(DEFAULT_PURGE_DELAY_MS);
+static HUGE_PAGES: AtomicBool = AtomicBool::new(false);
 static READ_ENV: AtomicBool = AtomicBool::new(false);
 
 /// Reads the environment once (the first time a heap is created). Uses
@@ -29,6 +31,13 @@ pub(crate) fn init() {
             None => {
                 warn(b"loam-heap: ignoring LOAM_PURGE_DELAY_MS: not a number of milliseconds\n")
             }
+        }
+    }
+    if let Some(v) = getenv(c"LOAM_HUGE_PAGES") {
+        match v.to_bytes() {
+            b"0" => HUGE_PAGES.store(false, Ordering::Relaxed),
+            b"1" => HUGE_PAGES.store(true, Ordering::Relaxed),
+            _ => warn(b"loam-heap: ignoring LOAM_HUGE_PAGES: expected 0 or 1\n"),
         }
     }
 }
@@ -46,6 +55,12 @@ fn getenv(name: &CStr) -> Option<&'static CStr> {
 pub(crate) fn warn(msg: &[u8]) {
     // SAFETY: writing a valid buffer to fd 2.
     unsafe { libc::write(2, msg.as_ptr().cast(), msg.len()) };
+}
+
+/// Whether segments ask for transparent huge pages.
+#[inline]
+pub(crate) fn huge_pages() -> bool {
+    HUGE_PAGES.load(Ordering::Relaxed)
 }
 
 /// The current purge delay in milliseconds.

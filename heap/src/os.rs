@@ -63,6 +63,17 @@ pub(crate) unsafe fn decommit(p: *mut u8, size: usize) {
     unsafe { libc::madvise(p.cast(), size, libc::MADV_DONTNEED) };
 }
 
+/// Asks for transparent huge pages behind `p..p+size` (a hint; ignored where
+/// the kernel does not support it).
+///
+/// # Safety
+/// The range lies in a live mapping of ours.
+pub(crate) unsafe fn advise_huge(p: *mut u8, size: usize) {
+    // SAFETY: the caller guarantees the range is ours; MADV_HUGEPAGE only
+    // changes how the kernel backs it.
+    unsafe { libc::madvise(p.cast(), size, libc::MADV_HUGEPAGE) };
+}
+
 /// Milliseconds on the monotonic clock (vDSO, no syscall, no allocation).
 pub(crate) fn now_ms() -> u64 {
     let mut ts = libc::timespec {

@@ -151,6 +151,10 @@ impl Segment {
         if base.is_null() {
             return ptr::null_mut();
         }
+        if kind == SegmentKind::Normal && crate::options::huge_pages() {
+            // SAFETY: the page part of our fresh mapping.
+            unsafe { os::advise_huge(base, map_size) };
+        }
         let seg = base.cast::<Segment>();
         // SAFETY: the mapping is fresh, zeroed, aligned and large enough for
         // the header; zero is a valid bit pattern for every field

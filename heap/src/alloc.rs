@@ -77,6 +77,9 @@ fn alloc_cold(size: usize, align: usize) -> *mut u8 {
         // SAFETY: the heap was just installed for this thread.
         return unsafe { (*heap).alloc_general(size, align) };
     }
+    crate::stats::COUNTERS
+        .fallback_allocs
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     with_fallback(|heap| heap.alloc_general(size, align)).unwrap_or(ptr::null_mut())
 }
 

@@ -17,6 +17,7 @@ pub(crate) struct Counters {
     pub(crate) pages_adopted: AtomicU64,
     pub(crate) heaps_abandoned: AtomicU64,
     pub(crate) bytes_decommitted: AtomicU64,
+    pub(crate) fallback_allocs: AtomicU64,
 }
 
 pub(crate) static COUNTERS: Counters = Counters {
@@ -26,6 +27,7 @@ pub(crate) static COUNTERS: Counters = Counters {
     pages_adopted: AtomicU64::new(0),
     heaps_abandoned: AtomicU64::new(0),
     bytes_decommitted: AtomicU64::new(0),
+    fallback_allocs: AtomicU64::new(0),
 };
 
 /// One size class in a [`HeapStats`] snapshot.
@@ -85,6 +87,10 @@ pub struct HeapStats {
     pub segments_unmapped_total: u64,
     /// Bytes decommitted (`madvise`) since start.
     pub bytes_decommitted_total: u64,
+    /// Allocations made by threads whose heap had already been abandoned
+    /// (thread-local destructors running after the heap's exit hook), served
+    /// by a shared heap under a lock.
+    pub fallback_allocs: u64,
 }
 
 /// Takes a [`HeapStats`] snapshot of the whole heap.
@@ -121,6 +127,7 @@ pub fn stats() -> HeapStats {
         segments_mapped_total: COUNTERS.segments_mapped.load(Ordering::Relaxed),
         segments_unmapped_total: COUNTERS.segments_unmapped.load(Ordering::Relaxed),
         bytes_decommitted_total: COUNTERS.bytes_decommitted.load(Ordering::Relaxed),
+        fallback_allocs: COUNTERS.fallback_allocs.load(Ordering::Relaxed),
     };
     for (c, cs) in s.classes.iter_mut().enumerate() {
         cs.block_size = u64::from(CLASS_SIZE[c]);

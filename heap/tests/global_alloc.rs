@@ -207,3 +207,43 @@ fn allocations_beyond_four_gib_keep_their_size() {
         LoamAlloc.dealloc(q, layout);
     }
 }
+
+/// A thread-local whose destructor allocates and frees: it may run after the
+/// heap's own exit hook, when the thread has no heap any more.
+struct AllocatesOnDrop(Vec<Box<[u8; 100]>>);
+
+impl Drop for AllocatesOnDrop {
+    fn drop(&mut self) {
+        let more: Vec<Box<[u8; 100]>> = (0..1000).map(|i| Box::new([i as u8; 100])).collect();
+        assert!(more.iter().enumerate().all(|(i, b)| b[99] == i as u8));
+        self.0.clear();
+    }
+}
+
+thread_local! {
+    static LATE: std::cell::RefCell<Option<AllocatesOnDrop>> = const { std::cell::RefCell::new(None) };
+}
+
+#[test]
+fn thread_local_destructors_may_allocate_after_the_heap_exits() {
+    let handles: Vec<_> = (0..8)
+        .map(|_| {
+            std::thread::spawn(|| {
+                // Touch the heap first, then register the late destructor,
+                // so the heap's exit hook is registered (and runs) first.
+                let warm = vec![1u8; 64];
+                LATE.with(|l| {
+                    *l.borrow_mut() = Some(AllocatesOnDrop(
+                        (0..100).map(|_| Box::new([7; 100])).collect(),
+                    ))
+                });
+                drop(warm);
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    loam_heap::collect();
+    loam_heap::assert_valid();
+}

@@ -210,6 +210,7 @@ fn allocations_beyond_four_gib_keep_their_size() {
 
 /// A thread-local whose destructor allocates and frees: it may run after the
 /// heap's own exit hook, when the thread has no heap any more.
+#[allow(clippy::vec_box)] // many small heap blocks is the point
 struct AllocatesOnDrop(Vec<Box<[u8; 100]>>);
 
 impl Drop for AllocatesOnDrop {

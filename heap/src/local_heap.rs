@@ -472,6 +472,12 @@ impl LocalHeap {
         if new_size <= usable && (usable <= 128 || new_size >= usable / 2) {
             return p;
         }
+        if new_size > usable && usable > SMALL_MAX {
+            // SAFETY: `p` is live (caller).
+            if unsafe { self.try_grow_span(p, new_size) } {
+                return p;
+            }
+        }
         let q = self.alloc_general(new_size, align);
         if !q.is_null() {
             // SAFETY: both blocks are live, distinct, and at least this long.
@@ -481,6 +487,62 @@ impl LocalHeap {
             }
         }
         q
+    }
+
+    /// Grows the large span holding `p` in place to at least `new_size` bytes
+    /// by taking the free slices right after it, if this heap owns it and
+    /// they are free. Growing a large vector then copies nothing.
+    ///
+    /// # Safety
+    /// `p` is a live block of this allocator.
+    unsafe fn try_grow_span(&mut self, p: *mut u8, new_size: usize) -> bool {
+        let seg = segment::segment_of(p);
+        let me: *mut LocalHeap = self;
+        // SAFETY: `p` is live, so its segment is mapped; when we own it, its
+        // free-slice bits and descriptors are ours to change.
+        unsafe {
+            if (*seg).owner.load(Ordering::Relaxed) != me || (*seg).kind != SegmentKind::Normal {
+                return false;
+            }
+            let page = segment::page_of(p);
+            if (*page).state() != PageState::Large {
+                return false;
+            }
+            let i = (p as usize - seg as usize) >> SLICE_SHIFT;
+            let n = (*page).slice_count();
+            let want = new_size.div_ceil(SLICE_SIZE);
+            if i + want > SLICES {
+                return false;
+            }
+            let extra = run_mask(i + n, want - n);
+            let free = (*seg).free_slices.load(Ordering::Relaxed);
+            if free & extra != extra {
+                return false;
+            }
+            (*seg).free_slices.store(free & !extra, Ordering::Relaxed);
+            let dirty = (*seg).dirty.load(Ordering::Relaxed);
+            if dirty & extra != 0 {
+                (*seg).dirty.store(dirty & !extra, Ordering::Relaxed);
+                if dirty & !extra == 0 {
+                    self.dirty_segments -= 1;
+                }
+            }
+            let block = want << SLICE_SHIFT;
+            for k in 0..want {
+                (*seg).slice_block_size[i + k].store(block, Ordering::Relaxed);
+            }
+            for k in n..want {
+                let d = Segment::page(seg, i + k);
+                (*d).slice_offset = k as u32;
+                (*d).set_state(PageState::Interior);
+            }
+            (*page).block_size.store(block, Ordering::Relaxed);
+            (*page).slice_count.store(want as u32, Ordering::Relaxed);
+            (*page).bump_end = (*page).start + block;
+            (*page).bump = (*page).bump_end;
+            block::unpoison(p, block);
+            true
+        }
     }
 
     // ------------------------------------------------------------ housekeeping

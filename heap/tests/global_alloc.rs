@@ -248,3 +248,30 @@ fn thread_local_destructors_may_allocate_after_the_heap_exits() {
     loam_heap::collect();
     loam_heap::assert_valid();
 }
+
+#[test]
+fn large_blocks_grow_in_place_when_the_following_slices_are_free() {
+    std::thread::spawn(|| {
+        // SAFETY: each pointer is live with the layout it is used with.
+        unsafe {
+            // Make room: a span of 48 slices, freed, leaves a free run.
+            let big = Layout::from_size_align(3 << 20, 8).unwrap();
+            let b = LoamAlloc.alloc(big);
+            LoamAlloc.dealloc(b, big);
+            let l = Layout::from_size_align(200 << 10, 8).unwrap();
+            let p = LoamAlloc.alloc(l);
+            p.write_bytes(0x5A, 200 << 10);
+            let q = LoamAlloc.realloc(p, l, 2 << 20);
+            assert_eq!(q, p, "the span grew into the free slices after it");
+            assert!(loam_heap::usable_size(q) >= 2 << 20);
+            assert!(std::slice::from_raw_parts(q, 200 << 10)
+                .iter()
+                .all(|&x| x == 0x5A));
+            q.add((2 << 20) - 1).write(1);
+            LoamAlloc.dealloc(q, Layout::from_size_align(2 << 20, 8).unwrap());
+        }
+        loam_heap::assert_valid();
+    })
+    .join()
+    .unwrap();
+}

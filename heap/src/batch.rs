@@ -82,6 +82,11 @@ impl FreeBatch {
         self.pending == 0
     }
 
+    /// Batches sent so far (each one atomic operation on an owner's queue).
+    pub fn batches_sent(&self) -> u64 {
+        self.cache.batches_sent
+    }
+
     /// Sends every group to its owner now.
     pub fn flush(&mut self) {
         self.cache.flush();

@@ -142,6 +142,8 @@ pub(crate) struct RemoteCache {
     bytes_total: usize,
     max_count: u32,
     max_bytes: usize,
+    /// Batches this cache has sent.
+    pub(crate) batches_sent: u64,
 }
 
 impl RemoteCache {
@@ -152,6 +154,7 @@ impl RemoteCache {
             bytes_total: 0,
             max_count: 128,
             max_bytes: 256 * 1024,
+            batches_sent: 0,
         }
     }
 
@@ -162,6 +165,7 @@ impl RemoteCache {
             bytes_total: 0,
             max_count: 4096,
             max_bytes: 8 << 20,
+            batches_sent: 0,
         }
     }
 
@@ -212,6 +216,7 @@ impl RemoteCache {
         // SAFETY: the chain is well formed and ours (slot invariant), and the
         // queue lives forever (`push`'s contract).
         unsafe { (*s.queue).push(s.head, s.tail) };
+        self.batches_sent += 1;
         #[cfg(not(loom))]
         {
             REMOTE.sent.fetch_add(u64::from(s.count), Ordering::Relaxed);

@@ -278,19 +278,9 @@ impl LocalHeap {
         slices: usize,
         capacity: usize,
     ) -> *mut Page {
-        let mask = run_mask(i, slices);
-        // SAFETY: `seg` is ours; slices `i..i+slices` are free in it (caller).
+        let is_zero = self.claim_slices(seg, run_mask(i, slices));
+        // SAFETY: `seg` is ours and the slices are now ours too.
         unsafe {
-            let free = (*seg).free_slices.load(Ordering::Relaxed);
-            debug_assert_eq!(free & mask, mask);
-            let dirty = (*seg).dirty.load(Ordering::Relaxed);
-            (*seg).free_slices.store(free & !mask, Ordering::Relaxed);
-            if dirty & mask != 0 {
-                (*seg).dirty.store(dirty & !mask, Ordering::Relaxed);
-                if dirty & !mask == 0 {
-                    self.dirty_segments -= 1;
-                }
-            }
             let page = Segment::page(seg, i);
             (*page).init(
                 state,
@@ -299,18 +289,30 @@ impl LocalHeap {
                 block,
                 slices,
                 capacity,
-                dirty & mask == 0,
+                is_zero,
             );
-            for k in 0..slices {
-                (*seg).slice_block_size[i + k].store(block, Ordering::Relaxed);
-            }
-            for k in 1..slices {
-                let d = Segment::page(seg, i + k);
-                (*d).slice_offset = k as u32;
-                (*d).set_state(PageState::Interior);
-            }
+            set_span(seg, i, 1, slices, block);
             self.page_count += 1;
             page
+        }
+    }
+
+    /// Takes the free slices in `mask` of our segment `seg` (all must be
+    /// free); returns whether they read as zero (none was dirty).
+    fn claim_slices(&mut self, seg: *mut Segment, mask: u64) -> bool {
+        // SAFETY: `seg` is ours (caller), so are its slice bitmaps.
+        unsafe {
+            let free = (*seg).free_slices.load(Ordering::Relaxed);
+            debug_assert_eq!(free & mask, mask);
+            (*seg).free_slices.store(free & !mask, Ordering::Relaxed);
+            let dirty = (*seg).dirty.load(Ordering::Relaxed);
+            if dirty & mask != 0 {
+                (*seg).dirty.store(dirty & !mask, Ordering::Relaxed);
+                if dirty & !mask == 0 {
+                    self.dirty_segments -= 1;
+                }
+            }
+            dirty & mask == 0
         }
     }
 
@@ -519,23 +521,9 @@ impl LocalHeap {
             if free & extra != extra {
                 return false;
             }
-            (*seg).free_slices.store(free & !extra, Ordering::Relaxed);
-            let dirty = (*seg).dirty.load(Ordering::Relaxed);
-            if dirty & extra != 0 {
-                (*seg).dirty.store(dirty & !extra, Ordering::Relaxed);
-                if dirty & !extra == 0 {
-                    self.dirty_segments -= 1;
-                }
-            }
+            self.claim_slices(seg, extra);
             let block = want << SLICE_SHIFT;
-            for k in 0..want {
-                (*seg).slice_block_size[i + k].store(block, Ordering::Relaxed);
-            }
-            for k in n..want {
-                let d = Segment::page(seg, i + k);
-                (*d).slice_offset = k as u32;
-                (*d).set_state(PageState::Interior);
-            }
+            set_span(seg, i, n, want, block);
             (*page).block_size.store(block, Ordering::Relaxed);
             (*page).slice_count.store(want as u32, Ordering::Relaxed);
             (*page).bump_end = (*page).start + block;
@@ -748,6 +736,26 @@ impl LocalHeap {
             if !self.current[c].is_null() && self.current[c] != self.queues[c].first {
                 crate::fatal("current page is not the first of its queue");
             }
+        }
+    }
+}
+
+/// Records a span of `n` slices from slice `i` holding blocks of `block`
+/// bytes: the block size of every slice, and `Interior` descriptors for
+/// slices `i+from..i+n` pointing back to `i`.
+///
+/// # Safety
+/// `seg` and the slices are ours.
+unsafe fn set_span(seg: *mut Segment, i: usize, from: usize, n: usize, block: usize) {
+    // SAFETY: the caller owns the segment and the slices.
+    unsafe {
+        for k in 0..n {
+            (*seg).slice_block_size[i + k].store(block, Ordering::Relaxed);
+        }
+        for k in from..n {
+            let d = Segment::page(seg, i + k);
+            (*d).slice_offset = k as u32;
+            (*d).set_state(PageState::Interior);
         }
     }
 }

@@ -104,7 +104,7 @@ pub(crate) fn fallback_exists() -> bool {
 /// Gives this thread a heap (reusing an orphan's if there is one) and
 /// registers its exit hook. `None` if the thread has exited, is tearing down
 /// its thread-locals, or the OS is out of memory.
-fn thread_init() -> Option<*mut LocalHeap> {
+pub(crate) fn thread_init() -> Option<*mut LocalHeap> {
     if current_heap() as usize == EXITED {
         return None;
     }

@@ -32,7 +32,8 @@ fn drain(w: &World, q: &RemoteQueue, freed: &mut Vec<usize>) {
         route_chain(
             chain,
             q,
-            |_| (w.owner.load(Ordering::Relaxed).cast_const(), 8),
+            |_| w.owner.load(Ordering::Relaxed).cast_const(),
+            |_| 8,
             |b| freed.push(b as usize),
             &mut cache,
         );

@@ -567,12 +567,9 @@ impl LocalHeap {
                 me,
                 |b| {
                     let seg = segment::segment_of(b.cast());
-                    let owner = (*seg).owner.load(Ordering::Relaxed);
-                    (
-                        ptr::addr_of!((*owner).queue),
-                        (*segment::page_of(b.cast())).block_size(),
-                    )
+                    ptr::addr_of!((*(*seg).owner.load(Ordering::Relaxed)).queue)
                 },
+                |b| segment::block_size_of(b.cast()),
                 |b| self.free_drained(segment::page_of(b.cast()), b.cast()),
                 &mut cache,
             )

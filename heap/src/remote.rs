@@ -63,7 +63,7 @@ impl RemoteQueue {
 }
 
 /// Walks a chain taken from queue `me`: each block whose owner (per
-/// `owner_of`, which also gives its size) is still `me` goes to `local`; any
+/// `owner_of`) is still `me` goes to `local`; any
 /// other block belongs to a segment that was adopted by another heap since it
 /// was sent, and is forwarded to that heap through `cache`. Returns how many
 /// blocks it walked. This is the one routing rule behind draining and
@@ -75,7 +75,8 @@ impl RemoteQueue {
 pub(crate) unsafe fn route_chain(
     mut chain: *mut Block,
     me: *const RemoteQueue,
-    owner_of: impl Fn(*mut Block) -> (*const RemoteQueue, usize),
+    owner_of: impl Fn(*mut Block) -> *const RemoteQueue,
+    size_of: impl Fn(*mut Block) -> usize,
     mut local: impl FnMut(*mut Block),
     cache: &mut RemoteCache,
 ) -> u64 {
@@ -84,12 +85,12 @@ pub(crate) unsafe fn route_chain(
         // SAFETY: the chain is ours (caller); read the link before the block
         // changes hands.
         let next = unsafe { block::next(chain) };
-        let (owner, size) = owner_of(chain);
+        let owner = owner_of(chain);
         if owner == me {
             local(chain);
         } else {
             // SAFETY: the block is ours and its owner's queue lives forever.
-            unsafe { cache.push(owner, chain.cast(), size) };
+            unsafe { cache.push(owner, chain.cast(), size_of(chain)) };
         }
         chain = next;
         n += 1;

@@ -12,7 +12,8 @@
 //!
 //! Run: `cargo bench --bench threadpool` (append `-- --sample-size 10`, or a
 //! group name, as needed). Set `LOAM_BENCH_THREADS` to change the thread
-//! count (default 2).
+//! count (default 2), and `LOAM_BENCH_PAIRED=<rounds>` for the paired mode
+//! (see `paired`), which suits a noisy shared machine better.
 
 // `criterion_group!` generates an undocumented `pub fn`.
 #![allow(missing_docs)]
@@ -22,7 +23,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::Duration;
 
-use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
+use criterion::{criterion_group, BenchmarkId, Criterion};
 
 const SPAWN_TASKS: usize = 1_000_000;
 const FIB_N: u64 = 32;
@@ -297,4 +298,99 @@ criterion_group! {
         .measurement_time(Duration::from_secs(3));
     targets = spawn_scope, spawn_static, join_fib, tree_sum
 }
-criterion_main!(benches);
+/// A workload's name, its loam run and its rayon run.
+type Paired<'a> = (&'static str, &'a dyn Fn(), &'a dyn Fn());
+
+/// `LOAM_BENCH_PAIRED=<rounds>`: instead of criterion, time loam and rayon
+/// back to back, alternating which goes first, for that many rounds per
+/// workload, and print the median of the per-round ratios. On a shared,
+/// noisy machine a load burst then hits both sides of a round alike.
+fn paired(rounds: usize) {
+    let (loam, rayon) = (loam_pool(), rayon_pool());
+    let tree = build_tree(0, TREE_NODES);
+    let scope_loam = || {
+        loam.scope(|s| (0..SPAWN_TASKS).for_each(|_| s.spawn(|_| {})));
+    };
+    let scope_rayon = || {
+        rayon.scope(|s| (0..SPAWN_TASKS).for_each(|_| s.spawn(|_| {})));
+    };
+    let static_loam = || {
+        let countdown = Countdown::new(SPAWN_TASKS);
+        for _ in 0..SPAWN_TASKS {
+            let countdown = countdown.clone();
+            loam.spawn(move || countdown.count_down());
+        }
+        countdown.wait();
+    };
+    let static_rayon = || {
+        let countdown = Countdown::new(SPAWN_TASKS);
+        for _ in 0..SPAWN_TASKS {
+            let countdown = countdown.clone();
+            rayon.spawn(move || countdown.count_down());
+        }
+        countdown.wait();
+    };
+    let (loam_ref, rayon_ref, expected) = (&loam, &rayon, fib_seq(FIB_N));
+    let fib = |cutoff| {
+        (
+            move || assert_eq!(loam_ref.install(|| fib_loam(FIB_N, cutoff)), expected),
+            move || assert_eq!(rayon_ref.install(|| fib_rayon(FIB_N, cutoff)), expected),
+        )
+    };
+    let (fib20_loam, fib20_rayon) = fib(20);
+    let (fib10_loam, fib10_rayon) = fib(10);
+    let tree_loam = || assert_eq!(loam.install(|| sum_loam(&tree, 0)), TREE_SUM);
+    let tree_rayon = || assert_eq!(rayon.install(|| sum_rayon(&tree, 0)), TREE_SUM);
+    let workloads: [Paired<'_>; 5] = [
+        ("spawn_scope", &scope_loam, &scope_rayon),
+        ("spawn_static", &static_loam, &static_rayon),
+        ("join_fib32_cutoff20", &fib20_loam, &fib20_rayon),
+        ("join_fib32_cutoff10", &fib10_loam, &fib10_rayon),
+        ("tree_sum", &tree_loam, &tree_rayon),
+    ];
+    let time = |f: &dyn Fn()| {
+        let start = std::time::Instant::now();
+        f();
+        start.elapsed().as_secs_f64() * 1e3
+    };
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    println!("paired, {} threads, {rounds} rounds: median ms loam, rayon; median of per-round loam/rayon", threads());
+    for (name, loam_run, rayon_run) in workloads {
+        loam_run();
+        rayon_run();
+        let (mut l, mut r, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+        for round in 0..rounds {
+            let (a, b) = if round % 2 == 0 {
+                let a = time(loam_run);
+                (a, time(rayon_run))
+            } else {
+                let b = time(rayon_run);
+                (time(loam_run), b)
+            };
+            l.push(a);
+            r.push(b);
+            ratios.push(a / b);
+        }
+        println!(
+            "{name:22} loam {:8.2}  rayon {:8.2}  loam/rayon {:.2}",
+            median(l),
+            median(r),
+            median(ratios)
+        );
+    }
+}
+
+fn main() {
+    if let Some(rounds) = std::env::var("LOAM_BENCH_PAIRED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        paired(rounds);
+        return;
+    }
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}

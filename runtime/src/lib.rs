@@ -5,6 +5,14 @@
 //! and why, so the implementation starts from a settled plan. Nothing below is
 //! code yet; the crate exports nothing.
 //!
+//! Built so far: the foundation the rest stands on, the [`Trace`](trait@Trace) trait with
+//! its `#[derive(Trace)]` (crate `loam-derive`, re-exported here under the
+//! same name) and the opaque [`Tracer`] it reports to, in `trace.rs`. Its
+//! `# Safety` section is the contract every managed type meets; impls cover
+//! the std types found in object payloads. The derive also enforces two
+//! rules stated below: no plain `impl Drop` on a traced type, and
+//! `#[trace(skip)]` only for `'static` fields (which cannot hold a `Gc<'gc, _>`).
+//!
 //! # Object model
 //! An object is a header word (a `&'static TypeDesc`: size, payload offset,
 //! trace and drop functions) followed by the payload, in `loam-heap`'s size-class
@@ -73,3 +81,14 @@
 //!
 //! The next issue makes step 3 concurrent behind a snapshot barrier (the
 //! barrier cells already carry it).
+
+// Lets `#[derive(Trace)]`, whose output names `::loam_runtime`, be used inside
+// this crate too.
+extern crate self as loam_runtime;
+
+mod trace;
+
+pub use loam_derive::Trace;
+#[doc(hidden)]
+pub use trace::__private;
+pub use trace::{Trace, Tracer};

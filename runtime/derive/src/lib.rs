@@ -1,3 +1,298 @@
 //! loam-derive: `#[derive(Trace)]` for loam's managed types.
 //!
-//! Not yet built: issue #4 fills this crate.
+//! Use it through its re-export, `loam_runtime::Trace`; the generated code
+//! names `::loam_runtime`. The trait's contract lives on `loam_runtime::Trace`;
+//! this crate only turns a type definition into an impl that meets it.
+
+use proc_macro2::{TokenStream, TokenTree};
+use quote::{quote, quote_spanned, ToTokens};
+use syn::spanned::Spanned;
+use syn::{Attribute, Data, DeriveInput, Fields, Ident, Member, Type};
+
+/// Derives `loam_runtime::Trace`: the value's `trace` visits every field.
+///
+/// # What is generated
+/// - `unsafe impl Trace for T`, with a `Trace` bound on every type parameter.
+///   Every field type must implement `Trace` (the error points at the field
+///   otherwise), and the type must be `Send + Sync` like every managed type
+///   (so a `Cell` or `RefCell` field is an error; use the runtime's barrier
+///   cells).
+/// - `NEEDS_TRACE` is the OR of the traced fields' `NEEDS_TRACE`, so a type
+///   made only of leaf data is skipped by the containers that hold it. A field
+///   whose type names the type itself (`Box<Self>`, `Vec<Node>` inside `Node`)
+///   counts as `true`: the OR would otherwise be a constant that depends on
+///   itself, which rustc rejects as a cycle. (Types that reach each other
+///   through two or more definitions still make that cycle; give one of them
+///   a manual impl.)
+/// - `trace` calls `Trace::trace` on every field of the value (of the active
+///   variant for an enum), in declaration order.
+/// - Unless the type says `#[trace(unsafe_drop)]`, an impl of a hidden
+///   marker trait that conflicts with any `impl Drop` for the type: writing
+///   one is a compile error (E0119, "conflicting implementations of trait
+///   `MustNotImplDrop`").
+///
+/// Unions are rejected.
+///
+/// # Attributes
+/// - `#[trace(unsafe_drop)]` on the type allows an `impl Drop`. A destructor
+///   runs on a collector thread during sweep, when the objects its managed
+///   pointers name may already be freed by the same sweep; the `Drop` impl must
+///   therefore never dereference a managed pointer. The compiler cannot check
+///   that, hence the `unsafe_` in the name.
+/// - `#[trace(skip)]` on a field leaves it out of `trace` and `NEEDS_TRACE`,
+///   and its type needs no `Trace` impl. It is safe: the derive checks that the
+///   field's type is `'static`, and no `'static` value can hold a managed
+///   pointer, because `Gc<'gc, T>` carries the branded `'gc` lifetime of one
+///   `mutate` call (see the runtime's design header); a type that contains one
+///   is not `'static`. Skipping a field that may hold one is therefore a
+///   compile error ("lifetime may not live long enough", or "the parameter
+///   type `T` may not live long enough": add `T: 'static` to the type if that
+///   is what you meant). A `'static` field can still hold a `GlobalRoot`;
+///   skipping it is sound since a global root keeps its object alive by
+///   itself.
+///
+/// # Examples
+/// ```
+/// use loam_runtime::Trace;
+/// use std::collections::HashMap;
+///
+/// #[derive(Trace)]
+/// struct Point {
+///     x: f64,
+///     y: f64,
+/// }
+///
+/// #[derive(Trace)]
+/// enum Shape<T> {
+///     Dot(Point),
+///     Poly { points: Vec<Point>, tags: HashMap<String, T> },
+/// }
+///
+/// #[derive(Trace)]
+/// struct Named {
+///     name: String,
+///     #[trace(skip)] // 'static, so it cannot hold a managed pointer
+///     created: std::time::Instant,
+/// }
+///
+/// // Leaf data all the way down: containers do not even iterate over it.
+/// assert!(!<Point as Trace>::NEEDS_TRACE);
+/// assert!(!<Shape<u32> as Trace>::NEEDS_TRACE);
+/// assert!(!<Named as Trace>::NEEDS_TRACE);
+/// ```
+///
+/// A destructor needs the opt-in:
+/// ```
+/// use loam_runtime::Trace;
+///
+/// #[derive(Trace)]
+/// #[trace(unsafe_drop)]
+/// struct Logged(u32);
+///
+/// impl Drop for Logged {
+///     // Touches no managed pointer: that is what `unsafe_drop` promises.
+///     fn drop(&mut self) {
+///         println!("dropped {}", self.0);
+///     }
+/// }
+/// # drop(Logged(1));
+/// ```
+#[proc_macro_derive(Trace, attributes(trace))]
+pub fn derive_trace(input: proc_macro::TokenStream) -> proc_macro::TokenStream {
+    let input = syn::parse_macro_input!(input as DeriveInput);
+    expand(&input)
+        .unwrap_or_else(syn::Error::into_compile_error)
+        .into()
+}
+
+/// One field as the derive sees it.
+struct Field<'a> {
+    member: Member,
+    ty: &'a Type,
+    skip: bool,
+}
+
+/// A struct, or one variant of an enum: the path that names it in a pattern
+/// and its fields.
+struct Shape<'a> {
+    path: TokenStream,
+    fields: Vec<Field<'a>>,
+}
+
+fn expand(input: &DeriveInput) -> syn::Result<TokenStream> {
+    let unsafe_drop = parse_container_attrs(&input.attrs)?;
+    let shapes = match &input.data {
+        Data::Struct(data) => vec![Shape {
+            path: quote!(Self),
+            fields: parse_fields(&data.fields)?,
+        }],
+        Data::Enum(data) => data
+            .variants
+            .iter()
+            .map(|variant| {
+                if let Some(attr) = find_trace_attr(&variant.attrs) {
+                    return Err(syn::Error::new_spanned(
+                        attr,
+                        "`#[trace(...)]` is not supported on enum variants; put `#[trace(skip)]` on fields",
+                    ));
+                }
+                let ident = &variant.ident;
+                Ok(Shape {
+                    path: quote!(Self::#ident),
+                    fields: parse_fields(&variant.fields)?,
+                })
+            })
+            .collect::<syn::Result<_>>()?,
+        Data::Union(data) => {
+            return Err(syn::Error::new(
+                data.union_token.span,
+                "`#[derive(Trace)]` does not support unions: the active field is unknown",
+            ))
+        }
+    };
+
+    let name = &input.ident;
+    let fields = || shapes.iter().flat_map(|shape| &shape.fields);
+
+    let needs_trace = fields().filter(|f| !f.skip).map(|f| {
+        let ty = f.ty;
+        if names_type(ty.to_token_stream(), name) {
+            quote_spanned!(ty.span()=> true)
+        } else {
+            quote_spanned!(ty.span()=> <#ty as ::loam_runtime::Trace>::NEEDS_TRACE)
+        }
+    });
+    let static_checks = fields().filter(|f| f.skip).map(|f| {
+        let ty = f.ty;
+        quote_spanned!(ty.span()=> ::loam_runtime::__private::assert_static::<#ty>();)
+    });
+    let arms = shapes.iter().map(|shape| {
+        let path = &shape.path;
+        let traced: Vec<_> = shape.fields.iter().filter(|f| !f.skip).collect();
+        let members = traced.iter().map(|f| &f.member);
+        // Spanned at the field's type, so an error in the call below points
+        // there, as the one for `NEEDS_TRACE` does, and rustc reports it once.
+        let bindings: Vec<_> = traced
+            .iter()
+            .enumerate()
+            .map(|(i, f)| Ident::new(&format!("__field{i}"), f.ty.span()))
+            .collect();
+        let calls = traced.iter().zip(&bindings).map(|(f, binding)| {
+            quote_spanned!(f.ty.span()=> ::loam_runtime::Trace::trace(#binding, __tracer);)
+        });
+        quote! {
+            #path { #(#members: ref #bindings,)* .. } => { #(#calls)* }
+        }
+    });
+
+    let mut trace_generics = input.generics.clone();
+    for param in trace_generics.type_params_mut() {
+        param.bounds.push(syn::parse_quote!(::loam_runtime::Trace));
+    }
+    let (impl_generics, ty_generics, where_clause) = trace_generics.split_for_impl();
+    let trace_impl = quote! {
+        #[automatically_derived]
+        // SAFETY: `trace` visits every field that is not `#[trace(skip)]`, and
+        // each of those has a `Trace` impl of its own; a skipped field is
+        // `'static` (checked below), so it holds no managed pointer.
+        // `NEEDS_TRACE` is the OR of the traced fields' (or `true`).
+        unsafe impl #impl_generics ::loam_runtime::Trace for #name #ty_generics #where_clause {
+            const NEEDS_TRACE: bool = false #(|| #needs_trace)*;
+
+            #[inline]
+            fn trace(&self, __tracer: &mut ::loam_runtime::Tracer) {
+                #(#static_checks)*
+                match *self {
+                    #(#arms)*
+                }
+            }
+        }
+    };
+
+    let drop_guard = if unsafe_drop {
+        TokenStream::new()
+    } else {
+        let (impl_generics, ty_generics, where_clause) = input.generics.split_for_impl();
+        quote! {
+            // Conflicts with the runtime's `impl<T: Drop> MustNotImplDrop for T`
+            // if this type implements `Drop`.
+            #[automatically_derived]
+            impl #impl_generics ::loam_runtime::__private::MustNotImplDrop
+                for #name #ty_generics #where_clause {}
+        }
+    };
+
+    Ok(quote! {
+        #trace_impl
+        #drop_guard
+    })
+}
+
+/// The one `#[trace(...)]` attribute among `attrs`, if any.
+fn find_trace_attr(attrs: &[Attribute]) -> Option<&Attribute> {
+    attrs.iter().find(|attr| attr.path().is_ident("trace"))
+}
+
+/// Container options; returns whether `unsafe_drop` was given.
+fn parse_container_attrs(attrs: &[Attribute]) -> syn::Result<bool> {
+    let mut unsafe_drop = false;
+    for attr in attrs.iter().filter(|attr| attr.path().is_ident("trace")) {
+        attr.parse_nested_meta(|meta| {
+            if meta.path.is_ident("unsafe_drop") {
+                unsafe_drop = true;
+                Ok(())
+            } else if meta.path.is_ident("skip") {
+                Err(meta.error("`#[trace(skip)]` goes on a field, not on the type"))
+            } else {
+                Err(meta.error("unknown option: the type takes `#[trace(unsafe_drop)]`"))
+            }
+        })?;
+    }
+    Ok(unsafe_drop)
+}
+
+fn parse_fields(fields: &Fields) -> syn::Result<Vec<Field<'_>>> {
+    fields
+        .iter()
+        .enumerate()
+        .map(|(index, field)| {
+            let mut skip = false;
+            for attr in field
+                .attrs
+                .iter()
+                .filter(|attr| attr.path().is_ident("trace"))
+            {
+                attr.parse_nested_meta(|meta| {
+                    if meta.path.is_ident("skip") {
+                        skip = true;
+                        Ok(())
+                    } else if meta.path.is_ident("unsafe_drop") {
+                        Err(meta.error("`#[trace(unsafe_drop)]` goes on the type, not on a field"))
+                    } else {
+                        Err(meta.error("unknown option: a field takes `#[trace(skip)]`"))
+                    }
+                })?;
+            }
+            let member = match &field.ident {
+                Some(ident) => Member::Named(ident.clone()),
+                None => Member::Unnamed(index.into()),
+            };
+            Ok(Field {
+                member,
+                ty: &field.ty,
+                skip,
+            })
+        })
+        .collect()
+}
+
+/// Whether `tokens` mention `Self` or the type being derived (by its last path
+/// segment, so a same-named type elsewhere also counts, which only makes
+/// `NEEDS_TRACE` conservatively `true`).
+fn names_type(tokens: TokenStream, name: &Ident) -> bool {
+    tokens.into_iter().any(|token| match token {
+        TokenTree::Ident(ident) => ident == *name || ident == "Self",
+        TokenTree::Group(group) => names_type(group.stream(), name),
+        TokenTree::Punct(_) | TokenTree::Literal(_) => false,
+    })
+}

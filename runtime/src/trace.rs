@@ -112,6 +112,25 @@ pub unsafe trait Trace: Send + Sync {
 /// this crate) reports its address with `visit_raw`; the collector drains the
 /// addresses as its mark work list.
 ///
+/// # Examples
+/// A manual `trace` only passes the tracer on to what the value owns:
+/// ```
+/// use loam_runtime::{Trace, Tracer};
+///
+/// struct Pair<A, B>(A, B);
+///
+/// // SAFETY: both halves are traced; NEEDS_TRACE is theirs; no `Drop`.
+/// unsafe impl<A: Trace, B: Trace> Trace for Pair<A, B> {
+///     const NEEDS_TRACE: bool = A::NEEDS_TRACE || B::NEEDS_TRACE;
+///
+///     fn trace(&self, tracer: &mut Tracer) {
+///         self.0.trace(tracer);
+///         self.1.trace(tracer);
+///     }
+/// }
+/// # assert!(!<Pair<u8, String> as Trace>::NEEDS_TRACE);
+/// ```
+///
 /// # Invariants
 /// `edges` holds, in visit order, every address reported since the tracer was
 /// created or last drained.
@@ -585,12 +604,32 @@ mod tests {
     }
 
     #[test]
+    fn leaf_struct_reports_nothing() {
+        let leaf = Leaf {
+            id: 1,
+            name: "leaf".into(),
+            ratio: (0.5, Some('x')),
+            _created: std::time::Instant::now(),
+        };
+        assert_eq!(edges(&leaf), [] as [usize; 0]);
+        assert_eq!(edges(&vec![leaf]), [] as [usize; 0]);
+    }
+
+    #[test]
     fn needs_trace_propagates() {
         assert!(!needs_trace::<Leaf>(), "a struct of leaves needs no trace");
         assert!(!needs_trace::<Vec<Leaf>>());
         assert!(!needs_trace::<HashMap<String, Vec<Option<u64>>>>());
         assert!(!needs_trace::<(u8, String, Box<str>, Duration)>());
         assert!(!needs_trace::<Mutex<Vec<u8>>>());
+        assert!(!needs_trace::<RwLock<String>>());
+        assert!(!needs_trace::<(
+            atomic::AtomicUsize,
+            atomic::AtomicPtr<u8>,
+            NonZeroU32,
+            PhantomData<Edge>,
+            &'static str,
+        )>());
         assert!(needs_trace::<HashMap<String, Edge>>());
         assert!(needs_trace::<HashMap<Edge, u8>>());
         assert!(needs_trace::<Result<u8, Edge>>());

@@ -61,7 +61,7 @@ unsafe fn free_remote(heap: *mut LocalHeap, owner: *mut LocalHeap, p: *mut u8) {
         if is_live(heap) {
             (*heap).cache.push(queue, p, size);
         } else {
-            (*queue).push(p.cast(), p.cast());
+            (*queue).push(0, p.cast(), p.cast());
             REMOTE.sent.fetch_add(1, Ordering::Relaxed);
             REMOTE.batches.fetch_add(1, Ordering::Relaxed);
         }

@@ -1,10 +1,10 @@
 //! Loom model of the abandon/adopt handoff: a remote free races with the
 //! adoption of the abandoned heap it is addressed to. The model runs the real
-//! `RemoteQueue`, `RemoteCache` and `route_chain`; a segment is reduced to its
+//! `Inbox` lanes, `RemoteCache` and `route_chains`; a segment is reduced to its
 //! atomic owner field.
 
 use crate::block::Block;
-use crate::remote::{route_chain, RemoteCache, RemoteQueue};
+use crate::remote::{route_chains, Inbox, RemoteCache};
 use crate::sync::{AtomicPtr, Ordering};
 use loom::sync::Arc;
 use loom::thread;
@@ -12,9 +12,9 @@ use std::ptr;
 
 /// The two heaps (their queues) and one segment's owner field.
 struct World {
-    abandoned: RemoteQueue,
-    adopter: RemoteQueue,
-    owner: AtomicPtr<RemoteQueue>,
+    abandoned: Inbox,
+    adopter: Inbox,
+    owner: AtomicPtr<Inbox>,
 }
 
 fn new_block() -> *mut Block {
@@ -24,13 +24,13 @@ fn new_block() -> *mut Block {
 }
 
 /// Drains queue `q` with the real routing rule, recording local frees.
-fn drain(w: &World, q: &RemoteQueue, freed: &mut Vec<usize>) {
+fn drain(w: &World, q: &Inbox, freed: &mut Vec<usize>) {
     let mut cache = RemoteCache::for_thread();
-    let chain = q.take_all();
+    let chains = q.take_all();
     // SAFETY: the chain came from `q`; the queues live as long as `w`.
     unsafe {
-        route_chain(
-            chain,
+        route_chains(
+            chains,
             q,
             |_| w.owner.load(Ordering::Relaxed).cast_const(),
             |_| 8,
@@ -41,8 +41,8 @@ fn drain(w: &World, q: &RemoteQueue, freed: &mut Vec<usize>) {
     cache.flush();
 }
 
-/// Thread F frees two blocks of the segment (reading its owner, batching
-/// through its cache) while thread B adopts the abandoned heap: drains its
+/// Thread F frees two blocks of the segment (reading its owner, one batch
+/// each, so they take two lanes) while thread B adopts the abandoned heap: drains its
 /// queue, then re-owns the segment. Afterwards whoever holds each heap drains
 /// it (as new threads and orphan visits do). Every block must be freed exactly
 /// once, and only by the segment's final owner or by the abandoned heap's
@@ -54,8 +54,8 @@ fn remote_free_racing_adoption_is_applied_exactly_once() {
     let seen = outcomes.clone();
     loom::model(move || {
         let w = Arc::new(World {
-            abandoned: RemoteQueue::new(),
-            adopter: RemoteQueue::new(),
+            abandoned: Inbox::new(),
+            adopter: Inbox::new(),
             owner: AtomicPtr::new(ptr::null_mut()),
         });
         w.owner
@@ -69,8 +69,9 @@ fn remote_free_racing_adoption_is_applied_exactly_once() {
                 let owner = wf.owner.load(Ordering::Relaxed);
                 // SAFETY: the freer owns the dead block; queues outlive `wf`.
                 unsafe { cache.push(owner, b as *mut u8, 8) };
+                // One batch per block: the two batches take two inbox lanes.
+                cache.flush();
             }
-            cache.flush();
         });
 
         let wb = w.clone();
@@ -93,7 +94,7 @@ fn remote_free_racing_adoption_is_applied_exactly_once() {
             late.is_empty(),
             "the husk no longer owns the segment, so it only forwards"
         );
-        let forwarded = !w.abandoned.take_all().is_null();
+        let forwarded = w.abandoned.take_all().iter().any(|c| !c.is_null());
         assert!(!forwarded, "forwarding empties the husk's queue");
         drain(&w, &w.adopter, &mut freed);
         seen.lock().unwrap().insert(before_adoption);

@@ -22,9 +22,11 @@
 //!   16-byte steps to 128, then four per doubling to 128 KiB. Larger requests
 //!   get a span of whole slices; beyond 62 slices, a huge segment of their own.
 //! - **LocalHeap** (`local_heap.rs`): one per thread: a page queue per class,
-//!   its segments, its [`RemoteQueue`](remote) and its outgoing batches.
-//! - **RemoteQueue / RemoteCache** (`remote.rs`): the owner's MPSC queue of
-//!   blocks freed elsewhere; the sender's per-owner batches.
+//!   its segments, its inbox of remote frees and its outgoing batches.
+//! - **Inbox / RemoteQueue / RemoteCache** (`remote.rs`): the owner's inbox
+//!   of blocks freed elsewhere, eight lock-free MPSC queues (lanes) so the
+//!   owner can walk several returned chains at once; the sender's per-owner
+//!   batches, spread over the lanes.
 //! - [`FreeBatch`] (`batch.rs`): the same batching for a collector's sweeper.
 //! - [`LoamAlloc`] (`global_alloc.rs`): the heap as a `GlobalAlloc`.
 //!
@@ -33,7 +35,8 @@
 //!    pointer, look the size class up in a table, pop the current page's
 //!    `free` list or bump its pointer. No atomic read-modify-write, no lock.
 //! 2. Slow path (`alloc_class_slow`), when the current page is exhausted:
-//!    send this thread's outgoing batches; drain its remote queue (one swap);
+//!    send this thread's outgoing batches; drain its inbox (one swap per
+//!    non-empty lane, the lanes' chains walked interleaved);
 //!    now and then visit orphaned heaps; purge slices idle for the purge
 //!    delay; then move the next page of the class with room (after merging
 //!    its `local_free`) to the front, parking full pages on the full list;
@@ -47,11 +50,12 @@
 //!    a page on the full list goes back to its class queue.
 //! 2. Remote (`free_remote`): batch the block for its owner in this thread's
 //!    `RemoteCache`; a batch of 128 blocks, or 256 KiB in all, is pushed on
-//!    the owner's queue with one CAS. A thread without a heap pushes directly.
+//!    one lane of the owner's inbox with one CAS. A thread that only frees
+//!    (a collector's) gets a heap for its batches on its first foreign free.
 //!
 //! # Who owns what across threads
 //! - A page's lists and a heap's queues are touched only by the owning thread.
-//!   Other threads write only a heap's `RemoteQueue` (and read a segment's
+//!   Other threads write only a heap's inbox (and read a segment's
 //!   `owner` and a page's immutable-while-live geometry).
 //! - When a thread exits, its heap (segments, pages, queue) is *abandoned*
 //!   onto the orphan list (`abandon.rs`). A new thread reuses a whole orphan;

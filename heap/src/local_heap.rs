@@ -5,7 +5,7 @@ use crate::block;
 use crate::options;
 use crate::os;
 use crate::page::{Page, PageQueue, PageState};
-use crate::remote::{route_chain, RemoteCache, RemoteQueue, REMOTE};
+use crate::remote::{route_chains, Inbox, RemoteCache, REMOTE};
 use crate::segment::{
     self, Segment, SegmentKind, HEADER_SLICES, SEGMENT_SIZE, SLICES, SLICE_SHIFT, SLICE_SIZE,
     USABLE_MASK, USABLE_SLICES,
@@ -30,7 +30,7 @@ use std::ptr;
 pub(crate) struct LocalHeap {
     /// Where other threads send this heap's blocks back (the only field other
     /// threads write).
-    pub(crate) queue: RemoteQueue,
+    pub(crate) queue: Inbox,
     /// Indexed by class; the extra last entry (the class of large spans)
     /// stays null.
     current: [*mut Page; NUM_CLASSES + 1],
@@ -67,7 +67,7 @@ impl LocalHeap {
         // SAFETY: a fresh private mapping of the right size and alignment.
         unsafe {
             heap.write(LocalHeap {
-                queue: RemoteQueue::new(),
+                queue: Inbox::new(),
                 current: [ptr::null_mut(); NUM_CLASSES + 1],
                 queues: [PageQueue::NEW; NUM_CLASSES],
                 full: PageQueue::NEW,
@@ -553,8 +553,8 @@ impl LocalHeap {
     /// whose segment has meanwhile been adopted by another heap is forwarded.
     /// Returns how many blocks it took.
     pub(crate) fn drain_remote(&mut self) -> u64 {
-        let chain = self.queue.take_all();
-        if chain.is_null() {
+        let chains = self.queue.take_all();
+        if chains.iter().all(|c| c.is_null()) {
             return 0;
         }
         let me = ptr::addr_of!(self.queue);
@@ -562,8 +562,8 @@ impl LocalHeap {
         // SAFETY: the chain came from our queue; heaps (hence queues) live
         // forever; each block is dead and its segment mapped.
         let n = unsafe {
-            route_chain(
-                chain,
+            route_chains(
+                chains,
                 me,
                 |b| {
                     let seg = segment::segment_of(b.cast());

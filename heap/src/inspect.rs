@@ -7,29 +7,45 @@ use crate::page::{Page, PageState};
 use crate::segment::{self, Segment, HEADER_SLICES, MARK_BYTES_PER_SLICE, SLICES};
 use crate::sync::{AtomicU64, Ordering};
 use std::fmt;
+use std::marker::PhantomData;
 
-/// A page of the heap: `capacity()` blocks of `block_size()` bytes from
+/// A live page of the heap: `capacity()` blocks of `block_size()` bytes from
 /// `start()`, owned by one thread heap, with a side bitmap of one mark bit
 /// per block.
+///
+/// A `PageRef<'a>` reads the page's metadata in place, so the page must stay
+/// live for `'a`: that is the contract of the unsafe ways to get one
+/// ([`PageRef::of`], [`for_each_page`]). Safe code sees pages as
+/// [`PageInfo`] values instead. A `PageRef` cannot leave the closure that
+/// received it:
+///
+/// ```compile_fail
+/// let mut saved = None;
+/// // SAFETY: the closure neither allocates nor frees.
+/// unsafe { loam_heap::for_each_page(|p| saved = Some(p)) };
+/// ```
 ///
 /// The geometry (start, block size, capacity) is fixed while any block of the
 /// page is live. The mark bits are the collector's: the heap never reads or
 /// clears them, so a collector clears a page's bits before it marks.
 #[derive(Clone, Copy, PartialEq, Eq)]
-pub struct PageRef {
+pub struct PageRef<'a> {
     page: *mut Page,
+    _live: PhantomData<&'a Page>,
 }
 
 // SAFETY: a PageRef only reads atomics and immutable-while-live geometry.
-unsafe impl Send for PageRef {}
+unsafe impl Send for PageRef<'_> {}
 // SAFETY: as above.
-unsafe impl Sync for PageRef {}
+unsafe impl Sync for PageRef<'_> {}
 
-impl PageRef {
+impl<'a> PageRef<'a> {
     /// The page holding block `p`.
     ///
     /// # Safety
-    /// `p` is a live block from this allocator.
+    /// `p` is a live block from this allocator, and the page stays live (some
+    /// block of it stays allocated, so neither the page nor a huge segment is
+    /// given back) for `'a`.
     ///
     /// # Examples
     /// ```
@@ -47,13 +63,16 @@ impl PageRef {
     ///     loam_heap::LoamAlloc.dealloc(p, layout);
     /// }
     /// ```
-    pub unsafe fn of(p: *const u8) -> PageRef {
+    pub unsafe fn of(p: *const u8) -> PageRef<'a> {
         // SAFETY: `p` is live (caller).
         let page = unsafe { segment::page_of(p) };
-        PageRef { page }
+        PageRef {
+            page,
+            _live: PhantomData,
+        }
     }
 
-    fn page(&self) -> &Page {
+    fn page(&self) -> &'a Page {
         // SAFETY: a PageRef names a descriptor inside a segment header, which
         // stays mapped while any of its blocks is live.
         unsafe { &*self.page }
@@ -103,7 +122,7 @@ impl PageRef {
         (self.page().start + i * self.block_size()) as *mut u8
     }
 
-    fn marks(&self) -> &[AtomicU64] {
+    fn marks(&self) -> &'a [AtomicU64] {
         let seg = segment::segment_of(self.page.cast());
         let i = (self.page as usize - seg as usize - std::mem::offset_of!(Segment, pages))
             / std::mem::size_of::<Page>();
@@ -133,7 +152,7 @@ impl PageRef {
     }
 }
 
-impl fmt::Debug for PageRef {
+impl fmt::Debug for PageRef<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PageRef")
             .field("start", &self.start())
@@ -156,24 +175,112 @@ pub(crate) fn for_each_page_in(seg: *mut Segment, f: &mut impl FnMut(*mut Page))
     }
 }
 
-/// Calls `f` on every page of the calling thread's heap.
-///
-/// The pages are this thread's alone, so none can change under `f` unless `f`
-/// itself allocates or frees (which it must not do with this heap).
+/// A snapshot of one page, by value: what safe code may know of a page
+/// without holding it live.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PageInfo {
+    /// Address of block 0.
+    pub start: usize,
+    /// Bytes per block.
+    pub block_size: usize,
+    /// Blocks the page holds.
+    pub capacity: usize,
+    /// Blocks handed out and not yet returned to the page.
+    pub used: usize,
+    /// A large or huge span (one block).
+    pub is_large: bool,
+}
+
+impl PageInfo {
+    fn of(page: PageRef<'_>) -> PageInfo {
+        PageInfo {
+            start: page.start() as usize,
+            block_size: page.block_size(),
+            capacity: page.capacity(),
+            used: page.used(),
+            is_large: page.is_large(),
+        }
+    }
+}
+
+/// Calls `f` with a snapshot of every page of the calling thread's heap.
+/// Pages that `f` itself creates or releases (by allocating or freeing) may
+/// be missed or seen twice.
 ///
 /// # Examples
 /// ```
-/// let b = Box::new([0u8; 100]);
 /// # #[global_allocator] static A: loam_heap::LoamAlloc = loam_heap::LoamAlloc;
+/// let b = Box::new([0u8; 100]);
 /// let mut pages = 0;
-/// loam_heap::for_each_local_page(|p| pages += (p.used() > 0) as usize);
+/// loam_heap::for_each_local_page(|p| pages += (p.block_size == 112 && p.used > 0) as usize);
 /// assert!(pages >= 1);
 /// drop(b);
 /// ```
-pub fn for_each_local_page(mut f: impl FnMut(PageRef)) {
+pub fn for_each_local_page(mut f: impl FnMut(PageInfo)) {
     let heap = current_heap();
-    if crate::alloc::is_live(heap) {
-        // SAFETY: the calling thread's own heap.
-        unsafe { (*heap).for_each_own_page(|p| f(PageRef { page: p })) };
+    if !crate::alloc::is_live(heap) {
+        return;
     }
+    // Snapshot first, then call `f`: `f` may allocate or free, which could
+    // release a page (or unmap a huge segment) under a live reference.
+    let mut batch = [None::<PageInfo>; 64];
+    let mut skip = 0usize;
+    loop {
+        let mut n = 0usize;
+        let mut seen = 0usize;
+        // SAFETY: the calling thread's own heap; nothing runs between the
+        // walk's reads but this closure, which only copies values.
+        unsafe {
+            (*heap).for_each_own_page(|p| {
+                if seen >= skip && n < batch.len() {
+                    batch[n] = Some(PageInfo::of(PageRef {
+                        page: p,
+                        _live: PhantomData,
+                    }));
+                    n += 1;
+                }
+                seen += 1;
+            })
+        };
+        for info in batch.iter_mut().take(n) {
+            f(info.take().expect("filled above"));
+        }
+        if n < batch.len() {
+            return;
+        }
+        skip += n;
+    }
+}
+
+/// Calls `f` on every page of every thread's heap, holding the heap's
+/// segment registry lock so no segment can be unmapped meanwhile. For a
+/// collector that has stopped the mutators.
+///
+/// # Safety
+/// `f` must not allocate from or free to this heap (directly or through the
+/// global allocator, if it is `LoamAlloc`): an allocation that needs a new
+/// segment would wait forever for the lock `f` runs under, and a free could
+/// release a page `f` still reads. Pages owned by running threads change
+/// while `f` reads them; only their atomic fields (`used`, the mark bits)
+/// and the geometry of pages with live blocks are meaningful then.
+///
+/// # Examples
+/// ```
+/// # #[global_allocator] static A: loam_heap::LoamAlloc = loam_heap::LoamAlloc;
+/// let b = Box::new(7u64);
+/// let mut used = 0;
+/// // SAFETY: the closure only adds numbers.
+/// unsafe { loam_heap::for_each_page(|p| used += p.used()) };
+/// assert!(used >= 1);
+/// drop(b);
+/// ```
+pub unsafe fn for_each_page(mut f: impl FnMut(PageRef<'_>)) {
+    segment::for_each_segment(|seg| {
+        for_each_page_in(seg, &mut |p| {
+            f(PageRef {
+                page: p,
+                _live: PhantomData,
+            })
+        });
+    });
 }

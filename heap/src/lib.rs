@@ -123,7 +123,7 @@ pub use batch::FreeBatch;
 #[cfg(not(loom))]
 pub use global_alloc::{usable_size, LoamAlloc};
 #[cfg(not(loom))]
-pub use inspect::{for_each_local_page, PageRef};
+pub use inspect::{for_each_local_page, for_each_page, PageInfo, PageRef};
 #[cfg(not(loom))]
 pub use options::{purge_delay, set_purge_delay};
 #[cfg(not(loom))]

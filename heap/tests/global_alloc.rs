@@ -179,7 +179,7 @@ fn local_pages_are_listed_with_their_geometry() {
     let b: Vec<Box<u128>> = (0..100).map(Box::new).collect();
     let mut found = false;
     loam_heap::for_each_local_page(|p| {
-        if p.block_size() == 16 && p.used() >= 100 {
+        if p.block_size == 16 && p.used >= 100 {
             found = true;
         }
     });

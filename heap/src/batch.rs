@@ -27,6 +27,7 @@ use std::ptr::{self, NonNull};
 /// let layout = Layout::new::<[u64; 4]>();
 /// // Addresses, so the blocks can cross to the sweeping thread.
 /// let blocks: Vec<usize> = (0..100)
+///     // SAFETY: a non-zero-sized layout.
 ///     .map(|_| unsafe { LoamAlloc.alloc(layout) } as usize)
 ///     .collect();
 /// std::thread::spawn(move || {

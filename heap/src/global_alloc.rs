@@ -25,6 +25,8 @@ use std::alloc::{GlobalAlloc, Layout};
 /// ```
 /// use std::alloc::{GlobalAlloc, Layout};
 /// let layout = Layout::from_size_align(24, 8).unwrap();
+/// // SAFETY: a non-zero-sized layout; the block is written within its size
+/// // and freed once with the same layout.
 /// unsafe {
 ///     let p = loam_heap::LoamAlloc.alloc(layout);
 ///     assert!(!p.is_null());
@@ -87,6 +89,7 @@ unsafe impl GlobalAlloc for LoamAlloc {
 /// ```
 /// use std::alloc::{GlobalAlloc, Layout};
 /// let layout = Layout::from_size_align(20, 8).unwrap();
+/// // SAFETY: `p` is live from `alloc` until the `dealloc` with its layout.
 /// unsafe {
 ///     let p = loam_heap::LoamAlloc.alloc(layout);
 ///     assert_eq!(loam_heap::usable_size(p), 24); // the 24-byte class

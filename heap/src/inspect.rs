@@ -51,6 +51,7 @@ impl<'a> PageRef<'a> {
     /// ```
     /// use std::alloc::{GlobalAlloc, Layout};
     /// let layout = Layout::from_size_align(48, 8).unwrap();
+    /// // SAFETY: `p` stays live while `page` is used, then is freed once.
     /// unsafe {
     ///     let p = loam_heap::LoamAlloc.alloc(layout);
     ///     let page = loam_heap::PageRef::of(p);

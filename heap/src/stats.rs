@@ -102,10 +102,12 @@ pub struct HeapStats {
 /// ```
 /// use std::alloc::{GlobalAlloc, Layout};
 /// let layout = Layout::from_size_align(100, 8).unwrap();
+/// // SAFETY: a non-zero-sized layout.
 /// let p = unsafe { loam_heap::LoamAlloc.alloc(layout) };
 /// let s = loam_heap::stats();
 /// assert!(s.allocated_bytes >= 112);
 /// assert!(s.classes.iter().any(|c| c.block_size == 112 && c.blocks_used >= 1));
+/// // SAFETY: `p` came from `alloc` with this layout and is freed once.
 /// unsafe { loam_heap::LoamAlloc.dealloc(p, layout) };
 /// ```
 pub fn stats() -> HeapStats {

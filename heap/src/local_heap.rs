@@ -147,13 +147,13 @@ impl LocalHeap {
                 page = next;
             }
         }
-        let page = self.page_alloc(
-            PageState::Small,
-            c,
-            CLASS_SIZE[c] as usize,
-            slices_for_class(c),
-            0,
-        );
+        let page = self.page_alloc(PageSpec {
+            state: PageState::Small,
+            class: c,
+            block: CLASS_SIZE[c] as usize,
+            slices: slices_for_class(c),
+            capacity: 0,
+        });
         if page.is_null() {
             self.current[c] = ptr::null_mut();
             return ptr::null_mut();
@@ -173,13 +173,13 @@ impl LocalHeap {
         self.housekeeping();
         let slices = size.div_ceil(SLICE_SIZE).max(1);
         let page = if align <= SLICE_SIZE && slices <= USABLE_SLICES {
-            self.page_alloc(
-                PageState::Large,
-                NUM_CLASSES,
-                slices << SLICE_SHIFT,
+            self.page_alloc(PageSpec {
+                state: PageState::Large,
+                class: NUM_CLASSES,
+                block: slices << SLICE_SHIFT,
                 slices,
-                1,
-            )
+                capacity: 1,
+            })
         } else {
             self.alloc_huge(size, align)
         };
@@ -229,14 +229,7 @@ impl LocalHeap {
 
     /// Takes `slices` free slices from our segments (adopting an orphan's or
     /// mapping a new segment if none has room) and sets them up as a page.
-    fn page_alloc(
-        &mut self,
-        state: PageState,
-        class: usize,
-        block: usize,
-        slices: usize,
-        capacity: usize,
-    ) -> *mut Page {
+    fn page_alloc(&mut self, spec: PageSpec) -> *mut Page {
         let mut tried_orphans = false;
         loop {
             let mut seg = self.segments;
@@ -245,9 +238,8 @@ impl LocalHeap {
                 unsafe {
                     if (*seg).kind == SegmentKind::Normal {
                         let free = (*seg).free_slices.load(Ordering::Relaxed);
-                        if let Some(i) = Segment::find_free_run(free, slices) {
-                            return self
-                                .page_init_in(seg, i, state, class, block, slices, capacity);
+                        if let Some(i) = Segment::find_free_run(free, spec.slices) {
+                            return self.page_init_in(seg, i, spec);
                         }
                     }
                     seg = (*seg).next;
@@ -264,20 +256,17 @@ impl LocalHeap {
             return ptr::null_mut();
         }
         self.link_segment(seg);
-        self.page_init_in(seg, HEADER_SLICES, state, class, block, slices, capacity)
+        self.page_init_in(seg, HEADER_SLICES, spec)
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn page_init_in(
-        &mut self,
-        seg: *mut Segment,
-        i: usize,
-        state: PageState,
-        class: usize,
-        block: usize,
-        slices: usize,
-        capacity: usize,
-    ) -> *mut Page {
+    fn page_init_in(&mut self, seg: *mut Segment, i: usize, spec: PageSpec) -> *mut Page {
+        let PageSpec {
+            state,
+            class,
+            block,
+            slices,
+            capacity,
+        } = spec;
         let is_zero = self.claim_slices(seg, run_mask(i, slices));
         // SAFETY: `seg` is ours and the slices are now ours too.
         unsafe {
@@ -735,6 +724,20 @@ impl LocalHeap {
             }
         }
     }
+}
+
+/// What page to cut from free slices.
+#[derive(Clone, Copy)]
+struct PageSpec {
+    state: PageState,
+    /// Size class, or `NUM_CLASSES` for a large span.
+    class: usize,
+    /// Block size in bytes.
+    block: usize,
+    /// Span length in slices.
+    slices: usize,
+    /// Blocks in the page; 0 for as many as fit.
+    capacity: usize,
 }
 
 /// Records a span of `n` slices from slice `i` holding blocks of `block`

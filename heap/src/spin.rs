@@ -94,3 +94,32 @@ impl<T> Drop for SpinGuard<'_, T> {
         self.lock.locked.store(false, Ordering::Release);
     }
 }
+
+#[cfg(all(test, loom))]
+mod loom_tests {
+    use super::SpinLock;
+    use crate::sync::{AtomicBool, Ordering};
+    use loom::sync::Arc;
+
+    /// Two threads take the lock; inside, each raises an atomic "occupied"
+    /// flag that must have been clear, and lowers it before unlocking. Loom
+    /// interleaves at every atomic operation, so two holders at once would be
+    /// found (a mutated lock that loads and stores instead of CAS fails here).
+    #[test]
+    fn spin_lock_admits_one_holder_at_a_time() {
+        loom::model(|| {
+            let lock = Arc::new((SpinLock::new(0usize), AtomicBool::new(false)));
+            let enter = |l: &(SpinLock<usize>, AtomicBool)| {
+                let mut g = l.0.lock();
+                assert!(!l.1.swap(true, Ordering::Relaxed), "two holders at once");
+                *g += 1;
+                l.1.store(false, Ordering::Relaxed);
+            };
+            let other = lock.clone();
+            let t = loom::thread::spawn(move || enter(&other));
+            enter(&lock);
+            t.join().unwrap();
+            assert_eq!(*lock.0.lock(), 2);
+        });
+    }
+}

@@ -83,55 +83,44 @@
 
 #![cfg_attr(loom, allow(dead_code, unused_imports))]
 
+/// Items compiled only outside loom: under `--cfg loom` the crate is reduced
+/// to the lock-free protocols its models check (the rest needs `const`
+/// atomics and the OS, which loom's types do not offer).
+macro_rules! not_under_loom {
+    ($($item:item)*) => { $(#[cfg(not(loom))] $item)* };
+}
+
 mod block;
 mod remote;
 mod spin;
 mod sync;
 
-#[cfg(not(loom))]
-mod abandon;
-#[cfg(not(loom))]
-mod alloc;
-#[cfg(not(loom))]
-mod batch;
-#[cfg(not(loom))]
-mod free;
-#[cfg(not(loom))]
-mod global_alloc;
-#[cfg(not(loom))]
-mod inspect;
-#[cfg(not(loom))]
-mod local_heap;
-#[cfg(not(loom))]
-mod options;
-#[cfg(not(loom))]
-mod os;
-#[cfg(not(loom))]
-mod page;
-#[cfg(not(loom))]
-mod segment;
-#[cfg(not(loom))]
-mod size_class;
-#[cfg(not(loom))]
-mod stats;
+not_under_loom! {
+    mod abandon;
+    mod alloc;
+    mod batch;
+    mod free;
+    mod global_alloc;
+    mod inspect;
+    mod local_heap;
+    mod options;
+    mod os;
+    mod page;
+    mod segment;
+    mod size_class;
+    mod stats;
+
+    pub use batch::FreeBatch;
+    pub use global_alloc::{usable_size, LoamAlloc};
+    pub use inspect::{for_each_local_page, for_each_page, PageInfo, PageRef};
+    pub use options::{purge_delay, set_purge_delay};
+    pub use segment::{SEGMENT_SIZE, SLICE_SIZE};
+    pub use size_class::{class_page_size, worst_case_waste, CLASS_SIZE, NUM_CLASSES, SMALL_MAX};
+    pub use stats::{stats, ClassStats, HeapStats};
+}
 
 #[cfg(all(test, loom))]
 mod handoff_model;
-
-#[cfg(not(loom))]
-pub use batch::FreeBatch;
-#[cfg(not(loom))]
-pub use global_alloc::{usable_size, LoamAlloc};
-#[cfg(not(loom))]
-pub use inspect::{for_each_local_page, for_each_page, PageInfo, PageRef};
-#[cfg(not(loom))]
-pub use options::{purge_delay, set_purge_delay};
-#[cfg(not(loom))]
-pub use segment::{SEGMENT_SIZE, SLICE_SIZE};
-#[cfg(not(loom))]
-pub use size_class::{class_page_size, worst_case_waste, CLASS_SIZE, NUM_CLASSES, SMALL_MAX};
-#[cfg(not(loom))]
-pub use stats::{stats, ClassStats, HeapStats};
 
 /// Aborts the process with a `heap:`-prefixed message: heap metadata is
 /// corrupted and continuing could only make it worse. Never allocates.

@@ -200,19 +200,19 @@ mod loom_tests {
     use crate::latch::CoreLatch;
     use crate::sync::{Arc, AtomicBool, Ordering};
 
-    /// One pusher, one sleeper: the sleeper parks only while the queue is
-    /// empty, and a push is never missed (loom reports a deadlock if it were).
-    #[test]
-    fn no_lost_wakeup_pusher_and_sleeper() {
-        loom::model(|| {
+    /// One pusher, one sleeper: the pusher queues a job ("queued") and calls
+    /// `wake`; the sleeper parks only while nothing is queued. A missed
+    /// wake-up leaves it parked forever, which loom reports as a deadlock.
+    fn one_push_one_sleeper(wake: fn(&Sleep)) {
+        loom::model(move || {
             let sleep = Arc::new(Sleep::new(1));
-            // Stands in for the injector: "a job is queued".
+            // Stands in for the queue: "a job is queued".
             let queued = Arc::new(AtomicBool::new(false));
             let pusher = {
                 let (sleep, queued) = (sleep.clone(), queued.clone());
                 loom::thread::spawn(move || {
                     queued.store(true, Ordering::Relaxed);
-                    sleep.notify_new_work();
+                    wake(&sleep);
                 })
             };
             while !queued.load(Ordering::Relaxed) {
@@ -220,6 +220,13 @@ mod loom_tests {
             }
             pusher.join().unwrap();
         });
+    }
+
+    /// A push to a shared queue (the injector or a worker's deque) is never
+    /// missed by a parking worker.
+    #[test]
+    fn no_lost_wakeup_pusher_and_sleeper() {
+        one_push_one_sleeper(|sleep| sleep.notify_new_work());
     }
 
     /// A worker parked on a latch is woken by whoever sets the latch.
@@ -248,20 +255,8 @@ mod loom_tests {
     /// that worker directly, with no fence; the worker's mutex orders it.
     #[test]
     fn private_push_wakes_its_target() {
-        loom::model(|| {
-            let sleep = Arc::new(Sleep::new(1));
-            let queued = Arc::new(AtomicBool::new(false));
-            let pusher = {
-                let (sleep, queued) = (sleep.clone(), queued.clone());
-                loom::thread::spawn(move || {
-                    queued.store(true, Ordering::Relaxed);
-                    sleep.wake_specific(0);
-                })
-            };
-            while !queued.load(Ordering::Relaxed) {
-                sleep.sleep(0, None, || queued.load(Ordering::Relaxed));
-            }
-            pusher.join().unwrap();
+        one_push_one_sleeper(|sleep| {
+            sleep.wake_specific(0);
         });
     }
 

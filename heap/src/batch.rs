@@ -58,8 +58,8 @@ impl FreeBatch {
     /// Adds dead block `p` to the batch.
     ///
     /// # Safety
-    /// `p` was returned by this allocator (`LoamAlloc` or [`crate::alloc`]),
-    /// has not been freed, and nobody will use it again.
+    /// `p` was returned by [`crate::LoamAlloc`], has not been freed, and nobody
+    /// will use it again.
     pub unsafe fn push(&mut self, p: NonNull<u8>) {
         let p = p.as_ptr();
         // SAFETY: `p` is a live block (caller): its segment and page are

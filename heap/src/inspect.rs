@@ -26,8 +26,11 @@ use std::marker::PhantomData;
 /// ```
 ///
 /// The geometry (start, block size, capacity) is fixed while any block of the
-/// page is live. The mark bits are the collector's: the heap never reads or
-/// clears them, so a collector clears a page's bits before it marks.
+/// page is live. The page also has a second bitmap of *allocated* bits, laid
+/// out the same way. Both are the collector's: the heap never reads or
+/// clears them, so a collector clears a page's marks before it marks, and
+/// clears a block's allocated bit before it frees the block (a page whose
+/// blocks are all free then has no allocated bit set when it is reused).
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub struct PageRef<'a> {
     page: *mut Page,
@@ -123,15 +126,64 @@ impl<'a> PageRef<'a> {
         (self.page().start + i * self.block_size()) as *mut u8
     }
 
-    fn marks(&self) -> &'a [AtomicU64] {
+    /// One of the page's two side bitmaps (`alloc` picks which).
+    fn bitmap(&self, alloc: bool) -> &'a [AtomicU64] {
         let seg = segment::segment_of(self.page.cast());
         let i = (self.page as usize - seg as usize - std::mem::offset_of!(Segment, pages))
             / std::mem::size_of::<Page>();
         let words = self.capacity().div_ceil(64).min(MARK_BYTES_PER_SLICE / 8);
-        // SAFETY: the bitmap of slice `i` lies in the segment header, is
-        // `MARK_BYTES_PER_SLICE` bytes of atomics (zero-initialized by mmap),
-        // and covers one bit per block of any page starting at slice `i`.
-        unsafe { std::slice::from_raw_parts(Segment::mark_words(seg, i), words) }
+        let base = if alloc {
+            Segment::alloc_words(seg, i)
+        } else {
+            Segment::mark_words(seg, i)
+        };
+        // SAFETY: the bitmaps of slice `i` lie in the segment header, are
+        // `MARK_BYTES_PER_SLICE` bytes of atomics each (zero-initialized by
+        // mmap), and cover one bit per block of any page starting at slice
+        // `i` (no page has more than 8192 blocks).
+        unsafe { std::slice::from_raw_parts(base, words) }
+    }
+
+    fn marks(&self) -> &'a [AtomicU64] {
+        self.bitmap(false)
+    }
+
+    /// Number of 64-bit words in each of the page's bitmaps.
+    pub fn bitmap_words(&self) -> usize {
+        self.capacity().div_ceil(64)
+    }
+
+    /// Word `w` of the mark bitmap (bit `b` is block `64 * w + b`).
+    pub fn mark_word(&self, w: usize) -> u64 {
+        self.marks()[w].load(Ordering::Acquire)
+    }
+
+    /// Word `w` of the allocated bitmap.
+    pub fn allocated_word(&self, w: usize) -> u64 {
+        self.bitmap(true)[w].load(Ordering::Acquire)
+    }
+
+    /// Whether block `i`'s allocated bit is set.
+    pub fn is_allocated(&self, i: usize) -> bool {
+        self.allocated_word(i / 64) & (1u64 << (i % 64)) != 0
+    }
+
+    /// Sets block `i`'s allocated bit, after its mark bit if `black`. The
+    /// store is a release: a sweeper that sees the allocated bit (with
+    /// [`allocated_word`](Self::allocated_word)) sees the mark bit and every
+    /// write made to the block before.
+    pub fn set_allocated(&self, i: usize, black: bool) {
+        let bit = 1u64 << (i % 64);
+        if black {
+            self.marks()[i / 64].fetch_or(bit, Ordering::Relaxed);
+        }
+        self.bitmap(true)[i / 64].fetch_or(bit, Ordering::Release);
+    }
+
+    /// Clears the allocated bits in `dead` of word `w`, for a sweeper about
+    /// to free those blocks.
+    pub fn clear_allocated(&self, w: usize, dead: u64) {
+        self.bitmap(true)[w].fetch_and(!dead, Ordering::AcqRel);
     }
 
     /// Sets block `i`'s mark bit; returns whether it was already set.

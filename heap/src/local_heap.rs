@@ -195,7 +195,7 @@ impl LocalHeap {
         if align > SEGMENT_SIZE / 2 {
             return ptr::null_mut();
         }
-        let offset = (HEADER_SLICES * SLICE_SIZE).max(align);
+        let offset = (HEADER_SLICES * SLICE_SIZE).next_multiple_of(align);
         let Some(map_size) = size
             .checked_add(offset)
             .and_then(|s| s.checked_next_multiple_of(os::OS_PAGE))

@@ -19,9 +19,10 @@ pub const SLICE_SHIFT: usize = 16;
 pub const SLICE_SIZE: usize = 1 << SLICE_SHIFT;
 /// Slices in a segment.
 pub const SLICES: usize = SEGMENT_SIZE / SLICE_SIZE;
-/// Slices at the start of each segment that hold the header and the mark
-/// bitmaps; pages use the rest.
-pub const HEADER_SLICES: usize = 2;
+/// Slices at the start of each segment that hold the header and the two
+/// side bitmaps (mark, allocated); pages use the rest. The bitmap slices are
+/// resident only where touched.
+pub const HEADER_SLICES: usize = 3;
 /// Slices a page can use.
 pub const USABLE_SLICES: usize = SLICES - HEADER_SLICES;
 /// Free-slice mask of an empty segment.
@@ -30,6 +31,8 @@ pub(crate) const USABLE_MASK: u64 = !((1u64 << HEADER_SLICES) - 1);
 pub(crate) const MARK_OFFSET: usize = SLICE_SIZE;
 /// Bytes of mark bitmap per slice: one bit per 8-byte block of a 64 KiB slice.
 pub(crate) const MARK_BYTES_PER_SLICE: usize = SLICE_SIZE / 8 / 8;
+/// Offset of the first allocated-bit bitmap: the slice after the marks.
+pub(crate) const ALLOC_OFFSET: usize = 2 * SLICE_SIZE;
 
 /// What a segment holds.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -86,7 +89,8 @@ pub(crate) struct Segment {
 }
 
 const _: () = assert!(std::mem::size_of::<Segment>() <= MARK_OFFSET);
-const _: () = assert!(MARK_OFFSET + SLICES * MARK_BYTES_PER_SLICE <= HEADER_SLICES * SLICE_SIZE);
+const _: () = assert!(MARK_OFFSET + SLICES * MARK_BYTES_PER_SLICE <= ALLOC_OFFSET);
+const _: () = assert!(ALLOC_OFFSET + SLICES * MARK_BYTES_PER_SLICE <= HEADER_SLICES * SLICE_SIZE);
 
 /// All live segments, for statistics and page iteration.
 struct Registry {
@@ -239,6 +243,12 @@ impl Segment {
     /// index, `MARK_BYTES_PER_SLICE` bytes.
     pub(crate) fn mark_words(seg: *mut Segment, i: usize) -> *const AtomicU64 {
         (seg as usize + MARK_OFFSET + i * MARK_BYTES_PER_SLICE) as *const AtomicU64
+    }
+
+    /// The allocated-bit bitmap of the page whose first slice is `i`, laid
+    /// out as its mark bitmap.
+    pub(crate) fn alloc_words(seg: *mut Segment, i: usize) -> *const AtomicU64 {
+        (seg as usize + ALLOC_OFFSET + i * MARK_BYTES_PER_SLICE) as *const AtomicU64
     }
 
     /// Index of the first run of `n` free slices, if any.

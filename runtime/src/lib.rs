@@ -1,17 +1,44 @@
 //! loam-runtime: managed objects, sound rooting and the concurrent mark-sweep
 //! collector.
 //!
-//! **Not yet built** (issue #4). This header records the design chosen so far
-//! and why, so the implementation starts from a settled plan. Nothing below is
-//! code yet; the crate exports nothing.
+//! A managed heap on `loam-heap`'s pages, with sound rooting enforced by the
+//! borrow checker, dedicated GC threads that mark in parallel with the
+//! mutators stopped, and a concurrent parallel sweep that hands free blocks
+//! back to their owning threads. This header is the design and its reasons;
+//! each module's docs hold the details (`handshake`, `mark`, `sweep`,
+//! `collector`, `weak`).
 //!
-//! Built so far: the foundation the rest stands on, the [`Trace`](trait@Trace) trait with
-//! its `#[derive(Trace)]` (crate `loam-derive`, re-exported here under the
-//! same name) and the opaque [`Tracer`] it reports to, in `trace.rs`. Its
-//! `# Safety` section is the contract every managed type meets; impls cover
-//! the std types found in object payloads. The derive also enforces two
-//! rules stated below: no plain `impl Drop` on a traced type, and
-//! `#[trace(skip)]` only for `'static` fields (which cannot hold a `Gc<'gc, _>`).
+//! ```
+//! use loam_runtime::{Gc, GcCell, Root, Rootable, Runtime, Trace};
+//!
+//! #[derive(Trace)]
+//! struct Node<'gc> {
+//!     value: u32,
+//!     next: GcCell<Option<Gc<'gc, Node<'gc>>>>,
+//! }
+//!
+//! let rt = Runtime::new();
+//! let mut m = rt.attach();
+//! // Build a list in one `mutate` call and keep its head in a root.
+//! let head: Root<Rootable!['gc => Node<'gc>]> = m.mutate(|mc| {
+//!     let mut head = mc.alloc(Node { value: 0, next: GcCell::new(None) });
+//!     for value in 1..100 {
+//!         head = mc.alloc(Node { value, next: GcCell::new(Some(head)) });
+//!     }
+//!     mc.root(head)
+//! });
+//! m.collect(); // a safepoint: only rooted objects survive
+//! let sum = m.mutate(|mc| {
+//!     let mut sum = 0;
+//!     let mut cur = Some(head.get(mc));
+//!     while let Some(n) = cur {
+//!         sum += n.value;
+//!         cur = n.next.get();
+//!     }
+//!     sum
+//! });
+//! assert_eq!(sum, 4950);
+//! ```
 //!
 //! # Object model
 //! An object is a header word (a `&'static TypeDesc`: size, payload offset,
@@ -27,8 +54,10 @@
 //! - a *mark* bit, set by the marker with `fetch_or`. Marking never writes into
 //!   objects a mutator may be using.
 //!
-//! The heap now offers one bitmap per page; it will grow a second (a third
-//! header slice per segment, resident only where touched).
+//! Both live in the segment header (one slice each, resident only where
+//! touched). The header word also carries the owning runtime's id in its top
+//! 16 bits: runtimes share the heap's pages, and a sweep must only free its
+//! own objects. For the same reason one cycle runs at a time per process.
 //!
 //! # Rooting: branded lifetimes with scoped mutation (gc-arena's model)
 //! The two known-good designs were weighed:
@@ -66,29 +95,79 @@
 //!   `impl Drop` on a traced type (a destructor could reach an object the same
 //!   sweep already freed) unless the type opts in with an unsafe attribute.
 //!
-//! # Collector (this issue: stop-the-world mark, concurrent sweep)
-//! 1. A cycle starts when allocation since the last cycle exceeds
-//!    `gc_percent` of the last live size (with a minimum heap), or on
-//!    `collect()`.
-//! 2. Running mutators stop at their next safepoint and hand over their roots;
-//!    blocked mutators (`blocking(f)`, parked pool workers) do not stop: their
-//!    roots are read by the collector, since they cannot touch the heap.
-//! 3. Dedicated GC threads mark in parallel: crossbeam-deque work stealing,
-//!    explicit mark stacks (a 10,000,000-node list must overflow nothing).
-//! 4. Mutators resume; GC threads sweep each page (`allocated & !marked`),
-//!    run the dead objects' drop glue, and send the blocks to their owners
-//!    through `loam_heap::FreeBatch`.
+//! # Collector: stop-the-world parallel mark, concurrent parallel sweep
+//! 1. A cycle starts when the managed heap exceeds the goal, `gc_percent`
+//!    over the last live size (never below the minimum heap), or on
+//!    `collect()`. Mutators take heap budget in 64 KiB chunks, so pacing and
+//!    the heap limit cost nothing per object.
+//! 2. The coordinator raises the stop flag and waits for the mutators inside
+//!    `mutate` to return (the handshake; loom-checked). Mutators outside are
+//!    blocked by construction: the collector reads their root tables.
+//! 3. GC threads mark in parallel: crossbeam-deque work stealing over
+//!    explicit mark stacks (a 10,000,000-node list overflows nothing).
+//! 4. Weak cells with unmarked targets are cleared; mutators resume,
+//!    allocating black; this is the end of the pause, and it is measured.
+//! 5. GC threads sweep each page (`allocated & !marked`), run the dead
+//!    objects' drop glue and send the blocks to their owning thread heaps
+//!    through `loam_heap::FreeBatch` (one atomic operation per batch).
 //!
-//! The next issue makes step 3 concurrent behind a snapshot barrier (the
-//! barrier cells already carry it).
+//! Pacing past the heap limit: an allocation that does not fit waits for a
+//! sweep under way, then fails (`try_alloc` returns `Err`, `alloc` panics);
+//! the mutator's next `mutate` call first runs a full collection, so a retry
+//! after dropping roots succeeds. A `mutate` call cannot be interrupted by a
+//! collection (that is the rooting design), so that is where it can happen.
+//!
+//! The next issue makes step 3 concurrent behind a snapshot barrier: the
+//! barrier cells already take the `&Mutation` every write goes through.
 
 // Lets `#[derive(Trace)]`, whose output names `::loam_runtime`, be used inside
 // this crate too.
 extern crate self as loam_runtime;
 
+mod handshake;
 mod trace;
 
+#[cfg(not(loom))]
+mod cell;
+#[cfg(not(loom))]
+mod collector;
+#[cfg(not(loom))]
+mod gc;
+#[cfg(not(loom))]
+mod mark;
+#[cfg(not(loom))]
+mod mutator;
+#[cfg(not(loom))]
+mod options;
+#[cfg(not(loom))]
+mod root;
+#[cfg(not(loom))]
+#[allow(clippy::module_inception)]
+mod runtime;
+#[cfg(not(loom))]
+mod stats;
+#[cfg(not(loom))]
+mod sweep;
+#[cfg(not(loom))]
+mod weak;
+
+#[cfg(not(loom))]
+pub use cell::{GcCell, GcLock};
+#[cfg(not(loom))]
+pub use gc::Gc;
 pub use loam_derive::Trace;
+#[cfg(not(loom))]
+pub use mutator::{AllocError, Mutation, Mutator};
+#[cfg(not(loom))]
+pub use options::parse_size;
+#[cfg(not(loom))]
+pub use root::{GlobalRoot, Root, Rootable};
+#[cfg(not(loom))]
+pub use runtime::{Runtime, RuntimeBuilder};
+#[cfg(not(loom))]
+pub use stats::{CycleEvent, GcStats, PauseHistogram};
 #[doc(hidden)]
 pub use trace::__private;
 pub use trace::{Trace, Tracer};
+#[cfg(not(loom))]
+pub use weak::GcWeak;

@@ -139,8 +139,6 @@ pub struct Tracer {
     edges: Vec<usize>,
 }
 
-// Used by the collector (issue #4, not yet built) and by the unit tests.
-#[cfg_attr(not(test), allow(dead_code))]
 impl Tracer {
     /// A tracer with nothing visited yet.
     pub(crate) fn new() -> Self {
@@ -155,6 +153,11 @@ impl Tracer {
     /// The addresses visited so far, in order.
     pub(crate) fn edges(&self) -> &[usize] {
         &self.edges
+    }
+
+    /// Forgets the addresses visited so far (keeping the buffer).
+    pub(crate) fn clear(&mut self) {
+        self.edges.clear();
     }
 }
 

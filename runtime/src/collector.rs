@@ -1,0 +1,315 @@
+//! The collector: a coordinator thread that runs each cycle, and the GC
+//! threads (a `loam-threadpool` pool) that mark and sweep in parallel.
+//!
+//! A cycle:
+//! 1. *Stop*: raise the handshake's stop flag and wait for every mutator
+//!    inside `mutate` to leave (mutators outside are blocked: they hold no
+//!    pointer the collector cannot see).
+//! 2. *Snapshot*: walk the heap's pages; for each with an allocated bit set,
+//!    clear its marks and remember it for the sweep.
+//! 3. *Mark* in parallel from the mutators' and the global root tables.
+//! 4. Verify mode: re-mark single-threaded and abort if the marks differ.
+//! 5. *Weak*: clear weak cells whose target is unmarked.
+//! 6. *Resume*: turn on black allocation, lower the stop flag. Steps 1-6 are
+//!    the pause.
+//! 7. *Sweep* the snapshot pages in parallel, mutators running.
+//!
+//! The side bitmaps belong to the heap's pages, which every runtime in the
+//! process shares, so one cycle runs at a time process-wide (`CYCLE_LOCK`):
+//! a cycle clears marks that another runtime's objects carry too.
+
+use crate::mark;
+use crate::runtime::{release_id, Phase, Shared};
+use crate::stats::CycleEvent;
+use crate::sweep;
+use loam_threadpool::{ThreadPool, ThreadPoolBuilder};
+use parking_lot::Mutex;
+use std::cell::Cell;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// One cycle at a time, process-wide (module docs).
+static CYCLE_LOCK: Mutex<()> = Mutex::new(());
+
+thread_local! {
+    /// The runtime whose GC thread this is (0: none).
+    static GC_THREAD_OF: Cell<u16> = const { Cell::new(0) };
+}
+
+/// Whether the calling thread is a GC thread (or the coordinator) of runtime
+/// `id`.
+pub(crate) fn on_gc_thread_of(id: u16) -> bool {
+    GC_THREAD_OF.with(|c| c.get() == id)
+}
+
+/// Aborts with a `loam:` message: the collector found the heap inconsistent.
+#[cold]
+pub(crate) fn fatal(msg: &str) -> ! {
+    eprintln!("loam: {msg}");
+    std::process::abort()
+}
+
+/// Starts the coordinator thread (which owns the GC threads).
+pub(crate) fn start(shared: Arc<Shared>) -> JoinHandle<()> {
+    let id = shared.id;
+    let pool = ThreadPoolBuilder::new()
+        .num_threads(shared.config.gc_threads)
+        .thread_name(move |i| format!("loam-gc-{id}-{i}"))
+        .start_handler(move |_| GC_THREAD_OF.with(|c| c.set(id)))
+        .build()
+        .expect("loam: could not start the GC threads");
+    std::thread::Builder::new()
+        .name(format!("loam-gc-{id}"))
+        .spawn(move || {
+            GC_THREAD_OF.with(|c| c.set(id));
+            coordinator(&shared, &pool);
+            drop(pool);
+            release_id(id);
+        })
+        .expect("loam: could not start the collector thread")
+}
+
+fn coordinator(shared: &Shared, pool: &ThreadPool) {
+    loop {
+        let (forced, last) = {
+            let mut c = shared.control.lock();
+            while !c.requested && !c.shutdown {
+                shared.control_cv.wait(&mut c);
+            }
+            let forced = c.forced;
+            c.requested = false;
+            c.forced = false;
+            c.phase = Phase::Pause;
+            (forced, c.shutdown)
+        };
+        // The last cycle runs with no handle left: nothing is rooted, so it
+        // frees every object of this runtime.
+        cycle(shared, pool, forced || last);
+        let mut c = shared.control.lock();
+        c.phase = Phase::Idle;
+        c.completed += 1;
+        shared.control_cv.notify_all();
+        if last {
+            c.shutdown = true;
+            return;
+        }
+    }
+}
+
+/// Start addresses of the pages holding an allocated object, with their
+/// marks cleared. Called with the world stopped.
+fn snapshot_pages(pages: &mut Vec<usize>) {
+    loop {
+        pages.clear();
+        let mut overflow = false;
+        // SAFETY: the closure neither allocates nor frees (it pushes only
+        // within the reserved capacity), and reads only atomics and the
+        // geometry of pages with allocated objects, which no one frees while
+        // this runtime's world is stopped and the cycle lock is held.
+        unsafe {
+            loam_heap::for_each_page(|p| {
+                if p.used() == 0 {
+                    return;
+                }
+                if !(0..p.bitmap_words()).any(|w| p.allocated_word(w) != 0) {
+                    return;
+                }
+                p.clear_marks();
+                if pages.len() < pages.capacity() {
+                    pages.push(p.start() as usize);
+                } else {
+                    overflow = true;
+                }
+            })
+        };
+        if !overflow {
+            return;
+        }
+        pages.reserve(pages.capacity().max(1024));
+    }
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+fn mb(b: usize) -> f64 {
+    b as f64 / (1 << 20) as f64
+}
+
+fn cycle(shared: &Shared, pool: &ThreadPool, forced: bool) {
+    let _one_at_a_time = CYCLE_LOCK.lock();
+    let heap_before = shared.heap_used.load(Ordering::Relaxed);
+    let start = Instant::now();
+
+    // 1. Stop.
+    shared.handshake.raise();
+    let mutators = {
+        let mut list = shared.mutators.lock();
+        list.retain(|m| {
+            !(m.detached.load(Ordering::Acquire) && Arc::strong_count(m) == 1)
+        });
+        list.clone()
+    };
+    for m in &mutators {
+        shared.handshake.wait_outside(&m.slot);
+    }
+
+    // 2. Snapshot.
+    let mut pages = Vec::with_capacity(4096);
+    snapshot_pages(&mut pages);
+
+    // 3. Mark.
+    let mut roots = Vec::new();
+    for m in &mutators {
+        roots.extend(m.roots.lock().live());
+    }
+    roots.extend(shared.globals.lock().live());
+    let mark_start = Instant::now();
+    // SAFETY: the world is stopped, the marks of every page with an object
+    // were cleared by the snapshot, and roots name allocated objects.
+    let marked = unsafe { mark::parallel(pool, &roots) };
+    let mark_time = mark_start.elapsed();
+
+    // 4. Verify.
+    if shared.config.verify {
+        verify(shared.id, &pages, &roots, marked.objects);
+    }
+
+    // 5. Weak references.
+    // SAFETY: weak cells and their targets are this runtime's allocated
+    // objects; the world is stopped.
+    mark_weak(shared);
+
+    // 6. Resume, allocating black until the sweep is done.
+    let percent = shared.config.gc_percent;
+    let goal = if percent == u32::MAX {
+        usize::MAX
+    } else {
+        let grow = (marked.bytes as u128 * percent as u128 / 100) as usize;
+        (marked.bytes.saturating_add(grow)).max(shared.config.min_heap)
+    };
+    shared.next_goal.store(goal, Ordering::Relaxed);
+    shared.black.store(true, Ordering::Relaxed);
+    shared.control.lock().phase = Phase::Sweep;
+    shared.handshake.resume();
+    let pause = start.elapsed();
+
+    // 7. Sweep.
+    let sweep_start = Instant::now();
+    // SAFETY: the snapshot's pages, marks complete, under the cycle lock.
+    let swept = unsafe { sweep::parallel(pool, &pages, shared.id, shared.config.verify) };
+    let sweep_time = sweep_start.elapsed();
+    shared.black.store(false, Ordering::Relaxed);
+    let heap_after = shared
+        .heap_used
+        .fetch_sub(swept.bytes, Ordering::Relaxed)
+        .saturating_sub(swept.bytes);
+
+    let event = {
+        let mut stats = shared.stats.lock();
+        stats.cycles += 1;
+        stats.pauses.record(pause);
+        stats.mark_time += mark_time;
+        stats.sweep_time += sweep_time;
+        stats.bytes_marked += marked.bytes as u64;
+        stats.bytes_freed += swept.bytes as u64;
+        stats.objects_freed += swept.objects;
+        stats.live_size = marked.bytes;
+        stats.next_goal = goal;
+        let event = CycleEvent {
+            cycle: stats.cycles,
+            forced,
+            pause,
+            mark: mark_time,
+            sweep: sweep_time,
+            heap_before,
+            heap_after,
+            bytes_marked: marked.bytes,
+            objects_marked: marked.objects,
+            bytes_freed: swept.bytes,
+            objects_freed: swept.objects,
+            next_goal: goal,
+            gc_threads: pool.current_num_threads(),
+        };
+        stats.last = Some(event.clone());
+        event
+    };
+    if shared.config.trace {
+        eprintln!(
+            "gc {} @{:.3}s: pause {:.3} ms (mark {:.3} ms), sweep {:.3} ms, \
+             {:.1}->{:.1} MB, {:.1} MB live, {} MB goal, {} objects freed, {} T{}",
+            event.cycle,
+            shared.started.elapsed().as_secs_f64(),
+            ms(pause),
+            ms(mark_time),
+            ms(sweep_time),
+            mb(heap_before),
+            mb(heap_after),
+            mb(marked.bytes),
+            if goal == usize::MAX {
+                "off".to_string()
+            } else {
+                format!("{:.1}", mb(goal))
+            },
+            event.objects_freed,
+            event.gc_threads,
+            if forced { " (forced)" } else { "" },
+        );
+    }
+    if let Some(hook) = &shared.hook {
+        hook(&event);
+    }
+}
+
+fn mark_weak(shared: &Shared) {
+    let mut cells = shared.weak.lock();
+    // SAFETY: every registered cell, and every nonzero target, is an
+    // allocated object of this runtime (cells are forgotten once unmarked,
+    // targets cleared once unmarked); the world is stopped.
+    crate::weak::process(&mut cells, |addr| unsafe { mark::is_marked(addr) });
+}
+
+/// Verify mode: the parallel marks must equal a single-threaded re-mark.
+fn verify(id: u16, pages: &[usize], roots: &[usize], marked_objects: u64) {
+    // SAFETY: world stopped, mark complete.
+    let reachable = unsafe { mark::reachable(roots) };
+    for &addr in &reachable {
+        // SAFETY: reachable, so allocated.
+        if !unsafe { mark::is_marked(addr) } {
+            fatal(&format!("verify: reachable object {addr:#x} was not marked"));
+        }
+    }
+    let mut marked = 0u64;
+    for &start in pages {
+        // SAFETY: a snapshot page, live (it holds allocated objects).
+        let page = unsafe { loam_heap::PageRef::of(start as *const u8) };
+        let base = page.start() as usize;
+        for w in 0..page.bitmap_words() {
+            let mut live = page.allocated_word(w) & page.mark_word(w);
+            while live != 0 {
+                let b = live.trailing_zeros() as usize;
+                live &= live - 1;
+                let addr = base + (w * 64 + b) * page.block_size();
+                // SAFETY: allocated.
+                let (_, owner) = unsafe { crate::gc::header_of(addr) };
+                if owner != id {
+                    continue;
+                }
+                marked += 1;
+                if !reachable.contains(&addr) {
+                    fatal(&format!("verify: unreachable object {addr:#x} was marked"));
+                }
+            }
+        }
+    }
+    if marked != marked_objects || marked != reachable.len() as u64 {
+        fatal(&format!(
+            "verify: {marked} objects carry marks, the markers counted {marked_objects}, \
+             {} are reachable",
+            reachable.len()
+        ));
+    }
+}

@@ -1,0 +1,213 @@
+//! Parallel marking on the GC threads, and verify mode's single-threaded
+//! re-mark.
+//!
+//! Each GC thread drains its own LIFO deque (crossbeam-deque) and steals
+//! from the roots' injector and from the others when it runs dry. The deques
+//! are the mark stack: no recursion, so a ten-million-node list marks in
+//! constant native stack. An object is pushed only by the thread whose
+//! `fetch_or` set its mark bit, so each object is traced once.
+//!
+//! Termination: a thread that finds no work leaves the `active` count and
+//! then watches the queues; it rejoins if any has work, and stops once
+//! `active` is zero. Work is only ever pushed by an active thread, which
+//! checks the queues again after it goes idle, so when `active` reads zero
+//! every queue is empty for good.
+
+use crate::gc::{header_of, is_freed};
+use crate::trace::Tracer;
+use crossbeam_deque::{Injector, Steal, Stealer, Worker};
+use loam_threadpool::ThreadPool;
+use parking_lot::Mutex;
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// Sets the mark bit of the object at `addr`; true if this call set it.
+///
+/// # Safety
+/// `addr` is an allocated managed object, and no sweep runs.
+#[inline]
+pub(crate) unsafe fn mark(addr: usize) -> bool {
+    // SAFETY: the object is allocated, so its page is live (caller).
+    let page = unsafe { loam_heap::PageRef::of(addr as *const u8) };
+    !page.set_mark(page.block_index(addr as *const u8))
+}
+
+/// Whether the object at `addr` is marked.
+///
+/// # Safety
+/// As [`mark`].
+pub(crate) unsafe fn is_marked(addr: usize) -> bool {
+    // SAFETY: as in `mark`.
+    let page = unsafe { loam_heap::PageRef::of(addr as *const u8) };
+    page.is_marked(page.block_index(addr as *const u8))
+}
+
+/// What marking found.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Marked {
+    pub(crate) bytes: usize,
+    pub(crate) objects: u64,
+}
+
+/// Traces the object at `addr` (already marked), marking and pushing what it
+/// points to.
+///
+/// # Safety
+/// `addr` is an allocated, marked managed object; the world is stopped.
+#[inline]
+unsafe fn scan(addr: usize, tracer: &mut Tracer, out: &mut Marked, mut push: impl FnMut(usize)) {
+    // SAFETY: allocated (caller).
+    let (desc, _) = unsafe { header_of(addr) };
+    if is_freed(desc) {
+        crate::collector::fatal(&format!(
+            "verify: the reachable object at {addr:#x} was already freed"
+        ));
+    }
+    out.bytes += desc.size;
+    out.objects += 1;
+    if let Some(trace) = desc.trace {
+        // SAFETY: a live object of the descriptor's type; the world is
+        // stopped, so nothing changes it meanwhile.
+        unsafe { trace(addr as *const u8, tracer) };
+        for &e in tracer.edges() {
+            // SAFETY: an edge of a live object is an allocated object
+            // (Trace's contract 1: everything reachable was reported, so
+            // nothing reachable was freed).
+            if unsafe { mark(e) } {
+                push(e);
+            }
+        }
+        tracer.clear();
+    }
+}
+
+/// Marks everything reachable from `roots` on the threads of `pool`.
+///
+/// # Safety
+/// The world is stopped, the marks of every page holding this runtime's
+/// objects are clear, and `roots` are allocated objects of this runtime.
+pub(crate) unsafe fn parallel(pool: &ThreadPool, roots: &[usize]) -> Marked {
+    let injector = Injector::new();
+    for &r in roots {
+        // SAFETY: roots are allocated (caller).
+        if unsafe { mark(r) } {
+            injector.push(r);
+        }
+    }
+    let n = pool.current_num_threads();
+    let workers: Vec<Worker<usize>> = (0..n).map(|_| Worker::new_lifo()).collect();
+    let stealers: Vec<Stealer<usize>> = workers.iter().map(Worker::stealer).collect();
+    let slots: Vec<Mutex<Option<Worker<usize>>>> =
+        workers.into_iter().map(|w| Mutex::new(Some(w))).collect();
+    let active = AtomicUsize::new(n);
+    let results = pool.broadcast(|ctx| {
+        let me = ctx.index();
+        let local = slots[me].lock().take().expect("one worker per GC thread");
+        let mut tracer = Tracer::new();
+        let mut out = Marked::default();
+        loop {
+            let next = local.pop().or_else(|| find_work(me, &local, &injector, &stealers));
+            match next {
+                // SAFETY: queued objects are marked and allocated; the
+                // world is stopped (caller).
+                Some(addr) => unsafe { scan(addr, &mut tracer, &mut out, |e| local.push(e)) },
+                None => {
+                    if idle(&active, &injector, &stealers) {
+                        break;
+                    }
+                }
+            }
+        }
+        out
+    });
+    results.into_iter().fold(Marked::default(), |a, b| Marked {
+        bytes: a.bytes + b.bytes,
+        objects: a.objects + b.objects,
+    })
+}
+
+fn find_work(
+    me: usize,
+    local: &Worker<usize>,
+    injector: &Injector<usize>,
+    stealers: &[Stealer<usize>],
+) -> Option<usize> {
+    loop {
+        let mut retry = false;
+        match injector.steal_batch_and_pop(local) {
+            Steal::Success(x) => return Some(x),
+            Steal::Retry => retry = true,
+            Steal::Empty => {}
+        }
+        let n = stealers.len();
+        for k in 1..n {
+            match stealers[(me + k) % n].steal_batch_and_pop(local) {
+                Steal::Success(x) => return Some(x),
+                Steal::Retry => retry = true,
+                Steal::Empty => {}
+            }
+        }
+        if !retry {
+            return None;
+        }
+    }
+}
+
+/// Leaves the active set; returns true when marking is over, false when
+/// there is work again (the caller is active again).
+fn idle(active: &AtomicUsize, injector: &Injector<usize>, stealers: &[Stealer<usize>]) -> bool {
+    active.fetch_sub(1, Ordering::SeqCst);
+    let mut spins = 0u32;
+    loop {
+        if !injector.is_empty() || stealers.iter().any(|s| !s.is_empty()) {
+            active.fetch_add(1, Ordering::SeqCst);
+            return false;
+        }
+        if active.load(Ordering::SeqCst) == 0 {
+            return true;
+        }
+        spins += 1;
+        if spins < 64 {
+            std::hint::spin_loop();
+        } else {
+            std::thread::yield_now();
+        }
+    }
+}
+
+/// Verify mode: marks from `roots` again, single-threaded, into a set, and
+/// returns it. Reports a freed object reached.
+///
+/// # Safety
+/// As [`parallel`], after it (the marks it set are only read).
+pub(crate) unsafe fn reachable(roots: &[usize]) -> HashSet<usize> {
+    let mut seen: HashSet<usize> = HashSet::new();
+    let mut stack: Vec<usize> = Vec::new();
+    for &r in roots {
+        if seen.insert(r) {
+            stack.push(r);
+        }
+    }
+    let mut tracer = Tracer::new();
+    while let Some(addr) = stack.pop() {
+        // SAFETY: reachable from the roots, hence allocated (Trace's
+        // contract); the world is stopped.
+        let (desc, _) = unsafe { header_of(addr) };
+        if is_freed(desc) {
+            crate::collector::fatal(&format!(
+                "verify: the reachable object at {addr:#x} was already freed"
+            ));
+        }
+        if let Some(trace) = desc.trace {
+            // SAFETY: as above.
+            unsafe { trace(addr as *const u8, &mut tracer) };
+            for &e in tracer.edges() {
+                if seen.insert(e) {
+                    stack.push(e);
+                }
+            }
+            tracer.clear();
+        }
+    }
+    seen
+}

@@ -1,0 +1,434 @@
+//! Mutators: [`Mutator`] (a thread attached to a runtime) and [`Mutation`]
+//! (the context of one `mutate` call, through which objects are allocated
+//! and rooted).
+
+use crate::gc::{Gc, GcBox};
+use crate::handshake::Slot;
+use crate::root::{GlobalRoot, Root, RootTable, Rootable};
+use crate::runtime::{Handle, Shared};
+use crate::trace::Trace;
+use parking_lot::Mutex;
+use std::alloc::{GlobalAlloc, Layout};
+use std::cell::{Cell, RefCell};
+use std::fmt;
+use std::marker::PhantomData;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+/// Heap budget a mutator takes from its runtime at a time: pacing and the
+/// heap limit are checked once per chunk, not per object.
+const CHUNK: usize = 64 << 10;
+
+/// What the collector sees of a mutator.
+#[derive(Debug, Default)]
+pub(crate) struct MutatorShared {
+    pub(crate) slot: Slot,
+    pub(crate) roots: Mutex<RootTable>,
+    /// The `Mutator` is gone; its roots may live on.
+    pub(crate) detached: AtomicBool,
+}
+
+thread_local! {
+    /// Ids of the runtimes this thread has a live `Mutator` of.
+    static ATTACHED: RefCell<Vec<u16>> = const { RefCell::new(Vec::new()) };
+    /// Id of the runtime whose `mutate` this thread is inside (0: none).
+    static INSIDE: Cell<u16> = const { Cell::new(0) };
+}
+
+/// Whether this thread is inside a `mutate` call of runtime `id`.
+pub(crate) fn inside_mutate_of(id: u16) -> bool {
+    INSIDE.with(|c| c.get() == id)
+}
+
+/// A thread attached to a [`Runtime`](crate::Runtime): the only way to
+/// reach its heap.
+///
+/// A mutator is *running* inside [`mutate`](Mutator::mutate) and *blocked*
+/// everywhere else: between `mutate` calls it holds no pointer the collector
+/// cannot see (its `Gc`s cannot outlive the call, its [`Root`]s are in a
+/// table the collector reads), so the collector never waits for it.
+/// Collections happen only at those boundaries; a long computation is a
+/// loop of short `mutate` calls that carries its state in roots. Dropping
+/// the `Mutator` detaches the thread.
+///
+/// `!Send`: it stays on the thread that attached.
+///
+/// # Examples
+/// A loop that allocates for as long as it likes without ever stalling a
+/// collection, keeping its result in a root:
+/// ```
+/// use loam_runtime::{Gc, GcCell, Root, Rootable, Runtime, Trace};
+///
+/// #[derive(Trace)]
+/// struct Acc<'gc> {
+///     last: GcCell<Option<Gc<'gc, u64>>>,
+/// }
+///
+/// let rt = Runtime::builder().gc_threads(1).min_heap(1 << 20).build();
+/// let mut m = rt.attach();
+/// let acc: Root<Rootable!['gc => Acc<'gc>]> =
+///     m.mutate(|mc| mc.root(mc.alloc(Acc { last: GcCell::new(None) })));
+/// for i in 0..20_000_u64 {
+///     m.mutate(|mc| {
+///         let acc = acc.get(mc);
+///         acc.last.set(mc, Some(mc.alloc(i)));
+///         let _garbage = mc.alloc([i; 16]);
+///     });
+/// }
+/// let last = m.mutate(|mc| *acc.get(mc).last.get().unwrap());
+/// assert_eq!(last, 19_999);
+/// assert!(rt.stats().cycles > 0);
+/// ```
+pub struct Mutator {
+    pub(crate) handle: Arc<Handle>,
+    pub(crate) me: Arc<MutatorShared>,
+    /// Heap budget taken from the runtime and not yet allocated.
+    credit: Cell<usize>,
+    /// An allocation failed at the heap limit during the last `mutate`: run
+    /// a forced collection before the next.
+    limit_hit: Cell<bool>,
+    _not_send: PhantomData<*mut ()>,
+}
+
+impl fmt::Debug for Mutator {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Mutator")
+            .field("runtime", &self.handle.shared.id)
+            .field("credit", &self.credit.get())
+            .finish()
+    }
+}
+
+/// Leaves the handshake when a `mutate` closure returns or unwinds.
+struct Inside<'a> {
+    shared: &'a Shared,
+    slot: &'a Slot,
+    prev: u16,
+}
+
+impl Drop for Inside<'_> {
+    fn drop(&mut self) {
+        INSIDE.with(|c| c.set(self.prev));
+        self.shared.handshake.leave(self.slot);
+    }
+}
+
+impl Mutator {
+    pub(crate) fn attach(handle: Arc<Handle>) -> Mutator {
+        let id = handle.shared.id;
+        ATTACHED.with(|a| {
+            let mut a = a.borrow_mut();
+            assert!(
+                !a.contains(&id),
+                "loam: this thread already has a Mutator of this runtime; use that one"
+            );
+            a.push(id);
+        });
+        let me = Arc::new(MutatorShared::default());
+        handle.shared.mutators.lock().push(me.clone());
+        Mutator {
+            handle,
+            me,
+            credit: Cell::new(0),
+            limit_hit: Cell::new(false),
+            _not_send: PhantomData,
+        }
+    }
+
+    pub(crate) fn shared(&self) -> &Shared {
+        &self.handle.shared
+    }
+
+    /// Runs `f` with a fresh brand `'gc`: inside, allocate with
+    /// [`Mutation::alloc`] and read objects through `Gc<'gc, _>`. Nothing
+    /// branded `'gc` can leave `f` (its result `R` cannot name `'gc`); keep
+    /// objects for later in [`Root`]s or [`GlobalRoot`]s.
+    ///
+    /// Entering is the safepoint: if a collection is stopping the world, the
+    /// call waits for the pause to end first. While `f` runs the collector
+    /// waits for it to return before it can mark, so keep each call short.
+    pub fn mutate<R>(&mut self, f: impl for<'gc> FnOnce(&Mutation<'gc>) -> R) -> R {
+        if self.limit_hit.replace(false) {
+            self.shared().collect();
+        }
+        let shared = &*self.handle.shared;
+        let goal = shared.next_goal.load(Ordering::Relaxed);
+        if shared.heap_used.load(Ordering::Relaxed) >= goal.saturating_mul(2) {
+            // Outrunning the collector: let it catch up before growing on.
+            shared.pace();
+        }
+        shared.handshake.enter(&self.me.slot);
+        let _inside = Inside {
+            shared,
+            slot: &self.me.slot,
+            prev: INSIDE.with(|c| c.replace(shared.id)),
+        };
+        let mc = Mutation {
+            mutator: self as *const Mutator,
+            _brand: PhantomData,
+        };
+        f(&mc)
+    }
+
+    /// Passes a safepoint: waits if a collection is stopping the world. A
+    /// mutator outside `mutate` never holds the collector up, so this is only
+    /// needed to let a pending pause go first (a mutator that allocates much
+    /// can call it to pace itself).
+    pub fn safepoint(&mut self) {
+        let shared = self.shared();
+        shared.handshake.enter(&self.me.slot);
+        shared.handshake.leave(&self.me.slot);
+    }
+
+    /// Runs `f`, which does not touch the managed heap (I/O, waiting on
+    /// other threads), with the mutator blocked: the collector acts without
+    /// waiting for it. Every mutator outside `mutate` is blocked; this names
+    /// the state where it matters.
+    pub fn blocking<R>(&mut self, f: impl FnOnce() -> R) -> R {
+        f()
+    }
+
+    /// Runs a full collection now and waits for it (see
+    /// [`Runtime::collect`](crate::Runtime::collect)).
+    pub fn collect(&mut self) {
+        self.shared().collect();
+    }
+
+    /// The runtime this mutator belongs to.
+    pub fn runtime(&self) -> crate::Runtime {
+        crate::Runtime {
+            handle: self.handle.clone(),
+        }
+    }
+
+    /// Takes `size` bytes of heap budget; false at the heap limit.
+    #[inline]
+    fn take_credit(&self, size: usize) -> bool {
+        let c = self.credit.get();
+        if c >= size {
+            self.credit.set(c - size);
+            return true;
+        }
+        self.refill(size)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn refill(&self, size: usize) -> bool {
+        let shared = self.shared();
+        let chunk = size.max(CHUNK);
+        for attempt in 0..2 {
+            let used = shared.heap_used.fetch_add(chunk, Ordering::Relaxed) + chunk;
+            if let Some(limit) = shared.config.heap_limit {
+                if used > limit {
+                    shared.heap_used.fetch_sub(chunk, Ordering::Relaxed);
+                    // A sweep under way may free enough; a pause cannot
+                    // happen while we are inside `mutate`.
+                    if attempt == 0 && shared.wait_for_sweep() {
+                        continue;
+                    }
+                    shared.request(true);
+                    self.limit_hit.set(true);
+                    return false;
+                }
+            }
+            if used >= shared.next_goal.load(Ordering::Relaxed) {
+                shared.request(false);
+            }
+            self.credit.set(self.credit.get() + chunk - size);
+            return true;
+        }
+        false
+    }
+
+    fn give_back(&self, size: usize) {
+        self.credit.set(self.credit.get() + size);
+    }
+}
+
+impl Drop for Mutator {
+    fn drop(&mut self) {
+        let shared = &self.handle.shared;
+        shared
+            .heap_used
+            .fetch_sub(self.credit.replace(0), Ordering::Relaxed);
+        self.me.detached.store(true, Ordering::Release);
+        let id = shared.id;
+        let _ = ATTACHED.try_with(|a| a.borrow_mut().retain(|&x| x != id));
+    }
+}
+
+/// The heap is at its limit: an allocation did not fit even after waiting for
+/// the sweep under way. Holds the value that was to be allocated.
+///
+/// Return from `mutate`: the next `mutate` call on this mutator first runs a
+/// full collection, so a retry there succeeds if dropping roots made room.
+pub struct AllocError<T> {
+    value: T,
+    size: usize,
+    limit: usize,
+}
+
+impl<T> AllocError<T> {
+    /// The value that was not allocated.
+    pub fn into_inner(self) -> T {
+        self.value
+    }
+}
+
+impl<T> fmt::Debug for AllocError<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AllocError")
+            .field("size", &self.size)
+            .field("limit", &self.limit)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T> fmt::Display for AllocError<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.limit == usize::MAX {
+            write!(f, "out of memory allocating a {}-byte managed object", self.size)
+        } else {
+            write!(
+                f,
+                "managed heap limit of {} bytes reached allocating a {}-byte object",
+                self.limit, self.size
+            )
+        }
+    }
+}
+
+impl<T> std::error::Error for AllocError<T> {}
+
+/// The context of one [`Mutator::mutate`] call: allocates and roots objects
+/// branded `'gc`. Only ever seen as `&Mutation<'gc>`; it cannot leave the
+/// call or go to another thread.
+pub struct Mutation<'gc> {
+    /// The mutator running this call; it outlives the call.
+    mutator: *const Mutator,
+    /// Invariant in `'gc`, and `!Sync` so that scoped threads cannot
+    /// allocate through it.
+    _brand: PhantomData<Cell<&'gc ()>>,
+}
+
+impl fmt::Debug for Mutation<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Mutation").finish_non_exhaustive()
+    }
+}
+
+impl<'gc> Mutation<'gc> {
+    pub(crate) fn shared(&self) -> &Shared {
+        self.mutator().shared()
+    }
+
+    /// Allocates `value` in the managed heap.
+    ///
+    /// # Panics
+    /// At the heap limit (see [`try_alloc`](Self::try_alloc)) or when the OS
+    /// has no memory left.
+    #[inline]
+    pub fn alloc<T: Trace + 'gc>(&self, value: T) -> Gc<'gc, T> {
+        match self.try_alloc(value) {
+            Ok(gc) => gc,
+            Err(e) => alloc_failed(e),
+        }
+    }
+
+    /// Allocates `value`, or gives it back in `Err` when the heap is at its
+    /// limit (after waiting for a sweep under way) or the OS has no memory.
+    ///
+    /// # Examples
+    /// ```
+    /// let rt = loam_runtime::Runtime::builder().gc_threads(1).heap_limit(1 << 20).build();
+    /// let mut m = rt.attach();
+    /// let err = m.mutate(|mc| {
+    ///     let mut kept = Vec::new(); // alive until this call returns
+    ///     loop {
+    ///         match mc.try_alloc([7_u64; 8192]) {
+    ///             Ok(block) => kept.push(block),
+    ///             Err(e) => break e.to_string(),
+    ///         }
+    ///     }
+    /// });
+    /// assert!(err.contains("limit"), "{err}");
+    /// // Nothing was rooted: the next call collects first, and has room.
+    /// assert_eq!(m.mutate(|mc| mc.alloc([1_u64; 8192])[0]), 1);
+    /// ```
+    #[inline]
+    pub fn try_alloc<T: Trace + 'gc>(&self, value: T) -> Result<Gc<'gc, T>, AllocError<T>> {
+        let m = self.mutator();
+        let layout = Layout::new::<GcBox<T>>();
+        let size = layout.size();
+        if !m.take_credit(size) {
+            let limit = m.shared().config.heap_limit.unwrap_or(usize::MAX);
+            return Err(AllocError { value, size, limit });
+        }
+        let shared = m.shared();
+        // SAFETY: `GcBox<T>` has a non-zero size (it starts with a header).
+        let p = unsafe { loam_heap::LoamAlloc.alloc(layout) };
+        if p.is_null() {
+            m.give_back(size);
+            return Err(AllocError {
+                value,
+                size,
+                limit: usize::MAX,
+            });
+        }
+        // SAFETY: `p` is a fresh block of at least `size` bytes, aligned for
+        // `GcBox<T>`, ours alone.
+        unsafe { p.cast::<GcBox<T>>().write(GcBox::new(GcBox::<T>::header(shared.id), value)) };
+        // SAFETY: `p` is live and stays so: only the sweeper frees managed
+        // objects, and only after the allocated bit set here.
+        let page = unsafe { loam_heap::PageRef::of(p) };
+        // Black while a sweep runs, so the sweep leaves it alone; the
+        // header is written before the (release) allocated bit.
+        page.set_allocated(page.block_index(p), shared.black.load(Ordering::Relaxed));
+        // SAFETY: a live `GcBox<T>`, live for `'gc`: no mark can start before
+        // this `mutate` call returns.
+        Ok(unsafe { Gc::from_addr(p as usize) })
+    }
+
+    /// Roots `gc` in this mutator's root table: the returned [`Root`] keeps
+    /// the object alive until it is dropped, across any number of `mutate`
+    /// calls. `R` names the type with its brand abstracted, as
+    /// `Rootable!['gc => Node<'gc>]`.
+    pub fn root<R>(&self, gc: Gc<'gc, <R as Rootable<'gc>>::Root>) -> Root<R>
+    where
+        R: ?Sized + for<'a> Rootable<'a>,
+        <R as Rootable<'gc>>::Root: Trace,
+    {
+        Root::new(self.mutator(), gc.addr())
+    }
+
+    /// Roots `gc` in the runtime's global table: the returned
+    /// [`GlobalRoot`] is `Send + Sync`, so any thread attached to this
+    /// runtime can reach the object through it.
+    pub fn global_root<R>(&self, gc: Gc<'gc, <R as Rootable<'gc>>::Root>) -> GlobalRoot<R>
+    where
+        R: ?Sized + for<'a> Rootable<'a>,
+        <R as Rootable<'gc>>::Root: Trace,
+    {
+        GlobalRoot::new(self.mutator().handle.clone(), gc.addr())
+    }
+
+    /// Whether the collector is waiting for the mutators to stop: a long
+    /// `mutate` call may check it and return early to let the pause happen.
+    #[inline]
+    pub fn collection_pending(&self) -> bool {
+        self.shared().handshake.stop_requested()
+    }
+
+    pub(crate) fn mutator(&self) -> &Mutator {
+        // SAFETY: a `Mutation` exists only inside `Mutator::mutate`, which
+        // borrows the mutator for the whole call.
+        unsafe { &*self.mutator }
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn alloc_failed<T>(e: AllocError<T>) -> ! {
+    panic!("loam: {e}; use Mutation::try_alloc to handle this")
+}

@@ -1,0 +1,149 @@
+//! The runtime's settings: builder values, then `LOAM_*` environment
+//! overrides, each bad value reported on stderr and ignored.
+
+/// Settings a [`RuntimeBuilder`](crate::RuntimeBuilder) collects.
+#[derive(Clone, Debug)]
+pub(crate) struct Config {
+    pub(crate) gc_threads: usize,
+    pub(crate) gc_percent: u32,
+    pub(crate) heap_limit: Option<usize>,
+    pub(crate) min_heap: usize,
+    pub(crate) trace: bool,
+    pub(crate) verify: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            gc_threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            gc_percent: 100,
+            heap_limit: None,
+            min_heap: 4 << 20,
+            trace: false,
+            verify: false,
+        }
+    }
+}
+
+/// Parses a byte size: a number with an optional `K`, `M`, `G` or `T`
+/// suffix (powers of 1024, an optional trailing `B`, any case).
+///
+/// ```
+/// # use loam_runtime::parse_size;
+/// assert_eq!(parse_size("512"), Some(512));
+/// assert_eq!(parse_size("64M"), Some(64 << 20));
+/// assert_eq!(parse_size("2gb"), Some(2 << 30));
+/// assert_eq!(parse_size("lots"), None);
+/// ```
+pub fn parse_size(s: &str) -> Option<usize> {
+    let s = s.trim().to_ascii_uppercase();
+    let s = s.strip_suffix('B').unwrap_or(&s);
+    let (num, shift) = match s.as_bytes().last()? {
+        b'K' => (&s[..s.len() - 1], 10),
+        b'M' => (&s[..s.len() - 1], 20),
+        b'G' => (&s[..s.len() - 1], 30),
+        b'T' => (&s[..s.len() - 1], 40),
+        _ => (s, 0),
+    };
+    let n: usize = num.trim().parse().ok()?;
+    n.checked_mul(1usize << shift)
+}
+
+fn flag(name: &str, value: &str) -> Option<bool> {
+    match value.trim() {
+        "1" | "true" | "on" | "yes" => Some(true),
+        "0" | "false" | "off" | "no" | "" => Some(false),
+        _ => {
+            warn(name, value, "expected 1 or 0");
+            None
+        }
+    }
+}
+
+fn warn(name: &str, value: &str, expected: &str) {
+    eprintln!("loam: ignoring {name}={value:?}: {expected}");
+}
+
+impl Config {
+    /// Applies the `LOAM_*` environment overrides.
+    pub(crate) fn apply_env(&mut self) {
+        self.apply(|k| std::env::var(k).ok());
+    }
+
+    /// Applies overrides read through `get` (the environment, or a test's map).
+    pub(crate) fn apply(&mut self, get: impl Fn(&str) -> Option<String>) {
+        if let Some(v) = get("LOAM_GC_PERCENT") {
+            match v.trim() {
+                "off" => self.gc_percent = u32::MAX,
+                t => match t.parse::<u32>() {
+                    Ok(p) => self.gc_percent = p,
+                    Err(_) => warn("LOAM_GC_PERCENT", &v, "expected a percentage (e.g. 100) or off"),
+                },
+            }
+        }
+        if let Some(v) = get("LOAM_HEAP_LIMIT") {
+            match parse_size(&v) {
+                Some(0) => self.heap_limit = None,
+                Some(n) => self.heap_limit = Some(n),
+                None => warn("LOAM_HEAP_LIMIT", &v, "expected a size like 512M or 2G (0 for none)"),
+            }
+        }
+        if let Some(v) = get("LOAM_GCTRACE") {
+            if let Some(b) = flag("LOAM_GCTRACE", &v) {
+                self.trace = b;
+            }
+        }
+        if let Some(v) = get("LOAM_GCVERIFY") {
+            if let Some(b) = flag("LOAM_GCVERIFY", &v) {
+                self.verify = b;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with(pairs: &[(&str, &str)]) -> Config {
+        let mut c = Config::default();
+        c.apply(|k| pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string()));
+        c
+    }
+
+    #[test]
+    fn env_overrides_apply() {
+        let c = with(&[
+            ("LOAM_GC_PERCENT", "50"),
+            ("LOAM_HEAP_LIMIT", "64M"),
+            ("LOAM_GCTRACE", "1"),
+            ("LOAM_GCVERIFY", "1"),
+        ]);
+        assert_eq!(c.gc_percent, 50);
+        assert_eq!(c.heap_limit, Some(64 << 20));
+        assert!(c.trace && c.verify);
+        assert_eq!(with(&[("LOAM_GC_PERCENT", "off")]).gc_percent, u32::MAX);
+    }
+
+    #[test]
+    fn bad_values_are_ignored() {
+        let c = with(&[
+            ("LOAM_GC_PERCENT", "-3"),
+            ("LOAM_HEAP_LIMIT", "big"),
+            ("LOAM_GCTRACE", "maybe"),
+        ]);
+        let d = Config::default();
+        assert_eq!(c.gc_percent, d.gc_percent);
+        assert_eq!(c.heap_limit, d.heap_limit);
+        assert!(!c.trace);
+    }
+
+    #[test]
+    fn sizes_parse() {
+        assert_eq!(parse_size("1k"), Some(1024));
+        assert_eq!(parse_size(" 3 MiB"), None);
+        assert_eq!(parse_size("3MB"), Some(3 << 20));
+        assert_eq!(parse_size(""), None);
+        assert_eq!(parse_size("99999999999999999999T"), None);
+    }
+}

@@ -1,0 +1,261 @@
+//! Roots: [`Root`] (a slot in one mutator's table) and [`GlobalRoot`] (a
+//! slot in the runtime's, `Send + Sync`), named through [`Rootable`].
+
+use crate::gc::Gc;
+use crate::mutator::{Mutation, Mutator, MutatorShared};
+use crate::runtime::Handle;
+use crate::trace::Trace;
+use std::fmt;
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+/// Names a managed type with its brand abstracted: `Root` is the type for a
+/// given `'a`. Write it with the [`Rootable!`](crate::Rootable!) macro.
+pub trait Rootable<'a> {
+    /// The type branded `'a`.
+    type Root: 'a;
+}
+
+/// The type `dyn for<'gc> Rootable<'gc, Root = T>`: a [`Rootable`] for
+/// `T`, whose brand is the lifetime named before `=>`.
+///
+/// ```
+/// use loam_runtime::{Gc, Rootable, Trace};
+///
+/// #[derive(Trace)]
+/// struct Node<'gc> {
+///     next: Option<Gc<'gc, Node<'gc>>>,
+/// }
+/// type NodeRoot = Rootable!['gc => Node<'gc>];
+/// type CountRoot = Rootable!['gc => u64];
+/// ```
+#[macro_export]
+macro_rules! Rootable {
+    ($gc:lifetime => $root:ty) => {
+        dyn for<$gc> $crate::Rootable<$gc, Root = $root>
+    };
+}
+
+/// A slab of object addresses (0 = free slot).
+#[derive(Debug, Default)]
+pub(crate) struct RootTable {
+    slots: Vec<usize>,
+    free: Vec<u32>,
+}
+
+impl RootTable {
+    pub(crate) fn insert(&mut self, addr: usize) -> u32 {
+        debug_assert!(addr != 0);
+        if let Some(i) = self.free.pop() {
+            self.slots[i as usize] = addr;
+            return i;
+        }
+        let i = u32::try_from(self.slots.len()).expect("loam: more than 2^32 roots");
+        self.slots.push(addr);
+        i
+    }
+
+    pub(crate) fn get(&self, i: u32) -> usize {
+        self.slots[i as usize]
+    }
+
+    pub(crate) fn set(&mut self, i: u32, addr: usize) {
+        self.slots[i as usize] = addr;
+    }
+
+    pub(crate) fn remove(&mut self, i: u32) {
+        self.slots[i as usize] = 0;
+        self.free.push(i);
+    }
+
+    /// The rooted addresses.
+    pub(crate) fn live(&self) -> impl Iterator<Item = usize> + '_ {
+        self.slots.iter().copied().filter(|&a| a != 0)
+    }
+}
+
+fn check_runtime(rooted: &Handle, mc: &Mutation<'_>) {
+    assert!(
+        std::ptr::eq(&*rooted.shared, mc.shared()),
+        "loam: a root of one runtime was read through a mutator of another"
+    );
+}
+
+/// Keeps one object alive across `mutate` calls: a slot in the mutator's
+/// root table, freed when the `Root` drops. `!Send` (it belongs to its
+/// thread's mutator); share objects between threads with [`GlobalRoot`].
+///
+/// # Examples
+/// ```
+/// use loam_runtime::{Root, Rootable, Runtime};
+///
+/// let rt = Runtime::builder().gc_threads(1).build();
+/// let mut m = rt.attach();
+/// let r: Root<Rootable!['gc => String]> = m.mutate(|mc| mc.root(mc.alloc("kept".to_string())));
+/// m.collect();
+/// m.mutate(|mc| assert_eq!(*r.get(mc), "kept"));
+/// ```
+///
+/// It cannot go to another thread:
+/// ```compile_fail
+/// # use loam_runtime::{Root, Rootable, Runtime};
+/// # let rt = Runtime::builder().gc_threads(1).build();
+/// # let mut m = rt.attach();
+/// let r: Root<Rootable!['gc => u8]> = m.mutate(|mc| mc.root(mc.alloc(1)));
+/// std::thread::spawn(move || drop(r));
+/// ```
+pub struct Root<R: ?Sized + for<'a> Rootable<'a>> {
+    owner: Arc<MutatorShared>,
+    handle: Arc<Handle>,
+    index: u32,
+    _type: PhantomData<*const R>,
+}
+
+impl<R: ?Sized + for<'a> Rootable<'a>> Root<R> {
+    pub(crate) fn new(m: &Mutator, addr: usize) -> Self {
+        let index = m.me.roots.lock().insert(addr);
+        Root {
+            owner: m.me.clone(),
+            handle: m.handle.clone(),
+            index,
+            _type: PhantomData,
+        }
+    }
+
+    /// The rooted object, for this `mutate` call.
+    ///
+    /// # Panics
+    /// If `mc` belongs to another runtime.
+    pub fn get<'gc>(&self, mc: &Mutation<'gc>) -> Gc<'gc, <R as Rootable<'gc>>::Root>
+    where
+        <R as Rootable<'gc>>::Root: Trace,
+    {
+        check_runtime(&self.handle, mc);
+        let addr = self.owner.roots.lock().get(self.index);
+        // SAFETY: the slot holds a rooted object of this runtime (checked
+        // above) of type `R::Root` under some brand; brands do not change
+        // layout, and the root keeps it alive past `'gc`.
+        unsafe { Gc::from_addr(addr) }
+    }
+
+    /// Points the root at another object.
+    ///
+    /// # Panics
+    /// If `mc` belongs to another runtime.
+    pub fn set<'gc>(&self, mc: &Mutation<'gc>, gc: Gc<'gc, <R as Rootable<'gc>>::Root>)
+    where
+        <R as Rootable<'gc>>::Root: Trace,
+    {
+        check_runtime(&self.handle, mc);
+        self.owner.roots.lock().set(self.index, gc.addr());
+    }
+}
+
+impl<R: ?Sized + for<'a> Rootable<'a>> Drop for Root<R> {
+    fn drop(&mut self) {
+        self.owner.roots.lock().remove(self.index);
+    }
+}
+
+impl<R: ?Sized + for<'a> Rootable<'a>> fmt::Debug for Root<R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Root").field("index", &self.index).finish()
+    }
+}
+
+/// Keeps one object alive for as long as it exists, from any thread: a slot
+/// in the runtime's global root table. `Send + Sync` and `Clone` (each clone
+/// is a slot of its own).
+///
+/// # Examples
+/// ```
+/// use loam_runtime::{GlobalRoot, Rootable, Runtime};
+///
+/// let rt = Runtime::builder().gc_threads(1).build();
+/// let mut m = rt.attach();
+/// let shared: GlobalRoot<Rootable!['gc => Vec<u32>]> =
+///     m.mutate(|mc| mc.global_root(mc.alloc(vec![1, 2, 3])));
+/// let rt2 = rt.clone();
+/// let sum = std::thread::spawn(move || {
+///     let mut m = rt2.attach();
+///     m.mutate(|mc| shared.get(mc).iter().sum::<u32>())
+/// })
+/// .join()
+/// .unwrap();
+/// assert_eq!(sum, 6);
+/// ```
+pub struct GlobalRoot<R: ?Sized + for<'a> Rootable<'a>> {
+    handle: Arc<Handle>,
+    index: u32,
+    _type: PhantomData<fn() -> Box<R>>,
+}
+
+// SAFETY: the slot is in the runtime's locked table, and the object it
+// names is `Send + Sync` (every `Trace` type is); reading it needs a
+// `Mutation` of the same runtime, checked at run time.
+unsafe impl<R: ?Sized + for<'a> Rootable<'a>> Send for GlobalRoot<R> {}
+// SAFETY: as above.
+unsafe impl<R: ?Sized + for<'a> Rootable<'a>> Sync for GlobalRoot<R> {}
+
+impl<R: ?Sized + for<'a> Rootable<'a>> GlobalRoot<R> {
+    pub(crate) fn new(handle: Arc<Handle>, addr: usize) -> Self {
+        let index = handle.shared.globals.lock().insert(addr);
+        GlobalRoot {
+            handle,
+            index,
+            _type: PhantomData,
+        }
+    }
+
+    /// The rooted object, for this `mutate` call.
+    ///
+    /// # Panics
+    /// If `mc` belongs to another runtime.
+    pub fn get<'gc>(&self, mc: &Mutation<'gc>) -> Gc<'gc, <R as Rootable<'gc>>::Root>
+    where
+        <R as Rootable<'gc>>::Root: Trace,
+    {
+        check_runtime(&self.handle, mc);
+        let addr = self.handle.shared.globals.lock().get(self.index);
+        // SAFETY: as in `Root::get`.
+        unsafe { Gc::from_addr(addr) }
+    }
+
+    /// Points the root at another object.
+    ///
+    /// # Panics
+    /// If `mc` belongs to another runtime.
+    pub fn set<'gc>(&self, mc: &Mutation<'gc>, gc: Gc<'gc, <R as Rootable<'gc>>::Root>)
+    where
+        <R as Rootable<'gc>>::Root: Trace,
+    {
+        check_runtime(&self.handle, mc);
+        self.handle.shared.globals.lock().set(self.index, gc.addr());
+    }
+}
+
+impl<R: ?Sized + for<'a> Rootable<'a>> Clone for GlobalRoot<R> {
+    fn clone(&self) -> Self {
+        let mut t = self.handle.shared.globals.lock();
+        let addr = t.get(self.index);
+        let index = t.insert(addr);
+        drop(t);
+        GlobalRoot {
+            handle: self.handle.clone(),
+            index,
+            _type: PhantomData,
+        }
+    }
+}
+
+impl<R: ?Sized + for<'a> Rootable<'a>> Drop for GlobalRoot<R> {
+    fn drop(&mut self) {
+        self.handle.shared.globals.lock().remove(self.index);
+    }
+}
+
+impl<R: ?Sized + for<'a> Rootable<'a>> fmt::Debug for GlobalRoot<R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GlobalRoot").field("index", &self.index).finish()
+    }
+}

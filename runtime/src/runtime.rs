@@ -1,0 +1,418 @@
+//! [`Runtime`] and [`RuntimeBuilder`]: one managed heap, its settings, its
+//! mutator registry, its roots and its collector thread.
+
+use crate::collector;
+use crate::handshake::Handshake;
+use crate::mutator::{Mutator, MutatorShared};
+use crate::options::Config;
+use crate::root::RootTable;
+use crate::stats::{CycleEvent, GcStats};
+use parking_lot::{Condvar, Mutex};
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+/// The per-cycle hook's type.
+pub(crate) type Hook = Box<dyn Fn(&CycleEvent) + Send + Sync>;
+
+/// Where the collector is in its cycle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Phase {
+    /// No cycle running.
+    Idle,
+    /// Stopping the mutators, or marking with them stopped.
+    Pause,
+    /// Sweeping, with the mutators running.
+    Sweep,
+}
+
+/// The collector's control block, under `Shared::control`.
+#[derive(Debug)]
+pub(crate) struct Control {
+    pub(crate) requested: bool,
+    pub(crate) forced: bool,
+    pub(crate) phase: Phase,
+    /// Cycles completed (swept).
+    pub(crate) completed: u64,
+    pub(crate) shutdown: bool,
+}
+
+/// Everything the mutators, roots and collector share.
+pub(crate) struct Shared {
+    pub(crate) id: u16,
+    pub(crate) config: Config,
+    pub(crate) handshake: Handshake,
+    pub(crate) mutators: Mutex<Vec<Arc<MutatorShared>>>,
+    pub(crate) globals: Mutex<RootTable>,
+    /// Addresses of the live weak cells.
+    pub(crate) weak: Mutex<Vec<usize>>,
+    /// Managed bytes handed out (in per-mutator chunks) and not yet freed.
+    pub(crate) heap_used: AtomicUsize,
+    /// Heap size at which the next cycle starts.
+    pub(crate) next_goal: AtomicUsize,
+    /// Allocate black: a sweep is under way.
+    pub(crate) black: AtomicBool,
+    pub(crate) control: Mutex<Control>,
+    /// Signals changes of `control` (requests, phase ends) both ways.
+    pub(crate) control_cv: Condvar,
+    pub(crate) stats: Mutex<GcStats>,
+    pub(crate) hook: Option<Hook>,
+    pub(crate) started: Instant,
+}
+
+impl Shared {
+    /// Asks for a cycle; `forced` ones run even below the pacing goal.
+    pub(crate) fn request(&self, forced: bool) {
+        let mut c = self.control.lock();
+        if !c.requested {
+            c.requested = true;
+            self.control_cv.notify_all();
+        }
+        c.forced |= forced;
+    }
+
+    /// Waits for a sweep under way to finish. Never waits for a pause (the
+    /// caller may be a mutator the pause waits for). Returns whether it
+    /// waited.
+    pub(crate) fn wait_for_sweep(&self) -> bool {
+        let mut c = self.control.lock();
+        let mut waited = false;
+        while c.phase == Phase::Sweep {
+            self.control_cv.wait(&mut c);
+            waited = true;
+        }
+        waited
+    }
+
+    /// A mutator has allocated twice the goal: waits (outside `mutate`)
+    /// until the next cycle has swept. Keeps a mutator that outruns the collector from growing the
+    /// heap without bound.
+    pub(crate) fn pace(&self) {
+        let mut c = self.control.lock();
+        let seen = c.completed;
+        if !c.requested {
+            c.requested = true;
+            self.control_cv.notify_all();
+        }
+        while c.completed == seen && !c.shutdown {
+            self.control_cv.wait(&mut c);
+        }
+    }
+
+    /// Runs a full cycle that starts after this call, and waits for its sweep
+    /// to end.
+    pub(crate) fn collect(&self) {
+        let mut c = self.control.lock();
+        // A cycle already past its start may have missed what the caller
+        // just dropped: wait for the one after it.
+        let target = c.completed + if c.phase == Phase::Idle { 1 } else { 2 };
+        c.requested = true;
+        c.forced = true;
+        self.control_cv.notify_all();
+        while c.completed < target && !c.shutdown {
+            self.control_cv.wait(&mut c);
+        }
+    }
+}
+
+/// Owns the collector thread; the last [`Runtime`], [`Mutator`] or root
+/// handle to go drops it, which frees every object left.
+pub(crate) struct Handle {
+    pub(crate) shared: Arc<Shared>,
+    coordinator: Option<JoinHandle<()>>,
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        {
+            let mut c = self.shared.control.lock();
+            c.shutdown = true;
+            self.shared.control_cv.notify_all();
+        }
+        // On one of this runtime's own GC threads (a sweep dropped the last
+        // handle) joining would wait for ourselves: the collector finishes
+        // on its own.
+        if collector::on_gc_thread_of(self.shared.id) {
+            return;
+        }
+        if let Some(t) = self.coordinator.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Runtime ids in use; an id is free again once its runtime has freed all its
+/// objects.
+static IDS: Mutex<(u16, Vec<u16>)> = Mutex::new((1, Vec::new()));
+
+pub(crate) fn take_id() -> u16 {
+    let mut ids = IDS.lock();
+    if let Some(id) = ids.1.pop() {
+        return id;
+    }
+    let id = ids.0;
+    assert!(id != 0, "loam: more than 65535 runtimes alive at once");
+    ids.0 = ids.0.wrapping_add(1);
+    id
+}
+
+pub(crate) fn release_id(id: u16) {
+    IDS.lock().1.push(id);
+}
+
+/// A managed heap with its collector: a handle, cheap to clone and `Send +
+/// Sync`.
+///
+/// Threads [`attach`](Runtime::attach) to it to become mutators. The
+/// collector runs on dedicated threads. When the last handle (runtime,
+/// mutator or global root) goes away, every object left is dropped and freed.
+///
+/// # Examples
+/// ```
+/// use loam_runtime::{Gc, GcCell, Runtime, Trace};
+///
+/// #[derive(Trace)]
+/// struct Node<'gc> {
+///     value: u64,
+///     next: GcCell<Option<Gc<'gc, Node<'gc>>>>,
+/// }
+///
+/// let rt = Runtime::builder().gc_threads(2).build();
+/// let mut m = rt.attach();
+/// let total = m.mutate(|mc| {
+///     let mut head = None;
+///     for value in 0..1000 {
+///         head = Some(mc.alloc(Node { value, next: GcCell::new(head) }));
+///     }
+///     let mut sum = 0;
+///     let mut cur = head;
+///     while let Some(n) = cur {
+///         sum += n.value;
+///         cur = n.next.get();
+///     }
+///     sum
+/// });
+/// assert_eq!(total, 499_500);
+/// rt.collect(); // nothing is rooted: everything is freed
+/// assert_eq!(rt.stats().live_size, 0);
+/// ```
+#[derive(Clone)]
+pub struct Runtime {
+    pub(crate) handle: Arc<Handle>,
+}
+
+impl fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Runtime")
+            .field("id", &self.handle.shared.id)
+            .field("heap_size", &self.handle.shared.heap_used.load(Ordering::Relaxed))
+            .finish()
+    }
+}
+
+impl Default for Runtime {
+    fn default() -> Self {
+        Runtime::new()
+    }
+}
+
+impl Runtime {
+    /// A runtime with the default settings (and the `LOAM_*` environment
+    /// overrides).
+    pub fn new() -> Runtime {
+        RuntimeBuilder::new().build()
+    }
+
+    /// A builder for a runtime with chosen settings.
+    pub fn builder() -> RuntimeBuilder {
+        RuntimeBuilder::new()
+    }
+
+    /// Makes the calling thread a mutator of this runtime.
+    ///
+    /// # Panics
+    /// If the thread already has a live [`Mutator`] of this runtime.
+    pub fn attach(&self) -> Mutator {
+        Mutator::attach(self.handle.clone())
+    }
+
+    /// Runs a full collection and waits for its sweep to finish. Call it from
+    /// any thread, but not from inside a `mutate` closure of this runtime
+    /// (that mutator would never stop: this panics instead).
+    ///
+    /// # Panics
+    /// Inside a `mutate` call on this runtime.
+    pub fn collect(&self) {
+        assert!(
+            !crate::mutator::inside_mutate_of(self.handle.shared.id),
+            "loam: Runtime::collect called inside a mutate closure of the same runtime; \
+             it would wait for itself. Collect after mutate returns."
+        );
+        self.handle.shared.collect();
+    }
+
+    /// The collector's statistics so far.
+    pub fn stats(&self) -> GcStats {
+        let s = &self.handle.shared;
+        let mut stats = s.stats.lock().clone();
+        stats.heap_size = s.heap_used.load(Ordering::Relaxed);
+        stats.next_goal = s.next_goal.load(Ordering::Relaxed);
+        stats
+    }
+
+    /// Whether two handles name the same runtime.
+    pub fn ptr_eq(a: &Runtime, b: &Runtime) -> bool {
+        Arc::ptr_eq(&a.handle, &b.handle)
+    }
+}
+
+/// Settings for a [`Runtime`]. Each has a default; the environment
+/// variables `LOAM_GC_PERCENT`, `LOAM_HEAP_LIMIT` (`512M`, `2G`, `0` for
+/// none), `LOAM_GCTRACE=1` and `LOAM_GCVERIFY=1` override the builder (a bad
+/// value is reported on stderr and ignored).
+///
+/// # Examples
+/// ```
+/// let rt = loam_runtime::Runtime::builder()
+///     .gc_threads(2)
+///     .gc_percent(200)
+///     .heap_limit(256 << 20)
+///     .min_heap(8 << 20)
+///     .on_cycle(|e| assert!(e.pause <= e.pause + e.sweep))
+///     .build();
+/// rt.collect();
+/// assert_eq!(rt.stats().cycles, 1);
+/// ```
+pub struct RuntimeBuilder {
+    config: Config,
+    hook: Option<Hook>,
+    env: bool,
+}
+
+impl fmt::Debug for RuntimeBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RuntimeBuilder")
+            .field("config", &self.config)
+            .field("hook", &self.hook.is_some())
+            .finish()
+    }
+}
+
+impl Default for RuntimeBuilder {
+    fn default() -> Self {
+        RuntimeBuilder::new()
+    }
+}
+
+impl RuntimeBuilder {
+    /// The defaults: one GC thread per CPU, gc percent 100, no heap limit, a
+    /// 4 MiB minimum heap, no trace, no verify.
+    pub fn new() -> Self {
+        RuntimeBuilder {
+            config: Config::default(),
+            hook: None,
+            env: true,
+        }
+    }
+
+    /// GC threads that mark and sweep (at least 1).
+    pub fn gc_threads(mut self, n: usize) -> Self {
+        self.config.gc_threads = n.max(1);
+        self
+    }
+
+    /// Start a cycle when the heap has grown by this percentage over the live
+    /// size of the last one (Go's GOGC). `u32::MAX` turns pacing off.
+    pub fn gc_percent(mut self, percent: u32) -> Self {
+        self.config.gc_percent = percent;
+        self
+    }
+
+    /// Refuse allocations that would take the managed heap past `bytes`
+    /// (after a collection could not free enough): `try_alloc` returns
+    /// `Err`, `alloc` panics.
+    pub fn heap_limit(mut self, bytes: usize) -> Self {
+        self.config.heap_limit = Some(bytes);
+        self
+    }
+
+    /// Never start a paced cycle below this heap size.
+    pub fn min_heap(mut self, bytes: usize) -> Self {
+        self.config.min_heap = bytes;
+        self
+    }
+
+    /// Print one line per cycle on stderr (as `LOAM_GCTRACE=1`).
+    pub fn gc_trace(mut self, on: bool) -> Self {
+        self.config.trace = on;
+        self
+    }
+
+    /// After each mark, re-mark single-threaded and abort if the marks
+    /// differ; poison freed objects (as `LOAM_GCVERIFY=1`). Slow.
+    pub fn verify(mut self, on: bool) -> Self {
+        self.config.verify = on;
+        self
+    }
+
+    /// Ignore the `LOAM_*` environment variables (for tests that must not
+    /// depend on the caller's environment).
+    pub fn ignore_env(mut self) -> Self {
+        self.env = false;
+        self
+    }
+
+    /// Calls `hook` on a GC thread after each cycle's sweep. It must not
+    /// block for long or touch this runtime's heap.
+    pub fn on_cycle(mut self, hook: impl Fn(&CycleEvent) + Send + Sync + 'static) -> Self {
+        self.hook = Some(Box::new(hook));
+        self
+    }
+
+    /// Starts the runtime and its GC threads.
+    ///
+    /// # Panics
+    /// If the OS refuses to start the GC threads.
+    pub fn build(self) -> Runtime {
+        let mut config = self.config;
+        if self.env {
+            config.apply_env();
+        }
+        let id = take_id();
+        let goal = config.min_heap;
+        let shared = Arc::new(Shared {
+            id,
+            handshake: Handshake::default(),
+            mutators: Mutex::new(Vec::new()),
+            globals: Mutex::new(RootTable::default()),
+            weak: Mutex::new(Vec::new()),
+            heap_used: AtomicUsize::new(0),
+            next_goal: AtomicUsize::new(goal),
+            black: AtomicBool::new(false),
+            control: Mutex::new(Control {
+                requested: false,
+                forced: false,
+                phase: Phase::Idle,
+                completed: 0,
+                shutdown: false,
+            }),
+            control_cv: Condvar::new(),
+            stats: Mutex::new(GcStats {
+                next_goal: goal,
+                ..GcStats::default()
+            }),
+            hook: self.hook,
+            started: Instant::now(),
+            config,
+        });
+        let coordinator = collector::start(shared.clone());
+        Runtime {
+            handle: Arc::new(Handle {
+                shared,
+                coordinator: Some(coordinator),
+            }),
+        }
+    }
+}

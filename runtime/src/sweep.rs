@@ -1,0 +1,130 @@
+//! The concurrent sweep: GC threads free this runtime's dead objects while
+//! the mutators run.
+//!
+//! A page's dead objects are `allocated & !marked` with this runtime's id in
+//! their header. Objects allocated since the pause are black (both bits), so
+//! they are never candidates; the mutator sets the mark bit before the
+//! (release) allocated bit, and the sweeper reads the allocated word
+//! (acquire) before the mark word, so it cannot see one without the other.
+//! The sweeper clears the dead objects' allocated bits first, which ends its
+//! reads of the page, then runs their drop glue and sends the blocks to their
+//! owning thread heaps in `FreeBatch`es (one atomic operation per batch per
+//! owner). A page is live while it holds an allocated object, and only this
+//! sweep frees this runtime's objects, so each snapshot page is live until
+//! the sweep has cleared its bits.
+
+use crate::gc::{header_of, poison, TypeDesc};
+use loam_heap::{FreeBatch, PageRef};
+use loam_threadpool::ThreadPool;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// Pages a GC thread claims at a time.
+const CLAIM: usize = 16;
+
+/// What a sweep freed.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Swept {
+    pub(crate) bytes: usize,
+    pub(crate) objects: u64,
+}
+
+/// Sweeps `pages` (start addresses from the pause's snapshot) on the threads
+/// of `pool`.
+///
+/// # Safety
+/// The pages were snapshotted in this cycle's pause with an allocated bit
+/// set, their marks were cleared before this cycle's mark, and the mark is
+/// complete. No other sweep runs (the process-wide cycle lock).
+pub(crate) unsafe fn parallel(pool: &ThreadPool, pages: &[usize], id: u16, verify: bool) -> Swept {
+    let next = AtomicUsize::new(0);
+    let results = pool.broadcast(|_| {
+        let mut batch = FreeBatch::new();
+        let mut dead: Vec<(usize, &'static TypeDesc)> = Vec::new();
+        let mut out = Swept::default();
+        loop {
+            let i = next.fetch_add(CLAIM, Ordering::Relaxed);
+            if i >= pages.len() {
+                break;
+            }
+            for &start in &pages[i..(i + CLAIM).min(pages.len())] {
+                // SAFETY: the caller's contract; each page is swept once.
+                unsafe { sweep_page(start, id, &mut dead) };
+                for (addr, desc) in dead.drain(..) {
+                    // SAFETY: `addr` is dead and now ours alone (its
+                    // allocated bit is clear, it was never handed out).
+                    unsafe { free_object(addr, desc, id, verify, &mut batch) };
+                    out.bytes += desc.size;
+                    out.objects += 1;
+                }
+            }
+        }
+        batch.flush();
+        out
+    });
+    results.into_iter().fold(Swept::default(), |a, b| Swept {
+        bytes: a.bytes + b.bytes,
+        objects: a.objects + b.objects,
+    })
+}
+
+/// Collects the dead objects of runtime `id` in the page at `start` into
+/// `dead`, clearing their allocated bits. Reads nothing of the page after.
+///
+/// # Safety
+/// As [`parallel`].
+unsafe fn sweep_page(start: usize, id: u16, dead: &mut Vec<(usize, &'static TypeDesc)>) {
+    // SAFETY: the page holds an allocated object this sweep has not freed
+    // (caller), so it is live.
+    let page = unsafe { PageRef::of(start as *const u8) };
+    let base = page.start() as usize;
+    let bs = page.block_size();
+    for w in 0..page.bitmap_words() {
+        let a = page.allocated_word(w);
+        if a == 0 {
+            continue;
+        }
+        let mut cand = a & !page.mark_word(w);
+        let mut mine = 0u64;
+        while cand != 0 {
+            let b = cand.trailing_zeros() as usize;
+            cand &= cand - 1;
+            let addr = base + (w * 64 + b) * bs;
+            // SAFETY: allocated (its bit was set, acquire) and not freed: only
+            // its own runtime's sweep frees it, and none other runs.
+            let (desc, owner) = unsafe { header_of(addr) };
+            if owner == id {
+                mine |= 1 << b;
+                dead.push((addr, desc));
+            }
+        }
+        if mine != 0 {
+            page.clear_allocated(w, mine);
+        }
+    }
+}
+
+/// Runs the drop glue of the dead object at `addr` and frees it.
+///
+/// # Safety
+/// The caller owns the dead object.
+unsafe fn free_object(addr: usize, desc: &TypeDesc, id: u16, verify: bool, batch: &mut FreeBatch) {
+    if let Some(drop) = desc.drop {
+        // A panicking destructor must not take the collector down: report it
+        // and go on (the memory is freed all the same).
+        // SAFETY: dropped once, here; the caller owns the object.
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| unsafe {
+            drop(addr as *mut u8)
+        }));
+        if r.is_err() {
+            eprintln!("loam: the destructor of a {} panicked during sweep", (desc.name)());
+        }
+    }
+    if verify {
+        // SAFETY: the caller owns `desc.size` bytes at `addr`.
+        unsafe { poison(addr, desc.size, id) };
+    }
+    // SAFETY: a live block from `LoamAlloc` (every managed object is one),
+    // never touched again by us.
+    unsafe { batch.push(NonNull::new_unchecked(addr as *mut u8)) };
+}

@@ -1,0 +1,121 @@
+//! Weak references: [`GcWeak`], cleared by the collector when its target
+//! dies.
+//!
+//! A weak reference is a pointer to a small managed *weak cell* holding the
+//! target's address, which the cell does not trace. The runtime keeps a list
+//! of live cells; after each mark, with the world still stopped, it clears
+//! every cell whose target was not marked (and forgets the cells that were
+//! not marked themselves). A target is therefore cleared before any mutator
+//! runs again, and before the sweep can free it.
+
+use crate::gc::Gc;
+use crate::mutator::Mutation;
+use crate::trace::{Trace, Tracer};
+use std::fmt;
+use std::marker::PhantomData;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// The managed cell a [`GcWeak`] points to.
+pub(crate) struct WeakCell {
+    pub(crate) target: AtomicUsize,
+}
+
+// SAFETY: the target is deliberately not traced: the collector clears it
+// instead (module docs). No managed pointer is otherwise held (1, 3); no
+// `Drop` (4).
+unsafe impl Trace for WeakCell {
+    const NEEDS_TRACE: bool = false;
+    fn trace(&self, _: &mut Tracer) {}
+}
+
+/// A reference that does not keep its target alive: [`upgrade`]
+/// (GcWeak::upgrade) returns `None` once a collection found the target
+/// unreachable.
+///
+/// # Examples
+/// ```
+/// use loam_runtime::{GcWeak, Root, Rootable, Runtime};
+///
+/// let rt = Runtime::builder().gc_threads(1).build();
+/// let mut m = rt.attach();
+/// let (weak, strong): (Root<Rootable!['gc => GcWeak<'gc, u32>]>, Root<Rootable!['gc => u32]>) =
+///     m.mutate(|mc| {
+///         let target = mc.alloc(7_u32);
+///         (mc.root(mc.alloc(GcWeak::new(mc, target))), mc.root(target))
+///     });
+/// m.collect();
+/// m.mutate(|mc| assert_eq!(weak.get(mc).upgrade().map(|g| *g), Some(7)));
+/// drop(strong);
+/// m.collect();
+/// m.mutate(|mc| assert!(weak.get(mc).upgrade().is_none()));
+/// ```
+pub struct GcWeak<'gc, T> {
+    cell: Gc<'gc, WeakCell>,
+    _target: PhantomData<Gc<'gc, T>>,
+}
+
+impl<T> Clone for GcWeak<'_, T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<T> Copy for GcWeak<'_, T> {}
+
+impl<'gc, T: Trace> GcWeak<'gc, T> {
+    /// A weak reference to `target` (allocates its small cell).
+    pub fn new(mc: &Mutation<'gc>, target: Gc<'gc, T>) -> Self {
+        let cell = mc.alloc(WeakCell {
+            target: AtomicUsize::new(target.addr()),
+        });
+        mc.shared().weak.lock().push(cell.addr());
+        GcWeak {
+            cell,
+            _target: PhantomData,
+        }
+    }
+
+    /// The target, if no collection has found it unreachable.
+    pub fn upgrade(self) -> Option<Gc<'gc, T>> {
+        match self.cell.target.load(Ordering::Acquire) {
+            0 => None,
+            // SAFETY: a nonzero target is live: the collector clears the
+            // cell, with the world stopped, before it frees the target, and
+            // no collection can start during this `mutate` call.
+            addr => Some(unsafe { Gc::from_addr(addr) }),
+        }
+    }
+}
+
+impl<T> fmt::Debug for GcWeak<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("GcWeak")
+    }
+}
+
+// SAFETY: traces the cell, not the target (module docs) (1); pure (2); the
+// cell is managed, so tracing is needed (3); no `Drop` (4).
+unsafe impl<T: Trace> Trace for GcWeak<'_, T> {
+    fn trace(&self, tracer: &mut Tracer) {
+        self.cell.trace(tracer)
+    }
+}
+
+/// After a mark (world stopped): clears the cells whose target is unmarked
+/// and forgets the unmarked cells. `is_marked(addr)` answers for this
+/// runtime's objects.
+pub(crate) fn process(cells: &mut Vec<usize>, is_marked: impl Fn(usize) -> bool) {
+    cells.retain(|&cell| {
+        if !is_marked(cell) {
+            return false;
+        }
+        // SAFETY: a marked weak cell is a live `GcBox<WeakCell>`; its
+        // payload follows the one-word header.
+        let target = unsafe { &*((cell + std::mem::size_of::<usize>()) as *const AtomicUsize) };
+        let t = target.load(Ordering::Relaxed);
+        if t != 0 && !is_marked(t) {
+            target.store(0, Ordering::Release);
+        }
+        true
+    });
+}

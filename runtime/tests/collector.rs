@@ -1,0 +1,363 @@
+//! The collector end to end: what is rooted survives with its contents, what
+//! is not is dropped once, weak references clear, the heap limit is an `Err`,
+//! and objects outlive the thread that made them.
+
+use loam_runtime::{
+    Gc, GcCell, GcLock, GcWeak, GlobalRoot, Root, Rootable, Runtime, RuntimeBuilder, Trace,
+};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+fn rt(threads: usize) -> RuntimeBuilder {
+    Runtime::builder().gc_threads(threads).ignore_env().verify(true)
+}
+
+/// Counts its drops in a shared counter.
+struct Counted(Arc<AtomicUsize>);
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.0.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+#[derive(Trace)]
+struct Node<'gc> {
+    value: u64,
+    next: GcCell<Option<Gc<'gc, Node<'gc>>>>,
+    #[trace(skip)]
+    drops: Counted,
+}
+
+type NodeRoot = Rootable!['gc => Node<'gc>];
+
+fn list<'gc>(
+    mc: &loam_runtime::Mutation<'gc>,
+    n: u64,
+    drops: &Arc<AtomicUsize>,
+) -> Gc<'gc, Node<'gc>> {
+    let mut head = None;
+    for value in (0..n).rev() {
+        head = Some(mc.alloc(Node {
+            value,
+            next: GcCell::new(head),
+            drops: Counted(drops.clone()),
+        }));
+    }
+    head.expect("n > 0")
+}
+
+fn sum<'gc>(mut cur: Option<Gc<'gc, Node<'gc>>>) -> (u64, u64) {
+    let (mut s, mut len) = (0, 0);
+    while let Some(n) = cur {
+        s += n.value;
+        len += 1;
+        cur = n.next.get();
+    }
+    (s, len)
+}
+
+#[test]
+fn unrooted_objects_are_dropped_and_rooted_ones_survive() {
+    let drops = Arc::new(AtomicUsize::new(0));
+    let rt = rt(2).build();
+    let mut m = rt.attach();
+    let kept: Root<NodeRoot> = m.mutate(|mc| {
+        list(mc, 1000, &drops); // garbage
+        mc.root(list(mc, 500, &drops))
+    });
+    m.collect();
+    assert_eq!(drops.load(Ordering::Relaxed), 1000);
+    m.mutate(|mc| assert_eq!(sum(Some(kept.get(mc))), (124_750, 500)));
+    let s = rt.stats();
+    assert_eq!(s.cycles, 1);
+    assert_eq!(s.objects_freed, 1000);
+    assert_eq!(s.last.as_ref().unwrap().objects_marked, 500);
+    // Cut the list in the middle through the barrier cell.
+    m.mutate(|mc| {
+        let mut cur = kept.get(mc);
+        for _ in 0..99 {
+            cur = cur.next.get().unwrap();
+        }
+        cur.next.set(mc, None);
+    });
+    m.collect();
+    assert_eq!(drops.load(Ordering::Relaxed), 1400);
+    drop(kept);
+    m.collect();
+    assert_eq!(drops.load(Ordering::Relaxed), 1500);
+    assert_eq!(rt.stats().live_size, 0);
+}
+
+#[test]
+fn dropping_the_runtime_drops_every_object() {
+    let drops = Arc::new(AtomicUsize::new(0));
+    {
+        let rt = rt(1).build();
+        let mut m = rt.attach();
+        let _kept: Root<NodeRoot> = m.mutate(|mc| mc.root(list(mc, 300, &drops)));
+        m.mutate(|mc| list(mc, 200, &drops).value);
+    }
+    assert_eq!(drops.load(Ordering::Relaxed), 500);
+}
+
+#[test]
+fn a_ten_million_node_list_marks_without_recursion() {
+    let n = 10_000_000;
+    let rt = rt(2).verify(false).gc_percent(u32::MAX).build();
+    let mut m = rt.attach();
+    #[derive(Trace)]
+    struct Link<'gc> {
+        next: Option<Gc<'gc, Link<'gc>>>,
+    }
+    let head: Root<Rootable!['gc => Link<'gc>]> = m.mutate(|mc| {
+        let mut head = mc.alloc(Link { next: None });
+        for _ in 1..n {
+            head = mc.alloc(Link { next: Some(head) });
+        }
+        mc.root(head)
+    });
+    m.collect();
+    assert_eq!(rt.stats().last.unwrap().objects_marked, n);
+    drop(head);
+    m.collect();
+    assert_eq!(rt.stats().last.unwrap().objects_freed, n);
+}
+
+#[test]
+fn global_roots_share_objects_between_threads() {
+    let rt = rt(2).build();
+    let mut m = rt.attach();
+    let table: GlobalRoot<Rootable!['gc => GcLock<Vec<Gc<'gc, String>>>]> =
+        m.mutate(|mc| mc.global_root(mc.alloc(GcLock::new(Vec::new()))));
+    let table = Arc::new(table);
+    let handles: Vec<_> = (0..4)
+        .map(|t| {
+            let (rt, table) = (rt.clone(), table.clone());
+            std::thread::spawn(move || {
+                let mut m = rt.attach();
+                for i in 0..200 {
+                    m.mutate(|mc| {
+                        let s = mc.alloc(format!("{t}-{i}"));
+                        table.get(mc).write(mc, |v| v.push(s));
+                        mc.alloc([0u8; 100]); // garbage, to drive cycles
+                    });
+                    if i % 50 == 0 {
+                        m.collect();
+                    }
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    m.collect();
+    m.mutate(|mc| {
+        let v = table.get(mc);
+        let v = v.read();
+        assert_eq!(v.len(), 800);
+        for t in 0..4 {
+            assert_eq!(v.iter().filter(|s| s.starts_with(&format!("{t}-"))).count(), 200);
+        }
+    });
+}
+
+#[test]
+fn objects_outlive_the_thread_that_allocated_them() {
+    let drops = Arc::new(AtomicUsize::new(0));
+    let rt = rt(2).build();
+    let root: GlobalRoot<NodeRoot> = {
+        let (rt, drops) = (rt.clone(), drops.clone());
+        std::thread::spawn(move || {
+            let mut m = rt.attach();
+            m.mutate(|mc| {
+                list(mc, 777, &drops); // garbage left behind
+                mc.global_root(list(mc, 1000, &drops))
+            })
+        })
+        .join()
+        .unwrap()
+    };
+    // The thread is gone; its heap's pages are orphaned or adopted.
+    let mut m = rt.attach();
+    m.collect();
+    assert_eq!(drops.load(Ordering::Relaxed), 777);
+    m.mutate(|mc| assert_eq!(sum(Some(root.get(mc))), (499_500, 1000)));
+    drop(root);
+    m.collect();
+    assert_eq!(drops.load(Ordering::Relaxed), 1777);
+}
+
+#[test]
+fn weak_references_clear_when_their_target_dies() {
+    #[derive(Trace)]
+    struct Holder<'gc> {
+        weak: GcWeak<'gc, Node<'gc>>,
+    }
+    let drops = Arc::new(AtomicUsize::new(0));
+    let rt = rt(1).build();
+    let mut m = rt.attach();
+    let (holder, strong): (Root<Rootable!['gc => Holder<'gc>]>, Root<NodeRoot>) = m.mutate(|mc| {
+        let target = list(mc, 3, &drops);
+        (mc.root(mc.alloc(Holder { weak: GcWeak::new(mc, target) })), mc.root(target))
+    });
+    m.collect();
+    m.mutate(|mc| {
+        let t = holder.get(mc).weak.upgrade().expect("target is rooted");
+        assert_eq!(sum(Some(t)), (3, 3));
+    });
+    drop(strong);
+    m.collect();
+    assert_eq!(drops.load(Ordering::Relaxed), 3);
+    m.mutate(|mc| assert!(holder.get(mc).weak.upgrade().is_none()));
+}
+
+#[test]
+fn the_heap_limit_is_an_error_and_the_heap_stays_usable() {
+    let rt = rt(1).verify(false).heap_limit(8 << 20).build();
+    let mut m = rt.attach();
+    let kept: Root<Rootable!['gc => GcLock<Vec<Gc<'gc, [u64; 512]>>>]> =
+        m.mutate(|mc| mc.root(mc.alloc(GcLock::new(Vec::new()))));
+    // Fill the heap with rooted 4 KiB objects until it refuses.
+    let mut refused = None;
+    for _ in 0..10_000 {
+        let r = m.mutate(|mc| match mc.try_alloc([9_u64; 512]) {
+            Ok(b) => {
+                kept.get(mc).write(mc, |v| v.push(b));
+                None
+            }
+            Err(e) => Some((e.to_string(), e.into_inner()[0])),
+        });
+        if r.is_some() {
+            refused = r;
+            break;
+        }
+    }
+    let (msg, value) = refused.expect("an 8 MiB heap must fill up");
+    assert!(msg.contains("limit of 8388608 bytes"), "{msg}");
+    assert_eq!(value, 9, "the value comes back in the error");
+    let n = m.mutate(|mc| kept.get(mc).read().len());
+    assert!((1800..2048).contains(&n), "{n} objects of 4 KiB fit in 8 MiB");
+    // `alloc` panics with the same message; the runtime carries on.
+    let p = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        m.mutate(|mc| {
+            for _ in 0..10_000 {
+                kept.get(mc).write(mc, |v| v.push(mc.alloc([0_u64; 512])));
+            }
+        })
+    }));
+    let msg = *p.unwrap_err().downcast::<String>().unwrap();
+    assert!(msg.contains("heap limit"), "{msg}");
+    // Drop the roots: the next call collects first, and allocation works.
+    m.mutate(|mc| kept.get(mc).write(mc, |v| v.clear()));
+    m.collect();
+    m.mutate(|mc| {
+        for _ in 0..1000 {
+            kept.get(mc).write(mc, |v| v.push(mc.alloc([1_u64; 512])));
+        }
+    });
+    assert!(rt.stats().heap_size <= 8 << 20);
+}
+
+#[test]
+fn pacing_starts_cycles_and_bounds_the_heap() {
+    let events = Arc::new(Mutex::new(Vec::new()));
+    let rt = {
+        let events = events.clone();
+        rt(2)
+            .verify(false)
+            .min_heap(1 << 20)
+            .on_cycle(move |e| events.lock().unwrap().push(e.clone()))
+            .build()
+    };
+    let mut m = rt.attach();
+    for i in 0..20_000_u64 {
+        m.mutate(|mc| {
+            for j in 0..10 {
+                mc.alloc([i + j; 8]);
+            }
+        });
+    }
+    m.collect();
+    let s = rt.stats();
+    let events = events.lock().unwrap();
+    assert!(s.cycles >= 5, "{} cycles for 14 MiB allocated over a 1 MiB goal", s.cycles);
+    assert_eq!(events.len() as u64, s.cycles);
+    assert_eq!(s.pauses.count(), s.cycles);
+    assert!(events.iter().filter(|e| !e.forced).count() >= 4);
+    assert!(events.iter().all(|e| e.pause >= e.mark));
+    // A mutator that outruns the collector waits at twice the goal.
+    let worst = events.iter().map(|e| e.heap_before).max().unwrap();
+    assert!(worst <= 4 << 20, "heap reached {worst} bytes with a 1 MiB goal");
+    assert!(s.pauses.max() >= s.pauses.p99() && s.pauses.p99() >= s.pauses.p50());
+    // No object was ever rooted: all were freed.
+    assert_eq!(s.bytes_marked, 0);
+    assert_eq!(s.objects_freed, 200_000);
+}
+
+#[test]
+fn a_panic_inside_mutate_leaves_the_runtime_working() {
+    let rt = rt(1).build();
+    let mut m = rt.attach();
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        m.mutate(|mc| {
+            mc.alloc(1_u32);
+            panic!("user code failed");
+        })
+    }));
+    assert!(r.is_err());
+    m.collect(); // would hang if the mutator were still inside
+    assert_eq!(m.mutate(|mc| *mc.alloc(3_u32)), 3);
+}
+
+#[test]
+#[should_panic(expected = "already has a Mutator of this runtime")]
+fn attaching_twice_panics() {
+    let rt = rt(1).build();
+    let _a = rt.attach();
+    let _b = rt.attach();
+}
+
+#[test]
+#[should_panic(expected = "a root of one runtime was read through a mutator of another")]
+fn a_root_of_another_runtime_panics() {
+    let (a, b) = (rt(1).build(), rt(1).build());
+    let (mut ma, mut mb) = (a.attach(), b.attach());
+    let r: Root<Rootable!['gc => u8]> = ma.mutate(|mc| mc.root(mc.alloc(1)));
+    mb.mutate(|mc| *r.get(mc));
+}
+
+#[test]
+#[should_panic(expected = "inside a mutate closure of the same runtime")]
+fn collecting_inside_mutate_panics() {
+    let rt = rt(1).build();
+    let mut m = rt.attach();
+    m.mutate(|_| rt.collect());
+}
+
+#[test]
+fn runtimes_side_by_side_keep_their_own_objects() {
+    let drops = Arc::new(AtomicUsize::new(0));
+    let rts: Vec<_> = (0..3).map(|_| rt(1).build()).collect();
+    let handles: Vec<_> = rts
+        .iter()
+        .map(|rt| {
+            let (rt, drops) = (rt.clone(), drops.clone());
+            std::thread::spawn(move || {
+                let mut m = rt.attach();
+                let kept: Root<NodeRoot> = m.mutate(|mc| mc.root(list(mc, 100, &drops)));
+                for _ in 0..20 {
+                    m.mutate(|mc| list(mc, 100, &drops).value);
+                    m.collect();
+                    m.mutate(|mc| assert_eq!(sum(Some(kept.get(mc))), (4950, 100)));
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    drop(rts);
+    assert_eq!(drops.load(Ordering::Relaxed), 3 * 21 * 100);
+}

@@ -1,6 +1,8 @@
-//! Compile-time guarantees of `#[derive(Trace)]`: each misuse it forbids is a
-//! `fail_*` case with the expected error; each opt-in that must keep
-//! compiling is a `pass_*` case.
+//! Compile-time guarantees: each misuse of `#[derive(Trace)]` and of the
+//! rooting API that would be unsound is a `fail_*` case with the expected
+//! error (a `Gc` kept across a safepoint, sent to a thread, or written
+//! without a barrier cell; a plain `Drop` on a traced type; brands mixed
+//! between calls); each opt-in that must keep compiling is a `pass_*` case.
 
 #[test]
 fn ui() {

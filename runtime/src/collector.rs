@@ -156,6 +156,7 @@ fn cycle(shared: &Shared, pool: &ThreadPool, forced: bool) {
     for m in &mutators {
         shared.handshake.wait_outside(&m.slot);
     }
+    let stop_time = start.elapsed();
 
     // 2. Snapshot.
     let mut pages = Vec::with_capacity(4096);
@@ -223,6 +224,7 @@ fn cycle(shared: &Shared, pool: &ThreadPool, forced: bool) {
             cycle: stats.cycles,
             forced,
             pause,
+            stop: stop_time,
             mark: mark_time,
             sweep: sweep_time,
             heap_before,
@@ -239,11 +241,12 @@ fn cycle(shared: &Shared, pool: &ThreadPool, forced: bool) {
     };
     if shared.config.trace {
         eprintln!(
-            "gc {} @{:.3}s: pause {:.3} ms (mark {:.3} ms), sweep {:.3} ms, \
+            "gc {} @{:.3}s: pause {:.3} ms (stop {:.3}, mark {:.3}), sweep {:.3} ms, \
              {:.1}->{:.1} MB, {:.1} MB live, {} MB goal, {} objects freed, {} T{}",
             event.cycle,
             shared.started.elapsed().as_secs_f64(),
             ms(pause),
+            ms(stop_time),
             ms(mark_time),
             ms(sweep_time),
             mb(heap_before),

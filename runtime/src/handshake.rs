@@ -6,9 +6,10 @@
 //! the collector raises `stop` and waits until no slot is inside; a mutator
 //! entering while `stop` is up steps back out and waits for `resume`.
 //!
-//! The protocol is Dekker's: each side stores its own flag, then loads the
-//! other's, both sequentially consistent, so at least one of them sees the
-//! other. Either the collector sees the mutator inside (and waits for it to
+//! The protocol is Dekker's: each side stores its own flag, issues a
+//! sequentially consistent fence, then loads the other's flag, so at least
+//! one of them sees the other. (Fences rather than `SeqCst` accesses: the
+//! fences are what the C++ model, and loom, guarantee a total order for.) Either the collector sees the mutator inside (and waits for it to
 //! leave), or the mutator sees `stop` (and backs out): never both missed.
 //! The mutator's fast path is one store and one load; the waits use a mutex
 //! and condvars, and every wake-up is issued under the mutex after the flag
@@ -16,13 +17,13 @@
 
 #[cfg(loom)]
 use loom::sync::{
-    atomic::{AtomicBool, Ordering},
+    atomic::{fence, AtomicBool, Ordering},
     Condvar, Mutex, MutexGuard,
 };
 #[cfg(not(loom))]
 use parking_lot::{Condvar, Mutex, MutexGuard};
 #[cfg(not(loom))]
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{fence, AtomicBool, Ordering};
 
 /// One mutator's side of the handshake.
 #[derive(Debug, Default)]
@@ -63,9 +64,10 @@ impl Handshake {
     /// Marks `slot` inside, first waiting out any stop in progress.
     #[inline]
     pub(crate) fn enter(&self, slot: &Slot) {
-        slot.inside.store(true, Ordering::SeqCst);
+        slot.inside.store(true, Ordering::Relaxed);
+        fence(Ordering::SeqCst);
         // The safepoint poll.
-        if self.stop.load(Ordering::SeqCst) {
+        if self.stop.load(Ordering::Acquire) {
             self.enter_slow(slot);
         }
     }
@@ -76,12 +78,13 @@ impl Handshake {
         loop {
             self.leave(slot);
             let mut g = lock(&self.lock);
-            while self.stop.load(Ordering::SeqCst) {
+            while self.stop.load(Ordering::Acquire) {
                 g = wait(&self.resumed, g);
             }
             drop(g);
-            slot.inside.store(true, Ordering::SeqCst);
-            if !self.stop.load(Ordering::SeqCst) {
+            slot.inside.store(true, Ordering::Relaxed);
+            fence(Ordering::SeqCst);
+            if !self.stop.load(Ordering::Acquire) {
                 return;
             }
         }
@@ -90,8 +93,11 @@ impl Handshake {
     /// Marks `slot` outside, waking a collector that waits for it.
     #[inline]
     pub(crate) fn leave(&self, slot: &Slot) {
-        slot.inside.store(false, Ordering::SeqCst);
-        if self.stop.load(Ordering::SeqCst) {
+        // Release: the collector that sees `false` sees every write made
+        // inside.
+        slot.inside.store(false, Ordering::Release);
+        fence(Ordering::SeqCst);
+        if self.stop.load(Ordering::Relaxed) {
             let _g = lock(&self.lock);
             self.left.notify_all();
         }
@@ -108,23 +114,25 @@ impl Handshake {
     /// when they enter (the caller takes its registry lock after raising
     /// it), so the caller then waits for the registered ones only.
     pub(crate) fn raise(&self) {
-        self.stop.store(true, Ordering::SeqCst);
+        self.stop.store(true, Ordering::Relaxed);
+        fence(Ordering::SeqCst);
     }
 
     /// Waits until `slot` is outside; call after [`raise`](Self::raise).
     pub(crate) fn wait_outside(&self, slot: &Slot) {
-        if !slot.inside.load(Ordering::SeqCst) {
+        if !slot.inside.load(Ordering::Acquire) {
             return;
         }
         let mut g = lock(&self.lock);
-        while slot.inside.load(Ordering::SeqCst) {
+        while slot.inside.load(Ordering::Acquire) {
             g = wait(&self.left, g);
         }
     }
 
     /// Lowers `stop` and wakes the mutators waiting to enter.
     pub(crate) fn resume(&self) {
-        self.stop.store(false, Ordering::SeqCst);
+        // Release: a mutator that sees `false` sees what the pause wrote.
+        self.stop.store(false, Ordering::Release);
         let _g = lock(&self.lock);
         self.resumed.notify_all();
     }
@@ -137,7 +145,8 @@ mod handshake_model {
     use loom::sync::Arc;
 
     /// Two mutators enter and leave while the collector stops the world and
-    /// resumes it: while stopped, no mutator is ever inside.
+    /// resumes it: while stopped, no mutator is ever inside. (Dropping the
+    /// fence in `enter` makes this fail.)
     #[test]
     fn stopped_world_has_no_mutator_inside() {
         loom::model(|| {

@@ -148,6 +148,9 @@ pub struct CycleEvent {
     pub forced: bool,
     /// The stop-the-world pause: stopping the mutators, marking, resuming.
     pub pause: Duration,
+    /// Time to stop the world within the pause: until every mutator had
+    /// left `mutate`.
+    pub stop: Duration,
     /// The parallel mark within the pause.
     pub mark: Duration,
     /// The concurrent sweep after the pause.

@@ -1,0 +1,284 @@
+//! Torture: four mutator threads build and mutate random object graphs
+//! (seeded), drop and re-root subgraphs and share some through global roots,
+//! through hundreds of collections with verify mode on. Every few steps a
+//! walk from the roots checks every reachable object's contents; at the end
+//! every object allocated has been dropped exactly once.
+//!
+//! `LOAM_TORTURE_SCALE` multiplies the work (default 1, a few seconds; try
+//! 20 by hand) and `LOAM_TORTURE_SEED` picks the seed (printed on failure).
+
+use loam_runtime::{Gc, GcCell, GcLock, GlobalRoot, Mutation, Root, Rootable, Runtime, Trace};
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+static ALLOCATED: AtomicU64 = AtomicU64::new(0);
+static DROPPED: AtomicU64 = AtomicU64::new(0);
+
+const LIVE: u64 = 0x11FE_11FE_11FE_11FE;
+const DEAD: u64 = 0xDEAD_DEAD_DEAD_DEAD;
+
+/// Counts drops, and catches a second drop of the same object.
+struct Counted(u64);
+
+impl Counted {
+    fn new() -> Self {
+        ALLOCATED.fetch_add(1, Ordering::Relaxed);
+        Counted(LIVE)
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        assert_eq!(self.0, LIVE, "an object was dropped twice (or corrupted)");
+        self.0 = DEAD;
+        DROPPED.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+#[derive(Trace)]
+struct Obj<'gc> {
+    id: u64,
+    check: u64,
+    edges: GcLock<Vec<Gc<'gc, Obj<'gc>>>>,
+    link: GcCell<Option<Gc<'gc, Obj<'gc>>>>,
+    #[trace(skip)]
+    counted: Counted,
+}
+
+type ObjRoot = Rootable!['gc => Obj<'gc>];
+
+fn check_of(id: u64) -> u64 {
+    id.wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(17) ^ 0x5555
+}
+
+/// xorshift64*: small, seeded, good enough to pick operations.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+}
+
+fn new_obj<'gc>(mc: &Mutation<'gc>, next_id: &AtomicU64) -> Gc<'gc, Obj<'gc>> {
+    let id = next_id.fetch_add(1, Ordering::Relaxed);
+    mc.alloc(Obj {
+        id,
+        check: check_of(id),
+        edges: GcLock::new(Vec::new()),
+        link: GcCell::new(None),
+        counted: Counted::new(),
+    })
+}
+
+/// Checks every object reachable from `from`; returns how many.
+fn walk<'gc>(from: impl IntoIterator<Item = Gc<'gc, Obj<'gc>>>) -> usize {
+    let mut seen = HashSet::new();
+    let mut stack: Vec<Gc<'gc, Obj<'gc>>> = from.into_iter().collect();
+    while let Some(o) = stack.pop() {
+        if !seen.insert(o.id) {
+            continue;
+        }
+        assert_eq!(o.check, check_of(o.id), "object {} corrupted (freed while reachable?)", o.id);
+        assert_eq!(o.counted.0, LIVE, "object {} was dropped while reachable", o.id);
+        stack.extend(o.edges.read().iter().copied());
+        stack.extend(o.link.get());
+    }
+    seen.len()
+}
+
+/// A random object reachable from `start` within a few hops.
+fn wander<'gc>(rng: &mut Rng, start: Gc<'gc, Obj<'gc>>) -> Gc<'gc, Obj<'gc>> {
+    let mut cur = start;
+    for _ in 0..rng.below(4) {
+        let next = {
+            let e = cur.edges.read();
+            if !e.is_empty() && rng.below(3) > 0 {
+                Some(e[rng.below(e.len())])
+            } else {
+                cur.link.get()
+            }
+        };
+        match next {
+            Some(n) => cur = n,
+            None => break,
+        }
+    }
+    cur
+}
+
+fn scale() -> usize {
+    std::env::var("LOAM_TORTURE_SCALE").ok().and_then(|s| s.parse().ok()).unwrap_or(1)
+}
+
+#[test]
+fn four_mutators_through_hundreds_of_cycles() {
+    let seed: u64 = std::env::var("LOAM_TORTURE_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0x1008_2026);
+    eprintln!("torture: seed {seed}, scale {}", scale());
+    let steps = 2500 * scale();
+    let rt = Runtime::builder()
+        .ignore_env()
+        .gc_threads(2)
+        .verify(true)
+        .min_heap(128 << 10)
+        .gc_percent(50)
+        .build();
+    let globals: Arc<Mutex<Vec<GlobalRoot<ObjRoot>>>> = Arc::new(Mutex::new(Vec::new()));
+    let next_id = Arc::new(AtomicU64::new(1));
+    let threads: Vec<_> = (0..4_u64)
+        .map(|t| {
+            let (rt, globals, next_id) = (rt.clone(), globals.clone(), next_id.clone());
+            std::thread::spawn(move || {
+                let mut rng = Rng(seed ^ (t + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+                let mut m = rt.attach();
+                let mut roots: Vec<Root<ObjRoot>> = Vec::new();
+                let mut walks = 0;
+                for step in 0..steps {
+                    let op = rng.below(100);
+                    let shared = if op >= 85 {
+                        let g = globals.lock().unwrap();
+                        (!g.is_empty()).then(|| g[rng.below(g.len())].clone())
+                    } else {
+                        None
+                    };
+                    m.mutate(|mc| {
+                        let pick = |rng: &mut Rng| -> Option<Gc<'_, Obj<'_>>> {
+                            if roots.is_empty() {
+                                None
+                            } else {
+                                Some(roots[rng.below(roots.len())].get(mc))
+                            }
+                        };
+                        match op {
+                            // A new object, linked to reachable ones, rooted.
+                            0..=24 => {
+                                let o = new_obj(mc, &next_id);
+                                for _ in 0..rng.below(4) {
+                                    if let Some(p) = pick(&mut rng) {
+                                        let target = wander(&mut rng, p);
+                                        o.edges.write(mc, |e| e.push(target));
+                                    }
+                                }
+                                if roots.len() < 48 {
+                                    roots.push(mc.root(o));
+                                } else if let Some(p) = pick(&mut rng) {
+                                    p.link.set(mc, Some(o));
+                                }
+                            }
+                            // A subgraph hung off a reachable object.
+                            25..=44 => {
+                                if let Some(p) = pick(&mut rng) {
+                                    let host = wander(&mut rng, p);
+                                    let mut sub = new_obj(mc, &next_id);
+                                    for _ in 0..rng.below(12) {
+                                        let n = new_obj(mc, &next_id);
+                                        n.link.set(mc, Some(sub));
+                                        sub = n;
+                                    }
+                                    host.edges.write(mc, |e| {
+                                        if e.len() > 8 {
+                                            e.remove(0);
+                                        }
+                                        e.push(sub)
+                                    });
+                                }
+                            }
+                            // Rewire: point a link somewhere else, or cut it.
+                            45..=59 => {
+                                if let (Some(a), Some(b)) = (pick(&mut rng), pick(&mut rng)) {
+                                    let a = wander(&mut rng, a);
+                                    let b = (rng.below(4) > 0).then(|| wander(&mut rng, b));
+                                    a.link.set(mc, b);
+                                }
+                            }
+                            // Re-root a node deep in a subgraph, drop its old root.
+                            60..=69 => {
+                                if let Some(p) = pick(&mut rng) {
+                                    let deep = wander(&mut rng, p);
+                                    let i = rng.below(roots.len());
+                                    roots[i] = mc.root(deep);
+                                }
+                            }
+                            // Drop roots (their subgraphs become garbage).
+                            70..=79 => {
+                                for _ in 0..rng.below(3) {
+                                    if !roots.is_empty() {
+                                        roots.swap_remove(rng.below(roots.len()));
+                                    }
+                                }
+                            }
+                            // Plain garbage.
+                            80..=84 => {
+                                for _ in 0..rng.below(100) {
+                                    new_obj(mc, &next_id);
+                                }
+                            }
+                            // Share: read a global, link into it, or publish.
+                            _ => {
+                                if let Some(g) = &shared {
+                                    let o = g.get(mc);
+                                    walk([o]);
+                                    if let Some(p) = pick(&mut rng) {
+                                        o.link.set(mc, Some(p));
+                                    }
+                                } else if let Some(p) = pick(&mut rng) {
+                                    let mut g = globals.lock().unwrap();
+                                    if g.len() < 16 {
+                                        g.push(mc.global_root(p));
+                                    } else {
+                                        let i = rng.below(g.len());
+                                        g[i] = mc.global_root(p);
+                                    }
+                                }
+                            }
+                        }
+                    });
+                    if step % 64 == 0 {
+                        walks += 1;
+                        m.mutate(|mc| walk(roots.iter().map(|r| r.get(mc))));
+                    }
+                    // Two threads also force cycles, so that even a short
+                    // run goes through a hundred or more.
+                    if t < 2 && step % 40 == 20 + 10 * t as usize {
+                        m.collect();
+                    }
+                }
+                walks
+            })
+        })
+        .collect();
+    let walks: usize = threads.into_iter().map(|t| t.join().unwrap()).sum();
+    let s = rt.stats();
+    eprintln!(
+        "torture: {} cycles, {walks} walks, {} objects allocated, pauses p50 {:?} max {:?}",
+        s.cycles,
+        ALLOCATED.load(Ordering::Relaxed),
+        s.pauses.p50(),
+        s.pauses.max()
+    );
+    assert!(s.cycles >= 100 * scale() as u64, "only {} cycles", s.cycles);
+    // Globals still hold objects: check them, then let everything go.
+    {
+        let mut m = rt.attach();
+        let g = globals.lock().unwrap();
+        m.mutate(|mc| walk(g.iter().map(|r| r.get(mc))));
+    }
+    drop(globals);
+    drop(rt);
+    assert_eq!(
+        DROPPED.load(Ordering::Relaxed),
+        ALLOCATED.load(Ordering::Relaxed),
+        "every object allocated is dropped exactly once"
+    );
+}

@@ -79,6 +79,28 @@ unsafe impl GlobalAlloc for LoamAlloc {
     }
 }
 
+/// The size of the block a request of `size` bytes at alignment `align`
+/// gets: its size class, or `size` itself for a span (mimalloc's
+/// `mi_good_size`). Equal to [`usable_size`] of the block `alloc` returns for
+/// the same layout, without allocating.
+///
+/// # Examples
+/// ```
+/// assert_eq!(loam_heap::good_size(20, 8), 24);
+/// assert_eq!(loam_heap::good_size(1 << 20, 8), 1 << 20);
+/// ```
+#[inline]
+pub fn good_size(size: usize, align: usize) -> usize {
+    use crate::size_class::{class_for_aligned, class_of, CLASS_SIZE, MIN_BLOCK, SMALL_MAX};
+    if size <= SMALL_MAX && align <= MIN_BLOCK {
+        return CLASS_SIZE[class_of(size)] as usize;
+    }
+    match class_for_aligned(size, align) {
+        Some(c) => CLASS_SIZE[c] as usize,
+        None => size,
+    }
+}
+
 /// The usable size of block `p`: at least what was asked for, and what
 /// `realloc` can grow to in place.
 ///

@@ -5,6 +5,7 @@
 use crate::alloc::current_heap;
 use crate::page::{Page, PageState};
 use crate::segment::{self, Segment, HEADER_SLICES, MARK_BYTES_PER_SLICE, SLICES};
+use crate::size_class::{RECIP, RECIP_SHIFT};
 use crate::sync::{AtomicU64, Ordering};
 use std::fmt;
 use std::marker::PhantomData;
@@ -116,8 +117,15 @@ impl<'a> PageRef<'a> {
     }
 
     /// Index of the block containing `p` (any address inside the page).
+    #[inline]
     pub fn block_index(&self, p: *const u8) -> usize {
-        (p as usize - self.page().start) / self.block_size()
+        let page = self.page();
+        let offset = (p as usize - page.start) as u64;
+        match RECIP.get(page.class as usize) {
+            Some(&r) => (offset * r >> RECIP_SHIFT) as usize,
+            // A large or huge span: one block.
+            None => 0,
+        }
     }
 
     /// Address of block `i`.
@@ -178,6 +186,22 @@ impl<'a> PageRef<'a> {
             self.marks()[i / 64].fetch_or(bit, Ordering::Relaxed);
         }
         self.bitmap(true)[i / 64].fetch_or(bit, Ordering::Release);
+    }
+
+    /// The collector's per-page flag bits (zero when the page was set up).
+    #[inline]
+    pub fn flags(&self) -> u8 {
+        self.page().user_flags.load(Ordering::Acquire)
+    }
+
+    /// Sets flag bits `bits` (kept until the page is next set up, after all
+    /// its blocks were freed).
+    #[inline]
+    pub fn set_flags(&self, bits: u8) {
+        let f = &self.page().user_flags;
+        if f.load(Ordering::Relaxed) & bits != bits {
+            f.fetch_or(bits, Ordering::Release);
+        }
     }
 
     /// Clears the allocated bits in `dead` of word `w`, for a sweeper about

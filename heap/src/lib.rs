@@ -111,7 +111,7 @@ not_under_loom! {
     mod stats;
 
     pub use batch::FreeBatch;
-    pub use global_alloc::{usable_size, LoamAlloc};
+    pub use global_alloc::{good_size, usable_size, LoamAlloc};
     pub use inspect::{for_each_local_page, for_each_page, PageInfo, PageRef};
     pub use options::{purge_delay, set_purge_delay};
     pub use segment::{SEGMENT_SIZE, SLICE_SIZE};

@@ -2,7 +2,7 @@
 //! object) for one owning heap, with its bump region and its two free lists.
 
 use crate::block::{self, Block};
-use crate::sync::{AtomicU32, AtomicUsize, Ordering};
+use crate::sync::{AtomicU32, AtomicU8, AtomicUsize, Ordering};
 use std::ptr;
 
 /// What a slice descriptor describes. Stored in an atomic so statistics and
@@ -64,6 +64,9 @@ pub(crate) struct Page {
     /// Owner's queue links (owner only).
     pub(crate) next: *mut Page,
     pub(crate) prev: *mut Page,
+    /// Bits a collector keeps per page (`PageRef::set_flags`); cleared when
+    /// the page is set up.
+    pub(crate) user_flags: AtomicU8,
 }
 
 impl Page {
@@ -142,6 +145,7 @@ impl Page {
         self.start = start;
         self.next = ptr::null_mut();
         self.prev = ptr::null_mut();
+        self.user_flags.store(0, Ordering::Relaxed);
         self.set_state(state);
     }
 

@@ -25,13 +25,18 @@ use crate::sweep;
 use loam_threadpool::{ThreadPool, ThreadPoolBuilder};
 use parking_lot::Mutex;
 use std::cell::Cell;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// One cycle at a time, process-wide (module docs).
 static CYCLE_LOCK: Mutex<()> = Mutex::new(());
+
+/// Runtimes alive, changed only under `CYCLE_LOCK`: while a cycle runs with
+/// it at 1, no other runtime has objects, so the sweep need not read headers
+/// to tell them apart.
+static RUNTIMES: AtomicUsize = AtomicUsize::new(0);
 
 thread_local! {
     /// The runtime whose GC thread this is (0: none).
@@ -54,6 +59,11 @@ pub(crate) fn fatal(msg: &str) -> ! {
 /// Starts the coordinator thread (which owns the GC threads).
 pub(crate) fn start(shared: Arc<Shared>) -> JoinHandle<()> {
     let id = shared.id;
+    {
+        // Not while a cycle runs: it may be sweeping without reading headers.
+        let _cycle = CYCLE_LOCK.lock();
+        RUNTIMES.fetch_add(1, Ordering::Relaxed);
+    }
     let pool = ThreadPoolBuilder::new()
         .num_threads(shared.config.gc_threads)
         .thread_name(move |i| format!("loam-gc-{id}-{i}"))
@@ -66,6 +76,7 @@ pub(crate) fn start(shared: Arc<Shared>) -> JoinHandle<()> {
             GC_THREAD_OF.with(|c| c.set(id));
             coordinator(&shared, &pool);
             drop(pool);
+            RUNTIMES.fetch_sub(1, Ordering::Relaxed);
             release_id(id);
         })
         .expect("loam: could not start the collector thread")
@@ -201,7 +212,8 @@ fn cycle(shared: &Shared, pool: &ThreadPool, forced: bool) {
     // 7. Sweep.
     let sweep_start = Instant::now();
     // SAFETY: the snapshot's pages, marks complete, under the cycle lock.
-    let swept = unsafe { sweep::parallel(pool, &pages, shared.id, shared.config.verify) };
+    let alone = RUNTIMES.load(Ordering::Relaxed) == 1;
+    let swept = unsafe { sweep::parallel(pool, &pages, shared.id, alone, shared.config.verify) };
     let sweep_time = sweep_start.elapsed();
     shared.black.store(false, Ordering::Relaxed);
     let heap_after = shared

@@ -360,7 +360,9 @@ impl<'gc> Mutation<'gc> {
     pub fn try_alloc<T: Trace + 'gc>(&self, value: T) -> Result<Gc<'gc, T>, AllocError<T>> {
         let m = self.mutator();
         let layout = Layout::new::<GcBox<T>>();
-        let size = layout.size();
+        // Heap accounting is in blocks, so the sweep can count what it frees
+        // without reading headers.
+        let size = loam_heap::good_size(layout.size(), layout.align());
         if !m.take_credit(size) {
             let limit = m.shared().config.heap_limit.unwrap_or(usize::MAX);
             return Err(AllocError { value, size, limit });
@@ -382,6 +384,10 @@ impl<'gc> Mutation<'gc> {
         // SAFETY: `p` is live and stays so: only the sweeper frees managed
         // objects, and only after the allocated bit set here.
         let page = unsafe { loam_heap::PageRef::of(p) };
+        if std::mem::needs_drop::<T>() {
+            // Tells the sweep to read this page's headers for drop glue.
+            page.set_flags(crate::sweep::HAS_DROP);
+        }
         // Black while a sweep runs, so the sweep leaves it alone; the
         // header is written before the (release) allocated bit.
         page.set_allocated(page.block_index(p), shared.black.load(Ordering::Relaxed));

@@ -22,6 +22,15 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 /// Pages a GC thread claims at a time.
 const CLAIM: usize = 16;
 
+/// Page flag: some object allocated in the page has drop glue. Without it,
+/// and with one runtime alive, the sweep frees a page's dead objects from the
+/// bitmaps alone, never touching the objects until it links them into a
+/// free batch.
+pub(crate) const HAS_DROP: u8 = 1;
+
+/// A dead object: its address, and its descriptor when the sweep read it.
+type Dead = (usize, Option<&'static TypeDesc>);
+
 /// What a sweep freed.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Swept {
@@ -36,11 +45,17 @@ pub(crate) struct Swept {
 /// The pages were snapshotted in this cycle's pause with an allocated bit
 /// set, their marks were cleared before this cycle's mark, and the mark is
 /// complete. No other sweep runs (the process-wide cycle lock).
-pub(crate) unsafe fn parallel(pool: &ThreadPool, pages: &[usize], id: u16, verify: bool) -> Swept {
+pub(crate) unsafe fn parallel(
+    pool: &ThreadPool,
+    pages: &[usize],
+    id: u16,
+    alone: bool,
+    verify: bool,
+) -> Swept {
     let next = AtomicUsize::new(0);
     let results = pool.broadcast(|_| {
         let mut batch = FreeBatch::new();
-        let mut dead: Vec<(usize, &'static TypeDesc)> = Vec::new();
+        let mut dead: Vec<Dead> = Vec::new();
         let mut out = Swept::default();
         loop {
             let i = next.fetch_add(CLAIM, Ordering::Relaxed);
@@ -49,12 +64,18 @@ pub(crate) unsafe fn parallel(pool: &ThreadPool, pages: &[usize], id: u16, verif
             }
             for &start in &pages[i..(i + CLAIM).min(pages.len())] {
                 // SAFETY: the caller's contract; each page is swept once.
-                unsafe { sweep_page(start, id, &mut dead) };
+                let bs = unsafe { sweep_page(start, id, alone, &mut dead) };
                 for (addr, desc) in dead.drain(..) {
+                    // Accounting is in blocks (see `Mutation::try_alloc`);
+                    // a span's block is its object's size.
+                    let size = match desc {
+                        Some(d) if bs > loam_heap::SMALL_MAX => d.size,
+                        _ => bs,
+                    };
                     // SAFETY: `addr` is dead and now ours alone (its
                     // allocated bit is clear, it was never handed out).
-                    unsafe { free_object(addr, desc, id, verify, &mut batch) };
-                    out.bytes += desc.size;
+                    unsafe { free_object(addr, desc, size, id, verify, &mut batch) };
+                    out.bytes += size;
                     out.objects += 1;
                 }
             }
@@ -69,47 +90,70 @@ pub(crate) unsafe fn parallel(pool: &ThreadPool, pages: &[usize], id: u16, verif
 }
 
 /// Collects the dead objects of runtime `id` in the page at `start` into
-/// `dead`, clearing their allocated bits. Reads nothing of the page after.
+/// `dead`, clearing their allocated bits, and returns the page's block size.
+/// Reads nothing of the page after. With `alone` (no other runtime alive) and
+/// no drop glue in the page, it reads no object header either.
 ///
 /// # Safety
 /// As [`parallel`].
-unsafe fn sweep_page(start: usize, id: u16, dead: &mut Vec<(usize, &'static TypeDesc)>) {
+unsafe fn sweep_page(start: usize, id: u16, alone: bool, dead: &mut Vec<Dead>) -> usize {
     // SAFETY: the page holds an allocated object this sweep has not freed
     // (caller), so it is live.
     let page = unsafe { PageRef::of(start as *const u8) };
     let base = page.start() as usize;
     let bs = page.block_size();
+    let large = bs > loam_heap::SMALL_MAX;
     for w in 0..page.bitmap_words() {
         let a = page.allocated_word(w);
         if a == 0 {
             continue;
         }
         let mut cand = a & !page.mark_word(w);
+        if cand == 0 {
+            continue;
+        }
+        // The mutator sets the flag before an object's (release) allocated
+        // bit; read after the acquire load of `a`, it covers every object in
+        // the word.
+        let read_headers = !alone || large || page.flags() & HAS_DROP != 0;
         let mut mine = 0u64;
         while cand != 0 {
             let b = cand.trailing_zeros() as usize;
             cand &= cand - 1;
             let addr = base + (w * 64 + b) * bs;
+            if !read_headers {
+                mine |= 1 << b;
+                dead.push((addr, None));
+                continue;
+            }
             // SAFETY: allocated (its bit was set, acquire) and not freed: only
             // its own runtime's sweep frees it, and none other runs.
             let (desc, owner) = unsafe { header_of(addr) };
             if owner == id {
                 mine |= 1 << b;
-                dead.push((addr, desc));
+                dead.push((addr, Some(desc)));
             }
         }
         if mine != 0 {
             page.clear_allocated(w, mine);
         }
     }
+    bs
 }
 
 /// Runs the drop glue of the dead object at `addr` and frees it.
 ///
 /// # Safety
 /// The caller owns the dead object.
-unsafe fn free_object(addr: usize, desc: &TypeDesc, id: u16, verify: bool, batch: &mut FreeBatch) {
-    if let Some(drop) = desc.drop {
+unsafe fn free_object(
+    addr: usize,
+    desc: Option<&TypeDesc>,
+    size: usize,
+    id: u16,
+    verify: bool,
+    batch: &mut FreeBatch,
+) {
+    if let Some((drop, desc)) = desc.and_then(|d| Some((d.drop?, d))) {
         // A panicking destructor must not take the collector down: report it
         // and go on (the memory is freed all the same).
         // SAFETY: dropped once, here; the caller owns the object.
@@ -121,8 +165,8 @@ unsafe fn free_object(addr: usize, desc: &TypeDesc, id: u16, verify: bool, batch
         }
     }
     if verify {
-        // SAFETY: the caller owns `desc.size` bytes at `addr`.
-        unsafe { poison(addr, desc.size, id) };
+        // SAFETY: the caller owns `size` bytes at `addr`.
+        unsafe { poison(addr, size, id) };
     }
     // SAFETY: a live block from `LoamAlloc` (every managed object is one),
     // never touched again by us.

@@ -1,0 +1,286 @@
+//! The Computer Language Benchmarks Game's binary-trees: loam `Gc` against
+//! `Box` and `Arc` on mimalloc (the process's global allocator), same run.
+//!
+//! The program: a stretch tree of depth `max + 1` is built, checked and
+//! dropped; a long-lived tree of depth `max` is built and kept; then for each
+//! depth `d` from 4 to `max` in steps of 2, `2^(max - d + 4)` trees of depth
+//! `d` are built, checked (node count) and dropped; finally the long-lived
+//! tree is checked. Each node is two child pointers. With `threads > 1` the
+//! trees of each depth are split between scoped threads (each loam thread a
+//! mutator of its own).
+//!
+//! The loam version builds and checks each tree in one `mutate` call (its
+//! collections run between calls) and keeps the long-lived tree in a root.
+//! Its runtime is built once with default settings, so pacing decides when
+//! cycles run; the pause histogram is printed at the end.
+//!
+//! Run: `cargo bench --bench gc` (criterion, depth 16, 1 and 2 threads), or
+//! `LOAM_BENCH_PAIRED=<rounds> cargo bench --bench gc` for interleaved
+//! rounds (box, arc, loam in rotating order) with the median of per-round
+//! ratios, the figure the README quotes. `LOAM_BT_DEPTH=21` for the full
+//! size, `LOAM_BENCH_THREADS=1,2,4` for the thread counts.
+
+// `criterion_group!` generates an undocumented `pub fn`.
+#![allow(missing_docs)]
+
+use criterion::{criterion_group, BenchmarkId, Criterion};
+use loam::runtime::{Gc, Mutation, Root, Rootable, Runtime, Trace};
+use std::hint::black_box;
+use std::sync::Arc;
+use std::time::Instant;
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+const MIN_DEPTH: u32 = 4;
+
+fn max_depth() -> u32 {
+    std::env::var("LOAM_BT_DEPTH")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(16)
+        .max(MIN_DEPTH + 2)
+}
+
+fn thread_counts() -> Vec<usize> {
+    std::env::var("LOAM_BENCH_THREADS")
+        .ok()
+        .map(|v| v.split(',').filter_map(|t| t.trim().parse().ok()).collect())
+        .unwrap_or_else(|| vec![1, 2])
+}
+
+/// Node count of a perfect binary tree of depth `d`.
+fn nodes(d: u32) -> u64 {
+    (1u64 << (d + 1)) - 1
+}
+
+/// Everything one binary-trees run checks, to compare the three versions.
+fn expected(max: u32) -> u64 {
+    let mut sum = nodes(max + 1) + nodes(max);
+    for d in (MIN_DEPTH..=max).step_by(2) {
+        sum += (1u64 << (max - d + MIN_DEPTH)) * nodes(d);
+    }
+    sum
+}
+
+/// Runs `iterations` trees of depth `d` split over `threads` threads;
+/// `work(d, n)` does `n` of them and returns its checks' sum.
+fn split(threads: usize, iterations: u64, d: u32, work: &(dyn Fn(u32, u64) -> u64 + Sync)) -> u64 {
+    if threads == 1 {
+        return work(d, iterations);
+    }
+    std::thread::scope(|s| {
+        let per = iterations.div_ceil(threads as u64);
+        let handles: Vec<_> = (0..threads as u64)
+            .map(|t| {
+                let n = per.min(iterations.saturating_sub(t * per));
+                s.spawn(move || work(d, n))
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).sum()
+    })
+}
+
+// ------------------------------------------------------------------ Box
+
+struct BoxTree {
+    l: Option<Box<BoxTree>>,
+    r: Option<Box<BoxTree>>,
+}
+
+fn box_tree(d: u32) -> Box<BoxTree> {
+    if d == 0 {
+        Box::new(BoxTree { l: None, r: None })
+    } else {
+        Box::new(BoxTree {
+            l: Some(box_tree(d - 1)),
+            r: Some(box_tree(d - 1)),
+        })
+    }
+}
+
+fn box_check(t: &BoxTree) -> u64 {
+    1 + t.l.as_deref().map_or(0, box_check) + t.r.as_deref().map_or(0, box_check)
+}
+
+fn run_box(max: u32, threads: usize) -> u64 {
+    let mut sum = box_check(&box_tree(max + 1));
+    let long = box_tree(max);
+    for d in (MIN_DEPTH..=max).step_by(2) {
+        let n = 1u64 << (max - d + MIN_DEPTH);
+        sum += split(threads, n, d, &|d, n| (0..n).map(|_| box_check(&box_tree(d))).sum());
+    }
+    sum + box_check(&long)
+}
+
+// ------------------------------------------------------------------ Arc
+
+struct ArcTree {
+    l: Option<Arc<ArcTree>>,
+    r: Option<Arc<ArcTree>>,
+}
+
+fn arc_tree(d: u32) -> Arc<ArcTree> {
+    if d == 0 {
+        Arc::new(ArcTree { l: None, r: None })
+    } else {
+        Arc::new(ArcTree {
+            l: Some(arc_tree(d - 1)),
+            r: Some(arc_tree(d - 1)),
+        })
+    }
+}
+
+fn arc_check(t: &ArcTree) -> u64 {
+    1 + t.l.as_deref().map_or(0, arc_check) + t.r.as_deref().map_or(0, arc_check)
+}
+
+fn run_arc(max: u32, threads: usize) -> u64 {
+    let mut sum = arc_check(&arc_tree(max + 1));
+    let long = arc_tree(max);
+    for d in (MIN_DEPTH..=max).step_by(2) {
+        let n = 1u64 << (max - d + MIN_DEPTH);
+        sum += split(threads, n, d, &|d, n| (0..n).map(|_| arc_check(&arc_tree(d))).sum());
+    }
+    sum + arc_check(&long)
+}
+
+// ------------------------------------------------------------------ loam
+
+#[derive(Trace)]
+struct GcTree<'gc> {
+    l: Option<Gc<'gc, GcTree<'gc>>>,
+    r: Option<Gc<'gc, GcTree<'gc>>>,
+}
+
+fn gc_tree<'gc>(mc: &Mutation<'gc>, d: u32) -> Gc<'gc, GcTree<'gc>> {
+    if d == 0 {
+        mc.alloc(GcTree { l: None, r: None })
+    } else {
+        mc.alloc(GcTree {
+            l: Some(gc_tree(mc, d - 1)),
+            r: Some(gc_tree(mc, d - 1)),
+        })
+    }
+}
+
+fn gc_check(t: &GcTree<'_>) -> u64 {
+    1 + t.l.map_or(0, |c| gc_check(&c)) + t.r.map_or(0, |c| gc_check(&c))
+}
+
+fn run_loam(rt: &Runtime, max: u32, threads: usize) -> u64 {
+    let mut m = rt.attach();
+    let mut sum = m.mutate(|mc| gc_check(&gc_tree(mc, max + 1)));
+    let long: Root<Rootable!['gc => GcTree<'gc>]> = m.mutate(|mc| mc.root(gc_tree(mc, max)));
+    for d in (MIN_DEPTH..=max).step_by(2) {
+        let n = 1u64 << (max - d + MIN_DEPTH);
+        sum += if threads == 1 {
+            (0..n).map(|_| m.mutate(|mc| gc_check(&gc_tree(mc, d)))).sum()
+        } else {
+            split(threads, n, d, &|d, n| {
+                let mut m = rt.attach();
+                (0..n).map(|_| m.mutate(|mc| gc_check(&gc_tree(mc, d)))).sum()
+            })
+        };
+    }
+    sum + m.mutate(|mc| gc_check(&long.get(mc)))
+}
+
+fn runtime() -> Runtime {
+    Runtime::new()
+}
+
+fn print_pauses(rt: &Runtime) {
+    let s = rt.stats();
+    println!(
+        "loam: {} cycles, pauses p50 {:.3} ms, p99 {:.3} ms, max {:.3} ms; mark {:.1} ms, sweep {:.1} ms in all",
+        s.cycles,
+        s.pauses.p50().as_secs_f64() * 1e3,
+        s.pauses.p99().as_secs_f64() * 1e3,
+        s.pauses.max().as_secs_f64() * 1e3,
+        s.mark_time.as_secs_f64() * 1e3,
+        s.sweep_time.as_secs_f64() * 1e3,
+    );
+}
+
+fn benches(c: &mut Criterion) {
+    let max = max_depth();
+    let want = expected(max);
+    let rt = runtime();
+    let mut g = c.benchmark_group(format!("binary_trees_{max}"));
+    g.sample_size(10);
+    for threads in thread_counts() {
+        g.bench_with_input(BenchmarkId::new("box", threads), &threads, |b, &t| {
+            b.iter(|| assert_eq!(black_box(run_box(max, t)), want))
+        });
+        g.bench_with_input(BenchmarkId::new("arc", threads), &threads, |b, &t| {
+            b.iter(|| assert_eq!(black_box(run_arc(max, t)), want))
+        });
+        g.bench_with_input(BenchmarkId::new("loam", threads), &threads, |b, &t| {
+            b.iter(|| assert_eq!(black_box(run_loam(&rt, max, t)), want))
+        });
+    }
+    g.finish();
+    print_pauses(&rt);
+}
+
+criterion_group!(gc, benches);
+
+/// `LOAM_BENCH_PAIRED=<rounds>`: box, arc and loam back to back, rotating
+/// which goes first, `rounds` times per thread count; prints median times
+/// and the median of the per-round ratios against box.
+fn paired(rounds: usize) {
+    let max = max_depth();
+    let want = expected(max);
+    let rt = runtime();
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    println!("binary-trees depth {max}, {rounds} rounds; median ms, median per-round ratio to box");
+    for threads in thread_counts() {
+        let runs: [(&str, Box<dyn Fn() -> u64>); 3] = [
+            ("box", Box::new(move || run_box(max, threads))),
+            ("arc", Box::new(move || run_arc(max, threads))),
+            ("loam", Box::new(|| run_loam(&rt, max, threads))),
+        ];
+        let mut times = vec![Vec::new(); 3];
+        for round in 0..=rounds {
+            let mut t = [0.0; 3];
+            for k in 0..3 {
+                let i = (round + k) % 3;
+                let start = Instant::now();
+                assert_eq!(runs[i].1(), want, "{} computed a wrong check sum", runs[i].0);
+                t[i] = start.elapsed().as_secs_f64() * 1e3;
+            }
+            if round > 0 {
+                // Round 0 warms up.
+                for i in 0..3 {
+                    times[i].push(t[i]);
+                }
+            }
+        }
+        let ratio = |i: usize| median(times[i].iter().zip(&times[0]).map(|(a, b)| a / b).collect());
+        println!(
+            "{threads} thread(s): box {:8.1}  arc {:8.1} ({:.2}x)  loam {:8.1} ({:.2}x)",
+            median(times[0].clone()),
+            median(times[1].clone()),
+            ratio(1),
+            median(times[2].clone()),
+            ratio(2),
+        );
+    }
+    print_pauses(&rt);
+}
+
+fn main() {
+    if let Some(rounds) = std::env::var("LOAM_BENCH_PAIRED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        paired(rounds);
+        return;
+    }
+    gc();
+    Criterion::default().configure_from_args().final_summary();
+}

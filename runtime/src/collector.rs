@@ -207,7 +207,11 @@ fn cycle(shared: &Shared, pool: &ThreadPool, forced: bool) {
     shared.black.store(true, Ordering::Relaxed);
     shared.control.lock().phase = Phase::Sweep;
     shared.handshake.resume();
-    let pause = start.elapsed();
+    // The pause is the stopped world: from the last mutator's leaving to
+    // the resume (the "pause = the mark"). Waiting for the mutators
+    // to leave is reported apart, as `stop`: they run meanwhile, and a
+    // mutator that enters during it waits that long at most.
+    let pause = start.elapsed() - stop_time;
 
     // 7. Sweep.
     let sweep_start = Instant::now();

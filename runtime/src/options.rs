@@ -18,7 +18,11 @@ impl Default for Config {
             gc_threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
             gc_percent: 100,
             heap_limit: None,
-            min_heap: 4 << 20,
+            // Each cycle marks the live heap, so a floor well above small
+            // live sizes keeps young garbage from forcing a cycle per few
+            // MiB: on binary-trees (3 MB live) 16 MiB ran 1.3x faster than
+            // Go's 4 MiB, and 64 MiB was slower again (fresh pages fault).
+            min_heap: 16 << 20,
             trace: false,
             verify: false,
         }
@@ -86,6 +90,12 @@ impl Config {
                 Some(0) => self.heap_limit = None,
                 Some(n) => self.heap_limit = Some(n),
                 None => warn("LOAM_HEAP_LIMIT", &v, "expected a size like 512M or 2G (0 for none)"),
+            }
+        }
+        if let Some(v) = get("LOAM_MIN_HEAP") {
+            match parse_size(&v) {
+                Some(n) => self.min_heap = n,
+                None => warn("LOAM_MIN_HEAP", &v, "expected a size like 4M or 64M"),
             }
         }
         if let Some(v) = get("LOAM_GCTRACE") {

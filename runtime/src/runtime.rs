@@ -280,7 +280,7 @@ impl Runtime {
 ///     .gc_percent(200)
 ///     .heap_limit(256 << 20)
 ///     .min_heap(8 << 20)
-///     .on_cycle(|e| assert!(e.pause <= e.pause + e.sweep))
+///     .on_cycle(|e| assert!(e.bytes_freed <= e.heap_before))
 ///     .build();
 /// rt.collect();
 /// assert_eq!(rt.stats().cycles, 1);
@@ -308,7 +308,7 @@ impl Default for RuntimeBuilder {
 
 impl RuntimeBuilder {
     /// The defaults: one GC thread per CPU, gc percent 100, no heap limit, a
-    /// 4 MiB minimum heap, no trace, no verify.
+    /// 16 MiB minimum heap, no trace, no verify.
     pub fn new() -> Self {
         RuntimeBuilder {
             config: Config::default(),

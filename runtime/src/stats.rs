@@ -146,10 +146,13 @@ pub struct CycleEvent {
     /// Started by [`collect`](crate::Runtime::collect) or a heap-limit
     /// retry, not by pacing.
     pub forced: bool,
-    /// The stop-the-world pause: stopping the mutators, marking, resuming.
+    /// The stop-the-world pause: from the moment every mutator had left
+    /// `mutate` until they may enter again (snapshot, mark, weak
+    /// references). No mutator runs `mutate` during it.
     pub pause: Duration,
-    /// Time to stop the world within the pause: until every mutator had
-    /// left `mutate`.
+    /// Time to stop the world, before the pause: until every mutator
+    /// running `mutate` had returned (they run meanwhile; one that tries to
+    /// enter waits).
     pub stop: Duration,
     /// The parallel mark within the pause.
     pub mark: Duration,

@@ -108,7 +108,9 @@ fn run_box(max: u32, threads: usize) -> u64 {
     let long = box_tree(max);
     for d in (MIN_DEPTH..=max).step_by(2) {
         let n = 1u64 << (max - d + MIN_DEPTH);
-        sum += split(threads, n, d, &|d, n| (0..n).map(|_| box_check(&box_tree(d))).sum());
+        sum += split(threads, n, d, &|d, n| {
+            (0..n).map(|_| box_check(&box_tree(d))).sum()
+        });
     }
     sum + box_check(&long)
 }
@@ -140,7 +142,9 @@ fn run_arc(max: u32, threads: usize) -> u64 {
     let long = arc_tree(max);
     for d in (MIN_DEPTH..=max).step_by(2) {
         let n = 1u64 << (max - d + MIN_DEPTH);
-        sum += split(threads, n, d, &|d, n| (0..n).map(|_| arc_check(&arc_tree(d))).sum());
+        sum += split(threads, n, d, &|d, n| {
+            (0..n).map(|_| arc_check(&arc_tree(d))).sum()
+        });
     }
     sum + arc_check(&long)
 }
@@ -175,11 +179,15 @@ fn run_loam(rt: &Runtime, max: u32, threads: usize) -> u64 {
     for d in (MIN_DEPTH..=max).step_by(2) {
         let n = 1u64 << (max - d + MIN_DEPTH);
         sum += if threads == 1 {
-            (0..n).map(|_| m.mutate(|mc| gc_check(&gc_tree(mc, d)))).sum()
+            (0..n)
+                .map(|_| m.mutate(|mc| gc_check(&gc_tree(mc, d))))
+                .sum()
         } else {
             split(threads, n, d, &|d, n| {
                 let mut m = rt.attach();
-                (0..n).map(|_| m.mutate(|mc| gc_check(&gc_tree(mc, d)))).sum()
+                (0..n)
+                    .map(|_| m.mutate(|mc| gc_check(&gc_tree(mc, d))))
+                    .sum()
             })
         };
     }
@@ -226,6 +234,9 @@ fn benches(c: &mut Criterion) {
 
 criterion_group!(gc, benches);
 
+/// A version's name and one binary-trees run of it.
+type Contender<'a> = (&'static str, Box<dyn Fn() -> u64 + 'a>);
+
 /// `LOAM_BENCH_PAIRED=<rounds>`: box, arc and loam back to back, rotating
 /// which goes first, `rounds` times per thread count; prints median times
 /// and the median of the per-round ratios against box.
@@ -239,7 +250,7 @@ fn paired(rounds: usize) {
     };
     println!("binary-trees depth {max}, {rounds} rounds; median ms, median per-round ratio to box");
     for threads in thread_counts() {
-        let runs: [(&str, Box<dyn Fn() -> u64>); 3] = [
+        let runs: [Contender<'_>; 3] = [
             ("box", Box::new(move || run_box(max, threads))),
             ("arc", Box::new(move || run_arc(max, threads))),
             ("loam", Box::new(|| run_loam(&rt, max, threads))),
@@ -250,7 +261,12 @@ fn paired(rounds: usize) {
             for k in 0..3 {
                 let i = (round + k) % 3;
                 let start = Instant::now();
-                assert_eq!(runs[i].1(), want, "{} computed a wrong check sum", runs[i].0);
+                assert_eq!(
+                    runs[i].1(),
+                    want,
+                    "{} computed a wrong check sum",
+                    runs[i].0
+                );
                 t[i] = start.elapsed().as_secs_f64() * 1e3;
             }
             if round > 0 {

@@ -122,7 +122,7 @@ impl<'a> PageRef<'a> {
         let page = self.page();
         let offset = (p as usize - page.start) as u64;
         match RECIP.get(page.class as usize) {
-            Some(&r) => (offset * r >> RECIP_SHIFT) as usize,
+            Some(&r) => ((offset * r) >> RECIP_SHIFT) as usize,
             // A large or huge span: one block.
             None => 0,
         }

@@ -159,9 +159,7 @@ fn cycle(shared: &Shared, pool: &ThreadPool, forced: bool) {
     shared.handshake.raise();
     let mutators = {
         let mut list = shared.mutators.lock();
-        list.retain(|m| {
-            !(m.detached.load(Ordering::Acquire) && Arc::strong_count(m) == 1)
-        });
+        list.retain(|m| !(m.detached.load(Ordering::Acquire) && Arc::strong_count(m) == 1));
         list.clone()
     };
     for m in &mutators {
@@ -215,8 +213,9 @@ fn cycle(shared: &Shared, pool: &ThreadPool, forced: bool) {
 
     // 7. Sweep.
     let sweep_start = Instant::now();
-    // SAFETY: the snapshot's pages, marks complete, under the cycle lock.
     let alone = RUNTIMES.load(Ordering::Relaxed) == 1;
+    // SAFETY: the snapshot's pages, marks complete, under the cycle lock
+    // (which also keeps `alone` true throughout, see `RUNTIMES`).
     let swept = unsafe { sweep::parallel(pool, &pages, shared.id, alone, shared.config.verify) };
     let sweep_time = sweep_start.elapsed();
     shared.black.store(false, Ordering::Relaxed);
@@ -298,7 +297,9 @@ fn verify(id: u16, pages: &[usize], roots: &[usize], marked_objects: u64) {
     for &addr in &reachable {
         // SAFETY: reachable, so allocated.
         if !unsafe { mark::is_marked(addr) } {
-            fatal(&format!("verify: reachable object {addr:#x} was not marked"));
+            fatal(&format!(
+                "verify: reachable object {addr:#x} was not marked"
+            ));
         }
     }
     let mut marked = 0u64;

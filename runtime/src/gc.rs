@@ -86,7 +86,9 @@ impl<T: Trace> GcBox<T> {
 #[cold]
 #[inline(never)]
 fn descriptor_out_of_range(addr: usize) -> ! {
-    panic!("loam: a type descriptor sits at {addr:#x}, above the 48-bit range object headers encode")
+    panic!(
+        "loam: a type descriptor sits at {addr:#x}, above the 48-bit range object headers encode"
+    )
 }
 
 /// Reads the header of the object at `addr`: its descriptor and runtime id.
@@ -225,12 +227,14 @@ impl<'gc, T: Trace> Gc<'gc, T> {
         a.ptr == b.ptr
     }
 
-    /// The payload as a reference that lives as long as the brand.
+    /// The payload as a reference that lives as long as the brand (an
+    /// associated function, as `Rc::as_ptr`, so it never shadows a method of
+    /// `T`).
     #[inline]
-    pub fn as_ref(self) -> &'gc T {
+    pub fn get(this: Self) -> &'gc T {
         // SAFETY: the object is live for `'gc` (construction invariant) and
         // is only ever accessed shared.
-        unsafe { &(*self.ptr.as_ptr()).value }
+        unsafe { &(*this.ptr.as_ptr()).value }
     }
 }
 
@@ -239,25 +243,25 @@ impl<T: Trace> Deref for Gc<'_, T> {
 
     #[inline]
     fn deref(&self) -> &T {
-        self.as_ref()
+        Gc::get(*self)
     }
 }
 
 impl<T: Trace + fmt::Debug> fmt::Debug for Gc<'_, T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(self.as_ref(), f)
+        fmt::Debug::fmt(Gc::get(*self), f)
     }
 }
 
 impl<T: Trace + fmt::Display> fmt::Display for Gc<'_, T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(self.as_ref(), f)
+        fmt::Display::fmt(Gc::get(*self), f)
     }
 }
 
 impl<T: Trace + PartialEq> PartialEq for Gc<'_, T> {
     fn eq(&self, other: &Self) -> bool {
-        self.as_ref() == other.as_ref()
+        Gc::get(*self) == Gc::get(*other)
     }
 }
 
@@ -265,7 +269,7 @@ impl<T: Trace + Eq> Eq for Gc<'_, T> {}
 
 impl<T: Trace + std::hash::Hash> std::hash::Hash for Gc<'_, T> {
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        self.as_ref().hash(state)
+        Gc::get(*self).hash(state)
     }
 }
 

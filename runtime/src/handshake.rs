@@ -157,12 +157,19 @@ mod handshake_model {
             let world_stopped = Arc::new(AtomicBool::new(false));
             let mut threads = Vec::new();
             for i in 0..2 {
-                let (hs, slots, running, stopped) =
-                    (hs.clone(), slots.clone(), running.clone(), world_stopped.clone());
+                let (hs, slots, running, stopped) = (
+                    hs.clone(),
+                    slots.clone(),
+                    running.clone(),
+                    world_stopped.clone(),
+                );
                 threads.push(loom::thread::spawn(move || {
                     hs.enter(&slots[i]);
                     running.fetch_add(1, Ordering::SeqCst);
-                    assert!(!stopped.load(Ordering::SeqCst), "ran while the world was stopped");
+                    assert!(
+                        !stopped.load(Ordering::SeqCst),
+                        "ran while the world was stopped"
+                    );
                     running.fetch_sub(1, Ordering::SeqCst);
                     hs.leave(&slots[i]);
                 }));
@@ -172,7 +179,11 @@ mod handshake_model {
                 hs.wait_outside(s);
             }
             world_stopped.store(true, Ordering::SeqCst);
-            assert_eq!(running.load(Ordering::SeqCst), 0, "a mutator is inside a stopped world");
+            assert_eq!(
+                running.load(Ordering::SeqCst),
+                0,
+                "a mutator is inside a stopped world"
+            );
             world_stopped.store(false, Ordering::SeqCst);
             hs.resume();
             for t in threads {

@@ -106,7 +106,9 @@ pub(crate) unsafe fn parallel(pool: &ThreadPool, roots: &[usize]) -> Marked {
         let mut tracer = Tracer::new();
         let mut out = Marked::default();
         loop {
-            let next = local.pop().or_else(|| find_work(me, &local, &injector, &stealers));
+            let next = local
+                .pop()
+                .or_else(|| find_work(me, &local, &injector, &stealers));
             match next {
                 // SAFETY: queued objects are marked and allocated; the
                 // world is stopped (caller).

@@ -288,7 +288,11 @@ impl<T> fmt::Debug for AllocError<T> {
 impl<T> fmt::Display for AllocError<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.limit == usize::MAX {
-            write!(f, "out of memory allocating a {}-byte managed object", self.size)
+            write!(
+                f,
+                "out of memory allocating a {}-byte managed object",
+                self.size
+            )
         } else {
             write!(
                 f,
@@ -380,7 +384,10 @@ impl<'gc> Mutation<'gc> {
         }
         // SAFETY: `p` is a fresh block of at least `size` bytes, aligned for
         // `GcBox<T>`, ours alone.
-        unsafe { p.cast::<GcBox<T>>().write(GcBox::new(GcBox::<T>::header(shared.id), value)) };
+        unsafe {
+            p.cast::<GcBox<T>>()
+                .write(GcBox::new(GcBox::<T>::header(shared.id), value))
+        };
         // SAFETY: `p` is live and stays so: only the sweeper frees managed
         // objects, and only after the allocated bit set here.
         let page = unsafe { loam_heap::PageRef::of(p) };

@@ -81,7 +81,11 @@ impl Config {
                 "off" => self.gc_percent = u32::MAX,
                 t => match t.parse::<u32>() {
                     Ok(p) => self.gc_percent = p,
-                    Err(_) => warn("LOAM_GC_PERCENT", &v, "expected a percentage (e.g. 100) or off"),
+                    Err(_) => warn(
+                        "LOAM_GC_PERCENT",
+                        &v,
+                        "expected a percentage (e.g. 100) or off",
+                    ),
                 },
             }
         }
@@ -89,7 +93,11 @@ impl Config {
             match parse_size(&v) {
                 Some(0) => self.heap_limit = None,
                 Some(n) => self.heap_limit = Some(n),
-                None => warn("LOAM_HEAP_LIMIT", &v, "expected a size like 512M or 2G (0 for none)"),
+                None => warn(
+                    "LOAM_HEAP_LIMIT",
+                    &v,
+                    "expected a size like 512M or 2G (0 for none)",
+                ),
             }
         }
         if let Some(v) = get("LOAM_MIN_HEAP") {
@@ -117,7 +125,12 @@ mod tests {
 
     fn with(pairs: &[(&str, &str)]) -> Config {
         let mut c = Config::default();
-        c.apply(|k| pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string()));
+        c.apply(|k| {
+            pairs
+                .iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        });
         c
     }
 

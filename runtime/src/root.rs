@@ -256,6 +256,8 @@ impl<R: ?Sized + for<'a> Rootable<'a>> Drop for GlobalRoot<R> {
 
 impl<R: ?Sized + for<'a> Rootable<'a>> fmt::Debug for GlobalRoot<R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("GlobalRoot").field("index", &self.index).finish()
+        f.debug_struct("GlobalRoot")
+            .field("index", &self.index)
+            .finish()
     }
 }

@@ -207,7 +207,10 @@ impl fmt::Debug for Runtime {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Runtime")
             .field("id", &self.handle.shared.id)
-            .field("heap_size", &self.handle.shared.heap_used.load(Ordering::Relaxed))
+            .field(
+                "heap_size",
+                &self.handle.shared.heap_used.load(Ordering::Relaxed),
+            )
             .finish()
     }
 }

@@ -161,7 +161,10 @@ unsafe fn free_object(
             drop(addr as *mut u8)
         }));
         if r.is_err() {
-            eprintln!("loam: the destructor of a {} panicked during sweep", (desc.name)());
+            eprintln!(
+                "loam: the destructor of a {} panicked during sweep",
+                (desc.name)()
+            );
         }
     }
     if verify {

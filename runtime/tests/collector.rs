@@ -9,7 +9,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 fn rt(threads: usize) -> RuntimeBuilder {
-    Runtime::builder().gc_threads(threads).ignore_env().verify(true)
+    Runtime::builder()
+        .gc_threads(threads)
+        .ignore_env()
+        .verify(true)
 }
 
 /// Counts its drops in a shared counter.
@@ -26,10 +29,12 @@ struct Node<'gc> {
     value: u64,
     next: GcCell<Option<Gc<'gc, Node<'gc>>>>,
     #[trace(skip)]
-    drops: Counted,
+    _drops: Counted,
 }
 
 type NodeRoot = Rootable!['gc => Node<'gc>];
+type TableRoot = Rootable!['gc => GcLock<Vec<Gc<'gc, String>>>];
+type BlocksRoot = Rootable!['gc => GcLock<Vec<Gc<'gc, [u64; 512]>>>];
 
 fn list<'gc>(
     mc: &loam_runtime::Mutation<'gc>,
@@ -41,7 +46,7 @@ fn list<'gc>(
         head = Some(mc.alloc(Node {
             value,
             next: GcCell::new(head),
-            drops: Counted(drops.clone()),
+            _drops: Counted(drops.clone()),
         }));
     }
     head.expect("n > 0")
@@ -128,7 +133,7 @@ fn a_ten_million_node_list_marks_without_recursion() {
 fn global_roots_share_objects_between_threads() {
     let rt = rt(2).build();
     let mut m = rt.attach();
-    let table: GlobalRoot<Rootable!['gc => GcLock<Vec<Gc<'gc, String>>>]> =
+    let table: GlobalRoot<TableRoot> =
         m.mutate(|mc| mc.global_root(mc.alloc(GcLock::new(Vec::new()))));
     let table = Arc::new(table);
     let handles: Vec<_> = (0..4)
@@ -158,7 +163,10 @@ fn global_roots_share_objects_between_threads() {
         let v = v.read();
         assert_eq!(v.len(), 800);
         for t in 0..4 {
-            assert_eq!(v.iter().filter(|s| s.starts_with(&format!("{t}-"))).count(), 200);
+            assert_eq!(
+                v.iter().filter(|s| s.starts_with(&format!("{t}-"))).count(),
+                200
+            );
         }
     });
 }
@@ -198,9 +206,15 @@ fn weak_references_clear_when_their_target_dies() {
     let drops = Arc::new(AtomicUsize::new(0));
     let rt = rt(1).build();
     let mut m = rt.attach();
-    let (holder, strong): (Root<Rootable!['gc => Holder<'gc>]>, Root<NodeRoot>) = m.mutate(|mc| {
+    type HolderRoot = Rootable!['gc => Holder<'gc>];
+    let (holder, strong): (Root<HolderRoot>, Root<NodeRoot>) = m.mutate(|mc| {
         let target = list(mc, 3, &drops);
-        (mc.root(mc.alloc(Holder { weak: GcWeak::new(mc, target) })), mc.root(target))
+        (
+            mc.root(mc.alloc(Holder {
+                weak: GcWeak::new(mc, target),
+            })),
+            mc.root(target),
+        )
     });
     m.collect();
     m.mutate(|mc| {
@@ -217,8 +231,7 @@ fn weak_references_clear_when_their_target_dies() {
 fn the_heap_limit_is_an_error_and_the_heap_stays_usable() {
     let rt = rt(1).verify(false).heap_limit(8 << 20).build();
     let mut m = rt.attach();
-    let kept: Root<Rootable!['gc => GcLock<Vec<Gc<'gc, [u64; 512]>>>]> =
-        m.mutate(|mc| mc.root(mc.alloc(GcLock::new(Vec::new()))));
+    let kept: Root<BlocksRoot> = m.mutate(|mc| mc.root(mc.alloc(GcLock::new(Vec::new()))));
     // Fill the heap with rooted 4 KiB objects until it refuses.
     let mut refused = None;
     for _ in 0..10_000 {
@@ -242,7 +255,10 @@ fn the_heap_limit_is_an_error_and_the_heap_stays_usable() {
     let block = loam_heap::good_size(4104, 8);
     assert_eq!(block, 5120);
     let fit = (8 << 20) / block;
-    assert!(n <= fit && n + 16 >= fit, "{n} objects in blocks of {block} bytes, {fit} fit in 8 MiB");
+    assert!(
+        n <= fit && n + 16 >= fit,
+        "{n} objects in blocks of {block} bytes, {fit} fit in 8 MiB"
+    );
     // `alloc` panics with the same message; the runtime carries on.
     let p = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         m.mutate(|mc| {
@@ -286,14 +302,21 @@ fn pacing_starts_cycles_and_bounds_the_heap() {
     m.collect();
     let s = rt.stats();
     let events = events.lock().unwrap();
-    assert!(s.cycles >= 5, "{} cycles for 14 MiB allocated over a 1 MiB goal", s.cycles);
+    assert!(
+        s.cycles >= 5,
+        "{} cycles for 14 MiB allocated over a 1 MiB goal",
+        s.cycles
+    );
     assert_eq!(events.len() as u64, s.cycles);
     assert_eq!(s.pauses.count(), s.cycles);
     assert!(events.iter().filter(|e| !e.forced).count() >= 4);
     assert!(events.iter().all(|e| e.pause >= e.mark));
     // A mutator that outruns the collector waits at twice the goal.
     let worst = events.iter().map(|e| e.heap_before).max().unwrap();
-    assert!(worst <= 4 << 20, "heap reached {worst} bytes with a 1 MiB goal");
+    assert!(
+        worst <= 4 << 20,
+        "heap reached {worst} bytes with a 1 MiB goal"
+    );
     assert!(s.pauses.max() >= s.pauses.p99() && s.pauses.p99() >= s.pauses.p50());
     // No object was ever rooted: all were freed.
     assert_eq!(s.bytes_marked, 0);

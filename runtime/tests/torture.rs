@@ -87,8 +87,17 @@ fn walk<'gc>(from: impl IntoIterator<Item = Gc<'gc, Obj<'gc>>>) -> usize {
         if !seen.insert(o.id) {
             continue;
         }
-        assert_eq!(o.check, check_of(o.id), "object {} corrupted (freed while reachable?)", o.id);
-        assert_eq!(o.counted.0, LIVE, "object {} was dropped while reachable", o.id);
+        assert_eq!(
+            o.check,
+            check_of(o.id),
+            "object {} corrupted (freed while reachable?)",
+            o.id
+        );
+        assert_eq!(
+            o.counted.0, LIVE,
+            "object {} was dropped while reachable",
+            o.id
+        );
         stack.extend(o.edges.read().iter().copied());
         stack.extend(o.link.get());
     }
@@ -116,7 +125,10 @@ fn wander<'gc>(rng: &mut Rng, start: Gc<'gc, Obj<'gc>>) -> Gc<'gc, Obj<'gc>> {
 }
 
 fn scale() -> usize {
-    std::env::var("LOAM_TORTURE_SCALE").ok().and_then(|s| s.parse().ok()).unwrap_or(1)
+    std::env::var("LOAM_TORTURE_SCALE")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1)
 }
 
 #[test]

@@ -62,6 +62,36 @@ pub(crate) unsafe fn set_next(b: *mut Block, n: *mut Block) {
     poison(b.cast(), 8);
 }
 
+/// Reads word `i` of free block `b` (for messages that carry more than a
+/// link, such as page runs).
+///
+/// # Safety
+/// `b` is a free block of at least `8 * (i + 1)` bytes that the caller owns.
+#[inline(always)]
+pub(crate) unsafe fn word(b: *mut Block, i: usize) -> usize {
+    // SAFETY: within the block (caller).
+    let w = unsafe { b.cast::<usize>().add(i) };
+    unpoison(w.cast(), 8);
+    // SAFETY: as above; the caller owns the block.
+    let v = unsafe { *w };
+    poison(w.cast(), 8);
+    v
+}
+
+/// Writes word `i` of free block `b`.
+///
+/// # Safety
+/// As [`word`].
+#[inline(always)]
+pub(crate) unsafe fn set_word(b: *mut Block, i: usize, v: usize) {
+    // SAFETY: within the block (caller).
+    let w = unsafe { b.cast::<usize>().add(i) };
+    unpoison(w.cast(), 8);
+    // SAFETY: as above; the caller owns the block.
+    unsafe { *w = v };
+    poison(w.cast(), 8);
+}
+
 /// Bytes past the link that debug builds fill when a block is freed and check
 /// when it is handed out again.
 #[cfg(debug_assertions)]

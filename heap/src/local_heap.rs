@@ -1,11 +1,11 @@
 //! The per-thread heap: size-class page queues, the allocation and local-free
 //! paths, the slow path's housekeeping (drain, adopt, purge), and large spans.
 
-use crate::block;
+use crate::block::{self, Block};
 use crate::options;
 use crate::os;
 use crate::page::{Page, PageQueue, PageState};
-use crate::remote::{route_chains, Inbox, RemoteCache, REMOTE};
+use crate::remote::{route_chains, Inbox, RemoteCache, RunQueue, REMOTE};
 use crate::segment::{
     self, Segment, SegmentKind, HEADER_SLICES, SEGMENT_SIZE, SLICES, SLICE_SHIFT, SLICE_SIZE,
     USABLE_MASK, USABLE_SLICES,
@@ -31,6 +31,9 @@ pub(crate) struct LocalHeap {
     /// Where other threads send this heap's blocks back (the only field other
     /// threads write).
     pub(crate) queue: Inbox,
+    /// Where sweepers send whole page runs (see `RunQueue`); written by
+    /// other threads too.
+    pub(crate) runs: RunQueue,
     /// Indexed by class; the extra last entry (the class of large spans)
     /// stays null.
     current: [*mut Page; NUM_CLASSES + 1],
@@ -68,6 +71,7 @@ impl LocalHeap {
         unsafe {
             heap.write(LocalHeap {
                 queue: Inbox::new(),
+                runs: RunQueue::new(),
                 current: [ptr::null_mut(); NUM_CLASSES + 1],
                 queues: [PageQueue::NEW; NUM_CLASSES],
                 full: PageQueue::NEW,
@@ -542,15 +546,21 @@ impl LocalHeap {
     /// whose segment has meanwhile been adopted by another heap is forwarded.
     /// Returns how many blocks it took.
     pub(crate) fn drain_remote(&mut self) -> u64 {
+        let runs = self.runs.take_all();
+        let mut n = 0;
+        if !runs.is_null() {
+            // SAFETY: the runs came from our queue.
+            n += unsafe { self.drain_runs(runs) };
+        }
         let chains = self.queue.take_all();
         if chains.iter().all(|c| c.is_null()) {
-            return 0;
+            return n;
         }
         let me = ptr::addr_of!(self.queue);
         let mut cache = std::mem::replace(&mut self.cache, RemoteCache::for_thread());
         // SAFETY: the chain came from our queue; heaps (hence queues) live
         // forever; each block is dead and its segment mapped.
-        let n = unsafe {
+        n += unsafe {
             route_chains(
                 chains,
                 me,
@@ -566,6 +576,50 @@ impl LocalHeap {
         let fresh = std::mem::replace(&mut self.cache, cache);
         debug_assert!(fresh.is_empty());
         REMOTE.drained.fetch_add(n, Ordering::Relaxed);
+        n
+    }
+
+    /// Takes back the page runs linked from `run`: a run that accounts for
+    /// every block its page has in use resets the page in O(1); any other is
+    /// walked and freed block by block (or forwarded, if its segment has
+    /// been adopted by another heap since it was sent). Returns the blocks
+    /// taken.
+    ///
+    /// # Safety
+    /// `run` came from `self.runs.take_all()`.
+    unsafe fn drain_runs(&mut self, mut run: *mut Block) -> u64 {
+        let me: *mut LocalHeap = self;
+        let mut n = 0;
+        while !run.is_null() {
+            // SAFETY: a queued run is ours, its blocks dead blocks of one live
+            // page (the run holds them in use), of at least MIN_RUN_BLOCK bytes.
+            unsafe {
+                let next_run = block::word(run, 1) as *mut Block;
+                let len = block::word(run, 2);
+                let page = segment::page_of(run.cast());
+                let size = (*page).block_size();
+                let owner = (*segment::segment_of(run.cast())).owner.load(Ordering::Relaxed);
+                if owner == me && (*page).used() as usize == len {
+                    (*page).reset_empty();
+                    self.after_local_free(page);
+                } else {
+                    // Words 1 and 2 overwrote the debug fill: restore it.
+                    block::on_free(run.cast(), size);
+                    let mut b = run;
+                    while !b.is_null() {
+                        let next = block::next(b);
+                        if owner == me {
+                            self.free_drained(page, b.cast());
+                        } else {
+                            self.cache.push(ptr::addr_of!((*owner).queue), b.cast(), size);
+                        }
+                        b = next;
+                    }
+                }
+                n += len as u64;
+                run = next_run;
+            }
+        }
         n
     }
 

@@ -232,6 +232,22 @@ impl Page {
         self.set_used(self.used().wrapping_sub(1));
     }
 
+    /// Makes the page fresh again: every block free, handed out from the
+    /// bump region in address order. The free lists are dropped (their
+    /// blocks are covered by the bump region).
+    ///
+    /// # Safety
+    /// The caller owns the page and every block of it is free or dead: no
+    /// block is in use or in flight to this page (`used` counts the dead
+    /// ones being given back, and nothing else).
+    pub(crate) unsafe fn reset_empty(&mut self) {
+        self.free = ptr::null_mut();
+        self.local_free = ptr::null_mut();
+        self.bump = self.start;
+        self.set_used(0);
+        block::poison(self.start as *mut u8, self.bump_end - self.start);
+    }
+
     /// Checks `used + |free| + |local_free| + unbumped = capacity` (walks both lists).
     pub(crate) fn assert_valid(&self) {
         let count = |mut b: *mut Block| {

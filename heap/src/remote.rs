@@ -62,6 +62,58 @@ impl RemoteQueue {
     }
 }
 
+/// A heap's incoming *page runs*: each run is a chain of dead blocks of one
+/// page, sent whole by a sweeper with one atomic operation, so that the owner
+/// can reset a page that the run empties in O(1) instead of walking it.
+///
+/// A run's first block carries, after its link (word 0, the next block of
+/// the run), the link to the next run (word 1) and the run's length (word 2);
+/// runs therefore use blocks of at least [`MIN_RUN_BLOCK`] bytes. The stack
+/// is a Treiber stack taken whole, as [`RemoteQueue`], with the same
+/// argument against ABA.
+pub(crate) struct RunQueue {
+    head: CachePadded<AtomicPtr<Block>>,
+}
+
+/// Smallest block a page run can be made of (three words).
+pub(crate) const MIN_RUN_BLOCK: usize = 24;
+
+impl RunQueue {
+    pub(crate) fn new() -> Self {
+        Self {
+            head: CachePadded::new(AtomicPtr::new(ptr::null_mut())),
+        }
+    }
+
+    /// Pushes the run that starts at `run` (its words 0 and 2 written).
+    ///
+    /// # Safety
+    /// The caller owns the run's blocks, of at least [`MIN_RUN_BLOCK`] bytes,
+    /// all dead blocks of one page addressed to this queue's heap.
+    pub(crate) unsafe fn push(&self, run: *mut Block) {
+        let mut head = self.head.load(Ordering::Relaxed);
+        loop {
+            // SAFETY: `run` is ours until the CAS below publishes it.
+            unsafe { block::set_word(run, 1, head as usize) };
+            match self
+                .head
+                .compare_exchange_weak(head, run, Ordering::Release, Ordering::Relaxed)
+            {
+                Ok(_) => return,
+                Err(h) => head = h,
+            }
+        }
+    }
+
+    /// Takes every queued run (linked through word 1; null when empty).
+    pub(crate) fn take_all(&self) -> *mut Block {
+        if self.head.load(Ordering::Relaxed).is_null() {
+            return ptr::null_mut();
+        }
+        self.head.swap(ptr::null_mut(), Ordering::Acquire)
+    }
+}
+
 /// Lanes in a heap's [`Inbox`]. Under loom, two keep the models small while
 /// still routing across lanes.
 #[cfg(not(loom))]

@@ -7,9 +7,11 @@
 //! (release) allocated bit, and the sweeper reads the allocated word
 //! (acquire) before the mark word, so it cannot see one without the other.
 //! The sweeper clears the dead objects' allocated bits first, which ends its
-//! reads of the page, then runs their drop glue and sends the blocks to their
-//! owning thread heaps in `FreeBatch`es (one atomic operation per batch per
-//! owner). A page is live while it holds an allocated object, and only this
+//! reads of the page, then runs their drop glue and sends the page's dead
+//! blocks to their owning thread heap as one *page run*
+//! (`FreeBatch::push_page_run`, one atomic operation): when they are all the
+//! page has in use, the owner resets the whole page in O(1) and hands its
+//! blocks out again in address order. A page is live while it holds an allocated object, and only this
 //! sweep frees this runtime's objects, so each snapshot page is live until
 //! the sweep has cleared its bits.
 
@@ -56,6 +58,7 @@ pub(crate) unsafe fn parallel(
     let results = pool.broadcast(|_| {
         let mut batch = FreeBatch::new();
         let mut dead: Vec<Dead> = Vec::new();
+        let mut run: Vec<NonNull<u8>> = Vec::new();
         let mut out = Swept::default();
         loop {
             let i = next.fetch_add(CLAIM, Ordering::Relaxed);
@@ -74,10 +77,19 @@ pub(crate) unsafe fn parallel(
                     };
                     // SAFETY: `addr` is dead and now ours alone (its
                     // allocated bit is clear, it was never handed out).
-                    unsafe { free_object(addr, desc, size, id, verify, &mut batch) };
+                    unsafe { finalize(addr, desc, size, id, verify) };
+                    // SAFETY: live blocks are never at address 0.
+                    run.push(unsafe { NonNull::new_unchecked(addr as *mut u8) });
                     out.bytes += size;
                     out.objects += 1;
                 }
+                // The page's dead objects go back as one run: when they are
+                // all its owner has in use there, the owner resets the page
+                // whole instead of walking them.
+                // SAFETY: dead blocks of one page from `LoamAlloc`, each once,
+                // never touched again by us.
+                unsafe { batch.push_page_run(&run) };
+                run.clear();
             }
         }
         batch.flush();
@@ -141,18 +153,12 @@ unsafe fn sweep_page(start: usize, id: u16, alone: bool, dead: &mut Vec<Dead>) -
     bs
 }
 
-/// Runs the drop glue of the dead object at `addr` and frees it.
+/// Runs the drop glue of the dead object at `addr` (and poisons it in
+/// verify mode), before its block is freed.
 ///
 /// # Safety
 /// The caller owns the dead object.
-unsafe fn free_object(
-    addr: usize,
-    desc: Option<&TypeDesc>,
-    size: usize,
-    id: u16,
-    verify: bool,
-    batch: &mut FreeBatch,
-) {
+unsafe fn finalize(addr: usize, desc: Option<&TypeDesc>, size: usize, id: u16, verify: bool) {
     if let Some((drop, desc)) = desc.and_then(|d| Some((d.drop?, d))) {
         // A panicking destructor must not take the collector down: report it
         // and go on (the memory is freed all the same).
@@ -171,7 +177,4 @@ unsafe fn free_object(
         // SAFETY: the caller owns `size` bytes at `addr`.
         unsafe { poison(addr, size, id) };
     }
-    // SAFETY: a live block from `LoamAlloc` (every managed object is one),
-    // never touched again by us.
-    unsafe { batch.push(NonNull::new_unchecked(addr as *mut u8)) };
 }

@@ -61,6 +61,23 @@ pub(crate) fn alloc(size: usize, align: usize) -> *mut u8 {
     alloc_cold(size, align)
 }
 
+/// Allocates as [`alloc`] and also returns the block's page descriptor
+/// (null with a null block), which the fast path has at hand anyway.
+#[inline]
+pub(crate) fn alloc_with_page(size: usize, align: usize) -> (*mut u8, *mut crate::page::Page) {
+    let heap = current_heap();
+    if is_live(heap) && size <= SMALL_MAX && align <= MIN_BLOCK {
+        // SAFETY: a live heap in `HEAP` belongs to this thread.
+        return unsafe { (*heap).alloc_class_with_page(class_of(size)) };
+    }
+    let p = alloc(size, align);
+    if p.is_null() {
+        return (p, ptr::null_mut());
+    }
+    // SAFETY: `p` is a fresh live block.
+    (p, unsafe { crate::segment::page_of(p) })
+}
+
 /// The heap for threads that have exited (allocations made by later
 /// thread-local destructors) or cannot register an exit hook.
 static FALLBACK: SpinLock<FallbackHeap> = SpinLock::new(FallbackHeap(ptr::null_mut()));

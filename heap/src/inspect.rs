@@ -4,7 +4,7 @@
 
 use crate::alloc::current_heap;
 use crate::page::{Page, PageState};
-use crate::segment::{self, Segment, HEADER_SLICES, MARK_BYTES_PER_SLICE, SLICES};
+use crate::segment::{self, Segment, HEADER_SLICES, MARK_BYTES_PER_SLICE, SLICES, SLICE_SHIFT};
 use crate::size_class::{RECIP, RECIP_SHIFT};
 use crate::sync::{AtomicU64, Ordering};
 use std::fmt;
@@ -226,6 +226,101 @@ impl<'a> PageRef<'a> {
         for w in self.marks() {
             w.store(0, Ordering::Relaxed);
         }
+    }
+}
+
+/// The side-bitmap bits of one block, found from its page descriptor on the
+/// allocation path (where the descriptor is at hand), set once the caller has
+/// initialized the block: see [`alloc_object`].
+#[derive(Debug)]
+#[must_use = "a block whose allocated bit is never set is invisible to the collector"]
+pub struct AllocatedBit {
+    alloc: *const AtomicU64,
+    mark: *const AtomicU64,
+    bit: u64,
+}
+
+impl AllocatedBit {
+    /// The bits of block `p` of `page`.
+    ///
+    /// # Safety
+    /// `page` is the live page holding block `p`.
+    #[inline(always)]
+    pub(crate) unsafe fn of(page: *mut Page, p: *mut u8) -> AllocatedBit {
+        // SAFETY: live (caller).
+        let pg = unsafe { &*page };
+        let idx = match RECIP.get(pg.class as usize) {
+            Some(&r) => (((p as usize - pg.start) as u64 * r) >> RECIP_SHIFT) as usize,
+            None => 0,
+        };
+        let seg = segment::segment_of(page.cast());
+        // A page's first slice: block 0 starts at it (small and large pages
+        // at the slice start, huge ones at a slice-aligned offset).
+        let slice = (pg.start - seg as usize) >> SLICE_SHIFT;
+        // SAFETY: the bitmaps of slice `slice` cover every block of the page
+        // (see `PageRef::bitmap`); `idx / 64` is in range for it.
+        unsafe {
+            AllocatedBit {
+                alloc: Segment::alloc_words(seg, slice).add(idx / 64),
+                mark: Segment::mark_words(seg, slice).add(idx / 64),
+                bit: 1 << (idx % 64),
+            }
+        }
+    }
+
+    /// Sets the allocated bit, after the mark bit if `black` (release, as
+    /// [`PageRef::set_allocated`]).
+    #[inline(always)]
+    pub fn set(self, black: bool) {
+        // SAFETY: the words are atomics in a segment header that stays mapped
+        // while the block is allocated (the caller holds it).
+        unsafe {
+            if black {
+                (*self.mark).fetch_or(self.bit, Ordering::Relaxed);
+            }
+            (*self.alloc).fetch_or(self.bit, Ordering::Release);
+        }
+    }
+}
+
+/// Allocates a block for a collector's object, as [`crate::LoamAlloc`]
+/// would, and returns it with its [`AllocatedBit`] (null on failure). Set
+/// `flags` on the block's page first ([`PageRef::set_flags`]). The caller
+/// writes the object, then sets the bit: a sweeper that sees the bit sees the
+/// object.
+///
+/// The block is freed like any other (`dealloc`, [`crate::FreeBatch`]).
+///
+/// # Examples
+/// ```
+/// use std::alloc::{GlobalAlloc, Layout};
+/// let (p, bit) = loam_heap::alloc_object(48, 8, 0);
+/// assert!(!p.is_null());
+/// // SAFETY: a fresh 48-byte block; freed once below.
+/// unsafe { p.cast::<u64>().write(7) };
+/// bit.unwrap().set(false);
+/// // SAFETY: `p` is live while its page is read.
+/// let page = unsafe { loam_heap::PageRef::of(p) };
+/// assert!(page.is_allocated(page.block_index(p)));
+/// # page.clear_allocated(page.block_index(p) / 64, 1 << (page.block_index(p) % 64));
+/// // SAFETY: live, from this allocator, freed once.
+/// unsafe { loam_heap::LoamAlloc.dealloc(p, Layout::from_size_align(48, 8).unwrap()) };
+/// ```
+#[inline]
+pub fn alloc_object(size: usize, align: usize, flags: u8) -> (*mut u8, Option<AllocatedBit>) {
+    let (p, page) = crate::alloc::alloc_with_page(size, align);
+    if p.is_null() {
+        return (p, None);
+    }
+    // SAFETY: `page` holds the fresh block `p`, which the caller holds.
+    unsafe {
+        if flags != 0 {
+            let f = &(*page).user_flags;
+            if f.load(Ordering::Relaxed) & flags != flags {
+                f.fetch_or(flags, Ordering::Release);
+            }
+        }
+        (p, Some(AllocatedBit::of(page, p)))
     }
 }
 

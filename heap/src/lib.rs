@@ -112,7 +112,7 @@ not_under_loom! {
 
     pub use batch::FreeBatch;
     pub use global_alloc::{good_size, usable_size, LoamAlloc};
-    pub use inspect::{for_each_local_page, for_each_page, PageInfo, PageRef};
+    pub use inspect::{alloc_object, for_each_local_page, for_each_page, AllocatedBit, PageInfo, PageRef};
     pub use options::{purge_delay, set_purge_delay};
     pub use segment::{SEGMENT_SIZE, SLICE_SIZE};
     pub use size_class::{class_page_size, worst_case_waste, CLASS_SIZE, NUM_CLASSES, SMALL_MAX};

@@ -114,6 +114,25 @@ impl LocalHeap {
         self.alloc_class_slow(c)
     }
 
+    /// As [`alloc_class`](Self::alloc_class), also returning the page.
+    #[inline(always)]
+    pub(crate) fn alloc_class_with_page(&mut self, c: usize) -> (*mut u8, *mut Page) {
+        let page = self.current[c];
+        if !page.is_null() {
+            // SAFETY: `current[c]` is a live page of ours (invariant).
+            let p = unsafe { (*page).try_alloc() };
+            if !p.is_null() {
+                return (p, page);
+            }
+        }
+        let p = self.alloc_class_slow(c);
+        if p.is_null() {
+            return (p, ptr::null_mut());
+        }
+        // SAFETY: `p` is a fresh live block of ours.
+        (p, unsafe { segment::page_of(p) })
+    }
+
     /// Allocates `size` bytes aligned to `align`, any size.
     #[inline]
     pub(crate) fn alloc_general(&mut self, size: usize, align: usize) -> *mut u8 {
@@ -601,7 +620,12 @@ impl LocalHeap {
                 let owner = (*segment::segment_of(run.cast())).owner.load(Ordering::Relaxed);
                 if owner == me && (*page).used() as usize == len {
                     (*page).reset_empty();
-                    self.after_local_free(page);
+                    // Keep the page in its class queue, not released: a
+                    // collector empties pages wholesale and the mutator
+                    // refills them at once (releasing would decommit them
+                    // after the purge delay, and the refill would fault the
+                    // memory back in). `tidy` and `collect` still release it.
+                    self.requeue_full(page);
                 } else {
                     // Words 1 and 2 overwrote the debug fill: restore it.
                     block::on_free(run.cast(), size);
@@ -621,6 +645,26 @@ impl LocalHeap {
             }
         }
         n
+    }
+
+    /// Moves `page` from the full list back to its class queue, if it is
+    /// there.
+    ///
+    /// # Safety
+    /// `page` is a small page of ours.
+    unsafe fn requeue_full(&mut self, page: *mut Page) {
+        // SAFETY: ours (caller).
+        unsafe {
+            if (*page).in_full {
+                let c = (*page).class as usize;
+                self.full.remove(page);
+                (*page).in_full = false;
+                self.queues[c].push_back(page);
+                if self.current[c].is_null() {
+                    self.current[c] = self.queues[c].first;
+                }
+            }
+        }
     }
 
     /// Releases every empty page, the current ones included.

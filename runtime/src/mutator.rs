@@ -8,7 +8,7 @@ use crate::root::{GlobalRoot, Root, RootTable, Rootable};
 use crate::runtime::{Handle, Shared};
 use crate::trace::Trace;
 use parking_lot::Mutex;
-use std::alloc::{GlobalAlloc, Layout};
+use std::alloc::Layout;
 use std::cell::{Cell, RefCell};
 use std::fmt;
 use std::marker::PhantomData;
@@ -372,32 +372,30 @@ impl<'gc> Mutation<'gc> {
             return Err(AllocError { value, size, limit });
         }
         let shared = m.shared();
-        // SAFETY: `GcBox<T>` has a non-zero size (it starts with a header).
-        let p = unsafe { loam_heap::LoamAlloc.alloc(layout) };
-        if p.is_null() {
+        // Tells the sweep to read this page's headers, for drop glue.
+        let flags = if std::mem::needs_drop::<T>() {
+            crate::sweep::HAS_DROP
+        } else {
+            0
+        };
+        let (p, bit) = loam_heap::alloc_object(layout.size(), layout.align(), flags);
+        let Some(bit) = bit else {
             m.give_back(size);
             return Err(AllocError {
                 value,
                 size,
                 limit: usize::MAX,
             });
-        }
+        };
         // SAFETY: `p` is a fresh block of at least `size` bytes, aligned for
         // `GcBox<T>`, ours alone.
         unsafe {
             p.cast::<GcBox<T>>()
                 .write(GcBox::new(GcBox::<T>::header(shared.id), value))
         };
-        // SAFETY: `p` is live and stays so: only the sweeper frees managed
-        // objects, and only after the allocated bit set here.
-        let page = unsafe { loam_heap::PageRef::of(p) };
-        if std::mem::needs_drop::<T>() {
-            // Tells the sweep to read this page's headers for drop glue.
-            page.set_flags(crate::sweep::HAS_DROP);
-        }
-        // Black while a sweep runs, so the sweep leaves it alone; the
-        // header is written before the (release) allocated bit.
-        page.set_allocated(page.block_index(p), shared.black.load(Ordering::Relaxed));
+        // Black while a sweep runs, so the sweep leaves it alone; the header
+        // is written before the (release) allocated bit.
+        bit.set(shared.black.load(Ordering::Relaxed));
         // SAFETY: a live `GcBox<T>`, live for `'gc`: no mark can start before
         // this `mutate` call returns.
         Ok(unsafe { Gc::from_addr(p as usize) })

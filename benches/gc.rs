@@ -17,7 +17,8 @@
 //! Run: `cargo bench --bench gc` (criterion, depth 16, 1 and 2 threads), or
 //! `LOAM_BENCH_PAIRED=<rounds> cargo bench --bench gc` for interleaved
 //! rounds (box, arc, loam in rotating order) with the median of per-round
-//! ratios, the figure the README quotes. `LOAM_BT_DEPTH=21` for the full
+//! ratios, the figure the README quotes (`LOAM_BT_ONLY=loam` runs one
+//! version alone, for profiling). `LOAM_BT_DEPTH=21` for the full
 //! size, `LOAM_BENCH_THREADS=1,2,4` for the thread counts.
 
 // `criterion_group!` generates an undocumented `pub fn`.
@@ -255,11 +256,15 @@ fn paired(rounds: usize) {
             ("arc", Box::new(move || run_arc(max, threads))),
             ("loam", Box::new(|| run_loam(&rt, max, threads))),
         ];
+        let only = std::env::var("LOAM_BT_ONLY").ok();
         let mut times = vec![Vec::new(); 3];
         for round in 0..=rounds {
-            let mut t = [0.0; 3];
+            let mut t = [1.0; 3];
             for k in 0..3 {
                 let i = (round + k) % 3;
+                if only.as_deref().is_some_and(|o| o != runs[i].0) {
+                    continue;
+                }
                 let start = Instant::now();
                 assert_eq!(
                     runs[i].1(),

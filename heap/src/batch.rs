@@ -3,7 +3,10 @@
 //! uses it so that the thread freeing is never the thread whose lists change.
 
 use crate::block;
+use crate::block::Block;
+use crate::inspect::RUN_PENDING;
 use crate::remote::{RemoteCache, MIN_RUN_BLOCK, REMOTE};
+use crate::segment;
 use crate::segment::{block_size_of, segment_of};
 use crate::sync::Ordering;
 use std::fmt;
@@ -59,7 +62,9 @@ impl FreeBatch {
     ///
     /// # Safety
     /// `p` was returned by [`crate::LoamAlloc`], has not been freed, and nobody
-    /// will use it again.
+    /// will use it again. A block whose allocated bit is set
+    /// ([`alloc_object`](crate::alloc_object)) goes back through
+    /// [`push_page_run`](Self::push_page_run) instead.
     pub unsafe fn push(&mut self, p: NonNull<u8>) {
         let p = p.as_ptr();
         // SAFETY: `p` is a live block (caller): its segment and page are
@@ -75,15 +80,19 @@ impl FreeBatch {
 
     /// Frees `blocks`, all dead blocks of one page, as one *page run*: one
     /// atomic operation, and if they are all the page has in use when its
-    /// owner takes them, the owner resets the page in O(1) (its blocks are
-    /// then handed out again in address order) instead of walking them.
-    /// Runs need two or more blocks of at least 24 bytes; other calls fall
-    /// back to [`push`](Self::push).
+    /// owner takes them back, the owner resets the page in O(1) (its blocks
+    /// are then handed out again in address order) instead of walking them.
+    /// The owner also clears the blocks' allocated bits (see
+    /// [`alloc_object`](crate::alloc_object)); until it has, the page carries
+    /// [`RUN_PENDING`](crate::RUN_PENDING).
+    ///
+    /// # Panics
+    /// If the blocks are smaller than 16 bytes (a run needs two words).
     ///
     /// # Safety
-    /// Each block was returned by [`crate::LoamAlloc`], has not been freed,
-    /// and nobody will use it again; all are in the same page; no block
-    /// appears twice.
+    /// Each block was returned by [`crate::LoamAlloc`] or
+    /// [`alloc_object`](crate::alloc_object), has not been freed, and nobody
+    /// will use it again; all are in the same page; no block appears twice.
     ///
     /// # Examples
     /// ```
@@ -119,13 +128,7 @@ impl FreeBatch {
         };
         // SAFETY: `first` is live (caller): its page is mapped.
         let size = unsafe { block_size_of(first.as_ptr()) };
-        if blocks.len() < 2 || size < MIN_RUN_BLOCK {
-            for &b in blocks {
-                // SAFETY: forwarded from the caller.
-                unsafe { self.push(b) };
-            }
-            return;
-        }
+        assert!(size >= MIN_RUN_BLOCK, "heap: page runs need blocks of 16 bytes or more");
         // SAFETY: the blocks are live, dead to their users and ours (caller),
         // of one page and so one owner; heaps live forever.
         unsafe {
@@ -135,10 +138,15 @@ impl FreeBatch {
                 let next = blocks.get(i + 1).map_or(ptr::null_mut(), |n| n.as_ptr().cast());
                 block::set_next(p.cast(), next);
             }
-            let run = first.as_ptr().cast();
-            block::set_word(run, 2, blocks.len());
+            let run: *mut Block = first.as_ptr().cast();
+            if let Some(second) = blocks.get(1) {
+                block::set_word(second.as_ptr().cast(), 1, blocks.len());
+            }
+            let page = &*segment::page_of(first.as_ptr());
+            // Before the push: the owner clears it after taking the run.
+            page.user_flags.fetch_or(RUN_PENDING, Ordering::Release);
             let owner = (*segment_of(first.as_ptr())).owner.load(Ordering::Relaxed);
-            (*owner).runs.push(run);
+            (*owner).runs.push(run, blocks.len() == 1);
         }
         self.cache.batches_sent += 1;
         REMOTE.sent.fetch_add(blocks.len() as u64, Ordering::Relaxed);

@@ -10,6 +10,12 @@ use crate::sync::{AtomicU64, Ordering};
 use std::fmt;
 use std::marker::PhantomData;
 
+/// Page flag, set by [`crate::FreeBatch::push_page_run`] and cleared by the
+/// page's owner once it has taken the run back (and cleared the run's
+/// allocated bits): while it is set, blocks of the page may carry allocated
+/// bits although they are already freed, so a sweeper must skip the page.
+pub const RUN_PENDING: u8 = 0x80;
+
 /// A live page of the heap: `capacity()` blocks of `block_size()` bytes from
 /// `start()`, owned by one thread heap, with a side bitmap of one mark bit
 /// per block.
@@ -28,10 +34,13 @@ use std::marker::PhantomData;
 ///
 /// The geometry (start, block size, capacity) is fixed while any block of the
 /// page is live. The page also has a second bitmap of *allocated* bits, laid
-/// out the same way. Both are the collector's: the heap never reads or
-/// clears them, so a collector clears a page's marks before it marks, and
-/// clears a block's allocated bit before it frees the block (a page whose
-/// blocks are all free then has no allocated bit set when it is reused).
+/// out the same way. The marks are the collector's: the heap never reads or
+/// clears them, so a collector clears a page's marks before it marks. The
+/// allocated bits are written by the page's owning thread only, so that
+/// setting one costs no atomic read-modify-write: set through
+/// [`alloc_object`]'s [`AllocatedBit`], cleared by the owner when a
+/// [`crate::FreeBatch::push_page_run`] run brings the blocks back (see
+/// [`RUN_PENDING`]).
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub struct PageRef<'a> {
     page: *mut Page,
@@ -176,39 +185,24 @@ impl<'a> PageRef<'a> {
         self.allocated_word(i / 64) & (1u64 << (i % 64)) != 0
     }
 
-    /// Sets block `i`'s allocated bit, after its mark bit if `black`. The
-    /// store is a release: a sweeper that sees the allocated bit (with
-    /// [`allocated_word`](Self::allocated_word)) sees the mark bit and every
-    /// write made to the block before.
-    pub fn set_allocated(&self, i: usize, black: bool) {
-        let bit = 1u64 << (i % 64);
-        if black {
-            self.marks()[i / 64].fetch_or(bit, Ordering::Relaxed);
-        }
-        self.bitmap(true)[i / 64].fetch_or(bit, Ordering::Release);
-    }
-
-    /// The collector's per-page flag bits (zero when the page was set up).
+    /// The page's flag bits (zero when the page was set up, and when a page
+    /// run resets it). Bit 7 is [`RUN_PENDING`]; the others are the
+    /// collector's.
     #[inline]
     pub fn flags(&self) -> u8 {
         self.page().user_flags.load(Ordering::Acquire)
     }
 
-    /// Sets flag bits `bits` (kept until the page is next set up, after all
-    /// its blocks were freed).
+    /// Sets flag bits `bits` (not [`RUN_PENDING`], which is the heap's).
     #[inline]
     pub fn set_flags(&self, bits: u8) {
+        assert!(bits & RUN_PENDING == 0, "heap: RUN_PENDING is set by the heap only");
         let f = &self.page().user_flags;
         if f.load(Ordering::Relaxed) & bits != bits {
             f.fetch_or(bits, Ordering::Release);
         }
     }
 
-    /// Clears the allocated bits in `dead` of word `w`, for a sweeper about
-    /// to free those blocks.
-    pub fn clear_allocated(&self, w: usize, dead: u64) {
-        self.bitmap(true)[w].fetch_and(!dead, Ordering::AcqRel);
-    }
 
     /// Sets block `i`'s mark bit; returns whether it was already set.
     pub fn set_mark(&self, i: usize) -> bool {
@@ -268,8 +262,41 @@ impl AllocatedBit {
         }
     }
 
-    /// Sets the allocated bit, after the mark bit if `black` (release, as
-    /// [`PageRef::set_allocated`]).
+    /// Clears the allocated bit (the owner taking the block back).
+    pub(crate) fn clear(self) {
+        // SAFETY: as in `set`; only the owning thread writes these words.
+        unsafe {
+            let w = (*self.alloc).load(Ordering::Relaxed);
+            if w & self.bit != 0 {
+                (*self.alloc).store(w & !self.bit, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Clears every allocated bit of `page` (the owner resetting it).
+    ///
+    /// # Safety
+    /// `page` is a live page of the calling thread's heap.
+    pub(crate) unsafe fn clear_page(page: *mut Page) {
+        // SAFETY: live (caller).
+        let start = unsafe { (*page).start } as *mut u8;
+        // SAFETY: block 0 of the page.
+        let first = unsafe { AllocatedBit::of(page, start) };
+        // SAFETY: live (caller).
+        let words = unsafe { (*page).capacity() }.div_ceil(64);
+        for w in 0..words {
+            // SAFETY: the page's bitmap has `words` words (see `bitmap`).
+            let a = unsafe { &*first.alloc.add(w) };
+            if a.load(Ordering::Relaxed) != 0 {
+                a.store(0, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Sets the allocated bit, after the mark bit if `black`. The store is
+    /// a release: a sweeper that sees the allocated bit (acquire) sees the
+    /// mark bit and every write made to the block before. Call it on the
+    /// thread that allocated the block.
     #[inline(always)]
     pub fn set(self, black: bool) {
         // SAFETY: the words are atomics in a segment header that stays mapped
@@ -278,7 +305,10 @@ impl AllocatedBit {
             if black {
                 (*self.mark).fetch_or(self.bit, Ordering::Relaxed);
             }
-            (*self.alloc).fetch_or(self.bit, Ordering::Release);
+            // Only the owning thread writes allocated words (the run drain
+            // clears them), so a load and a store suffice.
+            let w = (*self.alloc).load(Ordering::Relaxed);
+            (*self.alloc).store(w | self.bit, Ordering::Release);
         }
     }
 }
@@ -289,11 +319,15 @@ impl AllocatedBit {
 /// writes the object, then sets the bit: a sweeper that sees the bit sees the
 /// object.
 ///
-/// The block is freed like any other (`dealloc`, [`crate::FreeBatch`]).
+/// A block whose allocated bit is set must be freed through
+/// [`crate::FreeBatch::push_page_run`], whose drain clears the bit.
 ///
 /// # Examples
 /// ```
 /// use std::alloc::{GlobalAlloc, Layout};
+/// let layout = Layout::from_size_align(48, 8).unwrap();
+/// // SAFETY: a non-zero-sized layout. Kept live so the page stays.
+/// let keep = unsafe { loam_heap::LoamAlloc.alloc(layout) };
 /// let (p, bit) = loam_heap::alloc_object(48, 8, 0);
 /// assert!(!p.is_null());
 /// // SAFETY: a fresh 48-byte block; freed once below.
@@ -301,10 +335,23 @@ impl AllocatedBit {
 /// bit.unwrap().set(false);
 /// // SAFETY: `p` is live while its page is read.
 /// let page = unsafe { loam_heap::PageRef::of(p) };
-/// assert!(page.is_allocated(page.block_index(p)));
-/// # page.clear_allocated(page.block_index(p) / 64, 1 << (page.block_index(p) % 64));
+/// let i = page.block_index(p);
+/// assert!(page.is_allocated(i));
+/// // A sweeper on another thread frees it as a run of one block...
+/// let addr = p as usize;
+/// std::thread::spawn(move || {
+///     let mut batch = loam_heap::FreeBatch::new();
+///     let block = std::ptr::NonNull::new(addr as *mut u8).unwrap();
+///     // SAFETY: live, from this allocator, never used again.
+///     unsafe { batch.push_page_run(&[block]) };
+/// })
+/// .join()
+/// .unwrap();
+/// // ...and this thread, its owner, takes it back and clears the bit.
+/// loam_heap::collect();
+/// assert!(!page.is_allocated(i) && page.flags() & loam_heap::RUN_PENDING == 0);
 /// // SAFETY: live, from this allocator, freed once.
-/// unsafe { loam_heap::LoamAlloc.dealloc(p, Layout::from_size_align(48, 8).unwrap()) };
+/// unsafe { loam_heap::LoamAlloc.dealloc(keep, layout) };
 /// ```
 #[inline]
 pub fn alloc_object(size: usize, align: usize, flags: u8) -> (*mut u8, Option<AllocatedBit>) {

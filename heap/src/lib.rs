@@ -112,7 +112,9 @@ not_under_loom! {
 
     pub use batch::FreeBatch;
     pub use global_alloc::{good_size, usable_size, LoamAlloc};
-    pub use inspect::{alloc_object, for_each_local_page, for_each_page, AllocatedBit, PageInfo, PageRef};
+    pub use inspect::{
+        alloc_object, for_each_local_page, for_each_page, AllocatedBit, PageInfo, PageRef, RUN_PENDING,
+    };
     pub use options::{purge_delay, set_purge_delay};
     pub use segment::{SEGMENT_SIZE, SLICE_SIZE};
     pub use size_class::{class_page_size, worst_case_waste, CLASS_SIZE, NUM_CLASSES, SMALL_MAX};
@@ -158,6 +160,44 @@ pub fn flush() {
         // SAFETY: the calling thread's own heap.
         unsafe { (*heap).cache.flush() };
     }
+}
+
+/// Takes back the page runs other threads sent to this thread's heap
+/// ([`FreeBatch::push_page_run`]): one relaxed load when there are none. A
+/// collector's mutator calls it between steps, so that the pages its sweeper
+/// emptied are ready (and their allocated bits clear) before the next sweep.
+///
+/// # Examples
+/// ```
+/// loam_heap::reclaim_runs(); // nothing sent: a no-op
+/// ```
+#[cfg(not(loom))]
+#[inline]
+pub fn reclaim_runs() {
+    let heap = alloc::current_heap();
+    if alloc::is_live(heap) {
+        // SAFETY: the calling thread's own heap.
+        unsafe { (*heap).reclaim_runs() };
+    }
+}
+
+/// Drains the queues of exited threads' heaps (blocks and page runs sent to
+/// them), from any thread. A collector calls it before each cycle, so that
+/// pages its sweeper emptied for an exited thread can be swept again.
+///
+/// # Examples
+/// ```
+/// loam_heap::drain_orphans();
+/// ```
+#[cfg(not(loom))]
+pub fn drain_orphans() {
+    if abandon::orphan_count() == 0 {
+        return;
+    }
+    abandon::for_each_orphan(|o| {
+        // SAFETY: held exclusively under the orphan lock.
+        unsafe { (*o).drain_remote() };
+    });
 }
 
 /// Gives back everything that can be given back, now: sends this thread's

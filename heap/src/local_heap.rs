@@ -6,6 +6,7 @@ use crate::options;
 use crate::os;
 use crate::page::{Page, PageQueue, PageState};
 use crate::remote::{route_chains, Inbox, RemoteCache, RunQueue, REMOTE};
+use crate::inspect::{AllocatedBit, RUN_PENDING};
 use crate::segment::{
     self, Segment, SegmentKind, HEADER_SLICES, SEGMENT_SIZE, SLICES, SLICE_SHIFT, SLICE_SIZE,
     USABLE_MASK, USABLE_SLICES,
@@ -565,21 +566,16 @@ impl LocalHeap {
     /// whose segment has meanwhile been adopted by another heap is forwarded.
     /// Returns how many blocks it took.
     pub(crate) fn drain_remote(&mut self) -> u64 {
-        let runs = self.runs.take_all();
-        let mut n = 0;
-        if !runs.is_null() {
-            // SAFETY: the runs came from our queue.
-            n += unsafe { self.drain_runs(runs) };
-        }
+        let runs = self.reclaim_runs();
         let chains = self.queue.take_all();
         if chains.iter().all(|c| c.is_null()) {
-            return n;
+            return runs;
         }
         let me = ptr::addr_of!(self.queue);
         let mut cache = std::mem::replace(&mut self.cache, RemoteCache::for_thread());
         // SAFETY: the chain came from our queue; heaps (hence queues) live
         // forever; each block is dead and its segment mapped.
-        n += unsafe {
+        let n = unsafe {
             route_chains(
                 chains,
                 me,
@@ -594,6 +590,20 @@ impl LocalHeap {
         };
         let fresh = std::mem::replace(&mut self.cache, cache);
         debug_assert!(fresh.is_empty());
+        REMOTE.drained.fetch_add(n, Ordering::Relaxed);
+        n + runs
+    }
+
+    /// Takes back the page runs queued for us, if any; returns the blocks
+    /// taken.
+    #[inline]
+    pub(crate) fn reclaim_runs(&mut self) -> u64 {
+        let runs = self.runs.take_all();
+        if runs.is_null() {
+            return 0;
+        }
+        // SAFETY: the runs came from our queue.
+        let n = unsafe { self.drain_runs(runs) };
         REMOTE.drained.fetch_add(n, Ordering::Relaxed);
         n
     }
@@ -613,13 +623,17 @@ impl LocalHeap {
             // SAFETY: a queued run is ours, its blocks dead blocks of one live
             // page (the run holds them in use), of at least MIN_RUN_BLOCK bytes.
             unsafe {
-                let next_run = block::word(run, 1) as *mut Block;
-                let len = block::word(run, 2);
+                let (next_run, len) = RunQueue::header(run);
                 let page = segment::page_of(run.cast());
                 let size = (*page).block_size();
                 let owner = (*segment::segment_of(run.cast())).owner.load(Ordering::Relaxed);
-                if owner == me && (*page).used() as usize == len {
+                let small = (*page).state() == PageState::Small;
+                if owner == me && small && (*page).used() as usize == len {
+                    AllocatedBit::clear_page(page);
                     (*page).reset_empty();
+                    // Also drops RUN_PENDING (release: a sweeper that sees
+                    // it clear sees the cleared bits).
+                    (*page).user_flags.store(0, Ordering::Release);
                     // Keep the page in its class queue, not released: a
                     // collector empties pages wholesale and the mutator
                     // refills them at once (releasing would decommit them
@@ -627,17 +641,35 @@ impl LocalHeap {
                     // memory back in). `tidy` and `collect` still release it.
                     self.requeue_full(page);
                 } else {
-                    // Words 1 and 2 overwrote the debug fill: restore it.
+                    // Words 1 of the first two blocks overwrote the debug
+                    // fill: restore it.
                     block::on_free(run.cast(), size);
+                    if len > 1 {
+                        block::on_free(block::next(run).cast(), size);
+                    }
                     let mut b = run;
-                    while !b.is_null() {
-                        let next = block::next(b);
-                        if owner == me {
-                            self.free_drained(page, b.cast());
-                        } else {
-                            self.cache.push(ptr::addr_of!((*owner).queue), b.cast(), size);
+                    if owner == me {
+                        while !b.is_null() {
+                            AllocatedBit::of(page, b.cast()).clear();
+                            b = block::next(b);
                         }
-                        b = next;
+                        (*page)
+                            .user_flags
+                            .fetch_and(!RUN_PENDING, Ordering::Release);
+                        b = run;
+                        while !b.is_null() {
+                            let next = block::next(b);
+                            self.free_drained(page, b.cast());
+                            b = next;
+                        }
+                    } else {
+                        // Adopted since it was sent: the new owner takes it
+                        // as a run.
+                        block::set_word(run, 1, 0);
+                        if len > 1 {
+                            block::set_word(block::next(run), 1, len);
+                        }
+                        (*owner).runs.push(run, len == 1);
                     }
                 }
                 n += len as u64;

@@ -66,17 +66,18 @@ impl RemoteQueue {
 /// page, sent whole by a sweeper with one atomic operation, so that the owner
 /// can reset a page that the run empties in O(1) instead of walking it.
 ///
-/// A run's first block carries, after its link (word 0, the next block of
-/// the run), the link to the next run (word 1) and the run's length (word 2);
-/// runs therefore use blocks of at least [`MIN_RUN_BLOCK`] bytes. The stack
+/// Layout: every block's word 0 links to the next block of its run. The
+/// first block's word 1 links to the next run, with bit 0 set when the run
+/// is that one block; otherwise the second block's word 1 holds the run's
+/// length. Runs therefore need blocks of [`MIN_RUN_BLOCK`] bytes. The stack
 /// is a Treiber stack taken whole, as [`RemoteQueue`], with the same
 /// argument against ABA.
 pub(crate) struct RunQueue {
     head: CachePadded<AtomicPtr<Block>>,
 }
 
-/// Smallest block a page run can be made of (three words).
-pub(crate) const MIN_RUN_BLOCK: usize = 24;
+/// Smallest block a page run can be made of (two words).
+pub(crate) const MIN_RUN_BLOCK: usize = 16;
 
 impl RunQueue {
     pub(crate) fn new() -> Self {
@@ -85,16 +86,17 @@ impl RunQueue {
         }
     }
 
-    /// Pushes the run that starts at `run` (its words 0 and 2 written).
+    /// Pushes the run that starts at `run` (its links and length written);
+    /// `single` when it is one block.
     ///
     /// # Safety
     /// The caller owns the run's blocks, of at least [`MIN_RUN_BLOCK`] bytes,
     /// all dead blocks of one page addressed to this queue's heap.
-    pub(crate) unsafe fn push(&self, run: *mut Block) {
+    pub(crate) unsafe fn push(&self, run: *mut Block, single: bool) {
         let mut head = self.head.load(Ordering::Relaxed);
         loop {
             // SAFETY: `run` is ours until the CAS below publishes it.
-            unsafe { block::set_word(run, 1, head as usize) };
+            unsafe { block::set_word(run, 1, head as usize | single as usize) };
             match self
                 .head
                 .compare_exchange_weak(head, run, Ordering::Release, Ordering::Relaxed)
@@ -105,12 +107,29 @@ impl RunQueue {
         }
     }
 
-    /// Takes every queued run (linked through word 1; null when empty).
+    /// Takes every queued run (null when empty).
     pub(crate) fn take_all(&self) -> *mut Block {
         if self.head.load(Ordering::Relaxed).is_null() {
             return ptr::null_mut();
         }
         self.head.swap(ptr::null_mut(), Ordering::Acquire)
+    }
+
+    /// Reads run `run`'s link to the next run and its length.
+    ///
+    /// # Safety
+    /// `run` was taken from a queue by the caller.
+    pub(crate) unsafe fn header(run: *mut Block) -> (*mut Block, usize) {
+        // SAFETY: the run is the caller's; its words are as `push` wrote them.
+        unsafe {
+            let w = block::word(run, 1);
+            let len = if w & 1 != 0 {
+                1
+            } else {
+                block::word(block::next(run), 1)
+            };
+            ((w & !1) as *mut Block, len)
+        }
     }
 }
 

@@ -148,6 +148,9 @@ impl Mutator {
     /// call waits for the pause to end first. While `f` runs the collector
     /// waits for it to return before it can mark, so keep each call short.
     pub fn mutate<R>(&mut self, f: impl for<'gc> FnOnce(&Mutation<'gc>) -> R) -> R {
+        // Take back the pages our sweeper emptied: they are ready for reuse,
+        // and the next sweep can look at them again.
+        loam_heap::reclaim_runs();
         if self.limit_hit.replace(false) {
             self.shared().collect();
         }
@@ -366,7 +369,9 @@ impl<'gc> Mutation<'gc> {
         let layout = Layout::new::<GcBox<T>>();
         // Heap accounting is in blocks, so the sweep can count what it frees
         // without reading headers.
-        let size = loam_heap::good_size(layout.size(), layout.align());
+        // Blocks of 16 bytes or more: the sweep returns them in page runs.
+        let bytes = layout.size().max(16);
+        let size = loam_heap::good_size(bytes, layout.align());
         if !m.take_credit(size) {
             let limit = m.shared().config.heap_limit.unwrap_or(usize::MAX);
             return Err(AllocError { value, size, limit });
@@ -378,7 +383,7 @@ impl<'gc> Mutation<'gc> {
         } else {
             0
         };
-        let (p, bit) = loam_heap::alloc_object(layout.size(), layout.align(), flags);
+        let (p, bit) = loam_heap::alloc_object(bytes, layout.align(), flags);
         let Some(bit) = bit else {
             m.give_back(size);
             return Err(AllocError {

@@ -102,8 +102,21 @@ impl Shared {
     }
 
     /// Runs a full cycle that starts after this call, and waits for its sweep
-    /// to end.
+    /// to end. First lets a cycle under way finish and takes back the page
+    /// runs its sweep sent to the calling thread: a page with a run out is
+    /// not swept (see `sweep`), and the caller expects its garbage freed.
     pub(crate) fn collect(&self) {
+        {
+            let mut c = self.control.lock();
+            while c.phase != Phase::Idle {
+                self.control_cv.wait(&mut c);
+            }
+        }
+        loam_heap::reclaim_runs();
+        self.collect_now();
+    }
+
+    fn collect_now(&self) {
         let mut c = self.control.lock();
         // A cycle already past its start may have missed what the caller
         // just dropped: wait for the one after it.

@@ -6,14 +6,20 @@
 //! they are never candidates; the mutator sets the mark bit before the
 //! (release) allocated bit, and the sweeper reads the allocated word
 //! (acquire) before the mark word, so it cannot see one without the other.
-//! The sweeper clears the dead objects' allocated bits first, which ends its
-//! reads of the page, then runs their drop glue and sends the page's dead
+//! The sweeper runs the dead objects' drop glue and sends the page's dead
 //! blocks to their owning thread heap as one *page run*
 //! (`FreeBatch::push_page_run`, one atomic operation): when they are all the
 //! page has in use, the owner resets the whole page in O(1) and hands its
-//! blocks out again in address order. A page is live while it holds an allocated object, and only this
-//! sweep frees this runtime's objects, so each snapshot page is live until
-//! the sweep has cleared its bits.
+//! blocks out again in address order. The owner, the only writer of a page's
+//! allocated bits (so that allocating costs no atomic read-modify-write),
+//! clears the run's bits when it takes the run back; until then the page
+//! carries `RUN_PENDING`, and later cycles neither sweep it nor rely on it
+//! staying live (its owner may free and release it at any time).
+//!
+//! A page without a run out is live while it holds an allocated object, and
+//! only this runtime's sweep frees this runtime's objects (another's frees
+//! its own, never at the same time), so each snapshot page is live until the
+//! sweep sends its run, after which the sweep does not touch it.
 
 use crate::gc::{header_of, poison, TypeDesc};
 use loam_heap::{FreeBatch, PageRef};
@@ -102,9 +108,8 @@ pub(crate) unsafe fn parallel(
 }
 
 /// Collects the dead objects of runtime `id` in the page at `start` into
-/// `dead`, clearing their allocated bits, and returns the page's block size.
-/// Reads nothing of the page after. With `alone` (no other runtime alive) and
-/// no drop glue in the page, it reads no object header either.
+/// `dead` and returns the page's block size. With `alone` (no other runtime
+/// alive) and no drop glue in the page, it reads no object header.
 ///
 /// # Safety
 /// As [`parallel`].
@@ -114,6 +119,9 @@ unsafe fn sweep_page(start: usize, id: u16, alone: bool, dead: &mut Vec<Dead>) -
     let page = unsafe { PageRef::of(start as *const u8) };
     let base = page.start() as usize;
     let bs = page.block_size();
+    // The snapshot left out pages with a run out, and only this sweep
+    // sends runs now.
+    debug_assert!(page.flags() & loam_heap::RUN_PENDING == 0);
     let large = bs > loam_heap::SMALL_MAX;
     for w in 0..page.bitmap_words() {
         let a = page.allocated_word(w);
@@ -128,13 +136,11 @@ unsafe fn sweep_page(start: usize, id: u16, alone: bool, dead: &mut Vec<Dead>) -
         // bit; read after the acquire load of `a`, it covers every object in
         // the word.
         let read_headers = !alone || large || page.flags() & HAS_DROP != 0;
-        let mut mine = 0u64;
         while cand != 0 {
             let b = cand.trailing_zeros() as usize;
             cand &= cand - 1;
             let addr = base + (w * 64 + b) * bs;
             if !read_headers {
-                mine |= 1 << b;
                 dead.push((addr, None));
                 continue;
             }
@@ -142,12 +148,8 @@ unsafe fn sweep_page(start: usize, id: u16, alone: bool, dead: &mut Vec<Dead>) -
             // its own runtime's sweep frees it, and none other runs.
             let (desc, owner) = unsafe { header_of(addr) };
             if owner == id {
-                mine |= 1 << b;
                 dead.push((addr, Some(desc)));
             }
-        }
-        if mine != 0 {
-            page.clear_allocated(w, mine);
         }
     }
     bs

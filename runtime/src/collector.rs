@@ -6,12 +6,13 @@
 //!    inside `mutate` to leave (mutators outside are blocked: they hold no
 //!    pointer the collector cannot see).
 //! 2. *Snapshot*: walk the heap's pages; for each with an allocated bit set,
-//!    clear its marks and remember it for the sweep.
+//!    clear its marks and copy its allocated bits for the sweep (objects
+//!    allocated after the pause are then not the sweep's business, so
+//!    mutators need not allocate black).
 //! 3. *Mark* in parallel from the mutators' and the global root tables.
 //! 4. Verify mode: re-mark single-threaded and abort if the marks differ.
 //! 5. *Weak*: clear weak cells whose target is unmarked.
-//! 6. *Resume*: turn on black allocation, lower the stop flag. Steps 1-6 are
-//!    the pause.
+//! 6. *Resume*: lower the stop flag. Steps 1-6 are the pause.
 //! 7. *Sweep* the snapshot pages in parallel, mutators running.
 //!
 //! The side bitmaps belong to the heap's pages, which every runtime in the
@@ -109,16 +110,37 @@ fn coordinator(shared: &Shared, pool: &ThreadPool) {
     }
 }
 
-/// Start addresses of the pages holding an allocated object, with their
-/// marks cleared, tagged in bit 0 when the page has a page run out (its
-/// owner may free and even release it meanwhile, so the sweep must not
-/// touch it). Called with the world stopped.
-fn snapshot_pages(pages: &mut Vec<usize>) {
+/// What the pause records of the heap for the sweep.
+#[derive(Default)]
+struct Snapshot {
+    /// Start addresses of the pages holding an allocated object, tagged in
+    /// bit 0 when the page has a page run out (its owner may free and even
+    /// release it meanwhile, so the sweep must not touch it).
+    pages: Vec<usize>,
+    /// For each untagged page in order, the offset of its allocated words
+    /// in `bits`.
+    offsets: Vec<usize>,
+    /// The untagged pages' allocated words as of the pause. The sweep
+    /// frees `bits & !marked`: objects allocated after the pause are not in
+    /// it, so mutators allocate white and need no atomic mark write.
+    bits: Vec<u64>,
+}
+
+/// Records every page holding an allocated object, clearing its marks.
+/// Called with the world stopped.
+fn snapshot_pages(snap: &mut Snapshot) {
     loop {
-        pages.clear();
+        snap.pages.clear();
+        snap.offsets.clear();
+        snap.bits.clear();
         let mut overflow = false;
+        let Snapshot {
+            pages,
+            offsets,
+            bits,
+        } = &mut *snap;
         // SAFETY: the closure neither allocates nor frees (it pushes only
-        // within the reserved capacity), and reads only atomics and the
+        // within the reserved capacities), and reads only atomics and the
         // geometry of pages with allocated objects, which no one frees while
         // this runtime's world is stopped and the cycle lock is held.
         unsafe {
@@ -126,24 +148,32 @@ fn snapshot_pages(pages: &mut Vec<usize>) {
                 if p.used() == 0 {
                     return;
                 }
-                if !(0..p.bitmap_words()).any(|w| p.allocated_word(w) != 0) {
+                let words = p.bitmap_words();
+                if !(0..words).any(|w| p.allocated_word(w) != 0) {
                     return;
                 }
                 p.clear_marks();
-                if pages.len() < pages.capacity() {
-                    // Tagged (bit 0; starts are slice-aligned) when a run
-                    // of an earlier sweep is still out: marked, not swept.
-                    let pending = p.flags() & loam_heap::RUN_PENDING != 0;
-                    pages.push(p.start() as usize | pending as usize);
-                } else {
+                if pages.len() == pages.capacity()
+                    || offsets.len() == offsets.capacity()
+                    || bits.capacity() - bits.len() < words
+                {
                     overflow = true;
+                    return;
+                }
+                let pending = p.flags() & loam_heap::RUN_PENDING != 0;
+                pages.push(p.start() as usize | pending as usize);
+                if !pending {
+                    offsets.push(bits.len());
+                    bits.extend((0..words).map(|w| p.allocated_word(w)));
                 }
             })
         };
         if !overflow {
             return;
         }
-        pages.reserve(pages.capacity().max(1024));
+        snap.pages.reserve(snap.pages.capacity().max(1024));
+        snap.offsets.reserve(snap.offsets.capacity().max(1024));
+        snap.bits.reserve(snap.bits.capacity().max(64 << 10));
     }
 }
 
@@ -177,8 +207,9 @@ fn cycle(shared: &Shared, pool: &ThreadPool, forced: bool) {
     let stop_time = start.elapsed();
 
     // 2. Snapshot.
-    let mut pages = Vec::with_capacity(4096);
-    snapshot_pages(&mut pages);
+    let mut snap = Snapshot::default();
+    snapshot_pages(&mut snap);
+    let pages = &snap.pages;
 
     // 3. Mark.
     let mut roots = Vec::new();
@@ -202,7 +233,7 @@ fn cycle(shared: &Shared, pool: &ThreadPool, forced: bool) {
     // objects; the world is stopped.
     mark_weak(shared);
 
-    // 6. Resume, allocating black until the sweep is done.
+    // 6. Resume.
     let percent = shared.config.gc_percent;
     let goal = if percent == u32::MAX {
         usize::MAX
@@ -211,7 +242,6 @@ fn cycle(shared: &Shared, pool: &ThreadPool, forced: bool) {
         (marked.bytes.saturating_add(grow)).max(shared.config.min_heap)
     };
     shared.next_goal.store(goal, Ordering::Relaxed);
-    shared.black.store(true, Ordering::Relaxed);
     shared.control.lock().phase = Phase::Sweep;
     shared.handshake.resume();
     // The pause is the stopped world: from the last mutator's leaving to
@@ -226,9 +256,18 @@ fn cycle(shared: &Shared, pool: &ThreadPool, forced: bool) {
     // SAFETY: the snapshot's pages, marks complete, under the cycle lock
     // (which also keeps `alone` true throughout, see `RUNTIMES`).
     let to_sweep: Vec<usize> = pages.iter().copied().filter(|p| p & 1 == 0).collect();
-    let swept = unsafe { sweep::parallel(pool, &to_sweep, shared.id, alone, shared.config.verify) };
+    let swept = unsafe {
+        sweep::parallel(
+            pool,
+            &to_sweep,
+            &snap.offsets,
+            &snap.bits,
+            shared.id,
+            alone,
+            shared.config.verify,
+        )
+    };
     let sweep_time = sweep_start.elapsed();
-    shared.black.store(false, Ordering::Relaxed);
     let heap_after = shared
         .heap_used
         .fetch_sub(swept.bytes, Ordering::Relaxed)

@@ -49,8 +49,10 @@
 //!   sweeper frees it. The sweeper cannot tell a dead object from a free block
 //!   any other way: a free block's first word is the heap's free-list link, in
 //!   the place of the header, and the owner's free lists are not readable from
-//!   another thread. Objects allocated while a sweep is under way are
-//!   allocated black (both bits set), so the sweeper leaves them alone;
+//!   another thread. Only the page's owning thread writes these bits (a
+//!   plain store when allocating; it clears them when the sweeper's page run
+//!   comes back), and the pause copies them for the sweep, so objects
+//!   allocated while a sweep is under way are simply not in its copy;
 //! - a *mark* bit, set by the marker with `fetch_or`. Marking never writes into
 //!   objects a mutator may be using.
 //!
@@ -105,8 +107,8 @@
 //!    blocked by construction: the collector reads their root tables.
 //! 3. GC threads mark in parallel: crossbeam-deque work stealing over
 //!    explicit mark stacks (a 10,000,000-node list overflows nothing).
-//! 4. Weak cells with unmarked targets are cleared; mutators resume,
-//!    allocating black; this is the end of the pause, and it is measured.
+//! 4. Weak cells with unmarked targets are cleared; mutators resume; this is
+//!    the end of the pause, and it is measured.
 //! 5. GC threads sweep each page (`allocated & !marked`), run the dead
 //!    objects' drop glue and send the blocks to their owning thread heaps
 //!    through `loam_heap::FreeBatch` (one atomic operation per batch).

@@ -398,9 +398,9 @@ impl<'gc> Mutation<'gc> {
             p.cast::<GcBox<T>>()
                 .write(GcBox::new(GcBox::<T>::header(shared.id), value))
         };
-        // Black while a sweep runs, so the sweep leaves it alone; the header
-        // is written before the (release) allocated bit.
-        bit.set(shared.black.load(Ordering::Relaxed));
+        // The header is written before the (release) allocated bit. White:
+        // a sweep under way works from the pause's copy of the bits.
+        bit.set(false);
         // SAFETY: a live `GcBox<T>`, live for `'gc`: no mark can start before
         // this `mutate` call returns.
         Ok(unsafe { Gc::from_addr(p as usize) })

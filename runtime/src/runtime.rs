@@ -9,7 +9,7 @@ use crate::root::RootTable;
 use crate::stats::{CycleEvent, GcStats};
 use parking_lot::{Condvar, Mutex};
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Instant;
@@ -52,8 +52,6 @@ pub(crate) struct Shared {
     pub(crate) heap_used: AtomicUsize,
     /// Heap size at which the next cycle starts.
     pub(crate) next_goal: AtomicUsize,
-    /// Allocate black: a sweep is under way.
-    pub(crate) black: AtomicBool,
     pub(crate) control: Mutex<Control>,
     /// Signals changes of `control` (requests, phase ends) both ways.
     pub(crate) control_cv: Condvar,
@@ -406,7 +404,6 @@ impl RuntimeBuilder {
             weak: Mutex::new(Vec::new()),
             heap_used: AtomicUsize::new(0),
             next_goal: AtomicUsize::new(goal),
-            black: AtomicBool::new(false),
             control: Mutex::new(Control {
                 requested: false,
                 forced: false,

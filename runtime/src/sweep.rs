@@ -2,10 +2,9 @@
 //! the mutators run.
 //!
 //! A page's dead objects are `allocated & !marked` with this runtime's id in
-//! their header. Objects allocated since the pause are black (both bits), so
-//! they are never candidates; the mutator sets the mark bit before the
-//! (release) allocated bit, and the sweeper reads the allocated word
-//! (acquire) before the mark word, so it cannot see one without the other.
+//! their header, where `allocated` is the copy of the page's allocated bits
+//! the pause took: objects allocated since are not in it, so mutators
+//! allocate plain white, with no atomic write to the mark bitmap.
 //! The sweeper runs the dead objects' drop glue and sends the page's dead
 //! blocks to their owning thread heap as one *page run*
 //! (`FreeBatch::push_page_run`, one atomic operation): when they are all the
@@ -56,6 +55,8 @@ pub(crate) struct Swept {
 pub(crate) unsafe fn parallel(
     pool: &ThreadPool,
     pages: &[usize],
+    offsets: &[usize],
+    bits: &[u64],
     id: u16,
     alone: bool,
     verify: bool,
@@ -71,9 +72,10 @@ pub(crate) unsafe fn parallel(
             if i >= pages.len() {
                 break;
             }
-            for &start in &pages[i..(i + CLAIM).min(pages.len())] {
+            for k in i..(i + CLAIM).min(pages.len()) {
+                let (start, from) = (pages[k], offsets[k]);
                 // SAFETY: the caller's contract; each page is swept once.
-                let bs = unsafe { sweep_page(start, id, alone, &mut dead) };
+                let bs = unsafe { sweep_page(start, &bits[from..], id, alone, &mut dead) };
                 for (addr, desc) in dead.drain(..) {
                     // Accounting is in blocks (see `Mutation::try_alloc`);
                     // a span's block is its object's size.
@@ -113,7 +115,13 @@ pub(crate) unsafe fn parallel(
 ///
 /// # Safety
 /// As [`parallel`].
-unsafe fn sweep_page(start: usize, id: u16, alone: bool, dead: &mut Vec<Dead>) -> usize {
+unsafe fn sweep_page(
+    start: usize,
+    allocated: &[u64],
+    id: u16,
+    alone: bool,
+    dead: &mut Vec<Dead>,
+) -> usize {
     // SAFETY: the page holds an allocated object this sweep has not freed
     // (caller), so it is live.
     let page = unsafe { PageRef::of(start as *const u8) };
@@ -123,8 +131,10 @@ unsafe fn sweep_page(start: usize, id: u16, alone: bool, dead: &mut Vec<Dead>) -
     // sends runs now.
     debug_assert!(page.flags() & loam_heap::RUN_PENDING == 0);
     let large = bs > loam_heap::SMALL_MAX;
-    for w in 0..page.bitmap_words() {
-        let a = page.allocated_word(w);
+    // The mutator sets the flag before an object's (release) allocated bit;
+    // the pause read the bits after that, so it covers every object in them.
+    let read_headers = !alone || large || page.flags() & HAS_DROP != 0;
+    for (w, &a) in allocated.iter().take(page.bitmap_words()).enumerate() {
         if a == 0 {
             continue;
         }
@@ -132,10 +142,6 @@ unsafe fn sweep_page(start: usize, id: u16, alone: bool, dead: &mut Vec<Dead>) -
         if cand == 0 {
             continue;
         }
-        // The mutator sets the flag before an object's (release) allocated
-        // bit; read after the acquire load of `a`, it covers every object in
-        // the word.
-        let read_headers = !alone || large || page.flags() & HAS_DROP != 0;
         while cand != 0 {
             let b = cand.trailing_zeros() as usize;
             cand &= cand - 1;

@@ -5,7 +5,7 @@
 use crate::block;
 use crate::block::Block;
 use crate::inspect::RUN_PENDING;
-use crate::remote::{RemoteCache, MIN_RUN_BLOCK, REMOTE};
+use crate::remote::{RemoteCache, RunKind, MIN_RUN_BLOCK, REMOTE};
 use crate::segment;
 use crate::segment::{block_size_of, segment_of};
 use crate::sync::Ordering;
@@ -132,6 +132,21 @@ impl FreeBatch {
         // SAFETY: the blocks are live, dead to their users and ours (caller),
         // of one page and so one owner; heaps live forever.
         unsafe {
+            let page = &*segment::page_of(first.as_ptr());
+            // Every block of the page, all in use: nobody else can free one
+            // and the owner cannot allocate one (none is free) until it takes
+            // this run, so `used` stays at capacity and the owner will reset
+            // the page without reading links: write none.
+            let whole = blocks.len() == page.capacity() && page.used() as usize == blocks.len();
+            if whole {
+                page.user_flags.fetch_or(RUN_PENDING, Ordering::Release);
+                let owner = (*segment_of(first.as_ptr())).owner.load(Ordering::Relaxed);
+                (*owner).runs.push(first.as_ptr().cast(), RunKind::WholePage);
+                self.cache.batches_sent += 1;
+                REMOTE.sent.fetch_add(blocks.len() as u64, Ordering::Relaxed);
+                REMOTE.batches.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
             for (i, b) in blocks.iter().enumerate() {
                 let p = b.as_ptr();
                 block::on_free(p, size);
@@ -142,11 +157,15 @@ impl FreeBatch {
             if let Some(second) = blocks.get(1) {
                 block::set_word(second.as_ptr().cast(), 1, blocks.len());
             }
-            let page = &*segment::page_of(first.as_ptr());
             // Before the push: the owner clears it after taking the run.
             page.user_flags.fetch_or(RUN_PENDING, Ordering::Release);
             let owner = (*segment_of(first.as_ptr())).owner.load(Ordering::Relaxed);
-            (*owner).runs.push(run, blocks.len() == 1);
+            let kind = if blocks.len() == 1 {
+                RunKind::Single
+            } else {
+                RunKind::Linked
+            };
+            (*owner).runs.push(run, kind);
         }
         self.cache.batches_sent += 1;
         REMOTE.sent.fetch_add(blocks.len() as u64, Ordering::Relaxed);

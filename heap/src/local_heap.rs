@@ -5,7 +5,7 @@ use crate::block::{self, Block};
 use crate::options;
 use crate::os;
 use crate::page::{Page, PageQueue, PageState};
-use crate::remote::{route_chains, Inbox, RemoteCache, RunQueue, REMOTE};
+use crate::remote::{route_chains, Inbox, RemoteCache, RunKind, RunQueue, REMOTE};
 use crate::inspect::{AllocatedBit, RUN_PENDING};
 use crate::segment::{
     self, Segment, SegmentKind, HEADER_SLICES, SEGMENT_SIZE, SLICES, SLICE_SHIFT, SLICE_SIZE,
@@ -623,11 +623,14 @@ impl LocalHeap {
             // SAFETY: a queued run is ours, its blocks dead blocks of one live
             // page (the run holds them in use), of at least MIN_RUN_BLOCK bytes.
             unsafe {
-                let (next_run, len) = RunQueue::header(run);
+                let (next_run, kind, len) = RunQueue::header(run);
                 let page = segment::page_of(run.cast());
                 let size = (*page).block_size();
                 let owner = (*segment::segment_of(run.cast())).owner.load(Ordering::Relaxed);
                 let small = (*page).state() == PageState::Small;
+                if kind == RunKind::WholePage && owner == me && (*page).used() as usize != len {
+                    crate::fatal("a whole-page run found blocks of its page in use");
+                }
                 if owner == me && small && (*page).used() as usize == len {
                     AllocatedBit::clear_page(page);
                     (*page).reset_empty();
@@ -640,6 +643,10 @@ impl LocalHeap {
                     // after the purge delay, and the refill would fault the
                     // memory back in). `tidy` and `collect` still release it.
                     self.requeue_full(page);
+                } else if kind == RunKind::WholePage {
+                    // Adopted since it was sent (a whole-page run always
+                    // resets its page otherwise): the new owner takes it.
+                    (*owner).runs.push(run, kind);
                 } else {
                     // Words 1 of the first two blocks overwrote the debug
                     // fill: restore it.
@@ -669,7 +676,7 @@ impl LocalHeap {
                         if len > 1 {
                             block::set_word(block::next(run), 1, len);
                         }
-                        (*owner).runs.push(run, len == 1);
+                        (*owner).runs.push(run, kind);
                     }
                 }
                 n += len as u64;

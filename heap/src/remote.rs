@@ -67,11 +67,24 @@ impl RemoteQueue {
 /// can reset a page that the run empties in O(1) instead of walking it.
 ///
 /// Layout: every block's word 0 links to the next block of its run. The
-/// first block's word 1 links to the next run, with bit 0 set when the run
-/// is that one block; otherwise the second block's word 1 holds the run's
-/// length. Runs therefore need blocks of [`MIN_RUN_BLOCK`] bytes. The stack
+/// first block's word 1 links to the next run, its low bits tagged with the
+/// run's [`RunKind`]: one block; or a whole page, every block of a page that
+/// had all of them in use, sent without links (the owner resets the page,
+/// so it never walks them); or else a linked run whose length is the second
+/// block's word 1. Runs therefore need blocks of [`MIN_RUN_BLOCK`] bytes. The stack
 /// is a Treiber stack taken whole, as [`RemoteQueue`], with the same
 /// argument against ABA.
+/// What a run is, tagged in its first block's word 1.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RunKind {
+    /// Linked, length in the second block.
+    Linked = 0,
+    /// One block.
+    Single = 1,
+    /// Every block of its page, unlinked.
+    WholePage = 2,
+}
+
 pub(crate) struct RunQueue {
     head: CachePadded<AtomicPtr<Block>>,
 }
@@ -86,17 +99,17 @@ impl RunQueue {
         }
     }
 
-    /// Pushes the run that starts at `run` (its links and length written);
-    /// `single` when it is one block.
+    /// Pushes the run that starts at `run` (its links and length written as
+    /// `kind` requires).
     ///
     /// # Safety
     /// The caller owns the run's blocks, of at least [`MIN_RUN_BLOCK`] bytes,
     /// all dead blocks of one page addressed to this queue's heap.
-    pub(crate) unsafe fn push(&self, run: *mut Block, single: bool) {
+    pub(crate) unsafe fn push(&self, run: *mut Block, kind: RunKind) {
         let mut head = self.head.load(Ordering::Relaxed);
         loop {
             // SAFETY: `run` is ours until the CAS below publishes it.
-            unsafe { block::set_word(run, 1, head as usize | single as usize) };
+            unsafe { block::set_word(run, 1, head as usize | kind as usize) };
             match self
                 .head
                 .compare_exchange_weak(head, run, Ordering::Release, Ordering::Relaxed)
@@ -119,16 +132,19 @@ impl RunQueue {
     ///
     /// # Safety
     /// `run` was taken from a queue by the caller.
-    pub(crate) unsafe fn header(run: *mut Block) -> (*mut Block, usize) {
+    pub(crate) unsafe fn header(run: *mut Block) -> (*mut Block, RunKind, usize) {
         // SAFETY: the run is the caller's; its words are as `push` wrote them.
         unsafe {
             let w = block::word(run, 1);
-            let len = if w & 1 != 0 {
-                1
-            } else {
-                block::word(block::next(run), 1)
-            };
-            ((w & !1) as *mut Block, len)
+            let next = (w & !3) as *mut Block;
+            match w & 3 {
+                1 => (next, RunKind::Single, 1),
+                2 => {
+                    let page = crate::segment::page_of(run.cast());
+                    (next, RunKind::WholePage, (*page).capacity())
+                }
+                _ => (next, RunKind::Linked, block::word(block::next(run), 1)),
+            }
         }
     }
 }

@@ -322,7 +322,7 @@ impl Default for RuntimeBuilder {
 
 impl RuntimeBuilder {
     /// The defaults: one GC thread per CPU, gc percent 100, no heap limit, a
-    /// 16 MiB minimum heap, no trace, no verify.
+    /// 32 MiB minimum heap, no trace, no verify.
     pub fn new() -> Self {
         RuntimeBuilder {
             config: Config::default(),

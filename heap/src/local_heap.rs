@@ -625,6 +625,11 @@ impl LocalHeap {
             unsafe {
                 let (next_run, kind, len) = RunQueue::header(run);
                 let page = segment::page_of(run.cast());
+                let len = if kind == RunKind::WholePage {
+                    (*page).capacity()
+                } else {
+                    len
+                };
                 let size = (*page).block_size();
                 let owner = (*segment::segment_of(run.cast())).owner.load(Ordering::Relaxed);
                 let small = (*page).state() == PageState::Small;

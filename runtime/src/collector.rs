@@ -225,7 +225,7 @@ fn cycle(shared: &Shared, pool: &ThreadPool, forced: bool) {
 
     // 4. Verify.
     if shared.config.verify {
-        verify(shared.id, &pages, &roots, marked.objects);
+        verify(shared.id, pages, &roots, marked.objects);
     }
 
     // 5. Weak references.
@@ -253,9 +253,10 @@ fn cycle(shared: &Shared, pool: &ThreadPool, forced: bool) {
     // 7. Sweep.
     let sweep_start = Instant::now();
     let alone = RUNTIMES.load(Ordering::Relaxed) == 1;
-    // SAFETY: the snapshot's pages, marks complete, under the cycle lock
-    // (which also keeps `alone` true throughout, see `RUNTIMES`).
     let to_sweep: Vec<usize> = pages.iter().copied().filter(|p| p & 1 == 0).collect();
+    // SAFETY: the snapshot's pages without a run out, with their allocated
+    // words as of the pause; marks complete; under the cycle lock (which also
+    // keeps `alone` true throughout, see `RUNTIMES`).
     let swept = unsafe {
         sweep::parallel(
             pool,

@@ -137,14 +137,7 @@ impl FreeBatch {
             // and the owner cannot allocate one (none is free) until it takes
             // this run, so `used` stays at capacity and the owner will reset
             // the page without reading links: write none.
-            let whole = blocks.len() == page.capacity() && page.used() as usize == blocks.len();
-            if whole {
-                page.user_flags.fetch_or(RUN_PENDING, Ordering::Release);
-                let owner = (*segment_of(first.as_ptr())).owner.load(Ordering::Relaxed);
-                (*owner).runs.push(first.as_ptr().cast(), RunKind::WholePage);
-                self.cache.batches_sent += 1;
-                REMOTE.sent.fetch_add(blocks.len() as u64, Ordering::Relaxed);
-                REMOTE.batches.fetch_add(1, Ordering::Relaxed);
+            if blocks.len() == page.capacity() && self.push_whole_page(*first) {
                 return;
             }
             for (i, b) in blocks.iter().enumerate() {
@@ -170,6 +163,65 @@ impl FreeBatch {
         self.cache.batches_sent += 1;
         REMOTE.sent.fetch_add(blocks.len() as u64, Ordering::Relaxed);
         REMOTE.batches.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Frees every block of the page holding `block`, as a whole-page run
+    /// (one write to the page, none to its other blocks), if all of the
+    /// page's blocks are in use; returns false, and does nothing, otherwise.
+    /// A sweeper that finds a page all garbage calls it without listing the
+    /// blocks.
+    ///
+    /// # Safety
+    /// `block` was returned by [`crate::LoamAlloc`] or
+    /// [`alloc_object`](crate::alloc_object) and is live; if every block of
+    /// its page is in use, every one of them is dead, owned by the caller and
+    /// never used again.
+    ///
+    /// # Examples
+    /// ```
+    /// use std::alloc::{GlobalAlloc, Layout};
+    /// use std::ptr::NonNull;
+    /// let layout = Layout::from_size_align(32 << 10, 8).unwrap();
+    /// // SAFETY: non-zero-sized; every block is freed once, below.
+    /// let first = unsafe { loam_heap::LoamAlloc.alloc(layout) };
+    /// // SAFETY: `first` is live.
+    /// let page = unsafe { loam_heap::PageRef::of(first) };
+    /// // Fill the page (a fresh heap bumps through it in order).
+    /// for _ in 1..page.capacity() {
+    ///     // SAFETY: as above; `p` is live while its page is read.
+    ///     let p = unsafe { loam_heap::LoamAlloc.alloc(layout) };
+    ///     assert_eq!(unsafe { loam_heap::PageRef::of(p) }, page);
+    /// }
+    /// assert_eq!(page.used(), page.capacity());
+    /// let mut batch = loam_heap::FreeBatch::new();
+    /// // SAFETY: every block of the page is in use, dead and ours.
+    /// assert!(unsafe { batch.push_whole_page(NonNull::new(first).unwrap()) });
+    /// loam_heap::collect(); // this thread owns the page: it takes it back
+    /// ```
+    pub unsafe fn push_whole_page(&mut self, block: NonNull<u8>) -> bool {
+        // SAFETY: `block` is live (caller), so its page and segment are.
+        unsafe {
+            let page = &*segment::page_of(block.as_ptr());
+            let cap = page.capacity();
+            if page.state() != crate::page::PageState::Small
+                || page.block_size() < MIN_RUN_BLOCK
+                || page.used() as usize != cap
+            {
+                return false;
+            }
+            // Every block in use, all the caller's: nobody else can free one
+            // and the owner cannot allocate one (none is free) until it takes
+            // this run, so `used` stays at capacity and the owner will reset
+            // the page without reading links: write none.
+            let first: *mut Block = (page.start as *mut u8).cast();
+            page.user_flags.fetch_or(RUN_PENDING, Ordering::Release);
+            let owner = (*segment_of(block.as_ptr())).owner.load(Ordering::Relaxed);
+            (*owner).runs.push(first, RunKind::WholePage);
+            self.cache.batches_sent += 1;
+            REMOTE.sent.fetch_add(cap as u64, Ordering::Relaxed);
+            REMOTE.batches.fetch_add(1, Ordering::Relaxed);
+        }
+        true
     }
 
     /// Blocks added since the last flush.

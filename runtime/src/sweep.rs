@@ -75,7 +75,23 @@ pub(crate) unsafe fn parallel(
             for k in i..(i + CLAIM).min(pages.len()) {
                 let (start, from) = (pages[k], offsets[k]);
                 // SAFETY: the caller's contract; each page is swept once.
-                let bs = unsafe { sweep_page(start, &bits[from..], id, alone, &mut dead) };
+                let (bs, all) =
+                    unsafe { sweep_page(start, &bits[from..], id, alone, verify, &mut dead) };
+                if let Some(cap) = all {
+                    // Every block of the page is a dead object of ours with
+                    // no drop glue (and verify mode off): hand the page back
+                    // whole, without touching its blocks.
+                    // SAFETY: block 0 is one of them, live until this call.
+                    let block = unsafe { NonNull::new_unchecked(start as *mut u8) };
+                    // SAFETY: every block is dead and ours (sweep_page).
+                    if unsafe { batch.push_whole_page(block) } {
+                        out.bytes += cap * bs;
+                        out.objects += cap as u64;
+                        continue;
+                    }
+                    // Some block not in use after all: list them.
+                    dead.extend((0..cap).map(|b| (start + b * bs, None)));
+                }
                 for (addr, desc) in dead.drain(..) {
                     // Accounting is in blocks (see `Mutation::try_alloc`);
                     // a span's block is its object's size.
@@ -111,7 +127,9 @@ pub(crate) unsafe fn parallel(
 
 /// Collects the dead objects of runtime `id` in the page at `start` into
 /// `dead` and returns the page's block size. With `alone` (no other runtime
-/// alive) and no drop glue in the page, it reads no object header.
+/// alive) and no drop glue in the page, it reads no object header; if then
+/// every block of the page is a dead object (and not `verify`, which poisons
+/// each), it lists none and returns the page's capacity instead.
 ///
 /// # Safety
 /// As [`parallel`].
@@ -120,8 +138,9 @@ unsafe fn sweep_page(
     allocated: &[u64],
     id: u16,
     alone: bool,
+    verify: bool,
     dead: &mut Vec<Dead>,
-) -> usize {
+) -> (usize, Option<usize>) {
     // SAFETY: the page holds an allocated object this sweep has not freed
     // (caller), so it is live.
     let page = unsafe { PageRef::of(start as *const u8) };
@@ -134,7 +153,19 @@ unsafe fn sweep_page(
     // The mutator sets the flag before an object's (release) allocated bit;
     // the pause read the bits after that, so it covers every object in them.
     let read_headers = !alone || large || page.flags() & HAS_DROP != 0;
-    for (w, &a) in allocated.iter().take(page.bitmap_words()).enumerate() {
+    let words = page.bitmap_words();
+    if !read_headers && !verify {
+        // All garbage? (The common case for young pages.)
+        let (mut allocated_n, mut dead_n) = (0, 0);
+        for (w, &a) in allocated.iter().take(words).enumerate() {
+            allocated_n += a.count_ones() as usize;
+            dead_n += (a & !page.mark_word(w)).count_ones() as usize;
+        }
+        if dead_n == page.capacity() && allocated_n == dead_n {
+            return (bs, Some(dead_n));
+        }
+    }
+    for (w, &a) in allocated.iter().take(words).enumerate() {
         if a == 0 {
             continue;
         }
@@ -158,7 +189,7 @@ unsafe fn sweep_page(
             }
         }
     }
-    bs
+    (bs, None)
 }
 
 /// Runs the drop glue of the dead object at `addr` (and poisons it in

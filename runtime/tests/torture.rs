@@ -42,8 +42,28 @@ struct Obj<'gc> {
     check: u64,
     edges: GcLock<Vec<Gc<'gc, Obj<'gc>>>>,
     link: GcCell<Option<Gc<'gc, Obj<'gc>>>>,
+    /// A chain of objects without drop glue: the sweep frees their pages
+    /// from the bitmaps alone (whole pages where it can).
+    plain: GcCell<Option<Gc<'gc, Plain<'gc>>>>,
     #[trace(skip)]
     counted: Counted,
+}
+
+#[derive(Trace)]
+struct Plain<'gc> {
+    check: u64,
+    next: Option<Gc<'gc, Plain<'gc>>>,
+}
+
+fn plain_chain<'gc>(mc: &Mutation<'gc>, n: usize, seed: u64) -> Option<Gc<'gc, Plain<'gc>>> {
+    let mut head = None;
+    for i in 0..n as u64 {
+        head = Some(mc.alloc(Plain {
+            check: check_of(seed ^ i),
+            next: head,
+        }));
+    }
+    head
 }
 
 type ObjRoot = Rootable!['gc => Obj<'gc>];
@@ -75,6 +95,7 @@ fn new_obj<'gc>(mc: &Mutation<'gc>, next_id: &AtomicU64) -> Gc<'gc, Obj<'gc>> {
         check: check_of(id),
         edges: GcLock::new(Vec::new()),
         link: GcCell::new(None),
+        plain: GcCell::new(None),
         counted: Counted::new(),
     })
 }
@@ -100,6 +121,25 @@ fn walk<'gc>(from: impl IntoIterator<Item = Gc<'gc, Obj<'gc>>>) -> usize {
         );
         stack.extend(o.edges.read().iter().copied());
         stack.extend(o.link.get());
+        let mut p = o.plain.get();
+        let mut len = 0u64;
+        while let Some(x) = p {
+            len += 1;
+            p = x.next;
+        }
+        // The chain was built from seed `id` counting down from its length.
+        let mut p = o.plain.get();
+        let mut i = len;
+        while let Some(x) = p {
+            i -= 1;
+            assert_eq!(
+                x.check,
+                check_of(o.id ^ i),
+                "plain object of {} corrupted",
+                o.id
+            );
+            p = x.next;
+        }
     }
     seen.len()
 }
@@ -131,18 +171,26 @@ fn scale() -> usize {
         .unwrap_or(1)
 }
 
+/// Verify mode first; then without it, so the sweep takes its fast paths
+/// (no header reads, whole pages handed back untouched), which verify mode's
+/// poisoning turns off. One test, so the drop counters are its alone.
 #[test]
 fn four_mutators_through_hundreds_of_cycles() {
+    torture(true);
+    torture(false);
+}
+
+fn torture(verify: bool) {
     let seed: u64 = std::env::var("LOAM_TORTURE_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(0x1008_2026);
-    eprintln!("torture: seed {seed}, scale {}", scale());
+    eprintln!("torture: seed {seed}, scale {}, verify {verify}", scale());
     let steps = 2500 * scale();
     let rt = Runtime::builder()
         .ignore_env()
         .gc_threads(2)
-        .verify(true)
+        .verify(verify)
         .min_heap(128 << 10)
         .gc_percent(50)
         .build();
@@ -230,11 +278,17 @@ fn four_mutators_through_hundreds_of_cycles() {
                                     }
                                 }
                             }
-                            // Plain garbage.
+                            // Plain garbage, and chains without drop glue
+                            // (replacing an object's chain drops the old).
                             80..=84 => {
                                 for _ in 0..rng.below(100) {
                                     new_obj(mc, &next_id);
                                 }
+                                if let Some(p) = pick(&mut rng) {
+                                    let o = wander(&mut rng, p);
+                                    o.plain.set(mc, plain_chain(mc, rng.below(300), o.id));
+                                }
+                                plain_chain(mc, rng.below(500), 0);
                             }
                             // Share: read a global, link into it, or publish.
                             _ => {

@@ -313,6 +313,44 @@ impl AllocatedBit {
     }
 }
 
+/// Sets the mark bit of block `p`; returns true if this call set it (false
+/// if it was set already). The marker's hot path: the bit is found from the
+/// page descriptor in a few arithmetic steps, and an already-set bit costs a
+/// load, not a read-modify-write.
+///
+/// # Safety
+/// `p` points into a live block of this allocator (its page stays live
+/// during the call).
+///
+/// # Examples
+/// ```
+/// use std::alloc::{GlobalAlloc, Layout};
+/// let layout = Layout::from_size_align(40, 8).unwrap();
+/// // SAFETY: a non-zero-sized layout; the block is live while marked, then
+/// // freed once.
+/// unsafe {
+///     let p = loam_heap::LoamAlloc.alloc(layout);
+///     let page = loam_heap::PageRef::of(p);
+///     page.clear_marks();
+///     assert!(loam_heap::mark_block(p));
+///     assert!(!loam_heap::mark_block(p));
+///     assert!(page.is_marked(page.block_index(p)));
+///     loam_heap::LoamAlloc.dealloc(p, layout);
+/// }
+/// ```
+#[inline]
+pub unsafe fn mark_block(p: *const u8) -> bool {
+    // SAFETY: `p` is in a live block (caller).
+    let bits = unsafe { AllocatedBit::of(segment::page_of(p), p.cast_mut()) };
+    // SAFETY: the word is an atomic in a segment header that stays mapped
+    // while the block is live.
+    let word = unsafe { &*bits.mark };
+    if word.load(Ordering::Relaxed) & bits.bit != 0 {
+        return false;
+    }
+    word.fetch_or(bits.bit, Ordering::AcqRel) & bits.bit == 0
+}
+
 /// Allocates a block for a collector's object, as [`crate::LoamAlloc`]
 /// would, and returns it with its [`AllocatedBit`] (null on failure). Set
 /// `flags` on the block's page first ([`PageRef::set_flags`]). The caller

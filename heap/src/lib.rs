@@ -113,7 +113,8 @@ not_under_loom! {
     pub use batch::FreeBatch;
     pub use global_alloc::{good_size, usable_size, LoamAlloc};
     pub use inspect::{
-        alloc_object, for_each_local_page, for_each_page, AllocatedBit, PageInfo, PageRef, RUN_PENDING,
+        alloc_object, for_each_local_page, for_each_page, mark_block, AllocatedBit, PageInfo, PageRef,
+        RUN_PENDING,
     };
     pub use options::{purge_delay, set_purge_delay};
     pub use segment::{SEGMENT_SIZE, SLICE_SIZE};

@@ -28,8 +28,21 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 #[inline]
 pub(crate) unsafe fn mark(addr: usize) -> bool {
     // SAFETY: the object is allocated, so its page is live (caller).
-    let page = unsafe { loam_heap::PageRef::of(addr as *const u8) };
-    !page.set_mark(page.block_index(addr as *const u8))
+    unsafe { loam_heap::mark_block(addr as *const u8) }
+}
+
+/// Hints the CPU to fetch the header of the object at `addr`, which the
+/// marker will scan soon (it was just pushed on a mark stack).
+#[inline(always)]
+fn prefetch(addr: usize) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch is only a hint; it never faults, whatever the
+    // address.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(addr as *const i8)
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = addr;
 }
 
 /// Whether the object at `addr` is marked.
@@ -74,6 +87,7 @@ unsafe fn scan(addr: usize, tracer: &mut Tracer, out: &mut Marked, mut push: imp
             // (Trace's contract 1: everything reachable was reported, so
             // nothing reachable was freed).
             if unsafe { mark(e) } {
+                prefetch(e);
                 push(e);
             }
         }

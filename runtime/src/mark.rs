@@ -31,20 +31,6 @@ pub(crate) unsafe fn mark(addr: usize) -> bool {
     unsafe { loam_heap::mark_block(addr as *const u8) }
 }
 
-/// Hints the CPU to fetch the header of the object at `addr`, which the
-/// marker will scan soon (it was just pushed on a mark stack).
-#[inline(always)]
-fn prefetch(addr: usize) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch is only a hint; it never faults, whatever the
-    // address.
-    unsafe {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(addr as *const i8)
-    };
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = addr;
-}
-
 /// Whether the object at `addr` is marked.
 ///
 /// # Safety
@@ -87,7 +73,6 @@ unsafe fn scan(addr: usize, tracer: &mut Tracer, out: &mut Marked, mut push: imp
             // (Trace's contract 1: everything reachable was reported, so
             // nothing reachable was freed).
             if unsafe { mark(e) } {
-                prefetch(e);
                 push(e);
             }
         }

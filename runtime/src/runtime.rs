@@ -110,6 +110,9 @@ impl Shared {
                 self.control_cv.wait(&mut c);
             }
         }
+        // A run may sit in an exited thread's heap whose segment this thread
+        // has since adopted: draining the orphans forwards it here.
+        loam_heap::drain_orphans();
         loam_heap::reclaim_runs();
         self.collect_now();
     }

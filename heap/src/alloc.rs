@@ -62,15 +62,26 @@ pub(crate) fn alloc(size: usize, align: usize) -> *mut u8 {
 }
 
 /// Allocates as [`alloc`] and also returns the block's page descriptor
-/// (null with a null block), which the fast path has at hand anyway.
+/// (null with a null block), which the fast path has at hand anyway. Only
+/// from this thread's own heap: a thread whose heap has exited (or cannot be
+/// made) gets null, since the block's allocated bit, written without an
+/// atomic read-modify-write, must be its owner's alone, and the shared
+/// fallback heap has many threads.
 #[inline]
 pub(crate) fn alloc_with_page(size: usize, align: usize) -> (*mut u8, *mut crate::page::Page) {
-    let heap = current_heap();
-    if is_live(heap) && size <= SMALL_MAX && align <= MIN_BLOCK {
+    let mut heap = current_heap();
+    if !is_live(heap) {
+        match thread_init() {
+            Some(h) => heap = h,
+            None => return (ptr::null_mut(), ptr::null_mut()),
+        }
+    }
+    if size <= SMALL_MAX && align <= MIN_BLOCK {
         // SAFETY: a live heap in `HEAP` belongs to this thread.
         return unsafe { (*heap).alloc_class_with_page(class_of(size)) };
     }
-    let p = alloc(size, align);
+    // SAFETY: as above.
+    let p = unsafe { (*heap).alloc_general(size, align) };
     if p.is_null() {
         return (p, ptr::null_mut());
     }

@@ -44,10 +44,10 @@ thread_local! {
     static GC_THREAD_OF: Cell<u16> = const { Cell::new(0) };
 }
 
-/// Whether the calling thread is a GC thread (or the coordinator) of runtime
-/// `id`.
-pub(crate) fn on_gc_thread_of(id: u16) -> bool {
-    GC_THREAD_OF.with(|c| c.get() == id)
+/// Whether the calling thread is a GC thread (or a coordinator) of any
+/// runtime.
+pub(crate) fn on_gc_thread() -> bool {
+    GC_THREAD_OF.with(|c| c.get() != 0)
 }
 
 /// Aborts with a `loam:` message: the collector found the heap inconsistent.
@@ -117,9 +117,9 @@ struct Snapshot {
     /// bit 0 when the page has a page run out (its owner may free and even
     /// release it meanwhile, so the sweep must not touch it).
     pages: Vec<usize>,
-    /// For each untagged page in order, the offset of its allocated words
-    /// in `bits`.
-    offsets: Vec<usize>,
+    /// For each untagged page in order, the range of its allocated words in
+    /// `bits`.
+    ranges: Vec<(usize, usize)>,
     /// The untagged pages' allocated words as of the pause. The sweep
     /// frees `bits & !marked`: objects allocated after the pause are not in
     /// it, so mutators allocate white and need no atomic mark write.
@@ -128,51 +128,69 @@ struct Snapshot {
 
 /// Records every page holding an allocated object, clearing its marks.
 /// Called with the world stopped.
+///
+/// The order of the reads matters: threads outside `mutate` (and other
+/// runtimes' mutators) keep running, and an owner may take back a page run
+/// at any moment, clearing the run's allocated bits and then `RUN_PENDING`.
+/// So the flags are read first: a page without a run out cannot get one
+/// before the sweep (only sweeps send runs, one at a time), so its
+/// allocated bits can only grow, and the copy taken after is a set of blocks
+/// in use that only this runtime's sweep (or another runtime's, never at the
+/// same time) frees, which keeps the page live and its geometry fixed. A
+/// copy that is all zero means nothing to sweep (the run was taken back
+/// between the walk's reads).
 fn snapshot_pages(snap: &mut Snapshot) {
     loop {
         snap.pages.clear();
-        snap.offsets.clear();
+        snap.ranges.clear();
         snap.bits.clear();
         let mut overflow = false;
         let Snapshot {
             pages,
-            offsets,
+            ranges,
             bits,
         } = &mut *snap;
         // SAFETY: the closure neither allocates nor frees (it pushes only
-        // within the reserved capacities), and reads only atomics and the
-        // geometry of pages with allocated objects, which no one frees while
-        // this runtime's world is stopped and the cycle lock is held.
+        // within the reserved capacities), and reads only atomics, and the
+        // geometry of pages whose allocated blocks keep them live (see
+        // above); the registry lock keeps every segment mapped meanwhile.
         unsafe {
             loam_heap::for_each_page(|p| {
                 if p.used() == 0 {
                     return;
                 }
+                let pending = p.flags() & loam_heap::RUN_PENDING != 0;
                 let words = p.bitmap_words();
-                if !(0..words).any(|w| p.allocated_word(w) != 0) {
-                    return;
-                }
-                p.clear_marks();
                 if pages.len() == pages.capacity()
-                    || offsets.len() == offsets.capacity()
+                    || ranges.len() == ranges.capacity()
                     || bits.capacity() - bits.len() < words
                 {
                     overflow = true;
                     return;
                 }
-                let pending = p.flags() & loam_heap::RUN_PENDING != 0;
-                pages.push(p.start() as usize | pending as usize);
-                if !pending {
-                    offsets.push(bits.len());
-                    bits.extend((0..words).map(|w| p.allocated_word(w)));
+                if pending {
+                    if (0..words).any(|w| p.allocated_word(w) != 0) {
+                        p.clear_marks();
+                        pages.push(p.start() as usize | 1);
+                    }
+                    return;
                 }
+                let from = bits.len();
+                bits.extend((0..words).map(|w| p.allocated_word(w)));
+                if bits[from..].iter().all(|&w| w == 0) {
+                    bits.truncate(from);
+                    return;
+                }
+                p.clear_marks();
+                pages.push(p.start() as usize);
+                ranges.push((from, from + words));
             })
         };
         if !overflow {
             return;
         }
         snap.pages.reserve(snap.pages.capacity().max(1024));
-        snap.offsets.reserve(snap.offsets.capacity().max(1024));
+        snap.ranges.reserve(snap.ranges.capacity().max(1024));
         snap.bits.reserve(snap.bits.capacity().max(64 << 10));
     }
 }
@@ -261,7 +279,7 @@ fn cycle(shared: &Shared, pool: &ThreadPool, forced: bool) {
         sweep::parallel(
             pool,
             &to_sweep,
-            &snap.offsets,
+            &snap.ranges,
             &snap.bits,
             shared.id,
             alone,
@@ -269,9 +287,14 @@ fn cycle(shared: &Shared, pool: &ThreadPool, forced: bool) {
         )
     };
     let sweep_time = sweep_start.elapsed();
+    // Saturating: a reused runtime id can make this sweep free objects an
+    // earlier runtime left behind (see `release_id`), never counted here.
     let heap_after = shared
         .heap_used
-        .fetch_sub(swept.bytes, Ordering::Relaxed)
+        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |u| {
+            Some(u.saturating_sub(swept.bytes))
+        })
+        .unwrap_or(0)
         .saturating_sub(swept.bytes);
 
     let event = {

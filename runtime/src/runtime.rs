@@ -153,10 +153,11 @@ impl Drop for Handle {
             c.shutdown = true;
             self.shared.control_cv.notify_all();
         }
-        // On one of this runtime's own GC threads (a sweep dropped the last
-        // handle) joining would wait for ourselves: the collector finishes
-        // on its own.
-        if collector::on_gc_thread_of(self.shared.id) {
+        // On a GC thread (a sweep ran the drop glue of an object holding the
+        // last handle) joining could wait for ourselves, or, for another
+        // runtime, for the cycle lock our own cycle holds: the collector
+        // finishes on its own.
+        if collector::on_gc_thread() {
             return;
         }
         if let Some(t) = self.coordinator.take() {
@@ -165,8 +166,12 @@ impl Drop for Handle {
     }
 }
 
-/// Runtime ids in use; an id is free again once its runtime has freed all its
-/// objects.
+/// Runtime ids in use; an id is free again after its runtime's last cycle.
+/// That cycle may leave objects behind (in pages with a run still out, see
+/// `Handle::drop`); a later runtime with the same id then frees them as
+/// garbage of its own, running their drop glue late. That is sound (drop
+/// glue never dereferences managed pointers) and its heap accounting
+/// saturates.
 static IDS: Mutex<(u16, Vec<u16>)> = Mutex::new((1, Vec::new()));
 
 pub(crate) fn take_id() -> u16 {

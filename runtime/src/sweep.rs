@@ -55,7 +55,7 @@ pub(crate) struct Swept {
 pub(crate) unsafe fn parallel(
     pool: &ThreadPool,
     pages: &[usize],
-    offsets: &[usize],
+    ranges: &[(usize, usize)],
     bits: &[u64],
     id: u16,
     alone: bool,
@@ -73,10 +73,10 @@ pub(crate) unsafe fn parallel(
                 break;
             }
             for k in i..(i + CLAIM).min(pages.len()) {
-                let (start, from) = (pages[k], offsets[k]);
+                let (start, (from, to)) = (pages[k], ranges[k]);
                 // SAFETY: the caller's contract; each page is swept once.
                 let (bs, all) =
-                    unsafe { sweep_page(start, &bits[from..], id, alone, verify, &mut dead) };
+                    unsafe { sweep_page(start, &bits[from..to], id, alone, verify, &mut dead) };
                 if let Some(cap) = all {
                     // Every block of the page is a dead object of ours with
                     // no drop glue (and verify mode off): hand the page back
@@ -147,17 +147,21 @@ unsafe fn sweep_page(
     let base = page.start() as usize;
     let bs = page.block_size();
     // The snapshot left out pages with a run out, and only this sweep
-    // sends runs now.
-    debug_assert!(page.flags() & loam_heap::RUN_PENDING == 0);
+    // sends runs now; the copied blocks keep the page's geometry fixed.
+    if page.flags() & loam_heap::RUN_PENDING != 0
+        || page.start() as usize != start
+        || page.bitmap_words() != allocated.len()
+    {
+        crate::collector::fatal("sweep: a snapshot page changed under the sweep");
+    }
     let large = bs > loam_heap::SMALL_MAX;
     // The mutator sets the flag before an object's (release) allocated bit;
     // the pause read the bits after that, so it covers every object in them.
     let read_headers = !alone || large || page.flags() & HAS_DROP != 0;
-    let words = page.bitmap_words();
     if !read_headers && !verify {
         // All garbage? (The common case for young pages.)
         let (mut allocated_n, mut dead_n) = (0, 0);
-        for (w, &a) in allocated.iter().take(words).enumerate() {
+        for (w, &a) in allocated.iter().enumerate() {
             allocated_n += a.count_ones() as usize;
             dead_n += (a & !page.mark_word(w)).count_ones() as usize;
         }
@@ -165,7 +169,7 @@ unsafe fn sweep_page(
             return (bs, Some(dead_n));
         }
     }
-    for (w, &a) in allocated.iter().take(words).enumerate() {
+    for (w, &a) in allocated.iter().enumerate() {
         if a == 0 {
             continue;
         }

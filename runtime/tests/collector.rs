@@ -388,3 +388,34 @@ fn runtimes_side_by_side_keep_their_own_objects() {
     drop(rts);
     assert_eq!(drops.load(Ordering::Relaxed), 3 * 21 * 100);
 }
+
+#[test]
+fn a_sweep_may_drop_the_last_handle_of_another_runtime() {
+    // An object of `a` owns `b`'s last handle: `a`'s sweep drops it on a GC
+    // thread while `a`'s cycle holds the process-wide cycle lock that `b`'s
+    // last cycle needs. It must not wait for `b` there.
+    let drops = Arc::new(AtomicUsize::new(0));
+    let (a, b) = (rt(1).build(), rt(1).build());
+    {
+        let mut mb = b.attach();
+        mb.mutate(|mc| list(mc, 10, &drops).value); // garbage for b's last cycle
+    }
+    let mut ma = a.attach();
+    ma.mutate(|mc| {
+        mc.alloc(Mutex::new(Some(b)));
+    });
+    ma.collect();
+    drop(ma);
+    drop(a);
+    // b's collector finished on its own: its objects were dropped.
+    for _ in 0..200 {
+        if drops.load(Ordering::Relaxed) == 10 {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    panic!(
+        "b's last cycle did not run: {} of 10 dropped",
+        drops.load(Ordering::Relaxed)
+    );
+}

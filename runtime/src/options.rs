@@ -102,6 +102,12 @@ impl Config {
                 ),
             }
         }
+        if let Some(v) = get("LOAM_GC_THREADS") {
+            match v.trim().parse::<usize>() {
+                Ok(n) if n > 0 => self.gc_threads = n,
+                _ => warn("LOAM_GC_THREADS", &v, "expected a thread count of 1 or more"),
+            }
+        }
         if let Some(v) = get("LOAM_MIN_HEAP") {
             match parse_size(&v) {
                 Some(n) => self.min_heap = n,
@@ -143,7 +149,11 @@ mod tests {
             ("LOAM_HEAP_LIMIT", "64M"),
             ("LOAM_GCTRACE", "1"),
             ("LOAM_GCVERIFY", "1"),
+            ("LOAM_GC_THREADS", "3"),
+            ("LOAM_MIN_HEAP", "8M"),
         ]);
+        assert_eq!(c.gc_threads, 3);
+        assert_eq!(c.min_heap, 8 << 20);
         assert_eq!(c.gc_percent, 50);
         assert_eq!(c.heap_limit, Some(64 << 20));
         assert!(c.trace && c.verify);
@@ -156,11 +166,13 @@ mod tests {
             ("LOAM_GC_PERCENT", "-3"),
             ("LOAM_HEAP_LIMIT", "big"),
             ("LOAM_GCTRACE", "maybe"),
+            ("LOAM_GC_THREADS", "0"),
         ]);
         let d = Config::default();
         assert_eq!(c.gc_percent, d.gc_percent);
         assert_eq!(c.heap_limit, d.heap_limit);
         assert!(!c.trace);
+        assert_eq!(c.gc_threads, d.gc_threads);
     }
 
     #[test]

@@ -300,8 +300,9 @@ impl Runtime {
 
 /// Settings for a [`Runtime`]. Each has a default; the environment
 /// variables `LOAM_GC_PERCENT`, `LOAM_HEAP_LIMIT` (`512M`, `2G`, `0` for
-/// none), `LOAM_GCTRACE=1` and `LOAM_GCVERIFY=1` override the builder (a bad
-/// value is reported on stderr and ignored).
+/// none), `LOAM_MIN_HEAP`, `LOAM_GC_THREADS`, `LOAM_GCTRACE=1` and
+/// `LOAM_GCVERIFY=1` override the builder (a bad value is reported on stderr
+/// and ignored).
 ///
 /// # Examples
 /// ```

@@ -1,7 +1,9 @@
 //! loam-derive: `#[derive(Trace)]` for loam's managed types.
 //!
-//! Use it through its re-export, `loam_runtime::Trace`; the generated code
-//! names `::loam_runtime`. The trait's contract lives on `loam_runtime::Trace`;
+//! Use it through its re-export, `loam_runtime::Trace` (or `loam::runtime::Trace`
+//! through the facade); the generated code names the runtime the way the
+//! crate being compiled does (found in its Cargo.toml with
+//! `proc-macro-crate`). The trait's contract lives on `loam_runtime::Trace`;
 //! this crate only turns a type definition into an impl that meets it.
 
 use proc_macro2::{TokenStream, TokenTree};
@@ -119,7 +121,53 @@ struct Shape<'a> {
     fields: Vec<Field<'a>>,
 }
 
+/// How the crate being compiled names loam-runtime: `::loam_runtime` when it
+/// depends on it (or is it: the runtime says `extern crate self as
+/// loam_runtime`), `::<name>::runtime` when it reaches it through the `loam`
+/// facade, under whatever name its Cargo.toml gives either.
+#[derive(Clone)]
+enum RuntimePath {
+    /// `::name`
+    Direct(String),
+    /// `::name::runtime`
+    Facade(String),
+}
+
+impl RuntimePath {
+    fn find() -> RuntimePath {
+        use proc_macro_crate::{crate_name, FoundCrate};
+        match crate_name("loam-runtime") {
+            Ok(FoundCrate::Name(name)) => return RuntimePath::Direct(name),
+            Ok(FoundCrate::Itself) => return RuntimePath::Direct("loam_runtime".into()),
+            Err(_) => {}
+        }
+        match crate_name("loam") {
+            Ok(FoundCrate::Name(name)) => RuntimePath::Facade(name),
+            // The facade's own targets also depend on loam-runtime, found
+            // above; keep the plain name otherwise.
+            _ => RuntimePath::Direct("loam_runtime".into()),
+        }
+    }
+
+    /// The path, spanned at `span` (so that errors point where the caller's
+    /// `quote_spanned!` does, and rustc reports each once).
+    fn at(&self, span: proc_macro2::Span) -> TokenStream {
+        match self {
+            RuntimePath::Direct(name) => {
+                let name = Ident::new(name, span);
+                quote_spanned!(span=> ::#name)
+            }
+            RuntimePath::Facade(name) => {
+                let name = Ident::new(name, span);
+                quote_spanned!(span=> ::#name::runtime)
+            }
+        }
+    }
+}
+
 fn expand(input: &DeriveInput) -> syn::Result<TokenStream> {
+    let rt_path = RuntimePath::find();
+    let rt = rt_path.at(proc_macro2::Span::call_site());
     let unsafe_drop = parse_container_attrs(&input.attrs)?;
     let shapes = match &input.data {
         Data::Struct(data) => vec![Shape {
@@ -159,12 +207,14 @@ fn expand(input: &DeriveInput) -> syn::Result<TokenStream> {
         if names_type(ty.to_token_stream(), name) {
             quote_spanned!(ty.span()=> true)
         } else {
-            quote_spanned!(ty.span()=> <#ty as ::loam_runtime::Trace>::NEEDS_TRACE)
+            let rt = rt_path.at(ty.span());
+            quote_spanned!(ty.span()=> <#ty as #rt::Trace>::NEEDS_TRACE)
         }
     });
     let static_checks = fields().filter(|f| f.skip).map(|f| {
         let ty = f.ty;
-        quote_spanned!(ty.span()=> ::loam_runtime::__private::assert_static::<#ty>();)
+        let rt = rt_path.at(ty.span());
+        quote_spanned!(ty.span()=> #rt::__private::assert_static::<#ty>();)
     });
     let arms = shapes.iter().map(|shape| {
         let path = &shape.path;
@@ -178,7 +228,8 @@ fn expand(input: &DeriveInput) -> syn::Result<TokenStream> {
             .map(|(i, f)| Ident::new(&format!("__field{i}"), f.ty.span()))
             .collect();
         let calls = traced.iter().zip(&bindings).map(|(f, binding)| {
-            quote_spanned!(f.ty.span()=> ::loam_runtime::Trace::trace(#binding, __tracer);)
+            let rt = rt_path.at(f.ty.span());
+            quote_spanned!(f.ty.span()=> #rt::Trace::trace(#binding, __tracer);)
         });
         quote! {
             #path { #(#members: ref #bindings,)* .. } => { #(#calls)* }
@@ -187,7 +238,7 @@ fn expand(input: &DeriveInput) -> syn::Result<TokenStream> {
 
     let mut trace_generics = input.generics.clone();
     for param in trace_generics.type_params_mut() {
-        param.bounds.push(syn::parse_quote!(::loam_runtime::Trace));
+        param.bounds.push(syn::parse_quote!(#rt::Trace));
     }
     let (impl_generics, ty_generics, where_clause) = trace_generics.split_for_impl();
     let trace_impl = quote! {
@@ -196,11 +247,11 @@ fn expand(input: &DeriveInput) -> syn::Result<TokenStream> {
         // each of those has a `Trace` impl of its own; a skipped field is
         // `'static` (checked below), so it holds no managed pointer.
         // `NEEDS_TRACE` is the OR of the traced fields' (or `true`).
-        unsafe impl #impl_generics ::loam_runtime::Trace for #name #ty_generics #where_clause {
+        unsafe impl #impl_generics #rt::Trace for #name #ty_generics #where_clause {
             const NEEDS_TRACE: bool = false #(|| #needs_trace)*;
 
             #[inline]
-            fn trace(&self, __tracer: &mut ::loam_runtime::Tracer) {
+            fn trace(&self, __tracer: &mut #rt::Tracer) {
                 #(#static_checks)*
                 match *self {
                     #(#arms)*
@@ -217,7 +268,7 @@ fn expand(input: &DeriveInput) -> syn::Result<TokenStream> {
             // Conflicts with the runtime's `impl<T: Drop> MustNotImplDrop for T`
             // if this type implements `Drop`.
             #[automatically_derived]
-            impl #impl_generics ::loam_runtime::__private::MustNotImplDrop
+            impl #impl_generics #rt::__private::MustNotImplDrop
                 for #name #ty_generics #where_clause {}
         }
     };

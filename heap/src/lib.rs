@@ -12,9 +12,10 @@
 //!
 //! # Glossary
 //! - **Segment** (`segment.rs`): a 4 MiB mapping aligned to 4 MiB. Its first
-//!   two 64 KiB *slices* hold the header (owner, free-slice bitmap, one page
-//!   descriptor per slice) and the pages' side mark bitmaps; the other 62
-//!   slices hold pages. `p & !(4 MiB - 1)` finds the header of any block.
+//!   three 64 KiB *slices* hold the header (owner, free-slice bitmap, one page
+//!   descriptor per slice) and the pages' two side bitmaps, mark and
+//!   allocated, for a collector; the other 61 slices hold pages.
+//!   `p & !(4 MiB - 1)` finds the header of any block.
 //! - **Page** (`page.rs`): a span of slices serving one size class (or one
 //!   large object) for one owner: a bump region, a `free` list to allocate
 //!   from and a `local_free` list the owner frees to.
@@ -27,7 +28,14 @@
 //!   of blocks freed elsewhere, eight lock-free MPSC queues (lanes) so the
 //!   owner can walk several returned chains at once; the sender's per-owner
 //!   batches, spread over the lanes.
-//! - [`FreeBatch`] (`batch.rs`): the same batching for a collector's sweeper.
+//! - [`FreeBatch`] (`batch.rs`): the same batching for a collector's sweeper,
+//!   and *page runs*: a page's dead blocks sent as one message to the owner's
+//!   `RunQueue` (`remote.rs`), which resets a page the run empties in O(1).
+//! - **Collector support** (`inspect.rs`): [`PageRef`] (a page's geometry and
+//!   bitmaps), [`alloc_object`] (a block and its [`AllocatedBit`], which
+//!   only the owning thread writes, so no atomic read-modify-write),
+//!   [`mark_block`], and the [`RUN_PENDING`] page flag that tells a sweeper
+//!   a page's allocated bits are not yet settled.
 //! - [`LoamAlloc`] (`global_alloc.rs`): the heap as a `GlobalAlloc`.
 //!
 //! # Allocation
@@ -55,8 +63,11 @@
 //!
 //! # Who owns what across threads
 //! - A page's lists and a heap's queues are touched only by the owning thread.
-//!   Other threads write only a heap's inbox (and read a segment's
-//!   `owner` and a page's immutable-while-live geometry).
+//!   Other threads write only a heap's inbox and run queue (and read a
+//!   segment's `owner` and a page's immutable-while-live geometry); a
+//!   collector also sets mark bits and `RUN_PENDING`. A page's allocated bits
+//!   are the owner's alone: set when it allocates an object, cleared when a
+//!   page run brings the object's block back.
 //! - When a thread exits, its heap (segments, pages, queue) is *abandoned*
 //!   onto the orphan list (`abandon.rs`). A new thread reuses a whole orphan;
 //!   a live thread that needs memory *adopts* an orphan's segments. Remote

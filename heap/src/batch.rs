@@ -4,6 +4,7 @@
 
 use crate::block;
 use crate::block::Block;
+use crate::page::{Page, PageState};
 use crate::inspect::RUN_PENDING;
 use crate::remote::{RemoteCache, RunKind, MIN_RUN_BLOCK, REMOTE};
 use crate::segment;
@@ -133,10 +134,6 @@ impl FreeBatch {
         // of one page and so one owner; heaps live forever.
         unsafe {
             let page = &*segment::page_of(first.as_ptr());
-            // Every block of the page, all in use: nobody else can free one
-            // and the owner cannot allocate one (none is free) until it takes
-            // this run, so `used` stays at capacity and the owner will reset
-            // the page without reading links: write none.
             if blocks.len() == page.capacity() && self.push_whole_page(*first) {
                 return;
             }
@@ -150,18 +147,31 @@ impl FreeBatch {
             if let Some(second) = blocks.get(1) {
                 block::set_word(second.as_ptr().cast(), 1, blocks.len());
             }
-            // Before the push: the owner clears it after taking the run.
-            page.user_flags.fetch_or(RUN_PENDING, Ordering::Release);
-            let owner = (*segment_of(first.as_ptr())).owner.load(Ordering::Relaxed);
             let kind = if blocks.len() == 1 {
                 RunKind::Single
             } else {
                 RunKind::Linked
             };
+            self.send_run(page, run, kind, blocks.len());
+        }
+    }
+
+    /// Marks `page` `RUN_PENDING` (before the push: the owner clears it after
+    /// taking the run) and pushes `run`, of `len` blocks, to its owner.
+    ///
+    /// # Safety
+    /// `run` is a well-formed run of `kind` of the caller's dead blocks of
+    /// `page`, a live page.
+    unsafe fn send_run(&mut self, page: &Page, run: *mut Block, kind: RunKind, len: usize) {
+        page.user_flags.fetch_or(RUN_PENDING, Ordering::Release);
+        // SAFETY: the page is live (caller), so its segment is; heaps live
+        // forever.
+        unsafe {
+            let owner = (*segment_of(run.cast())).owner.load(Ordering::Relaxed);
             (*owner).runs.push(run, kind);
         }
         self.cache.batches_sent += 1;
-        REMOTE.sent.fetch_add(blocks.len() as u64, Ordering::Relaxed);
+        REMOTE.sent.fetch_add(len as u64, Ordering::Relaxed);
         REMOTE.batches.fetch_add(1, Ordering::Relaxed);
     }
 
@@ -203,7 +213,7 @@ impl FreeBatch {
         unsafe {
             let page = &*segment::page_of(block.as_ptr());
             let cap = page.capacity();
-            if page.state() != crate::page::PageState::Small
+            if page.state() != PageState::Small
                 || page.block_size() < MIN_RUN_BLOCK
                 || page.used() as usize != cap
             {
@@ -214,12 +224,7 @@ impl FreeBatch {
             // this run, so `used` stays at capacity and the owner will reset
             // the page without reading links: write none.
             let first: *mut Block = (page.start as *mut u8).cast();
-            page.user_flags.fetch_or(RUN_PENDING, Ordering::Release);
-            let owner = (*segment_of(block.as_ptr())).owner.load(Ordering::Relaxed);
-            (*owner).runs.push(first, RunKind::WholePage);
-            self.cache.batches_sent += 1;
-            REMOTE.sent.fetch_add(cap as u64, Ordering::Relaxed);
-            REMOTE.batches.fetch_add(1, Ordering::Relaxed);
+            self.send_run(page, first, RunKind::WholePage, cap);
         }
         true
     }

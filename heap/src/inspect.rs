@@ -5,7 +5,6 @@
 use crate::alloc::current_heap;
 use crate::page::{Page, PageState};
 use crate::segment::{self, Segment, HEADER_SLICES, MARK_BYTES_PER_SLICE, SLICES, SLICE_SHIFT};
-use crate::size_class::{RECIP, RECIP_SHIFT};
 use crate::sync::{AtomicU64, Ordering};
 use std::fmt;
 use std::marker::PhantomData;
@@ -128,13 +127,7 @@ impl<'a> PageRef<'a> {
     /// Index of the block containing `p` (any address inside the page).
     #[inline]
     pub fn block_index(&self, p: *const u8) -> usize {
-        let page = self.page();
-        let offset = (p as usize - page.start) as u64;
-        match RECIP.get(page.class as usize) {
-            Some(&r) => ((offset * r) >> RECIP_SHIFT) as usize,
-            // A large or huge span: one block.
-            None => 0,
-        }
+        self.page().block_index(p)
     }
 
     /// Address of block `i`.
@@ -197,10 +190,7 @@ impl<'a> PageRef<'a> {
     #[inline]
     pub fn set_flags(&self, bits: u8) {
         assert!(bits & RUN_PENDING == 0, "heap: RUN_PENDING is set by the heap only");
-        let f = &self.page().user_flags;
-        if f.load(Ordering::Relaxed) & bits != bits {
-            f.fetch_or(bits, Ordering::Release);
-        }
+        self.page().set_user_flags(bits);
     }
 
 
@@ -243,10 +233,7 @@ impl AllocatedBit {
     pub(crate) unsafe fn of(page: *mut Page, p: *mut u8) -> AllocatedBit {
         // SAFETY: live (caller).
         let pg = unsafe { &*page };
-        let idx = match RECIP.get(pg.class as usize) {
-            Some(&r) => (((p as usize - pg.start) as u64 * r) >> RECIP_SHIFT) as usize,
-            None => 0,
-        };
+        let idx = pg.block_index(p);
         let seg = segment::segment_of(page.cast());
         // A page's first slice: block 0 starts at it (small and large pages
         // at the slice start, huge ones at a slice-aligned offset).
@@ -400,10 +387,7 @@ pub fn alloc_object(size: usize, align: usize, flags: u8) -> (*mut u8, Option<Al
     // SAFETY: `page` holds the fresh block `p`, which the caller holds.
     unsafe {
         if flags != 0 {
-            let f = &(*page).user_flags;
-            if f.load(Ordering::Relaxed) & flags != flags {
-                f.fetch_or(flags, Ordering::Release);
-            }
+            (*page).set_user_flags(flags);
         }
         (p, Some(AllocatedBit::of(page, p)))
     }

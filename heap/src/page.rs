@@ -87,6 +87,26 @@ impl Page {
         self.state.store(s as u32, Ordering::Relaxed);
     }
 
+    /// Index of the block holding `p`, an address in this page: a multiply
+    /// by the class's reciprocal, not a division (a large or huge span is
+    /// one block).
+    #[inline(always)]
+    pub(crate) fn block_index(&self, p: *const u8) -> usize {
+        let offset = (p as usize - self.start) as u64;
+        match crate::size_class::RECIP.get(self.class as usize) {
+            Some(&r) => ((offset * r) >> crate::size_class::RECIP_SHIFT) as usize,
+            None => 0,
+        }
+    }
+
+    /// Sets collector flag bits (a load first: most calls find them set).
+    #[inline(always)]
+    pub(crate) fn set_user_flags(&self, bits: u8) {
+        if self.user_flags.load(Ordering::Relaxed) & bits != bits {
+            self.user_flags.fetch_or(bits, Ordering::Release);
+        }
+    }
+
     #[inline(always)]
     pub(crate) fn block_size(&self) -> usize {
         self.block_size.load(Ordering::Relaxed)

@@ -38,28 +38,42 @@ impl RemoteQueue {
     /// The chain is well formed, the caller owns its blocks, and each is a
     /// free block addressed to this queue's heap.
     pub(crate) unsafe fn push(&self, first: *mut Block, last: *mut Block) {
-        let mut head = self.head.load(Ordering::Relaxed);
-        loop {
-            // SAFETY: `last` is ours until the CAS below publishes it.
-            unsafe { block::set_next(last, head) };
-            match self
-                .head
-                .compare_exchange_weak(head, first, Ordering::Release, Ordering::Relaxed)
-            {
-                Ok(_) => return,
-                Err(h) => head = h,
-            }
-        }
+        // SAFETY: `last` is ours until the push publishes it (caller).
+        unsafe { push_linked(&self.head, first, |head| block::set_next(last, head)) }
     }
 
     /// Takes every queued block, as a chain (null when empty). One relaxed
     /// load when empty; one atomic swap otherwise.
     pub(crate) fn take_all(&self) -> *mut Block {
-        if self.head.load(Ordering::Relaxed).is_null() {
-            return ptr::null_mut();
-        }
-        self.head.swap(ptr::null_mut(), Ordering::Acquire)
+        take_all(&self.head)
     }
+}
+
+/// The Treiber push both queues share: `link(head)` writes the current head
+/// into the pushed item's link word (which word is the queue's business),
+/// then one Release CAS publishes `first`; retried on contention.
+///
+/// # Safety
+/// `link` writes only into blocks the caller owns until the CAS succeeds.
+unsafe fn push_linked(head: &AtomicPtr<Block>, first: *mut Block, link: impl Fn(*mut Block)) {
+    let mut h = head.load(Ordering::Relaxed);
+    loop {
+        link(h);
+        match head.compare_exchange_weak(h, first, Ordering::Release, Ordering::Relaxed) {
+            Ok(_) => return,
+            Err(now) => h = now,
+        }
+    }
+}
+
+/// Takes a whole Treiber stack (null when empty): one relaxed load when
+/// empty, one Acquire swap otherwise, which sees every link written before
+/// the pushes it takes (the CASes form a release sequence).
+fn take_all(head: &AtomicPtr<Block>) -> *mut Block {
+    if head.load(Ordering::Relaxed).is_null() {
+        return ptr::null_mut();
+    }
+    head.swap(ptr::null_mut(), Ordering::Acquire)
 }
 
 /// A heap's incoming *page runs*: each run is a chain of dead blocks of one
@@ -106,26 +120,17 @@ impl RunQueue {
     /// The caller owns the run's blocks, of at least [`MIN_RUN_BLOCK`] bytes,
     /// all dead blocks of one page addressed to this queue's heap.
     pub(crate) unsafe fn push(&self, run: *mut Block, kind: RunKind) {
-        let mut head = self.head.load(Ordering::Relaxed);
-        loop {
-            // SAFETY: `run` is ours until the CAS below publishes it.
-            unsafe { block::set_word(run, 1, head as usize | kind as usize) };
-            match self
-                .head
-                .compare_exchange_weak(head, run, Ordering::Release, Ordering::Relaxed)
-            {
-                Ok(_) => return,
-                Err(h) => head = h,
-            }
+        // SAFETY: `run` is ours until the push publishes it (caller).
+        unsafe {
+            push_linked(&self.head, run, |head| {
+                block::set_word(run, 1, head as usize | kind as usize)
+            })
         }
     }
 
     /// Takes every queued run (null when empty).
     pub(crate) fn take_all(&self) -> *mut Block {
-        if self.head.load(Ordering::Relaxed).is_null() {
-            return ptr::null_mut();
-        }
-        self.head.swap(ptr::null_mut(), Ordering::Acquire)
+        take_all(&self.head)
     }
 
     /// Reads run `run`'s link to the next run, its kind and its length (0

@@ -75,7 +75,11 @@
 //!   next and forwarded if the segment moved: never lost, never applied twice.
 //!   Heaps are never unmapped, so a stale owner pointer is always safe to use.
 //! - Free slices are decommitted (`madvise`) after the purge delay
-//!   ([`set_purge_delay`]); entirely free segments are unmapped.
+//!   ([`set_purge_delay`], raised by [`hold_freed_memory`] for a client
+//!   that frees in bursts); entirely free segments are unmapped. An exited
+//!   thread's heap keeps its free slices for the delay too, so that the next
+//!   thread reuses them without faulting them in; orphan visits (at least
+//!   every half delay on any slow path) decommit them after it.
 //!
 //! # Invariants
 //! Stated on each struct (`Segment`, `Page`, `LocalHeap`, `RemoteQueue`,
@@ -127,7 +131,7 @@ not_under_loom! {
         alloc_object, for_each_local_page, for_each_page, mark_block, AllocatedBit, PageInfo, PageRef,
         RUN_PENDING,
     };
-    pub use options::{purge_delay, set_purge_delay};
+    pub use options::{hold_freed_memory, purge_delay, set_purge_delay};
     pub use segment::{SEGMENT_SIZE, SLICE_SIZE};
     pub use size_class::{class_page_size, worst_case_waste, CLASS_SIZE, NUM_CLASSES, SMALL_MAX};
     pub use stats::{stats, ClassStats, HeapStats};
@@ -240,17 +244,17 @@ pub fn collect() {
         if alloc::is_live(heap) {
             // SAFETY: the calling thread's own heap.
             let h = unsafe { &mut *heap };
-            drained += h.tidy();
-            drained += h.visit_orphans(false);
-            drained += h.tidy();
+            drained += h.tidy(true);
+            drained += h.visit_orphans(false, true);
+            drained += h.tidy(true);
         } else {
             abandon::for_each_orphan(|o| {
                 // SAFETY: held exclusively under the orphan lock.
-                drained += unsafe { (*o).tidy() };
+                drained += unsafe { (*o).tidy(true) };
             });
         }
         if alloc::fallback_exists() {
-            drained += alloc::with_fallback(|h| h.tidy()).unwrap_or(0);
+            drained += alloc::with_fallback(|h| h.tidy(true)).unwrap_or(0);
         }
         if drained == 0 {
             break;

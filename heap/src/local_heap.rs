@@ -45,6 +45,7 @@ pub(crate) struct LocalHeap {
     pub(crate) cache: RemoteCache,
     dirty_segments: usize,
     next_purge_ms: u64,
+    next_orphan_visit_ms: u64,
     slow_count: u32,
     /// Pages in use (any state but free), for abandon/adopt statistics.
     pub(crate) page_count: usize,
@@ -80,6 +81,7 @@ impl LocalHeap {
                 cache: RemoteCache::for_thread(),
                 dirty_segments: 0,
                 next_purge_ms: 0,
+                next_orphan_visit_ms: 0,
                 slow_count: 0,
                 page_count: 0,
                 orphan_next: ptr::null_mut(),
@@ -273,7 +275,7 @@ impl LocalHeap {
                 break;
             }
             tried_orphans = true;
-            self.visit_orphans(true);
+            self.visit_orphans(true, false);
         }
         let seg = Segment::create(self, SegmentKind::Normal, SEGMENT_SIZE);
         if seg.is_null() {
@@ -554,8 +556,16 @@ impl LocalHeap {
         self.cache.flush();
         self.drain_remote();
         self.slow_count = self.slow_count.wrapping_add(1);
-        if self.slow_count % 256 == 0 && crate::abandon::orphan_count() > 0 {
-            self.visit_orphans(false);
+        if crate::abandon::orphan_count() > 0
+            && (self.slow_count % 256 == 0 || os::now_ms() >= self.next_orphan_visit_ms)
+        {
+            // Every 256 slow paths, and at least every half purge delay: an
+            // exited thread's idle memory is decommitted on the purge delay
+            // like ours (it keeps it that long so that a thread started next
+            // reuses it without faulting it in again, as mimalloc does by
+            // default), and only a visit can do it.
+            self.next_orphan_visit_ms = os::now_ms() + (options::purge_delay_ms() / 2).max(1);
+            self.visit_orphans(false, false);
         }
         if self.dirty_segments > 0 {
             self.purge(false);
@@ -769,14 +779,14 @@ impl LocalHeap {
     /// or forwarding), releases what became empty, and with `adopt` takes the
     /// segments of the first orphan that has any.
     /// Returns how many queued blocks it drained.
-    pub(crate) fn visit_orphans(&mut self, adopt: bool) -> u64 {
+    pub(crate) fn visit_orphans(&mut self, adopt: bool, force: bool) -> u64 {
         let mut adopted = !adopt;
         let mut drained = 0;
         crate::abandon::for_each_orphan(|o| {
             // SAFETY: the orphan lock is held, so `o` is ours alone; it is
             // not `self` (a live heap is never on the orphan list).
             let o = unsafe { &mut *o };
-            drained += o.tidy();
+            drained += o.tidy(force);
             if !adopted && !o.segments.is_null() {
                 self.adopt(o);
                 adopted = true;
@@ -786,14 +796,15 @@ impl LocalHeap {
     }
 
     /// Drains, sends, and gives back what is empty (used on abandon and on
-    /// orphan visits).
+    /// orphan visits); decommits free slices idle for the purge delay, or
+    /// all of them with `force` (`collect`).
     /// Returns how many queued blocks it drained.
-    pub(crate) fn tidy(&mut self) -> u64 {
+    pub(crate) fn tidy(&mut self, force: bool) -> u64 {
         self.cache.flush();
         let drained = self.drain_remote();
         self.cache.flush();
         self.retire_empty_pages();
-        self.purge(true);
+        self.purge(force);
         drained
     }
 

@@ -16,6 +16,8 @@ use std::ffi::CStr;
 const DEFAULT_PURGE_DELAY_MS: u64 = 10;
 
 static PURGE_DELAY_MS: AtomicU64 = AtomicU64::new(DEFAULT_PURGE_DELAY_MS);
+/// The floor a client that frees in bursts set ([`hold_freed_memory`]).
+static HOLD_MS: AtomicU64 = AtomicU64::new(0);
 static HUGE_PAGES: AtomicBool = AtomicBool::new(false);
 static READ_ENV: AtomicBool = AtomicBool::new(false);
 
@@ -63,10 +65,35 @@ pub(crate) fn huge_pages() -> bool {
     HUGE_PAGES.load(Ordering::Relaxed)
 }
 
-/// The current purge delay in milliseconds.
+/// The purge delay in effect, in milliseconds: the larger of the purge delay
+/// and the hold.
 #[inline]
 pub(crate) fn purge_delay_ms() -> u64 {
-    PURGE_DELAY_MS.load(Ordering::Relaxed)
+    PURGE_DELAY_MS
+        .load(Ordering::Relaxed)
+        .max(HOLD_MS.load(Ordering::Relaxed))
+}
+
+/// Keeps freed memory resident for at least `hold`, whatever the purge delay
+/// (which stays as set; the larger of the two is in effect). For a client
+/// that frees in bursts and reuses the memory before the next burst: loam's
+/// garbage collector sets it to about twice its cycle interval, so that
+/// memory one sweep frees is not decommitted and faulted in again before
+/// the mutators reuse it. `Duration::ZERO` lifts the hold.
+///
+/// # Examples
+/// ```
+/// use std::time::Duration;
+/// loam_heap::hold_freed_memory(Duration::from_millis(200));
+/// assert_eq!(loam_heap::purge_delay(), Duration::from_millis(10)); // as set
+/// loam_heap::hold_freed_memory(Duration::ZERO);
+/// ```
+pub fn hold_freed_memory(hold: std::time::Duration) {
+    init();
+    HOLD_MS.store(
+        hold.as_millis().min(u64::MAX as u128) as u64,
+        Ordering::Relaxed,
+    );
 }
 
 /// Sets how long freed memory stays resident before it is returned to the OS
@@ -85,7 +112,8 @@ pub fn set_purge_delay(delay: std::time::Duration) {
     );
 }
 
-/// The current purge delay.
+/// The purge delay as set (a [`hold_freed_memory`] may lengthen the one in
+/// effect).
 pub fn purge_delay() -> std::time::Duration {
-    std::time::Duration::from_millis(purge_delay_ms())
+    std::time::Duration::from_millis(PURGE_DELAY_MS.load(Ordering::Relaxed))
 }

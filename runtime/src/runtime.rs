@@ -64,6 +64,13 @@ impl Shared {
     /// Asks for a cycle; `forced` ones run even below the pacing goal.
     pub(crate) fn request(&self, forced: bool) {
         let mut c = self.control.lock();
+        if !forced && c.phase == Phase::Pause {
+            // A cycle is stopping the world: its resume sets the trigger
+            // anew, counting what was allocated until then. (Asking again
+            // here ran a second cycle right after it: a mutator goes on
+            // allocating past the goal until it leaves `mutate`.)
+            return;
+        }
         if !c.requested {
             c.requested = true;
             self.control_cv.notify_all();
@@ -90,7 +97,7 @@ impl Shared {
     pub(crate) fn pace(&self) {
         let mut c = self.control.lock();
         let seen = c.completed;
-        if !c.requested {
+        if !c.requested && c.phase != Phase::Pause {
             c.requested = true;
             self.control_cv.notify_all();
         }

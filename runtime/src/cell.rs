@@ -2,11 +2,13 @@
 //! pointer into an object after it was allocated.
 //!
 //! Every write takes the `&Mutation<'gc>` of the call, which is where the
-//! write barrier lives: with this stop-the-world mark no mutator runs
-//! while marking, so the barrier has nothing to do yet; when marking turns
-//! concurrent it shades the old and new values here, and no write can go
-//! around it (an object is only ever reached through `&T`, and `Cell`,
-//! `RefCell` and locks of non-`'static` data are not `Trace`).
+//! write barrier lives, and no write can go around it (an object is only
+//! ever reached through `&T`, and `Cell`, `RefCell` and locks of
+//! non-`'static` data are not `Trace`). The mark itself stops the world, so
+//! the barrier serves minor cycles: a [`GcCell`] store marks the objects it
+//! stores and remembers the newly marked ones (an old object may now point
+//! to them); a [`GcLock`] write makes the next cycle a full one. When marking
+//! turns concurrent the barrier also shades the old value here.
 
 use crate::mutator::Mutation;
 use crate::trace::{Trace, Tracer};
@@ -16,8 +18,15 @@ use std::fmt;
 
 /// The write barrier for a store of `_new` over `_old`: nothing to do while
 /// marking stops the world (see the module docs).
+/// The barrier of a store of `new` over `old` into a barrier cell. Minor
+/// cycles need the stored value's objects marked (or remembered): see
+/// [`Mutation::barrier_store`]. The old value is for concurrent marking
+/// (snapshot-at-the-beginning shades it), which the stop-the-world mark does
+/// not need yet.
 #[inline(always)]
-fn barrier<T: Trace + ?Sized>(_mc: &Mutation<'_>, _old: &T, _new: &T) {}
+fn barrier<T: Trace + ?Sized>(mc: &Mutation<'_>, _old: &T, new: &T) {
+    mc.barrier_store(new);
+}
 
 /// A `Copy` value an object can change in place, such as
 /// `Option<Gc<'gc, T>>`: lock-free for word-sized values.
@@ -162,9 +171,14 @@ impl<T: Trace> GcLock<T> {
     /// contents are shaded before `f`, the new ones after).
     pub fn write<R>(&self, mc: &Mutation<'_>, f: impl FnOnce(&mut T) -> R) -> R {
         let mut g = self.value.write();
-        barrier(mc, &*g, &*g);
         let r = f(&mut g);
-        barrier(mc, &*g, &*g);
+        // Marking what `f` stored would take a walk of the whole contents
+        // per write (a list's push would cost its length), and the lock's
+        // address cannot be recorded instead: it may be a local of the
+        // `mutate` call, gone by the next pause. So a write makes the next
+        // cycle a full one. (A per-object barrier, gc-arena's `Gc::write`,
+        // would lift this; concurrent marking needs one anyway.)
+        mc.barrier_lock::<T>();
         r
     }
 

@@ -85,6 +85,7 @@ pub(crate) fn start(shared: Arc<Shared>) -> JoinHandle<()> {
 
 fn coordinator(shared: &Shared, pool: &ThreadPool) {
     let mut prev_start: Option<Instant> = None;
+    let mut gen = Generations::default();
     loop {
         let (forced, last) = {
             let mut c = shared.control.lock();
@@ -103,7 +104,7 @@ fn coordinator(shared: &Shared, pool: &ThreadPool) {
         if let Some(prev) = prev_start.replace(start) {
             hold_freed_memory(start - prev);
         }
-        cycle(shared, pool, forced || last);
+        cycle(shared, pool, forced || last, &mut gen);
         let mut c = shared.control.lock();
         c.phase = Phase::Idle;
         c.completed += 1;
@@ -125,6 +126,37 @@ fn hold_freed_memory(interval: Duration) {
     loam_heap::hold_freed_memory((interval * 2).min(Duration::from_secs(1)));
 }
 
+/// What the coordinator keeps between cycles to choose minor or full ones.
+///
+/// A minor cycle keeps the marks earlier cycles set (sticky mark bits): the
+/// objects that survived a cycle are old and stay marked, so marking from
+/// the roots stops at them and traces only young objects; the barrier
+/// (`Mutation::barrier_store`) marks and remembers young objects stored into
+/// barrier cells, which may be in old objects. The sweep is the same: it
+/// frees allocated unmarked objects, which are young and unreachable. Old
+/// garbage stays until a full cycle, which clears the marks first.
+#[derive(Debug, Default)]
+struct Generations {
+    /// Bytes of old (marked) objects: the live size after a full cycle, plus
+    /// what minor cycles promoted since.
+    old: usize,
+    /// Live bytes the last full cycle found.
+    live: usize,
+    /// The heap goal the last full cycle set.
+    goal: usize,
+    /// Whether a full cycle ever ran (the first cycle is full).
+    started: bool,
+}
+
+impl Generations {
+    /// Whether the next cycle must be a full one: old objects (the garbage
+    /// among them included) took more than half the headroom the last full
+    /// cycle left between the live size and the goal.
+    fn full_due(&self) -> bool {
+        !self.started || self.old > self.live + (self.goal.saturating_sub(self.live)) / 2
+    }
+}
+
 /// What the pause records of the heap for the sweep.
 #[derive(Default)]
 struct Snapshot {
@@ -141,7 +173,8 @@ struct Snapshot {
     bits: Vec<u64>,
 }
 
-/// Records every page holding an allocated object, clearing its marks.
+/// Records every page holding an allocated object, clearing its marks for a
+/// full cycle.
 /// Called with the world stopped.
 ///
 /// The order of the reads matters: threads outside `mutate` (and other
@@ -154,7 +187,7 @@ struct Snapshot {
 /// same time) frees, which keeps the page live and its geometry fixed. A
 /// copy that is all zero means nothing to sweep (the run was taken back
 /// between the walk's reads).
-fn snapshot_pages(snap: &mut Snapshot) {
+fn snapshot_pages(snap: &mut Snapshot, clear_marks: bool) {
     loop {
         snap.pages.clear();
         snap.ranges.clear();
@@ -185,7 +218,9 @@ fn snapshot_pages(snap: &mut Snapshot) {
                 }
                 if pending {
                     if (0..words).any(|w| p.allocated_word(w) != 0) {
-                        p.clear_marks();
+                        if clear_marks {
+                            p.clear_marks();
+                        }
                         pages.push(p.start() as usize | 1);
                     }
                     return;
@@ -196,7 +231,9 @@ fn snapshot_pages(snap: &mut Snapshot) {
                     bits.truncate(from);
                     return;
                 }
-                p.clear_marks();
+                if clear_marks {
+                    p.clear_marks();
+                }
                 pages.push(p.start() as usize);
                 ranges.push((from, from + words));
             })
@@ -218,7 +255,7 @@ fn mb(b: usize) -> f64 {
     b as f64 / (1 << 20) as f64
 }
 
-fn cycle(shared: &Shared, pool: &ThreadPool, forced: bool) {
+fn cycle(shared: &Shared, pool: &ThreadPool, forced: bool, gen: &mut Generations) {
     let _one_at_a_time = CYCLE_LOCK.lock();
     // Exited threads' heaps take back the runs earlier sweeps sent them, so
     // that their pages can be swept again (live threads do it themselves,
@@ -229,22 +266,39 @@ fn cycle(shared: &Shared, pool: &ThreadPool, forced: bool) {
 
     // 1. Stop.
     shared.handshake.raise();
+    let mut remembered = Vec::new();
     let mutators = {
         let mut list = shared.mutators.lock();
-        list.retain(|m| !(m.detached.load(Ordering::Acquire) && Arc::strong_count(m) == 1));
+        list.retain(|m| {
+            let gone = m.detached.load(Ordering::Acquire) && Arc::strong_count(m) == 1;
+            if gone {
+                remembered.append(&mut m.remembered.lock());
+            }
+            !gone
+        });
         list.clone()
     };
     for m in &mutators {
         shared.handshake.wait_outside(&m.slot);
     }
     let stop_time = start.elapsed();
+    for m in &mutators {
+        remembered.append(&mut m.remembered.lock());
+    }
+    // Full or minor: a `GcLock` write since the last pause forces a full
+    // cycle (see `cell.rs`), and so do `collect` and the heap limit.
+    let lock_written = shared.lock_written.swap(false, Ordering::Relaxed);
+    let full = forced || !shared.config.generational || lock_written || gen.full_due();
+    if full {
+        remembered.clear();
+    }
     // What the heap holds as the world stops: the sweep below frees from
     // this, while the mutators allocate on top of it.
     let heap_at_stop = shared.heap_used.load(Ordering::Relaxed);
 
     // 2. Snapshot.
     let mut snap = Snapshot::default();
-    snapshot_pages(&mut snap);
+    snapshot_pages(&mut snap, full);
     let pages = &snap.pages;
 
     // 3. Mark.
@@ -254,14 +308,18 @@ fn cycle(shared: &Shared, pool: &ThreadPool, forced: bool) {
     }
     roots.extend(shared.globals.lock().live());
     let mark_start = Instant::now();
-    // SAFETY: the world is stopped, the marks of every page with an object
-    // were cleared by the snapshot, and roots name allocated objects.
-    let marked = unsafe { mark::parallel(pool, &roots) };
+    // SAFETY: the world is stopped; in a full cycle the snapshot cleared
+    // the marks of every page with an object; in a minor one every object a
+    // marked object points to is marked or in `remembered` (the barrier and
+    // the last cycle saw to it); roots and remembered objects are allocated
+    // (remembered ones were reachable after the last pause, and only this
+    // cycle's sweep frees again).
+    let marked = unsafe { mark::parallel(pool, &roots, &remembered) };
     let mark_time = mark_start.elapsed();
 
     // 4. Verify.
     if shared.config.verify {
-        verify(shared.id, pages, &roots, marked.objects);
+        verify(shared.id, pages, &roots, marked.objects, full);
     }
 
     // 5. Weak references.
@@ -270,13 +328,22 @@ fn cycle(shared: &Shared, pool: &ThreadPool, forced: bool) {
     mark_weak(shared);
 
     // 6. Resume.
-    let percent = shared.config.gc_percent;
-    let goal = if percent == u32::MAX {
-        usize::MAX
+    if full {
+        let percent = shared.config.gc_percent;
+        gen.goal = if percent == u32::MAX {
+            usize::MAX
+        } else {
+            let grow = (marked.bytes as u128 * percent as u128 / 100) as usize;
+            (marked.bytes.saturating_add(grow)).max(shared.config.min_heap)
+        };
+        gen.live = marked.bytes;
+        gen.old = marked.bytes;
+        gen.started = true;
     } else {
-        let grow = (marked.bytes as u128 * percent as u128 / 100) as usize;
-        (marked.bytes.saturating_add(grow)).max(shared.config.min_heap)
-    };
+        // The sweep corrects this (below); the trigger needs it now.
+        gen.old = gen.old.saturating_add(marked.bytes);
+    }
+    let goal = gen.goal;
     // Until the sweep has taken its garbage off `heap_used`, the trigger
     // counts from the heap as it stopped: the next cycle starts when
     // `goal - live` bytes were allocated since the stop, as it will after
@@ -284,7 +351,7 @@ fn cycle(shared: &Shared, pool: &ThreadPool, forced: bool) {
     // whenever mutators allocated during the sweep: half the cycles on
     // binary-trees were such.)
     shared.next_goal.store(
-        heap_at_stop.saturating_add(goal.saturating_sub(marked.bytes)),
+        heap_at_stop.saturating_add(goal.saturating_sub(gen.old)),
         Ordering::Relaxed,
     );
     shared.control.lock().phase = Phase::Sweep;
@@ -326,21 +393,29 @@ fn cycle(shared: &Shared, pool: &ThreadPool, forced: bool) {
     // The garbage is off `heap_used` now (first, so that the lower trigger
     // never meets the unswept count): the trigger is the goal itself.
     shared.next_goal.store(goal, Ordering::Relaxed);
+    // Everything the stopped heap held and the sweep left is marked: old.
+    // (`heap_used` counts whole allocation chunks, so this is high by the
+    // mutators' unused credit, at most 64 KiB each.)
+    if !full {
+        gen.old = heap_at_stop.saturating_sub(swept.bytes);
+    }
 
     let event = {
         let mut stats = shared.stats.lock();
         stats.cycles += 1;
+        stats.minor_cycles += u64::from(!full);
         stats.pauses.record(pause);
         stats.mark_time += mark_time;
         stats.sweep_time += sweep_time;
         stats.bytes_marked += marked.bytes as u64;
         stats.bytes_freed += swept.bytes as u64;
         stats.objects_freed += swept.objects;
-        stats.live_size = marked.bytes;
+        stats.live_size = gen.live;
         stats.next_goal = goal;
         let event = CycleEvent {
             cycle: stats.cycles,
             forced,
+            minor: !full,
             pause,
             stop: stop_time,
             mark: mark_time,
@@ -359,9 +434,10 @@ fn cycle(shared: &Shared, pool: &ThreadPool, forced: bool) {
     };
     if shared.config.trace {
         eprintln!(
-            "gc {} @{:.3}s: pause {:.3} ms (stop {:.3}, mark {:.3}), sweep {:.3} ms, \
-             {:.1}->{:.1} MB, {:.1} MB live, {} MB goal, {} objects freed, {} T{}",
+            "gc {} {} @{:.3}s: pause {:.3} ms (stop {:.3}, mark {:.3}), sweep {:.3} ms, \
+             {:.1}->{:.1} MB, {:.1} MB marked, {:.1} MB old, {} MB goal, {} objects freed, {} T{}",
             event.cycle,
+            if full { "full" } else { "minor" },
             shared.started.elapsed().as_secs_f64(),
             ms(pause),
             ms(stop_time),
@@ -370,6 +446,7 @@ fn cycle(shared: &Shared, pool: &ThreadPool, forced: bool) {
             mb(heap_before),
             mb(heap_after),
             mb(marked.bytes),
+            mb(gen.old),
             if goal == usize::MAX {
                 "off".to_string()
             } else {
@@ -393,8 +470,9 @@ fn mark_weak(shared: &Shared) {
     crate::weak::process(&mut cells, |addr| unsafe { mark::is_marked(addr) });
 }
 
-/// Verify mode: the parallel marks must equal a single-threaded re-mark.
-fn verify(id: u16, pages: &[usize], roots: &[usize], marked_objects: u64) {
+/// Verify mode: the parallel marks must equal a single-threaded re-mark
+/// (in a minor cycle, cover it: old garbage stays marked).
+fn verify(id: u16, pages: &[usize], roots: &[usize], marked_objects: u64, full: bool) {
     // SAFETY: world stopped, mark complete.
     let reachable = unsafe { mark::reachable(roots) };
     for &addr in &reachable {
@@ -404,6 +482,9 @@ fn verify(id: u16, pages: &[usize], roots: &[usize], marked_objects: u64) {
                 "verify: reachable object {addr:#x} was not marked"
             ));
         }
+    }
+    if !full {
+        return;
     }
     if marked_objects != reachable.len() as u64 {
         fatal(&format!(

@@ -80,18 +80,27 @@ unsafe fn scan(addr: usize, tracer: &mut Tracer, out: &mut Marked, mut push: imp
     }
 }
 
-/// Marks everything reachable from `roots` on the threads of `pool`.
+/// Marks everything reachable from `roots` on the threads of `pool`, and
+/// traces what the `remembered` objects point to (marking them too, should
+/// another runtime's full cycle have cleared their marks).
 ///
 /// # Safety
-/// The world is stopped, the marks of every page holding this runtime's
-/// objects are clear, and `roots` are allocated objects of this runtime.
-pub(crate) unsafe fn parallel(pool: &ThreadPool, roots: &[usize]) -> Marked {
+/// The world is stopped; `roots` and `remembered` are allocated objects of
+/// this runtime; every object a marked object of this runtime points to is
+/// marked or remembered (in a full cycle: no object is marked).
+pub(crate) unsafe fn parallel(pool: &ThreadPool, roots: &[usize], remembered: &[usize]) -> Marked {
     let injector = Injector::new();
     for &r in roots {
         // SAFETY: roots are allocated (caller).
         if unsafe { mark(r) } {
             injector.push(r);
         }
+    }
+    for &r in remembered {
+        // SAFETY: allocated (caller). Traced whether or not this marks it:
+        // the barrier marked it without tracing it.
+        unsafe { mark(r) };
+        injector.push(r);
     }
     let n = pool.current_num_threads();
     let workers: Vec<Worker<usize>> = (0..n).map(|_| Worker::new_lifo()).collect();

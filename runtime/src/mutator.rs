@@ -6,7 +6,7 @@ use crate::gc::{Gc, GcBox};
 use crate::handshake::Slot;
 use crate::root::{GlobalRoot, Root, RootTable, Rootable};
 use crate::runtime::{Handle, Shared};
-use crate::trace::Trace;
+use crate::trace::{Trace, Tracer};
 use parking_lot::Mutex;
 use std::alloc::Layout;
 use std::cell::{Cell, RefCell};
@@ -26,6 +26,10 @@ pub(crate) struct MutatorShared {
     pub(crate) roots: Mutex<RootTable>,
     /// The `Mutator` is gone; its roots may live on.
     pub(crate) detached: AtomicBool,
+    /// Objects the write barrier marked since the last pause (young objects
+    /// stored into barrier cells): the next minor cycle traces what they
+    /// point to.
+    pub(crate) remembered: Mutex<Vec<usize>>,
 }
 
 thread_local! {
@@ -84,6 +88,8 @@ pub struct Mutator {
     pub(crate) me: Arc<MutatorShared>,
     /// Heap budget taken from the runtime and not yet allocated.
     credit: Cell<usize>,
+    /// The write barrier's buffer for a stored value's edges.
+    barrier_edges: RefCell<Tracer>,
     /// An allocation failed at the heap limit during the last `mutate`: run
     /// a forced collection before the next.
     limit_hit: Cell<bool>,
@@ -130,6 +136,7 @@ impl Mutator {
             handle,
             me,
             credit: Cell::new(0),
+            barrier_edges: RefCell::new(Tracer::new()),
             limit_hit: Cell::new(false),
             _not_send: PhantomData,
         }
@@ -330,6 +337,55 @@ impl<'gc> Mutation<'gc> {
         self.mutator().shared()
     }
 
+    /// The write barrier of a barrier cell storing `value` (see `cell.rs`):
+    /// keeps "every object a marked object points to is marked, or
+    /// remembered" true between cycles, which minor cycles rely on. Each
+    /// unmarked object `value` points to is marked and remembered, so the
+    /// next minor cycle traces what it points to. An object is remembered
+    /// at most once per cycle (only the store that marks it records it), so
+    /// the buffer never outgrows the heap.
+    #[inline]
+    pub(crate) fn barrier_store<T: Trace + ?Sized>(&self, value: &T) {
+        if T::NEEDS_TRACE && self.shared().config.generational {
+            self.remember(value);
+        }
+    }
+
+    #[inline(never)]
+    fn remember<T: Trace + ?Sized>(&self, value: &T) {
+        let mutator = self.mutator();
+        let mut edges = mutator.barrier_edges.borrow_mut();
+        value.trace(&mut edges);
+        for &e in edges.edges() {
+            // SAFETY: `e` is an object this call reached, hence allocated
+            // with its page live: it was marked at the last pause or
+            // allocated after it (roots and reachable objects are marked,
+            // weak references to unmarked objects were cleared), so the
+            // sweep under way, which frees only objects that pause left
+            // unmarked, does not free it, and no other sweep runs before the
+            // next pause. Setting its mark bit meanwhile changes nothing the
+            // sweep decides: it only frees unmarked objects of the pause's
+            // copy of the allocated bits, and `e` is not one.
+            if !unsafe { crate::mark::is_marked(e) } && unsafe { crate::mark::mark(e) } {
+                mutator.me.remembered.lock().push(e);
+            }
+        }
+        edges.clear();
+    }
+
+    /// The write barrier of a `GcLock` whose contents hold managed pointers:
+    /// they are not recorded one by one (a write may change any number), so
+    /// the next cycle marks the whole heap instead of a minor cycle.
+    #[inline]
+    pub(crate) fn barrier_lock<T: Trace + ?Sized>(&self) {
+        if T::NEEDS_TRACE {
+            let shared = self.shared();
+            if shared.config.generational && !shared.lock_written.load(Ordering::Relaxed) {
+                shared.lock_written.store(true, Ordering::Relaxed);
+            }
+        }
+    }
+
     /// Allocates `value` in the managed heap.
     ///
     /// # Panics
@@ -400,6 +456,14 @@ impl<'gc> Mutation<'gc> {
         };
         // The header is written before the (release) allocated bit. White:
         // a sweep under way works from the pause's copy of the bits.
+        // Minor cycles take a marked object for old: a fresh block must not
+        // carry a mark (freed blocks were unmarked when freed).
+        #[cfg(debug_assertions)]
+        {
+            // SAFETY: `p` is a block of a live page of ours.
+            let stale = unsafe { crate::mark::is_marked(p as usize) };
+            assert!(!stale, "loam: a fresh block carries a stale mark");
+        }
         bit.set(false);
         // SAFETY: a live `GcBox<T>`, live for `'gc`: no mark can start before
         // this `mutate` call returns.

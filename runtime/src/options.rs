@@ -10,6 +10,7 @@ pub(crate) struct Config {
     pub(crate) min_heap: usize,
     pub(crate) trace: bool,
     pub(crate) verify: bool,
+    pub(crate) generational: bool,
 }
 
 impl Default for Config {
@@ -18,15 +19,15 @@ impl Default for Config {
             gc_threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
             gc_percent: 100,
             heap_limit: None,
-            // Each cycle marks the whole live heap (no generations), so a
-            // floor well above small live sizes keeps young garbage from
+            // A floor well above small live sizes keeps young garbage from
             // forcing a cycle every few MiB. Measured on binary-trees depth
-            // 16 (3 MB live), loam/Box time, 5 interleaved rounds: 4 MiB
-            // (Go's floor) 2.9x, 16 MiB 1.22-1.33x, 32 MiB 1.16x, 64 MiB no
-            // better (fresh pages fault in).
+            // 16 (3 MB live), loam/Box time, 5 interleaved rounds, before
+            // minor cycles: 4 MiB (Go's floor) 2.9x, 16 MiB 1.22-1.33x,
+            // 32 MiB 1.16x, 64 MiB no better (fresh pages fault in).
             min_heap: 32 << 20,
             trace: false,
             verify: false,
+            generational: true,
         }
     }
 }
@@ -124,6 +125,11 @@ impl Config {
                 self.verify = b;
             }
         }
+        if let Some(v) = get("LOAM_GC_GENERATIONAL") {
+            if let Some(b) = flag("LOAM_GC_GENERATIONAL", &v) {
+                self.generational = b;
+            }
+        }
     }
 }
 
@@ -151,7 +157,9 @@ mod tests {
             ("LOAM_GCVERIFY", "1"),
             ("LOAM_GC_THREADS", "3"),
             ("LOAM_MIN_HEAP", "8M"),
+            ("LOAM_GC_GENERATIONAL", "0"),
         ]);
+        assert!(!c.generational);
         assert_eq!(c.gc_threads, 3);
         assert_eq!(c.min_heap, 8 << 20);
         assert_eq!(c.gc_percent, 50);

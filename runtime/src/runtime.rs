@@ -9,7 +9,7 @@ use crate::root::RootTable;
 use crate::stats::{CycleEvent, GcStats};
 use parking_lot::{Condvar, Mutex};
 use std::fmt;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Instant;
@@ -58,6 +58,9 @@ pub(crate) struct Shared {
     pub(crate) stats: Mutex<GcStats>,
     pub(crate) hook: Option<Hook>,
     pub(crate) started: Instant,
+    /// A `GcLock` holding managed pointers was written since the last pause:
+    /// the next cycle must be a full one (see `cell.rs`).
+    pub(crate) lock_written: AtomicBool,
 }
 
 impl Shared {
@@ -395,6 +398,16 @@ impl RuntimeBuilder {
         self
     }
 
+    /// Minor cycles (default on; `LOAM_GC_GENERATIONAL=0` turns them off):
+    /// between full cycles, a cycle keeps the marks of objects that survived
+    /// earlier ones (sticky mark bits) and traces only what was allocated
+    /// since, from the roots and from the objects the barrier cells recorded.
+    /// Off, every cycle marks the whole live heap.
+    pub fn generational(mut self, on: bool) -> Self {
+        self.config.generational = on;
+        self
+    }
+
     /// Ignore the `LOAM_*` environment variables (for tests that must not
     /// depend on the caller's environment).
     pub fn ignore_env(mut self) -> Self {
@@ -442,6 +455,7 @@ impl RuntimeBuilder {
             }),
             hook: self.hook,
             started: Instant::now(),
+            lock_written: AtomicBool::new(false),
             config,
         });
         let coordinator = collector::start(shared.clone());

@@ -146,6 +146,10 @@ pub struct CycleEvent {
     /// Started by [`collect`](crate::Runtime::collect) or a heap-limit
     /// retry, not by pacing.
     pub forced: bool,
+    /// A minor cycle: it kept the marks of objects earlier cycles found live
+    /// and traced only younger ones (see
+    /// [`RuntimeBuilder::generational`](crate::RuntimeBuilder::generational)).
+    pub minor: bool,
     /// The stop-the-world pause: from the moment every mutator had left
     /// `mutate` until they may enter again (snapshot, mark, weak
     /// references). No mutator runs `mutate` during it.
@@ -162,7 +166,8 @@ pub struct CycleEvent {
     pub heap_before: usize,
     /// Managed bytes after the sweep.
     pub heap_after: usize,
-    /// Bytes of the objects marked (the live size).
+    /// Bytes of the objects marked: the live size in a full cycle, the
+    /// young survivors in a minor one.
     pub bytes_marked: usize,
     /// Objects marked.
     pub objects_marked: u64,
@@ -182,6 +187,8 @@ pub struct CycleEvent {
 pub struct GcStats {
     /// Cycles completed.
     pub cycles: u64,
+    /// How many of them were minor.
+    pub minor_cycles: u64,
     /// Every pause.
     pub pauses: PauseHistogram,
     /// Total time marking.
@@ -197,7 +204,7 @@ pub struct GcStats {
     /// Managed bytes allocated and not yet freed, now (allocation is counted
     /// in chunks per mutator, so this is at most 64 KiB per mutator high).
     pub heap_size: usize,
-    /// Bytes marked by the last cycle.
+    /// Live bytes the last full cycle found.
     pub live_size: usize,
     /// The heap size that triggers the next cycle.
     pub next_goal: usize,

@@ -89,11 +89,19 @@ impl Rng {
 }
 
 fn new_obj<'gc>(mc: &Mutation<'gc>, next_id: &AtomicU64) -> Gc<'gc, Obj<'gc>> {
+    new_obj_with(mc, next_id, Vec::new())
+}
+
+fn new_obj_with<'gc>(
+    mc: &Mutation<'gc>,
+    next_id: &AtomicU64,
+    edges: Vec<Gc<'gc, Obj<'gc>>>,
+) -> Gc<'gc, Obj<'gc>> {
     let id = next_id.fetch_add(1, Ordering::Relaxed);
     mc.alloc(Obj {
         id,
         check: check_of(id),
-        edges: GcLock::new(Vec::new()),
+        edges: GcLock::new(edges),
         link: GcCell::new(None),
         plain: GcCell::new(None),
         counted: Counted::new(),
@@ -164,6 +172,24 @@ fn wander<'gc>(rng: &mut Rng, start: Gc<'gc, Obj<'gc>>) -> Gc<'gc, Obj<'gc>> {
     cur
 }
 
+/// `LOAM_TORTURE_GENERATIONAL=0` runs every cycle full (to tell a minor
+/// cycles' fault from another).
+fn generational() -> bool {
+    std::env::var("LOAM_TORTURE_GENERATIONAL").map_or(true, |v| v != "0")
+}
+
+/// Steps between forced cycles (per forcing thread). More often exposes a
+/// known fault sooner: `LOAM_TORTURE_FORCE_EVERY=16` with varied seeds
+/// corrupts a `Plain` chain in about one run in six (release), the code
+/// before minor cycles included; see the README's known problems.
+fn force_every() -> usize {
+    std::env::var("LOAM_TORTURE_FORCE_EVERY")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(40)
+        .max(4)
+}
+
 fn scale() -> usize {
     std::env::var("LOAM_TORTURE_SCALE")
         .ok()
@@ -173,26 +199,42 @@ fn scale() -> usize {
 
 /// Verify mode first; then without it, so the sweep takes its fast paths
 /// (no header reads, whole pages handed back untouched), which verify mode's
-/// poisoning turns off. One test, so the drop counters are its alone.
+/// poisoning turns off. Each with `GcLock` writes (most cycles full, see the
+/// runtime's `cell.rs`) and, with `LOAM_TORTURE_CELLS=1`, also with objects'
+/// edge lists filled only at allocation and every later store through a
+/// `GcCell`, so that the paced cycles are minor ones and the barrier is what
+/// keeps them right. That mode is off in CI for now: it exposes a known
+/// fault (a `Plain` chain freed while reachable, present before minor
+/// cycles too; see the README's known problems) in about one run in four.
+/// One test, so the drop counters are its alone.
 #[test]
 fn four_mutators_through_hundreds_of_cycles() {
-    torture(true);
-    torture(false);
+    let cells = std::env::var("LOAM_TORTURE_CELLS").is_ok_and(|v| v == "1");
+    for verify in [true, false] {
+        torture(verify, true);
+        if cells {
+            torture(verify, false);
+        }
+    }
 }
 
-fn torture(verify: bool) {
+fn torture(verify: bool, locks: bool) {
     let seed: u64 = std::env::var("LOAM_TORTURE_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(0x1008_2026);
-    eprintln!("torture: seed {seed}, scale {}, verify {verify}", scale());
+    eprintln!(
+        "torture: seed {seed}, scale {}, verify {verify}, locks {locks}",
+        scale()
+    );
     let steps = 2500 * scale();
     let rt = Runtime::builder()
         .ignore_env()
         .gc_threads(2)
         .verify(verify)
-        .min_heap(128 << 10)
-        .gc_percent(50)
+        .generational(generational())
+        .min_heap(16 << 10)
+        .gc_percent(if locks { 20 } else { 5 })
         .build();
     let globals: Arc<Mutex<Vec<GlobalRoot<ObjRoot>>>> = Arc::new(Mutex::new(Vec::new()));
     let next_id = Arc::new(AtomicU64::new(1));
@@ -223,13 +265,19 @@ fn torture(verify: bool) {
                         match op {
                             // A new object, linked to reachable ones, rooted.
                             0..=24 => {
-                                let o = new_obj(mc, &next_id);
+                                let mut edges = Vec::new();
                                 for _ in 0..rng.below(4) {
                                     if let Some(p) = pick(&mut rng) {
-                                        let target = wander(&mut rng, p);
-                                        o.edges.write(mc, |e| e.push(target));
+                                        edges.push(wander(&mut rng, p));
                                     }
                                 }
+                                let o = if locks {
+                                    let o = new_obj(mc, &next_id);
+                                    o.edges.write(mc, |e| *e = edges);
+                                    o
+                                } else {
+                                    new_obj_with(mc, &next_id, edges)
+                                };
                                 if roots.len() < 48 {
                                     roots.push(mc.root(o));
                                 } else if let Some(p) = pick(&mut rng) {
@@ -246,12 +294,16 @@ fn torture(verify: bool) {
                                         n.link.set(mc, Some(sub));
                                         sub = n;
                                     }
-                                    host.edges.write(mc, |e| {
-                                        if e.len() > 8 {
-                                            e.remove(0);
-                                        }
-                                        e.push(sub)
-                                    });
+                                    if locks {
+                                        host.edges.write(mc, |e| {
+                                            if e.len() > 8 {
+                                                e.remove(0);
+                                            }
+                                            e.push(sub)
+                                        });
+                                    } else {
+                                        host.link.set(mc, Some(sub));
+                                    }
                                 }
                             }
                             // Rewire: point a link somewhere else, or cut it.
@@ -314,9 +366,15 @@ fn torture(verify: bool) {
                         walks += 1;
                         m.mutate(|mc| walk(roots.iter().map(|r| r.get(mc))));
                     }
-                    // Two threads also force cycles, so that even a short
-                    // run goes through a hundred or more.
-                    if t < 2 && step % 40 == 20 + 10 * t as usize {
+                    // Two threads also force (full) cycles, so that even a
+                    // short run goes through a hundred or more; fewer
+                    // without locks, where paced cycles are minor ones.
+                    let every = if locks {
+                        force_every()
+                    } else {
+                        4 * force_every()
+                    };
+                    if t < 2 && step % every == every / 2 + t as usize * every / 4 {
                         m.collect();
                     }
                 }
@@ -327,13 +385,26 @@ fn torture(verify: bool) {
     let walks: usize = threads.into_iter().map(|t| t.join().unwrap()).sum();
     let s = rt.stats();
     eprintln!(
-        "torture: {} cycles, {walks} walks, {} objects allocated, pauses p50 {:?} max {:?}",
+        "torture: {} cycles ({} minor), {walks} walks, {} objects allocated, pauses p50 {:?} max {:?}",
         s.cycles,
+        s.minor_cycles,
         ALLOCATED.load(Ordering::Relaxed),
         s.pauses.p50(),
         s.pauses.max()
     );
-    assert!(s.cycles >= 100 * scale() as u64, "only {} cycles", s.cycles);
+    let want = if locks { 100 } else { 30 };
+    assert!(
+        s.cycles >= want * scale() as u64,
+        "only {} cycles",
+        s.cycles
+    );
+    if !locks && generational() {
+        assert!(
+            s.minor_cycles >= 8 * scale() as u64,
+            "only {} minor cycles",
+            s.minor_cycles
+        );
+    }
     // Globals still hold objects: check them, then let everything go.
     {
         let mut m = rt.attach();

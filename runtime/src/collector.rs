@@ -308,12 +308,13 @@ fn cycle(shared: &Shared, pool: &ThreadPool, forced: bool, gen: &mut Generations
     }
     roots.extend(shared.globals.lock().live());
     let mark_start = Instant::now();
-    // SAFETY: the world is stopped; in a full cycle the snapshot cleared
-    // the marks of every page with an object; in a minor one every object a
-    // marked object points to is marked or in `remembered` (the barrier and
-    // the last cycle saw to it); roots and remembered objects are allocated
-    // (remembered ones were reachable after the last pause, and only this
-    // cycle's sweep frees again).
+    // In a full cycle the snapshot cleared the marks of every page with an
+    // object; in a minor one every object a marked object points to is
+    // marked or in `remembered` (the barrier and the last cycle saw to it).
+    // Remembered objects were reachable after the last pause, and only this
+    // cycle's sweep frees again, so they are allocated.
+    // SAFETY: world stopped; the marks invariant above; roots and
+    // remembered objects are allocated objects of this runtime.
     let marked = unsafe { mark::parallel(pool, &roots, &remembered) };
     let mark_time = mark_start.elapsed();
 

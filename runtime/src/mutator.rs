@@ -357,16 +357,19 @@ impl<'gc> Mutation<'gc> {
         let mut edges = mutator.barrier_edges.borrow_mut();
         value.trace(&mut edges);
         for &e in edges.edges() {
-            // SAFETY: `e` is an object this call reached, hence allocated
-            // with its page live: it was marked at the last pause or
-            // allocated after it (roots and reachable objects are marked,
-            // weak references to unmarked objects were cleared), so the
-            // sweep under way, which frees only objects that pause left
+            // `e` is an object this call reached: it was marked at the last
+            // pause or allocated after it (roots and reachable objects are
+            // marked, weak references to unmarked objects were cleared), so
+            // the sweep under way, which frees only objects that pause left
             // unmarked, does not free it, and no other sweep runs before the
             // next pause. Setting its mark bit meanwhile changes nothing the
-            // sweep decides: it only frees unmarked objects of the pause's
-            // copy of the allocated bits, and `e` is not one.
-            if !unsafe { crate::mark::is_marked(e) } && unsafe { crate::mark::mark(e) } {
+            // sweep decides: it frees only unmarked objects of the pause's
+            // copy of the allocated bits, and `e` is not one. The load first
+            // spares old objects (the common store) an atomic write.
+            // SAFETY: `e` is allocated and its page live (above).
+            let old = unsafe { crate::mark::is_marked(e) };
+            // SAFETY: as above; a mark bit set outside the pause (above).
+            if !old && unsafe { crate::mark::mark(e) } {
                 mutator.me.remembered.lock().push(e);
             }
         }

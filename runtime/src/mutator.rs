@@ -466,6 +466,12 @@ impl<'gc> Mutation<'gc> {
             // SAFETY: `p` is a block of a live page of ours.
             let stale = unsafe { crate::mark::is_marked(p as usize) };
             assert!(!stale, "loam: a fresh block carries a stale mark");
+            // SAFETY: as above.
+            let page = unsafe { loam_heap::PageRef::of(p) };
+            assert!(
+                !page.is_allocated(page.block_index(p)),
+                "loam: a fresh block carries a stale allocated bit"
+            );
         }
         bit.set(false);
         // SAFETY: a live `GcBox<T>`, live for `'gc`: no mark can start before

@@ -181,6 +181,13 @@ unsafe fn sweep_page(
             let b = cand.trailing_zeros() as usize;
             cand &= cand - 1;
             let addr = base + (w * 64 + b) * bs;
+            // Only this sweep frees a snapshot page's blocks, so each one the
+            // pause saw allocated still is.
+            if verify && !page.is_allocated(w * 64 + b) {
+                crate::collector::fatal(&format!(
+                    "verify: sweep: block {addr:#x} was freed since the pause"
+                ));
+            }
             if !read_headers {
                 dead.push((addr, None));
                 continue;

@@ -129,14 +129,18 @@ fn walk<'gc>(from: impl IntoIterator<Item = Gc<'gc, Obj<'gc>>>) -> usize {
         );
         stack.extend(o.edges.read().iter().copied());
         stack.extend(o.link.get());
-        let mut p = o.plain.get();
+        // Read the chain's head once: another thread may replace the chain
+        // meanwhile (objects are shared through global roots), and counting
+        // one chain while checking another reported a "corrupted" chain.
+        let head = o.plain.get();
+        let mut p = head;
         let mut len = 0u64;
         while let Some(x) = p {
             len += 1;
             p = x.next;
         }
         // The chain was built from seed `id` counting down from its length.
-        let mut p = o.plain.get();
+        let mut p = head;
         let mut i = len;
         while let Some(x) = p {
             i -= 1;
@@ -178,10 +182,8 @@ fn generational() -> bool {
     std::env::var("LOAM_TORTURE_GENERATIONAL").map_or(true, |v| v != "0")
 }
 
-/// Steps between forced cycles (per forcing thread). More often exposes a
-/// known fault sooner: `LOAM_TORTURE_FORCE_EVERY=16` with varied seeds
-/// corrupts a `Plain` chain in about one run in six (release), the code
-/// before minor cycles included; see the README's known problems.
+/// Steps between forced cycles (per forcing thread); fewer steps, more full
+/// cycles and fewer minor ones.
 fn force_every() -> usize {
     std::env::var("LOAM_TORTURE_FORCE_EVERY")
         .ok()
@@ -199,21 +201,25 @@ fn scale() -> usize {
 
 /// Verify mode first; then without it, so the sweep takes its fast paths
 /// (no header reads, whole pages handed back untouched), which verify mode's
-/// poisoning turns off. Each with `GcLock` writes (most cycles full, see the
-/// runtime's `cell.rs`) and, with `LOAM_TORTURE_CELLS=1`, also with objects'
-/// edge lists filled only at allocation and every later store through a
-/// `GcCell`, so that the paced cycles are minor ones and the barrier is what
-/// keeps them right. That mode is off in CI for now: it exposes a known
-/// fault (a `Plain` chain freed while reachable, present before minor
-/// cycles too; see the README's known problems) in about one run in four.
-/// One test, so the drop counters are its alone.
+/// poisoning turns off. Each in two modes: `locks`, with `GcLock` writes
+/// (most cycles full, see the runtime's `cell.rs`), and `cells`, with
+/// objects' edge lists filled only at allocation and every later store
+/// through a `GcCell`, so that the paced cycles are minor ones and the
+/// barrier is what keeps them right. `LOAM_TORTURE_MODE=locks` (or `cells`)
+/// runs one mode only, for sweeping seeds by hand. One test, so the drop
+/// counters are its alone.
 #[test]
 fn four_mutators_through_hundreds_of_cycles() {
-    let cells = std::env::var("LOAM_TORTURE_CELLS").is_ok_and(|v| v == "1");
+    let mode = std::env::var("LOAM_TORTURE_MODE").unwrap_or_default();
+    let modes: &[bool] = match mode.as_str() {
+        "locks" => &[true],
+        "cells" => &[false],
+        "" => &[true, false],
+        other => panic!("LOAM_TORTURE_MODE={other}: expected `locks` or `cells`"),
+    };
     for verify in [true, false] {
-        torture(verify, true);
-        if cells {
-            torture(verify, false);
+        for &locks in modes {
+            torture(verify, locks);
         }
     }
 }

@@ -193,6 +193,14 @@ impl<'a> PageRef<'a> {
         self.page().set_user_flags(bits);
     }
 
+    /// Clears flag bits `bits` (not [`RUN_PENDING`], which is the heap's).
+    #[inline]
+    pub fn clear_flags(&self, bits: u8) {
+        assert!(bits & RUN_PENDING == 0, "heap: RUN_PENDING is cleared by the heap only");
+        if self.flags() & bits != 0 {
+            self.page().user_flags.fetch_and(!bits, Ordering::Release);
+        }
+    }
 
     /// Sets block `i`'s mark bit; returns whether it was already set.
     pub fn set_mark(&self, i: usize) -> bool {

@@ -204,7 +204,8 @@ pub struct GcStats {
     /// Managed bytes allocated and not yet freed, now (allocation is counted
     /// in chunks per mutator, so this is at most 64 KiB per mutator high).
     pub heap_size: usize,
-    /// Live bytes the last full cycle found.
+    /// Live bytes the last full cycle found (or a minor cycle that at least
+    /// doubled the old generation: what is old then, see `collector.rs`).
     pub live_size: usize,
     /// The heap size that triggers the next cycle.
     pub next_goal: usize,

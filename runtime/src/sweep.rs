@@ -35,6 +35,16 @@ const CLAIM: usize = 16;
 /// free batch.
 pub(crate) const HAS_DROP: u8 = 1;
 
+/// Page flag: every block of the page is a marked object. Set by the sweep,
+/// cleared by the next full cycle's snapshot, which also clears the marks.
+/// Only a full cycle (of any runtime) clears marks, marked objects are not
+/// freed until then, and a page with every block allocated hands out none,
+/// so the page stays exactly so until that full cycle: minor cycles leave it
+/// out of their snapshot and their sweep. (An old generation fills such
+/// pages: binary-trees' long-lived tree at depth 21 is 1,500 of them, which
+/// every minor pause copied the bits of before.)
+pub(crate) const OLD: u8 = 2;
+
 /// A dead object: its address, and its descriptor when the sweep read it.
 type Dead = (usize, Option<&'static TypeDesc>);
 
@@ -155,6 +165,20 @@ unsafe fn sweep_page(
         crate::collector::fatal("sweep: a snapshot page changed under the sweep");
     }
     let large = bs > loam_heap::SMALL_MAX;
+    // Every block marked: nothing to free, now or in any minor cycle (`OLD`).
+    let cap = page.capacity();
+    let all_marked = (0..allocated.len()).all(|w| {
+        let mask = if (w + 1) * 64 <= cap {
+            u64::MAX
+        } else {
+            (1u64 << (cap % 64)) - 1
+        };
+        page.mark_word(w) & mask == mask
+    });
+    if all_marked {
+        page.set_flags(OLD);
+        return (bs, None);
+    }
     // The mutator sets the flag before an object's (release) allocated bit;
     // the pause read the bits after that, so it covers every object in them.
     let read_headers = !alone || large || page.flags() & HAS_DROP != 0;

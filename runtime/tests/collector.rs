@@ -492,3 +492,56 @@ fn minor_cycles_keep_old_objects_and_what_cells_store_into_them() {
     drop(rt);
     assert_eq!(drops.load(Ordering::Relaxed), allocated);
 }
+
+/// Pages whose every block is marked are left out of minor cycles (the
+/// sweep flags them old); a full cycle must still look at them, and free
+/// what died there meanwhile.
+#[test]
+fn old_pages_skipped_by_minor_cycles_are_swept_by_full_ones() {
+    let drops = Arc::new(AtomicUsize::new(0));
+    let rt = rt(2).min_heap(256 << 10).build();
+    let mut m = rt.attach();
+    // Enough nodes to fill pages whole, promoted by a full cycle; the minor
+    // cycles below then find their pages all marked.
+    let n = 20_000_u64;
+    let old: Root<NodeRoot> = m.mutate(|mc| mc.root(list(mc, n, &drops)));
+    m.collect();
+    let churn = |m: &mut loam_runtime::Mutator| {
+        for i in 0..20_000_u64 {
+            m.mutate(|mc| {
+                for j in 0..8 {
+                    mc.alloc([i + j; 8]);
+                }
+            });
+        }
+    };
+    churn(&mut m);
+    let minors = rt.stats().minor_cycles;
+    assert!(minors >= 2, "only {minors} minor cycles: {:?}", rt.stats());
+    // Cut the list in half: the tail is old garbage now, in old pages.
+    m.mutate(|mc| {
+        let mut cur = old.get(mc);
+        for _ in 1..n / 2 {
+            cur = cur.next.get().expect("the list is whole");
+        }
+        cur.next.set(mc, None);
+    });
+    churn(&mut m);
+    assert!(
+        rt.stats().minor_cycles > minors,
+        "no minor cycle after the cut"
+    );
+    // Minor cycles keep old garbage; they must not have freed the live half.
+    m.mutate(|mc| assert_eq!(sum(Some(old.get(mc))), ((n / 2 - 1) * n / 4, n / 2)));
+    m.collect();
+    assert_eq!(
+        drops.load(Ordering::Relaxed),
+        (n / 2) as usize,
+        "the full cycle frees the tail"
+    );
+    m.mutate(|mc| assert_eq!(sum(Some(old.get(mc))), ((n / 2 - 1) * n / 4, n / 2)));
+    drop(old);
+    drop(m);
+    drop(rt);
+    assert_eq!(drops.load(Ordering::Relaxed), n as usize);
+}

@@ -61,6 +61,36 @@ pub(crate) fn alloc(size: usize, align: usize) -> *mut u8 {
     alloc_cold(size, align)
 }
 
+/// Allocates a block of class `c` from this thread's heap and returns it with
+/// its page descriptor, as [`alloc_with_page`] (null when out of memory, or
+/// when the thread has no heap of its own).
+#[cold]
+#[inline(never)]
+pub(crate) fn alloc_class_with_page_slow(c: usize) -> (*mut u8, *mut crate::page::Page) {
+    let mut heap = current_heap();
+    if !is_live(heap) {
+        match thread_init() {
+            Some(h) => heap = h,
+            None => return (ptr::null_mut(), ptr::null_mut()),
+        }
+    }
+    // SAFETY: a live heap in `HEAP` belongs to this thread.
+    unsafe { (*heap).alloc_class_with_page(c) }
+}
+
+/// The current page of class `c` in this thread's heap and a block popped
+/// from it, if the thread has a heap and that page a free block: the whole
+/// fast path, for callers that know `c` at compile time.
+#[inline(always)]
+pub(crate) fn alloc_class_fast(c: usize) -> Option<(*mut u8, *mut crate::page::Page)> {
+    let heap = current_heap();
+    if !is_live(heap) {
+        return None;
+    }
+    // SAFETY: a live heap in `HEAP` belongs to this thread.
+    unsafe { (*heap).alloc_class_fast(c) }
+}
+
 /// Allocates as [`alloc`] and also returns the block's page descriptor
 /// (null with a null block), which the fast path has at hand anyway. Only
 /// from this thread's own heap: a thread whose heap has exited (or cannot be

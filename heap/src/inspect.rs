@@ -257,6 +257,30 @@ impl AllocatedBit {
         }
     }
 
+    /// The bits of block `p` of `page`, whose class's reciprocal (see
+    /// `size_class::RECIP`) is `recip`: [`AllocatedBit::of`] with the
+    /// division's constant known at compile time.
+    ///
+    /// # Safety
+    /// `page` is the live small page holding block `p`, of the class whose
+    /// reciprocal is `recip`.
+    #[inline(always)]
+    unsafe fn of_class(page: *mut Page, p: *mut u8, recip: u64) -> AllocatedBit {
+        // SAFETY: live (caller).
+        let start = unsafe { (*page).start };
+        let idx = (((p as usize - start) as u64 * recip) >> crate::size_class::RECIP_SHIFT) as usize;
+        let seg = segment::segment_of(page.cast());
+        let slice = (start - seg as usize) >> SLICE_SHIFT;
+        // SAFETY: as in `of`.
+        unsafe {
+            AllocatedBit {
+                alloc: Segment::alloc_words(seg, slice).add(idx / 64),
+                mark: Segment::mark_words(seg, slice).add(idx / 64),
+                bit: 1 << (idx % 64),
+            }
+        }
+    }
+
     /// Clears the allocated bit (the owner taking the block back).
     pub(crate) fn clear(self) {
         // SAFETY: as in `set`; only the owning thread writes these words.
@@ -398,6 +422,76 @@ pub fn alloc_object(size: usize, align: usize, flags: u8) -> (*mut u8, Option<Al
             (*page).set_user_flags(flags);
         }
         (p, Some(AllocatedBit::of(page, p)))
+    }
+}
+
+/// A size class for [`alloc_object_in`], chosen at compile time: the class
+/// lookup and the block-index division's constant then cost nothing per
+/// allocation.
+///
+/// # Examples
+/// ```
+/// const C: Option<loam_heap::ObjectClass> = loam_heap::ObjectClass::of(24, 8);
+/// let class = C.unwrap();
+/// assert_eq!(class.size(), 24);
+/// assert!(loam_heap::ObjectClass::of(1 << 20, 8).is_none()); // a span, not a class
+/// let (p, bit) = loam_heap::alloc_object_in(class, 0);
+/// assert!(!p.is_null());
+/// // SAFETY: a fresh 24-byte block.
+/// unsafe { p.cast::<u64>().write(7) };
+/// bit.unwrap().set(false);
+/// # // Leaked: a block with its allocated bit set goes back through a page run.
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ObjectClass {
+    class: usize,
+    size: usize,
+    recip: u64,
+}
+
+impl ObjectClass {
+    /// The class serving `size` bytes at alignment `align` (a power of two),
+    /// or `None` if none does (the request needs a span of its own: use
+    /// [`alloc_object`]).
+    pub const fn of(size: usize, align: usize) -> Option<ObjectClass> {
+        match crate::size_class::const_class(size, align) {
+            Some(c) => Some(ObjectClass {
+                class: c,
+                size: crate::size_class::const_class_size(c),
+                recip: crate::size_class::const_recip(c),
+            }),
+            None => None,
+        }
+    }
+
+    /// The class's block size: what a block of it holds.
+    pub const fn size(self) -> usize {
+        self.size
+    }
+}
+
+/// [`alloc_object`] for a class known at compile time: the common case (the
+/// thread's current page of the class has a free block) is inlined whole,
+/// with no class lookup and no division; anything else goes out of line.
+#[inline(always)]
+pub fn alloc_object_in(class: ObjectClass, flags: u8) -> (*mut u8, Option<AllocatedBit>) {
+    let (p, page) = match crate::alloc::alloc_class_fast(class.class) {
+        Some(hit) => hit,
+        None => {
+            let (p, page) = crate::alloc::alloc_class_with_page_slow(class.class);
+            if p.is_null() {
+                return (p, None);
+            }
+            (p, page)
+        }
+    };
+    // SAFETY: `page` holds the fresh block `p` of class `class`, which the
+    // caller holds.
+    unsafe {
+        if flags != 0 {
+            (*page).set_user_flags(flags);
+        }
+        (p, Some(AllocatedBit::of_class(page, p, class.recip)))
     }
 }
 

@@ -128,8 +128,8 @@ not_under_loom! {
     pub use batch::FreeBatch;
     pub use global_alloc::{good_size, usable_size, LoamAlloc};
     pub use inspect::{
-        alloc_object, for_each_local_page, for_each_page, mark_block, AllocatedBit, PageInfo, PageRef,
-        RUN_PENDING,
+        alloc_object, alloc_object_in, for_each_local_page, for_each_page, mark_block, AllocatedBit,
+        ObjectClass, PageInfo, PageRef, RUN_PENDING,
     };
     pub use options::{hold_freed_memory, purge_delay, set_purge_delay};
     pub use segment::{SEGMENT_SIZE, SLICE_SIZE};

@@ -117,6 +117,19 @@ impl LocalHeap {
         self.alloc_class_slow(c)
     }
 
+    /// The fast path of [`LocalHeap::alloc_class_with_page`] alone: a block
+    /// of the current page of class `c`, if it has one.
+    #[inline(always)]
+    pub(crate) fn alloc_class_fast(&mut self, c: usize) -> Option<(*mut u8, *mut Page)> {
+        let page = self.current[c];
+        if page.is_null() {
+            return None;
+        }
+        // SAFETY: `current[c]` is a live page of ours (invariant).
+        let p = unsafe { (*page).try_alloc() };
+        (!p.is_null()).then_some((p, page))
+    }
+
     /// As [`alloc_class`](Self::alloc_class), also returning the page.
     #[inline(always)]
     pub(crate) fn alloc_class_with_page(&mut self, c: usize) -> (*mut u8, *mut Page) {

@@ -67,6 +67,36 @@ pub(crate) static RECIP: [u64; NUM_CLASSES] = {
     r
 };
 
+/// The smallest class whose blocks hold `size` bytes at alignment `align`
+/// (0 is served as 1), for compile-time use: what [`class_of`] and
+/// [`class_for_aligned`] find at run time. `None` past [`SMALL_MAX`].
+pub(crate) const fn const_class(size: usize, align: usize) -> Option<usize> {
+    if size > SMALL_MAX || align == 0 || align > SLICE_SIZE {
+        return None;
+    }
+    let sizes = make_sizes();
+    let size = if size == 0 { 1 } else { size };
+    let mut c = 0;
+    while c < NUM_CLASSES {
+        let s = sizes[c] as usize;
+        if s >= size && s % align == 0 {
+            return Some(c);
+        }
+        c += 1;
+    }
+    None
+}
+
+/// Block size of class `c`, for compile-time use.
+pub(crate) const fn const_class_size(c: usize) -> usize {
+    make_sizes()[c] as usize
+}
+
+/// `RECIP[c]`, for compile-time use.
+pub(crate) const fn const_recip(c: usize) -> u64 {
+    (1u64 << RECIP_SHIFT).div_ceil(make_sizes()[c] as u64)
+}
+
 const SMALL_TABLE_MAX: usize = 1024;
 
 const fn make_small_table() -> [u8; SMALL_TABLE_MAX / 8 + 1] {
@@ -196,6 +226,21 @@ mod tests {
             &[8, 16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128]
         );
         assert_eq!(&CLASS_SIZE[12..17], &[160, 192, 224, 256, 320]);
+    }
+
+    #[test]
+    fn const_class_agrees_with_the_run_time_lookups() {
+        for size in 0..=SMALL_MAX {
+            assert_eq!(const_class(size, 8), Some(class_of(size)), "size {size}");
+            for align in [16, 64, 4096] {
+                assert_eq!(const_class(size, align), class_for_aligned(size, align), "size {size} align {align}");
+            }
+        }
+        for c in 0..NUM_CLASSES {
+            assert_eq!(const_class_size(c), CLASS_SIZE[c] as usize);
+            assert_eq!(const_recip(c), RECIP[c]);
+        }
+        assert_eq!(const_class(SMALL_MAX + 1, 8), None);
     }
 
     #[test]

@@ -394,7 +394,7 @@ impl<'gc> Mutation<'gc> {
     /// # Panics
     /// At the heap limit (see [`try_alloc`](Self::try_alloc)) or when the OS
     /// has no memory left.
-    #[inline]
+    #[inline(always)]
     pub fn alloc<T: Trace + 'gc>(&self, value: T) -> Gc<'gc, T> {
         match self.try_alloc(value) {
             Ok(gc) => gc,
@@ -422,35 +422,49 @@ impl<'gc> Mutation<'gc> {
     /// // Nothing was rooted: the next call collects first, and has room.
     /// assert_eq!(m.mutate(|mc| mc.alloc([1_u64; 8192])[0]), 1);
     /// ```
-    #[inline]
+    #[inline(always)]
     pub fn try_alloc<T: Trace + 'gc>(&self, value: T) -> Result<Gc<'gc, T>, AllocError<T>> {
         let m = self.mutator();
         let layout = Layout::new::<GcBox<T>>();
-        // Heap accounting is in blocks, so the sweep can count what it frees
-        // without reading headers.
         // Blocks of 16 bytes or more: the sweep returns them in page runs.
         let bytes = layout.size().max(16);
-        let size = loam_heap::good_size(bytes, layout.align());
-        if !m.take_credit(size) {
-            let limit = m.shared().config.heap_limit.unwrap_or(usize::MAX);
-            return Err(AllocError { value, size, limit });
-        }
-        let shared = m.shared();
         // Tells the sweep to read this page's headers, for drop glue.
         let flags = if std::mem::needs_drop::<T>() {
             crate::sweep::HAS_DROP
         } else {
             0
         };
-        let (p, bit) = loam_heap::alloc_object(bytes, layout.align(), flags);
-        let Some(bit) = bit else {
-            m.give_back(size);
-            return Err(AllocError {
-                value,
-                size,
-                limit: usize::MAX,
-            });
+        // Heap accounting is in blocks, so the sweep can count what it frees
+        // without reading headers. An object that fits a size class (the
+        // common case) has its class found at compile time, and the heap's
+        // fast path inlined here.
+        let class = const {
+            let layout = Layout::new::<GcBox<T>>();
+            let bytes = if layout.size() < 16 { 16 } else { layout.size() };
+            loam_heap::ObjectClass::of(bytes, layout.align())
         };
+        let (size, p, bit) = match class {
+            Some(class) => {
+                let size = class.size();
+                if !m.take_credit(size) {
+                    return Err(over_limit(m, value, size));
+                }
+                let (p, bit) = loam_heap::alloc_object_in(class, flags);
+                (size, p, bit)
+            }
+            None => {
+                let size = loam_heap::good_size(bytes, layout.align());
+                if !m.take_credit(size) {
+                    return Err(over_limit(m, value, size));
+                }
+                let (p, bit) = loam_heap::alloc_object(bytes, layout.align(), flags);
+                (size, p, bit)
+            }
+        };
+        let Some(bit) = bit else {
+            return Err(out_of_memory(m, value, size));
+        };
+        let shared = m.shared();
         // SAFETY: `p` is a fresh block of at least `size` bytes, aligned for
         // `GcBox<T>`, ours alone.
         unsafe {
@@ -513,6 +527,27 @@ impl<'gc> Mutation<'gc> {
         // SAFETY: a `Mutation` exists only inside `Mutator::mutate`, which
         // borrows the mutator for the whole call.
         unsafe { &*self.mutator }
+    }
+}
+
+/// The error for a `size`-byte object past the heap limit.
+#[cold]
+#[inline(never)]
+fn over_limit<T>(m: &Mutator, value: T, size: usize) -> AllocError<T> {
+    let limit = m.shared().config.heap_limit.unwrap_or(usize::MAX);
+    AllocError { value, size, limit }
+}
+
+/// The error for a `size`-byte object the OS had no memory for; gives back
+/// the budget taken for it.
+#[cold]
+#[inline(never)]
+fn out_of_memory<T>(m: &Mutator, value: T, size: usize) -> AllocError<T> {
+    m.give_back(size);
+    AllocError {
+        value,
+        size,
+        limit: usize::MAX,
     }
 }
 

@@ -173,6 +173,20 @@ impl<'a> PageRef<'a> {
         self.bitmap(true)[w].load(Ordering::Acquire)
     }
 
+    /// Every word of the mark bitmap in order, as [`mark_word`](Self::mark_word)
+    /// reads each (the bitmap found once, not per word).
+    #[inline]
+    pub fn mark_words(&self) -> impl Iterator<Item = u64> + 'a {
+        self.marks().iter().map(|w| w.load(Ordering::Acquire))
+    }
+
+    /// Every word of the allocated bitmap in order, as
+    /// [`allocated_word`](Self::allocated_word) reads each.
+    #[inline]
+    pub fn allocated_words(&self) -> impl Iterator<Item = u64> + 'a {
+        self.bitmap(true).iter().map(|w| w.load(Ordering::Acquire))
+    }
+
     /// Whether block `i`'s allocated bit is set.
     pub fn is_allocated(&self, i: usize) -> bool {
         self.allocated_word(i / 64) & (1u64 << (i % 64)) != 0

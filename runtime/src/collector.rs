@@ -241,7 +241,7 @@ fn snapshot_pages(snap: &mut Snapshot, clear_marks: bool) {
                     return;
                 }
                 if pending {
-                    if (0..words).any(|w| p.allocated_word(w) != 0) {
+                    if p.allocated_words().any(|w| w != 0) {
                         if clear_marks {
                             p.clear_marks();
                         }
@@ -250,7 +250,7 @@ fn snapshot_pages(snap: &mut Snapshot, clear_marks: bool) {
                     return;
                 }
                 let from = bits.len();
-                bits.extend((0..words).map(|w| p.allocated_word(w)));
+                bits.extend(p.allocated_words());
                 if bits[from..].iter().all(|&w| w == 0) {
                     bits.truncate(from);
                     return;

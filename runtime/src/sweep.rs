@@ -26,6 +26,9 @@ use loam_threadpool::ThreadPool;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+/// Bitmap words of the largest page: no page has more than 8192 blocks.
+const MAX_WORDS: usize = 128;
+
 /// Pages a GC thread claims at a time.
 const CLAIM: usize = 16;
 
@@ -161,19 +164,29 @@ unsafe fn sweep_page(
     if page.flags() & loam_heap::RUN_PENDING != 0
         || page.start() as usize != start
         || page.bitmap_words() != allocated.len()
+        || allocated.len() > MAX_WORDS
     {
         crate::collector::fatal("sweep: a snapshot page changed under the sweep");
     }
     let large = bs > loam_heap::SMALL_MAX;
+    // The marks, read once. Those of the snapshot's objects no longer
+    // change: the barrier marks only what a mutator can reach, and the
+    // snapshot's unmarked objects are unreachable.
+    let mut mark_buf = [0u64; MAX_WORDS];
+    let marks = &mut mark_buf[..allocated.len()];
+    for (m, w) in marks.iter_mut().zip(page.mark_words()) {
+        *m = w;
+    }
+    let marks = &*marks;
     // Every block marked: nothing to free, now or in any minor cycle (`OLD`).
     let cap = page.capacity();
-    let all_marked = (0..allocated.len()).all(|w| {
+    let all_marked = marks.iter().enumerate().all(|(w, &m)| {
         let mask = if (w + 1) * 64 <= cap {
             u64::MAX
         } else {
             (1u64 << (cap % 64)) - 1
         };
-        page.mark_word(w) & mask == mask
+        m & mask == mask
     });
     if all_marked {
         page.set_flags(OLD);
@@ -187,7 +200,7 @@ unsafe fn sweep_page(
         let (mut allocated_n, mut dead_n) = (0, 0);
         for (w, &a) in allocated.iter().enumerate() {
             allocated_n += a.count_ones() as usize;
-            dead_n += (a & !page.mark_word(w)).count_ones() as usize;
+            dead_n += (a & !marks[w]).count_ones() as usize;
         }
         if dead_n == page.capacity() && allocated_n == dead_n {
             return (bs, Some(dead_n));
@@ -197,7 +210,7 @@ unsafe fn sweep_page(
         if a == 0 {
             continue;
         }
-        let mut cand = a & !page.mark_word(w);
+        let mut cand = a & !marks[w];
         if cand == 0 {
             continue;
         }

@@ -372,15 +372,17 @@ fn torture(verify: bool, locks: bool) {
                         walks += 1;
                         m.mutate(|mc| walk(roots.iter().map(|r| r.get(mc))));
                     }
-                    // Two threads also force (full) cycles, so that even a
-                    // short run goes through a hundred or more; fewer
-                    // without locks, where paced cycles are minor ones.
+                    // Every thread also forces (full) cycles, each at its own
+                    // offset, so that even a short run goes through a hundred
+                    // or more however fast it allocates (requests that meet
+                    // share a cycle); fewer without locks, where paced
+                    // cycles are minor ones.
                     let every = if locks {
                         force_every()
                     } else {
                         4 * force_every()
                     };
-                    if t < 2 && step % every == every / 2 + t as usize * every / 4 {
+                    if step % every == t as usize * every / 4 {
                         m.collect();
                     }
                 }

@@ -71,7 +71,14 @@
 //! so it makes the next cycle full. Old garbage waits for a full cycle, which
 //! runs once old objects fill half the headroom the last one left, and on
 //! every `collect`. On binary-trees (3 MB live) this took the mark from 380
-//! to 50 ms over twelve runs and the pause p99 from 8 to 4 ms.
+//! to 50 ms over twelve runs and the pause p99 from 8 to 4 ms. Two more
+//! things keep a minor pause small when the old generation is large: a page
+//! whose every block is marked is flagged old by the sweep and left out of
+//! minor cycles' snapshots and sweeps until the next full cycle (nothing on
+//! it can change until then), and a minor cycle that at least doubles the
+//! old generation takes it for the live size instead of forcing a full cycle
+//! to measure it again. At binary-trees depth 21 (96 MB live) the minor
+//! pause went from about 4 ms to about 1.1 ms.
 //!
 //! Both live in the segment header (one slice each, resident only where
 //! touched). The header word also carries the owning runtime's id in its top

@@ -364,12 +364,12 @@ impl<'gc> Mutation<'gc> {
             // unmarked, does not free it, and no other sweep runs before the
             // next pause. Setting its mark bit meanwhile changes nothing the
             // sweep decides: it frees only unmarked objects of the pause's
-            // copy of the allocated bits, and `e` is not one. The load first
-            // spares old objects (the common store) an atomic write.
-            // SAFETY: `e` is allocated and its page live (above).
-            let old = unsafe { crate::mark::is_marked(e) };
-            // SAFETY: as above; a mark bit set outside the pause (above).
-            if !old && unsafe { crate::mark::mark(e) } {
+            // copy of the allocated bits, and `e` is not one. (`mark` loads
+            // the bit before it writes: an old object, the common store,
+            // costs no atomic write.)
+            // SAFETY: `e` is allocated and its page live (above); a mark bit
+            // set outside the pause is sound (above).
+            if unsafe { crate::mark::mark(e) } {
                 mutator.me.remembered.lock().push(e);
             }
         }

@@ -23,7 +23,12 @@ impl Default for Config {
             // forcing a cycle every few MiB. Measured on binary-trees depth
             // 16 (3 MB live), loam/Box time, 5 interleaved rounds, before
             // minor cycles: 4 MiB (Go's floor) 2.9x, 16 MiB 1.22-1.33x,
-            // 32 MiB 1.16x, 64 MiB no better (fresh pages fault in).
+            // 32 MiB 1.16x, 64 MiB no better (fresh pages fault in). Again
+            // after minor cycles and the inlined allocation path: 64 MiB
+            // halves the cycles and helps 2 threads (7 interleaved pairs,
+            // median 1.11x -> 0.92x), but 1 thread pinned (0.71x -> 0.82x)
+            // and 3 threads on 2 cores (0.89x -> 0.96x, max pause 10.2 ms
+            // from the larger snapshot) lose: not a clear win, so 32 MiB.
             min_heap: 32 << 20,
             trace: false,
             verify: false,

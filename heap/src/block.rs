@@ -101,13 +101,16 @@ const DEBUG_FILL: u8 = 0xDD;
 
 /// Called when the user gives block `p` of `size` bytes back: fills it in debug
 /// builds and poisons it for ASan. The link is written afterwards by the list.
+/// Also restores the fill of a free block whose words a message overwrote
+/// (a page run's header), so the block may be poisoned already.
 ///
 /// # Safety
-/// `p..p+size` is a block the caller has just freed.
+/// `p..p+size` is a block the caller has just freed, or a free block it owns.
 #[inline(always)]
 pub(crate) unsafe fn on_free(p: *mut u8, size: usize) {
     #[cfg(debug_assertions)]
     if size > 8 {
+        unpoison(p, size);
         // SAFETY: the block is `size` bytes and now ours; the link word is
         // left for the list.
         unsafe {

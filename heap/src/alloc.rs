@@ -67,15 +67,23 @@ pub(crate) fn alloc(size: usize, align: usize) -> *mut u8 {
 #[cold]
 #[inline(never)]
 pub(crate) fn alloc_class_with_page_slow(c: usize) -> (*mut u8, *mut crate::page::Page) {
-    let mut heap = current_heap();
-    if !is_live(heap) {
-        match thread_init() {
-            Some(h) => heap = h,
-            None => return (ptr::null_mut(), ptr::null_mut()),
-        }
-    }
+    let Some(heap) = own_heap() else {
+        return (ptr::null_mut(), ptr::null_mut());
+    };
     // SAFETY: a live heap in `HEAP` belongs to this thread.
     unsafe { (*heap).alloc_class_with_page(c) }
+}
+
+/// This thread's own heap, made on first use; `None` once the thread has
+/// exited or when no heap can be made (never the shared fallback heap).
+#[inline]
+fn own_heap() -> Option<*mut LocalHeap> {
+    let heap = current_heap();
+    if is_live(heap) {
+        Some(heap)
+    } else {
+        thread_init()
+    }
 }
 
 /// The current page of class `c` in this thread's heap and a block popped
@@ -99,13 +107,9 @@ pub(crate) fn alloc_class_fast(c: usize) -> Option<(*mut u8, *mut crate::page::P
 /// fallback heap has many threads.
 #[inline]
 pub(crate) fn alloc_with_page(size: usize, align: usize) -> (*mut u8, *mut crate::page::Page) {
-    let mut heap = current_heap();
-    if !is_live(heap) {
-        match thread_init() {
-            Some(h) => heap = h,
-            None => return (ptr::null_mut(), ptr::null_mut()),
-        }
-    }
+    let Some(heap) = own_heap() else {
+        return (ptr::null_mut(), ptr::null_mut());
+    };
     if size <= SMALL_MAX && align <= MIN_BLOCK {
         // SAFETY: a live heap in `HEAP` belongs to this thread.
         return unsafe { (*heap).alloc_class_with_page(class_of(size)) };

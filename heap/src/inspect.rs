@@ -253,13 +253,22 @@ impl AllocatedBit {
     /// `page` is the live page holding block `p`.
     #[inline(always)]
     pub(crate) unsafe fn of(page: *mut Page, p: *mut u8) -> AllocatedBit {
+        // SAFETY: live (caller); the index of a block of the page.
+        unsafe { AllocatedBit::at(page, (*page).block_index(p)) }
+    }
+
+    /// The bits of block `idx` of `page`.
+    ///
+    /// # Safety
+    /// `page` is a live page and `idx` the index of one of its blocks.
+    #[inline(always)]
+    unsafe fn at(page: *mut Page, idx: usize) -> AllocatedBit {
         // SAFETY: live (caller).
-        let pg = unsafe { &*page };
-        let idx = pg.block_index(p);
+        let start = unsafe { (*page).start };
         let seg = segment::segment_of(page.cast());
         // A page's first slice: block 0 starts at it (small and large pages
         // at the slice start, huge ones at a slice-aligned offset).
-        let slice = (pg.start - seg as usize) >> SLICE_SHIFT;
+        let slice = (start - seg as usize) >> SLICE_SHIFT;
         // SAFETY: the bitmaps of slice `slice` cover every block of the page
         // (see `PageRef::bitmap`); `idx / 64` is in range for it.
         unsafe {
@@ -281,18 +290,10 @@ impl AllocatedBit {
     #[inline(always)]
     unsafe fn of_class(page: *mut Page, p: *mut u8, recip: u64) -> AllocatedBit {
         // SAFETY: live (caller).
-        let start = unsafe { (*page).start };
-        let idx = (((p as usize - start) as u64 * recip) >> crate::size_class::RECIP_SHIFT) as usize;
-        let seg = segment::segment_of(page.cast());
-        let slice = (start - seg as usize) >> SLICE_SHIFT;
-        // SAFETY: as in `of`.
-        unsafe {
-            AllocatedBit {
-                alloc: Segment::alloc_words(seg, slice).add(idx / 64),
-                mark: Segment::mark_words(seg, slice).add(idx / 64),
-                bit: 1 << (idx % 64),
-            }
-        }
+        let offset = (p as usize - unsafe { (*page).start }) as u64;
+        let idx = ((offset * recip) >> crate::size_class::RECIP_SHIFT) as usize;
+        // SAFETY: `idx` is `p`'s index, `recip` being the page class's.
+        unsafe { AllocatedBit::at(page, idx) }
     }
 
     /// Clears the allocated bit (the owner taking the block back).

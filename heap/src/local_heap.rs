@@ -133,13 +133,8 @@ impl LocalHeap {
     /// As [`alloc_class`](Self::alloc_class), also returning the page.
     #[inline(always)]
     pub(crate) fn alloc_class_with_page(&mut self, c: usize) -> (*mut u8, *mut Page) {
-        let page = self.current[c];
-        if !page.is_null() {
-            // SAFETY: `current[c]` is a live page of ours (invariant).
-            let p = unsafe { (*page).try_alloc() };
-            if !p.is_null() {
-                return (p, page);
-            }
+        if let Some(hit) = self.alloc_class_fast(c) {
+            return hit;
         }
         let p = self.alloc_class_slow(c);
         if p.is_null() {

@@ -57,11 +57,10 @@ pub(crate) const RECIP_SHIFT: u32 = 40;
 /// with `e = RECIP[c] * size - 2^40 < size`, the rounding error is
 /// `offset * e / 2^40 < 2^20 * 2^17 / 2^40`, under one block.
 pub(crate) static RECIP: [u64; NUM_CLASSES] = {
-    let sizes = make_sizes();
     let mut r = [0u64; NUM_CLASSES];
     let mut c = 0;
     while c < NUM_CLASSES {
-        r[c] = (1u64 << RECIP_SHIFT).div_ceil(sizes[c] as u64);
+        r[c] = const_recip(c);
         c += 1;
     }
     r
@@ -236,9 +235,8 @@ mod tests {
                 assert_eq!(const_class(size, align), class_for_aligned(size, align), "size {size} align {align}");
             }
         }
-        for c in 0..NUM_CLASSES {
-            assert_eq!(const_class_size(c), CLASS_SIZE[c] as usize);
-            assert_eq!(const_recip(c), RECIP[c]);
+        for (c, &size) in CLASS_SIZE.iter().enumerate() {
+            assert_eq!(const_class_size(c), size as usize);
         }
         assert_eq!(const_class(SMALL_MAX + 1, 8), None);
     }

@@ -16,8 +16,6 @@ use crossbeam_utils::atomic::AtomicCell;
 use parking_lot::{RwLock, RwLockReadGuard};
 use std::fmt;
 
-/// The write barrier for a store of `_new` over `_old`: nothing to do while
-/// marking stops the world (see the module docs).
 /// The barrier of a store of `new` over `old` into a barrier cell. Minor
 /// cycles need the stored value's objects marked (or remembered): see
 /// [`Mutation::barrier_store`]. The old value is for concurrent marking
@@ -167,8 +165,8 @@ impl<T> GcLock<T> {
 }
 
 impl<T: Trace> GcLock<T> {
-    /// Runs `f` with exclusive access, through the write barrier (the old
-    /// contents are shaded before `f`, the new ones after).
+    /// Runs `f` with exclusive access, through the write barrier (which
+    /// makes the next cycle a full one: see the comment inside).
     pub fn write<R>(&self, mc: &Mutation<'_>, f: impl FnOnce(&mut T) -> R) -> R {
         let mut g = self.value.write();
         let r = f(&mut g);

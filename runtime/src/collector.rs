@@ -6,10 +6,13 @@
 //!    inside `mutate` to leave (mutators outside are blocked: they hold no
 //!    pointer the collector cannot see).
 //! 2. *Snapshot*: walk the heap's pages; for each with an allocated bit set,
-//!    clear its marks and copy its allocated bits for the sweep (objects
-//!    allocated after the pause are then not the sweep's business, so
-//!    mutators need not allocate black).
-//! 3. *Mark* in parallel from the mutators' and the global root tables.
+//!    clear its marks (full cycles only) and copy its allocated bits for the
+//!    sweep (objects allocated after the pause are then not the sweep's
+//!    business, so mutators need not allocate black). Minor cycles skip the
+//!    pages the sweep flagged old, and every cycle those with a page run out.
+//! 3. *Mark* from the mutators' and the global root tables (and, in a minor
+//!    cycle, the barrier's remembered objects): the coordinator alone while
+//!    the work is small, then in parallel.
 //! 4. Verify mode: re-mark single-threaded and abort if the marks differ.
 //! 5. *Weak*: clear weak cells whose target is unmarked.
 //! 6. *Resume*: lower the stop flag. Steps 1-6 are the pause.
@@ -179,14 +182,13 @@ impl Generations {
 /// What the pause records of the heap for the sweep.
 #[derive(Default)]
 struct Snapshot {
-    /// Start addresses of the pages holding an allocated object, tagged in
-    /// bit 0 when the page has a page run out (its owner may free and even
-    /// release it meanwhile, so the sweep must not touch it).
+    /// Start addresses of the pages to sweep: those holding an allocated
+    /// object and no page run out (a page with one may be freed and even
+    /// released by its owner meanwhile, so the sweep must not touch it).
     pages: Vec<usize>,
-    /// For each untagged page in order, the range of its allocated words in
-    /// `bits`.
+    /// For each page in order, the range of its allocated words in `bits`.
     ranges: Vec<(usize, usize)>,
-    /// The untagged pages' allocated words as of the pause. The sweep
+    /// The pages' allocated words as of the pause. The sweep
     /// frees `bits & !marked`: objects allocated after the pause are not in
     /// it, so mutators allocate white and need no atomic mark write.
     bits: Vec<u64>,
@@ -245,11 +247,10 @@ fn snapshot_pages(snap: &mut Snapshot, clear_marks: bool) {
                     return;
                 }
                 if pending {
-                    if p.allocated_words().any(|w| w != 0) {
-                        if clear_marks {
-                            p.clear_marks();
-                        }
-                        pages.push(p.start() as usize | 1);
+                    // Not swept this cycle, but marked: a full cycle clears
+                    // its marks like any other page's.
+                    if clear_marks && p.allocated_words().any(|w| w != 0) {
+                        p.clear_marks();
                     }
                     return;
                 }
@@ -401,14 +402,13 @@ fn cycle(
     // 7. Sweep.
     let sweep_start = Instant::now();
     let alone = RUNTIMES.load(Ordering::Relaxed) == 1;
-    let to_sweep: Vec<usize> = pages.iter().copied().filter(|p| p & 1 == 0).collect();
-    // SAFETY: the snapshot's pages without a run out, with their allocated
+    // SAFETY: the snapshot's pages (none with a run out), with their allocated
     // words as of the pause; marks complete; under the cycle lock (which also
     // keeps `alone` true throughout, see `RUNTIMES`).
     let swept = unsafe {
         sweep::parallel(
             pool,
-            &to_sweep,
+            pages,
             &snap.ranges,
             &snap.bits,
             shared.id,
@@ -531,7 +531,7 @@ fn verify(id: u16, pages: &[usize], roots: &[usize], marked_objects: u64, full: 
     // Every marked object must be reachable. Pages with a run out are left
     // out: blocked threads may take the run back and release the page even
     // now. The count above covers them.
-    for &start in pages.iter().filter(|&&p| p & 1 == 0) {
+    for &start in pages {
         // SAFETY: a snapshot page without a run out holds allocated objects
         // that only a sweep frees, so it is live.
         let page = unsafe { loam_heap::PageRef::of(start as *const u8) };

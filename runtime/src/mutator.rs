@@ -425,9 +425,14 @@ impl<'gc> Mutation<'gc> {
     #[inline(always)]
     pub fn try_alloc<T: Trace + 'gc>(&self, value: T) -> Result<Gc<'gc, T>, AllocError<T>> {
         let m = self.mutator();
-        let layout = Layout::new::<GcBox<T>>();
         // Blocks of 16 bytes or more: the sweep returns them in page runs.
-        let bytes = layout.size().max(16);
+        // An object that fits a size class (the common case) has its class
+        // found at compile time, and the heap's fast path inlined here.
+        let (bytes, align, class) = const {
+            let layout = Layout::new::<GcBox<T>>();
+            let bytes = if layout.size() < 16 { 16 } else { layout.size() };
+            (bytes, layout.align(), loam_heap::ObjectClass::of(bytes, layout.align()))
+        };
         // Tells the sweep to read this page's headers, for drop glue.
         let flags = if std::mem::needs_drop::<T>() {
             crate::sweep::HAS_DROP
@@ -435,31 +440,17 @@ impl<'gc> Mutation<'gc> {
             0
         };
         // Heap accounting is in blocks, so the sweep can count what it frees
-        // without reading headers. An object that fits a size class (the
-        // common case) has its class found at compile time, and the heap's
-        // fast path inlined here.
-        let class = const {
-            let layout = Layout::new::<GcBox<T>>();
-            let bytes = if layout.size() < 16 { 16 } else { layout.size() };
-            loam_heap::ObjectClass::of(bytes, layout.align())
+        // without reading headers.
+        let size = match class {
+            Some(class) => class.size(),
+            None => loam_heap::good_size(bytes, align),
         };
-        let (size, p, bit) = match class {
-            Some(class) => {
-                let size = class.size();
-                if !m.take_credit(size) {
-                    return Err(over_limit(m, value, size));
-                }
-                let (p, bit) = loam_heap::alloc_object_in(class, flags);
-                (size, p, bit)
-            }
-            None => {
-                let size = loam_heap::good_size(bytes, layout.align());
-                if !m.take_credit(size) {
-                    return Err(over_limit(m, value, size));
-                }
-                let (p, bit) = loam_heap::alloc_object(bytes, layout.align(), flags);
-                (size, p, bit)
-            }
+        if !m.take_credit(size) {
+            return Err(over_limit(m, value, size));
+        }
+        let (p, bit) = match class {
+            Some(class) => loam_heap::alloc_object_in(class, flags),
+            None => loam_heap::alloc_object(bytes, align, flags),
         };
         let Some(bit) = bit else {
             return Err(out_of_memory(m, value, size));

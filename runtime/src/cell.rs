@@ -4,26 +4,28 @@
 //! Every write takes the `&Mutation<'gc>` of the call, which is where the
 //! write barrier lives, and no write can go around it (an object is only
 //! ever reached through `&T`, and `Cell`, `RefCell` and locks of
-//! non-`'static` data are not `Trace`). The mark itself stops the world, so
-//! the barrier serves minor cycles: a [`GcCell`] store marks the objects it
-//! stores and remembers the newly marked ones (an old object may now point
-//! to them); a [`GcLock`] write makes the next cycle a full one. When marking
-//! turns concurrent the barrier also shades the old value here.
+//! non-`'static` data are not `Trace`). Between marks the barrier serves
+//! minor cycles: a [`GcCell`] store marks the objects it stores and
+//! remembers the newly marked ones (an old object may now point to them); a
+//! [`GcLock`] write makes the next cycle a full one. During a concurrent
+//! mark it keeps the snapshot: a [`GcCell`] store shades the old value and
+//! the new one, a [`GcLock`] write shades the old contents (once per mark)
+//! before it writes. Both cells are also what makes a concurrent mark free
+//! of data races: a marker reads a `GcCell` atomically and a `GcLock` under
+//! its lock.
 
 use crate::mutator::Mutation;
 use crate::trace::{Trace, Tracer};
 use crossbeam_utils::atomic::AtomicCell;
 use parking_lot::{RwLock, RwLockReadGuard};
 use std::fmt;
+use std::sync::atomic::{AtomicU32, Ordering};
 
-/// The barrier of a store of `new` over `old` into a barrier cell. Minor
-/// cycles need the stored value's objects marked (or remembered): see
-/// [`Mutation::barrier_store`]. The old value is for concurrent marking
-/// (snapshot-at-the-beginning shades it), which the stop-the-world mark does
-/// not need yet.
+/// The barrier of a store of `new` over `old` into a barrier cell: see
+/// [`Mutation::barrier_store`].
 #[inline(always)]
-fn barrier<T: Trace + ?Sized>(mc: &Mutation<'_>, _old: &T, new: &T) {
-    mc.barrier_store(new);
+fn barrier<T: Trace + ?Sized>(mc: &Mutation<'_>, old: &T, new: &T) {
+    mc.barrier_store(old, new);
 }
 
 /// A `Copy` value an object can change in place, such as
@@ -143,6 +145,10 @@ unsafe impl<T: Copy + Trace> Trace for GcCell<T> {
 /// ```
 pub struct GcLock<T> {
     value: RwLock<T>,
+    /// The concurrent mark whose snapshot this lock's contents were last
+    /// shaded for (0: none yet): a write shades them once per mark, not
+    /// once per write (a list's pushes would each cost its length).
+    shaded: AtomicU32,
 }
 
 impl<T> GcLock<T> {
@@ -150,6 +156,7 @@ impl<T> GcLock<T> {
     pub const fn new(value: T) -> Self {
         GcLock {
             value: RwLock::new(value),
+            shaded: AtomicU32::new(0),
         }
     }
 
@@ -169,6 +176,15 @@ impl<T: Trace> GcLock<T> {
     /// makes the next cycle a full one: see the comment inside).
     pub fn write<R>(&self, mc: &Mutation<'_>, f: impl FnOnce(&mut T) -> R) -> R {
         let mut g = self.value.write();
+        let epoch = mc.marking();
+        // A concurrent mark is under way: the snapshot needs whatever the
+        // contents point to now, before `f` may drop it. Under the write
+        // lock, so no other writer slips in between; a marker reads the
+        // contents under the read lock, so it sees them before or after.
+        if T::NEEDS_TRACE && epoch != 0 && self.shaded.load(Ordering::Relaxed) != epoch {
+            mc.shade(&*g);
+            self.shaded.store(epoch, Ordering::Relaxed);
+        }
         let r = f(&mut g);
         // Marking what `f` stored would take a walk of the whole contents
         // per write (a list's push would cost its length), and the lock's
@@ -198,11 +214,10 @@ impl<T: Default> Default for GcLock<T> {
     }
 }
 
-// SAFETY: traces the current contents under a read lock (1, 2). No writer
-// can hold the lock while the collector traces: writers need a `Mutation`,
-// which exists only inside `mutate`, and marking runs with every mutator
-// outside it (a write guard cannot outlive the `write` call). Needs tracing
-// when `T` does (3); no `Drop` of its own (4).
+// SAFETY: traces the current contents under a read lock (1, 2): a writer
+// holding the lock makes a concurrent marker wait, never race. (A writer
+// cannot wait for the marker in turn: nothing inside `mutate` waits for a
+// mark to end.) Needs tracing when `T` does (3); no `Drop` of its own (4).
 unsafe impl<T: Trace> Trace for GcLock<T> {
     const NEEDS_TRACE: bool = T::NEEDS_TRACE;
 

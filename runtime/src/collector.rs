@@ -8,14 +8,23 @@
 //! 2. *Snapshot*: walk the heap's pages; for each with an allocated bit set,
 //!    clear its marks (full cycles only) and copy its allocated bits for the
 //!    sweep (objects allocated after the pause are then not the sweep's
-//!    business, so mutators need not allocate black). Minor cycles skip the
-//!    pages the sweep flagged old, and every cycle those with a page run out.
+//!    business). Minor cycles skip the pages the sweep flagged old, and
+//!    every cycle those with a page run out.
 //! 3. *Mark* from the mutators' and the global root tables (and, in a minor
 //!    cycle, the barrier's remembered objects): the coordinator alone while
-//!    the work is small, then in parallel.
-//! 4. Verify mode: re-mark single-threaded and abort if the marks differ.
+//!    the work is small, then in parallel, until done or until the pause
+//!    budget is spent. In the second case:
+//!    - *Concurrent mark*: set `marking`, resume the mutators (they now
+//!      shade through the barriers and allocate black, see `lib.rs`), and
+//!      trace on from the gray objects the pause left, and from what the
+//!      barriers shade, until no work is left;
+//!    - *Stop again* and trace what the barriers shaded since; clear
+//!      `marking`.
+//! 4. Verify mode: re-mark single-threaded from the roots as they are now
+//!    and abort if a reachable object is unmarked (after a mark with the
+//!    world stopped throughout, also if the marks cover more).
 //! 5. *Weak*: clear weak cells whose target is unmarked.
-//! 6. *Resume*: lower the stop flag. Steps 1-6 are the pause.
+//! 6. *Resume*: lower the stop flag. From the last stop to here is a pause.
 //! 7. *Sweep* the snapshot pages in parallel, mutators running.
 //!
 //! The side bitmaps belong to the heap's pages, which every runtime in the
@@ -23,6 +32,7 @@
 //! a cycle clears marks that another runtime's objects carry too.
 
 use crate::mark;
+use crate::mutator::MutatorShared;
 use crate::runtime::{release_id, Phase, Shared};
 use crate::stats::CycleEvent;
 use crate::sweep;
@@ -284,6 +294,60 @@ fn mb(b: usize) -> f64 {
     b as f64 / (1 << 20) as f64
 }
 
+/// Rounds of marking what the barriers shaded, with the mutators running,
+/// before the last pause takes the rest.
+const SHADED_ROUNDS: usize = 4;
+
+/// Shaded objects few enough for the last pause to trace at once.
+const SHADED_IN_PAUSE: usize = 1024;
+
+/// Moves what `queue` holds into `out`.
+fn drain(queue: &crossbeam_deque::Injector<usize>, out: &mut Vec<usize>) {
+    loop {
+        match queue.steal() {
+            crossbeam_deque::Steal::Success(x) => out.push(x),
+            crossbeam_deque::Steal::Retry => {}
+            crossbeam_deque::Steal::Empty => return,
+        }
+    }
+}
+
+/// Raises the stop flag and waits for every mutator inside `mutate` to
+/// leave; returns the mutators. With `gone`, first forgets the mutators
+/// that are gone (detached, no root left), taking their remembered objects
+/// into it.
+fn stop_world(shared: &Shared, gone: Option<&mut Vec<usize>>) -> Vec<Arc<MutatorShared>> {
+    shared.handshake.raise();
+    let mutators = {
+        let mut list = shared.mutators.lock();
+        if let Some(remembered) = gone {
+            list.retain(|m| {
+                let gone = m.detached.load(Ordering::Acquire) && Arc::strong_count(m) == 1;
+                if gone {
+                    remembered.append(&mut m.remembered.lock());
+                }
+                !gone
+            });
+        }
+        list.clone()
+    };
+    for m in &mutators {
+        shared.handshake.wait_outside(&m.slot);
+    }
+    mutators
+}
+
+/// The roots as of now (world stopped): every mutator's table and the
+/// global one.
+fn roots_of(shared: &Shared, mutators: &[Arc<MutatorShared>]) -> Vec<usize> {
+    let mut roots = Vec::new();
+    for m in mutators {
+        roots.extend(m.roots.lock().live());
+    }
+    roots.extend(shared.globals.lock().live());
+    roots
+}
+
 fn cycle(
     shared: &Shared,
     pool: &ThreadPool,
@@ -300,23 +364,10 @@ fn cycle(
     let start = Instant::now();
 
     // 1. Stop.
-    shared.handshake.raise();
     let mut remembered = Vec::new();
-    let mutators = {
-        let mut list = shared.mutators.lock();
-        list.retain(|m| {
-            let gone = m.detached.load(Ordering::Acquire) && Arc::strong_count(m) == 1;
-            if gone {
-                remembered.append(&mut m.remembered.lock());
-            }
-            !gone
-        });
-        list.clone()
-    };
-    for m in &mutators {
-        shared.handshake.wait_outside(&m.slot);
-    }
-    let stop_time = start.elapsed();
+    let mutators = stop_world(shared, Some(&mut remembered));
+    let mut stop_time = start.elapsed();
+    // Only now: until every mutator left, the barrier could add to these.
     for m in &mutators {
         remembered.append(&mut m.remembered.lock());
     }
@@ -330,18 +381,23 @@ fn cycle(
     // What the heap holds as the world stops: the sweep below frees from
     // this, while the mutators allocate on top of it.
     let heap_at_stop = shared.heap_used.load(Ordering::Relaxed);
+    let weak_at_stop = shared.weak.lock().len();
 
     // 2. Snapshot.
+    let snap_start = Instant::now();
     snapshot_pages(snap, full);
-    let pages = &snap.pages;
+    let snap_time = snap_start.elapsed();
 
-    // 3. Mark.
-    let mut roots = Vec::new();
-    for m in &mutators {
-        roots.extend(m.roots.lock().live());
-    }
-    roots.extend(shared.globals.lock().live());
+    // 3. Mark, in the pause up to its budget.
+    let mut roots = roots_of(shared, &mutators);
     let mark_start = Instant::now();
+    // The budget counts from the stop: a large heap's snapshot takes
+    // milliseconds of it (4 to 7 ms at binary-trees depth 21).
+    let deadline = shared
+        .config
+        .concurrent
+        .then(|| start + stop_time + shared.config.mark_pause_budget);
+    let mut gray = Vec::new();
     // In a full cycle the snapshot cleared the marks of every page with an
     // object; in a minor one every object a marked object points to is
     // marked or in `remembered` (the barrier and the last cycle saw to it).
@@ -349,18 +405,96 @@ fn cycle(
     // cycle's sweep frees again, so they are allocated.
     // SAFETY: world stopped; the marks invariant above; roots and
     // remembered objects are allocated objects of this runtime.
-    let marked = unsafe { mark::parallel(pool, &roots, &remembered) };
-    let mark_time = mark_start.elapsed();
+    let mut marked = unsafe {
+        mark::parallel(
+            pool,
+            &roots,
+            &remembered,
+            mark::Limits {
+                concurrent: false,
+                deadline,
+            },
+            &mut gray,
+        )
+    };
+    let mut mark_time = mark_start.elapsed();
+    let mut mark_start_pause = start.elapsed() - stop_time;
+    let mut mark_end_pause = Duration::ZERO;
+    let mut end_start = None;
+    let mut concurrent_mark = Duration::ZERO;
+    let concurrent = !gray.is_empty();
+    if concurrent {
+        // 3b. Mark on with the mutators running. From the resume on, every
+        // `mutate` call shades what its barriers overwrite and store, and
+        // what its weak upgrades hand out; the markers trace those too.
+        let epoch = shared.mark_epoch.load(Ordering::Relaxed).wrapping_add(1).max(1);
+        shared.mark_epoch.store(epoch, Ordering::Relaxed);
+        shared.marking.store(true, Ordering::Relaxed);
+        shared.control.lock().phase = Phase::Mark;
+        // Read the clock before resuming (here and below): the woken
+        // mutators may take both cores before this thread reads it again
+        // (a scheduler slice, 4 ms, counted as pause before this).
+        mark_start_pause = start.elapsed() - stop_time;
+        shared.handshake.resume();
+        let conc_start = Instant::now();
+        let mut rest = Vec::new();
+        let concurrently = mark::Limits {
+            concurrent: true,
+            deadline: None,
+        };
+        // SAFETY: `gray` holds marked, allocated objects the pause did not
+        // trace; no sweep runs until this cycle's; mutators run behind the
+        // snapshot barrier.
+        marked.add(unsafe { mark::parallel(pool, &[], &gray, concurrently, &mut rest) });
+        // Then what the barriers shaded meanwhile, in rounds, each a batch
+        // taken whole: the rounds end however fast the mutators shade (one
+        // mark that also drained the queue as it went could be kept busy
+        // for ever), and the last pause takes what the last one left.
+        let mut shaded = Vec::new();
+        for _ in 0..SHADED_ROUNDS {
+            drain(&shared.gray, &mut shaded);
+            if shaded.len() <= SHADED_IN_PAUSE {
+                break;
+            }
+            let batch = std::mem::take(&mut shaded);
+            // SAFETY: shaded objects are marked and allocated; as above.
+            marked.add(unsafe { mark::parallel(pool, &[], &batch, concurrently, &mut rest) });
+        }
+        concurrent_mark = conc_start.elapsed();
+
+        // 3c. Stop again and trace what the barriers shaded since the
+        // markers last looked.
+        let stop2 = Instant::now();
+        shared.control.lock().phase = Phase::Pause;
+        let mutators = stop_world(shared, None);
+        let stop2_time = stop2.elapsed();
+        stop_time += stop2_time;
+        let end = Instant::now();
+        end_start = Some(end);
+        shared.marking.store(false, Ordering::Relaxed);
+        drain(&shared.gray, &mut shaded);
+        let m2_start = Instant::now();
+        // SAFETY: world stopped; shaded objects are marked and allocated.
+        let m = unsafe { mark::parallel(pool, &[], &shaded, mark::Limits::default(), &mut rest) };
+        debug_assert!(rest.is_empty());
+        marked.add(m);
+        mark_time += conc_start.elapsed() - stop2_time - (m2_start - end);
+        // The roots verify mode checks against: those of the world as it
+        // stands now.
+        if shared.config.verify {
+            roots = roots_of(shared, &mutators);
+        }
+    }
 
     // 4. Verify.
     if shared.config.verify {
-        verify(shared.id, pages, &roots, marked.objects, full);
+        verify(shared.id, snap, &roots, marked.objects, full, concurrent);
     }
 
     // 5. Weak references.
     // SAFETY: weak cells and their targets are this runtime's allocated
     // objects; the world is stopped.
-    mark_weak(shared);
+    mark_weak(shared, weak_at_stop);
 
     // 6. Resume.
     if full {
@@ -382,23 +516,27 @@ fn cycle(
     }
     let goal = gen.goal;
     // Until the sweep has taken its garbage off `heap_used`, the trigger
-    // counts from the heap as it stopped: the next cycle starts when
-    // `goal - live` bytes were allocated since the stop, as it will after
-    // the sweep. (Setting `goal` itself here started a second cycle at once
-    // whenever mutators allocated during the sweep: half the cycles on
-    // binary-trees were such.)
+    // counts from the heap as the mark ended: the next cycle starts when
+    // `goal - live` bytes were allocated since, as it will after the sweep.
+    // (Setting `goal` itself here started a second cycle at once whenever
+    // mutators allocated during the sweep: half the cycles on binary-trees
+    // were such.)
+    let heap_at_end = shared.heap_used.load(Ordering::Relaxed);
     shared.next_goal.store(
-        heap_at_stop.saturating_add(goal.saturating_sub(gen.old)),
+        heap_at_end.saturating_add(goal.saturating_sub(gen.old)),
         Ordering::Relaxed,
     );
     shared.control.lock().phase = Phase::Sweep;
+    // A pause is a stopped world: from the last mutator's leaving to the
+    // resume. Waiting for the mutators to leave is reported apart, as
+    // `stop`: they run meanwhile, and a mutator that enters during it waits
+    // that long at most.
+    match end_start {
+        Some(end) => mark_end_pause = end.elapsed(),
+        None => mark_start_pause = start.elapsed() - stop_time,
+    }
     shared.handshake.resume();
-    // The pause is the stopped world: from the last mutator's leaving to
-    // the resume (the issue's "pause = the mark"). Waiting for the mutators
-    // to leave is reported apart, as `stop`: they run meanwhile, and a
-    // mutator that enters during it waits that long at most.
-    let pause = start.elapsed() - stop_time;
-
+    let pause = mark_start_pause + mark_end_pause;
     // 7. Sweep.
     let sweep_start = Instant::now();
     let alone = RUNTIMES.load(Ordering::Relaxed) == 1;
@@ -408,7 +546,7 @@ fn cycle(
     let swept = unsafe {
         sweep::parallel(
             pool,
-            pages,
+            &snap.pages,
             &snap.ranges,
             &snap.bits,
             shared.id,
@@ -430,8 +568,10 @@ fn cycle(
     // never meets the unswept count): the trigger is the goal itself.
     shared.next_goal.store(goal, Ordering::Relaxed);
     // Everything the stopped heap held and the sweep left is marked: old.
-    // (`heap_used` counts whole allocation chunks, so this is high by the
-    // mutators' unused credit, at most 64 KiB each.)
+    // (Less what a concurrent mark left unreachable on pages it did not
+    // sweep, and plus the objects allocated during it that it reached:
+    // both small. `heap_used` counts whole allocation chunks, so this is
+    // high by the mutators' unused credit, at most 64 KiB each.)
     if !full {
         gen.old = heap_at_stop.saturating_sub(swept.bytes);
     }
@@ -440,7 +580,11 @@ fn cycle(
         let mut stats = shared.stats.lock();
         stats.cycles += 1;
         stats.minor_cycles += u64::from(!full);
-        stats.pauses.record(pause);
+        stats.pauses.record(mark_start_pause);
+        if concurrent {
+            stats.pauses.record(mark_end_pause);
+            stats.concurrent_cycles += 1;
+        }
         stats.mark_time += mark_time;
         stats.sweep_time += sweep_time;
         stats.bytes_marked += marked.bytes as u64;
@@ -453,8 +597,11 @@ fn cycle(
             forced,
             minor: !full,
             pause,
+            mark_start_pause,
+            mark_end_pause,
             stop: stop_time,
             mark: mark_time,
+            concurrent_mark,
             sweep: sweep_time,
             heap_before,
             heap_after,
@@ -470,14 +617,25 @@ fn cycle(
     };
     if shared.config.trace {
         eprintln!(
-            "gc {} {} @{:.3}s: pause {:.3} ms (stop {:.3}, mark {:.3}), sweep {:.3} ms, \
+            "gc {} {} @{:.3}s: pause {:.3}{} ms (stop {:.3}, snapshot {:.3}, mark {:.3}{}), sweep {:.3} ms, \
              {:.1}->{:.1} MB, {:.1} MB marked, {:.1} MB old, {} MB goal, {} objects freed, {} T{}",
             event.cycle,
             if full { "full" } else { "minor" },
             shared.started.elapsed().as_secs_f64(),
-            ms(pause),
+            ms(mark_start_pause),
+            if concurrent {
+                format!("+{:.3}", ms(mark_end_pause))
+            } else {
+                String::new()
+            },
             ms(stop_time),
+            ms(snap_time),
             ms(mark_time),
+            if concurrent {
+                format!(", {:.3} concurrent", ms(concurrent_mark))
+            } else {
+                String::new()
+            },
             ms(sweep_time),
             mb(heap_before),
             mb(heap_after),
@@ -498,19 +656,57 @@ fn cycle(
     }
 }
 
-fn mark_weak(shared: &Shared) {
+/// Clears the weak cells of the first `upto` (those registered as the mark
+/// began) whose target is unmarked (see `weak::process`).
+fn mark_weak(shared: &Shared, upto: usize) {
     let mut cells = shared.weak.lock();
     // SAFETY: every registered cell, and every nonzero target, is an
     // allocated object of this runtime (cells are forgotten once unmarked,
     // targets cleared once unmarked); the world is stopped.
-    crate::weak::process(&mut cells, |addr| unsafe { mark::is_marked(addr) });
+    crate::weak::process(&mut cells, upto, |addr| unsafe { mark::is_marked(addr) });
 }
 
 /// Verify mode: the parallel marks must equal a single-threaded re-mark
 /// (in a minor cycle, cover it: old garbage stays marked).
-fn verify(id: u16, pages: &[usize], roots: &[usize], marked_objects: u64, full: bool) {
+fn verify(
+    id: u16,
+    snap: &Snapshot,
+    roots: &[usize],
+    marked_objects: u64,
+    full: bool,
+    concurrent: bool,
+) {
     // SAFETY: world stopped, mark complete.
     let reachable = unsafe { mark::reachable(roots) };
+    if concurrent {
+        // Objects allocated during the mark may be unmarked (they are not
+        // the sweep's), and garbage made during it may float marked: what
+        // must hold is that the sweep frees nothing reachable, that is,
+        // that every reachable object in its copy of the allocated bits is
+        // marked.
+        let mut index: Vec<(usize, usize)> = snap
+            .pages
+            .iter()
+            .zip(&snap.ranges)
+            .map(|(&p, &(from, _))| (p, from))
+            .collect();
+        index.sort_unstable();
+        for &addr in &reachable {
+            // SAFETY: reachable, so allocated, and its page live.
+            let page = unsafe { loam_heap::PageRef::of(addr as *const u8) };
+            let Ok(i) = index.binary_search_by_key(&(page.start() as usize), |&(p, _)| p) else {
+                continue;
+            };
+            let b = page.block_index(addr as *const u8);
+            let swept = snap.bits[index[i].1 + b / 64] >> (b % 64) & 1 != 0;
+            if swept && !page.is_marked(b) {
+                fatal(&format!(
+                    "verify: reachable object {addr:#x} was not marked by the concurrent mark"
+                ));
+            }
+        }
+        return;
+    }
     for &addr in &reachable {
         // SAFETY: reachable, so allocated.
         if !unsafe { mark::is_marked(addr) } {
@@ -531,7 +727,7 @@ fn verify(id: u16, pages: &[usize], roots: &[usize], marked_objects: u64, full: 
     // Every marked object must be reachable. Pages with a run out are left
     // out: blocked threads may take the run back and release the page even
     // now. The count above covers them.
-    for &start in pages {
+    for &start in &snap.pages {
         // SAFETY: a snapshot page without a run out holds allocated objects
         // that only a sweep frees, so it is live.
         let page = unsafe { loam_heap::PageRef::of(start as *const u8) };

@@ -2,8 +2,9 @@
 //! collector.
 //!
 //! A managed heap on `loam-heap`'s pages, with sound rooting enforced by the
-//! borrow checker, dedicated GC threads that mark in parallel with the
-//! mutators stopped, and a concurrent parallel sweep that hands free blocks
+//! borrow checker, dedicated GC threads that mark in parallel (in a short
+//! pause, and past its budget concurrently with the mutators, behind a
+//! snapshot barrier), and a concurrent parallel sweep that hands free blocks
 //! back to their owning threads. This header is the design and its reasons;
 //! each module's docs hold the details (`handshake`, `mark`, `sweep`,
 //! `collector`, `weak`).
@@ -127,7 +128,7 @@
 //!   `impl Drop` on a traced type (a destructor could reach an object the same
 //!   sweep already freed) unless the type opts in with an unsafe attribute.
 //!
-//! # Collector: stop-the-world parallel mark, concurrent parallel sweep
+//! # Collector: parallel mark, concurrent past a pause budget; concurrent sweep
 //! 1. A cycle starts when the managed heap exceeds the goal, `gc_percent`
 //!    over the last live size (never below the minimum heap), or on
 //!    `collect()`. Mutators take heap budget in 64 KiB chunks, so pacing and
@@ -137,8 +138,27 @@
 //!    blocked by construction: the collector reads their root tables.
 //! 3. GC threads mark in parallel: crossbeam-deque work stealing over
 //!    explicit mark stacks (a 10,000,000-node list overflows nothing).
+//!    A mark that outlasts the pause budget (2 ms by default) goes on
+//!    concurrently: the mutators resume, every `mutate` call that begins
+//!    then sees `marking` and runs the barrier cells as a snapshot barrier
+//!    (a store shades the value it overwrites, and the one it stores; a
+//!    `GcLock` write shades the old contents once per mark; a weak upgrade
+//!    shades its target). The markers trace from the pause's gray objects,
+//!    then from what the barriers shaded, in a few rounds; then the world
+//!    stops again, briefly, for the rest. Why this is enough: at a
+//!    safepoint no mutator holds an unrooted pointer, so the roots the
+//!    first pause copied are the whole snapshot; an object reachable then
+//!    is marked unless its last path is cut first, and every cut goes
+//!    through a barrier that shades it; what a mutator reaches otherwise was
+//!    allocated since (not in the sweep's copy of the allocated bits, so
+//!    never freed by this cycle) or handed out by an upgrade (shaded).
+//!    Objects are allocated white: black allocation would count all that a
+//!    long mark sees allocated as old, and at binary-trees depth 21 turned
+//!    every later cycle full. A marker reads objects the mutators may be
+//!    using without a data race: after allocation an object changes only
+//!    through the barrier cells, read atomically or under their lock.
 //! 4. Weak cells with unmarked targets are cleared; mutators resume; this is
-//!    the end of the pause, and it is measured.
+//!    the end of the (last) pause. Each pause is measured.
 //! 5. GC threads sweep each page (`allocated & !marked`, from the pause's
 //!    copy of the allocated bits), run the dead objects' drop glue and send
 //!    each page's dead blocks to the owning thread heap as one page run
@@ -159,8 +179,11 @@
 //! after dropping roots succeeds. A `mutate` call cannot be interrupted by a
 //! collection (that is the rooting design), so that is where it can happen.
 //!
-//! The next issue makes step 3 concurrent behind a snapshot barrier: the
-//! barrier cells already take the `&Mutation` every write goes through.
+//! Why the pause budget rather than always concurrent: a concurrent mark
+//! costs a second stop, which waits for every `mutate` call under way to
+//! return, and most minor cycles mark in well under a millisecond. Both
+//! pauses still wait for `mutate` calls to return, so a mutator that stays
+//! inside one for long delays a cycle's start (not its pauses).
 
 // Lets `#[derive(Trace)]`, whose output names `::loam_runtime`, be used inside
 // this crate too.
@@ -173,6 +196,8 @@ macro_rules! not_under_loom {
 }
 
 mod handshake;
+#[cfg(all(test, loom))]
+mod snapshot_model;
 mod trace;
 
 not_under_loom! {

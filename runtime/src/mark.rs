@@ -13,7 +13,20 @@
 //! then watches the queues; it rejoins if any has work, and stops once
 //! `active` is zero. Work is only ever pushed by an active thread, which
 //! checks the queues again after it goes idle, so when `active` reads zero
-//! every queue is empty for good.
+//! every queue is empty for good. (In a concurrent mark the mutators'
+//! barriers shade too, into the runtime's `gray` queue, which is not one of
+//! these: the collector hands it to later marks, see `collector.rs`.)
+//!
+//! A mark may be given a deadline (the first pause's budget): past it, every
+//! thread stops and hands back what its deque still holds, gray objects the
+//! concurrent phase goes on from.
+//!
+//! Marking with the mutators running reads objects they may be using. That
+//! is sound because an object changes after its allocation only through the
+//! barrier cells, whose `Trace` reads them atomically (`GcCell`) or under
+//! their lock (`GcLock`); every other field is immutable once the object is
+//! published, and the markers reach a new object only through a cell or a
+//! root table, both of which publish with release ordering.
 
 use crate::gc::{header_of, is_freed};
 use crate::trace::Tracer;
@@ -21,7 +34,8 @@ use crossbeam_deque::{Injector, Steal, Stealer, Worker};
 use loam_threadpool::ThreadPool;
 use parking_lot::Mutex;
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Instant;
 
 /// Sets the mark bit of the object at `addr`; true if this call set it.
 ///
@@ -43,6 +57,20 @@ pub(crate) unsafe fn is_marked(addr: usize) -> bool {
     page.is_marked(page.block_index(addr as *const u8))
 }
 
+/// Shades the object at `addr` for a concurrent mark: marks it and, if this
+/// call set the mark, queues it in `gray` for the markers to trace (the
+/// barriers and weak upgrades of mutators, while the mark runs).
+///
+/// # Safety
+/// As [`mark`].
+#[inline]
+pub(crate) unsafe fn shade(gray: &Injector<usize>, addr: usize) {
+    // SAFETY: as the caller's.
+    if unsafe { mark(addr) } {
+        gray.push(addr);
+    }
+}
+
 /// Objects the calling thread traces alone before [`parallel`] wakes the
 /// GC threads.
 const SERIAL_BUDGET: usize = 4096;
@@ -54,11 +82,19 @@ pub(crate) struct Marked {
     pub(crate) objects: u64,
 }
 
+impl Marked {
+    /// Adds what another part of the same mark found.
+    pub(crate) fn add(&mut self, other: Marked) {
+        self.bytes += other.bytes;
+        self.objects += other.objects;
+    }
+}
+
 /// Traces the object at `addr` (already marked), marking and pushing what it
 /// points to.
 ///
 /// # Safety
-/// `addr` is an allocated, marked managed object; the world is stopped.
+/// `addr` is an allocated, marked managed object; no sweep runs.
 #[inline]
 unsafe fn scan(addr: usize, tracer: &mut Tracer, out: &mut Marked, mut push: impl FnMut(usize)) {
     // SAFETY: allocated (caller).
@@ -71,8 +107,9 @@ unsafe fn scan(addr: usize, tracer: &mut Tracer, out: &mut Marked, mut push: imp
     out.bytes += desc.size;
     out.objects += 1;
     if let Some(trace) = desc.trace {
-        // SAFETY: a live object of the descriptor's type; the world is
-        // stopped, so nothing changes it meanwhile.
+        // SAFETY: a live object of the descriptor's type. Mutators running
+        // meanwhile change it only through barrier cells, which trace
+        // without a data race (module docs).
         unsafe { trace(addr as *const u8, tracer) };
         for &e in tracer.edges() {
             // SAFETY: an edge of a live object is an allocated object
@@ -86,15 +123,34 @@ unsafe fn scan(addr: usize, tracer: &mut Tracer, out: &mut Marked, mut push: imp
     }
 }
 
+/// How a [`parallel`] mark runs, and when it must stop.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct Limits {
+    /// The mutators run: go to the GC threads at once (the calling
+    /// thread's core is theirs now).
+    pub(crate) concurrent: bool,
+    /// Stop here, leaving the rest in `leftover`.
+    pub(crate) deadline: Option<Instant>,
+}
+
 /// Marks everything reachable from `roots` on the threads of `pool`, and
 /// traces what the `remembered` objects point to (marking them too, should
-/// another runtime's full cycle have cleared their marks).
+/// another runtime's full cycle have cleared their marks). Past
+/// `limits.deadline`, stops and appends the gray objects still untraced to
+/// `leftover` (they are marked; pass them back as `remembered`).
 ///
 /// # Safety
-/// The world is stopped; `roots` and `remembered` are allocated objects of
-/// this runtime; every object a marked object of this runtime points to is
-/// marked or remembered (in a full cycle: no object is marked).
-pub(crate) unsafe fn parallel(pool: &ThreadPool, roots: &[usize], remembered: &[usize]) -> Marked {
+/// No sweep runs; `roots` and `remembered` are allocated objects of this
+/// runtime; every object a marked object of this runtime points to is
+/// marked or remembered (in a full cycle: no object is marked). If the
+/// mutators run, they run behind the snapshot barrier.
+pub(crate) unsafe fn parallel(
+    pool: &ThreadPool,
+    roots: &[usize],
+    remembered: &[usize],
+    limits: Limits,
+    leftover: &mut Vec<usize>,
+) -> Marked {
     let mut gray = Vec::new();
     for &r in roots {
         // SAFETY: roots are allocated (caller).
@@ -114,15 +170,27 @@ pub(crate) unsafe fn parallel(pool: &ThreadPool, roots: &[usize], remembered: &[
     // 0.1 ms a pause: binary-trees' pause p50 went from 0.26 to 0.15 ms.)
     let mut out = Marked::default();
     let mut tracer = Tracer::new();
+    let expired = |d: Option<Instant>| d.is_some_and(|d| Instant::now() >= d);
     let mut budget = SERIAL_BUDGET;
+    if limits.concurrent {
+        budget = 0;
+    }
     while budget > 0 {
+        if budget % 256 == 0 && expired(limits.deadline) {
+            leftover.append(&mut gray);
+            return out;
+        }
         let Some(addr) = gray.pop() else {
             return out;
         };
-        // SAFETY: gray objects are marked and allocated; the world is
-        // stopped (caller).
+        // SAFETY: gray objects are marked and allocated; no sweep runs
+        // (caller).
         unsafe { scan(addr, &mut tracer, &mut out, |e| gray.push(e)) };
         budget -= 1;
+    }
+    if expired(limits.deadline) {
+        leftover.append(&mut gray);
+        return out;
     }
     let injector = Injector::new();
     for r in gray {
@@ -134,28 +202,57 @@ pub(crate) unsafe fn parallel(pool: &ThreadPool, roots: &[usize], remembered: &[
     let slots: Vec<Mutex<Option<Worker<usize>>>> =
         workers.into_iter().map(|w| Mutex::new(Some(w))).collect();
     let active = AtomicUsize::new(n);
+    let stop = AtomicBool::new(false);
+    let left = Mutex::new(std::mem::take(leftover));
     let results = pool.broadcast(|ctx| {
         let me = ctx.index();
         let local = slots[me].lock().take().expect("one worker per GC thread");
         let mut tracer = Tracer::new();
         let mut out = Marked::default();
+        let mut scanned = 0u32;
         loop {
+            if limits.deadline.is_some() {
+                scanned = scanned.wrapping_add(1);
+                if stop.load(Ordering::Relaxed)
+                    || (scanned % 64 == 0 && expired(limits.deadline))
+                {
+                    stop.store(true, Ordering::Relaxed);
+                    break;
+                }
+            }
             let next = local
                 .pop()
                 .or_else(|| find_work(me, &local, &injector, &stealers));
             match next {
-                // SAFETY: queued objects are marked and allocated; the
-                // world is stopped (caller).
+                // SAFETY: queued objects are marked and allocated; no sweep
+                // runs (caller).
                 Some(addr) => unsafe { scan(addr, &mut tracer, &mut out, |e| local.push(e)) },
                 None => {
-                    if idle(&active, &injector, &stealers) {
+                    if idle(&active, &injector, &stealers, &stop) {
                         break;
                     }
                 }
             }
         }
+        // Empty unless the deadline stopped us: gray objects for later.
+        if let Some(x) = local.pop() {
+            let mut left = left.lock();
+            left.push(x);
+            while let Some(x) = local.pop() {
+                left.push(x);
+            }
+        }
         out
     });
+    *leftover = left.into_inner();
+    // Not empty only if the deadline stopped the mark.
+    loop {
+        match injector.steal() {
+            Steal::Success(x) => leftover.push(x),
+            Steal::Retry => {}
+            Steal::Empty => break,
+        }
+    }
     results.into_iter().fold(out, |a, b| Marked {
         bytes: a.bytes + b.bytes,
         objects: a.objects + b.objects,
@@ -189,9 +286,15 @@ fn find_work(
     }
 }
 
-/// Leaves the active set; returns true when marking is over, false when
-/// there is work again (the caller is active again).
-fn idle(active: &AtomicUsize, injector: &Injector<usize>, stealers: &[Stealer<usize>]) -> bool {
+/// Leaves the active set; returns true when marking is over (or stopped at
+/// its deadline), false when there is work again (the caller is active
+/// again).
+fn idle(
+    active: &AtomicUsize,
+    injector: &Injector<usize>,
+    stealers: &[Stealer<usize>],
+    stop: &AtomicBool,
+) -> bool {
     active.fetch_sub(1, Ordering::SeqCst);
     let mut spins = 0u32;
     loop {
@@ -199,7 +302,7 @@ fn idle(active: &AtomicUsize, injector: &Injector<usize>, stealers: &[Stealer<us
             active.fetch_add(1, Ordering::SeqCst);
             return false;
         }
-        if active.load(Ordering::SeqCst) == 0 {
+        if active.load(Ordering::SeqCst) == 0 || stop.load(Ordering::Relaxed) {
             return true;
         }
         spins += 1;

@@ -1,6 +1,8 @@
 //! The runtime's settings: builder values, then `LOAM_*` environment
 //! overrides, each bad value reported on stderr and ignored.
 
+use std::time::Duration;
+
 /// Settings a [`RuntimeBuilder`](crate::RuntimeBuilder) collects.
 #[derive(Clone, Debug)]
 pub(crate) struct Config {
@@ -11,6 +13,12 @@ pub(crate) struct Config {
     pub(crate) trace: bool,
     pub(crate) verify: bool,
     pub(crate) generational: bool,
+    /// Mark with the mutators running once the first pause's budget is
+    /// spent (see `collector.rs`); off, the whole mark is one pause.
+    pub(crate) concurrent: bool,
+    /// How long the first pause may mark before the rest of the mark goes
+    /// concurrent.
+    pub(crate) mark_pause_budget: Duration,
 }
 
 impl Default for Config {
@@ -33,6 +41,12 @@ impl Default for Config {
             trace: false,
             verify: false,
             generational: true,
+            concurrent: true,
+            // Marks that fit in it keep the one pause they always had: a
+            // concurrent mark costs a second stop (waiting for every
+            // mutator to leave `mutate` again). Measured in the README's
+            // binary-trees table.
+            mark_pause_budget: Duration::from_millis(2),
         }
     }
 }
@@ -130,6 +144,21 @@ impl Config {
                 self.verify = b;
             }
         }
+        if let Some(v) = get("LOAM_GC_CONCURRENT") {
+            if let Some(b) = flag("LOAM_GC_CONCURRENT", &v) {
+                self.concurrent = b;
+            }
+        }
+        if let Some(v) = get("LOAM_GC_PAUSE_BUDGET_US") {
+            match v.trim().parse::<u64>() {
+                Ok(us) => self.mark_pause_budget = Duration::from_micros(us),
+                Err(_) => warn(
+                    "LOAM_GC_PAUSE_BUDGET_US",
+                    &v,
+                    "expected microseconds (e.g. 2000)",
+                ),
+            }
+        }
         if let Some(v) = get("LOAM_GC_GENERATIONAL") {
             if let Some(b) = flag("LOAM_GC_GENERATIONAL", &v) {
                 self.generational = b;
@@ -163,7 +192,11 @@ mod tests {
             ("LOAM_GC_THREADS", "3"),
             ("LOAM_MIN_HEAP", "8M"),
             ("LOAM_GC_GENERATIONAL", "0"),
+            ("LOAM_GC_CONCURRENT", "0"),
+            ("LOAM_GC_PAUSE_BUDGET_US", "500"),
         ]);
+        assert!(!c.concurrent);
+        assert_eq!(c.mark_pause_budget, Duration::from_micros(500));
         assert!(!c.generational);
         assert_eq!(c.gc_threads, 3);
         assert_eq!(c.min_heap, 8 << 20);
@@ -180,12 +213,14 @@ mod tests {
             ("LOAM_HEAP_LIMIT", "big"),
             ("LOAM_GCTRACE", "maybe"),
             ("LOAM_GC_THREADS", "0"),
+            ("LOAM_GC_PAUSE_BUDGET_US", "2ms"),
         ]);
         let d = Config::default();
         assert_eq!(c.gc_percent, d.gc_percent);
         assert_eq!(c.heap_limit, d.heap_limit);
         assert!(!c.trace);
         assert_eq!(c.gc_threads, d.gc_threads);
+        assert_eq!(c.mark_pause_budget, d.mark_pause_budget);
     }
 
     #[test]

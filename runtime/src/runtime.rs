@@ -9,7 +9,8 @@ use crate::root::RootTable;
 use crate::stats::{CycleEvent, GcStats};
 use parking_lot::{Condvar, Mutex};
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use crossbeam_deque::Injector;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Instant;
@@ -24,6 +25,9 @@ pub(crate) enum Phase {
     Idle,
     /// Stopping the mutators, or marking with them stopped.
     Pause,
+    /// Marking with the mutators running (between the two pauses of a
+    /// concurrent mark).
+    Mark,
     /// Sweeping, with the mutators running.
     Sweep,
 }
@@ -61,17 +65,28 @@ pub(crate) struct Shared {
     /// A `GcLock` holding managed pointers was written since the last pause:
     /// the next cycle must be a full one (see `cell.rs`).
     pub(crate) lock_written: AtomicBool,
+    /// Marking runs with the mutators running: the barriers shade (see
+    /// `Mutation::barrier_store`). Changed only with the world stopped, so a
+    /// `mutate` call sees one value throughout (it reads it once, on entry).
+    pub(crate) marking: AtomicBool,
+    /// Objects the barriers shaded during a concurrent mark, for the markers
+    /// to trace; empty outside one.
+    pub(crate) gray: Injector<usize>,
+    /// Counts concurrent marks: a `GcLock` shades its contents once per
+    /// mark, and records the mark it did it for.
+    pub(crate) mark_epoch: AtomicU32,
 }
 
 impl Shared {
     /// Asks for a cycle; `forced` ones run even below the pacing goal.
     pub(crate) fn request(&self, forced: bool) {
         let mut c = self.control.lock();
-        if !forced && c.phase == Phase::Pause {
-            // A cycle is stopping the world: its resume sets the trigger
-            // anew, counting what was allocated until then. (Asking again
-            // here ran a second cycle right after it: a mutator goes on
-            // allocating past the goal until it leaves `mutate`.)
+        if !forced && matches!(c.phase, Phase::Pause | Phase::Mark) {
+            // A cycle is stopping the world or marking: the end of its mark
+            // sets the trigger anew, counting what was allocated until then.
+            // (Asking again here ran a second cycle right after it: a
+            // mutator goes on allocating past the goal until it leaves
+            // `mutate`.)
             return;
         }
         if !c.requested {
@@ -100,7 +115,7 @@ impl Shared {
     pub(crate) fn pace(&self) {
         let mut c = self.control.lock();
         let seen = c.completed;
-        if !c.requested && c.phase != Phase::Pause {
+        if !c.requested && !matches!(c.phase, Phase::Pause | Phase::Mark) {
             c.requested = true;
             self.control_cv.notify_all();
         }
@@ -408,6 +423,25 @@ impl RuntimeBuilder {
         self
     }
 
+    /// Concurrent marking (default on; `LOAM_GC_CONCURRENT=0` turns it
+    /// off). A cycle marks in its first pause for up to the
+    /// [`mark_pause_budget`](Self::mark_pause_budget); if the mark is not
+    /// done by then, the mutators resume and the GC threads mark on behind
+    /// the barrier cells' snapshot barrier, and a second, short pause ends
+    /// the mark. Off, the whole mark is one pause, however long.
+    pub fn concurrent(mut self, on: bool) -> Self {
+        self.config.concurrent = on;
+        self
+    }
+
+    /// How long the first pause of a cycle may mark before the rest goes
+    /// concurrent (default 2 ms; `LOAM_GC_PAUSE_BUDGET_US`). Zero sends
+    /// every mark past its roots to the concurrent phase.
+    pub fn mark_pause_budget(mut self, budget: std::time::Duration) -> Self {
+        self.config.mark_pause_budget = budget;
+        self
+    }
+
     /// Ignore the `LOAM_*` environment variables (for tests that must not
     /// depend on the caller's environment).
     pub fn ignore_env(mut self) -> Self {
@@ -456,6 +490,9 @@ impl RuntimeBuilder {
             hook: self.hook,
             started: Instant::now(),
             lock_written: AtomicBool::new(false),
+            marking: AtomicBool::new(false),
+            gray: Injector::new(),
+            mark_epoch: AtomicU32::new(0),
             config,
         });
         let coordinator = collector::start(shared.clone());

@@ -150,16 +150,25 @@ pub struct CycleEvent {
     /// and traced only younger ones (see
     /// [`RuntimeBuilder::generational`](crate::RuntimeBuilder::generational)).
     pub minor: bool,
-    /// The stop-the-world pause: from the moment every mutator had left
-    /// `mutate` until they may enter again (snapshot, mark, weak
-    /// references). No mutator runs `mutate` during it.
+    /// The cycle's stop-the-world time: the sum of its pauses, each from the
+    /// moment every mutator had left `mutate` until they may enter again.
+    /// No mutator runs `mutate` during one.
     pub pause: Duration,
-    /// Time to stop the world, before the pause: until every mutator
+    /// The first pause: snapshot, and the mark up to the pause budget (the
+    /// whole mark if it fit, then weak references too).
+    pub mark_start_pause: Duration,
+    /// The second pause of a concurrent mark (the last shaded objects, weak
+    /// references); zero if the mark fit in the first.
+    pub mark_end_pause: Duration,
+    /// Time to stop the world before the pauses: until every mutator
     /// running `mutate` had returned (they run meanwhile; one that tries to
     /// enter waits).
     pub stop: Duration,
-    /// The parallel mark within the pause.
+    /// Time marking, in the pauses and between them.
     pub mark: Duration,
+    /// The part of `mark` with the mutators running (zero if the mark fit
+    /// in the first pause).
+    pub concurrent_mark: Duration,
     /// The concurrent sweep after the pause.
     pub sweep: Duration,
     /// Managed bytes when the cycle began.
@@ -189,8 +198,10 @@ pub struct GcStats {
     pub cycles: u64,
     /// How many of them were minor.
     pub minor_cycles: u64,
-    /// Every pause.
+    /// Every pause (a cycle with a concurrent mark has two).
     pub pauses: PauseHistogram,
+    /// Cycles whose mark went on concurrently, past the first pause.
+    pub concurrent_cycles: u64,
     /// Total time marking.
     pub mark_time: Duration,
     /// Total time sweeping.

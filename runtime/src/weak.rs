@@ -7,18 +7,33 @@
 //! every cell whose target was not marked (and forgets the cells that were
 //! not marked themselves). A target is therefore cleared before any mutator
 //! runs again, and before the sweep can free it.
+//!
+//! During a concurrent mark an upgrade shades its target: the target may be
+//! unreachable from the mark's snapshot, and the pointer the upgrade hands
+//! out could otherwise be stored where no marker looks.
 
 use crate::gc::Gc;
 use crate::mutator::Mutation;
 use crate::trace::{Trace, Tracer};
 use std::fmt;
 use std::marker::PhantomData;
+use crate::runtime::Shared;
+use std::ptr::NonNull;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// The managed cell a [`GcWeak`] points to.
+#[repr(C)]
 pub(crate) struct WeakCell {
     pub(crate) target: AtomicUsize,
+    /// The runtime the cell (and its target) belong to.
+    shared: NonNull<Shared>,
 }
+
+// SAFETY: `shared` is only read, through `&Shared` (which is `Sync`), and
+// only while the runtime is alive (see `GcWeak::upgrade`).
+unsafe impl Send for WeakCell {}
+// SAFETY: as above.
+unsafe impl Sync for WeakCell {}
 
 // SAFETY: the target is deliberately not traced: the collector clears it
 // instead (module docs). No managed pointer is otherwise held (1, 3); no
@@ -67,6 +82,7 @@ impl<'gc, T: Trace> GcWeak<'gc, T> {
     pub fn new(mc: &Mutation<'gc>, target: Gc<'gc, T>) -> Self {
         let cell = mc.alloc(WeakCell {
             target: AtomicUsize::new(target.addr()),
+            shared: NonNull::from(mc.shared()),
         });
         mc.shared().weak.lock().push(cell.addr());
         GcWeak {
@@ -79,10 +95,23 @@ impl<'gc, T: Trace> GcWeak<'gc, T> {
     pub fn upgrade(self) -> Option<Gc<'gc, T>> {
         match self.cell.target.load(Ordering::Acquire) {
             0 => None,
-            // SAFETY: a nonzero target is live: the collector clears the
-            // cell, with the world stopped, before it frees the target, and
-            // no collection can start during this `mutate` call.
-            addr => Some(unsafe { Gc::from_addr(addr) }),
+            addr => {
+                // SAFETY: the cell is reachable in a `mutate` call of its
+                // runtime (a `GcWeak` reaches no other: `mutate` calls of two
+                // runtimes cannot nest), whose handle keeps `Shared` alive.
+                let shared = unsafe { self.cell.shared.as_ref() };
+                // Constant during this call (see `Shared::marking`).
+                if shared.marking.load(Ordering::Relaxed) {
+                    // SAFETY: a nonzero target is allocated (below); no
+                    // sweep runs during a mark.
+                    unsafe { crate::mark::shade(&shared.gray, addr) };
+                }
+                // SAFETY: a nonzero target is live: the collector clears
+                // the cell, with the world stopped, before the sweep frees
+                // the target; a mark under way will keep it (shaded above);
+                // no later one can start during this `mutate` call.
+                Some(unsafe { Gc::from_addr(addr) })
+            }
         }
     }
 }
@@ -101,16 +130,28 @@ unsafe impl<T: Trace> Trace for GcWeak<'_, T> {
     }
 }
 
-/// After a mark (world stopped): clears the cells whose target is unmarked
-/// and forgets the unmarked cells. `is_marked(addr)` answers for this
-/// runtime's objects.
-pub(crate) fn process(cells: &mut Vec<usize>, is_marked: impl Fn(usize) -> bool) {
+/// After a mark (world stopped): of the first `upto` cells, clears those
+/// whose target is unmarked and forgets the unmarked ones. `is_marked(addr)`
+/// answers for this runtime's objects.
+///
+/// `upto` is the number of cells registered when the mark began: a cell
+/// made during a concurrent mark, and its target, may be unmarked yet live
+/// (objects allocated during a mark are white, and not swept by its
+/// sweep). A cell made before holds a target allocated before it, and for
+/// both, unmarked means unreachable since the mark began (an upgrade
+/// during the mark shades the target).
+pub(crate) fn process(cells: &mut Vec<usize>, upto: usize, is_marked: impl Fn(usize) -> bool) {
+    let mut i = 0;
     cells.retain(|&cell| {
+        i += 1;
+        if i > upto {
+            return true;
+        }
         if !is_marked(cell) {
             return false;
         }
         // SAFETY: a marked weak cell is a live `GcBox<WeakCell>`; its
-        // payload follows the one-word header.
+        // payload (`target` first: `repr(C)`) follows the one-word header.
         let target = unsafe { &*((cell + std::mem::size_of::<usize>()) as *const AtomicUsize) };
         let t = target.load(Ordering::Relaxed);
         if t != 0 && !is_marked(t) {

@@ -572,3 +572,184 @@ fn old_pages_skipped_by_minor_cycles_are_swept_by_full_ones() {
     drop(rt);
     assert_eq!(drops.load(Ordering::Relaxed), n as usize);
 }
+
+#[derive(Trace)]
+struct Slot<'gc> {
+    leaf: GcCell<Option<Gc<'gc, Node<'gc>>>>,
+}
+
+/// The snapshot barrier: during concurrent marks (a zero pause budget sends
+/// every mark past the roots to the GC threads), a mutator takes leaves out
+/// of slots into roots made meanwhile, which no marker reads, and puts
+/// rooted leaves back. A leaf whose last pointer is overwritten before a
+/// marker reads it is only kept by the barrier shading the old value:
+/// without that, verify mode aborts (or the sums below go wrong).
+#[test]
+fn a_concurrent_mark_keeps_what_mutators_move_meanwhile() {
+    let _one_runtime_at_a_time = serial();
+    let drops = Arc::new(AtomicUsize::new(0));
+    let rt = rt(2)
+        .mark_pause_budget(std::time::Duration::ZERO)
+        .gc_percent(u32::MAX)
+        .build();
+    let mut m = rt.attach();
+    const SLOTS: u64 = 20_000;
+    type SlotsRoot = Rootable!['gc => GcLock<Vec<Gc<'gc, Slot<'gc>>>>];
+    let slots: Root<SlotsRoot> = m.mutate(|mc| {
+        let v = (0..SLOTS)
+            .map(|_| {
+                mc.alloc(Slot {
+                    leaf: GcCell::new(Some(list(mc, 3, &drops))),
+                })
+            })
+            .collect();
+        mc.root(mc.alloc(GcLock::new(v)))
+    });
+    let (stop, collector) = {
+        let (rt, stop) = (
+            rt.clone(),
+            Arc::new(std::sync::atomic::AtomicBool::new(false)),
+        );
+        let s = stop.clone();
+        (
+            stop,
+            std::thread::spawn(move || {
+                let mut cycles = 0;
+                while !s.load(Ordering::Relaxed) {
+                    rt.collect();
+                    cycles += 1;
+                }
+                cycles
+            }),
+        )
+    };
+    let mut held: Vec<Root<NodeRoot>> = Vec::new();
+    let mut rng = 0x2545_f491_4f6c_dd1d_u64;
+    let mut during_marks = 0;
+    let started = std::time::Instant::now();
+    while during_marks < 200 && started.elapsed() < std::time::Duration::from_secs(60) {
+        m.mutate(|mc| {
+            during_marks += usize::from(mc.is_marking());
+            let slots = slots.get(mc);
+            let slots = slots.read();
+            for _ in 0..16 {
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                let s = slots[(rng % SLOTS) as usize];
+                match s.leaf.get() {
+                    Some(leaf) => {
+                        held.push(mc.root(leaf));
+                        s.leaf.set(mc, None);
+                    }
+                    None => {
+                        if let Some(r) = held.pop() {
+                            s.leaf.set(mc, Some(r.get(mc)));
+                        }
+                    }
+                }
+            }
+        });
+    }
+    stop.store(true, Ordering::Relaxed);
+    let cycles = collector.join().unwrap();
+    assert!(
+        during_marks > 0,
+        "no mutate call ran during a concurrent mark ({cycles} cycles)"
+    );
+    assert!(rt.stats().concurrent_cycles > 0);
+    m.collect();
+    // Every leaf is where the mutator left it, whole: 3 nodes, values 0 1 2.
+    let (leaves, nodes) = m.mutate(|mc| {
+        let mut leaves = 0;
+        let mut nodes = 0;
+        for s in slots.get(mc).read().iter() {
+            if let Some(leaf) = s.leaf.get() {
+                assert_eq!(sum(Some(leaf)), (3, 3));
+                leaves += 1;
+                nodes += 3;
+            }
+        }
+        for r in &held {
+            assert_eq!(sum(Some(r.get(mc))), (3, 3));
+            leaves += 1;
+            nodes += 3;
+        }
+        (leaves, nodes)
+    });
+    assert_eq!(leaves, SLOTS);
+    assert_eq!(nodes, 3 * SLOTS);
+    assert_eq!(drops.load(Ordering::Relaxed), 0, "no leaf was freed");
+    drop(held);
+    drop(slots);
+    m.collect();
+    assert_eq!(drops.load(Ordering::Relaxed), 3 * SLOTS as usize);
+}
+
+/// A weak upgrade during a concurrent mark shades its target: the target
+/// may be unreachable from the mark's snapshot, and rooting it must keep
+/// it. Fresh weak-only objects are made on every call, so that marks start
+/// with some to upgrade.
+#[test]
+fn a_weak_upgrade_during_a_concurrent_mark_keeps_its_target() {
+    let _one_runtime_at_a_time = serial();
+    let drops = Arc::new(AtomicUsize::new(0));
+    let rt = rt(2)
+        .mark_pause_budget(std::time::Duration::ZERO)
+        .min_heap(8 << 20)
+        .build();
+    let mut m = rt.attach();
+    // A long list, so that each mark takes a while.
+    let _ballast: Root<NodeRoot> = m.mutate(|mc| mc.root(list(mc, 50_000, &drops)));
+    type WeakRoot = Rootable!['gc => GcWeak<'gc, Node<'gc>>];
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let collector = {
+        let (rt, stop) = (rt.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                rt.collect();
+            }
+        })
+    };
+    let mut weaks: Vec<Root<WeakRoot>> = Vec::new();
+    let mut revived: Vec<Root<NodeRoot>> = Vec::new();
+    let started = std::time::Instant::now();
+    while revived.len() < 500 && started.elapsed() < std::time::Duration::from_secs(60) {
+        m.mutate(|mc| {
+            let marking = mc.is_marking();
+            for w in weaks.drain(..) {
+                if let Some(target) = w.get(mc).upgrade() {
+                    // Only those upgraded during a mark are kept.
+                    if marking {
+                        revived.push(mc.root(target));
+                    }
+                }
+            }
+            for _ in 0..8 {
+                let target = list(mc, 2, &drops);
+                weaks.push(mc.root(mc.alloc(GcWeak::new(mc, target))));
+            }
+        });
+    }
+    stop.store(true, Ordering::Relaxed);
+    collector.join().unwrap();
+    assert!(
+        !revived.is_empty(),
+        "no upgrade ran during a concurrent mark"
+    );
+    m.collect();
+    m.mutate(|mc| {
+        for r in &revived {
+            assert_eq!(sum(Some(r.get(mc))), (1, 2));
+        }
+    });
+}
+
+#[test]
+#[should_panic(expected = "mutate calls of two runtimes cannot nest")]
+fn nested_mutate_calls_of_two_runtimes_panic() {
+    let _one_runtime_at_a_time = serial();
+    let (a, b) = (rt(1).build(), rt(1).build());
+    let (mut ma, mut mb) = (a.attach(), b.attach());
+    ma.mutate(|_| mb.mutate(|_| ()));
+}

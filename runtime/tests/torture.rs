@@ -7,10 +7,13 @@
 //! `LOAM_TORTURE_SCALE` multiplies the work (default 1, a few seconds; try
 //! 20 by hand) and `LOAM_TORTURE_SEED` picks the seed (printed on failure).
 
-use loam_runtime::{Gc, GcCell, GcLock, GlobalRoot, Mutation, Root, Rootable, Runtime, Trace};
+use loam_runtime::{
+    Gc, GcCell, GcLock, GcWeak, GlobalRoot, Mutation, Root, Rootable, Runtime, Trace,
+};
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 static ALLOCATED: AtomicU64 = AtomicU64::new(0);
 static DROPPED: AtomicU64 = AtomicU64::new(0);
@@ -67,6 +70,7 @@ fn plain_chain<'gc>(mc: &Mutation<'gc>, n: usize, seed: u64) -> Option<Gc<'gc, P
 }
 
 type ObjRoot = Rootable!['gc => Obj<'gc>];
+type WeakRoot = Rootable!['gc => GcWeak<'gc, Obj<'gc>>];
 
 fn check_of(id: u64) -> u64 {
     id.wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(17) ^ 0x5555
@@ -201,7 +205,10 @@ fn scale() -> usize {
 
 /// Verify mode first; then without it, so the sweep takes its fast paths
 /// (no header reads, whole pages handed back untouched), which verify mode's
-/// poisoning turns off. Each in two modes: `locks`, with `GcLock` writes
+/// poisoning turns off. Each with every mark past its roots concurrent (a
+/// zero pause budget: mutators run between the two pauses of every cycle,
+/// behind the snapshot barrier) and with the default budget (these small
+/// heaps then mostly mark within the first pause). Each in two modes: `locks`, with `GcLock` writes
 /// (most cycles full, see the runtime's `cell.rs`), and `cells`, with
 /// objects' edge lists filled only at allocation and every later store
 /// through a `GcCell`, so that the paced cycles are minor ones and the
@@ -218,19 +225,21 @@ fn four_mutators_through_hundreds_of_cycles() {
         other => panic!("LOAM_TORTURE_MODE={other}: expected `locks` or `cells`"),
     };
     for verify in [true, false] {
-        for &locks in modes {
-            torture(verify, locks);
+        for concurrent in [true, false] {
+            for &locks in modes {
+                torture(verify, concurrent, locks);
+            }
         }
     }
 }
 
-fn torture(verify: bool, locks: bool) {
+fn torture(verify: bool, concurrent: bool, locks: bool) {
     let seed: u64 = std::env::var("LOAM_TORTURE_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(0x1008_2026);
     eprintln!(
-        "torture: seed {seed}, scale {}, verify {verify}, locks {locks}",
+        "torture: seed {seed}, scale {}, verify {verify}, concurrent {concurrent}, locks {locks}",
         scale()
     );
     let steps = 2500 * scale();
@@ -241,6 +250,11 @@ fn torture(verify: bool, locks: bool) {
         .generational(generational())
         .min_heap(16 << 10)
         .gc_percent(if locks { 20 } else { 5 })
+        .mark_pause_budget(if concurrent {
+            Duration::ZERO
+        } else {
+            Duration::from_millis(2)
+        })
         .build();
     let globals: Arc<Mutex<Vec<GlobalRoot<ObjRoot>>>> = Arc::new(Mutex::new(Vec::new()));
     let next_id = Arc::new(AtomicU64::new(1));
@@ -251,6 +265,10 @@ fn torture(verify: bool, locks: bool) {
                 let mut rng = Rng(seed ^ (t + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
                 let mut m = rt.attach();
                 let mut roots: Vec<Root<ObjRoot>> = Vec::new();
+                // Weak references to objects whose root was dropped: an
+                // upgrade may hand out an object no root reaches, and during
+                // a concurrent mark one the snapshot may not hold.
+                let mut weaks: Vec<Root<WeakRoot>> = Vec::new();
                 let mut walks = 0;
                 for step in 0..steps {
                     let op = rng.below(100);
@@ -328,11 +346,37 @@ fn torture(verify: bool, locks: bool) {
                                     roots[i] = mc.root(deep);
                                 }
                             }
-                            // Drop roots (their subgraphs become garbage).
-                            70..=79 => {
+                            // Drop roots (their subgraphs become garbage),
+                            // keeping a weak reference to some.
+                            70..=76 => {
                                 for _ in 0..rng.below(3) {
                                     if !roots.is_empty() {
-                                        roots.swap_remove(rng.below(roots.len()));
+                                        let r = roots.swap_remove(rng.below(roots.len()));
+                                        if rng.below(2) == 0 {
+                                            let w = mc.alloc(GcWeak::new(mc, r.get(mc)));
+                                            if weaks.len() < 16 {
+                                                weaks.push(mc.root(w));
+                                            } else {
+                                                let i = rng.below(weaks.len());
+                                                weaks[i] = mc.root(w);
+                                            }
+                                        }
+                                    }
+                                }
+                            }
+                            // Upgrade a weak reference: check what it gives,
+                            // and sometimes root it again (resurrection
+                            // while a mark may be under way).
+                            77..=79 => {
+                                if !weaks.is_empty() {
+                                    let w = *weaks[rng.below(weaks.len())].get(mc);
+                                    if let Some(o) = w.upgrade() {
+                                        walk([o]);
+                                        if roots.len() < 48 && rng.below(2) == 0 {
+                                            roots.push(mc.root(o));
+                                        } else if let Some(p) = pick(&mut rng) {
+                                            p.link.set(mc, Some(o));
+                                        }
                                     }
                                 }
                             }
@@ -393,13 +437,24 @@ fn torture(verify: bool, locks: bool) {
     let walks: usize = threads.into_iter().map(|t| t.join().unwrap()).sum();
     let s = rt.stats();
     eprintln!(
-        "torture: {} cycles ({} minor), {walks} walks, {} objects allocated, pauses p50 {:?} max {:?}",
+        "torture: {} cycles ({} minor, {} concurrent), {walks} walks, {} objects allocated, \
+         pauses p50 {:?} max {:?}",
         s.cycles,
         s.minor_cycles,
+        s.concurrent_cycles,
         ALLOCATED.load(Ordering::Relaxed),
         s.pauses.p50(),
         s.pauses.max()
     );
+    if concurrent {
+        // Every cycle with anything to trace past its roots.
+        assert!(
+            s.concurrent_cycles * 2 >= s.cycles,
+            "only {} of {} cycles marked concurrently",
+            s.concurrent_cycles,
+            s.cycles
+        );
+    }
     let want = if locks { 100 } else { 30 };
     assert!(
         s.cycles >= want * scale() as u64,

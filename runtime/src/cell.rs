@@ -19,7 +19,7 @@ use crate::trace::{Trace, Tracer};
 use crossbeam_utils::atomic::AtomicCell;
 use parking_lot::{RwLock, RwLockReadGuard};
 use std::fmt;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The barrier of a store of `new` over `old` into a barrier cell: see
 /// [`Mutation::barrier_store`].
@@ -148,7 +148,7 @@ pub struct GcLock<T> {
     /// The concurrent mark whose snapshot this lock's contents were last
     /// shaded for (0: none yet): a write shades them once per mark, not
     /// once per write (a list's pushes would each cost its length).
-    shaded: AtomicU32,
+    shaded: AtomicU64,
 }
 
 impl<T> GcLock<T> {
@@ -156,7 +156,7 @@ impl<T> GcLock<T> {
     pub const fn new(value: T) -> Self {
         GcLock {
             value: RwLock::new(value),
-            shaded: AtomicU32::new(0),
+            shaded: AtomicU64::new(0),
         }
     }
 

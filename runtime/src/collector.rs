@@ -427,7 +427,8 @@ fn cycle(
         // 3b. Mark on with the mutators running. From the resume on, every
         // `mutate` call shades what its barriers overwrite and store, and
         // what its weak upgrades hand out; the markers trace those too.
-        let epoch = shared.mark_epoch.load(Ordering::Relaxed).wrapping_add(1).max(1);
+        // 64 bits: a `GcLock` shaded one epoch ago must never look shaded now.
+        let epoch = shared.mark_epoch.load(Ordering::Relaxed) + 1;
         shared.mark_epoch.store(epoch, Ordering::Relaxed);
         shared.marking.store(true, Ordering::Relaxed);
         shared.control.lock().phase = Phase::Mark;

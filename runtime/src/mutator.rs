@@ -344,7 +344,7 @@ pub struct Mutation<'gc> {
     mutator: *const Mutator,
     /// The epoch of the concurrent mark under way as this call began (0:
     /// none); it cannot change before the call returns.
-    marking: u32,
+    marking: u64,
     /// Invariant in `'gc`, and `!Sync` so that scoped threads cannot
     /// allocate through it.
     _brand: PhantomData<Cell<&'gc ()>>,
@@ -395,7 +395,7 @@ impl<'gc> Mutation<'gc> {
 
     /// The epoch of the concurrent mark under way (0: none).
     #[inline]
-    pub(crate) fn marking(&self) -> u32 {
+    pub(crate) fn marking(&self) -> u64 {
         self.marking
     }
 

@@ -10,7 +10,7 @@ use crate::stats::{CycleEvent, GcStats};
 use parking_lot::{Condvar, Mutex};
 use std::fmt;
 use crossbeam_deque::Injector;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Instant;
@@ -74,7 +74,7 @@ pub(crate) struct Shared {
     pub(crate) gray: Injector<usize>,
     /// Counts concurrent marks: a `GcLock` shades its contents once per
     /// mark, and records the mark it did it for.
-    pub(crate) mark_epoch: AtomicU32,
+    pub(crate) mark_epoch: AtomicU64,
 }
 
 impl Shared {
@@ -492,7 +492,7 @@ impl RuntimeBuilder {
             lock_written: AtomicBool::new(false),
             marking: AtomicBool::new(false),
             gray: Injector::new(),
-            mark_epoch: AtomicU32::new(0),
+            mark_epoch: AtomicU64::new(0),
             config,
         });
         let coordinator = collector::start(shared.clone());

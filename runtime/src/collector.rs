@@ -15,7 +15,7 @@
 //!    the work is small, then in parallel, until done or until the pause
 //!    budget is spent. In the second case:
 //!    - *Concurrent mark*: set `marking`, resume the mutators (they now
-//!      shade through the barriers and allocate black, see `lib.rs`), and
+//!      shade through the barriers and allocate white, see `lib.rs`), and
 //!      trace on from the gray objects the pause left, and from what the
 //!      barriers shade, until no work is left;
 //!    - *Stop again* and trace what the barriers shaded since; clear
@@ -396,7 +396,8 @@ fn cycle(
     let deadline = shared
         .config
         .concurrent
-        .then(|| start + stop_time + shared.config.mark_pause_budget);
+        .then(|| (start + stop_time).checked_add(shared.config.mark_pause_budget))
+        .flatten();
     let mut gray = Vec::new();
     // In a full cycle the snapshot cleared the marks of every page with an
     // object; in a minor one every object a marked object points to is
@@ -445,7 +446,10 @@ fn cycle(
         };
         // SAFETY: `gray` holds marked, allocated objects the pause did not
         // trace; no sweep runs until this cycle's; mutators run behind the
-        // snapshot barrier.
+        // snapshot barrier. `parallel`'s marks invariant holds in its
+        // concurrent form: every object a marked object points to is marked,
+        // queued here, or shaded into `shared.gray`, which later rounds and
+        // the last pause trace.
         marked.add(unsafe { mark::parallel(pool, &[], &gray, concurrently, &mut rest) });
         // Then what the barriers shaded meanwhile, in rounds, each a batch
         // taken whole: the rounds end however fast the mutators shade (one
@@ -458,7 +462,8 @@ fn cycle(
                 break;
             }
             let batch = std::mem::take(&mut shaded);
-            // SAFETY: shaded objects are marked and allocated; as above.
+            // SAFETY: shaded objects are marked and allocated (reachable
+            // when shaded, and no sweep runs); the invariant as above.
             marked.add(unsafe { mark::parallel(pool, &[], &batch, concurrently, &mut rest) });
         }
         concurrent_mark = conc_start.elapsed();

@@ -39,9 +39,9 @@ thread_local! {
     static INSIDE: Cell<u16> = const { Cell::new(0) };
 }
 
-/// Whether this thread is inside a `mutate` call of runtime `id`.
-pub(crate) fn inside_mutate_of(id: u16) -> bool {
-    INSIDE.with(|c| c.get() == id)
+/// Whether this thread is inside a `mutate` call (of any runtime).
+pub(crate) fn inside_mutate() -> bool {
+    INSIDE.with(|c| c.get() != 0)
 }
 
 /// A thread attached to a [`Runtime`](crate::Runtime): the only way to
@@ -159,6 +159,15 @@ impl Mutator {
     /// # Panics
     /// Inside a `mutate` call of another runtime.
     pub fn mutate<R>(&mut self, f: impl for<'gc> FnOnce(&Mutation<'gc>) -> R) -> R {
+        // A `Gc` of the outer call could be written through the inner
+        // call's `Mutation`, whose barrier serves the other runtime: the
+        // outer runtime's snapshot and remembered set would miss the write.
+        assert_eq!(
+            INSIDE.with(Cell::get),
+            0,
+            "loam: mutate calls of two runtimes cannot nest (the write barrier \
+             of one would miss the other's objects); finish one call first"
+        );
         // Take back the pages our sweeper emptied: they are ready for reuse,
         // and the next sweep can look at them again.
         loam_heap::reclaim_runs();
@@ -171,15 +180,6 @@ impl Mutator {
             // Outrunning the collector: let it catch up before growing on.
             shared.pace();
         }
-        // A `Gc` of the outer call could be written through the inner
-        // call's `Mutation`, whose barrier serves the other runtime: the
-        // outer runtime's snapshot and remembered set would miss the write.
-        assert_eq!(
-            INSIDE.with(Cell::get),
-            0,
-            "loam: mutate calls of two runtimes cannot nest (the write barrier \
-             of one would miss the other's objects); finish one call first"
-        );
         shared.handshake.enter(&self.me.slot);
         let _inside = Inside {
             shared,
@@ -405,6 +405,8 @@ impl<'gc> Mutation<'gc> {
     pub(crate) fn shade<T: Trace + ?Sized>(&self, value: &T) {
         let mutator = self.mutator();
         let mut edges = mutator.barrier_edges.borrow_mut();
+        // Not left from a `trace` that panicked: those edges may be stale.
+        edges.clear();
         value.trace(&mut edges);
         let gray = &self.shared().gray;
         for &e in edges.edges() {
@@ -420,6 +422,7 @@ impl<'gc> Mutation<'gc> {
     fn remember<T: Trace + ?Sized>(&self, value: &T) {
         let mutator = self.mutator();
         let mut edges = mutator.barrier_edges.borrow_mut();
+        edges.clear();
         value.trace(&mut edges);
         for &e in edges.edges() {
             // `e` is an object this call reached: it was marked at the last
@@ -471,6 +474,9 @@ impl<'gc> Mutation<'gc> {
 
     /// Allocates `value`, or gives it back in `Err` when the heap is at its
     /// limit (after waiting for a sweep under way) or the OS has no memory.
+    /// During a concurrent mark it cannot wait (the mark's last pause waits
+    /// for this call to return), so at the limit it fails at once, even if
+    /// the cycle under way would have freed enough.
     ///
     /// # Examples
     /// ```

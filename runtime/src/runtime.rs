@@ -129,6 +129,11 @@ impl Shared {
     /// runs its sweep sent to the calling thread: a page with a run out is
     /// not swept (see `sweep`), and the caller expects its garbage freed.
     pub(crate) fn collect(&self) {
+        assert!(
+            !crate::mutator::inside_mutate(),
+            "loam: collect called inside a mutate closure; it would wait for \
+             that call to return. Collect after mutate returns."
+        );
         {
             let mut c = self.control.lock();
             while c.phase != Phase::Idle {
@@ -294,17 +299,13 @@ impl Runtime {
     }
 
     /// Runs a full collection and waits for its sweep to finish. Call it from
-    /// any thread, but not from inside a `mutate` closure of this runtime
-    /// (that mutator would never stop: this panics instead).
+    /// any thread, but not from inside a `mutate` closure (that mutator would
+    /// never stop, or, for another runtime, hold up the cycle this one waits
+    /// for: this panics instead).
     ///
     /// # Panics
-    /// Inside a `mutate` call on this runtime.
+    /// Inside a `mutate` call of any runtime.
     pub fn collect(&self) {
-        assert!(
-            !crate::mutator::inside_mutate_of(self.handle.shared.id),
-            "loam: Runtime::collect called inside a mutate closure of the same runtime; \
-             it would wait for itself. Collect after mutate returns."
-        );
         self.handle.shared.collect();
     }
 

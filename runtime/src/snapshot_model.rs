@@ -8,10 +8,13 @@
 //! one `mutate` call that began with `marking` set, takes object 2 out of
 //! the cell into a root made meanwhile (roots are read only at the first
 //! pause, so no marker sees it) and stores something else, through the
-//! barrier; the second pause then drains the queue with both stopped. In
-//! every interleaving object 2 ends marked. Dropping the shade of the old
-//! value in `store` makes the model fail: the marker can read the cell
-//! after the mutator emptied it.
+//! barrier: object 3, allocated during the mark (white). The second pause
+//! then drains the queue with both stopped. In every interleaving objects 2
+//! and 3 end marked. Dropping the shade of the old value in `store` makes
+//! the model fail (the marker can read the cell after the mutator emptied
+//! it), and so does dropping the shade of the new one (the marker can read
+//! the cell before the store: the root, marked, would point to a white
+//! object, which the minor cycles' invariant forbids).
 
 use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use loom::sync::{Arc, Mutex};
@@ -77,8 +80,8 @@ fn what_a_mutator_moves_during_a_concurrent_mark_stays_marked() {
         let mutator = {
             let heap = heap.clone();
             loom::thread::spawn(move || {
-                // Object 3 was allocated during the mark: black.
-                heap.mark(3);
+                // Object 3 was allocated during the mark: white, and stored
+                // into the root the marker may have traced already.
                 let taken = heap.cell.load(Ordering::Acquire);
                 heap.store(3);
                 taken

@@ -378,7 +378,7 @@ fn a_root_of_another_runtime_panics() {
 }
 
 #[test]
-#[should_panic(expected = "inside a mutate closure of the same runtime")]
+#[should_panic(expected = "collect called inside a mutate closure")]
 fn collecting_inside_mutate_panics() {
     let _one_runtime_at_a_time = serial();
     let rt = rt(1).build();
@@ -752,4 +752,15 @@ fn nested_mutate_calls_of_two_runtimes_panic() {
     let (a, b) = (rt(1).build(), rt(1).build());
     let (mut ma, mut mb) = (a.attach(), b.attach());
     ma.mutate(|_| mb.mutate(|_| ()));
+}
+
+/// Collecting another runtime inside a `mutate` call could wait for a cycle
+/// that waits for this call (one cycle runs at a time process-wide).
+#[test]
+#[should_panic(expected = "collect called inside a mutate closure")]
+fn collecting_another_runtime_inside_mutate_panics() {
+    let _one_runtime_at_a_time = serial();
+    let (a, b) = (rt(1).build(), rt(1).build());
+    let mut ma = a.attach();
+    ma.mutate(|_| b.collect());
 }

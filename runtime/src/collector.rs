@@ -301,17 +301,6 @@ const SHADED_ROUNDS: usize = 4;
 /// Shaded objects few enough for the last pause to trace at once.
 const SHADED_IN_PAUSE: usize = 1024;
 
-/// Moves what `queue` holds into `out`.
-fn drain(queue: &crossbeam_deque::Injector<usize>, out: &mut Vec<usize>) {
-    loop {
-        match queue.steal() {
-            crossbeam_deque::Steal::Success(x) => out.push(x),
-            crossbeam_deque::Steal::Retry => {}
-            crossbeam_deque::Steal::Empty => return,
-        }
-    }
-}
-
 /// Raises the stop flag and waits for every mutator inside `mutate` to
 /// leave; returns the mutators. With `gone`, first forgets the mutators
 /// that are gone (detached, no root left), taking their remembered objects
@@ -419,7 +408,8 @@ fn cycle(
         )
     };
     let mut mark_time = mark_start.elapsed();
-    let mut mark_start_pause = start.elapsed() - stop_time;
+    // Both pauses are timed below, just before a resume.
+    let mut mark_start_pause = Duration::ZERO;
     let mut mark_end_pause = Duration::ZERO;
     let mut end_start = None;
     let mut concurrent_mark = Duration::ZERO;
@@ -450,21 +440,23 @@ fn cycle(
         // concurrent form: every object a marked object points to is marked,
         // queued here, or shaded into `shared.gray`, which later rounds and
         // the last pause trace.
-        marked.add(unsafe { mark::parallel(pool, &[], &gray, concurrently, &mut rest) });
+        let m = unsafe { mark::parallel(pool, &[], &gray, concurrently, &mut rest) };
+        marked.add(m);
         // Then what the barriers shaded meanwhile, in rounds, each a batch
         // taken whole: the rounds end however fast the mutators shade (one
         // mark that also drained the queue as it went could be kept busy
         // for ever), and the last pause takes what the last one left.
         let mut shaded = Vec::new();
         for _ in 0..SHADED_ROUNDS {
-            drain(&shared.gray, &mut shaded);
+            mark::drain(&shared.gray, &mut shaded);
             if shaded.len() <= SHADED_IN_PAUSE {
                 break;
             }
             let batch = std::mem::take(&mut shaded);
             // SAFETY: shaded objects are marked and allocated (reachable
             // when shaded, and no sweep runs); the invariant as above.
-            marked.add(unsafe { mark::parallel(pool, &[], &batch, concurrently, &mut rest) });
+            let m = unsafe { mark::parallel(pool, &[], &batch, concurrently, &mut rest) };
+            marked.add(m);
         }
         concurrent_mark = conc_start.elapsed();
 
@@ -473,18 +465,17 @@ fn cycle(
         let stop2 = Instant::now();
         shared.control.lock().phase = Phase::Pause;
         let mutators = stop_world(shared, None);
-        let stop2_time = stop2.elapsed();
-        stop_time += stop2_time;
+        stop_time += stop2.elapsed();
         let end = Instant::now();
         end_start = Some(end);
         shared.marking.store(false, Ordering::Relaxed);
-        drain(&shared.gray, &mut shaded);
+        mark::drain(&shared.gray, &mut shaded);
         let m2_start = Instant::now();
         // SAFETY: world stopped; shaded objects are marked and allocated.
         let m = unsafe { mark::parallel(pool, &[], &shaded, mark::Limits::default(), &mut rest) };
         debug_assert!(rest.is_empty());
         marked.add(m);
-        mark_time += conc_start.elapsed() - stop2_time - (m2_start - end);
+        mark_time += concurrent_mark + m2_start.elapsed();
         // The roots verify mode checks against: those of the world as it
         // stands now.
         if shared.config.verify {

@@ -246,17 +246,22 @@ pub(crate) unsafe fn parallel(
     });
     *leftover = left.into_inner();
     // Not empty only if the deadline stopped the mark.
-    loop {
-        match injector.steal() {
-            Steal::Success(x) => leftover.push(x),
-            Steal::Retry => {}
-            Steal::Empty => break,
-        }
-    }
+    drain(&injector, leftover);
     results.into_iter().fold(out, |a, b| Marked {
         bytes: a.bytes + b.bytes,
         objects: a.objects + b.objects,
     })
+}
+
+/// Moves everything `queue` holds into `out`.
+pub(crate) fn drain(queue: &Injector<usize>, out: &mut Vec<usize>) {
+    loop {
+        match queue.steal() {
+            Steal::Success(x) => out.push(x),
+            Steal::Retry => {}
+            Steal::Empty => return,
+        }
+    }
 }
 
 fn find_work(

@@ -399,32 +399,37 @@ impl<'gc> Mutation<'gc> {
         self.marking
     }
 
-    /// Marks every unmarked object `value` points to and hands it to the
-    /// markers of the concurrent mark under way.
-    #[inline(never)]
-    pub(crate) fn shade<T: Trace + ?Sized>(&self, value: &T) {
-        let mutator = self.mutator();
-        let mut edges = mutator.barrier_edges.borrow_mut();
+    /// Calls `f` with each managed object `value` points to (the barriers'
+    /// walk of a stored or overwritten value), through the mutator's edge
+    /// buffer.
+    fn each_edge<T: Trace + ?Sized>(&self, value: &T, mut f: impl FnMut(usize)) {
+        let mut edges = self.mutator().barrier_edges.borrow_mut();
         // Not left from a `trace` that panicked: those edges may be stale.
         edges.clear();
         value.trace(&mut edges);
-        let gray = &self.shared().gray;
         for &e in edges.edges() {
-            // SAFETY: `e` is reachable by this call, so allocated, and no
-            // sweep runs during a mark; the mark bit is atomic and the
-            // markers expect it set by others (`mark::shade`).
-            unsafe { crate::mark::shade(gray, e) };
+            f(e);
         }
         edges.clear();
     }
 
+    /// Marks every unmarked object `value` points to and hands it to the
+    /// markers of the concurrent mark under way.
+    #[inline(never)]
+    pub(crate) fn shade<T: Trace + ?Sized>(&self, value: &T) {
+        let gray = &self.shared().gray;
+        self.each_edge(value, |e| {
+            // SAFETY: `e` is reachable by this call, so allocated, and no
+            // sweep runs during a mark; the mark bit is atomic and the
+            // markers expect it set by others (`mark::shade`).
+            unsafe { crate::mark::shade(gray, e) };
+        });
+    }
+
     #[inline(never)]
     fn remember<T: Trace + ?Sized>(&self, value: &T) {
-        let mutator = self.mutator();
-        let mut edges = mutator.barrier_edges.borrow_mut();
-        edges.clear();
-        value.trace(&mut edges);
-        for &e in edges.edges() {
+        let remembered = &self.mutator().me.remembered;
+        self.each_edge(value, |e| {
             // `e` is an object this call reached: it was marked at the last
             // pause or allocated after it (roots and reachable objects are
             // marked, weak references to unmarked objects were cleared), so
@@ -438,10 +443,9 @@ impl<'gc> Mutation<'gc> {
             // SAFETY: `e` is allocated and its page live (above); a mark bit
             // set outside the pause is sound (above).
             if unsafe { crate::mark::mark(e) } {
-                mutator.me.remembered.lock().push(e);
+                remembered.lock().push(e);
             }
-        }
-        edges.clear();
+        });
     }
 
     /// The write barrier of a `GcLock` whose contents hold managed pointers,

@@ -573,6 +573,34 @@ fn old_pages_skipped_by_minor_cycles_are_swept_by_full_ones() {
     assert_eq!(drops.load(Ordering::Relaxed), n as usize);
 }
 
+/// Forced collections back to back on a thread of their own, until stopped.
+struct Collecting {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<usize>,
+}
+
+impl Collecting {
+    fn start(rt: &Runtime) -> Self {
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (rt, flag) = (rt.clone(), stop.clone());
+        let thread = std::thread::spawn(move || {
+            let mut cycles = 0;
+            while !flag.load(Ordering::Relaxed) {
+                rt.collect();
+                cycles += 1;
+            }
+            cycles
+        });
+        Collecting { stop, thread }
+    }
+
+    /// Stops, and returns how many collections ran.
+    fn stop(self) -> usize {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.join().unwrap()
+    }
+}
+
 #[derive(Trace)]
 struct Slot<'gc> {
     leaf: GcCell<Option<Gc<'gc, Node<'gc>>>>,
@@ -605,29 +633,16 @@ fn a_concurrent_mark_keeps_what_mutators_move_meanwhile() {
             .collect();
         mc.root(mc.alloc(GcLock::new(v)))
     });
-    let (stop, collector) = {
-        let (rt, stop) = (
-            rt.clone(),
-            Arc::new(std::sync::atomic::AtomicBool::new(false)),
-        );
-        let s = stop.clone();
-        (
-            stop,
-            std::thread::spawn(move || {
-                let mut cycles = 0;
-                while !s.load(Ordering::Relaxed) {
-                    rt.collect();
-                    cycles += 1;
-                }
-                cycles
-            }),
-        )
-    };
+    let collector = Collecting::start(&rt);
     let mut held: Vec<Root<NodeRoot>> = Vec::new();
     let mut rng = 0x2545_f491_4f6c_dd1d_u64;
     let mut during_marks = 0;
-    let started = std::time::Instant::now();
-    while during_marks < 200 && started.elapsed() < std::time::Duration::from_secs(60) {
+    // Until enough calls ran during a mark, with a cap on the calls (not on
+    // time: the assertion below must not depend on the machine's speed).
+    for _ in 0..1_000_000 {
+        if during_marks >= 200 {
+            break;
+        }
         m.mutate(|mc| {
             during_marks += usize::from(mc.is_marking());
             let slots = slots.get(mc);
@@ -651,8 +666,7 @@ fn a_concurrent_mark_keeps_what_mutators_move_meanwhile() {
             }
         });
     }
-    stop.store(true, Ordering::Relaxed);
-    let cycles = collector.join().unwrap();
+    let cycles = collector.stop();
     assert!(
         during_marks > 0,
         "no mutate call ran during a concurrent mark ({cycles} cycles)"
@@ -702,19 +716,14 @@ fn a_weak_upgrade_during_a_concurrent_mark_keeps_its_target() {
     // A long list, so that each mark takes a while.
     let _ballast: Root<NodeRoot> = m.mutate(|mc| mc.root(list(mc, 50_000, &drops)));
     type WeakRoot = Rootable!['gc => GcWeak<'gc, Node<'gc>>];
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let collector = {
-        let (rt, stop) = (rt.clone(), stop.clone());
-        std::thread::spawn(move || {
-            while !stop.load(Ordering::Relaxed) {
-                rt.collect();
-            }
-        })
-    };
+    let collector = Collecting::start(&rt);
     let mut weaks: Vec<Root<WeakRoot>> = Vec::new();
     let mut revived: Vec<Root<NodeRoot>> = Vec::new();
-    let started = std::time::Instant::now();
-    while revived.len() < 500 && started.elapsed() < std::time::Duration::from_secs(60) {
+    // A cap on the calls, not on time (as above).
+    for _ in 0..1_000_000 {
+        if revived.len() >= 500 {
+            break;
+        }
         m.mutate(|mc| {
             let marking = mc.is_marking();
             for w in weaks.drain(..) {
@@ -731,8 +740,7 @@ fn a_weak_upgrade_during_a_concurrent_mark_keeps_its_target() {
             }
         });
     }
-    stop.store(true, Ordering::Relaxed);
-    collector.join().unwrap();
+    assert!(collector.stop() > 0);
     assert!(
         !revived.is_empty(),
         "no upgrade ran during a concurrent mark"

@@ -131,7 +131,7 @@ not_under_loom! {
         alloc_object, alloc_object_in, for_each_local_page, for_each_page, mark_block, AllocatedBit,
         ObjectClass, PageInfo, PageRef, RUN_PENDING,
     };
-    pub use options::{hold_freed_memory, purge_delay, set_purge_delay};
+    pub use options::{hold_freed_memory, parse_flag, parse_size, purge_delay, set_purge_delay};
     pub use segment::{SEGMENT_SIZE, SLICE_SIZE};
     pub use size_class::{class_page_size, worst_case_waste, CLASS_SIZE, NUM_CLASSES, SMALL_MAX};
     pub use stats::{stats, ClassStats, HeapStats};

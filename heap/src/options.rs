@@ -36,12 +36,81 @@ pub(crate) fn init() {
         }
     }
     if let Some(v) = getenv(c"LOAM_HUGE_PAGES") {
-        match v.to_bytes() {
-            b"0" => HUGE_PAGES.store(false, Ordering::Relaxed),
-            b"1" => HUGE_PAGES.store(true, Ordering::Relaxed),
-            _ => warn(b"loam-heap: ignoring LOAM_HUGE_PAGES: expected 0 or 1\n"),
+        match v.to_str().ok().and_then(parse_flag) {
+            Some(on) => HUGE_PAGES.store(on, Ordering::Relaxed),
+            None => warn(b"loam-heap: ignoring LOAM_HUGE_PAGES: expected 1/0, true/false, on/off or yes/no\n"),
         }
     }
+}
+
+/// Parses an on/off setting the way every `LOAM_*` variable is read:
+/// `1`, `true`, `on`, `yes` or `0`, `false`, `off`, `no`, in any case, with
+/// spaces around allowed. Anything else is `None`. Allocates nothing (the
+/// heap reads its settings inside the allocator).
+///
+/// # Examples
+/// ```
+/// assert_eq!(loam_heap::parse_flag("On"), Some(true));
+/// assert_eq!(loam_heap::parse_flag(" 0 "), Some(false));
+/// assert_eq!(loam_heap::parse_flag("maybe"), None);
+/// assert_eq!(loam_heap::parse_flag(""), None);
+/// ```
+pub fn parse_flag(s: &str) -> Option<bool> {
+    let s = s.trim();
+    const ON: [&str; 4] = ["1", "true", "on", "yes"];
+    const OFF: [&str; 4] = ["0", "false", "off", "no"];
+    if ON.iter().any(|w| w.eq_ignore_ascii_case(s)) {
+        Some(true)
+    } else if OFF.iter().any(|w| w.eq_ignore_ascii_case(s)) {
+        Some(false)
+    } else {
+        None
+    }
+}
+
+/// Parses a byte size the way every `LOAM_*` size is read: a whole number,
+/// then optionally a unit, `B`, `K`/`KB`/`KiB`, `M`/`MB`/`MiB`,
+/// `G`/`GB`/`GiB` or `T`/`TB`/`TiB`, in any case, with spaces allowed
+/// between and around. Every unit is a power of 1024 (as the JVM's `-Xmx`
+/// reads `512m`). A sign, a fraction, an unknown unit or an overflow is
+/// `None`. Allocates nothing.
+///
+/// # Examples
+/// ```
+/// use loam_heap::parse_size;
+/// assert_eq!(parse_size("512"), Some(512));
+/// assert_eq!(parse_size("64M"), Some(64 << 20));
+/// assert_eq!(parse_size("16MiB"), Some(16 << 20));
+/// assert_eq!(parse_size("2 gb"), Some(2 << 30));
+/// assert_eq!(parse_size("-5"), None);
+/// assert_eq!(parse_size("lots"), None);
+/// ```
+pub fn parse_size(s: &str) -> Option<usize> {
+    let s = s.trim();
+    let digits = s.bytes().take_while(u8::is_ascii_digit).count();
+    if digits == 0 {
+        return None;
+    }
+    let n: usize = s[..digits].parse().ok()?;
+    let unit = s[digits..].trim();
+    const UNITS: [(&str, u32); 14] = [
+        ("", 0),
+        ("b", 0),
+        ("k", 10),
+        ("kb", 10),
+        ("kib", 10),
+        ("m", 20),
+        ("mb", 20),
+        ("mib", 20),
+        ("g", 30),
+        ("gb", 30),
+        ("gib", 30),
+        ("t", 40),
+        ("tb", 40),
+        ("tib", 40),
+    ];
+    let shift = UNITS.iter().find(|(u, _)| u.eq_ignore_ascii_case(unit))?.1;
+    n.checked_mul(1usize << shift)
 }
 
 fn getenv(name: &CStr) -> Option<&'static CStr> {

@@ -1,35 +1,106 @@
 //! Barrier cells: [`GcCell`] and [`GcLock`], the only way to store a managed
 //! pointer into an object after it was allocated.
 //!
-//! Every write takes the `&Mutation<'gc>` of the call, which is where the
-//! write barrier lives, and no write can go around it (an object is only
+//! Both carry the brand `'gc` of the `mutate` call that reached them, and
+//! every write takes that call's `&Mutation<'gc>`, which is where the write
+//! barrier lives. So no write can go around the barrier (an object is only
 //! ever reached through `&T`, and `Cell`, `RefCell` and locks of
-//! non-`'static` data are not `Trace`). Between marks the barrier serves
-//! minor cycles: a [`GcCell`] store marks the objects it stores and
-//! remembers the newly marked ones (an old object may now point to them); a
-//! [`GcLock`] write makes the next cycle a full one. During a concurrent
-//! mark it keeps the snapshot: a [`GcCell`] store shades the old value and
-//! the new one, a [`GcLock`] write shades the old contents (once per mark)
-//! before it writes. Both cells are also what makes a concurrent mark free
-//! of data races: a marker reads a `GcCell` atomically and a `GcLock` under
-//! its lock.
+//! non-`'static` data are not `Trace`), and no write can go through the
+//! barrier of the wrong runtime: a `Mutation` of another runtime (or of
+//! another `mutate` call, on a scoped thread) has another brand, and the
+//! write does not compile. (A barrier serving the wrong runtime would let
+//! the right one's minor cycle or concurrent mark miss the store, and free
+//! a reachable object.)
+//!
+//! Between marks the barrier serves minor cycles: a [`GcCell`] store marks
+//! the objects it stores and remembers the newly marked ones (an old object
+//! may now point to them); a [`GcLock`] write makes the next cycle a full
+//! one. During a concurrent mark it keeps the snapshot: a [`GcCell`] store
+//! shades the old value and the new one, a [`GcLock`] write shades the old
+//! contents (once per mark) before it writes. Both cells are also what makes
+//! a concurrent mark free of data races: a marker reads a `GcCell`
+//! atomically and a `GcLock` under its read lock.
+//!
+//! # A marker never waits for a `GcLock`
+//! A lock's contents may hold another `GcLock` (through an `Arc`), so a
+//! tracer holding one lock's read lock may meet a second that a writer
+//! holds, and that writer may be waiting for the first (or be the very
+//! thread whose write is shading). So `GcLock::trace` only *tries* the read
+//! lock, and skips the contents when a writer holds it or waits for it:
+//! 1. A tracer runs in a pause (the world stopped: no `mutate` call, so no
+//!    writer) or during a concurrent mark, when every `mutate` call began
+//!    after the mark did and so shades.
+//! 2. A writer during a concurrent mark shades the contents, under the write
+//!    lock and before its closure runs, unless a write of the same mark
+//!    already did; writes of one mark happen one after another, and the
+//!    first saw the contents as they were when the mark began.
+//! 3. So a lock a writer holds or waits for has had, or is about to have,
+//!    its contents of the mark's start shaded: everything the snapshot
+//!    needs of it. What writes add later was either reachable when the mark
+//!    began (and is marked through the path it had then, whose cutting is
+//!    shaded) or allocated since (not swept by this cycle).
+//!
+//! No tracer ever blocks on a `GcLock`, so the only waits between locks are
+//! those of the user's own nested writes. The protocol is model-checked in
+//! `snapshot_model.rs` (`nested_locks_never_deadlock`).
 
+use crate::gc::Gc;
 use crate::mutator::Mutation;
 use crate::trace::{Trace, Tracer};
+use crate::weak::GcWeak;
 use crossbeam_utils::atomic::AtomicCell;
 use parking_lot::{RwLock, RwLockReadGuard};
 use std::fmt;
+use std::marker::PhantomData;
+use std::num::{NonZeroU32, NonZeroU64, NonZeroUsize};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// The barrier of a store of `new` over `old` into a barrier cell: see
-/// [`Mutation::barrier_store`].
-#[inline(always)]
-fn barrier<T: Trace + ?Sized>(mc: &Mutation<'_>, old: &T, new: &T) {
-    mc.barrier_store(old, new);
+/// Invariant in `'gc`, like [`Gc`]: a cell of one `mutate` call can never
+/// pass for one of another.
+type Brand<'gc> = PhantomData<fn(&'gc ()) -> &'gc ()>;
+
+mod sealed {
+    pub trait Sealed {}
 }
 
-/// A `Copy` value an object can change in place, such as
-/// `Option<Gc<'gc, T>>`: lock-free for word-sized values.
+/// A value a [`GcCell`] can hold: managed pointers (`Gc`, `Option<Gc>`,
+/// `GcWeak`, `Option<GcWeak>`) and the primitive integers, floats, `bool`
+/// and `char`.
+///
+/// Sealed, because a cell's loads and stores must be single atomic
+/// instructions with no data race and no uninitialised byte: every type
+/// here is one machine word or less with no padding, and
+/// `crossbeam_utils::atomic::AtomicCell` turns its loads and stores into
+/// the matching atomic integer operation. (For a larger type `AtomicCell`
+/// falls back to a seqlock, whose optimistic read races with a write in the
+/// memory model's terms, and a padded type would be copied with its
+/// uninitialised padding as an integer.) Anything else goes in a
+/// [`GcLock`].
+pub trait CellValue: Copy + sealed::Sealed {}
+
+macro_rules! cell_values {
+    ($($ty:ty),* $(,)?) => {$(
+        impl sealed::Sealed for $ty {}
+        impl CellValue for $ty {}
+    )*};
+}
+
+cell_values!(
+    bool, char, u8, u16, u32, u64, usize, i8, i16, i32, i64, isize, f32, f64,
+    NonZeroU32, NonZeroU64, NonZeroUsize,
+);
+
+impl<T> sealed::Sealed for Gc<'_, T> {}
+impl<T> CellValue for Gc<'_, T> {}
+impl<T> sealed::Sealed for Option<Gc<'_, T>> {}
+impl<T> CellValue for Option<Gc<'_, T>> {}
+impl<T> sealed::Sealed for GcWeak<'_, T> {}
+impl<T> CellValue for GcWeak<'_, T> {}
+impl<T> sealed::Sealed for Option<GcWeak<'_, T>> {}
+impl<T> CellValue for Option<GcWeak<'_, T>> {}
+
+/// A managed pointer or a primitive that an object can change in place,
+/// such as `Option<Gc<'gc, T>>`: one atomic word, lock-free.
 ///
 /// # Examples
 /// ```
@@ -37,7 +108,7 @@ fn barrier<T: Trace + ?Sized>(mc: &Mutation<'_>, old: &T, new: &T) {
 ///
 /// #[derive(Trace)]
 /// struct Slot<'gc> {
-///     item: GcCell<Option<Gc<'gc, u32>>>,
+///     item: GcCell<'gc, Option<Gc<'gc, u32>>>,
 /// }
 ///
 /// let rt = Runtime::builder().gc_threads(1).build();
@@ -63,15 +134,41 @@ fn barrier<T: Trace + ?Sized>(mc: &Mutation<'_>, old: &T, new: &T) {
 ///     slot.item = Some(mc.alloc(7));
 /// });
 /// ```
-pub struct GcCell<T: Copy> {
+///
+/// nor through another runtime's (or another call's) `Mutation`:
+/// ```compile_fail
+/// # use loam_runtime::{Gc, GcCell, Runtime, Trace};
+/// # #[derive(Trace)]
+/// # struct Slot<'gc> { item: GcCell<'gc, Option<Gc<'gc, u32>>> }
+/// let (a, b) = (Runtime::new(), Runtime::new());
+/// let mut ma = a.attach();
+/// ma.mutate(|mc| {
+///     let slot = mc.alloc(Slot { item: GcCell::new(Some(mc.alloc(1))) });
+///     std::thread::scope(|s| {
+///         s.spawn(|| {
+///             let mut mb = b.attach();
+///             mb.mutate(|mcb| slot.item.set(mcb, None));
+///         });
+///     });
+/// });
+/// ```
+pub struct GcCell<'gc, T: CellValue> {
     value: AtomicCell<T>,
+    _brand: Brand<'gc>,
 }
 
-impl<T: Copy> GcCell<T> {
+impl<'gc, T: CellValue> GcCell<'gc, T> {
     /// A cell holding `value` (no barrier: the cell is not in the heap yet).
     pub const fn new(value: T) -> Self {
+        const {
+            assert!(
+                AtomicCell::<T>::is_lock_free(),
+                "loam: a GcCell value must be one lock-free atomic word"
+            )
+        };
         GcCell {
             value: AtomicCell::new(value),
+            _brand: PhantomData,
         }
     }
 
@@ -82,30 +179,30 @@ impl<T: Copy> GcCell<T> {
     }
 }
 
-impl<T: Copy + Trace> GcCell<T> {
+impl<'gc, T: CellValue + Trace> GcCell<'gc, T> {
     /// Stores `value`, through the write barrier.
     #[inline]
-    pub fn set(&self, mc: &Mutation<'_>, value: T) {
+    pub fn set(&self, mc: &Mutation<'gc>, value: T) {
         let old = self.value.swap(value);
-        barrier(mc, &old, &value);
+        mc.barrier_store(&old, &value);
     }
 
     /// Stores `value` and returns the old one, through the write barrier.
     #[inline]
-    pub fn replace(&self, mc: &Mutation<'_>, value: T) -> T {
+    pub fn replace(&self, mc: &Mutation<'gc>, value: T) -> T {
         let old = self.value.swap(value);
-        barrier(mc, &old, &value);
+        mc.barrier_store(&old, &value);
         old
     }
 }
 
-impl<T: Copy + fmt::Debug> fmt::Debug for GcCell<T> {
+impl<T: CellValue + fmt::Debug> fmt::Debug for GcCell<'_, T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_tuple("GcCell").field(&self.get()).finish()
     }
 }
 
-impl<T: Copy + Default> Default for GcCell<T> {
+impl<T: CellValue + Default> Default for GcCell<'_, T> {
     fn default() -> Self {
         GcCell::new(T::default())
     }
@@ -113,7 +210,7 @@ impl<T: Copy + Default> Default for GcCell<T> {
 
 // SAFETY: traces the value the cell holds now (1); loading is pure (2); needs
 // tracing when `T` does (3); no `Drop` of its own (4).
-unsafe impl<T: Copy + Trace> Trace for GcCell<T> {
+unsafe impl<T: CellValue + Trace> Trace for GcCell<'_, T> {
     const NEEDS_TRACE: bool = T::NEEDS_TRACE;
 
     #[inline]
@@ -124,7 +221,7 @@ unsafe impl<T: Copy + Trace> Trace for GcCell<T> {
 
 /// Any value an object can change in place (a `Vec` of pointers, a map):
 /// readers share, a writer goes through [`write`](GcLock::write), which
-/// takes the `Mutation` (the barrier).
+/// takes the call's `Mutation` (the barrier).
 ///
 /// # Examples
 /// ```
@@ -132,7 +229,7 @@ unsafe impl<T: Copy + Trace> Trace for GcCell<T> {
 ///
 /// #[derive(Trace)]
 /// struct Bag<'gc> {
-///     items: GcLock<Vec<Gc<'gc, String>>>,
+///     items: GcLock<'gc, Vec<Gc<'gc, String>>>,
 /// }
 ///
 /// let rt = Runtime::builder().gc_threads(1).build();
@@ -143,20 +240,23 @@ unsafe impl<T: Copy + Trace> Trace for GcCell<T> {
 ///     assert_eq!(bag.items.read().len(), 1);
 /// });
 /// ```
-pub struct GcLock<T> {
+pub struct GcLock<'gc, T> {
     value: RwLock<T>,
     /// The concurrent mark whose snapshot this lock's contents were last
     /// shaded for (0: none yet): a write shades them once per mark, not
     /// once per write (a list's pushes would each cost its length).
+    /// Written under the write lock; read there, so relaxed.
     shaded: AtomicU64,
+    _brand: Brand<'gc>,
 }
 
-impl<T> GcLock<T> {
+impl<'gc, T> GcLock<'gc, T> {
     /// A lock holding `value`.
     pub const fn new(value: T) -> Self {
         GcLock {
             value: RwLock::new(value),
             shaded: AtomicU64::new(0),
+            _brand: PhantomData,
         }
     }
 
@@ -171,57 +271,63 @@ impl<T> GcLock<T> {
     }
 }
 
-impl<T: Trace> GcLock<T> {
+impl<'gc, T: Trace> GcLock<'gc, T> {
     /// Runs `f` with exclusive access, through the write barrier (which
-    /// makes the next cycle a full one: see the comment inside).
-    pub fn write<R>(&self, mc: &Mutation<'_>, f: impl FnOnce(&mut T) -> R) -> R {
+    /// makes the next cycle a full one: see the comment inside). The
+    /// barrier holds however `f` ends, a panic included.
+    pub fn write<R>(&self, mc: &Mutation<'gc>, f: impl FnOnce(&mut T) -> R) -> R {
         let mut g = self.value.write();
         let epoch = mc.marking();
         // A concurrent mark is under way: the snapshot needs whatever the
         // contents point to now, before `f` may drop it. Under the write
-        // lock, so no other writer slips in between; a marker reads the
-        // contents under the read lock, so it sees them before or after.
+        // lock, so no other writer slips in between (module docs, 2).
         if T::NEEDS_TRACE && epoch != 0 && self.shaded.load(Ordering::Relaxed) != epoch {
             mc.shade(&*g);
             self.shaded.store(epoch, Ordering::Relaxed);
         }
-        let r = f(&mut g);
-        // Marking what `f` stored would take a walk of the whole contents
+        // Marking what `f` stores would take a walk of the whole contents
         // per write (a list's push would cost its length), and the lock's
         // address cannot be recorded instead: it may be a local of the
         // `mutate` call, gone by the next pause. So a write makes the next
-        // cycle a full one. (A per-object barrier, gc-arena's `Gc::write`,
-        // would lift this; concurrent marking needs one anyway.)
+        // cycle a full one. Recorded before `f` runs, so that a panic in
+        // `f` (after it stored a young pointer, say) cannot skip it: the
+        // flag is only read with every `mutate` call finished.
         mc.barrier_lock::<T>();
-        r
+        f(&mut g)
     }
 
     /// Replaces the value, through the write barrier.
-    pub fn set(&self, mc: &Mutation<'_>, value: T) -> T {
+    pub fn set(&self, mc: &Mutation<'gc>, value: T) -> T {
         self.write(mc, |v| std::mem::replace(v, value))
     }
 }
 
-impl<T: fmt::Debug> fmt::Debug for GcLock<T> {
+impl<T: fmt::Debug> fmt::Debug for GcLock<'_, T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_tuple("GcLock").field(&*self.read()).finish()
     }
 }
 
-impl<T: Default> Default for GcLock<T> {
+impl<T: Default> Default for GcLock<'_, T> {
     fn default() -> Self {
         GcLock::new(T::default())
     }
 }
 
-// SAFETY: traces the current contents under a read lock (1, 2): a writer
-// holding the lock makes a concurrent marker wait, never race. (A writer
-// cannot wait for the marker in turn: nothing inside `mutate` waits for a
-// mark to end.) Needs tracing when `T` does (3); no `Drop` of its own (4).
-unsafe impl<T: Trace> Trace for GcLock<T> {
+// SAFETY: traces the current contents under a read lock (1, 2), so a marker
+// never races a writer. When a writer holds the lock, or waits for it, the
+// contents are skipped: that writer shades them (module docs, "A marker
+// never waits for a `GcLock`"). Needs tracing when `T` does (3); no `Drop`
+// of its own (4).
+unsafe impl<T: Trace> Trace for GcLock<'_, T> {
     const NEEDS_TRACE: bool = T::NEEDS_TRACE;
 
     fn trace(&self, tracer: &mut Tracer) {
-        self.value.read().trace(tracer)
+        if !T::NEEDS_TRACE {
+            return;
+        }
+        if let Some(g) = self.value.try_read() {
+            g.trace(tracer)
+        }
     }
 }

@@ -53,14 +53,32 @@ static CYCLE_LOCK: Mutex<()> = Mutex::new(());
 static RUNTIMES: AtomicUsize = AtomicUsize::new(0);
 
 thread_local! {
-    /// The runtime whose GC thread this is (0: none).
+    /// The runtime whose GC pool thread this is (0: none). A pool thread
+    /// runs user code (destructors, `Trace` impls) only inside a cycle,
+    /// with the process-wide cycle lock held by its coordinator.
     static GC_THREAD_OF: Cell<u16> = const { Cell::new(0) };
+    /// The runtime whose coordinator this is (0: none). A coordinator runs
+    /// user code (the `on_cycle` hook) only between cycles, with no lock.
+    static COORDINATOR_OF: Cell<u16> = const { Cell::new(0) };
 }
 
-/// Whether the calling thread is a GC thread (or a coordinator) of any
+/// Whether the calling thread is a GC pool thread or a coordinator of any
 /// runtime.
 pub(crate) fn on_gc_thread() -> bool {
+    GC_THREAD_OF.with(|c| c.get() != 0) || COORDINATOR_OF.with(|c| c.get() != 0)
+}
+
+/// Whether the calling thread is a GC pool thread of any runtime: it runs
+/// inside a cycle, and anything that waits for a cycle (of any runtime:
+/// they take turns under one lock) would wait for itself.
+pub(crate) fn in_cycle_thread() -> bool {
     GC_THREAD_OF.with(|c| c.get() != 0)
+}
+
+/// Whether the calling thread is the coordinator of runtime `id`: waiting
+/// for that runtime's next cycle would wait for itself.
+pub(crate) fn is_coordinator_of(id: u16) -> bool {
+    COORDINATOR_OF.with(|c| c.get() == id)
 }
 
 /// Aborts with a `loam:` message: the collector found the heap inconsistent.
@@ -87,7 +105,7 @@ pub(crate) fn start(shared: Arc<Shared>) -> JoinHandle<()> {
     std::thread::Builder::new()
         .name(format!("loam-gc-{id}"))
         .spawn(move || {
-            GC_THREAD_OF.with(|c| c.set(id));
+            COORDINATOR_OF.with(|c| c.set(id));
             coordinator(&shared, &pool);
             drop(pool);
             RUNTIMES.fetch_sub(1, Ordering::Relaxed);
@@ -121,13 +139,28 @@ fn coordinator(shared: &Shared, pool: &ThreadPool) {
         if let Some(prev) = prev_start.replace(start) {
             hold_freed_memory(start - prev);
         }
-        cycle(shared, pool, forced || last, &mut gen, &mut snap);
-        let mut c = shared.control.lock();
-        c.phase = Phase::Idle;
-        c.completed += 1;
-        shared.control_cv.notify_all();
+        let event = cycle(shared, pool, forced || last, &mut gen, &mut snap);
+        {
+            let mut c = shared.control.lock();
+            c.phase = Phase::Idle;
+            c.completed += 1;
+            shared.control_cv.notify_all();
+            if last {
+                c.shutdown = true;
+            }
+        }
+        // After the cycle, with no lock held and the phase idle: a hook may
+        // collect another runtime, or panic, without stopping this one.
+        if let Some(hook) = &shared.hook {
+            if let Err(msg) = crate::panics::contain(|| hook(&event)) {
+                shared.stats.lock().user_panics += 1;
+                eprintln!(
+                    "loam: cycle {}: the on_cycle hook panicked (the collector goes on): {msg}",
+                    event.cycle
+                );
+            }
+        }
         if last {
-            c.shutdown = true;
             return;
         }
     }
@@ -305,11 +338,10 @@ const SHADED_IN_PAUSE: usize = 1024;
 /// leave; returns the mutators. With `gone`, first forgets the mutators
 /// that are gone (detached, no root left), taking their remembered objects
 /// into it.
-fn stop_world(shared: &Shared, gone: Option<&mut Vec<usize>>) -> Vec<Arc<MutatorShared>> {
-    shared.handshake.raise();
-    let mutators = {
+fn stop_world(shared: &Shared, mut gone: Option<&mut Vec<usize>>) -> Vec<Arc<MutatorShared>> {
+    shared.handshake.stop_world(|| {
         let mut list = shared.mutators.lock();
-        if let Some(remembered) = gone {
+        if let Some(remembered) = gone.as_deref_mut() {
             list.retain(|m| {
                 let gone = m.detached.load(Ordering::Acquire) && Arc::strong_count(m) == 1;
                 if gone {
@@ -319,11 +351,7 @@ fn stop_world(shared: &Shared, gone: Option<&mut Vec<usize>>) -> Vec<Arc<Mutator
             });
         }
         list.clone()
-    };
-    for m in &mutators {
-        shared.handshake.wait_outside(&m.slot);
-    }
-    mutators
+    })
 }
 
 /// The roots as of now (world stopped): every mutator's table and the
@@ -343,7 +371,7 @@ fn cycle(
     forced: bool,
     gen: &mut Generations,
     snap: &mut Snapshot,
-) {
+) -> CycleEvent {
     let _one_at_a_time = CYCLE_LOCK.lock();
     // Exited threads' heaps take back the runs earlier sweeps sent them, so
     // that their pages can be swept again (live threads do it themselves,
@@ -483,33 +511,40 @@ fn cycle(
         }
     }
 
+    // A user's `Trace` impl panicked on a GC thread: the marks may miss
+    // what it did not report, so nothing may be freed or cleared on their
+    // word. This cycle sweeps nothing and clears no weak reference; the
+    // next one is full (its snapshot clears the marks and starts over).
+    let mark_failed = crate::panics::trace_panicked();
+    if mark_failed {
+        shared.lock_written.store(true, Ordering::Relaxed);
+    }
+
     // 4. Verify.
-    if shared.config.verify {
+    if shared.config.verify && !mark_failed {
         verify(shared.id, snap, &roots, marked.objects, full, concurrent);
     }
 
     // 5. Weak references.
-    // SAFETY: weak cells and their targets are this runtime's allocated
-    // objects; the world is stopped.
-    mark_weak(shared, weak_at_stop);
+    if !mark_failed {
+        mark_weak(shared, weak_at_stop);
+    }
 
     // 6. Resume.
-    if full {
+    if mark_failed {
+        // The generations as they were: the next, full cycle measures.
+    } else if full {
         gen.rebase(marked.bytes, &shared.config);
         gen.started = true;
     } else {
-        // The sweep corrects this (below); the trigger needs it now.
-        let before = gen.old;
+        // The sweep corrects this (below); the trigger needs it now. What a
+        // minor cycle marks is not all live: the barrier marked every young
+        // object stored into a cell, and a later store may have cut it off
+        // again. So promoted bytes only ever bring the next full cycle
+        // closer (`full_due`); they never re-base the goal, or a program
+        // that stores a fresh structure over the last one in every call
+        // would double its heap every cycle on promoted garbage.
         gen.old = gen.old.saturating_add(marked.bytes);
-        if marked.bytes >= before {
-            // The old generation at least doubled, all of the new part live
-            // as of now: at most half of it can be garbage, so take it for
-            // the live size as a full cycle would have measured it, within a
-            // factor of two. (Otherwise a full cycle followed at once,
-            // marking it all again: 45 ms at binary-trees depth 21 after the
-            // long-lived tree's promotion.)
-            gen.rebase(gen.old, &shared.config);
-        }
     }
     let goal = gen.goal;
     // Until the sweep has taken its garbage off `heap_used`, the trigger
@@ -537,6 +572,10 @@ fn cycle(
     // 7. Sweep.
     let sweep_start = Instant::now();
     let alone = RUNTIMES.load(Ordering::Relaxed) == 1;
+    if mark_failed {
+        snap.pages.clear();
+        snap.ranges.clear();
+    }
     // SAFETY: the snapshot's pages (none with a run out), with their allocated
     // words as of the pause; marks complete; under the cycle lock (which also
     // keeps `alone` true throughout, see `RUNTIMES`).
@@ -573,8 +612,11 @@ fn cycle(
         gen.old = heap_at_stop.saturating_sub(swept.bytes);
     }
 
+    // Under the cycle lock still: the panics logged are this cycle's.
+    let panics = crate::panics::report(shared.stats.lock().cycles + 1);
     let event = {
         let mut stats = shared.stats.lock();
+        stats.user_panics += panics;
         stats.cycles += 1;
         stats.minor_cycles += u64::from(!full);
         stats.pauses.record(mark_start_pause);
@@ -648,9 +690,7 @@ fn cycle(
             if forced { " (forced)" } else { "" },
         );
     }
-    if let Some(hook) = &shared.hook {
-        hook(&event);
-    }
+    event
 }
 
 /// Clears the weak cells of the first `upto` (those registered as the mark

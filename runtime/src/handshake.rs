@@ -4,16 +4,46 @@
 //! pointers the collector cannot see) and *outside* otherwise (between
 //! calls, or blocked in code that cannot touch the heap). To stop the world
 //! the collector raises `stop` and waits until no slot is inside; a mutator
-//! entering while `stop` is up steps back out and waits for `resume`.
+//! entering while `stop` is up steps back out and waits at the *gate*.
 //!
-//! The protocol is Dekker's: each side stores its own flag, issues a
+//! The fast path is Dekker's: each side stores its own flag, issues a
 //! sequentially consistent fence, then loads the other's flag, so at least
 //! one of them sees the other. (Fences rather than `SeqCst` accesses: the
-//! fences are what the C++ model, and loom, guarantee a total order for.) Either the collector sees the mutator inside (and waits for it to
+//! fences are what the C++ model, and loom, guarantee a total order for.)
+//! Either the collector sees the mutator inside (and waits for it to
 //! leave), or the mutator sees `stop` (and backs out): never both missed.
 //! The mutator's fast path is one store and one load; the waits use a mutex
 //! and condvars, and every wake-up is issued under the mutex after the flag
-//! it announces is set, so none is lost. `loom` checks it (`handshake_model`).
+//! it announces is set, so none is lost.
+//!
+//! # The gate: a stop never deadlocks with a call that waits for another
+//! A `mutate` call may wait for another thread's call: scoped threads that
+//! attach and enter `mutate` themselves while the spawning call joins them.
+//! If entering simply waited for the stop, the stop would wait for the
+//! spawning call, which waits for the scoped thread, which waits for the
+//! stop. So a stop that has waited `patience` for calls under way while
+//! other mutators wait to enter *opens the gate*: waiting mutators enter
+//! while the calls the stop was waiting for are still inside, and the gate
+//! closes again once those have left. Then the stop waits for the admitted
+//! ones, with twice the patience. Why this is sound and ends:
+//! 1. The world is stopped only when, with the gate closed, every slot reads
+//!    outside after a fence: the same Dekker argument as without a gate. An
+//!    admitted mutator marks itself inside *under the gate's mutex*, while
+//!    it reads the gate open; the collector closes the gate under that
+//!    mutex before it looks at the slots, so it sees the admission, or the
+//!    mutator sees the gate closed and waits.
+//! 2. A mutator is admitted only while some call the stop waits for is
+//!    still inside, so admitting it delays nothing that was not delayed
+//!    already; and the patience doubles each time, so mutators whose calls
+//!    overlap without end cannot keep the gate opening for ever (the wait
+//!    with it closed outgrows their calls).
+//! 3. A call that waits for a scoped thread's call stays inside until that
+//!    call ends, so the gate opens for the scoped thread (after the
+//!    patience) however deep the nesting.
+//!
+//! The gate also means a long call no longer holds other mutators at the
+//! door for its whole length, only for the patience. `loom` checks the
+//! handshake (`handshake_model`).
 
 #[cfg(loom)]
 use loom::sync::{
@@ -24,44 +54,83 @@ use loom::sync::{
 use parking_lot::{Condvar, Mutex, MutexGuard};
 #[cfg(not(loom))]
 use std::sync::atomic::{fence, AtomicBool, Ordering};
+use std::time::Duration;
+
+/// How long a stop waits for the calls under way, while mutators wait to
+/// enter, before it first opens the gate (it doubles each time after).
+const PATIENCE: Duration = Duration::from_millis(1);
 
 /// One mutator's side of the handshake.
 #[derive(Debug, Default)]
 pub(crate) struct Slot {
+    /// Written by the mutator only: true inside a `mutate` call. Read by
+    /// the collector after its fence (Dekker), or under the gate's mutex.
     inside: AtomicBool,
+}
+
+/// What the gate's mutex protects.
+#[derive(Debug, Default)]
+struct Gate {
+    /// Waiting mutators may enter although `stop` is up (module docs).
+    open: bool,
+    /// Mutators waiting to enter.
+    waiting: usize,
 }
 
 /// The collector's side, shared by all mutators of a runtime.
 #[derive(Debug, Default)]
 pub(crate) struct Handshake {
+    /// Written by the collector only; read by every entering mutator after
+    /// its fence.
     stop: AtomicBool,
-    lock: Mutex<()>,
-    /// Mutators wait here for the world to resume.
+    lock: Mutex<Gate>,
+    /// Mutators wait here for the world to resume, or the gate to open.
     resumed: Condvar,
-    /// The collector waits here for inside mutators to leave.
+    /// The collector waits here for inside mutators to leave, or for one to
+    /// start waiting at the gate.
     left: Condvar,
 }
 
 #[cfg(not(loom))]
-fn lock(m: &Mutex<()>) -> MutexGuard<'_, ()> {
+fn lock(m: &Mutex<Gate>) -> MutexGuard<'_, Gate> {
     m.lock()
 }
 #[cfg(loom)]
-fn lock(m: &Mutex<()>) -> MutexGuard<'_, ()> {
+fn lock(m: &Mutex<Gate>) -> MutexGuard<'_, Gate> {
     m.lock().unwrap()
 }
 #[cfg(not(loom))]
-fn wait<'a>(c: &Condvar, mut g: MutexGuard<'a, ()>) -> MutexGuard<'a, ()> {
+fn wait<'a>(c: &Condvar, mut g: MutexGuard<'a, Gate>) -> MutexGuard<'a, Gate> {
     c.wait(&mut g);
     g
 }
 #[cfg(loom)]
-fn wait<'a>(c: &Condvar, g: MutexGuard<'a, ()>) -> MutexGuard<'a, ()> {
+fn wait<'a>(c: &Condvar, g: MutexGuard<'a, Gate>) -> MutexGuard<'a, Gate> {
     c.wait(g).unwrap()
+}
+/// Waits at most `d`; true if it timed out (loom may say so at any time).
+#[cfg(not(loom))]
+fn wait_for<'a>(
+    c: &Condvar,
+    mut g: MutexGuard<'a, Gate>,
+    d: Duration,
+) -> (MutexGuard<'a, Gate>, bool) {
+    let r = c.wait_for(&mut g, d);
+    (g, r.timed_out())
+}
+#[cfg(loom)]
+fn wait_for<'a>(
+    c: &Condvar,
+    g: MutexGuard<'a, Gate>,
+    d: Duration,
+) -> (MutexGuard<'a, Gate>, bool) {
+    let (g, r) = c.wait_timeout(g, d).unwrap();
+    (g, r.timed_out())
 }
 
 impl Handshake {
-    /// Marks `slot` inside, first waiting out any stop in progress.
+    /// Marks `slot` inside, first waiting out any stop in progress (or
+    /// entering through the open gate).
     #[inline]
     pub(crate) fn enter(&self, slot: &Slot) {
         slot.inside.store(true, Ordering::Relaxed);
@@ -78,8 +147,18 @@ impl Handshake {
         loop {
             self.leave(slot);
             let mut g = lock(&self.lock);
-            while self.stop.load(Ordering::Acquire) {
+            g.waiting += 1;
+            // A stop past its patience opens the gate only for waiters.
+            self.left.notify_all();
+            while self.stop.load(Ordering::Acquire) && !g.open {
                 g = wait(&self.resumed, g);
+            }
+            g.waiting -= 1;
+            if g.open {
+                // Admitted: inside while the gate is seen open, under its
+                // mutex (module docs, 1).
+                slot.inside.store(true, Ordering::Relaxed);
+                return;
             }
             drop(g);
             slot.inside.store(true, Ordering::Relaxed);
@@ -110,22 +189,50 @@ impl Handshake {
         self.stop.load(Ordering::Relaxed)
     }
 
-    /// Raises `stop`. Slots registered after this call returns see `stop`
-    /// when they enter (the caller takes its registry lock after raising
-    /// it), so the caller then waits for the registered ones only.
-    pub(crate) fn raise(&self) {
+    /// Stops the world: raises `stop` and returns once no mutator is inside,
+    /// with the gate closed. `registry` lists the slots; it is read again
+    /// after every closing of the gate, so a mutator registered since (and
+    /// perhaps admitted) is waited for too. Returns the last list read.
+    pub(crate) fn stop_world<S: AsRef<Slot>>(&self, mut registry: impl FnMut() -> Vec<S>) -> Vec<S> {
         self.stop.store(true, Ordering::Relaxed);
         fence(Ordering::SeqCst);
-    }
-
-    /// Waits until `slot` is outside; call after [`raise`](Self::raise).
-    pub(crate) fn wait_outside(&self, slot: &Slot) {
-        if !slot.inside.load(Ordering::Acquire) {
-            return;
-        }
-        let mut g = lock(&self.lock);
-        while slot.inside.load(Ordering::Acquire) {
-            g = wait(&self.left, g);
+        let mut patience = PATIENCE;
+        loop {
+            // The gate is closed here (it is only open below).
+            let slots = registry();
+            let inside: Vec<&Slot> = slots
+                .iter()
+                .map(AsRef::as_ref)
+                .filter(|s| s.inside.load(Ordering::Acquire))
+                .collect();
+            if inside.is_empty() {
+                return slots;
+            }
+            let mut g = lock(&self.lock);
+            let mut open = false;
+            loop {
+                if inside.iter().all(|s| !s.inside.load(Ordering::Acquire)) {
+                    break;
+                }
+                if g.waiting > 0 && !open {
+                    let (g2, timed_out) = wait_for(&self.left, g, patience);
+                    g = g2;
+                    if timed_out && g.waiting > 0 {
+                        // Those still inside may be waiting for a waiter.
+                        open = true;
+                        g.open = true;
+                        self.resumed.notify_all();
+                        patience = patience.saturating_mul(2).min(Duration::from_secs(1));
+                    }
+                } else {
+                    g = wait(&self.left, g);
+                }
+            }
+            // Closed under the mutex: admissions before this are visible to
+            // the reads of the next round (module docs, 1).
+            g.open = false;
+            drop(g);
+            fence(Ordering::SeqCst);
         }
     }
 
@@ -138,6 +245,12 @@ impl Handshake {
     }
 }
 
+impl AsRef<Slot> for Slot {
+    fn as_ref(&self) -> &Slot {
+        self
+    }
+}
+
 #[cfg(all(test, loom))]
 mod handshake_model {
     use super::*;
@@ -146,7 +259,8 @@ mod handshake_model {
 
     /// Two mutators enter and leave while the collector stops the world and
     /// resumes it: while stopped, no mutator is ever inside. (Dropping the
-    /// fence in `enter` makes this fail.)
+    /// fence in `enter`, or marking an admitted mutator inside after the
+    /// gate's mutex is released, makes this fail.)
     #[test]
     fn stopped_world_has_no_mutator_inside() {
         loom::model(|| {
@@ -174,10 +288,7 @@ mod handshake_model {
                     hs.leave(&slots[i]);
                 }));
             }
-            hs.raise();
-            for s in slots.iter() {
-                hs.wait_outside(s);
-            }
+            hs.stop_world(|| vec![&slots[0], &slots[1]]);
             world_stopped.store(true, Ordering::SeqCst);
             assert_eq!(
                 running.load(Ordering::SeqCst),
@@ -189,6 +300,51 @@ mod handshake_model {
             for t in threads {
                 t.join().unwrap();
             }
+        });
+    }
+
+    /// A mutator inside waits for a second one to enter and leave (a scoped
+    /// thread), while the collector stops the world: the gate lets the
+    /// second in, so everything ends (loom reports a deadlock otherwise),
+    /// and the stopped world still has nobody inside.
+    #[test]
+    fn a_call_that_waits_for_another_call_does_not_deadlock_a_stop() {
+        loom::model(|| {
+            let hs = Arc::new(Handshake::default());
+            let slots = Arc::new([Slot::default(), Slot::default()]);
+            let inner_done = Arc::new(AtomicBool::new(false));
+            let world_stopped = Arc::new(AtomicBool::new(false));
+            hs.enter(&slots[0]); // the outer call, on this thread
+            let collector = {
+                let (hs, slots, stopped) = (hs.clone(), slots.clone(), world_stopped.clone());
+                loom::thread::spawn(move || {
+                    hs.stop_world(|| vec![&slots[0], &slots[1]]);
+                    stopped.store(true, Ordering::SeqCst);
+                    assert!(!slots[0].inside.load(Ordering::SeqCst));
+                    assert!(!slots[1].inside.load(Ordering::SeqCst));
+                    stopped.store(false, Ordering::SeqCst);
+                    hs.resume();
+                })
+            };
+            let scoped = {
+                let (hs, slots, done, stopped) = (
+                    hs.clone(),
+                    slots.clone(),
+                    inner_done.clone(),
+                    world_stopped.clone(),
+                );
+                loom::thread::spawn(move || {
+                    hs.enter(&slots[1]);
+                    assert!(!stopped.load(Ordering::SeqCst), "entered a stopped world");
+                    hs.leave(&slots[1]);
+                    done.store(true, Ordering::SeqCst);
+                })
+            };
+            // The outer call joins its scoped thread before it returns.
+            scoped.join().unwrap();
+            assert!(inner_done.load(Ordering::SeqCst));
+            hs.leave(&slots[0]);
+            collector.join().unwrap();
         });
     }
 }

@@ -15,7 +15,7 @@
 //! #[derive(Trace)]
 //! struct Node<'gc> {
 //!     value: u32,
-//!     next: GcCell<Option<Gc<'gc, Node<'gc>>>>,
+//!     next: GcCell<'gc, Option<Gc<'gc, Node<'gc>>>>,
 //! }
 //!
 //! let rt = Runtime::new();
@@ -207,6 +207,7 @@ not_under_loom! {
     mod mark;
     mod mutator;
     mod options;
+    mod panics;
     mod root;
     #[allow(clippy::module_inception)]
     mod runtime;
@@ -217,7 +218,7 @@ not_under_loom! {
     pub use cell::{GcCell, GcLock};
     pub use gc::Gc;
     pub use mutator::{AllocError, Mutation, Mutator};
-    pub use options::parse_size;
+    pub use options::ConfigError;
     pub use root::{GlobalRoot, Root, Rootable};
     pub use runtime::{Runtime, RuntimeBuilder};
     pub use stats::{CycleEvent, GcStats, PauseHistogram};

@@ -110,7 +110,16 @@ unsafe fn scan(addr: usize, tracer: &mut Tracer, out: &mut Marked, mut push: imp
         // SAFETY: a live object of the descriptor's type. Mutators running
         // meanwhile change it only through barrier cells, which trace
         // without a data race (module docs).
-        unsafe { trace(addr as *const u8, tracer) };
+        let traced = crate::panics::contain(|| unsafe { trace(addr as *const u8, tracer) });
+        if let Err(msg) = traced {
+            // A user's `Trace` impl panicked: what it reported may be
+            // partial, so this cycle's marks cannot be trusted. The
+            // collector frees nothing this cycle (see `collector::cycle`);
+            // mark on, so that the mark still ends.
+            crate::panics::record(crate::panics::Kind::Trace, (desc.name)(), msg);
+            tracer.clear();
+            return;
+        }
         for &e in tracer.edges() {
             // SAFETY: an edge of a live object is an allocated object
             // (Trace's contract 1: everything reachable was reported, so
@@ -344,7 +353,12 @@ pub(crate) unsafe fn reachable(roots: &[usize]) -> HashSet<usize> {
         }
         if let Some(trace) = desc.trace {
             // SAFETY: as above.
-            unsafe { trace(addr as *const u8, &mut tracer) };
+            let traced = crate::panics::contain(|| unsafe { trace(addr as *const u8, &mut tracer) });
+            if let Err(msg) = traced {
+                crate::panics::record(crate::panics::Kind::Trace, (desc.name)(), msg);
+                tracer.clear();
+                continue;
+            }
             for &e in tracer.edges() {
                 if seen.insert(e) {
                     stack.push(e);

@@ -65,7 +65,7 @@ pub(crate) fn inside_mutate() -> bool {
 ///
 /// #[derive(Trace)]
 /// struct Acc<'gc> {
-///     last: GcCell<Option<Gc<'gc, u64>>>,
+///     last: GcCell<'gc, Option<Gc<'gc, u64>>>,
 /// }
 ///
 /// let rt = Runtime::builder().gc_threads(1).min_heap(1 << 20).build();
@@ -93,6 +93,12 @@ pub struct Mutator {
     /// An allocation failed at the heap limit during the last `mutate`: run
     /// a forced collection before the next.
     limit_hit: Cell<bool>,
+    /// Since the last such collection no allocation took a new chunk: the
+    /// program is at its limit, and the value is the runtime's
+    /// `roots_changed` as that collection began. A root dropped or moved
+    /// since may have freed memory, so the next `mutate` collects again
+    /// (a read-only call in between must not use up the retry).
+    limit_roots: Cell<Option<u64>>,
     _not_send: PhantomData<*mut ()>,
 }
 
@@ -119,6 +125,12 @@ impl Drop for Inside<'_> {
     }
 }
 
+impl AsRef<Slot> for Arc<MutatorShared> {
+    fn as_ref(&self) -> &Slot {
+        &self.slot
+    }
+}
+
 impl Mutator {
     pub(crate) fn attach(handle: Arc<Handle>) -> Mutator {
         let id = handle.shared.id;
@@ -138,6 +150,7 @@ impl Mutator {
             credit: Cell::new(0),
             barrier_edges: RefCell::new(Tracer::new()),
             limit_hit: Cell::new(false),
+            limit_roots: Cell::new(None),
             _not_send: PhantomData,
         }
     }
@@ -171,9 +184,7 @@ impl Mutator {
         // Take back the pages our sweeper emptied: they are ready for reuse,
         // and the next sweep can look at them again.
         loam_heap::reclaim_runs();
-        if self.limit_hit.replace(false) {
-            self.shared().collect();
-        }
+        self.collect_for_limit();
         let shared = &*self.handle.shared;
         let goal = shared.next_goal.load(Ordering::Relaxed);
         if shared.heap_used.load(Ordering::Relaxed) >= goal.saturating_mul(2) {
@@ -232,6 +243,22 @@ impl Mutator {
         }
     }
 
+    /// At the heap limit, before a `mutate` call: runs a full collection if
+    /// the last call hit the limit, or if roots changed since the last such
+    /// collection and no allocation has succeeded since.
+    #[inline]
+    fn collect_for_limit(&self) {
+        let hit = self.limit_hit.replace(false);
+        if !hit && self.limit_roots.get().is_none() {
+            return;
+        }
+        let roots = self.shared().roots_changed.load(Ordering::Relaxed);
+        if hit || self.limit_roots.get() != Some(roots) {
+            self.limit_roots.set(Some(roots));
+            self.shared().collect();
+        }
+    }
+
     /// Takes `size` bytes of heap budget; false at the heap limit.
     #[inline]
     fn take_credit(&self, size: usize) -> bool {
@@ -267,6 +294,7 @@ impl Mutator {
                 shared.request(false);
             }
             self.credit.set(self.credit.get() + chunk - size);
+            self.limit_roots.set(None);
             return true;
         }
         false

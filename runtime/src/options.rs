@@ -1,5 +1,8 @@
 //! The runtime's settings: builder values, then `LOAM_*` environment
-//! overrides, each bad value reported on stderr and ignored.
+//! overrides. A bad value is reported on stderr and ignored, except a heap
+//! limit that cannot be read, which the runtime refuses to start with
+//! ([`ConfigError`]). Sizes and flags are read by `loam_heap`'s parsers, the
+//! same for every crate.
 
 use std::time::Duration;
 
@@ -51,39 +54,45 @@ impl Default for Config {
     }
 }
 
-/// Parses a byte size: a number with an optional `K`, `M`, `G` or `T`
-/// suffix (powers of 1024, an optional trailing `B`, any case).
-///
-/// ```
-/// # use loam_runtime::parse_size;
-/// assert_eq!(parse_size("512"), Some(512));
-/// assert_eq!(parse_size("64M"), Some(64 << 20));
-/// assert_eq!(parse_size("2gb"), Some(2 << 30));
-/// assert_eq!(parse_size("lots"), None);
-/// ```
-pub fn parse_size(s: &str) -> Option<usize> {
-    let s = s.trim().to_ascii_uppercase();
-    let s = s.strip_suffix('B').unwrap_or(&s);
-    let (num, shift) = match s.as_bytes().last()? {
-        b'K' => (&s[..s.len() - 1], 10),
-        b'M' => (&s[..s.len() - 1], 20),
-        b'G' => (&s[..s.len() - 1], 30),
-        b'T' => (&s[..s.len() - 1], 40),
-        _ => (s, 0),
-    };
-    let n: usize = num.trim().parse().ok()?;
-    n.checked_mul(1usize << shift)
+use loam_heap::{parse_flag, parse_size};
+
+/// GC threads per CPU at most: more only adds scheduling (2,000 threads on
+/// two CPUs made a run 500 times slower).
+pub(crate) const MAX_GC_THREADS_PER_CPU: usize = 4;
+
+/// The most GC threads a runtime starts: a few per CPU.
+pub(crate) fn max_gc_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get()) * MAX_GC_THREADS_PER_CPU
 }
 
-fn flag(name: &str, value: &str) -> Option<bool> {
-    match value.trim() {
-        "1" | "true" | "on" | "yes" => Some(true),
-        "0" | "false" | "off" | "no" | "" => Some(false),
-        _ => {
-            warn(name, value, "expected 1 or 0");
-            None
-        }
+/// A setting a runtime cannot start with: a `LOAM_*` variable that must be
+/// understood (the heap limit is a safety limit, so an unreadable one is not
+/// taken for "no limit").
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigError {
+    variable: &'static str,
+    value: String,
+    expected: &'static str,
+}
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}={:?} cannot be read: expected {}",
+            self.variable, self.value, self.expected
+        )
     }
+}
+
+impl std::error::Error for ConfigError {}
+
+fn flag(name: &str, value: &str) -> Option<bool> {
+    let b = parse_flag(value);
+    if b.is_none() {
+        warn(name, value, "expected 1/0, true/false, on/off or yes/no");
+    }
+    b
 }
 
 fn warn(name: &str, value: &str, expected: &str) {
@@ -92,12 +101,26 @@ fn warn(name: &str, value: &str, expected: &str) {
 
 impl Config {
     /// Applies the `LOAM_*` environment overrides.
-    pub(crate) fn apply_env(&mut self) {
-        self.apply(|k| std::env::var(k).ok());
+    pub(crate) fn apply_env(&mut self) -> Result<(), ConfigError> {
+        self.apply(|k| std::env::var(k).ok())
     }
 
-    /// Applies overrides read through `get` (the environment, or a test's map).
-    pub(crate) fn apply(&mut self, get: impl Fn(&str) -> Option<String>) {
+    /// Caps the GC thread count at a few per CPU, with a warning.
+    pub(crate) fn cap_gc_threads(&mut self) {
+        let max = max_gc_threads();
+        if self.gc_threads > max {
+            eprintln!(
+                "loam: {} GC threads asked for; using {max} ({MAX_GC_THREADS_PER_CPU} per CPU at most)",
+                self.gc_threads
+            );
+            self.gc_threads = max;
+        }
+    }
+
+    /// Applies overrides read through `get` (the environment, or a test's
+    /// map). A bad value of most variables is reported and ignored; a heap
+    /// limit that cannot be read is an error.
+    pub(crate) fn apply(&mut self, get: impl Fn(&str) -> Option<String>) -> Result<(), ConfigError> {
         if let Some(v) = get("LOAM_GC_PERCENT") {
             match v.trim() {
                 "off" => self.gc_percent = u32::MAX,
@@ -115,11 +138,13 @@ impl Config {
             match parse_size(&v) {
                 Some(0) => self.heap_limit = None,
                 Some(n) => self.heap_limit = Some(n),
-                None => warn(
-                    "LOAM_HEAP_LIMIT",
-                    &v,
-                    "expected a size like 512M or 2G (0 for none)",
-                ),
+                None => {
+                    return Err(ConfigError {
+                        variable: "LOAM_HEAP_LIMIT",
+                        value: v,
+                        expected: "a size like 512M, 2GiB or 16MB (0 for none)",
+                    })
+                }
             }
         }
         if let Some(v) = get("LOAM_GC_THREADS") {
@@ -131,7 +156,7 @@ impl Config {
         if let Some(v) = get("LOAM_MIN_HEAP") {
             match parse_size(&v) {
                 Some(n) => self.min_heap = n,
-                None => warn("LOAM_MIN_HEAP", &v, "expected a size like 4M or 64M"),
+                None => warn("LOAM_MIN_HEAP", &v, "expected a size like 4M or 64MiB"),
             }
         }
         if let Some(v) = get("LOAM_GCTRACE") {
@@ -164,6 +189,7 @@ impl Config {
                 self.generational = b;
             }
         }
+        Ok(())
     }
 }
 
@@ -171,15 +197,15 @@ impl Config {
 mod tests {
     use super::*;
 
-    fn with(pairs: &[(&str, &str)]) -> Config {
+    fn with(pairs: &[(&str, &str)]) -> Result<Config, ConfigError> {
         let mut c = Config::default();
         c.apply(|k| {
             pairs
                 .iter()
                 .find(|(n, _)| *n == k)
                 .map(|(_, v)| v.to_string())
-        });
-        c
+        })?;
+        Ok(c)
     }
 
     #[test]
@@ -188,13 +214,14 @@ mod tests {
             ("LOAM_GC_PERCENT", "50"),
             ("LOAM_HEAP_LIMIT", "64M"),
             ("LOAM_GCTRACE", "1"),
-            ("LOAM_GCVERIFY", "1"),
+            ("LOAM_GCVERIFY", "yes"),
             ("LOAM_GC_THREADS", "3"),
-            ("LOAM_MIN_HEAP", "8M"),
+            ("LOAM_MIN_HEAP", "8MiB"),
             ("LOAM_GC_GENERATIONAL", "0"),
-            ("LOAM_GC_CONCURRENT", "0"),
+            ("LOAM_GC_CONCURRENT", "off"),
             ("LOAM_GC_PAUSE_BUDGET_US", "500"),
-        ]);
+        ])
+        .unwrap();
         assert!(!c.concurrent);
         assert_eq!(c.mark_pause_budget, Duration::from_micros(500));
         assert!(!c.generational);
@@ -203,32 +230,69 @@ mod tests {
         assert_eq!(c.gc_percent, 50);
         assert_eq!(c.heap_limit, Some(64 << 20));
         assert!(c.trace && c.verify);
-        assert_eq!(with(&[("LOAM_GC_PERCENT", "off")]).gc_percent, u32::MAX);
+        assert_eq!(with(&[("LOAM_GC_PERCENT", "off")]).unwrap().gc_percent, u32::MAX);
     }
 
     #[test]
-    fn bad_values_are_ignored() {
+    fn every_usual_spelling_of_a_heap_limit_is_read() {
+        for (v, n) in [
+            ("16MiB", 16 << 20),
+            ("16MB", 16 << 20),
+            ("16m", 16 << 20),
+            ("16 M", 16 << 20),
+            ("2GiB", 2 << 30),
+            ("2gb", 2 << 30),
+            ("512K", 512 << 10),
+            ("512kib", 512 << 10),
+            ("4096", 4096),
+            ("4096B", 4096),
+        ] {
+            assert_eq!(with(&[("LOAM_HEAP_LIMIT", v)]).unwrap().heap_limit, Some(n), "{v}");
+        }
+        assert_eq!(with(&[("LOAM_HEAP_LIMIT", "0")]).unwrap().heap_limit, None);
+    }
+
+    #[test]
+    fn an_unreadable_heap_limit_is_an_error_not_unlimited() {
+        for v in ["abc", "-5", "", "16 parsecs", "1.5G", "99999999999999999999T"] {
+            let e = with(&[("LOAM_HEAP_LIMIT", v)]).unwrap_err();
+            let msg = e.to_string();
+            assert!(msg.contains("LOAM_HEAP_LIMIT") && msg.contains("512M"), "{msg}");
+        }
+    }
+
+    #[test]
+    fn other_bad_values_are_ignored() {
         let c = with(&[
             ("LOAM_GC_PERCENT", "-3"),
-            ("LOAM_HEAP_LIMIT", "big"),
             ("LOAM_GCTRACE", "maybe"),
             ("LOAM_GC_THREADS", "0"),
             ("LOAM_GC_PAUSE_BUDGET_US", "2ms"),
-        ]);
+        ])
+        .unwrap();
         let d = Config::default();
         assert_eq!(c.gc_percent, d.gc_percent);
-        assert_eq!(c.heap_limit, d.heap_limit);
         assert!(!c.trace);
         assert_eq!(c.gc_threads, d.gc_threads);
         assert_eq!(c.mark_pause_budget, d.mark_pause_budget);
     }
 
     #[test]
-    fn sizes_parse() {
-        assert_eq!(parse_size("1k"), Some(1024));
-        assert_eq!(parse_size(" 3 MiB"), None);
-        assert_eq!(parse_size("3MB"), Some(3 << 20));
-        assert_eq!(parse_size(""), None);
-        assert_eq!(parse_size("99999999999999999999T"), None);
+    fn gc_threads_are_capped_at_a_few_per_cpu() {
+        let mut c = with(&[("LOAM_GC_THREADS", "2000")]).unwrap();
+        c.cap_gc_threads();
+        assert_eq!(c.gc_threads, max_gc_threads());
+        assert!(c.gc_threads < 2000);
+    }
+
+    #[test]
+    fn heap_and_runtime_read_flags_alike() {
+        for v in ["1", "true", "ON", " yes "] {
+            assert_eq!(parse_flag(v), Some(true), "{v}");
+        }
+        for v in ["0", "false", "Off", "no"] {
+            assert_eq!(parse_flag(v), Some(false), "{v}");
+        }
+        assert_eq!(parse_flag("2"), None);
     }
 }

@@ -7,6 +7,7 @@ use crate::runtime::Handle;
 use crate::trace::Trace;
 use std::fmt;
 use std::marker::PhantomData;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// Names a managed type with its brand abstracted: `Root` is the type for a
@@ -148,12 +149,14 @@ impl<R: ?Sized + for<'a> Rootable<'a>> Root<R> {
     {
         check_runtime(&self.handle, mc);
         self.owner.roots.lock().set(self.index, gc.addr());
+        self.handle.shared.roots_changed.fetch_add(1, Ordering::Relaxed);
     }
 }
 
 impl<R: ?Sized + for<'a> Rootable<'a>> Drop for Root<R> {
     fn drop(&mut self) {
         self.owner.roots.lock().remove(self.index);
+        self.handle.shared.roots_changed.fetch_add(1, Ordering::Relaxed);
     }
 }
 
@@ -231,6 +234,7 @@ impl<R: ?Sized + for<'a> Rootable<'a>> GlobalRoot<R> {
     {
         check_runtime(&self.handle, mc);
         self.handle.shared.globals.lock().set(self.index, gc.addr());
+        self.handle.shared.roots_changed.fetch_add(1, Ordering::Relaxed);
     }
 }
 
@@ -251,6 +255,7 @@ impl<R: ?Sized + for<'a> Rootable<'a>> Clone for GlobalRoot<R> {
 impl<R: ?Sized + for<'a> Rootable<'a>> Drop for GlobalRoot<R> {
     fn drop(&mut self) {
         self.handle.shared.globals.lock().remove(self.index);
+        self.handle.shared.roots_changed.fetch_add(1, Ordering::Relaxed);
     }
 }
 

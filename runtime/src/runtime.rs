@@ -4,7 +4,7 @@
 use crate::collector;
 use crate::handshake::Handshake;
 use crate::mutator::{Mutator, MutatorShared};
-use crate::options::Config;
+use crate::options::{Config, ConfigError};
 use crate::root::RootTable;
 use crate::stats::{CycleEvent, GcStats};
 use parking_lot::{Condvar, Mutex};
@@ -56,6 +56,9 @@ pub(crate) struct Shared {
     pub(crate) heap_used: AtomicUsize,
     /// Heap size at which the next cycle starts.
     pub(crate) next_goal: AtomicUsize,
+    /// Bumped whenever a root is dropped or moved (relaxed: a hint for the
+    /// heap-limit retry, `Mutator::collect_for_limit`).
+    pub(crate) roots_changed: AtomicU64,
     pub(crate) control: Mutex<Control>,
     /// Signals changes of `control` (requests, phase ends) both ways.
     pub(crate) control_cv: Condvar,
@@ -134,6 +137,17 @@ impl Shared {
             "loam: collect called inside a mutate closure; it would wait for \
              that call to return. Collect after mutate returns."
         );
+        assert!(
+            !collector::in_cycle_thread(),
+            "loam: collect called on a GC thread (from a destructor or a Trace \
+             impl the sweep or the mark ran): it would wait for the cycle that \
+             runs it. Destructors must not collect."
+        );
+        assert!(
+            !collector::is_coordinator_of(self.id),
+            "loam: collect called from this runtime's own on_cycle hook: it \
+             would wait for the collector that runs the hook"
+        );
         {
             let mut c = self.control.lock();
             while c.phase != Phase::Idle {
@@ -187,7 +201,10 @@ impl Drop for Handle {
         // last handle) joining could wait for ourselves, or, for another
         // runtime, for the cycle lock our own cycle holds: the collector
         // finishes on its own.
-        if collector::on_gc_thread() {
+        // Inside a `mutate` call (of another runtime: this one's handles
+        // outlive its calls) the same holds: the cycle that holds the lock
+        // may be waiting for that very call to return.
+        if collector::on_gc_thread() || crate::mutator::inside_mutate() {
             return;
         }
         if let Some(t) = self.coordinator.take() {
@@ -233,7 +250,7 @@ pub(crate) fn release_id(id: u16) {
 /// #[derive(Trace)]
 /// struct Node<'gc> {
 ///     value: u64,
-///     next: GcCell<Option<Gc<'gc, Node<'gc>>>>,
+///     next: GcCell<'gc, Option<Gc<'gc, Node<'gc>>>>,
 /// }
 ///
 /// let rt = Runtime::builder().gc_threads(2).build();
@@ -325,10 +342,14 @@ impl Runtime {
 }
 
 /// Settings for a [`Runtime`]. Each has a default; the environment
-/// variables `LOAM_GC_PERCENT`, `LOAM_HEAP_LIMIT` (`512M`, `2G`, `0` for
-/// none), `LOAM_MIN_HEAP`, `LOAM_GC_THREADS`, `LOAM_GCTRACE=1` and
-/// `LOAM_GCVERIFY=1` override the builder (a bad value is reported on stderr
-/// and ignored).
+/// variables override the builder: `LOAM_GC_PERCENT`, `LOAM_HEAP_LIMIT`
+/// (`512M`, `2GiB`, `16MB`, `0` for none), `LOAM_MIN_HEAP`,
+/// `LOAM_GC_THREADS`, `LOAM_GCTRACE`, `LOAM_GCVERIFY`,
+/// `LOAM_GC_GENERATIONAL`, `LOAM_GC_CONCURRENT` and
+/// `LOAM_GC_PAUSE_BUDGET_US`. Sizes and flags read as
+/// [`loam_heap::parse_size`] and [`loam_heap::parse_flag`] say. A bad value
+/// is reported on stderr and ignored, except a heap limit, which is an
+/// error ([`try_build`](Self::try_build)).
 ///
 /// # Examples
 /// ```
@@ -374,7 +395,8 @@ impl RuntimeBuilder {
         }
     }
 
-    /// GC threads that mark and sweep (at least 1).
+    /// GC threads that mark and sweep (at least 1, at most four per CPU:
+    /// more is capped, with a warning).
     pub fn gc_threads(mut self, n: usize) -> Self {
         self.config.gc_threads = n.max(1);
         self
@@ -460,11 +482,60 @@ impl RuntimeBuilder {
     /// Starts the runtime and its GC threads.
     ///
     /// # Panics
-    /// If the OS refuses to start the GC threads.
+    /// If a `LOAM_*` variable the runtime must understand cannot be read
+    /// (see [`try_build`](Self::try_build)), on a GC thread or inside a
+    /// `mutate` call, or if the OS refuses to start the GC threads.
     pub fn build(self) -> Runtime {
+        match self.try_build() {
+            Ok(rt) => rt,
+            Err(e) => panic!("loam: the runtime cannot start: {e}"),
+        }
+    }
+
+    /// Starts the runtime and its GC threads, or says which setting it
+    /// cannot start with: a `LOAM_HEAP_LIMIT` that cannot be read (a safety
+    /// limit is never taken for "none"). Other bad `LOAM_*` values are
+    /// reported on stderr and ignored.
+    ///
+    /// # Examples
+    /// ```
+    /// let rt = loam_runtime::Runtime::builder().gc_threads(1).try_build()?;
+    /// # drop(rt);
+    /// # Ok::<(), loam_runtime::ConfigError>(())
+    /// ```
+    ///
+    /// # Panics
+    /// On a GC thread or inside a `mutate` call, or if the OS refuses to
+    /// start the GC threads.
+    pub fn try_build(self) -> Result<Runtime, ConfigError> {
+        // Both would wait for the process-wide cycle lock (`collector::start`)
+        // that a cycle holds while it runs a destructor, or while it waits
+        // for the `mutate` call under way to return.
+        assert!(
+            !collector::in_cycle_thread(),
+            "loam: a runtime cannot be built on a GC thread (in a destructor or \
+             a Trace impl): the cycle running it holds the lock a new runtime needs"
+        );
+        assert!(
+            !crate::mutator::inside_mutate(),
+            "loam: a runtime cannot be built inside a mutate call: a cycle of the \
+             runtime being mutated could be waiting for this call while holding \
+             the lock a new runtime needs. Build it before or after the call."
+        );
+        crate::panics::install_quiet_hook();
         let mut config = self.config;
         if self.env {
-            config.apply_env();
+            config.apply_env()?;
+        }
+        config.cap_gc_threads();
+        if let Some(limit) = config.heap_limit {
+            if limit < config.min_heap {
+                eprintln!(
+                    "loam: the heap limit ({limit} bytes) is below the minimum heap ({} bytes): \
+                     cycles start only at the limit",
+                    config.min_heap
+                );
+            }
         }
         let id = take_id();
         let goal = config.min_heap;
@@ -476,6 +547,7 @@ impl RuntimeBuilder {
             weak: Mutex::new(Vec::new()),
             heap_used: AtomicUsize::new(0),
             next_goal: AtomicUsize::new(goal),
+            roots_changed: AtomicU64::new(0),
             control: Mutex::new(Control {
                 requested: false,
                 forced: false,
@@ -497,11 +569,11 @@ impl RuntimeBuilder {
             config,
         });
         let coordinator = collector::start(shared.clone());
-        Runtime {
+        Ok(Runtime {
             handle: Arc::new(Handle {
                 shared,
                 coordinator: Some(coordinator),
             }),
-        }
+        })
     }
 }

@@ -215,9 +215,12 @@ pub struct GcStats {
     /// Managed bytes allocated and not yet freed, now (allocation is counted
     /// in chunks per mutator, so this is at most 64 KiB per mutator high).
     pub heap_size: usize,
-    /// Live bytes the last full cycle found (or a minor cycle that at least
-    /// doubled the old generation: what is old then, see `collector.rs`).
+    /// Live bytes the last full cycle found.
     pub live_size: usize,
+    /// Panics the collector contained in user code it ran on its threads:
+    /// destructors, `Trace` impls and the `on_cycle` hook (each is also
+    /// reported on stderr, once per type and cycle).
+    pub user_panics: u64,
     /// The heap size that triggers the next cycle.
     pub next_goal: usize,
     /// The last cycle's event.

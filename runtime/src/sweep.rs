@@ -247,17 +247,12 @@ unsafe fn sweep_page(
 /// The caller owns the dead object.
 unsafe fn finalize(addr: usize, desc: Option<&TypeDesc>, size: usize, id: u16, verify: bool) {
     if let Some((drop, desc)) = desc.and_then(|d| Some((d.drop?, d))) {
-        // A panicking destructor must not take the collector down: report it
-        // and go on (the memory is freed all the same).
+        // A panicking destructor must not take the collector down: it is
+        // contained, its payload too, and reported once per type at the end
+        // of the cycle (the memory is freed all the same).
         // SAFETY: dropped once, here; the caller owns the object.
-        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| unsafe {
-            drop(addr as *mut u8)
-        }));
-        if r.is_err() {
-            eprintln!(
-                "loam: the destructor of a {} panicked during sweep",
-                (desc.name)()
-            );
+        if let Err(msg) = crate::panics::contain(|| unsafe { drop(addr as *mut u8) }) {
+            crate::panics::record(crate::panics::Kind::Drop, (desc.name)(), msg);
         }
     }
     if verify {

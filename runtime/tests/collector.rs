@@ -38,14 +38,14 @@ impl Drop for Counted {
 #[derive(Trace)]
 struct Node<'gc> {
     value: u64,
-    next: GcCell<Option<Gc<'gc, Node<'gc>>>>,
+    next: GcCell<'gc, Option<Gc<'gc, Node<'gc>>>>,
     #[trace(skip)]
     _drops: Counted,
 }
 
 type NodeRoot = Rootable!['gc => Node<'gc>];
-type TableRoot = Rootable!['gc => GcLock<Vec<Gc<'gc, String>>>];
-type BlocksRoot = Rootable!['gc => GcLock<Vec<Gc<'gc, [u64; 512]>>>];
+type TableRoot = Rootable!['gc => GcLock<'gc, Vec<Gc<'gc, String>>>];
+type BlocksRoot = Rootable!['gc => GcLock<'gc, Vec<Gc<'gc, [u64; 512]>>>];
 
 fn list<'gc>(
     mc: &loam_runtime::Mutation<'gc>,
@@ -447,7 +447,7 @@ fn a_sweep_may_drop_the_last_handle_of_another_runtime() {
 
 #[derive(Trace)]
 struct Holder<'gc> {
-    slots: [GcCell<Option<Gc<'gc, Node<'gc>>>>; 16],
+    slots: [GcCell<'gc, Option<Gc<'gc, Node<'gc>>>>; 16],
 }
 
 #[test]
@@ -603,7 +603,7 @@ impl Collecting {
 
 #[derive(Trace)]
 struct Slot<'gc> {
-    leaf: GcCell<Option<Gc<'gc, Node<'gc>>>>,
+    leaf: GcCell<'gc, Option<Gc<'gc, Node<'gc>>>>,
 }
 
 /// The snapshot barrier: during concurrent marks (a zero pause budget sends
@@ -622,7 +622,7 @@ fn a_concurrent_mark_keeps_what_mutators_move_meanwhile() {
         .build();
     let mut m = rt.attach();
     const SLOTS: u64 = 20_000;
-    type SlotsRoot = Rootable!['gc => GcLock<Vec<Gc<'gc, Slot<'gc>>>>];
+    type SlotsRoot = Rootable!['gc => GcLock<'gc, Vec<Gc<'gc, Slot<'gc>>>>];
     let slots: Root<SlotsRoot> = m.mutate(|mc| {
         let v = (0..SLOTS)
             .map(|_| {

@@ -43,11 +43,11 @@ impl Drop for Counted {
 struct Obj<'gc> {
     id: u64,
     check: u64,
-    edges: GcLock<Vec<Gc<'gc, Obj<'gc>>>>,
-    link: GcCell<Option<Gc<'gc, Obj<'gc>>>>,
+    edges: GcLock<'gc, Vec<Gc<'gc, Obj<'gc>>>>,
+    link: GcCell<'gc, Option<Gc<'gc, Obj<'gc>>>>,
     /// A chain of objects without drop glue: the sweep frees their pages
     /// from the bitmaps alone (whole pages where it can).
-    plain: GcCell<Option<Gc<'gc, Plain<'gc>>>>,
+    plain: GcCell<'gc, Option<Gc<'gc, Plain<'gc>>>>,
     #[trace(skip)]
     counted: Counted,
 }

@@ -2,7 +2,9 @@
 //! rooting API that would be unsound is a `fail_*` case with the expected
 //! error (a `Gc` kept across a safepoint, sent to a thread, or written
 //! without a barrier cell; a plain `Drop` on a traced type; brands mixed
-//! between calls); each opt-in that must keep compiling is a `pass_*` case.
+//! between calls; a barrier cell written through another runtime's or
+//! another call's `Mutation`); each opt-in that must keep compiling is a
+//! `pass_*` case.
 
 #[test]
 fn ui() {

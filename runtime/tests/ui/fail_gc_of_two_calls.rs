@@ -4,7 +4,7 @@ use loam_runtime::{Gc, GcCell, Runtime, Trace};
 
 #[derive(Trace)]
 struct Holder<'gc> {
-    held: GcCell<Option<Gc<'gc, u32>>>,
+    held: GcCell<'gc, Option<Gc<'gc, u32>>>,
 }
 
 fn main() {

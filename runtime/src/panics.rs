@@ -1,0 +1,145 @@
+//! User code the collector runs on its own threads (destructors, `Trace`
+//! impls, the `on_cycle` hook) never takes the collector down: each call is
+//! contained here, and what panicked is reported once per type and cycle,
+//! with a count, instead of once per object.
+//!
+//! A contained panic's payload is dropped inside a second `catch_unwind`
+//! (a payload whose own `Drop` panics is leaked), and the process-wide
+//! panic hook is told to stay quiet while a contained call runs on this
+//! thread: ten thousand panicking destructors are one line on stderr, not
+//! forty thousand. A program that installs its own panic hook after the
+//! first runtime starts gets every message again, through its hook.
+
+use parking_lot::Mutex;
+use std::any::Any;
+use std::cell::Cell;
+use std::fmt;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Once;
+
+/// What kind of user code panicked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// A destructor run by the sweep: the object is freed all the same.
+    Drop,
+    /// A `Trace` impl run by a marker: the cycle's marks are incomplete, so
+    /// it frees nothing, and the next cycle is a full one.
+    Trace,
+}
+
+impl fmt::Display for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Kind::Drop => "destructor(s) of",
+            Kind::Trace => "Trace impl(s) of",
+        })
+    }
+}
+
+/// Panics of one kind and type since the last report.
+#[derive(Debug)]
+struct Entry {
+    kind: Kind,
+    type_name: &'static str,
+    count: u64,
+    first: String,
+}
+
+/// Panics raised during the cycle under way. One cycle runs at a time
+/// process-wide (`collector::CYCLE_LOCK`), and only its GC threads run
+/// destructors and `Trace` impls, so one log serves every runtime: the
+/// cycle's coordinator drains it before it releases the cycle lock.
+static LOG: Mutex<Vec<Entry>> = Mutex::new(Vec::new());
+
+thread_local! {
+    /// A contained call runs on this thread: the panic hook stays quiet.
+    static QUIET: Cell<bool> = const { Cell::new(false) };
+}
+
+static HOOK: Once = Once::new();
+
+/// Wraps the process's panic hook (once) so that it says nothing about
+/// panics this module contains.
+pub(crate) fn install_quiet_hook() {
+    HOOK.call_once(|| {
+        let prev = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if !QUIET.with(Cell::get) {
+                prev(info)
+            }
+        }));
+    });
+}
+
+/// The message of a panic payload, as the default hook would print it.
+fn message(payload: &(dyn Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "(a payload that is not a string)".to_string()
+    }
+}
+
+/// Runs `f`; if it panics, returns the panic's message instead, having
+/// dropped the payload (or leaked it, if dropping it panicked too).
+pub(crate) fn contain<R>(f: impl FnOnce() -> R) -> Result<R, String> {
+    let was_quiet = QUIET.with(|q| q.replace(true));
+    let r = match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(r) => Ok(r),
+        Err(payload) => {
+            let msg = message(&*payload);
+            if let Err(again) = catch_unwind(AssertUnwindSafe(move || drop(payload))) {
+                // The payload's destructor panicked: its own payload is not
+                // dropped at all (it could panic again, for ever).
+                std::mem::forget(again);
+            }
+            Err(msg)
+        }
+    };
+    QUIET.with(|q| q.set(was_quiet));
+    r
+}
+
+/// Records a contained panic of `kind` in user code of type `type_name`.
+pub(crate) fn record(kind: Kind, type_name: &'static str, msg: String) {
+    let mut log = LOG.lock();
+    match log
+        .iter_mut()
+        .find(|e| e.kind == kind && e.type_name == type_name)
+    {
+        Some(e) => e.count += 1,
+        None => log.push(Entry {
+            kind,
+            type_name,
+            count: 1,
+            first: msg,
+        }),
+    }
+}
+
+/// Prints one line per kind and type recorded since the last call, and
+/// returns how many panics there were.
+pub(crate) fn report(cycle: u64) -> u64 {
+    let entries = std::mem::take(&mut *LOG.lock());
+    let mut total = 0;
+    for e in &entries {
+        total += e.count;
+        let what = match e.kind {
+            Kind::Drop => "the objects were freed all the same",
+            Kind::Trace => "this cycle freed nothing; the next one marks the whole heap",
+        };
+        eprintln!(
+            "loam: cycle {cycle}: {} {} {} panicked ({what}); the first said: {}",
+            e.count, e.kind, e.type_name, e.first
+        );
+    }
+    total
+}
+
+/// Whether a `Trace` impl panicked during the cycle under way (the marks
+/// are then incomplete).
+pub(crate) fn trace_panicked() -> bool {
+    LOG.lock().iter().any(|e| e.kind == Kind::Trace)
+}

@@ -48,6 +48,9 @@ use std::ptr::{self, NonNull};
 pub struct FreeBatch {
     cache: RemoteCache,
     pending: usize,
+    /// Page flag bits the next run sent clears, after it sets
+    /// `RUN_PENDING` and before the owner can see the run.
+    clear_on_send: u8,
 }
 
 impl FreeBatch {
@@ -56,6 +59,7 @@ impl FreeBatch {
         Self {
             cache: RemoteCache::for_sweeper(),
             pending: 0,
+            clear_on_send: 0,
         }
     }
 
@@ -156,6 +160,22 @@ impl FreeBatch {
         }
     }
 
+    /// [`push_page_run`](Self::push_page_run), clearing the page's flag bits
+    /// `bits` (the collector's, not `RUN_PENDING`) once `RUN_PENDING` is set
+    /// and before the owner can take the run: the page is never without
+    /// both, and no later reset of the page by its owner can be undone by a
+    /// late clear. The collector's finalizer uses it to hand a page back.
+    ///
+    /// # Safety
+    /// As [`push_page_run`](Self::push_page_run).
+    pub unsafe fn push_page_run_clearing(&mut self, blocks: &[NonNull<u8>], bits: u8) {
+        assert!(bits & RUN_PENDING == 0, "heap: RUN_PENDING is cleared by the heap only");
+        self.clear_on_send = bits;
+        // SAFETY: the caller's.
+        unsafe { self.push_page_run(blocks) };
+        self.clear_on_send = 0;
+    }
+
     /// Marks `page` `RUN_PENDING` (before the push: the owner clears it after
     /// taking the run) and pushes `run`, of `len` blocks, to its owner.
     ///
@@ -164,6 +184,10 @@ impl FreeBatch {
     /// `page`, a live page.
     unsafe fn send_run(&mut self, page: &Page, run: *mut Block, kind: RunKind, len: usize) {
         page.user_flags.fetch_or(RUN_PENDING, Ordering::Release);
+        if self.clear_on_send != 0 {
+            page.user_flags
+                .fetch_and(!self.clear_on_send, Ordering::Release);
+        }
         // SAFETY: the page is live (caller), so its segment is; heaps live
         // forever.
         unsafe {

@@ -60,12 +60,23 @@ thread_local! {
     /// The runtime whose coordinator this is (0: none). A coordinator runs
     /// user code (the `on_cycle` hook) only between cycles, with no lock.
     static COORDINATOR_OF: Cell<u16> = const { Cell::new(0) };
+    /// The runtime whose finalizer thread this is (0: none). It runs
+    /// destructors, holding no lock a cycle needs.
+    static FINALIZER_OF: Cell<u16> = const { Cell::new(0) };
 }
 
 /// Whether the calling thread is a GC pool thread or a coordinator of any
 /// runtime.
 pub(crate) fn on_gc_thread() -> bool {
-    GC_THREAD_OF.with(|c| c.get() != 0) || COORDINATOR_OF.with(|c| c.get() != 0)
+    GC_THREAD_OF.with(|c| c.get() != 0)
+        || COORDINATOR_OF.with(|c| c.get() != 0)
+        || FINALIZER_OF.with(|c| c.get() != 0)
+}
+
+/// Whether the calling thread is the finalizer of runtime `id`: waiting for
+/// its drops would wait for itself.
+pub(crate) fn is_finalizer_of(id: u16) -> bool {
+    FINALIZER_OF.with(|c| c.get() == id)
 }
 
 /// Whether the calling thread is a GC pool thread of any runtime: it runs
@@ -102,11 +113,26 @@ pub(crate) fn start(shared: Arc<Shared>) -> JoinHandle<()> {
         .start_handler(move |_| GC_THREAD_OF.with(|c| c.set(id)))
         .build()
         .expect("loam: could not start the GC threads");
+    let finalizer = {
+        let shared = shared.clone();
+        std::thread::Builder::new()
+            .name(format!("loam-finalizer-{id}"))
+            .spawn(move || {
+                FINALIZER_OF.with(|c| c.set(id));
+                // SAFETY: the sweep queues only this runtime's dead objects,
+                // found by complete marks, in pages flagged FINALIZING.
+                unsafe { shared.finalizer.run(id, shared.config.verify) };
+            })
+            .expect("loam: could not start the finalizer thread")
+    };
     std::thread::Builder::new()
         .name(format!("loam-gc-{id}"))
         .spawn(move || {
             COORDINATOR_OF.with(|c| c.set(id));
             coordinator(&shared, &pool);
+            // The last cycle has swept: the finalizer runs what is left.
+            shared.finalizer.close();
+            let _ = finalizer.join();
             drop(pool);
             RUNTIMES.fetch_sub(1, Ordering::Relaxed);
             release_id(id);
@@ -139,18 +165,23 @@ fn coordinator(shared: &Shared, pool: &ThreadPool) {
         if let Some(prev) = prev_start.replace(start) {
             hold_freed_memory(start - prev);
         }
-        let event = cycle(shared, pool, forced || last, &mut gen, &mut snap);
-        {
-            let mut c = shared.control.lock();
-            c.phase = Phase::Idle;
-            c.completed += 1;
-            shared.control_cv.notify_all();
-            if last {
-                c.shutdown = true;
-            }
+        let mut event = cycle(shared, pool, forced || last, &mut gen, &mut snap);
+        // The last cycle must reach pages it skipped: those whose earlier
+        // garbage waited for the finalizer, and those with a run out (the
+        // finalizer sends runs, and the thread dropping the runtime takes
+        // back its own while it waits, see `Handle::drop`). Once the
+        // finalizer is done, run it again, as long as that reaches more.
+        let mut skipped = usize::MAX;
+        while last && snap.skipped > 0 && snap.skipped < skipped {
+            skipped = snap.skipped;
+            shared.finalizer.wait_idle();
+            loam_heap::drain_orphans();
+            std::thread::sleep(Duration::from_millis(1));
+            event = cycle(shared, pool, true, &mut gen, &mut snap);
         }
-        // After the cycle, with no lock held and the phase idle: a hook may
-        // collect another runtime, or panic, without stopping this one.
+        // After the cycle released the cycle lock, before it counts as
+        // complete (so that whoever waited for it sees its event): a hook
+        // may collect another runtime, or panic, without stopping this one.
         if let Some(hook) = &shared.hook {
             if let Err(msg) = crate::panics::contain(|| hook(&event)) {
                 shared.stats.lock().user_panics += 1;
@@ -160,7 +191,12 @@ fn coordinator(shared: &Shared, pool: &ThreadPool) {
                 );
             }
         }
+        let mut c = shared.control.lock();
+        c.phase = Phase::Idle;
+        c.completed += 1;
+        shared.control_cv.notify_all();
         if last {
+            c.shutdown = true;
             return;
         }
     }
@@ -235,6 +271,10 @@ struct Snapshot {
     /// frees `bits & !marked`: objects allocated after the pause are not in
     /// it, so mutators allocate white and need no atomic mark write.
     bits: Vec<u64>,
+    /// Pages left out because their dead objects wait for the finalizer,
+    /// or a page run is out (the runtime's last cycle runs again while
+    /// their number falls).
+    skipped: usize,
 }
 
 /// Records every page holding an allocated object, clearing its marks for a
@@ -256,11 +296,13 @@ fn snapshot_pages(snap: &mut Snapshot, clear_marks: bool) {
         snap.pages.clear();
         snap.ranges.clear();
         snap.bits.clear();
+        snap.skipped = 0;
         let mut overflow = false;
         let Snapshot {
             pages,
             ranges,
             bits,
+            skipped,
         } = &mut *snap;
         // SAFETY: the closure neither allocates nor frees (it pushes only
         // within the reserved capacities), and reads only atomics, and the
@@ -289,9 +331,12 @@ fn snapshot_pages(snap: &mut Snapshot, clear_marks: bool) {
                     overflow = true;
                     return;
                 }
-                if pending {
-                    // Not swept this cycle, but marked: a full cycle clears
-                    // its marks like any other page's.
+                let waits = flags & crate::finalize::FINALIZING != 0;
+                if pending || waits {
+                    *skipped += 1;
+                    // Not swept this cycle (a run out, or dead objects
+                    // waiting for the finalizer), but marked: a full cycle
+                    // clears its marks like any other page's.
                     if clear_marks && p.allocated_words().any(|w| w != 0) {
                         p.clear_marks();
                     }
@@ -515,7 +560,7 @@ fn cycle(
     // what it did not report, so nothing may be freed or cleared on their
     // word. This cycle sweeps nothing and clears no weak reference; the
     // next one is full (its snapshot clears the marks and starts over).
-    let mark_failed = crate::panics::trace_panicked();
+    let mark_failed = crate::panics::CYCLE_LOG.trace_panicked();
     if mark_failed {
         shared.lock_written.store(true, Ordering::Relaxed);
     }
@@ -579,7 +624,7 @@ fn cycle(
     // SAFETY: the snapshot's pages (none with a run out), with their allocated
     // words as of the pause; marks complete; under the cycle lock (which also
     // keeps `alone` true throughout, see `RUNTIMES`).
-    let swept = unsafe {
+    let (swept, finalizing) = unsafe {
         sweep::parallel(
             pool,
             &snap.pages,
@@ -591,6 +636,7 @@ fn cycle(
         )
     };
     let sweep_time = sweep_start.elapsed();
+    shared.finalizer.submit(finalizing);
     // Saturating: a reused runtime id can make this sweep free objects an
     // earlier runtime left behind (see `release_id`), never counted here.
     let heap_after = shared
@@ -613,7 +659,7 @@ fn cycle(
     }
 
     // Under the cycle lock still: the panics logged are this cycle's.
-    let panics = crate::panics::report(shared.stats.lock().cycles + 1);
+    let panics = crate::panics::CYCLE_LOG.report(&format!("cycle {}", shared.stats.lock().cycles + 1));
     let event = {
         let mut stats = shared.stats.lock();
         stats.user_panics += panics;

@@ -119,11 +119,7 @@ fn wait_for<'a>(
     (g, r.timed_out())
 }
 #[cfg(loom)]
-fn wait_for<'a>(
-    c: &Condvar,
-    g: MutexGuard<'a, Gate>,
-    d: Duration,
-) -> (MutexGuard<'a, Gate>, bool) {
+fn wait_for<'a>(c: &Condvar, g: MutexGuard<'a, Gate>, d: Duration) -> (MutexGuard<'a, Gate>, bool) {
     let (g, r) = c.wait_timeout(g, d).unwrap();
     (g, r.timed_out())
 }
@@ -193,7 +189,10 @@ impl Handshake {
     /// with the gate closed. `registry` lists the slots; it is read again
     /// after every closing of the gate, so a mutator registered since (and
     /// perhaps admitted) is waited for too. Returns the last list read.
-    pub(crate) fn stop_world<S: AsRef<Slot>>(&self, mut registry: impl FnMut() -> Vec<S>) -> Vec<S> {
+    pub(crate) fn stop_world<S: AsRef<Slot>>(
+        &self,
+        mut registry: impl FnMut() -> Vec<S>,
+    ) -> Vec<S> {
         self.stop.store(true, Ordering::Relaxed);
         fence(Ordering::SeqCst);
         let mut patience = PATIENCE;

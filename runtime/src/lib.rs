@@ -203,6 +203,7 @@ mod trace;
 not_under_loom! {
     mod cell;
     mod collector;
+    mod finalize;
     mod gc;
     mod mark;
     mod mutator;

@@ -116,7 +116,7 @@ unsafe fn scan(addr: usize, tracer: &mut Tracer, out: &mut Marked, mut push: imp
             // partial, so this cycle's marks cannot be trusted. The
             // collector frees nothing this cycle (see `collector::cycle`);
             // mark on, so that the mark still ends.
-            crate::panics::record(crate::panics::Kind::Trace, (desc.name)(), msg);
+            crate::panics::CYCLE_LOG.record(crate::panics::Kind::Trace, (desc.name)(), msg);
             tracer.clear();
             return;
         }
@@ -355,7 +355,7 @@ pub(crate) unsafe fn reachable(roots: &[usize]) -> HashSet<usize> {
             // SAFETY: as above.
             let traced = crate::panics::contain(|| unsafe { trace(addr as *const u8, &mut tracer) });
             if let Err(msg) = traced {
-                crate::panics::record(crate::panics::Kind::Trace, (desc.name)(), msg);
+                crate::panics::CYCLE_LOG.record(crate::panics::Kind::Trace, (desc.name)(), msg);
                 tracer.clear();
                 continue;
             }

@@ -45,11 +45,20 @@ struct Entry {
     first: String,
 }
 
-/// Panics raised during the cycle under way. One cycle runs at a time
-/// process-wide (`collector::CYCLE_LOCK`), and only its GC threads run
-/// destructors and `Trace` impls, so one log serves every runtime: the
-/// cycle's coordinator drains it before it releases the cycle lock.
-static LOG: Mutex<Vec<Entry>> = Mutex::new(Vec::new());
+/// Contained panics not yet reported, by kind and type.
+#[derive(Debug, Default)]
+pub(crate) struct PanicLog {
+    entries: Mutex<Vec<Entry>>,
+}
+
+/// Panics of `Trace` impls during the cycle under way. One cycle runs at a
+/// time process-wide (`collector::CYCLE_LOCK`), and only its GC threads
+/// mark, so one log serves every runtime: the cycle's coordinator drains it
+/// before it releases the cycle lock. (Destructors run on each runtime's
+/// finalizer thread, which keeps a log of its own.)
+pub(crate) static CYCLE_LOG: PanicLog = PanicLog {
+    entries: Mutex::new(Vec::new()),
+};
 
 thread_local! {
     /// A contained call runs on this thread: the panic hook stays quiet.
@@ -102,44 +111,47 @@ pub(crate) fn contain<R>(f: impl FnOnce() -> R) -> Result<R, String> {
     r
 }
 
-/// Records a contained panic of `kind` in user code of type `type_name`.
-pub(crate) fn record(kind: Kind, type_name: &'static str, msg: String) {
-    let mut log = LOG.lock();
-    match log
-        .iter_mut()
-        .find(|e| e.kind == kind && e.type_name == type_name)
-    {
-        Some(e) => e.count += 1,
-        None => log.push(Entry {
-            kind,
-            type_name,
-            count: 1,
-            first: msg,
-        }),
+impl PanicLog {
+    /// Records a contained panic of `kind` in user code of type `type_name`.
+    pub(crate) fn record(&self, kind: Kind, type_name: &'static str, msg: String) {
+        let mut log = self.entries.lock();
+        match log
+            .iter_mut()
+            .find(|e| e.kind == kind && e.type_name == type_name)
+        {
+            Some(e) => e.count += 1,
+            None => log.push(Entry {
+                kind,
+                type_name,
+                count: 1,
+                first: msg,
+            }),
+        }
     }
-}
 
-/// Prints one line per kind and type recorded since the last call, and
-/// returns how many panics there were.
-pub(crate) fn report(cycle: u64) -> u64 {
-    let entries = std::mem::take(&mut *LOG.lock());
-    let mut total = 0;
-    for e in &entries {
-        total += e.count;
-        let what = match e.kind {
-            Kind::Drop => "the objects were freed all the same",
-            Kind::Trace => "this cycle freed nothing; the next one marks the whole heap",
-        };
-        eprintln!(
-            "loam: cycle {cycle}: {} {} {} panicked ({what}); the first said: {}",
-            e.count, e.kind, e.type_name, e.first
-        );
+    /// Prints one line per kind and type recorded since the last call,
+    /// naming `when` (a cycle, or the finalizer), and returns how many
+    /// panics there were.
+    pub(crate) fn report(&self, when: &str) -> u64 {
+        let entries = std::mem::take(&mut *self.entries.lock());
+        let mut total = 0;
+        for e in &entries {
+            total += e.count;
+            let what = match e.kind {
+                Kind::Drop => "the objects were freed all the same",
+                Kind::Trace => "this cycle freed nothing; the next one marks the whole heap",
+            };
+            eprintln!(
+                "loam: {when}: {} {} {} panicked ({what}); the first said: {}",
+                e.count, e.kind, e.type_name, e.first
+            );
+        }
+        total
     }
-    total
-}
 
-/// Whether a `Trace` impl panicked during the cycle under way (the marks
-/// are then incomplete).
-pub(crate) fn trace_panicked() -> bool {
-    LOG.lock().iter().any(|e| e.kind == Kind::Trace)
+    /// Whether a `Trace` impl panicked since the last report (the cycle's
+    /// marks are then incomplete).
+    pub(crate) fn trace_panicked(&self) -> bool {
+        self.entries.lock().iter().any(|e| e.kind == Kind::Trace)
+    }
 }

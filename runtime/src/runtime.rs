@@ -78,6 +78,8 @@ pub(crate) struct Shared {
     /// Counts concurrent marks: a `GcLock` shades its contents once per
     /// mark, and records the mark it did it for.
     pub(crate) mark_epoch: AtomicU64,
+    /// Dead objects with drop glue, for the finalizer thread.
+    pub(crate) finalizer: crate::finalize::Finalizer,
 }
 
 impl Shared {
@@ -208,6 +210,13 @@ impl Drop for Handle {
             return;
         }
         if let Some(t) = self.coordinator.take() {
+            // The last cycles' sweep and finalizer may send page runs to
+            // this thread: take them back meanwhile, or the pages they are
+            // on stay out of the last cycle's reach.
+            while !t.is_finished() {
+                loam_heap::reclaim_runs();
+                std::thread::park_timeout(std::time::Duration::from_millis(1));
+            }
             let _ = t.join();
         }
     }
@@ -326,10 +335,68 @@ impl Runtime {
         self.handle.shared.collect();
     }
 
+    /// Waits until the destructors of every object the collector has found
+    /// dead so far have run (a cycle under way first finishes its sweep).
+    /// [`collect`](Self::collect) does not wait for destructors, which run
+    /// on the runtime's finalizer thread: a destructor may block, and a
+    /// collection waiting for it could deadlock with it.
+    ///
+    /// # Examples
+    /// ```
+    /// use loam_runtime::{Runtime, Trace};
+    /// use std::sync::atomic::{AtomicUsize, Ordering};
+    ///
+    /// static DROPS: AtomicUsize = AtomicUsize::new(0);
+    /// struct Counted;
+    /// impl Drop for Counted {
+    ///     fn drop(&mut self) {
+    ///         DROPS.fetch_add(1, Ordering::Relaxed);
+    ///     }
+    /// }
+    /// #[derive(Trace)]
+    /// struct Obj {
+    ///     #[trace(skip)]
+    ///     _c: Counted,
+    /// }
+    ///
+    /// let rt = Runtime::builder().gc_threads(1).build();
+    /// let mut m = rt.attach();
+    /// m.mutate(|mc| {
+    ///     mc.alloc(Obj { _c: Counted });
+    /// });
+    /// rt.collect(); // found dead, its destructor queued
+    /// rt.wait_for_drops(); // and run
+    /// assert_eq!(DROPS.load(Ordering::Relaxed), 1);
+    /// ```
+    ///
+    /// # Panics
+    /// Inside a `mutate` call (a cycle under way may be waiting for it), or
+    /// in a destructor of this runtime (it would wait for itself).
+    pub fn wait_for_drops(&self) {
+        let shared = &*self.handle.shared;
+        assert!(
+            !crate::mutator::inside_mutate(),
+            "loam: wait_for_drops called inside a mutate closure; call it after mutate returns"
+        );
+        assert!(
+            !collector::is_finalizer_of(shared.id),
+            "loam: wait_for_drops called from a destructor of the same runtime: \
+             it would wait for itself"
+        );
+        {
+            let mut c = shared.control.lock();
+            while c.phase != Phase::Idle && !c.shutdown {
+                shared.control_cv.wait(&mut c);
+            }
+        }
+        shared.finalizer.wait_idle();
+    }
+
     /// The collector's statistics so far.
     pub fn stats(&self) -> GcStats {
         let s = &self.handle.shared;
         let mut stats = s.stats.lock().clone();
+        stats.user_panics += s.finalizer.panicked.load(Ordering::Relaxed);
         stats.heap_size = s.heap_used.load(Ordering::Relaxed);
         stats.next_goal = s.next_goal.load(Ordering::Relaxed);
         stats
@@ -566,6 +633,7 @@ impl RuntimeBuilder {
             marking: AtomicBool::new(false),
             gray: Injector::new(),
             mark_epoch: AtomicU64::new(0),
+            finalizer: Default::default(),
             config,
         });
         let coordinator = collector::start(shared.clone());

@@ -20,6 +20,7 @@
 //! its own, never at the same time), so each snapshot page is live until the
 //! sweep sends its run, after which the sweep does not touch it.
 
+use crate::finalize::{PageWork, FINALIZING};
 use crate::gc::{header_of, poison, TypeDesc};
 use loam_heap::{FreeBatch, PageRef};
 use loam_threadpool::ThreadPool;
@@ -59,7 +60,8 @@ pub(crate) struct Swept {
 }
 
 /// Sweeps `pages` (start addresses from the pause's snapshot) on the threads
-/// of `pool`.
+/// of `pool`. Returns what it freed, counting the pages it leaves to the
+/// finalizer (returned too: dead objects with drop glue among them).
 ///
 /// # Safety
 /// The pages were snapshotted in this cycle's pause with an allocated bit
@@ -73,12 +75,13 @@ pub(crate) unsafe fn parallel(
     id: u16,
     alone: bool,
     verify: bool,
-) -> Swept {
+) -> (Swept, Vec<PageWork>) {
     let next = AtomicUsize::new(0);
     let results = pool.broadcast(|_| {
         let mut batch = FreeBatch::new();
         let mut dead: Vec<Dead> = Vec::new();
         let mut run: Vec<NonNull<u8>> = Vec::new();
+        let mut finalizing: Vec<PageWork> = Vec::new();
         let mut out = Swept::default();
         loop {
             let i = next.fetch_add(CLAIM, Ordering::Relaxed);
@@ -105,16 +108,33 @@ pub(crate) unsafe fn parallel(
                     // Some block not in use after all: list them.
                     dead.extend((0..cap).map(|b| (start + b * bs, None)));
                 }
+                // Accounting is in blocks (see `Mutation::try_alloc`); a
+                // span's block is its object's size.
+                let size_of = |desc: Option<&TypeDesc>| match desc {
+                    Some(d) if bs > loam_heap::SMALL_MAX => d.size,
+                    _ => bs,
+                };
+                if dead.iter().any(|(_, d)| d.is_some_and(|d| d.drop.is_some())) {
+                    // Destructors to run: the whole page goes to the
+                    // finalizer, which hands its dead blocks back after them
+                    // (`finalize.rs`). Flagged first, so that no later
+                    // cycle sweeps it meanwhile.
+                    // SAFETY: the snapshot page is live (caller).
+                    unsafe { PageRef::of(start as *const u8) }.set_flags(FINALIZING);
+                    let dead: Vec<_> = dead
+                        .drain(..)
+                        .map(|(addr, desc)| (addr, desc, size_of(desc)))
+                        .collect();
+                    out.bytes += dead.iter().map(|d| d.2).sum::<usize>();
+                    out.objects += dead.len() as u64;
+                    finalizing.push(PageWork { dead });
+                    continue;
+                }
                 for (addr, desc) in dead.drain(..) {
-                    // Accounting is in blocks (see `Mutation::try_alloc`);
-                    // a span's block is its object's size.
-                    let size = match desc {
-                        Some(d) if bs > loam_heap::SMALL_MAX => d.size,
-                        _ => bs,
-                    };
+                    let size = size_of(desc);
                     // SAFETY: `addr` is dead and now ours alone (its
                     // allocated bit is clear, it was never handed out).
-                    unsafe { finalize(addr, desc, size, id, verify) };
+                    unsafe { finalize(addr, desc, size, id, verify, &crate::panics::CYCLE_LOG) };
                     // SAFETY: live blocks are never at address 0.
                     run.push(unsafe { NonNull::new_unchecked(addr as *mut u8) });
                     out.bytes += size;
@@ -130,12 +150,16 @@ pub(crate) unsafe fn parallel(
             }
         }
         batch.flush();
-        out
+        (out, finalizing)
     });
-    results.into_iter().fold(Swept::default(), |a, b| Swept {
-        bytes: a.bytes + b.bytes,
-        objects: a.objects + b.objects,
-    })
+    let mut swept = Swept::default();
+    let mut finalizing = Vec::new();
+    for (out, mut work) in results {
+        swept.bytes += out.bytes;
+        swept.objects += out.objects;
+        finalizing.append(&mut work);
+    }
+    (swept, finalizing)
 }
 
 /// Collects the dead objects of runtime `id` in the page at `start` into
@@ -245,14 +269,21 @@ unsafe fn sweep_page(
 ///
 /// # Safety
 /// The caller owns the dead object.
-unsafe fn finalize(addr: usize, desc: Option<&TypeDesc>, size: usize, id: u16, verify: bool) {
+pub(crate) unsafe fn finalize(
+    addr: usize,
+    desc: Option<&TypeDesc>,
+    size: usize,
+    id: u16,
+    verify: bool,
+    panics: &crate::panics::PanicLog,
+) {
     if let Some((drop, desc)) = desc.and_then(|d| Some((d.drop?, d))) {
         // A panicking destructor must not take the collector down: it is
-        // contained, its payload too, and reported once per type at the end
-        // of the cycle (the memory is freed all the same).
+        // contained, its payload too, and reported once per type (the
+        // memory is freed all the same).
         // SAFETY: dropped once, here; the caller owns the object.
         if let Err(msg) = crate::panics::contain(|| unsafe { drop(addr as *mut u8) }) {
-            crate::panics::record(crate::panics::Kind::Drop, (desc.name)(), msg);
+            panics.record(crate::panics::Kind::Drop, (desc.name)(), msg);
         }
     }
     if verify {

@@ -84,6 +84,7 @@ fn unrooted_objects_are_dropped_and_rooted_ones_survive() {
         mc.root(list(mc, 500, &drops))
     });
     m.collect();
+    m.runtime().wait_for_drops();
     assert_eq!(drops.load(Ordering::Relaxed), 1000);
     m.mutate(|mc| assert_eq!(sum(Some(kept.get(mc))), (124_750, 500)));
     let s = rt.stats();
@@ -99,9 +100,11 @@ fn unrooted_objects_are_dropped_and_rooted_ones_survive() {
         cur.next.set(mc, None);
     });
     m.collect();
+    m.runtime().wait_for_drops();
     assert_eq!(drops.load(Ordering::Relaxed), 1400);
     drop(kept);
     m.collect();
+    m.runtime().wait_for_drops();
     assert_eq!(drops.load(Ordering::Relaxed), 1500);
     assert_eq!(rt.stats().live_size, 0);
 }
@@ -137,9 +140,11 @@ fn a_ten_million_node_list_marks_without_recursion() {
         mc.root(head)
     });
     m.collect();
+    m.runtime().wait_for_drops();
     assert_eq!(rt.stats().last.unwrap().objects_marked, n);
     drop(head);
     m.collect();
+    m.runtime().wait_for_drops();
     assert_eq!(rt.stats().last.unwrap().objects_freed, n);
 }
 
@@ -164,6 +169,7 @@ fn global_roots_share_objects_between_threads() {
                     });
                     if i % 50 == 0 {
                         m.collect();
+                        m.runtime().wait_for_drops();
                     }
                 }
             })
@@ -173,6 +179,7 @@ fn global_roots_share_objects_between_threads() {
         h.join().unwrap();
     }
     m.collect();
+    m.runtime().wait_for_drops();
     m.mutate(|mc| {
         let v = table.get(mc);
         let v = v.read();
@@ -206,10 +213,12 @@ fn objects_outlive_the_thread_that_allocated_them() {
     // The thread is gone; its heap's pages are orphaned or adopted.
     let mut m = rt.attach();
     m.collect();
+    m.runtime().wait_for_drops();
     assert_eq!(drops.load(Ordering::Relaxed), 777);
     m.mutate(|mc| assert_eq!(sum(Some(root.get(mc))), (499_500, 1000)));
     drop(root);
     m.collect();
+    m.runtime().wait_for_drops();
     assert_eq!(drops.load(Ordering::Relaxed), 1777);
 }
 
@@ -234,12 +243,14 @@ fn weak_references_clear_when_their_target_dies() {
         )
     });
     m.collect();
+    m.runtime().wait_for_drops();
     m.mutate(|mc| {
         let t = holder.get(mc).weak.upgrade().expect("target is rooted");
         assert_eq!(sum(Some(t)), (3, 3));
     });
     drop(strong);
     m.collect();
+    m.runtime().wait_for_drops();
     assert_eq!(drops.load(Ordering::Relaxed), 3);
     m.mutate(|mc| assert!(holder.get(mc).weak.upgrade().is_none()));
 }
@@ -290,6 +301,7 @@ fn the_heap_limit_is_an_error_and_the_heap_stays_usable() {
     // Drop the roots: the next call collects first, and allocation works.
     m.mutate(|mc| kept.get(mc).write(mc, |v| v.clear()));
     m.collect();
+    m.runtime().wait_for_drops();
     m.mutate(|mc| {
         for _ in 0..1000 {
             kept.get(mc).write(mc, |v| v.push(mc.alloc([1_u64; 512])));
@@ -319,6 +331,7 @@ fn pacing_starts_cycles_and_bounds_the_heap() {
         });
     }
     m.collect();
+    m.runtime().wait_for_drops();
     let s = rt.stats();
     let events = events.lock().unwrap();
     assert!(
@@ -355,6 +368,7 @@ fn a_panic_inside_mutate_leaves_the_runtime_working() {
     }));
     assert!(r.is_err());
     m.collect(); // would hang if the mutator were still inside
+    m.runtime().wait_for_drops();
     assert_eq!(m.mutate(|mc| *mc.alloc(3_u32)), 3);
 }
 
@@ -401,6 +415,7 @@ fn runtimes_side_by_side_keep_their_own_objects() {
                 for _ in 0..20 {
                     m.mutate(|mc| list(mc, 100, &drops).value);
                     m.collect();
+                    m.runtime().wait_for_drops();
                     m.mutate(|mc| assert_eq!(sum(Some(kept.get(mc))), (4950, 100)));
                 }
             })
@@ -430,6 +445,7 @@ fn a_sweep_may_drop_the_last_handle_of_another_runtime() {
         mc.alloc(Mutex::new(Some(b)));
     });
     ma.collect();
+    ma.runtime().wait_for_drops();
     drop(ma);
     drop(a);
     // b's collector finished on its own: its objects were dropped.
@@ -475,6 +491,7 @@ fn minor_cycles_keep_old_objects_and_what_cells_store_into_them() {
         }))
     });
     m.collect();
+    m.runtime().wait_for_drops();
     // Young lists stored into the old holder, among young garbage: minor
     // cycles must trace them from the barrier's record, as nothing young
     // roots them.
@@ -510,6 +527,7 @@ fn minor_cycles_keep_old_objects_and_what_cells_store_into_them() {
     });
     // Everything but the rooted objects is garbage: a full cycle frees it.
     m.collect();
+    m.runtime().wait_for_drops();
     let allocated = 1000 + rounds as usize * 5;
     assert_eq!(drops.load(Ordering::Relaxed), allocated - 1000 - 16 * 5);
     drop(old);
@@ -533,6 +551,7 @@ fn old_pages_skipped_by_minor_cycles_are_swept_by_full_ones() {
     let n = 20_000_u64;
     let old: Root<NodeRoot> = m.mutate(|mc| mc.root(list(mc, n, &drops)));
     m.collect();
+    m.runtime().wait_for_drops();
     let churn = |m: &mut loam_runtime::Mutator| {
         for i in 0..20_000_u64 {
             m.mutate(|mc| {
@@ -561,6 +580,7 @@ fn old_pages_skipped_by_minor_cycles_are_swept_by_full_ones() {
     // Minor cycles keep old garbage; they must not have freed the live half.
     m.mutate(|mc| assert_eq!(sum(Some(old.get(mc))), ((n / 2 - 1) * n / 4, n / 2)));
     m.collect();
+    m.runtime().wait_for_drops();
     assert_eq!(
         drops.load(Ordering::Relaxed),
         (n / 2) as usize,
@@ -673,6 +693,7 @@ fn a_concurrent_mark_keeps_what_mutators_move_meanwhile() {
     );
     assert!(rt.stats().concurrent_cycles > 0);
     m.collect();
+    m.runtime().wait_for_drops();
     // Every leaf is where the mutator left it, whole: 3 nodes, values 0 1 2.
     let (leaves, nodes) = m.mutate(|mc| {
         let mut leaves = 0;
@@ -697,6 +718,7 @@ fn a_concurrent_mark_keeps_what_mutators_move_meanwhile() {
     drop(held);
     drop(slots);
     m.collect();
+    m.runtime().wait_for_drops();
     assert_eq!(drops.load(Ordering::Relaxed), 3 * SLOTS as usize);
 }
 
@@ -746,6 +768,7 @@ fn a_weak_upgrade_during_a_concurrent_mark_keeps_its_target() {
         "no upgrade ran during a concurrent mark"
     );
     m.collect();
+    m.runtime().wait_for_drops();
     m.mutate(|mc| {
         for r in &revived {
             assert_eq!(sum(Some(r.get(mc))), (1, 2));

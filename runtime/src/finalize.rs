@@ -1,0 +1,151 @@
+//! The finalizer: one thread per runtime that runs the destructors of dead
+//! objects, after the sweep found them, and then hands their blocks back.
+//!
+//! Why a thread of its own (the JVM's finalizer thread, Go's finalizer
+//! goroutine): a destructor is user code and may block, on a lock say. Run
+//! by the sweep, a destructor that waits for a lock held by a thread that
+//! waits for the collector (in `collect`, in pacing, at the heap limit)
+//! would deadlock both. Here nothing the collector does waits for a
+//! destructor: `collect` returns once the cycle has found and swept its
+//! garbage, and a cycle never waits for the finalizer. A program that wants
+//! every destructor run waits for it: [`Runtime::wait_for_drops`]
+//! (`.NET`'s `GC.WaitForPendingFinalizers`). A destructor may therefore do
+//! anything but wait for the finalizer: collect, build a runtime, take
+//! locks.
+//!
+//! A page whose dead objects include one with drop glue is not handed back
+//! by the sweep: it carries [`FINALIZING`] and goes here whole, with every
+//! dead block it holds (the heap takes back one run per page at a time).
+//! Later cycles leave such a page out, as they do a page with a run out;
+//! the finalizer clears the flag in the same step that sends the run
+//! (`FreeBatch::push_page_run_clearing`), so the page always has one of
+//! the two flags until its owner takes the run back.
+//!
+//! [`Runtime::wait_for_drops`]: crate::Runtime::wait_for_drops
+
+use crate::gc::TypeDesc;
+use loam_heap::FreeBatch;
+use parking_lot::{Condvar, Mutex};
+use std::collections::VecDeque;
+use crate::panics::PanicLog;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Page flag: the page's dead objects wait for the finalizer (module docs).
+/// Set by the sweep, cleared by the finalizer as it sends the page's run.
+pub(crate) const FINALIZING: u8 = 4;
+
+/// One page's dead objects, for the finalizer: each with its descriptor
+/// (when the sweep read it) and its size.
+pub(crate) struct PageWork {
+    pub(crate) dead: Vec<(usize, Option<&'static TypeDesc>, usize)>,
+}
+
+#[derive(Default)]
+struct State {
+    queue: VecDeque<PageWork>,
+    /// Pages taken off the queue and not yet handed back.
+    running: usize,
+    /// No more work comes: finish the queue and exit.
+    closed: bool,
+}
+
+/// The finalizer's queue, shared by the sweep (which fills it), the
+/// finalizer thread (which drains it) and `wait_for_drops`.
+#[derive(Default)]
+pub(crate) struct Finalizer {
+    state: Mutex<State>,
+    /// Signals new work or `closed` to the thread, and an empty queue to
+    /// those waiting for the drops.
+    changed: Condvar,
+    /// Destructors that panicked, not yet reported.
+    panics: PanicLog,
+    /// Destructors that panicked, in all (for `GcStats::user_panics`).
+    pub(crate) panicked: AtomicU64,
+}
+
+impl Finalizer {
+    /// Queues pages of dead objects; their destructors run soon after.
+    pub(crate) fn submit(&self, work: Vec<PageWork>) {
+        if work.is_empty() {
+            return;
+        }
+        let mut s = self.state.lock();
+        s.queue.extend(work);
+        self.changed.notify_all();
+    }
+
+    /// No more work will come (the runtime's last cycle has swept).
+    pub(crate) fn close(&self) {
+        self.state.lock().closed = true;
+        self.changed.notify_all();
+    }
+
+    /// Waits until every page queued so far is handed back.
+    pub(crate) fn wait_idle(&self) {
+        let mut s = self.state.lock();
+        while !s.queue.is_empty() || s.running > 0 {
+            self.changed.wait(&mut s);
+        }
+    }
+
+    /// The finalizer thread's loop, until closed and drained: runs each
+    /// page's destructors, then sends its dead blocks back as one run.
+    ///
+    /// # Safety
+    /// Every queued page's dead objects are this runtime's, found dead by a
+    /// completed mark, owned by the finalizer alone, in a page flagged
+    /// [`FINALIZING`] (so no sweep touches them).
+    pub(crate) unsafe fn run(&self, id: u16, verify: bool) {
+        let mut batch = FreeBatch::new();
+        let mut run: Vec<NonNull<u8>> = Vec::new();
+        loop {
+            let work = {
+                let mut s = self.state.lock();
+                loop {
+                    if let Some(w) = s.queue.pop_front() {
+                        s.running += 1;
+                        break Some(w);
+                    }
+                    if s.closed {
+                        break None;
+                    }
+                    // Idle: the runs sent so far go to their owners now,
+                    // and what panicked is told.
+                    batch.flush();
+                    self.report();
+                    self.changed.notify_all();
+                    self.changed.wait(&mut s);
+                }
+            };
+            let Some(work) = work else {
+                batch.flush();
+                self.report();
+                return;
+            };
+            for &(addr, desc, size) in &work.dead {
+                // SAFETY: dead, ours alone (caller); each once.
+                unsafe { crate::sweep::finalize(addr, desc, size, id, verify, &self.panics) };
+                // SAFETY: live blocks are never at address 0.
+                run.push(unsafe { NonNull::new_unchecked(addr as *mut u8) });
+            }
+            // SAFETY: dead blocks of one page from `LoamAlloc`, each once,
+            // never touched again; the flag goes as the run is sent.
+            unsafe { batch.push_page_run_clearing(&run, FINALIZING) };
+            run.clear();
+            let mut s = self.state.lock();
+            s.running -= 1;
+            if s.queue.is_empty() && s.running == 0 {
+                batch.flush();
+                self.report();
+                self.changed.notify_all();
+            }
+        }
+    }
+
+    /// Reports the destructors that panicked since the last report.
+    fn report(&self) {
+        let n = self.panics.report("finalizer");
+        self.panicked.fetch_add(n, Ordering::Relaxed);
+    }
+}

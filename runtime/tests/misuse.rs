@@ -1,0 +1,598 @@
+//! What safe code cannot do to the runtime: each test is a program a user
+//! could write that once reached a use after free, a deadlock, a dead
+//! collector or an unbounded heap, and now either works or gets a clear
+//! panic. Deadlocks are caught by a watchdog (`within`), never waited for.
+//! (The compile-time half, writes through a foreign `Mutation`, is in
+//! `tests/ui/fail_foreign_mutation_*.rs`.)
+
+use loam_runtime::{Gc, GcCell, GcLock, Root, Rootable, Runtime, RuntimeBuilder, Trace};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc::{channel, RecvTimeoutError};
+use std::sync::{Arc, Barrier, Mutex};
+use std::time::Duration;
+
+/// How long a test may take before it counts as deadlocked.
+const WATCHDOG: Duration = Duration::from_secs(120);
+
+/// Runs `f` on a thread of its own and returns its result; panics (as a
+/// test failure, not a hang) if it has not finished within the watchdog.
+fn within<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    match rx.recv_timeout(WATCHDOG) {
+        Ok(v) => v,
+        Err(RecvTimeoutError::Timeout) => {
+            panic!("deadlock: {what} did not finish within {WATCHDOG:?}")
+        }
+        Err(RecvTimeoutError::Disconnected) => panic!("{what} panicked"),
+    }
+}
+
+fn rt() -> RuntimeBuilder {
+    Runtime::builder().gc_threads(2).ignore_env().verify(true)
+}
+
+/// Runs a closure when dropped: a destructor that does what a test needs.
+struct OnDrop(Box<dyn Fn() + Send + Sync>);
+
+impl Drop for OnDrop {
+    fn drop(&mut self) {
+        (self.0)()
+    }
+}
+
+#[derive(Trace)]
+struct Doomed {
+    #[trace(skip)]
+    _on_drop: OnDrop,
+}
+
+fn doomed(f: impl Fn() + Send + Sync + 'static) -> Doomed {
+    Doomed {
+        _on_drop: OnDrop(Box::new(f)),
+    }
+}
+
+#[derive(Trace)]
+struct Holder<'gc> {
+    items: GcLock<'gc, Vec<Gc<'gc, u64>>>,
+}
+
+/// Runs `mutate` calls that allocate garbage until `n` more cycles ran
+/// (paced ones: minor where the collector may choose).
+fn churn_cycles(rt: &Runtime, m: &mut loam_runtime::Mutator, n: u64) {
+    let target = rt.stats().cycles + n;
+    for _ in 0..1_000_000 {
+        if rt.stats().cycles >= target {
+            return;
+        }
+        m.mutate(|mc| {
+            for i in 0..64 {
+                mc.alloc([i as u64; 16]);
+            }
+        });
+    }
+    panic!("no cycle ran in a million calls");
+}
+
+/// Finding 2: a `GcLock` write whose closure stores a young pointer and
+/// then panics must still run the barrier, or the next minor cycle frees
+/// the young object (verify mode aborts on it).
+#[test]
+fn a_lock_write_that_panics_keeps_its_barrier() {
+    let rt = rt().min_heap(1 << 20).build();
+    let mut m = rt.attach();
+    let holder: Root<Rootable!['gc => Holder<'gc>]> = m.mutate(|mc| {
+        mc.root(mc.alloc(Holder {
+            items: GcLock::new(Vec::new()),
+        }))
+    });
+    m.collect(); // the holder is old now
+    m.mutate(|mc| {
+        let h = holder.get(mc);
+        let r = catch_unwind(AssertUnwindSafe(|| {
+            h.items.write(mc, |v| {
+                v.push(mc.alloc(42));
+                panic!("a panic after the store");
+            })
+        }));
+        assert!(r.is_err());
+    });
+    churn_cycles(&rt, &mut m, 3);
+    m.mutate(|mc| assert_eq!(*holder.get(mc).items.read()[0], 42));
+}
+
+/// Findings 3 and 5: destructors that collect (their own runtime or
+/// another), build a runtime, or panic with a payload whose own `Drop`
+/// panics do not stop the collector: each is contained and counted, and
+/// later collections complete.
+#[test]
+fn destructors_cannot_stop_the_collector() {
+    struct Bomb;
+    impl Drop for Bomb {
+        fn drop(&mut self) {
+            panic!("the payload's own destructor panics too");
+        }
+    }
+    let (a, b) = (rt().build(), rt().build());
+    let mut m = a.attach();
+    let (a2, b2) = (a.clone(), b.clone());
+    m.mutate(|mc| {
+        let a2 = a2.clone();
+        mc.alloc(doomed(move || a2.collect()));
+        mc.alloc(doomed(move || b2.collect()));
+        mc.alloc(doomed(|| drop(Runtime::builder().ignore_env().build())));
+        mc.alloc(doomed(|| std::panic::panic_any(Bomb)));
+    });
+    drop(a2);
+    let a3 = a.clone();
+    let stats = within("collections after destructors that collect", move || {
+        a3.collect();
+        a3.wait_for_drops();
+        a3.collect();
+        a3.stats()
+    });
+    // Two collections here, one more by the destructor that collects.
+    assert_eq!(stats.cycles, 3);
+    assert_eq!(stats.objects_freed, 4);
+    // Collecting and building work from the finalizer thread; only the
+    // panicking payload is contained (and its panicking drop with it).
+    assert_eq!(stats.user_panics, 1);
+    assert_eq!(m.mutate(|mc| *mc.alloc(7_u64)), 7);
+}
+
+/// A `Trace` impl that panics while armed.
+struct Grenade<'gc> {
+    inner: Gc<'gc, u64>,
+}
+
+static ARMED: AtomicBool = AtomicBool::new(false);
+
+// SAFETY: reports its one pointer (1) unless armed, when it panics before
+// reporting anything, which the collector must survive; pure otherwise (2);
+// needs tracing (3); no `Drop` (4).
+unsafe impl Trace for Grenade<'_> {
+    fn trace(&self, tracer: &mut loam_runtime::Tracer) {
+        if ARMED.load(Ordering::Relaxed) {
+            panic!("a Trace impl that panics");
+        }
+        self.inner.trace(tracer)
+    }
+}
+
+/// Finding 5: a `Trace` impl that panics on a GC thread leaves the cycle's
+/// marks incomplete: the cycle frees nothing (the object it would not
+/// report survives), the next full cycle frees the garbage.
+#[test]
+fn a_panicking_trace_impl_frees_nothing_and_kills_nothing() {
+    let rt = rt().build();
+    let mut m = rt.attach();
+    let g: Root<Rootable!['gc => Grenade<'gc>]> = m.mutate(|mc| {
+        mc.root(mc.alloc(Grenade {
+            inner: mc.alloc(99),
+        }))
+    });
+    m.mutate(|mc| {
+        for i in 0..100_u64 {
+            mc.alloc(i);
+        }
+    });
+    ARMED.store(true, Ordering::Relaxed);
+    let rt2 = rt.clone();
+    let stats = within("a collection whose Trace impl panics", move || {
+        rt2.collect();
+        rt2.stats()
+    });
+    ARMED.store(false, Ordering::Relaxed);
+    assert_eq!(stats.user_panics, 1);
+    assert_eq!(stats.objects_freed, 0, "a cycle with a failed mark freed");
+    m.mutate(|mc| assert_eq!(*g.get(mc).inner, 99));
+    m.collect();
+    assert_eq!(rt.stats().objects_freed, 100);
+    m.mutate(|mc| assert_eq!(*g.get(mc).inner, 99));
+}
+
+/// Finding 4: the last handle of runtime A dropped inside runtime B's
+/// `mutate` while B's collector waits for that very call; and a runtime
+/// built inside `mutate` is a clear panic.
+#[test]
+fn dropping_a_runtime_inside_another_ones_mutate_does_not_deadlock() {
+    let (a, b) = (rt().build(), rt().build());
+    let msg = within(
+        "dropping a runtime inside mutate during a stop",
+        move || {
+            let mut mb = b.attach();
+            let (tx, rx) = channel();
+            let b2 = b.clone();
+            let collector = std::thread::spawn(move || {
+                rx.recv().unwrap();
+                b2.collect();
+            });
+            let msg = mb.mutate(|mc| {
+                tx.send(()).unwrap();
+                while !mc.collection_pending() {
+                    std::thread::yield_now();
+                }
+                drop(a);
+                let r = catch_unwind(|| Runtime::builder().ignore_env().build());
+                match r {
+                    Ok(_) => panic!("a runtime was built inside mutate"),
+                    Err(e) => e
+                        .downcast_ref::<&str>()
+                        .map(|s| s.to_string())
+                        .unwrap_or_default(),
+                }
+            });
+            collector.join().unwrap();
+            msg
+        },
+    );
+    assert!(msg.contains("inside a mutate call"), "{msg}");
+}
+
+/// Finding 6: a hook that panics, and a hook that collects another
+/// runtime, leave the collector running.
+#[test]
+fn on_cycle_hooks_cannot_stop_the_collector() {
+    let other = rt().build();
+    let collected_other = Arc::new(AtomicBool::new(false));
+    let flag = collected_other.clone();
+    let rt = rt()
+        .on_cycle(move |e| {
+            if e.cycle == 1 {
+                panic!("a hook that panics");
+            }
+            if e.cycle == 2 && !flag.swap(true, Ordering::Relaxed) {
+                other.collect();
+            }
+        })
+        .build();
+    let rt2 = rt.clone();
+    let stats = within("collections with misbehaving hooks", move || {
+        for _ in 0..3 {
+            rt2.collect();
+        }
+        rt2.stats()
+    });
+    assert_eq!(stats.cycles, 3);
+    assert_eq!(stats.user_panics, 1);
+    let rt3 = rt.clone();
+    within("the hook's collection", move || rt3.collect());
+    assert!(collected_other.load(Ordering::Relaxed));
+}
+
+/// Finding 7: a scoped thread of a `mutate` call attaches and runs `mutate`
+/// calls of its own while a stop is pending: the stop's gate lets it in,
+/// the outer call returns, and the collection completes.
+#[test]
+fn a_scoped_thread_may_enter_mutate_while_a_stop_is_pending() {
+    let rt = rt().build();
+    let total = within("a scoped thread's mutate during a stop", move || {
+        let mut m = rt.attach();
+        let (tx, rx) = channel();
+        let rt2 = rt.clone();
+        let collector = std::thread::spawn(move || {
+            rx.recv().unwrap();
+            rt2.collect();
+        });
+        let total = m.mutate(|mc| {
+            let x = mc.alloc(5_u64);
+            tx.send(()).unwrap();
+            while !mc.collection_pending() {
+                std::thread::yield_now();
+            }
+            std::thread::scope(|s| {
+                s.spawn(|| {
+                    let mut m2 = rt.attach();
+                    (0..100)
+                        .map(|i| m2.mutate(|mc2| *mc2.alloc(i) + *x))
+                        .sum::<u64>()
+                })
+                .join()
+                .unwrap()
+            })
+        });
+        collector.join().unwrap();
+        assert!(rt.stats().cycles >= 1);
+        total
+    });
+    assert_eq!(total, (0..100).sum::<u64>() + 500);
+}
+
+type Inner<'gc> = Arc<GcLock<'gc, Vec<Gc<'gc, u64>>>>;
+
+#[derive(Trace)]
+struct Outer<'gc> {
+    locks: GcLock<'gc, Vec<Inner<'gc>>>,
+}
+
+/// A list long enough that a concurrent mark spans many `mutate` calls.
+#[derive(Trace)]
+struct Chain<'gc> {
+    next: Option<Gc<'gc, Chain<'gc>>>,
+}
+
+/// Finding 8: a `GcLock` reached through an `Arc` inside another `GcLock`,
+/// written inner then outer by one thread while the markers trace both:
+/// nothing waits for a lock a tracer or a shading writer holds.
+#[test]
+fn nested_locks_during_a_concurrent_mark_do_not_deadlock() {
+    let rt = rt()
+        .gc_threads(1)
+        .mark_pause_budget(Duration::ZERO)
+        .verify(false)
+        .build();
+    let done = within("nested lock writes during concurrent marks", move || {
+        let mut m = rt.attach();
+        let outer: Root<Rootable!['gc => Outer<'gc>]> = m.mutate(|mc| {
+            let inner = Arc::new(GcLock::new(vec![mc.alloc(0)]));
+            mc.root(mc.alloc(Outer {
+                locks: GcLock::new(vec![inner]),
+            }))
+        });
+        let _chain: Root<Rootable!['gc => Chain<'gc>]> = m.mutate(|mc| {
+            let mut c = mc.alloc(Chain { next: None });
+            for _ in 0..200_000 {
+                c = mc.alloc(Chain { next: Some(c) });
+            }
+            mc.root(c)
+        });
+        let stop = Arc::new(AtomicBool::new(false));
+        let (rt2, flag) = (rt.clone(), stop.clone());
+        let collecting = std::thread::spawn(move || {
+            while !flag.load(Ordering::Relaxed) {
+                rt2.collect();
+            }
+        });
+        let mut marking_writes = 0;
+        for i in 0..200_000_u64 {
+            if marking_writes >= 50 {
+                break;
+            }
+            m.mutate(|mc| {
+                let o = outer.get(mc);
+                if !mc.is_marking() {
+                    return;
+                }
+                marking_writes += 1;
+                let inner = o.locks.read()[0].clone();
+                inner.write(mc, |v| {
+                    v.push(mc.alloc(i));
+                    o.locks.write(mc, |w| w.len())
+                });
+            });
+        }
+        stop.store(true, Ordering::Relaxed);
+        collecting.join().unwrap();
+        let len = m.mutate(|mc| outer.get(mc).locks.read()[0].read().len());
+        assert_eq!(len, 1 + marking_writes);
+        marking_writes
+    });
+    assert!(done > 0, "no write happened during a concurrent mark");
+}
+
+#[derive(Trace)]
+struct ListNode<'gc> {
+    value: u64,
+    next: Option<Gc<'gc, ListNode<'gc>>>,
+}
+
+#[derive(Trace)]
+struct Anchor<'gc> {
+    head: GcCell<'gc, Option<Gc<'gc, ListNode<'gc>>>>,
+}
+
+/// Runs `calls` `mutate` calls that each store a fresh 200-node list into
+/// an old object's cell (the last list becoming garbage) and returns the
+/// largest heap seen and the full and minor cycle counts.
+fn store_fresh_lists(rt: &Runtime, calls: usize) -> (usize, u64, u64) {
+    let mut m = rt.attach();
+    let anchor: Root<Rootable!['gc => Anchor<'gc>]> = m.mutate(|mc| {
+        mc.root(mc.alloc(Anchor {
+            head: GcCell::new(None),
+        }))
+    });
+    m.collect();
+    let mut max_heap = 0;
+    for call in 0..calls {
+        m.mutate(|mc| {
+            let mut head = None;
+            for value in 0..200 {
+                head = Some(mc.alloc(ListNode { value, next: head }));
+            }
+            anchor.get(mc).head.set(mc, head);
+        });
+        max_heap = max_heap.max(rt.stats().heap_size);
+        if call % 500 == 0 {
+            let sum = m.mutate(|mc| {
+                let mut cur = anchor.get(mc).head.get();
+                let mut sum = 0;
+                while let Some(n) = cur {
+                    sum += n.value;
+                    cur = n.next;
+                }
+                sum
+            });
+            assert_eq!(sum, 199 * 200 / 2);
+        }
+    }
+    let s = rt.stats();
+    (max_heap, s.cycles - s.minor_cycles, s.minor_cycles)
+}
+
+/// Finding 9: a program with a few KB live that stores a fresh list over
+/// the last one in every call once grew to 1.5 GB (minor cycles promoted
+/// every list the barrier had marked, and re-based the goal on them). The
+/// heap stays within twice the goal (pacing) plus one allocation chunk.
+#[test]
+fn storing_fresh_structures_over_old_ones_keeps_the_heap_bounded() {
+    let min_heap = 4 << 20;
+    let rt = rt().gc_threads(1).verify(false).min_heap(min_heap).build();
+    let (max_heap, full, minor) = store_fresh_lists(&rt, 6_000);
+    assert!(full + minor >= 4, "{full} full, {minor} minor cycles");
+    assert!(
+        max_heap <= 2 * min_heap + (1 << 20),
+        "heap reached {max_heap} bytes with a {min_heap}-byte goal ({full} full, {minor} minor cycles)"
+    );
+}
+
+/// Finding 10: a destructor that takes a lock the thread calling
+/// `collect()` holds: `collect()` does not wait for destructors (they run
+/// on the runtime's finalizer thread), so it returns; the destructor runs
+/// once the lock is free, and `wait_for_drops` sees it done.
+#[test]
+fn collect_does_not_wait_for_a_destructor_blocked_on_the_callers_lock() {
+    static LOCK: Mutex<u32> = Mutex::new(0);
+    let rt = rt().build();
+    let ran = within(
+        "collect while holding a lock a destructor takes",
+        move || {
+            let mut m = rt.attach();
+            m.mutate(|mc| {
+                mc.alloc(doomed(|| *LOCK.lock().unwrap() += 1));
+            });
+            {
+                let _held = LOCK.lock().unwrap();
+                m.collect();
+                assert_eq!(rt.stats().objects_freed, 1);
+            }
+            rt.wait_for_drops();
+            let ran = *LOCK.lock().unwrap();
+            ran
+        },
+    );
+    assert_eq!(ran, 1);
+}
+
+/// Finding 11: 10,000 panicking destructors print one line, not 40,000
+/// (run in a child process, whose stderr is counted).
+#[test]
+fn panicking_destructors_are_reported_once_per_type() {
+    if std::env::var_os("LOAM_MISUSE_CHILD").is_some() {
+        struct Panics;
+        impl Drop for Panics {
+            fn drop(&mut self) {
+                panic!("a destructor that panics");
+            }
+        }
+        #[derive(Trace)]
+        struct Loud {
+            #[trace(skip)]
+            _p: Panics,
+        }
+        let rt = rt().build();
+        let mut m = rt.attach();
+        m.mutate(|mc| {
+            for _ in 0..10_000 {
+                mc.alloc(Loud { _p: Panics });
+            }
+        });
+        m.collect();
+        rt.wait_for_drops();
+        assert_eq!(rt.stats().user_panics, 10_000);
+        return;
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "panicking_destructors_are_reported_once_per_type",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("LOAM_MISUSE_CHILD", "1")
+        .env("RUST_BACKTRACE", "1")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "the child failed:\n{stderr}");
+    let lines: Vec<&str> = stderr.lines().filter(|l| l.contains("panic")).collect();
+    assert_eq!(lines.len(), 1, "stderr:\n{stderr}");
+    assert!(
+        lines[0].contains("10000") && lines[0].contains("Loud"),
+        "{}",
+        lines[0]
+    );
+}
+
+/// Finding 12: an unreadable `LOAM_HEAP_LIMIT` keeps a runtime from
+/// starting instead of running with no limit (child process: the
+/// environment is the process's).
+#[test]
+fn an_unreadable_heap_limit_refuses_to_start() {
+    if let Some(v) = std::env::var_os("LOAM_MISUSE_CHILD") {
+        assert_eq!(v, "limit");
+        let e = Runtime::builder().try_build().unwrap_err();
+        assert!(e.to_string().contains("LOAM_HEAP_LIMIT"), "{e}");
+        let r = catch_unwind(Runtime::new);
+        assert!(r.is_err(), "Runtime::new started with LOAM_HEAP_LIMIT=abc");
+        // Every usual spelling starts.
+        for v in ["16MiB", "16MB", "16M", "16m"] {
+            std::env::set_var("LOAM_HEAP_LIMIT", v);
+            Runtime::builder().gc_threads(1).try_build().unwrap();
+        }
+        return;
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "an_unreadable_heap_limit_refuses_to_start",
+            "--exact",
+            "--test-threads=1",
+        ])
+        .env("LOAM_MISUSE_CHILD", "limit")
+        .env("LOAM_HEAP_LIMIT", "abc")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Finding 13: after a heap-limit `Err`, a read-only call, then the roots
+/// dropped: the next allocation succeeds (the read-only call must not use
+/// up the collection the retry needs).
+#[test]
+fn a_retry_after_freeing_succeeds_even_after_a_read_only_call() {
+    type Block = Rootable!['gc => [u64; 1024]];
+    for threads in [1, 2] {
+        let rt = rt()
+            .verify(false)
+            .heap_limit(16 << 20)
+            .min_heap(1 << 20)
+            .build();
+        let failures = AtomicUsize::new(0);
+        // Every thread has hit the limit before any drops its roots, and
+        // all have dropped them before any retries.
+        let (hit, dropped) = (Barrier::new(threads), Barrier::new(threads));
+        std::thread::scope(|s| {
+            for _ in 0..threads {
+                s.spawn(|| {
+                    let mut m = rt.attach();
+                    let mut kept: Vec<Root<Block>> = Vec::new();
+                    loop {
+                        let r = m.mutate(|mc| mc.try_alloc([1_u64; 1024]).ok().map(|b| mc.root(b)));
+                        match r {
+                            Some(root) => kept.push(root),
+                            None => break,
+                        }
+                    }
+                    hit.wait();
+                    // A read-only call between the error and the drop.
+                    if let Some(first) = kept.first() {
+                        assert_eq!(m.mutate(|mc| first.get(mc)[7]), 1);
+                    }
+                    drop(kept);
+                    dropped.wait();
+                    if m.mutate(|mc| mc.try_alloc([2_u64; 1024]).is_err()) {
+                        failures.fetch_add(1, Ordering::Relaxed);
+                    }
+                });
+            }
+        });
+        assert_eq!(failures.load(Ordering::Relaxed), 0, "{threads} threads");
+    }
+}

@@ -603,6 +603,7 @@ fn cycle(
         heap_at_end.saturating_add(goal.saturating_sub(gen.old)),
         Ordering::Relaxed,
     );
+    shared.pace_goal.store(goal, Ordering::Relaxed);
     shared.control.lock().phase = Phase::Sweep;
     // A pause is a stopped world: from the last mutator's leaving to the
     // resume. Waiting for the mutators to leave is reported apart, as

@@ -83,6 +83,9 @@ pub(crate) struct Handshake {
     /// Written by the collector only; read by every entering mutator after
     /// its fence.
     stop: AtomicBool,
+    /// `Gate::open`, readable without the mutex (a hint for threads that
+    /// wait for the collector elsewhere, see [`Handshake::gate_open`]).
+    open_hint: AtomicBool,
     lock: Mutex<Gate>,
     /// Mutators wait here for the world to resume, or the gate to open.
     resumed: Condvar,
@@ -178,6 +181,27 @@ impl Handshake {
         }
     }
 
+    /// A mutator starts waiting for the collector outside `mutate` (for a
+    /// cycle, when pacing): it counts as waiting at the gate, so that a stop
+    /// stuck on a call that waits for this thread opens it.
+    pub(crate) fn begin_wait(&self) {
+        let mut g = lock(&self.lock);
+        g.waiting += 1;
+        self.left.notify_all();
+    }
+
+    /// The wait [`begin_wait`](Self::begin_wait) announced is over.
+    pub(crate) fn end_wait(&self) {
+        lock(&self.lock).waiting -= 1;
+    }
+
+    /// Whether the gate is open: a stop waits for calls under way that may
+    /// wait for the caller, which should give up any wait for the collector
+    /// and enter.
+    pub(crate) fn gate_open(&self) -> bool {
+        self.open_hint.load(Ordering::Relaxed)
+    }
+
     /// Whether a stop is requested (relaxed: a hint for mutators that may
     /// want to return from `mutate` early).
     #[inline]
@@ -220,6 +244,7 @@ impl Handshake {
                         // Those still inside may be waiting for a waiter.
                         open = true;
                         g.open = true;
+                        self.open_hint.store(true, Ordering::Relaxed);
                         self.resumed.notify_all();
                         patience = patience.saturating_mul(2).min(Duration::from_secs(1));
                     }
@@ -230,6 +255,7 @@ impl Handshake {
             // Closed under the mutex: admissions before this are visible to
             // the reads of the next round (module docs, 1).
             g.open = false;
+            self.open_hint.store(false, Ordering::Relaxed);
             drop(g);
             fence(Ordering::SeqCst);
         }

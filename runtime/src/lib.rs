@@ -76,10 +76,12 @@
 //! things keep a minor pause small when the old generation is large: a page
 //! whose every block is marked is flagged old by the sweep and left out of
 //! minor cycles' snapshots and sweeps until the next full cycle (nothing on
-//! it can change until then), and a minor cycle that at least doubles the
-//! old generation takes it for the live size instead of forcing a full cycle
-//! to measure it again. At binary-trees depth 21 (96 MB live) the minor
-//! pause went from about 4 ms to about 1.1 ms.
+//! it can change until then). What a minor cycle marks only brings the
+//! next full cycle closer: it is not all live (the barrier marked every
+//! young object stored into a cell, and a later store may have cut it off
+//! again), so it never re-bases the heap goal; a program that stores a
+//! fresh structure over the last one in every call would otherwise double
+//! its heap every cycle on promoted garbage.
 //!
 //! Both live in the segment header (one slice each, resident only where
 //! touched). The header word also carries the owning runtime's id in its top
@@ -117,7 +119,14 @@
 //!     `root.get(mc)` gives back a `Gc<'gc, _>` for the current scope.
 //!   - An unrooted pointer cannot reach another thread: `thread::spawn` needs
 //!     `'static`, and `Gc<'gc, _>` is not. (Scoped threads inside one `mutate`
-//!     may share it: the mutator cannot reach a safepoint until they end.)
+//!     may share it: the mutator cannot reach a safepoint until they end.
+//!     They may read what it points to, and attach and run `mutate` calls
+//!     of their own, but not write the outer call's objects: see below.)
+//!   - The barrier cells carry the brand too (`GcCell<'gc, T>`,
+//!     `GcLock<'gc, T>`), and a write takes the `&Mutation<'gc>` of the same
+//!     brand. A write through another call's `Mutation` (a scoped thread's,
+//!     of this runtime or another) does not compile: its barrier would serve
+//!     the wrong marking epoch, generations and remembered set.
 //! - Managed objects are `Send + Sync` (their drop glue runs on a GC thread,
 //!   and a global root shares them): interior mutability goes through the
 //!   runtime's barrier cells, which are thread-safe (`GcCell` for a
@@ -160,12 +169,41 @@
 //! 4. Weak cells with unmarked targets are cleared; mutators resume; this is
 //!    the end of the (last) pause. Each pause is measured.
 //! 5. GC threads sweep each page (`allocated & !marked`, from the pause's
-//!    copy of the allocated bits), run the dead objects' drop glue and send
-//!    each page's dead blocks to the owning thread heap as one page run
+//!    copy of the allocated bits) and send each page's dead blocks to the
+//!    owning thread heap as one page run
 //!    (`loam_heap::FreeBatch::push_page_run`, one atomic operation; a page
 //!    that is all garbage goes back without a write to its blocks). The
 //!    owner takes runs back at its next `mutate`: a run that empties its page
-//!    resets the page in O(1), and allocation bumps through it again.
+//!    resets the page in O(1), and allocation bumps through it again. A page
+//!    whose dead objects have drop glue goes to the runtime's finalizer
+//!    thread instead, which runs the destructors and then sends the run
+//!    (`finalize.rs`): nothing the collector waits for runs user code that
+//!    may block, so `collect` returns without waiting for destructors
+//!    (`Runtime::wait_for_drops` does).
+//!
+//! # What user code may do on the collector's threads
+//! Every call into user code there is contained (`panics.rs`): a panic is
+//! caught (its payload too, should dropping it panic), counted in
+//! `GcStats::user_panics` and reported on stderr once per type and cycle.
+//! - Destructors run on the finalizer thread, holding no lock a cycle
+//!   needs: they may collect, build or drop runtimes and take locks. They
+//!   must not wait for the finalizer (`wait_for_drops` of their own runtime
+//!   panics there) and must not dereference managed pointers (`Trace`,
+//!   safety rule 4).
+//! - `Trace` impls run on GC threads during the cycle: one that panics
+//!   leaves the marks incomplete, so that cycle frees nothing and the next
+//!   is full.
+//! - The `on_cycle` hook runs on the coordinator after the cycle lock is
+//!   released: it may collect another runtime; collecting its own panics.
+//! - Refused with a clear panic, because each would wait for itself:
+//!   `collect` inside `mutate` or on a GC thread, building a runtime inside
+//!   `mutate` or on a GC thread. Dropping a runtime's last handle inside
+//!   `mutate` or on a collector thread does not wait for its collector.
+//! - One wait stays the program's to avoid: a thread that a `mutate` call
+//!   waits for (a scoped thread) must not call `collect` or
+//!   `wait_for_drops`, which wait for every call under way. Entering
+//!   `mutate` there is fine: a stop that waits past its patience lets
+//!   waiting mutators in (`handshake.rs`, "The gate").
 //!
 //! Why page runs (measured on binary-trees, loam/Box time): sending dead
 //! blocks one by one through the owner's remote queue cost a cache miss per
@@ -175,9 +213,14 @@
 //!
 //! Pacing past the heap limit: an allocation that does not fit waits for a
 //! sweep under way, then fails (`try_alloc` returns `Err`, `alloc` panics);
-//! the mutator's next `mutate` call first runs a full collection, so a retry
-//! after dropping roots succeeds. A `mutate` call cannot be interrupted by a
-//! collection (that is the rooting design), so that is where it can happen.
+//! the mutator's next `mutate` call first runs a full collection, and until
+//! an allocation succeeds again, every later call whose roots changed since
+//! (a root dropped or moved) does too, so a retry after dropping roots
+//! succeeds even with read-only calls in between. A `mutate` call cannot be
+//! interrupted by a collection (that is the rooting design), so that is
+//! where it can happen. The heap stays within twice the goal (a mutator
+//! that outruns the collector waits for a cycle between calls) plus 64 KiB
+//! of allocation credit per mutator and what one call allocates.
 //!
 //! Why the pause budget rather than always concurrent: a concurrent mark
 //! costs a second stop, which waits for every `mutate` call under way to

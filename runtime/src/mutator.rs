@@ -186,7 +186,11 @@ impl Mutator {
         loam_heap::reclaim_runs();
         self.collect_for_limit();
         let shared = &*self.handle.shared;
-        let goal = shared.next_goal.load(Ordering::Relaxed);
+        // Twice the goal itself, not the trigger: while a sweep runs the
+        // trigger counts from the heap as the mark ended, garbage and all,
+        // and a mutator of a starved collector grew the heap to 5x the goal
+        // before it waited.
+        let goal = shared.pace_goal.load(Ordering::Relaxed);
         if shared.heap_used.load(Ordering::Relaxed) >= goal.saturating_mul(2) {
             // Outrunning the collector: let it catch up before growing on.
             shared.pace();
@@ -233,7 +237,7 @@ impl Mutator {
     /// Runs a full collection now and waits for it (see
     /// [`Runtime::collect`](crate::Runtime::collect)).
     pub fn collect(&mut self) {
-        self.shared().collect();
+        self.shared().collect(false);
     }
 
     /// The runtime this mutator belongs to.
@@ -255,7 +259,7 @@ impl Mutator {
         let roots = self.shared().roots_changed.load(Ordering::Relaxed);
         if hit || self.limit_roots.get() != Some(roots) {
             self.limit_roots.set(Some(roots));
-            self.shared().collect();
+            self.shared().collect(true);
         }
     }
 

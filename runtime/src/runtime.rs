@@ -56,6 +56,10 @@ pub(crate) struct Shared {
     pub(crate) heap_used: AtomicUsize,
     /// Heap size at which the next cycle starts.
     pub(crate) next_goal: AtomicUsize,
+    /// The heap goal of the last cycle (`next_goal` is lower while a sweep
+    /// runs): a mutator that finds the heap at twice it waits for a cycle
+    /// before its next call (`Shared::pace`). Relaxed: a threshold.
+    pub(crate) pace_goal: AtomicUsize,
     /// Bumped whenever a root is dropped or moved (relaxed: a hint for the
     /// heap-limit retry, `Mutator::collect_for_limit`).
     pub(crate) roots_changed: AtomicU64,
@@ -114,26 +118,59 @@ impl Shared {
         waited
     }
 
+    /// Waits until `done` holds of the control block. With `yield_to_gate`
+    /// (a mutator waiting between its own calls), gives up when the
+    /// handshake's gate opens, and returns false: the cycle waited for is
+    /// stuck on a call that may be waiting for this very thread (a scoped
+    /// thread's parent), which must go on (`handshake.rs`, "The gate").
+    fn wait_control(&self, yield_to_gate: bool, mut done: impl FnMut(&Control) -> bool) -> bool {
+        if !yield_to_gate {
+            let mut c = self.control.lock();
+            while !done(&c) {
+                self.control_cv.wait(&mut c);
+            }
+            return true;
+        }
+        self.handshake.begin_wait();
+        let r = {
+            let mut c = self.control.lock();
+            loop {
+                if done(&c) {
+                    break true;
+                }
+                if self.handshake.gate_open() {
+                    break false;
+                }
+                self.control_cv
+                    .wait_for(&mut c, std::time::Duration::from_millis(1));
+            }
+        };
+        self.handshake.end_wait();
+        r
+    }
+
     /// A mutator has allocated twice the goal: waits (outside `mutate`)
-    /// until the next cycle has swept. Keeps a mutator that outruns the collector from growing the
-    /// heap without bound.
+    /// until the next cycle has swept. Keeps a mutator that outruns the
+    /// collector from growing the heap without bound.
     pub(crate) fn pace(&self) {
-        let mut c = self.control.lock();
-        let seen = c.completed;
-        if !c.requested && !matches!(c.phase, Phase::Pause | Phase::Mark) {
-            c.requested = true;
-            self.control_cv.notify_all();
-        }
-        while c.completed == seen && !c.shutdown {
-            self.control_cv.wait(&mut c);
-        }
+        let seen = {
+            let mut c = self.control.lock();
+            if !c.requested && !matches!(c.phase, Phase::Pause | Phase::Mark) {
+                c.requested = true;
+                self.control_cv.notify_all();
+            }
+            c.completed
+        };
+        self.wait_control(true, |c| c.completed != seen || c.shutdown);
     }
 
     /// Runs a full cycle that starts after this call, and waits for its sweep
     /// to end. First lets a cycle under way finish and takes back the page
     /// runs its sweep sent to the calling thread: a page with a run out is
     /// not swept (see `sweep`), and the caller expects its garbage freed.
-    pub(crate) fn collect(&self) {
+    /// With `yield_to_gate` (the heap-limit retry of a mutator), gives up
+    /// as [`wait_control`](Self::wait_control) says.
+    pub(crate) fn collect(&self, yield_to_gate: bool) {
         assert!(
             !crate::mutator::inside_mutate(),
             "loam: collect called inside a mutate closure; it would wait for \
@@ -141,39 +178,32 @@ impl Shared {
         );
         assert!(
             !collector::in_cycle_thread(),
-            "loam: collect called on a GC thread (from a destructor or a Trace \
-             impl the sweep or the mark ran): it would wait for the cycle that \
-             runs it. Destructors must not collect."
+            "loam: collect called on a GC thread (from a Trace impl the mark \
+             ran): it would wait for the cycle that runs it"
         );
         assert!(
             !collector::is_coordinator_of(self.id),
             "loam: collect called from this runtime's own on_cycle hook: it \
              would wait for the collector that runs the hook"
         );
-        {
-            let mut c = self.control.lock();
-            while c.phase != Phase::Idle {
-                self.control_cv.wait(&mut c);
-            }
+        if !self.wait_control(yield_to_gate, |c| c.phase == Phase::Idle) {
+            return;
         }
         // A run may sit in an exited thread's heap whose segment this thread
         // has since adopted: draining the orphans forwards it here.
         loam_heap::drain_orphans();
         loam_heap::reclaim_runs();
-        self.collect_now();
-    }
-
-    fn collect_now(&self) {
-        let mut c = self.control.lock();
-        // A cycle already past its start may have missed what the caller
-        // just dropped: wait for the one after it.
-        let target = c.completed + if c.phase == Phase::Idle { 1 } else { 2 };
-        c.requested = true;
-        c.forced = true;
-        self.control_cv.notify_all();
-        while c.completed < target && !c.shutdown {
-            self.control_cv.wait(&mut c);
-        }
+        let target = {
+            let mut c = self.control.lock();
+            // A cycle already past its start may have missed what the
+            // caller just dropped: wait for the one after it.
+            let target = c.completed + if c.phase == Phase::Idle { 1 } else { 2 };
+            c.requested = true;
+            c.forced = true;
+            self.control_cv.notify_all();
+            target
+        };
+        self.wait_control(yield_to_gate, |c| c.completed >= target || c.shutdown);
     }
 }
 
@@ -332,7 +362,7 @@ impl Runtime {
     /// # Panics
     /// Inside a `mutate` call of any runtime.
     pub fn collect(&self) {
-        self.handle.shared.collect();
+        self.handle.shared.collect(false);
     }
 
     /// Waits until the destructors of every object the collector has found
@@ -614,6 +644,7 @@ impl RuntimeBuilder {
             weak: Mutex::new(Vec::new()),
             heap_used: AtomicUsize::new(0),
             next_goal: AtomicUsize::new(goal),
+            pace_goal: AtomicUsize::new(goal),
             roots_changed: AtomicU64::new(0),
             control: Mutex::new(Control {
                 requested: false,

@@ -1,4 +1,5 @@
-//! loom model of the concurrent mark's snapshot barrier (`--cfg loom`).
+//! loom models of the concurrent mark's snapshot barrier (`--cfg loom`):
+//! a barrier cell store, and nested `GcLock` writes against a tracer.
 //!
 //! The heap is abstracted to what the protocol touches: a root object whose
 //! one barrier cell holds object 2, atomic mark bits set by swap (the
@@ -95,5 +96,117 @@ fn what_a_mutator_moves_during_a_concurrent_mark_stays_marked() {
         for o in 1..=3 {
             assert!(heap.marks[o].load(Ordering::Relaxed), "object {o} unmarked");
         }
+    });
+}
+
+/// Two `GcLock`s, the inner reached through the outer's contents (an `Arc`
+/// in the real heap), as `cell.rs` ("A marker never waits for a `GcLock`")
+/// runs them during a concurrent mark. Object 2 is in the inner lock as
+/// the mark begins; the mutator writes the inner lock (taking 2 out and
+/// putting 3, white, in) and, nested inside that write, the outer one,
+/// whose first write of the mark shades the outer contents and so meets the
+/// inner lock it holds itself. The marker traces the root, which holds the
+/// outer lock. Nothing may wait for ever (loom reports a deadlock if a
+/// tracer takes a blocking read lock instead of trying it), and object 2,
+/// which the snapshot holds, ends marked in every interleaving (dropping
+/// the writer's shade of the old contents makes the model fail: the marker
+/// may have skipped the inner lock, write-held, or read it after the
+/// write).
+struct Locks {
+    outer: loom::sync::RwLock<()>,
+    inner: loom::sync::RwLock<Vec<usize>>,
+    /// Each lock's `shaded == epoch` of `GcLock`.
+    outer_shaded: AtomicBool,
+    inner_shaded: AtomicBool,
+    marks: [AtomicBool; 4],
+    gray: Mutex<Vec<usize>>,
+}
+
+impl Locks {
+    fn shade(&self, o: usize) {
+        if !self.marks[o].swap(true, Ordering::AcqRel) {
+            self.gray.lock().unwrap().push(o);
+        }
+    }
+
+    /// `GcLock::trace` of the inner lock: try the read lock, skip if a
+    /// writer has it.
+    fn trace_inner(&self) {
+        if let Ok(g) = self.inner.try_read() {
+            for &o in g.iter() {
+                self.shade(o);
+            }
+        }
+    }
+
+    /// `GcLock::trace` of the outer lock, whose contents hold the inner.
+    fn trace_outer(&self) {
+        if let Ok(_g) = self.outer.try_read() {
+            self.trace_inner();
+        }
+    }
+
+    /// Traces object `o`: the root (1) holds the outer lock.
+    fn scan(&self, o: usize) {
+        if o == 1 {
+            self.trace_outer();
+        }
+    }
+
+    fn drain(&self) {
+        loop {
+            let next = self.gray.lock().unwrap().pop();
+            match next {
+                Some(o) => self.scan(o),
+                None => return,
+            }
+        }
+    }
+}
+
+#[test]
+fn nested_locks_never_deadlock() {
+    loom::model(|| {
+        let heap = Arc::new(Locks {
+            outer: loom::sync::RwLock::new(()),
+            inner: loom::sync::RwLock::new(vec![2]),
+            outer_shaded: AtomicBool::new(false),
+            inner_shaded: AtomicBool::new(false),
+            marks: Default::default(),
+            gray: Mutex::new(Vec::new()),
+        });
+        // First pause: the root marked and gray.
+        heap.shade(1);
+        let marker = {
+            let heap = heap.clone();
+            loom::thread::spawn(move || heap.drain())
+        };
+        let mutator = {
+            let heap = heap.clone();
+            loom::thread::spawn(move || {
+                // `inner.write(mc, |v| { ...; outer.write(mc, ...) })`.
+                let mut inner = heap.inner.write().unwrap();
+                if !heap.inner_shaded.swap(true, Ordering::Relaxed) {
+                    for &o in inner.iter() {
+                        heap.shade(o);
+                    }
+                }
+                inner.clear();
+                inner.push(3);
+                let outer = heap.outer.write().unwrap();
+                if !heap.outer_shaded.swap(true, Ordering::Relaxed) {
+                    // The outer contents hold the inner lock, which this
+                    // thread write-holds: tried, and skipped.
+                    heap.trace_inner();
+                }
+                drop(outer);
+                drop(inner);
+            })
+        };
+        marker.join().unwrap();
+        mutator.join().unwrap();
+        // Second pause: both stopped; trace what the barriers shaded.
+        heap.drain();
+        assert!(heap.marks[2].load(Ordering::Relaxed), "object 2 unmarked");
     });
 }

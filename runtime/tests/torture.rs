@@ -4,6 +4,9 @@
 //! walk from the roots checks every reachable object's contents; at the end
 //! every object allocated has been dropped exactly once.
 //!
+//! Last, two runtimes at once, with scoped threads inside calls, panicking
+//! destructors and hooks (`two_runtimes`).
+//!
 //! `LOAM_TORTURE_SCALE` multiplies the work (default 1, a few seconds; try
 //! 20 by hand) and `LOAM_TORTURE_SEED` picks the seed (printed on failure).
 
@@ -231,34 +234,134 @@ fn four_mutators_through_hundreds_of_cycles() {
             }
         }
     }
+    two_runtimes();
 }
 
-fn torture(verify: bool, concurrent: bool, locks: bool) {
+/// Two runtimes at once, verify mode on, one with locks and every mark
+/// concurrent, one with cells and the default budget, each with two
+/// mutators whose extra steps run scoped threads inside calls and make
+/// garbage whose destructors panic, and an `on_cycle` hook that panics every
+/// seventh cycle. The plain chains stored over old objects' cells (step
+/// 80..84) are the shape that once grew the heap without bound.
+fn two_runtimes() {
     let seed: u64 = std::env::var("LOAM_TORTURE_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(0x1008_2026);
+    eprintln!("torture: two runtimes, seed {seed}, scale {}", scale());
+    let steps = 1500 * scale();
+    let make = |locks: bool, concurrent: bool| {
+        Runtime::builder()
+            .ignore_env()
+            .gc_threads(2)
+            .verify(true)
+            .min_heap(16 << 10)
+            .gc_percent(if locks { 20 } else { 5 })
+            .mark_pause_budget(if concurrent {
+                Duration::ZERO
+            } else {
+                Duration::from_millis(2)
+            })
+            .on_cycle(|e| {
+                if e.cycle % 7 == 0 {
+                    panic!("torture: a hook that panics");
+                }
+            })
+            .build()
+    };
+    let (a, b) = (make(true, true), make(false, false));
+    std::thread::scope(|s| {
+        s.spawn(|| run(&a, seed, 2, steps, true, true));
+        s.spawn(|| run(&b, seed ^ 0x55, 2, steps, false, true));
+    });
+    let (sa, sb) = (a.stats(), b.stats());
     eprintln!(
-        "torture: seed {seed}, scale {}, verify {verify}, concurrent {concurrent}, locks {locks}",
-        scale()
+        "torture: two runtimes: {} and {} cycles, {} and {} contained panics",
+        sa.cycles, sb.cycles, sa.user_panics, sb.user_panics
     );
-    let steps = 2500 * scale();
-    let rt = Runtime::builder()
-        .ignore_env()
-        .gc_threads(2)
-        .verify(verify)
-        .generational(generational())
-        .min_heap(16 << 10)
-        .gc_percent(if locks { 20 } else { 5 })
-        .mark_pause_budget(if concurrent {
-            Duration::ZERO
-        } else {
-            Duration::from_millis(2)
-        })
-        .build();
+    assert!(
+        sa.cycles >= 20 * scale() as u64,
+        "only {} cycles",
+        sa.cycles
+    );
+    assert!(sb.cycles >= 5 * scale() as u64, "only {} cycles", sb.cycles);
+    drop((a, b));
+    assert_eq!(
+        DROPPED.load(Ordering::Relaxed),
+        ALLOCATED.load(Ordering::Relaxed),
+        "every object allocated is dropped exactly once"
+    );
+    assert_eq!(
+        LOUD_DROPPED.load(Ordering::Relaxed),
+        LOUD_ALLOCATED.load(Ordering::Relaxed),
+        "every destructor ran, panicking or not"
+    );
+}
+
+static LOUD_ALLOCATED: AtomicU64 = AtomicU64::new(0);
+static LOUD_DROPPED: AtomicU64 = AtomicU64::new(0);
+
+/// A destructor that counts itself and panics (the finalizer contains it).
+struct PanicsOnDrop;
+
+impl Drop for PanicsOnDrop {
+    fn drop(&mut self) {
+        LOUD_DROPPED.fetch_add(1, Ordering::Relaxed);
+        panic!("torture: a destructor that panics");
+    }
+}
+
+#[derive(Trace)]
+struct Loud {
+    #[trace(skip)]
+    _p: PanicsOnDrop,
+}
+
+/// One of the extra steps: scoped threads inside a call (one walks what the
+/// call picked, one attaches and runs calls of its own, which a pending stop
+/// must let in), or garbage whose destructors panic.
+fn extra(
+    rt: &Runtime,
+    m: &mut loam_runtime::Mutator,
+    rng: &mut Rng,
+    roots: &[Root<ObjRoot>],
+    next_id: &AtomicU64,
+) {
+    let pick = rng.below(roots.len().max(1));
+    let loud = rng.below(2) == 0;
+    m.mutate(|mc| {
+        if loud || roots.is_empty() {
+            for _ in 0..8 {
+                LOUD_ALLOCATED.fetch_add(1, Ordering::Relaxed);
+                mc.alloc(Loud { _p: PanicsOnDrop });
+            }
+            return;
+        }
+        let o = roots[pick].get(mc);
+        std::thread::scope(|s| {
+            s.spawn(|| walk([o]));
+            s.spawn(|| {
+                let mut m2 = rt.attach();
+                for _ in 0..3 {
+                    m2.mutate(|mc2| {
+                        new_obj(mc2, next_id);
+                    });
+                }
+            });
+        });
+    });
+}
+
+/// Runs `threads` mutators of `rt` through `steps` random steps each,
+/// sharing objects through global roots; with `extras`, steps also run
+/// scoped threads inside a call (one reads what the call shares, another
+/// attaches and runs calls of its own) and allocate objects whose
+/// destructors panic. Checks what the globals hold, drops them, and
+/// returns the walks made.
+fn run(rt: &Runtime, seed: u64, threads: u64, steps: usize, locks: bool, extras: bool) -> usize {
     let globals: Arc<Mutex<Vec<GlobalRoot<ObjRoot>>>> = Arc::new(Mutex::new(Vec::new()));
     let next_id = Arc::new(AtomicU64::new(1));
-    let threads: Vec<_> = (0..4_u64)
+    let threads: Vec<_> = (0..threads)
         .map(|t| {
             let (rt, globals, next_id) = (rt.clone(), globals.clone(), next_id.clone());
             std::thread::spawn(move || {
@@ -271,6 +374,9 @@ fn torture(verify: bool, concurrent: bool, locks: bool) {
                 let mut weaks: Vec<Root<WeakRoot>> = Vec::new();
                 let mut walks = 0;
                 for step in 0..steps {
+                    if extras && rng.below(16) == 0 {
+                        extra(&rt, &mut m, &mut rng, &roots, &next_id);
+                    }
                     let op = rng.below(100);
                     let shared = if op >= 85 {
                         let g = globals.lock().unwrap();
@@ -435,6 +541,40 @@ fn torture(verify: bool, concurrent: bool, locks: bool) {
         })
         .collect();
     let walks: usize = threads.into_iter().map(|t| t.join().unwrap()).sum();
+    // Globals still hold objects: check them, then let everything go.
+    {
+        let mut m = rt.attach();
+        let g = globals.lock().unwrap();
+        m.mutate(|mc| walk(g.iter().map(|r| r.get(mc))));
+    }
+    drop(globals);
+    walks
+}
+
+fn torture(verify: bool, concurrent: bool, locks: bool) {
+    let seed: u64 = std::env::var("LOAM_TORTURE_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0x1008_2026);
+    eprintln!(
+        "torture: seed {seed}, scale {}, verify {verify}, concurrent {concurrent}, locks {locks}",
+        scale()
+    );
+    let steps = 2500 * scale();
+    let rt = Runtime::builder()
+        .ignore_env()
+        .gc_threads(2)
+        .verify(verify)
+        .generational(generational())
+        .min_heap(16 << 10)
+        .gc_percent(if locks { 20 } else { 5 })
+        .mark_pause_budget(if concurrent {
+            Duration::ZERO
+        } else {
+            Duration::from_millis(2)
+        })
+        .build();
+    let walks = run(&rt, seed, 4, steps, locks, false);
     let s = rt.stats();
     eprintln!(
         "torture: {} cycles ({} minor, {} concurrent), {walks} walks, {} objects allocated, \
@@ -468,13 +608,6 @@ fn torture(verify: bool, concurrent: bool, locks: bool) {
             s.minor_cycles
         );
     }
-    // Globals still hold objects: check them, then let everything go.
-    {
-        let mut m = rt.attach();
-        let g = globals.lock().unwrap();
-        m.mutate(|mc| walk(g.iter().map(|r| r.get(mc))));
-    }
-    drop(globals);
     drop(rt);
     assert_eq!(
         DROPPED.load(Ordering::Relaxed),

@@ -99,6 +99,59 @@ fn what_a_mutator_moves_during_a_concurrent_mark_stays_marked() {
     });
 }
 
+/// A reader-writer lock as `parking_lot`'s behaves for `GcLock`: `try_read`
+/// fails while a writer holds it; `write` blocks until no one holds it.
+/// (Built on loom's mutex and condvar: loom's own `RwLock` reports false
+/// deadlocks when a `try_read` meets a writer.)
+struct ModelLock<T> {
+    /// Readers, and whether a writer holds the lock.
+    state: Mutex<(usize, bool)>,
+    released: loom::sync::Condvar,
+    data: loom::cell::UnsafeCell<T>,
+}
+
+impl<T> ModelLock<T> {
+    fn new(data: T) -> Self {
+        ModelLock {
+            state: Mutex::new((0, false)),
+            released: loom::sync::Condvar::new(),
+            data: loom::cell::UnsafeCell::new(data),
+        }
+    }
+
+    /// Runs `f` on the contents under a read lock, if one can be had now.
+    fn try_read(&self, f: impl FnOnce(&T)) -> bool {
+        {
+            let mut s = self.state.lock().unwrap();
+            if s.1 {
+                return false;
+            }
+            s.0 += 1;
+        }
+        // SAFETY: read-locked: no writer until the count falls.
+        self.data.with(|p| f(unsafe { &*p }));
+        self.state.lock().unwrap().0 -= 1;
+        self.released.notify_all();
+        true
+    }
+
+    /// Runs `f` on the contents under the write lock, waiting for it.
+    fn write<R>(&self, f: impl FnOnce(&mut T) -> R) -> R {
+        {
+            let mut s = self.state.lock().unwrap();
+            while s.1 || s.0 > 0 {
+                s = self.released.wait(s).unwrap();
+            }
+            s.1 = true;
+        }
+        // SAFETY: write-locked: no reader or other writer until released.
+        let r = self.data.with_mut(|p| f(unsafe { &mut *p }));
+        self.state.lock().unwrap().1 = false;
+        self.released.notify_all();
+        r
+    }
+}
+
 /// Two `GcLock`s, the inner reached through the outer's contents (an `Arc`
 /// in the real heap), as `cell.rs` ("A marker never waits for a `GcLock`")
 /// runs them during a concurrent mark. Object 2 is in the inner lock as
@@ -107,15 +160,15 @@ fn what_a_mutator_moves_during_a_concurrent_mark_stays_marked() {
 /// whose first write of the mark shades the outer contents and so meets the
 /// inner lock it holds itself. The marker traces the root, which holds the
 /// outer lock. Nothing may wait for ever (loom reports a deadlock if a
-/// tracer takes a blocking read lock instead of trying it), and object 2,
+/// tracer waits for a read lock instead of trying it), and object 2,
 /// which the snapshot holds, ends marked in every interleaving (dropping
 /// the writer's shade of the old contents makes the model fail: the marker
 /// may have skipped the inner lock, write-held, or read it after the
 /// write).
 struct Locks {
-    outer: loom::sync::RwLock<()>,
-    inner: loom::sync::RwLock<Vec<usize>>,
-    /// Each lock's `shaded == epoch` of `GcLock`.
+    outer: ModelLock<()>,
+    inner: ModelLock<Vec<usize>>,
+    /// Each lock's `shaded == epoch` of `GcLock` (written under its lock).
     outer_shaded: AtomicBool,
     inner_shaded: AtomicBool,
     marks: [AtomicBool; 4],
@@ -132,24 +185,18 @@ impl Locks {
     /// `GcLock::trace` of the inner lock: try the read lock, skip if a
     /// writer has it.
     fn trace_inner(&self) {
-        if let Ok(g) = self.inner.try_read() {
-            for &o in g.iter() {
+        self.inner.try_read(|v| {
+            for &o in v.iter() {
                 self.shade(o);
             }
-        }
+        });
     }
 
-    /// `GcLock::trace` of the outer lock, whose contents hold the inner.
-    fn trace_outer(&self) {
-        if let Ok(_g) = self.outer.try_read() {
-            self.trace_inner();
-        }
-    }
-
-    /// Traces object `o`: the root (1) holds the outer lock.
+    /// Traces object `o`: the root (1) holds the outer lock, whose contents
+    /// hold the inner one.
     fn scan(&self, o: usize) {
         if o == 1 {
-            self.trace_outer();
+            self.outer.try_read(|_| self.trace_inner());
         }
     }
 
@@ -168,8 +215,8 @@ impl Locks {
 fn nested_locks_never_deadlock() {
     loom::model(|| {
         let heap = Arc::new(Locks {
-            outer: loom::sync::RwLock::new(()),
-            inner: loom::sync::RwLock::new(vec![2]),
+            outer: ModelLock::new(()),
+            inner: ModelLock::new(vec![2]),
             outer_shaded: AtomicBool::new(false),
             inner_shaded: AtomicBool::new(false),
             marks: Default::default(),
@@ -185,22 +232,22 @@ fn nested_locks_never_deadlock() {
             let heap = heap.clone();
             loom::thread::spawn(move || {
                 // `inner.write(mc, |v| { ...; outer.write(mc, ...) })`.
-                let mut inner = heap.inner.write().unwrap();
-                if !heap.inner_shaded.swap(true, Ordering::Relaxed) {
-                    for &o in inner.iter() {
-                        heap.shade(o);
+                heap.inner.write(|inner| {
+                    if !heap.inner_shaded.swap(true, Ordering::Relaxed) {
+                        for &o in inner.iter() {
+                            heap.shade(o);
+                        }
                     }
-                }
-                inner.clear();
-                inner.push(3);
-                let outer = heap.outer.write().unwrap();
-                if !heap.outer_shaded.swap(true, Ordering::Relaxed) {
-                    // The outer contents hold the inner lock, which this
-                    // thread write-holds: tried, and skipped.
-                    heap.trace_inner();
-                }
-                drop(outer);
-                drop(inner);
+                    inner.clear();
+                    inner.push(3);
+                    heap.outer.write(|_| {
+                        if !heap.outer_shaded.swap(true, Ordering::Relaxed) {
+                            // The outer contents hold the inner lock, which
+                            // this thread write-holds: tried, and skipped.
+                            heap.trace_inner();
+                        }
+                    });
+                });
             })
         };
         marker.join().unwrap();

@@ -195,6 +195,31 @@ fn a_panicking_trace_impl_frees_nothing_and_kills_nothing() {
     m.mutate(|mc| assert_eq!(*g.get(mc).inner, 99));
 }
 
+/// Runs `f` inside a `mutate` call of `m` while another thread's
+/// `collect()` waits for that very call (the stop is pending throughout
+/// `f`), and returns once the collection is done too.
+fn mutate_during_a_stop<R>(
+    rt: &Runtime,
+    m: &mut loam_runtime::Mutator,
+    f: impl for<'gc> FnOnce(&loam_runtime::Mutation<'gc>) -> R,
+) -> R {
+    let (tx, rx) = channel();
+    let rt2 = rt.clone();
+    let collector = std::thread::spawn(move || {
+        rx.recv().unwrap();
+        rt2.collect();
+    });
+    let r = m.mutate(|mc| {
+        tx.send(()).unwrap();
+        while !mc.collection_pending() {
+            std::thread::yield_now();
+        }
+        f(mc)
+    });
+    collector.join().unwrap();
+    r
+}
+
 /// Finding 4: the last handle of runtime A dropped inside runtime B's
 /// `mutate` while B's collector waits for that very call; and a runtime
 /// built inside `mutate` is a clear panic.
@@ -205,29 +230,16 @@ fn dropping_a_runtime_inside_another_ones_mutate_does_not_deadlock() {
         "dropping a runtime inside mutate during a stop",
         move || {
             let mut mb = b.attach();
-            let (tx, rx) = channel();
-            let b2 = b.clone();
-            let collector = std::thread::spawn(move || {
-                rx.recv().unwrap();
-                b2.collect();
-            });
-            let msg = mb.mutate(|mc| {
-                tx.send(()).unwrap();
-                while !mc.collection_pending() {
-                    std::thread::yield_now();
-                }
+            mutate_during_a_stop(&b, &mut mb, |_| {
                 drop(a);
-                let r = catch_unwind(|| Runtime::builder().ignore_env().build());
-                match r {
+                match catch_unwind(|| Runtime::builder().ignore_env().build()) {
                     Ok(_) => panic!("a runtime was built inside mutate"),
                     Err(e) => e
                         .downcast_ref::<&str>()
                         .map(|s| s.to_string())
                         .unwrap_or_default(),
                 }
-            });
-            collector.join().unwrap();
-            msg
+            })
         },
     );
     assert!(msg.contains("inside a mutate call"), "{msg}");
@@ -272,18 +284,8 @@ fn a_scoped_thread_may_enter_mutate_while_a_stop_is_pending() {
     let rt = rt().build();
     let total = within("a scoped thread's mutate during a stop", move || {
         let mut m = rt.attach();
-        let (tx, rx) = channel();
-        let rt2 = rt.clone();
-        let collector = std::thread::spawn(move || {
-            rx.recv().unwrap();
-            rt2.collect();
-        });
-        let total = m.mutate(|mc| {
+        let total = mutate_during_a_stop(&rt, &mut m, |mc| {
             let x = mc.alloc(5_u64);
-            tx.send(()).unwrap();
-            while !mc.collection_pending() {
-                std::thread::yield_now();
-            }
             std::thread::scope(|s| {
                 s.spawn(|| {
                     let mut m2 = rt.attach();
@@ -295,7 +297,6 @@ fn a_scoped_thread_may_enter_mutate_while_a_stop_is_pending() {
                 .unwrap()
             })
         });
-        collector.join().unwrap();
         assert!(rt.stats().cycles >= 1);
         total
     });

@@ -199,6 +199,32 @@ fn force_every() -> usize {
         .max(4)
 }
 
+/// The seed, `LOAM_TORTURE_SEED` or a fixed default.
+fn seed() -> u64 {
+    std::env::var("LOAM_TORTURE_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0x1008_2026)
+}
+
+/// A runtime for the torture: small heaps, so that cycles come often; every
+/// mark past its roots concurrent, or the default budget; fewer cycles with
+/// locks (most are full) than with cells.
+fn builder(verify: bool, concurrent: bool, locks: bool) -> loam_runtime::RuntimeBuilder {
+    Runtime::builder()
+        .ignore_env()
+        .gc_threads(2)
+        .verify(verify)
+        .generational(generational())
+        .min_heap(16 << 10)
+        .gc_percent(if locks { 20 } else { 5 })
+        .mark_pause_budget(if concurrent {
+            Duration::ZERO
+        } else {
+            Duration::from_millis(2)
+        })
+}
+
 fn scale() -> usize {
     std::env::var("LOAM_TORTURE_SCALE")
         .ok()
@@ -244,24 +270,11 @@ fn four_mutators_through_hundreds_of_cycles() {
 /// seventh cycle. The plain chains stored over old objects' cells (step
 /// 80..84) are the shape that once grew the heap without bound.
 fn two_runtimes() {
-    let seed: u64 = std::env::var("LOAM_TORTURE_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0x1008_2026);
+    let seed = seed();
     eprintln!("torture: two runtimes, seed {seed}, scale {}", scale());
     let steps = 1500 * scale();
     let make = |locks: bool, concurrent: bool| {
-        Runtime::builder()
-            .ignore_env()
-            .gc_threads(2)
-            .verify(true)
-            .min_heap(16 << 10)
-            .gc_percent(if locks { 20 } else { 5 })
-            .mark_pause_budget(if concurrent {
-                Duration::ZERO
-            } else {
-                Duration::from_millis(2)
-            })
+        builder(true, concurrent, locks)
             .on_cycle(|e| {
                 if e.cycle % 7 == 0 {
                     panic!("torture: a hook that panics");
@@ -552,28 +565,13 @@ fn run(rt: &Runtime, seed: u64, threads: u64, steps: usize, locks: bool, extras:
 }
 
 fn torture(verify: bool, concurrent: bool, locks: bool) {
-    let seed: u64 = std::env::var("LOAM_TORTURE_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0x1008_2026);
+    let seed = seed();
     eprintln!(
         "torture: seed {seed}, scale {}, verify {verify}, concurrent {concurrent}, locks {locks}",
         scale()
     );
     let steps = 2500 * scale();
-    let rt = Runtime::builder()
-        .ignore_env()
-        .gc_threads(2)
-        .verify(verify)
-        .generational(generational())
-        .min_heap(16 << 10)
-        .gc_percent(if locks { 20 } else { 5 })
-        .mark_pause_budget(if concurrent {
-            Duration::ZERO
-        } else {
-            Duration::from_millis(2)
-        })
-        .build();
+    let rt = builder(verify, concurrent, locks).build();
     let walks = run(&rt, seed, 4, steps, locks, false);
     let s = rt.stats();
     eprintln!(

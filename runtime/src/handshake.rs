@@ -21,39 +21,43 @@
 //! attach and enter `mutate` themselves while the spawning call joins them.
 //! If entering simply waited for the stop, the stop would wait for the
 //! spawning call, which waits for the scoped thread, which waits for the
-//! stop. So a stop that has waited `patience` for calls under way while
-//! other mutators wait to enter *opens the gate*: waiting mutators enter
-//! while the calls the stop was waiting for are still inside, and the gate
-//! closes again once those have left. Then the stop waits for the admitted
-//! ones, with twice the patience. Why this is sound and ends:
+//! stop. So a stop that has waited `patience` for calls under way *opens
+//! the gate* to the mutators that may be such threads: those attached after
+//! the oldest call still inside began (a scoped thread's `Mutator` is made
+//! inside the call that spawned it: a `Mutator` cannot be moved to another
+//! thread). They enter while the calls the stop waits for are still
+//! inside, and the gate closes again once those have left; then the stop
+//! waits for the admitted ones, with twice the patience. Why this is sound
+//! and ends:
 //! 1. The world is stopped only when, with the gate closed, every slot reads
 //!    outside after a fence: the same Dekker argument as without a gate. An
 //!    admitted mutator marks itself inside *under the gate's mutex*, while
 //!    it reads the gate open; the collector closes the gate under that
 //!    mutex before it looks at the slots, so it sees the admission, or the
 //!    mutator sees the gate closed and waits.
-//! 2. A mutator is admitted only while some call the stop waits for is
-//!    still inside, so admitting it delays nothing that was not delayed
-//!    already; and the patience doubles each time, so mutators whose calls
-//!    overlap without end cannot keep the gate opening for ever (the wait
-//!    with it closed outgrows their calls).
+//! 2. A mutator is admitted only while a call the stop waits for is still
+//!    inside, so admitting it delays nothing that was not delayed already;
+//!    threads attached before every call under way began are never
+//!    admitted, so long calls of independent threads do not keep the gate
+//!    swinging; and the patience doubles each time.
 //! 3. A call that waits for a scoped thread's call stays inside until that
-//!    call ends, so the gate opens for the scoped thread (after the
-//!    patience) however deep the nesting.
+//!    call ends, and the scoped thread attached after it began, so the gate
+//!    opens for it (after the patience) however deep the nesting.
 //!
-//! The gate also means a long call no longer holds other mutators at the
-//! door for its whole length, only for the patience. `loom` checks the
-//! handshake (`handshake_model`).
+//! A mutator that waits for the collector between its calls (pacing, the
+//! heap-limit retry) counts as waiting at the gate too, and gives up its
+//! wait when the gate opens for it. `loom` checks the handshake
+//! (`handshake_model`).
 
 #[cfg(loom)]
 use loom::sync::{
-    atomic::{fence, AtomicBool, Ordering},
+    atomic::{fence, AtomicBool, AtomicU64, Ordering},
     Condvar, Mutex, MutexGuard,
 };
 #[cfg(not(loom))]
 use parking_lot::{Condvar, Mutex, MutexGuard};
 #[cfg(not(loom))]
-use std::sync::atomic::{fence, AtomicBool, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 /// How long a stop waits for the calls under way, while mutators wait to
@@ -66,26 +70,47 @@ pub(crate) struct Slot {
     /// Written by the mutator only: true inside a `mutate` call. Read by
     /// the collector after its fence (Dekker), or under the gate's mutex.
     inside: AtomicBool,
+    /// The mutator's place in the order of attachment (1, 2, ...), set once
+    /// by [`Handshake::attach`]. 0: never attached, never admitted.
+    attached: AtomicU64,
+    /// The runtime's attach count as the current (or last) call began:
+    /// mutators attached after it may be that call's scoped threads.
+    /// Written by the mutator at entry (relaxed: a stale, smaller value
+    /// only admits more, which is always sound).
+    call_began: AtomicU64,
 }
 
 /// What the gate's mutex protects.
 #[derive(Debug, Default)]
 struct Gate {
-    /// Waiting mutators may enter although `stop` is up (module docs).
+    /// Waiting mutators attached after `admit_after` may enter although
+    /// `stop` is up (module docs).
     open: bool,
-    /// Mutators waiting to enter.
-    waiting: usize,
+    admit_after: u64,
+    /// The attach numbers of the mutators waiting to enter (or waiting for
+    /// the collector between calls).
+    waiting: Vec<u64>,
+}
+
+impl Gate {
+    /// Whether the gate is open to the mutator attached `n`-th.
+    fn admits(&self, n: u64) -> bool {
+        self.open && n > self.admit_after
+    }
 }
 
 /// The collector's side, shared by all mutators of a runtime.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Handshake {
     /// Written by the collector only; read by every entering mutator after
     /// its fence.
     stop: AtomicBool,
-    /// `Gate::open`, readable without the mutex (a hint for threads that
-    /// wait for the collector elsewhere, see [`Handshake::gate_open`]).
-    open_hint: AtomicBool,
+    /// `Gate::open` and `Gate::admit_after`, readable without the mutex (a
+    /// hint for threads that wait for the collector elsewhere, see
+    /// [`Handshake::gate_admits`]): `u64::MAX` while the gate is closed.
+    admit_hint: AtomicU64,
+    /// Mutators attached so far (numbers [`Slot::attached`]).
+    attaches: AtomicU64,
     lock: Mutex<Gate>,
     /// Mutators wait here for the world to resume, or the gate to open.
     resumed: Condvar,
@@ -130,11 +155,32 @@ fn wait_for<'a>(_: &Condvar, g: MutexGuard<'a, Gate>, _: Duration) -> (MutexGuar
     (g, true)
 }
 
+impl Default for Handshake {
+    fn default() -> Self {
+        Handshake {
+            stop: AtomicBool::new(false),
+            admit_hint: AtomicU64::new(u64::MAX),
+            attaches: AtomicU64::new(0),
+            lock: Mutex::new(Gate::default()),
+            resumed: Condvar::new(),
+            left: Condvar::new(),
+        }
+    }
+}
+
 impl Handshake {
+    /// Numbers a newly attached mutator's slot.
+    pub(crate) fn attach(&self, slot: &Slot) {
+        let n = self.attaches.fetch_add(1, Ordering::Relaxed) + 1;
+        slot.attached.store(n, Ordering::Relaxed);
+    }
+
     /// Marks `slot` inside, first waiting out any stop in progress (or
     /// entering through the open gate).
     #[inline]
     pub(crate) fn enter(&self, slot: &Slot) {
+        slot.call_began
+            .store(self.attaches.load(Ordering::Relaxed), Ordering::Relaxed);
         slot.inside.store(true, Ordering::Relaxed);
         fence(Ordering::SeqCst);
         // The safepoint poll.
@@ -148,15 +194,16 @@ impl Handshake {
     fn enter_slow(&self, slot: &Slot) {
         loop {
             self.leave(slot);
+            let n = slot.attached.load(Ordering::Relaxed);
             let mut g = lock(&self.lock);
-            g.waiting += 1;
+            g.waiting.push(n);
             // A stop past its patience opens the gate only for waiters.
             self.left.notify_all();
-            while self.stop.load(Ordering::Acquire) && !g.open {
+            while self.stop.load(Ordering::Acquire) && !g.admits(n) {
                 g = wait(&self.resumed, g);
             }
-            g.waiting -= 1;
-            if g.open {
+            unwait(&mut g, n);
+            if g.admits(n) {
                 // Admitted: inside while the gate is seen open, under its
                 // mutex (module docs, 1).
                 slot.inside.store(true, Ordering::Relaxed);
@@ -184,25 +231,26 @@ impl Handshake {
         }
     }
 
-    /// A mutator starts waiting for the collector outside `mutate` (for a
-    /// cycle, when pacing): it counts as waiting at the gate, so that a stop
-    /// stuck on a call that waits for this thread opens it.
-    pub(crate) fn begin_wait(&self) {
+    /// The mutator of `slot` starts waiting for the collector outside
+    /// `mutate` (for a cycle, when pacing): it counts as waiting at the
+    /// gate, so that a stop stuck on a call that waits for this thread
+    /// opens it.
+    pub(crate) fn begin_wait(&self, slot: &Slot) {
         let mut g = lock(&self.lock);
-        g.waiting += 1;
+        g.waiting.push(slot.attached.load(Ordering::Relaxed));
         self.left.notify_all();
     }
 
     /// The wait [`begin_wait`](Self::begin_wait) announced is over.
-    pub(crate) fn end_wait(&self) {
-        lock(&self.lock).waiting -= 1;
+    pub(crate) fn end_wait(&self, slot: &Slot) {
+        unwait(&mut lock(&self.lock), slot.attached.load(Ordering::Relaxed));
     }
 
-    /// Whether the gate is open: a stop waits for calls under way that may
-    /// wait for the caller, which should give up any wait for the collector
-    /// and enter.
-    pub(crate) fn gate_open(&self) -> bool {
-        self.open_hint.load(Ordering::Relaxed)
+    /// Whether the gate is open to the mutator of `slot`: a stop waits for
+    /// a call under way that may be waiting for it, and it should give up
+    /// any wait for the collector and enter.
+    pub(crate) fn gate_admits(&self, slot: &Slot) -> bool {
+        slot.attached.load(Ordering::Relaxed) > self.admit_hint.load(Ordering::Relaxed)
     }
 
     /// Whether a stop is requested (relaxed: a hint for mutators that may
@@ -235,19 +283,30 @@ impl Handshake {
                 return slots;
             }
             let mut g = lock(&self.lock);
-            let mut open = false;
             loop {
-                if inside.iter().all(|s| !s.inside.load(Ordering::Acquire)) {
+                let still: Vec<&Slot> = inside
+                    .iter()
+                    .copied()
+                    .filter(|s| s.inside.load(Ordering::Acquire))
+                    .collect();
+                if still.is_empty() {
                     break;
                 }
-                if g.waiting > 0 && !open {
+                // Mutators attached after the oldest call still inside
+                // began may be its scoped threads (module docs).
+                let after = still
+                    .iter()
+                    .map(|s| s.call_began.load(Ordering::Relaxed))
+                    .min()
+                    .unwrap_or(u64::MAX);
+                let candidates = g.waiting.iter().any(|&n| n > after);
+                if candidates && !g.open {
                     let (g2, timed_out) = wait_for(&self.left, g, patience);
                     g = g2;
-                    if timed_out && g.waiting > 0 {
-                        // Those still inside may be waiting for a waiter.
-                        open = true;
+                    if timed_out && g.waiting.iter().any(|&n| n > after) {
                         g.open = true;
-                        self.open_hint.store(true, Ordering::Relaxed);
+                        g.admit_after = after;
+                        self.admit_hint.store(after, Ordering::Relaxed);
                         self.resumed.notify_all();
                         patience = patience.saturating_mul(2).min(Duration::from_secs(1));
                     }
@@ -258,7 +317,7 @@ impl Handshake {
             // Closed under the mutex: admissions before this are visible to
             // the reads of the next round (module docs, 1).
             g.open = false;
-            self.open_hint.store(false, Ordering::Relaxed);
+            self.admit_hint.store(u64::MAX, Ordering::Relaxed);
             drop(g);
             fence(Ordering::SeqCst);
         }
@@ -270,6 +329,13 @@ impl Handshake {
         self.stop.store(false, Ordering::Release);
         let _g = lock(&self.lock);
         self.resumed.notify_all();
+    }
+}
+
+/// Takes one waiter numbered `n` off the gate's list.
+fn unwait(g: &mut Gate, n: u64) {
+    if let Some(i) = g.waiting.iter().position(|&w| w == n) {
+        g.waiting.swap_remove(i);
     }
 }
 
@@ -294,6 +360,8 @@ mod handshake_model {
         loom::model(|| {
             let hs = Arc::new(Handshake::default());
             let slots = Arc::new([Slot::default(), Slot::default()]);
+            hs.attach(&slots[0]);
+            hs.attach(&slots[1]);
             // Mutators inside right now, counted by the mutators themselves.
             let running = Arc::new(AtomicUsize::new(0));
             let world_stopped = Arc::new(AtomicBool::new(false));
@@ -342,7 +410,10 @@ mod handshake_model {
             let slots = Arc::new([Slot::default(), Slot::default()]);
             let inner_done = Arc::new(AtomicBool::new(false));
             let world_stopped = Arc::new(AtomicBool::new(false));
+            hs.attach(&slots[0]);
             hs.enter(&slots[0]); // the outer call, on this thread
+                                 // The scoped thread's mutator is made inside the outer call.
+            hs.attach(&slots[1]);
             let collector = {
                 let (hs, slots, stopped) = (hs.clone(), slots.clone(), world_stopped.clone());
                 loom::thread::spawn(move || {

@@ -143,6 +143,7 @@ impl Mutator {
             a.push(id);
         });
         let me = Arc::new(MutatorShared::default());
+        handle.shared.handshake.attach(&me.slot);
         handle.shared.mutators.lock().push(me.clone());
         Mutator {
             handle,
@@ -193,7 +194,7 @@ impl Mutator {
         let goal = shared.pace_goal.load(Ordering::Relaxed);
         if shared.heap_used.load(Ordering::Relaxed) >= goal.saturating_mul(2) {
             // Outrunning the collector: let it catch up before growing on.
-            shared.pace();
+            shared.pace(&self.me.slot);
         }
         shared.handshake.enter(&self.me.slot);
         let _inside = Inside {
@@ -237,7 +238,7 @@ impl Mutator {
     /// Runs a full collection now and waits for it (see
     /// [`Runtime::collect`](crate::Runtime::collect)).
     pub fn collect(&mut self) {
-        self.shared().collect(false);
+        self.shared().collect(None);
     }
 
     /// The runtime this mutator belongs to.
@@ -259,7 +260,7 @@ impl Mutator {
         let roots = self.shared().roots_changed.load(Ordering::Relaxed);
         if hit || self.limit_roots.get() != Some(roots) {
             self.limit_roots.set(Some(roots));
-            self.shared().collect(true);
+            self.shared().collect(Some(&self.me.slot));
         }
     }
 

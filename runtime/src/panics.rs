@@ -95,20 +95,23 @@ fn message(payload: &(dyn Any + Send)) -> String {
 /// dropped the payload (or leaked it, if dropping it panicked too).
 pub(crate) fn contain<R>(f: impl FnOnce() -> R) -> Result<R, String> {
     let was_quiet = QUIET.with(|q| q.replace(true));
-    let r = match catch_unwind(AssertUnwindSafe(f)) {
-        Ok(r) => Ok(r),
-        Err(payload) => {
-            let msg = message(&*payload);
-            if let Err(again) = catch_unwind(AssertUnwindSafe(move || drop(payload))) {
-                // The payload's destructor panicked: its own payload is not
-                // dropped at all (it could panic again, for ever).
-                std::mem::forget(again);
-            }
-            Err(msg)
-        }
-    };
+    let r = catch_unwind(AssertUnwindSafe(f)).map_err(dispose);
     QUIET.with(|q| q.set(was_quiet));
     r
+}
+
+/// The message of a caught panic's payload, which is dropped (or leaked,
+/// if dropping it panics too).
+pub(crate) fn dispose(payload: Box<dyn Any + Send>) -> String {
+    let msg = message(&*payload);
+    let was_quiet = QUIET.with(|q| q.replace(true));
+    if let Err(again) = catch_unwind(AssertUnwindSafe(move || drop(payload))) {
+        // The payload's destructor panicked: its own payload is not
+        // dropped at all (it could panic again, for ever).
+        std::mem::forget(again);
+    }
+    QUIET.with(|q| q.set(was_quiet));
+    msg
 }
 
 impl PanicLog {

@@ -123,36 +123,40 @@ impl Shared {
     /// handshake's gate opens, and returns false: the cycle waited for is
     /// stuck on a call that may be waiting for this very thread (a scoped
     /// thread's parent), which must go on (`handshake.rs`, "The gate").
-    fn wait_control(&self, yield_to_gate: bool, mut done: impl FnMut(&Control) -> bool) -> bool {
-        if !yield_to_gate {
+    fn wait_control(
+        &self,
+        yield_to_gate: Option<&crate::handshake::Slot>,
+        mut done: impl FnMut(&Control) -> bool,
+    ) -> bool {
+        let Some(slot) = yield_to_gate else {
             let mut c = self.control.lock();
             while !done(&c) {
                 self.control_cv.wait(&mut c);
             }
             return true;
-        }
-        self.handshake.begin_wait();
+        };
+        self.handshake.begin_wait(slot);
         let r = {
             let mut c = self.control.lock();
             loop {
                 if done(&c) {
                     break true;
                 }
-                if self.handshake.gate_open() {
+                if self.handshake.gate_admits(slot) {
                     break false;
                 }
                 self.control_cv
                     .wait_for(&mut c, std::time::Duration::from_millis(1));
             }
         };
-        self.handshake.end_wait();
+        self.handshake.end_wait(slot);
         r
     }
 
     /// A mutator has allocated twice the goal: waits (outside `mutate`)
     /// until the next cycle has swept. Keeps a mutator that outruns the
     /// collector from growing the heap without bound.
-    pub(crate) fn pace(&self) {
+    pub(crate) fn pace(&self, slot: &crate::handshake::Slot) {
         let seen = {
             let mut c = self.control.lock();
             if !c.requested && !matches!(c.phase, Phase::Pause | Phase::Mark) {
@@ -161,7 +165,7 @@ impl Shared {
             }
             c.completed
         };
-        self.wait_control(true, |c| c.completed != seen || c.shutdown);
+        self.wait_control(Some(slot), |c| c.completed != seen || c.shutdown);
     }
 
     /// Runs a full cycle that starts after this call, and waits for its sweep
@@ -170,7 +174,7 @@ impl Shared {
     /// not swept (see `sweep`), and the caller expects its garbage freed.
     /// With `yield_to_gate` (the heap-limit retry of a mutator), gives up
     /// as [`wait_control`](Self::wait_control) says.
-    pub(crate) fn collect(&self, yield_to_gate: bool) {
+    pub(crate) fn collect(&self, yield_to_gate: Option<&crate::handshake::Slot>) {
         assert!(
             !crate::mutator::inside_mutate(),
             "loam: collect called inside a mutate closure; it would wait for \
@@ -362,7 +366,7 @@ impl Runtime {
     /// # Panics
     /// Inside a `mutate` call of any runtime.
     pub fn collect(&self) {
-        self.handle.shared.collect(false);
+        self.handle.shared.collect(None);
     }
 
     /// Waits until the destructors of every object the collector has found

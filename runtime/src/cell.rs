@@ -179,7 +179,12 @@ impl<'gc, T: CellValue> GcCell<'gc, T> {
     }
 }
 
-impl<'gc, T: CellValue + Trace> GcCell<'gc, T> {
+// `T: 'gc`: the value's own brand must outlive the cell's, so a cell made
+// in one call cannot be given another call's pointers (a fresh cell on the
+// stack of runtime B's call, holding runtime A's object, would let B's
+// barrier mark A's object). A pointer branded by another call does not
+// outlive this call's brand (the brands of `mutate` calls are unrelated).
+impl<'gc, T: CellValue + Trace + 'gc> GcCell<'gc, T> {
     /// Stores `value`, through the write barrier.
     #[inline]
     pub fn set(&self, mc: &Mutation<'gc>, value: T) {
@@ -271,7 +276,8 @@ impl<'gc, T> GcLock<'gc, T> {
     }
 }
 
-impl<'gc, T: Trace> GcLock<'gc, T> {
+// `T: 'gc`, for the reason given at `GcCell::set`.
+impl<'gc, T: Trace + 'gc> GcLock<'gc, T> {
     /// Runs `f` with exclusive access, through the write barrier (which
     /// makes the next cycle a full one: see the comment inside). The
     /// barrier holds however `f` ends, a panic included.
@@ -282,7 +288,20 @@ impl<'gc, T: Trace> GcLock<'gc, T> {
         // contents point to now, before `f` may drop it. Under the write
         // lock, so no other writer slips in between (module docs, 2).
         if T::NEEDS_TRACE && epoch != 0 && self.shaded.load(Ordering::Relaxed) != epoch {
-            mc.shade(&*g);
+            // A user's `Trace` impl that panics here leaves the contents
+            // unshaded while a marker may have skipped them (module docs,
+            // 3): the panic goes on to the caller, but the mark under way
+            // is told, and its cycle frees nothing.
+            if let Err(payload) =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| mc.shade(&*g)))
+            {
+                crate::panics::CYCLE_LOG.record(
+                    crate::panics::Kind::Trace,
+                    std::any::type_name::<T>(),
+                    "panicked while a GcLock write shaded its contents".to_string(),
+                );
+                std::panic::resume_unwind(payload);
+            }
             self.shaded.store(epoch, Ordering::Relaxed);
         }
         // Marking what `f` stores would take a walk of the whole contents

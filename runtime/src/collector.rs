@@ -39,6 +39,7 @@ use crate::sweep;
 use loam_threadpool::{ThreadPool, ThreadPoolBuilder};
 use parking_lot::Mutex;
 use std::cell::Cell;
+use std::io::Write;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -165,30 +166,56 @@ fn coordinator(shared: &Shared, pool: &ThreadPool) {
         if let Some(prev) = prev_start.replace(start) {
             hold_freed_memory(start - prev);
         }
-        let mut event = cycle(shared, pool, forced || last, &mut gen, &mut snap);
-        // The last cycle must reach pages it skipped: those whose earlier
-        // garbage waited for the finalizer, and those with a run out (the
+        let mut events = vec![cycle(shared, pool, forced || last, &mut gen, &mut snap)];
+        // A forced cycle (`collect`, the heap limit) must reach the pages
+        // it skipped because earlier garbage there waited for the
+        // finalizer: once the finalizer is done, run it again, as long as
+        // that reaches more. It waits for the finalizer a second at most (a
+        // destructor may be blocked on a lock the thread in `collect`
+        // holds: then `collect` returns, and those pages wait for the next
+        // cycle). The last cycle must also reach pages with a run out (the
         // finalizer sends runs, and the thread dropping the runtime takes
-        // back its own while it waits, see `Handle::drop`). Once the
-        // finalizer is done, run it again, as long as that reaches more.
+        // back its own while it waits, see `Handle::drop`), and waits for
+        // the finalizer however long it takes: every destructor runs.
+        // (The finalizer sends the runs it frees to the pages' owners; the
+        // thread waiting in `collect` takes back its own as it waits.)
         let mut skipped = usize::MAX;
-        while last && snap.skipped > 0 && snap.skipped < skipped {
+        loop {
+            let again = if last {
+                snap.skipped > 0
+            } else {
+                forced && snap.finalizing > 0
+            };
+            if !again || snap.skipped >= skipped {
+                break;
+            }
             skipped = snap.skipped;
-            shared.finalizer.wait_idle();
+            if last {
+                shared.finalizer.wait_idle();
+                take_back_dropper_runs(shared);
+            } else if !shared.finalizer.wait_idle_for(Duration::from_secs(1)) {
+                break;
+            } else {
+                // Best effort: the thread in `collect` takes back its runs
+                // as it waits, about every millisecond.
+                std::thread::sleep(Duration::from_millis(1));
+            }
             loam_heap::drain_orphans();
-            std::thread::sleep(Duration::from_millis(1));
-            event = cycle(shared, pool, true, &mut gen, &mut snap);
+            events.push(cycle(shared, pool, true, &mut gen, &mut snap));
         }
         // After the cycle released the cycle lock, before it counts as
         // complete (so that whoever waited for it sees its event): a hook
         // may collect another runtime, or panic, without stopping this one.
         if let Some(hook) = &shared.hook {
-            if let Err(msg) = crate::panics::contain(|| hook(&event)) {
-                shared.stats.lock().user_panics += 1;
-                eprintln!(
-                    "loam: cycle {}: the on_cycle hook panicked (the collector goes on): {msg}",
-                    event.cycle
-                );
+            for event in &events {
+                if let Err(msg) = crate::panics::contain(|| hook(event)) {
+                    shared.stats.lock().user_panics += 1;
+                    let _ = writeln!(
+                        std::io::stderr(),
+                        "loam: cycle {}: the on_cycle hook panicked (the collector goes on): {msg}",
+                        event.cycle
+                    );
+                }
             }
         }
         let mut c = shared.control.lock();
@@ -199,6 +226,20 @@ fn coordinator(shared: &Shared, pool: &ThreadPool) {
             c.shutdown = true;
             return;
         }
+    }
+}
+
+/// At shutdown: asks the thread dropping the runtime's last handle (if it
+/// waits for the collector) to take back the page runs sent to it, and
+/// waits for it to answer (a second at most).
+fn take_back_dropper_runs(shared: &Shared) {
+    if !shared.reclaimer.load(Ordering::Acquire) {
+        return;
+    }
+    let asked = shared.reclaim_asked.fetch_add(1, Ordering::AcqRel) + 1;
+    let deadline = Instant::now() + Duration::from_secs(1);
+    while shared.reclaim_done.load(Ordering::Acquire) < asked && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_micros(100));
     }
 }
 
@@ -275,6 +316,9 @@ struct Snapshot {
     /// or a page run is out (the runtime's last cycle runs again while
     /// their number falls).
     skipped: usize,
+    /// Of those, the pages waiting for the finalizer (a forced cycle runs
+    /// again once it is done).
+    finalizing: usize,
 }
 
 /// Records every page holding an allocated object, clearing its marks for a
@@ -297,12 +341,14 @@ fn snapshot_pages(snap: &mut Snapshot, clear_marks: bool) {
         snap.ranges.clear();
         snap.bits.clear();
         snap.skipped = 0;
+        snap.finalizing = 0;
         let mut overflow = false;
         let Snapshot {
             pages,
             ranges,
             bits,
             skipped,
+            finalizing,
         } = &mut *snap;
         // SAFETY: the closure neither allocates nor frees (it pushes only
         // within the reserved capacities), and reads only atomics, and the
@@ -334,6 +380,7 @@ fn snapshot_pages(snap: &mut Snapshot, clear_marks: bool) {
                 let waits = flags & crate::finalize::FINALIZING != 0;
                 if pending || waits {
                     *skipped += 1;
+                    *finalizing += usize::from(waits && !pending);
                     // Not swept this cycle (a run out, or dead objects
                     // waiting for the finalizer), but marked: a full cycle
                     // clears its marks like any other page's.

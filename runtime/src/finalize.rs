@@ -89,6 +89,19 @@ impl Finalizer {
         }
     }
 
+    /// As [`wait_idle`](Self::wait_idle), for `timeout` at most; whether the
+    /// finalizer went idle.
+    pub(crate) fn wait_idle_for(&self, timeout: std::time::Duration) -> bool {
+        let deadline = std::time::Instant::now() + timeout;
+        let mut s = self.state.lock();
+        while !s.queue.is_empty() || s.running > 0 {
+            if self.changed.wait_until(&mut s, deadline).timed_out() {
+                return s.queue.is_empty() && s.running == 0;
+            }
+        }
+        true
+    }
+
     /// The finalizer thread's loop, until closed and drained: runs each
     /// page's destructors, then sends its dead blocks back as one run.
     ///
@@ -97,6 +110,19 @@ impl Finalizer {
     /// completed mark, owned by the finalizer alone, in a page flagged
     /// [`FINALIZING`] (so no sweep touches them).
     pub(crate) unsafe fn run(&self, id: u16, verify: bool) {
+        // User code is contained (`finalize` runs destructors through
+        // `panics::contain`); a panic of ours here would leave `running`
+        // up and every `wait_for_drops` and the runtime's drop waiting for
+        // ever, so it ends the process with a message instead.
+        struct AbortOnUnwind;
+        impl Drop for AbortOnUnwind {
+            fn drop(&mut self) {
+                if std::thread::panicking() {
+                    crate::collector::fatal("the finalizer thread panicked");
+                }
+            }
+        }
+        let _abort = AbortOnUnwind;
         let mut batch = FreeBatch::new();
         let mut run: Vec<NonNull<u8>> = Vec::new();
         loop {

@@ -42,7 +42,10 @@
 //!    swinging; and the patience doubles each time.
 //! 3. A call that waits for a scoped thread's call stays inside until that
 //!    call ends, and the scoped thread attached after it began, so the gate
-//!    opens for it (after the patience) however deep the nesting.
+//!    opens for it (after the patience) however deep the nesting. A thread
+//!    attached *before* the waiting call began (a pool worker that keeps
+//!    its `Mutator` from task to task) is not admitted: a call must not
+//!    wait for such a thread's `mutate` call (README, known problems).
 //!
 //! A mutator that waits for the collector between its calls (pacing, the
 //! heap-limit retry) counts as waiting at the gate too, and gives up its

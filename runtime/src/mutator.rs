@@ -473,6 +473,17 @@ impl<'gc> Mutation<'gc> {
             // copy of the allocated bits, and `e` is not one. (`mark` loads
             // the bit before it writes: an old object, the common store,
             // costs no atomic write.)
+            // The brands keep other runtimes' objects out of this call.
+            #[cfg(debug_assertions)]
+            {
+                // SAFETY: `e` is allocated (above).
+                let (_, owner) = unsafe { crate::gc::header_of(e) };
+                assert_eq!(
+                    owner,
+                    self.shared().id,
+                    "loam: a barrier of one runtime met an object of another"
+                );
+            }
             // SAFETY: `e` is allocated and its page live (above); a mark bit
             // set outside the pause is sound (above).
             if unsafe { crate::mark::mark(e) } {

@@ -14,6 +14,7 @@ use parking_lot::Mutex;
 use std::any::Any;
 use std::cell::Cell;
 use std::fmt;
+use std::io::Write;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Once;
 
@@ -144,9 +145,15 @@ impl PanicLog {
                 Kind::Drop => "the objects were freed all the same",
                 Kind::Trace => "this cycle freed nothing; the next one marks the whole heap",
             };
-            eprintln!(
+            // Not `eprintln!`, which panics when stderr is gone: the
+            // collector's threads must not.
+            let _ = writeln!(
+                std::io::stderr(),
                 "loam: {when}: {} {} {} panicked ({what}); the first said: {}",
-                e.count, e.kind, e.type_name, e.first
+                e.count,
+                e.kind,
+                e.type_name,
+                e.first
             );
         }
         total

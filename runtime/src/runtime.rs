@@ -63,6 +63,15 @@ pub(crate) struct Shared {
     /// Bumped whenever a root is dropped or moved (relaxed: a hint for the
     /// heap-limit retry, `Mutator::collect_for_limit`).
     pub(crate) roots_changed: AtomicU64,
+    /// The thread dropping the last handle waits for the collector and
+    /// takes back the page runs sent to it meanwhile (`Handle::drop`); the
+    /// last cycles ask it to (`reclaim_asked`, bumped by the coordinator)
+    /// and wait for its answer (`reclaim_done`, the request it served).
+    /// Acquire/release pairs: the runs it took back are visible to the
+    /// snapshot that follows the answer.
+    pub(crate) reclaimer: AtomicBool,
+    pub(crate) reclaim_asked: AtomicU64,
+    pub(crate) reclaim_done: AtomicU64,
     pub(crate) control: Mutex<Control>,
     /// Signals changes of `control` (requests, phase ends) both ways.
     pub(crate) control_cv: Condvar,
@@ -131,7 +140,17 @@ impl Shared {
         let Some(slot) = yield_to_gate else {
             let mut c = self.control.lock();
             while !done(&c) {
-                self.control_cv.wait(&mut c);
+                // The cycle's sweep and finalizer may send page runs to this
+                // thread meanwhile: take them back, so that the cycle (or
+                // its repeat, see `collector::coordinator`) can reach them.
+                drop(c);
+                loam_heap::reclaim_runs();
+                c = self.control.lock();
+                if done(&c) {
+                    break;
+                }
+                self.control_cv
+                    .wait_for(&mut c, std::time::Duration::from_millis(1));
             }
             return true;
         };
@@ -228,6 +247,8 @@ impl Drop for Handle {
         // entered `mutate` since the last sweep) are skipped by the last
         // cycle: they stay allocated, their drop glue unrun. A known gap.
         loam_heap::reclaim_runs();
+        let joins = !(collector::on_gc_thread() || crate::mutator::inside_mutate());
+        self.shared.reclaimer.store(joins, Ordering::Release);
         {
             let mut c = self.shared.control.lock();
             c.shutdown = true;
@@ -247,8 +268,11 @@ impl Drop for Handle {
             // The last cycles' sweep and finalizer may send page runs to
             // this thread: take them back meanwhile, or the pages they are
             // on stay out of the last cycle's reach.
+            let s = &self.shared;
             while !t.is_finished() {
+                let asked = s.reclaim_asked.load(Ordering::Acquire);
                 loam_heap::reclaim_runs();
+                s.reclaim_done.store(asked, Ordering::Release);
                 std::thread::park_timeout(std::time::Duration::from_millis(1));
             }
             let _ = t.join();
@@ -411,6 +435,11 @@ impl Runtime {
         assert!(
             !crate::mutator::inside_mutate(),
             "loam: wait_for_drops called inside a mutate closure; call it after mutate returns"
+        );
+        assert!(
+            !collector::in_cycle_thread() && !collector::is_coordinator_of(shared.id),
+            "loam: wait_for_drops called on a GC thread or from this runtime's own \
+             on_cycle hook: it would wait for the cycle that runs it"
         );
         assert!(
             !collector::is_finalizer_of(shared.id),
@@ -650,6 +679,9 @@ impl RuntimeBuilder {
             next_goal: AtomicUsize::new(goal),
             pace_goal: AtomicUsize::new(goal),
             roots_changed: AtomicU64::new(0),
+            reclaimer: AtomicBool::new(false),
+            reclaim_asked: AtomicU64::new(0),
+            reclaim_done: AtomicU64::new(0),
             control: Mutex::new(Control {
                 requested: false,
                 forced: false,

@@ -135,8 +135,9 @@ fn destructors_cannot_stop_the_collector() {
         a3.collect();
         a3.stats()
     });
-    // Two collections here, one more by the destructor that collects.
-    assert_eq!(stats.cycles, 3);
+    // Two collections here, one more by the destructor that collects (and
+    // perhaps repeats, see `on_cycle_hooks_cannot_stop_the_collector`).
+    assert!(stats.cycles >= 3, "{} cycles", stats.cycles);
     assert_eq!(stats.objects_freed, 4);
     // Collecting and building work from the finalizer thread; only the
     // panicking payload is contained (and its panicking drop with it).
@@ -269,7 +270,9 @@ fn on_cycle_hooks_cannot_stop_the_collector() {
         }
         rt2.stats()
     });
-    assert_eq!(stats.cycles, 3);
+    // Three or more: a collection runs again once the finalizer is done if
+    // its cycle skipped pages waiting for it (another test's, perhaps).
+    assert!(stats.cycles >= 3, "{} cycles", stats.cycles);
     assert_eq!(stats.user_panics, 1);
     let rt3 = rt.clone();
     within("the hook's collection", move || rt3.collect());

@@ -25,7 +25,14 @@
 //!    world stopped throughout, also if the marks cover more).
 //! 5. *Weak*: clear weak cells whose target is unmarked.
 //! 6. *Resume*: lower the stop flag. From the last stop to here is a pause.
-//! 7. *Sweep* the snapshot pages in parallel, mutators running.
+//! 7. *Sweep* the snapshot pages in parallel, mutators running; pages
+//!    whose dead objects have drop glue go to the finalizer thread
+//!    (`finalize.rs`), which hands them back after the destructors ran.
+//! 8. Outside the cycle lock: a forced cycle that skipped pages waiting for
+//!    the finalizer runs again once it is done (the last cycle of a runtime
+//!    also waits for runs out to the thread dropping it); then the
+//!    `on_cycle` hook, once per cycle run, contained; then the cycle counts
+//!    as complete.
 //!
 //! The side bitmaps belong to the heap's pages, which every runtime in the
 //! process shares, so one cycle runs at a time process-wide (`CYCLE_LOCK`):

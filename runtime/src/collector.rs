@@ -103,7 +103,8 @@ pub(crate) fn is_coordinator_of(id: u16) -> bool {
 /// Aborts with a `loam:` message: the collector found the heap inconsistent.
 #[cold]
 pub(crate) fn fatal(msg: &str) -> ! {
-    eprintln!("loam: {msg}");
+    // Not `eprintln!`, which panics when stderr is gone.
+    let _ = writeln!(std::io::stderr(), "loam: {msg}");
     std::process::abort()
 }
 
@@ -156,16 +157,17 @@ fn coordinator(shared: &Shared, pool: &ThreadPool) {
     // (some pauses took 3 to 7 ms in the snapshot alone at 500 pages).
     let mut snap = Snapshot::default();
     loop {
-        let (forced, last) = {
+        let (forced, last, from_finalizer) = {
             let mut c = shared.control.lock();
             while !c.requested && !c.shutdown {
                 shared.control_cv.wait(&mut c);
             }
             let forced = c.forced;
+            let from_finalizer = std::mem::take(&mut c.from_finalizer);
             c.requested = false;
             c.forced = false;
             c.phase = Phase::Pause;
-            (forced, c.shutdown)
+            (forced, c.shutdown, from_finalizer)
         };
         // The last cycle runs with no handle left: nothing is rooted, so it
         // frees every object of this runtime.
@@ -184,14 +186,16 @@ fn coordinator(shared: &Shared, pool: &ThreadPool) {
         // finalizer sends runs, and the thread dropping the runtime takes
         // back its own while it waits, see `Handle::drop`), and waits for
         // the finalizer however long it takes: every destructor runs.
-        // (The finalizer sends the runs it frees to the pages' owners; the
-        // thread waiting in `collect` takes back its own as it waits.)
+        // (The finalizer sends the runs it frees to the pages' owners; a
+        // thread waiting in `collect` takes back its own as it waits. A
+        // `collect` made by a destructor does not wait for the finalizer,
+        // which is running that destructor.)
         let mut skipped = usize::MAX;
         loop {
             let again = if last {
                 snap.skipped > 0
             } else {
-                forced && snap.finalizing > 0
+                forced && !from_finalizer && snap.finalizing > 0
             };
             if !again || snap.skipped >= skipped {
                 break;
@@ -208,6 +212,13 @@ fn coordinator(shared: &Shared, pool: &ThreadPool) {
                 std::thread::sleep(Duration::from_millis(1));
             }
             loam_heap::drain_orphans();
+            // A cycle again: threads at the heap limit wait while a sweep
+            // runs (`Shared::wait_for_sweep`), and the stop waits for them.
+            {
+                let mut c = shared.control.lock();
+                c.phase = Phase::Pause;
+                shared.control_cv.notify_all();
+            }
             events.push(cycle(shared, pool, true, &mut gen, &mut snap));
         }
         // After the cycle released the cycle lock, before it counts as

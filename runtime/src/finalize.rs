@@ -5,9 +5,11 @@
 //! goroutine): a destructor is user code and may block, on a lock say. Run
 //! by the sweep, a destructor that waits for a lock held by a thread that
 //! waits for the collector (in `collect`, in pacing, at the heap limit)
-//! would deadlock both. Here nothing the collector does waits for a
-//! destructor: `collect` returns once the cycle has found and swept its
-//! garbage, and a cycle never waits for the finalizer. A program that wants
+//! would deadlock both. Here the collector never waits for a destructor
+//! without a bound: `collect` returns once the cycle has found and swept
+//! its garbage (it sweeps again pages that waited for the finalizer if the
+//! finalizer is done within a second), and only a runtime's last cycle
+//! waits for the finalizer to finish, so that every destructor runs. A program that wants
 //! every destructor run waits for it: [`Runtime::wait_for_drops`]
 //! (`.NET`'s `GC.WaitForPendingFinalizers`). A destructor may therefore do
 //! anything but wait for the finalizer: collect, build a runtime, take

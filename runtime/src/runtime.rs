@@ -37,6 +37,10 @@ pub(crate) enum Phase {
 pub(crate) struct Control {
     pub(crate) requested: bool,
     pub(crate) forced: bool,
+    /// A `collect` from this runtime's finalizer thread asked for the
+    /// cycle: it must not wait for the finalizer to go idle (it is running
+    /// that very destructor).
+    pub(crate) from_finalizer: bool,
     pub(crate) phase: Phase,
     /// Cycles completed (swept).
     pub(crate) completed: u64,
@@ -161,6 +165,13 @@ impl Shared {
                 if done(&c) {
                     break true;
                 }
+                // As below: take back the runs the cycle sends meanwhile.
+                drop(c);
+                loam_heap::reclaim_runs();
+                c = self.control.lock();
+                if done(&c) {
+                    break true;
+                }
                 if self.handshake.gate_admits(slot) {
                     break false;
                 }
@@ -223,6 +234,7 @@ impl Shared {
             let target = c.completed + if c.phase == Phase::Idle { 1 } else { 2 };
             c.requested = true;
             c.forced = true;
+            c.from_finalizer |= collector::is_finalizer_of(self.id);
             self.control_cv.notify_all();
             target
         };
@@ -685,6 +697,7 @@ impl RuntimeBuilder {
             control: Mutex::new(Control {
                 requested: false,
                 forced: false,
+                from_finalizer: false,
                 phase: Phase::Idle,
                 completed: 0,
                 shutdown: false,

@@ -107,13 +107,13 @@ unsafe fn scan(addr: usize, tracer: &mut Tracer, out: &mut Marked, mut push: imp
     out.bytes += desc.size;
     out.objects += 1;
     if let Some(trace) = desc.trace {
-        // SAFETY: a live object of the descriptor's type. Mutators running
-        // meanwhile change it only through barrier cells, which trace
-        // without a data race (module docs).
         // Caught here without `panics::contain` (which quiets the panic
         // hook through a thread local, twice per object: 20 ms more mark
         // time on binary-trees): the hook prints a panicking `Trace` impl's
         // message as usual, and the cycle reports it once more.
+        // SAFETY: a live object of the descriptor's type. Mutators running
+        // meanwhile change it only through barrier cells, which trace
+        // without a data race (module docs).
         let traced = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| unsafe {
             trace(addr as *const u8, tracer)
         }));

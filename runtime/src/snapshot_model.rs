@@ -20,6 +20,17 @@
 use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use loom::sync::{Arc, Mutex};
 
+/// Traces what `gray` holds until it is empty (scanning may add to it).
+fn drain(gray: &Mutex<Vec<usize>>, scan: impl Fn(usize)) {
+    loop {
+        let next = gray.lock().unwrap().pop();
+        match next {
+            Some(o) => scan(o),
+            None => return,
+        }
+    }
+}
+
 struct Heap {
     /// The root object's barrier cell: 0 is `None`.
     cell: AtomicUsize,
@@ -54,13 +65,7 @@ impl Heap {
     }
 
     fn drain(&self) {
-        loop {
-            let next = self.gray.lock().unwrap().pop();
-            match next {
-                Some(o) => self.scan(o),
-                None => return,
-            }
-        }
+        drain(&self.gray, |o| self.scan(o));
     }
 }
 
@@ -201,13 +206,7 @@ impl Locks {
     }
 
     fn drain(&self) {
-        loop {
-            let next = self.gray.lock().unwrap().pop();
-            match next {
-                Some(o) => self.scan(o),
-                None => return,
-            }
-        }
+        drain(&self.gray, |o| self.scan(o));
     }
 }
 

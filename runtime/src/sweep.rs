@@ -281,8 +281,11 @@ pub(crate) unsafe fn finalize(
         // A panicking destructor must not take the collector down: it is
         // contained, its payload too, and reported once per type (the
         // memory is freed all the same).
-        // SAFETY: dropped once, here; the caller owns the object.
-        if let Err(msg) = crate::panics::contain(|| unsafe { drop(addr as *mut u8) }) {
+        let dropped = crate::panics::contain(|| {
+            // SAFETY: dropped once, here; the caller owns the object.
+            unsafe { drop(addr as *mut u8) }
+        });
+        if let Err(msg) = dropped {
             panics.record(crate::panics::Kind::Drop, (desc.name)(), msg);
         }
     }

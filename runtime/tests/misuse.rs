@@ -471,6 +471,20 @@ fn collect_does_not_wait_for_a_destructor_blocked_on_the_callers_lock() {
     assert_eq!(ran, 1);
 }
 
+/// Runs the test `name` of this binary again in a child process with the
+/// environment `env` (where the test does its real work), asserts that it
+/// passed, and returns its stderr.
+fn in_child(name: &str, env: &[(&str, &str)]) -> String {
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([name, "--exact", "--nocapture", "--test-threads=1"])
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "the child failed:\n{stderr}");
+    stderr
+}
+
 /// Finding 11: 10,000 panicking destructors print one line, not 40,000
 /// (run in a child process, whose stderr is counted).
 #[test]
@@ -499,19 +513,10 @@ fn panicking_destructors_are_reported_once_per_type() {
         assert_eq!(rt.stats().user_panics, 10_000);
         return;
     }
-    let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "panicking_destructors_are_reported_once_per_type",
-            "--exact",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env("LOAM_MISUSE_CHILD", "1")
-        .env("RUST_BACKTRACE", "1")
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "the child failed:\n{stderr}");
+    let stderr = in_child(
+        "panicking_destructors_are_reported_once_per_type",
+        &[("LOAM_MISUSE_CHILD", "1"), ("RUST_BACKTRACE", "1")],
+    );
     let lines: Vec<&str> = stderr.lines().filter(|l| l.contains("panic")).collect();
     assert_eq!(lines.len(), 1, "stderr:\n{stderr}");
     assert!(
@@ -539,20 +544,9 @@ fn an_unreadable_heap_limit_refuses_to_start() {
         }
         return;
     }
-    let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "an_unreadable_heap_limit_refuses_to_start",
-            "--exact",
-            "--test-threads=1",
-        ])
-        .env("LOAM_MISUSE_CHILD", "limit")
-        .env("LOAM_HEAP_LIMIT", "abc")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    in_child(
+        "an_unreadable_heap_limit_refuses_to_start",
+        &[("LOAM_MISUSE_CHILD", "limit"), ("LOAM_HEAP_LIMIT", "abc")],
     );
 }
 

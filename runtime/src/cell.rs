@@ -14,10 +14,11 @@
 //!
 //! Between marks the barrier serves minor cycles: a [`GcCell`] store marks
 //! the objects it stores and remembers the newly marked ones (an old object
-//! may now point to them); a [`GcLock`] write makes the next cycle a full
-//! one. During a concurrent mark it keeps the snapshot: a [`GcCell`] store
-//! shades the old value and the new one, a [`GcLock`] write shades the old
-//! contents (once per mark) before it writes. Both cells are also what makes
+//! may now point to them); a [`GcLock`] write records the object the lock is
+//! in, for the next minor cycle to trace again (below). During a concurrent
+//! mark it keeps the snapshot: a [`GcCell`] store shades the old value and
+//! the new one, a [`GcLock`] write shades the old contents (once per mark)
+//! before it writes. Both cells are also what makes
 //! a concurrent mark free of data races: a marker reads a `GcCell`
 //! atomically and a `GcLock` under its read lock.
 //!
@@ -43,6 +44,38 @@
 //! No tracer ever blocks on a `GcLock`, so the only waits between locks are
 //! those of the user's own nested writes. The protocol is model-checked in
 //! `snapshot_model.rs` (`nested_locks_never_deadlock`).
+//!
+//! # Recording the object written
+//! A write may change any number of pointers in the contents (a list's
+//! push, a map's insert), so the barrier does not walk what it stores: it
+//! records the *object the lock lives in*, and the next minor cycle traces
+//! that object again, whole, like the objects a `GcCell` store remembers.
+//! O(1) per write, once per lock and cycle (`logged`), however large the
+//! contents. The lock learns its object from the markers: a marker tracing
+//! object `o` sets the `owner` of every lock it meets inside `o` (inline, in
+//! a `Vec`, nested in another lock) before it tries the read lock.
+//! What makes that enough, for a write of a lock `L`:
+//! 1. `owner == 0`: no marker has met `L` since it was made, so the object
+//!    holding it (if any: a lock on the stack needs nothing) is young, or
+//!    was marked by a barrier and waits in a remembered list, or is queued
+//!    for a marker of the mark under way. Each of those is traced, from its
+//!    current contents, by the next minor cycle or by this mark (whose
+//!    marker then reads this write, or finds the lock held and traces the
+//!    object again later, `Tracer::defer_current`). A marker that set the
+//!    owner before this writer took the lock is seen by it: the read lock's
+//!    release orders the store before the write lock's acquire.
+//! 2. `owner == o`: the last mark that met `L` found it in `o`, so `o` was
+//!    marked then and is allocated: minor cycles free no marked object, and
+//!    a full cycle that frees `o` traced `L` elsewhere first, changing the
+//!    owner (to [`SHARED_OWNER`]), unless the write read the owner before
+//!    that marker set it: so during a mark the write also shades `o`, which
+//!    this cycle's sweep then keeps. Recording `o` makes the next minor
+//!    cycle trace `o`, and so `L`'s contents as they are then.
+//! 3. `owner == SHARED_OWNER`: markers found `L` in two objects (an `Arc`);
+//!    there is no one object to record, and the write makes the next cycle
+//!    a full one, as every lock write did before owners were recorded.
+//!    A lock moved from one object to another through an `Arc` becomes
+//!    shared the first time a marker meets it in the second object.
 
 use crate::gc::Gc;
 use crate::mutator::Mutation;
@@ -53,7 +86,7 @@ use parking_lot::{RwLock, RwLockReadGuard};
 use std::fmt;
 use std::marker::PhantomData;
 use std::num::{NonZeroU32, NonZeroU64, NonZeroUsize};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 /// Invariant in `'gc`, like [`Gc`]: a cell of one `mutate` call can never
 /// pass for one of another.
@@ -90,10 +123,10 @@ cell_values!(
     NonZeroU32, NonZeroU64, NonZeroUsize,
 );
 
-impl<T> sealed::Sealed for Gc<'_, T> {}
-impl<T> CellValue for Gc<'_, T> {}
-impl<T> sealed::Sealed for Option<Gc<'_, T>> {}
-impl<T> CellValue for Option<Gc<'_, T>> {}
+impl<T: ?Sized> sealed::Sealed for Gc<'_, T> {}
+impl<T: ?Sized> CellValue for Gc<'_, T> {}
+impl<T: ?Sized> sealed::Sealed for Option<Gc<'_, T>> {}
+impl<T: ?Sized> CellValue for Option<Gc<'_, T>> {}
 impl<T> sealed::Sealed for GcWeak<'_, T> {}
 impl<T> CellValue for GcWeak<'_, T> {}
 impl<T> sealed::Sealed for Option<GcWeak<'_, T>> {}
@@ -207,6 +240,14 @@ impl<T: CellValue + fmt::Debug> fmt::Debug for GcCell<'_, T> {
     }
 }
 
+impl<T: CellValue> Clone for GcCell<'_, T> {
+    /// A fresh cell holding the current value (no barrier: the clone is not
+    /// in the heap yet).
+    fn clone(&self) -> Self {
+        GcCell::new(self.get())
+    }
+}
+
 impl<T: CellValue + Default> Default for GcCell<'_, T> {
     fn default() -> Self {
         GcCell::new(T::default())
@@ -252,8 +293,19 @@ pub struct GcLock<'gc, T> {
     /// once per write (a list's pushes would each cost its length).
     /// Written under the write lock; read there, so relaxed.
     shaded: AtomicU64,
+    /// The object the markers last found this lock in (0: never traced;
+    /// [`SHARED_OWNER`]: found in two). Set by markers, read by writers.
+    owner: AtomicUsize,
+    /// The `remember_epoch` in which a write last recorded `owner`.
+    /// Written and read under the write lock.
+    logged: AtomicU64,
     _brand: Brand<'gc>,
 }
+
+/// `GcLock::owner` of a lock that markers found inside two objects (an
+/// `Arc`'d lock): a write cannot name the one object to trace again, so it
+/// makes the next cycle a full one.
+const SHARED_OWNER: usize = 1;
 
 impl<'gc, T> GcLock<'gc, T> {
     /// A lock holding `value`.
@@ -261,8 +313,31 @@ impl<'gc, T> GcLock<'gc, T> {
         GcLock {
             value: RwLock::new(value),
             shaded: AtomicU64::new(0),
+            owner: AtomicUsize::new(0),
+            logged: AtomicU64::new(u64::MAX),
             _brand: PhantomData,
         }
+    }
+
+    /// A marker tracing object `obj` met this lock: `obj` is its owner,
+    /// unless another object was before.
+    #[inline]
+    fn adopt(&self, obj: usize) {
+        let o = self.owner.load(Ordering::Relaxed);
+        if o == obj || o == SHARED_OWNER {
+            return;
+        }
+        if o == 0 {
+            match self
+                .owner
+                .compare_exchange(0, obj, Ordering::Relaxed, Ordering::Relaxed)
+            {
+                Ok(_) => return,
+                Err(x) if x == obj || x == SHARED_OWNER => return,
+                Err(_) => {}
+            }
+        }
+        self.owner.store(SHARED_OWNER, Ordering::Relaxed);
     }
 
     /// Shared access; blocks while a writer holds the lock.
@@ -304,14 +379,20 @@ impl<'gc, T: Trace + 'gc> GcLock<'gc, T> {
             }
             self.shaded.store(epoch, Ordering::Relaxed);
         }
-        // Marking what `f` stores would take a walk of the whole contents
-        // per write (a list's push would cost its length), and the lock's
-        // address cannot be recorded instead: it may be a local of the
-        // `mutate` call, gone by the next pause. So a write makes the next
-        // cycle a full one. Recorded before `f` runs, so that a panic in
-        // `f` (after it stored a young pointer, say) cannot skip it: the
-        // flag is only read with every `mutate` call finished.
-        mc.barrier_lock::<T>();
+        // What `f` stores is covered by recording the object that holds
+        // the lock, for the next minor cycle to trace again (module docs,
+        // "Recording the object written"): O(1), however much `f` changes.
+        // Before `f` runs, so that a panic in `f` (after it stored a young
+        // pointer, say) cannot skip it: the record is only read with every
+        // `mutate` call finished.
+        if T::NEEDS_TRACE {
+            let owner = self.owner.load(Ordering::Relaxed);
+            if owner == SHARED_OWNER {
+                mc.barrier_lock_unknown();
+            } else if owner != 0 {
+                mc.barrier_lock_owner(owner, &self.logged);
+            }
+        }
         f(&mut g)
     }
 
@@ -345,8 +426,19 @@ unsafe impl<T: Trace> Trace for GcLock<'_, T> {
         if !T::NEEDS_TRACE {
             return;
         }
-        if let Some(g) = self.value.try_read() {
-            g.trace(tracer)
+        // Before the read lock is tried: a writer that takes the lock after
+        // this read lock is released sees the owner (the unlock releases,
+        // the write lock acquires).
+        let obj = tracer.current();
+        if obj != 0 {
+            self.adopt(obj);
+        }
+        match self.value.try_read() {
+            Some(g) => g.trace(tracer),
+            // The writer shades what the contents held (module docs, 2);
+            // what it stores may have gone unrecorded if it read the owner
+            // before this marker set it, so the object is traced again.
+            None => tracer.defer_current(),
         }
     }
 }

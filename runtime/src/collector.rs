@@ -498,6 +498,8 @@ fn cycle(
     for m in &mutators {
         remembered.append(&mut m.remembered.lock());
     }
+    // What locks record from here on is the next cycle's (`cell.rs`).
+    shared.remember_epoch.fetch_add(1, Ordering::Relaxed);
     // Full or minor: a `GcLock` write since the last pause forces a full
     // cycle (see `cell.rs`), and so do `collect` and the heap limit.
     let lock_written = shared.lock_written.swap(false, Ordering::Relaxed);
@@ -587,6 +589,10 @@ fn cycle(
         let mut shaded = Vec::new();
         for _ in 0..SHADED_ROUNDS {
             mark::drain(&shared.gray, &mut shaded);
+            // Objects whose lock a writer held as a marker met it: traced
+            // again, as the writer may store what its owner was never
+            // recorded for (`cell.rs`, "Recording the object written").
+            shaded.append(&mut rest);
             if shaded.len() <= SHADED_IN_PAUSE {
                 break;
             }
@@ -608,6 +614,7 @@ fn cycle(
         end_start = Some(end);
         shared.marking.store(false, Ordering::Relaxed);
         mark::drain(&shared.gray, &mut shaded);
+        shaded.append(&mut rest);
         let m2_start = Instant::now();
         // SAFETY: world stopped; shaded objects are marked and allocated.
         let m = unsafe { mark::parallel(pool, &[], &shaded, mark::Limits::default(), &mut rest) };

@@ -1,5 +1,12 @@
 //! Managed objects: the header every object starts with, the static type
 //! descriptor it points to, and the `Gc<'gc, T>` pointer.
+//!
+//! Two layouts, both one allocation behind a thin pointer:
+//! - a sized `T` is a [`GcBox<T>`]: the header word, then the payload;
+//! - a slice `[T]` (and `str`, as `[u8]`) is the header word, the length
+//!   word, then the elements from [`array_offset`]: `Gc<'gc, [T]>` stays one
+//!   word (so a [`GcCell`](crate::GcCell) can hold it), and the collector
+//!   reads an object's length where it reads its type.
 
 use crate::trace::{Trace, Tracer};
 use std::fmt;
@@ -10,8 +17,12 @@ use std::ptr::NonNull;
 /// What the collector knows of a managed type: one static per type, named by
 /// every object's header.
 pub(crate) struct TypeDesc {
-    /// Bytes of the whole object (header and payload), as allocated.
+    /// Bytes of the whole object (header and payload), as allocated; for
+    /// an array, of its header, length word and padding.
     pub(crate) size: usize,
+    /// Bytes per element of an array (its length is the word after the
+    /// header); 0 for a sized type.
+    pub(crate) elem_size: usize,
     /// Calls `Trace::trace` on the payload of the object at the address.
     /// `None` when the type cannot hold a managed pointer.
     pub(crate) trace: Option<unsafe fn(*const u8, &mut Tracer)>,
@@ -35,9 +46,26 @@ pub(crate) struct GcBox<T> {
     value: T,
 }
 
+impl TypeDesc {
+    /// Bytes of the object at `addr`, of this descriptor.
+    ///
+    /// # Safety
+    /// `addr` is an allocated managed object whose header names `self`.
+    #[inline]
+    pub(crate) unsafe fn object_size(&self, addr: usize) -> usize {
+        if self.elem_size == 0 {
+            return self.size;
+        }
+        // SAFETY: an array's length word follows its header (caller).
+        let len = unsafe { array_len(addr) };
+        self.size + len * self.elem_size
+    }
+}
+
 impl<T: Trace> GcBox<T> {
     const DESC: TypeDesc = TypeDesc {
         size: std::mem::size_of::<GcBox<T>>(),
+        elem_size: 0,
         trace: if T::NEEDS_TRACE {
             Some(Self::trace_erased)
         } else {
@@ -54,12 +82,7 @@ impl<T: Trace> GcBox<T> {
     /// The header word for a `GcBox<T>` of runtime `id`.
     #[inline]
     pub(crate) fn header(id: u16) -> usize {
-        let desc: &'static TypeDesc = &Self::DESC;
-        let addr = desc as *const TypeDesc as usize;
-        if addr & !DESC_MASK != 0 {
-            descriptor_out_of_range(addr);
-        }
-        addr | (id as usize) << ID_SHIFT
+        header_word(&Self::DESC, id)
     }
 
     pub(crate) fn new(header: usize, value: T) -> Self {
@@ -80,6 +103,146 @@ impl<T: Trace> GcBox<T> {
     unsafe fn drop_erased(p: *mut u8) {
         // SAFETY: the caller owns the dead object; nothing reads it after.
         unsafe { std::ptr::drop_in_place(std::ptr::addr_of_mut!((*p.cast::<GcBox<T>>()).value)) }
+    }
+}
+
+/// The header word naming `desc` for runtime `id`.
+#[inline]
+fn header_word(desc: &'static TypeDesc, id: u16) -> usize {
+    let addr = desc as *const TypeDesc as usize;
+    if addr & !DESC_MASK != 0 {
+        descriptor_out_of_range(addr);
+    }
+    addr | (id as usize) << ID_SHIFT
+}
+
+/// Where the elements of a `[T]` object begin: after the header and the
+/// length word, aligned for `T`.
+pub(crate) const fn array_offset<T>() -> usize {
+    let align = std::mem::align_of::<T>();
+    (2 * std::mem::size_of::<usize>() + align - 1) & !(align - 1)
+}
+
+/// The length of the array object at `addr`.
+///
+/// # Safety
+/// `addr` is an allocated array object.
+#[inline]
+pub(crate) unsafe fn array_len(addr: usize) -> usize {
+    // SAFETY: the length word follows the header, written before the
+    // object was published and never changed (caller).
+    unsafe { *((addr + std::mem::size_of::<usize>()) as *const usize) }
+}
+
+/// The descriptor of `[T]` objects.
+pub(crate) struct ArrayDesc<T>(PhantomData<T>);
+
+impl<T: Trace> ArrayDesc<T> {
+    const DESC: TypeDesc = TypeDesc {
+        size: array_offset::<T>(),
+        elem_size: std::mem::size_of::<T>(),
+        trace: if T::NEEDS_TRACE {
+            Some(Self::trace_erased)
+        } else {
+            None
+        },
+        drop: if std::mem::needs_drop::<T>() {
+            Some(Self::drop_erased)
+        } else {
+            None
+        },
+        name: std::any::type_name::<[T]>,
+    };
+
+    /// The header word for a `[T]` object of runtime `id`.
+    #[inline]
+    pub(crate) fn header(id: u16) -> usize {
+        header_word(&Self::DESC, id)
+    }
+
+    /// # Safety
+    /// `p` is a live `[T]` object.
+    unsafe fn trace_erased(p: *const u8, tracer: &mut Tracer) {
+        // SAFETY: a live array (caller), read shared as in `GcBox`.
+        unsafe { <[T]>::payload(p as usize).trace(tracer) }
+    }
+
+    /// # Safety
+    /// `p` is a dead `[T]` object whose elements are dropped once, here.
+    unsafe fn drop_erased(p: *mut u8) {
+        // SAFETY: the caller owns the dead object and its `len` elements.
+        unsafe {
+            let len = array_len(p as usize);
+            let elems = p.add(array_offset::<T>()).cast::<T>();
+            std::ptr::drop_in_place(std::ptr::slice_from_raw_parts_mut(elems, len))
+        }
+    }
+}
+
+/// The descriptor of `str` objects: `[u8]`'s layout, under its own name.
+pub(crate) static STR_DESC: TypeDesc = TypeDesc {
+    size: array_offset::<u8>(),
+    elem_size: 1,
+    trace: None,
+    drop: None,
+    name: || "str",
+};
+
+/// The header word for a `str` object of runtime `id`.
+#[inline]
+pub(crate) fn str_header(id: u16) -> usize {
+    header_word(&STR_DESC, id)
+}
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// What a [`Gc`] can point to: every sized [`Trace`] type, slices of them
+/// (`Gc<'gc, [T]>`, allocated by [`Mutation::alloc_slice`] and its
+/// siblings) and `str` ([`Mutation::alloc_str`]). Sealed: the collector
+/// knows these layouts, and no others.
+///
+/// [`Mutation::alloc_slice`]: crate::Mutation::alloc_slice
+/// [`Mutation::alloc_str`]: crate::Mutation::alloc_str
+pub trait Managed: sealed::Sealed + Send + Sync {
+    /// The payload of the object at `addr`.
+    ///
+    /// # Safety
+    /// `addr` is a live object of this type, live for `'a`.
+    #[doc(hidden)]
+    unsafe fn payload<'a>(addr: usize) -> &'a Self;
+}
+
+impl<T: Trace> sealed::Sealed for T {}
+impl<T: Trace> Managed for T {
+    #[inline(always)]
+    unsafe fn payload<'a>(addr: usize) -> &'a T {
+        // SAFETY: a live `GcBox<T>` (caller), only ever accessed shared.
+        unsafe { &(*(addr as *const GcBox<T>)).value }
+    }
+}
+
+impl<T: Trace> sealed::Sealed for [T] {}
+impl<T: Trace> Managed for [T] {
+    #[inline(always)]
+    unsafe fn payload<'a>(addr: usize) -> &'a [T] {
+        // SAFETY: a live `[T]` object (caller): its `len` elements are
+        // initialised from `array_offset`, only ever accessed shared.
+        unsafe {
+            let len = array_len(addr);
+            std::slice::from_raw_parts((addr + array_offset::<T>()) as *const T, len)
+        }
+    }
+}
+
+impl sealed::Sealed for str {}
+impl Managed for str {
+    #[inline(always)]
+    unsafe fn payload<'a>(addr: usize) -> &'a str {
+        // SAFETY: a live `str` object (caller) has `[u8]`'s layout and was
+        // written from a `&str`, so its bytes are UTF-8.
+        unsafe { std::str::from_utf8_unchecked(<[u8]>::payload(addr)) }
     }
 }
 
@@ -122,6 +285,7 @@ pub(crate) unsafe fn poison(addr: usize, size: usize, id: u16) {
 /// The descriptor verify mode writes into freed objects.
 pub(crate) static FREED: TypeDesc = TypeDesc {
     size: 0,
+    elem_size: 0,
     trace: None,
     drop: None,
     name: || "<freed object>",
@@ -170,8 +334,11 @@ pub(crate) fn is_freed(desc: &TypeDesc) -> bool {
 /// let mut kept = None;
 /// m.mutate(|mc| kept = Some(mc.alloc(1_u32)));
 /// ```
-pub struct Gc<'gc, T: 'gc> {
-    ptr: NonNull<GcBox<T>>,
+pub struct Gc<'gc, T: ?Sized + 'gc> {
+    /// The object's header; thin for slices and `str` too (their length is
+    /// in the object).
+    ptr: NonNull<u8>,
+    _type: PhantomData<*const T>,
     /// Invariant in `'gc`: a `Gc` of one `mutate` call can never pass for
     /// one of another (or of another runtime).
     _brand: PhantomData<fn(&'gc ()) -> &'gc ()>,
@@ -180,26 +347,27 @@ pub struct Gc<'gc, T: 'gc> {
 // SAFETY: a `Gc` gives only `&T` access, and every `T: Trace` is
 // `Send + Sync`; the object lives as long as the brand (the collector cannot
 // run a mark while any `mutate` holding the brand is running).
-unsafe impl<T: Trace> Send for Gc<'_, T> {}
+unsafe impl<T: ?Sized + Managed> Send for Gc<'_, T> {}
 // SAFETY: as above.
-unsafe impl<T: Trace> Sync for Gc<'_, T> {}
+unsafe impl<T: ?Sized + Managed> Sync for Gc<'_, T> {}
 
-impl<T> Clone for Gc<'_, T> {
+impl<T: ?Sized> Clone for Gc<'_, T> {
     fn clone(&self) -> Self {
         *self
     }
 }
 
-impl<T> Copy for Gc<'_, T> {}
+impl<T: ?Sized> Copy for Gc<'_, T> {}
 
-impl<'gc, T: Trace> Gc<'gc, T> {
+impl<'gc, T: ?Sized + Managed> Gc<'gc, T> {
     /// # Safety
     /// `addr` is a live `GcBox<T>` that stays live for `'gc`.
     #[inline]
     pub(crate) unsafe fn from_addr(addr: usize) -> Self {
         Gc {
             // SAFETY: live objects are never at address 0.
-            ptr: unsafe { NonNull::new_unchecked(addr as *mut GcBox<T>) },
+            ptr: unsafe { NonNull::new_unchecked(addr as *mut u8) },
+            _type: PhantomData,
             _brand: PhantomData,
         }
     }
@@ -234,11 +402,11 @@ impl<'gc, T: Trace> Gc<'gc, T> {
     pub fn get(this: Self) -> &'gc T {
         // SAFETY: the object is live for `'gc` (construction invariant) and
         // is only ever accessed shared.
-        unsafe { &(*this.ptr.as_ptr()).value }
+        unsafe { T::payload(this.addr()) }
     }
 }
 
-impl<T: Trace> Deref for Gc<'_, T> {
+impl<T: ?Sized + Managed> Deref for Gc<'_, T> {
     type Target = T;
 
     #[inline]
@@ -247,27 +415,27 @@ impl<T: Trace> Deref for Gc<'_, T> {
     }
 }
 
-impl<T: Trace + fmt::Debug> fmt::Debug for Gc<'_, T> {
+impl<T: ?Sized + Managed + fmt::Debug> fmt::Debug for Gc<'_, T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         fmt::Debug::fmt(Gc::get(*self), f)
     }
 }
 
-impl<T: Trace + fmt::Display> fmt::Display for Gc<'_, T> {
+impl<T: ?Sized + Managed + fmt::Display> fmt::Display for Gc<'_, T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         fmt::Display::fmt(Gc::get(*self), f)
     }
 }
 
-impl<T: Trace + PartialEq> PartialEq for Gc<'_, T> {
+impl<T: ?Sized + Managed + PartialEq> PartialEq for Gc<'_, T> {
     fn eq(&self, other: &Self) -> bool {
         Gc::get(*self) == Gc::get(*other)
     }
 }
 
-impl<T: Trace + Eq> Eq for Gc<'_, T> {}
+impl<T: ?Sized + Managed + Eq> Eq for Gc<'_, T> {}
 
-impl<T: Trace + std::hash::Hash> std::hash::Hash for Gc<'_, T> {
+impl<T: ?Sized + Managed + std::hash::Hash> std::hash::Hash for Gc<'_, T> {
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
         Gc::get(*self).hash(state)
     }
@@ -275,7 +443,7 @@ impl<T: Trace + std::hash::Hash> std::hash::Hash for Gc<'_, T> {
 
 // SAFETY: reports the one managed pointer a `Gc` is (1); pure (2); a `Gc`
 // always needs tracing (3); no `Drop` (4).
-unsafe impl<T: Trace> Trace for Gc<'_, T> {
+unsafe impl<T: ?Sized + Managed> Trace for Gc<'_, T> {
     #[inline]
     fn trace(&self, tracer: &mut Tracer) {
         tracer.visit_raw(self.addr());

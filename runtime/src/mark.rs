@@ -104,19 +104,23 @@ unsafe fn scan(addr: usize, tracer: &mut Tracer, out: &mut Marked, mut push: imp
             "verify: the reachable object at {addr:#x} was already freed"
         ));
     }
-    out.bytes += desc.size;
+    // SAFETY: allocated, of this descriptor (caller).
+    out.bytes += unsafe { desc.object_size(addr) };
     out.objects += 1;
     if let Some(trace) = desc.trace {
         // Caught here without `panics::contain` (which quiets the panic
         // hook through a thread local, twice per object: 20 ms more mark
         // time on binary-trees): the hook prints a panicking `Trace` impl's
-        // message as usual, and the cycle reports it once more.
+        // message as usual, and the cycle reports it once more. The locks
+        // inside learn that they live in `addr` (`cell.rs`).
+        tracer.set_current(addr);
         // SAFETY: a live object of the descriptor's type. Mutators running
         // meanwhile change it only through barrier cells, which trace
         // without a data race (module docs).
         let traced = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| unsafe {
             trace(addr as *const u8, tracer)
         }));
+        tracer.set_current(0);
         if let Err(payload) = traced {
             // A user's `Trace` impl panicked: what it reported may be
             // partial, so this cycle's marks cannot be trusted. The
@@ -153,7 +157,9 @@ pub(crate) struct Limits {
 /// traces what the `remembered` objects point to (marking them too, should
 /// another runtime's full cycle have cleared their marks). Past
 /// `limits.deadline`, stops and appends the gray objects still untraced to
-/// `leftover` (they are marked; pass them back as `remembered`).
+/// `leftover` (they are marked; pass them back as `remembered`). With the
+/// mutators running, `leftover` also receives the objects traced while a
+/// writer held a `GcLock` inside them, to be traced again (`cell.rs`).
 ///
 /// # Safety
 /// No sweep runs; `roots` and `remembered` are allocated objects of this
@@ -194,9 +200,11 @@ pub(crate) unsafe fn parallel(
     while budget > 0 {
         if budget % 256 == 0 && expired(limits.deadline) {
             leftover.append(&mut gray);
+            tracer.take_deferred(leftover);
             return out;
         }
         let Some(addr) = gray.pop() else {
+            tracer.take_deferred(leftover);
             return out;
         };
         // SAFETY: gray objects are marked and allocated; no sweep runs
@@ -204,6 +212,7 @@ pub(crate) unsafe fn parallel(
         unsafe { scan(addr, &mut tracer, &mut out, |e| gray.push(e)) };
         budget -= 1;
     }
+    tracer.take_deferred(leftover);
     if expired(limits.deadline) {
         leftover.append(&mut gray);
         return out;
@@ -250,13 +259,19 @@ pub(crate) unsafe fn parallel(
                 }
             }
         }
-        // Empty unless the deadline stopped us: gray objects for later.
+        // Empty unless the deadline stopped us: gray objects for later;
+        // and the objects to trace again.
         if let Some(x) = local.pop() {
             let mut left = left.lock();
             left.push(x);
             while let Some(x) = local.pop() {
                 left.push(x);
             }
+        }
+        let mut deferred = Vec::new();
+        tracer.take_deferred(&mut deferred);
+        if !deferred.is_empty() {
+            left.lock().append(&mut deferred);
         }
         out
     });

@@ -2,7 +2,7 @@
 //! (the context of one `mutate` call, through which objects are allocated
 //! and rooted).
 
-use crate::gc::{Gc, GcBox};
+use crate::gc::{Gc, GcBox, Managed};
 use crate::handshake::Slot;
 use crate::root::{GlobalRoot, Root, RootTable, Rootable};
 use crate::runtime::{Handle, Shared};
@@ -12,7 +12,7 @@ use std::alloc::Layout;
 use std::cell::{Cell, RefCell};
 use std::fmt;
 use std::marker::PhantomData;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// Heap budget a mutator takes from its runtime at a time: pacing and the
@@ -266,7 +266,7 @@ impl Mutator {
 
     /// Takes `size` bytes of heap budget; false at the heap limit.
     #[inline]
-    fn take_credit(&self, size: usize) -> bool {
+    pub(crate) fn take_credit(&self, size: usize) -> bool {
         let c = self.credit.get();
         if c >= size {
             self.credit.set(c - size);
@@ -305,7 +305,7 @@ impl Mutator {
         false
     }
 
-    fn give_back(&self, size: usize) {
+    pub(crate) fn give_back(&self, size: usize) {
         self.credit.set(self.credit.get() + size);
     }
 }
@@ -334,6 +334,19 @@ pub struct AllocError<T> {
 }
 
 impl<T> AllocError<T> {
+    pub(crate) fn new(value: T, size: usize, limit: usize) -> Self {
+        AllocError { value, size, limit }
+    }
+
+    /// The same error holding `f(value)`.
+    pub(crate) fn map<U>(self, f: impl FnOnce(T) -> U) -> AllocError<U> {
+        AllocError {
+            value: f(self.value),
+            size: self.size,
+            limit: self.limit,
+        }
+    }
+
     /// The value that was not allocated.
     pub fn into_inner(self) -> T {
         self.value
@@ -492,18 +505,37 @@ impl<'gc> Mutation<'gc> {
         });
     }
 
-    /// The write barrier of a `GcLock` whose contents hold managed pointers,
-    /// after the write: they are not recorded one by one (a write may change
-    /// any number), so the next cycle marks the whole heap instead of a
-    /// minor cycle. (During a concurrent mark, `GcLock::write` shades the
-    /// old contents before it writes.)
+    /// The write barrier of a `GcLock` found inside object `owner`, whose
+    /// contents hold managed pointers: records `owner` once per cycle for
+    /// the next minor cycle to trace again (`cell.rs`, "Recording the
+    /// object written"), and during a concurrent mark shades it, so that
+    /// this cycle's sweep cannot free it before then.
     #[inline]
-    pub(crate) fn barrier_lock<T: Trace + ?Sized>(&self) {
-        if T::NEEDS_TRACE {
-            let shared = self.shared();
-            if shared.config.generational && !shared.lock_written.load(Ordering::Relaxed) {
-                shared.lock_written.store(true, Ordering::Relaxed);
-            }
+    pub(crate) fn barrier_lock_owner(&self, owner: usize, logged: &AtomicU64) {
+        let shared = self.shared();
+        if !shared.config.generational {
+            return;
+        }
+        if self.marking != 0 {
+            // SAFETY: `owner` is allocated (`cell.rs`: a lock's owner is an
+            // object the last mark that met the lock marked, or a survivor
+            // of it) and no sweep runs during a mark.
+            unsafe { crate::mark::shade(&shared.gray, owner) };
+        }
+        let epoch = shared.remember_epoch.load(Ordering::Relaxed);
+        if logged.load(Ordering::Relaxed) != epoch {
+            logged.store(epoch, Ordering::Relaxed);
+            self.mutator().me.remembered.lock().push(owner);
+        }
+    }
+
+    /// The write barrier of a `GcLock` whose owning object is unknown (it
+    /// was found inside two): the next cycle marks the whole heap.
+    #[cold]
+    pub(crate) fn barrier_lock_unknown(&self) {
+        let shared = self.shared();
+        if shared.config.generational && !shared.lock_written.load(Ordering::Relaxed) {
+            shared.lock_written.store(true, Ordering::Relaxed);
         }
     }
 
@@ -593,18 +625,7 @@ impl<'gc> Mutation<'gc> {
         // How the mark ends however fast mutators shade: `collector.rs`.)
         // Minor cycles take a marked object for old: a fresh block must not
         // carry a mark (freed blocks were unmarked when freed).
-        #[cfg(debug_assertions)]
-        {
-            // SAFETY: `p` is a block of a live page of ours.
-            let stale = unsafe { crate::mark::is_marked(p as usize) };
-            assert!(!stale, "loam: a fresh block carries a stale mark");
-            // SAFETY: as above.
-            let page = unsafe { loam_heap::PageRef::of(p) };
-            assert!(
-                !page.is_allocated(page.block_index(p)),
-                "loam: a fresh block carries a stale allocated bit"
-            );
-        }
+        check_fresh(p);
         bit.set(false);
         // SAFETY: a live `GcBox<T>`, live for `'gc`: no mark can start before
         // this `mutate` call returns.
@@ -618,7 +639,7 @@ impl<'gc> Mutation<'gc> {
     pub fn root<R>(&self, gc: Gc<'gc, <R as Rootable<'gc>>::Root>) -> Root<R>
     where
         R: ?Sized + for<'a> Rootable<'a>,
-        <R as Rootable<'gc>>::Root: Trace,
+        <R as Rootable<'gc>>::Root: Managed,
     {
         Root::new(self.mutator(), gc.addr())
     }
@@ -629,7 +650,7 @@ impl<'gc> Mutation<'gc> {
     pub fn global_root<R>(&self, gc: Gc<'gc, <R as Rootable<'gc>>::Root>) -> GlobalRoot<R>
     where
         R: ?Sized + for<'a> Rootable<'a>,
-        <R as Rootable<'gc>>::Root: Trace,
+        <R as Rootable<'gc>>::Root: Managed,
     {
         GlobalRoot::new(self.mutator().handle.clone(), gc.addr())
     }
@@ -656,6 +677,26 @@ impl<'gc> Mutation<'gc> {
     }
 }
 
+/// Checks (debug builds) that the fresh block `p` carries neither a mark nor
+/// an allocated bit.
+#[inline(always)]
+pub(crate) fn check_fresh(p: *mut u8) {
+    #[cfg(debug_assertions)]
+    {
+        // SAFETY: `p` is a block of a live page of ours.
+        let stale = unsafe { crate::mark::is_marked(p as usize) };
+        assert!(!stale, "loam: a fresh block carries a stale mark");
+        // SAFETY: as above.
+        let page = unsafe { loam_heap::PageRef::of(p) };
+        assert!(
+            !page.is_allocated(page.block_index(p)),
+            "loam: a fresh block carries a stale allocated bit"
+        );
+    }
+    #[cfg(not(debug_assertions))]
+    let _ = p;
+}
+
 /// The error for a `size`-byte object past the heap limit.
 #[cold]
 #[inline(never)]
@@ -679,6 +720,6 @@ fn out_of_memory<T>(m: &Mutator, value: T, size: usize) -> AllocError<T> {
 
 #[cold]
 #[inline(never)]
-fn alloc_failed<T>(e: AllocError<T>) -> ! {
+pub(crate) fn alloc_failed<T>(e: AllocError<T>) -> ! {
     panic!("loam: {e}; use Mutation::try_alloc to handle this")
 }

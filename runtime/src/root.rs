@@ -1,10 +1,9 @@
 //! Roots: [`Root`] (a slot in one mutator's table) and [`GlobalRoot`] (a
 //! slot in the runtime's, `Send + Sync`), named through [`Rootable`].
 
-use crate::gc::Gc;
+use crate::gc::{Gc, Managed};
 use crate::mutator::{Mutation, Mutator, MutatorShared};
 use crate::runtime::Handle;
-use crate::trace::Trace;
 use std::fmt;
 use std::marker::PhantomData;
 use std::sync::atomic::Ordering;
@@ -14,7 +13,7 @@ use std::sync::Arc;
 /// given `'a`. Write it with the [`Rootable!`](crate::Rootable!) macro.
 pub trait Rootable<'a> {
     /// The type branded `'a`.
-    type Root: 'a;
+    type Root: ?Sized + 'a;
 }
 
 /// The type `dyn for<'gc> Rootable<'gc, Root = T>`: a [`Rootable`] for
@@ -129,7 +128,7 @@ impl<R: ?Sized + for<'a> Rootable<'a>> Root<R> {
     /// If `mc` belongs to another runtime.
     pub fn get<'gc>(&self, mc: &Mutation<'gc>) -> Gc<'gc, <R as Rootable<'gc>>::Root>
     where
-        <R as Rootable<'gc>>::Root: Trace,
+        <R as Rootable<'gc>>::Root: Managed,
     {
         check_runtime(&self.handle, mc);
         let addr = self.owner.roots.lock().get(self.index);
@@ -145,7 +144,7 @@ impl<R: ?Sized + for<'a> Rootable<'a>> Root<R> {
     /// If `mc` belongs to another runtime.
     pub fn set<'gc>(&self, mc: &Mutation<'gc>, gc: Gc<'gc, <R as Rootable<'gc>>::Root>)
     where
-        <R as Rootable<'gc>>::Root: Trace,
+        <R as Rootable<'gc>>::Root: Managed,
     {
         check_runtime(&self.handle, mc);
         self.owner.roots.lock().set(self.index, gc.addr());
@@ -216,7 +215,7 @@ impl<R: ?Sized + for<'a> Rootable<'a>> GlobalRoot<R> {
     /// If `mc` belongs to another runtime.
     pub fn get<'gc>(&self, mc: &Mutation<'gc>) -> Gc<'gc, <R as Rootable<'gc>>::Root>
     where
-        <R as Rootable<'gc>>::Root: Trace,
+        <R as Rootable<'gc>>::Root: Managed,
     {
         check_runtime(&self.handle, mc);
         let addr = self.handle.shared.globals.lock().get(self.index);
@@ -230,7 +229,7 @@ impl<R: ?Sized + for<'a> Rootable<'a>> GlobalRoot<R> {
     /// If `mc` belongs to another runtime.
     pub fn set<'gc>(&self, mc: &Mutation<'gc>, gc: Gc<'gc, <R as Rootable<'gc>>::Root>)
     where
-        <R as Rootable<'gc>>::Root: Trace,
+        <R as Rootable<'gc>>::Root: Managed,
     {
         check_runtime(&self.handle, mc);
         self.handle.shared.globals.lock().set(self.index, gc.addr());

@@ -82,9 +82,15 @@ pub(crate) struct Shared {
     pub(crate) stats: Mutex<GcStats>,
     pub(crate) hook: Option<Hook>,
     pub(crate) started: Instant,
-    /// A `GcLock` holding managed pointers was written since the last pause:
-    /// the next cycle must be a full one (see `cell.rs`).
+    /// A `GcLock` whose owning object is unknown (shared between objects,
+    /// see `cell.rs`) was written since the last pause, or a mark failed:
+    /// the next cycle must be a full one.
     pub(crate) lock_written: AtomicBool,
+    /// Counts the cycles' first stops: a `GcLock` records its owning object
+    /// at most once per value of it (the objects recorded between two stops
+    /// are what the second one collects). Changed only with the world
+    /// stopped.
+    pub(crate) remember_epoch: AtomicU64,
     /// Marking runs with the mutators running: the barriers shade (see
     /// `Mutation::barrier_store`). Changed only with the world stopped, so a
     /// `mutate` call sees one value throughout (it reads it once, on entry).
@@ -710,6 +716,7 @@ impl RuntimeBuilder {
             hook: self.hook,
             started: Instant::now(),
             lock_written: AtomicBool::new(false),
+            remember_epoch: AtomicU64::new(0),
             marking: AtomicBool::new(false),
             gray: Injector::new(),
             mark_epoch: AtomicU64::new(0),

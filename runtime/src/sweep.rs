@@ -110,8 +110,10 @@ pub(crate) unsafe fn parallel(
                 }
                 // Accounting is in blocks (see `Mutation::try_alloc`); a
                 // span's block is its object's size.
-                let size_of = |desc: Option<&TypeDesc>| match desc {
-                    Some(d) if bs > loam_heap::SMALL_MAX => d.size,
+                let size_of = |addr: usize, desc: Option<&TypeDesc>| match desc {
+                    // SAFETY: a dead object of ours, not yet freed, whose
+                    // header named `d`.
+                    Some(d) if bs > loam_heap::SMALL_MAX => unsafe { d.object_size(addr) },
                     _ => bs,
                 };
                 if dead.iter().any(|(_, d)| d.is_some_and(|d| d.drop.is_some())) {
@@ -123,7 +125,7 @@ pub(crate) unsafe fn parallel(
                     unsafe { PageRef::of(start as *const u8) }.set_flags(FINALIZING);
                     let dead: Vec<_> = dead
                         .drain(..)
-                        .map(|(addr, desc)| (addr, desc, size_of(desc)))
+                        .map(|(addr, desc)| (addr, desc, size_of(addr, desc)))
                         .collect();
                     out.bytes += dead.iter().map(|d| d.2).sum::<usize>();
                     out.objects += dead.len() as u64;
@@ -131,7 +133,7 @@ pub(crate) unsafe fn parallel(
                     continue;
                 }
                 for (addr, desc) in dead.drain(..) {
-                    let size = size_of(desc);
+                    let size = size_of(addr, desc);
                     // SAFETY: `addr` is dead and now ours alone (its
                     // allocated bit is clear, it was never handed out).
                     unsafe { finalize(addr, desc, size, id, verify, &crate::panics::CYCLE_LOG) };

@@ -137,12 +137,46 @@ pub unsafe trait Trace: Send + Sync {
 #[derive(Debug)]
 pub struct Tracer {
     edges: Vec<usize>,
+    /// The object being traced, when a marker traces one (0: a barrier's
+    /// walk of a value, or verify mode): a `GcLock` inside learns its owner
+    /// from it (`cell.rs`).
+    current: usize,
+    /// Objects to trace again: a lock inside was held by a writer.
+    deferred: Vec<usize>,
 }
 
 impl Tracer {
     /// A tracer with nothing visited yet.
     pub(crate) fn new() -> Self {
-        Self { edges: Vec::new() }
+        Self {
+            edges: Vec::new(),
+            current: 0,
+            deferred: Vec::new(),
+        }
+    }
+
+    /// Names the object whose payload is traced next (0: none).
+    #[inline]
+    pub(crate) fn set_current(&mut self, addr: usize) {
+        self.current = addr;
+    }
+
+    /// The object being traced (0: none).
+    #[inline]
+    pub(crate) fn current(&self) -> usize {
+        self.current
+    }
+
+    /// Asks for the object being traced to be traced again later.
+    pub(crate) fn defer_current(&mut self) {
+        if self.current != 0 && self.deferred.last() != Some(&self.current) {
+            self.deferred.push(self.current);
+        }
+    }
+
+    /// Moves the objects to trace again into `out`.
+    pub(crate) fn take_deferred(&mut self, out: &mut Vec<usize>) {
+        out.append(&mut self.deferred);
     }
 
     /// Records an edge to the managed object at `addr`.

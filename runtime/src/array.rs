@@ -1,0 +1,308 @@
+//! Managed arrays and strings: the constructors of `Gc<'gc, [T]>` and
+//! `Gc<'gc, str>` on [`Mutation`].
+//!
+//! An array is one allocation: the header word, the length word, then the
+//! elements (layout: `gc.rs`). Its length is fixed; what changes in place is
+//! what its elements let change, so an array of [`GcCell`](crate::GcCell)s
+//! is a mutable managed array whose every store is one barrier of O(1)
+//! work, and a growable collection is a small object pointing (through a
+//! cell) to an array it replaces when it grows: the old array is garbage
+//! for the collector, as in the seeds' allocate-here, free-there pattern.
+//!
+//! Publication: the allocated bit is set only once every element is
+//! written. If filling stops early (an iterator that panics, or yields fewer
+//! items than its `len` promised), the length word is cut to the elements
+//! written and the object is published as it is, so that the sweep drops
+//! exactly those; nothing else can see the object before that.
+
+use crate::gc::{array_offset, ArrayDesc, Gc};
+use crate::mutator::{AllocError, Mutation};
+use crate::trace::Trace;
+use loam_heap::AllocatedBit;
+
+/// Why a block could not be had: its size, and the limit it met
+/// (`usize::MAX`: the OS had no memory).
+struct Failure {
+    size: usize,
+    limit: usize,
+}
+
+impl Failure {
+    fn with<T>(self, value: T) -> AllocError<T> {
+        AllocError::new(value, self.size, self.limit)
+    }
+}
+
+/// A fresh array object whose header and length word are written, not yet
+/// published.
+struct Reserved {
+    addr: usize,
+    bit: Option<AllocatedBit>,
+}
+
+impl Reserved {
+    /// Cuts the length to `len` (the elements written) and publishes the
+    /// object.
+    fn publish(&mut self, len: usize) {
+        // SAFETY: the length word of our unpublished object (no other
+        // thread can reach it before the bit below is set).
+        unsafe { *((self.addr + std::mem::size_of::<usize>()) as *mut usize) = len };
+        if let Some(bit) = self.bit.take() {
+            bit.set(false);
+        }
+    }
+}
+
+/// Publishes an array being filled on every exit path, with the elements
+/// written so far: an unwinding iterator leaves an object the sweep drops
+/// correctly, never one with uninitialised elements.
+struct Filling<T> {
+    reserved: Reserved,
+    elems: *mut T,
+    written: usize,
+}
+
+impl<T> Drop for Filling<T> {
+    fn drop(&mut self) {
+        self.reserved.publish(self.written);
+    }
+}
+
+/// Bytes of a `[T]` object of `len` elements.
+///
+/// # Panics
+/// When that is more than `isize::MAX`, as `Vec` does.
+fn array_bytes<T>(len: usize) -> usize {
+    len.checked_mul(std::mem::size_of::<T>())
+        .and_then(|b| b.checked_add(array_offset::<T>()))
+        .filter(|&b| b <= isize::MAX as usize)
+        .unwrap_or_else(|| capacity_overflow(len, std::any::type_name::<T>()))
+}
+
+#[cold]
+#[inline(never)]
+fn capacity_overflow(len: usize, ty: &str) -> ! {
+    panic!("loam: an array of {len} elements of {ty} does not fit in memory")
+}
+
+impl<'gc> Mutation<'gc> {
+    /// Reserves a `bytes`-byte block for an array of `len` elements whose
+    /// header word is `header`, and writes both words.
+    fn reserve_array<T>(&self, header: usize, len: usize) -> Result<Reserved, Failure> {
+        let bytes = array_bytes::<T>(len);
+        let align = std::mem::align_of::<T>().max(std::mem::align_of::<usize>());
+        let flags = if std::mem::needs_drop::<T>() {
+            crate::sweep::HAS_DROP
+        } else {
+            0
+        };
+        // As in `try_alloc`: accounting in blocks, blocks of 16 bytes or
+        // more (an empty array is two words).
+        let size = loam_heap::good_size(bytes, align);
+        let m = self.mutator();
+        if !m.take_credit(size) {
+            let limit = m.shared().config.heap_limit.unwrap_or(usize::MAX);
+            return Err(Failure { size, limit });
+        }
+        let (p, bit) = loam_heap::alloc_object(bytes, align, flags);
+        let Some(bit) = bit else {
+            m.give_back(size);
+            return Err(Failure {
+                size,
+                limit: usize::MAX,
+            });
+        };
+        crate::mutator::check_fresh(p);
+        // SAFETY: `p` is a fresh block of `bytes >= 16` bytes, aligned to at
+        // least a word, ours alone until published.
+        unsafe {
+            p.cast::<usize>().write(header);
+            p.cast::<usize>().add(1).write(len);
+        }
+        Ok(Reserved {
+            addr: p as usize,
+            bit: Some(bit),
+        })
+    }
+
+    /// Allocates an array of `len` elements taken from `items`, which must
+    /// yield at least that many (fewer: the array is cut to what it gave).
+    fn fill_array<T: Trace + 'gc>(
+        &self,
+        reserved: Reserved,
+        len: usize,
+        items: impl Iterator<Item = T>,
+    ) -> Gc<'gc, [T]> {
+        let addr = reserved.addr;
+        let mut fill = Filling {
+            reserved,
+            elems: (addr + array_offset::<T>()) as *mut T,
+            written: 0,
+        };
+        for item in items.take(len) {
+            // SAFETY: element `written < len` of our unpublished array.
+            unsafe { fill.elems.add(fill.written).write(item) };
+            fill.written += 1;
+        }
+        drop(fill); // publishes, with the length cut to what was written
+        // SAFETY: a published `[T]` object, live for `'gc`: no mark can
+        // start before this `mutate` call returns.
+        unsafe { Gc::from_addr(addr) }
+    }
+
+    /// Allocates a managed array holding the items of `iter`, or gives the
+    /// iterator back, unconsumed, in `Err` at the heap limit.
+    ///
+    /// An iterator that yields fewer items than its `len()` said gives a
+    /// shorter array; items past `len()` are not taken.
+    pub fn try_alloc_from_iter<T, I>(
+        &self,
+        iter: I,
+    ) -> Result<Gc<'gc, [T]>, AllocError<I::IntoIter>>
+    where
+        T: Trace + 'gc,
+        I: IntoIterator<Item = T>,
+        I::IntoIter: ExactSizeIterator,
+    {
+        let iter = iter.into_iter();
+        let len = iter.len();
+        match self.reserve_array::<T>(ArrayDesc::<T>::header(self.shared().id), len) {
+            Ok(r) => Ok(self.fill_array(r, len, iter)),
+            Err(f) => Err(f.with(iter)),
+        }
+    }
+
+    /// Allocates a managed array holding the items of `iter`.
+    ///
+    /// # Panics
+    /// At the heap limit (see [`try_alloc`](Self::try_alloc)).
+    ///
+    /// # Examples
+    /// ```
+    /// let rt = loam_runtime::Runtime::builder().gc_threads(1).build();
+    /// let mut m = rt.attach();
+    /// m.mutate(|mc| {
+    ///     let squares = mc.alloc_from_iter((1..5_u32).map(|i| i * i));
+    ///     assert_eq!(&squares[..], &[1, 4, 9, 16]);
+    /// });
+    /// ```
+    pub fn alloc_from_iter<T, I>(&self, iter: I) -> Gc<'gc, [T]>
+    where
+        T: Trace + 'gc,
+        I: IntoIterator<Item = T>,
+        I::IntoIter: ExactSizeIterator,
+    {
+        self.try_alloc_from_iter(iter)
+            .unwrap_or_else(|e| crate::mutator::alloc_failed(e))
+    }
+
+    /// Allocates a managed array holding clones of `items`, or fails at the
+    /// heap limit.
+    pub fn try_alloc_slice<T: Trace + Clone + 'gc>(
+        &self,
+        items: &[T],
+    ) -> Result<Gc<'gc, [T]>, AllocError<()>> {
+        self.try_alloc_from_iter(items.iter().cloned())
+            .map_err(|e| e.map(|_| ()))
+    }
+
+    /// Allocates a managed array holding clones of `items`.
+    ///
+    /// # Panics
+    /// At the heap limit.
+    ///
+    /// # Examples
+    /// An array of cells is a managed array whose elements change in
+    /// place, each store through the barrier:
+    /// ```
+    /// use loam_runtime::{Gc, GcCell};
+    ///
+    /// let rt = loam_runtime::Runtime::builder().gc_threads(1).build();
+    /// let mut m = rt.attach();
+    /// m.mutate(|mc| {
+    ///     let slots: Gc<[GcCell<Option<Gc<u32>>>]> = mc.alloc_slice(&[GcCell::new(None), GcCell::new(None)]);
+    ///     slots[1].set(mc, Some(mc.alloc(7)));
+    ///     assert_eq!(slots[1].get().map(|g| *g), Some(7));
+    /// });
+    /// ```
+    pub fn alloc_slice<T: Trace + Clone + 'gc>(&self, items: &[T]) -> Gc<'gc, [T]> {
+        self.try_alloc_slice(items)
+            .unwrap_or_else(|e| crate::mutator::alloc_failed(e))
+    }
+
+    /// Allocates a managed array of `len` clones of `value`, or gives the
+    /// value back in `Err` at the heap limit.
+    pub fn try_alloc_slice_fill<T: Trace + Clone + 'gc>(
+        &self,
+        len: usize,
+        value: T,
+    ) -> Result<Gc<'gc, [T]>, AllocError<T>> {
+        match self.reserve_array::<T>(ArrayDesc::<T>::header(self.shared().id), len) {
+            Ok(r) => Ok(self.fill_array(r, len, std::iter::repeat(value))),
+            Err(f) => Err(f.with(value)),
+        }
+    }
+
+    /// Allocates a managed array of `len` clones of `value`.
+    ///
+    /// # Panics
+    /// At the heap limit.
+    ///
+    /// # Examples
+    /// ```
+    /// use loam_runtime::GcCell;
+    ///
+    /// let rt = loam_runtime::Runtime::builder().gc_threads(1).build();
+    /// let mut m = rt.attach();
+    /// m.mutate(|mc| {
+    ///     let counts = mc.alloc_slice_fill(3, GcCell::new(0_u32));
+    ///     counts[2].set(mc, 5);
+    ///     assert_eq!(counts.iter().map(GcCell::get).sum::<u32>(), 5);
+    /// });
+    /// ```
+    pub fn alloc_slice_fill<T: Trace + Clone + 'gc>(&self, len: usize, value: T) -> Gc<'gc, [T]> {
+        self.try_alloc_slice_fill(len, value)
+            .unwrap_or_else(|e| crate::mutator::alloc_failed(e))
+    }
+
+    /// Allocates `s` as a managed string, or fails at the heap limit.
+    pub fn try_alloc_str(&self, s: &str) -> Result<Gc<'gc, str>, AllocError<()>> {
+        let mut r = self
+            .reserve_array::<u8>(crate::gc::str_header(self.shared().id), s.len())
+            .map_err(|f| f.with(()))?;
+        // SAFETY: the unpublished object has room for `s.len()` bytes from
+        // its element offset.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                s.as_ptr(),
+                (r.addr + array_offset::<u8>()) as *mut u8,
+                s.len(),
+            )
+        };
+        r.publish(s.len());
+        // SAFETY: a published `str` object holding `s`'s UTF-8 bytes, live
+        // for `'gc`.
+        Ok(unsafe { Gc::from_addr(r.addr) })
+    }
+
+    /// Allocates `s` as a managed string: one allocation, the length beside
+    /// the header.
+    ///
+    /// # Panics
+    /// At the heap limit.
+    ///
+    /// # Examples
+    /// ```
+    /// let rt = loam_runtime::Runtime::builder().gc_threads(1).build();
+    /// let mut m = rt.attach();
+    /// m.mutate(|mc| {
+    ///     let s = mc.alloc_str("héllo");
+    ///     assert_eq!(&*s, "héllo");
+    ///     assert_eq!(s.len(), 6);
+    /// });
+    /// ```
+    pub fn alloc_str(&self, s: &str) -> Gc<'gc, str> {
+        self.try_alloc_str(s)
+            .unwrap_or_else(|e| crate::mutator::alloc_failed(e))
+    }
+}

@@ -1,0 +1,422 @@
+//! Managed arrays and strings (`Gc<[T]>`, `Gc<str>`), and the `GcLock`
+//! barrier that records the object written: what an array holds survives,
+//! each element is dropped once, filling stops cleanly, the heap limit is an
+//! `Err`, and lock writes into old objects keep minor cycles minor.
+
+use loam_runtime::{
+    CycleEvent, Gc, GcCell, GcLock, Mutation, Root, Rootable, Runtime, RuntimeBuilder, Trace,
+};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// One runtime at a time: drop counts after `collect` (see collector.rs).
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static SERIAL: Mutex<()> = Mutex::new(());
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn rt() -> RuntimeBuilder {
+    Runtime::builder().gc_threads(2).ignore_env().verify(true)
+}
+
+/// Counts its drops in a shared counter.
+#[derive(Clone)]
+struct Counted(Arc<AtomicUsize>);
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.0.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+#[derive(Trace, Clone)]
+struct Item<'gc> {
+    value: u64,
+    leaf: Option<Gc<'gc, u64>>,
+    #[trace(skip)]
+    _drops: Counted,
+}
+
+#[test]
+fn an_array_keeps_its_elements_and_drops_each_once() {
+    let _serial = serial();
+    let drops = Arc::new(AtomicUsize::new(0));
+    let rt = rt().build();
+    let mut m = rt.attach();
+    const N: u64 = 3000;
+    let items: Root<Rootable!['gc => [Item<'gc>]]> = m.mutate(|mc| {
+        let a = mc.alloc_from_iter((0..N as usize).map(|i| Item {
+            value: i as u64,
+            leaf: Some(mc.alloc(i as u64 * 2)),
+            _drops: Counted(drops.clone()),
+        }));
+        mc.root(a)
+    });
+    // Garbage arrays beside it, some of them large.
+    m.mutate(|mc| {
+        for len in [0, 1, 7, 100, 5000] {
+            mc.alloc_slice_fill(
+                len,
+                Item {
+                    value: 0,
+                    leaf: None,
+                    _drops: Counted(drops.clone()),
+                },
+            );
+        }
+    });
+    m.collect();
+    m.runtime().wait_for_drops();
+    // The five fill values were dropped when filling, and every element of
+    // the garbage arrays by the sweep.
+    assert_eq!(drops.load(Ordering::Relaxed), 5 + 1 + 7 + 100 + 5000);
+    m.mutate(|mc| {
+        let a = items.get(mc);
+        assert_eq!(a.len(), N as usize);
+        for (i, item) in a.iter().enumerate() {
+            assert_eq!(item.value, i as u64);
+            assert_eq!(*item.leaf.unwrap(), 2 * i as u64);
+        }
+    });
+    drop(items);
+    m.collect();
+    m.runtime().wait_for_drops();
+    assert_eq!(
+        drops.load(Ordering::Relaxed),
+        5 + 1 + 7 + 100 + 5000 + N as usize
+    );
+}
+
+#[test]
+fn strings_and_copies_of_slices_are_one_object_each() {
+    let _serial = serial();
+    let rt = rt().build();
+    let mut m = rt.attach();
+    let kept: Root<Rootable!['gc => str]> = m.mutate(|mc| {
+        let s = mc.alloc_str("grüße, 世界");
+        assert_eq!(&*s, "grüße, 世界");
+        assert_eq!(mc.alloc_str("").len(), 0);
+        let big = "x".repeat(1 << 20);
+        assert_eq!(&*mc.alloc_str(&big), big);
+        let words: Gc<[u32]> = mc.alloc_slice(&[1, 2, 3]);
+        assert_eq!(&words[..], &[1, 2, 3]);
+        mc.root(s)
+    });
+    for _ in 0..3 {
+        m.collect();
+    }
+    m.mutate(|mc| assert_eq!(&*kept.get(mc), "grüße, 世界"));
+    assert!(
+        rt.stats().bytes_freed >= 1 << 20,
+        "the large string was freed"
+    );
+}
+
+#[test]
+fn an_array_of_cells_is_written_in_place_through_the_barrier() {
+    let _serial = serial();
+    let minors = Arc::new(AtomicUsize::new(0));
+    let rt = {
+        let minors = minors.clone();
+        rt().min_heap(256 << 10)
+            .on_cycle(move |e: &CycleEvent| {
+                minors.fetch_add(usize::from(e.minor), Ordering::Relaxed);
+            })
+            .build()
+    };
+    let mut m = rt.attach();
+    type Slots = Rootable!['gc => [GcCell<'gc, Option<Gc<'gc, u64>>>]];
+    const SLOTS: usize = 20_000;
+    let slots: Root<Slots> = m.mutate(|mc| mc.root(mc.alloc_slice_fill(SLOTS, GcCell::new(None))));
+    m.collect(); // the array is old now
+    let rounds = 4000;
+    for round in 0..rounds {
+        m.mutate(|mc| {
+            let a = slots.get(mc);
+            for k in 0..8 {
+                let i = (round * 8 + k) % SLOTS;
+                a[i].set(mc, Some(mc.alloc((round * 8 + k) as u64)));
+                mc.alloc([0_u64; 16]); // garbage
+            }
+        });
+    }
+    assert!(minors.load(Ordering::Relaxed) >= 3, "minor cycles ran");
+    m.collect();
+    m.mutate(|mc| {
+        let a = slots.get(mc);
+        let written = (rounds * 8).min(SLOTS);
+        for (i, slot) in a.iter().enumerate().take(written) {
+            let v = *slot.get().expect("written");
+            assert_eq!(v as usize % SLOTS, i);
+        }
+    });
+}
+
+#[test]
+fn an_iterator_that_panics_or_runs_short_leaves_a_valid_array() {
+    let _serial = serial();
+    let drops = Arc::new(AtomicUsize::new(0));
+    let rt = rt().build();
+    let mut m = rt.attach();
+    let item = |value| Item {
+        value,
+        leaf: None,
+        _drops: Counted(drops.clone()),
+    };
+    m.mutate(|mc| {
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            mc.alloc_from_iter((0..10_usize).map(|i| {
+                assert!(i < 6, "the iterator gives up at 6");
+                item(i as u64)
+            }))
+        }));
+        assert!(r.is_err());
+        // An ExactSizeIterator that lies about its length.
+        struct Short<I>(I, usize);
+        impl<I: Iterator> Iterator for Short<I> {
+            type Item = I::Item;
+            fn next(&mut self) -> Option<I::Item> {
+                self.0.next()
+            }
+        }
+        impl<I: Iterator> ExactSizeIterator for Short<I> {
+            fn len(&self) -> usize {
+                self.1
+            }
+        }
+        let a = mc.alloc_from_iter(Short((0..3).map(item), 100));
+        assert_eq!(a.len(), 3);
+        assert_eq!(a[2].value, 2);
+    });
+    m.collect();
+    m.runtime().wait_for_drops();
+    assert_eq!(drops.load(Ordering::Relaxed), 6 + 3);
+}
+
+#[test]
+fn the_heap_limit_is_an_err_from_every_array_constructor() {
+    let _serial = serial();
+    let rt = rt().heap_limit(4 << 20).build();
+    let mut m = rt.attach();
+    m.mutate(|mc| {
+        let e = mc.try_alloc_slice_fill(1 << 20, 0_u64).unwrap_err();
+        assert!(e.to_string().contains("limit"), "{e}");
+        assert_eq!(e.into_inner(), 0);
+        let it = mc
+            .try_alloc_from_iter(0..(1_usize << 20))
+            .unwrap_err()
+            .into_inner();
+        assert_eq!(it.len(), 1 << 20, "the iterator comes back untouched");
+        assert!(mc.try_alloc_str(&"y".repeat(8 << 20)).is_err());
+        assert!(mc.try_alloc_slice(&vec![1_u8; 8 << 20]).is_err());
+        // Small ones still fit.
+        assert_eq!(mc.alloc_slice(&[1_u8, 2])[1], 2);
+    });
+}
+
+#[derive(Trace)]
+struct Bucket<'gc> {
+    items: GcLock<'gc, Vec<Gc<'gc, u64>>>,
+}
+
+/// Counts the minor and full cycles of a runtime.
+#[derive(Clone, Default)]
+struct Cycles {
+    minor: Arc<AtomicUsize>,
+    full: Arc<AtomicUsize>,
+}
+
+impl Cycles {
+    fn hook(&self) -> impl Fn(&CycleEvent) + Send + Sync + 'static {
+        let c = self.clone();
+        move |e| {
+            if e.minor {
+                c.minor.fetch_add(1, Ordering::Relaxed);
+            } else {
+                c.full.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    fn get(&self) -> (usize, usize) {
+        (
+            self.minor.load(Ordering::Relaxed),
+            self.full.load(Ordering::Relaxed),
+        )
+    }
+}
+
+/// Builds `buckets` old buckets of `per` items each, rooted as one array.
+fn buckets<'gc>(mc: &Mutation<'gc>, buckets: usize, per: u64) -> Gc<'gc, [Gc<'gc, Bucket<'gc>>]> {
+    mc.alloc_from_iter((0..buckets).map(|b| {
+        mc.alloc(Bucket {
+            items: GcLock::new((0..per).map(|i| mc.alloc((b as u64) << 32 | i)).collect()),
+        })
+    }))
+}
+
+type Buckets = Rootable!['gc => [Gc<'gc, Bucket<'gc>>]];
+
+/// A large old structure changed through its locks: each write records the
+/// bucket written, so the cycles the writes' garbage starts stay minor, and
+/// what the writes stored into old buckets survives them (verify mode).
+#[test]
+fn lock_writes_into_old_objects_keep_minor_cycles_minor() {
+    let _serial = serial();
+    let cycles = Cycles::default();
+    let rt = rt().min_heap(1 << 20).on_cycle(cycles.hook()).build();
+    let mut m = rt.attach();
+    const B: usize = 2000;
+    let root: Root<Buckets> = m.mutate(|mc| mc.root(buckets(mc, B, 8)));
+    m.collect();
+    let (_, full_before) = cycles.get();
+    let mut rng = 0x9e37_79b9_7f4a_7c15_u64;
+    for round in 0..3000_u64 {
+        m.mutate(|mc| {
+            let all = root.get(mc);
+            for _ in 0..4 {
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                let b = (rng % B as u64) as usize;
+                // Replace the bucket's oldest item with a fresh one.
+                all[b].items.write(mc, |v| {
+                    v.remove(0);
+                    v.push(mc.alloc((b as u64) << 32 | (8 + round)));
+                });
+            }
+            for _ in 0..64 {
+                mc.alloc([round; 8]); // garbage
+            }
+        });
+    }
+    let (minor, full) = cycles.get();
+    assert!(minor >= 10, "{minor} minor cycles");
+    assert!(
+        full - full_before <= minor / 4,
+        "{} full cycles against {minor} minor ones",
+        full - full_before
+    );
+    m.collect();
+    m.mutate(|mc| {
+        for (b, bucket) in root.get(mc).iter().enumerate() {
+            let v = bucket.items.read();
+            assert_eq!(v.len(), 8);
+            for x in v.iter() {
+                assert_eq!(**x >> 32, b as u64, "bucket {b} holds {:#x}", **x);
+            }
+        }
+    });
+}
+
+/// The same during concurrent marks (a zero pause budget), with a second
+/// thread writing: a write that meets a marker, before or after it traced
+/// the bucket, must not lose what it stored.
+#[test]
+fn lock_writes_during_concurrent_marks_keep_what_they_store() {
+    let _serial = serial();
+    let cycles = Cycles::default();
+    let rt = rt()
+        .min_heap(1 << 20)
+        .mark_pause_budget(std::time::Duration::ZERO)
+        .on_cycle(cycles.hook())
+        .build();
+    const B: usize = 3000;
+    let root = {
+        let mut m = rt.attach();
+        let r = m.mutate(|mc| mc.global_root::<Buckets>(buckets(mc, B, 4)));
+        m.collect();
+        r
+    };
+    let marking_calls = AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        for t in 0..2_u64 {
+            let (rt, root, marking_calls) = (&rt, &root, &marking_calls);
+            s.spawn(move || {
+                let mut m = rt.attach();
+                let mut rng = 0x2545_f491_4f6c_dd1d_u64 + t;
+                for round in 0..4000_u64 {
+                    m.mutate(|mc| {
+                        marking_calls.fetch_add(usize::from(mc.is_marking()), Ordering::Relaxed);
+                        let all = root.get(mc);
+                        for _ in 0..4 {
+                            rng ^= rng << 13;
+                            rng ^= rng >> 7;
+                            rng ^= rng << 17;
+                            let b = (rng % B as u64) as usize;
+                            all[b].items.write(mc, |v| {
+                                v.remove(0);
+                                v.push(mc.alloc((b as u64) << 32 | (4 + round)));
+                            });
+                        }
+                        for _ in 0..32 {
+                            mc.alloc([round; 8]);
+                        }
+                    });
+                }
+            });
+        }
+    });
+    let mut m = rt.attach();
+    m.collect();
+    m.mutate(|mc| {
+        for (b, bucket) in root.get(mc).iter().enumerate() {
+            let v = bucket.items.read();
+            assert_eq!(v.len(), 4);
+            for x in v.iter() {
+                assert_eq!(**x >> 32, b as u64);
+            }
+        }
+    });
+    let (minor, _) = cycles.get();
+    assert!(minor >= 5, "{minor} minor cycles");
+    assert!(
+        rt.stats().concurrent_cycles > 0,
+        "some marks ran concurrently"
+    );
+}
+
+/// A lock shared by two objects (through an `Arc`) has no one owner to
+/// record: its writes make the next cycle full, and lose nothing.
+#[test]
+fn a_lock_shared_by_two_objects_falls_back_to_full_cycles() {
+    let _serial = serial();
+    #[derive(Trace)]
+    struct Holder<'gc> {
+        lock: Arc<GcLock<'gc, Vec<Gc<'gc, u64>>>>,
+    }
+    let cycles = Cycles::default();
+    let rt = rt().min_heap(256 << 10).on_cycle(cycles.hook()).build();
+    let mut m = rt.attach();
+    type Pair = Rootable!['gc => [Gc<'gc, Holder<'gc>>]];
+    let pair: Root<Pair> = m.mutate(|mc| {
+        let lock = Arc::new(GcLock::new(Vec::new()));
+        let a = mc.alloc(Holder { lock: lock.clone() });
+        let b = mc.alloc(Holder { lock });
+        mc.root(mc.alloc_slice(&[a, b]))
+    });
+    m.collect();
+    let (_, full_before) = cycles.get();
+    for round in 0..2000_u64 {
+        m.mutate(|mc| {
+            let p = pair.get(mc);
+            p[(round % 2) as usize]
+                .lock
+                .write(mc, |v| v.push(mc.alloc(round)));
+            for _ in 0..16 {
+                mc.alloc([round; 8]);
+            }
+        });
+    }
+    let (_, full) = cycles.get();
+    assert!(
+        full > full_before + 3,
+        "writes to a shared lock force full cycles"
+    );
+    m.collect();
+    m.mutate(|mc| {
+        let v = Gc::get(pair.get(mc))[0].lock.read();
+        assert_eq!(v.len(), 2000);
+        assert!(v.iter().enumerate().all(|(i, x)| **x == i as u64));
+    });
+}

@@ -265,6 +265,55 @@ impl<'gc> Mutation<'gc> {
             .unwrap_or_else(|e| crate::mutator::alloc_failed(e))
     }
 
+    /// Allocates a managed array holding `parts` one after another, copied
+    /// as bytes, or fails at the heap limit.
+    pub fn try_alloc_concat<T: Trace + Copy + 'gc>(
+        &self,
+        parts: &[&[T]],
+    ) -> Result<Gc<'gc, [T]>, AllocError<()>> {
+        let len = parts
+            .iter()
+            .try_fold(0_usize, |n, p| n.checked_add(p.len()))
+            .unwrap_or_else(|| capacity_overflow(usize::MAX, std::any::type_name::<T>()));
+        let mut r = self
+            .reserve_array::<T>(ArrayDesc::<T>::header(self.shared().id), len)
+            .map_err(|f| f.with(()))?;
+        let mut at = (r.addr + array_offset::<T>()) as *mut T;
+        for part in parts {
+            // SAFETY: the unpublished object has room for `len` elements
+            // from its element offset, the parts' lengths add up to `len`,
+            // and a `Copy` element is copied as bytes.
+            unsafe {
+                std::ptr::copy_nonoverlapping(part.as_ptr(), at, part.len());
+                at = at.add(part.len());
+            }
+        }
+        r.publish(len);
+        // SAFETY: a published `[T]` object with `len` elements written, live
+        // for `'gc`.
+        Ok(unsafe { Gc::from_addr(r.addr) })
+    }
+
+    /// Allocates a managed array holding `parts` one after another: one
+    /// allocation and a copy of each part.
+    ///
+    /// # Panics
+    /// At the heap limit.
+    ///
+    /// # Examples
+    /// ```
+    /// let rt = loam_runtime::Runtime::builder().gc_threads(1).build();
+    /// let mut m = rt.attach();
+    /// m.mutate(|mc| {
+    ///     let ab = mc.alloc_concat(&[&[1_u8, 2][..], &[3][..]]);
+    ///     assert_eq!(&ab[..], &[1, 2, 3]);
+    /// });
+    /// ```
+    pub fn alloc_concat<T: Trace + Copy + 'gc>(&self, parts: &[&[T]]) -> Gc<'gc, [T]> {
+        self.try_alloc_concat(parts)
+            .unwrap_or_else(|e| crate::mutator::alloc_failed(e))
+    }
+
     /// Allocates `s` as a managed string, or fails at the heap limit.
     pub fn try_alloc_str(&self, s: &str) -> Result<Gc<'gc, str>, AllocError<()>> {
         let mut r = self

@@ -92,29 +92,46 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 /// pass for one of another.
 type Brand<'gc> = PhantomData<fn(&'gc ()) -> &'gc ()>;
 
-mod sealed {
-    pub trait Sealed {}
-}
-
 /// A value a [`GcCell`] can hold: managed pointers (`Gc`, `Option<Gc>`,
-/// `GcWeak`, `Option<GcWeak>`) and the primitive integers, floats, `bool`
-/// and `char`.
+/// `GcWeak`, `Option<GcWeak>`), the primitive integers, floats, `bool` and
+/// `char`, and newtypes of them.
 ///
-/// Sealed, because a cell's loads and stores must be single atomic
-/// instructions with no data race and no uninitialised byte: every type
-/// here is one machine word or less with no padding, and
-/// `crossbeam_utils::atomic::AtomicCell` turns its loads and stores into
-/// the matching atomic integer operation. (For a larger type `AtomicCell`
-/// falls back to a seqlock, whose optimistic read races with a write in the
-/// memory model's terms, and a padded type would be copied with its
-/// uninitialised padding as an integer.) Anything else goes in a
-/// [`GcLock`].
-pub trait CellValue: Copy + sealed::Sealed {}
+/// A cell's loads and stores must be single atomic instructions with no
+/// data race and no uninitialised byte: `crossbeam_utils::atomic::AtomicCell`
+/// turns them into the matching atomic integer operation for a type of one
+/// machine word or less, and [`GcCell::new`] checks at compile time that it
+/// does. (For a larger type `AtomicCell` falls back to a seqlock, whose
+/// optimistic read races with a write in the memory model's terms.)
+/// Anything else goes in a [`GcLock`].
+///
+/// # Safety
+/// An implementing type has no padding or other uninitialised bytes (a
+/// padded type would be copied, padding and all, as an integer). A
+/// `#[repr(transparent)]` newtype of a `CellValue` qualifies, as a managed
+/// collection's handle does:
+/// ```
+/// use loam_runtime::{CellValue, Gc, GcCell, Trace, Tracer};
+///
+/// /// A handle to a managed counter, storable in cells.
+/// #[derive(Clone, Copy)]
+/// #[repr(transparent)]
+/// struct Counter<'gc>(Gc<'gc, GcCell<'gc, u64>>);
+///
+/// // SAFETY: a transparent newtype of `Gc`, one word with no padding.
+/// unsafe impl CellValue for Counter<'_> {}
+/// // SAFETY: reports the one pointer it holds; no `Drop`.
+/// unsafe impl Trace for Counter<'_> {
+///     fn trace(&self, tracer: &mut Tracer) {
+///         self.0.trace(tracer)
+///     }
+/// }
+/// ```
+pub unsafe trait CellValue: Copy {}
 
 macro_rules! cell_values {
     ($($ty:ty),* $(,)?) => {$(
-        impl sealed::Sealed for $ty {}
-        impl CellValue for $ty {}
+        // SAFETY: a primitive of one word or less, no padding.
+        unsafe impl CellValue for $ty {}
     )*};
 }
 
@@ -123,14 +140,15 @@ cell_values!(
     NonZeroU32, NonZeroU64, NonZeroUsize,
 );
 
-impl<T: ?Sized> sealed::Sealed for Gc<'_, T> {}
-impl<T: ?Sized> CellValue for Gc<'_, T> {}
-impl<T: ?Sized> sealed::Sealed for Option<Gc<'_, T>> {}
-impl<T: ?Sized> CellValue for Option<Gc<'_, T>> {}
-impl<T> sealed::Sealed for GcWeak<'_, T> {}
-impl<T> CellValue for GcWeak<'_, T> {}
-impl<T> sealed::Sealed for Option<GcWeak<'_, T>> {}
-impl<T> CellValue for Option<GcWeak<'_, T>> {}
+// SAFETY: a `Gc` is one non-null pointer (thin for every `Managed` type),
+// and `Option<Gc>` uses the null niche: one word, no padding.
+unsafe impl<T: ?Sized> CellValue for Gc<'_, T> {}
+// SAFETY: as above.
+unsafe impl<T: ?Sized> CellValue for Option<Gc<'_, T>> {}
+// SAFETY: a `GcWeak` is one `Gc` (of its weak cell); the same niche.
+unsafe impl<T> CellValue for GcWeak<'_, T> {}
+// SAFETY: as above.
+unsafe impl<T> CellValue for Option<GcWeak<'_, T>> {}
 
 /// A managed pointer or a primitive that an object can change in place,
 /// such as `Option<Gc<'gc, T>>`: one atomic word, lock-free.
@@ -221,8 +239,21 @@ impl<'gc, T: CellValue + Trace + 'gc> GcCell<'gc, T> {
     /// Stores `value`, through the write barrier.
     #[inline]
     pub fn set(&self, mc: &Mutation<'gc>, value: T) {
-        let old = self.value.swap(value);
-        mc.barrier_store(&old, &value);
+        if T::NEEDS_TRACE && mc.marking() != 0 {
+            // A load, then a store, as snapshot barriers do: the store that
+            // first overwrites the value of the mark's start is made by a
+            // writer whose load read that value (nothing lies between them
+            // in the cell's order), so it is shaded; every later value was
+            // shaded as the new one of its own store.
+            let old = self.value.load();
+            self.value.store(value);
+            mc.barrier_store(&old, &value);
+        } else {
+            // Between marks the barrier needs only the new value: a plain
+            // store, no read-modify-write.
+            self.value.store(value);
+            mc.barrier_store_new(&value);
+        }
     }
 
     /// Stores `value` and returns the old one, through the write barrier.

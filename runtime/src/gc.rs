@@ -435,6 +435,18 @@ impl<T: ?Sized + Managed + PartialEq> PartialEq for Gc<'_, T> {
 
 impl<T: ?Sized + Managed + Eq> Eq for Gc<'_, T> {}
 
+impl<T: ?Sized + Managed + PartialOrd> PartialOrd for Gc<'_, T> {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Gc::get(*self).partial_cmp(Gc::get(*other))
+    }
+}
+
+impl<T: ?Sized + Managed + Ord> Ord for Gc<'_, T> {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        Gc::get(*self).cmp(Gc::get(*other))
+    }
+}
+
 impl<T: ?Sized + Managed + std::hash::Hash> std::hash::Hash for Gc<'_, T> {
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
         Gc::get(*self).hash(state)

@@ -263,7 +263,7 @@ not_under_loom! {
     mod sweep;
     mod weak;
 
-    pub use cell::{GcCell, GcLock};
+    pub use cell::{CellValue, GcCell, GcLock};
     pub use gc::{Gc, Managed};
     pub use mutator::{AllocError, Mutation, Mutator};
     pub use options::ConfigError;

@@ -338,8 +338,10 @@ impl<T> AllocError<T> {
         AllocError { value, size, limit }
     }
 
-    /// The same error holding `f(value)`.
-    pub(crate) fn map<U>(self, f: impl FnOnce(T) -> U) -> AllocError<U> {
+    /// The same error holding `f(value)` (a collection's `try_` method
+    /// turns the error of the array it failed to allocate into one holding
+    /// the caller's value).
+    pub fn map<U>(self, f: impl FnOnce(T) -> U) -> AllocError<U> {
         AllocError {
             value: f(self.value),
             size: self.size,
@@ -435,6 +437,16 @@ impl<'gc> Mutation<'gc> {
             self.shade(old);
             self.shade(new);
         } else if self.shared().config.generational {
+            self.remember(new);
+        }
+    }
+
+    /// [`barrier_store`](Self::barrier_store) outside a concurrent mark,
+    /// which needs only the stored value.
+    #[inline]
+    pub(crate) fn barrier_store_new<T: Trace + ?Sized>(&self, new: &T) {
+        debug_assert!(!T::NEEDS_TRACE || self.marking == 0);
+        if T::NEEDS_TRACE && self.shared().config.generational {
             self.remember(new);
         }
     }

@@ -1,0 +1,211 @@
+//! [`GcStringBuilder`]: appends into a managed buffer, then one copy into a
+//! [`GcString`].
+
+use crate::lock::WriterLock;
+use crate::string::GcString;
+use loam_runtime::{AllocError, CellValue, Gc, GcCell, Mutation, Trace, Tracer};
+use std::fmt;
+use std::sync::atomic::AtomicU8;
+
+/// The managed object behind a [`GcStringBuilder`].
+#[derive(Trace)]
+pub(crate) struct BuilderObj<'gc> {
+    /// Bytes of text in `buf`: always a whole number of UTF-8 characters.
+    len: GcCell<'gc, usize>,
+    /// The buffer. Its bytes are atomics so that the object is `Sync` (and
+    /// so managed), but every access to them is made under `writer`, so
+    /// they are copied as plain memory.
+    buf: GcCell<'gc, Gc<'gc, [AtomicU8]>>,
+    #[trace(skip)]
+    writer: WriterLock,
+}
+
+/// A string being built in the managed heap: appends are amortised O(1)
+/// into a managed buffer that doubles when full (the old one left to the
+/// collector), and [`finish`](Self::finish) copies the text into a
+/// [`GcString`] once.
+///
+/// A handle (`Copy`, one word) like the other collections: it can be
+/// rooted, stored in objects, and shared between threads (appends from two
+/// threads are serialised; each lands whole).
+///
+/// # Examples
+/// ```
+/// use loam_collections::GcStringBuilder;
+///
+/// let rt = loam_runtime::Runtime::builder().gc_threads(1).build();
+/// let mut m = rt.attach();
+/// m.mutate(|mc| {
+///     let b = GcStringBuilder::new(mc);
+///     for i in 0..3 {
+///         b.push_fmt(mc, format_args!("item{i}={};", i * 10));
+///     }
+///     b.push(mc, '✓');
+///     assert_eq!(b.finish(mc), "item0=0;item1=10;item2=20;✓");
+///     assert!(b.is_empty(), "finish leaves the builder empty, its buffer kept");
+/// });
+/// ```
+#[derive(Clone, Copy)]
+pub struct GcStringBuilder<'gc> {
+    obj: Gc<'gc, BuilderObj<'gc>>,
+}
+
+// SAFETY: one `Gc`, a single pointer word with no padding.
+unsafe impl CellValue for GcStringBuilder<'_> {}
+
+// SAFETY: reports the one managed pointer it holds (1, 2, 3); no `Drop` (4).
+unsafe impl Trace for GcStringBuilder<'_> {
+    fn trace(&self, tracer: &mut Tracer) {
+        self.obj.trace(tracer)
+    }
+}
+
+impl<'gc> GcStringBuilder<'gc> {
+    /// An empty builder with a small buffer.
+    pub fn new(mc: &Mutation<'gc>) -> Self {
+        Self::with_capacity(mc, 64)
+    }
+
+    /// An empty builder whose buffer holds `capacity` bytes.
+    ///
+    /// # Panics
+    /// At the heap limit.
+    pub fn with_capacity(mc: &Mutation<'gc>, capacity: usize) -> Self {
+        let buf = mc.alloc_from_iter((0..capacity).map(|_| AtomicU8::new(0)));
+        GcStringBuilder {
+            obj: mc.alloc(BuilderObj {
+                len: GcCell::new(0),
+                buf: GcCell::new(buf),
+                writer: WriterLock::default(),
+            }),
+        }
+    }
+
+    /// Bytes of text so far.
+    pub fn len(&self) -> usize {
+        self.obj.len.get()
+    }
+
+    /// Whether no text was appended since the builder was made or finished.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Bytes the buffer holds before it grows again.
+    pub fn capacity(&self) -> usize {
+        self.obj.buf.get().len()
+    }
+
+    /// Appends `s`.
+    ///
+    /// # Panics
+    /// At the heap limit (the builder unchanged; see [`try_push_str`](Self::try_push_str)).
+    pub fn push_str(&self, mc: &Mutation<'gc>, s: &str) {
+        if let Err(e) = self.try_push_str(mc, s) {
+            panic!("loam-collections: GcStringBuilder::push_str: {e}");
+        }
+    }
+
+    /// Appends `s`, or gives the heap-limit `Err` with the builder unchanged.
+    pub fn try_push_str(&self, mc: &Mutation<'gc>, s: &str) -> Result<(), AllocError<()>> {
+        let _w = self.obj.writer.lock("GcStringBuilder");
+        let len = self.obj.len.get();
+        let mut buf = self.obj.buf.get();
+        let need = len + s.len();
+        if need > buf.len() {
+            let cap = need.max(buf.len() * 2).max(16);
+            let grown = mc
+                .try_alloc_from_iter((0..cap).map(|_| AtomicU8::new(0)))
+                .map_err(|e| e.map(|_| ()))?;
+            // SAFETY: both buffers are only accessed under the writer lock,
+            // which we hold (the new one is not even published yet), so
+            // their bytes are plain memory here; `len <= buf.len()`, and the
+            // new buffer is larger.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    buf[0..].as_ptr().cast::<u8>(),
+                    grown[0..].as_ptr() as *mut u8,
+                    len,
+                )
+            };
+            self.obj.buf.set(mc, grown);
+            buf = grown;
+        }
+        // SAFETY: as above, under the writer lock; `need <= buf.len()`.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                s.as_ptr(),
+                (buf[0..].as_ptr() as *mut u8).add(len),
+                s.len(),
+            )
+        };
+        self.obj.len.set(mc, need);
+        Ok(())
+    }
+
+    /// Appends `c`.
+    pub fn push(&self, mc: &Mutation<'gc>, c: char) {
+        self.push_str(mc, c.encode_utf8(&mut [0; 4]))
+    }
+
+    /// Appends `args` formatted (`format_args!`), piece by piece.
+    pub fn push_fmt(&self, mc: &Mutation<'gc>, args: fmt::Arguments<'_>) {
+        struct Sink<'a, 'gc> {
+            b: &'a GcStringBuilder<'gc>,
+            mc: &'a Mutation<'gc>,
+        }
+        impl fmt::Write for Sink<'_, '_> {
+            fn write_str(&mut self, s: &str) -> fmt::Result {
+                self.b.push_str(self.mc, s);
+                Ok(())
+            }
+        }
+        fmt::write(&mut Sink { b: self, mc }, args).expect("a Display impl returned an error");
+    }
+
+    /// The text so far as a new [`GcString`]; the builder keeps it.
+    pub fn to_gc_string(&self, mc: &Mutation<'gc>) -> GcString<'gc> {
+        let _w = self.obj.writer.lock("GcStringBuilder");
+        self.text(mc)
+    }
+
+    /// The text as a new [`GcString`]; the builder is emptied (its buffer
+    /// kept) for the next string.
+    pub fn finish(&self, mc: &Mutation<'gc>) -> GcString<'gc> {
+        let _w = self.obj.writer.lock("GcStringBuilder");
+        let s = self.text(mc);
+        self.obj.len.set(mc, 0);
+        s
+    }
+
+    /// The text as a new string; the caller holds the writer lock.
+    fn text(&self, mc: &Mutation<'gc>) -> GcString<'gc> {
+        let len = self.obj.len.get();
+        let buf = self.obj.buf.get();
+        // SAFETY: under the writer lock the buffer is plain memory (above);
+        // its first `len` bytes were copied from `&str`s, whole, so they are
+        // UTF-8.
+        let text = unsafe {
+            std::str::from_utf8_unchecked(std::slice::from_raw_parts(
+                buf[0..].as_ptr().cast::<u8>(),
+                len,
+            ))
+        };
+        GcString::new(mc, text)
+    }
+
+    /// Empties the builder, keeping its buffer.
+    pub fn clear(&self, mc: &Mutation<'gc>) {
+        let _w = self.obj.writer.lock("GcStringBuilder");
+        self.obj.len.set(mc, 0);
+    }
+}
+
+impl fmt::Debug for GcStringBuilder<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GcStringBuilder")
+            .field("len", &self.len())
+            .field("capacity", &self.capacity())
+            .finish()
+    }
+}

@@ -1,0 +1,821 @@
+//! [`GcDictionary`]: a hash map in the managed heap.
+//!
+//! Layout: dense entries plus an open-addressed index, as CPython's dict
+//! and the `indexmap` crate have it. `entries` is a managed array of
+//! `(hash, key, value)` cells, in insertion order, whose first `len` are in
+//! use; `indices` is a managed array of one word per slot (a power of two of
+//! them, at most three quarters full), each 0 (empty) or the entry's number
+//! plus one beside the top 32 bits of its hash, probed linearly; a removal
+//! shifts the probe run back, so there are no tombstones.
+//!
+//! Why this shape rather than .NET's buckets with chained entries: both
+//! keep entries dense (iteration walks one array, and growth copies it with
+//! no rehash of keys), but chains cost a dependent load per collision and a
+//! free list whose holes iteration must skip; the index probes adjacent
+//! words, and the stored hash bits reject almost every wrong slot without
+//! loading its entry. Why not entries inline in an open-addressed table
+//! (hashbrown's shape): every slot would then hold a key and a value, which
+//! for an empty slot must still be valid managed values (a managed array's
+//! elements are always initialised and traced), so a table at 3/4 load
+//! would carry a quarter of dead entries for the collector to trace.
+//!
+//! Removal moves the last entry into the removed one's place (O(1)), so
+//! iteration is in insertion order until the first removal.
+
+use crate::lock::{WriterGuard, WriterLock};
+use loam_runtime::{AllocError, CellValue, Gc, GcCell, Mutation, Trace, Tracer};
+use std::borrow::Borrow;
+use std::fmt;
+use std::hash::{BuildHasher, Hash};
+
+/// The default hasher: foldhash's fast hasher, seeded per dictionary.
+pub type FastHash = foldhash::fast::RandomState;
+
+/// SipHash 1-3, randomly seeded: std's `HashMap` default, for keys an
+/// adversary chooses.
+pub type SipHash = std::collections::hash_map::RandomState;
+
+/// One entry: the key's full hash (for growth without rehashing), the key,
+/// the value. The entries array does not trace its entries: the dictionary
+/// traces those in use (as a list traces its slots, `list.rs`), so an entry
+/// cut off the end needs no overwriting to let its key and value go.
+struct Entry<'gc, K: CellValue + Trace + 'gc, V: CellValue + Trace + 'gc> {
+    hash: GcCell<'gc, u64>,
+    key: GcCell<'gc, K>,
+    value: GcCell<'gc, V>,
+}
+
+// SAFETY: reports nothing (3: `NEEDS_TRACE` false), so an entries array
+// is never scanned; the one dictionary that owns it reports the keys and
+// values of the entries in use (`DictObj`'s impl). No `Drop` (4).
+unsafe impl<'gc, K: CellValue + Trace + 'gc, V: CellValue + Trace + 'gc> Trace
+    for Entry<'gc, K, V>
+{
+    const NEEDS_TRACE: bool = false;
+
+    fn trace(&self, _: &mut Tracer) {}
+}
+
+impl<'gc, K: CellValue + Trace + 'gc, V: CellValue + Trace + 'gc> Entry<'gc, K, V> {
+    /// During a concurrent mark, stores the key and value again, which
+    /// shades them: the entry is being cut off (see `list.rs`, `shade_cut`).
+    fn shade_cut(&self, mc: &Mutation<'gc>) {
+        if (K::NEEDS_TRACE || V::NEEDS_TRACE) && mc.is_marking() {
+            self.key.set(mc, self.key.get());
+            self.value.set(mc, self.value.get());
+        }
+    }
+
+    fn new(hash: u64, key: K, value: V) -> Self {
+        Entry {
+            hash: GcCell::new(hash),
+            key: GcCell::new(key),
+            value: GcCell::new(value),
+        }
+    }
+}
+
+type Entries<'gc, K, V> = Gc<'gc, [Entry<'gc, K, V>]>;
+type Indices<'gc> = Gc<'gc, [GcCell<'gc, u64>]>;
+
+/// The managed object behind a [`GcDictionary`].
+pub(crate) struct DictObj<'gc, K, V, S>
+where
+    K: CellValue + Trace + 'gc,
+    V: CellValue + Trace + 'gc,
+    S: Send + Sync + 'static,
+{
+    len: GcCell<'gc, usize>,
+    /// Entries past `len` hold values the dictionary no longer reaches.
+    entries: GcCell<'gc, Entries<'gc, K, V>>,
+    indices: GcCell<'gc, Indices<'gc>>,
+    /// `'static`, so it holds no managed pointer.
+    hasher: S,
+    writer: WriterLock,
+}
+
+// SAFETY: reports both arrays and the keys and values of the entries in
+// use (1), read through their cells (2); always needs tracing (3); no
+// `Drop` of its own, and the hasher's is `'static` code that cannot reach
+// managed objects (4).
+// (Written by hand: the derive would ask for `S: Trace`.)
+unsafe impl<'gc, K, V, S> Trace for DictObj<'gc, K, V, S>
+where
+    K: CellValue + Trace + 'gc,
+    V: CellValue + Trace + 'gc,
+    S: Send + Sync + 'static,
+{
+    fn trace(&self, tracer: &mut Tracer) {
+        // `len` first, then the array, as readers do (`list.rs`).
+        let len = self.len.get();
+        let entries = self.entries.get();
+        entries.trace(tracer);
+        self.indices.trace(tracer);
+        if K::NEEDS_TRACE || V::NEEDS_TRACE {
+            for e in &entries[..len.min(entries.len())] {
+                e.key.get().trace(tracer);
+                e.value.get().trace(tracer);
+            }
+        }
+    }
+}
+
+/// A hash map from `K` to `V` in the managed heap.
+///
+/// A handle (`Copy`, one word), rooted and stored like any `Gc`. Keys and
+/// values are values that fit a cell: [`GcString`](crate::GcString),
+/// `Gc<'gc, R>`, other collections' handles, primitives. Lookups take any
+/// `Q` the key borrows as (`&str` for `GcString` keys). The hasher is
+/// [`FastHash`] (foldhash) unless [`with_hasher`](Self::with_hasher) gives
+/// another, such as [`SipHash`].
+///
+/// Iteration order is insertion order until the first removal; a removal
+/// moves the last entry into the removed one's place.
+///
+/// # Examples
+/// ```
+/// use loam_collections::{GcDictionary, GcString};
+///
+/// let rt = loam_runtime::Runtime::builder().gc_threads(1).build();
+/// let mut m = rt.attach();
+/// m.mutate(|mc| {
+///     let ages = GcDictionary::new(mc);
+///     ages.insert(mc, GcString::new(mc, "ada"), 36_u32);
+///     ages.insert(mc, GcString::new(mc, "alan"), 41);
+///     assert_eq!(ages.get("ada"), Some(36));
+///     ages.entry(mc, GcString::new(mc, "alan")).and_modify(|v| v + 1).or_insert(0);
+///     assert_eq!(ages.get("alan"), Some(42));
+///     assert_eq!(ages.remove(mc, "ada"), Some(36));
+///     assert_eq!(ages.len(), 1);
+/// });
+/// ```
+pub struct GcDictionary<'gc, K, V, S = FastHash>
+where
+    K: CellValue + Trace + 'gc,
+    V: CellValue + Trace + 'gc,
+    S: Send + Sync + 'static,
+{
+    obj: Gc<'gc, DictObj<'gc, K, V, S>>,
+}
+
+impl<'gc, K, V, S> Clone for GcDictionary<'gc, K, V, S>
+where
+    K: CellValue + Trace + 'gc,
+    V: CellValue + Trace + 'gc,
+    S: Send + Sync + 'static,
+{
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<'gc, K, V, S> Copy for GcDictionary<'gc, K, V, S>
+where
+    K: CellValue + Trace + 'gc,
+    V: CellValue + Trace + 'gc,
+    S: Send + Sync + 'static,
+{
+}
+
+// SAFETY: one `Gc`, a single pointer word with no padding.
+unsafe impl<'gc, K, V, S> CellValue for GcDictionary<'gc, K, V, S>
+where
+    K: CellValue + Trace + 'gc,
+    V: CellValue + Trace + 'gc,
+    S: Send + Sync + 'static,
+{
+}
+
+// SAFETY: reports the one managed pointer it holds (1, 2, 3); no `Drop` (4).
+unsafe impl<'gc, K, V, S> Trace for GcDictionary<'gc, K, V, S>
+where
+    K: CellValue + Trace + 'gc,
+    V: CellValue + Trace + 'gc,
+    S: Send + Sync + 'static,
+{
+    fn trace(&self, tracer: &mut Tracer) {
+        self.obj.trace(tracer)
+    }
+}
+
+/// An index slot for entry `e` of hash `h`.
+#[inline]
+fn slot(h: u64, e: usize) -> u64 {
+    (h & !0xffff_ffff) | (e as u64 + 1)
+}
+
+/// The entry an index slot names.
+#[inline]
+fn slot_entry(s: u64) -> usize {
+    (s & 0xffff_ffff) as usize - 1
+}
+
+/// Whether slot `s` may hold hash `h` (its top 32 bits match).
+#[inline]
+fn slot_matches(s: u64, h: u64) -> bool {
+    (s ^ h) >> 32 == 0
+}
+
+/// Index slots for `n` entries: a power of two, at most 3/4 full.
+fn index_size(n: usize) -> usize {
+    (n.saturating_mul(4) / 3 + 1).next_power_of_two().max(8)
+}
+
+#[cold]
+#[inline(never)]
+fn alloc_failed(what: &str, e: AllocError<()>) -> ! {
+    panic!("loam-collections: GcDictionary::{what}: {e}")
+}
+
+impl<'gc, K, V> GcDictionary<'gc, K, V, FastHash>
+where
+    K: CellValue + Trace + Hash + Eq + 'gc,
+    V: CellValue + Trace + 'gc,
+{
+    /// An empty dictionary with the default hasher.
+    pub fn new(mc: &Mutation<'gc>) -> Self {
+        Self::with_hasher(mc, FastHash::default())
+    }
+
+    /// An empty dictionary with room for `capacity` entries before it grows.
+    pub fn with_capacity(mc: &Mutation<'gc>, capacity: usize) -> Self {
+        let d = Self::new(mc);
+        if capacity > 0 {
+            let _w = d.obj.writer.lock("GcDictionary");
+            let indices = mc.alloc_slice_fill(index_size(capacity), GcCell::new(0));
+            d.obj.indices.set(mc, indices);
+        }
+        d
+    }
+}
+
+impl<'gc, K, V, S> GcDictionary<'gc, K, V, S>
+where
+    K: CellValue + Trace + Hash + Eq + 'gc,
+    V: CellValue + Trace + 'gc,
+    S: BuildHasher + Send + Sync + 'static,
+{
+    /// An empty dictionary hashing with `hasher`.
+    pub fn with_hasher(mc: &Mutation<'gc>, hasher: S) -> Self {
+        GcDictionary {
+            obj: mc.alloc(DictObj {
+                len: GcCell::new(0),
+                entries: GcCell::new(mc.alloc_from_iter(std::iter::empty())),
+                indices: GcCell::new(mc.alloc_from_iter(std::iter::empty())),
+                hasher,
+                writer: WriterLock::default(),
+            }),
+        }
+    }
+
+    /// Whether `a` and `b` are the same dictionary.
+    pub fn ptr_eq(a: Self, b: Self) -> bool {
+        Gc::ptr_eq(a.obj, b.obj)
+    }
+
+    /// Number of entries.
+    #[inline]
+    pub fn len(&self) -> usize {
+        let len = self.obj.len.get();
+        len.min(self.obj.entries.get().len())
+    }
+
+    /// Whether there is no entry.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    #[inline]
+    fn hash<Q: Hash + ?Sized>(&self, q: &Q) -> u64 {
+        self.obj.hasher.hash_one(q)
+    }
+
+    /// The index slot and entry of `q` (hash `h`), if present.
+    #[inline]
+    fn find<Q>(&self, q: &Q, h: u64) -> Option<(usize, usize)>
+    where
+        K: Borrow<Q>,
+        Q: Eq + ?Sized,
+    {
+        // `len`, then the arrays (`list.rs`, module docs).
+        let len = self.obj.len.get();
+        let entries = self.obj.entries.get();
+        let indices = self.obj.indices.get();
+        let len = len.min(entries.len());
+        let n = indices.len();
+        if n == 0 {
+            return None;
+        }
+        let mask = n - 1;
+        let mut pos = h as usize & mask;
+        // At most once round: the table is never full, but a reader racing
+        // a writer's shifts must still stop.
+        for _ in 0..n {
+            let s = indices[pos].get();
+            if s == 0 {
+                return None;
+            }
+            if slot_matches(s, h) {
+                let e = slot_entry(s);
+                if e < len && entries[e].key.get().borrow() == q {
+                    return Some((pos, e));
+                }
+            }
+            pos = (pos + 1) & mask;
+        }
+        None
+    }
+
+    /// The value for `key`.
+    #[inline]
+    pub fn get<Q>(&self, key: &Q) -> Option<V>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let (_, e) = self.find(key, self.hash(key))?;
+        Some(self.obj.entries.get()[e].value.get())
+    }
+
+    /// The stored key and the value for `key`.
+    pub fn get_key_value<Q>(&self, key: &Q) -> Option<(K, V)>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let (_, e) = self.find(key, self.hash(key))?;
+        let entry = &self.obj.entries.get()[e];
+        Some((entry.key.get(), entry.value.get()))
+    }
+
+    /// Whether `key` is present.
+    pub fn contains_key<Q>(&self, key: &Q) -> bool
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        self.find(key, self.hash(key)).is_some()
+    }
+
+    /// Inserts `key` → `value`; returns the value it replaced (the stored
+    /// key is kept, as std's `HashMap` does).
+    ///
+    /// # Panics
+    /// At the heap limit (the dictionary unchanged; see [`try_insert`](Self::try_insert)).
+    pub fn insert(&self, mc: &Mutation<'gc>, key: K, value: V) -> Option<V> {
+        self.try_insert(mc, key, value)
+            .unwrap_or_else(|e| alloc_failed("insert", e.map(|_| ())))
+    }
+
+    /// [`insert`](Self::insert), or the heap-limit `Err` (holding the key
+    /// and value) with the dictionary unchanged.
+    pub fn try_insert(
+        &self,
+        mc: &Mutation<'gc>,
+        key: K,
+        value: V,
+    ) -> Result<Option<V>, AllocError<(K, V)>> {
+        let _w = self.obj.writer.lock("GcDictionary");
+        let h = self.hash(&key);
+        if let Some((_, e)) = self.find(&key, h) {
+            return Ok(Some(self.obj.entries.get()[e].value.replace(mc, value)));
+        }
+        self.push_entry(mc, h, key, value)
+            .map_err(|e| e.map(|()| (key, value)))?;
+        Ok(None)
+    }
+
+    /// Appends a new entry (the key is absent); the writer lock is held.
+    /// Everything that can fail (the two allocations) comes first.
+    fn push_entry(
+        &self,
+        mc: &Mutation<'gc>,
+        h: u64,
+        key: K,
+        value: V,
+    ) -> Result<(), AllocError<()>> {
+        let len = self.obj.len.get();
+        let mut entries = self.obj.entries.get();
+        if len == entries.len() {
+            let cap = (len * 2).max(4);
+            let grown = mc
+                .try_alloc_from_iter((0..cap).map(|i| match entries.get(i).filter(|_| i < len) {
+                    // Spare entries hold the new one (never traced).
+                    Some(e) => Entry::new(e.hash.get(), e.key.get(), e.value.get()),
+                    None => Entry::new(h, key, value),
+                }))
+                .map_err(|e| e.map(|_| ()))?;
+            self.obj.entries.set(mc, grown);
+            entries = grown;
+        }
+        let mut indices = self.obj.indices.get();
+        if (len + 1) * 4 > indices.len() * 3 {
+            let size = index_size(len + 1).max(indices.len() * 2);
+            let fresh: Indices<'gc> = mc
+                .try_alloc_slice_fill(size, GcCell::new(0))
+                .map_err(|e| e.map(|_| ()))?;
+            for (i, e) in entries[..len].iter().enumerate() {
+                Self::place(mc, fresh, e.hash.get(), i);
+            }
+            self.obj.indices.set(mc, fresh);
+            indices = fresh;
+        }
+        let e = &entries[len];
+        e.hash.set(mc, h);
+        e.key.set(mc, key);
+        e.value.set(mc, value);
+        Self::place(mc, indices, h, len);
+        self.obj.len.set(mc, len + 1);
+        Ok(())
+    }
+
+    /// Puts entry `e` of hash `h` in the first free slot of its probe run.
+    fn place(mc: &Mutation<'gc>, indices: Indices<'gc>, h: u64, e: usize) {
+        let mask = indices.len() - 1;
+        let mut pos = h as usize & mask;
+        while indices[pos].get() != 0 {
+            pos = (pos + 1) & mask;
+        }
+        indices[pos].set(mc, slot(h, e));
+    }
+
+    /// Removes `key`; returns its value.
+    pub fn remove<Q>(&self, mc: &Mutation<'gc>, key: &Q) -> Option<V>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let _w = self.obj.writer.lock("GcDictionary");
+        let (pos, e) = self.find(key, self.hash(key))?;
+        Some(self.remove_at(mc, pos, e).1)
+    }
+
+    /// Removes `key`; returns the stored key and its value.
+    pub fn remove_entry<Q>(&self, mc: &Mutation<'gc>, key: &Q) -> Option<(K, V)>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let _w = self.obj.writer.lock("GcDictionary");
+        let (pos, e) = self.find(key, self.hash(key))?;
+        Some(self.remove_at(mc, pos, e))
+    }
+
+    /// Removes entry `e`, named by index slot `pos`; the writer lock is
+    /// held.
+    fn remove_at(&self, mc: &Mutation<'gc>, pos: usize, e: usize) -> (K, V) {
+        let indices = self.obj.indices.get();
+        let entries = self.obj.entries.get();
+        let len = self.obj.len.get();
+        let removed = (entries[e].key.get(), entries[e].value.get());
+        // Free the slot, and shift back the rest of its probe run: each
+        // later slot moves into the hole unless its entry's home lies
+        // (cyclically) after the hole.
+        let mask = indices.len() - 1;
+        let mut hole = pos;
+        let mut i = (pos + 1) & mask;
+        loop {
+            let s = indices[i].get();
+            if s == 0 {
+                break;
+            }
+            let home = entries[slot_entry(s)].hash.get() as usize & mask;
+            if (i.wrapping_sub(home) & mask) >= (i.wrapping_sub(hole) & mask) {
+                indices[hole].set(mc, s);
+                hole = i;
+            }
+            i = (i + 1) & mask;
+        }
+        indices[hole].set(mc, 0);
+        // Move the last entry into the removed one's place.
+        let last = len - 1;
+        if e == last {
+            entries[e].shade_cut(mc);
+        } else {
+            let (h, k, v) = {
+                let l = &entries[last];
+                (l.hash.get(), l.key.get(), l.value.get())
+            };
+            let mut p = h as usize & mask;
+            while indices[p].get() != slot(h, last) {
+                p = (p + 1) & mask;
+            }
+            indices[p].set(mc, slot(h, e));
+            entries[e].hash.set(mc, h);
+            entries[e].key.set(mc, k);
+            entries[e].value.set(mc, v);
+        }
+        self.obj.len.set(mc, last);
+        removed
+    }
+
+    /// Replaces the value of `key` with `f(old)` (the `get_mut` of a managed
+    /// map: the store goes through the barrier); returns the new value.
+    ///
+    /// # Panics
+    /// If `f` changes this dictionary.
+    pub fn update<Q>(&self, mc: &Mutation<'gc>, key: &Q, f: impl FnOnce(V) -> V) -> Option<V>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let _w = self.obj.writer.lock("GcDictionary");
+        let (_, e) = self.find(key, self.hash(key))?;
+        let cell = &self.obj.entries.get()[e].value;
+        let new = f(cell.get());
+        cell.set(mc, new);
+        Some(new)
+    }
+
+    /// The entry of `key`, to read, insert or change in place. The
+    /// dictionary's writer lock is held until the entry is dropped.
+    pub fn entry<'a>(&'a self, mc: &'a Mutation<'gc>, key: K) -> DictEntry<'a, 'gc, K, V, S> {
+        let guard = self.obj.writer.lock("GcDictionary");
+        let hash = self.hash(&key);
+        match self.find(&key, hash) {
+            Some((pos, index)) => DictEntry::Occupied(OccupiedEntry {
+                dict: self,
+                mc,
+                _guard: guard,
+                pos,
+                index,
+            }),
+            None => DictEntry::Vacant(VacantEntry {
+                dict: self,
+                mc,
+                _guard: guard,
+                hash,
+                key,
+            }),
+        }
+    }
+
+    /// Removes every entry.
+    pub fn clear(&self, mc: &Mutation<'gc>) {
+        let _w = self.obj.writer.lock("GcDictionary");
+        let len = self.obj.len.get();
+        let entries = self.obj.entries.get();
+        self.obj.len.set(mc, 0);
+        for e in &entries[..len.min(entries.len())] {
+            e.shade_cut(mc);
+        }
+        for s in self.obj.indices.get().iter() {
+            s.set(mc, 0);
+        }
+    }
+
+    /// Keeps the entries for which `keep` is true, in their order.
+    ///
+    /// # Panics
+    /// If `keep` changes this dictionary, or at the heap limit (the
+    /// surviving entries are rebuilt into new arrays).
+    pub fn retain(&self, mc: &Mutation<'gc>, mut keep: impl FnMut(K, V) -> bool) {
+        let _w = self.obj.writer.lock("GcDictionary");
+        let entries = self.obj.entries.get();
+        let len = self.obj.len.get().min(entries.len());
+        let mut kept: Vec<(u64, K, V)> = Vec::with_capacity(len);
+        for e in &entries[..len] {
+            let (k, v) = (e.key.get(), e.value.get());
+            if keep(k, v) {
+                kept.push((e.hash.get(), k, v));
+            } else {
+                e.shade_cut(mc);
+            }
+        }
+        if kept.len() == len {
+            return;
+        }
+        let fresh = mc.alloc_from_iter(kept.iter().map(|&(h, k, v)| Entry::new(h, k, v)));
+        let indices: Indices<'gc> = mc.alloc_slice_fill(index_size(kept.len()), GcCell::new(0));
+        for (i, &(h, _, _)) in kept.iter().enumerate() {
+            Self::place(mc, indices, h, i);
+        }
+        self.obj.entries.set(mc, fresh);
+        self.obj.indices.set(mc, indices);
+        self.obj.len.set(mc, kept.len());
+    }
+
+    /// The entries, in order (see the type's docs), as they are now.
+    pub fn iter(&self) -> Iter<'gc, K, V> {
+        let entries = self.obj.entries.get();
+        let len = self.obj.len.get().min(entries.len());
+        Iter {
+            entries,
+            next: 0,
+            end: len,
+        }
+    }
+
+    /// The keys, in order.
+    pub fn keys(&self) -> impl Iterator<Item = K> + 'gc {
+        self.iter().map(|(k, _)| k)
+    }
+
+    /// The values, in order.
+    pub fn values(&self) -> impl Iterator<Item = V> + 'gc {
+        self.iter().map(|(_, v)| v)
+    }
+}
+
+/// The entries of a [`GcDictionary`], by value.
+pub struct Iter<'gc, K: CellValue + Trace + 'gc, V: CellValue + Trace + 'gc> {
+    entries: Entries<'gc, K, V>,
+    next: usize,
+    end: usize,
+}
+
+impl<'gc, K: CellValue + Trace + 'gc, V: CellValue + Trace + 'gc> Iterator for Iter<'gc, K, V> {
+    type Item = (K, V);
+
+    #[inline]
+    fn next(&mut self) -> Option<(K, V)> {
+        if self.next < self.end {
+            let e = &Gc::get(self.entries)[self.next];
+            self.next += 1;
+            Some((e.key.get(), e.value.get()))
+        } else {
+            None
+        }
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let n = self.end - self.next;
+        (n, Some(n))
+    }
+}
+
+impl<'gc, K: CellValue + Trace + 'gc, V: CellValue + Trace + 'gc> ExactSizeIterator
+    for Iter<'gc, K, V>
+{
+}
+
+impl<'gc, K: CellValue + Trace + 'gc, V: CellValue + Trace + 'gc> fmt::Debug for Iter<'gc, K, V> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Iter")
+            .field("next", &self.next)
+            .field("end", &self.end)
+            .finish_non_exhaustive()
+    }
+}
+
+/// An entry of a [`GcDictionary`], from [`GcDictionary::entry`].
+pub enum DictEntry<'a, 'gc, K, V, S>
+where
+    K: CellValue + Trace + Hash + Eq + 'gc,
+    V: CellValue + Trace + 'gc,
+    S: BuildHasher + Send + Sync + 'static,
+{
+    /// The key is present.
+    Occupied(OccupiedEntry<'a, 'gc, K, V, S>),
+    /// The key is absent.
+    Vacant(VacantEntry<'a, 'gc, K, V, S>),
+}
+
+/// A present key's entry.
+pub struct OccupiedEntry<'a, 'gc, K, V, S>
+where
+    K: CellValue + Trace + Hash + Eq + 'gc,
+    V: CellValue + Trace + 'gc,
+    S: BuildHasher + Send + Sync + 'static,
+{
+    dict: &'a GcDictionary<'gc, K, V, S>,
+    mc: &'a Mutation<'gc>,
+    _guard: WriterGuard<'a>,
+    pos: usize,
+    index: usize,
+}
+
+/// An absent key's entry.
+pub struct VacantEntry<'a, 'gc, K, V, S>
+where
+    K: CellValue + Trace + Hash + Eq + 'gc,
+    V: CellValue + Trace + 'gc,
+    S: BuildHasher + Send + Sync + 'static,
+{
+    dict: &'a GcDictionary<'gc, K, V, S>,
+    mc: &'a Mutation<'gc>,
+    _guard: WriterGuard<'a>,
+    hash: u64,
+    key: K,
+}
+
+impl<'a, 'gc, K, V, S> OccupiedEntry<'a, 'gc, K, V, S>
+where
+    K: CellValue + Trace + Hash + Eq + 'gc,
+    V: CellValue + Trace + 'gc,
+    S: BuildHasher + Send + Sync + 'static,
+{
+    fn cell(&self) -> &'gc Entry<'gc, K, V> {
+        &Gc::get(self.dict.obj.entries.get())[self.index]
+    }
+
+    /// The stored key.
+    pub fn key(&self) -> K {
+        self.cell().key.get()
+    }
+
+    /// The value.
+    pub fn get(&self) -> V {
+        self.cell().value.get()
+    }
+
+    /// Replaces the value, through the barrier; returns the old one.
+    pub fn insert(&self, value: V) -> V {
+        self.cell().value.replace(self.mc, value)
+    }
+
+    /// Removes the entry; returns its key and value.
+    pub fn remove(self) -> (K, V) {
+        self.dict.remove_at(self.mc, self.pos, self.index)
+    }
+}
+
+impl<'a, 'gc, K, V, S> VacantEntry<'a, 'gc, K, V, S>
+where
+    K: CellValue + Trace + Hash + Eq + 'gc,
+    V: CellValue + Trace + 'gc,
+    S: BuildHasher + Send + Sync + 'static,
+{
+    /// The key that would be inserted.
+    pub fn key(&self) -> K {
+        self.key
+    }
+
+    /// Inserts the key with `value`; returns `value`.
+    ///
+    /// # Panics
+    /// At the heap limit (the dictionary unchanged).
+    pub fn insert(self, value: V) -> V {
+        self.dict
+            .push_entry(self.mc, self.hash, self.key, value)
+            .unwrap_or_else(|e| alloc_failed("entry", e));
+        value
+    }
+}
+
+impl<'a, 'gc, K, V, S> DictEntry<'a, 'gc, K, V, S>
+where
+    K: CellValue + Trace + Hash + Eq + 'gc,
+    V: CellValue + Trace + 'gc,
+    S: BuildHasher + Send + Sync + 'static,
+{
+    /// The value, inserting `default` first if the key is absent.
+    pub fn or_insert(self, default: V) -> V {
+        match self {
+            DictEntry::Occupied(o) => o.get(),
+            DictEntry::Vacant(v) => v.insert(default),
+        }
+    }
+
+    /// The value, inserting `f()` first if the key is absent.
+    pub fn or_insert_with(self, f: impl FnOnce() -> V) -> V {
+        match self {
+            DictEntry::Occupied(o) => o.get(),
+            DictEntry::Vacant(v) => v.insert(f()),
+        }
+    }
+
+    /// Replaces a present value with `f(value)`.
+    pub fn and_modify(self, f: impl FnOnce(V) -> V) -> Self {
+        if let DictEntry::Occupied(o) = &self {
+            o.insert(f(o.get()));
+        }
+        self
+    }
+
+    /// The entry's key.
+    pub fn key(&self) -> K {
+        match self {
+            DictEntry::Occupied(o) => o.key(),
+            DictEntry::Vacant(v) => v.key(),
+        }
+    }
+}
+
+impl<'gc, K, V, S> fmt::Debug for GcDictionary<'gc, K, V, S>
+where
+    K: CellValue + Trace + Hash + Eq + fmt::Debug + 'gc,
+    V: CellValue + Trace + fmt::Debug + 'gc,
+    S: BuildHasher + Send + Sync + 'static,
+{
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_map().entries(self.iter()).finish()
+    }
+}
+
+macro_rules! entry_debug {
+    ($($ty:ident),*) => {$(
+        impl<'a, 'gc, K, V, S> fmt::Debug for $ty<'a, 'gc, K, V, S>
+        where
+            K: CellValue + Trace + Hash + Eq + fmt::Debug + 'gc,
+            V: CellValue + Trace + 'gc,
+            S: BuildHasher + Send + Sync + 'static,
+        {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.debug_struct(stringify!($ty)).field("key", &self.key()).finish_non_exhaustive()
+            }
+        }
+    )*};
+}
+
+entry_debug!(OccupiedEntry, VacantEntry, DictEntry);

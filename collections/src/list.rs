@@ -1,0 +1,604 @@
+//! [`GcList`]: a growable array in the managed heap.
+//!
+//! # What the collector sees
+//! The backing array is a managed array of [`Slot`]s, which report nothing
+//! themselves: the list object traces the slots in use, `0..len`, and
+//! nothing past them. So a slot freed by a pop or a truncation needs no
+//! overwriting to let its value go (its stale value is never traced), and
+//! an array grown for one push fills its spare slots with that value.
+//!
+//! Cutting elements off the end is a change the snapshot barrier must see:
+//! during a concurrent mark, a value reachable when the mark began must be
+//! marked even if the list lets go of it before a marker reads the list (a
+//! reader on another thread may have loaded it first and keep it). Values
+//! overwritten in place go through the cell barrier; values cut off by a
+//! shorter `len` are stored again into their own slots while a mark is
+//! under way ([`shade_cut`]), which shades them. Between marks a cut needs
+//! nothing: the list no longer reaches them, and nothing else records them.
+//!
+//! Readers load `len` and then the array: every value a reader can see was
+//! then an element of the list at some time after it loaded `len` (slots
+//! below a published `len` were written before it; an array published
+//! later holds copies of elements and the value it was grown for), so
+//! during the reader's `mutate` call, which no collection can end.
+
+use crate::lock::WriterLock;
+use loam_runtime::{AllocError, CellValue, Gc, GcCell, Mutation, Trace, Tracer};
+use std::cmp::Ordering;
+use std::fmt;
+
+/// One slot of a list's backing array: a barrier cell the array does not
+/// trace (the list traces the slots in use).
+pub(crate) struct Slot<'gc, T: CellValue>(GcCell<'gc, T>);
+
+// SAFETY: reports nothing (3: `NEEDS_TRACE` false), so the array of slots
+// is never scanned; the one list that owns the array reports the values of
+// the slots in use (`ListObj`'s impl), which are all the list can reach.
+// No `Drop` (4).
+unsafe impl<T: CellValue + Trace> Trace for Slot<'_, T> {
+    const NEEDS_TRACE: bool = false;
+
+    fn trace(&self, _: &mut Tracer) {}
+}
+
+type Items<'gc, T> = Gc<'gc, [Slot<'gc, T>]>;
+
+/// The managed object behind a [`GcList`].
+pub(crate) struct ListObj<'gc, T: CellValue + Trace + 'gc> {
+    /// Elements in use, a prefix of `items`.
+    len: GcCell<'gc, usize>,
+    /// The backing array.
+    items: GcCell<'gc, Items<'gc, T>>,
+    /// The capacity the first array gets at least.
+    min_capacity: usize,
+    writer: WriterLock,
+}
+
+// SAFETY: reports the backing array and the values of the slots in use
+// (1), read through their cells (2); always needs tracing (3); no `Drop`
+// (4). Slots past `len` hold values the list no longer reaches (module
+// docs).
+unsafe impl<'gc, T: CellValue + Trace + 'gc> Trace for ListObj<'gc, T> {
+    fn trace(&self, tracer: &mut Tracer) {
+        let len = self.len.get();
+        let items = self.items.get();
+        items.trace(tracer);
+        if T::NEEDS_TRACE {
+            for slot in &items[..len.min(items.len())] {
+                slot.0.get().trace(tracer);
+            }
+        }
+    }
+}
+
+/// During a concurrent mark, stores the values of `slots` (cut off the end
+/// of a list) into them again, which shades them (module docs).
+fn shade_cut<'gc, T: CellValue + Trace + 'gc>(mc: &Mutation<'gc>, slots: &[Slot<'gc, T>]) {
+    if T::NEEDS_TRACE && mc.is_marking() {
+        for s in slots {
+            s.0.set(mc, s.0.get());
+        }
+    }
+}
+
+/// A growable array of `T` in the managed heap: a small object that points,
+/// through a barrier cell, to a managed array of cells.
+///
+/// `GcList` is a handle (`Copy`, one word), rooted and stored like any `Gc`
+/// (it is a [`CellValue`], so a `GcCell` or another collection can hold
+/// it). Elements are values that fit a cell: managed pointers (`Gc<'gc, R>`
+/// for records of any size), `GcString`s, other collections' handles, and
+/// primitives. Growth allocates a new array of twice the capacity and leaves
+/// the old one to the collector.
+///
+/// Every change takes the list's `Mutation`: a store is one barrier of O(1)
+/// work, so a large old list changed in place keeps the collector's cycles
+/// minor. Reads take no lock (see the crate docs on threads).
+///
+/// Index out of range panics with the index and the length, as `Vec` does.
+///
+/// # Examples
+/// ```
+/// use loam_collections::GcList;
+/// use loam_runtime::Runtime;
+///
+/// let rt = Runtime::builder().gc_threads(1).build();
+/// let mut m = rt.attach();
+/// m.mutate(|mc| {
+///     let list = GcList::new(mc);
+///     for x in [5_u64, 3, 8, 1] {
+///         list.push(mc, x);
+///     }
+///     list.sort(mc);
+///     assert_eq!(list.to_vec(), [1, 3, 5, 8]);
+///     assert_eq!(list.remove(mc, 0), 1);
+///     assert_eq!(list.iter().sum::<u64>(), 16);
+/// });
+/// ```
+pub struct GcList<'gc, T: CellValue + Trace + 'gc> {
+    obj: Gc<'gc, ListObj<'gc, T>>,
+}
+
+impl<'gc, T: CellValue + Trace + 'gc> Clone for GcList<'gc, T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<'gc, T: CellValue + Trace + 'gc> Copy for GcList<'gc, T> {}
+
+// SAFETY: one `Gc`, a single pointer word with no padding.
+unsafe impl<'gc, T: CellValue + Trace + 'gc> CellValue for GcList<'gc, T> {}
+
+// SAFETY: reports the one managed pointer it holds (1, 2, 3); no `Drop` (4).
+unsafe impl<'gc, T: CellValue + Trace + 'gc> Trace for GcList<'gc, T> {
+    fn trace(&self, tracer: &mut Tracer) {
+        self.obj.trace(tracer)
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn out_of_range(what: &str, index: usize, len: usize) -> ! {
+    panic!("{what} index (is {index}) should be < len (is {len})")
+}
+
+impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
+    /// An empty list (it allocates its array on the first push).
+    pub fn new(mc: &Mutation<'gc>) -> Self {
+        Self::with_capacity(mc, 0)
+    }
+
+    /// An empty list whose first array, allocated on the first push, holds
+    /// `capacity` elements at least.
+    pub fn with_capacity(mc: &Mutation<'gc>, capacity: usize) -> Self {
+        let items = mc.alloc_from_iter(std::iter::empty());
+        GcList {
+            obj: mc.alloc(ListObj {
+                len: GcCell::new(0),
+                items: GcCell::new(items),
+                min_capacity: capacity,
+                writer: WriterLock::default(),
+            }),
+        }
+    }
+
+    /// A list holding copies of `items`, in one array of exactly that size.
+    pub fn from_slice(mc: &Mutation<'gc>, items: &[T]) -> Self {
+        let array = mc.alloc_from_iter(items.iter().map(|&x| Slot(GcCell::new(x))));
+        GcList {
+            obj: mc.alloc(ListObj {
+                len: GcCell::new(items.len()),
+                items: GcCell::new(array),
+                min_capacity: 0,
+                writer: WriterLock::default(),
+            }),
+        }
+    }
+
+    /// A list holding the items of `iter`, in order.
+    pub fn from_iter(mc: &Mutation<'gc>, iter: impl IntoIterator<Item = T>) -> Self {
+        let list = Self::new(mc);
+        list.extend(mc, iter);
+        list
+    }
+
+    /// Whether `a` and `b` are the same list.
+    pub fn ptr_eq(a: Self, b: Self) -> bool {
+        Gc::ptr_eq(a.obj, b.obj)
+    }
+
+    /// The length and the array, read in that order (module docs).
+    #[inline]
+    fn view(&self) -> (Items<'gc, T>, usize) {
+        let len = self.obj.len.get();
+        let items = self.obj.items.get();
+        (items, len.min(items.len()))
+    }
+
+    /// Number of elements.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.view().1
+    }
+
+    /// Whether the list has no element.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Elements the current array holds before the list grows again.
+    pub fn capacity(&self) -> usize {
+        self.obj.items.get().len()
+    }
+
+    /// Element `index`, or `None` past the end.
+    #[inline]
+    pub fn get(&self, index: usize) -> Option<T> {
+        let (items, len) = self.view();
+        if index < len {
+            Some(items[index].0.get())
+        } else {
+            None
+        }
+    }
+
+    /// Element `index`.
+    ///
+    /// # Panics
+    /// If `index >= len()`, with both in the message.
+    #[inline]
+    pub fn at(&self, index: usize) -> T {
+        let (items, len) = self.view();
+        if index >= len {
+            out_of_range("GcList::at", index, len);
+        }
+        items[index].0.get()
+    }
+
+    /// The first element.
+    pub fn first(&self) -> Option<T> {
+        self.get(0)
+    }
+
+    /// The last element.
+    pub fn last(&self) -> Option<T> {
+        let (items, len) = self.view();
+        len.checked_sub(1).map(|i| items[i].0.get())
+    }
+
+    /// Replaces element `index` with `value`, through the barrier, and
+    /// returns the old one.
+    ///
+    /// # Panics
+    /// If `index >= len()`.
+    pub fn set(&self, mc: &Mutation<'gc>, index: usize, value: T) -> T {
+        let _w = self.obj.writer.lock("GcList");
+        let (items, len) = self.view();
+        if index >= len {
+            out_of_range("GcList::set", index, len);
+        }
+        items[index].0.replace(mc, value)
+    }
+
+    /// Makes room for `need` elements: a new array, twice as large (at
+    /// least), when the current one is too small. `value` fills its spare
+    /// slots.
+    fn grow_for(
+        &self,
+        mc: &Mutation<'gc>,
+        need: usize,
+        value: T,
+    ) -> Result<Items<'gc, T>, AllocError<()>> {
+        let (items, len) = self.view();
+        if need <= items.len() {
+            return Ok(items);
+        }
+        let cap = need
+            .max(items.len().saturating_mul(2))
+            .max(self.obj.min_capacity)
+            .max(4);
+        let array = mc
+            .try_alloc_from_iter(
+                (0..cap).map(|i| Slot(GcCell::new(if i < len { items[i].0.get() } else { value }))),
+            )
+            .map_err(|e| e.map(|_| ()))?;
+        self.obj.items.set(mc, array);
+        Ok(array)
+    }
+
+    /// Appends `value`.
+    ///
+    /// # Panics
+    /// At the heap limit (the list is unchanged; see [`try_push`](Self::try_push)).
+    #[inline]
+    pub fn push(&self, mc: &Mutation<'gc>, value: T) {
+        if let Err(e) = self.try_push(mc, value) {
+            panic!("loam-collections: GcList::push: {e}");
+        }
+    }
+
+    /// Appends `value`, or gives it back in `Err` at the heap limit, with
+    /// the list unchanged.
+    #[inline]
+    pub fn try_push(&self, mc: &Mutation<'gc>, value: T) -> Result<(), AllocError<T>> {
+        let _w = self.obj.writer.lock("GcList");
+        let (mut items, len) = self.view();
+        if len == items.len() {
+            items = self
+                .grow_for(mc, len + 1, value)
+                .map_err(|e| e.map(|()| value))?;
+        }
+        items[len].0.set(mc, value);
+        self.obj.len.set(mc, len + 1);
+        Ok(())
+    }
+
+    /// Removes and returns the last element.
+    pub fn pop(&self, mc: &Mutation<'gc>) -> Option<T> {
+        let _w = self.obj.writer.lock("GcList");
+        let (items, len) = self.view();
+        let last = len.checked_sub(1)?;
+        let value = items[last].0.get();
+        self.obj.len.set(mc, last);
+        shade_cut(mc, &items[last..len]);
+        Some(value)
+    }
+
+    /// Inserts `value` at `index`, shifting the elements after it.
+    ///
+    /// # Panics
+    /// If `index > len()`, or at the heap limit (the list unchanged).
+    pub fn insert(&self, mc: &Mutation<'gc>, index: usize, value: T) {
+        let _w = self.obj.writer.lock("GcList");
+        let (mut items, len) = self.view();
+        if index > len {
+            panic!("GcList::insert index (is {index}) should be <= len (is {len})");
+        }
+        if len == items.len() {
+            items = self
+                .grow_for(mc, len + 1, value)
+                .unwrap_or_else(|e| panic!("loam-collections: GcList::insert: {e}"));
+        }
+        for i in (index..len).rev() {
+            items[i + 1].0.set(mc, items[i].0.get());
+        }
+        items[index].0.set(mc, value);
+        self.obj.len.set(mc, len + 1);
+    }
+
+    /// Removes and returns element `index`, shifting the elements after it.
+    ///
+    /// # Panics
+    /// If `index >= len()`.
+    pub fn remove(&self, mc: &Mutation<'gc>, index: usize) -> T {
+        let _w = self.obj.writer.lock("GcList");
+        let (items, len) = self.view();
+        if index >= len {
+            out_of_range("GcList::remove", index, len);
+        }
+        let value = items[index].0.get();
+        for i in index + 1..len {
+            items[i - 1].0.set(mc, items[i].0.get());
+        }
+        self.obj.len.set(mc, len - 1);
+        if index == len - 1 {
+            shade_cut(mc, &items[index..len]);
+        }
+        value
+    }
+
+    /// Removes element `index` and puts the last element in its place: O(1).
+    ///
+    /// # Panics
+    /// If `index >= len()`.
+    pub fn swap_remove(&self, mc: &Mutation<'gc>, index: usize) -> T {
+        let _w = self.obj.writer.lock("GcList");
+        let (items, len) = self.view();
+        if index >= len {
+            out_of_range("GcList::swap_remove", index, len);
+        }
+        let value = items[index].0.get();
+        if index == len - 1 {
+            shade_cut(mc, &items[index..len]);
+        } else {
+            items[index].0.set(mc, items[len - 1].0.get());
+        }
+        self.obj.len.set(mc, len - 1);
+        value
+    }
+
+    /// Removes every element.
+    pub fn clear(&self, mc: &Mutation<'gc>) {
+        self.truncate(mc, 0)
+    }
+
+    /// Keeps the first `len` elements (nothing happens if there are fewer).
+    pub fn truncate(&self, mc: &Mutation<'gc>, len: usize) {
+        let _w = self.obj.writer.lock("GcList");
+        let (items, old) = self.view();
+        if len >= old {
+            return;
+        }
+        self.obj.len.set(mc, len);
+        shade_cut(mc, &items[len..old]);
+    }
+
+    /// Keeps the elements for which `keep` is true, in order.
+    ///
+    /// # Panics
+    /// If `keep` changes this list (it may read it).
+    pub fn retain(&self, mc: &Mutation<'gc>, mut keep: impl FnMut(T) -> bool) {
+        let _w = self.obj.writer.lock("GcList");
+        let (items, len) = self.view();
+        let mut kept = 0;
+        for i in 0..len {
+            let x = items[i].0.get();
+            if keep(x) {
+                if kept != i {
+                    items[kept].0.set(mc, x);
+                }
+                kept += 1;
+            } else {
+                // Cut: later moves may not overwrite its slot.
+                shade_cut(mc, &items[i..i + 1]);
+            }
+        }
+        if kept < len {
+            self.obj.len.set(mc, kept);
+        }
+    }
+
+    /// Appends every item of `iter`.
+    ///
+    /// # Panics
+    /// At the heap limit (the items appended so far stay).
+    pub fn extend(&self, mc: &Mutation<'gc>, iter: impl IntoIterator<Item = T>) {
+        let iter = iter.into_iter();
+        let _w = self.obj.writer.lock("GcList");
+        let (mut items, mut len) = self.view();
+        let mut hint = iter.size_hint().0;
+        for x in iter {
+            if len == items.len() {
+                items = self
+                    .grow_for(mc, len + hint.max(1), x)
+                    .unwrap_or_else(|e| panic!("loam-collections: GcList::extend: {e}"));
+            }
+            items[len].0.set(mc, x);
+            len += 1;
+            hint = hint.saturating_sub(1);
+            // Published as it goes: a reader sees a prefix of the extension.
+            self.obj.len.set(mc, len);
+        }
+    }
+
+    /// Sorts the list, stably, by `compare`.
+    ///
+    /// # Panics
+    /// If `compare` changes this list (it may read it).
+    pub fn sort_by(&self, mc: &Mutation<'gc>, mut compare: impl FnMut(&T, &T) -> Ordering) {
+        let _w = self.obj.writer.lock("GcList");
+        let (items, len) = self.view();
+        let mut v: Vec<T> = items[..len].iter().map(|s| s.0.get()).collect();
+        v.sort_by(&mut compare);
+        for (slot, x) in items.iter().zip(v) {
+            slot.0.set(mc, x);
+        }
+    }
+
+    /// Sorts the list, stably, by the key `f` gives each element.
+    pub fn sort_by_key<K: Ord>(&self, mc: &Mutation<'gc>, mut f: impl FnMut(&T) -> K) {
+        self.sort_by(mc, |a, b| f(a).cmp(&f(b)))
+    }
+
+    /// Sorts the list, stably.
+    pub fn sort(&self, mc: &Mutation<'gc>)
+    where
+        T: Ord,
+    {
+        self.sort_by(mc, T::cmp)
+    }
+
+    /// Binary search in a list sorted by `compare`: `Ok` with the index of a
+    /// match, or `Err` with where the value would go (as `slice::binary_search_by`).
+    pub fn binary_search_by(
+        &self,
+        mut compare: impl FnMut(&T) -> Ordering,
+    ) -> Result<usize, usize> {
+        let (items, len) = self.view();
+        let (mut lo, mut hi) = (0, len);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            match compare(&items[mid].0.get()) {
+                Ordering::Less => lo = mid + 1,
+                Ordering::Greater => hi = mid,
+                Ordering::Equal => return Ok(mid),
+            }
+        }
+        Err(lo)
+    }
+
+    /// Binary search for `value` in a sorted list.
+    pub fn binary_search(&self, value: &T) -> Result<usize, usize>
+    where
+        T: Ord,
+    {
+        self.binary_search_by(|x| x.cmp(value))
+    }
+
+    /// The index of the first element equal to `value`.
+    pub fn index_of(&self, value: &T) -> Option<usize>
+    where
+        T: PartialEq,
+    {
+        self.iter().position(|x| x == *value)
+    }
+
+    /// Whether an element equals `value`.
+    pub fn contains(&self, value: &T) -> bool
+    where
+        T: PartialEq,
+    {
+        self.index_of(value).is_some()
+    }
+
+    /// The elements, in order, from the array and length as they are now.
+    pub fn iter(&self) -> Iter<'gc, T> {
+        let (items, len) = self.view();
+        Iter {
+            items,
+            next: 0,
+            end: len,
+        }
+    }
+
+    /// The elements, copied into a `Vec`.
+    pub fn to_vec(&self) -> Vec<T> {
+        self.iter().collect()
+    }
+}
+
+/// The elements of a [`GcList`], by value.
+pub struct Iter<'gc, T: CellValue + Trace + 'gc> {
+    items: Items<'gc, T>,
+    next: usize,
+    end: usize,
+}
+
+impl<'gc, T: CellValue + Trace + 'gc> Iterator for Iter<'gc, T> {
+    type Item = T;
+
+    #[inline]
+    fn next(&mut self) -> Option<T> {
+        if self.next < self.end {
+            let x = self.items[self.next].0.get();
+            self.next += 1;
+            Some(x)
+        } else {
+            None
+        }
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let n = self.end - self.next;
+        (n, Some(n))
+    }
+}
+
+impl<'gc, T: CellValue + Trace + 'gc> DoubleEndedIterator for Iter<'gc, T> {
+    fn next_back(&mut self) -> Option<T> {
+        if self.next < self.end {
+            self.end -= 1;
+            Some(self.items[self.end].0.get())
+        } else {
+            None
+        }
+    }
+}
+
+impl<'gc, T: CellValue + Trace + 'gc> ExactSizeIterator for Iter<'gc, T> {}
+
+impl<'gc, T: CellValue + Trace + 'gc> IntoIterator for GcList<'gc, T> {
+    type Item = T;
+    type IntoIter = Iter<'gc, T>;
+
+    fn into_iter(self) -> Iter<'gc, T> {
+        self.iter()
+    }
+}
+
+impl<'gc, T: CellValue + Trace + fmt::Debug + 'gc> fmt::Debug for GcList<'gc, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
+
+impl<'gc, T: CellValue + Trace + fmt::Debug + 'gc> fmt::Debug for Iter<'gc, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Iter")
+            .field("next", &self.next)
+            .field("end", &self.end)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,377 @@
+//! [`GcString`]: an immutable UTF-8 string in one managed allocation.
+
+use crate::list::GcList;
+use loam_runtime::{AllocError, CellValue, Gc, Mutation, Trace, Tracer};
+use std::borrow::Borrow;
+use std::cell::RefCell;
+use std::fmt;
+use std::hash::{BuildHasher, Hash, Hasher};
+use std::ops::{Bound, Deref, RangeBounds};
+
+/// Bytes before the text: the cached hash.
+const HASH_BYTES: usize = 8;
+
+/// The hash a string caches: fixed-seed foldhash of its bytes, the same in
+/// every thread and run.
+fn hash_bytes(bytes: &[u8]) -> u64 {
+    foldhash::fast::FixedState::with_seed(0x6c6f_616d).hash_one(bytes)
+}
+
+/// An immutable UTF-8 string in the managed heap: one allocation holding
+/// the length (beside the object header), a cached hash and the bytes.
+///
+/// `GcString` is a handle (`Copy`, one word) that derefs to `str`, so every
+/// `str` method that reads (`find`, `starts_with`, `ends_with`, `parse`,
+/// `chars`, `split` into `&str`s …) works on it directly. The methods here
+/// are the ones that make new managed strings ([`concat`](Self::concat),
+/// [`substring`](Self::substring), [`split`](Self::split) into a
+/// [`GcList`], [`trim`](Self::trim), case conversion) and take the call's
+/// `Mutation`. Equality compares the cached hashes first; `Hash` is `str`'s,
+/// so with [`Borrow<str>`] a dictionary keyed by `GcString` is queried with
+/// a `&str`. [`gc_format!`](crate::gc_format) formats into one.
+///
+/// # Examples
+/// ```
+/// use loam_collections::{gc_format, GcString};
+///
+/// let rt = loam_runtime::Runtime::builder().gc_threads(1).build();
+/// let mut m = rt.attach();
+/// m.mutate(|mc| {
+///     let s = GcString::new(mc, "  key=value  ").trim(mc);
+///     assert_eq!(s, "key=value");
+///     let parts = s.split(mc, '=');
+///     assert_eq!(parts.at(0), "key");
+///     assert_eq!(parts.at(1).to_uppercase(mc), "VALUE");
+///     assert!(s.starts_with("key") && s.find('=') == Some(3));
+///     assert_eq!(gc_format!(mc, "{}-{}", s.len(), 7), "9-7");
+/// });
+/// ```
+#[derive(Clone, Copy)]
+#[repr(transparent)]
+pub struct GcString<'gc> {
+    /// The cached hash (native-endian), then the UTF-8 text.
+    bytes: Gc<'gc, [u8]>,
+}
+
+// SAFETY: a transparent `Gc`: one pointer word, no padding.
+unsafe impl CellValue for GcString<'_> {}
+
+// SAFETY: reports the one managed pointer it holds (1, 2, 3); no `Drop` (4).
+unsafe impl Trace for GcString<'_> {
+    fn trace(&self, tracer: &mut Tracer) {
+        self.bytes.trace(tracer)
+    }
+}
+
+impl<'gc> GcString<'gc> {
+    /// A managed copy of `s`.
+    ///
+    /// # Panics
+    /// At the heap limit (see [`try_new`](Self::try_new)).
+    pub fn new(mc: &Mutation<'gc>, s: &str) -> Self {
+        Self::try_new(mc, s).unwrap_or_else(|e| alloc_failed(e))
+    }
+
+    /// A managed copy of `s`, or the heap-limit `Err`.
+    pub fn try_new(mc: &Mutation<'gc>, s: &str) -> Result<Self, AllocError<()>> {
+        let hash = hash_bytes(s.as_bytes());
+        let bytes = mc.try_alloc_concat(&[&hash.to_ne_bytes()[..], s.as_bytes()])?;
+        Ok(GcString { bytes })
+    }
+
+    /// The string `a` then `b`, in one allocation.
+    fn try_from_two(mc: &Mutation<'gc>, a: &str, b: &str) -> Result<Self, AllocError<()>> {
+        with_scratch(|buf| {
+            buf.push_str(a);
+            buf.push_str(b);
+            Self::try_new(mc, buf)
+        })
+    }
+
+    /// The text.
+    #[inline]
+    pub fn as_str(&self) -> &'gc str {
+        let bytes = &Gc::get(self.bytes)[HASH_BYTES..];
+        // SAFETY: the bytes after the hash were copied from a `&str` when
+        // the string was made, and never change.
+        unsafe { std::str::from_utf8_unchecked(bytes) }
+    }
+
+    /// The cached hash of the text (fixed-seed foldhash; the same for equal
+    /// strings, in every thread and run).
+    #[inline]
+    pub fn hash_code(&self) -> u64 {
+        let mut h = [0; HASH_BYTES];
+        h.copy_from_slice(&Gc::get(self.bytes)[..HASH_BYTES]);
+        u64::from_ne_bytes(h)
+    }
+
+    /// Whether `a` and `b` are the same object (not only equal text).
+    pub fn ptr_eq(a: Self, b: Self) -> bool {
+        Gc::ptr_eq(a.bytes, b.bytes)
+    }
+
+    /// This string followed by `other`, as a new string.
+    ///
+    /// # Panics
+    /// At the heap limit.
+    pub fn concat(&self, mc: &Mutation<'gc>, other: &str) -> Self {
+        Self::try_from_two(mc, self.as_str(), other).unwrap_or_else(|e| alloc_failed(e))
+    }
+
+    /// [`concat`](Self::concat), or the heap-limit `Err`.
+    pub fn try_concat(&self, mc: &Mutation<'gc>, other: &str) -> Result<Self, AllocError<()>> {
+        Self::try_from_two(mc, self.as_str(), other)
+    }
+
+    /// The bytes `range` of the text, as a new string (the whole string
+    /// itself when the range covers it).
+    ///
+    /// # Panics
+    /// If the range is out of bounds or does not fall on `char` boundaries
+    /// (as `&s[range]` does), or at the heap limit.
+    pub fn substring(&self, mc: &Mutation<'gc>, range: impl RangeBounds<usize>) -> Self {
+        let s = self.as_str();
+        let start = match range.start_bound() {
+            Bound::Included(&i) => i,
+            Bound::Excluded(&i) => i + 1,
+            Bound::Unbounded => 0,
+        };
+        let end = match range.end_bound() {
+            Bound::Included(&i) => i + 1,
+            Bound::Excluded(&i) => i,
+            Bound::Unbounded => s.len(),
+        };
+        if start == 0 && end == s.len() {
+            return *self;
+        }
+        Self::new(mc, &s[start..end])
+    }
+
+    /// The pieces between occurrences of `sep`, as a list of new strings
+    /// (as `str::split`: `n` separators give `n + 1` pieces).
+    ///
+    /// # Panics
+    /// At the heap limit.
+    pub fn split(&self, mc: &Mutation<'gc>, sep: char) -> GcList<'gc, GcString<'gc>> {
+        let list = GcList::new(mc);
+        list.extend(mc, self.as_str().split(sep).map(|p| GcString::new(mc, p)));
+        list
+    }
+
+    /// [`split`](Self::split) on a string separator.
+    pub fn split_str(&self, mc: &Mutation<'gc>, sep: &str) -> GcList<'gc, GcString<'gc>> {
+        let list = GcList::new(mc);
+        list.extend(mc, self.as_str().split(sep).map(|p| GcString::new(mc, p)));
+        list
+    }
+
+    /// The text without leading and trailing whitespace (this string itself
+    /// when there is none).
+    pub fn trim(&self, mc: &Mutation<'gc>) -> Self {
+        self.reuse_or_new(mc, self.as_str().trim())
+    }
+
+    /// The text without leading whitespace.
+    pub fn trim_start(&self, mc: &Mutation<'gc>) -> Self {
+        self.reuse_or_new(mc, self.as_str().trim_start())
+    }
+
+    /// The text without trailing whitespace.
+    pub fn trim_end(&self, mc: &Mutation<'gc>) -> Self {
+        self.reuse_or_new(mc, self.as_str().trim_end())
+    }
+
+    /// The text in upper case (Unicode's mapping, as `str::to_uppercase`).
+    pub fn to_uppercase(&self, mc: &Mutation<'gc>) -> Self {
+        let s = self.as_str();
+        if s.is_ascii() {
+            if !s.bytes().any(|b| b.is_ascii_lowercase()) {
+                return *self;
+            }
+            return with_scratch(|buf| {
+                buf.push_str(s);
+                buf.make_ascii_uppercase();
+                Self::new(mc, buf)
+            });
+        }
+        Self::new(mc, &s.to_uppercase())
+    }
+
+    /// The text in lower case (Unicode's mapping, as `str::to_lowercase`).
+    pub fn to_lowercase(&self, mc: &Mutation<'gc>) -> Self {
+        let s = self.as_str();
+        if s.is_ascii() {
+            if !s.bytes().any(|b| b.is_ascii_uppercase()) {
+                return *self;
+            }
+            return with_scratch(|buf| {
+                buf.push_str(s);
+                buf.make_ascii_lowercase();
+                Self::new(mc, buf)
+            });
+        }
+        Self::new(mc, &s.to_lowercase())
+    }
+
+    /// `part` as a string: this one when it is the whole text.
+    fn reuse_or_new(&self, mc: &Mutation<'gc>, part: &str) -> Self {
+        if part.len() == self.len() {
+            *self
+        } else {
+            Self::new(mc, part)
+        }
+    }
+
+    /// Formats `args` into a new string (what [`gc_format!`](crate::gc_format)
+    /// calls).
+    pub fn format(mc: &Mutation<'gc>, args: fmt::Arguments<'_>) -> Self {
+        if let Some(s) = args.as_str() {
+            return Self::new(mc, s);
+        }
+        with_scratch(|buf| {
+            fmt::write(buf, args).expect("a Display impl returned an error");
+            Self::new(mc, buf)
+        })
+    }
+}
+
+/// Runs `f` with an empty scratch string of this thread (a fresh one if a
+/// formatting impl inside `f` is using it already).
+fn with_scratch<R>(f: impl FnOnce(&mut String) -> R) -> R {
+    thread_local!(static SCRATCH: RefCell<String> = const { RefCell::new(String::new()) });
+    SCRATCH.with(|s| match s.try_borrow_mut() {
+        Ok(mut buf) => {
+            buf.clear();
+            let r = f(&mut buf);
+            if buf.capacity() > 1 << 20 {
+                *buf = String::new();
+            }
+            r
+        }
+        Err(_) => f(&mut String::new()),
+    })
+}
+
+#[cold]
+#[inline(never)]
+fn alloc_failed(e: AllocError<()>) -> ! {
+    panic!("loam-collections: {e}")
+}
+
+/// Formats into a new [`GcString`]: `gc_format!(mc, "{x}-{}", y)`.
+///
+/// ```
+/// let rt = loam_runtime::Runtime::builder().gc_threads(1).build();
+/// let mut m = rt.attach();
+/// m.mutate(|mc| {
+///     let key = loam_collections::gc_format!(mc, "k{}_{:x}", 7, 255);
+///     assert_eq!(key, "k7_ff");
+/// });
+/// ```
+#[macro_export]
+macro_rules! gc_format {
+    ($mc:expr, $($arg:tt)*) => {
+        $crate::GcString::format($mc, ::std::format_args!($($arg)*))
+    };
+}
+
+impl<'gc> Deref for GcString<'gc> {
+    type Target = str;
+
+    #[inline]
+    fn deref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl AsRef<str> for GcString<'_> {
+    fn as_ref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl Borrow<str> for GcString<'_> {
+    fn borrow(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl PartialEq for GcString<'_> {
+    #[inline]
+    fn eq(&self, other: &Self) -> bool {
+        GcString::ptr_eq(*self, *other)
+            || (self.len() == other.len()
+                && self.hash_code() == other.hash_code()
+                && self.as_str() == other.as_str())
+    }
+}
+
+impl Eq for GcString<'_> {}
+
+impl PartialEq<str> for GcString<'_> {
+    fn eq(&self, other: &str) -> bool {
+        self.as_str() == other
+    }
+}
+
+impl PartialEq<&str> for GcString<'_> {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+impl PartialEq<String> for GcString<'_> {
+    fn eq(&self, other: &String) -> bool {
+        self.as_str() == other
+    }
+}
+
+impl PartialEq<GcString<'_>> for str {
+    fn eq(&self, other: &GcString<'_>) -> bool {
+        self == other.as_str()
+    }
+}
+
+impl PartialEq<GcString<'_>> for &str {
+    fn eq(&self, other: &GcString<'_>) -> bool {
+        *self == other.as_str()
+    }
+}
+
+impl PartialOrd for GcString<'_> {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for GcString<'_> {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.as_str().cmp(other.as_str())
+    }
+}
+
+impl PartialOrd<str> for GcString<'_> {
+    fn partial_cmp(&self, other: &str) -> Option<std::cmp::Ordering> {
+        Some(self.as_str().cmp(other))
+    }
+}
+
+/// `str`'s hash, so that `Borrow<str>` lookups find the string.
+impl Hash for GcString<'_> {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.as_str().hash(state)
+    }
+}
+
+impl fmt::Display for GcString<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self.as_str(), f)
+    }
+}
+
+impl fmt::Debug for GcString<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self.as_str(), f)
+    }
+}

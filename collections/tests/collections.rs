@@ -1,0 +1,331 @@
+//! The collections with the collector: what only a collection holds
+//! survives, what it lets go of is freed (drop counts), a collection shared
+//! through a `GlobalRoot` and changed from two threads stays consistent,
+//! and bad input gets a clear panic or an `Err` that changes nothing.
+
+use loam_collections::{gc_format, GcDictionary, GcList, GcString, GcStringBuilder};
+use loam_runtime::{Gc, GlobalRoot, Root, Rootable, Runtime, RuntimeBuilder, Trace};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// One runtime at a time: drop counts after `collect` (see the runtime's
+/// tests/collector.rs).
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static SERIAL: Mutex<()> = Mutex::new(());
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn rt() -> RuntimeBuilder {
+    Runtime::builder().gc_threads(2).ignore_env().verify(true)
+}
+
+struct Tick(Arc<AtomicUsize>);
+
+impl Drop for Tick {
+    fn drop(&mut self) {
+        self.0.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+#[derive(Trace)]
+struct Record {
+    key: u64,
+    #[trace(skip)]
+    _tick: Tick,
+}
+
+fn record<'gc>(
+    mc: &loam_runtime::Mutation<'gc>,
+    key: u64,
+    drops: &Arc<AtomicUsize>,
+) -> Gc<'gc, Record> {
+    mc.alloc(Record {
+        key,
+        _tick: Tick(drops.clone()),
+    })
+}
+
+fn collect(m: &mut loam_runtime::Mutator) {
+    m.collect();
+    m.runtime().wait_for_drops();
+}
+
+#[test]
+fn a_list_keeps_what_it_holds_and_frees_what_it_lets_go() {
+    let _serial = serial();
+    let drops = Arc::new(AtomicUsize::new(0));
+    let rt = rt().build();
+    let mut m = rt.attach();
+    type L = Rootable!['gc => GcList<'gc, Gc<'gc, Record>>];
+    let list: Root<L> = m.mutate(|mc| {
+        let l = GcList::new(mc);
+        for k in 0..1000 {
+            l.push(mc, record(mc, k, &drops));
+        }
+        mc.root(mc.alloc(l))
+    });
+    collect(&mut m);
+    assert_eq!(
+        drops.load(Ordering::Relaxed),
+        0,
+        "held only by the list, and kept"
+    );
+    let mut removed = 0;
+    m.mutate(|mc| {
+        let l = *list.get(mc);
+        assert_eq!(l.iter().map(|r| r.key).sum::<u64>(), 999 * 1000 / 2);
+        l.pop(mc);
+        l.remove(mc, 0);
+        l.swap_remove(mc, 10);
+        l.retain(mc, |r| r.key % 2 == 0);
+        l.truncate(mc, 100);
+        l.set(mc, 5, record(mc, 5000, &drops));
+        removed = 1000 - l.len();
+    });
+    collect(&mut m);
+    // The one `set` replaced an element: 1000 + 1 made, `len` left.
+    let left = m.mutate(|mc| list.get(mc).len());
+    assert_eq!(left, 100);
+
+    assert_eq!(drops.load(Ordering::Relaxed), removed + 1);
+    m.mutate(|mc| list.get(mc).clear(mc));
+    collect(&mut m);
+    assert_eq!(drops.load(Ordering::Relaxed), 1001);
+}
+
+#[test]
+fn a_dictionary_keeps_what_it_holds_and_frees_what_it_lets_go() {
+    let _serial = serial();
+    let drops = Arc::new(AtomicUsize::new(0));
+    let rt = rt().build();
+    let mut m = rt.attach();
+    type D = Rootable!['gc => GcDictionary<'gc, GcString<'gc>, Gc<'gc, Record>>];
+    let dict: Root<D> = m.mutate(|mc| {
+        let d = GcDictionary::new(mc);
+        for k in 0..1000 {
+            d.insert(mc, gc_format!(mc, "k{k}"), record(mc, k, &drops));
+        }
+        mc.root(mc.alloc(d))
+    });
+    collect(&mut m);
+    assert_eq!(drops.load(Ordering::Relaxed), 0);
+    m.mutate(|mc| {
+        let d = *dict.get(mc);
+        for k in (0..1000).step_by(2) {
+            assert_eq!(
+                d.remove(mc, format!("k{k}").as_str()).map(|r| r.key),
+                Some(k)
+            );
+        }
+        // Replacing a value lets the old one go.
+        d.insert(mc, GcString::new(mc, "k1"), record(mc, 1, &drops));
+        d.retain(mc, |_, r| r.key < 500);
+    });
+    collect(&mut m);
+    assert_eq!(drops.load(Ordering::Relaxed), 500 + 1 + 250);
+    m.mutate(|mc| {
+        let d = *dict.get(mc);
+        assert_eq!(d.len(), 250);
+        for k in (1..500).step_by(2) {
+            assert_eq!(d.get(format!("k{k}").as_str()).map(|r| r.key), Some(k));
+        }
+        d.clear(mc);
+    });
+    collect(&mut m);
+    assert_eq!(drops.load(Ordering::Relaxed), 1001);
+}
+
+#[test]
+fn collections_survive_minor_cycles_while_old_and_changed() {
+    let _serial = serial();
+    let minors = Arc::new(AtomicUsize::new(0));
+    let rt = {
+        let minors = minors.clone();
+        rt().min_heap(512 << 10)
+            .on_cycle(move |e| {
+                minors.fetch_add(usize::from(e.minor), Ordering::Relaxed);
+            })
+            .build()
+    };
+    let mut m = rt.attach();
+    type D = Rootable!['gc => GcDictionary<'gc, u64, GcList<'gc, GcString<'gc>>>];
+    let dict: Root<D> = m.mutate(|mc| mc.root(mc.alloc(GcDictionary::new(mc))));
+    const ROUNDS: u64 = 20_000;
+    for round in 0..ROUNDS {
+        m.mutate(|mc| {
+            let d = *dict.get(mc);
+            let list = d.entry(mc, round % 64).or_insert_with(|| GcList::new(mc));
+            list.push(mc, gc_format!(mc, "{round}"));
+            if list.len() > 8 {
+                list.remove(mc, 0);
+            }
+            for _ in 0..4 {
+                mc.alloc([round; 16]); // garbage
+            }
+        });
+    }
+    let s = rt.stats();
+    assert!(
+        minors.load(Ordering::Relaxed) >= 3,
+        "{} minor cycles of {}",
+        s.minor_cycles,
+        s.cycles
+    );
+    m.collect();
+    m.mutate(|mc| {
+        let d = *dict.get(mc);
+        for (k, list) in d.iter() {
+            let want: Vec<String> = (0..ROUNDS)
+                .filter(|r| r % 64 == k)
+                .map(|r| r.to_string())
+                .collect();
+            let got: Vec<String> = list.iter().map(|s| s.to_string()).collect();
+            assert_eq!(got, want[want.len() - 8..]);
+        }
+    });
+}
+
+#[test]
+fn a_collection_shared_between_two_threads_stays_consistent() {
+    let _serial = serial();
+    let rt = rt().min_heap(256 << 10).build();
+    type L = Rootable!['gc => GcList<'gc, u64>];
+    type D = Rootable!['gc => GcDictionary<'gc, GcString<'gc>, u64>];
+    type B = Rootable!['gc => GcStringBuilder<'gc>];
+    let (list, dict, builder): (GlobalRoot<L>, GlobalRoot<D>, GlobalRoot<B>) = {
+        let mut m = rt.attach();
+        m.mutate(|mc| {
+            (
+                mc.global_root(mc.alloc(GcList::new(mc))),
+                mc.global_root(mc.alloc(GcDictionary::new(mc))),
+                mc.global_root(mc.alloc(GcStringBuilder::new(mc))),
+            )
+        })
+    };
+    const N: u64 = 5000;
+    std::thread::scope(|s| {
+        for t in 0..2_u64 {
+            let (rt, list, dict, builder) = (&rt, &list, &dict, &builder);
+            s.spawn(move || {
+                let mut m = rt.attach();
+                for i in 0..N {
+                    m.mutate(|mc| {
+                        let v = t * N + i;
+                        list.get(mc).push(mc, v);
+                        dict.get(mc).insert(mc, gc_format!(mc, "{v}"), v);
+                        if i % 3 == 0 {
+                            dict.get(mc)
+                                .remove(mc, format!("{}", t * N + i / 2).as_str());
+                        }
+                        builder.get(mc).push_str(mc, if t == 0 { "a" } else { "b" });
+                    });
+                }
+            });
+        }
+    });
+    let mut m = rt.attach();
+    m.collect();
+    m.mutate(|mc| {
+        let l = *list.get(mc);
+        let mut all = l.to_vec();
+        assert_eq!(all.len(), 2 * N as usize);
+        all.sort_unstable();
+        assert!(all.iter().copied().eq(0..2 * N), "every push landed once");
+        let d = *dict.get(mc);
+        let mut model = std::collections::HashMap::new();
+        for t in 0..2 {
+            for i in 0..N {
+                model.insert(t * N + i, ());
+                if i % 3 == 0 {
+                    model.remove(&(t * N + i / 2));
+                }
+            }
+        }
+        assert_eq!(d.len(), model.len());
+        for (k, v) in d.iter() {
+            assert_eq!(k.parse::<u64>().unwrap(), v);
+            assert!(model.contains_key(&v));
+        }
+        let text = builder.get(mc).to_gc_string(mc);
+        assert_eq!(text.len(), 2 * N as usize);
+        assert_eq!(text.bytes().filter(|&b| b == b'a').count(), N as usize);
+    });
+}
+
+#[test]
+fn out_of_range_indices_panic_with_the_index_and_the_length() {
+    let rt = rt().build();
+    let mut m = rt.attach();
+    m.mutate(|mc| {
+        let l = GcList::from_slice(mc, &[1_u64, 2, 3]);
+        let msg = |f: &dyn Fn()| {
+            let e = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_err();
+            e.downcast_ref::<String>().cloned().unwrap_or_default()
+        };
+        assert_eq!(
+            msg(&|| {
+                l.at(3);
+            }),
+            "GcList::at index (is 3) should be < len (is 3)"
+        );
+        assert!(msg(&|| {
+            l.remove(mc, 7);
+        })
+        .contains("(is 7)"));
+        assert!(msg(&|| {
+            l.set(mc, 3, 0);
+        })
+        .contains("len (is 3)"));
+        assert!(msg(&|| l.insert(mc, 5, 0)).contains("should be <= len (is 3)"));
+        let s = GcString::new(mc, "héllo");
+        assert!(msg(&|| {
+            s.substring(mc, 0..2);
+        })
+        .contains("char boundary"));
+        // A callback that changes its own collection is refused, not a hang.
+        assert!(msg(&|| l.sort_by(mc, |a, b| {
+            l.push(mc, 9);
+            a.cmp(b)
+        }))
+        .contains("changed from inside one of its own callbacks"));
+        assert_eq!(l.to_vec(), [1, 2, 3], "the list is unchanged");
+    });
+}
+
+#[test]
+fn a_heap_limit_err_leaves_the_collection_unchanged() {
+    let _serial = serial();
+    let rt = rt().heap_limit(8 << 20).build();
+    let mut m = rt.attach();
+    m.mutate(|mc| {
+        let l = GcList::new(mc);
+        let err = loop {
+            match l.try_push(mc, l.len() as u64) {
+                Ok(()) => {}
+                Err(e) => break e,
+            }
+        };
+        let n = l.len();
+        assert!(n > 1000, "{n}");
+        assert_eq!(err.into_inner(), n as u64, "the value comes back");
+        assert!(l.iter().eq(0..n as u64), "nothing lost, nothing added");
+        let d = GcDictionary::new(mc);
+        let mut i = 0_u64;
+        let err = loop {
+            match d.try_insert(mc, i, i) {
+                Ok(_) => i += 1,
+                Err(e) => break e,
+            }
+        };
+        assert_eq!(err.into_inner(), (i, i));
+        assert_eq!(d.len(), i as usize);
+        assert!(d.iter().all(|(k, v)| k == v && k < i));
+        assert!(GcString::try_new(mc, &"z".repeat(16 << 20)).is_err());
+        let b = GcStringBuilder::new(mc);
+        b.push_str(mc, "kept");
+        assert!(b.try_push_str(mc, &"z".repeat(16 << 20)).is_err());
+        assert_eq!(b.to_gc_string(mc), "kept");
+    });
+    // Nothing was rooted: the next call collects first, and has room.
+    m.mutate(|mc| GcList::from_slice(mc, &[1_u64; 1000]).len());
+}

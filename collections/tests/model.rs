@@ -1,0 +1,325 @@
+//! Each collection against its std model (Vec, HashMap, String), through
+//! random operation sequences, one `mutate` call per step with a collection
+//! between steps (verify mode on), compared after every step.
+//!
+//! `PROPTEST_CASES` sets the number of sequences (default 48).
+
+use loam_collections::{GcDictionary, GcList, GcString, GcStringBuilder, SipHash};
+use loam_runtime::{Gc, Mutator, Root, Rootable, Runtime};
+use proptest::prelude::*;
+use std::collections::HashMap;
+
+fn runtime() -> Runtime {
+    Runtime::builder()
+        .gc_threads(2)
+        .ignore_env()
+        .verify(true)
+        .min_heap(64 << 10)
+        .build()
+}
+
+fn config() -> ProptestConfig {
+    let cases = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(48);
+    ProptestConfig {
+        cases,
+        ..ProptestConfig::default()
+    }
+}
+
+/// Every third step forces a full cycle; the others leave the collector to
+/// its pacing (minor cycles, with the small heap).
+fn between_steps(m: &mut Mutator, step: usize) {
+    if step % 3 == 0 {
+        m.collect();
+    }
+}
+
+#[derive(Clone, Debug)]
+enum ListOp {
+    Push(u64),
+    Pop,
+    Insert(usize, u64),
+    Remove(usize),
+    SwapRemove(usize),
+    Set(usize, u64),
+    Truncate(usize),
+    RetainOdd,
+    Sort,
+    SortByKeyRev,
+    Extend(Vec<u64>),
+    Clear,
+}
+
+fn list_op() -> impl Strategy<Value = ListOp> {
+    prop_oneof![
+        6 => any::<u64>().prop_map(ListOp::Push),
+        2 => Just(ListOp::Pop),
+        2 => (0..40_usize, any::<u64>()).prop_map(|(i, v)| ListOp::Insert(i, v)),
+        2 => (0..40_usize).prop_map(ListOp::Remove),
+        1 => (0..40_usize).prop_map(ListOp::SwapRemove),
+        2 => (0..40_usize, any::<u64>()).prop_map(|(i, v)| ListOp::Set(i, v)),
+        1 => (0..40_usize).prop_map(ListOp::Truncate),
+        1 => Just(ListOp::RetainOdd),
+        1 => Just(ListOp::Sort),
+        1 => Just(ListOp::SortByKeyRev),
+        1 => proptest::collection::vec(any::<u64>(), 0..20).prop_map(ListOp::Extend),
+        1 => Just(ListOp::Clear),
+    ]
+}
+
+type ListRoot = Rootable!['gc => GcList<'gc, Gc<'gc, u64>>];
+
+proptest! {
+    #![proptest_config(config())]
+
+    /// A list of managed values, against a `Vec<u64>`.
+    #[test]
+    fn a_list_behaves_as_a_vec(ops in proptest::collection::vec(list_op(), 1..60)) {
+        let rt = runtime();
+        let mut m = rt.attach();
+        let list: Root<ListRoot> = m.mutate(|mc| mc.root(mc.alloc(GcList::new(mc))));
+        let mut model: Vec<u64> = Vec::new();
+        for (step, op) in ops.into_iter().enumerate() {
+            m.mutate(|mc| {
+                let l = *list.get(mc);
+                let len = model.len();
+                match op {
+                    ListOp::Push(v) => { l.push(mc, mc.alloc(v)); model.push(v); }
+                    ListOp::Pop => assert_eq!(l.pop(mc).map(|g| *g), model.pop()),
+                    ListOp::Insert(i, v) if i <= len => { l.insert(mc, i, mc.alloc(v)); model.insert(i, v); }
+                    ListOp::Remove(i) if i < len => assert_eq!(*l.remove(mc, i), model.remove(i)),
+                    ListOp::SwapRemove(i) if i < len => assert_eq!(*l.swap_remove(mc, i), model.swap_remove(i)),
+                    ListOp::Set(i, v) if i < len => {
+                        assert_eq!(*l.set(mc, i, mc.alloc(v)), model[i]);
+                        model[i] = v;
+                    }
+                    ListOp::Truncate(n) => { l.truncate(mc, n); model.truncate(n); }
+                    ListOp::RetainOdd => { l.retain(mc, |x| *x % 2 == 1); model.retain(|x| x % 2 == 1); }
+                    ListOp::Sort => { l.sort(mc); model.sort(); }
+                    ListOp::SortByKeyRev => {
+                        l.sort_by_key(mc, |x| std::cmp::Reverse(**x >> 60));
+                        model.sort_by_key(|x| std::cmp::Reverse(*x >> 60));
+                    }
+                    ListOp::Extend(v) => {
+                        l.extend(mc, v.iter().map(|&x| mc.alloc(x)));
+                        model.extend(v);
+                    }
+                    ListOp::Clear => { l.clear(mc); model.clear(); }
+                    // Out of range: the list panics as a Vec does, and is unchanged.
+                    ListOp::Insert(i, v) => {
+                        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| l.insert(mc, i, mc.alloc(v))));
+                        assert!(r.is_err());
+                    }
+                    ListOp::Remove(i) | ListOp::SwapRemove(i) | ListOp::Set(i, _) => {
+                        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| l.remove(mc, i)));
+                        let msg = *r.unwrap_err().downcast::<String>().unwrap();
+                        assert!(msg.contains(&format!("is {i}")) && msg.contains(&format!("is {len}")), "{msg}");
+                    }
+                }
+            });
+            between_steps(&mut m, step);
+            m.mutate(|mc| {
+                let l = *list.get(mc);
+                assert_eq!(l.len(), model.len());
+                assert!(l.capacity() >= l.len());
+                assert_eq!(l.iter().map(|g| *g).collect::<Vec<_>>(), model);
+                if let Some(&x) = model.first() {
+                    assert_eq!(l.index_of(&l.at(0)), model.iter().position(|&y| y == x));
+                }
+            });
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+enum DictOp {
+    Insert(u8, u64),
+    Remove(u8),
+    Update(u8),
+    EntryOrInsert(u8, u64),
+    RetainEven,
+    Clear,
+}
+
+fn dict_op() -> impl Strategy<Value = DictOp> {
+    prop_oneof![
+        8 => (any::<u8>(), any::<u64>()).prop_map(|(k, v)| DictOp::Insert(k, v)),
+        4 => any::<u8>().prop_map(DictOp::Remove),
+        2 => any::<u8>().prop_map(DictOp::Update),
+        2 => (any::<u8>(), any::<u64>()).prop_map(|(k, v)| DictOp::EntryOrInsert(k, v)),
+        1 => Just(DictOp::RetainEven),
+        1 => Just(DictOp::Clear),
+    ]
+}
+
+fn key(k: u8) -> String {
+    format!("k{k}_{:x}", u32::from(k).wrapping_mul(2_654_435_761))
+}
+
+type DictRoot = Rootable!['gc => GcDictionary<'gc, GcString<'gc>, Gc<'gc, u64>>];
+type SipRoot = Rootable!['gc => GcDictionary<'gc, GcString<'gc>, Gc<'gc, u64>, SipHash>];
+
+/// Applies `op` to a dictionary of either hasher and to the model.
+macro_rules! dict_step {
+    ($mc:expr, $d:expr, $model:expr, $op:expr) => {{
+        let (mc, d, model) = ($mc, $d, $model);
+        match $op {
+            DictOp::Insert(k, v) => {
+                let old = d.insert(mc, GcString::new(mc, &key(k)), mc.alloc(v));
+                assert_eq!(old.map(|g| *g), model.insert(key(k), v));
+            }
+            DictOp::Remove(k) => {
+                assert_eq!(
+                    d.remove(mc, key(k).as_str()).map(|g| *g),
+                    model.remove(&key(k))
+                );
+            }
+            DictOp::Update(k) => {
+                let new = d.update(mc, key(k).as_str(), |v| mc.alloc(v.wrapping_add(1)));
+                let m = model.get_mut(&key(k)).map(|v| {
+                    *v = v.wrapping_add(1);
+                    *v
+                });
+                assert_eq!(new.map(|g| *g), m);
+            }
+            DictOp::EntryOrInsert(k, v) => {
+                let got = d
+                    .entry(mc, GcString::new(mc, &key(k)))
+                    .or_insert(mc.alloc(v));
+                assert_eq!(*got, *model.entry(key(k)).or_insert(v));
+            }
+            DictOp::RetainEven => {
+                d.retain(mc, |_, v| *v % 2 == 0);
+                model.retain(|_, v| *v % 2 == 0);
+            }
+            DictOp::Clear => {
+                d.clear(mc);
+                model.clear();
+            }
+        }
+    }};
+}
+
+/// Compares a dictionary with the model, entry by entry and by lookups.
+macro_rules! dict_check {
+    ($d:expr, $model:expr) => {{
+        let (d, model) = ($d, $model);
+        assert_eq!(d.len(), model.len());
+        let mut seen = 0;
+        for (k, v) in d.iter() {
+            assert_eq!(model.get(k.as_str()), Some(&*v), "entry {k}");
+            seen += 1;
+        }
+        assert_eq!(seen, model.len());
+        for k in 0..=255_u8 {
+            assert_eq!(
+                d.get(key(k).as_str()).map(|g| *g),
+                model.get(&key(k)).copied()
+            );
+        }
+    }};
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    /// A dictionary of `GcString` keys and managed values, against a
+    /// `HashMap<String, u64>`, with the default hasher and with SipHash.
+    #[test]
+    fn a_dictionary_behaves_as_a_hash_map(ops in proptest::collection::vec(dict_op(), 1..80)) {
+        let rt = runtime();
+        let mut m = rt.attach();
+        let fast: Root<DictRoot> = m.mutate(|mc| mc.root(mc.alloc(GcDictionary::new(mc))));
+        let sip: Root<SipRoot> =
+            m.mutate(|mc| mc.root(mc.alloc(GcDictionary::with_hasher(mc, SipHash::default()))));
+        let mut model: HashMap<String, u64> = HashMap::new();
+        let mut model2: HashMap<String, u64> = HashMap::new();
+        for (step, op) in ops.into_iter().enumerate() {
+            m.mutate(|mc| {
+                dict_step!(mc, *fast.get(mc), &mut model, op.clone());
+                dict_step!(mc, *sip.get(mc), &mut model2, op);
+            });
+            between_steps(&mut m, step);
+            m.mutate(|mc| {
+                dict_check!(*fast.get(mc), &model);
+                dict_check!(*sip.get(mc), &model2);
+            });
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+enum StrOp {
+    Push(String),
+    PushChar(char),
+    Finish,
+}
+
+fn str_op() -> impl Strategy<Value = StrOp> {
+    prop_oneof![
+        5 => "[a-zé=; 世]{0,12}".prop_map(StrOp::Push),
+        2 => any::<char>().prop_map(StrOp::PushChar),
+        1 => Just(StrOp::Finish),
+    ]
+}
+
+type BuilderRoot = Rootable!['gc => GcStringBuilder<'gc>];
+type StringsRoot = Rootable!['gc => GcList<'gc, GcString<'gc>>];
+
+proptest! {
+    #![proptest_config(config())]
+
+    /// A builder against a `String`; each finished string, and what the
+    /// string methods make of it, against `str`'s.
+    #[test]
+    fn builders_and_strings_behave_as_std_strings(ops in proptest::collection::vec(str_op(), 1..60)) {
+        let rt = runtime();
+        let mut m = rt.attach();
+        let b: Root<BuilderRoot> = m.mutate(|mc| mc.root(mc.alloc(GcStringBuilder::new(mc))));
+        let done: Root<StringsRoot> = m.mutate(|mc| mc.root(mc.alloc(GcList::new(mc))));
+        let mut model = String::new();
+        let mut finished: Vec<String> = Vec::new();
+        for (step, op) in ops.into_iter().enumerate() {
+            m.mutate(|mc| {
+                let b = *b.get(mc);
+                match op {
+                    StrOp::Push(s) => { b.push_str(mc, &s); model.push_str(&s); }
+                    StrOp::PushChar(c) => { b.push(mc, c); model.push(c); }
+                    StrOp::Finish => {
+                        let s = b.finish(mc);
+                        assert_eq!(s, model.as_str());
+                        done.get(mc).push(mc, s);
+                        finished.push(std::mem::take(&mut model));
+                    }
+                }
+                assert_eq!(b.len(), model.len());
+            });
+            between_steps(&mut m, step);
+            m.mutate(|mc| {
+                assert_eq!(b.get(mc).to_gc_string(mc), model.as_str());
+                let done = *done.get(mc);
+                assert_eq!(done.len(), finished.len());
+                for (s, want) in done.iter().zip(&finished) {
+                    assert_eq!(s, want.as_str());
+                    assert_eq!(s.hash_code(), GcString::new(mc, want).hash_code());
+                    assert_eq!(s.trim(mc), want.trim());
+                    assert_eq!(s.to_uppercase(mc), want.to_uppercase());
+                    assert_eq!(s.to_lowercase(mc), want.to_lowercase());
+                    assert_eq!(s.concat(mc, "x;"), format!("{want}x;"));
+                    let parts: Vec<String> = s.split(mc, ';').iter().map(|p| p.to_string()).collect();
+                    assert_eq!(parts, want.split(';').collect::<Vec<_>>());
+                    let parts: Vec<String> = s.split_str(mc, "=;").iter().map(|p| p.to_string()).collect();
+                    assert_eq!(parts, want.split("=;").collect::<Vec<_>>());
+                    if let Some(i) = want.find('=') {
+                        assert_eq!(s.substring(mc, ..i), &want[..i]);
+                        assert_eq!(s.substring(mc, i + 1..), &want[i + 1..]);
+                    }
+                    assert_eq!(s.cmp(&GcString::new(mc, "m")), want.as_str().cmp("m"));
+                }
+            });
+        }
+    }
+}

@@ -1,0 +1,411 @@
+//! The managed collections against their std counterparts, same run:
+//! `GcList` against `Vec`, `GcDictionary` against `HashMap` (SipHash, and
+//! the same fast hasher, foldhash), `GcStringBuilder`/`GcString` against
+//! `String`. Allocation and collection are part of the time: every case
+//! makes its objects inside the timed region and leaves them to the
+//! collector (std frees them as it goes).
+//!
+//! The cases:
+//! - `push_iter`: push 1,000,000 `u64`, then iterate and sum;
+//! - `random_get`: 1,000,000 random reads of a 1,000,000-element list;
+//! - `sort_records`: allocate 100,000 records {u64 key, i32 index, i32 tag}
+//!   (managed `Gc`s against `Box`es), push them, sort by key (stable);
+//! - `dict`: insert 1,000,000 string keys of the form `k<i>_<hex>`, look
+//!   each up, remove each (keys made as `GcString`s against `String`s);
+//! - `strings`: 1,000 times, build a string of 200 pieces `item<i>=<n>;`,
+//!   split it on `;` and each piece on `=` (into managed strings against
+//!   `String`s), compare each name with the previous.
+//!
+//! Run: `cargo bench --bench collections` (criterion), or
+//! `LOAM_BENCH_PAIRED=<rounds> cargo bench --bench collections` for
+//! interleaved rounds (loam and std alternating, which goes first rotating)
+//! with the median of per-round ratios and each case's minor and full
+//! cycle counts, the figures the README quotes. `LOAM_BENCH_CASES=dict,sort_records`
+//! runs some cases only.
+
+// `criterion_group!` generates an undocumented `pub fn`.
+#![allow(missing_docs)]
+
+use criterion::{criterion_group, Criterion};
+use loam::collections::{GcDictionary, GcList, GcString, GcStringBuilder};
+use loam::runtime::{Gc, Mutator, Root, Rootable, Runtime, Trace};
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::hint::black_box;
+use std::time::Instant;
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+const PUSHES: u64 = 1_000_000;
+const GETS: usize = 1_000_000;
+const RECORDS: u64 = 100_000;
+const KEYS: usize = 1_000_000;
+const STRINGS: usize = 1_000;
+const PIECES: usize = 200;
+
+fn xorshift(x: &mut u64) -> u64 {
+    *x ^= *x << 13;
+    *x ^= *x >> 7;
+    *x ^= *x << 17;
+    *x
+}
+
+// ---- push_iter
+
+fn std_push_iter() -> u64 {
+    let mut v = Vec::new();
+    for i in 0..PUSHES {
+        v.push(i);
+    }
+    v.iter().sum()
+}
+
+fn loam_push_iter(m: &mut Mutator) -> u64 {
+    m.mutate(|mc| {
+        let l = GcList::new(mc);
+        for i in 0..PUSHES {
+            l.push(mc, i);
+        }
+        l.iter().sum()
+    })
+}
+
+// ---- random_get
+
+type U64List = Rootable!['gc => GcList<'gc, u64>];
+
+fn std_random_get(v: &[u64]) -> u64 {
+    let mut x = 0x9e37_79b9_7f4a_7c15;
+    let mut sum = 0_u64;
+    for _ in 0..GETS {
+        sum = sum.wrapping_add(v[(xorshift(&mut x) % v.len() as u64) as usize]);
+    }
+    sum
+}
+
+fn loam_random_get(m: &mut Mutator, list: &Root<U64List>) -> u64 {
+    m.mutate(|mc| {
+        let l = *list.get(mc);
+        let n = l.len() as u64;
+        let mut x = 0x9e37_79b9_7f4a_7c15;
+        let mut sum = 0_u64;
+        for _ in 0..GETS {
+            sum = sum.wrapping_add(l.at((xorshift(&mut x) % n) as usize));
+        }
+        sum
+    })
+}
+
+// ---- sort_records
+
+#[derive(Trace)]
+struct Record {
+    key: u64,
+    index: i32,
+    tag: i32,
+}
+
+fn std_sort_records() -> u64 {
+    let mut x = 0x2545_f491_4f6c_dd1d;
+    let mut v: Vec<Box<Record>> = Vec::new();
+    for i in 0..RECORDS {
+        v.push(Box::new(Record {
+            key: xorshift(&mut x) % 1_000_000,
+            index: i as i32,
+            tag: (i % 7) as i32,
+        }));
+    }
+    v.sort_by_key(|r| r.key);
+    v.iter()
+        .enumerate()
+        .map(|(i, r)| r.key ^ (i as u64) ^ r.index as u64 ^ r.tag as u64)
+        .fold(0, u64::wrapping_add)
+}
+
+fn loam_sort_records(m: &mut Mutator) -> u64 {
+    m.mutate(|mc| {
+        let mut x = 0x2545_f491_4f6c_dd1d;
+        let l: GcList<Gc<Record>> = GcList::new(mc);
+        for i in 0..RECORDS {
+            l.push(
+                mc,
+                mc.alloc(Record {
+                    key: xorshift(&mut x) % 1_000_000,
+                    index: i as i32,
+                    tag: (i % 7) as i32,
+                }),
+            );
+        }
+        l.sort_by_key(mc, |r| r.key);
+        l.iter()
+            .enumerate()
+            .map(|(i, r)| r.key ^ (i as u64) ^ r.index as u64 ^ r.tag as u64)
+            .fold(0, u64::wrapping_add)
+    })
+}
+
+// ---- dict
+
+fn keys() -> Vec<String> {
+    (0..KEYS)
+        .map(|i| format!("k{i}_{:x}", (i as u64).wrapping_mul(0x9e37_79b9)))
+        .collect()
+}
+
+fn std_dict<S: std::hash::BuildHasher + Default>(keys: &[String]) -> u64 {
+    let mut d: HashMap<String, u64, S> = HashMap::default();
+    for (i, k) in keys.iter().enumerate() {
+        d.insert(k.clone(), i as u64);
+    }
+    let mut sum = 0;
+    for k in keys {
+        sum += d[k.as_str()];
+    }
+    for k in keys {
+        sum += d.remove(k.as_str()).unwrap();
+    }
+    assert!(d.is_empty());
+    sum
+}
+
+fn loam_dict(m: &mut Mutator, keys: &[String]) -> u64 {
+    m.mutate(|mc| {
+        let d = GcDictionary::new(mc);
+        for (i, k) in keys.iter().enumerate() {
+            d.insert(mc, GcString::new(mc, k), i as u64);
+        }
+        let mut sum = 0;
+        for k in keys {
+            sum += d.get(k.as_str()).unwrap();
+        }
+        for k in keys {
+            sum += d.remove(mc, k.as_str()).unwrap();
+        }
+        assert!(d.is_empty());
+        sum
+    })
+}
+
+// ---- strings
+
+fn std_strings() -> u64 {
+    let mut checks = 0_u64;
+    for s in 0..STRINGS {
+        let mut b = String::new();
+        for i in 0..PIECES {
+            write!(b, "item{i}={};", i * 7 + s).unwrap();
+        }
+        let parts: Vec<String> = b.split(';').map(str::to_string).collect();
+        let mut prev: Option<String> = None;
+        for p in parts.iter().filter(|p| !p.is_empty()) {
+            let eq = p.find('=').unwrap();
+            let (name, value) = (p[..eq].to_string(), p[eq + 1..].to_string());
+            checks += value.len() as u64 + u64::from(prev.as_ref() == Some(&name));
+            prev = Some(name);
+        }
+    }
+    checks
+}
+
+fn loam_strings(m: &mut Mutator) -> u64 {
+    m.mutate(|mc| {
+        let mut checks = 0_u64;
+        let b = GcStringBuilder::new(mc);
+        for s in 0..STRINGS {
+            for i in 0..PIECES {
+                b.push_fmt(mc, format_args!("item{i}={};", i * 7 + s));
+            }
+            let text = b.finish(mc);
+            let parts = text.split(mc, ';');
+            let mut prev: Option<GcString> = None;
+            for p in parts.iter().filter(|p| !p.is_empty()) {
+                let eq = p.find('=').unwrap();
+                let (name, value) = (p.substring(mc, ..eq), p.substring(mc, eq + 1..));
+                checks += value.len() as u64 + u64::from(prev == Some(name));
+                prev = Some(name);
+            }
+        }
+        checks
+    })
+}
+
+// ---- harness
+
+/// A case: its name, and its contenders, each a name and one timed run
+/// returning a check value that must agree between them.
+type Contenders<'a> = Vec<(&'static str, Box<dyn FnMut() -> u64 + 'a>)>;
+
+fn wanted(case: &str) -> bool {
+    std::env::var("LOAM_BENCH_CASES")
+        .map(|v| v.split(',').any(|c| c.trim() == case))
+        .unwrap_or(true)
+}
+
+fn cases<'a>(
+    m: &'a std::cell::RefCell<Mutator>,
+    list: &'a Root<U64List>,
+    v: &'a [u64],
+    keys: &'a [String],
+) -> Vec<(&'static str, Contenders<'a>)> {
+    let all: Vec<(&'static str, Contenders<'a>)> = vec![
+        (
+            "push_iter",
+            vec![
+                (
+                    "loam",
+                    Box::new(move || loam_push_iter(&mut m.borrow_mut())),
+                ),
+                ("std", Box::new(std_push_iter)),
+            ],
+        ),
+        (
+            "random_get",
+            vec![
+                (
+                    "loam",
+                    Box::new(move || loam_random_get(&mut m.borrow_mut(), list)),
+                ),
+                ("std", Box::new(move || std_random_get(v))),
+            ],
+        ),
+        (
+            "sort_records",
+            vec![
+                (
+                    "loam",
+                    Box::new(move || loam_sort_records(&mut m.borrow_mut())),
+                ),
+                ("std", Box::new(std_sort_records)),
+            ],
+        ),
+        (
+            "dict",
+            vec![
+                (
+                    "loam",
+                    Box::new(move || loam_dict(&mut m.borrow_mut(), keys)),
+                ),
+                (
+                    "std-sip",
+                    Box::new(move || std_dict::<std::collections::hash_map::RandomState>(keys)),
+                ),
+                (
+                    "std-fold",
+                    Box::new(move || std_dict::<foldhash::fast::RandomState>(keys)),
+                ),
+            ],
+        ),
+        (
+            "strings",
+            vec![
+                ("loam", Box::new(move || loam_strings(&mut m.borrow_mut()))),
+                ("std", Box::new(std_strings)),
+            ],
+        ),
+    ];
+    all.into_iter().filter(|(c, _)| wanted(c)).collect()
+}
+
+/// The shared inputs: a rooted 1,000,000-element list and its `Vec`, and
+/// the dictionary's key texts.
+fn inputs(m: &mut Mutator) -> (Root<U64List>, Vec<u64>, Vec<String>) {
+    let v: Vec<u64> = (0..GETS as u64).map(|i| i * 3).collect();
+    let list = m.mutate(|mc| mc.root(mc.alloc(GcList::from_slice(mc, &v))));
+    (list, v, keys())
+}
+
+fn benches(c: &mut Criterion) {
+    let rt = Runtime::new();
+    let mut m = rt.attach();
+    let (list, v, keys) = inputs(&mut m);
+    let m = std::cell::RefCell::new(m);
+    for (case, contenders) in cases(&m, &list, &v, &keys) {
+        let mut g = c.benchmark_group(case);
+        g.sample_size(10);
+        for (name, mut run) in contenders {
+            g.bench_function(name, |b| b.iter(|| black_box(run())));
+        }
+        g.finish();
+    }
+}
+
+criterion_group!(collections, benches);
+
+/// `LOAM_BENCH_PAIRED=<rounds>`: each case's contenders back to back,
+/// rotating which goes first; prints median times, the median per-round
+/// ratio of loam to each std contender, and the collector's cycles.
+fn paired(rounds: usize) {
+    let rt = Runtime::new();
+    let mut m = rt.attach();
+    let (list, v, keys) = inputs(&mut m);
+    let m = std::cell::RefCell::new(m);
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    println!("{rounds} rounds; median ms, median per-round ratio loam/std (lower is better)");
+    for (case, mut contenders) in cases(&m, &list, &v, &keys) {
+        let n = contenders.len();
+        let mut times = vec![Vec::new(); n];
+        let before = rt.stats();
+        let mut want = None;
+        for round in 0..=rounds {
+            let mut t = vec![0.0; n];
+            for k in 0..n {
+                let i = (round + k) % n;
+                let start = Instant::now();
+                let got = black_box((contenders[i].1)());
+                t[i] = start.elapsed().as_secs_f64() * 1e3;
+                assert_eq!(
+                    *want.get_or_insert(got),
+                    got,
+                    "{case}: {} disagrees",
+                    contenders[i].0
+                );
+            }
+            if round > 0 {
+                for i in 0..n {
+                    times[i].push(t[i]);
+                }
+            }
+        }
+        let after = rt.stats();
+        let minor = after.minor_cycles - before.minor_cycles;
+        let full = after.cycles - before.cycles - minor;
+        let mut line = format!("{case:13} loam {:8.1}", median(times[0].clone()));
+        for i in 1..n {
+            let ratio = median(times[0].iter().zip(&times[i]).map(|(a, b)| a / b).collect());
+            line += &format!(
+                "  {} {:8.1} ({ratio:.2}x)",
+                contenders[i].0,
+                median(times[i].clone())
+            );
+        }
+        println!(
+            "{line}  cycles: {minor} minor, {full} full ({} rounds)",
+            rounds + 1
+        );
+    }
+    let s = rt.stats();
+    println!(
+        "loam: {} cycles ({} minor), pauses p50 {:.3} ms, p99 {:.3} ms, max {:.3} ms",
+        s.cycles,
+        s.minor_cycles,
+        s.pauses.p50().as_secs_f64() * 1e3,
+        s.pauses.p99().as_secs_f64() * 1e3,
+        s.pauses.max().as_secs_f64() * 1e3,
+    );
+}
+
+fn main() {
+    if let Some(rounds) = std::env::var("LOAM_BENCH_PAIRED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        paired(rounds);
+        return;
+    }
+    collections();
+    Criterion::default().configure_from_args().final_summary();
+}

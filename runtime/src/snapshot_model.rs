@@ -1,5 +1,7 @@
 //! loom models of the concurrent mark's snapshot barrier (`--cfg loom`):
-//! a barrier cell store, and nested `GcLock` writes against a tracer.
+//! a barrier cell store, two writers of one cell, nested `GcLock` writes
+//! against a tracer, and a `GcLock` write racing the first trace of its
+//! object (the owner it records for the next minor cycle).
 //!
 //! The heap is abstracted to what the protocol touches: a root object whose
 //! one barrier cell holds object 2, atomic mark bits set by swap (the
@@ -34,7 +36,7 @@ fn drain(gray: &Mutex<Vec<usize>>, scan: impl Fn(usize)) {
 struct Heap {
     /// The root object's barrier cell: 0 is `None`.
     cell: AtomicUsize,
-    marks: [AtomicBool; 4],
+    marks: [AtomicBool; 5],
     gray: Mutex<Vec<usize>>,
 }
 
@@ -56,9 +58,11 @@ impl Heap {
         }
     }
 
-    /// `GcCell::set` during a concurrent mark: swap, then shade both.
+    /// `GcCell::set` during a concurrent mark: load, store, then shade
+    /// both (no read-modify-write: see `GcCell::set`).
     fn store(&self, new: usize) -> usize {
-        let old = self.cell.swap(new, Ordering::AcqRel);
+        let old = self.cell.load(Ordering::Acquire);
+        self.cell.store(new, Ordering::Release);
         self.shade(old);
         self.shade(new);
         old
@@ -99,6 +103,44 @@ fn what_a_mutator_moves_during_a_concurrent_mark_stays_marked() {
         heap.drain();
         assert_eq!(kept, 2);
         for o in 1..=3 {
+            assert!(heap.marks[o].load(Ordering::Relaxed), "object {o} unmarked");
+        }
+    });
+}
+
+/// Two mutators store into the same cell during a mark, with a load and a
+/// store each (not a swap): whichever store first overwrites object 2, the
+/// snapshot's value, was made by a writer whose load read 2, so 2 is
+/// shaded; 3 and 4, white, are shaded as the new values of their stores.
+/// The marker may read the cell at any point.
+#[test]
+fn two_writers_of_one_cell_keep_the_snapshot() {
+    loom::model(|| {
+        let heap = Arc::new(Heap {
+            cell: AtomicUsize::new(2),
+            marks: Default::default(),
+            gray: Mutex::new(Vec::new()),
+        });
+        heap.shade(1);
+        let marker = {
+            let heap = heap.clone();
+            loom::thread::spawn(move || heap.drain())
+        };
+        let writers: Vec<_> = [3, 4]
+            .into_iter()
+            .map(|new| {
+                let heap = heap.clone();
+                loom::thread::spawn(move || {
+                    heap.store(new);
+                })
+            })
+            .collect();
+        marker.join().unwrap();
+        for w in writers {
+            w.join().unwrap();
+        }
+        heap.drain();
+        for o in 1..=4 {
             assert!(heap.marks[o].load(Ordering::Relaxed), "object {o} unmarked");
         }
     });
@@ -254,5 +296,111 @@ fn nested_locks_never_deadlock() {
         // Second pause: both stopped; trace what the barriers shaded.
         heap.drain();
         assert!(heap.marks[2].load(Ordering::Relaxed), "object 2 unmarked");
+    });
+}
+
+/// `cell.rs`, "Recording the object written": object 1, old, holds a
+/// `GcLock` that no marker has met yet (`owner == 0`), whose contents are
+/// empty. During a concurrent mark, a marker traces object 1 for the first
+/// time (sets the owner, then tries the read lock) while a mutator writes
+/// the lock, storing object 3, young and white (the mark does not trace
+/// it, and the next minor cycle frees it unless something traces it: the
+/// writer shades nothing new, the contents are not walked). The mark ends
+/// at the second pause (the markers' deferred objects traced again), then
+/// the next minor cycle traces the objects the writes recorded. Object 3
+/// must be marked by then in every interleaving. Dropping the marker's
+/// retrace of a write-held lock (`Tracer::defer_current`) fails the model
+/// (the writer read the owner before the marker set it, and the marker
+/// found the lock held); so does dropping the writer's record of a known
+/// owner (the marker traced the lock before the write).
+struct Owned {
+    lock: ModelLock<usize>,
+    /// `GcLock::owner`.
+    owner: AtomicUsize,
+    marks: [AtomicBool; 4],
+    gray: Mutex<Vec<usize>>,
+    /// The markers' objects to trace again (`Tracer::defer_current`).
+    deferred: Mutex<Vec<usize>>,
+    /// The mutator's remembered list, for the next minor cycle.
+    remembered: Mutex<Vec<usize>>,
+}
+
+impl Owned {
+    fn shade(&self, o: usize) {
+        if o != 0 && !self.marks[o].swap(true, Ordering::AcqRel) {
+            self.gray.lock().unwrap().push(o);
+        }
+    }
+
+    /// Traces object `o` (only 1 has a field, the lock), as a marker does.
+    fn scan(&self, o: usize) {
+        if o == 1 {
+            // `GcLock::adopt`, before the read lock is tried.
+            let _ = self
+                .owner
+                .compare_exchange(0, 1, Ordering::Relaxed, Ordering::Relaxed);
+            if !self.lock.try_read(|&v| self.shade(v)) {
+                self.deferred.lock().unwrap().push(1);
+            }
+        }
+    }
+
+    fn drain(&self) {
+        drain(&self.gray, |o| self.scan(o));
+    }
+}
+
+#[test]
+fn a_lock_write_racing_the_first_trace_of_its_object_is_recorded() {
+    loom::model(|| {
+        let heap = Arc::new(Owned {
+            lock: ModelLock::new(0),
+            owner: AtomicUsize::new(0),
+            marks: Default::default(),
+            gray: Mutex::new(Vec::new()),
+            deferred: Mutex::new(Vec::new()),
+            remembered: Mutex::new(Vec::new()),
+        });
+        // First pause: object 1 gray (reached from a root).
+        heap.shade(1);
+        let marker = {
+            let heap = heap.clone();
+            loom::thread::spawn(move || heap.drain())
+        };
+        let mutator = {
+            let heap = heap.clone();
+            loom::thread::spawn(move || {
+                // `GcLock::write` during the mark: the old contents (none)
+                // shaded, the owner read under the write lock, then `f`.
+                heap.lock.write(|v| {
+                    heap.shade(*v);
+                    let owner = heap.owner.load(Ordering::Relaxed);
+                    if owner != 0 {
+                        heap.shade(owner);
+                        heap.remembered.lock().unwrap().push(owner);
+                    }
+                    *v = 3;
+                });
+            })
+        };
+        marker.join().unwrap();
+        mutator.join().unwrap();
+        // Second pause: what the barriers shaded and what the markers
+        // deferred, traced with everyone stopped.
+        let again: Vec<usize> = std::mem::take(&mut *heap.deferred.lock().unwrap());
+        for o in again {
+            heap.scan(o);
+        }
+        heap.drain();
+        // The next minor cycle: the recorded objects traced again.
+        let recorded: Vec<usize> = std::mem::take(&mut *heap.remembered.lock().unwrap());
+        for o in recorded {
+            heap.scan(o);
+        }
+        heap.drain();
+        assert!(
+            heap.marks[3].load(Ordering::Relaxed),
+            "the stored object unmarked"
+        );
     });
 }

@@ -7,6 +7,8 @@
 //!
 //! The cases:
 //! - `push_iter`: push 1,000,000 `u64`, then iterate and sum;
+//! - `extend_iter`: the same with one `extend` (the list's writer lock taken
+//!   once, not per push);
 //! - `random_get`: 1,000,000 random reads of a 1,000,000-element list;
 //! - `sort_records`: allocate 100,000 records {u64 key, i32 index, i32 tag}
 //!   (managed `Gc`s against `Box`es), push them, sort by key (stable);
@@ -67,6 +69,20 @@ fn loam_push_iter(m: &mut Mutator) -> u64 {
         for i in 0..PUSHES {
             l.push(mc, i);
         }
+        l.iter().sum()
+    })
+}
+
+fn std_extend_iter() -> u64 {
+    let mut v = Vec::new();
+    v.extend(0..PUSHES);
+    v.iter().sum()
+}
+
+fn loam_extend_iter(m: &mut Mutator) -> u64 {
+    m.mutate(|mc| {
+        let l = GcList::new(mc);
+        l.extend(mc, 0..PUSHES);
         l.iter().sum()
     })
 }
@@ -257,6 +273,13 @@ fn cases<'a>(
                     Box::new(move || loam_push_iter(&mut m.borrow_mut())),
                 ),
                 ("std", Box::new(std_push_iter)),
+            ],
+        ),
+        (
+            "extend_iter",
+            vec![
+                ("loam", Box::new(move || loam_extend_iter(&mut m.borrow_mut()))),
+                ("std", Box::new(std_extend_iter)),
             ],
         ),
         (

@@ -278,7 +278,10 @@ fn cases<'a>(
         (
             "extend_iter",
             vec![
-                ("loam", Box::new(move || loam_extend_iter(&mut m.borrow_mut()))),
+                (
+                    "loam",
+                    Box::new(move || loam_extend_iter(&mut m.borrow_mut())),
+                ),
                 ("std", Box::new(std_extend_iter)),
             ],
         ),

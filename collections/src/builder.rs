@@ -114,9 +114,7 @@ impl<'gc> GcStringBuilder<'gc> {
         let need = len + s.len();
         if need > buf.len() {
             let cap = need.max(buf.len() * 2).max(16);
-            let grown = mc
-                .try_alloc_from_iter((0..cap).map(|_| AtomicU8::new(0)))
-                .map_err(|e| e.map(|_| ()))?;
+            let grown = mc.try_alloc_from_iter((0..cap).map(|_| AtomicU8::new(0)))?;
             // SAFETY: both buffers are only accessed under the writer lock,
             // which we hold (the new one is not even published yet), so
             // their bytes are plain memory here; `len <= buf.len()`, and the

@@ -290,9 +290,9 @@ where
         self.obj.hasher.hash_one(q)
     }
 
-    /// The index slot and entry of `q` (hash `h`), if present.
+    /// The index slot, number and entry of `q` (hash `h`), if present.
     #[inline]
-    fn find<Q>(&self, q: &Q, h: u64) -> Option<(usize, usize)>
+    fn find<Q>(&self, q: &Q, h: u64) -> Option<(usize, usize, &'gc Entry<'gc, K, V>)>
     where
         K: Borrow<Q>,
         Q: Eq + ?Sized,
@@ -317,8 +317,11 @@ where
             }
             if slot_matches(s, h) {
                 let e = slot_entry(s);
-                if e < len && entries[e].key.get().borrow() == q {
-                    return Some((pos, e));
+                if e < len {
+                    let entry = &Gc::get(entries)[e];
+                    if entry.key.get().borrow() == q {
+                        return Some((pos, e, entry));
+                    }
                 }
             }
             pos = (pos + 1) & mask;
@@ -333,8 +336,7 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        let (_, e) = self.find(key, self.hash(key))?;
-        Some(self.obj.entries.get()[e].value.get())
+        self.get_key_value(key).map(|(_, v)| v)
     }
 
     /// The stored key and the value for `key`.
@@ -343,9 +345,18 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        let (_, e) = self.find(key, self.hash(key))?;
-        let entry = &self.obj.entries.get()[e];
-        Some((entry.key.get(), entry.value.get()))
+        let h = self.hash(key);
+        loop {
+            let (_, _, entry) = self.find(key, h)?;
+            let value = entry.value.get();
+            // A removal on another thread may have moved another entry
+            // here since `find` read the key: the value counts only if the
+            // key is still ours (the key is written before the value).
+            let k = entry.key.get();
+            if k.borrow() == key {
+                return Some((k, value));
+            }
+        }
     }
 
     /// Whether `key` is present.
@@ -354,7 +365,7 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        self.find(key, self.hash(key)).is_some()
+        self.get_key_value(key).is_some()
     }
 
     /// Inserts `key` → `value`; returns the value it replaced (the stored
@@ -377,8 +388,8 @@ where
     ) -> Result<Option<V>, AllocError<(K, V)>> {
         let _w = self.obj.writer.lock("GcDictionary");
         let h = self.hash(&key);
-        if let Some((_, e)) = self.find(&key, h) {
-            return Ok(Some(self.obj.entries.get()[e].value.replace(mc, value)));
+        if let Some((_, _, entry)) = self.find(&key, h) {
+            return Ok(Some(entry.value.replace(mc, value)));
         }
         self.push_entry(mc, h, key, value)
             .map_err(|e| e.map(|()| (key, value)))?;
@@ -398,13 +409,14 @@ where
         let mut entries = self.obj.entries.get();
         if len == entries.len() {
             let cap = (len * 2).max(4);
-            let grown = mc
-                .try_alloc_from_iter((0..cap).map(|i| match entries.get(i).filter(|_| i < len) {
-                    // Spare entries hold the new one (never traced).
-                    Some(e) => Entry::new(e.hash.get(), e.key.get(), e.value.get()),
-                    None => Entry::new(h, key, value),
-                }))
-                .map_err(|e| e.map(|_| ()))?;
+            let grown =
+                mc.try_alloc_from_iter((0..cap).map(
+                    |i| match entries.get(i).filter(|_| i < len) {
+                        // Spare entries hold the new one (never traced).
+                        Some(e) => Entry::new(e.hash.get(), e.key.get(), e.value.get()),
+                        None => Entry::new(h, key, value),
+                    },
+                ))?;
             self.obj.entries.set(mc, grown);
             entries = grown;
         }
@@ -421,9 +433,14 @@ where
             indices = fresh;
         }
         let e = &entries[len];
-        e.hash.set(mc, h);
-        e.key.set(mc, key);
-        e.value.set(mc, value);
+        // SAFETY: entry `len` is past the length, which the dictionary's
+        // trace does not report; the length grows over it only below,
+        // under the writer lock we hold.
+        unsafe {
+            e.hash.set_unreported(mc, h);
+            e.key.set_unreported(mc, key);
+            e.value.set_unreported(mc, value);
+        }
         Self::place(mc, indices, h, len);
         self.obj.len.set(mc, len + 1);
         Ok(())
@@ -446,7 +463,7 @@ where
         Q: Hash + Eq + ?Sized,
     {
         let _w = self.obj.writer.lock("GcDictionary");
-        let (pos, e) = self.find(key, self.hash(key))?;
+        let (pos, e, _) = self.find(key, self.hash(key))?;
         Some(self.remove_at(mc, pos, e).1)
     }
 
@@ -457,7 +474,7 @@ where
         Q: Hash + Eq + ?Sized,
     {
         let _w = self.obj.writer.lock("GcDictionary");
-        let (pos, e) = self.find(key, self.hash(key))?;
+        let (pos, e, _) = self.find(key, self.hash(key))?;
         Some(self.remove_at(mc, pos, e))
     }
 
@@ -520,8 +537,8 @@ where
         Q: Hash + Eq + ?Sized,
     {
         let _w = self.obj.writer.lock("GcDictionary");
-        let (_, e) = self.find(key, self.hash(key))?;
-        let cell = &self.obj.entries.get()[e].value;
+        let (_, _, entry) = self.find(key, self.hash(key))?;
+        let cell = &entry.value;
         let new = f(cell.get());
         cell.set(mc, new);
         Some(new)
@@ -533,7 +550,7 @@ where
         let guard = self.obj.writer.lock("GcDictionary");
         let hash = self.hash(&key);
         match self.find(&key, hash) {
-            Some((pos, index)) => DictEntry::Occupied(OccupiedEntry {
+            Some((pos, index, _)) => DictEntry::Occupied(OccupiedEntry {
                 dict: self,
                 mc,
                 _guard: guard,
@@ -597,8 +614,10 @@ where
 
     /// The entries, in order (see the type's docs), as they are now.
     pub fn iter(&self) -> Iter<'gc, K, V> {
+        // `len` first, then the array (`list.rs`, module docs).
+        let len = self.obj.len.get();
         let entries = self.obj.entries.get();
-        let len = self.obj.len.get().min(entries.len());
+        let len = len.min(entries.len());
         Iter {
             entries,
             next: 0,

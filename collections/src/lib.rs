@@ -24,25 +24,33 @@
 //! changed in place keeps the collector's cycles minor.
 //!
 //! # Invariants
-//! - Every slot of a backing array holds a valid value: the elements in
-//!   use, then copies of element 0 (or of the value the array was grown
-//!   for). Slots freed by a removal are overwritten so that they keep
-//!   nothing alive; a collection that becomes empty drops its arrays. (A
-//!   managed array's elements are always initialised and always traced.)
+//! - A collection's object traces the elements in use and nothing past
+//!   them: the backing arrays' slots report nothing themselves (`list.rs`,
+//!   "What the collector sees"). A slot past the length may hold a value
+//!   the collector has freed; it is never read as an element, and the
+//!   store that brings it back into use does not shade what it overwrites
+//!   (`GcCell::set_unreported`).
+//! - Elements cut off the end during a concurrent mark are stored again
+//!   into their own slots, which shades them for the mark's snapshot.
 //! - Every change takes the collection's writer lock (`lock.rs`), allocates
 //!   first and changes state after, so a heap-limit `Err` from a `try_`
 //!   method leaves the collection as it was.
+//! - Readers load the length before the arrays: every value a reader can
+//!   see was an element after that load, so within its `mutate` call.
 //!
 //! # Reads and writes from several threads
 //! Collections are `Send + Sync` like every managed value, and may be
 //! shared through a `GlobalRoot`. Writes from several threads are
 //! serialised by the writer lock; each operation lands whole. Reads take no
-//! lock: a read racing another thread's write loads each cell atomically
-//! and sees values that were in the collection during its `mutate` call
-//! (the collector frees nothing a running call could still reach), so it
-//! is memory-safe, but not a snapshot (a `len` and an element may come from
-//! either side of the write). Synchronise the threads yourself when a read
-//! must see a write whole.
+//! lock. A read racing another thread's write loads each cell atomically
+//! and only ever sees values that were elements during its `mutate` call
+//! (the collector frees nothing such a call could still reach), so it is
+//! memory-safe; but it is not a snapshot: it may see a length and an
+//! element from either side of the write, or, in a dictionary whose entries
+//! a removal is moving, miss a key that stays present. (A lookup that does
+//! find its key returns that key's value: it checks the key again after
+//! reading the value.) Synchronise the threads yourself when a read must
+//! see a write whole.
 //!
 //! # Example
 //! ```

@@ -279,11 +279,9 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
             .max(items.len().saturating_mul(2))
             .max(self.obj.min_capacity)
             .max(4);
-        let array = mc
-            .try_alloc_from_iter(
-                (0..cap).map(|i| Slot(GcCell::new(if i < len { items[i].0.get() } else { value }))),
-            )
-            .map_err(|e| e.map(|_| ()))?;
+        let array = mc.try_alloc_from_iter(
+            (0..cap).map(|i| Slot(GcCell::new(if i < len { items[i].0.get() } else { value }))),
+        )?;
         self.obj.items.set(mc, array);
         Ok(array)
     }
@@ -310,7 +308,10 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
                 .grow_for(mc, len + 1, value)
                 .map_err(|e| e.map(|()| value))?;
         }
-        items[len].0.set(mc, value);
+        // SAFETY: slot `len` is past the length, which the list's trace
+        // does not report, and the length grows over it only below, under
+        // the writer lock we hold.
+        unsafe { items[len].0.set_unreported(mc, value) };
         self.obj.len.set(mc, len + 1);
         Ok(())
     }
@@ -341,10 +342,17 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
                 .grow_for(mc, len + 1, value)
                 .unwrap_or_else(|e| panic!("loam-collections: GcList::insert: {e}"));
         }
-        for i in (index..len).rev() {
-            items[i + 1].0.set(mc, items[i].0.get());
+        if index < len {
+            // SAFETY: slot `len` is past the length (as in `try_push`).
+            unsafe { items[len].0.set_unreported(mc, items[len - 1].0.get()) };
+            for i in (index..len - 1).rev() {
+                items[i + 1].0.set(mc, items[i].0.get());
+            }
+            items[index].0.set(mc, value);
+        } else {
+            // SAFETY: as above: `index == len`.
+            unsafe { items[len].0.set_unreported(mc, value) };
         }
-        items[index].0.set(mc, value);
         self.obj.len.set(mc, len + 1);
     }
 
@@ -408,25 +416,54 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
     /// Keeps the elements for which `keep` is true, in order.
     ///
     /// # Panics
-    /// If `keep` changes this list (it may read it).
+    /// If `keep` changes this list (it may read it). If `keep` panics, the
+    /// list keeps the elements it was not asked about yet, and the one it
+    /// panicked on.
     pub fn retain(&self, mc: &Mutation<'gc>, mut keep: impl FnMut(T) -> bool) {
-        let _w = self.obj.writer.lock("GcList");
-        let (items, len) = self.view();
-        let mut kept = 0;
-        for i in 0..len {
-            let x = items[i].0.get();
-            if keep(x) {
-                if kept != i {
-                    items[kept].0.set(mc, x);
+        /// Closes the gap on every exit: moves the elements not looked at
+        /// yet down behind the kept ones, and sets the length.
+        struct Compact<'a, 'gc, T: CellValue + Trace + 'gc> {
+            list: &'a GcList<'gc, T>,
+            mc: &'a Mutation<'gc>,
+            items: Items<'gc, T>,
+            len: usize,
+            next: usize,
+            kept: usize,
+        }
+        impl<T: CellValue + Trace> Drop for Compact<'_, '_, T> {
+            fn drop(&mut self) {
+                if self.kept < self.next {
+                    for j in self.next..self.len {
+                        let x = self.items[j].0.get();
+                        self.items[self.kept + (j - self.next)].0.set(self.mc, x);
+                    }
+                    let len = self.kept + (self.len - self.next);
+                    self.list.obj.len.set(self.mc, len);
                 }
-                kept += 1;
-            } else {
-                // Cut: later moves may not overwrite its slot.
-                shade_cut(mc, &items[i..i + 1]);
             }
         }
-        if kept < len {
-            self.obj.len.set(mc, kept);
+        let _w = self.obj.writer.lock("GcList");
+        let (items, len) = self.view();
+        let mut g = Compact {
+            list: self,
+            mc,
+            items,
+            len,
+            next: 0,
+            kept: 0,
+        };
+        while g.next < len {
+            let x = items[g.next].0.get();
+            if keep(x) {
+                if g.kept != g.next {
+                    items[g.kept].0.set(mc, x);
+                }
+                g.kept += 1;
+            } else {
+                // Cut: later moves may not overwrite its slot.
+                shade_cut(mc, &items[g.next..g.next + 1]);
+            }
+            g.next += 1;
         }
     }
 
@@ -442,10 +479,11 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
         for x in iter {
             if len == items.len() {
                 items = self
-                    .grow_for(mc, len + hint.max(1), x)
+                    .grow_for(mc, len.saturating_add(hint.max(1)), x)
                     .unwrap_or_else(|e| panic!("loam-collections: GcList::extend: {e}"));
             }
-            items[len].0.set(mc, x);
+            // SAFETY: slot `len` is past the length (as in `try_push`).
+            unsafe { items[len].0.set_unreported(mc, x) };
             len += 1;
             hint = hint.saturating_sub(1);
             // Published as it goes: a reader sees a prefix of the extension.

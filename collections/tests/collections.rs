@@ -45,6 +45,36 @@ fn record<'gc>(
     })
 }
 
+/// Ends the process with a message if the test is still running after
+/// `secs`: a regression of what it checks shows as a hang (the marker
+/// tracing freed memory), which must fail, not stall CI.
+struct Watchdog(Arc<std::sync::atomic::AtomicBool>);
+
+impl Watchdog {
+    fn arm(what: &'static str, secs: u64) -> Self {
+        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = done.clone();
+        std::thread::spawn(move || {
+            let end = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+            while std::time::Instant::now() < end {
+                if flag.load(Ordering::Relaxed) {
+                    return;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            eprintln!("{what}: still running after {secs} s: hung");
+            std::process::exit(101);
+        });
+        Watchdog(done)
+    }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
 fn collect(m: &mut loam_runtime::Mutator) {
     m.collect();
     m.runtime().wait_for_drops();
@@ -328,4 +358,149 @@ fn a_heap_limit_err_leaves_the_collection_unchanged() {
     });
     // Nothing was rooted: the next call collects first, and has room.
     m.mutate(|mc| GcList::from_slice(mc, &[1_u64; 1000]).len());
+}
+
+/// A push into a slot whose old value the collector has freed, during a
+/// concurrent mark: the old value must not be shaded (verify mode aborts on
+/// a freed object reached; without it, the mark would read a free block).
+/// The freed values are of another size class than what is allocated
+/// after, so their blocks stay free (and poisoned) meanwhile.
+#[test]
+fn a_push_into_a_freed_slot_during_a_mark_does_not_touch_the_old_value() {
+    let _serial = serial();
+    let _watchdog = Watchdog::arm("a_push_into_a_freed_slot_during_a_mark", 120);
+    let rt = rt()
+        .mark_pause_budget(std::time::Duration::ZERO)
+        .min_heap(256 << 10)
+        .build();
+    let mut m = rt.attach();
+    type L = Rootable!['gc => GcList<'gc, Gc<'gc, [u64]>>];
+    type Big = Rootable!['gc => [Gc<'gc, u64>]];
+    let list: Root<L> = m.mutate(|mc| mc.root(mc.alloc(GcList::new(mc))));
+    // Live objects, so that every mark has work to do concurrently.
+    let _big: Root<Big> =
+        m.mutate(|mc| mc.root(mc.alloc_from_iter((0..20_000_u64).map(|i| mc.alloc(i)))));
+    let keep: Root<L> = m.mutate(|mc| mc.root(mc.alloc(GcList::new(mc))));
+    let mut pushed_over_freed = 0;
+    for _ in 0..50 {
+        // Slots 0..4 get 256-byte arrays, cut off with no mark under way
+        // (no shading), and a full cycle frees them.
+        // (A cycle the allocations started may be marking: wait it out.)
+        while !m.mutate(|mc| {
+            if mc.is_marking() {
+                return false;
+            }
+            let l = *list.get(mc);
+            for k in 0..4 {
+                l.push(mc, mc.alloc_slice_fill(32, k));
+            }
+            l.truncate(mc, 0);
+            // One kept beside them holds their page in its size class.
+            keep.get(mc).push(mc, mc.alloc_slice_fill(32, 9));
+            true
+        }) {}
+        m.collect();
+        // Then small arrays pushed over them while another thread's
+        // collection marks.
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                while !stop.load(Ordering::Relaxed) {
+                    rt.collect();
+                }
+            });
+            for _ in 0..100_000 {
+                let pushed = m.mutate(|mc| {
+                    if !mc.is_marking() {
+                        return false;
+                    }
+                    let l = *list.get(mc);
+                    for k in 0..4 {
+                        l.push(mc, mc.alloc_slice(&[k]));
+                    }
+                    l.truncate(mc, 0);
+                    true
+                });
+                if pushed {
+                    pushed_over_freed += 1;
+                    break;
+                }
+            }
+            stop.store(true, Ordering::Relaxed);
+        });
+    }
+    assert!(
+        pushed_over_freed > 0,
+        "no push ran during a concurrent mark"
+    );
+}
+
+/// Readers on one thread, a writer removing and re-inserting on another: a
+/// lookup that finds its key returns that key's value, never the value of
+/// an entry a removal moved into its place.
+#[test]
+fn a_lookup_racing_removals_returns_its_own_keys_value() {
+    let _serial = serial();
+    let rt = rt().verify(false).build();
+    type D = Rootable!['gc => GcDictionary<'gc, u64, u64>];
+    let dict: GlobalRoot<D> = {
+        let mut m = rt.attach();
+        m.mutate(|mc| {
+            let d = GcDictionary::new(mc);
+            for k in 0..64_u64 {
+                d.insert(mc, k, k * 1000);
+            }
+            mc.global_root(mc.alloc(d))
+        })
+    };
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let mut m = rt.attach();
+            for round in 0..2000_u64 {
+                m.mutate(|mc| {
+                    let d = *dict.get(mc);
+                    for k in (round % 7..64).step_by(7) {
+                        d.remove(mc, &k);
+                    }
+                    for k in (round % 7..64).step_by(7) {
+                        d.insert(mc, k, k * 1000);
+                    }
+                });
+            }
+            stop.store(true, Ordering::Relaxed);
+        });
+        let mut m = rt.attach();
+        let mut found = 0_u64;
+        while !stop.load(Ordering::Relaxed) {
+            m.mutate(|mc| {
+                let d = *dict.get(mc);
+                for k in 0..64_u64 {
+                    if let Some(v) = d.get(&k) {
+                        assert_eq!(v, k * 1000, "key {k}");
+                        found += 1;
+                    }
+                }
+            });
+        }
+        assert!(found > 0);
+    });
+}
+
+#[test]
+fn a_panicking_retain_predicate_leaves_a_consistent_list() {
+    let rt = rt().build();
+    let mut m = rt.attach();
+    m.mutate(|mc| {
+        let l = GcList::from_slice(mc, &(0..10_u64).collect::<Vec<_>>());
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            l.retain(mc, |x| {
+                assert!(x != 6, "no sixes");
+                x % 2 == 0
+            })
+        }));
+        assert!(r.is_err());
+        // Asked about 0..6 (kept the even ones), panicked on 6: 6.. stay.
+        assert_eq!(l.to_vec(), [0, 2, 4, 6, 7, 8, 9]);
+    });
 }

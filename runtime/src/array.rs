@@ -16,7 +16,7 @@
 //! exactly those; nothing else can see the object before that.
 
 use crate::gc::{array_offset, ArrayDesc, Gc};
-use crate::mutator::{AllocError, Mutation};
+use crate::mutator::{AllocError, Mutation, Mutator};
 use crate::trace::Trace;
 use loam_heap::AllocatedBit;
 
@@ -35,18 +35,31 @@ impl Failure {
 
 /// A fresh array object whose header and length word are written, not yet
 /// published.
-struct Reserved {
+struct Reserved<'m> {
     addr: usize,
     bit: Option<AllocatedBit>,
+    /// What the heap accounting was charged, and the array's geometry.
+    charged: usize,
+    len: usize,
+    offset: usize,
+    elem: usize,
+    mutator: &'m Mutator,
 }
 
-impl Reserved {
+impl Reserved<'_> {
     /// Cuts the length to `len` (the elements written) and publishes the
     /// object.
     fn publish(&mut self, len: usize) {
         // SAFETY: the length word of our unpublished object (no other
         // thread can reach it before the bit below is set).
         unsafe { *((self.addr + std::mem::size_of::<usize>()) as *mut usize) = len };
+        // The sweep credits a large object with its size as its header and
+        // length say (`TypeDesc::object_size`): a cut one gives the rest of
+        // its charge back now.
+        if len < self.len && self.charged > loam_heap::SMALL_MAX {
+            let bytes = self.offset + len * self.elem;
+            self.mutator.give_back(self.charged - bytes);
+        }
         if let Some(bit) = self.bit.take() {
             bit.set(false);
         }
@@ -56,13 +69,13 @@ impl Reserved {
 /// Publishes an array being filled on every exit path, with the elements
 /// written so far: an unwinding iterator leaves an object the sweep drops
 /// correctly, never one with uninitialised elements.
-struct Filling<T> {
-    reserved: Reserved,
+struct Filling<'m, T> {
+    reserved: Reserved<'m>,
     elems: *mut T,
     written: usize,
 }
 
-impl<T> Drop for Filling<T> {
+impl<T> Drop for Filling<'_, T> {
     fn drop(&mut self) {
         self.reserved.publish(self.written);
     }
@@ -88,7 +101,7 @@ fn capacity_overflow(len: usize, ty: &str) -> ! {
 impl<'gc> Mutation<'gc> {
     /// Reserves a `bytes`-byte block for an array of `len` elements whose
     /// header word is `header`, and writes both words.
-    fn reserve_array<T>(&self, header: usize, len: usize) -> Result<Reserved, Failure> {
+    fn reserve_array<T>(&self, header: usize, len: usize) -> Result<Reserved<'_>, Failure> {
         let bytes = array_bytes::<T>(len);
         let align = std::mem::align_of::<T>().max(std::mem::align_of::<usize>());
         let flags = if std::mem::needs_drop::<T>() {
@@ -122,6 +135,11 @@ impl<'gc> Mutation<'gc> {
         Ok(Reserved {
             addr: p as usize,
             bit: Some(bit),
+            charged: size,
+            len,
+            offset: array_offset::<T>(),
+            elem: std::mem::size_of::<T>(),
+            mutator: m,
         })
     }
 
@@ -129,7 +147,7 @@ impl<'gc> Mutation<'gc> {
     /// yield at least that many (fewer: the array is cut to what it gave).
     fn fill_array<T: Trace + 'gc>(
         &self,
-        reserved: Reserved,
+        reserved: Reserved<'_>,
         len: usize,
         items: impl Iterator<Item = T>,
     ) -> Gc<'gc, [T]> {
@@ -150,25 +168,39 @@ impl<'gc> Mutation<'gc> {
         unsafe { Gc::from_addr(addr) }
     }
 
-    /// Allocates a managed array holding the items of `iter`, or gives the
-    /// iterator back, unconsumed, in `Err` at the heap limit.
+    /// Allocates a managed array holding the items of `iter`, or fails at
+    /// the heap limit (before taking any item from an iterator whose size
+    /// is known; otherwise the items taken are dropped).
     ///
-    /// An iterator that yields fewer items than its `len()` said gives a
-    /// shorter array; items past `len()` are not taken.
-    pub fn try_alloc_from_iter<T, I>(
-        &self,
-        iter: I,
-    ) -> Result<Gc<'gc, [T]>, AllocError<I::IntoIter>>
+    /// An iterator whose `size_hint` is exact (ranges, slices' iterators,
+    /// `map`s of them) is written straight into the array; any other is
+    /// collected into a `Vec` first. One that yields fewer items than its
+    /// exact hint said gives a shorter array; items past it are not taken.
+    pub fn try_alloc_from_iter<T, I>(&self, iter: I) -> Result<Gc<'gc, [T]>, AllocError<()>>
     where
         T: Trace + 'gc,
         I: IntoIterator<Item = T>,
-        I::IntoIter: ExactSizeIterator,
     {
         let iter = iter.into_iter();
-        let len = iter.len();
+        match iter.size_hint() {
+            (lower, Some(upper)) if lower == upper => self.try_alloc_exact(lower, iter),
+            // Not known in advance: gather, then allocate once.
+            _ => {
+                let items: Vec<T> = iter.collect();
+                self.try_alloc_exact(items.len(), items.into_iter())
+            }
+        }
+    }
+
+    /// An array of the first `len` items of `iter`.
+    fn try_alloc_exact<T: Trace + 'gc>(
+        &self,
+        len: usize,
+        iter: impl Iterator<Item = T>,
+    ) -> Result<Gc<'gc, [T]>, AllocError<()>> {
         match self.reserve_array::<T>(ArrayDesc::<T>::header(self.shared().id), len) {
             Ok(r) => Ok(self.fill_array(r, len, iter)),
-            Err(f) => Err(f.with(iter)),
+            Err(f) => Err(f.with(())),
         }
     }
 
@@ -182,15 +214,16 @@ impl<'gc> Mutation<'gc> {
     /// let rt = loam_runtime::Runtime::builder().gc_threads(1).build();
     /// let mut m = rt.attach();
     /// m.mutate(|mc| {
-    ///     let squares = mc.alloc_from_iter((1..5_u32).map(|i| i * i));
+    ///     let squares = mc.alloc_from_iter((1..5_u64).map(|i| i * i));
     ///     assert_eq!(&squares[..], &[1, 4, 9, 16]);
+    ///     let odd = mc.alloc_from_iter((0..10_u32).filter(|i| i % 2 == 1));
+    ///     assert_eq!(odd.len(), 5);
     /// });
     /// ```
     pub fn alloc_from_iter<T, I>(&self, iter: I) -> Gc<'gc, [T]>
     where
         T: Trace + 'gc,
         I: IntoIterator<Item = T>,
-        I::IntoIter: ExactSizeIterator,
     {
         self.try_alloc_from_iter(iter)
             .unwrap_or_else(|e| crate::mutator::alloc_failed(e))
@@ -203,7 +236,6 @@ impl<'gc> Mutation<'gc> {
         items: &[T],
     ) -> Result<Gc<'gc, [T]>, AllocError<()>> {
         self.try_alloc_from_iter(items.iter().cloned())
-            .map_err(|e| e.map(|_| ()))
     }
 
     /// Allocates a managed array holding clones of `items`.

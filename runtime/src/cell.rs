@@ -263,6 +263,37 @@ impl<'gc, T: CellValue + Trace + 'gc> GcCell<'gc, T> {
         mc.barrier_store(&old, &value);
         old
     }
+
+    /// Stores `value` through the barrier for the stored value alone: the
+    /// old value is neither read nor shaded. For a cell that its object's
+    /// `Trace` impl does not report right now, such as a spare slot past a
+    /// collection's length, whose old value may be an object the collector
+    /// has freed (shading it would mark freed memory).
+    ///
+    /// # Safety
+    /// Until this store, the cell is not reported by the `trace` of the
+    /// object holding it (nor reachable otherwise), and the store happens
+    /// before that object reports it (for example, before the collection's
+    /// length grows over it, under the same exclusive access).
+    ///
+    /// # Examples
+    /// ```
+    /// use loam_runtime::{Gc, GcCell};
+    ///
+    /// let rt = loam_runtime::Runtime::builder().gc_threads(1).build();
+    /// let mut m = rt.attach();
+    /// m.mutate(|mc| {
+    ///     let spare: GcCell<Option<Gc<u32>>> = GcCell::new(None);
+    ///     // SAFETY: a local cell that nothing traces.
+    ///     unsafe { spare.set_unreported(mc, Some(mc.alloc(1))) };
+    ///     assert_eq!(spare.get().map(|g| *g), Some(1));
+    /// });
+    /// ```
+    #[inline]
+    pub unsafe fn set_unreported(&self, mc: &Mutation<'gc>, value: T) {
+        self.value.store(value);
+        mc.barrier_new(&value);
+    }
 }
 
 impl<T: CellValue + fmt::Debug> fmt::Debug for GcCell<'_, T> {

@@ -306,7 +306,18 @@ impl Mutator {
     }
 
     pub(crate) fn give_back(&self, size: usize) {
-        self.credit.set(self.credit.get() + size);
+        let credit = self.credit.get() + size;
+        // A huge request that failed took a chunk of its own size: give
+        // the excess back to the runtime, or `heap_used` would stay high
+        // (every call pacing, every cycle full) until the mutator drops.
+        if credit > CHUNK {
+            self.shared()
+                .heap_used
+                .fetch_sub(credit - CHUNK, Ordering::Relaxed);
+            self.credit.set(CHUNK);
+        } else {
+            self.credit.set(credit);
+        }
     }
 }
 
@@ -447,6 +458,22 @@ impl<'gc> Mutation<'gc> {
     pub(crate) fn barrier_store_new<T: Trace + ?Sized>(&self, new: &T) {
         debug_assert!(!T::NEEDS_TRACE || self.marking == 0);
         if T::NEEDS_TRACE && self.shared().config.generational {
+            self.remember(new);
+        }
+    }
+
+    /// The barrier for a store whose old value is not the collector's
+    /// business (`GcCell::set_unreported`): during a mark, the new value is
+    /// shaded (it may be white and land in a traced object); between marks,
+    /// remembered.
+    #[inline]
+    pub(crate) fn barrier_new<T: Trace + ?Sized>(&self, new: &T) {
+        if !T::NEEDS_TRACE {
+            return;
+        }
+        if self.marking != 0 {
+            self.shade(new);
+        } else if self.shared().config.generational {
             self.remember(new);
         }
     }

@@ -23,7 +23,7 @@
 //! iteration is in insertion order until the first removal.
 
 use crate::lock::{WriterGuard, WriterLock};
-use loam_runtime::{AllocError, CellValue, Gc, GcCell, Mutation, Trace, Tracer};
+use loam_runtime::{AllocError, CellValue, Gc, GcCell, GcLog, Mutation, Trace, Tracer};
 use std::borrow::Borrow;
 use std::fmt;
 use std::hash::{BuildHasher, Hash};
@@ -85,6 +85,14 @@ where
     V: CellValue + Trace + 'gc,
     S: Send + Sync + 'static,
 {
+    /// Records the dictionary for the next minor cycle when it changes, so
+    /// that stores into its arrays promote nothing (`write_lock`).
+    log: GcLog<'gc>,
+    /// Counts the changes that move entries or empty index slots (removal,
+    /// `retain`, `clear`): odd while one is under way. Lock-free lookups
+    /// read it before and after, and look again if it moved (a seqlock on
+    /// moves only: inserts and value updates never move an entry).
+    moves: GcCell<'gc, u64>,
     len: GcCell<'gc, usize>,
     /// Entries past `len` hold values the dictionary no longer reaches.
     entries: GcCell<'gc, Entries<'gc, K, V>>,
@@ -106,6 +114,7 @@ where
     S: Send + Sync + 'static,
 {
     fn trace(&self, tracer: &mut Tracer) {
+        self.log.trace(tracer);
         // `len` first, then the array, as readers do (`list.rs`).
         let len = self.len.get();
         let entries = self.entries.get();
@@ -241,9 +250,10 @@ where
     pub fn with_capacity(mc: &Mutation<'gc>, capacity: usize) -> Self {
         let d = Self::new(mc);
         if capacity > 0 {
-            let _w = d.obj.writer.lock("GcDictionary");
+            let _w = d.write_lock(mc);
             let indices = mc.alloc_slice_fill(index_size(capacity), GcCell::new(0));
-            d.obj.indices.set(mc, indices);
+            // SAFETY: the log recorded (`write_lock`); the cell is reported.
+            unsafe { d.obj.indices.set_recorded(mc, indices) };
         }
         d
     }
@@ -259,6 +269,8 @@ where
     pub fn with_hasher(mc: &Mutation<'gc>, hasher: S) -> Self {
         GcDictionary {
             obj: mc.alloc(DictObj {
+                log: GcLog::new(),
+                moves: GcCell::new(0),
                 len: GcCell::new(0),
                 entries: GcCell::new(mc.alloc_from_iter(std::iter::empty())),
                 indices: GcCell::new(mc.alloc_from_iter(std::iter::empty())),
@@ -266,6 +278,16 @@ where
                 writer: WriterLock::default(),
             }),
         }
+    }
+
+    /// Takes the writer lock and records the dictionary's log in this call:
+    /// what lets the stores below use `GcCell::set_recorded` (the next
+    /// minor cycle traces the dictionary again, so nothing it stores is
+    /// promoted).
+    fn write_lock<'a>(&'a self, mc: &Mutation<'gc>) -> WriterGuard<'a> {
+        let guard = self.obj.writer.lock("GcDictionary");
+        self.obj.log.record(mc);
+        guard
     }
 
     /// Whether `a` and `b` are the same dictionary.
@@ -347,14 +369,18 @@ where
     {
         let h = self.hash(key);
         loop {
-            let (_, _, entry) = self.find(key, h)?;
-            let value = entry.value.get();
-            // A removal on another thread may have moved another entry
-            // here since `find` read the key: the value counts only if the
-            // key is still ours (the key is written before the value).
-            let k = entry.key.get();
-            if k.borrow() == key {
-                return Some((k, value));
+            let before = self.obj.moves.get();
+            if before % 2 == 1 {
+                std::hint::spin_loop();
+                continue;
+            }
+            let found = self
+                .find(key, h)
+                .map(|(_, _, entry)| (entry.key.get(), entry.value.get()));
+            // No entry moved meanwhile (each load acquires, so these reads
+            // happen before this one): what `find` saw was whole.
+            if self.obj.moves.get() == before {
+                return found;
             }
         }
     }
@@ -386,10 +412,14 @@ where
         key: K,
         value: V,
     ) -> Result<Option<V>, AllocError<(K, V)>> {
-        let _w = self.obj.writer.lock("GcDictionary");
+        let _w = self.write_lock(mc);
         let h = self.hash(&key);
         if let Some((_, _, entry)) = self.find(&key, h) {
-            return Ok(Some(entry.value.replace(mc, value)));
+            let old = entry.value.get();
+            // SAFETY: the log recorded (`write_lock`); an entry in use,
+            // which the dictionary's trace reports.
+            unsafe { entry.value.set_recorded(mc, value) };
+            return Ok(Some(old));
         }
         self.push_entry(mc, h, key, value)
             .map_err(|e| e.map(|()| (key, value)))?;
@@ -417,7 +447,9 @@ where
                         None => Entry::new(h, key, value),
                     },
                 ))?;
-            self.obj.entries.set(mc, grown);
+            // SAFETY: the log recorded (`write_lock`, which the caller
+            // holds); the cell is reported by the dictionary's trace.
+            unsafe { self.obj.entries.set_recorded(mc, grown) };
             entries = grown;
         }
         let mut indices = self.obj.indices.get();
@@ -429,17 +461,18 @@ where
             for (i, e) in entries[..len].iter().enumerate() {
                 Self::place(mc, fresh, e.hash.get(), i);
             }
-            self.obj.indices.set(mc, fresh);
+            // SAFETY: as above.
+            unsafe { self.obj.indices.set_recorded(mc, fresh) };
             indices = fresh;
         }
         let e = &entries[len];
-        // SAFETY: entry `len` is past the length, which the dictionary's
-        // trace does not report; the length grows over it only below,
-        // under the writer lock we hold.
+        // SAFETY: the log recorded (`write_lock`); entry `len` is past the
+        // length, which the dictionary's trace does not report, and the
+        // length grows over it only below, under the writer lock.
         unsafe {
-            e.hash.set_unreported(mc, h);
-            e.key.set_unreported(mc, key);
-            e.value.set_unreported(mc, value);
+            e.hash.fill_recorded(mc, h);
+            e.key.fill_recorded(mc, key);
+            e.value.fill_recorded(mc, value);
         }
         Self::place(mc, indices, h, len);
         self.obj.len.set(mc, len + 1);
@@ -462,7 +495,7 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        let _w = self.obj.writer.lock("GcDictionary");
+        let _w = self.write_lock(mc);
         let (pos, e, _) = self.find(key, self.hash(key))?;
         Some(self.remove_at(mc, pos, e).1)
     }
@@ -473,7 +506,7 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        let _w = self.obj.writer.lock("GcDictionary");
+        let _w = self.write_lock(mc);
         let (pos, e, _) = self.find(key, self.hash(key))?;
         Some(self.remove_at(mc, pos, e))
     }
@@ -481,6 +514,7 @@ where
     /// Removes entry `e`, named by index slot `pos`; the writer lock is
     /// held.
     fn remove_at(&self, mc: &Mutation<'gc>, pos: usize, e: usize) -> (K, V) {
+        let _moving = Moving::start(self, mc);
         let indices = self.obj.indices.get();
         let entries = self.obj.entries.get();
         let len = self.obj.len.get();
@@ -518,9 +552,13 @@ where
                 p = (p + 1) & mask;
             }
             indices[p].set(mc, slot(h, e));
-            entries[e].hash.set(mc, h);
-            entries[e].key.set(mc, k);
-            entries[e].value.set(mc, v);
+            // SAFETY: the log recorded (`write_lock`, which the caller
+            // holds); entry `e` is in use, reported by the trace.
+            unsafe {
+                entries[e].hash.set_recorded(mc, h);
+                entries[e].key.set_recorded(mc, k);
+                entries[e].value.set_recorded(mc, v);
+            }
         }
         self.obj.len.set(mc, last);
         removed
@@ -536,18 +574,19 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        let _w = self.obj.writer.lock("GcDictionary");
+        let _w = self.write_lock(mc);
         let (_, _, entry) = self.find(key, self.hash(key))?;
         let cell = &entry.value;
         let new = f(cell.get());
-        cell.set(mc, new);
+        // SAFETY: the log recorded (`write_lock`); an entry in use.
+        unsafe { cell.set_recorded(mc, new) };
         Some(new)
     }
 
     /// The entry of `key`, to read, insert or change in place. The
     /// dictionary's writer lock is held until the entry is dropped.
     pub fn entry<'a>(&'a self, mc: &'a Mutation<'gc>, key: K) -> DictEntry<'a, 'gc, K, V, S> {
-        let guard = self.obj.writer.lock("GcDictionary");
+        let guard = self.write_lock(mc);
         let hash = self.hash(&key);
         match self.find(&key, hash) {
             Some((pos, index, _)) => DictEntry::Occupied(OccupiedEntry {
@@ -569,7 +608,8 @@ where
 
     /// Removes every entry.
     pub fn clear(&self, mc: &Mutation<'gc>) {
-        let _w = self.obj.writer.lock("GcDictionary");
+        let _w = self.write_lock(mc);
+        let _moving = Moving::start(self, mc);
         let len = self.obj.len.get();
         let entries = self.obj.entries.get();
         self.obj.len.set(mc, 0);
@@ -587,7 +627,7 @@ where
     /// If `keep` changes this dictionary, or at the heap limit (the
     /// surviving entries are rebuilt into new arrays).
     pub fn retain(&self, mc: &Mutation<'gc>, mut keep: impl FnMut(K, V) -> bool) {
-        let _w = self.obj.writer.lock("GcDictionary");
+        let _w = self.write_lock(mc);
         let entries = self.obj.entries.get();
         let len = self.obj.len.get().min(entries.len());
         let mut kept: Vec<(u64, K, V)> = Vec::with_capacity(len);
@@ -602,13 +642,21 @@ where
         if kept.len() == len {
             return;
         }
+        let _moving = Moving::start(self, mc);
         let fresh = mc.alloc_from_iter(kept.iter().map(|&(h, k, v)| Entry::new(h, k, v)));
         let indices: Indices<'gc> = mc.alloc_slice_fill(index_size(kept.len()), GcCell::new(0));
         for (i, &(h, _, _)) in kept.iter().enumerate() {
             Self::place(mc, indices, h, i);
         }
-        self.obj.entries.set(mc, fresh);
-        self.obj.indices.set(mc, indices);
+        // The arrays first, then the length: a marker (or reader) that
+        // reads the old length with the new entries clamps it to them
+        // (`min`), and so traces every kept entry; the other order would
+        // let it trace the old array's prefix, which need not hold them.
+        // SAFETY: the log recorded (`write_lock`); both cells are reported.
+        unsafe {
+            self.obj.entries.set_recorded(mc, fresh);
+            self.obj.indices.set_recorded(mc, indices);
+        }
         self.obj.len.set(mc, kept.len());
     }
 
@@ -633,6 +681,43 @@ where
     /// The values, in order.
     pub fn values(&self) -> impl Iterator<Item = V> + 'gc {
         self.iter().map(|(_, v)| v)
+    }
+}
+
+/// Brackets a change that moves entries: `moves` is odd from `start` until
+/// the guard drops (a panic included), under the writer lock.
+struct Moving<'a, 'gc, K, V, S>
+where
+    K: CellValue + Trace + Hash + Eq + 'gc,
+    V: CellValue + Trace + 'gc,
+    S: BuildHasher + Send + Sync + 'static,
+{
+    dict: &'a GcDictionary<'gc, K, V, S>,
+    mc: &'a Mutation<'gc>,
+}
+
+impl<'a, 'gc, K, V, S> Moving<'a, 'gc, K, V, S>
+where
+    K: CellValue + Trace + Hash + Eq + 'gc,
+    V: CellValue + Trace + 'gc,
+    S: BuildHasher + Send + Sync + 'static,
+{
+    fn start(dict: &'a GcDictionary<'gc, K, V, S>, mc: &'a Mutation<'gc>) -> Self {
+        let m = &dict.obj.moves;
+        m.set(mc, m.get() + 1);
+        Moving { dict, mc }
+    }
+}
+
+impl<'gc, K, V, S> Drop for Moving<'_, 'gc, K, V, S>
+where
+    K: CellValue + Trace + Hash + Eq + 'gc,
+    V: CellValue + Trace + 'gc,
+    S: BuildHasher + Send + Sync + 'static,
+{
+    fn drop(&mut self) {
+        let m = &self.dict.obj.moves;
+        m.set(self.mc, m.get() + 1);
     }
 }
 
@@ -740,7 +825,12 @@ where
 
     /// Replaces the value, through the barrier; returns the old one.
     pub fn insert(&self, value: V) -> V {
-        self.cell().value.replace(self.mc, value)
+        let cell = &self.cell().value;
+        let old = cell.get();
+        // SAFETY: the entry holds the writer lock, taken with the log
+        // recorded (`write_lock`) in this call; an entry in use.
+        unsafe { cell.set_recorded(self.mc, value) };
+        old
     }
 
     /// Removes the entry; returns its key and value.

@@ -45,12 +45,21 @@
 //! lock. A read racing another thread's write loads each cell atomically
 //! and only ever sees values that were elements during its `mutate` call
 //! (the collector frees nothing such a call could still reach), so it is
-//! memory-safe; but it is not a snapshot: it may see a length and an
-//! element from either side of the write, or, in a dictionary whose entries
-//! a removal is moving, miss a key that stays present. (A lookup that does
-//! find its key returns that key's value: it checks the key again after
-//! reading the value.) Synchronise the threads yourself when a read must
-//! see a write whole.
+//! memory-safe. A dictionary lookup is also exact: removals, which move
+//! entries, bracket their moves with a counter that lookups check, and
+//! look again across (a seqlock on moves alone), so a lookup never returns
+//! another key's value nor misses a key that stays present. Other reads
+//! are not snapshots: a list's `len` and an element, or an iteration, may
+//! come from either side of a concurrent write. Synchronise the threads
+//! yourself when such a read must see a write whole.
+//!
+//! # Minor cycles
+//! A collection's object carries a `GcLog`: a change records the object
+//! once per cycle, and its stores skip the generational barrier
+//! (`GcCell::set_recorded`), so nothing stored into a collection is
+//! promoted by it: the elements of a collection made and dropped between
+//! two cycles die young, and a large old collection changed in place costs
+//! the next minor cycle one retrace of it.
 //!
 //! # Example
 //! ```

@@ -22,8 +22,9 @@
 //! later holds copies of elements and the value it was grown for), so
 //! during the reader's `mutate` call, which no collection can end.
 
+use crate::lock::WriterGuard;
 use crate::lock::WriterLock;
-use loam_runtime::{AllocError, CellValue, Gc, GcCell, Mutation, Trace, Tracer};
+use loam_runtime::{AllocError, CellValue, Gc, GcCell, GcLog, Mutation, Trace, Tracer};
 use std::cmp::Ordering;
 use std::fmt;
 
@@ -45,6 +46,9 @@ type Items<'gc, T> = Gc<'gc, [Slot<'gc, T>]>;
 
 /// The managed object behind a [`GcList`].
 pub(crate) struct ListObj<'gc, T: CellValue + Trace + 'gc> {
+    /// Records the list for the next minor cycle when it changes, so that
+    /// stores into its arrays promote nothing (`Writing`).
+    log: GcLog<'gc>,
     /// Elements in use, a prefix of `items`.
     len: GcCell<'gc, usize>,
     /// The backing array.
@@ -60,6 +64,7 @@ pub(crate) struct ListObj<'gc, T: CellValue + Trace + 'gc> {
 // docs).
 unsafe impl<'gc, T: CellValue + Trace + 'gc> Trace for ListObj<'gc, T> {
     fn trace(&self, tracer: &mut Tracer) {
+        self.log.trace(tracer);
         let len = self.len.get();
         let items = self.items.get();
         items.trace(tracer);
@@ -78,6 +83,61 @@ fn shade_cut<'gc, T: CellValue + Trace + 'gc>(mc: &Mutation<'gc>, slots: &[Slot<
         for s in slots {
             s.0.set(mc, s.0.get());
         }
+    }
+}
+
+/// A change under way: the list's writer lock held and its log recorded in
+/// this `mutate` call, which is what lets its stores skip the generational
+/// barrier (`GcCell::set_recorded`): the next minor cycle traces the list
+/// again, so nothing a store puts in the list is promoted.
+struct Writing<'a, 'gc, T: CellValue + Trace + 'gc> {
+    list: &'a GcList<'gc, T>,
+    mc: &'a Mutation<'gc>,
+    _guard: WriterGuard<'a>,
+}
+
+impl<'a, 'gc, T: CellValue + Trace + 'gc> Writing<'a, 'gc, T> {
+    fn new(list: &'a GcList<'gc, T>, mc: &'a Mutation<'gc>) -> Self {
+        let _guard = list.obj.writer.lock("GcList");
+        list.obj.log.record(mc);
+        Writing { list, mc, _guard }
+    }
+
+    /// Stores into slot `i`, in use (below the length).
+    #[inline]
+    fn put(&self, i: usize, value: T) {
+        let (items, len) = self.list.view();
+        assert!(
+            i < len,
+            "loam-collections: slot {i} is not in use (len {len})"
+        );
+        // SAFETY: the list's log was recorded in this call (`new`), and
+        // slot `i` is in use, so the list's trace reports it, now and
+        // after (we hold the writer lock).
+        unsafe { items[i].0.set_recorded(self.mc, value) };
+    }
+
+    /// Stores into spare slot `i` (at or past the length), which the
+    /// length is then grown over.
+    #[inline]
+    fn fill(&self, i: usize, value: T) {
+        let (items, len) = self.list.view();
+        assert!(i >= len, "loam-collections: slot {i} is in use (len {len})");
+        // SAFETY: the log was recorded (`new`); slot `i` is past the
+        // length, so the list's trace does not report it, and the length
+        // grows over it only after this store, under the writer lock.
+        unsafe { items[i].0.fill_recorded(self.mc, value) };
+    }
+
+    /// Installs a new backing array (holding the elements in use).
+    fn set_items(&self, array: Items<'gc, T>) {
+        // SAFETY: the log was recorded (`new`); the array cell is reported
+        // by the list's trace.
+        unsafe { self.list.obj.items.set_recorded(self.mc, array) };
+    }
+
+    fn set_len(&self, len: usize) {
+        self.list.obj.len.set(self.mc, len);
     }
 }
 
@@ -155,6 +215,7 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
         let items = mc.alloc_from_iter(std::iter::empty());
         GcList {
             obj: mc.alloc(ListObj {
+                log: GcLog::new(),
                 len: GcCell::new(0),
                 items: GcCell::new(items),
                 min_capacity: capacity,
@@ -168,6 +229,7 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
         let array = mc.alloc_from_iter(items.iter().map(|&x| Slot(GcCell::new(x))));
         GcList {
             obj: mc.alloc(ListObj {
+                log: GcLog::new(),
                 len: GcCell::new(items.len()),
                 items: GcCell::new(array),
                 min_capacity: 0,
@@ -254,12 +316,14 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
     /// # Panics
     /// If `index >= len()`.
     pub fn set(&self, mc: &Mutation<'gc>, index: usize, value: T) -> T {
-        let _w = self.obj.writer.lock("GcList");
+        let w = Writing::new(self, mc);
         let (items, len) = self.view();
         if index >= len {
             out_of_range("GcList::set", index, len);
         }
-        items[index].0.replace(mc, value)
+        let old = items[index].0.get();
+        w.put(index, value);
+        old
     }
 
     /// Makes room for `need` elements: a new array, twice as large (at
@@ -267,7 +331,7 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
     /// slots.
     fn grow_for(
         &self,
-        mc: &Mutation<'gc>,
+        w: &Writing<'_, 'gc, T>,
         need: usize,
         value: T,
     ) -> Result<Items<'gc, T>, AllocError<()>> {
@@ -279,10 +343,10 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
             .max(items.len().saturating_mul(2))
             .max(self.obj.min_capacity)
             .max(4);
-        let array = mc.try_alloc_from_iter(
+        let array = w.mc.try_alloc_from_iter(
             (0..cap).map(|i| Slot(GcCell::new(if i < len { items[i].0.get() } else { value }))),
         )?;
-        self.obj.items.set(mc, array);
+        w.set_items(array);
         Ok(array)
     }
 
@@ -301,28 +365,24 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
     /// the list unchanged.
     #[inline]
     pub fn try_push(&self, mc: &Mutation<'gc>, value: T) -> Result<(), AllocError<T>> {
-        let _w = self.obj.writer.lock("GcList");
-        let (mut items, len) = self.view();
+        let w = Writing::new(self, mc);
+        let (items, len) = self.view();
         if len == items.len() {
-            items = self
-                .grow_for(mc, len + 1, value)
+            self.grow_for(&w, len + 1, value)
                 .map_err(|e| e.map(|()| value))?;
         }
-        // SAFETY: slot `len` is past the length, which the list's trace
-        // does not report, and the length grows over it only below, under
-        // the writer lock we hold.
-        unsafe { items[len].0.set_unreported(mc, value) };
-        self.obj.len.set(mc, len + 1);
+        w.fill(len, value);
+        w.set_len(len + 1);
         Ok(())
     }
 
     /// Removes and returns the last element.
     pub fn pop(&self, mc: &Mutation<'gc>) -> Option<T> {
-        let _w = self.obj.writer.lock("GcList");
+        let w = Writing::new(self, mc);
         let (items, len) = self.view();
         let last = len.checked_sub(1)?;
         let value = items[last].0.get();
-        self.obj.len.set(mc, last);
+        w.set_len(last);
         shade_cut(mc, &items[last..len]);
         Some(value)
     }
@@ -332,28 +392,26 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
     /// # Panics
     /// If `index > len()`, or at the heap limit (the list unchanged).
     pub fn insert(&self, mc: &Mutation<'gc>, index: usize, value: T) {
-        let _w = self.obj.writer.lock("GcList");
-        let (mut items, len) = self.view();
+        let w = Writing::new(self, mc);
+        let (items, len) = self.view();
         if index > len {
             panic!("GcList::insert index (is {index}) should be <= len (is {len})");
         }
         if len == items.len() {
-            items = self
-                .grow_for(mc, len + 1, value)
+            self.grow_for(&w, len + 1, value)
                 .unwrap_or_else(|e| panic!("loam-collections: GcList::insert: {e}"));
         }
+        let (items, _) = self.view();
         if index < len {
-            // SAFETY: slot `len` is past the length (as in `try_push`).
-            unsafe { items[len].0.set_unreported(mc, items[len - 1].0.get()) };
+            w.fill(len, items[len - 1].0.get());
             for i in (index..len - 1).rev() {
-                items[i + 1].0.set(mc, items[i].0.get());
+                w.put(i + 1, items[i].0.get());
             }
-            items[index].0.set(mc, value);
+            w.put(index, value);
         } else {
-            // SAFETY: as above: `index == len`.
-            unsafe { items[len].0.set_unreported(mc, value) };
+            w.fill(len, value);
         }
-        self.obj.len.set(mc, len + 1);
+        w.set_len(len + 1);
     }
 
     /// Removes and returns element `index`, shifting the elements after it.
@@ -361,19 +419,19 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
     /// # Panics
     /// If `index >= len()`.
     pub fn remove(&self, mc: &Mutation<'gc>, index: usize) -> T {
-        let _w = self.obj.writer.lock("GcList");
+        let w = Writing::new(self, mc);
         let (items, len) = self.view();
         if index >= len {
             out_of_range("GcList::remove", index, len);
         }
         let value = items[index].0.get();
         for i in index + 1..len {
-            items[i - 1].0.set(mc, items[i].0.get());
+            w.put(i - 1, items[i].0.get());
         }
-        self.obj.len.set(mc, len - 1);
         if index == len - 1 {
             shade_cut(mc, &items[index..len]);
         }
+        w.set_len(len - 1);
         value
     }
 
@@ -382,7 +440,7 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
     /// # Panics
     /// If `index >= len()`.
     pub fn swap_remove(&self, mc: &Mutation<'gc>, index: usize) -> T {
-        let _w = self.obj.writer.lock("GcList");
+        let w = Writing::new(self, mc);
         let (items, len) = self.view();
         if index >= len {
             out_of_range("GcList::swap_remove", index, len);
@@ -391,9 +449,9 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
         if index == len - 1 {
             shade_cut(mc, &items[index..len]);
         } else {
-            items[index].0.set(mc, items[len - 1].0.get());
+            w.put(index, items[len - 1].0.get());
         }
-        self.obj.len.set(mc, len - 1);
+        w.set_len(len - 1);
         value
     }
 
@@ -404,12 +462,12 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
 
     /// Keeps the first `len` elements (nothing happens if there are fewer).
     pub fn truncate(&self, mc: &Mutation<'gc>, len: usize) {
-        let _w = self.obj.writer.lock("GcList");
+        let w = Writing::new(self, mc);
         let (items, old) = self.view();
         if len >= old {
             return;
         }
-        self.obj.len.set(mc, len);
+        w.set_len(len);
         shade_cut(mc, &items[len..old]);
     }
 
@@ -422,31 +480,28 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
     pub fn retain(&self, mc: &Mutation<'gc>, mut keep: impl FnMut(T) -> bool) {
         /// Closes the gap on every exit: moves the elements not looked at
         /// yet down behind the kept ones, and sets the length.
-        struct Compact<'a, 'gc, T: CellValue + Trace + 'gc> {
-            list: &'a GcList<'gc, T>,
-            mc: &'a Mutation<'gc>,
+        struct Compact<'w, 'a, 'gc, T: CellValue + Trace + 'gc> {
+            w: &'w Writing<'a, 'gc, T>,
             items: Items<'gc, T>,
             len: usize,
             next: usize,
             kept: usize,
         }
-        impl<T: CellValue + Trace> Drop for Compact<'_, '_, T> {
+        impl<T: CellValue + Trace> Drop for Compact<'_, '_, '_, T> {
             fn drop(&mut self) {
                 if self.kept < self.next {
                     for j in self.next..self.len {
-                        let x = self.items[j].0.get();
-                        self.items[self.kept + (j - self.next)].0.set(self.mc, x);
+                        self.w
+                            .put(self.kept + (j - self.next), self.items[j].0.get());
                     }
-                    let len = self.kept + (self.len - self.next);
-                    self.list.obj.len.set(self.mc, len);
+                    self.w.set_len(self.kept + (self.len - self.next));
                 }
             }
         }
-        let _w = self.obj.writer.lock("GcList");
+        let w = Writing::new(self, mc);
         let (items, len) = self.view();
         let mut g = Compact {
-            list: self,
-            mc,
+            w: &w,
             items,
             len,
             next: 0,
@@ -456,7 +511,7 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
             let x = items[g.next].0.get();
             if keep(x) {
                 if g.kept != g.next {
-                    items[g.kept].0.set(mc, x);
+                    w.put(g.kept, x);
                 }
                 g.kept += 1;
             } else {
@@ -473,35 +528,35 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
     /// At the heap limit (the items appended so far stay).
     pub fn extend(&self, mc: &Mutation<'gc>, iter: impl IntoIterator<Item = T>) {
         let iter = iter.into_iter();
-        let _w = self.obj.writer.lock("GcList");
+        let w = Writing::new(self, mc);
         let (mut items, mut len) = self.view();
         let mut hint = iter.size_hint().0;
         for x in iter {
             if len == items.len() {
                 items = self
-                    .grow_for(mc, len.saturating_add(hint.max(1)), x)
+                    .grow_for(&w, len.saturating_add(hint.max(1)), x)
                     .unwrap_or_else(|e| panic!("loam-collections: GcList::extend: {e}"));
             }
-            // SAFETY: slot `len` is past the length (as in `try_push`).
-            unsafe { items[len].0.set_unreported(mc, x) };
+            w.fill(len, x);
             len += 1;
             hint = hint.saturating_sub(1);
             // Published as it goes: a reader sees a prefix of the extension.
-            self.obj.len.set(mc, len);
+            w.set_len(len);
         }
     }
 
     /// Sorts the list, stably, by `compare`.
     ///
     /// # Panics
-    /// If `compare` changes this list (it may read it).
+    /// If `compare` changes this list (it may read it). A `compare` that
+    /// panics leaves the list as it was.
     pub fn sort_by(&self, mc: &Mutation<'gc>, mut compare: impl FnMut(&T, &T) -> Ordering) {
-        let _w = self.obj.writer.lock("GcList");
+        let w = Writing::new(self, mc);
         let (items, len) = self.view();
         let mut v: Vec<T> = items[..len].iter().map(|s| s.0.get()).collect();
         v.sort_by(&mut compare);
-        for (slot, x) in items.iter().zip(v) {
-            slot.0.set(mc, x);
+        for (i, x) in v.into_iter().enumerate() {
+            w.put(i, x);
         }
     }
 

@@ -67,7 +67,7 @@
 //! 2. `owner == o`: the last mark that met `L` found it in `o`, so `o` was
 //!    marked then and is allocated: minor cycles free no marked object, and
 //!    a full cycle that frees `o` traced `L` elsewhere first, changing the
-//!    owner (to [`SHARED_OWNER`]), unless the write read the owner before
+//!    owner (to `SHARED_OWNER`), unless the write read the owner before
 //!    that marker set it: so during a mark the write also shades `o`, which
 //!    this cycle's sweep then keeps. Recording `o` makes the next minor
 //!    cycle trace `o`, and so `L`'s contents as they are then.
@@ -78,6 +78,7 @@
 //!    shared the first time a marker meets it in the second object.
 
 use crate::gc::Gc;
+use crate::log::GcLog;
 use crate::mutator::Mutation;
 use crate::trace::{Trace, Tracer};
 use crate::weak::GcWeak;
@@ -86,7 +87,7 @@ use parking_lot::{RwLock, RwLockReadGuard};
 use std::fmt;
 use std::marker::PhantomData;
 use std::num::{NonZeroU32, NonZeroU64, NonZeroUsize};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Invariant in `'gc`, like [`Gc`]: a cell of one `mutate` call can never
 /// pass for one of another.
@@ -294,6 +295,44 @@ impl<'gc, T: CellValue + Trace + 'gc> GcCell<'gc, T> {
         self.value.store(value);
         mc.barrier_new(&value);
     }
+
+    /// Stores `value` into a cell of an object whose [`GcLog`] this call
+    /// recorded: during a concurrent mark, through the snapshot barrier as
+    /// [`set`](Self::set); between marks, a plain store (the next minor
+    /// cycle traces the object again: nothing stored is promoted).
+    ///
+    /// # Safety
+    /// The cell's current value is reported by the `trace` of an object
+    /// (the cell's owner) that either has a [`GcLog`] on which
+    /// [`GcLog::record`] was called in this `mutate` call before this
+    /// store, or was allocated in this call; and it stays reported by it.
+    #[inline]
+    pub unsafe fn set_recorded(&self, mc: &Mutation<'gc>, value: T) {
+        if T::NEEDS_TRACE && mc.marking() != 0 {
+            let old = self.value.load();
+            self.value.store(value);
+            mc.barrier_store(&old, &value);
+        } else {
+            self.value.store(value);
+        }
+    }
+
+    /// [`set_recorded`](Self::set_recorded) for a cell its owner does not
+    /// report yet (a spare slot past a collection's length): the old value
+    /// is neither read nor shaded, as in
+    /// [`set_unreported`](Self::set_unreported).
+    ///
+    /// # Safety
+    /// As [`set_recorded`](Self::set_recorded), except that until this
+    /// store the cell is not reported by its owner (nor reachable
+    /// otherwise), and the owner starts reporting it only after the store.
+    #[inline]
+    pub unsafe fn fill_recorded(&self, mc: &Mutation<'gc>, value: T) {
+        self.value.store(value);
+        if T::NEEDS_TRACE && mc.marking() != 0 {
+            mc.shade(&value);
+        }
+    }
 }
 
 impl<T: CellValue + fmt::Debug> fmt::Debug for GcCell<'_, T> {
@@ -355,19 +394,11 @@ pub struct GcLock<'gc, T> {
     /// once per write (a list's pushes would each cost its length).
     /// Written under the write lock; read there, so relaxed.
     shaded: AtomicU64,
-    /// The object the markers last found this lock in (0: never traced;
-    /// [`SHARED_OWNER`]: found in two). Set by markers, read by writers.
-    owner: AtomicUsize,
-    /// The `remember_epoch` in which a write last recorded `owner`.
-    /// Written and read under the write lock.
-    logged: AtomicU64,
+    /// Records the object the lock is in (module docs, "Recording the
+    /// object written").
+    log: GcLog<'gc>,
     _brand: Brand<'gc>,
 }
-
-/// `GcLock::owner` of a lock that markers found inside two objects (an
-/// `Arc`'d lock): a write cannot name the one object to trace again, so it
-/// makes the next cycle a full one.
-const SHARED_OWNER: usize = 1;
 
 impl<'gc, T> GcLock<'gc, T> {
     /// A lock holding `value`.
@@ -375,31 +406,9 @@ impl<'gc, T> GcLock<'gc, T> {
         GcLock {
             value: RwLock::new(value),
             shaded: AtomicU64::new(0),
-            owner: AtomicUsize::new(0),
-            logged: AtomicU64::new(u64::MAX),
+            log: GcLog::new(),
             _brand: PhantomData,
         }
-    }
-
-    /// A marker tracing object `obj` met this lock: `obj` is its owner,
-    /// unless another object was before.
-    #[inline]
-    fn adopt(&self, obj: usize) {
-        let o = self.owner.load(Ordering::Relaxed);
-        if o == obj || o == SHARED_OWNER {
-            return;
-        }
-        if o == 0 {
-            match self
-                .owner
-                .compare_exchange(0, obj, Ordering::Relaxed, Ordering::Relaxed)
-            {
-                Ok(_) => return,
-                Err(x) if x == obj || x == SHARED_OWNER => return,
-                Err(_) => {}
-            }
-        }
-        self.owner.store(SHARED_OWNER, Ordering::Relaxed);
     }
 
     /// Shared access; blocks while a writer holds the lock.
@@ -448,12 +457,7 @@ impl<'gc, T: Trace + 'gc> GcLock<'gc, T> {
         // pointer, say) cannot skip it: the record is only read with every
         // `mutate` call finished.
         if T::NEEDS_TRACE {
-            let owner = self.owner.load(Ordering::Relaxed);
-            if owner == SHARED_OWNER {
-                mc.barrier_lock_unknown();
-            } else if owner != 0 {
-                mc.barrier_lock_owner(owner, &self.logged);
-            }
+            self.log.record(mc);
         }
         f(&mut g)
     }
@@ -491,10 +495,7 @@ unsafe impl<T: Trace> Trace for GcLock<'_, T> {
         // Before the read lock is tried: a writer that takes the lock after
         // this read lock is released sees the owner (the unlock releases,
         // the write lock acquires).
-        let obj = tracer.current();
-        if obj != 0 {
-            self.adopt(obj);
-        }
+        self.log.trace(tracer);
         match self.value.try_read() {
             Some(g) => g.trace(tracer),
             // The writer shades what the contents held (module docs, 2);

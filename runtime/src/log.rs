@@ -1,0 +1,157 @@
+//! [`GcLog`]: the object-recording write barrier, as a field.
+//!
+//! A minor cycle traces what the barrier recorded since the last one. The
+//! barrier cells record the values they store (`GcCell::set` marks and
+//! remembers each stored object), which is O(1) per store but promotes
+//! every stored object, even one stored into an object made a moment ago.
+//! A `GcLog` records the *object it lives in* instead, once per cycle, for
+//! the next minor cycle to trace again whole: any number of stores into
+//! that object's cells cost one record, and a store into a young object
+//! costs nothing (the object is traced anyway if it is reachable). That is
+//! what a `GcLock` write does (`cell.rs`, "Recording the object written"),
+//! and what a managed collection does for its backing arrays.
+//!
+//! The log learns its object from the markers: a marker tracing object `o`
+//! calls the log's `trace`, which sets `owner = o` (or [`SHARED_OWNER`] if
+//! another object holds the same log, through an `Arc`). A record then
+//! follows the cases of `cell.rs`: `owner == 0`, no marker met the log
+//! since its object was made, so the object is young, waits in a
+//! remembered list, or is queued for the mark under way, and is traced
+//! whole anyway; `owner == o`, `o` is recorded (and shaded during a mark,
+//! so that this cycle's sweep keeps it until the next one traces it);
+//! `SHARED_OWNER`, the next cycle is full.
+//!
+//! What a record covers: stores made through
+//! [`GcCell::set_recorded`](crate::GcCell::set_recorded) and
+//! [`GcCell::fill_recorded`](crate::GcCell::fill_recorded) into cells that
+//! the object's `Trace` reports, in the same `mutate` call, after the
+//! record. During a concurrent mark those stores shade as `set` does (the
+//! mark's snapshot needs them whatever the owner is); between marks they
+//! do nothing more, because the record (or the object's youth) makes the
+//! next minor cycle trace the object, and so what the cells hold then.
+
+use crate::mutator::Mutation;
+use crate::trace::{Trace, Tracer};
+use std::fmt;
+use std::marker::PhantomData;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+/// `GcLog::owner` of a log that markers found inside two objects: a record
+/// cannot name one object to trace again, so it makes the next cycle full.
+const SHARED_OWNER: usize = 1;
+
+/// The object-recording write barrier: a field that lets its object be
+/// recorded for the next minor cycle in O(1) (see the module docs), and the
+/// right to use [`GcCell::set_recorded`](crate::GcCell::set_recorded) on
+/// the object's cells.
+///
+/// # Examples
+/// A managed vector of cells whose stores promote nothing:
+/// ```
+/// use loam_runtime::{Gc, GcCell, GcLog, Mutation, Trace};
+///
+/// #[derive(Trace)]
+/// struct Pair<'gc> {
+///     log: GcLog<'gc>,
+///     a: GcCell<'gc, Option<Gc<'gc, u64>>>,
+///     b: GcCell<'gc, Option<Gc<'gc, u64>>>,
+/// }
+///
+/// fn swap_in<'gc>(mc: &Mutation<'gc>, p: Gc<'gc, Pair<'gc>>, x: Gc<'gc, u64>) {
+///     p.log.record(mc);
+///     // SAFETY: `p`'s log was recorded in this call, and `a` and `b` are
+///     // cells `Pair`'s trace reports, holding reported values.
+///     unsafe {
+///         p.b.set_recorded(mc, p.a.get());
+///         p.a.set_recorded(mc, Some(x));
+///     }
+/// }
+///
+/// let rt = loam_runtime::Runtime::builder().gc_threads(1).build();
+/// let mut m = rt.attach();
+/// m.mutate(|mc| {
+///     let p = mc.alloc(Pair { log: GcLog::new(), a: GcCell::new(None), b: GcCell::new(None) });
+///     swap_in(mc, p, mc.alloc(1));
+///     swap_in(mc, p, mc.alloc(2));
+///     assert_eq!((p.a.get().map(|g| *g), p.b.get().map(|g| *g)), (Some(2), Some(1)));
+/// });
+/// ```
+pub struct GcLog<'gc> {
+    /// The object the markers last found this log in (0: never traced;
+    /// [`SHARED_OWNER`]: found in two). Set by markers, read by writers.
+    owner: AtomicUsize,
+    /// The `remember_epoch` in which `owner` was last recorded.
+    logged: AtomicU64,
+    /// Invariant in `'gc`, like the barrier cells.
+    _brand: PhantomData<fn(&'gc ()) -> &'gc ()>,
+}
+
+impl<'gc> GcLog<'gc> {
+    /// A log whose object no marker has met yet.
+    pub const fn new() -> Self {
+        GcLog {
+            owner: AtomicUsize::new(0),
+            logged: AtomicU64::new(u64::MAX),
+            _brand: PhantomData,
+        }
+    }
+
+    /// Records the object holding this log for the next minor cycle: once
+    /// per cycle, O(1). Call it before the stores it covers, in the same
+    /// `mutate` call.
+    #[inline]
+    pub fn record(&self, mc: &Mutation<'gc>) {
+        let owner = self.owner.load(Ordering::Relaxed);
+        if owner == SHARED_OWNER {
+            mc.barrier_lock_unknown();
+        } else if owner != 0 {
+            mc.barrier_lock_owner(owner, &self.logged);
+        }
+    }
+
+    /// A marker tracing object `obj` met this log: `obj` is its owner,
+    /// unless another object was before.
+    #[inline]
+    pub(crate) fn adopt(&self, obj: usize) {
+        let o = self.owner.load(Ordering::Relaxed);
+        if o == obj || o == SHARED_OWNER {
+            return;
+        }
+        if o == 0 {
+            match self
+                .owner
+                .compare_exchange(0, obj, Ordering::Relaxed, Ordering::Relaxed)
+            {
+                Ok(_) => return,
+                Err(x) if x == obj || x == SHARED_OWNER => return,
+                Err(_) => {}
+            }
+        }
+        self.owner.store(SHARED_OWNER, Ordering::Relaxed);
+    }
+}
+
+impl Default for GcLog<'_> {
+    fn default() -> Self {
+        GcLog::new()
+    }
+}
+
+impl fmt::Debug for GcLog<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GcLog").finish_non_exhaustive()
+    }
+}
+
+// SAFETY: reports no managed pointer (1, 2: it learns its owner, which is
+// the collector's own bookkeeping); needs tracing (3), so that every
+// marker that traces its object calls this; no `Drop` (4).
+unsafe impl Trace for GcLog<'_> {
+    #[inline]
+    fn trace(&self, tracer: &mut Tracer) {
+        let obj = tracer.current();
+        if obj != 0 {
+            self.adopt(obj);
+        }
+    }
+}

@@ -14,6 +14,8 @@
 //!   (managed `Gc`s against `Box`es), push them, sort by key (stable);
 //! - `dict`: insert 1,000,000 string keys of the form `k<i>_<hex>`, look
 //!   each up, remove each (keys made as `GcString`s against `String`s);
+//!   `chained` is the dictionary's other candidate shape, .NET's buckets
+//!   with chained entries, prototyped here on the same API (`mod chained`);
 //! - `strings`: 1,000 times, build a string of 200 pieces `item<i>=<n>;`,
 //!   split it on `;` and each piece on `=` (into managed strings against
 //!   `String`s), compare each name with the previous.
@@ -203,6 +205,199 @@ fn loam_dict(m: &mut Mutator, keys: &[String]) -> u64 {
     })
 }
 
+/// The other shape the dictionary could have had, for the `dict` case's
+/// comparison: .NET's buckets with chained entries and a free list (the
+/// shape `GcDictionary`'s module docs weigh against dense entries with an
+/// open-addressed index). Written on the same public API (`GcLog`,
+/// `set_recorded`), single-threaded, insert/get/remove only.
+mod chained {
+    use loam::collections::GcString;
+    use loam::runtime::{Gc, GcCell, GcLog, Mutation, Trace, Tracer};
+    use std::hash::BuildHasher;
+
+    /// Free entries keep their last key (or the filler) until reused: a
+    /// cell cannot hold `Option<GcString>`, and the case ends with the
+    /// dictionary anyway.
+    #[derive(Trace)]
+    pub struct Entry<'gc> {
+        hash: GcCell<'gc, u64>,
+        /// The next entry of the chain (or of the free list) plus one; 0 ends it.
+        next: GcCell<'gc, u32>,
+        key: GcCell<'gc, GcString<'gc>>,
+        value: GcCell<'gc, u64>,
+        live: GcCell<'gc, bool>,
+    }
+
+    pub struct Obj<'gc> {
+        log: GcLog<'gc>,
+        buckets: GcCell<'gc, Gc<'gc, [GcCell<'gc, u32>]>>,
+        entries: GcCell<'gc, Gc<'gc, [Entry<'gc>]>>,
+        count: GcCell<'gc, usize>,
+        free: GcCell<'gc, u32>,
+        filler: GcString<'gc>,
+        hasher: foldhash::fast::RandomState,
+    }
+
+    // SAFETY: traces the log, both arrays (whose entries trace their keys)
+    // and the filler; no `Drop`.
+    unsafe impl Trace for Obj<'_> {
+        fn trace(&self, t: &mut Tracer) {
+            self.log.trace(t);
+            self.buckets.trace(t);
+            self.entries.trace(t);
+            self.filler.trace(t);
+        }
+    }
+
+    fn entry<'gc>(h: u64, next: u32, key: GcString<'gc>, value: u64, live: bool) -> Entry<'gc> {
+        Entry {
+            hash: GcCell::new(h),
+            next: GcCell::new(next),
+            key: GcCell::new(key),
+            value: GcCell::new(value),
+            live: GcCell::new(live),
+        }
+    }
+
+    #[derive(Clone, Copy)]
+    pub struct Dict<'gc>(Gc<'gc, Obj<'gc>>);
+
+    impl<'gc> Dict<'gc> {
+        pub fn new(mc: &Mutation<'gc>) -> Self {
+            let filler = GcString::new(mc, "");
+            Dict(mc.alloc(Obj {
+                log: GcLog::new(),
+                buckets: GcCell::new(mc.alloc_slice_fill(8, GcCell::new(0))),
+                entries: GcCell::new(
+                    mc.alloc_from_iter((0..8).map(|_| entry(0, 0, filler, 0, false))),
+                ),
+                count: GcCell::new(0),
+                free: GcCell::new(0),
+                filler,
+                hasher: Default::default(),
+            }))
+        }
+
+        fn find(&self, key: &str, h: u64) -> Option<usize> {
+            let buckets = self.0.buckets.get();
+            let entries = self.0.entries.get();
+            let mut i = buckets[h as usize & (buckets.len() - 1)].get();
+            while i != 0 {
+                let e = &entries[i as usize - 1];
+                if e.hash.get() == h && e.live.get() && e.key.get() == key {
+                    return Some(i as usize - 1);
+                }
+                i = e.next.get();
+            }
+            None
+        }
+
+        pub fn get(&self, key: &str) -> Option<u64> {
+            let h = self.0.hasher.hash_one(key);
+            self.find(key, h)
+                .map(|e| self.0.entries.get()[e].value.get())
+        }
+
+        pub fn insert(&self, mc: &Mutation<'gc>, key: GcString<'gc>, value: u64) {
+            let o = &self.0;
+            o.log.record(mc);
+            let h = o.hasher.hash_one(key.as_str());
+            if let Some(e) = self.find(&key, h) {
+                // SAFETY: recorded above; an entry in use, traced.
+                unsafe { o.entries.get()[e].value.set_recorded(mc, value) };
+                return;
+            }
+            let mut entries = o.entries.get();
+            let slot = if o.free.get() != 0 {
+                let i = o.free.get() as usize - 1;
+                o.free.set(mc, entries[i].next.get());
+                i
+            } else {
+                let n = o.count.get();
+                if n == entries.len() {
+                    // Grow both arrays, re-chaining every entry.
+                    let cap = entries.len() * 2;
+                    let grown = mc.alloc_from_iter((0..cap).map(|i| match entries.get(i) {
+                        Some(e) => entry(e.hash.get(), 0, e.key.get(), e.value.get(), true),
+                        None => entry(0, 0, o.filler, 0, false),
+                    }));
+                    let buckets = mc.alloc_slice_fill(cap, GcCell::new(0_u32));
+                    for (i, e) in grown.iter().enumerate().take(n) {
+                        let b = &buckets[e.hash.get() as usize & (cap - 1)];
+                        e.next.set(mc, b.get());
+                        b.set(mc, i as u32 + 1);
+                    }
+                    // SAFETY: recorded above; both cells are traced.
+                    unsafe {
+                        o.entries.set_recorded(mc, grown);
+                        o.buckets.set_recorded(mc, buckets);
+                    }
+                    entries = grown;
+                }
+                o.count.set(mc, n + 1);
+                n
+            };
+            let buckets = o.buckets.get();
+            let b = &buckets[h as usize & (buckets.len() - 1)];
+            let e = &entries[slot];
+            e.hash.set(mc, h);
+            e.next.set(mc, b.get());
+            e.live.set(mc, true);
+            // SAFETY: recorded above; entries are traced whole.
+            unsafe {
+                e.key.set_recorded(mc, key);
+                e.value.set_recorded(mc, value);
+            }
+            b.set(mc, slot as u32 + 1);
+        }
+
+        pub fn remove(&self, mc: &Mutation<'gc>, key: &str) -> Option<u64> {
+            let o = &self.0;
+            o.log.record(mc);
+            let h = o.hasher.hash_one(key);
+            let buckets = o.buckets.get();
+            let entries = o.entries.get();
+            let b = &buckets[h as usize & (buckets.len() - 1)];
+            let mut prev: Option<usize> = None;
+            let mut i = b.get();
+            while i != 0 {
+                let e = &entries[i as usize - 1];
+                if e.hash.get() == h && e.live.get() && e.key.get() == key {
+                    match prev {
+                        None => b.set(mc, e.next.get()),
+                        Some(p) => entries[p].next.set(mc, e.next.get()),
+                    }
+                    let v = e.value.get();
+                    e.next.set(mc, o.free.get());
+                    e.live.set(mc, false);
+                    o.free.set(mc, i);
+                    return Some(v);
+                }
+                prev = Some(i as usize - 1);
+                i = e.next.get();
+            }
+            None
+        }
+    }
+}
+
+fn loam_dict_chained(m: &mut Mutator, keys: &[String]) -> u64 {
+    m.mutate(|mc| {
+        let d = chained::Dict::new(mc);
+        for (i, k) in keys.iter().enumerate() {
+            d.insert(mc, GcString::new(mc, k), i as u64);
+        }
+        let mut sum = 0;
+        for k in keys {
+            sum += d.get(k).unwrap();
+        }
+        for k in keys {
+            sum += d.remove(mc, k).unwrap();
+        }
+        sum
+    })
+}
+
 // ---- strings
 
 fn std_strings() -> u64 {
@@ -311,6 +506,10 @@ fn cases<'a>(
                 (
                     "loam",
                     Box::new(move || loam_dict(&mut m.borrow_mut(), keys)),
+                ),
+                (
+                    "chained",
+                    Box::new(move || loam_dict_chained(&mut m.borrow_mut(), keys)),
                 ),
                 (
                     "std-sip",

@@ -260,6 +260,7 @@ pub fn collect() {
             break;
         }
     }
+    segment::purge_huge_cache();
 }
 
 /// Checks every invariant of the calling thread's heap and of the orphaned

@@ -224,7 +224,8 @@ impl LocalHeap {
         unsafe { (*page).try_alloc() }
     }
 
-    /// A huge object: a segment of its own, unmapped when it is freed.
+    /// A huge object: a segment of its own, cached or unmapped when it is
+    /// freed (`segment.rs`, `HugeCache`).
     fn alloc_huge(&mut self, size: usize, align: usize) -> *mut Page {
         if align > SEGMENT_SIZE / 2 {
             return ptr::null_mut();
@@ -236,7 +237,7 @@ impl LocalHeap {
         else {
             return ptr::null_mut();
         };
-        let seg = Segment::create(self, SegmentKind::Huge, map_size);
+        let (seg, zeroed) = Segment::create_huge(self, map_size);
         if seg.is_null() {
             return ptr::null_mut();
         }
@@ -254,7 +255,7 @@ impl LocalHeap {
                 block,
                 block.div_ceil(SLICE_SIZE),
                 1,
-                true,
+                zeroed,
             );
         }
         self.page_count += 1;
@@ -753,6 +754,7 @@ impl LocalHeap {
     /// Decommits free slices that have been idle for the purge delay (all of
     /// them when `force`), and unmaps segments left entirely free.
     pub(crate) fn purge(&mut self, force: bool) {
+        segment::expire_huge_cache();
         if self.dirty_segments == 0 {
             return;
         }

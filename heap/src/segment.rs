@@ -143,7 +143,171 @@ pub(crate) unsafe fn page_of(p: *const u8) -> *mut Page {
     }
 }
 
+/// Huge segments freed lately, kept mapped for the next huge allocation.
+///
+/// A huge segment holds one object past the largest size class (a managed
+/// array past 4 MiB, a big `Vec`). Programs that grow such objects free
+/// one size and ask for the next (a list doubling its array, a dictionary
+/// its entries); unmapping each and mapping the next costs a page fault
+/// and a zeroed page per 4 KiB the new one touches: 39% of the time of
+/// pushing a million elements into a managed list went to the kernel
+/// zeroing pages. A freed huge mapping waits here, dirty, for at most the
+/// purge delay (checked whenever the cache is used, and by
+/// [`crate::collect`]), and serves a request of up to its own size that
+/// wastes at most half of it. Its header is zeroed on reuse; its block is
+/// not, so a reused block is not reported as zero to `alloc_zeroed`.
+struct HugeCache {
+    slots: [HugeSlot; HUGE_CACHE_SLOTS],
+}
+
+#[derive(Clone, Copy)]
+struct HugeSlot {
+    /// The mapping's base (0: an empty slot) and size.
+    base: usize,
+    size: usize,
+    freed_ms: u64,
+}
+
+const EMPTY_SLOT: HugeSlot = HugeSlot {
+    base: 0,
+    size: 0,
+    freed_ms: 0,
+};
+
+/// Mappings the cache holds at most, and the largest one it keeps.
+const HUGE_CACHE_SLOTS: usize = 4;
+const HUGE_CACHE_LARGEST: usize = 32 << 20;
+
+/// Mappings in the cache now: the thread heaps' purge looks at the cache
+/// only when this is not zero (a relaxed load, no lock).
+static HUGE_CACHED: AtomicUsize = AtomicUsize::new(0);
+
+static HUGE_CACHE: SpinLock<HugeCache> = SpinLock::new(HugeCache {
+    slots: [EMPTY_SLOT; HUGE_CACHE_SLOTS],
+});
+
+/// Mappings taken out of the cache, to unmap outside its lock. A fixed
+/// array: this runs inside the allocator, which must not allocate.
+type Evicted = [HugeSlot; HUGE_CACHE_SLOTS + 1];
+
+/// Takes the smallest cached mapping that holds `map_size` bytes and is
+/// at most twice that.
+fn huge_cache_take(map_size: usize) -> Option<(usize, usize)> {
+    let mut out = [EMPTY_SLOT; HUGE_CACHE_SLOTS + 1];
+    let mut cache = HUGE_CACHE.lock();
+    expire(&mut cache, false, &mut out);
+    let best = cache
+        .slots
+        .iter_mut()
+        .filter(|s| s.base != 0 && s.size >= map_size && s.size / 2 <= map_size)
+        .min_by_key(|s| s.size)
+        .map(|s| std::mem::replace(s, EMPTY_SLOT));
+    if best.is_some() {
+        HUGE_CACHED.fetch_sub(1, Ordering::Relaxed);
+    }
+    drop(cache);
+    unmap_all(&out);
+    best.map(|s| (s.base, s.size))
+}
+
+/// Keeps a freed huge mapping, or unmaps it (too large, or the cache full
+/// of younger ones: the oldest goes).
+fn huge_cache_put(base: usize, size: usize) {
+    let mut out = [EMPTY_SLOT; HUGE_CACHE_SLOTS + 1];
+    if size > HUGE_CACHE_LARGEST {
+        out[0] = HugeSlot {
+            base,
+            size,
+            freed_ms: 0,
+        };
+        unmap_all(&out);
+        return;
+    }
+    let mut cache = HUGE_CACHE.lock();
+    expire(&mut cache, false, &mut out);
+    let slot = match cache.slots.iter().position(|s| s.base == 0) {
+        Some(i) => i,
+        None => {
+            let i = (0..HUGE_CACHE_SLOTS)
+                .min_by_key(|&i| cache.slots[i].freed_ms)
+                .expect("the cache has slots");
+            out[HUGE_CACHE_SLOTS] = cache.slots[i];
+            HUGE_CACHED.fetch_sub(1, Ordering::Relaxed);
+            i
+        }
+    };
+    HUGE_CACHED.fetch_add(1, Ordering::Relaxed);
+    cache.slots[slot] = HugeSlot {
+        base,
+        size,
+        freed_ms: os::now_ms(),
+    };
+    drop(cache);
+    unmap_all(&out);
+}
+
+/// Moves the cached mappings older than the purge delay (all of them with
+/// `force`) into `out`, for the caller to unmap outside the lock.
+fn expire(cache: &mut HugeCache, force: bool, out: &mut Evicted) {
+    let now = os::now_ms();
+    let delay = crate::options::purge_delay_ms();
+    for (i, s) in cache.slots.iter_mut().enumerate() {
+        if s.base != 0 && (force || now.saturating_sub(s.freed_ms) >= delay) {
+            out[i] = std::mem::replace(s, EMPTY_SLOT);
+            HUGE_CACHED.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Unmaps the mappings taken out of the cache (empty slots skipped).
+fn unmap_all(maps: &Evicted) {
+    for m in maps.iter().filter(|m| m.base != 0) {
+        // SAFETY: a huge segment's whole mapping, unregistered when it was
+        // cached and the cache's alone until taken out of it.
+        unsafe { os::unmap(m.base as *mut u8, m.size) };
+        crate::stats::COUNTERS
+            .segments_unmapped
+            .fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Gives the cached huge mappings older than the purge delay back to the
+/// OS, if there are any (the thread heaps' purge calls this).
+pub(crate) fn expire_huge_cache() {
+    if HUGE_CACHED.load(Ordering::Relaxed) == 0 {
+        return;
+    }
+    let mut out = [EMPTY_SLOT; HUGE_CACHE_SLOTS + 1];
+    expire(&mut HUGE_CACHE.lock(), false, &mut out);
+    unmap_all(&out);
+}
+
+/// Gives every cached huge mapping back to the OS (`loam_heap::collect`).
+pub(crate) fn purge_huge_cache() {
+    let mut out = [EMPTY_SLOT; HUGE_CACHE_SLOTS + 1];
+    expire(&mut HUGE_CACHE.lock(), true, &mut out);
+    unmap_all(&out);
+}
+
 impl Segment {
+    /// A segment for one huge block of `map_size` bytes (header included),
+    /// owned by `owner`: a cached mapping if one fits (its header zeroed),
+    /// or a fresh one. Returns null if the OS is out of memory, and whether
+    /// the block part reads as zero (a fresh mapping).
+    pub(crate) fn create_huge(owner: *mut LocalHeap, map_size: usize) -> (*mut Segment, bool) {
+        match huge_cache_take(map_size) {
+            Some((base, size)) => {
+                // SAFETY: the cache gave us the whole mapping, dead and
+                // unregistered; the header lies inside it.
+                unsafe { ptr::write_bytes(base as *mut u8, 0, HEADER_SLICES * SLICE_SIZE) };
+                // SAFETY: a zeroed header in a mapping of `size` bytes.
+                let seg = unsafe { Self::register(base as *mut u8, owner, SegmentKind::Huge, size) };
+                (seg, false)
+            }
+            None => (Self::create(owner, SegmentKind::Huge, map_size), true),
+        }
+    }
+
     /// Maps and registers a segment of `map_size` bytes owned by `owner`.
     /// Returns null if the OS is out of memory.
     pub(crate) fn create(
@@ -159,6 +323,24 @@ impl Segment {
             // SAFETY: the page part of our fresh mapping.
             unsafe { os::advise_huge(base, map_size) };
         }
+        crate::stats::COUNTERS
+            .segments_mapped
+            .fetch_add(1, Ordering::Relaxed);
+        // SAFETY: a fresh, zeroed mapping of `map_size` bytes.
+        unsafe { Self::register(base, owner, kind, map_size) }
+    }
+
+    /// Sets up the segment header at `base` and registers it.
+    ///
+    /// # Safety
+    /// `base` is a `SEGMENT_SIZE`-aligned mapping of `map_size` bytes,
+    /// ours alone, whose header reads as zero.
+    unsafe fn register(
+        base: *mut u8,
+        owner: *mut LocalHeap,
+        kind: SegmentKind,
+        map_size: usize,
+    ) -> *mut Segment {
         let seg = base.cast::<Segment>();
         // SAFETY: the mapping is fresh, zeroed, aligned and large enough for
         // the header; zero is a valid bit pattern for every field
@@ -187,9 +369,6 @@ impl Segment {
         reg.head = seg;
         reg.count += 1;
         reg.mapped += map_size;
-        crate::stats::COUNTERS
-            .segments_mapped
-            .fetch_add(1, Ordering::Relaxed);
         seg
     }
 
@@ -202,7 +381,7 @@ impl Segment {
         let mut reg = REGISTRY.lock();
         // SAFETY: under the registry lock; `seg` is registered (created by
         // `create`) so its neighbours are live registered segments.
-        let size = unsafe {
+        let (size, huge) = unsafe {
             let (n, p) = ((*seg).all_next, (*seg).all_prev);
             if !n.is_null() {
                 (*n).all_prev = p;
@@ -212,11 +391,16 @@ impl Segment {
             } else {
                 (*p).all_next = n;
             }
-            (*seg).map_size
+            ((*seg).map_size, (*seg).kind == SegmentKind::Huge)
         };
         reg.count -= 1;
         reg.mapped -= size;
         drop(reg);
+        if huge {
+            // Unregistered, unlinked and dead (caller): the cache's now.
+            huge_cache_put(seg as usize, size);
+            return;
+        }
         crate::stats::COUNTERS
             .segments_unmapped
             .fetch_add(1, Ordering::Relaxed);

@@ -1,0 +1,78 @@
+//! Huge blocks (past the largest size class) go back to a small cache of
+//! mappings when freed, and the next huge request reuses one: no page
+//! fault per page touched again. A reused block is not taken for zeroed,
+//! and `collect` gives the cached mappings back to the OS.
+
+use loam_heap::LoamAlloc;
+use std::alloc::{GlobalAlloc, Layout};
+
+const MIB: usize = 1 << 20;
+
+/// The tests share the process-wide cache: one at a time, and mappings
+/// stay cached for the purge delay, long enough here.
+fn hold() -> std::sync::MutexGuard<'static, ()> {
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    loam_heap::set_purge_delay(std::time::Duration::from_secs(60));
+    g
+}
+
+#[test]
+fn a_freed_huge_block_is_reused_dirty_and_zeroed_when_asked() {
+    let _serial = hold();
+    let big = Layout::from_size_align(8 * MIB, 8).unwrap();
+    // SAFETY: each block is used within its layout and freed once with it.
+    unsafe {
+        let a = LoamAlloc.alloc(big);
+        assert!(!a.is_null());
+        a.write_bytes(0xAB, big.size());
+        LoamAlloc.dealloc(a, big);
+        // A smaller huge request fits the cached mapping: the same memory,
+        // still holding what was written.
+        let smaller = Layout::from_size_align(6 * MIB, 8).unwrap();
+        let b = LoamAlloc.alloc(smaller);
+        assert_eq!(b, a, "the cached mapping is reused");
+        assert_eq!(*b.add(MIB), 0xAB, "reused, not fresh");
+        LoamAlloc.dealloc(b, smaller);
+        // Zeroed memory asked for is zero, cached mapping or not.
+        let c = LoamAlloc.alloc_zeroed(smaller);
+        assert_eq!(c, a);
+        assert!(std::slice::from_raw_parts(c, smaller.size())
+            .iter()
+            .all(|&x| x == 0));
+        LoamAlloc.dealloc(c, smaller);
+        // Much smaller requests do not take a mapping twice their size.
+        let tiny_huge = Layout::from_size_align(3 * MIB + MIB / 2, 8).unwrap();
+        let d = LoamAlloc.alloc(tiny_huge);
+        assert_ne!(d, a, "a 3.5 MiB block does not take an 8 MiB mapping");
+        LoamAlloc.dealloc(d, tiny_huge);
+    }
+}
+
+#[test]
+fn collect_gives_cached_huge_mappings_back() {
+    let _serial = hold();
+    let big = Layout::from_size_align(12 * MIB, 8).unwrap();
+    // SAFETY: used within its layout and freed once.
+    unsafe {
+        let a = LoamAlloc.alloc(big);
+        a.write_bytes(1, big.size());
+        LoamAlloc.dealloc(a, big);
+    }
+    let before = loam_heap::stats().segments_unmapped_total;
+    loam_heap::collect();
+    assert!(
+        loam_heap::stats().segments_unmapped_total > before,
+        "collect unmaps the cached mapping"
+    );
+    // SAFETY: as above.
+    unsafe {
+        let b = LoamAlloc.alloc_zeroed(big);
+        // Fresh from the OS (the cache was emptied): zero without a write,
+        // and whatever address the OS gave.
+        assert!(std::slice::from_raw_parts(b, big.size())
+            .iter()
+            .all(|&x| x == 0));
+        LoamAlloc.dealloc(b, big);
+    }
+}

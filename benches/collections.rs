@@ -7,8 +7,9 @@
 //!
 //! The cases:
 //! - `push_iter`: push 1,000,000 `u64`, then iterate and sum;
-//! - `extend_iter`: the same with one `extend` (the list's writer lock taken
-//!   once, not per push);
+//! - `writer_push`: the same pushes through one `GcList::writer` (the
+//!   list's writer lock taken once, not per push);
+//! - `extend_iter`: one `extend` of 1,000,000, against `Vec::extend`;
 //! - `random_get`: 1,000,000 random reads of a 1,000,000-element list;
 //! - `sort_records`: allocate 100,000 records {u64 key, i32 index, i32 tag}
 //!   (managed `Gc`s against `Box`es), push them, sort by key (stable);
@@ -71,6 +72,18 @@ fn loam_push_iter(m: &mut Mutator) -> u64 {
         for i in 0..PUSHES {
             l.push(mc, i);
         }
+        l.iter().sum()
+    })
+}
+
+fn loam_writer_iter(m: &mut Mutator) -> u64 {
+    m.mutate(|mc| {
+        let l = GcList::new(mc);
+        let w = l.writer(mc);
+        for i in 0..PUSHES {
+            w.push(i);
+        }
+        drop(w);
         l.iter().sum()
     })
 }
@@ -466,6 +479,16 @@ fn cases<'a>(
                 (
                     "loam",
                     Box::new(move || loam_push_iter(&mut m.borrow_mut())),
+                ),
+                ("std", Box::new(std_push_iter)),
+            ],
+        ),
+        (
+            "writer_push",
+            vec![
+                (
+                    "loam",
+                    Box::new(move || loam_writer_iter(&mut m.borrow_mut())),
                 ),
                 ("std", Box::new(std_push_iter)),
             ],

@@ -105,5 +105,5 @@ pub use builder::GcStringBuilder;
 pub use dictionary::{
     DictEntry, FastHash, GcDictionary, Iter as DictIter, OccupiedEntry, SipHash, VacantEntry,
 };
-pub use list::{GcList, Iter as ListIter};
+pub use list::{GcList, Iter as ListIter, ListWriter};
 pub use string::GcString;

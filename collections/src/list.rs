@@ -86,21 +86,110 @@ fn shade_cut<'gc, T: CellValue + Trace + 'gc>(mc: &Mutation<'gc>, slots: &[Slot<
     }
 }
 
-/// A change under way: the list's writer lock held and its log recorded in
-/// this `mutate` call, which is what lets its stores skip the generational
-/// barrier (`GcCell::set_recorded`): the next minor cycle traces the list
-/// again, so nothing a store puts in the list is promoted.
-struct Writing<'a, 'gc, T: CellValue + Trace + 'gc> {
+/// Exclusive access to a [`GcList`] for a run of changes: the list's writer
+/// lock held (taken once, not per change) and its log recorded in this
+/// `mutate` call, which is what lets its stores skip the generational
+/// barrier (`GcCell::set_recorded`: the next minor cycle traces the list
+/// again, so nothing a store puts in the list is promoted). From
+/// [`GcList::writer`]; every single-change method of `GcList` makes one.
+///
+/// While it lives, other threads' changes to the list wait, and this
+/// thread's own `GcList` methods that change the list panic (reads are
+/// fine).
+///
+/// # Examples
+/// ```
+/// use loam_collections::GcList;
+///
+/// let rt = loam_runtime::Runtime::builder().gc_threads(1).build();
+/// let mut m = rt.attach();
+/// m.mutate(|mc| {
+///     let list = GcList::new(mc);
+///     let w = list.writer(mc);
+///     for i in 0..1000_u64 {
+///         w.push(i);
+///     }
+///     assert_eq!(w.pop(), Some(999));
+///     drop(w);
+///     assert_eq!(list.len(), 999);
+/// });
+/// ```
+pub struct ListWriter<'a, 'gc, T: CellValue + Trace + 'gc> {
     list: &'a GcList<'gc, T>,
     mc: &'a Mutation<'gc>,
     _guard: WriterGuard<'a>,
 }
 
-impl<'a, 'gc, T: CellValue + Trace + 'gc> Writing<'a, 'gc, T> {
+impl<'a, 'gc, T: CellValue + Trace + 'gc> ListWriter<'a, 'gc, T> {
     fn new(list: &'a GcList<'gc, T>, mc: &'a Mutation<'gc>) -> Self {
         let _guard = list.obj.writer.lock("GcList");
         list.obj.log.record(mc);
-        Writing { list, mc, _guard }
+        ListWriter { list, mc, _guard }
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.list.len()
+    }
+
+    /// Whether the list has no element.
+    pub fn is_empty(&self) -> bool {
+        self.list.is_empty()
+    }
+
+    /// Element `index`, or `None` past the end.
+    pub fn get(&self, index: usize) -> Option<T> {
+        self.list.get(index)
+    }
+
+    /// Appends `value`.
+    ///
+    /// # Panics
+    /// At the heap limit (the list unchanged; see [`try_push`](Self::try_push)).
+    #[inline]
+    pub fn push(&self, value: T) {
+        if let Err(e) = self.try_push(value) {
+            panic!("loam-collections: GcList::push: {e}");
+        }
+    }
+
+    /// Appends `value`, or gives it back in `Err` at the heap limit, with
+    /// the list unchanged.
+    #[inline]
+    pub fn try_push(&self, value: T) -> Result<(), AllocError<T>> {
+        let (items, len) = self.list.view();
+        if len == items.len() {
+            self.list
+                .grow_for(self, len + 1, value)
+                .map_err(|e| e.map(|()| value))?;
+        }
+        self.fill(len, value);
+        self.set_len(len + 1);
+        Ok(())
+    }
+
+    /// Removes and returns the last element.
+    pub fn pop(&self) -> Option<T> {
+        let (items, len) = self.list.view();
+        let last = len.checked_sub(1)?;
+        let value = items[last].0.get();
+        self.set_len(last);
+        shade_cut(self.mc, &items[last..len]);
+        Some(value)
+    }
+
+    /// Replaces element `index` with `value`; returns the old one.
+    ///
+    /// # Panics
+    /// If `index >= len()`.
+    pub fn set(&self, index: usize, value: T) -> T {
+        let (items, len) = self.list.view();
+        if index >= len {
+            out_of_range("GcList::set", index, len);
+        }
+        let old = items[index].0.get();
+        self.put(index, value);
+        old
     }
 
     /// Stores into slot `i`, in use (below the length).
@@ -316,14 +405,16 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
     /// # Panics
     /// If `index >= len()`.
     pub fn set(&self, mc: &Mutation<'gc>, index: usize, value: T) -> T {
-        let w = Writing::new(self, mc);
-        let (items, len) = self.view();
-        if index >= len {
-            out_of_range("GcList::set", index, len);
-        }
-        let old = items[index].0.get();
-        w.put(index, value);
-        old
+        ListWriter::new(self, mc).set(index, value)
+    }
+
+    /// Exclusive access for a run of changes, the writer lock taken once
+    /// (see [`ListWriter`]).
+    ///
+    /// # Panics
+    /// If this thread holds the list's writer already.
+    pub fn writer<'a>(&'a self, mc: &'a Mutation<'gc>) -> ListWriter<'a, 'gc, T> {
+        ListWriter::new(self, mc)
     }
 
     /// Makes room for `need` elements: a new array, twice as large (at
@@ -331,7 +422,7 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
     /// slots.
     fn grow_for(
         &self,
-        w: &Writing<'_, 'gc, T>,
+        w: &ListWriter<'_, 'gc, T>,
         need: usize,
         value: T,
     ) -> Result<Items<'gc, T>, AllocError<()>> {
@@ -365,26 +456,12 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
     /// the list unchanged.
     #[inline]
     pub fn try_push(&self, mc: &Mutation<'gc>, value: T) -> Result<(), AllocError<T>> {
-        let w = Writing::new(self, mc);
-        let (items, len) = self.view();
-        if len == items.len() {
-            self.grow_for(&w, len + 1, value)
-                .map_err(|e| e.map(|()| value))?;
-        }
-        w.fill(len, value);
-        w.set_len(len + 1);
-        Ok(())
+        ListWriter::new(self, mc).try_push(value)
     }
 
     /// Removes and returns the last element.
     pub fn pop(&self, mc: &Mutation<'gc>) -> Option<T> {
-        let w = Writing::new(self, mc);
-        let (items, len) = self.view();
-        let last = len.checked_sub(1)?;
-        let value = items[last].0.get();
-        w.set_len(last);
-        shade_cut(mc, &items[last..len]);
-        Some(value)
+        ListWriter::new(self, mc).pop()
     }
 
     /// Inserts `value` at `index`, shifting the elements after it.
@@ -392,7 +469,7 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
     /// # Panics
     /// If `index > len()`, or at the heap limit (the list unchanged).
     pub fn insert(&self, mc: &Mutation<'gc>, index: usize, value: T) {
-        let w = Writing::new(self, mc);
+        let w = ListWriter::new(self, mc);
         let (items, len) = self.view();
         if index > len {
             panic!("GcList::insert index (is {index}) should be <= len (is {len})");
@@ -419,7 +496,7 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
     /// # Panics
     /// If `index >= len()`.
     pub fn remove(&self, mc: &Mutation<'gc>, index: usize) -> T {
-        let w = Writing::new(self, mc);
+        let w = ListWriter::new(self, mc);
         let (items, len) = self.view();
         if index >= len {
             out_of_range("GcList::remove", index, len);
@@ -440,7 +517,7 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
     /// # Panics
     /// If `index >= len()`.
     pub fn swap_remove(&self, mc: &Mutation<'gc>, index: usize) -> T {
-        let w = Writing::new(self, mc);
+        let w = ListWriter::new(self, mc);
         let (items, len) = self.view();
         if index >= len {
             out_of_range("GcList::swap_remove", index, len);
@@ -462,7 +539,7 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
 
     /// Keeps the first `len` elements (nothing happens if there are fewer).
     pub fn truncate(&self, mc: &Mutation<'gc>, len: usize) {
-        let w = Writing::new(self, mc);
+        let w = ListWriter::new(self, mc);
         let (items, old) = self.view();
         if len >= old {
             return;
@@ -481,7 +558,7 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
         /// Closes the gap on every exit: moves the elements not looked at
         /// yet down behind the kept ones, and sets the length.
         struct Compact<'w, 'a, 'gc, T: CellValue + Trace + 'gc> {
-            w: &'w Writing<'a, 'gc, T>,
+            w: &'w ListWriter<'a, 'gc, T>,
             items: Items<'gc, T>,
             len: usize,
             next: usize,
@@ -498,7 +575,7 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
                 }
             }
         }
-        let w = Writing::new(self, mc);
+        let w = ListWriter::new(self, mc);
         let (items, len) = self.view();
         let mut g = Compact {
             w: &w,
@@ -528,7 +605,7 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
     /// At the heap limit (the items appended so far stay).
     pub fn extend(&self, mc: &Mutation<'gc>, iter: impl IntoIterator<Item = T>) {
         let iter = iter.into_iter();
-        let w = Writing::new(self, mc);
+        let w = ListWriter::new(self, mc);
         let (mut items, mut len) = self.view();
         let mut hint = iter.size_hint().0;
         for x in iter {
@@ -551,7 +628,7 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
     /// If `compare` changes this list (it may read it). A `compare` that
     /// panics leaves the list as it was.
     pub fn sort_by(&self, mc: &Mutation<'gc>, mut compare: impl FnMut(&T, &T) -> Ordering) {
-        let w = Writing::new(self, mc);
+        let w = ListWriter::new(self, mc);
         let (items, len) = self.view();
         let mut v: Vec<T> = items[..len].iter().map(|s| s.0.get()).collect();
         v.sort_by(&mut compare);
@@ -684,6 +761,14 @@ impl<'gc, T: CellValue + Trace + 'gc> IntoIterator for GcList<'gc, T> {
 impl<'gc, T: CellValue + Trace + fmt::Debug + 'gc> fmt::Debug for GcList<'gc, T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_list().entries(self.iter()).finish()
+    }
+}
+
+impl<T: CellValue + Trace> fmt::Debug for ListWriter<'_, '_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ListWriter")
+            .field("len", &self.list.len())
+            .finish_non_exhaustive()
     }
 }
 

@@ -58,7 +58,8 @@ impl WriterLock {
             if held == me {
                 panic!(
                     "loam-collections: a {what} was changed from inside one of its own \
-                     callbacks (a comparator, predicate, or Hash or Eq impl)"
+                     callbacks (a comparator, predicate, or Hash or Eq impl), or while this \
+                     thread holds its writer"
                 );
             }
             if spins < 64 {

@@ -184,34 +184,46 @@ impl<'gc> GcString<'gc> {
 
     /// The text in upper case (Unicode's mapping, as `str::to_uppercase`).
     pub fn to_uppercase(&self, mc: &Mutation<'gc>) -> Self {
-        let s = self.as_str();
-        if s.is_ascii() {
-            if !s.bytes().any(|b| b.is_ascii_lowercase()) {
-                return *self;
-            }
-            return with_scratch(|buf| {
-                buf.push_str(s);
-                buf.make_ascii_uppercase();
-                Self::new(mc, buf)
-            });
-        }
-        Self::new(mc, &s.to_uppercase())
+        self.map_case(
+            mc,
+            |b| b.is_ascii_lowercase(),
+            str::make_ascii_uppercase,
+            str::to_uppercase,
+        )
     }
 
     /// The text in lower case (Unicode's mapping, as `str::to_lowercase`).
     pub fn to_lowercase(&self, mc: &Mutation<'gc>) -> Self {
+        self.map_case(
+            mc,
+            |b| b.is_ascii_uppercase(),
+            str::make_ascii_lowercase,
+            str::to_lowercase,
+        )
+    }
+
+    /// A case conversion: this string itself when no byte `changes`, an
+    /// in-place ASCII map through the scratch buffer for ASCII text, the
+    /// Unicode mapping otherwise.
+    fn map_case(
+        &self,
+        mc: &Mutation<'gc>,
+        changes: impl Fn(u8) -> bool,
+        ascii: impl FnOnce(&mut str),
+        unicode: impl FnOnce(&str) -> String,
+    ) -> Self {
         let s = self.as_str();
-        if s.is_ascii() {
-            if !s.bytes().any(|b| b.is_ascii_uppercase()) {
-                return *self;
-            }
-            return with_scratch(|buf| {
-                buf.push_str(s);
-                buf.make_ascii_lowercase();
-                Self::new(mc, buf)
-            });
+        if !s.is_ascii() {
+            return Self::new(mc, &unicode(s));
         }
-        Self::new(mc, &s.to_lowercase())
+        if !s.bytes().any(changes) {
+            return *self;
+        }
+        with_scratch(|buf| {
+            buf.push_str(s);
+            ascii(buf.as_mut_str());
+            Self::new(mc, buf)
+        })
     }
 
     /// `part` as a string: this one when it is the whole text.

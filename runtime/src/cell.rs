@@ -241,14 +241,7 @@ impl<'gc, T: CellValue + Trace + 'gc> GcCell<'gc, T> {
     #[inline]
     pub fn set(&self, mc: &Mutation<'gc>, value: T) {
         if T::NEEDS_TRACE && mc.marking() != 0 {
-            // A load, then a store, as snapshot barriers do: the store that
-            // first overwrites the value of the mark's start is made by a
-            // writer whose load read that value (nothing lies between them
-            // in the cell's order), so it is shaded; every later value was
-            // shaded as the new one of its own store.
-            let old = self.value.load();
-            self.value.store(value);
-            mc.barrier_store(&old, &value);
+            self.set_marking(mc, value);
         } else {
             // Between marks the barrier needs only the new value: a plain
             // store, no read-modify-write.
@@ -309,12 +302,23 @@ impl<'gc, T: CellValue + Trace + 'gc> GcCell<'gc, T> {
     #[inline]
     pub unsafe fn set_recorded(&self, mc: &Mutation<'gc>, value: T) {
         if T::NEEDS_TRACE && mc.marking() != 0 {
-            let old = self.value.load();
-            self.value.store(value);
-            mc.barrier_store(&old, &value);
+            self.set_marking(mc, value);
         } else {
             self.value.store(value);
         }
+    }
+
+    /// A store during a concurrent mark, through the snapshot barrier: a
+    /// load, then a store, as snapshot barriers do. The store that first
+    /// overwrites the value of the mark's start is made by a writer whose
+    /// load read that value (nothing lies between them in the cell's
+    /// order), so it is shaded; every later value was shaded as the new
+    /// one of its own store.
+    #[inline]
+    fn set_marking(&self, mc: &Mutation<'gc>, value: T) {
+        let old = self.value.load();
+        self.value.store(value);
+        mc.barrier_store(&old, &value);
     }
 
     /// [`set_recorded`](Self::set_recorded) for a cell its owner does not

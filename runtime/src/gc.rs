@@ -47,6 +47,28 @@ pub(crate) struct GcBox<T> {
 }
 
 impl TypeDesc {
+    /// The descriptor of objects whose payload (or elements) are `T`s:
+    /// `trace` and `drop` are kept only where `T` needs them.
+    const fn of<T: Trace>(
+        size: usize,
+        elem_size: usize,
+        trace: unsafe fn(*const u8, &mut Tracer),
+        drop: unsafe fn(*mut u8),
+        name: fn() -> &'static str,
+    ) -> TypeDesc {
+        TypeDesc {
+            size,
+            elem_size,
+            trace: if T::NEEDS_TRACE { Some(trace) } else { None },
+            drop: if std::mem::needs_drop::<T>() {
+                Some(drop)
+            } else {
+                None
+            },
+            name,
+        }
+    }
+
     /// Bytes of the object at `addr`, of this descriptor.
     ///
     /// # Safety
@@ -63,21 +85,13 @@ impl TypeDesc {
 }
 
 impl<T: Trace> GcBox<T> {
-    const DESC: TypeDesc = TypeDesc {
-        size: std::mem::size_of::<GcBox<T>>(),
-        elem_size: 0,
-        trace: if T::NEEDS_TRACE {
-            Some(Self::trace_erased)
-        } else {
-            None
-        },
-        drop: if std::mem::needs_drop::<T>() {
-            Some(Self::drop_erased)
-        } else {
-            None
-        },
-        name: std::any::type_name::<T>,
-    };
+    const DESC: TypeDesc = TypeDesc::of::<T>(
+        std::mem::size_of::<GcBox<T>>(),
+        0,
+        Self::trace_erased,
+        Self::drop_erased,
+        std::any::type_name::<T>,
+    );
 
     /// The header word for a `GcBox<T>` of runtime `id`.
     #[inline]
@@ -138,21 +152,13 @@ pub(crate) unsafe fn array_len(addr: usize) -> usize {
 pub(crate) struct ArrayDesc<T>(PhantomData<T>);
 
 impl<T: Trace> ArrayDesc<T> {
-    const DESC: TypeDesc = TypeDesc {
-        size: array_offset::<T>(),
-        elem_size: std::mem::size_of::<T>(),
-        trace: if T::NEEDS_TRACE {
-            Some(Self::trace_erased)
-        } else {
-            None
-        },
-        drop: if std::mem::needs_drop::<T>() {
-            Some(Self::drop_erased)
-        } else {
-            None
-        },
-        name: std::any::type_name::<[T]>,
-    };
+    const DESC: TypeDesc = TypeDesc::of::<T>(
+        array_offset::<T>(),
+        std::mem::size_of::<T>(),
+        Self::trace_erased,
+        Self::drop_erased,
+        std::any::type_name::<[T]>,
+    );
 
     /// The header word for a `[T]` object of runtime `id`.
     #[inline]

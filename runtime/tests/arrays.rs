@@ -255,6 +255,32 @@ fn buckets<'gc>(mc: &Mutation<'gc>, buckets: usize, per: u64) -> Gc<'gc, [Gc<'gc
 
 type Buckets = Rootable!['gc => [Gc<'gc, Bucket<'gc>>]];
 
+/// One round of writes: four random buckets each lose their oldest item
+/// and get a fresh one (`first + round`, tagged with the bucket), then
+/// `garbage` small objects die young.
+fn write_round<'gc>(
+    mc: &Mutation<'gc>,
+    all: Gc<'gc, [Gc<'gc, Bucket<'gc>>]>,
+    rng: &mut u64,
+    first: u64,
+    round: u64,
+    garbage: usize,
+) {
+    for _ in 0..4 {
+        *rng ^= *rng << 13;
+        *rng ^= *rng >> 7;
+        *rng ^= *rng << 17;
+        let b = (*rng % all.len() as u64) as usize;
+        all[b].items.write(mc, |v| {
+            v.remove(0);
+            v.push(mc.alloc((b as u64) << 32 | (first + round)));
+        });
+    }
+    for _ in 0..garbage {
+        mc.alloc([round; 8]);
+    }
+}
+
 /// A large old structure changed through its locks: each write records the
 /// bucket written, so the cycles the writes' garbage starts stay minor, and
 /// what the writes stored into old buckets survives them (verify mode).
@@ -270,23 +296,7 @@ fn lock_writes_into_old_objects_keep_minor_cycles_minor() {
     let (_, full_before) = cycles.get();
     let mut rng = 0x9e37_79b9_7f4a_7c15_u64;
     for round in 0..3000_u64 {
-        m.mutate(|mc| {
-            let all = root.get(mc);
-            for _ in 0..4 {
-                rng ^= rng << 13;
-                rng ^= rng >> 7;
-                rng ^= rng << 17;
-                let b = (rng % B as u64) as usize;
-                // Replace the bucket's oldest item with a fresh one.
-                all[b].items.write(mc, |v| {
-                    v.remove(0);
-                    v.push(mc.alloc((b as u64) << 32 | (8 + round)));
-                });
-            }
-            for _ in 0..64 {
-                mc.alloc([round; 8]); // garbage
-            }
-        });
+        m.mutate(|mc| write_round(mc, root.get(mc), &mut rng, 8, round, 64));
     }
     // How many cycles run depends on how the collector is scheduled (a
     // busy machine gets fewer, larger ones); with every write forcing a full
@@ -339,20 +349,7 @@ fn lock_writes_during_concurrent_marks_keep_what_they_store() {
                 for round in 0..4000_u64 {
                     m.mutate(|mc| {
                         marking_calls.fetch_add(usize::from(mc.is_marking()), Ordering::Relaxed);
-                        let all = root.get(mc);
-                        for _ in 0..4 {
-                            rng ^= rng << 13;
-                            rng ^= rng >> 7;
-                            rng ^= rng << 17;
-                            let b = (rng % B as u64) as usize;
-                            all[b].items.write(mc, |v| {
-                                v.remove(0);
-                                v.push(mc.alloc((b as u64) << 32 | (4 + round)));
-                            });
-                        }
-                        for _ in 0..32 {
-                            mc.alloc([round; 8]);
-                        }
+                        write_round(mc, root.get(mc), &mut rng, 4, round, 32);
                     });
                 }
             });

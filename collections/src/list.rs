@@ -264,6 +264,27 @@ impl<'a, 'gc, T: CellValue + Trace + 'gc> ListWriter<'a, 'gc, T> {
 ///     assert_eq!(list.iter().sum::<u64>(), 16);
 /// });
 /// ```
+///
+/// A list cannot outlive its `mutate` call unrooted (root it, or store it in
+/// a rooted object):
+/// ```compile_fail
+/// # let rt = loam_runtime::Runtime::builder().gc_threads(1).build();
+/// # let mut m = rt.attach();
+/// let mut kept = None;
+/// m.mutate(|mc| kept = Some(loam_collections::GcList::<u64>::new(mc)));
+/// ```
+/// nor be changed through another runtime's `Mutation`:
+/// ```compile_fail
+/// # use loam_runtime::Runtime;
+/// let (a, b) = (Runtime::new(), Runtime::new());
+/// let mut ma = a.attach();
+/// ma.mutate(|mc| {
+///     let list = loam_collections::GcList::new(mc);
+///     std::thread::scope(|s| {
+///         s.spawn(|| b.attach().mutate(|mcb| list.push(mcb, 1_u64)));
+///     });
+/// });
+/// ```
 pub struct GcList<'gc, T: CellValue + Trace + 'gc> {
     obj: Gc<'gc, ListObj<'gc, T>>,
 }

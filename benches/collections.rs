@@ -17,6 +17,10 @@
 //!   each up, remove each (keys made as `GcString`s against `String`s);
 //!   `chained` is the dictionary's other candidate shape, .NET's buckets
 //!   with chained entries, prototyped here on the same API (`mod chained`);
+//! - `old_locks`: 200,000 writes through the `GcLock`s of a 100,000-bucket
+//!   structure made old before the case (the oldest item of a random bucket
+//!   out, a fresh one in, in calls of 1,000), against `Vec`s of `Box`es: the
+//!   cycles the writes start must stay minor;
 //! - `strings`: 1,000 times, build a string of 200 pieces `item<i>=<n>;`,
 //!   split it on `;` and each piece on `=` (into managed strings against
 //!   `String`s), compare each name with the previous.
@@ -454,6 +458,74 @@ fn loam_strings(m: &mut Mutator) -> u64 {
     })
 }
 
+// ---- old_locks: a large old structure changed through `GcLock`s
+
+const BUCKETS: usize = 100_000;
+const LOCK_WRITES: u64 = 200_000;
+
+#[derive(Trace)]
+struct Bucket<'gc> {
+    items: loam::runtime::GcLock<'gc, Vec<Gc<'gc, u64>>>,
+}
+
+type Buckets = Rootable!['gc => [Gc<'gc, Bucket<'gc>>]];
+
+fn make_buckets(m: &mut Mutator) -> Root<Buckets> {
+    let root = m.mutate(|mc| {
+        mc.root(mc.alloc_from_iter((0..BUCKETS).map(|b| {
+            mc.alloc(Bucket {
+                items: loam::runtime::GcLock::new((0..4).map(|i| mc.alloc(b as u64 + i)).collect()),
+            })
+        })))
+    });
+    m.collect(); // old from here on
+    root
+}
+
+/// 200,000 writes into random buckets (the oldest item out, a fresh one
+/// in), in calls of 1,000, with four short-lived objects a write: the
+/// cycles these start must stay minor (each write records its bucket).
+fn loam_old_locks(m: &mut Mutator, root: &Root<Buckets>) -> u64 {
+    let mut x = 0x9e37_79b9_7f4a_7c15_u64;
+    let mut sum = 0_u64;
+    for _ in 0..LOCK_WRITES / 1000 {
+        sum = sum.wrapping_add(m.mutate(|mc| {
+            let all = root.get(mc);
+            let mut s = 0_u64;
+            for _ in 0..1000 {
+                let b = (xorshift(&mut x) % BUCKETS as u64) as usize;
+                let fresh = mc.alloc(x);
+                for _ in 0..4 {
+                    black_box(mc.alloc([x; 4])); // garbage
+                }
+                s = s.wrapping_add(all[b].items.write(mc, |v| {
+                    let old = *v.remove(0);
+                    v.push(fresh);
+                    old
+                }));
+            }
+            s
+        }));
+    }
+    sum
+}
+
+fn std_old_locks(buckets: &mut [Vec<Box<u64>>]) -> u64 {
+    let mut x = 0x9e37_79b9_7f4a_7c15_u64;
+    let mut sum = 0_u64;
+    for _ in 0..LOCK_WRITES {
+        let b = (xorshift(&mut x) % BUCKETS as u64) as usize;
+        let fresh = Box::new(x);
+        for _ in 0..4 {
+            black_box(Box::new([x; 4])); // garbage
+        }
+        let v = &mut buckets[b];
+        sum = sum.wrapping_add(*v.remove(0));
+        v.push(fresh);
+    }
+    sum
+}
+
 // ---- harness
 
 /// A case: its name, and its contenders, each a name and one timed run
@@ -466,8 +538,10 @@ fn wanted(case: &str) -> bool {
         .unwrap_or(true)
 }
 
+#[allow(clippy::type_complexity)]
 fn cases<'a>(
     m: &'a std::cell::RefCell<Mutator>,
+    locks: &'a (Root<Buckets>, std::cell::RefCell<Vec<Vec<Box<u64>>>>),
     list: &'a Root<U64List>,
     v: &'a [u64],
     keys: &'a [String],
@@ -545,6 +619,19 @@ fn cases<'a>(
             ],
         ),
         (
+            "old_locks",
+            vec![
+                (
+                    "loam",
+                    Box::new(move || loam_old_locks(&mut m.borrow_mut(), &locks.0)),
+                ),
+                (
+                    "std",
+                    Box::new(move || std_old_locks(&mut locks.1.borrow_mut())),
+                ),
+            ],
+        ),
+        (
             "strings",
             vec![
                 ("loam", Box::new(move || loam_strings(&mut m.borrow_mut()))),
@@ -557,18 +644,29 @@ fn cases<'a>(
 
 /// The shared inputs: a rooted 1,000,000-element list and its `Vec`, and
 /// the dictionary's key texts.
-fn inputs(m: &mut Mutator) -> (Root<U64List>, Vec<u64>, Vec<String>) {
+type Inputs = (
+    Root<U64List>,
+    Vec<u64>,
+    Vec<String>,
+    (Root<Buckets>, std::cell::RefCell<Vec<Vec<Box<u64>>>>),
+);
+
+fn inputs(m: &mut Mutator) -> Inputs {
     let v: Vec<u64> = (0..GETS as u64).map(|i| i * 3).collect();
     let list = m.mutate(|mc| mc.root(mc.alloc(GcList::from_slice(mc, &v))));
-    (list, v, keys())
+    let std_buckets = (0..BUCKETS)
+        .map(|b| (0..4).map(|i| Box::new(b as u64 + i)).collect())
+        .collect();
+    let locks = (make_buckets(m), std::cell::RefCell::new(std_buckets));
+    (list, v, keys(), locks)
 }
 
 fn benches(c: &mut Criterion) {
     let rt = Runtime::new();
     let mut m = rt.attach();
-    let (list, v, keys) = inputs(&mut m);
+    let (list, v, keys, locks) = inputs(&mut m);
     let m = std::cell::RefCell::new(m);
-    for (case, contenders) in cases(&m, &list, &v, &keys) {
+    for (case, contenders) in cases(&m, &locks, &list, &v, &keys) {
         let mut g = c.benchmark_group(case);
         g.sample_size(10);
         for (name, mut run) in contenders {
@@ -586,19 +684,21 @@ criterion_group!(collections, benches);
 fn paired(rounds: usize) {
     let rt = Runtime::new();
     let mut m = rt.attach();
-    let (list, v, keys) = inputs(&mut m);
+    let (list, v, keys, locks) = inputs(&mut m);
     let m = std::cell::RefCell::new(m);
     let median = |mut v: Vec<f64>| {
         v.sort_by(f64::total_cmp);
         v[v.len() / 2]
     };
     println!("{rounds} rounds; median ms, median per-round ratio loam/std (lower is better)");
-    for (case, mut contenders) in cases(&m, &list, &v, &keys) {
+    for (case, mut contenders) in cases(&m, &locks, &list, &v, &keys) {
         let n = contenders.len();
         let mut times = vec![Vec::new(); n];
         let before = rt.stats();
-        let mut want = None;
         for round in 0..=rounds {
+            // Checked within a round: a case may change its inputs (the
+            // contenders' each the same way, one run per round).
+            let mut want = None;
             let mut t = vec![0.0; n];
             for k in 0..n {
                 let i = (round + k) % n;

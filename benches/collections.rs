@@ -510,6 +510,8 @@ fn loam_old_locks(m: &mut Mutator, root: &Root<Buckets>) -> u64 {
     sum
 }
 
+// Boxes on purpose: each item its own allocation, as a `Gc` is.
+#[allow(clippy::vec_box)]
 fn std_old_locks(buckets: &mut [Vec<Box<u64>>]) -> u64 {
     let mut x = 0x9e37_79b9_7f4a_7c15_u64;
     let mut sum = 0_u64;

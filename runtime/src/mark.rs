@@ -10,8 +10,9 @@
 //! `fetch_or` set its mark bit, so each object is traced once.
 //!
 //! Termination: a thread that finds no work leaves the `active` count and
-//! then watches the queues; it rejoins if any has work, and stops once
-//! `active` is zero. Work is only ever pushed by an active thread, which
+//! then watches the queues (and the remembered objects not yet taken, which
+//! the threads take one at a time); it rejoins if any has work, and stops
+//! once `active` is zero. Work is only ever pushed by an active thread, which
 //! checks the queues again after it goes idle, so when `active` reads zero
 //! every queue is empty for good. (In a concurrent mark the mutators'
 //! barriers shade too, into the runtime's `gray` queue, which is not one of
@@ -180,12 +181,24 @@ pub(crate) unsafe fn parallel(
             gray.push(r);
         }
     }
-    for &r in remembered {
-        // SAFETY: allocated (caller). Traced whether or not this marks it:
-        // the barrier marked it without tracing it.
+    // The remembered objects are taken one at a time as the gray ones run
+    // out, not queued first: a minor cycle after a burst of stores may have
+    // hundreds of thousands, and queueing them all before the first look at
+    // the deadline made pauses of tens of milliseconds. Each is marked when
+    // taken (traced whether or not that marks it: the barrier marked it
+    // without tracing it); those not taken by the deadline are left over.
+    let pending = AtomicUsize::new(0);
+    let take_remembered = || {
+        let i = pending.fetch_add(1, Ordering::Relaxed);
+        let r = *remembered.get(i)?;
+        // SAFETY: allocated (caller).
         unsafe { mark(r) };
-        gray.push(r);
-    }
+        Some(r)
+    };
+    let leave_remembered = |out: &mut Vec<usize>| {
+        let i = pending.swap(usize::MAX, Ordering::Relaxed);
+        out.extend_from_slice(remembered.get(i..).unwrap_or(&[]));
+    };
     // A minor cycle often finds little to trace (the roots are old): the
     // calling thread starts alone, and wakes the GC threads only if the work
     // outgrows `SERIAL_BUDGET` objects. (Waking them for nothing took about
@@ -200,10 +213,11 @@ pub(crate) unsafe fn parallel(
     while budget > 0 {
         if budget % 256 == 0 && expired(limits.deadline) {
             leftover.append(&mut gray);
+            leave_remembered(leftover);
             tracer.take_deferred(leftover);
             return out;
         }
-        let Some(addr) = gray.pop() else {
+        let Some(addr) = gray.pop().or_else(take_remembered) else {
             tracer.take_deferred(leftover);
             return out;
         };
@@ -215,6 +229,7 @@ pub(crate) unsafe fn parallel(
     tracer.take_deferred(leftover);
     if expired(limits.deadline) {
         leftover.append(&mut gray);
+        leave_remembered(leftover);
         return out;
     }
     let injector = Injector::new();
@@ -247,13 +262,15 @@ pub(crate) unsafe fn parallel(
             }
             let next = local
                 .pop()
-                .or_else(|| find_work(me, &local, &injector, &stealers));
+                .or_else(|| find_work(me, &local, &injector, &stealers))
+                .or_else(take_remembered);
             match next {
-                // SAFETY: queued objects are marked and allocated; no sweep
-                // runs (caller).
+                // SAFETY: queued and taken remembered objects are marked
+                // and allocated; no sweep runs (caller).
                 Some(addr) => unsafe { scan(addr, &mut tracer, &mut out, |e| local.push(e)) },
                 None => {
-                    if idle(&active, &injector, &stealers, &stop) {
+                    let more = || pending.load(Ordering::Relaxed) < remembered.len();
+                    if idle(&active, &injector, &stealers, &stop, more) {
                         break;
                     }
                 }
@@ -278,6 +295,7 @@ pub(crate) unsafe fn parallel(
     *leftover = left.into_inner();
     // Not empty only if the deadline stopped the mark.
     drain(&injector, leftover);
+    leave_remembered(leftover);
     results.into_iter().fold(out, |a, b| Marked {
         bytes: a.bytes + b.bytes,
         objects: a.objects + b.objects,
@@ -330,11 +348,12 @@ fn idle(
     injector: &Injector<usize>,
     stealers: &[Stealer<usize>],
     stop: &AtomicBool,
+    remembered_left: impl Fn() -> bool,
 ) -> bool {
     active.fetch_sub(1, Ordering::SeqCst);
     let mut spins = 0u32;
     loop {
-        if !injector.is_empty() || stealers.iter().any(|s| !s.is_empty()) {
+        if !injector.is_empty() || stealers.iter().any(|s| !s.is_empty()) || remembered_left() {
             active.fetch_add(1, Ordering::SeqCst);
             return false;
         }

@@ -319,7 +319,7 @@ impl Segment {
         if base.is_null() {
             return ptr::null_mut();
         }
-        if kind == SegmentKind::Normal && crate::options::huge_pages() {
+        if crate::options::huge_pages() {
             // SAFETY: the page part of our fresh mapping.
             unsafe { os::advise_huge(base, map_size) };
         }

@@ -109,6 +109,11 @@ impl<'gc> GcStringBuilder<'gc> {
     /// Appends `s`, or gives the heap-limit `Err` with the builder unchanged.
     pub fn try_push_str(&self, mc: &Mutation<'gc>, s: &str) -> Result<(), AllocError<()>> {
         let _w = self.obj.writer.lock("GcStringBuilder");
+        self.append(mc, s)
+    }
+
+    /// Appends `s`; the caller holds the writer lock.
+    fn append(&self, mc: &Mutation<'gc>, s: &str) -> Result<(), AllocError<()>> {
         let len = self.obj.len.get();
         let mut buf = self.obj.buf.get();
         let need = len + s.len();
@@ -116,9 +121,9 @@ impl<'gc> GcStringBuilder<'gc> {
             let cap = need.max(buf.len() * 2).max(16);
             let grown = mc.try_alloc_from_iter((0..cap).map(|_| AtomicU8::new(0)))?;
             // SAFETY: both buffers are only accessed under the writer lock,
-            // which we hold (the new one is not even published yet), so
-            // their bytes are plain memory here; `len <= buf.len()`, and the
-            // new buffer is larger.
+            // which the caller holds (the new one is not even published
+            // yet), so their bytes are plain memory here; `len <=
+            // buf.len()`, and the new buffer is larger.
             unsafe {
                 std::ptr::copy_nonoverlapping(
                     buf[0..].as_ptr().cast::<u8>(),
@@ -146,7 +151,12 @@ impl<'gc> GcStringBuilder<'gc> {
         self.push_str(mc, c.encode_utf8(&mut [0; 4]))
     }
 
-    /// Appends `args` formatted (`format_args!`), piece by piece.
+    /// Appends `args` formatted (`format_args!`), piece by piece, under one
+    /// take of the writer lock (the pieces of one call land together).
+    ///
+    /// # Panics
+    /// At the heap limit (the pieces appended before stay), or if a
+    /// `Display` impl of `args` changes this builder.
     pub fn push_fmt(&self, mc: &Mutation<'gc>, args: fmt::Arguments<'_>) {
         struct Sink<'a, 'gc> {
             b: &'a GcStringBuilder<'gc>,
@@ -154,9 +164,18 @@ impl<'gc> GcStringBuilder<'gc> {
         }
         impl fmt::Write for Sink<'_, '_> {
             fn write_str(&mut self, s: &str) -> fmt::Result {
-                self.b.push_str(self.mc, s);
+                if let Err(e) = self.b.append(self.mc, s) {
+                    panic!("loam-collections: GcStringBuilder::push_fmt: {e}");
+                }
                 Ok(())
             }
+        }
+        let _w = self.obj.writer.lock("GcStringBuilder");
+        if let Some(s) = args.as_str() {
+            if let Err(e) = self.append(mc, s) {
+                panic!("loam-collections: GcStringBuilder::push_fmt: {e}");
+            }
+            return;
         }
         fmt::write(&mut Sink { b: self, mc }, args).expect("a Display impl returned an error");
     }

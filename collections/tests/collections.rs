@@ -584,6 +584,7 @@ fn collections_changed_during_concurrent_marks_lose_nothing() {
             )
         })
     };
+    type Values = Rootable!['gc => [u64]];
     // A value checks itself: [k, k + 1, k + 2].
     fn value<'gc>(mc: &loam_runtime::Mutation<'gc>, k: u64) -> Gc<'gc, [u64]> {
         mc.alloc_slice(&[k, k + 1, k + 2])
@@ -608,7 +609,7 @@ fn collections_changed_during_concurrent_marks_lose_nothing() {
                     // Values taken out of the list and kept: a pop during a
                     // mark must shade what it cuts, as a root made during
                     // the mark is not read by it.
-                    let mut held: Vec<Root<Rootable!['gc => [u64]]>> = Vec::new();
+                    let mut held: Vec<Root<Values>> = Vec::new();
                     for round in 0..3000_u64 {
                         m.mutate(|mc| {
                             marking.fetch_add(usize::from(mc.is_marking()), Ordering::Relaxed);

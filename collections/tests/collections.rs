@@ -619,7 +619,7 @@ fn collections_changed_during_concurrent_marks_lose_nothing() {
                             x ^= x << 17;
                             let k = (t << 40) | (round << 8);
                             match x % 8 {
-                                0 | 1 | 2 => {
+                                0..=2 => {
                                     for i in 0..8 {
                                         l.push(mc, value(mc, k + i * 4));
                                     }

@@ -368,10 +368,18 @@ where
         Q: Hash + Eq + ?Sized,
     {
         let h = self.hash(key);
+        let mut spins = 0_u32;
         loop {
             let before = self.obj.moves.get();
             if before % 2 == 1 {
-                std::hint::spin_loop();
+                // A removal on another thread is moving entries: brief,
+                // but it may be descheduled, so back off to a yield.
+                spins += 1;
+                if spins < 64 {
+                    std::hint::spin_loop();
+                } else {
+                    std::thread::yield_now();
+                }
                 continue;
             }
             let found = self
@@ -642,12 +650,14 @@ where
         if kept.len() == len {
             return;
         }
-        let _moving = Moving::start(self, mc);
+        // Built before the move begins: allocating may wait (at the heap
+        // limit, for a sweep), and lookups spin while a move is under way.
         let fresh = mc.alloc_from_iter(kept.iter().map(|&(h, k, v)| Entry::new(h, k, v)));
         let indices: Indices<'gc> = mc.alloc_slice_fill(index_size(kept.len()), GcCell::new(0));
         for (i, &(h, _, _)) in kept.iter().enumerate() {
             Self::place(mc, indices, h, i);
         }
+        let _moving = Moving::start(self, mc);
         // The arrays first, then the length: a marker (or reader) that
         // reads the old length with the new entries clamps it to them
         // (`min`), and so traces every kept entry; the other order would

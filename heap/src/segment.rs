@@ -154,8 +154,8 @@ pub(crate) unsafe fn page_of(p: *const u8) -> *mut Page {
 /// zeroing pages. A freed huge mapping waits here, dirty, for at most the
 /// purge delay (checked whenever the cache is used, and by
 /// [`crate::collect`]), and serves a request of up to its own size that
-/// wastes at most half of it. Its header is zeroed on reuse; its block is
-/// not, so a reused block is not reported as zero to `alloc_zeroed`.
+/// wastes at most half of it. The state in its header is zeroed on reuse
+/// (the segment struct and both side bitmaps); its block is not, so a reused block is not reported as zero to `alloc_zeroed`.
 struct HugeCache {
     slots: [HugeSlot; HUGE_CACHE_SLOTS],
 }
@@ -282,6 +282,14 @@ pub(crate) fn expire_huge_cache() {
     unmap_all(&out);
 }
 
+/// Bytes the cache holds now.
+pub(crate) fn huge_cached_bytes() -> usize {
+    if HUGE_CACHED.load(Ordering::Relaxed) == 0 {
+        return 0;
+    }
+    HUGE_CACHE.lock().slots.iter().map(|s| s.size).sum()
+}
+
 /// Gives every cached huge mapping back to the OS (`loam_heap::collect`).
 pub(crate) fn purge_huge_cache() {
     let mut out = [EMPTY_SLOT; HUGE_CACHE_SLOTS + 1];
@@ -297,9 +305,17 @@ impl Segment {
     pub(crate) fn create_huge(owner: *mut LocalHeap, map_size: usize) -> (*mut Segment, bool) {
         match huge_cache_take(map_size) {
             Some((base, size)) => {
+                // The header's parts that hold state: the segment struct
+                // and the two side bitmaps (not the whole three slices, so
+                // that the rest stays untouched and need not be resident).
                 // SAFETY: the cache gave us the whole mapping, dead and
-                // unregistered; the header lies inside it.
-                unsafe { ptr::write_bytes(base as *mut u8, 0, HEADER_SLICES * SLICE_SIZE) };
+                // unregistered; these ranges lie inside its header.
+                unsafe {
+                    let b = base as *mut u8;
+                    ptr::write_bytes(b, 0, std::mem::size_of::<Segment>());
+                    ptr::write_bytes(b.add(MARK_OFFSET), 0, SLICES * MARK_BYTES_PER_SLICE);
+                    ptr::write_bytes(b.add(ALLOC_OFFSET), 0, SLICES * MARK_BYTES_PER_SLICE);
+                }
                 // SAFETY: a zeroed header in a mapping of `size` bytes.
                 let seg = unsafe { Self::register(base as *mut u8, owner, SegmentKind::Huge, size) };
                 (seg, false)

@@ -91,6 +91,10 @@ pub struct HeapStats {
     /// (thread-local destructors running after the heap's exit hook), served
     /// by a shared heap under a lock.
     pub fallback_allocs: u64,
+    /// Bytes of freed huge segments kept mapped for reuse (not in
+    /// `mapped_bytes`; given back after the purge delay, or by
+    /// [`crate::collect`]).
+    pub huge_cached_bytes: u64,
 }
 
 /// Takes a [`HeapStats`] snapshot of the whole heap.
@@ -130,6 +134,7 @@ pub fn stats() -> HeapStats {
         segments_unmapped_total: COUNTERS.segments_unmapped.load(Ordering::Relaxed),
         bytes_decommitted_total: COUNTERS.bytes_decommitted.load(Ordering::Relaxed),
         fallback_allocs: COUNTERS.fallback_allocs.load(Ordering::Relaxed),
+        huge_cached_bytes: crate::segment::huge_cached_bytes() as u64,
     };
     for (c, cs) in s.classes.iter_mut().enumerate() {
         cs.block_size = u64::from(CLASS_SIZE[c]);

@@ -59,8 +59,13 @@ fn collect_gives_cached_huge_mappings_back() {
         a.write_bytes(1, big.size());
         LoamAlloc.dealloc(a, big);
     }
+    assert!(
+        loam_heap::stats().huge_cached_bytes >= big.size() as u64,
+        "the freed mapping is cached"
+    );
     let before = loam_heap::stats().segments_unmapped_total;
     loam_heap::collect();
+    assert_eq!(loam_heap::stats().huge_cached_bytes, 0);
     assert!(
         loam_heap::stats().segments_unmapped_total > before,
         "collect unmaps the cached mapping"

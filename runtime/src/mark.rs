@@ -196,7 +196,9 @@ pub(crate) unsafe fn parallel(
         Some(r)
     };
     let leave_remembered = |out: &mut Vec<usize>| {
-        let i = pending.swap(usize::MAX, Ordering::Relaxed);
+        // Swapped to the end, not past it: a later take finds nothing
+        // (a `fetch_add` past `usize::MAX` would wrap to the start).
+        let i = pending.swap(remembered.len(), Ordering::Relaxed);
         out.extend_from_slice(remembered.get(i..).unwrap_or(&[]));
     };
     // A minor cycle often finds little to trace (the roots are old): the

@@ -21,7 +21,9 @@
 //!   from and a `local_free` list the owner frees to.
 //! - **Size class** (`size_class.rs`): 52 classes, 8-byte steps to 64,
 //!   16-byte steps to 128, then four per doubling to 128 KiB. Larger requests
-//!   get a span of whole slices; beyond 61 slices, a huge segment of their own.
+//!   get a span of whole slices; beyond 61 slices, a huge segment of their
+//!   own, which waits in a small cache when freed (`segment.rs`, `HugeCache`)
+//!   for the next huge request instead of being unmapped at once.
 //! - **LocalHeap** (`local_heap.rs`): one per thread: a page queue per class,
 //!   its segments, its inbox of remote frees and its outgoing batches.
 //! - **Inbox / RemoteQueue / RemoteCache** (`remote.rs`): the owner's inbox

@@ -8,6 +8,10 @@ use std::fmt;
 use std::sync::atomic::AtomicU8;
 
 /// The managed object behind a [`GcStringBuilder`].
+///
+/// # Invariants
+/// `len <= buf.len()`, and `buf[..len]` is UTF-8 (whole `&str`s copied in);
+/// both change, and the bytes are read, only under the writer lock.
 #[derive(Trace)]
 pub(crate) struct BuilderObj<'gc> {
     /// Bytes of text in `buf`: always a whole number of UTF-8 characters.

@@ -79,6 +79,16 @@ type Entries<'gc, K, V> = Gc<'gc, [Entry<'gc, K, V>]>;
 type Indices<'gc> = Gc<'gc, [GcCell<'gc, u64>]>;
 
 /// The managed object behind a [`GcDictionary`].
+///
+/// # Invariants
+/// - `len <= entries.len()` whenever the writer lock is free (readers clamp);
+///   entries `0..len` are in use and reported by the trace, the rest hold
+///   values nothing reports.
+/// - `indices.len()` is 0 or a power of two, at most three quarters full:
+///   each in-use entry `e` has exactly one slot, `slot(hash, e)`, on the
+///   probe run from `hash & mask` with no empty slot between.
+/// - `moves` is odd exactly while entries or slots are being moved.
+/// - Every store happens under the writer lock, after `log.record`.
 pub(crate) struct DictObj<'gc, K, V, S>
 where
     K: CellValue + Trace + 'gc,

@@ -45,6 +45,15 @@ unsafe impl<T: CellValue + Trace> Trace for Slot<'_, T> {
 type Items<'gc, T> = Gc<'gc, [Slot<'gc, T>]>;
 
 /// The managed object behind a [`GcList`].
+///
+/// # Invariants
+/// - `len <= items.len()` whenever the writer lock is free; readers clamp
+///   with `min` for the moments in between.
+/// - Slots `0..len` hold the elements, which the list's trace reports;
+///   slots `len..` hold values nothing reports (stale, possibly freed), and
+///   are written only with `fill_recorded` before `len` grows over them.
+/// - Every store happens under the writer lock, after `log.record` in the
+///   same `mutate` call (`ListWriter`).
 pub(crate) struct ListObj<'gc, T: CellValue + Trace + 'gc> {
     /// Records the list for the next minor cycle when it changes, so that
     /// stores into its arrays promote nothing (`Writing`).

@@ -156,6 +156,11 @@ pub(crate) unsafe fn page_of(p: *const u8) -> *mut Page {
 /// [`crate::collect`]), and serves a request of up to its own size that
 /// wastes at most half of it. The state in its header is zeroed on reuse
 /// (the segment struct and both side bitmaps); its block is not, so a reused block is not reported as zero to `alloc_zeroed`.
+///
+/// # Invariants
+/// A slot with `base != 0` owns a whole, unregistered mapping of `size`
+/// bytes that no thread refers to; `HUGE_CACHED` counts those slots (it is
+/// changed under the lock, and read without it only as a hint).
 struct HugeCache {
     slots: [HugeSlot; HUGE_CACHE_SLOTS],
 }

@@ -76,6 +76,12 @@ const SHARED_OWNER: usize = 1;
 ///     assert_eq!((p.a.get().map(|g| *g), p.b.get().map(|g| *g)), (Some(2), Some(1)));
 /// });
 /// ```
+///
+/// # Invariants
+/// `owner` is 0 until a marker traces the object holding the log, then
+/// that object (marked by the mark that set it, so allocated until a later
+/// mark has traced the log again), or `SHARED_OWNER` for good. `logged` is
+/// the `remember_epoch` of the last record: at most one record a cycle.
 pub struct GcLog<'gc> {
     /// The object the markers last found this log in (0: never traced;
     /// [`SHARED_OWNER`]: found in two). Set by markers, read by writers.

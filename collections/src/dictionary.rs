@@ -680,6 +680,58 @@ where
         self.obj.len.set(mc, kept.len());
     }
 
+    /// Checks the dictionary's invariants (see `DictObj`), panicking with
+    /// the broken one: for tests. Take no writer elsewhere meanwhile.
+    pub fn assert_valid(&self) {
+        let len = self.obj.len.get();
+        let entries = self.obj.entries.get();
+        let indices = self.obj.indices.get();
+        assert!(
+            len <= entries.len(),
+            "loam-collections: GcDictionary length {len} past its entries"
+        );
+        assert!(
+            self.obj.moves.get() % 2 == 0,
+            "loam-collections: GcDictionary move left open"
+        );
+        let n = indices.len();
+        assert!(
+            n == 0 || n.is_power_of_two(),
+            "loam-collections: index size {n}"
+        );
+        assert!(
+            len * 4 <= n * 3 || len == 0,
+            "loam-collections: index over 3/4 full"
+        );
+        let used = indices.iter().filter(|s| s.get() != 0).count();
+        assert_eq!(
+            used, len,
+            "loam-collections: index slots in use against entries"
+        );
+        for (e, entry) in entries[..len].iter().enumerate() {
+            let h = entry.hash.get();
+            assert_eq!(
+                h,
+                self.hash(&entry.key.get()),
+                "loam-collections: entry {e}'s stored hash"
+            );
+            // Its slot lies on its probe run, with no empty slot before it.
+            let mask = n - 1;
+            let mut pos = h as usize & mask;
+            loop {
+                let s = indices[pos].get();
+                assert!(
+                    s != 0,
+                    "loam-collections: entry {e} is not on its probe run"
+                );
+                if s == slot(h, e) {
+                    break;
+                }
+                pos = (pos + 1) & mask;
+            }
+        }
+    }
+
     /// The entries, in order (see the type's docs), as they are now.
     pub fn iter(&self) -> Iter<'gc, K, V> {
         // `len` first, then the array (`list.rs`, module docs).

@@ -733,6 +733,18 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
         }
     }
 
+    /// Checks the list's invariants (see `ListObj`), panicking with the
+    /// broken one: for tests. Take no writer elsewhere meanwhile.
+    pub fn assert_valid(&self) {
+        let len = self.obj.len.get();
+        let items = self.obj.items.get();
+        assert!(
+            len <= items.len(),
+            "loam-collections: GcList length {len} past its capacity {}",
+            items.len()
+        );
+    }
+
     /// The elements, copied into a `Vec`.
     pub fn to_vec(&self) -> Vec<T> {
         self.iter().collect()

@@ -123,6 +123,7 @@ proptest! {
             between_steps(&mut m, step);
             m.mutate(|mc| {
                 let l = *list.get(mc);
+                l.assert_valid();
                 assert_eq!(l.len(), model.len());
                 assert!(l.capacity() >= l.len());
                 assert_eq!(l.iter().map(|g| *g).collect::<Vec<_>>(), model);
@@ -207,6 +208,7 @@ macro_rules! dict_step {
 macro_rules! dict_check {
     ($d:expr, $model:expr) => {{
         let (d, model) = ($d, $model);
+        d.assert_valid();
         assert_eq!(d.len(), model.len());
         let mut seen = 0;
         for (k, v) in d.iter() {

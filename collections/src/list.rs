@@ -166,13 +166,17 @@ impl<'a, 'gc, T: CellValue + Trace + 'gc> ListWriter<'a, 'gc, T> {
     /// the list unchanged.
     #[inline]
     pub fn try_push(&self, value: T) -> Result<(), AllocError<T>> {
-        let (items, len) = self.list.view();
+        let (mut items, len) = self.list.view();
         if len == items.len() {
-            self.list
+            items = self
+                .list
                 .grow_for(self, len + 1, value)
                 .map_err(|e| e.map(|()| value))?;
         }
-        self.fill(len, value);
+        // SAFETY: as in `fill`: the log recorded (`new`); slot `len` is the
+        // first past the length (read above, and only this writer changes
+        // it), and the length grows over it just below.
+        unsafe { items[len].0.fill_recorded(self.mc, value) };
         self.set_len(len + 1);
         Ok(())
     }
@@ -634,20 +638,32 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
     /// # Panics
     /// At the heap limit (the items appended so far stay).
     pub fn extend(&self, mc: &Mutation<'gc>, iter: impl IntoIterator<Item = T>) {
-        let iter = iter.into_iter();
+        let mut iter = iter.into_iter();
         let w = ListWriter::new(self, mc);
         let (mut items, mut len) = self.view();
-        let mut hint = iter.size_hint().0;
-        for x in iter {
+        while let Some(first) = iter.next() {
             if len == items.len() {
+                let hint = iter.size_hint().0;
                 items = self
-                    .grow_for(&w, len.saturating_add(hint.max(1)), x)
+                    .grow_for(&w, len.saturating_add(hint).saturating_add(1), first)
                     .unwrap_or_else(|e| panic!("loam-collections: GcList::extend: {e}"));
             }
-            w.fill(len, x);
-            len += 1;
-            hint = hint.saturating_sub(1);
-            // Published as it goes: a reader sees a prefix of the extension.
+            // The spare slots are filled in one run, and the length
+            // published once after it: a reader sees the list before the
+            // run or after it.
+            let spare = &Gc::get(items)[len..];
+            let mut n = 0;
+            for (slot, x) in spare.iter().zip(std::iter::once(first).chain(iter.by_ref())) {
+                // SAFETY: as in `ListWriter::fill`: the log recorded (`new`);
+                // these slots lie past the length, which only this writer
+                // changes and grows over them just below.
+                unsafe { slot.0.fill_recorded(mc, x) };
+                n += 1;
+                if n == spare.len() {
+                    break;
+                }
+            }
+            len += n;
             w.set_len(len);
         }
     }
@@ -727,9 +743,7 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
     pub fn iter(&self) -> Iter<'gc, T> {
         let (items, len) = self.view();
         Iter {
-            items,
-            next: 0,
-            end: len,
+            slots: Gc::get(items)[..len].iter(),
         }
     }
 
@@ -753,9 +767,7 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
 
 /// The elements of a [`GcList`], by value.
 pub struct Iter<'gc, T: CellValue + Trace + 'gc> {
-    items: Items<'gc, T>,
-    next: usize,
-    end: usize,
+    slots: std::slice::Iter<'gc, Slot<'gc, T>>,
 }
 
 impl<'gc, T: CellValue + Trace + 'gc> Iterator for Iter<'gc, T> {
@@ -763,29 +775,17 @@ impl<'gc, T: CellValue + Trace + 'gc> Iterator for Iter<'gc, T> {
 
     #[inline]
     fn next(&mut self) -> Option<T> {
-        if self.next < self.end {
-            let x = self.items[self.next].0.get();
-            self.next += 1;
-            Some(x)
-        } else {
-            None
-        }
+        self.slots.next().map(|s| s.0.get())
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
-        let n = self.end - self.next;
-        (n, Some(n))
+        self.slots.size_hint()
     }
 }
 
 impl<'gc, T: CellValue + Trace + 'gc> DoubleEndedIterator for Iter<'gc, T> {
     fn next_back(&mut self) -> Option<T> {
-        if self.next < self.end {
-            self.end -= 1;
-            Some(self.items[self.end].0.get())
-        } else {
-            None
-        }
+        self.slots.next_back().map(|s| s.0.get())
     }
 }
 
@@ -817,8 +817,7 @@ impl<T: CellValue + Trace> fmt::Debug for ListWriter<'_, '_, T> {
 impl<'gc, T: CellValue + Trace + fmt::Debug + 'gc> fmt::Debug for Iter<'gc, T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Iter")
-            .field("next", &self.next)
-            .field("end", &self.end)
+            .field("left", &self.slots.len())
             .finish_non_exhaustive()
     }
 }

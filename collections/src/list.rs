@@ -653,7 +653,10 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
             // run or after it.
             let spare = &Gc::get(items)[len..];
             let mut n = 0;
-            for (slot, x) in spare.iter().zip(std::iter::once(first).chain(iter.by_ref())) {
+            for (slot, x) in spare
+                .iter()
+                .zip(std::iter::once(first).chain(iter.by_ref()))
+            {
                 // SAFETY: as in `ListWriter::fill`: the log recorded (`new`);
                 // these slots lie past the length, which only this writer
                 // changes and grows over them just below.

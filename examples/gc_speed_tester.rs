@@ -1,0 +1,652 @@
+//! The GC speed tester (seed 000): worker threads run unit tests drawn at
+//! random from three kinds, all on the managed collections, all garbage
+//! left to the collector, whose own threads free it.
+//!
+//! - list: 1,000 small managed records {u64 key, i32 index, i32 tag} pushed
+//!   into a `GcList`, sorted by key, iterated with an order-dependent
+//!   checksum, every odd index removed in place, iterated again;
+//! - dictionary: 1,000 `GcString` keys `k<i>_<hex>` mapped to records in a
+//!   `GcDictionary`; every key looked up; every even key removed; all looked
+//!   up again;
+//! - string: 200 pieces `item<i>=<n>;` appended to a `GcStringBuilder`,
+//!   finished into a `GcString`, split on `;`, each part cut into two
+//!   substrings at `=`, each name compared with the previous one.
+//!
+//! Each test checks its own result; a wrong one stops the run with an
+//! error, never a number. One test is one `mutate` call.
+//!
+//! With no flags it prints the compare table: each configuration (one CPU,
+//! all CPUs) runs as a child process, interleaved and repeated, and the
+//! table gives ops/s, the scaling from one CPU to all, and peak RSS. Only
+//! loam's own object space exists so far: the collector over other memory
+//! managers (`--heap system|mimalloc|jemalloc|snmalloc`) is issue #13, and
+//! those values are refused with that message.
+//!
+//! ```text
+//! cargo run --release --example gc_speed_tester                     # the compare table
+//! cargo run --release --example gc_speed_tester -- --seconds 10      # one run, live line
+//! cargo run --release --example gc_speed_tester -- --verify 1000     # a checksum to compare
+//! cargo run --release --example gc_speed_tester -- --cpus 0 --json   # one CPU, one JSON object
+//! ```
+
+use clap::{Parser, ValueEnum};
+use indicatif::{ProgressBar, ProgressStyle};
+use loam::collections::{gc_format, GcDictionary, GcList, GcString, GcStringBuilder};
+use loam::runtime::{Gc, Mutation, Runtime, Trace};
+use serde::{Deserialize, Serialize};
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Heap {
+    /// loam's own pages (the default object space).
+    Loam,
+    /// The collector over the system allocator (issue #13: not yet).
+    System,
+    /// The collector over mimalloc (issue #13: not yet).
+    Mimalloc,
+    /// The collector over jemalloc (issue #13: not yet).
+    Jemalloc,
+    /// The collector over snmalloc (issue #13: not yet).
+    Snmalloc,
+}
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "gc_speed_tester",
+    about = "Worker threads run managed-collection unit tests while the collector frees their garbage."
+)]
+struct Cli {
+    /// Seconds to run (default: 10 for one run, 3 per child run of --compare).
+    #[arg(long)]
+    seconds: Option<f64>,
+    /// Worker threads (default: one per CPU the process may run on).
+    #[arg(long)]
+    workers: Option<usize>,
+    /// CPUs to run on, as an affinity list: `0`, `0-1`, `0,2`.
+    #[arg(long)]
+    cpus: Option<String>,
+    /// The memory manager behind the collector.
+    #[arg(long, value_enum, default_value_t = Heap::Loam)]
+    heap: Heap,
+    /// Run exactly N tests on one worker with a fixed seed and print a
+    /// checksum, to check a build against a reference.
+    #[arg(long, value_name = "N")]
+    verify: Option<u64>,
+    /// Run one CPU and all CPUs as child processes, interleaved, and print
+    /// the table (the default when no other flag is given).
+    #[arg(long)]
+    compare: bool,
+    /// Rounds of --compare (each runs every configuration once).
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
+    /// One JSON object per run (an array with --compare) instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+// ---- the unit tests
+
+#[derive(Trace)]
+struct Record {
+    key: u64,
+    index: i32,
+    tag: i32,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    List,
+    Dictionary,
+    String,
+}
+
+const KINDS: [Kind; 3] = [Kind::List, Kind::Dictionary, Kind::String];
+
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+/// A test's result: its checksum, or what was wrong.
+type Outcome = Result<u64, String>;
+
+fn list_test<'gc>(mc: &Mutation<'gc>, rng: &mut Rng) -> Outcome {
+    const N: usize = 1000;
+    let list: GcList<Gc<Record>> = GcList::with_capacity(mc, 0);
+    let mut key_sum = 0_u64;
+    for i in 0..N {
+        let key = rng.next() % 1_000_000;
+        key_sum = key_sum.wrapping_add(key);
+        list.push(
+            mc,
+            mc.alloc(Record {
+                key,
+                index: i as i32,
+                tag: (key % 7) as i32,
+            }),
+        );
+    }
+    list.sort_by_key(mc, |r| r.key);
+    // Order-dependent checksum; sortedness and the keys' sum checked; the
+    // keys at even positions summed for after the removal.
+    let (mut check, mut sum, mut even_sum, mut prev) = (0_u64, 0_u64, 0_u64, 0_u64);
+    for (i, r) in list.iter().enumerate() {
+        if r.key < prev {
+            return Err(format!("list: not sorted at {i}"));
+        }
+        if r.tag != (r.key % 7) as i32 {
+            return Err(format!("list: record {} damaged", r.index));
+        }
+        prev = r.key;
+        check = check.wrapping_mul(31).wrapping_add(r.key ^ r.index as u64);
+        sum = sum.wrapping_add(r.key);
+        if i % 2 == 0 {
+            even_sum = even_sum.wrapping_add(r.key);
+        }
+    }
+    if sum != key_sum || list.len() != N {
+        return Err("list: records lost in the sort".into());
+    }
+    // Every odd index removed in place.
+    let mut position = 0;
+    list.retain(mc, |_| {
+        position += 1;
+        position % 2 == 1
+    });
+    let after: u64 = list.iter().fold(0, |s, r| s.wrapping_add(r.key));
+    if list.len() != N / 2 || after != even_sum {
+        return Err("list: the wrong records removed".into());
+    }
+    Ok(check)
+}
+
+fn dictionary_test<'gc>(mc: &Mutation<'gc>, rng: &mut Rng) -> Outcome {
+    const N: u64 = 1000;
+    let salt = rng.next();
+    let dict: GcDictionary<GcString, Gc<Record>> = GcDictionary::new(mc);
+    let key = |i: u64| format!("k{i}_{:x}", i.wrapping_mul(salt) >> 40);
+    for i in 0..N {
+        dict.insert(
+            mc,
+            gc_format!(mc, "k{i}_{:x}", i.wrapping_mul(salt) >> 40),
+            mc.alloc(Record {
+                key: i,
+                index: i as i32,
+                tag: 0,
+            }),
+        );
+    }
+    let mut check = 0_u64;
+    for i in 0..N {
+        match dict.get(key(i).as_str()) {
+            Some(r) if r.key == i => check = check.wrapping_mul(31).wrapping_add(r.key),
+            _ => return Err(format!("dictionary: key {i} lost")),
+        }
+    }
+    for i in (0..N).step_by(2) {
+        if dict.remove(mc, key(i).as_str()).is_none() {
+            return Err(format!("dictionary: key {i} not removed"));
+        }
+    }
+    for i in 0..N {
+        let found = dict.get(key(i).as_str()).map(|r| r.key);
+        if found != (i % 2 == 1).then_some(i) {
+            return Err(format!("dictionary: key {i} after the removals: {found:?}"));
+        }
+    }
+    if dict.len() != (N / 2) as usize {
+        return Err("dictionary: wrong length".into());
+    }
+    Ok(check ^ salt)
+}
+
+fn string_test<'gc>(mc: &Mutation<'gc>, rng: &mut Rng) -> Outcome {
+    const N: u64 = 200;
+    let base = rng.next() % 10_000;
+    let b = GcStringBuilder::new(mc);
+    for i in 0..N {
+        b.push_fmt(mc, format_args!("item{i}={};", base + i));
+    }
+    let text = b.finish(mc);
+    let parts = text.split(mc, ';');
+    if parts.len() != N as usize + 1 || !parts.last().is_some_and(|p| p.is_empty()) {
+        return Err(format!("string: {} parts", parts.len()));
+    }
+    let mut prev: Option<GcString> = None;
+    let mut check = 0_u64;
+    for (i, part) in parts.iter().take(N as usize).enumerate() {
+        let Some(eq) = part.find('=') else {
+            return Err(format!("string: part {i} has no '='"));
+        };
+        let (name, value) = (part.substring(mc, ..eq), part.substring(mc, eq + 1..));
+        if name != format!("item{i}").as_str() || prev == Some(name) {
+            return Err(format!("string: name {name} at {i}"));
+        }
+        match value.parse::<u64>() {
+            Ok(n) if n == base + i as u64 => check = check.wrapping_mul(31).wrapping_add(n),
+            _ => return Err(format!("string: value {value} at {i}")),
+        }
+        prev = Some(name);
+    }
+    Ok(check)
+}
+
+fn run_test(mc: &Mutation<'_>, kind: Kind, rng: &mut Rng) -> Outcome {
+    match kind {
+        Kind::List => list_test(mc, rng),
+        Kind::Dictionary => dictionary_test(mc, rng),
+        Kind::String => string_test(mc, rng),
+    }
+}
+
+// ---- one run
+
+/// What one run measured (`--json` prints it).
+#[derive(Serialize, Deserialize, Debug, Clone)]
+struct Report {
+    heap: String,
+    workers: usize,
+    cpus: String,
+    seconds: f64,
+    ops: u64,
+    ops_per_sec: f64,
+    tests: Tests,
+    gc_cycles: u64,
+    max_pause_us: u64,
+    p99_pause_us: u64,
+    p50_pause_us: u64,
+    peak_rss_kb: u64,
+    user_cpu_s: f64,
+    system_cpu_s: f64,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, Default)]
+struct Tests {
+    list: u64,
+    dictionary: u64,
+    string: u64,
+}
+
+/// Set by SIGINT: the workers stop and the summary is printed.
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_sigint(_: libc::c_int) {
+    INTERRUPTED.store(true, Ordering::Relaxed);
+}
+
+/// The CPUs of an affinity list (`0`, `0-1`, `0,2`).
+fn parse_cpus(list: &str) -> Result<Vec<usize>, String> {
+    let mut cpus = Vec::new();
+    for part in list.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let bad = || format!("--cpus: `{part}` is not a CPU number or range");
+        match part.split_once('-') {
+            Some((a, b)) => {
+                let (a, b): (usize, usize) =
+                    (a.parse().map_err(|_| bad())?, b.parse().map_err(|_| bad())?);
+                if a > b {
+                    return Err(bad());
+                }
+                cpus.extend(a..=b);
+            }
+            None => cpus.push(part.parse().map_err(|_| bad())?),
+        }
+    }
+    if cpus.is_empty() {
+        return Err("--cpus: no CPU given".into());
+    }
+    Ok(cpus)
+}
+
+/// Restricts this process (and the threads it starts after) to `cpus`.
+fn set_affinity(cpus: &[usize]) -> Result<(), String> {
+    // SAFETY: a zeroed cpu_set_t is the empty set; CPU_SET and
+    // sched_setaffinity take a valid pointer to it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        for &c in cpus {
+            if c >= libc::CPU_SETSIZE as usize {
+                return Err(format!("--cpus: CPU {c} is out of range"));
+            }
+            libc::CPU_SET(c, &mut set);
+        }
+        if libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) != 0 {
+            return Err(format!(
+                "--cpus: cannot run on {cpus:?}: {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The CPUs this process may run on.
+fn allowed_cpus() -> Vec<usize> {
+    // SAFETY: as in `set_affinity`; CPU_ISSET reads the set it was given.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of_val(&set), &mut set) != 0 {
+            return (0..std::thread::available_parallelism().map_or(1, |n| n.get())).collect();
+        }
+        (0..libc::CPU_SETSIZE as usize)
+            .filter(|&c| libc::CPU_ISSET(c, &set))
+            .collect()
+    }
+}
+
+fn usage() -> (u64, f64, f64) {
+    // SAFETY: getrusage fills the struct it is given.
+    let ru = unsafe {
+        let mut ru: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut ru);
+        ru
+    };
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    (ru.ru_maxrss as u64, secs(ru.ru_utime), secs(ru.ru_stime))
+}
+
+fn cpu_list(cpus: &[usize]) -> String {
+    cpus.iter()
+        .map(usize::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// Runs the workers for `seconds` (or until Ctrl-C) and reports.
+fn run(cli: &Cli, seconds: f64) -> Result<Report, String> {
+    if let Some(list) = &cli.cpus {
+        set_affinity(&parse_cpus(list)?)?;
+    }
+    let cpus = allowed_cpus();
+    let workers = cli.workers.unwrap_or(cpus.len()).max(1);
+    // SAFETY: the handler only stores to an atomic (async-signal-safe).
+    unsafe { libc::signal(libc::SIGINT, on_sigint as *const () as libc::sighandler_t) };
+    let rt = Runtime::new();
+    let counts: [AtomicU64; 3] = Default::default();
+    let failed: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
+    let stop = AtomicBool::new(false);
+    let live = (!cli.json).then(|| {
+        let bar = ProgressBar::new_spinner();
+        bar.set_style(
+            ProgressStyle::with_template("{spinner} {elapsed} {msg}").expect("a valid template"),
+        );
+        bar
+    });
+    let start = Instant::now();
+    let end = start + Duration::from_secs_f64(seconds);
+    std::thread::scope(|s| {
+        for w in 0..workers {
+            let (rt, counts, failed, stop) = (&rt, &counts, &failed, &stop);
+            s.spawn(move || {
+                let mut m = rt.attach();
+                let mut rng = Rng(0x9e37_79b9_7f4a_7c15
+                    ^ ((w as u64 + 1) << 32)
+                    ^ start.elapsed().as_nanos() as u64);
+                while !stop.load(Ordering::Relaxed) {
+                    let k = (rng.next() % 3) as usize;
+                    match m.mutate(|mc| run_test(mc, KINDS[k], &mut rng)) {
+                        Ok(_) => {
+                            counts[k].fetch_add(1, Ordering::Relaxed);
+                        }
+                        Err(e) => {
+                            failed.lock().unwrap().get_or_insert(e);
+                            stop.store(true, Ordering::Relaxed);
+                        }
+                    }
+                }
+            });
+        }
+        // The live line, once a second; the end of the run.
+        let total = || {
+            counts
+                .iter()
+                .map(|c| c.load(Ordering::Relaxed))
+                .sum::<u64>()
+        };
+        let (mut last, mut last_at) = (0, Instant::now());
+        while !stop.load(Ordering::Relaxed) {
+            std::thread::sleep(
+                Duration::from_millis(100).min(end.saturating_duration_since(Instant::now())),
+            );
+            if Instant::now() >= end || INTERRUPTED.load(Ordering::Relaxed) {
+                stop.store(true, Ordering::Relaxed);
+            }
+            if let Some(bar) = &live {
+                if last_at.elapsed() >= Duration::from_secs(1) {
+                    let now = total();
+                    let rate = (now - last) as f64 / last_at.elapsed().as_secs_f64();
+                    bar.set_message(format!(
+                        "{rate:>10.0} ops/s  ({now} tests, {} GC cycles)",
+                        rt.stats().cycles
+                    ));
+                    (last, last_at) = (now, Instant::now());
+                }
+                bar.tick();
+            }
+        }
+    });
+    let elapsed = start.elapsed().as_secs_f64();
+    if let Some(bar) = &live {
+        bar.finish_and_clear();
+    }
+    if let Some(e) = failed.into_inner().unwrap() {
+        return Err(format!("a test failed: {e}"));
+    }
+    let n = |k: usize| counts[k].load(Ordering::Relaxed);
+    let ops = n(0) + n(1) + n(2);
+    let stats = rt.stats();
+    let (peak_rss_kb, user_cpu_s, system_cpu_s) = usage();
+    let us = |d: Duration| d.as_micros() as u64;
+    Ok(Report {
+        heap: "loam".into(),
+        workers,
+        cpus: cpu_list(&cpus),
+        seconds: elapsed,
+        ops,
+        ops_per_sec: ops as f64 / elapsed,
+        tests: Tests {
+            list: n(0),
+            dictionary: n(1),
+            string: n(2),
+        },
+        gc_cycles: stats.cycles,
+        max_pause_us: us(stats.pauses.max()),
+        p99_pause_us: us(stats.pauses.p99()),
+        p50_pause_us: us(stats.pauses.p50()),
+        peak_rss_kb,
+        user_cpu_s,
+        system_cpu_s,
+    })
+}
+
+fn print_report(r: &Report) {
+    println!(
+        "heap {}, {} workers on CPUs {}, {:.1} s",
+        r.heap, r.workers, r.cpus, r.seconds
+    );
+    println!(
+        "  {:.0} ops/s ({} tests: {} list, {} dictionary, {} string)",
+        r.ops_per_sec, r.ops, r.tests.list, r.tests.dictionary, r.tests.string
+    );
+    println!(
+        "  {} GC cycles, pauses max {:.3} / p99 {:.3} / p50 {:.3} ms",
+        r.gc_cycles,
+        r.max_pause_us as f64 / 1e3,
+        r.p99_pause_us as f64 / 1e3,
+        r.p50_pause_us as f64 / 1e3
+    );
+    println!(
+        "  peak RSS {:.1} MiB, CPU {:.2} s user, {:.2} s system",
+        r.peak_rss_kb as f64 / 1024.0,
+        r.user_cpu_s,
+        r.system_cpu_s
+    );
+}
+
+// ---- --verify
+
+fn verify(n: u64) -> Result<u64, String> {
+    let rt = Runtime::new();
+    let mut m = rt.attach();
+    let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+    let mut check = 0_u64;
+    for t in 0..n {
+        let k = (rng.next() % 3) as usize;
+        let c = m
+            .mutate(|mc| run_test(mc, KINDS[k], &mut rng))
+            .map_err(|e| format!("test {t}: {e}"))?;
+        check = check.rotate_left(7) ^ c ^ k as u64;
+    }
+    Ok(check)
+}
+
+// ---- --compare
+
+/// One child run of this program, its JSON report.
+fn child(cpus: &[usize], seconds: f64) -> Result<Report, String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let out = std::process::Command::new(exe)
+        .args([
+            "--heap",
+            "loam",
+            "--json",
+            "--seconds",
+            &seconds.to_string(),
+        ])
+        .args([
+            "--cpus",
+            &cpu_list(cpus),
+            "--workers",
+            &cpus.len().to_string(),
+        ])
+        .output()
+        .map_err(|e| format!("cannot start a child run: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "a child run on CPUs {cpus:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    serde_json::from_slice(&out.stdout).map_err(|e| format!("a child run's report: {e}"))
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn compare(cli: &Cli, seconds: f64) -> Result<(), String> {
+    let all = allowed_cpus();
+    let configs: Vec<(&str, Vec<usize>)> =
+        vec![("1 CPU", all[..1].to_vec()), ("all CPUs", all.clone())];
+    let mut reports: Vec<Vec<Report>> = vec![Vec::new(); configs.len()];
+    let rounds = cli.rounds.max(1);
+    for round in 0..rounds {
+        for k in 0..configs.len() {
+            let i = (round + k) % configs.len();
+            if !cli.json {
+                eprint!(
+                    "\rround {}/{rounds}: {} ...        ",
+                    round + 1,
+                    configs[i].0
+                );
+            }
+            reports[i].push(child(&configs[i].1, seconds)?);
+        }
+    }
+    if cli.json {
+        let flat: Vec<&Report> = reports.iter().flatten().collect();
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&flat).map_err(|e| e.to_string())?
+        );
+        return Ok(());
+    }
+    eprintln!("\r{:60}", "");
+    let ops = |i: usize| median(reports[i].iter().map(|r| r.ops_per_sec).collect());
+    let rss = |i: usize| median(reports[i].iter().map(|r| r.peak_rss_kb as f64).collect()) / 1024.0;
+    let pause = |i: usize| median(reports[i].iter().map(|r| r.max_pause_us as f64).collect()) / 1e3;
+    // The scaling: the median of the per-round ratios, all CPUs to one.
+    let scaling = median(
+        reports[1]
+            .iter()
+            .zip(&reports[0])
+            .map(|(a, b)| a.ops_per_sec / b.ops_per_sec)
+            .collect(),
+    );
+    println!(
+        "GC speed tester: {rounds} rounds of {seconds} s per configuration, interleaved; medians ({} CPUs here)",
+        all.len()
+    );
+    println!("| heap | ops/s, 1 CPU | ops/s, all CPUs | all / 1 CPU | peak RSS MiB (1 / all) | max pause ms (1 / all) |");
+    println!("|---|---|---|---|---|---|");
+    println!(
+        "| loam | {:.0} | {:.0} | {scaling:.2}x | {:.1} / {:.1} | {:.2} / {:.2} |",
+        ops(0),
+        ops(1),
+        rss(0),
+        rss(1),
+        pause(0),
+        pause(1)
+    );
+    println!("Other memory managers behind the collector (system, mimalloc, jemalloc, snmalloc): not yet (issue #13).");
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let no_flags = std::env::args().len() == 1;
+    let cli = Cli::parse();
+    let bad_input = |msg: String| {
+        eprintln!(
+            "error: {msg}\n\n{}",
+            <Cli as clap::CommandFactory>::command().render_usage()
+        );
+        ExitCode::from(2)
+    };
+    if cli.heap != Heap::Loam {
+        let name = cli
+            .heap
+            .to_possible_value()
+            .map(|v| v.get_name().to_string());
+        return bad_input(format!(
+            "--heap {}: the collector over other memory managers is not built yet (issue #13); only `loam` runs",
+            name.unwrap_or_default()
+        ));
+    }
+    if cli.seconds.is_some_and(|s| !(s > 0.0 && s.is_finite())) {
+        return bad_input("--seconds must be a positive number".into());
+    }
+    if let Some(Err(e)) = cli.cpus.as_deref().map(parse_cpus) {
+        return bad_input(e);
+    }
+    let result = if let Some(n) = cli.verify {
+        verify(n).map(|c| println!("{n} tests, checksum {c:016x}"))
+    } else if cli.compare || no_flags {
+        compare(&cli, cli.seconds.unwrap_or(3.0))
+    } else {
+        run(&cli, cli.seconds.unwrap_or(10.0)).map(|r| {
+            if cli.json {
+                println!(
+                    "{}",
+                    serde_json::to_string(&r).expect("a report serialises")
+                );
+            } else {
+                print_report(&r);
+            }
+        })
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -35,6 +35,11 @@
 // `criterion_group!` generates an undocumented `pub fn`.
 #![allow(missing_docs)]
 
+#[path = "support/mod.rs"]
+mod support;
+
+use support::median;
+
 use criterion::{criterion_group, Criterion};
 use loam::collections::{GcDictionary, GcList, GcString, GcStringBuilder};
 use loam::runtime::{Gc, Mutator, Root, Rootable, Runtime, Trace};
@@ -688,10 +693,6 @@ fn paired(rounds: usize) {
     let mut m = rt.attach();
     let (list, v, keys, locks) = inputs(&mut m);
     let m = std::cell::RefCell::new(m);
-    let median = |mut v: Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    };
     println!("{rounds} rounds; median ms, median per-round ratio loam/std (lower is better)");
     for (case, mut contenders) in cases(&m, &locks, &list, &v, &keys) {
         let n = contenders.len();
@@ -749,13 +750,5 @@ fn paired(rounds: usize) {
 }
 
 fn main() {
-    if let Some(rounds) = std::env::var("LOAM_BENCH_PAIRED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-    {
-        paired(rounds);
-        return;
-    }
-    collections();
-    Criterion::default().configure_from_args().final_summary();
+    support::main(paired, collections);
 }

@@ -24,6 +24,11 @@
 // `criterion_group!` generates an undocumented `pub fn`.
 #![allow(missing_docs)]
 
+#[path = "support/mod.rs"]
+mod support;
+
+use support::median;
+
 use criterion::{criterion_group, BenchmarkId, Criterion};
 use loam::runtime::{Gc, Mutation, Root, Rootable, Runtime, Trace};
 use std::hint::black_box;
@@ -245,10 +250,6 @@ fn paired(rounds: usize) {
     let max = max_depth();
     let want = expected(max);
     let rt = runtime();
-    let median = |mut v: Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    };
     println!("binary-trees depth {max}, {rounds} rounds; median ms, median per-round ratio to box");
     for threads in thread_counts() {
         let runs: [Contender<'_>; 3] = [
@@ -295,13 +296,5 @@ fn paired(rounds: usize) {
 }
 
 fn main() {
-    if let Some(rounds) = std::env::var("LOAM_BENCH_PAIRED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-    {
-        paired(rounds);
-        return;
-    }
-    gc();
-    Criterion::default().configure_from_args().final_summary();
+    support::main(paired, gc);
 }

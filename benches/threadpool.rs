@@ -18,6 +18,11 @@
 // `criterion_group!` generates an undocumented `pub fn`.
 #![allow(missing_docs)]
 
+#[path = "support/mod.rs"]
+mod support;
+
+use support::median;
+
 use std::hint::black_box;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
@@ -353,10 +358,6 @@ fn paired(rounds: usize) {
         f();
         start.elapsed().as_secs_f64() * 1e3
     };
-    let median = |mut v: Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    };
     println!("paired, {} threads, {rounds} rounds: median ms loam, rayon; median of per-round loam/rayon", threads());
     for (name, loam_run, rayon_run) in workloads {
         loam_run();
@@ -384,13 +385,5 @@ fn paired(rounds: usize) {
 }
 
 fn main() {
-    if let Some(rounds) = std::env::var("LOAM_BENCH_PAIRED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-    {
-        paired(rounds);
-        return;
-    }
-    benches();
-    Criterion::default().configure_from_args().final_summary();
+    support::main(paired, benches);
 }

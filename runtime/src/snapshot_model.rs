@@ -22,13 +22,40 @@
 use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use loom::sync::{Arc, Mutex};
 
-/// Traces what `gray` holds until it is empty (scanning may add to it).
-fn drain(gray: &Mutex<Vec<usize>>, scan: impl Fn(usize)) {
-    loop {
-        let next = gray.lock().unwrap().pop();
-        match next {
-            Some(o) => scan(o),
-            None => return,
+/// Object marks (objects are numbered; 0 is no object) and the gray queue
+/// the barriers and markers push to: what every model here shares.
+struct Marks {
+    marks: [AtomicBool; 5],
+    gray: Mutex<Vec<usize>>,
+}
+
+impl Marks {
+    fn new() -> Self {
+        Marks {
+            marks: Default::default(),
+            gray: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Marks `o` and queues it if this call marked it (`mark::shade`).
+    fn shade(&self, o: usize) {
+        if o != 0 && !self.marks[o].swap(true, Ordering::AcqRel) {
+            self.gray.lock().unwrap().push(o);
+        }
+    }
+
+    fn is_marked(&self, o: usize) -> bool {
+        self.marks[o].load(Ordering::Relaxed)
+    }
+
+    /// Traces what the queue holds until it is empty (scanning may add to it).
+    fn drain(&self, scan: impl Fn(usize)) {
+        loop {
+            let next = self.gray.lock().unwrap().pop();
+            match next {
+                Some(o) => scan(o),
+                None => return,
+            }
         }
     }
 }
@@ -36,19 +63,12 @@ fn drain(gray: &Mutex<Vec<usize>>, scan: impl Fn(usize)) {
 struct Heap {
     /// The root object's barrier cell: 0 is `None`.
     cell: AtomicUsize,
-    marks: [AtomicBool; 5],
-    gray: Mutex<Vec<usize>>,
+    m: Marks,
 }
 
 impl Heap {
-    fn mark(&self, o: usize) -> bool {
-        !self.marks[o].swap(true, Ordering::AcqRel)
-    }
-
     fn shade(&self, o: usize) {
-        if o != 0 && self.mark(o) {
-            self.gray.lock().unwrap().push(o);
-        }
+        self.m.shade(o)
     }
 
     /// Traces object `o`: only the root (1) has a field.
@@ -69,7 +89,7 @@ impl Heap {
     }
 
     fn drain(&self) {
-        drain(&self.gray, |o| self.scan(o));
+        self.m.drain(|o| self.scan(o));
     }
 }
 
@@ -78,8 +98,7 @@ fn what_a_mutator_moves_during_a_concurrent_mark_stays_marked() {
     loom::model(|| {
         let heap = Arc::new(Heap {
             cell: AtomicUsize::new(2),
-            marks: Default::default(),
-            gray: Mutex::new(Vec::new()),
+            m: Marks::new(),
         });
         // First pause: the root marked and gray.
         heap.shade(1);
@@ -103,7 +122,7 @@ fn what_a_mutator_moves_during_a_concurrent_mark_stays_marked() {
         heap.drain();
         assert_eq!(kept, 2);
         for o in 1..=3 {
-            assert!(heap.marks[o].load(Ordering::Relaxed), "object {o} unmarked");
+            assert!(heap.m.is_marked(o), "object {o} unmarked");
         }
     });
 }
@@ -118,8 +137,7 @@ fn two_writers_of_one_cell_keep_the_snapshot() {
     loom::model(|| {
         let heap = Arc::new(Heap {
             cell: AtomicUsize::new(2),
-            marks: Default::default(),
-            gray: Mutex::new(Vec::new()),
+            m: Marks::new(),
         });
         heap.shade(1);
         let marker = {
@@ -141,7 +159,7 @@ fn two_writers_of_one_cell_keep_the_snapshot() {
         }
         heap.drain();
         for o in 1..=4 {
-            assert!(heap.marks[o].load(Ordering::Relaxed), "object {o} unmarked");
+            assert!(heap.m.is_marked(o), "object {o} unmarked");
         }
     });
 }
@@ -218,15 +236,12 @@ struct Locks {
     /// Each lock's `shaded == epoch` of `GcLock` (written under its lock).
     outer_shaded: AtomicBool,
     inner_shaded: AtomicBool,
-    marks: [AtomicBool; 4],
-    gray: Mutex<Vec<usize>>,
+    m: Marks,
 }
 
 impl Locks {
     fn shade(&self, o: usize) {
-        if !self.marks[o].swap(true, Ordering::AcqRel) {
-            self.gray.lock().unwrap().push(o);
-        }
+        self.m.shade(o)
     }
 
     /// `GcLock::trace` of the inner lock: try the read lock, skip if a
@@ -248,7 +263,7 @@ impl Locks {
     }
 
     fn drain(&self) {
-        drain(&self.gray, |o| self.scan(o));
+        self.m.drain(|o| self.scan(o));
     }
 }
 
@@ -260,8 +275,7 @@ fn nested_locks_never_deadlock() {
             inner: ModelLock::new(vec![2]),
             outer_shaded: AtomicBool::new(false),
             inner_shaded: AtomicBool::new(false),
-            marks: Default::default(),
-            gray: Mutex::new(Vec::new()),
+            m: Marks::new(),
         });
         // First pause: the root marked and gray.
         heap.shade(1);
@@ -295,7 +309,7 @@ fn nested_locks_never_deadlock() {
         mutator.join().unwrap();
         // Second pause: both stopped; trace what the barriers shaded.
         heap.drain();
-        assert!(heap.marks[2].load(Ordering::Relaxed), "object 2 unmarked");
+        assert!(heap.m.is_marked(2), "object 2 unmarked");
     });
 }
 
@@ -317,8 +331,7 @@ struct Owned {
     lock: ModelLock<usize>,
     /// `GcLock::owner`.
     owner: AtomicUsize,
-    marks: [AtomicBool; 4],
-    gray: Mutex<Vec<usize>>,
+    m: Marks,
     /// The markers' objects to trace again (`Tracer::defer_current`).
     deferred: Mutex<Vec<usize>>,
     /// The mutator's remembered list, for the next minor cycle.
@@ -327,9 +340,7 @@ struct Owned {
 
 impl Owned {
     fn shade(&self, o: usize) {
-        if o != 0 && !self.marks[o].swap(true, Ordering::AcqRel) {
-            self.gray.lock().unwrap().push(o);
-        }
+        self.m.shade(o)
     }
 
     /// Traces object `o` (only 1 has a field, the lock), as a marker does.
@@ -346,7 +357,7 @@ impl Owned {
     }
 
     fn drain(&self) {
-        drain(&self.gray, |o| self.scan(o));
+        self.m.drain(|o| self.scan(o));
     }
 }
 
@@ -356,8 +367,7 @@ fn a_lock_write_racing_the_first_trace_of_its_object_is_recorded() {
         let heap = Arc::new(Owned {
             lock: ModelLock::new(0),
             owner: AtomicUsize::new(0),
-            marks: Default::default(),
-            gray: Mutex::new(Vec::new()),
+            m: Marks::new(),
             deferred: Mutex::new(Vec::new()),
             remembered: Mutex::new(Vec::new()),
         });
@@ -398,9 +408,6 @@ fn a_lock_write_racing_the_first_trace_of_its_object_is_recorded() {
             heap.scan(o);
         }
         heap.drain();
-        assert!(
-            heap.marks[3].load(Ordering::Relaxed),
-            "the stored object unmarked"
-        );
+        assert!(heap.m.is_marked(3), "the stored object unmarked");
     });
 }

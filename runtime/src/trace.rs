@@ -140,8 +140,10 @@ pub struct Tracer {
     /// The object being traced, when a marker traces one (0: a barrier's
     /// walk of a value, or verify mode): a `GcLock` inside learns its owner
     /// from it (`cell.rs`).
+    #[cfg_attr(loom, allow(dead_code))]
     current: usize,
     /// Objects to trace again: a lock inside was held by a writer.
+    #[cfg_attr(loom, allow(dead_code))]
     deferred: Vec<usize>,
 }
 

@@ -113,7 +113,9 @@ unsafe fn scan(addr: usize, tracer: &mut Tracer, out: &mut Marked, mut push: imp
         // hook through a thread local, twice per object: 20 ms more mark
         // time on binary-trees): the hook prints a panicking `Trace` impl's
         // message as usual, and the cycle reports it once more. The locks
-        // inside learn that they live in `addr` (`cell.rs`).
+        // and logs inside learn that they live in `addr` (`log.rs`); the
+        // tracer is a marker's alone, and every scan sets it anew, so it is
+        // not reset after.
         tracer.set_current(addr);
         // SAFETY: a live object of the descriptor's type. Mutators running
         // meanwhile change it only through barrier cells, which trace
@@ -121,7 +123,6 @@ unsafe fn scan(addr: usize, tracer: &mut Tracer, out: &mut Marked, mut push: imp
         let traced = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| unsafe {
             trace(addr as *const u8, tracer)
         }));
-        tracer.set_current(0);
         if let Err(payload) = traced {
             // A user's `Trace` impl panicked: what it reported may be
             // partial, so this cycle's marks cannot be trusted. The

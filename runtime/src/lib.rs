@@ -211,6 +211,15 @@
 //!   `mutate` there is fine: a stop that waits past its patience lets
 //!   waiting mutators in (`handshake.rs`, "The gate").
 //!
+//! # The managed pool
+//! [`ManagedPool`] is a `loam-threadpool` pool whose workers attach when they
+//! start and detach when they exit; a task gets its worker's `&mut Mutator`,
+//! and forks with [`join`] and [`scope`], which lend that mutator to the tasks
+//! the worker runs while it waits (`pool.rs`). A worker waiting on a pool
+//! inside `mutate` would deadlock against a pause (the pause waits for it, the
+//! job it waits for may be waiting for the pause), so `mutate` forbids pool
+//! waits on its thread (`loam_threadpool::forbid_waits`): they panic.
+//!
 //! Why page runs (measured on binary-trees, loam/Box time): sending dead
 //! blocks one by one through the owner's remote queue cost a cache miss per
 //! block on each side (2.9x); runs with page resets brought it to 1.6x,
@@ -260,6 +269,7 @@ not_under_loom! {
     mod mutator;
     mod options;
     mod panics;
+    mod pool;
     mod root;
     #[allow(clippy::module_inception)]
     mod runtime;
@@ -272,6 +282,7 @@ not_under_loom! {
     pub use log::GcLog;
     pub use mutator::{AllocError, Mutation, Mutator};
     pub use options::ConfigError;
+    pub use pool::{join, scope, spawn, with_mutator, ManagedPool, ManagedPoolBuilder, ManagedScope};
     pub use root::{GlobalRoot, Root, Rootable};
     pub use runtime::{Runtime, RuntimeBuilder};
     pub use stats::{CycleEvent, GcStats, PauseHistogram};

@@ -116,6 +116,10 @@ struct Inside<'a> {
     shared: &'a Shared,
     slot: &'a Slot,
     prev: u16,
+    /// A pool call that waits would deadlock here: a pause waits for this
+    /// call to return, and the workers it would wait for may be waiting for
+    /// the pause (see `pool.rs`, "Waiting inside `mutate`").
+    _no_waits: loam_threadpool::WaitsForbidden,
 }
 
 impl Drop for Inside<'_> {
@@ -170,6 +174,11 @@ impl Mutator {
     /// every `mutate` call under way to return (its marking between them
     /// does not), so keep each call short.
     ///
+    /// Inside, no pool call may wait (`join`, `scope`, `install`,
+    /// `broadcast` of any `loam-threadpool` pool panic): a pause waits for
+    /// this call, and the pool's workers may be waiting for the pause. Fork
+    /// between `mutate` calls ([`ManagedPool`](crate::ManagedPool)).
+    ///
     /// # Panics
     /// Inside a `mutate` call of another runtime.
     pub fn mutate<R>(&mut self, f: impl for<'gc> FnOnce(&Mutation<'gc>) -> R) -> R {
@@ -201,6 +210,10 @@ impl Mutator {
             shared,
             slot: &self.me.slot,
             prev: INSIDE.with(|c| c.replace(shared.id)),
+            _no_waits: loam_threadpool::forbid_waits(
+                "inside `mutate` (a collection's pause waits for this call, and the pool's \
+                 workers may be waiting for the pause); fork and join between `mutate` calls",
+            ),
         };
         // Constant for the whole call: it changes only with the world
         // stopped, and we are inside now (the handshake orders the load).

@@ -27,12 +27,15 @@ pub trait Rootable<'a> {
 ///     next: Option<Gc<'gc, Node<'gc>>>,
 /// }
 /// type NodeRoot = Rootable!['gc => Node<'gc>];
-/// type CountRoot = Rootable!['gc => u64];
+/// type CountRoot = Rootable![u64]; // no brand to name: `Rootable!['gc => u64]`
 /// ```
 #[macro_export]
 macro_rules! Rootable {
     ($gc:lifetime => $root:ty) => {
         dyn for<$gc> $crate::Rootable<$gc, Root = $root>
+    };
+    ($root:ty) => {
+        dyn for<'__unbranded> $crate::Rootable<'__unbranded, Root = $root>
     };
 }
 

@@ -89,6 +89,7 @@
 #![cfg_attr(loom, allow(dead_code, unused_imports))]
 
 mod latch;
+mod no_wait;
 mod sleep;
 mod sync;
 #[cfg(not(loom))]
@@ -118,6 +119,7 @@ pub use crate::{
     broadcast::{broadcast, BroadcastContext},
     builder::{ThreadPoolBuildError, ThreadPoolBuildErrorKind, ThreadPoolBuilder},
     join::join,
+    no_wait::{forbid_waits, WaitsForbidden},
     pool::ThreadPool,
     scope::{scope, Scope},
     spawn::spawn,

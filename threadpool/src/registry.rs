@@ -161,6 +161,7 @@ impl Registry {
         OP: FnOnce(&WorkerThread) -> R + Send,
         R: Send,
     {
+        crate::no_wait::check_may_wait();
         let worker = WorkerThread::current();
         if worker.is_null() {
             return self.in_worker_cold(op);
@@ -306,6 +307,7 @@ where
     OP: FnOnce(&WorkerThread) -> R + Send,
     R: Send,
 {
+    crate::no_wait::check_may_wait();
     let worker = WorkerThread::current();
     if worker.is_null() {
         global_registry().in_worker_cold(op)

@@ -8,12 +8,19 @@
 //! - `join_fib`: fib(32) by recursive `join` with a sequential cutoff at 20
 //!   (and at 10, where the cost of `join` itself dominates);
 //! - `tree_sum`: parallel sum over a balanced 10,000,000-node boxed tree,
-//!   built once outside the timed loop, `join` down to depth 12.
+//!   built once outside the timed loop, `join` down to depth 12;
+//! - `burst`: what a managed pool's tests do all the time: a fresh pool,
+//!   an idle gap long enough for its workers to park (`BURST_IDLE`), then
+//!   one short burst, fib(32) with the cutoff at 20 from `install` (about
+//!   7 ms of work on two cores); only the burst is timed. Paired mode
+//!   prints every round's ratio, as a slow start shows in single rounds.
 //!
 //! Run: `cargo bench --bench threadpool` (append `-- --sample-size 10`, or a
 //! group name, as needed). Set `LOAM_BENCH_THREADS` to change the thread
 //! count (default 2), and `LOAM_BENCH_PAIRED=<rounds>` for the paired mode
-//! (see `paired`), which suits a noisy shared machine better.
+//! (see `paired`), which suits a noisy shared machine better;
+//! `LOAM_BENCH_CASES=join,tree` keeps the paired workloads whose names start
+//! so (the burst always runs).
 
 // `criterion_group!` generates an undocumented `pub fn`.
 #![allow(missing_docs)]
@@ -178,6 +185,47 @@ fn fib_rayon(n: u64, cutoff: u64) -> u64 {
     a + b
 }
 
+/// The idle gap before a burst: well past the workers' spinning rounds.
+const BURST_IDLE: Duration = Duration::from_millis(30);
+
+/// A fresh pool, an idle gap, then one fib burst: returns the burst's time.
+fn burst_loam() -> Duration {
+    let (pool, expected) = (loam_pool(), fib_seq(FIB_N));
+    std::thread::sleep(BURST_IDLE);
+    let start = std::time::Instant::now();
+    let result = pool.install(|| fib_loam(FIB_N, 20));
+    let elapsed = start.elapsed();
+    assert_eq!(result, expected);
+    elapsed
+}
+
+/// [`burst_loam`] on rayon.
+fn burst_rayon() -> Duration {
+    let (pool, expected) = (rayon_pool(), fib_seq(FIB_N));
+    std::thread::sleep(BURST_IDLE);
+    let start = std::time::Instant::now();
+    let result = pool.install(|| fib_rayon(FIB_N, 20));
+    let elapsed = start.elapsed();
+    assert_eq!(result, expected);
+    elapsed
+}
+
+fn burst(c: &mut Criterion) {
+    let mut group = c.benchmark_group("burst");
+    let timed = |run: fn() -> Duration| {
+        move |b: &mut criterion::Bencher| b.iter_custom(|iters| (0..iters).map(|_| run()).sum())
+    };
+    group.bench_function(
+        BenchmarkId::new("loam", "fib32_cutoff20"),
+        timed(burst_loam),
+    );
+    group.bench_function(
+        BenchmarkId::new("rayon", "fib32_cutoff20"),
+        timed(burst_rayon),
+    );
+    group.finish();
+}
+
 fn join_fib(c: &mut Criterion) {
     let mut group = c.benchmark_group("join_fib");
     let expected = fib_seq(FIB_N);
@@ -301,7 +349,7 @@ criterion_group! {
         .sample_size(10)
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(3));
-    targets = spawn_scope, spawn_static, join_fib, tree_sum
+    targets = spawn_scope, spawn_static, join_fib, tree_sum, burst
 }
 /// A workload's name, its loam run and its rayon run.
 type Paired<'a> = (&'static str, &'a dyn Fn(), &'a dyn Fn());
@@ -311,6 +359,8 @@ type Paired<'a> = (&'static str, &'a dyn Fn(), &'a dyn Fn());
 /// workload, and print the median of the per-round ratios. On a shared,
 /// noisy machine a load burst then hits both sides of a round alike.
 fn paired(rounds: usize) {
+    println!("paired, {} threads, {rounds} rounds: median ms loam, rayon; median of per-round loam/rayon", threads());
+    paired_bursts(rounds);
     let (loam, rayon) = (loam_pool(), rayon_pool());
     let tree = build_tree(0, TREE_NODES);
     let scope_loam = || {
@@ -346,6 +396,7 @@ fn paired(rounds: usize) {
     let (fib10_loam, fib10_rayon) = fib(10);
     let tree_loam = || assert_eq!(loam.install(|| sum_loam(&tree, 0)), TREE_SUM);
     let tree_rayon = || assert_eq!(rayon.install(|| sum_rayon(&tree, 0)), TREE_SUM);
+    let only = std::env::var("LOAM_BENCH_CASES").unwrap_or_default();
     let workloads: [Paired<'_>; 5] = [
         ("spawn_scope", &scope_loam, &scope_rayon),
         ("spawn_static", &static_loam, &static_rayon),
@@ -358,8 +409,10 @@ fn paired(rounds: usize) {
         f();
         start.elapsed().as_secs_f64() * 1e3
     };
-    println!("paired, {} threads, {rounds} rounds: median ms loam, rayon; median of per-round loam/rayon", threads());
     for (name, loam_run, rayon_run) in workloads {
+        if !only.is_empty() && !only.split(',').any(|c| name.starts_with(c)) {
+            continue;
+        }
         loam_run();
         rayon_run();
         let (mut l, mut r, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
@@ -382,6 +435,40 @@ fn paired(rounds: usize) {
             median(ratios)
         );
     }
+}
+
+/// The `burst` case in paired mode, first, in a process with no other
+/// pool or data yet.
+fn paired_bursts(rounds: usize) {
+    // Fresh pools: rayon's time over loam's in each round (the target is
+    // at least 1.0 in every one).
+    let (mut speed, mut l, mut r) = (Vec::new(), Vec::new(), Vec::new());
+    // Warm-up: the first threads of a process start slower.
+    burst_loam();
+    burst_rayon();
+    for round in 0..rounds {
+        let (a, b) = if round % 2 == 0 {
+            let a = burst_loam();
+            (a, burst_rayon())
+        } else {
+            let b = burst_rayon();
+            (burst_loam(), b)
+        };
+        l.push(a.as_secs_f64() * 1e3);
+        r.push(b.as_secs_f64() * 1e3);
+        speed.push(b.as_secs_f64() / a.as_secs_f64());
+    }
+    let rounds_text: Vec<String> = speed.iter().map(|s| format!("{s:.2}")).collect();
+    let loam_text: Vec<String> = l.iter().map(|t| format!("{t:.1}")).collect();
+    println!(
+        "{:22} loam {:8.2}  rayon {:8.2}  loam/rayon {:.2}  speed vs rayon by round: {}  (loam ms: {})",
+        "burst_fresh_pool",
+        median(l),
+        median(r),
+        1.0 / median(speed.clone()),
+        rounds_text.join(" "),
+        loam_text.join(" ")
+    );
 }
 
 fn main() {

@@ -116,10 +116,11 @@ impl Registry {
         &self.thread_infos[index].inbox
     }
 
-    /// Queues a job any worker may take, and wakes one if all are parked.
+    /// Queues a job any worker may take, and wakes up to two parked workers
+    /// (`Sleep::notify_injected`: the second is for the job's first fork).
     pub(crate) fn inject(&self, job: JobRef) {
         self.injector.push(job);
-        self.sleep.notify_new_work();
+        self.sleep.notify_injected();
     }
 
     /// Queues a job only worker `index` may run, and wakes that worker.

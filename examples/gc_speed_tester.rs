@@ -1,5 +1,5 @@
-//! The GC speed tester (seed 000): worker threads run unit tests drawn at
-//! random from three kinds, all on the managed collections, all garbage
+//! The GC speed tester (seed 000): the workers of a managed pool run unit
+//! tests, pool tasks drawn at random from three kinds, all on the managed collections, all garbage
 //! left to the collector, whose own threads free it.
 //!
 //! - list: 1,000 small managed records {u64 key, i32 index, i32 tag} pushed
@@ -32,7 +32,7 @@
 use clap::{Parser, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use loam::collections::{gc_format, GcDictionary, GcList, GcString, GcStringBuilder};
-use loam::runtime::{Gc, Mutation, Runtime, Trace};
+use loam::runtime::{Gc, ManagedPool, ManagedScope, Mutation, Mutator, Runtime, Trace};
 use serde::{Deserialize, Serialize};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -168,11 +168,31 @@ fn list_test<'gc>(mc: &Mutation<'gc>, rng: &mut Rng) -> Outcome {
     Ok(check)
 }
 
+/// A reused buffer for the strings a test compares against.
+#[derive(Default)]
+struct Scratch(String);
+
+impl Scratch {
+    /// The dictionary test's key `k<i>_<hex>`.
+    fn key(&mut self, i: u64, salt: u64) -> &str {
+        self.write(format_args!("k{i}_{:x}", i.wrapping_mul(salt) >> 40))
+    }
+
+    fn write(&mut self, args: std::fmt::Arguments<'_>) -> &str {
+        use std::fmt::Write;
+        self.0.clear();
+        self.0.write_fmt(args).expect("writing to a String");
+        &self.0
+    }
+}
+
 fn dictionary_test<'gc>(mc: &Mutation<'gc>, rng: &mut Rng) -> Outcome {
     const N: u64 = 1000;
     let salt = rng.next();
     let dict: GcDictionary<GcString, Gc<Record>> = GcDictionary::new(mc);
-    let key = |i: u64| format!("k{i}_{:x}", i.wrapping_mul(salt) >> 40);
+    // Lookup keys are written into one reused buffer: the test measures
+    // the managed heap, not the system allocator behind `format!`.
+    let mut key = Scratch::default();
     for i in 0..N {
         dict.insert(
             mc,
@@ -186,18 +206,18 @@ fn dictionary_test<'gc>(mc: &Mutation<'gc>, rng: &mut Rng) -> Outcome {
     }
     let mut check = 0_u64;
     for i in 0..N {
-        match dict.get(key(i).as_str()) {
+        match dict.get(key.key(i, salt)) {
             Some(r) if r.key == i => check = check.wrapping_mul(31).wrapping_add(r.key),
             _ => return Err(format!("dictionary: key {i} lost")),
         }
     }
     for i in (0..N).step_by(2) {
-        if dict.remove(mc, key(i).as_str()).is_none() {
+        if dict.remove(mc, key.key(i, salt)).is_none() {
             return Err(format!("dictionary: key {i} not removed"));
         }
     }
     for i in 0..N {
-        let found = dict.get(key(i).as_str()).map(|r| r.key);
+        let found = dict.get(key.key(i, salt)).map(|r| r.key);
         if found != (i % 2 == 1).then_some(i) {
             return Err(format!("dictionary: key {i} after the removals: {found:?}"));
         }
@@ -222,12 +242,13 @@ fn string_test<'gc>(mc: &Mutation<'gc>, rng: &mut Rng) -> Outcome {
     }
     let mut prev: Option<GcString> = None;
     let mut check = 0_u64;
+    let mut expected = Scratch::default();
     for (i, part) in parts.iter().take(N as usize).enumerate() {
         let Some(eq) = part.find('=') else {
             return Err(format!("string: part {i} has no '='"));
         };
         let (name, value) = (part.substring(mc, ..eq), part.substring(mc, eq + 1..));
-        if name != format!("item{i}").as_str() || prev == Some(name) {
+        if name != expected.write(format_args!("item{i}")) || prev == Some(name) {
             return Err(format!("string: name {name} at {i}"));
         }
         match value.parse::<u64>() {
@@ -359,6 +380,35 @@ fn cpu_list(cpus: &[usize]) -> String {
         .join(",")
 }
 
+/// What the test tasks of a run share.
+#[derive(Clone, Copy)]
+struct Shared<'a> {
+    counts: &'a [AtomicU64; 3],
+    failed: &'a std::sync::Mutex<Option<String>>,
+    stop: &'a AtomicBool,
+    seed: u64,
+}
+
+/// One unit test as a pool task, on whichever worker took it: runs it (one
+/// `mutate` call), counts it, and unless the run is over spawns the next.
+fn test_task<'s>(scope: &ManagedScope<'s>, m: &mut Mutator, shared: &'s Shared<'s>, n: u64) {
+    if shared.stop.load(Ordering::Relaxed) {
+        return;
+    }
+    let mut rng = Rng(shared.seed ^ n.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+    let k = (rng.next() % 3) as usize;
+    match m.mutate(|mc| run_test(mc, KINDS[k], &mut rng)) {
+        Ok(_) => {
+            shared.counts[k].fetch_add(1, Ordering::Relaxed);
+            scope.spawn(move |scope, m| test_task(scope, m, shared, n + 1));
+        }
+        Err(e) => {
+            shared.failed.lock().unwrap().get_or_insert(e);
+            shared.stop.store(true, Ordering::Relaxed);
+        }
+    }
+}
+
 /// Runs the workers for `seconds` (or until Ctrl-C) and reports.
 fn run(cli: &Cli, seconds: f64) -> Result<Report, String> {
     if let Some(list) = &cli.cpus {
@@ -379,30 +429,30 @@ fn run(cli: &Cli, seconds: f64) -> Result<Report, String> {
         );
         bar
     });
+    let pool = ManagedPool::builder(&rt)
+        .num_threads(workers)
+        .build()
+        .map_err(|e| format!("starting {workers} workers: {e}"))?;
     let start = Instant::now();
     let end = start + Duration::from_secs_f64(seconds);
+    let shared = Shared {
+        counts: &counts,
+        failed: &failed,
+        stop: &stop,
+        seed: start.elapsed().as_nanos() as u64 ^ std::process::id() as u64,
+    };
     std::thread::scope(|s| {
-        for w in 0..workers {
-            let (rt, counts, failed, stop) = (&rt, &counts, &failed, &stop);
-            s.spawn(move || {
-                let mut m = rt.attach();
-                let mut rng = Rng(0x9e37_79b9_7f4a_7c15
-                    ^ ((w as u64 + 1) << 32)
-                    ^ start.elapsed().as_nanos() as u64);
-                while !stop.load(Ordering::Relaxed) {
-                    let k = (rng.next() % 3) as usize;
-                    match m.mutate(|mc| run_test(mc, KINDS[k], &mut rng)) {
-                        Ok(_) => {
-                            counts[k].fetch_add(1, Ordering::Relaxed);
-                        }
-                        Err(e) => {
-                            failed.lock().unwrap().get_or_insert(e);
-                            stop.store(true, Ordering::Relaxed);
-                        }
-                    }
+        // One chain of test tasks per worker: each task runs one test and
+        // spawns the next into the pool, as the seed's framework queues its
+        // unit tests; the scope ends when every chain has seen `stop`.
+        let (shared, pool) = (&shared, &pool);
+        s.spawn(move || {
+            pool.scope(|scope, _m| {
+                for chain in 0..workers as u64 {
+                    scope.spawn(move |scope, m| test_task(scope, m, shared, chain << 40));
                 }
-            });
-        }
+            })
+        });
         // The live line, once a second; the end of the run.
         let total = || {
             counts
@@ -492,19 +542,26 @@ fn print_report(r: &Report) {
 
 // ---- --verify
 
+/// Exactly `n` tests on one worker of a managed pool, from a fixed seed:
+/// the checksum of their results.
 fn verify(n: u64) -> Result<u64, String> {
     let rt = Runtime::new();
-    let mut m = rt.attach();
-    let mut rng = Rng(0x2545_f491_4f6c_dd1d);
-    let mut check = 0_u64;
-    for t in 0..n {
-        let k = (rng.next() % 3) as usize;
-        let c = m
-            .mutate(|mc| run_test(mc, KINDS[k], &mut rng))
-            .map_err(|e| format!("test {t}: {e}"))?;
-        check = check.rotate_left(7) ^ c ^ k as u64;
-    }
-    Ok(check)
+    let pool = ManagedPool::builder(&rt)
+        .num_threads(1)
+        .build()
+        .map_err(|e| format!("starting the worker: {e}"))?;
+    pool.install(|m| {
+        let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+        let mut check = 0_u64;
+        for t in 0..n {
+            let k = (rng.next() % 3) as usize;
+            let c = m
+                .mutate(|mc| run_test(mc, KINDS[k], &mut rng))
+                .map_err(|e| format!("test {t}: {e}"))?;
+            check = check.rotate_left(7) ^ c ^ k as u64;
+        }
+        Ok(check)
+    })
 }
 
 // ---- --compare

@@ -18,6 +18,7 @@
 use crate::gc::{array_offset, ArrayDesc, Gc};
 use crate::mutator::{AllocError, Mutation, Mutator};
 use crate::trace::Trace;
+use crate::alloc_space::AllocSpace;
 use loam_heap::AllocatedBit;
 
 /// Why a block could not be had: its size, and the limit it met
@@ -56,7 +57,9 @@ impl Reserved<'_> {
         // The sweep credits a large object with its size as its header and
         // length say (`TypeDesc::object_size`): a cut one gives the rest of
         // its charge back now.
-        if len < self.len && self.charged > loam_heap::SMALL_MAX {
+        // (A `GlobalAlloc` space charges and credits the whole allocation.)
+        let pages = self.mutator.shared().space.alloc_space().is_none();
+        if pages && len < self.len && self.charged > loam_heap::SMALL_MAX {
             let bytes = self.offset + len * self.elem;
             self.mutator.give_back(self.charged - bytes);
         }
@@ -109,15 +112,31 @@ impl<'gc> Mutation<'gc> {
         } else {
             0
         };
-        // As in `try_alloc`: accounting in blocks, blocks of 16 bytes or
-        // more (an empty array is two words).
-        let size = loam_heap::good_size(bytes, align);
         let m = self.mutator();
+        let space = m.shared().space.alloc_space();
+        // As in `try_alloc`: accounting in blocks, blocks of 16 bytes or
+        // more (an empty array is two words); in a `GlobalAlloc` space, the
+        // allocation with its prefix.
+        let size = match space {
+            None => loam_heap::good_size(bytes, align),
+            Some(_) => AllocSpace::charge(bytes, align),
+        };
         if !m.take_credit(size) {
             let limit = m.shared().config.heap_limit.unwrap_or(usize::MAX);
             return Err(Failure { size, limit });
         }
-        let (p, bit) = loam_heap::alloc_object(bytes, align, flags);
+        let (p, bit) = match space {
+            None => {
+                let (p, bit) = loam_heap::alloc_object(bytes, align, flags);
+                (p, bit.map(Some))
+            }
+            Some(space) => {
+                let p = space.alloc(&m.space_local, bytes, align);
+                // No allocated bit: the registry entry is the publication,
+                // read only by a pause after this call.
+                (p, (!p.is_null()).then_some(None))
+            }
+        };
         let Some(bit) = bit else {
             m.give_back(size);
             return Err(Failure {
@@ -125,7 +144,9 @@ impl<'gc> Mutation<'gc> {
                 limit: usize::MAX,
             });
         };
-        crate::mutator::check_fresh(p);
+        if space.is_none() {
+            crate::mutator::check_fresh(p);
+        }
         // SAFETY: `p` is a fresh block of `bytes >= 16` bytes, aligned to at
         // least a word, ours alone until published.
         unsafe {
@@ -134,7 +155,7 @@ impl<'gc> Mutation<'gc> {
         }
         Ok(Reserved {
             addr: p as usize,
-            bit: Some(bit),
+            bit,
             charged: size,
             len,
             offset: array_offset::<T>(),

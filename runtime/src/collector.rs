@@ -39,6 +39,7 @@
 //! a cycle clears marks that another runtime's objects carry too.
 
 use crate::mark;
+use crate::space::Space;
 use crate::mutator::MutatorShared;
 use crate::runtime::{release_id, Phase, Shared};
 use crate::stats::CycleEvent;
@@ -130,7 +131,7 @@ pub(crate) fn start(shared: Arc<Shared>) -> JoinHandle<()> {
                 FINALIZER_OF.with(|c| c.set(id));
                 // SAFETY: the sweep queues only this runtime's dead objects,
                 // found by complete marks, in pages flagged FINALIZING.
-                unsafe { shared.finalizer.run(id, shared.config.verify) };
+                unsafe { shared.finalizer.run(id, shared.config.verify, &shared.space) };
             })
             .expect("loam: could not start the finalizer thread")
     };
@@ -337,6 +338,8 @@ struct Snapshot {
     /// Of those, the pages waiting for the finalizer (a forced cycle runs
     /// again once it is done).
     finalizing: usize,
+    /// What a `GlobalAlloc` space's pause took instead of pages.
+    objects: Option<crate::alloc_space::Snapshot>,
 }
 
 /// Records every page holding an allocated object, clearing its marks for a
@@ -367,6 +370,7 @@ fn snapshot_pages(snap: &mut Snapshot, clear_marks: bool) {
             bits,
             skipped,
             finalizing,
+            objects: _,
         } = &mut *snap;
         // SAFETY: the closure neither allocates nor frees (it pushes only
         // within the reserved capacities), and reads only atomics, and the
@@ -514,7 +518,10 @@ fn cycle(
 
     // 2. Snapshot.
     let snap_start = Instant::now();
-    snapshot_pages(snap, full);
+    match &shared.space {
+        Space::Pages => snapshot_pages(snap, full),
+        Space::Alloc(space) => snap.objects = Some(space.snapshot(full)),
+    }
     let snap_time = snap_start.elapsed();
 
     // 3. Mark, in the pause up to its budget.
@@ -537,6 +544,7 @@ fn cycle(
     // remembered objects are allocated objects of this runtime.
     let mut marked = unsafe {
         mark::parallel(
+            &shared.space,
             pool,
             &roots,
             &remembered,
@@ -580,7 +588,7 @@ fn cycle(
         // concurrent form: every object a marked object points to is marked,
         // queued here, or shaded into `shared.gray`, which later rounds and
         // the last pause trace.
-        let m = unsafe { mark::parallel(pool, &[], &gray, concurrently, &mut rest) };
+        let m = unsafe { mark::parallel(&shared.space, pool, &[], &gray, concurrently, &mut rest) };
         marked.add(m);
         // Then what the barriers shaded meanwhile, in rounds, each a batch
         // taken whole: the rounds end however fast the mutators shade (one
@@ -599,7 +607,7 @@ fn cycle(
             let batch = std::mem::take(&mut shaded);
             // SAFETY: shaded objects are marked and allocated (reachable
             // when shaded, and no sweep runs); the invariant as above.
-            let m = unsafe { mark::parallel(pool, &[], &batch, concurrently, &mut rest) };
+            let m = unsafe { mark::parallel(&shared.space, pool, &[], &batch, concurrently, &mut rest) };
             marked.add(m);
         }
         concurrent_mark = conc_start.elapsed();
@@ -617,7 +625,7 @@ fn cycle(
         shaded.append(&mut rest);
         let m2_start = Instant::now();
         // SAFETY: world stopped; shaded objects are marked and allocated.
-        let m = unsafe { mark::parallel(pool, &[], &shaded, mark::Limits::default(), &mut rest) };
+        let m = unsafe { mark::parallel(&shared.space, pool, &[], &shaded, mark::Limits::default(), &mut rest) };
         debug_assert!(rest.is_empty());
         marked.add(m);
         mark_time += concurrent_mark + m2_start.elapsed();
@@ -639,7 +647,7 @@ fn cycle(
 
     // 4. Verify.
     if shared.config.verify && !mark_failed {
-        verify(shared.id, snap, &roots, marked.objects, full, concurrent);
+        verify(&shared.space, shared.id, snap, &roots, marked.objects, full, concurrent);
     }
 
     // 5. Weak references.
@@ -694,19 +702,30 @@ fn cycle(
         snap.pages.clear();
         snap.ranges.clear();
     }
-    // SAFETY: the snapshot's pages (none with a run out), with their allocated
-    // words as of the pause; marks complete; under the cycle lock (which also
-    // keeps `alone` true throughout, see `RUNTIMES`).
-    let (swept, finalizing) = unsafe {
-        sweep::parallel(
-            pool,
-            &snap.pages,
-            &snap.ranges,
-            &snap.bits,
-            shared.id,
-            alone,
-            shared.config.verify,
-        )
+    let (swept, finalizing) = match (&shared.space, snap.objects.take()) {
+        (Space::Alloc(space), Some(objects)) if mark_failed => {
+            space.restore(objects);
+            (sweep::Swept::default(), Vec::new())
+        }
+        // SAFETY: this cycle's snapshot, marks complete, under the cycle
+        // lock.
+        (Space::Alloc(space), Some(objects)) => unsafe {
+            space.sweep(pool, objects, shared.id, shared.config.verify)
+        },
+        // SAFETY: the snapshot's pages (none with a run out), with their
+        // allocated words as of the pause; marks complete; under the cycle
+        // lock (which also keeps `alone` true throughout, see `RUNTIMES`).
+        _ => unsafe {
+            sweep::parallel(
+                pool,
+                &snap.pages,
+                &snap.ranges,
+                &snap.bits,
+                shared.id,
+                alone,
+                shared.config.verify,
+            )
+        },
     };
     let sweep_time = sweep_start.elapsed();
     shared.finalizer.submit(finalizing);
@@ -812,6 +831,52 @@ fn cycle(
     event
 }
 
+/// [`verify`] for a `GlobalAlloc` space: the same checks, over the
+/// pause's registry snapshot instead of its pages.
+fn verify_objects(
+    space: &Space,
+    objects: &crate::alloc_space::Snapshot,
+    reachable: &std::collections::HashSet<usize>,
+    marked_objects: u64,
+    full: bool,
+    concurrent: bool,
+) {
+    // Reachable objects and snapshot objects are allocated (nothing is
+    // freed before the sweep); the world is stopped.
+    // SAFETY: as just said, for every `is_marked` below.
+    let marked = |addr: usize| unsafe { space.is_marked(addr) };
+    if concurrent {
+        // As for pages: the sweep must free nothing reachable.
+        for addr in objects.addresses() {
+            if reachable.contains(&addr) && !marked(addr) {
+                fatal(&format!(
+                    "verify: reachable object {addr:#x} was not marked by the concurrent mark"
+                ));
+            }
+        }
+        return;
+    }
+    for &addr in reachable {
+        if !marked(addr) {
+            fatal(&format!("verify: reachable object {addr:#x} was not marked"));
+        }
+    }
+    if !full {
+        return;
+    }
+    if marked_objects != reachable.len() as u64 {
+        fatal(&format!(
+            "verify: the markers marked {marked_objects} objects, {} are reachable",
+            reachable.len()
+        ));
+    }
+    for addr in objects.addresses() {
+        if marked(addr) && !reachable.contains(&addr) {
+            fatal(&format!("verify: unreachable object {addr:#x} was marked"));
+        }
+    }
+}
+
 /// Clears the weak cells of the first `upto` (those registered as the mark
 /// began) whose target is unmarked (see `weak::process`).
 fn mark_weak(shared: &Shared, upto: usize) {
@@ -819,12 +884,13 @@ fn mark_weak(shared: &Shared, upto: usize) {
     // SAFETY: every registered cell, and every nonzero target, is an
     // allocated object of this runtime (cells are forgotten once unmarked,
     // targets cleared once unmarked); the world is stopped.
-    crate::weak::process(&mut cells, upto, |addr| unsafe { mark::is_marked(addr) });
+    crate::weak::process(&mut cells, upto, |addr| unsafe { shared.space.is_marked(addr) });
 }
 
 /// Verify mode: the parallel marks must equal a single-threaded re-mark
 /// (in a minor cycle, cover it: old garbage stays marked).
 fn verify(
+    space: &Space,
     id: u16,
     snap: &Snapshot,
     roots: &[usize],
@@ -834,6 +900,10 @@ fn verify(
 ) {
     // SAFETY: world stopped, mark complete.
     let reachable = unsafe { mark::reachable(roots) };
+    if let Some(objects) = &snap.objects {
+        verify_objects(space, objects, &reachable, marked_objects, full, concurrent);
+        return;
+    }
     if concurrent {
         // Objects allocated during the mark may be unmarked (they are not
         // the sweep's), and garbage made during it may float marked: what
@@ -865,7 +935,7 @@ fn verify(
     }
     for &addr in &reachable {
         // SAFETY: reachable, so allocated.
-        if !unsafe { mark::is_marked(addr) } {
+        if !unsafe { space.is_marked(addr) } {
             fatal(&format!(
                 "verify: reachable object {addr:#x} was not marked"
             ));

@@ -41,6 +41,9 @@ pub(crate) const FINALIZING: u8 = 4;
 /// (when the sweep read it) and its size.
 pub(crate) struct PageWork {
     pub(crate) dead: Vec<(usize, Option<&'static TypeDesc>, usize)>,
+    /// The objects are a `GlobalAlloc` space's (freed one by one through
+    /// it), not one page's (sent back as a run).
+    pub(crate) alloc_space: bool,
 }
 
 #[derive(Default)]
@@ -111,7 +114,7 @@ impl Finalizer {
     /// Every queued page's dead objects are this runtime's, found dead by a
     /// completed mark, owned by the finalizer alone, in a page flagged
     /// [`FINALIZING`] (so no sweep touches them).
-    pub(crate) unsafe fn run(&self, id: u16, verify: bool) {
+    pub(crate) unsafe fn run(&self, id: u16, verify: bool, space: &crate::space::Space) {
         // User code is contained (`finalize` runs destructors through
         // `panics::contain`); a panic of ours here would leave `running`
         // up and every `wait_for_drops` and the runtime's drop waiting for
@@ -154,13 +157,21 @@ impl Finalizer {
             for &(addr, desc, size) in &work.dead {
                 // SAFETY: dead, ours alone (caller); each once.
                 unsafe { crate::sweep::finalize(addr, desc, size, id, verify, &self.panics) };
-                // SAFETY: live blocks are never at address 0.
-                run.push(unsafe { NonNull::new_unchecked(addr as *mut u8) });
+                match space.alloc_space() {
+                    // SAFETY: dead, its destructor run, in no registry
+                    // (the sweep that found it took it out).
+                    Some(objects) if work.alloc_space => unsafe { objects.free(addr, verify) },
+                    // SAFETY: live blocks are never at address 0.
+                    _ => run.push(unsafe { NonNull::new_unchecked(addr as *mut u8) }),
+                }
             }
-            // SAFETY: dead blocks of one page from `LoamAlloc`, each once,
-            // never touched again; the flag goes as the run is sent.
-            unsafe { batch.push_page_run_clearing(&run, FINALIZING) };
-            run.clear();
+            if !work.alloc_space {
+                // SAFETY: dead blocks of one page from `LoamAlloc`, each
+                // once, never touched again; the flag goes as the run is
+                // sent.
+                unsafe { batch.push_page_run_clearing(&run, FINALIZING) };
+                run.clear();
+            }
             let mut s = self.state.lock();
             s.running -= 1;
             if s.queue.is_empty() && s.running == 0 {

@@ -259,6 +259,7 @@ mod snapshot_model;
 mod trace;
 
 not_under_loom! {
+    mod alloc_space;
     mod array;
     mod cell;
     mod collector;
@@ -273,6 +274,7 @@ not_under_loom! {
     mod root;
     #[allow(clippy::module_inception)]
     mod runtime;
+    mod space;
     mod stats;
     mod sweep;
     mod weak;

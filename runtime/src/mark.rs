@@ -30,6 +30,7 @@
 //! root table, both of which publish with release ordering.
 
 use crate::gc::{header_of, is_freed};
+use crate::space::Space;
 use crate::trace::Tracer;
 use crossbeam_deque::{Injector, Steal, Stealer, Worker};
 use loam_threadpool::ThreadPool;
@@ -38,36 +39,16 @@ use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Instant;
 
-/// Sets the mark bit of the object at `addr`; true if this call set it.
-///
-/// # Safety
-/// `addr` is an allocated managed object, and no sweep runs.
-#[inline]
-pub(crate) unsafe fn mark(addr: usize) -> bool {
-    // SAFETY: the object is allocated, so its page is live (caller).
-    unsafe { loam_heap::mark_block(addr as *const u8) }
-}
-
-/// Whether the object at `addr` is marked.
-///
-/// # Safety
-/// As [`mark`].
-pub(crate) unsafe fn is_marked(addr: usize) -> bool {
-    // SAFETY: as in `mark`.
-    let page = unsafe { loam_heap::PageRef::of(addr as *const u8) };
-    page.is_marked(page.block_index(addr as *const u8))
-}
-
 /// Shades the object at `addr` for a concurrent mark: marks it and, if this
 /// call set the mark, queues it in `gray` for the markers to trace (the
 /// barriers and weak upgrades of mutators, while the mark runs).
 ///
 /// # Safety
-/// As [`mark`].
+/// As [`Space::mark`].
 #[inline]
-pub(crate) unsafe fn shade(gray: &Injector<usize>, addr: usize) {
+pub(crate) unsafe fn shade(space: &Space, gray: &Injector<usize>, addr: usize) {
     // SAFETY: as the caller's.
-    if unsafe { mark(addr) } {
+    if unsafe { space.mark(addr) } {
         gray.push(addr);
     }
 }
@@ -97,7 +78,13 @@ impl Marked {
 /// # Safety
 /// `addr` is an allocated, marked managed object; no sweep runs.
 #[inline]
-unsafe fn scan(addr: usize, tracer: &mut Tracer, out: &mut Marked, mut push: impl FnMut(usize)) {
+unsafe fn scan(
+    space: &Space,
+    addr: usize,
+    tracer: &mut Tracer,
+    out: &mut Marked,
+    mut push: impl FnMut(usize),
+) {
     // SAFETY: allocated (caller).
     let (desc, _) = unsafe { header_of(addr) };
     if is_freed(desc) {
@@ -137,7 +124,7 @@ unsafe fn scan(addr: usize, tracer: &mut Tracer, out: &mut Marked, mut push: imp
             // SAFETY: an edge of a live object is an allocated object
             // (Trace's contract 1: everything reachable was reported, so
             // nothing reachable was freed).
-            if unsafe { mark(e) } {
+            if unsafe { space.mark(e) } {
                 push(e);
             }
         }
@@ -169,6 +156,7 @@ pub(crate) struct Limits {
 /// marked or remembered (in a full cycle: no object is marked). If the
 /// mutators run, they run behind the snapshot barrier.
 pub(crate) unsafe fn parallel(
+    space: &Space,
     pool: &ThreadPool,
     roots: &[usize],
     remembered: &[usize],
@@ -178,7 +166,7 @@ pub(crate) unsafe fn parallel(
     let mut gray = Vec::new();
     for &r in roots {
         // SAFETY: roots are allocated (caller).
-        if unsafe { mark(r) } {
+        if unsafe { space.mark(r) } {
             gray.push(r);
         }
     }
@@ -193,7 +181,7 @@ pub(crate) unsafe fn parallel(
         let i = pending.fetch_add(1, Ordering::Relaxed);
         let r = *remembered.get(i)?;
         // SAFETY: allocated (caller).
-        unsafe { mark(r) };
+        unsafe { space.mark(r) };
         Some(r)
     };
     let leave_remembered = |out: &mut Vec<usize>| {
@@ -226,7 +214,7 @@ pub(crate) unsafe fn parallel(
         };
         // SAFETY: gray objects are marked and allocated; no sweep runs
         // (caller).
-        unsafe { scan(addr, &mut tracer, &mut out, |e| gray.push(e)) };
+        unsafe { scan(space, addr, &mut tracer, &mut out, |e| gray.push(e)) };
         budget -= 1;
     }
     tracer.take_deferred(leftover);
@@ -270,7 +258,7 @@ pub(crate) unsafe fn parallel(
             match next {
                 // SAFETY: queued and taken remembered objects are marked
                 // and allocated; no sweep runs (caller).
-                Some(addr) => unsafe { scan(addr, &mut tracer, &mut out, |e| local.push(e)) },
+                Some(addr) => unsafe { scan(space, addr, &mut tracer, &mut out, |e| local.push(e)) },
                 None => {
                     let more = || pending.load(Ordering::Relaxed) < remembered.len();
                     if idle(&active, &injector, &stealers, &stop, more) {

@@ -2,6 +2,7 @@
 //! (the context of one `mutate` call, through which objects are allocated
 //! and rooted).
 
+use crate::alloc_space::AllocSpace;
 use crate::gc::{Gc, GcBox, Managed};
 use crate::handshake::Slot;
 use crate::root::{GlobalRoot, Root, RootTable, Rootable};
@@ -99,6 +100,8 @@ pub struct Mutator {
     /// since may have freed memory, so the next `mutate` collects again
     /// (a read-only call in between must not use up the retry).
     limit_roots: Cell<Option<u64>>,
+    /// This mutator's registry chunk, in a `GlobalAlloc` space.
+    pub(crate) space_local: crate::alloc_space::Local,
     _not_send: PhantomData<*mut ()>,
 }
 
@@ -156,6 +159,7 @@ impl Mutator {
             barrier_edges: RefCell::new(Tracer::new()),
             limit_hit: Cell::new(false),
             limit_roots: Cell::new(None),
+            space_local: Default::default(),
             _not_send: PhantomData,
         }
     }
@@ -515,12 +519,12 @@ impl<'gc> Mutation<'gc> {
     /// markers of the concurrent mark under way.
     #[inline(never)]
     pub(crate) fn shade<T: Trace + ?Sized>(&self, value: &T) {
-        let gray = &self.shared().gray;
+        let shared = self.shared();
         self.each_edge(value, |e| {
             // SAFETY: `e` is reachable by this call, so allocated, and no
             // sweep runs during a mark; the mark bit is atomic and the
             // markers expect it set by others (`mark::shade`).
-            unsafe { crate::mark::shade(gray, e) };
+            unsafe { crate::mark::shade(&shared.space, &shared.gray, e) };
         });
     }
 
@@ -551,7 +555,7 @@ impl<'gc> Mutation<'gc> {
             }
             // SAFETY: `e` is allocated and its page live (above); a mark bit
             // set outside the pause is sound (above).
-            if unsafe { crate::mark::mark(e) } {
+            if unsafe { self.shared().space.mark(e) } {
                 remembered.lock().push(e);
             }
         });
@@ -572,7 +576,7 @@ impl<'gc> Mutation<'gc> {
             // SAFETY: `owner` is allocated (`cell.rs`: a lock's owner is an
             // object the last mark that met the lock marked, or a survivor
             // of it) and no sweep runs during a mark.
-            unsafe { crate::mark::shade(&shared.gray, owner) };
+            unsafe { crate::mark::shade(&shared.space, &shared.gray, owner) };
         }
         let epoch = shared.remember_epoch.load(Ordering::Relaxed);
         if logged.load(Ordering::Relaxed) != epoch {
@@ -630,6 +634,9 @@ impl<'gc> Mutation<'gc> {
     #[inline(always)]
     pub fn try_alloc<T: Trace + 'gc>(&self, value: T) -> Result<Gc<'gc, T>, AllocError<T>> {
         let m = self.mutator();
+        if let Some(space) = m.shared().space.alloc_space() {
+            return self.try_alloc_in(space, value);
+        }
         // Blocks of 16 bytes or more: the sweep returns them in page runs.
         // An object that fits a size class (the common case) has its class
         // found at compile time, and the heap's fast path inlined here.
@@ -681,6 +688,34 @@ impl<'gc> Mutation<'gc> {
         bit.set(false);
         // SAFETY: a live `GcBox<T>`, live for `'gc`: no mark can start before
         // this `mutate` call returns.
+        Ok(unsafe { Gc::from_addr(p as usize) })
+    }
+
+    /// [`try_alloc`](Self::try_alloc) in a `GlobalAlloc` space.
+    #[inline(never)]
+    fn try_alloc_in<T: Trace + 'gc>(
+        &self,
+        space: &AllocSpace,
+        value: T,
+    ) -> Result<Gc<'gc, T>, AllocError<T>> {
+        let m = self.mutator();
+        let layout = Layout::new::<GcBox<T>>();
+        let size = AllocSpace::charge(layout.size(), layout.align());
+        if !m.take_credit(size) {
+            return Err(over_limit(m, value, size));
+        }
+        let p = space.alloc(&m.space_local, layout.size(), layout.align());
+        if p.is_null() {
+            return Err(out_of_memory(m, value, size));
+        }
+        // SAFETY: `p` is a fresh allocation of `GcBox<T>`'s layout, ours
+        // alone; registered, but swept only from a pause's snapshot, which
+        // cannot be taken before this `mutate` call returns.
+        unsafe {
+            p.cast::<GcBox<T>>()
+                .write(GcBox::new(GcBox::<T>::header(m.shared().id), value))
+        };
+        // SAFETY: a live `GcBox<T>`, live for `'gc` (as in `try_alloc`).
         Ok(unsafe { Gc::from_addr(p as usize) })
     }
 
@@ -736,7 +771,7 @@ pub(crate) fn check_fresh(p: *mut u8) {
     #[cfg(debug_assertions)]
     {
         // SAFETY: `p` is a block of a live page of ours.
-        let stale = unsafe { crate::mark::is_marked(p as usize) };
+        let stale = unsafe { crate::space::Space::Pages.is_marked(p as usize) };
         assert!(!stale, "loam: a fresh block carries a stale mark");
         // SAFETY: as above.
         let page = unsafe { loam_heap::PageRef::of(p) };

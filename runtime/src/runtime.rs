@@ -103,6 +103,8 @@ pub(crate) struct Shared {
     pub(crate) mark_epoch: AtomicU64,
     /// Dead objects with drop glue, for the finalizer thread.
     pub(crate) finalizer: crate::finalize::Finalizer,
+    /// Where the objects live (`space.rs`).
+    pub(crate) space: crate::space::Space,
 }
 
 impl Shared {
@@ -473,6 +475,12 @@ impl Runtime {
         shared.finalizer.wait_idle();
     }
 
+    /// The object space: `"loam pages"`, or the type name of the
+    /// `GlobalAlloc` given to [`RuntimeBuilder::global_alloc`].
+    pub fn object_space(&self) -> &'static str {
+        self.handle.shared.space.name()
+    }
+
     /// The collector's statistics so far.
     pub fn stats(&self) -> GcStats {
         let s = &self.handle.shared;
@@ -515,6 +523,7 @@ pub struct RuntimeBuilder {
     config: Config,
     hook: Option<Hook>,
     env: bool,
+    space: Option<crate::space::Space>,
 }
 
 impl fmt::Debug for RuntimeBuilder {
@@ -522,6 +531,7 @@ impl fmt::Debug for RuntimeBuilder {
         f.debug_struct("RuntimeBuilder")
             .field("config", &self.config)
             .field("hook", &self.hook.is_some())
+            .field("space", &self.space.as_ref().map_or("loam pages", |s| s.name()))
             .finish()
     }
 }
@@ -540,6 +550,7 @@ impl RuntimeBuilder {
             config: Config::default(),
             hook: None,
             env: true,
+            space: None,
         }
     }
 
@@ -610,6 +621,31 @@ impl RuntimeBuilder {
     /// every mark past its roots to the concurrent phase.
     pub fn mark_pause_budget(mut self, budget: std::time::Duration) -> Self {
         self.config.mark_pause_budget = budget;
+        self
+    }
+
+    /// Puts the runtime's objects in `alloc`, any `GlobalAlloc` (the
+    /// system's, mimalloc, jemalloc, snmalloc, ...), instead of loam's own
+    /// pages: each object is allocated by its mutator through `alloc` and
+    /// freed through it by the GC threads' sweep, the pattern the seeds
+    /// measured memory managers under. Everything else holds as for the
+    /// pages (marking, barriers, weak references, minor cycles, pacing, the
+    /// heap limit, stats); each object costs 16 bytes of prefix and a word
+    /// of registry more (`space.rs`).
+    ///
+    /// # Examples
+    /// ```
+    /// use loam_runtime::Runtime;
+    ///
+    /// let rt = Runtime::builder().global_alloc(std::alloc::System).build();
+    /// let mut m = rt.attach();
+    /// let n = m.mutate(|mc| *mc.alloc(41_u64) + 1);
+    /// assert_eq!(n, 42);
+    /// rt.collect();
+    /// assert_eq!(rt.object_space(), "std::alloc::System");
+    /// ```
+    pub fn global_alloc<A: std::alloc::GlobalAlloc + Send + Sync + 'static>(mut self, alloc: A) -> Self {
+        self.space = Some(crate::space::Space::Alloc(crate::alloc_space::AllocSpace::new(alloc)));
         self
     }
 
@@ -721,6 +757,7 @@ impl RuntimeBuilder {
             gray: Injector::new(),
             mark_epoch: AtomicU64::new(0),
             finalizer: Default::default(),
+            space: self.space.unwrap_or(crate::space::Space::Pages),
             config,
         });
         let coordinator = collector::start(shared.clone());

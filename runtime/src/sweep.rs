@@ -129,7 +129,10 @@ pub(crate) unsafe fn parallel(
                         .collect();
                     out.bytes += dead.iter().map(|d| d.2).sum::<usize>();
                     out.objects += dead.len() as u64;
-                    finalizing.push(PageWork { dead });
+                    finalizing.push(PageWork {
+                        dead,
+                        alloc_space: false,
+                    });
                     continue;
                 }
                 for (addr, desc) in dead.drain(..) {

@@ -104,7 +104,7 @@ impl<'gc, T: Trace> GcWeak<'gc, T> {
                 if shared.marking.load(Ordering::Relaxed) {
                     // SAFETY: a nonzero target is allocated (below); no
                     // sweep runs during a mark.
-                    unsafe { crate::mark::shade(&shared.gray, addr) };
+                    unsafe { crate::mark::shade(&shared.space, &shared.gray, addr) };
                 }
                 // SAFETY: a nonzero target is live: the collector clears
                 // the cell, with the world stopped, before the sweep frees

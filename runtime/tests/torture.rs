@@ -210,8 +210,17 @@ fn seed() -> u64 {
 /// A runtime for the torture: small heaps, so that cycles come often; every
 /// mark past its roots concurrent, or the default budget; fewer cycles with
 /// locks (most are full) than with cells.
-fn builder(verify: bool, concurrent: bool, locks: bool) -> loam_runtime::RuntimeBuilder {
-    Runtime::builder()
+fn builder(
+    space: Space,
+    verify: bool,
+    concurrent: bool,
+    locks: bool,
+) -> loam_runtime::RuntimeBuilder {
+    let builder = match space {
+        Space::Pages => Runtime::builder(),
+        Space::System => Runtime::builder().global_alloc(std::alloc::System),
+    };
+    builder
         .ignore_env()
         .gc_threads(2)
         .verify(verify)
@@ -242,8 +251,11 @@ fn scale() -> usize {
 /// objects' edge lists filled only at allocation and every later store
 /// through a `GcCell`, so that the paced cycles are minor ones and the
 /// barrier is what keeps them right. `LOAM_TORTURE_MODE=locks` (or `cells`)
-/// runs one mode only, for sweeping seeds by hand. One test, so the drop
-/// counters are its alone.
+/// runs one mode only, for sweeping seeds by hand. All of it in loam's
+/// pages, then in the system allocator as the object space (whose sweep
+/// frees object by object, from registries, with marks in the objects'
+/// prefixes); `LOAM_TORTURE_SPACE=pages` (or `system`) runs one. One
+/// test, so the drop counters are its alone.
 #[test]
 fn four_mutators_through_hundreds_of_cycles() {
     let mode = std::env::var("LOAM_TORTURE_MODE").unwrap_or_default();
@@ -253,14 +265,32 @@ fn four_mutators_through_hundreds_of_cycles() {
         "" => &[true, false],
         other => panic!("LOAM_TORTURE_MODE={other}: expected `locks` or `cells`"),
     };
-    for verify in [true, false] {
-        for concurrent in [true, false] {
-            for &locks in modes {
-                torture(verify, concurrent, locks);
+    let spaces: &[Space] = match std::env::var("LOAM_TORTURE_SPACE")
+        .unwrap_or_default()
+        .as_str()
+    {
+        "pages" => &[Space::Pages],
+        "system" => &[Space::System],
+        "" => &[Space::Pages, Space::System],
+        other => panic!("LOAM_TORTURE_SPACE={other}: expected `pages` or `system`"),
+    };
+    for &space in spaces {
+        for verify in [true, false] {
+            for concurrent in [true, false] {
+                for &locks in modes {
+                    torture(space, verify, concurrent, locks);
+                }
             }
         }
+        two_runtimes(space);
     }
-    two_runtimes();
+}
+
+/// The object space a torture run uses.
+#[derive(Clone, Copy, Debug)]
+enum Space {
+    Pages,
+    System,
 }
 
 /// Two runtimes at once, verify mode on, one with locks and every mark
@@ -269,12 +299,15 @@ fn four_mutators_through_hundreds_of_cycles() {
 /// garbage whose destructors panic, and an `on_cycle` hook that panics every
 /// seventh cycle. The plain chains stored over old objects' cells (step
 /// 80..84) are the shape that once grew the heap without bound.
-fn two_runtimes() {
+fn two_runtimes(space: Space) {
     let seed = seed();
-    eprintln!("torture: two runtimes, seed {seed}, scale {}", scale());
+    eprintln!(
+        "torture: two runtimes in {space:?}, seed {seed}, scale {}",
+        scale()
+    );
     let steps = 1500 * scale();
     let make = |locks: bool, concurrent: bool| {
-        builder(true, concurrent, locks)
+        builder(space, true, concurrent, locks)
             .on_cycle(|e| {
                 if e.cycle % 7 == 0 {
                     panic!("torture: a hook that panics");
@@ -564,14 +597,14 @@ fn run(rt: &Runtime, seed: u64, threads: u64, steps: usize, locks: bool, extras:
     walks
 }
 
-fn torture(verify: bool, concurrent: bool, locks: bool) {
+fn torture(space: Space, verify: bool, concurrent: bool, locks: bool) {
     let seed = seed();
     eprintln!(
-        "torture: seed {seed}, scale {}, verify {verify}, concurrent {concurrent}, locks {locks}",
+        "torture: {space:?}, seed {seed}, scale {}, verify {verify}, concurrent {concurrent}, locks {locks}",
         scale()
     );
     let steps = 2500 * scale();
-    let rt = builder(verify, concurrent, locks).build();
+    let rt = builder(space, verify, concurrent, locks).build();
     let walks = run(&rt, seed, 4, steps, locks, false);
     let s = rt.stats();
     eprintln!(

@@ -1,0 +1,427 @@
+//! The object space over any `GlobalAlloc`: the seeds' experiment, one
+//! collector over several memory managers. Mutators allocate every object
+//! through the allocator; the GC threads' sweep frees the dead ones
+//! through it, on their own threads (cross-thread frees: the pattern that
+//! decides whether a memory manager scales under a collector).
+//!
+//! # Finding objects and their marks without side bitmaps
+//! Each object is preceded by a 16-byte prefix (more if its alignment is
+//! larger): its allocation size word (size, and log2 of the alignment in
+//! the top six bits, which is what `dealloc` needs), then its *mark word*,
+//! the number of the full cycle that last marked it. The space's `epoch`
+//! is that number for the cycle under way; a full cycle's pause bumps it,
+//! which unmarks every object at once (no walk), and minor cycles keep it,
+//! so survivors stay marked (the sticky marks of `lib.rs`). Objects start
+//! at mark 0, white; epochs start at 1.
+//!
+//! Every object is registered in a *chunk*, an array of addresses filled
+//! by one mutator (`Local`) with a published length: the mutator writes
+//! the slot, then stores the length with release ordering. Chunks are
+//! listed in `young` when started. The pause's snapshot takes the list and
+//! each chunk's length: with every mutator outside `mutate`, those
+//! prefixes hold complete objects, and what is allocated after (the sweep
+//! runs beside the mutators) lands past them, out of this cycle's reach,
+//! as objects past the pause's copy of the allocated bits are in the page
+//! space. The sweep frees the unmarked objects of the snapshot's ranges
+//! and moves the marked ones to `old`, compact arrays of survivors; a
+//! chunk goes back to `young` unless it is full or its mutator is gone,
+//! with `swept` remembering where the next sweep starts. Minor cycles
+//! sweep `young` alone (old objects are marked until a full cycle); full
+//! cycles sweep `old` too.
+//!
+//! # Ownership
+//! Only the collector (under the process-wide cycle lock) takes and puts
+//! back the lists; a chunk's slots below its published length are written
+//! once, by its mutator, before that length, and never again; `swept` is
+//! the collector's. An object is freed by the sweep that found it
+//! unmarked, or by the finalizer that sweep gave it to (objects with drop
+//! glue: their destructors run there, as in the page space), and by no
+//! one else: once swept it is in no list. In verify mode freed objects are
+//! poisoned and kept a cycle in `quarantine`, so that the next mark
+//! reaching one is caught, as the page space's poison is.
+//!
+//! # Cost per object
+//! 16 bytes of prefix and 8 of registry, plus the allocator's own header
+//! and rounding; marking writes the prefix (a cache line of the object,
+//! where the page space writes a bitmap word); sweeping reads every
+//! registered object's prefix and header (the page space reads bitmaps,
+//! and headers only for drop glue).
+
+use crate::finalize::PageWork;
+use crate::gc::{header_of, poison};
+use crate::sweep::Swept;
+use loam_threadpool::ThreadPool;
+use parking_lot::Mutex;
+use std::alloc::{GlobalAlloc, Layout};
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+/// Addresses per registry chunk.
+const CHUNK_SLOTS: usize = 4096;
+
+/// Old survivors a sweep thread claims at a time.
+const OLD_CLAIM: usize = 4096;
+
+/// Bits of the size word that hold the size; the rest hold log2(align).
+const SIZE_BITS: u32 = 58;
+
+/// One mutator's run of registered objects (module docs).
+pub(crate) struct Chunk {
+    slots: Box<[AtomicUsize]>,
+    /// Slots filled. Writer: the owning mutator (release); readers: the
+    /// pause (acquire, world stopped).
+    len: AtomicUsize,
+    /// Slots already swept. The collector's alone.
+    swept: AtomicUsize,
+}
+
+impl Chunk {
+    fn new() -> Chunk {
+        Chunk {
+            slots: (0..CHUNK_SLOTS).map(|_| AtomicUsize::new(0)).collect(),
+            len: AtomicUsize::new(0),
+            swept: AtomicUsize::new(0),
+        }
+    }
+}
+
+/// A mutator's part of the space: the chunk it registers objects in.
+#[derive(Default)]
+pub(crate) struct Local {
+    chunk: RefCell<Option<Arc<Chunk>>>,
+}
+
+/// What a pause took for the sweep.
+#[derive(Default)]
+pub(crate) struct Snapshot {
+    /// Chunks with the range `from..to` to sweep.
+    young: Vec<(Arc<Chunk>, usize, usize)>,
+    /// Old survivors (full cycles only).
+    old: Vec<Box<[usize]>>,
+}
+
+impl Snapshot {
+    /// Every object in the snapshot, for verify mode.
+    pub(crate) fn addresses(&self) -> impl Iterator<Item = usize> + '_ {
+        let young = self.young.iter().flat_map(|(c, from, to)| {
+            c.slots[*from..*to].iter().map(|s| s.load(Ordering::Relaxed))
+        });
+        young.chain(self.old.iter().flat_map(|o| o.iter().copied()))
+    }
+}
+
+/// The `GlobalAlloc` object space (module docs).
+pub(crate) struct AllocSpace {
+    alloc: Box<dyn GlobalAlloc + Send + Sync>,
+    name: &'static str,
+    /// The mark of the cycle under way (module docs). Written in pauses
+    /// only; read by markers and barriers, which the handshake orders
+    /// after the write.
+    epoch: AtomicU64,
+    young: Mutex<Vec<Arc<Chunk>>>,
+    old: Mutex<Vec<Box<[usize]>>>,
+    /// Verify mode: poisoned dead objects, freed by the next sweep.
+    quarantine: Mutex<Vec<usize>>,
+}
+
+/// The prefix before an object of alignment `align`.
+#[inline]
+fn prefix(align: usize) -> usize {
+    align.max(16)
+}
+
+impl AllocSpace {
+    pub(crate) fn new<A: GlobalAlloc + Send + Sync + 'static>(alloc: A) -> AllocSpace {
+        AllocSpace {
+            alloc: Box::new(alloc),
+            name: std::any::type_name::<A>(),
+            epoch: AtomicU64::new(1),
+            young: Mutex::new(Vec::new()),
+            old: Mutex::new(Vec::new()),
+            quarantine: Mutex::new(Vec::new()),
+        }
+    }
+
+    pub(crate) fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// What an object of `bytes` bytes aligned to `align` is charged: its
+    /// allocation, prefix included.
+    #[inline]
+    pub(crate) fn charge(bytes: usize, align: usize) -> usize {
+        prefix(align) + bytes
+    }
+
+    /// Allocates an object of `bytes` bytes aligned to `align` for the
+    /// mutator whose part is `local`, and registers it; null when the
+    /// allocator has no memory. The caller writes the object before its
+    /// `mutate` call returns.
+    pub(crate) fn alloc(&self, local: &Local, bytes: usize, align: usize) -> *mut u8 {
+        let pre = prefix(align);
+        let Ok(layout) = Layout::from_size_align(pre + bytes, align.max(8)) else {
+            return std::ptr::null_mut();
+        };
+        // SAFETY: a non-zero size (the prefix).
+        let base = unsafe { self.alloc.alloc(layout) };
+        if base.is_null() {
+            return base;
+        }
+        // SAFETY: `base` has `pre + bytes` bytes, aligned to `align >= 8`
+        // (so both prefix words are aligned: `pre` is a multiple of 8).
+        let addr = unsafe {
+            let addr = base.add(pre);
+            let word = layout.size() as u64 | u64::from(layout.align().trailing_zeros()) << SIZE_BITS;
+            addr.sub(16).cast::<u64>().write(word);
+            addr.sub(8).cast::<AtomicU64>().write(AtomicU64::new(0));
+            addr
+        };
+        self.register(local, addr as usize);
+        addr
+    }
+
+    fn register(&self, local: &Local, addr: usize) {
+        let mut current = local.chunk.borrow_mut();
+        let full = current
+            .as_ref()
+            .map_or(true, |c| c.len.load(Ordering::Relaxed) == CHUNK_SLOTS);
+        if full {
+            let chunk = Arc::new(Chunk::new());
+            self.young.lock().push(chunk.clone());
+            *current = Some(chunk);
+        }
+        let chunk = current.as_ref().expect("a chunk with room");
+        let i = chunk.len.load(Ordering::Relaxed);
+        chunk.slots[i].store(addr, Ordering::Relaxed);
+        chunk.len.store(i + 1, Ordering::Release);
+    }
+
+    /// The mark word of the object at `addr`.
+    ///
+    /// # Safety
+    /// `addr` is an allocated object of this space.
+    #[inline]
+    unsafe fn mark_word<'a>(addr: usize) -> &'a AtomicU64 {
+        // SAFETY: the prefix's second word (caller), written at allocation.
+        unsafe { &*((addr - 8) as *const AtomicU64) }
+    }
+
+    /// Marks the object at `addr`; true if this call did.
+    ///
+    /// # Safety
+    /// `addr` is an allocated object of this space.
+    #[inline]
+    pub(crate) unsafe fn mark(&self, addr: usize) -> bool {
+        let epoch = self.epoch.load(Ordering::Relaxed);
+        // SAFETY: as the caller's.
+        let word = unsafe { Self::mark_word(addr) };
+        word.load(Ordering::Relaxed) != epoch && word.swap(epoch, Ordering::AcqRel) != epoch
+    }
+
+    /// Whether the object at `addr` is marked.
+    ///
+    /// # Safety
+    /// As [`mark`](Self::mark).
+    #[inline]
+    pub(crate) unsafe fn is_marked(&self, addr: usize) -> bool {
+        // SAFETY: as the caller's.
+        unsafe { Self::mark_word(addr) }.load(Ordering::Acquire) == self.epoch.load(Ordering::Relaxed)
+    }
+
+    /// The size word of the object at `addr`: (allocation size, align).
+    ///
+    /// # Safety
+    /// As [`mark`](Self::mark).
+    unsafe fn layout_of(addr: usize) -> Layout {
+        // SAFETY: the prefix's first word (caller).
+        let word = unsafe { *((addr - 16) as *const u64) };
+        let size = (word & ((1 << SIZE_BITS) - 1)) as usize;
+        let align = 1_usize << (word >> SIZE_BITS);
+        // SAFETY: the layout the object was allocated with.
+        unsafe { Layout::from_size_align_unchecked(size, align) }
+    }
+
+    /// Frees the dead object at `addr` through the allocator, or in verify
+    /// mode keeps it, poisoned by the caller, for a cycle.
+    ///
+    /// # Safety
+    /// The caller owns the dead object (it was swept unmarked, and its
+    /// destructor has run); it is in no registry.
+    pub(crate) unsafe fn free(&self, addr: usize, verify: bool) {
+        if verify {
+            self.quarantine.lock().push(addr);
+            return;
+        }
+        // SAFETY: the caller's contract.
+        unsafe { self.dealloc(addr) }
+    }
+
+    /// # Safety
+    /// As [`free`](Self::free).
+    unsafe fn dealloc(&self, addr: usize) {
+        // SAFETY: the object's allocation, with its layout (caller).
+        unsafe {
+            let layout = Self::layout_of(addr);
+            let base = (addr - prefix(layout.align())) as *mut u8;
+            self.alloc.dealloc(base, layout);
+        }
+    }
+
+    /// In the pause (world stopped, under the cycle lock): takes what this
+    /// cycle sweeps. A full cycle unmarks every object first.
+    pub(crate) fn snapshot(&self, full: bool) -> Snapshot {
+        if full {
+            self.epoch.fetch_add(1, Ordering::Relaxed);
+        }
+        let young = std::mem::take(&mut *self.young.lock())
+            .into_iter()
+            .map(|c| {
+                let to = c.len.load(Ordering::Acquire);
+                let from = c.swept.load(Ordering::Relaxed);
+                (c, from, to)
+            })
+            .collect();
+        let old = if full {
+            std::mem::take(&mut *self.old.lock())
+        } else {
+            Vec::new()
+        };
+        Snapshot { young, old }
+    }
+
+    /// Puts a snapshot back unswept (a cycle whose marks cannot be trusted
+    /// frees nothing).
+    pub(crate) fn restore(&self, snap: Snapshot) {
+        self.young.lock().extend(snap.young.into_iter().map(|(c, _, _)| c));
+        self.old.lock().extend(snap.old);
+    }
+
+    /// Sweeps `snap` on the threads of `pool`: frees the unmarked objects
+    /// (those with drop glue go to the finalizer, returned), keeps the
+    /// marked ones as old. Returns what it freed.
+    ///
+    /// # Safety
+    /// `snap` is this cycle's, its marks complete; under the cycle lock.
+    pub(crate) unsafe fn sweep(
+        &self,
+        pool: &ThreadPool,
+        snap: Snapshot,
+        id: u16,
+        verify: bool,
+    ) -> (Swept, Vec<PageWork>) {
+        // Last cycle's poisoned objects: its mark has passed them.
+        let quarantined = std::mem::take(&mut *self.quarantine.lock());
+        for addr in quarantined {
+            // SAFETY: dead, poisoned, in no registry (`free`).
+            unsafe { self.dealloc(addr) };
+        }
+        let units: Vec<&[AtomicUsize]> = snap
+            .young
+            .iter()
+            .map(|(c, from, to)| &c.slots[*from..*to])
+            .collect();
+        let old: Vec<&[usize]> = snap.old.iter().flat_map(|o| o.chunks(OLD_CLAIM)).collect();
+        let next = AtomicUsize::new(0);
+        let total = units.len() + old.len();
+        let results = pool.broadcast(|_| {
+            let mut out = Swept::default();
+            let mut survivors = Vec::new();
+            let mut dead_with_drop = Vec::new();
+            let mut visit = |addr: usize| {
+                // SAFETY: a snapshot object, allocated: only this sweep
+                // frees it.
+                if unsafe { self.is_marked(addr) } {
+                    survivors.push(addr);
+                    return;
+                }
+                // SAFETY: as above; dead and ours from here.
+                let (desc, _) = unsafe { header_of(addr) };
+                // SAFETY: as above.
+                let layout = unsafe { Self::layout_of(addr) };
+                let size = layout.size();
+                let bytes = size - prefix(layout.align());
+                out.bytes += size;
+                out.objects += 1;
+                if desc.drop.is_some() {
+                    dead_with_drop.push((addr, Some(desc), bytes));
+                } else {
+                    if verify {
+                        // SAFETY: we own the dead object's `bytes` bytes.
+                        unsafe { poison(addr, bytes, id) };
+                    }
+                    // SAFETY: dead, no destructor to run, in no registry
+                    // once this snapshot is done.
+                    unsafe { self.free(addr, verify) };
+                }
+            };
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= total {
+                    break;
+                }
+                if let Some(slots) = units.get(i) {
+                    slots.iter().for_each(|s| visit(s.load(Ordering::Relaxed)));
+                } else {
+                    old[i - units.len()].iter().for_each(|&a| visit(a));
+                }
+            }
+            let work = (!dead_with_drop.is_empty()).then_some(PageWork {
+                dead: dead_with_drop,
+                alloc_space: true,
+            });
+            (out, survivors, work)
+        });
+        let mut swept = Swept::default();
+        let mut finalizing = Vec::new();
+        let mut kept = Vec::new();
+        for (out, survivors, work) in results {
+            swept.bytes += out.bytes;
+            swept.objects += out.objects;
+            if !survivors.is_empty() {
+                kept.push(survivors.into_boxed_slice());
+            }
+            finalizing.extend(work);
+        }
+        self.old.lock().append(&mut kept);
+        // Chunks back in `young`, unless done: full, or left by their
+        // mutator (only the snapshot holds it, so its length is final).
+        let mut back = Vec::new();
+        for (chunk, _, to) in snap.young {
+            chunk.swept.store(to, Ordering::Relaxed);
+            let done = to == CHUNK_SLOTS || (Arc::strong_count(&chunk) == 1 && to == chunk.len.load(Ordering::Acquire));
+            if !done {
+                back.push(chunk);
+            }
+        }
+        self.young.lock().append(&mut back);
+        (swept, finalizing)
+    }
+}
+
+impl Drop for AllocSpace {
+    /// The runtime is gone, and its last cycle freed every object; what a
+    /// cycle whose mark failed left registered is freed here (without
+    /// destructors), and the quarantine.
+    fn drop(&mut self) {
+        let mut left: Vec<usize> = std::mem::take(self.quarantine.get_mut());
+        for chunk in self.young.get_mut().drain(..) {
+            let (from, to) = (chunk.swept.load(Ordering::Relaxed), chunk.len.load(Ordering::Relaxed));
+            left.extend(chunk.slots[from..to].iter().map(|s| s.load(Ordering::Relaxed)));
+        }
+        for old in self.old.get_mut().drain(..) {
+            left.extend_from_slice(&old);
+        }
+        for addr in left {
+            // SAFETY: every listed object is allocated and unreachable (no
+            // runtime, no roots), listed once.
+            unsafe { self.dealloc(addr) };
+        }
+    }
+}
+
+impl std::fmt::Debug for AllocSpace {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AllocSpace").field("alloc", &self.name).finish_non_exhaustive()
+    }
+}

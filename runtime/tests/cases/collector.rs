@@ -1,0 +1,806 @@
+// The collector end to end: what is rooted survives with its contents,
+// what is not is dropped once, weak references clear, the heap limit is an
+// `Err`, and objects outlive the thread that made them. Included by one
+// test file per object space (`collector.rs`, `collector_system.rs`,
+// `collector_mimalloc.rs`), each defining `space(builder)` and
+// `charged(bytes, align)`, what the space charges an object.
+
+use loam_runtime::{
+    Gc, GcCell, GcLock, GcWeak, GlobalRoot, Root, Rootable, Runtime, RuntimeBuilder, Trace,
+};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// Runs the tests of this file one at a time. Each counts its objects'
+/// drops after `collect`, which cannot free objects in a page whose page run
+/// is still out to a live thread that has not taken it back (README, known
+/// problems). Test threads inherit exited threads' heaps, pages and all, so
+/// with two runtimes alive at once one test's page can wait on another
+/// test's idle thread, and a count comes up short.
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static SERIAL: Mutex<()> = Mutex::new(());
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn rt(threads: usize) -> RuntimeBuilder {
+    space(Runtime::builder())
+        .gc_threads(threads)
+        .ignore_env()
+        .verify(true)
+}
+
+/// Counts its drops in a shared counter.
+struct Counted(Arc<AtomicUsize>);
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.0.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+#[derive(Trace)]
+struct Node<'gc> {
+    value: u64,
+    next: GcCell<'gc, Option<Gc<'gc, Node<'gc>>>>,
+    #[trace(skip)]
+    _drops: Counted,
+}
+
+type NodeRoot = Rootable!['gc => Node<'gc>];
+type TableRoot = Rootable!['gc => GcLock<'gc, Vec<Gc<'gc, String>>>];
+type BlocksRoot = Rootable!['gc => GcLock<'gc, Vec<Gc<'gc, [u64; 512]>>>];
+
+fn list<'gc>(
+    mc: &loam_runtime::Mutation<'gc>,
+    n: u64,
+    drops: &Arc<AtomicUsize>,
+) -> Gc<'gc, Node<'gc>> {
+    let mut head = None;
+    for value in (0..n).rev() {
+        head = Some(mc.alloc(Node {
+            value,
+            next: GcCell::new(head),
+            _drops: Counted(drops.clone()),
+        }));
+    }
+    head.expect("n > 0")
+}
+
+fn sum<'gc>(mut cur: Option<Gc<'gc, Node<'gc>>>) -> (u64, u64) {
+    let (mut s, mut len) = (0, 0);
+    while let Some(n) = cur {
+        s += n.value;
+        len += 1;
+        cur = n.next.get();
+    }
+    (s, len)
+}
+
+#[test]
+fn the_runtime_runs_on_its_space() {
+    let _one_runtime_at_a_time = serial();
+    assert_eq!(rt(1).build().object_space(), SPACE);
+}
+
+#[test]
+fn unrooted_objects_are_dropped_and_rooted_ones_survive() {
+    let _one_runtime_at_a_time = serial();
+    let drops = Arc::new(AtomicUsize::new(0));
+    let rt = rt(2).build();
+    let mut m = rt.attach();
+    let kept: Root<NodeRoot> = m.mutate(|mc| {
+        list(mc, 1000, &drops); // garbage
+        mc.root(list(mc, 500, &drops))
+    });
+    m.collect();
+    m.runtime().wait_for_drops();
+    assert_eq!(drops.load(Ordering::Relaxed), 1000);
+    m.mutate(|mc| assert_eq!(sum(Some(kept.get(mc))), (124_750, 500)));
+    let s = rt.stats();
+    assert_eq!(s.cycles, 1);
+    assert_eq!(s.objects_freed, 1000);
+    assert_eq!(s.last.as_ref().unwrap().objects_marked, 500);
+    // Cut the list in the middle through the barrier cell.
+    m.mutate(|mc| {
+        let mut cur = kept.get(mc);
+        for _ in 0..99 {
+            cur = cur.next.get().unwrap();
+        }
+        cur.next.set(mc, None);
+    });
+    m.collect();
+    m.runtime().wait_for_drops();
+    assert_eq!(drops.load(Ordering::Relaxed), 1400);
+    drop(kept);
+    m.collect();
+    m.runtime().wait_for_drops();
+    assert_eq!(drops.load(Ordering::Relaxed), 1500);
+    assert_eq!(rt.stats().live_size, 0);
+}
+
+#[test]
+fn dropping_the_runtime_drops_every_object() {
+    let _one_runtime_at_a_time = serial();
+    let drops = Arc::new(AtomicUsize::new(0));
+    {
+        let rt = rt(1).build();
+        let mut m = rt.attach();
+        let _kept: Root<NodeRoot> = m.mutate(|mc| mc.root(list(mc, 300, &drops)));
+        m.mutate(|mc| list(mc, 200, &drops).value);
+    }
+    assert_eq!(drops.load(Ordering::Relaxed), 500);
+}
+
+#[test]
+fn a_ten_million_node_list_marks_without_recursion() {
+    let _one_runtime_at_a_time = serial();
+    let n = 10_000_000;
+    let rt = rt(2).verify(false).gc_percent(u32::MAX).build();
+    let mut m = rt.attach();
+    #[derive(Trace)]
+    struct Link<'gc> {
+        next: Option<Gc<'gc, Link<'gc>>>,
+    }
+    let head: Root<Rootable!['gc => Link<'gc>]> = m.mutate(|mc| {
+        let mut head = mc.alloc(Link { next: None });
+        for _ in 1..n {
+            head = mc.alloc(Link { next: Some(head) });
+        }
+        mc.root(head)
+    });
+    m.collect();
+    m.runtime().wait_for_drops();
+    assert_eq!(rt.stats().last.unwrap().objects_marked, n);
+    drop(head);
+    m.collect();
+    m.runtime().wait_for_drops();
+    assert_eq!(rt.stats().last.unwrap().objects_freed, n);
+}
+
+#[test]
+fn global_roots_share_objects_between_threads() {
+    let _one_runtime_at_a_time = serial();
+    let rt = rt(2).build();
+    let mut m = rt.attach();
+    let table: GlobalRoot<TableRoot> =
+        m.mutate(|mc| mc.global_root(mc.alloc(GcLock::new(Vec::new()))));
+    let table = Arc::new(table);
+    let handles: Vec<_> = (0..4)
+        .map(|t| {
+            let (rt, table) = (rt.clone(), table.clone());
+            std::thread::spawn(move || {
+                let mut m = rt.attach();
+                for i in 0..200 {
+                    m.mutate(|mc| {
+                        let s = mc.alloc(format!("{t}-{i}"));
+                        table.get(mc).write(mc, |v| v.push(s));
+                        mc.alloc([0u8; 100]); // garbage, to drive cycles
+                    });
+                    if i % 50 == 0 {
+                        m.collect();
+                        m.runtime().wait_for_drops();
+                    }
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    m.collect();
+    m.runtime().wait_for_drops();
+    m.mutate(|mc| {
+        let v = table.get(mc);
+        let v = v.read();
+        assert_eq!(v.len(), 800);
+        for t in 0..4 {
+            assert_eq!(
+                v.iter().filter(|s| s.starts_with(&format!("{t}-"))).count(),
+                200
+            );
+        }
+    });
+}
+
+#[test]
+fn objects_outlive_the_thread_that_allocated_them() {
+    let _one_runtime_at_a_time = serial();
+    let drops = Arc::new(AtomicUsize::new(0));
+    let rt = rt(2).build();
+    let root: GlobalRoot<NodeRoot> = {
+        let (rt, drops) = (rt.clone(), drops.clone());
+        std::thread::spawn(move || {
+            let mut m = rt.attach();
+            m.mutate(|mc| {
+                list(mc, 777, &drops); // garbage left behind
+                mc.global_root(list(mc, 1000, &drops))
+            })
+        })
+        .join()
+        .unwrap()
+    };
+    // The thread is gone; its heap's pages are orphaned or adopted.
+    let mut m = rt.attach();
+    m.collect();
+    m.runtime().wait_for_drops();
+    assert_eq!(drops.load(Ordering::Relaxed), 777);
+    m.mutate(|mc| assert_eq!(sum(Some(root.get(mc))), (499_500, 1000)));
+    drop(root);
+    m.collect();
+    m.runtime().wait_for_drops();
+    assert_eq!(drops.load(Ordering::Relaxed), 1777);
+}
+
+#[test]
+fn weak_references_clear_when_their_target_dies() {
+    let _one_runtime_at_a_time = serial();
+    #[derive(Trace)]
+    struct Holder<'gc> {
+        weak: GcWeak<'gc, Node<'gc>>,
+    }
+    let drops = Arc::new(AtomicUsize::new(0));
+    let rt = rt(1).build();
+    let mut m = rt.attach();
+    type HolderRoot = Rootable!['gc => Holder<'gc>];
+    let (holder, strong): (Root<HolderRoot>, Root<NodeRoot>) = m.mutate(|mc| {
+        let target = list(mc, 3, &drops);
+        (
+            mc.root(mc.alloc(Holder {
+                weak: GcWeak::new(mc, target),
+            })),
+            mc.root(target),
+        )
+    });
+    m.collect();
+    m.runtime().wait_for_drops();
+    m.mutate(|mc| {
+        let t = holder.get(mc).weak.upgrade().expect("target is rooted");
+        assert_eq!(sum(Some(t)), (3, 3));
+    });
+    drop(strong);
+    m.collect();
+    m.runtime().wait_for_drops();
+    assert_eq!(drops.load(Ordering::Relaxed), 3);
+    m.mutate(|mc| assert!(holder.get(mc).weak.upgrade().is_none()));
+}
+
+#[test]
+fn the_heap_limit_is_an_error_and_the_heap_stays_usable() {
+    let _one_runtime_at_a_time = serial();
+    let rt = rt(1).verify(false).heap_limit(8 << 20).build();
+    let mut m = rt.attach();
+    let kept: Root<BlocksRoot> = m.mutate(|mc| mc.root(mc.alloc(GcLock::new(Vec::new()))));
+    // Fill the heap with rooted 4 KiB objects until it refuses.
+    let mut refused = None;
+    for _ in 0..10_000 {
+        let r = m.mutate(|mc| match mc.try_alloc([9_u64; 512]) {
+            Ok(b) => {
+                kept.get(mc).write(mc, |v| v.push(b));
+                None
+            }
+            Err(e) => Some((e.to_string(), e.into_inner()[0])),
+        });
+        if r.is_some() {
+            refused = r;
+            break;
+        }
+    }
+    let (msg, value) = refused.expect("an 8 MiB heap must fill up");
+    assert!(msg.contains("limit of 8388608 bytes"), "{msg}");
+    assert_eq!(value, 9, "the value comes back in the error");
+    let n = m.mutate(|mc| kept.get(mc).read().len());
+    // Accounting is in what the space charges: in the pages, a 4104-byte
+    // object takes a 5120-byte block.
+    let block = charged(4104, 8);
+    let fit = (8 << 20) / block;
+    assert!(
+        n <= fit && n + 16 >= fit,
+        "{n} objects in blocks of {block} bytes, {fit} fit in 8 MiB"
+    );
+    // `alloc` panics with the same message; the runtime carries on.
+    let p = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        m.mutate(|mc| {
+            for _ in 0..10_000 {
+                kept.get(mc).write(mc, |v| v.push(mc.alloc([0_u64; 512])));
+            }
+        })
+    }));
+    let msg = *p.unwrap_err().downcast::<String>().unwrap();
+    assert!(msg.contains("heap limit"), "{msg}");
+    // Drop the roots: the next call collects first, and allocation works.
+    m.mutate(|mc| kept.get(mc).write(mc, |v| v.clear()));
+    m.collect();
+    m.runtime().wait_for_drops();
+    m.mutate(|mc| {
+        for _ in 0..1000 {
+            kept.get(mc).write(mc, |v| v.push(mc.alloc([1_u64; 512])));
+        }
+    });
+    assert!(rt.stats().heap_size <= 8 << 20);
+}
+
+#[test]
+fn pacing_starts_cycles_and_bounds_the_heap() {
+    let _one_runtime_at_a_time = serial();
+    let events = Arc::new(Mutex::new(Vec::new()));
+    let rt = {
+        let events = events.clone();
+        rt(2)
+            .verify(false)
+            .min_heap(1 << 20)
+            .on_cycle(move |e| events.lock().unwrap().push(e.clone()))
+            .build()
+    };
+    let mut m = rt.attach();
+    for i in 0..20_000_u64 {
+        m.mutate(|mc| {
+            for j in 0..10 {
+                mc.alloc([i + j; 8]);
+            }
+        });
+    }
+    m.collect();
+    m.runtime().wait_for_drops();
+    let s = rt.stats();
+    let events = events.lock().unwrap();
+    assert!(
+        s.cycles >= 5,
+        "{} cycles for 14 MiB allocated over a 1 MiB goal",
+        s.cycles
+    );
+    assert_eq!(events.len() as u64, s.cycles);
+    assert_eq!(s.pauses.count(), s.cycles);
+    assert!(events.iter().filter(|e| !e.forced).count() >= 4);
+    assert!(events.iter().all(|e| e.pause >= e.mark));
+    // A mutator that outruns the collector waits at twice the goal.
+    let worst = events.iter().map(|e| e.heap_before).max().unwrap();
+    assert!(
+        worst <= 4 << 20,
+        "heap reached {worst} bytes with a 1 MiB goal"
+    );
+    assert!(s.pauses.max() >= s.pauses.p99() && s.pauses.p99() >= s.pauses.p50());
+    // No object was ever rooted: all were freed.
+    assert_eq!(s.bytes_marked, 0);
+    assert_eq!(s.objects_freed, 200_000);
+}
+
+#[test]
+fn a_panic_inside_mutate_leaves_the_runtime_working() {
+    let _one_runtime_at_a_time = serial();
+    let rt = rt(1).build();
+    let mut m = rt.attach();
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        m.mutate(|mc| {
+            mc.alloc(1_u32);
+            panic!("user code failed");
+        })
+    }));
+    assert!(r.is_err());
+    m.collect(); // would hang if the mutator were still inside
+    m.runtime().wait_for_drops();
+    assert_eq!(m.mutate(|mc| *mc.alloc(3_u32)), 3);
+}
+
+#[test]
+#[should_panic(expected = "already has a Mutator of this runtime")]
+fn attaching_twice_panics() {
+    let _one_runtime_at_a_time = serial();
+    let rt = rt(1).build();
+    let _a = rt.attach();
+    let _b = rt.attach();
+}
+
+#[test]
+#[should_panic(expected = "a root of one runtime was read through a mutator of another")]
+fn a_root_of_another_runtime_panics() {
+    let _one_runtime_at_a_time = serial();
+    let (a, b) = (rt(1).build(), rt(1).build());
+    let (mut ma, mut mb) = (a.attach(), b.attach());
+    let r: Root<Rootable!['gc => u8]> = ma.mutate(|mc| mc.root(mc.alloc(1)));
+    mb.mutate(|mc| *r.get(mc));
+}
+
+#[test]
+#[should_panic(expected = "collect called inside a mutate closure")]
+fn collecting_inside_mutate_panics() {
+    let _one_runtime_at_a_time = serial();
+    let rt = rt(1).build();
+    let mut m = rt.attach();
+    m.mutate(|_| rt.collect());
+}
+
+#[test]
+fn runtimes_side_by_side_keep_their_own_objects() {
+    let _one_runtime_at_a_time = serial();
+    let drops = Arc::new(AtomicUsize::new(0));
+    let rts: Vec<_> = (0..3).map(|_| rt(1).build()).collect();
+    let handles: Vec<_> = rts
+        .iter()
+        .map(|rt| {
+            let (rt, drops) = (rt.clone(), drops.clone());
+            std::thread::spawn(move || {
+                let mut m = rt.attach();
+                let kept: Root<NodeRoot> = m.mutate(|mc| mc.root(list(mc, 100, &drops)));
+                for _ in 0..20 {
+                    m.mutate(|mc| list(mc, 100, &drops).value);
+                    m.collect();
+                    m.runtime().wait_for_drops();
+                    m.mutate(|mc| assert_eq!(sum(Some(kept.get(mc))), (4950, 100)));
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    drop(rts);
+    assert_eq!(drops.load(Ordering::Relaxed), 3 * 21 * 100);
+}
+
+#[test]
+fn a_sweep_may_drop_the_last_handle_of_another_runtime() {
+    let _one_runtime_at_a_time = serial();
+    // An object of `a` owns `b`'s last handle: `a`'s sweep drops it on a GC
+    // thread while `a`'s cycle holds the process-wide cycle lock that `b`'s
+    // last cycle needs. It must not wait for `b` there.
+    let drops = Arc::new(AtomicUsize::new(0));
+    let (a, b) = (rt(1).build(), rt(1).build());
+    {
+        let mut mb = b.attach();
+        mb.mutate(|mc| list(mc, 10, &drops).value); // garbage for b's last cycle
+    }
+    let mut ma = a.attach();
+    ma.mutate(|mc| {
+        mc.alloc(Mutex::new(Some(b)));
+    });
+    ma.collect();
+    ma.runtime().wait_for_drops();
+    drop(ma);
+    drop(a);
+    // b's collector finished on its own: its objects were dropped.
+    for _ in 0..200 {
+        if drops.load(Ordering::Relaxed) == 10 {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    panic!(
+        "b's last cycle did not run: {} of 10 dropped",
+        drops.load(Ordering::Relaxed)
+    );
+}
+
+#[derive(Trace)]
+struct Holder<'gc> {
+    slots: [GcCell<'gc, Option<Gc<'gc, Node<'gc>>>>; 16],
+}
+
+#[test]
+fn minor_cycles_keep_old_objects_and_what_cells_store_into_them() {
+    let _one_runtime_at_a_time = serial();
+    let drops = Arc::new(AtomicUsize::new(0));
+    let minors = Arc::new(AtomicUsize::new(0));
+    let rt = {
+        let minors = minors.clone();
+        rt(2)
+            .min_heap(256 << 10)
+            .on_cycle(move |e| {
+                if e.minor {
+                    minors.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+            .build()
+    };
+    let mut m = rt.attach();
+    // Old: a rooted list and a rooted holder, promoted by a full cycle.
+    let old: Root<NodeRoot> = m.mutate(|mc| mc.root(list(mc, 1000, &drops)));
+    let holder: Root<Rootable!['gc => Holder<'gc>]> = m.mutate(|mc| {
+        mc.root(mc.alloc(Holder {
+            slots: Default::default(),
+        }))
+    });
+    m.collect();
+    m.runtime().wait_for_drops();
+    // Young lists stored into the old holder, among young garbage: minor
+    // cycles must trace them from the barrier's record, as nothing young
+    // roots them.
+    let rounds = 6000_u64;
+    for i in 0..rounds {
+        m.mutate(|mc| {
+            for j in 0..8 {
+                mc.alloc([i + j; 8]);
+            }
+            let young = list(mc, 4, &drops);
+            let head = mc.alloc(Node {
+                value: i,
+                next: GcCell::new(Some(young)),
+                _drops: Counted(drops.clone()),
+            });
+            holder.get(mc).slots[(i % 16) as usize].set(mc, Some(head));
+        });
+    }
+    let s = rt.stats();
+    assert!(
+        minors.load(Ordering::Relaxed) >= 3 && s.minor_cycles >= 3,
+        "{} minor cycles of {}",
+        s.minor_cycles,
+        s.cycles
+    );
+    m.mutate(|mc| {
+        assert_eq!(sum(Some(old.get(mc))), (999 * 1000 / 2, 1000));
+        for (k, slot) in holder.get(mc).slots.iter().enumerate() {
+            let last = rounds - 16 + k as u64;
+            // The head's value, then the young list 0..4.
+            assert_eq!(sum(slot.get()), (last + 6, 5), "slot {k}");
+        }
+    });
+    // Everything but the rooted objects is garbage: a full cycle frees it.
+    m.collect();
+    m.runtime().wait_for_drops();
+    let allocated = 1000 + rounds as usize * 5;
+    assert_eq!(drops.load(Ordering::Relaxed), allocated - 1000 - 16 * 5);
+    drop(old);
+    drop(holder);
+    drop(m);
+    drop(rt);
+    assert_eq!(drops.load(Ordering::Relaxed), allocated);
+}
+
+/// Pages whose every block is marked are left out of minor cycles (the
+/// sweep flags them old); a full cycle must still look at them, and free
+/// what died there meanwhile.
+#[test]
+fn old_pages_skipped_by_minor_cycles_are_swept_by_full_ones() {
+    let _one_runtime_at_a_time = serial();
+    let drops = Arc::new(AtomicUsize::new(0));
+    let rt = rt(2).min_heap(256 << 10).build();
+    let mut m = rt.attach();
+    // Enough nodes to fill pages whole, promoted by a full cycle; the minor
+    // cycles below then find their pages all marked.
+    let n = 20_000_u64;
+    let old: Root<NodeRoot> = m.mutate(|mc| mc.root(list(mc, n, &drops)));
+    m.collect();
+    m.runtime().wait_for_drops();
+    let churn = |m: &mut loam_runtime::Mutator| {
+        for i in 0..20_000_u64 {
+            m.mutate(|mc| {
+                for j in 0..8 {
+                    mc.alloc([i + j; 8]);
+                }
+            });
+        }
+    };
+    churn(&mut m);
+    let minors = rt.stats().minor_cycles;
+    assert!(minors >= 2, "only {minors} minor cycles: {:?}", rt.stats());
+    // Cut the list in half: the tail is old garbage now, in old pages.
+    m.mutate(|mc| {
+        let mut cur = old.get(mc);
+        for _ in 1..n / 2 {
+            cur = cur.next.get().expect("the list is whole");
+        }
+        cur.next.set(mc, None);
+    });
+    churn(&mut m);
+    assert!(
+        rt.stats().minor_cycles > minors,
+        "no minor cycle after the cut"
+    );
+    // Minor cycles keep old garbage; they must not have freed the live half.
+    m.mutate(|mc| assert_eq!(sum(Some(old.get(mc))), ((n / 2 - 1) * n / 4, n / 2)));
+    m.collect();
+    m.runtime().wait_for_drops();
+    assert_eq!(
+        drops.load(Ordering::Relaxed),
+        (n / 2) as usize,
+        "the full cycle frees the tail"
+    );
+    m.mutate(|mc| assert_eq!(sum(Some(old.get(mc))), ((n / 2 - 1) * n / 4, n / 2)));
+    drop(old);
+    drop(m);
+    drop(rt);
+    assert_eq!(drops.load(Ordering::Relaxed), n as usize);
+}
+
+/// Forced collections back to back on a thread of their own, until stopped.
+struct Collecting {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<usize>,
+}
+
+impl Collecting {
+    fn start(rt: &Runtime) -> Self {
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (rt, flag) = (rt.clone(), stop.clone());
+        let thread = std::thread::spawn(move || {
+            let mut cycles = 0;
+            while !flag.load(Ordering::Relaxed) {
+                rt.collect();
+                cycles += 1;
+            }
+            cycles
+        });
+        Collecting { stop, thread }
+    }
+
+    /// Stops, and returns how many collections ran.
+    fn stop(self) -> usize {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.join().unwrap()
+    }
+}
+
+#[derive(Trace)]
+struct Slot<'gc> {
+    leaf: GcCell<'gc, Option<Gc<'gc, Node<'gc>>>>,
+}
+
+/// The snapshot barrier: during concurrent marks (a zero pause budget sends
+/// every mark past the roots to the GC threads), a mutator takes leaves out
+/// of slots into roots made meanwhile, which no marker reads, and puts
+/// rooted leaves back. A leaf whose last pointer is overwritten before a
+/// marker reads it is only kept by the barrier shading the old value:
+/// without that, verify mode aborts (or the sums below go wrong).
+#[test]
+fn a_concurrent_mark_keeps_what_mutators_move_meanwhile() {
+    let _one_runtime_at_a_time = serial();
+    let drops = Arc::new(AtomicUsize::new(0));
+    let rt = rt(2)
+        .mark_pause_budget(std::time::Duration::ZERO)
+        .gc_percent(u32::MAX)
+        .build();
+    let mut m = rt.attach();
+    const SLOTS: u64 = 20_000;
+    type SlotsRoot = Rootable!['gc => GcLock<'gc, Vec<Gc<'gc, Slot<'gc>>>>];
+    let slots: Root<SlotsRoot> = m.mutate(|mc| {
+        let v = (0..SLOTS)
+            .map(|_| {
+                mc.alloc(Slot {
+                    leaf: GcCell::new(Some(list(mc, 3, &drops))),
+                })
+            })
+            .collect();
+        mc.root(mc.alloc(GcLock::new(v)))
+    });
+    let collector = Collecting::start(&rt);
+    let mut held: Vec<Root<NodeRoot>> = Vec::new();
+    let mut rng = 0x2545_f491_4f6c_dd1d_u64;
+    let mut during_marks = 0;
+    // Until enough calls ran during a mark, with a cap on the calls (not on
+    // time: the assertion below must not depend on the machine's speed).
+    for _ in 0..1_000_000 {
+        if during_marks >= 200 {
+            break;
+        }
+        m.mutate(|mc| {
+            during_marks += usize::from(mc.is_marking());
+            let slots = slots.get(mc);
+            let slots = slots.read();
+            for _ in 0..16 {
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                let s = slots[(rng % SLOTS) as usize];
+                match s.leaf.get() {
+                    Some(leaf) => {
+                        held.push(mc.root(leaf));
+                        s.leaf.set(mc, None);
+                    }
+                    None => {
+                        if let Some(r) = held.pop() {
+                            s.leaf.set(mc, Some(r.get(mc)));
+                        }
+                    }
+                }
+            }
+        });
+    }
+    let cycles = collector.stop();
+    assert!(
+        during_marks > 0,
+        "no mutate call ran during a concurrent mark ({cycles} cycles)"
+    );
+    assert!(rt.stats().concurrent_cycles > 0);
+    m.collect();
+    m.runtime().wait_for_drops();
+    // Every leaf is where the mutator left it, whole: 3 nodes, values 0 1 2.
+    let (leaves, nodes) = m.mutate(|mc| {
+        let mut leaves = 0;
+        let mut nodes = 0;
+        for s in slots.get(mc).read().iter() {
+            if let Some(leaf) = s.leaf.get() {
+                assert_eq!(sum(Some(leaf)), (3, 3));
+                leaves += 1;
+                nodes += 3;
+            }
+        }
+        for r in &held {
+            assert_eq!(sum(Some(r.get(mc))), (3, 3));
+            leaves += 1;
+            nodes += 3;
+        }
+        (leaves, nodes)
+    });
+    assert_eq!(leaves, SLOTS);
+    assert_eq!(nodes, 3 * SLOTS);
+    assert_eq!(drops.load(Ordering::Relaxed), 0, "no leaf was freed");
+    drop(held);
+    drop(slots);
+    m.collect();
+    m.runtime().wait_for_drops();
+    assert_eq!(drops.load(Ordering::Relaxed), 3 * SLOTS as usize);
+}
+
+/// A weak upgrade during a concurrent mark shades its target: the target
+/// may be unreachable from the mark's snapshot, and rooting it must keep
+/// it. Fresh weak-only objects are made on every call, so that marks start
+/// with some to upgrade.
+#[test]
+fn a_weak_upgrade_during_a_concurrent_mark_keeps_its_target() {
+    let _one_runtime_at_a_time = serial();
+    let drops = Arc::new(AtomicUsize::new(0));
+    let rt = rt(2)
+        .mark_pause_budget(std::time::Duration::ZERO)
+        .min_heap(8 << 20)
+        .build();
+    let mut m = rt.attach();
+    // A long list, so that each mark takes a while.
+    let _ballast: Root<NodeRoot> = m.mutate(|mc| mc.root(list(mc, 50_000, &drops)));
+    type WeakRoot = Rootable!['gc => GcWeak<'gc, Node<'gc>>];
+    let collector = Collecting::start(&rt);
+    let mut weaks: Vec<Root<WeakRoot>> = Vec::new();
+    let mut revived: Vec<Root<NodeRoot>> = Vec::new();
+    // A cap on the calls, not on time (as above).
+    for _ in 0..1_000_000 {
+        if revived.len() >= 500 {
+            break;
+        }
+        m.mutate(|mc| {
+            let marking = mc.is_marking();
+            for w in weaks.drain(..) {
+                if let Some(target) = w.get(mc).upgrade() {
+                    // Only those upgraded during a mark are kept.
+                    if marking {
+                        revived.push(mc.root(target));
+                    }
+                }
+            }
+            for _ in 0..8 {
+                let target = list(mc, 2, &drops);
+                weaks.push(mc.root(mc.alloc(GcWeak::new(mc, target))));
+            }
+        });
+    }
+    assert!(collector.stop() > 0);
+    assert!(
+        !revived.is_empty(),
+        "no upgrade ran during a concurrent mark"
+    );
+    m.collect();
+    m.runtime().wait_for_drops();
+    m.mutate(|mc| {
+        for r in &revived {
+            assert_eq!(sum(Some(r.get(mc))), (1, 2));
+        }
+    });
+}
+
+#[test]
+#[should_panic(expected = "mutate calls of two runtimes cannot nest")]
+fn nested_mutate_calls_of_two_runtimes_panic() {
+    let _one_runtime_at_a_time = serial();
+    let (a, b) = (rt(1).build(), rt(1).build());
+    let (mut ma, mut mb) = (a.attach(), b.attach());
+    ma.mutate(|_| mb.mutate(|_| ()));
+}
+
+/// Collecting another runtime inside a `mutate` call could wait for a cycle
+/// that waits for this call (one cycle runs at a time process-wide).
+#[test]
+#[should_panic(expected = "collect called inside a mutate closure")]
+fn collecting_another_runtime_inside_mutate_panics() {
+    let _one_runtime_at_a_time = serial();
+    let (a, b) = (rt(1).build(), rt(1).build());
+    let mut ma = a.attach();
+    ma.mutate(|_| b.collect());
+}

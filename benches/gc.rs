@@ -17,9 +17,16 @@
 //! Run: `cargo bench --bench gc` (criterion, depth 16, 1 and 2 threads), or
 //! `LOAM_BENCH_PAIRED=<rounds> cargo bench --bench gc` for interleaved
 //! rounds (box, arc, loam in rotating order) with the median of per-round
-//! ratios, the figure the README quotes (`LOAM_BT_ONLY=loam` runs one
+//! ratios, the figure the README quotes, then each version's peak RSS
+//! measured alone in a child process (`LOAM_BT_ONLY=loam` runs one
 //! version alone, for profiling). `LOAM_BT_DEPTH=21` for the full
 //! size, `LOAM_BENCH_THREADS=1,2,4` for the thread counts.
+//!
+//! loam runs on each object space: its own pages (`loam`), and the same
+//! collector over the system allocator, mimalloc and jemalloc
+//! (`loam-system`, `loam-mimalloc`, `loam-jemalloc`: every object allocated
+//! by the mutator through that allocator and freed through it by the GC
+//! threads, the seeds' experiment).
 
 // `criterion_group!` generates an undocumented `pub fn`.
 #![allow(missing_docs)]
@@ -243,26 +250,74 @@ criterion_group!(gc, benches);
 /// A version's name and one binary-trees run of it.
 type Contender<'a> = (&'static str, Box<dyn Fn() -> u64 + 'a>);
 
-/// `LOAM_BENCH_PAIRED=<rounds>`: box, arc and loam back to back, rotating
-/// which goes first, `rounds` times per thread count; prints median times
-/// and the median of the per-round ratios against box.
+/// The object spaces loam's versions run on: its own pages, and the
+/// collector over other memory managers (`RuntimeBuilder::global_alloc`).
+fn spaces() -> [(&'static str, Runtime); 4] {
+    [
+        ("loam", runtime()),
+        (
+            "loam-system",
+            Runtime::builder().global_alloc(std::alloc::System).build(),
+        ),
+        (
+            "loam-mimalloc",
+            Runtime::builder().global_alloc(mimalloc::MiMalloc).build(),
+        ),
+        (
+            "loam-jemalloc",
+            Runtime::builder()
+                .global_alloc(tikv_jemallocator::Jemalloc)
+                .build(),
+        ),
+    ]
+}
+
+/// This process's peak resident set, in KiB: `VmHWM`, the high-water
+/// mark of this program's memory (`getrusage`'s `ru_maxrss` would carry
+/// the forking parent's peak across `exec`).
+fn peak_rss_kb() -> i64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        })
+        .unwrap_or(-1)
+}
+
+/// `LOAM_BENCH_PAIRED=<rounds>`: box, arc and loam on each object space
+/// back to back, rotating which goes first, `rounds` times per thread
+/// count; prints median times and the median of the per-round ratios
+/// against box. Then each version's peak RSS, each alone in a child
+/// process of this bench (one process's peak cannot be split between
+/// versions): `LOAM_BT_ONLY=<name>` runs one version, which is also the
+/// way to profile one.
 fn paired(rounds: usize) {
     let max = max_depth();
     let want = expected(max);
-    let rt = runtime();
-    println!("binary-trees depth {max}, {rounds} rounds; median ms, median per-round ratio to box");
+    let spaces = spaces();
+    let only = std::env::var("LOAM_BT_ONLY").ok();
+    let child = only.is_some() && std::env::var_os("LOAM_BENCH_CHILD").is_some();
+    if !child {
+        println!(
+            "binary-trees depth {max}, {rounds} rounds; median ms, median per-round ratio to box"
+        );
+    }
     for threads in thread_counts() {
-        let runs: [Contender<'_>; 3] = [
+        let mut runs: Vec<Contender<'_>> = vec![
             ("box", Box::new(move || run_box(max, threads))),
             ("arc", Box::new(move || run_arc(max, threads))),
-            ("loam", Box::new(|| run_loam(&rt, max, threads))),
         ];
-        let only = std::env::var("LOAM_BT_ONLY").ok();
-        let mut times = vec![Vec::new(); 3];
+        for (name, rt) in &spaces {
+            runs.push((name, Box::new(move || run_loam(rt, max, threads))));
+        }
+        let n = runs.len();
+        let mut times = vec![Vec::new(); n];
         for round in 0..=rounds {
-            let mut t = [1.0; 3];
-            for k in 0..3 {
-                let i = (round + k) % 3;
+            let mut t = vec![1.0; n];
+            for k in 0..n {
+                let i = (round + k) % n;
                 if only.as_deref().is_some_and(|o| o != runs[i].0) {
                     continue;
                 }
@@ -277,22 +332,67 @@ fn paired(rounds: usize) {
             }
             if round > 0 {
                 // Round 0 warms up.
-                for i in 0..3 {
+                for i in 0..n {
                     times[i].push(t[i]);
                 }
             }
         }
+        if child {
+            println!("peak_rss_kb {}", peak_rss_kb());
+            return;
+        }
         let ratio = |i: usize| median(times[i].iter().zip(&times[0]).map(|(a, b)| a / b).collect());
-        println!(
-            "{threads} thread(s): box {:8.1}  arc {:8.1} ({:.2}x)  loam {:8.1} ({:.2}x)",
-            median(times[0].clone()),
-            median(times[1].clone()),
-            ratio(1),
-            median(times[2].clone()),
-            ratio(2),
-        );
+        let cells: Vec<String> = (0..n)
+            .map(|i| {
+                format!(
+                    "{} {:.1} ({:.2}x)",
+                    runs[i].0,
+                    median(times[i].clone()),
+                    ratio(i)
+                )
+            })
+            .collect();
+        println!("{threads} thread(s): {}", cells.join("  "));
+        if only.is_none() {
+            let rss: Vec<String> = runs
+                .iter()
+                .map(|(name, _)| {
+                    format!(
+                        "{name} {}",
+                        child_peak_rss(name, threads)
+                            .map_or("?".into(), |kb| format!("{:.1}", kb as f64 / 1024.0))
+                    )
+                })
+                .collect();
+            println!(
+                "{threads} thread(s) peak RSS MiB, each alone: {}",
+                rss.join("  ")
+            );
+        }
     }
-    print_pauses(&rt);
+    if only.is_none() {
+        for (name, rt) in &spaces {
+            print!("{name}: ");
+            print_pauses(rt);
+        }
+    }
+}
+
+/// The peak RSS (KiB) of one version run alone in a child process.
+fn child_peak_rss(name: &str, threads: usize) -> Option<i64> {
+    let exe = std::env::current_exe().ok()?;
+    let out = std::process::Command::new(exe)
+        .arg("--bench")
+        .env("LOAM_BENCH_PAIRED", "1")
+        .env("LOAM_BT_ONLY", name)
+        .env("LOAM_BENCH_CHILD", "1")
+        .env("LOAM_BENCH_THREADS", threads.to_string())
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.lines()
+        .find_map(|l| l.strip_prefix("peak_rss_kb "))
+        .and_then(|v| v.trim().parse().ok())
 }
 
 fn main() {

@@ -15,16 +15,19 @@
 //! Each test checks its own result; a wrong one stops the run with an
 //! error, never a number. One test is one `mutate` call.
 //!
-//! With no flags it prints the compare table: each configuration (one CPU,
-//! all CPUs) runs as a child process, interleaved and repeated, and the
-//! table gives ops/s, the scaling from one CPU to all, and peak RSS. Only
-//! loam's own object space exists so far: the collector over other memory
-//! managers (`--heap system|mimalloc|jemalloc|snmalloc`) is issue #13, and
-//! those values are refused with that message.
+//! `--heap` chooses the memory manager behind the same collector: loam's
+//! own pages, or the system allocator, mimalloc, jemalloc or snmalloc as
+//! the runtime's object space (`RuntimeBuilder::global_alloc`: each object
+//! allocated by its worker through that manager, freed through it by the
+//! GC threads), the seed's experiment. With no flags it prints the compare
+//! table: every heap on one CPU and on all, each configuration a child
+//! process, interleaved and repeated; the table gives ops/s, the scaling
+//! from one CPU to all, loam's ratio to each heap, peak RSS and pauses
+//! (`--svg FILE` draws it).
 //!
 //! ```text
 //! cargo run --release --example gc_speed_tester                     # the compare table
-//! cargo run --release --example gc_speed_tester -- --seconds 10      # one run, live line
+//! cargo run --release --example gc_speed_tester -- --heap system    # one run, live line
 //! cargo run --release --example gc_speed_tester -- --verify 1000     # a checksum to compare
 //! cargo run --release --example gc_speed_tester -- --cpus 0 --json   # one CPU, one JSON object
 //! ```
@@ -42,14 +45,50 @@ use std::time::{Duration, Instant};
 enum Heap {
     /// loam's own pages (the default object space).
     Loam,
-    /// The collector over the system allocator (issue #13: not yet).
+    /// The collector over the system allocator.
     System,
-    /// The collector over mimalloc (issue #13: not yet).
+    /// The collector over mimalloc.
     Mimalloc,
-    /// The collector over jemalloc (issue #13: not yet).
+    /// The collector over jemalloc.
     Jemalloc,
-    /// The collector over snmalloc (issue #13: not yet).
+    /// The collector over snmalloc.
     Snmalloc,
+}
+
+impl Heap {
+    const ALL: [Heap; 5] = [
+        Heap::Loam,
+        Heap::System,
+        Heap::Mimalloc,
+        Heap::Jemalloc,
+        Heap::Snmalloc,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            Heap::Loam => "loam",
+            Heap::System => "system",
+            Heap::Mimalloc => "mimalloc",
+            Heap::Jemalloc => "jemalloc",
+            Heap::Snmalloc => "snmalloc",
+        }
+    }
+
+    /// A runtime whose objects live in this heap: loam's pages, or the
+    /// same collector over another memory manager as its object space
+    /// (every object allocated by its worker through it, freed through it
+    /// by the GC threads).
+    fn runtime(self) -> Runtime {
+        let builder = Runtime::builder();
+        match self {
+            Heap::Loam => builder,
+            Heap::System => builder.global_alloc(std::alloc::System),
+            Heap::Mimalloc => builder.global_alloc(mimalloc::MiMalloc),
+            Heap::Jemalloc => builder.global_alloc(tikv_jemallocator::Jemalloc),
+            Heap::Snmalloc => builder.global_alloc(snmalloc_rs::SnMalloc),
+        }
+        .build()
+    }
 }
 
 #[derive(Parser, Debug)]
@@ -58,7 +97,7 @@ enum Heap {
     about = "Worker threads run managed-collection unit tests while the collector frees their garbage."
 )]
 struct Cli {
-    /// Seconds to run (default: 10 for one run, 3 per child run of --compare).
+    /// Seconds to run (default: 10 for one run, 1.5 per child run of --compare).
     #[arg(long)]
     seconds: Option<f64>,
     /// Worker threads (default: one per CPU the process may run on).
@@ -74,10 +113,14 @@ struct Cli {
     /// checksum, to check a build against a reference.
     #[arg(long, value_name = "N")]
     verify: Option<u64>,
-    /// Run one CPU and all CPUs as child processes, interleaved, and print
-    /// the table (the default when no other flag is given).
+    /// Run every heap on one CPU and on all CPUs as child processes,
+    /// interleaved, and print the table (the default when no other flag
+    /// is given).
     #[arg(long)]
     compare: bool,
+    /// With --compare: also draw the table as an SVG bar chart in FILE.
+    #[arg(long, value_name = "FILE")]
+    svg: Option<std::path::PathBuf>,
     /// Rounds of --compare (each runs every configuration once).
     #[arg(long, default_value_t = 3)]
     rounds: usize,
@@ -362,6 +405,9 @@ fn allowed_cpus() -> Vec<usize> {
     }
 }
 
+/// Peak RSS (KiB) and user and system CPU seconds of this process. The
+/// peak is `VmHWM`, this program's own high-water mark: `ru_maxrss` would
+/// carry the forking parent's peak across `exec` into a `--compare` child.
 fn usage() -> (u64, f64, f64) {
     // SAFETY: getrusage fills the struct it is given.
     let ru = unsafe {
@@ -370,7 +416,18 @@ fn usage() -> (u64, f64, f64) {
         ru
     };
     let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-    (ru.ru_maxrss as u64, secs(ru.ru_utime), secs(ru.ru_stime))
+    let hwm = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        });
+    (
+        hwm.unwrap_or(ru.ru_maxrss as u64),
+        secs(ru.ru_utime),
+        secs(ru.ru_stime),
+    )
 }
 
 fn cpu_list(cpus: &[usize]) -> String {
@@ -418,7 +475,7 @@ fn run(cli: &Cli, seconds: f64) -> Result<Report, String> {
     let workers = cli.workers.unwrap_or(cpus.len()).max(1);
     // SAFETY: the handler only stores to an atomic (async-signal-safe).
     unsafe { libc::signal(libc::SIGINT, on_sigint as *const () as libc::sighandler_t) };
-    let rt = Runtime::new();
+    let rt = cli.heap.runtime();
     let counts: [AtomicU64; 3] = Default::default();
     let failed: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
     let stop = AtomicBool::new(false);
@@ -495,7 +552,7 @@ fn run(cli: &Cli, seconds: f64) -> Result<Report, String> {
     let (peak_rss_kb, user_cpu_s, system_cpu_s) = usage();
     let us = |d: Duration| d.as_micros() as u64;
     Ok(Report {
-        heap: "loam".into(),
+        heap: cli.heap.name().into(),
         workers,
         cpus: cpu_list(&cpus),
         seconds: elapsed,
@@ -544,8 +601,8 @@ fn print_report(r: &Report) {
 
 /// Exactly `n` tests on one worker of a managed pool, from a fixed seed:
 /// the checksum of their results.
-fn verify(n: u64) -> Result<u64, String> {
-    let rt = Runtime::new();
+fn verify(n: u64, heap: Heap) -> Result<u64, String> {
+    let rt = heap.runtime();
     let pool = ManagedPool::builder(&rt)
         .num_threads(1)
         .build()
@@ -567,12 +624,12 @@ fn verify(n: u64) -> Result<u64, String> {
 // ---- --compare
 
 /// One child run of this program, its JSON report.
-fn child(cpus: &[usize], seconds: f64) -> Result<Report, String> {
+fn child(heap: Heap, cpus: &[usize], seconds: f64) -> Result<Report, String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let out = std::process::Command::new(exe)
         .args([
             "--heap",
-            "loam",
+            heap.name(),
             "--json",
             "--seconds",
             &seconds.to_string(),
@@ -587,7 +644,8 @@ fn child(cpus: &[usize], seconds: f64) -> Result<Report, String> {
         .map_err(|e| format!("cannot start a child run: {e}"))?;
     if !out.status.success() {
         return Err(format!(
-            "a child run on CPUs {cpus:?} failed: {}",
+            "a child run ({}, CPUs {cpus:?}) failed: {}",
+            heap.name(),
             String::from_utf8_lossy(&out.stderr).trim()
         ));
     }
@@ -601,60 +659,107 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 fn compare(cli: &Cli, seconds: f64) -> Result<(), String> {
     let all = allowed_cpus();
-    let configs: Vec<(&str, Vec<usize>)> =
-        vec![("1 CPU", all[..1].to_vec()), ("all CPUs", all.clone())];
-    let mut reports: Vec<Vec<Report>> = vec![Vec::new(); configs.len()];
+    let cpu_sets = [all[..1].to_vec(), all.clone()];
+    // One configuration per heap and CPU set; `reports[h][c]` its runs.
+    let configs: Vec<(usize, usize)> = (0..Heap::ALL.len())
+        .flat_map(|h| (0..cpu_sets.len()).map(move |c| (h, c)))
+        .collect();
+    let mut reports: Vec<Vec<Vec<Report>>> =
+        vec![vec![Vec::new(); cpu_sets.len()]; Heap::ALL.len()];
     let rounds = cli.rounds.max(1);
     for round in 0..rounds {
         for k in 0..configs.len() {
-            let i = (round + k) % configs.len();
+            let (h, c) = configs[(round + k) % configs.len()];
             if !cli.json {
                 eprint!(
-                    "\rround {}/{rounds}: {} ...        ",
+                    "\rround {}/{rounds}: {} on {} ...          ",
                     round + 1,
-                    configs[i].0
+                    Heap::ALL[h].name(),
+                    if c == 0 { "1 CPU" } else { "all CPUs" }
                 );
             }
-            reports[i].push(child(&configs[i].1, seconds)?);
+            reports[h][c].push(child(Heap::ALL[h], &cpu_sets[c], seconds)?);
         }
     }
     if cli.json {
-        let flat: Vec<&Report> = reports.iter().flatten().collect();
+        let flat: Vec<&Report> = reports.iter().flatten().flatten().collect();
         println!(
             "{}",
             serde_json::to_string_pretty(&flat).map_err(|e| e.to_string())?
         );
         return Ok(());
     }
-    eprintln!("\r{:60}", "");
-    let ops = |i: usize| median(reports[i].iter().map(|r| r.ops_per_sec).collect());
-    let rss = |i: usize| median(reports[i].iter().map(|r| r.peak_rss_kb as f64).collect()) / 1024.0;
-    let pause = |i: usize| median(reports[i].iter().map(|r| r.max_pause_us as f64).collect()) / 1e3;
-    // The scaling: the median of the per-round ratios, all CPUs to one.
-    let scaling = median(
-        reports[1]
-            .iter()
-            .zip(&reports[0])
-            .map(|(a, b)| a.ops_per_sec / b.ops_per_sec)
-            .collect(),
-    );
+    eprintln!("\r{:70}", "");
+    let med = |h: usize, c: usize, f: &dyn Fn(&Report) -> f64| {
+        median(reports[h][c].iter().map(f).collect())
+    };
+    // Ratios are medians of per-round ratios (runs of one round are
+    // neighbours in time).
+    let per_round = |a: &[Report], b: &[Report]| {
+        median(
+            a.iter()
+                .zip(b)
+                .map(|(x, y)| x.ops_per_sec / y.ops_per_sec)
+                .collect(),
+        )
+    };
     println!(
         "GC speed tester: {rounds} rounds of {seconds} s per configuration, interleaved; medians ({} CPUs here)",
         all.len()
     );
-    println!("| heap | ops/s, 1 CPU | ops/s, all CPUs | all / 1 CPU | peak RSS MiB (1 / all) | max pause ms (1 / all) |");
-    println!("|---|---|---|---|---|---|");
-    println!(
-        "| loam | {:.0} | {:.0} | {scaling:.2}x | {:.1} / {:.1} | {:.2} / {:.2} |",
-        ops(0),
-        ops(1),
-        rss(0),
-        rss(1),
-        pause(0),
-        pause(1)
-    );
-    println!("Other memory managers behind the collector (system, mimalloc, jemalloc, snmalloc): not yet (issue #13).");
+    println!("| heap | ops/s, 1 CPU | ops/s, all CPUs | all / 1 CPU | loam / heap, all CPUs | peak RSS MiB (1 / all) | max pause ms (1 / all) |");
+    println!("|---|---|---|---|---|---|---|");
+    let mut rows = Vec::new();
+    for (h, heap) in Heap::ALL.iter().enumerate() {
+        let ops = [med(h, 0, &|r| r.ops_per_sec), med(h, 1, &|r| r.ops_per_sec)];
+        let scaling = per_round(&reports[h][1], &reports[h][0]);
+        let vs = per_round(&reports[0][1], &reports[h][1]);
+        let rss = |c| med(h, c, &|r| r.peak_rss_kb as f64) / 1024.0;
+        let pause = |c| med(h, c, &|r| r.max_pause_us as f64) / 1e3;
+        println!(
+            "| {} | {:.0} | {:.0} | {scaling:.2}x | {vs:.2}x | {:.1} / {:.1} | {:.2} / {:.2} |",
+            heap.name(),
+            ops[0],
+            ops[1],
+            rss(0),
+            rss(1),
+            pause(0),
+            pause(1)
+        );
+        rows.push((heap.name(), ops));
+    }
+    if let Some(path) = &cli.svg {
+        std::fs::write(path, svg_chart(&rows, all.len()))
+            .map_err(|e| format!("writing {}: {e}", path.display()))?;
+        println!("chart: {}", path.display());
+    }
     Ok(())
+}
+
+/// The compare table as a bar chart: ops/s per heap, one CPU and all.
+fn svg_chart(rows: &[(&str, [f64; 2])], cpus: usize) -> String {
+    let (w, h, left, top, bar) = (640.0, 60.0 + rows.len() as f64 * 56.0, 90.0, 40.0, 20.0);
+    let max = rows.iter().flat_map(|r| r.1).fold(1.0_f64, f64::max);
+    let scale = (w - left - 80.0) / max;
+    let mut out = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" font-family=\"sans-serif\" font-size=\"12\">\n\
+         <text x=\"{left}\" y=\"20\" font-size=\"14\">GC speed tester: ops/s, 1 CPU (light) and {cpus} CPUs (dark)</text>\n"
+    );
+    for (i, (name, ops)) in rows.iter().enumerate() {
+        let y = top + i as f64 * 56.0;
+        out += &format!("<text x=\"8\" y=\"{}\">{name}</text>\n", y + bar + 4.0);
+        for (k, (value, colour)) in ops.iter().zip(["#9ecae1", "#3182bd"]).enumerate() {
+            let yk = y + k as f64 * (bar + 2.0);
+            out += &format!(
+                "<rect x=\"{left}\" y=\"{yk}\" width=\"{:.1}\" height=\"{bar}\" fill=\"{colour}\"/>\n\
+                 <text x=\"{:.1}\" y=\"{:.1}\">{value:.0}</text>\n",
+                value * scale,
+                left + value * scale + 4.0,
+                yk + bar - 6.0
+            );
+        }
+    }
+    out + "</svg>\n"
 }
 
 fn main() -> ExitCode {
@@ -667,16 +772,6 @@ fn main() -> ExitCode {
         );
         ExitCode::from(2)
     };
-    if cli.heap != Heap::Loam {
-        let name = cli
-            .heap
-            .to_possible_value()
-            .map(|v| v.get_name().to_string());
-        return bad_input(format!(
-            "--heap {}: the collector over other memory managers is not built yet (issue #13); only `loam` runs",
-            name.unwrap_or_default()
-        ));
-    }
     if cli.seconds.is_some_and(|s| !(s > 0.0 && s.is_finite())) {
         return bad_input("--seconds must be a positive number".into());
     }
@@ -684,9 +779,9 @@ fn main() -> ExitCode {
         return bad_input(e);
     }
     let result = if let Some(n) = cli.verify {
-        verify(n).map(|c| println!("{n} tests, checksum {c:016x}"))
-    } else if cli.compare || no_flags {
-        compare(&cli, cli.seconds.unwrap_or(3.0))
+        verify(n, cli.heap).map(|c| println!("{n} tests, checksum {c:016x}"))
+    } else if cli.compare || cli.svg.is_some() || no_flags {
+        compare(&cli, cli.seconds.unwrap_or(1.5))
     } else {
         run(&cli, cli.seconds.unwrap_or(10.0)).map(|r| {
             if cli.json {

@@ -18,8 +18,8 @@
 //! `LOAM_BENCH_PAIRED=<rounds> cargo bench --bench gc` for interleaved
 //! rounds (box, arc, loam in rotating order) with the median of per-round
 //! ratios, the figure the README quotes, then each version's peak RSS
-//! measured alone in a child process (`LOAM_BT_ONLY=loam` runs one
-//! version alone, for profiling). `LOAM_BT_DEPTH=21` for the full
+//! measured alone in a child process (`LOAM_BT_ONLY=box,loam` runs only
+//! those versions; one alone, for profiling). `LOAM_BT_DEPTH=21` for the full
 //! size, `LOAM_BENCH_THREADS=1,2,4` for the thread counts.
 //!
 //! loam runs on each object space: its own pages (`loam`), and the same
@@ -251,25 +251,30 @@ criterion_group!(gc, benches);
 type Contender<'a> = (&'static str, Box<dyn Fn() -> u64 + 'a>);
 
 /// The object spaces loam's versions run on: its own pages, and the
-/// collector over other memory managers (`RuntimeBuilder::global_alloc`).
-fn spaces() -> [(&'static str, Runtime); 4] {
-    [
-        ("loam", runtime()),
-        (
-            "loam-system",
-            Runtime::builder().global_alloc(std::alloc::System).build(),
-        ),
-        (
-            "loam-mimalloc",
-            Runtime::builder().global_alloc(mimalloc::MiMalloc).build(),
-        ),
-        (
-            "loam-jemalloc",
+/// collector over other memory managers (`RuntimeBuilder::global_alloc`);
+/// only those `only` lists are built (another runtime alive makes a page
+/// sweep read every object's header, as objects of two runtimes may share
+/// a page, and its GC threads wake for its own cycles).
+fn spaces(only: Option<&str>) -> Vec<(&'static str, Runtime)> {
+    type Make = fn() -> Runtime;
+    let all: [(&'static str, Make); 4] = [
+        ("loam", runtime),
+        ("loam-system", || {
+            Runtime::builder().global_alloc(std::alloc::System).build()
+        }),
+        ("loam-mimalloc", || {
+            Runtime::builder().global_alloc(mimalloc::MiMalloc).build()
+        }),
+        ("loam-jemalloc", || {
             Runtime::builder()
                 .global_alloc(tikv_jemallocator::Jemalloc)
-                .build(),
-        ),
-    ]
+                .build()
+        }),
+    ];
+    all.into_iter()
+        .filter(|(name, _)| listed(only, name))
+        .map(|(name, make)| (name, make()))
+        .collect()
 }
 
 /// This process's peak resident set, in KiB: `VmHWM`, the high-water
@@ -296,8 +301,8 @@ fn peak_rss_kb() -> i64 {
 fn paired(rounds: usize) {
     let max = max_depth();
     let want = expected(max);
-    let spaces = spaces();
     let only = std::env::var("LOAM_BT_ONLY").ok();
+    let spaces = spaces(only.as_deref());
     let child = only.is_some() && std::env::var_os("LOAM_BENCH_CHILD").is_some();
     if !child {
         println!(
@@ -318,7 +323,7 @@ fn paired(rounds: usize) {
             let mut t = vec![1.0; n];
             for k in 0..n {
                 let i = (round + k) % n;
-                if only.as_deref().is_some_and(|o| o != runs[i].0) {
+                if !listed(only.as_deref(), runs[i].0) {
                     continue;
                 }
                 let start = Instant::now();
@@ -352,10 +357,16 @@ fn paired(rounds: usize) {
                 )
             })
             .collect();
+        let listed = |name: &str| listed(only.as_deref(), name);
+        let cells: Vec<String> = (0..n)
+            .filter(|&i| listed(runs[i].0))
+            .map(|i| cells[i].clone())
+            .collect();
         println!("{threads} thread(s): {}", cells.join("  "));
-        if only.is_none() {
+        {
             let rss: Vec<String> = runs
                 .iter()
+                .filter(|(name, _)| listed(name))
                 .map(|(name, _)| {
                     format!(
                         "{name} {}",
@@ -370,12 +381,17 @@ fn paired(rounds: usize) {
             );
         }
     }
-    if only.is_none() {
-        for (name, rt) in &spaces {
+    for (name, rt) in &spaces {
+        if listed(only.as_deref(), name) {
             print!("{name}: ");
             print_pauses(rt);
         }
     }
+}
+
+/// Whether `LOAM_BT_ONLY` (a comma list, or unset for all) lists `name`.
+fn listed(only: Option<&str>, name: &str) -> bool {
+    only.map_or(true, |o| o.split(',').any(|n| n == name))
 }
 
 /// The peak RSS (KiB) of one version run alone in a child process.

@@ -58,7 +58,7 @@ impl Reserved<'_> {
         // length say (`TypeDesc::object_size`): a cut one gives the rest of
         // its charge back now.
         // (A `GlobalAlloc` space charges and credits the whole allocation.)
-        let pages = self.mutator.shared().space.alloc_space().is_none();
+        let pages = self.mutator.alloc_space().is_none();
         if pages && len < self.len && self.charged > loam_heap::SMALL_MAX {
             let bytes = self.offset + len * self.elem;
             self.mutator.give_back(self.charged - bytes);
@@ -113,7 +113,7 @@ impl<'gc> Mutation<'gc> {
             0
         };
         let m = self.mutator();
-        let space = m.shared().space.alloc_space();
+        let space = m.alloc_space();
         // As in `try_alloc`: accounting in blocks, blocks of 16 bytes or
         // more (an empty array is two words); in a `GlobalAlloc` space, the
         // allocation with its prefix.

@@ -102,6 +102,9 @@ pub struct Mutator {
     limit_roots: Cell<Option<u64>>,
     /// This mutator's registry chunk, in a `GlobalAlloc` space.
     pub(crate) space_local: crate::alloc_space::Local,
+    /// The runtime's `GlobalAlloc` space, or `None` for the pages: read
+    /// here, one load on every allocation, not through the runtime.
+    alloc_space: Option<std::ptr::NonNull<AllocSpace>>,
     _not_send: PhantomData<*mut ()>,
 }
 
@@ -150,6 +153,7 @@ impl Mutator {
             a.push(id);
         });
         let me = Arc::new(MutatorShared::default());
+        let alloc_space = handle.shared.space.alloc_space().map(std::ptr::NonNull::from);
         handle.shared.handshake.attach(&me.slot);
         handle.shared.mutators.lock().push(me.clone());
         Mutator {
@@ -160,12 +164,21 @@ impl Mutator {
             limit_hit: Cell::new(false),
             limit_roots: Cell::new(None),
             space_local: Default::default(),
+            alloc_space,
             _not_send: PhantomData,
         }
     }
 
     pub(crate) fn shared(&self) -> &Shared {
         &self.handle.shared
+    }
+
+    /// The runtime's `GlobalAlloc` space, or `None` for loam's pages.
+    #[inline(always)]
+    pub(crate) fn alloc_space(&self) -> Option<&AllocSpace> {
+        // SAFETY: the space lives in the runtime's `Shared`, which our
+        // `handle` keeps alive as long as `self`.
+        self.alloc_space.map(|p| unsafe { p.as_ref() })
     }
 
     /// Runs `f` with a fresh brand `'gc`: inside, allocate with
@@ -634,7 +647,7 @@ impl<'gc> Mutation<'gc> {
     #[inline(always)]
     pub fn try_alloc<T: Trace + 'gc>(&self, value: T) -> Result<Gc<'gc, T>, AllocError<T>> {
         let m = self.mutator();
-        if let Some(space) = m.shared().space.alloc_space() {
+        if let Some(space) = m.alloc_space() {
             return self.try_alloc_in(space, value);
         }
         // Blocks of 16 bytes or more: the sweep returns them in page runs.

@@ -5,9 +5,9 @@
 //! (a few large tasks, about eight per worker). The seed ran it over TBB's
 //! scalable allocator, tcmalloc and `malloc`; here the nodes are
 //! - loam managed `Gc` nodes, created and summed on a `ManagedPool`;
-//! - plain nodes from loam's heap (`loam::heap::LoamAlloc`), the system
-//!   allocator, mimalloc and jemalloc, on a `loam-threadpool` pool of the
-//!   same size.
+//! - plain nodes from the system allocator, loam's heap
+//!   (`loam::heap::LoamAlloc`), mimalloc, jemalloc and snmalloc, on a
+//!   `loam-threadpool` pool of the same size.
 //!
 //! Every version computes the same sum and node count and checks them.
 //! Rounds are interleaved (each round runs every version, in rotating
@@ -27,11 +27,17 @@
 //! cargo run --release --example tree_sum -- --nodes 1000000 --rounds 5 --threads 2
 //! ```
 
+// Not every helper is used here.
+#[allow(dead_code)]
+#[path = "support/mod.rs"]
+mod support;
+
 use clap::Parser;
 use loam::runtime::{Gc, GlobalRoot, ManagedPool, Mutation, Mutator, Rootable, Runtime, Trace};
 use loam::threadpool::{ThreadPool, ThreadPoolBuilder};
-use std::alloc::{GlobalAlloc, Layout, System};
+use std::alloc::Layout;
 use std::time::Instant;
+use support::{median, Heap, HEAPS};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -110,36 +116,6 @@ struct Tree(*mut Node);
 unsafe impl Send for Tree {}
 // SAFETY: as above: shared trees are read-only.
 unsafe impl Sync for Tree {}
-
-/// A memory manager the plain nodes come from.
-#[derive(Clone, Copy)]
-struct Heap {
-    name: &'static str,
-    alloc: &'static (dyn GlobalAlloc + Sync),
-}
-
-static LOAM_HEAP: loam::heap::LoamAlloc = loam::heap::LoamAlloc;
-static MIMALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
-static JEMALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
-
-const HEAPS: [Heap; 4] = [
-    Heap {
-        name: "loam heap",
-        alloc: &LOAM_HEAP,
-    },
-    Heap {
-        name: "system",
-        alloc: &System,
-    },
-    Heap {
-        name: "mimalloc",
-        alloc: &MIMALLOC,
-    },
-    Heap {
-        name: "jemalloc",
-        alloc: &JEMALLOC,
-    },
-];
 
 impl Heap {
     fn node(self, value: u64, count: u64, left: Tree, right: Tree) -> Tree {
@@ -439,11 +415,6 @@ fn ms(start: Instant) -> f64 {
     start.elapsed().as_secs_f64() * 1e3
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
 fn main() {
     let cli = Cli::parse();
     if cli.nodes < 3 {
@@ -497,8 +468,12 @@ fn main() {
     );
     println!("| phase | {} |", names.join(" | "));
     println!("|---|{}", "---|".repeat(names.len()));
+    let base_version = names
+        .iter()
+        .position(|&n| n == "loam heap")
+        .expect("loam's heap is a version");
     for (p, phase) in PHASES.iter().enumerate() {
-        let base = median(times[1][p].clone());
+        let base = median(times[base_version][p].clone());
         let cells: Vec<String> = (0..names.len())
             .map(|v| {
                 let m = median(times[v][p].clone());

@@ -1,0 +1,91 @@
+//! What the seed examples that compare memory managers share: the managers
+//! as `GlobalAlloc` values, a child-process run per manager (a process's
+//! peak memory cannot be split between managers), and medians.
+
+use std::alloc::{GlobalAlloc, System};
+
+/// A memory manager the examples allocate through.
+#[derive(Clone, Copy)]
+pub struct Heap {
+    pub name: &'static str,
+    pub alloc: &'static (dyn GlobalAlloc + Sync),
+}
+
+static LOAM_HEAP: loam::heap::LoamAlloc = loam::heap::LoamAlloc;
+static MIMALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static JEMALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+static SNMALLOC: snmalloc_rs::SnMalloc = snmalloc_rs::SnMalloc;
+
+/// The system allocator first (the seeds' baseline), then loam's heap and
+/// the scalable peers.
+pub const HEAPS: [Heap; 5] = [
+    Heap {
+        name: "system",
+        alloc: &System,
+    },
+    Heap {
+        name: "loam heap",
+        alloc: &LOAM_HEAP,
+    },
+    Heap {
+        name: "mimalloc",
+        alloc: &MIMALLOC,
+    },
+    Heap {
+        name: "jemalloc",
+        alloc: &JEMALLOC,
+    },
+    Heap {
+        name: "snmalloc",
+        alloc: &SNMALLOC,
+    },
+];
+
+/// The heap named `name`.
+pub fn heap(name: &str) -> Option<Heap> {
+    HEAPS.iter().copied().find(|h| h.name == name)
+}
+
+/// This process's peak resident set in KiB: `VmHWM`, its own high-water
+/// mark (`getrusage`'s `ru_maxrss` carries a forking parent's across
+/// `exec`).
+pub fn peak_rss_kb() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// Runs this example again as a child with `args`, and returns the
+/// numbers of the `key value` lines it printed.
+pub fn child(args: &[String]) -> Result<Vec<(String, f64)>, String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let out = std::process::Command::new(exe)
+        .args(args)
+        .output()
+        .map_err(|e| format!("cannot start a child run: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "a child run ({}) failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let (k, v) = l.rsplit_once(' ')?;
+            Some((k.to_string(), v.parse().ok()?))
+        })
+        .collect())
+}
+
+/// The median of `v` (the upper one of an even count).
+pub fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}

@@ -48,6 +48,7 @@
 //! and headers only for drop glue).
 
 use crate::finalize::PageWork;
+use crate::registry::{Chunk, CHUNK_SLOTS};
 use crate::gc::{header_of, poison};
 use crate::sweep::Swept;
 use loam_threadpool::ThreadPool;
@@ -57,34 +58,11 @@ use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-/// Addresses per registry chunk.
-const CHUNK_SLOTS: usize = 4096;
-
 /// Old survivors a sweep thread claims at a time.
 const OLD_CLAIM: usize = 4096;
 
 /// Bits of the size word that hold the size; the rest hold log2(align).
 const SIZE_BITS: u32 = 58;
-
-/// One mutator's run of registered objects (module docs).
-pub(crate) struct Chunk {
-    slots: Box<[AtomicUsize]>,
-    /// Slots filled. Writer: the owning mutator (release); readers: the
-    /// pause (acquire, world stopped).
-    len: AtomicUsize,
-    /// Slots already swept. The collector's alone.
-    swept: AtomicUsize,
-}
-
-impl Chunk {
-    fn new() -> Chunk {
-        Chunk {
-            slots: (0..CHUNK_SLOTS).map(|_| AtomicUsize::new(0)).collect(),
-            len: AtomicUsize::new(0),
-            swept: AtomicUsize::new(0),
-        }
-    }
-}
 
 /// A mutator's part of the space: the chunk it registers objects in.
 #[derive(Default)]
@@ -104,9 +82,10 @@ pub(crate) struct Snapshot {
 impl Snapshot {
     /// Every object in the snapshot, for verify mode.
     pub(crate) fn addresses(&self) -> impl Iterator<Item = usize> + '_ {
-        let young = self.young.iter().flat_map(|(c, from, to)| {
-            c.slots[*from..*to].iter().map(|s| s.load(Ordering::Relaxed))
-        });
+        let young = self
+            .young
+            .iter()
+            .flat_map(|(c, from, to)| c.addresses(*from, *to));
         young.chain(self.old.iter().flat_map(|o| o.iter().copied()))
     }
 }
@@ -183,18 +162,13 @@ impl AllocSpace {
 
     fn register(&self, local: &Local, addr: usize) {
         let mut current = local.chunk.borrow_mut();
-        let full = current
-            .as_ref()
-            .map_or(true, |c| c.len.load(Ordering::Relaxed) == CHUNK_SLOTS);
+        let full = current.as_ref().map_or(true, |c| c.is_full());
         if full {
             let chunk = Arc::new(Chunk::new());
             self.young.lock().push(chunk.clone());
             *current = Some(chunk);
         }
-        let chunk = current.as_ref().expect("a chunk with room");
-        let i = chunk.len.load(Ordering::Relaxed);
-        chunk.slots[i].store(addr, Ordering::Relaxed);
-        chunk.len.store(i + 1, Ordering::Release);
+        current.as_ref().expect("a chunk with room").push(addr);
     }
 
     /// The mark word of the object at `addr`.
@@ -277,8 +251,8 @@ impl AllocSpace {
         let young = std::mem::take(&mut *self.young.lock())
             .into_iter()
             .map(|c| {
-                let to = c.len.load(Ordering::Acquire);
-                let from = c.swept.load(Ordering::Relaxed);
+                let to = c.published();
+                let from = c.swept();
                 (c, from, to)
             })
             .collect();
@@ -316,10 +290,10 @@ impl AllocSpace {
             // SAFETY: dead, poisoned, in no registry (`free`).
             unsafe { self.dealloc(addr) };
         }
-        let units: Vec<&[AtomicUsize]> = snap
+        let units: Vec<(&Chunk, usize, usize)> = snap
             .young
             .iter()
-            .map(|(c, from, to)| &c.slots[*from..*to])
+            .map(|(c, from, to)| (&**c, *from, *to))
             .collect();
         let old: Vec<&[usize]> = snap.old.iter().flat_map(|o| o.chunks(OLD_CLAIM)).collect();
         let next = AtomicUsize::new(0);
@@ -360,8 +334,8 @@ impl AllocSpace {
                 if i >= total {
                     break;
                 }
-                if let Some(slots) = units.get(i) {
-                    slots.iter().for_each(|s| visit(s.load(Ordering::Relaxed)));
+                if let Some(&(chunk, from, to)) = units.get(i) {
+                    chunk.addresses(from, to).for_each(&mut visit);
                 } else {
                     old[i - units.len()].iter().for_each(|&a| visit(a));
                 }
@@ -388,8 +362,9 @@ impl AllocSpace {
         // mutator (only the snapshot holds it, so its length is final).
         let mut back = Vec::new();
         for (chunk, _, to) in snap.young {
-            chunk.swept.store(to, Ordering::Relaxed);
-            let done = to == CHUNK_SLOTS || (Arc::strong_count(&chunk) == 1 && to == chunk.len.load(Ordering::Acquire));
+            chunk.set_swept(to);
+            let left_by_its_mutator = Arc::strong_count(&chunk) == 1 && to == chunk.published();
+            let done = to == CHUNK_SLOTS || left_by_its_mutator;
             if !done {
                 back.push(chunk);
             }
@@ -406,8 +381,7 @@ impl Drop for AllocSpace {
     fn drop(&mut self) {
         let mut left: Vec<usize> = std::mem::take(self.quarantine.get_mut());
         for chunk in self.young.get_mut().drain(..) {
-            let (from, to) = (chunk.swept.load(Ordering::Relaxed), chunk.len.load(Ordering::Relaxed));
-            left.extend(chunk.slots[from..to].iter().map(|s| s.load(Ordering::Relaxed)));
+            left.extend(chunk.addresses(chunk.swept(), chunk.published()));
         }
         for old in self.old.get_mut().drain(..) {
             left.extend_from_slice(&old);

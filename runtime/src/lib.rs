@@ -254,6 +254,7 @@ macro_rules! not_under_loom {
 }
 
 mod handshake;
+mod registry;
 #[cfg(all(test, loom))]
 mod snapshot_model;
 mod trace;

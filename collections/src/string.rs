@@ -63,6 +63,12 @@ unsafe impl Trace for GcString<'_> {
     }
 }
 
+// SAFETY: `Unbranded` is `GcString` with its one lifetime, the brand,
+// bound by the `Rootable` parameter: its `Root` at `'gc` is `Self`.
+unsafe impl<'gc> loam_runtime::Rebrand<'gc> for GcString<'gc> {
+    type Unbranded = dyn for<'a> loam_runtime::Rootable<'a, Root = GcString<'a>>;
+}
+
 impl<'gc> GcString<'gc> {
     /// A managed copy of `s`.
     ///

@@ -286,7 +286,7 @@ not_under_loom! {
     pub use mutator::{AllocError, Mutation, Mutator};
     pub use options::ConfigError;
     pub use pool::{join, scope, spawn, with_mutator, ManagedPool, ManagedPoolBuilder, ManagedScope};
-    pub use root::{GlobalRoot, Root, Rootable};
+    pub use root::{GlobalRoot, Rebrand, Root, Rootable};
     pub use runtime::{Runtime, RuntimeBuilder};
     pub use stats::{CycleEvent, GcStats, PauseHistogram};
     pub use weak::GcWeak;

@@ -39,6 +39,84 @@ macro_rules! Rootable {
     };
 }
 
+/// A managed type whose brand the compiler can abstract by itself, so that
+/// [`Root::of`] and [`GlobalRoot::of`] root a `Gc` without the
+/// [`Rootable!`](crate::Rootable!) type written out: `Unbranded` is `Self`
+/// with its brand `'gc` made a parameter again.
+///
+/// `#[derive(Trace)]` implements it for a type with at most one lifetime
+/// (its brand) whose type parameters are `'static`; the runtime for
+/// `'static` leaf types (numbers, `bool`, `char`, `String`, `Box`, `Vec`,
+/// `Option` of `'static` types, and managed arrays `[T]` and `str`); the
+/// collections for theirs where the element types allow it.
+///
+/// ```
+/// use loam_runtime::{Gc, Root, Runtime, Trace};
+///
+/// #[derive(Trace)]
+/// struct Node<'gc> {
+///     value: u32,
+///     next: Option<Gc<'gc, Node<'gc>>>,
+/// }
+///
+/// let rt = Runtime::new();
+/// let mut m = rt.attach();
+/// let head = m.mutate(|mc| {
+///     let tail = mc.alloc(Node { value: 2, next: None });
+///     Root::of(mc, mc.alloc(Node { value: 1, next: Some(tail) }))
+/// });
+/// let count = m.mutate(|mc| *Root::of(mc, mc.alloc(7_u64)).get(mc));
+/// assert_eq!(count, 7);
+/// assert_eq!(m.mutate(|mc| head.get(mc).next.unwrap().value), 2);
+/// ```
+/// # Safety
+/// `<Self::Unbranded as Rootable<'gc>>::Root` is `Self`: a root made from
+/// a `Gc<'gc, Self>` hands the object back as that type.
+pub unsafe trait Rebrand<'gc> {
+    /// `Self` with its brand abstracted.
+    type Unbranded: ?Sized + for<'a> Rootable<'a>;
+}
+
+/// `Rebrand` for `'static` types: nothing to abstract.
+macro_rules! rebrand_static {
+    ($($ty:ty),* $(,)?) => {
+        // SAFETY: `Root = $ty` at every brand.
+        $(unsafe impl<'gc> Rebrand<'gc> for $ty {
+            type Unbranded = dyn for<'a> Rootable<'a, Root = $ty>;
+        })*
+    };
+}
+
+rebrand_static!(
+    u8, u16, u32, u64, u128, usize, i8, i16, i32, i64, i128, isize, f32, f64, bool, char, (),
+    String, str
+);
+
+// SAFETY: `Root` is the same `'static` type at every brand.
+unsafe impl<'gc, T: 'static> Rebrand<'gc> for [T] {
+    type Unbranded = dyn for<'a> Rootable<'a, Root = [T]>;
+}
+
+// SAFETY: `Root` is the same `'static` type at every brand.
+unsafe impl<'gc, T: 'static, const N: usize> Rebrand<'gc> for [T; N] {
+    type Unbranded = dyn for<'a> Rootable<'a, Root = [T; N]>;
+}
+
+// SAFETY: `Root` is the same `'static` type at every brand.
+unsafe impl<'gc, T: ?Sized + 'static> Rebrand<'gc> for Box<T> {
+    type Unbranded = dyn for<'a> Rootable<'a, Root = Box<T>>;
+}
+
+// SAFETY: `Root` is the same `'static` type at every brand.
+unsafe impl<'gc, T: 'static> Rebrand<'gc> for Vec<T> {
+    type Unbranded = dyn for<'a> Rootable<'a, Root = Vec<T>>;
+}
+
+// SAFETY: `Root` is the same `'static` type at every brand.
+unsafe impl<'gc, T: 'static> Rebrand<'gc> for Option<T> {
+    type Unbranded = dyn for<'a> Rootable<'a, Root = Option<T>>;
+}
+
 /// A slab of object addresses (0 = free slot).
 #[derive(Debug, Default)]
 pub(crate) struct RootTable {
@@ -115,6 +193,18 @@ pub struct Root<R: ?Sized + for<'a> Rootable<'a>> {
 }
 
 impl<R: ?Sized + for<'a> Rootable<'a>> Root<R> {
+    /// Roots `gc` in this mutator's table, as [`Mutation::root`], with the
+    /// root's type inferred from the object's ([`Rebrand`]):
+    /// `let head = Root::of(mc, tree);`.
+    pub fn of<'gc, T>(mc: &Mutation<'gc>, gc: Gc<'gc, T>) -> Root<R>
+    where
+        T: ?Sized + Rebrand<'gc, Unbranded = R> + Managed,
+    {
+        // `R::Root` at `'gc` is `T` (`Rebrand`'s contract), so `get` hands
+        // back the object as the type it was rooted as.
+        Root::new(mc.mutator(), gc.addr())
+    }
+
     pub(crate) fn new(m: &Mutator, addr: usize) -> Self {
         let index = m.me.roots.lock().insert(addr);
         Root {
@@ -203,6 +293,16 @@ unsafe impl<R: ?Sized + for<'a> Rootable<'a>> Send for GlobalRoot<R> {}
 unsafe impl<R: ?Sized + for<'a> Rootable<'a>> Sync for GlobalRoot<R> {}
 
 impl<R: ?Sized + for<'a> Rootable<'a>> GlobalRoot<R> {
+    /// Roots `gc` in the runtime's table, as [`Mutation::global_root`],
+    /// with the root's type inferred from the object's ([`Rebrand`]).
+    pub fn of<'gc, T>(mc: &Mutation<'gc>, gc: Gc<'gc, T>) -> GlobalRoot<R>
+    where
+        T: ?Sized + Rebrand<'gc, Unbranded = R> + Managed,
+    {
+        // As in `Root::of`.
+        GlobalRoot::new(mc.mutator().handle.clone(), gc.addr())
+    }
+
     pub(crate) fn new(handle: Arc<Handle>, addr: usize) -> Self {
         let index = handle.shared.globals.lock().insert(addr);
         GlobalRoot {

@@ -273,10 +273,58 @@ fn expand(input: &DeriveInput) -> syn::Result<TokenStream> {
         }
     };
 
+    let rebrand_impl = rebrand(input, &rt);
+
     Ok(quote! {
         #trace_impl
         #drop_guard
+        #rebrand_impl
     })
+}
+
+/// `impl Rebrand` for a type with at most one lifetime (its brand) and
+/// `'static` type parameters: `Unbranded` is the type with the brand made
+/// the `Rootable` parameter. Nothing for other types (they name their
+/// roots with `Rootable!`).
+fn rebrand(input: &DeriveInput, rt: &TokenStream) -> TokenStream {
+    let lifetimes: Vec<_> = input.generics.lifetimes().collect();
+    if lifetimes.len() > 1 {
+        return TokenStream::new();
+    }
+    let name = &input.ident;
+    let brand = lifetimes.first().map(|l| l.lifetime.clone());
+    let unbranded_args = input.generics.params.iter().map(|param| match param {
+        syn::GenericParam::Lifetime(_) => quote!('__loam_a),
+        syn::GenericParam::Type(t) => t.ident.to_token_stream(),
+        syn::GenericParam::Const(c) => c.ident.to_token_stream(),
+    });
+    let unbranded = if input.generics.params.is_empty() {
+        quote!(#name)
+    } else {
+        quote!(#name<#(#unbranded_args),*>)
+    };
+    let mut generics = input.generics.clone();
+    for param in generics.type_params_mut() {
+        param.bounds.push(syn::parse_quote!('static));
+    }
+    let gc = match &brand {
+        Some(brand) => brand.clone(),
+        None => {
+            generics.params.insert(0, syn::parse_quote!('__loam_gc));
+            syn::parse_quote!('__loam_gc)
+        }
+    };
+    let (impl_generics, _, where_clause) = generics.split_for_impl();
+    let (_, ty_generics, _) = input.generics.split_for_impl();
+    quote! {
+        #[automatically_derived]
+        // SAFETY: `Unbranded` is this type with its only lifetime (if
+        // any) bound by the `Rootable` parameter and its type parameters
+        // `'static`, so its `Root` at `#gc` is `Self`.
+        unsafe impl #impl_generics #rt::Rebrand<#gc> for #name #ty_generics #where_clause {
+            type Unbranded = dyn for<'__loam_a> #rt::Rootable<'__loam_a, Root = #unbranded>;
+        }
+    }
 }
 
 /// The one `#[trace(...)]` attribute among `attrs`, if any.

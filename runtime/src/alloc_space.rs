@@ -77,6 +77,9 @@ pub(crate) struct Snapshot {
     young: Vec<(Arc<Chunk>, usize, usize)>,
     /// Old survivors (full cycles only).
     old: Vec<Box<[usize]>>,
+    /// Verify mode: the objects poisoned before this pause, which its
+    /// mark has passed by the time the sweep frees them.
+    quarantined: Vec<usize>,
 }
 
 impl Snapshot {
@@ -142,6 +145,10 @@ impl AllocSpace {
         let Ok(layout) = Layout::from_size_align(pre + bytes, align.max(8)) else {
             return std::ptr::null_mut();
         };
+        // The size word keeps the alignment in its top bits.
+        if layout.size() >= 1 << SIZE_BITS {
+            return std::ptr::null_mut();
+        }
         // SAFETY: a non-zero size (the prefix).
         let base = unsafe { self.alloc.alloc(layout) };
         if base.is_null() {
@@ -261,7 +268,12 @@ impl AllocSpace {
         } else {
             Vec::new()
         };
-        Snapshot { young, old }
+        let quarantined = std::mem::take(&mut *self.quarantine.lock());
+        Snapshot {
+            young,
+            old,
+            quarantined,
+        }
     }
 
     /// Puts a snapshot back unswept (a cycle whose marks cannot be trusted
@@ -269,6 +281,7 @@ impl AllocSpace {
     pub(crate) fn restore(&self, snap: Snapshot) {
         self.young.lock().extend(snap.young.into_iter().map(|(c, _, _)| c));
         self.old.lock().extend(snap.old);
+        self.quarantine.lock().extend(snap.quarantined);
     }
 
     /// Sweeps `snap` on the threads of `pool`: frees the unmarked objects
@@ -284,9 +297,9 @@ impl AllocSpace {
         id: u16,
         verify: bool,
     ) -> (Swept, Vec<PageWork>) {
-        // Last cycle's poisoned objects: its mark has passed them.
-        let quarantined = std::mem::take(&mut *self.quarantine.lock());
-        for addr in quarantined {
+        // The objects poisoned before this cycle's pause: its mark has
+        // passed them (those poisoned since wait for the next).
+        for &addr in &snap.quarantined {
             // SAFETY: dead, poisoned, in no registry (`free`).
             unsafe { self.dealloc(addr) };
         }
@@ -361,9 +374,13 @@ impl AllocSpace {
         // Chunks back in `young`, unless done: full, or left by their
         // mutator (only the snapshot holds it, so its length is final).
         let mut back = Vec::new();
-        for (chunk, _, to) in snap.young {
+        for (mut chunk, _, to) in snap.young {
             chunk.set_swept(to);
-            let left_by_its_mutator = Arc::strong_count(&chunk) == 1 && to == chunk.published();
+            // `get_mut` checks that this is the last handle with acquire
+            // ordering (`strong_count` is relaxed): the mutator's drop of
+            // its handle, and every length it published before, happened
+            // before the load below.
+            let left_by_its_mutator = Arc::get_mut(&mut chunk).is_some() && to == chunk.published();
             let done = to == CHUNK_SLOTS || left_by_its_mutator;
             if !done {
                 back.push(chunk);

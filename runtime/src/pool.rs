@@ -330,7 +330,9 @@ impl fmt::Debug for ManagedScope<'_> {
 /// [`loam_runtime::join`](join) and [`loam_runtime::scope`](scope), which
 /// lend the task's mutator while its worker waits. Parked workers and
 /// workers between `mutate` calls never hold a collection up. Dropping the
-/// pool finishes queued tasks and joins the workers.
+/// pool finishes queued tasks and joins the workers (inside a `mutate`
+/// call it does not wait for them: they may be waiting for a pause that
+/// waits for that call).
 ///
 /// # Examples
 /// ```

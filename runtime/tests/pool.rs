@@ -386,3 +386,49 @@ fn many_short_bursts_on_fresh_pools() {
     }
     within_a_minute("a collection after the pools", move || rt.collect());
 }
+
+#[test]
+fn dropping_a_pool_inside_mutate_does_not_wait_for_its_workers() {
+    let _serial = serial();
+    let rt = rt().build();
+    let pool = ManagedPool::builder(&rt).num_threads(2).build().unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    {
+        let stop = stop.clone();
+        pool.spawn(move |m| {
+            while !stop.load(Ordering::Relaxed) {
+                m.mutate(|mc| {
+                    mc.alloc([0_u64; 8]);
+                });
+            }
+        });
+    }
+    // Collections keep asking to stop the world meanwhile: a worker that
+    // attached before the call below blocks at `mutate` entry while one is
+    // pending, and the call below holds every pause up until it returns.
+    let collecting = Arc::new(AtomicBool::new(true));
+    let collector = {
+        let (rt, collecting) = (rt.clone(), collecting.clone());
+        std::thread::spawn(move || {
+            while collecting.load(Ordering::Relaxed) {
+                rt.collect();
+            }
+        })
+    };
+    let rt2 = rt.clone();
+    within_a_minute("dropping a pool inside mutate", move || {
+        let mut m = rt2.attach();
+        m.mutate(move |mc| {
+            // A stop is pending (it waits for this call), and the worker,
+            // calling `mutate` in a loop, is held at its entry.
+            while !mc.collection_pending() {
+                std::thread::yield_now();
+            }
+            std::thread::sleep(Duration::from_millis(50));
+            stop.store(true, Ordering::Relaxed);
+            drop(pool);
+        });
+    });
+    collecting.store(false, Ordering::Relaxed);
+    collector.join().unwrap();
+}

@@ -11,14 +11,20 @@ use std::cell::Cell;
 use std::marker::PhantomData;
 
 thread_local! {
-    /// Why this thread may not wait on a pool now (`None`: it may).
-    static FORBIDDEN: Cell<Option<&'static str>> = const { Cell::new(None) };
+    /// Guards alive on this thread, and the reason of the latest: waits are
+    /// forbidden while the count is above zero. A count, not a saved state
+    /// per guard, so that guards dropped out of order (one moved into a
+    /// `mutate` call and dropped there) leave waits forbidden while any is
+    /// alive, and allowed once none is.
+    static FORBIDDEN: Cell<(usize, &'static str)> = const { Cell::new((0, "")) };
 }
 
 /// While alive, every pool call on this thread that could wait (`join`,
-/// `scope`, `broadcast`, `install`) panics with `reason` instead.
-/// Guards nest; dropping one restores the state before it. `!Send`: it
-/// belongs to the thread that made it.
+/// `scope`, `broadcast`, `install`) panics with `reason` instead, and
+/// dropping a pool does not wait for its workers. Guards nest: waits are
+/// allowed again once every guard of the thread is dropped (a forgotten
+/// guard forbids them for good). `!Send`: it belongs to the thread that
+/// made it.
 ///
 /// # Examples
 ///
@@ -34,7 +40,6 @@ thread_local! {
 #[must_use = "waits are forbidden only while the guard lives"]
 #[derive(Debug)]
 pub struct WaitsForbidden {
-    prev: Option<&'static str>,
     _not_send: PhantomData<*mut ()>,
 }
 
@@ -42,8 +47,8 @@ pub struct WaitsForbidden {
 /// [`WaitsForbidden`]).
 #[inline]
 pub fn forbid_waits(reason: &'static str) -> WaitsForbidden {
+    FORBIDDEN.with(|f| f.set((f.get().0 + 1, reason)));
     WaitsForbidden {
-        prev: FORBIDDEN.with(|f| f.replace(Some(reason))),
         _not_send: PhantomData,
     }
 }
@@ -51,14 +56,24 @@ pub fn forbid_waits(reason: &'static str) -> WaitsForbidden {
 impl Drop for WaitsForbidden {
     #[inline]
     fn drop(&mut self) {
-        FORBIDDEN.with(|f| f.set(self.prev));
+        FORBIDDEN.with(|f| {
+            let (count, reason) = f.get();
+            f.set((count - 1, reason));
+        });
     }
+}
+
+/// Whether this thread may not wait on a pool now.
+#[inline]
+pub(crate) fn waits_forbidden() -> bool {
+    FORBIDDEN.with(|f| f.get().0 > 0)
 }
 
 /// Panics if this thread may not wait on a pool now.
 #[inline]
 pub(crate) fn check_may_wait() {
-    if let Some(reason) = FORBIDDEN.with(Cell::get) {
+    let (count, reason) = FORBIDDEN.with(Cell::get);
+    if count > 0 {
         refuse(reason)
     }
 }
@@ -67,4 +82,20 @@ pub(crate) fn check_may_wait() {
 #[inline(never)]
 fn refuse(reason: &'static str) -> ! {
     panic!("loam-threadpool: this call would wait on a pool, which is not allowed here: {reason}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{forbid_waits, waits_forbidden};
+
+    #[test]
+    fn guards_dropped_out_of_order_keep_waits_forbidden_until_the_last() {
+        assert!(!waits_forbidden());
+        let outer = forbid_waits("outer");
+        let inner = forbid_waits("inner");
+        drop(outer);
+        assert!(waits_forbidden(), "one guard is still alive");
+        drop(inner);
+        assert!(!waits_forbidden());
+    }
 }

@@ -19,7 +19,9 @@ use crate::sync::Arc;
 /// (including jobs those jobs spawn), then joins the worker threads, so when
 /// `drop` returns no worker is running. If the last handle is dropped on one
 /// of the pool's own workers (from inside a task), that thread cannot join
-/// itself: the workers are then told to exit but not waited for.
+/// itself: the workers are then told to exit but not waited for. The same
+/// where waits are forbidden ([`forbid_waits`](crate::forbid_waits): inside
+/// a runtime's `mutate` call).
 ///
 /// # Examples
 ///
@@ -223,8 +225,11 @@ impl ThreadPool {
 impl Drop for ThreadPool {
     fn drop(&mut self) {
         self.registry.terminate();
-        if self.registry.current_worker().is_some() {
-            // Joining our own thread would deadlock; the workers exit anyway.
+        if self.registry.current_worker().is_some() || crate::no_wait::waits_forbidden() {
+            // Joining our own thread would deadlock, and so may waiting
+            // where waits are forbidden (inside a runtime's `mutate`, the
+            // workers may be waiting for a pause that waits for us); the
+            // workers finish the queue and exit anyway.
             return;
         }
         for thread in self.threads.drain(..) {

@@ -24,7 +24,12 @@
 //!   `SpinLatch` (a join's second half), `CountLatch` (scopes, broadcasts),
 //!   `CrossLatch` (a worker waiting on another pool), `LockLatch` (a thread
 //!   outside any pool blocks on it).
-//! - `Sleep` (`sleep.rs`): the sleeper count and per-worker park spots.
+//! - `Sleep` (`sleep.rs`): the sleeper count and per-worker park spots; a
+//!   job injected from outside wakes two parked workers, one for its first
+//!   fork (`Sleep::notify_injected`).
+//! - `Spread` (`spread.rs`): the CPU of each awake worker; one woken onto
+//!   another's CPU moves itself to a free one (Linux), so that a burst
+//!   after an idle spell does not run on one core.
 //!
 //! # Fast path: `join(a, b)` on a worker
 //!
@@ -111,6 +116,8 @@ mod registry;
 mod scope;
 #[cfg(not(loom))]
 mod spawn;
+#[cfg(not(loom))]
+mod spread;
 #[cfg(not(loom))]
 mod worker;
 

@@ -54,6 +54,9 @@ pub(crate) struct Registry {
     /// steals them.
     pub(crate) injector: Injector<JobRef>,
     pub(crate) sleep: Sleep,
+    /// The CPU of each awake worker, to move one woken onto another's
+    /// (`spread.rs`).
+    pub(crate) spread: crate::spread::Spread,
     /// Set once, by `ThreadPool::drop` (`SeqCst`, then `sleep.wake_all()`);
     /// read by workers after a failed look-up and in the sleep re-check
     /// (`SeqCst`; the sleep mutex orders it with parking).
@@ -77,6 +80,7 @@ impl Registry {
                 .collect(),
             injector: Injector::new(),
             sleep: Sleep::new(num_threads),
+            spread: crate::spread::Spread::new(num_threads),
             terminating: AtomicBool::new(false),
             hooks,
         };

@@ -70,6 +70,7 @@ impl WorkerThread {
         WORKER_THREAD.with(|current| current.set(&worker));
         let _clear = ClearCurrent;
         let hooks = &worker.registry.hooks;
+        worker.registry.spread.awake(index);
         run_hook(&hooks.start, index);
         worker.main_loop();
         run_hook(&hooks.exit, index);
@@ -232,9 +233,15 @@ impl WorkerThread {
     fn park(&self, latch: Option<&CoreLatch>) {
         let registry = &*self.registry;
         run_hook(&registry.hooks.before_park, self.index);
-        registry
+        registry.spread.parked(self.index);
+        let blocked = registry
             .sleep
             .sleep(self.index, latch, || registry.has_work(self));
+        if blocked {
+            registry.spread.awake(self.index);
+        } else {
+            registry.spread.awake_again(self.index);
+        }
         run_hook(&registry.hooks.after_unpark, self.index);
     }
 

@@ -17,3 +17,9 @@ pub use loam_collections as collections;
 pub use loam_heap as heap;
 pub use loam_runtime as runtime;
 pub use loam_threadpool as threadpool;
+
+/// The README's Rust examples, compiled and run as doctests, so that what
+/// users copy from it works.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeExamples;

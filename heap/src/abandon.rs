@@ -16,14 +16,14 @@ use crate::spin::SpinLock;
 use crate::sync::{AtomicUsize, Ordering};
 use std::ptr;
 
-struct Orphans {
+pub(crate) struct Orphans {
     head: *mut LocalHeap,
 }
 
 // SAFETY: orphan heaps are only touched under the lock.
 unsafe impl Send for Orphans {}
 
-static ORPHANS: SpinLock<Orphans> = SpinLock::new(Orphans {
+pub(crate) static ORPHANS: SpinLock<Orphans> = SpinLock::new(Orphans {
     head: ptr::null_mut(),
 });
 

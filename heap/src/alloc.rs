@@ -125,9 +125,9 @@ pub(crate) fn alloc_with_page(size: usize, align: usize) -> (*mut u8, *mut crate
 
 /// The heap for threads that have exited (allocations made by later
 /// thread-local destructors) or cannot register an exit hook.
-static FALLBACK: SpinLock<FallbackHeap> = SpinLock::new(FallbackHeap(ptr::null_mut()));
+pub(crate) static FALLBACK: SpinLock<FallbackHeap> = SpinLock::new(FallbackHeap(ptr::null_mut()));
 
-struct FallbackHeap(*mut LocalHeap);
+pub(crate) struct FallbackHeap(*mut LocalHeap);
 
 // SAFETY: the fallback heap is only touched under its lock.
 unsafe impl Send for FallbackHeap {}
@@ -170,6 +170,7 @@ pub(crate) fn thread_init() -> Option<*mut LocalHeap> {
     if current_heap() as usize == EXITED {
         return None;
     }
+    crate::fork::install();
     let heap = match crate::abandon::take_orphan() {
         Some(h) => h,
         None => {

@@ -82,6 +82,10 @@
 //!   thread's heap keeps its free slices for the delay too, so that the next
 //!   thread reuses them without faulting them in; orphan visits (at least
 //!   every half delay on any slow path) decommit them after it.
+//! - The four global spin locks (orphan list, fallback heap, segment
+//!   registry, huge-segment cache) are taken around `fork` by
+//!   `pthread_atfork` handlers (`fork.rs`), so a child of a multithreaded
+//!   program inherits them free and can allocate.
 //!
 //! # Invariants
 //! Stated on each struct (`Segment`, `Page`, `LocalHeap`, `RemoteQueue`,
@@ -116,6 +120,7 @@ not_under_loom! {
     mod abandon;
     mod alloc;
     mod batch;
+    mod fork;
     mod free;
     mod global_alloc;
     mod inspect;

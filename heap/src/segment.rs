@@ -93,7 +93,7 @@ const _: () = assert!(MARK_OFFSET + SLICES * MARK_BYTES_PER_SLICE <= ALLOC_OFFSE
 const _: () = assert!(ALLOC_OFFSET + SLICES * MARK_BYTES_PER_SLICE <= HEADER_SLICES * SLICE_SIZE);
 
 /// All live segments, for statistics and page iteration.
-struct Registry {
+pub(crate) struct Registry {
     head: *mut Segment,
     count: usize,
     mapped: usize,
@@ -103,7 +103,7 @@ struct Registry {
 // segments they name stay mapped until they are unlinked under that lock.
 unsafe impl Send for Registry {}
 
-static REGISTRY: SpinLock<Registry> = SpinLock::new(Registry {
+pub(crate) static REGISTRY: SpinLock<Registry> = SpinLock::new(Registry {
     head: ptr::null_mut(),
     count: 0,
     mapped: 0,
@@ -161,7 +161,7 @@ pub(crate) unsafe fn page_of(p: *const u8) -> *mut Page {
 /// A slot with `base != 0` owns a whole, unregistered mapping of `size`
 /// bytes that no thread refers to; `HUGE_CACHED` counts those slots (it is
 /// changed under the lock, and read without it only as a hint).
-struct HugeCache {
+pub(crate) struct HugeCache {
     slots: [HugeSlot; HUGE_CACHE_SLOTS],
 }
 
@@ -187,7 +187,7 @@ const HUGE_CACHE_LARGEST: usize = 32 << 20;
 /// only when this is not zero (a relaxed load, no lock).
 static HUGE_CACHED: AtomicUsize = AtomicUsize::new(0);
 
-static HUGE_CACHE: SpinLock<HugeCache> = SpinLock::new(HugeCache {
+pub(crate) static HUGE_CACHE: SpinLock<HugeCache> = SpinLock::new(HugeCache {
     slots: [EMPTY_SLOT; HUGE_CACHE_SLOTS],
 });
 

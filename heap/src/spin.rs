@@ -68,6 +68,24 @@ impl<T> SpinLock<T> {
     }
 }
 
+impl<T> SpinLock<T> {
+    /// Takes the lock with no guard: `fork.rs` holds it across a `fork`.
+    #[cfg(not(loom))]
+    pub(crate) fn lock_for_fork(&self) {
+        std::mem::forget(self.lock());
+    }
+
+    /// Releases a lock taken by [`lock_for_fork`](Self::lock_for_fork).
+    ///
+    /// # Safety
+    /// This thread (or, in a fork's child, the thread that forked) took the
+    /// lock with `lock_for_fork` and has not released it.
+    #[cfg(not(loom))]
+    pub(crate) unsafe fn unlock_after_fork(&self) {
+        self.locked.store(false, Ordering::Release);
+    }
+}
+
 /// Proof that the [`SpinLock`] is held; unlocks on drop.
 pub(crate) struct SpinGuard<'a, T> {
     lock: &'a SpinLock<T>,

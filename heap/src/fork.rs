@@ -1,0 +1,51 @@
+//! `fork` in a multithreaded program: the child must be able to allocate.
+//!
+//! A child has one thread, the one that forked; every lock another thread
+//! held at that instant stays held in the child for ever. The heap's global
+//! spin locks (the orphan list, the fallback heap, the segment registry,
+//! the huge-segment cache) are taken around `fork` by `pthread_atfork`
+//! handlers, in the order the heap nests them (the fallback heap's lock is
+//! held while its allocation maps segments and takes the registry's; an
+//! orphan is drained under the orphan lock and may unmap segments), and
+//! released after it in both processes: the child inherits them free, and
+//! the heap's metadata as the forking thread left it, consistent.
+//!
+//! The other threads' heaps are copied as they were and are never used in
+//! the child (their threads do not exist there); blocks the child frees
+//! into them wait in their queues. jemalloc and glibc do the same.
+
+use std::sync::Once;
+
+/// Registers the handlers, once per process (the first thread heap calls
+/// this).
+pub(crate) fn install() {
+    static INSTALLED: Once = Once::new();
+    INSTALLED.call_once(|| {
+        // SAFETY: the three handlers are `extern "C" fn()` that only take
+        // and release the heap's spin locks.
+        let rc = unsafe { libc::pthread_atfork(Some(prepare), Some(release), Some(release)) };
+        // It fails only without memory for the registration: then a child
+        // may hang as before, and the parent is unaffected.
+        debug_assert_eq!(rc, 0, "heap: pthread_atfork failed");
+    });
+}
+
+/// Before `fork`: takes every global lock, in nesting order.
+extern "C" fn prepare() {
+    crate::alloc::FALLBACK.lock_for_fork();
+    crate::abandon::ORPHANS.lock_for_fork();
+    crate::segment::REGISTRY.lock_for_fork();
+    crate::segment::HUGE_CACHE.lock_for_fork();
+}
+
+/// After `fork`, in the parent and in the child: releases them.
+extern "C" fn release() {
+    // SAFETY: `prepare` took each on this thread (the child's only thread
+    // is the one that forked).
+    unsafe {
+        crate::segment::HUGE_CACHE.unlock_after_fork();
+        crate::segment::REGISTRY.unlock_after_fork();
+        crate::abandon::ORPHANS.unlock_after_fork();
+        crate::alloc::FALLBACK.unlock_after_fork();
+    }
+}

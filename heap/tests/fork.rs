@@ -1,0 +1,107 @@
+//! `fork` while other threads allocate, free, start and exit: each child
+//! allocates and frees through the heap and exits; none may hang on a lock
+//! another thread held at the fork. (Without the heap's `pthread_atfork`
+//! handlers, children spun for ever in the orphan list's lock.) The scale
+//! is `LOAM_FORK_TEST_FORKS` (default 300).
+
+use loam_heap::LoamAlloc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+#[global_allocator]
+static GLOBAL: LoamAlloc = LoamAlloc;
+
+/// Churn in the parent: threads that allocate a mix of sizes (huge ones
+/// too, for the huge-segment cache), free them, and exit, so that their
+/// heaps become orphans that new threads adopt.
+fn churn(stop: Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let mut round = 0_usize;
+        while !stop.load(Ordering::Relaxed) {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut kept: Vec<Vec<u8>> = Vec::new();
+                for i in 0..2_000 {
+                    let size = [24, 200, 3_000, 70_000][i % 4] + round % 7;
+                    kept.push(vec![i as u8; size]);
+                    if kept.len() > 64 {
+                        kept.swap_remove(i % 64);
+                    }
+                    if stop.load(Ordering::Relaxed) {
+                        break;
+                    }
+                }
+                if round % 16 == 0 {
+                    drop(vec![0_u8; 8 << 20]); // a huge segment, cached
+                }
+            })
+            .join()
+            .unwrap();
+            round += 1;
+        }
+    })
+}
+
+/// What a child does: allocate and free through the heap, then `_exit`.
+fn child() -> ! {
+    let mut v: Vec<Box<[u8]>> = (0..1_000)
+        .map(|i| vec![i as u8; 16 + i % 300].into_boxed_slice())
+        .collect();
+    v.truncate(10);
+    let big = vec![1_u8; 8 << 20];
+    let ok = v.len() == 10 && big[12345] == 1;
+    drop((v, big));
+    // SAFETY: `_exit` ends the child without running the parent's atexit
+    // handlers or destructors.
+    unsafe { libc::_exit(if ok { 0 } else { 3 }) }
+}
+
+#[test]
+fn children_forked_while_threads_allocate_can_allocate() {
+    let forks: usize = std::env::var("LOAM_FORK_TEST_FORKS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(300);
+    let stop = Arc::new(AtomicBool::new(false));
+    let churners: Vec<_> = (0..2).map(|_| churn(stop.clone())).collect();
+    let mut hung = 0;
+    for _ in 0..forks {
+        // SAFETY: the child calls only the heap and `_exit` (`child`).
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork failed");
+        if pid == 0 {
+            child();
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut status = 0;
+        loop {
+            // SAFETY: `pid` is our child; `status` is a valid out pointer.
+            let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+            if r == pid {
+                break;
+            }
+            if Instant::now() > deadline {
+                hung += 1;
+                // SAFETY: as above.
+                unsafe {
+                    libc::kill(pid, libc::SIGKILL);
+                    libc::waitpid(pid, &mut status, 0);
+                }
+                break;
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        if hung == 0 {
+            assert!(
+                libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+                "a child failed: status {status:#x}"
+            );
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    for c in churners {
+        c.join().unwrap();
+    }
+    assert_eq!(hung, 0, "{hung} of {forks} children hung after fork");
+}

@@ -64,7 +64,7 @@ impl LocalHeap {
     /// Maps, initializes and registers a new heap; null if out of memory.
     pub(crate) fn create() -> *mut LocalHeap {
         let size = std::mem::size_of::<LocalHeap>().next_multiple_of(os::OS_PAGE);
-        let heap = os::map_aligned(size, os::OS_PAGE).cast::<LocalHeap>();
+        let heap = os::map_aligned(size, os::OS_PAGE, false).cast::<LocalHeap>();
         if heap.is_null() {
             return heap;
         }

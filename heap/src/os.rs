@@ -5,7 +5,15 @@ use std::ptr;
 
 /// Maps `size` bytes aligned to `align` (a power of two, at least the OS page),
 /// zero-filled and read-write. Returns null when the OS refuses.
-pub(crate) fn map_aligned(size: usize, align: usize) -> *mut u8 {
+///
+/// With `backed`, the mapping is charged to the kernel's commit accounting
+/// like `malloc`'s, so a request the machine cannot back (64 GiB on a
+/// 24 GiB machine under the default heuristic overcommit) is refused here,
+/// as a null the program can handle, instead of succeeding and ending in an
+/// OOM kill when touched. Huge blocks, one allocation each, are mapped so;
+/// normal segments (4 MiB, reused many times) and heap records are
+/// reserved without (`MAP_NORESERVE`).
+pub(crate) fn map_aligned(size: usize, align: usize, backed: bool) -> *mut u8 {
     debug_assert!(align.is_power_of_two() && size % 4096 == 0);
     let Some(over) = size.checked_add(align) else {
         return ptr::null_mut();
@@ -17,7 +25,7 @@ pub(crate) fn map_aligned(size: usize, align: usize) -> *mut u8 {
             ptr::null_mut(),
             over,
             libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | if backed { 0 } else { libc::MAP_NORESERVE },
             -1,
             0,
         )

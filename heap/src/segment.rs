@@ -336,7 +336,7 @@ impl Segment {
         kind: SegmentKind,
         map_size: usize,
     ) -> *mut Segment {
-        let base = os::map_aligned(map_size, SEGMENT_SIZE);
+        let base = os::map_aligned(map_size, SEGMENT_SIZE, kind == SegmentKind::Huge);
         if base.is_null() {
             return ptr::null_mut();
         }

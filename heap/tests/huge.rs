@@ -81,3 +81,45 @@ fn collect_gives_cached_huge_mappings_back() {
         LoamAlloc.dealloc(b, big);
     }
 }
+
+/// The RAM and swap of this machine, in bytes.
+fn backing() -> u64 {
+    // SAFETY: `sysinfo` fills the struct it is given.
+    let mut info: libc::sysinfo = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid pointer to a `sysinfo`.
+    assert_eq!(unsafe { libc::sysinfo(&mut info) }, 0);
+    (info.totalram as u64 + info.totalswap as u64) * u64::from(info.mem_unit)
+}
+
+/// Requests the machine cannot back are a null, as from `malloc`, not
+/// memory that ends in an OOM kill when touched (under the kernel's
+/// default heuristic overcommit; with overcommit set to "always" the
+/// kernel grants any mapping, and there is nothing to check).
+#[test]
+fn a_request_the_machine_cannot_back_is_null() {
+    let _one_at_a_time = hold();
+    let mode = std::fs::read_to_string("/proc/sys/vm/overcommit_memory").unwrap_or_default();
+    if mode.trim() == "1" {
+        eprintln!("overcommit_memory is 1: every mapping is granted; skipped");
+        return;
+    }
+    let heap = LoamAlloc;
+    for size in [backing() * 3, 1 << 40, 64 << 40] {
+        let layout = Layout::from_size_align(size as usize, 8).unwrap();
+        // SAFETY: a non-zero size.
+        let p = unsafe { heap.alloc(layout) };
+        assert!(
+            p.is_null(),
+            "{size} bytes on a machine with {} were granted",
+            backing()
+        );
+    }
+    // The heap carries on.
+    let layout = Layout::from_size_align(64 << 20, 8).unwrap();
+    // SAFETY: as above; freed with its layout.
+    unsafe {
+        let p = heap.alloc(layout);
+        assert!(!p.is_null());
+        heap.dealloc(p, layout);
+    }
+}

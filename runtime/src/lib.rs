@@ -211,6 +211,18 @@
 //!   `mutate` there is fine: a stop that waits past its patience lets
 //!   waiting mutators in (`handshake.rs`, "The gate").
 //!
+//! # Object spaces
+//! The above is the default object space, loam's pages. A runtime built
+//! with [`RuntimeBuilder::global_alloc`] keeps its objects in any
+//! `GlobalAlloc` instead: each object gets a 16-byte prefix (its
+//! allocation size, and its mark as the number of the full cycle that set
+//! it, so a full cycle unmarks everything by counting up), and its address
+//! goes into its mutator's registry chunk, which the pause takes in place
+//! of the pages' allocated bits; the sweep frees dead objects one by one
+//! through the allocator. The mark, the barriers, weak references, the
+//! snapshot, the sweep and the finalizer reach memory only through
+//! `space.rs`, so everything else is the same collector.
+//!
 //! # The managed pool
 //! [`ManagedPool`] is a `loam-threadpool` pool whose workers attach when they
 //! start and detach when they exit; a task gets its worker's `&mut Mutator`,

@@ -11,7 +11,7 @@
 //! worker holds: it narrows its affinity to that CPU (the kernel migrates
 //! it at once) and restores its affinity as it was. Two system calls, only
 //! when a wake-up landed on a busy worker's CPU; nothing elsewhere than
-//! Linux.
+//! Linux (or under Miri, which has no `sched_getcpu`).
 //!
 //! The records are hints: a CPU recorded at wake-up goes stale as the
 //! kernel moves threads, so a worker may move once when it did not need
@@ -86,21 +86,21 @@ impl std::fmt::Debug for Spread {
 }
 
 /// The CPU this thread runs on.
-#[cfg(target_os = "linux")]
+#[cfg(all(target_os = "linux", not(miri)))]
 fn current_cpu() -> Option<usize> {
     // SAFETY: `sched_getcpu` has no preconditions.
     let cpu = unsafe { libc::sched_getcpu() };
     usize::try_from(cpu).ok()
 }
 
-#[cfg(not(target_os = "linux"))]
+#[cfg(not(all(target_os = "linux", not(miri))))]
 fn current_cpu() -> Option<usize> {
     None
 }
 
 /// Moves this thread from `from` to an allowed CPU for which `free` holds,
 /// leaving its affinity as it was; returns that CPU.
-#[cfg(target_os = "linux")]
+#[cfg(all(target_os = "linux", not(miri)))]
 fn move_off(from: usize, free: impl Fn(usize) -> bool) -> Option<usize> {
     let size = std::mem::size_of::<libc::cpu_set_t>();
     // SAFETY: a zeroed `cpu_set_t` is the empty set.
@@ -128,12 +128,12 @@ fn move_off(from: usize, free: impl Fn(usize) -> bool) -> Option<usize> {
     moved.then_some(to)
 }
 
-#[cfg(not(target_os = "linux"))]
+#[cfg(not(all(target_os = "linux", not(miri))))]
 fn move_off(_from: usize, _free: impl Fn(usize) -> bool) -> Option<usize> {
     None
 }
 
-#[cfg(all(test, target_os = "linux"))]
+#[cfg(all(test, target_os = "linux", not(miri)))]
 mod tests {
     use super::{current_cpu, Spread};
     use std::sync::atomic::Ordering;

@@ -176,6 +176,14 @@ fn coordinator(shared: &Shared, pool: &ThreadPool) {
         if let Some(prev) = prev_start.replace(start) {
             hold_freed_memory(start - prev);
         }
+        // A `collect` expects the garbage made before it freed, some of it
+        // in pages whose earlier dead objects the finalizer still holds or
+        // has just sent back: let the finalizer finish (a second at most,
+        // as below) and the caller take back those runs before the
+        // snapshot, which skips pages with a run out.
+        if forced && !from_finalizer && !last && shared.finalizer.wait_idle_for(Duration::from_secs(1)) {
+            take_back_collector_runs(shared);
+        }
         let mut events = vec![cycle(shared, pool, forced || last, &mut gen, &mut snap)];
         // A forced cycle (`collect`, the heap limit) must reach the pages
         // it skipped because earlier garbage there waited for the
@@ -208,9 +216,11 @@ fn coordinator(shared: &Shared, pool: &ThreadPool) {
             } else if !shared.finalizer.wait_idle_for(Duration::from_secs(1)) {
                 break;
             } else {
-                // Best effort: the thread in `collect` takes back its runs
-                // as it waits, about every millisecond.
-                std::thread::sleep(Duration::from_millis(1));
+                // The finalizer sent the runs of the pages it held to their
+                // owners: the thread in `collect` takes its own back, and
+                // the snapshot below must come after (under load a fixed
+                // millisecond was not enough, and drops came up short).
+                take_back_collector_runs(shared);
             }
             loam_heap::drain_orphans();
             // A cycle again: threads at the heap limit wait while a sweep
@@ -256,6 +266,21 @@ fn take_back_dropper_runs(shared: &Shared) {
         return;
     }
     let asked = shared.reclaim_asked.fetch_add(1, Ordering::AcqRel) + 1;
+    let deadline = Instant::now() + Duration::from_secs(1);
+    while shared.reclaim_done.load(Ordering::Acquire) < asked && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_micros(100));
+    }
+}
+
+/// Asks the threads waiting in `collect` to take back the page runs sent
+/// to them, and waits for one to answer (a second at most).
+fn take_back_collector_runs(shared: &Shared) {
+    if shared.collect_waiters.load(Ordering::Acquire) == 0 {
+        return;
+    }
+    let asked = shared.reclaim_asked.fetch_add(1, Ordering::AcqRel) + 1;
+    // They wait on the control condvar, a millisecond at a time.
+    shared.control_cv.notify_all();
     let deadline = Instant::now() + Duration::from_secs(1);
     while shared.reclaim_done.load(Ordering::Acquire) < asked && Instant::now() < deadline {
         std::thread::sleep(Duration::from_micros(100));

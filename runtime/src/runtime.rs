@@ -73,9 +73,15 @@ pub(crate) struct Shared {
     /// and wait for its answer (`reclaim_done`, the request it served).
     /// Acquire/release pairs: the runs it took back are visible to the
     /// snapshot that follows the answer.
+    /// The same protocol serves threads waiting in `collect`
+    /// (`collect_waiters` of them): a forced cycle that repeats for pages
+    /// the finalizer held asks them to take back the runs it sent, and
+    /// waits for an answer before its snapshot (a second at most). Answers
+    /// only ever raise `reclaim_done` (`fetch_max`).
     pub(crate) reclaimer: AtomicBool,
     pub(crate) reclaim_asked: AtomicU64,
     pub(crate) reclaim_done: AtomicU64,
+    pub(crate) collect_waiters: AtomicUsize,
     pub(crate) control: Mutex<Control>,
     /// Signals changes of `control` (requests, phase ends) both ways.
     pub(crate) control_cv: Condvar,
@@ -149,6 +155,22 @@ impl Shared {
         yield_to_gate: Option<&crate::handshake::Slot>,
         mut done: impl FnMut(&Control) -> bool,
     ) -> bool {
+        // Counted while it waits: a repeating cycle asks it for its runs.
+        struct Waiting<'a>(&'a AtomicUsize);
+        impl Drop for Waiting<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+        self.collect_waiters.fetch_add(1, Ordering::AcqRel);
+        let _waiting = Waiting(&self.collect_waiters);
+        // Takes back the runs sent to this thread, and answers the
+        // coordinator's request, if any, that it did.
+        let reclaim = || {
+            let asked = self.reclaim_asked.load(Ordering::Acquire);
+            loam_heap::reclaim_runs();
+            self.reclaim_done.fetch_max(asked, Ordering::Release);
+        };
         let Some(slot) = yield_to_gate else {
             let mut c = self.control.lock();
             while !done(&c) {
@@ -156,7 +178,7 @@ impl Shared {
                 // thread meanwhile: take them back, so that the cycle (or
                 // its repeat, see `collector::coordinator`) can reach them.
                 drop(c);
-                loam_heap::reclaim_runs();
+                reclaim();
                 c = self.control.lock();
                 if done(&c) {
                     break;
@@ -173,9 +195,9 @@ impl Shared {
                 if done(&c) {
                     break true;
                 }
-                // As below: take back the runs the cycle sends meanwhile.
+                // As above: take back the runs the cycle sends meanwhile.
                 drop(c);
-                loam_heap::reclaim_runs();
+                reclaim();
                 c = self.control.lock();
                 if done(&c) {
                     break true;
@@ -292,7 +314,7 @@ impl Drop for Handle {
             while !t.is_finished() {
                 let asked = s.reclaim_asked.load(Ordering::Acquire);
                 loam_heap::reclaim_runs();
-                s.reclaim_done.store(asked, Ordering::Release);
+                s.reclaim_done.fetch_max(asked, Ordering::Release);
                 std::thread::park_timeout(std::time::Duration::from_millis(1));
             }
             let _ = t.join();
@@ -736,6 +758,7 @@ impl RuntimeBuilder {
             reclaimer: AtomicBool::new(false),
             reclaim_asked: AtomicU64::new(0),
             reclaim_done: AtomicU64::new(0),
+            collect_waiters: AtomicUsize::new(0),
             control: Mutex::new(Control {
                 requested: false,
                 forced: false,

@@ -607,12 +607,12 @@ fn cycle(
             concurrent: true,
             deadline: None,
         };
+        // `parallel`'s marks invariant holds in its concurrent form: every
+        // object a marked object points to is marked, queued here, or shaded
+        // into `shared.gray`, which later rounds and the last pause trace.
         // SAFETY: `gray` holds marked, allocated objects the pause did not
         // trace; no sweep runs until this cycle's; mutators run behind the
-        // snapshot barrier. `parallel`'s marks invariant holds in its
-        // concurrent form: every object a marked object points to is marked,
-        // queued here, or shaded into `shared.gray`, which later rounds and
-        // the last pause trace.
+        // snapshot barrier; the invariant as just said.
         let m = unsafe { mark::parallel(&shared.space, pool, &[], &gray, concurrently, &mut rest) };
         marked.add(m);
         // Then what the barriers shaded meanwhile, in rounds, each a batch

@@ -125,11 +125,11 @@ pub fn with_mutator<R>(f: impl FnOnce(&mut Mutator) -> R) -> R {
         panic!("{HELD}");
     }
     let _back = PutBack(p);
+    // Taken out of `AVAILABLE`, it is borrowed only here until `_back` puts
+    // it back: a nested `with_mutator` finds null, and the lending calls
+    // lend only a reborrow of this one and take it back before returning.
     // SAFETY: `p` is this thread's own mutator (`OWN`), alive until the
-    // worker's exit hook, which runs after every task. Taking it out of
-    // `AVAILABLE` makes this the only borrow until `_back` puts it back: a
-    // nested `with_mutator` finds null, and the lending calls lend only a
-    // reborrow of this one and take it back before returning.
+    // exit hook (after every task), and borrowed only here (above).
     f(unsafe { &mut *p })
 }
 

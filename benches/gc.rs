@@ -252,9 +252,7 @@ type Contender<'a> = (&'static str, Box<dyn Fn() -> u64 + 'a>);
 
 /// The object spaces loam's versions run on: its own pages, and the
 /// collector over other memory managers (`RuntimeBuilder::global_alloc`);
-/// only those `only` lists are built (another runtime alive makes a page
-/// sweep read every object's header, as objects of two runtimes may share
-/// a page, and its GC threads wake for its own cycles).
+/// only those `only` lists are built (each has GC threads of its own).
 fn spaces(only: Option<&str>) -> Vec<(&'static str, Runtime)> {
     type Make = fn() -> Runtime;
     let all: [(&'static str, Make); 4] = [

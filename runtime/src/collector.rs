@@ -56,9 +56,11 @@ use std::time::{Duration, Instant};
 /// One cycle at a time, process-wide (module docs).
 static CYCLE_LOCK: Mutex<()> = Mutex::new(());
 
-/// Runtimes alive, changed only under `CYCLE_LOCK`: while a cycle runs with
-/// it at 1, no other runtime has objects, so the sweep need not read headers
-/// to tell them apart.
+/// Runtimes alive whose objects live in loam's pages, changed only under
+/// `CYCLE_LOCK`: while a cycle runs with it at 1, no other runtime has
+/// objects in a page, so the sweep need not read headers to tell them
+/// apart. (A runtime over a `GlobalAlloc` has none there: counting it made
+/// every page sweep beside it read every header.)
 static RUNTIMES: AtomicUsize = AtomicUsize::new(0);
 
 thread_local! {
@@ -115,7 +117,9 @@ pub(crate) fn start(shared: Arc<Shared>) -> JoinHandle<()> {
     {
         // Not while a cycle runs: it may be sweeping without reading headers.
         let _cycle = CYCLE_LOCK.lock();
-        RUNTIMES.fetch_add(1, Ordering::Relaxed);
+        if shared.space.alloc_space().is_none() {
+            RUNTIMES.fetch_add(1, Ordering::Relaxed);
+        }
     }
     let pool = ThreadPoolBuilder::new()
         .num_threads(shared.config.gc_threads)
@@ -144,7 +148,9 @@ pub(crate) fn start(shared: Arc<Shared>) -> JoinHandle<()> {
             shared.finalizer.close();
             let _ = finalizer.join();
             drop(pool);
-            RUNTIMES.fetch_sub(1, Ordering::Relaxed);
+            if shared.space.alloc_space().is_none() {
+                RUNTIMES.fetch_sub(1, Ordering::Relaxed);
+            }
             release_id(id);
         })
         .expect("loam: could not start the collector thread")

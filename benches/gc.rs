@@ -275,20 +275,6 @@ fn spaces(only: Option<&str>) -> Vec<(&'static str, Runtime)> {
         .collect()
 }
 
-/// This process's peak resident set, in KiB: `VmHWM`, the high-water
-/// mark of this program's memory (`getrusage`'s `ru_maxrss` would carry
-/// the forking parent's peak across `exec`).
-fn peak_rss_kb() -> i64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("VmHWM:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        })
-        .unwrap_or(-1)
-}
-
 /// `LOAM_BENCH_PAIRED=<rounds>`: box, arc and loam on each object space
 /// back to back, rotating which goes first, `rounds` times per thread
 /// count; prints median times and the median of the per-round ratios
@@ -341,7 +327,7 @@ fn paired(rounds: usize) {
             }
         }
         if child {
-            println!("peak_rss_kb {}", peak_rss_kb());
+            println!("peak_rss_kb {}", support::peak_rss_kb().unwrap_or(0));
             return;
         }
         let ratio = |i: usize| median(times[i].iter().zip(&times[0]).map(|(a, b)| a / b).collect());

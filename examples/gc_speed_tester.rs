@@ -32,6 +32,11 @@
 //! cargo run --release --example gc_speed_tester -- --cpus 0 --json   # one CPU, one JSON object
 //! ```
 
+// Not every helper is used here.
+#[allow(dead_code)]
+#[path = "support/mod.rs"]
+mod support;
+
 use clap::{Parser, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use loam::collections::{gc_format, GcDictionary, GcList, GcString, GcStringBuilder};
@@ -40,6 +45,7 @@ use serde::{Deserialize, Serialize};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+use support::median;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum Heap {
@@ -650,11 +656,6 @@ fn child(heap: Heap, cpus: &[usize], seconds: f64) -> Result<Report, String> {
         ));
     }
     serde_json::from_slice(&out.stdout).map_err(|e| format!("a child run's report: {e}"))
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 fn compare(cli: &Cli, seconds: f64) -> Result<(), String> {

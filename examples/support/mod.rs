@@ -4,6 +4,17 @@
 
 use std::alloc::{GlobalAlloc, System};
 
+// The benches' helpers: one median, one peak-memory reading.
+#[allow(dead_code)]
+#[path = "../../benches/support/mod.rs"]
+mod common;
+pub use common::median;
+
+/// This process's peak resident set in KiB (0 where `/proc` does not say).
+pub fn peak_rss_kb() -> u64 {
+    common::peak_rss_kb().unwrap_or(0)
+}
+
 /// A memory manager the examples allocate through.
 #[derive(Clone, Copy)]
 pub struct Heap {
@@ -46,20 +57,6 @@ pub fn heap(name: &str) -> Option<Heap> {
     HEAPS.iter().copied().find(|h| h.name == name)
 }
 
-/// This process's peak resident set in KiB: `VmHWM`, its own high-water
-/// mark (`getrusage`'s `ru_maxrss` carries a forking parent's across
-/// `exec`).
-pub fn peak_rss_kb() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("VmHWM:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        })
-        .unwrap_or(0)
-}
-
 /// Runs this example again as a child with `args`, and returns the
 /// numbers of the `key value` lines it printed.
 pub fn child(args: &[String]) -> Result<Vec<(String, f64)>, String> {
@@ -82,10 +79,4 @@ pub fn child(args: &[String]) -> Result<Vec<(String, f64)>, String> {
             Some((k.to_string(), v.parse().ok()?))
         })
         .collect())
-}
-
-/// The median of `v` (the upper one of an even count).
-pub fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }

@@ -862,52 +862,6 @@ fn cycle(
     event
 }
 
-/// [`verify`] for a `GlobalAlloc` space: the same checks, over the
-/// pause's registry snapshot instead of its pages.
-fn verify_objects(
-    space: &Space,
-    objects: &crate::alloc_space::Snapshot,
-    reachable: &std::collections::HashSet<usize>,
-    marked_objects: u64,
-    full: bool,
-    concurrent: bool,
-) {
-    // Reachable objects and snapshot objects are allocated (nothing is
-    // freed before the sweep); the world is stopped.
-    // SAFETY: as just said, for every `is_marked` below.
-    let marked = |addr: usize| unsafe { space.is_marked(addr) };
-    if concurrent {
-        // As for pages: the sweep must free nothing reachable.
-        for addr in objects.addresses() {
-            if reachable.contains(&addr) && !marked(addr) {
-                fatal(&format!(
-                    "verify: reachable object {addr:#x} was not marked by the concurrent mark"
-                ));
-            }
-        }
-        return;
-    }
-    for &addr in reachable {
-        if !marked(addr) {
-            fatal(&format!("verify: reachable object {addr:#x} was not marked"));
-        }
-    }
-    if !full {
-        return;
-    }
-    if marked_objects != reachable.len() as u64 {
-        fatal(&format!(
-            "verify: the markers marked {marked_objects} objects, {} are reachable",
-            reachable.len()
-        ));
-    }
-    for addr in objects.addresses() {
-        if marked(addr) && !reachable.contains(&addr) {
-            fatal(&format!("verify: unreachable object {addr:#x} was marked"));
-        }
-    }
-}
-
 /// Clears the weak cells of the first `upto` (those registered as the mark
 /// began) whose target is unmarked (see `weak::process`).
 fn mark_weak(shared: &Shared, upto: usize) {
@@ -931,16 +885,27 @@ fn verify(
 ) {
     // SAFETY: world stopped, mark complete.
     let reachable = unsafe { mark::reachable(roots) };
-    if let Some(objects) = &snap.objects {
-        verify_objects(space, objects, &reachable, marked_objects, full, concurrent);
-        return;
-    }
+    // Reachable objects and snapshot objects are allocated (nothing is
+    // freed before the sweep); the world is stopped.
+    // SAFETY: as just said, for every `marked` below.
+    let marked = |addr: usize| unsafe { space.is_marked(addr) };
+    // Objects allocated during a concurrent mark may be unmarked (they are
+    // not the sweep's), and garbage made during it may float marked: what
+    // must hold is that the sweep frees nothing reachable, that is, that
+    // every reachable object in its snapshot is marked.
     if concurrent {
-        // Objects allocated during the mark may be unmarked (they are not
-        // the sweep's), and garbage made during it may float marked: what
-        // must hold is that the sweep frees nothing reachable, that is,
-        // that every reachable object in its copy of the allocated bits is
-        // marked.
+        if let Some(objects) = &snap.objects {
+            // A `GlobalAlloc` space: its registry snapshot.
+            for addr in objects.addresses() {
+                if reachable.contains(&addr) && !marked(addr) {
+                    fatal(&format!(
+                        "verify: reachable object {addr:#x} was not marked by the concurrent mark"
+                    ));
+                }
+            }
+            return;
+        }
+        // The pages: their copy of the allocated bits.
         let mut index: Vec<(usize, usize)> = snap
             .pages
             .iter()
@@ -965,11 +930,8 @@ fn verify(
         return;
     }
     for &addr in &reachable {
-        // SAFETY: reachable, so allocated.
-        if !unsafe { space.is_marked(addr) } {
-            fatal(&format!(
-                "verify: reachable object {addr:#x} was not marked"
-            ));
+        if !marked(addr) {
+            fatal(&format!("verify: reachable object {addr:#x} was not marked"));
         }
     }
     if !full {
@@ -981,7 +943,17 @@ fn verify(
             reachable.len()
         ));
     }
-    // Every marked object must be reachable. Pages with a run out are left
+    // Every marked object must be reachable: in a `GlobalAlloc` space, every
+    // one of its snapshot.
+    if let Some(objects) = &snap.objects {
+        for addr in objects.addresses() {
+            if marked(addr) && !reachable.contains(&addr) {
+                fatal(&format!("verify: unreachable object {addr:#x} was marked"));
+            }
+        }
+        return;
+    }
+    // In the pages: pages with a run out are left
     // out: blocked threads may take the run back and release the page even
     // now. The count above covers them.
     for &start in &snap.pages {

@@ -1,4 +1,4 @@
-//! Huge blocks (past the largest size class) go back to a small cache of
+//! Huge blocks (past the largest size class) go back to a cache of
 //! mappings when freed, and the next huge request reuses one: no page
 //! fault per page touched again. A reused block is not taken for zeroed,
 //! and `collect` gives the cached mappings back to the OS.
@@ -79,6 +79,46 @@ fn collect_gives_cached_huge_mappings_back() {
             .iter()
             .all(|&x| x == 0));
         LoamAlloc.dealloc(b, big);
+    }
+}
+
+/// A collector frees a cycle's huge arrays together (a list that doubled
+/// to 8 MiB a few times frees its 4 and 8 MiB arrays each time): the whole
+/// burst stays cached, and the next round of growth reuses every mapping
+/// instead of faulting fresh pages in.
+#[test]
+fn a_burst_of_huge_frees_is_cached_whole() {
+    let _serial = hold();
+    loam_heap::collect(); // an empty cache to start from
+    let sizes = [
+        5 * MIB,
+        9 * MIB,
+        5 * MIB,
+        9 * MIB,
+        5 * MIB,
+        9 * MIB,
+        40 * MIB,
+        40 * MIB,
+    ];
+    let layouts: Vec<Layout> = sizes
+        .iter()
+        .map(|&s| Layout::from_size_align(s, 8).unwrap())
+        .collect();
+    // SAFETY: each block is used within its layout and freed once with it.
+    unsafe {
+        let first: Vec<*mut u8> = layouts.iter().map(|&l| LoamAlloc.alloc(l)).collect();
+        assert!(first.iter().all(|p| !p.is_null()));
+        for (&p, &l) in first.iter().zip(&layouts) {
+            LoamAlloc.dealloc(p, l);
+        }
+        let mut again: Vec<*mut u8> = layouts.iter().map(|&l| LoamAlloc.alloc(l)).collect();
+        for (&p, &l) in again.iter().zip(&layouts) {
+            LoamAlloc.dealloc(p, l);
+        }
+        let mut first = first;
+        first.sort();
+        again.sort();
+        assert_eq!(again, first, "every mapping of the burst was reused");
     }
 }
 

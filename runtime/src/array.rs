@@ -178,11 +178,14 @@ impl<'gc> Mutation<'gc> {
             elems: (addr + array_offset::<T>()) as *mut T,
             written: 0,
         };
-        for item in items.take(len) {
+        // `for_each`, not a `for` loop: a chain of iterators (a list grown
+        // from its old elements and then copies of one value) runs each
+        // part as its own loop instead of asking which part on every item.
+        items.take(len).for_each(|item| {
             // SAFETY: element `written < len` of our unpublished array.
             unsafe { fill.elems.add(fill.written).write(item) };
             fill.written += 1;
-        }
+        });
         drop(fill); // publishes, with the length cut to what was written
         // SAFETY: a published `[T]` object, live for `'gc`: no mark can
         // start before this `mutate` call returns.

@@ -25,6 +25,7 @@
 use crate::lock::WriterGuard;
 use crate::lock::WriterLock;
 use loam_runtime::{AllocError, CellValue, Gc, GcCell, GcLog, Mutation, Trace, Tracer};
+use std::cell::Cell;
 use std::cmp::Ordering;
 use std::fmt;
 
@@ -126,29 +127,52 @@ fn shade_cut<'gc, T: CellValue + Trace + 'gc>(mc: &Mutation<'gc>, slots: &[Slot<
 pub struct ListWriter<'a, 'gc, T: CellValue + Trace + 'gc> {
     list: &'a GcList<'gc, T>,
     mc: &'a Mutation<'gc>,
+    /// The list's length and array as this writer last set them: while it
+    /// holds the lock nobody else changes them, so it reads its own copy.
+    /// Reading the list's cells instead made a push wait for the store of
+    /// the previous push's length (a dependency through memory, about
+    /// 1 ns a push); these are written to the cells as well, for readers
+    /// and the collector.
+    len: Cell<usize>,
+    items: Cell<Items<'gc, T>>,
     _guard: WriterGuard<'a>,
 }
 
 impl<'a, 'gc, T: CellValue + Trace + 'gc> ListWriter<'a, 'gc, T> {
+    #[inline]
     fn new(list: &'a GcList<'gc, T>, mc: &'a Mutation<'gc>) -> Self {
         let _guard = list.obj.writer.lock("GcList");
         list.obj.log.record(mc);
-        ListWriter { list, mc, _guard }
+        let (items, len) = list.view();
+        ListWriter {
+            list,
+            mc,
+            len: Cell::new(len),
+            items: Cell::new(items),
+            _guard,
+        }
+    }
+
+    /// The array and the length, from this writer's copy.
+    #[inline]
+    fn view(&self) -> (Items<'gc, T>, usize) {
+        (self.items.get(), self.len.get())
     }
 
     /// Number of elements.
     pub fn len(&self) -> usize {
-        self.list.len()
+        self.len.get()
     }
 
     /// Whether the list has no element.
     pub fn is_empty(&self) -> bool {
-        self.list.is_empty()
+        self.len() == 0
     }
 
     /// Element `index`, or `None` past the end.
     pub fn get(&self, index: usize) -> Option<T> {
-        self.list.get(index)
+        let (items, len) = self.view();
+        (index < len).then(|| items[index].0.get())
     }
 
     /// Appends `value`.
@@ -166,7 +190,7 @@ impl<'a, 'gc, T: CellValue + Trace + 'gc> ListWriter<'a, 'gc, T> {
     /// the list unchanged.
     #[inline]
     pub fn try_push(&self, value: T) -> Result<(), AllocError<T>> {
-        let (mut items, len) = self.list.view();
+        let (mut items, len) = self.view();
         if len == items.len() {
             items = self
                 .list
@@ -183,7 +207,7 @@ impl<'a, 'gc, T: CellValue + Trace + 'gc> ListWriter<'a, 'gc, T> {
 
     /// Removes and returns the last element.
     pub fn pop(&self) -> Option<T> {
-        let (items, len) = self.list.view();
+        let (items, len) = self.view();
         let last = len.checked_sub(1)?;
         let value = items[last].0.get();
         self.set_len(last);
@@ -196,7 +220,7 @@ impl<'a, 'gc, T: CellValue + Trace + 'gc> ListWriter<'a, 'gc, T> {
     /// # Panics
     /// If `index >= len()`.
     pub fn set(&self, index: usize, value: T) -> T {
-        let (items, len) = self.list.view();
+        let (items, len) = self.view();
         if index >= len {
             out_of_range("GcList::set", index, len);
         }
@@ -208,7 +232,7 @@ impl<'a, 'gc, T: CellValue + Trace + 'gc> ListWriter<'a, 'gc, T> {
     /// Stores into slot `i`, in use (below the length).
     #[inline]
     fn put(&self, i: usize, value: T) {
-        let (items, len) = self.list.view();
+        let (items, len) = self.view();
         assert!(
             i < len,
             "loam-collections: slot {i} is not in use (len {len})"
@@ -223,7 +247,7 @@ impl<'a, 'gc, T: CellValue + Trace + 'gc> ListWriter<'a, 'gc, T> {
     /// length is then grown over.
     #[inline]
     fn fill(&self, i: usize, value: T) {
-        let (items, len) = self.list.view();
+        let (items, len) = self.view();
         assert!(i >= len, "loam-collections: slot {i} is in use (len {len})");
         // SAFETY: the log was recorded (`new`); slot `i` is past the
         // length, so the list's trace does not report it, and the length
@@ -236,10 +260,13 @@ impl<'a, 'gc, T: CellValue + Trace + 'gc> ListWriter<'a, 'gc, T> {
         // SAFETY: the log was recorded (`new`); the array cell is reported
         // by the list's trace.
         unsafe { self.list.obj.items.set_recorded(self.mc, array) };
+        self.items.set(array);
     }
 
+    #[inline]
     fn set_len(&self, len: usize) {
         self.list.obj.len.set(self.mc, len);
+        self.len.set(len);
     }
 }
 
@@ -451,6 +478,14 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
         ListWriter::new(self, mc)
     }
 
+    /// The capacity of the array that replaces one of `cap` slots when
+    /// `need` are wanted: twice as large at least.
+    fn grown_capacity(&self, cap: usize, need: usize) -> usize {
+        need.max(cap.saturating_mul(2))
+            .max(self.obj.min_capacity)
+            .max(4)
+    }
+
     /// Makes room for `need` elements: a new array, twice as large (at
     /// least), when the current one is too small. `value` fills its spare
     /// slots.
@@ -460,17 +495,15 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
         need: usize,
         value: T,
     ) -> Result<Items<'gc, T>, AllocError<()>> {
-        let (items, len) = self.view();
+        let (items, len) = w.view();
         if need <= items.len() {
             return Ok(items);
         }
-        let cap = need
-            .max(items.len().saturating_mul(2))
-            .max(self.obj.min_capacity)
-            .max(4);
-        let array = w.mc.try_alloc_from_iter(
-            (0..cap).map(|i| Slot(GcCell::new(if i < len { items[i].0.get() } else { value }))),
-        )?;
+        let cap = self.grown_capacity(items.len(), need);
+        let old = items[..len].iter().map(|s| s.0.get());
+        let spare = std::iter::repeat(value).take(cap - len);
+        let array =
+            w.mc.try_alloc_from_iter(old.chain(spare).map(|v| Slot(GcCell::new(v))))?;
         w.set_items(array);
         Ok(array)
     }
@@ -640,13 +673,43 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
     pub fn extend(&self, mc: &Mutation<'gc>, iter: impl IntoIterator<Item = T>) {
         let mut iter = iter.into_iter();
         let w = ListWriter::new(self, mc);
-        let (mut items, mut len) = self.view();
+        let (mut items, mut len) = w.view();
         while let Some(first) = iter.next() {
             if len == items.len() {
+                // Grow and fill in one pass: the new array is written once,
+                // with the old elements, `first` and as many items as the
+                // iterator's lower bound promises (copies of `first` in the
+                // spare slots), instead of spare copies overwritten by a
+                // second pass.
                 let hint = iter.size_hint().0;
-                items = self
-                    .grow_for(&w, len.saturating_add(hint).saturating_add(1), first)
+                let cap =
+                    self.grown_capacity(items.len(), len.saturating_add(hint).saturating_add(1));
+                let take = hint.min(cap - len - 1);
+                let taken = Cell::new(0_usize);
+                let fresh = iter
+                    .by_ref()
+                    .take(take)
+                    .inspect(|_| taken.set(taken.get() + 1));
+                let values = items[..len]
+                    .iter()
+                    .map(|s| s.0.get())
+                    .chain(std::iter::once(first))
+                    .chain(fresh)
+                    .chain(std::iter::repeat(first).take(cap - len - 1 - take));
+                let array = mc
+                    .try_alloc_from_iter(values.map(|v| Slot(GcCell::new(v))))
                     .unwrap_or_else(|e| panic!("loam-collections: GcList::extend: {e}"));
+                w.set_items(array);
+                items = array;
+                let n = 1 + taken.get();
+                if T::NEEDS_TRACE && mc.is_marking() {
+                    for i in len..len + n {
+                        w.fill(i, array[i].0.get()); // shades it, as a push would
+                    }
+                }
+                len += n;
+                w.set_len(len);
+                continue;
             }
             // The spare slots are filled in one run, and the length
             // published once after it: a reader sees the list before the

@@ -688,15 +688,37 @@ criterion_group!(collections, benches);
 /// `LOAM_BENCH_PAIRED=<rounds>`: each case's contenders back to back,
 /// rotating which goes first; prints median times, the median per-round
 /// ratio of loam to each std contender, and the collector's cycles.
+///
+/// Each case first runs both contenders, alternating, for a warm-up of
+/// `LOAM_BENCH_WARMUP_MS` (default 300 ms; criterion's is 3 s), untimed:
+/// the figures are of the steady state. A collected heap reaches it only
+/// after a few cycles (until then every round's arrays are fresh memory,
+/// faulted in, where `Vec` on mimalloc gets last round's buffer back), so
+/// one warm-up round measured a start-up cost instead.
 fn paired(rounds: usize) {
     let rt = Runtime::new();
     let mut m = rt.attach();
     let (list, v, keys, locks) = inputs(&mut m);
     let m = std::cell::RefCell::new(m);
-    println!("{rounds} rounds; median ms, median per-round ratio loam/std (lower is better)");
+    let warmup = std::time::Duration::from_millis(
+        std::env::var("LOAM_BENCH_WARMUP_MS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(300),
+    );
+    println!(
+        "{rounds} rounds after {} ms of warm-up; median ms, median per-round ratio loam/std (lower is better)",
+        warmup.as_millis()
+    );
     for (case, mut contenders) in cases(&m, &locks, &list, &v, &keys) {
         let n = contenders.len();
         let mut times = vec![Vec::new(); n];
+        let start = Instant::now();
+        while start.elapsed() < warmup {
+            for c in contenders.iter_mut() {
+                black_box((c.1)());
+            }
+        }
         let before = rt.stats();
         for round in 0..=rounds {
             // Checked within a round: a case may change its inputs (the

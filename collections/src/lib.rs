@@ -95,15 +95,25 @@
 //! });
 //! ```
 
-mod builder;
-mod dictionary;
-mod list;
-mod lock;
-mod string;
+/// Items compiled only outside loom: under `--cfg loom` (where
+/// `loam-runtime` is reduced to its own models) the crate is the writer
+/// lock and its model.
+macro_rules! not_under_loom {
+    ($($item:item)*) => { $(#[cfg(not(loom))] $item)* };
+}
 
-pub use builder::GcStringBuilder;
-pub use dictionary::{
-    DictEntry, FastHash, GcDictionary, Iter as DictIter, OccupiedEntry, SipHash, VacantEntry,
-};
-pub use list::{GcList, Iter as ListIter, ListWriter};
-pub use string::GcString;
+mod lock;
+
+not_under_loom! {
+    mod builder;
+    mod dictionary;
+    mod list;
+    mod string;
+
+    pub use builder::GcStringBuilder;
+    pub use dictionary::{
+        DictEntry, FastHash, GcDictionary, Iter as DictIter, OccupiedEntry, SipHash, VacantEntry,
+    };
+    pub use list::{GcList, Iter as ListIter, ListWriter};
+    pub use string::GcString;
+}

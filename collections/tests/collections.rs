@@ -252,6 +252,100 @@ fn a_collection_shared_between_two_threads_stays_consistent() {
     });
 }
 
+/// The thread that writes a list first takes its writer lock without an
+/// atomic read-modify-write (the lock's bias); another thread that writes
+/// it revokes the bias, and must wait for the owner's run of changes under
+/// way: that run stays contiguous in the list.
+#[test]
+fn a_second_writer_waits_for_the_owners_run_of_changes() {
+    let _serial = serial();
+    let rt = rt().build();
+    type L = Rootable!['gc => GcList<'gc, u64>];
+    for round in 0..20_u64 {
+        let list: GlobalRoot<L> = rt
+            .attach()
+            .mutate(|mc| mc.global_root(mc.alloc(GcList::new(mc))));
+        let owner_in = std::sync::Barrier::new(2);
+        std::thread::scope(|s| {
+            let (rt, list, owner_in) = (&rt, &list, &owner_in);
+            s.spawn(move || {
+                let mut m = rt.attach();
+                m.mutate(|mc| {
+                    let l = *list.get(mc);
+                    l.push(mc, 0); // takes the bias
+                    let w = l.writer(mc);
+                    owner_in.wait();
+                    for i in 1..=500 {
+                        w.push(i);
+                        if i % 50 == 0 {
+                            std::thread::yield_now();
+                        }
+                    }
+                });
+            });
+            s.spawn(move || {
+                let mut m = rt.attach();
+                owner_in.wait();
+                for i in 0..200 {
+                    m.mutate(|mc| list.get(mc).push(mc, 1_000_000 + i));
+                }
+            });
+        });
+        rt.attach().mutate(|mc| {
+            let all = list.get(mc).to_vec();
+            assert_eq!(all.len(), 701, "round {round}: every push landed");
+            let first = all.iter().position(|&v| v == 1).unwrap();
+            assert!(
+                all[first..first + 500].iter().copied().eq(1..=500),
+                "round {round}: the owner's run was interleaved with another writer's pushes"
+            );
+            let mut others: Vec<u64> = all.iter().copied().filter(|&v| v >= 1_000_000).collect();
+            others.sort_unstable();
+            assert!(others.into_iter().eq(1_000_000..1_000_200));
+        });
+    }
+}
+
+/// Lists first written on one thread and then on another, many times over:
+/// each is a revocation (a storm of them turns biasing off for a while);
+/// whatever the lock's state, no push is lost.
+#[test]
+fn lists_handed_from_thread_to_thread_lose_no_push() {
+    let _serial = serial();
+    let rt = rt().build();
+    type Ls = Rootable!['gc => GcList<'gc, GcList<'gc, u64>>];
+    let lists: GlobalRoot<Ls> = rt.attach().mutate(|mc| {
+        let all = GcList::new(mc);
+        for _ in 0..400 {
+            let l = GcList::new(mc);
+            l.push(mc, 1); // this thread's bias
+            all.push(mc, l);
+        }
+        mc.global_root(mc.alloc(all))
+    });
+    std::thread::scope(|s| {
+        for t in 0..2 {
+            let (rt, lists) = (&rt, &lists);
+            s.spawn(move || {
+                let mut m = rt.attach();
+                for i in 0..400 {
+                    m.mutate(|mc| {
+                        let l = lists.get(mc).at(if t == 0 { i } else { 399 - i });
+                        for _ in 0..10 {
+                            l.push(mc, 1);
+                        }
+                    });
+                }
+            });
+        }
+    });
+    rt.attach().mutate(|mc| {
+        for l in lists.get(mc).iter() {
+            assert_eq!(l.len(), 21);
+        }
+    });
+}
+
 #[test]
 fn out_of_range_indices_panic_with_the_index_and_the_length() {
     let rt = rt().build();

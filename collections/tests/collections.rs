@@ -346,6 +346,53 @@ fn lists_handed_from_thread_to_thread_lose_no_push() {
     });
 }
 
+/// An iterator whose size hint is wrong: `extend` still appends exactly
+/// what it yields, whether the hint promised more (a lower bound that is
+/// too high), less, or nothing at all.
+#[test]
+fn extend_appends_what_the_iterator_yields_whatever_its_hint() {
+    struct Hinted {
+        left: u64,
+        hint: (usize, Option<usize>),
+    }
+    impl Iterator for Hinted {
+        type Item = u64;
+        fn next(&mut self) -> Option<u64> {
+            self.left = self.left.checked_sub(1)?;
+            Some(self.left)
+        }
+        fn size_hint(&self) -> (usize, Option<usize>) {
+            self.hint
+        }
+    }
+    let rt = rt().build();
+    let mut m = rt.attach();
+    m.mutate(|mc| {
+        for (yields, hint) in [
+            (5, (10, Some(10))),  // promises more than it gives
+            (50, (10, Some(10))), // promises less
+            (40, (0, None)),      // promises nothing
+            (3, (1000, None)),    // a lower bound far too high
+        ] {
+            for start in [0_u64, 3, 8] {
+                let l = GcList::new(mc);
+                for i in 0..start {
+                    l.push(mc, 1000 + i);
+                }
+                l.extend(mc, Hinted { left: yields, hint });
+                let mut want: Vec<u64> = (0..start).map(|i| 1000 + i).collect();
+                want.extend((0..yields).rev());
+                assert_eq!(
+                    l.to_vec(),
+                    want,
+                    "{yields} items hinted {hint:?} after {start}"
+                );
+                l.assert_valid();
+            }
+        }
+    });
+}
+
 #[test]
 fn out_of_range_indices_panic_with_the_index_and_the_length() {
     let rt = rt().build();

@@ -8,7 +8,13 @@
 //!   bytes, a quarter under 32, the rest under 128), then free them in a
 //!   scrambled order (free lists, page turnover);
 //! - `remote`: one thread allocates 10,000 small blocks, another frees them
-//!   (the collector pattern: every free is remote), repeated.
+//!   (the collector pattern: every free is remote), repeated;
+//! - `larson`: Larson and Krishnan's server benchmark at two threads: each
+//!   replaces random slots of a 2,000-slot array (16 – 256 bytes) and every
+//!   4,000 replacements the two swap arrays, so that most frees are of the
+//!   other thread's blocks (`examples/alloc_bench.rs` runs the full size,
+//!   at 1 and 2 threads). snmalloc and TCMalloc (`libtcmalloc_minimal`, where
+//!   it is installed) run beside the others here.
 //!
 //! Run: `cargo bench --bench heap` (append `-- --sample-size 10` or a group
 //! name as needed). Macro workloads are in `examples/alloc_bench.rs`.
@@ -23,6 +29,13 @@ use std::time::{Duration, Instant};
 static LOAM: loam::heap::LoamAlloc = loam::heap::LoamAlloc;
 static MIMALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 static JEMALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+static SNMALLOC: snmalloc_rs::SnMalloc = snmalloc_rs::SnMalloc;
+static TCMALLOC: tcmalloc::Tcmalloc = tcmalloc::Tcmalloc;
+
+// Not every bench uses every entry point.
+#[allow(dead_code)]
+#[path = "support/tcmalloc.rs"]
+mod tcmalloc;
 
 fn sizes(n: usize) -> Vec<usize> {
     let mut x = 0x2545_F491_4F6C_DD1Du64;
@@ -108,6 +121,78 @@ fn remote<A: GlobalAlloc + Sync>(a: &'static A, iters: u64) -> Duration {
     start.elapsed()
 }
 
+const LARSON_SLOTS: usize = 2_000;
+const LARSON_EPOCH: usize = 4_000;
+
+/// One larson thread's part of `epochs` rounds: replace random slots, then
+/// swap arrays with the other thread at the barrier.
+fn larson_thread<A: GlobalAlloc>(
+    a: &A,
+    seed: u64,
+    epochs: u64,
+    swap: &std::sync::Mutex<Vec<(usize, usize)>>,
+    barrier: &std::sync::Barrier,
+) {
+    let mut x = seed | 1;
+    let mut next = || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let alloc = |a: &A, size: usize| {
+        // SAFETY: a non-zero size; written before it is used.
+        let p = unsafe { a.alloc(Layout::from_size_align(size, 8).unwrap()) };
+        // SAFETY: at least one byte.
+        unsafe { p.write(size as u8) };
+        (p as usize, size)
+    };
+    let mut slots: Vec<(usize, usize)> = (0..LARSON_SLOTS)
+        .map(|_| alloc(a, 16 + next() as usize % 241))
+        .collect();
+    let free = |a: &A, (p, size): (usize, usize)| {
+        // SAFETY: allocated by `alloc` with this size and alignment 8 (here
+        // or on the other thread), freed once.
+        unsafe { a.dealloc(p as *mut u8, Layout::from_size_align(size, 8).unwrap()) };
+    };
+    for _ in 0..epochs {
+        for _ in 0..LARSON_EPOCH {
+            let r = next();
+            let i = (r % LARSON_SLOTS as u64) as usize;
+            let new = alloc(a, 16 + (r >> 32) as usize % 241);
+            free(a, std::mem::replace(&mut slots[i], new));
+        }
+        // Swap: the first to arrive leaves its array, the second takes it
+        // and leaves its own, which the first takes after the barrier.
+        {
+            let mut s = swap.lock().unwrap();
+            std::mem::swap(&mut *s, &mut slots);
+        }
+        barrier.wait();
+        if slots.is_empty() {
+            std::mem::swap(&mut *swap.lock().unwrap(), &mut slots);
+        }
+        barrier.wait();
+    }
+    for b in slots {
+        free(a, b);
+    }
+}
+
+/// `iters` epochs of larson on two threads; the time of the whole run.
+fn larson<A: GlobalAlloc + Sync>(a: &'static A, iters: u64) -> Duration {
+    let swap = std::sync::Mutex::new(Vec::new());
+    let barrier = std::sync::Barrier::new(2);
+    let start = Instant::now();
+    std::thread::scope(|s| {
+        for t in 0..2 {
+            let (swap, barrier) = (&swap, &barrier);
+            s.spawn(move || larson_thread(a, 0x9E37_79B9 + t, iters, swap, barrier));
+        }
+    });
+    start.elapsed()
+}
+
 fn bench(c: &mut Criterion) {
     let mut g = c.benchmark_group("pairs");
     for size in [16usize, 64] {
@@ -140,6 +225,19 @@ fn bench(c: &mut Criterion) {
     g.bench_function("system", |b| b.iter_custom(|n| remote(&System, n)));
     g.bench_function("mimalloc", |b| b.iter_custom(|n| remote(&MIMALLOC, n)));
     g.bench_function("jemalloc", |b| b.iter_custom(|n| remote(&JEMALLOC, n)));
+    g.finish();
+
+    let mut g = c.benchmark_group("larson");
+    g.bench_function("loam", |b| b.iter_custom(|n| larson(&LOAM, n)));
+    g.bench_function("system", |b| b.iter_custom(|n| larson(&System, n)));
+    g.bench_function("mimalloc", |b| b.iter_custom(|n| larson(&MIMALLOC, n)));
+    g.bench_function("jemalloc", |b| b.iter_custom(|n| larson(&JEMALLOC, n)));
+    g.bench_function("snmalloc", |b| b.iter_custom(|n| larson(&SNMALLOC, n)));
+    if tcmalloc::Tcmalloc::available() {
+        g.bench_function("tcmalloc", |b| b.iter_custom(|n| larson(&TCMALLOC, n)));
+    } else {
+        eprintln!("larson: tcmalloc left out (apt install libtcmalloc-minimal4)");
+    }
     g.finish();
 }
 

@@ -1,7 +1,9 @@
 //! `alloc_bench`: loam's heap against System (glibc malloc), mimalloc,
 //! jemalloc and snmalloc on the seed workloads, in one process, interleaved.
-//! "Best peer" in the ratios is the better of mimalloc and jemalloc;
-//! snmalloc is shown as the strongest bar.
+//! "Best peer" in the ratios is the best of mimalloc, jemalloc, snmalloc
+//! and TCMalloc (gperftools' `libtcmalloc_minimal`, loaded at run time
+//! where it is installed: `apt install libtcmalloc-minimal4`; without it
+//! the run says so and leaves it out).
 //!
 //! Every allocator is a `static` instance called through `GlobalAlloc`
 //! (`alloc`/`dealloc`/`realloc` with explicit `Layout`s); none of them is the
@@ -129,9 +131,12 @@ static SYSTEM: System = System;
 static MIMALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 static JEMALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 /// snmalloc, the message-passing allocator whose remote-free design loam's
-/// batches follow: the strongest peer measured here, shown beside the
-/// others but not counted in "best peer" (mimalloc and jemalloc).
+/// batches follow.
 static SNMALLOC: snmalloc_rs::SnMalloc = snmalloc_rs::SnMalloc;
+static TCMALLOC: tcmalloc::Tcmalloc = tcmalloc::Tcmalloc;
+
+#[path = "../benches/support/tcmalloc.rs"]
+mod tcmalloc;
 
 extern "C" {
     /// mimalloc: free what can be freed and return empty segments to the OS.
@@ -155,6 +160,7 @@ enum AllocKind {
     Mimalloc,
     Jemalloc,
     Snmalloc,
+    Tcmalloc,
 }
 
 impl AllocKind {
@@ -165,12 +171,14 @@ impl AllocKind {
             AllocKind::Mimalloc => "mimalloc",
             AllocKind::Jemalloc => "jemalloc",
             AllocKind::Snmalloc => "snmalloc",
+            AllocKind::Tcmalloc => "tcmalloc",
         }
     }
 
-    /// The peers loam is compared against ("best peer").
+    /// The peers loam is compared against ("best peer"): every allocator
+    /// but loam and the system's.
     fn is_peer(self) -> bool {
-        matches!(self, AllocKind::Mimalloc | AllocKind::Jemalloc)
+        !matches!(self, AllocKind::Loam | AllocKind::System)
     }
 
     /// Asks the allocator to return the memory it keeps, so its next run
@@ -205,6 +213,7 @@ impl AllocKind {
             // snmalloc has no release call in its Rust bindings; what it keeps
             // shows as its "kept" memory.
             AllocKind::Snmalloc => {}
+            AllocKind::Tcmalloc => tcmalloc::Tcmalloc::release(),
             AllocKind::System => {
                 // SAFETY: `malloc_trim` takes no pointers and is thread-safe.
                 unsafe { libc::malloc_trim(0) };
@@ -221,6 +230,7 @@ impl AllocKind {
 enum WorkloadArg {
     Treesum,
     Xmalloc,
+    Larson,
     Replay,
     All,
 }
@@ -229,6 +239,7 @@ enum WorkloadArg {
 enum Workload {
     Treesum,
     Xmalloc,
+    Larson,
     Replay,
 }
 
@@ -237,13 +248,14 @@ impl Workload {
         match self {
             Workload::Treesum => "treesum",
             Workload::Xmalloc => "xmalloc",
+            Workload::Larson => "larson",
             Workload::Replay => "replay",
         }
     }
 
     /// Whether the headline is a rate (Mops/s) rather than a time (ms).
     fn reports_rate(self) -> bool {
-        self == Workload::Xmalloc
+        matches!(self, Workload::Xmalloc | Workload::Larson)
     }
 }
 
@@ -259,14 +271,10 @@ struct Cli {
     /// run both 1 and 2. replay is single-threaded and always runs at 1.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=256))]
     threads: Option<u32>,
-    /// Allocators to compare, comma-separated.
-    #[arg(
-        long,
-        value_enum,
-        value_delimiter = ',',
-        default_value = "loam,system,mimalloc,jemalloc,snmalloc"
-    )]
-    alloc: Vec<AllocKind>,
+    /// Allocators to compare, comma-separated [default: all of them;
+    /// tcmalloc where its library is installed].
+    #[arg(long, value_enum, value_delimiter = ',')]
+    alloc: Option<Vec<AllocKind>>,
     /// Size factor: treesum nodes 10M × F, xmalloc allocations 10M × F,
     /// replay 47.9M × F allocations with a live set peaking near 150 MB × F.
     #[arg(long, default_value_t = 1.0)]
@@ -919,6 +927,137 @@ mod xmalloc {
 }
 
 // ---------------------------------------------------------------------------
+// larson
+// ---------------------------------------------------------------------------
+
+/// Larson and Krishnan's server benchmark, in mimalloc-bench's shape: each
+/// thread keeps an array of `SLOTS` blocks and replaces a random one again
+/// and again (free the old block, allocate one of 16 – 256 bytes); after
+/// every `EPOCH` replacements the threads hand their arrays on around a
+/// ring, so that from then on most frees are of blocks another thread
+/// allocated. (mimalloc-bench's larson hands an array to a new thread when
+/// the old one exits; a ring of live threads has the same frees and keeps
+/// thread start-up out of the time.) The total of replacements (10,000,000
+/// × scale) is split over the threads, so Mops/s compares across thread
+/// counts. At one thread the array comes back to the same thread: no free
+/// is remote. ops = replacements.
+mod larson {
+    use super::*;
+
+    pub(super) const SLOTS: usize = 10_000;
+    pub(super) const EPOCH: u64 = 20_000;
+    const MIN: usize = 16;
+    const MAX: usize = 256;
+
+    struct Slots(Vec<Block>);
+
+    fn replace_all<A: GlobalAlloc>(alloc: &A, slots: &mut Slots, rng: &mut Rng) -> u64 {
+        let mut bad = 0;
+        for _ in 0..EPOCH {
+            let r = rng.next_u64();
+            let i = Rng::below(r, SLOTS);
+            let size = MIN + Rng::below(r >> 32, MAX - MIN + 1);
+            let old = std::mem::replace(&mut slots.0[i], Block::alloc(alloc, size));
+            bad += u64::from(!old.free(alloc));
+        }
+        bad
+    }
+
+    /// Where the threads leave their arrays for the next thread, and a
+    /// barrier. The threads wait for each other spinning (yielding after a
+    /// while, for more threads than cores), not sleeping: a thread woken
+    /// from a channel was queued on its waker's CPU, and runs with both
+    /// threads on one CPU halved some runs.
+    struct Ring {
+        mailboxes: Vec<std::sync::Mutex<Option<Slots>>>,
+        waiting: std::sync::atomic::AtomicUsize,
+        generation: std::sync::atomic::AtomicUsize,
+    }
+
+    impl Ring {
+        /// Waits until every thread has called it (a generation barrier).
+        fn barrier(&self) {
+            let n = self.mailboxes.len();
+            let generation = self.generation.load(Ordering::Acquire);
+            if self.waiting.fetch_add(1, Ordering::AcqRel) + 1 == n {
+                self.waiting.store(0, Ordering::Relaxed);
+                self.generation.fetch_add(1, Ordering::Release);
+                return;
+            }
+            let mut spins = 0_u32;
+            while self.generation.load(Ordering::Acquire) == generation {
+                spins += 1;
+                if spins < 1000 {
+                    std::hint::spin_loop();
+                } else {
+                    thread::yield_now();
+                }
+            }
+        }
+
+        /// Leaves `slots` for the next thread and takes the previous one's.
+        fn hand_over(&self, t: usize, slots: Slots) -> Slots {
+            let n = self.mailboxes.len();
+            *self.mailboxes[(t + 1) % n].lock().unwrap() = Some(slots);
+            self.barrier(); // every array left...
+            let mine = self.mailboxes[t].lock().unwrap().take();
+            self.barrier(); // ...and taken, before the next hand-over
+            mine.expect("larson: the previous thread left its array")
+        }
+    }
+
+    fn worker<A: GlobalAlloc>(alloc: &A, t: usize, epochs: u64, ring: &Ring) -> u64 {
+        let mut rng = Rng::new(7000 + t as u64);
+        let mut slots = Slots(
+            (0..SLOTS)
+                .map(|_| Block::alloc(alloc, MIN + Rng::below(rng.next_u64(), MAX - MIN + 1)))
+                .collect(),
+        );
+        let mut bad = 0;
+        for _ in 0..epochs {
+            bad += replace_all(alloc, &mut slots, &mut rng);
+            if ring.mailboxes.len() > 1 {
+                slots = ring.hand_over(t, slots);
+            }
+        }
+        for b in slots.0 {
+            bad += u64::from(!b.free(alloc));
+        }
+        bad
+    }
+
+    pub(super) fn run<A: GlobalAlloc + Sync>(alloc: &A, total: u64, threads: usize) -> Outcome {
+        let epochs = (total / (threads as u64 * EPOCH)).max(1);
+        let ring = Ring {
+            mailboxes: (0..threads).map(|_| std::sync::Mutex::new(None)).collect(),
+            waiting: std::sync::atomic::AtomicUsize::new(0),
+            generation: std::sync::atomic::AtomicUsize::new(0),
+        };
+        let start = Instant::now();
+        let bad: u64 = thread::scope(|s| {
+            let workers: Vec<_> = (0..threads)
+                .map(|t| {
+                    let ring = &ring;
+                    s.spawn(move || worker(alloc, t, epochs, ring))
+                })
+                .collect();
+            workers
+                .into_iter()
+                .map(|w| w.join().expect("larson: a worker panicked"))
+                .sum()
+        });
+        let seconds = start.elapsed().as_secs_f64();
+        assert_eq!(bad, 0, "larson: {bad} blocks had damaged stamps");
+        Outcome {
+            seconds,
+            ops: epochs * EPOCH * threads as u64,
+            phases: Vec::new(),
+            note: String::new(),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
 // replay (seed 003)
 // ---------------------------------------------------------------------------
 
@@ -1198,6 +1337,7 @@ impl RssProbe {
 struct Params {
     treesum_nodes: usize,
     xmalloc_ops: u64,
+    larson_ops: u64,
     replay: replay::Params,
 }
 
@@ -1206,6 +1346,7 @@ impl Params {
         Params {
             treesum_nodes: ((10_000_000.0 * scale) as usize).max(1000),
             xmalloc_ops: ((10_000_000.0 * scale) as u64).max(1000),
+            larson_ops: ((10_000_000.0 * scale) as u64).max(larson::EPOCH),
             replay: replay::Params::new(scale),
         }
     }
@@ -1223,6 +1364,7 @@ fn run_with<A: GlobalAlloc + Sync + 'static>(
         let run = s.spawn(move || match workload {
             Workload::Treesum => treesum::run(alloc, params.treesum_nodes, threads),
             Workload::Xmalloc => xmalloc::run(alloc, params.xmalloc_ops, threads),
+            Workload::Larson => larson::run(alloc, params.larson_ops, threads),
             Workload::Replay => replay::run(alloc, &params.replay, live),
         });
         run.join()
@@ -1246,14 +1388,26 @@ fn measure(
 ) -> (Sample, String) {
     let probe = RssProbe::start(rss);
     let baseline_kb = probe.baseline_kb;
-    let out = match kind {
+    let heap_before = loam::heap::stats();
+    let mut out = match kind {
         AllocKind::Loam => run_with(&LOAM, workload, threads, params, live),
         AllocKind::System => run_with(&SYSTEM, workload, threads, params, live),
         AllocKind::Mimalloc => run_with(&MIMALLOC, workload, threads, params, live),
         AllocKind::Jemalloc => run_with(&JEMALLOC, workload, threads, params, live),
         AllocKind::Snmalloc => run_with(&SNMALLOC, workload, threads, params, live),
+        AllocKind::Tcmalloc => run_with(&TCMALLOC, workload, threads, params, live),
     };
     let rss_growth_kb = probe.finish();
+    if kind == AllocKind::Loam {
+        // For `--verbose`: how much of the run's traffic went home.
+        let h = loam::heap::stats();
+        out.note += &format!(
+            "remote frees sent {} in {} batches, drained {}",
+            h.remote_frees_sent - heap_before.remote_frees_sent,
+            h.remote_batches - heap_before.remote_batches,
+            h.remote_frees_drained - heap_before.remote_frees_drained,
+        );
+    }
     kind.release_retained();
     let left_kb = statm_rss_kb() as i64 - baseline_kb as i64;
     let kept_kb = kept.entry(kind).or_insert(0);
@@ -1484,7 +1638,25 @@ fn main() {
         std::process::exit(2);
     }
     let mut allocs: Vec<AllocKind> = Vec::new();
-    for &a in &cli.alloc {
+    let asked = cli.alloc.clone().unwrap_or_else(|| {
+        let mut all = AllocKind::value_variants().to_vec();
+        if !tcmalloc::Tcmalloc::available() {
+            eprintln!(
+                "note: tcmalloc left out: libtcmalloc_minimal.so.4 is not installed \
+                 (Debian: apt install libtcmalloc-minimal4)"
+            );
+            all.retain(|&a| a != AllocKind::Tcmalloc);
+        }
+        all
+    });
+    for a in asked {
+        if a == AllocKind::Tcmalloc && !tcmalloc::Tcmalloc::available() {
+            eprintln!(
+                "error: --alloc tcmalloc: libtcmalloc_minimal.so.4 cannot be loaded \
+                 (Debian: apt install libtcmalloc-minimal4)"
+            );
+            std::process::exit(2);
+        }
         if !allocs.contains(&a) {
             allocs.push(a);
         }
@@ -1494,8 +1666,14 @@ fn main() {
         let picked: &[Workload] = match arg {
             WorkloadArg::Treesum => &[Workload::Treesum],
             WorkloadArg::Xmalloc => &[Workload::Xmalloc],
+            WorkloadArg::Larson => &[Workload::Larson],
             WorkloadArg::Replay => &[Workload::Replay],
-            WorkloadArg::All => &[Workload::Treesum, Workload::Xmalloc, Workload::Replay],
+            WorkloadArg::All => &[
+                Workload::Treesum,
+                Workload::Xmalloc,
+                Workload::Larson,
+                Workload::Replay,
+            ],
         };
         for &w in picked {
             if !workloads.contains(&w) {

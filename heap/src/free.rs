@@ -6,7 +6,7 @@ use crate::alloc::{current_heap, is_live, thread_init};
 use crate::block;
 use crate::local_heap::LocalHeap;
 use crate::remote::REMOTE;
-use crate::segment::{block_size_of, page_of, segment_of};
+use crate::segment::{block_size_of, segment_of};
 use crate::sync::Ordering;
 use std::ptr;
 
@@ -23,7 +23,7 @@ pub(crate) unsafe fn free(p: *mut u8) {
     let heap = current_heap();
     if owner == heap {
         // SAFETY: this thread owns the segment, hence the page and block.
-        unsafe { (*heap).free_local(page_of(p), p) };
+        unsafe { (*heap).free_owned(p) };
     } else {
         // SAFETY: as the caller promised.
         unsafe { free_remote(heap, owner, p) };
@@ -42,7 +42,7 @@ unsafe fn free_remote(heap: *mut LocalHeap, owner: *mut LocalHeap, p: *mut u8) {
     #[cfg(debug_assertions)]
     {
         // SAFETY: as above.
-        let page_size = unsafe { (*page_of(p)).block_size() };
+        let page_size = unsafe { (*crate::segment::page_of(p)).block_size() };
         debug_assert_eq!(size, page_size, "heap: slice block size out of step");
     }
     // SAFETY: `p` is dead and ours to hand over (caller); heaps are never
@@ -59,7 +59,10 @@ unsafe fn free_remote(heap: *mut LocalHeap, owner: *mut LocalHeap, p: *mut u8) {
             heap
         };
         if is_live(heap) {
-            (*heap).cache.push(queue, p, size);
+            match (*heap).tcache.room(size) {
+                Some(class) => (*heap).tcache.push(class, p),
+                None => (*heap).cache.push(queue, p, size),
+            }
         } else {
             (*queue).push(0, p.cast(), p.cast());
             REMOTE.sent.fetch_add(1, Ordering::Relaxed);

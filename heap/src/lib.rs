@@ -7,8 +7,9 @@
 //! collector's) free them. An allocator that takes a lock, or that hands each
 //! freed block back through a shared structure, collapses under that pattern
 //! on multicore machines. Here a thread never touches another thread's lists:
-//! a foreign block travels to its owner through the owner's remote queue, in
-//! batches, and the owner puts it back on its slow path.
+//! a foreign block either serves the freeing thread's own next allocation of
+//! its class (its thread cache) or travels to its owner through the owner's
+//! remote queue, in batches, and the owner puts it back on its slow path.
 //!
 //! # Glossary
 //! - **Segment** (`segment.rs`): a 4 MiB mapping aligned to 4 MiB. Its first
@@ -38,12 +39,20 @@
 //!   only the owning thread writes, so no atomic read-modify-write),
 //!   [`mark_block`], and the [`RUN_PENDING`] page flag that tells a sweeper
 //!   a page's allocated bits are not yet settled.
+//! - **ThreadCache** (`thread_cache.rs`): per class, the small blocks this
+//!   thread freed lately (its own or other heaps'), which its next plain
+//!   allocations of the class take first, last in first out, as jemalloc's
+//!   and TCMalloc's thread caches do; bounded (64 blocks or 8 KiB a class)
+//!   and sent back every purge delay, on `flush`, `collect` and exit.
 //! - [`LoamAlloc`] (`global_alloc.rs`): the heap as a `GlobalAlloc`.
 //!
 //! # Allocation
 //! 1. Fast path (`LocalHeap::alloc_class`): read the thread-local heap
-//!    pointer, look the size class up in a table, pop the current page's
-//!    `free` list or bump its pointer. No atomic read-modify-write, no lock.
+//!    pointer, look the size class up in a table, pop the thread cache's
+//!    list of the class, else the current page's `free` list, else bump its
+//!    pointer. No atomic read-modify-write, no lock. (`alloc_object`, for a
+//!    collector's objects, skips the thread cache: an object's allocated
+//!    bit is its page owner's to write.)
 //! 2. Slow path (`alloc_class_slow`), when the current page is exhausted:
 //!    send this thread's outgoing batches; drain its inbox (one swap per
 //!    non-empty lane, the lanes' chains walked interleaved);
@@ -54,6 +63,9 @@
 //!    thread's segments, or mapping a new one, if none has room).
 //!
 //! # Free
+//! 0. A block of 1 KiB or less goes to the thread cache if its class has
+//!    room (for another heap's block, only on a thread that allocates: a
+//!    collector's frees go home at once). Its page still counts it as used.
 //! 1. Local (`free_local`): the block's segment names this thread's heap as
 //!    owner: push on the page's `local_free`, decrement `used`. An emptied
 //!    page goes back to its segment (unless it is the class's current page);
@@ -131,6 +143,7 @@ not_under_loom! {
     mod segment;
     mod size_class;
     mod stats;
+    mod thread_cache;
 
     pub use batch::FreeBatch;
     pub use global_alloc::{good_size, usable_size, LoamAlloc};
@@ -181,7 +194,10 @@ pub fn flush() {
     let heap = alloc::current_heap();
     if alloc::is_live(heap) {
         // SAFETY: the calling thread's own heap.
-        unsafe { (*heap).cache.flush() };
+        unsafe {
+            (*heap).flush_thread_cache();
+            (*heap).cache.flush();
+        }
     }
 }
 

@@ -5,6 +5,7 @@ use crate::block::{self, Block};
 use crate::options;
 use crate::os;
 use crate::page::{Page, PageQueue, PageState};
+use crate::thread_cache::ThreadCache;
 use crate::remote::{route_chains, Inbox, RemoteCache, RunKind, RunQueue, REMOTE};
 use crate::inspect::{AllocatedBit, RUN_PENDING};
 use crate::segment::{
@@ -43,6 +44,10 @@ pub(crate) struct LocalHeap {
     pub(crate) segments: *mut Segment,
     /// Outgoing batches of blocks this thread freed for other heaps.
     pub(crate) cache: RemoteCache,
+    /// Blocks this thread freed lately (its own and other heaps'), kept for
+    /// its next plain allocations of their class (`thread_cache.rs`).
+    pub(crate) tcache: ThreadCache,
+    next_tcache_flush_ms: u64,
     dirty_segments: usize,
     next_purge_ms: u64,
     next_orphan_visit_ms: u64,
@@ -79,6 +84,8 @@ impl LocalHeap {
                 full: PageQueue::NEW,
                 segments: ptr::null_mut(),
                 cache: RemoteCache::for_thread(),
+                tcache: ThreadCache::new(),
+                next_tcache_flush_ms: 0,
                 dirty_segments: 0,
                 next_purge_ms: 0,
                 next_orphan_visit_ms: 0,
@@ -106,6 +113,11 @@ impl LocalHeap {
     /// Allocates a block of class `c`: the fast path.
     #[inline(always)]
     pub(crate) fn alloc_class(&mut self, c: usize) -> *mut u8 {
+        // The block of this class this thread freed last, hot in its cache.
+        let p = self.tcache.take(c);
+        if !p.is_null() {
+            return p;
+        }
         let page = self.current[c];
         if !page.is_null() {
             // SAFETY: `current[c]` is a live page of ours (invariant).
@@ -159,6 +171,7 @@ impl LocalHeap {
     #[cold]
     #[inline(never)]
     fn alloc_class_slow(&mut self, c: usize) -> *mut u8 {
+        self.tcache.note_allocating();
         self.housekeeping();
         let mut page = self.queues[c].first;
         while !page.is_null() {
@@ -383,6 +396,50 @@ impl LocalHeap {
         }
     }
 
+    /// Frees block `p`, which this heap owns, into the thread cache if it
+    /// has room, else to its page.
+    ///
+    /// # Safety
+    /// As [`LocalHeap::free_local`]; `p`'s segment is owned by this heap.
+    #[inline(always)]
+    pub(crate) unsafe fn free_owned(&mut self, p: *mut u8) {
+        // SAFETY: `p` is a live block of ours (caller), so its page is a
+        // live page of ours, whose descriptor this thread writes anyway.
+        unsafe {
+            let page = segment::page_of(p);
+            let class = (*page).class as usize;
+            if self.tcache.room_in(class) {
+                block::on_free(p, CLASS_SIZE[class] as usize);
+                self.tcache.push(class, p);
+                return;
+            }
+            self.free_local(page, p);
+        }
+    }
+
+    /// Sends every block of the thread cache back: this heap's to their
+    /// pages, others' towards their owners (through `cache`, which the
+    /// caller flushes or lets fill).
+    pub(crate) fn flush_thread_cache(&mut self) {
+        if self.tcache.is_empty() {
+            return;
+        }
+        let me: *mut LocalHeap = self;
+        self.tcache.drain().for_each(|b| {
+            // SAFETY: a dead block whose page counts it as used (the
+            // cache's invariant), so the segment and page are live.
+            unsafe {
+                let owner = (*segment::segment_of(b)).owner.load(Ordering::Relaxed);
+                if owner == me {
+                    self.free_drained(segment::page_of(b), b);
+                } else {
+                    let size = segment::block_size_of(b);
+                    self.cache.push(ptr::addr_of!((*owner).queue), b, size);
+                }
+            }
+        });
+    }
+
     /// Frees a block that came back through our remote queue (its sender
     /// already filled and poisoned it).
     ///
@@ -562,6 +619,15 @@ impl LocalHeap {
     /// The slow path's chores: send our outgoing batches, take back what other
     /// threads freed, now and then visit orphaned heaps, purge idle slices.
     fn housekeeping(&mut self) {
+        if !self.tcache.is_empty() && self.slow_count % 64 == 0 {
+            let now = os::now_ms();
+            if now >= self.next_tcache_flush_ms {
+                // Kept blocks hold their pages: at most about a purge
+                // delay (`thread_cache.rs`).
+                self.next_tcache_flush_ms = now + options::purge_delay_ms().max(1);
+                self.flush_thread_cache();
+            }
+        }
         self.cache.flush();
         self.drain_remote();
         self.slow_count = self.slow_count.wrapping_add(1);
@@ -810,6 +876,7 @@ impl LocalHeap {
     /// all of them with `force` (`collect`).
     /// Returns how many queued blocks it drained.
     pub(crate) fn tidy(&mut self, force: bool) -> u64 {
+        self.flush_thread_cache();
         self.cache.flush();
         let drained = self.drain_remote();
         self.cache.flush();

@@ -1,0 +1,168 @@
+//! The thread cache: a thread's next allocation of a small class is the
+//! block of that class it freed last, its own or another thread's; kept
+//! blocks still count as used on their pages, and go home when the
+//! freeing thread flushes or exits.
+
+use loam_heap::{LoamAlloc, PageRef};
+use std::alloc::{GlobalAlloc, Layout};
+use std::collections::BTreeSet;
+
+fn layout(size: usize) -> Layout {
+    Layout::from_size_align(size, 8).unwrap()
+}
+
+#[test]
+fn the_block_freed_last_is_the_next_one_of_its_class() {
+    std::thread::spawn(|| {
+        // SAFETY: each block is used within its layout and freed once.
+        unsafe {
+            let a = LoamAlloc.alloc(layout(48));
+            let b = LoamAlloc.alloc(layout(48));
+            LoamAlloc.dealloc(a, layout(48));
+            LoamAlloc.dealloc(b, layout(48));
+            // Last in, first out; a smaller request of the same class too.
+            assert_eq!(LoamAlloc.alloc(layout(41)), b);
+            assert_eq!(LoamAlloc.alloc(layout(48)), a);
+            LoamAlloc.dealloc(a, layout(48));
+            LoamAlloc.dealloc(b, layout(41));
+        }
+    })
+    .join()
+    .unwrap();
+}
+
+/// Thread A allocates and stays alive; thread B, which allocates too,
+/// frees A's blocks: B's next allocations of their class are those blocks,
+/// not fresh ones (jemalloc's tcache behaviour). A thread that only frees
+/// sends them home instead.
+#[test]
+fn blocks_another_thread_allocated_serve_the_freeing_threads_allocations() {
+    const N: usize = 16;
+    let (blocks_tx, blocks_rx) = std::sync::mpsc::channel::<Vec<usize>>();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let owner = std::thread::spawn(move || {
+        // SAFETY: a non-zero size; the blocks are handed over, freed by B.
+        let blocks = (0..N)
+            .map(|_| unsafe { LoamAlloc.alloc(layout(64)) } as usize)
+            .collect();
+        blocks_tx.send(blocks).unwrap();
+        done_rx.recv().unwrap(); // alive until B is done
+    });
+    let theirs = blocks_rx.recv().unwrap();
+    std::thread::spawn(move || {
+        // SAFETY: live blocks of 64 bytes, each freed once, here.
+        unsafe {
+            // This thread allocates too (so it keeps what it frees).
+            let own = LoamAlloc.alloc(layout(64));
+            for &p in &theirs {
+                LoamAlloc.dealloc(p as *mut u8, layout(64));
+            }
+            let mine: Vec<*mut u8> = (0..N).map(|_| LoamAlloc.alloc(layout(64))).collect();
+            let got: BTreeSet<usize> = mine.iter().map(|&p| p as usize).collect();
+            assert_eq!(
+                got,
+                theirs.iter().copied().collect(),
+                "the freed blocks were reused here"
+            );
+            for p in mine {
+                LoamAlloc.dealloc(p, layout(64));
+            }
+            LoamAlloc.dealloc(own, layout(64));
+        }
+    })
+    .join()
+    .unwrap();
+    done_tx.send(()).unwrap();
+    owner.join().unwrap();
+}
+
+#[test]
+fn kept_blocks_count_as_used_until_the_freeing_thread_exits() {
+    const N: usize = 16;
+    let (to_owner, from_freer) = std::sync::mpsc::channel::<()>();
+    std::thread::spawn(move || {
+        // SAFETY: every block is used within its layout and freed once; the
+        // anchor stays live while its page is inspected.
+        unsafe {
+            let anchor = LoamAlloc.alloc(layout(96));
+            let blocks: Vec<usize> = (0..N)
+                .map(|_| LoamAlloc.alloc(layout(96)) as usize)
+                .collect();
+            let page = PageRef::of(anchor);
+            assert!(
+                blocks
+                    .iter()
+                    .all(|&b| PageRef::of(b as *const u8).start() == page.start()),
+                "a fresh page holds them all"
+            );
+            let used = page.used();
+            std::thread::spawn(move || {
+                for b in blocks {
+                    LoamAlloc.dealloc(b as *mut u8, layout(96));
+                }
+                // Kept by this thread: the owner's page still counts them.
+                to_owner.send(()).unwrap();
+            })
+            .join()
+            .unwrap();
+            from_freer.recv().unwrap();
+            // The freeing thread has exited: its kept blocks went home.
+            loam_heap::collect();
+            assert_eq!(page.used(), used - N, "the blocks came back to their page");
+            LoamAlloc.dealloc(anchor, layout(96));
+        }
+    })
+    .join()
+    .unwrap();
+}
+
+/// A thread that keeps another heap's block gives it back on `flush`,
+/// while both threads live.
+#[test]
+fn flush_sends_kept_blocks_home() {
+    use std::sync::mpsc::channel;
+    let (victim_tx, victim_rx) = channel::<usize>();
+    let (kept_tx, kept_rx) = channel::<()>();
+    let (flush_tx, flush_rx) = channel::<()>();
+    let (flushed_tx, flushed_rx) = channel::<()>();
+    let (exit_tx, exit_rx) = channel::<()>();
+    let freer = std::thread::spawn(move || {
+        // SAFETY: this thread allocates (so it keeps what it frees); the
+        // victim is a live block of 200 bytes, freed once.
+        unsafe {
+            let own = LoamAlloc.alloc(layout(200));
+            LoamAlloc.dealloc(victim_rx.recv().unwrap() as *mut u8, layout(200));
+            kept_tx.send(()).unwrap();
+            flush_rx.recv().unwrap();
+            loam_heap::flush();
+            flushed_tx.send(()).unwrap();
+            exit_rx.recv().unwrap();
+            LoamAlloc.dealloc(own, layout(200));
+        }
+    });
+    // This thread owns the page; the anchor keeps it live throughout.
+    // SAFETY: non-zero sizes; the victim is handed over, the anchor freed
+    // at the end.
+    let (anchor, victim) = unsafe { (LoamAlloc.alloc(layout(200)), LoamAlloc.alloc(layout(200))) };
+    // SAFETY: live blocks.
+    let page = unsafe { PageRef::of(anchor) };
+    // SAFETY: as above.
+    assert_eq!(unsafe { PageRef::of(victim) }.start(), page.start());
+    let used = page.used();
+    victim_tx.send(victim as usize).unwrap();
+    kept_rx.recv().unwrap();
+    loam_heap::collect();
+    assert_eq!(
+        page.used(),
+        used,
+        "kept by the freer, still used on its page"
+    );
+    flush_tx.send(()).unwrap();
+    flushed_rx.recv().unwrap();
+    loam_heap::collect();
+    assert_eq!(page.used(), used - 1, "flushed home");
+    exit_tx.send(()).unwrap();
+    freer.join().unwrap();
+    // SAFETY: live, freed once.
+    unsafe { LoamAlloc.dealloc(anchor, layout(200)) };
+}

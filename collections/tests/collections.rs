@@ -512,14 +512,21 @@ fn a_push_into_a_freed_slot_during_a_mark_does_not_touch_the_old_value() {
         m.collect();
         // Then small arrays pushed over them while another thread's
         // collection marks.
+        // Tries until a push lands in a mark, or the other thread has run
+        // 20 cycles without one (counted, not timed: on a busy machine the
+        // collecting thread may not run at all for a while, and a fixed
+        // number of tries ran out before it did).
         let stop = std::sync::atomic::AtomicBool::new(false);
+        let cycles = std::sync::atomic::AtomicU32::new(0);
         std::thread::scope(|s| {
             s.spawn(|| {
                 while !stop.load(Ordering::Relaxed) {
                     rt.collect();
+                    cycles.fetch_add(1, Ordering::Relaxed);
                 }
             });
-            for _ in 0..100_000 {
+            while cycles.load(Ordering::Relaxed) < 20 {
+                std::thread::yield_now();
                 let pushed = m.mutate(|mc| {
                     if !mc.is_marking() {
                         return false;

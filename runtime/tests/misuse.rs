@@ -345,20 +345,25 @@ fn nested_locks_during_a_concurrent_mark_do_not_deadlock() {
             mc.root(c)
         });
         let stop = Arc::new(AtomicBool::new(false));
-        let (rt2, flag) = (rt.clone(), stop.clone());
+        let cycles = Arc::new(std::sync::atomic::AtomicU32::new(0));
+        let (rt2, flag, count) = (rt.clone(), stop.clone(), cycles.clone());
         let collecting = std::thread::spawn(move || {
             while !flag.load(Ordering::Relaxed) {
                 rt2.collect();
+                count.fetch_add(1, Ordering::Relaxed);
             }
         });
+        // Until 50 writes landed in marks or the other thread ran 200
+        // cycles (counted, not a fixed number of tries: on a busy machine
+        // 200,000 tries ran out before the collecting thread ran).
         let mut marking_writes = 0;
-        for i in 0..200_000_u64 {
-            if marking_writes >= 50 {
-                break;
-            }
+        let mut i = 0_u64;
+        while marking_writes < 50 && cycles.load(Ordering::Relaxed) < 200 {
+            i += 1;
             m.mutate(|mc| {
                 let o = outer.get(mc);
                 if !mc.is_marking() {
+                    std::thread::yield_now();
                     return;
                 }
                 marking_writes += 1;

@@ -176,11 +176,14 @@ pub(crate) fn fatal(msg: &str) -> ! {
     panic!("heap: {msg}")
 }
 
-/// Sends this thread's pending remote frees to their owners now.
+/// Sends this thread's pending remote frees to their owners now, and gives
+/// back the blocks its thread cache keeps.
 ///
 /// A thread batches the blocks it frees for other threads; batches go out
 /// when they fill, on this thread's allocation slow path, and at thread exit.
-/// Call this when a thread that freed foreign blocks is about to idle.
+/// An allocating thread also keeps the small blocks it freed lately for its
+/// own next allocations (`thread_cache.rs`), for up to about a purge delay.
+/// Call this when a thread that freed blocks is about to idle.
 ///
 /// # Examples
 /// ```

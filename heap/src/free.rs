@@ -10,6 +10,14 @@ use crate::segment::{block_size_of, segment_of};
 use crate::sync::Ordering;
 use std::ptr;
 
+/// Whether `free` checks its pointer (a block start in a live segment of
+/// ours) before it touches anything: in debug builds, and in release with
+/// the `secure` feature. Measured in release, interleaved against the
+/// unchecked build: the segment-map lookup alone cost larson 5% and tree
+/// building 1.5%, the block-start check on top 20% and 4% more (mimalloc
+/// and jemalloc do not check in release either).
+pub(crate) const CHECK_FREES: bool = cfg!(any(debug_assertions, feature = "secure"));
+
 /// Frees `p`.
 ///
 /// # Safety
@@ -17,8 +25,13 @@ use std::ptr;
 #[inline]
 pub(crate) unsafe fn free(p: *mut u8) {
     let seg = segment_of(p);
-    // SAFETY: `p` is a live block (caller), so its segment is mapped; its
-    // owner field is atomic.
+    // A pointer of someone else's (a `malloc` block, a static, the stack)
+    // would have us read a header that is not there: stop with a message.
+    if CHECK_FREES && !crate::segment_map::contains(seg as usize) {
+        invalid_free(p, "not in any segment of this allocator (not allocated by it)");
+    }
+    // SAFETY: `p` is in a live segment of ours (just checked; a live block,
+    // by the caller), so the header is mapped; its owner field is atomic.
     let owner = unsafe { (*seg).owner.load(Ordering::Relaxed) };
     let heap = current_heap();
     if owner == heap {
@@ -37,8 +50,13 @@ pub(crate) unsafe fn free(p: *mut u8) {
 /// As [`free`]; `owner` is the owner read from `p`'s segment.
 #[inline(never)]
 unsafe fn free_remote(heap: *mut LocalHeap, owner: *mut LocalHeap, p: *mut u8) {
-    // SAFETY: `p` is live (caller), so its page descriptor is stable.
+    // SAFETY: `p` is in a live segment of ours (`free`), so the side tables
+    // are mapped, and stable while any block of the page lives.
     let size = unsafe { block_size_of(p) };
+    // SAFETY: as above.
+    if CHECK_FREES && !unsafe { crate::segment::is_block_start(p, size) } {
+        invalid_free(p, "not the start of a block (an interior pointer, or a block already freed)");
+    }
     #[cfg(debug_assertions)]
     {
         // SAFETY: as above.
@@ -69,4 +87,30 @@ unsafe fn free_remote(heap: *mut LocalHeap, owner: *mut LocalHeap, p: *mut u8) {
             REMOTE.batches.fetch_add(1, Ordering::Relaxed);
         }
     }
+}
+
+/// Stops the process: `p` was handed to `free` but is not a block this
+/// allocator gave out. Formats on the stack: the allocator must not
+/// allocate here.
+#[cold]
+#[inline(never)]
+pub(crate) fn invalid_free(p: *mut u8, why: &str) -> ! {
+    struct Buf {
+        bytes: [u8; 200],
+        len: usize,
+    }
+    impl std::fmt::Write for Buf {
+        fn write_str(&mut self, s: &str) -> std::fmt::Result {
+            let n = s.len().min(self.bytes.len() - self.len);
+            self.bytes[self.len..self.len + n].copy_from_slice(&s.as_bytes()[..n]);
+            self.len += n;
+            Ok(())
+        }
+    }
+    let mut b = Buf {
+        bytes: [0; 200],
+        len: 0,
+    };
+    let _ = std::fmt::Write::write_fmt(&mut b, format_args!("free of {p:p}: {why}"));
+    crate::fatal(std::str::from_utf8(&b.bytes[..b.len]).unwrap_or("free of an invalid pointer"))
 }

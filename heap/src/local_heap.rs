@@ -258,7 +258,11 @@ impl LocalHeap {
         let page = Segment::page(seg, offset >> SLICE_SHIFT);
         let block = map_size - offset;
         // SAFETY: our fresh segment.
-        unsafe { (*seg).slice_block_size[offset >> SLICE_SHIFT].store(block, Ordering::Relaxed) };
+        unsafe {
+            let first = offset >> SLICE_SHIFT;
+            (*seg).slice_block_size[first].store(block, Ordering::Relaxed);
+            (*seg).slice_first[first].store(first as u8, Ordering::Relaxed);
+        }
         // SAFETY: a descriptor of our fresh segment.
         unsafe {
             (*page).init(
@@ -407,6 +411,12 @@ impl LocalHeap {
         // live page of ours, whose descriptor this thread writes anyway.
         unsafe {
             let page = segment::page_of(p);
+            if crate::free::CHECK_FREES && !(*page).is_block_start(p) {
+                crate::free::invalid_free(
+                    p,
+                    "not the start of a block (an interior pointer, or a block already freed)",
+                );
+            }
             let class = (*page).class as usize;
             if self.tcache.room_in(class) {
                 block::on_free(p, CLASS_SIZE[class] as usize);
@@ -981,6 +991,7 @@ unsafe fn set_span(seg: *mut Segment, i: usize, from: usize, n: usize, block: us
     unsafe {
         for k in 0..n {
             (*seg).slice_block_size[i + k].store(block, Ordering::Relaxed);
+            (*seg).slice_first[i + k].store(i as u8, Ordering::Relaxed);
         }
         for k in from..n {
             let d = Segment::page(seg, i + k);

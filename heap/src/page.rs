@@ -99,6 +99,21 @@ impl Page {
         }
     }
 
+    /// Whether `p` is where one of this page's blocks starts (false for a
+    /// page that is free, or an address past its blocks or between them).
+    #[inline(always)]
+    pub(crate) fn is_block_start(&self, p: *const u8) -> bool {
+        let offset = (p as usize).wrapping_sub(self.start);
+        match self.state() {
+            PageState::Small => {
+                offset < self.capacity() * self.block_size()
+                    && self.block_index(p) * self.block_size() == offset
+            }
+            PageState::Large | PageState::Huge => offset == 0,
+            _ => false,
+        }
+    }
+
     /// Sets collector flag bits (a load first: most calls find them set).
     #[inline(always)]
     pub(crate) fn set_user_flags(&self, bits: u8) {

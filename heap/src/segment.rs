@@ -6,7 +6,7 @@ use crate::local_heap::LocalHeap;
 use crate::os;
 use crate::page::{Page, PageState};
 use crate::spin::SpinLock;
-use crate::sync::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use crate::sync::{AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::ptr;
 
 /// log2 of the segment size.
@@ -84,6 +84,10 @@ pub(crate) struct Segment {
     /// writes on every allocation: a freeing thread reading the block size
     /// there would pull those lines away from the owner.
     pub(crate) slice_block_size: [AtomicUsize; SLICES],
+    /// The first slice of the page covering each slice (its blocks start
+    /// at that slice's base), written with `slice_block_size`: with it a
+    /// free checks that a pointer is a block start without the descriptor.
+    pub(crate) slice_first: [AtomicU8; SLICES],
     /// One descriptor per slice.
     pub(crate) pages: [Page; SLICES],
 }
@@ -125,6 +129,32 @@ pub(crate) unsafe fn block_size_of(p: *const u8) -> usize {
     let idx = ((p as usize) - (seg as usize)) >> SLICE_SHIFT;
     // SAFETY: `seg` is live (caller) and `idx < SLICES`.
     unsafe { (*seg).slice_block_size[idx].load(Ordering::Relaxed) }
+}
+
+/// Whether `p` is where a block of its page starts, by the segment's side
+/// tables alone (`size` is `block_size_of(p)`): a multiple of the block
+/// size past the first slice of its page, found with the class's
+/// reciprocal, not a division.
+///
+/// # Safety
+/// `p` lies in a live segment of ours.
+#[inline(always)]
+pub(crate) unsafe fn is_block_start(p: *const u8, size: usize) -> bool {
+    let seg = segment_of(p);
+    let in_seg = (p as usize) - (seg as usize);
+    let idx = in_seg >> SLICE_SHIFT;
+    // SAFETY: `seg` is live (caller) and `idx < SLICES`.
+    let first = unsafe { (*seg).slice_first[idx].load(Ordering::Relaxed) } as usize;
+    if size == 0 || idx < HEADER_SLICES || first > idx {
+        return false; // the header, or a slice no page ever covered
+    }
+    let offset = (in_seg - (first << SLICE_SHIFT)) as u64;
+    if size > crate::size_class::SMALL_MAX {
+        return offset == 0; // a span of one block
+    }
+    let c = crate::size_class::class_of(size);
+    let k = (offset * crate::size_class::RECIP[c]) >> crate::size_class::RECIP_SHIFT;
+    k * size as u64 == offset
 }
 
 /// The page descriptor of the page holding `p`.
@@ -408,6 +438,7 @@ impl Segment {
         reg.head = seg;
         reg.count += 1;
         reg.mapped += map_size;
+        crate::segment_map::insert(seg as usize);
         seg
     }
 
@@ -434,6 +465,7 @@ impl Segment {
         };
         reg.count -= 1;
         reg.mapped -= size;
+        crate::segment_map::remove(seg as usize);
         drop(reg);
         if huge {
             // Unregistered, unlinked and dead (caller): the cache's now.

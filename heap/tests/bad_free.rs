@@ -1,0 +1,121 @@
+//! A free of a pointer the heap never handed out stops the process with a
+//! `heap:` message (as glibc's "free(): invalid pointer" does) instead of a
+//! fault inside the allocator or a block handed out twice: in debug builds,
+//! and in release builds with the `secure` feature. Each case runs in a child process (this test binary again,
+//! with `LOAM_BAD_FREE` naming the case), whose death and stderr the parent
+//! reads.
+
+use loam_heap::LoamAlloc;
+use std::alloc::{GlobalAlloc, Layout};
+use std::process::Command;
+
+const CASES: [(&str, &str); 5] = [
+    ("malloc", "not in any segment of this allocator"),
+    ("static", "not in any segment of this allocator"),
+    ("stack", "not in any segment of this allocator"),
+    ("interior", "not the start of a block"),
+    ("interior_remote", "not the start of a block"),
+];
+
+static STATIC_BYTES: [u8; 64] = [0; 64];
+
+/// What the child does: one bad free (which must not return).
+fn bad_free(case: &str) {
+    let l = Layout::from_size_align(48, 8).unwrap();
+    // SAFETY: none: each of these is the misuse under test, which the heap
+    // must catch before it touches anything.
+    unsafe {
+        match case {
+            "malloc" => LoamAlloc.dealloc(libc::malloc(48).cast(), l),
+            "static" => LoamAlloc.dealloc(STATIC_BYTES.as_ptr().cast_mut(), l),
+            "stack" => {
+                let mut on_stack = [0_u8; 48];
+                LoamAlloc.dealloc(on_stack.as_mut_ptr(), l)
+            }
+            "interior" => {
+                let p = LoamAlloc.alloc(l);
+                LoamAlloc.dealloc(p.add(16), l)
+            }
+            "interior_remote" => {
+                // The owner stays alive: the free is a remote one, checked
+                // by the segment's side tables, not the owner's descriptor.
+                let (tx, rx) = std::sync::mpsc::channel();
+                std::thread::spawn(move || {
+                    tx.send(LoamAlloc.alloc(l) as usize).unwrap();
+                    std::thread::park();
+                });
+                let p = rx.recv().unwrap() as *mut u8;
+                LoamAlloc.dealloc(p.add(8), l);
+            }
+            other => panic!("unknown case {other}"),
+        }
+    }
+    eprintln!("the bad free returned");
+    std::process::exit(0);
+}
+
+#[test]
+#[cfg_attr(
+    not(any(debug_assertions, feature = "secure")),
+    ignore = "free checks are on in debug builds and with the `secure` feature"
+)]
+fn bad_frees_stop_the_process_with_a_message() {
+    if let Ok(case) = std::env::var("LOAM_BAD_FREE") {
+        bad_free(&case);
+        return;
+    }
+    for (case, want) in CASES {
+        let out = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "bad_frees_stop_the_process_with_a_message",
+                "--nocapture",
+            ])
+            .env("LOAM_BAD_FREE", case)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success(),
+            "{case}: the child survived: {stderr}"
+        );
+        assert!(
+            stderr.contains("heap: free of 0x") && stderr.contains(want),
+            "{case}: stderr says {stderr:?}"
+        );
+    }
+}
+
+/// Good frees of every kind still work beside the checks: small, large,
+/// huge, aligned, local and remote.
+#[test]
+fn every_kind_of_good_free_passes_the_checks() {
+    let layouts = [
+        Layout::from_size_align(8, 8).unwrap(),
+        Layout::from_size_align(1000, 8).unwrap(),
+        Layout::from_size_align(100_000, 8).unwrap(),
+        Layout::from_size_align(300_000, 8).unwrap(),
+        Layout::from_size_align(5 << 20, 8).unwrap(),
+        Layout::from_size_align(64, 4096).unwrap(),
+        Layout::from_size_align(70_000, 1 << 20).unwrap(),
+    ];
+    let blocks: Vec<(usize, Layout)> = layouts
+        .iter()
+        // SAFETY: non-zero sizes.
+        .map(|&l| (unsafe { LoamAlloc.alloc(l) } as usize, l))
+        .collect();
+    let (local, remote) = blocks.split_at(3);
+    let remote = remote.to_vec();
+    std::thread::spawn(move || {
+        for (p, l) in remote {
+            // SAFETY: live blocks with their layouts, freed once.
+            unsafe { LoamAlloc.dealloc(p as *mut u8, l) };
+        }
+    })
+    .join()
+    .unwrap();
+    for &(p, l) in local {
+        // SAFETY: as above.
+        unsafe { LoamAlloc.dealloc(p as *mut u8, l) };
+    }
+}

@@ -107,9 +107,11 @@
 //! block is reused; the `asan` feature tells AddressSanitizer which blocks
 //! are free. Debug builds, and release builds with the `secure` feature,
 //! check every free: the pointer must lie in a live segment (a bitmap of
-//! them, `segment_map.rs`) and be where a block starts, else the process
-//! stops with `heap: free of 0x…: …` (release builds do not check by
-//! default: it cost larson 25%; see `free.rs`).
+//! them, `segment_map.rs`), be where a block starts, and not carry the
+//! freed tag (its address, encoded, in a freed block's second word,
+//! `block.rs`), else the process stops with `heap: free of 0x…: …`
+//! (release builds do not check by default: it cost larson 28%; see
+//! `free.rs`).
 //!
 //! # References
 //! mimalloc (Leijen et al., "Mimalloc: Free List Sharding in Action", 2019):

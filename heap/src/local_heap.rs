@@ -417,6 +417,7 @@ impl LocalHeap {
                     "not the start of a block (an interior pointer, or a block already freed)",
                 );
             }
+            block::check_not_free(p, (*page).block_size());
             let class = (*page).class as usize;
             if self.tcache.room_in(class) {
                 block::on_free(p, CLASS_SIZE[class] as usize);

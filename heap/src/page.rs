@@ -204,6 +204,11 @@ impl Page {
             self.bump = p + size;
             self.set_used(self.used() + 1);
             block::unpoison(p as *mut u8, size);
+            if !self.is_zero {
+                // SAFETY: a fresh block of `size` bytes, the caller's now;
+                // memory that held blocks before may hold a freed tag.
+                unsafe { block::on_alloc(p as *mut u8, size) };
+            }
             return p as *mut u8;
         }
         ptr::null_mut()

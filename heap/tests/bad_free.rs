@@ -9,12 +9,15 @@ use loam_heap::LoamAlloc;
 use std::alloc::{GlobalAlloc, Layout};
 use std::process::Command;
 
-const CASES: [(&str, &str); 5] = [
+const CASES: [(&str, &str); 8] = [
     ("malloc", "not in any segment of this allocator"),
     ("static", "not in any segment of this allocator"),
     ("stack", "not in any segment of this allocator"),
     ("interior", "not the start of a block"),
     ("interior_remote", "not the start of a block"),
+    ("double", "freed twice"),
+    ("double_remote", "freed twice"),
+    ("double_large", "freed twice"),
 ];
 
 static STATIC_BYTES: [u8; 64] = [0; 64];
@@ -46,6 +49,30 @@ fn bad_free(case: &str) {
                 });
                 let p = rx.recv().unwrap() as *mut u8;
                 LoamAlloc.dealloc(p.add(8), l);
+            }
+            "double" => {
+                let p = LoamAlloc.alloc(l);
+                LoamAlloc.dealloc(p, l);
+                LoamAlloc.dealloc(p, l);
+            }
+            "double_remote" => {
+                let (tx, rx) = std::sync::mpsc::channel();
+                std::thread::spawn(move || {
+                    tx.send(LoamAlloc.alloc(l) as usize).unwrap();
+                    std::thread::park();
+                });
+                let p = rx.recv().unwrap() as *mut u8;
+                LoamAlloc.dealloc(p, l);
+                LoamAlloc.dealloc(p, l);
+            }
+            "double_large" => {
+                // Two blocks of a page of 3 KiB blocks, so that the page
+                // stays when one goes; the second free finds its tag.
+                let big = Layout::from_size_align(3000, 8).unwrap();
+                let (p, keep) = (LoamAlloc.alloc(big), LoamAlloc.alloc(big));
+                LoamAlloc.dealloc(p, big);
+                LoamAlloc.dealloc(p, big);
+                LoamAlloc.dealloc(keep, big);
             }
             other => panic!("unknown case {other}"),
         }
@@ -117,5 +144,22 @@ fn every_kind_of_good_free_passes_the_checks() {
     for &(p, l) in local {
         // SAFETY: as above.
         unsafe { LoamAlloc.dealloc(p as *mut u8, l) };
+    }
+}
+
+/// A block the program filled with the free fill's byte is not taken for
+/// a freed one (the tag is what marks a freed block).
+#[test]
+fn blocks_filled_with_any_byte_free_cleanly() {
+    for byte in [0x00_u8, 0xDD, 0xA5, 0xFF] {
+        for size in [16_usize, 48, 64, 200, 3000] {
+            let l = Layout::from_size_align(size, 8).unwrap();
+            // SAFETY: a non-zero size; filled within it and freed once.
+            unsafe {
+                let p = LoamAlloc.alloc(l);
+                p.write_bytes(byte, size);
+                LoamAlloc.dealloc(p, l);
+            }
+        }
     }
 }

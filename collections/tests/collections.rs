@@ -710,15 +710,17 @@ fn collections_changed_during_concurrent_marks_lose_nothing() {
     }
     let stop = std::sync::atomic::AtomicBool::new(false);
     let marking = AtomicUsize::new(0);
+    let cycles = AtomicUsize::new(0);
     std::thread::scope(|s| {
         s.spawn(|| {
             while !stop.load(Ordering::Relaxed) {
                 rt.collect();
+                cycles.fetch_add(1, Ordering::Relaxed);
             }
         });
         let workers: Vec<_> = (0..2_u64)
             .map(|t| {
-                let (rt, list, dict, marking) = (&rt, &list, &dict, &marking);
+                let (rt, list, dict, marking, cycles) = (&rt, &list, &dict, &marking, &cycles);
                 s.spawn(move || {
                     let mut m = rt.attach();
                     let mut x = 0x9e37_79b9_7f4a_7c15_u64 ^ t;
@@ -726,7 +728,15 @@ fn collections_changed_during_concurrent_marks_lose_nothing() {
                     // mark must shade what it cuts, as a root made during
                     // the mark is not read by it.
                     let mut held: Vec<Root<Values>> = Vec::new();
-                    for round in 0..3000_u64 {
+                    // 3,000 rounds, and more until a change ran during a
+                    // mark or the collecting thread ran 50 cycles (on a busy
+                    // machine it may not have run at all by then).
+                    let mut round = 0_u64;
+                    while round < 3000
+                        || (marking.load(Ordering::Relaxed) == 0
+                            && cycles.load(Ordering::Relaxed) < 50)
+                    {
+                        round += 1;
                         m.mutate(|mc| {
                             marking.fetch_add(usize::from(mc.is_marking()), Ordering::Relaxed);
                             let (l, d) = (*list.get(mc), *dict.get(mc));

@@ -605,22 +605,37 @@ fn old_pages_skipped_by_minor_cycles_are_swept_by_full_ones() {
 /// Forced collections back to back on a thread of their own, until stopped.
 struct Collecting {
     stop: Arc<std::sync::atomic::AtomicBool>,
+    cycles: Arc<std::sync::atomic::AtomicUsize>,
     thread: std::thread::JoinHandle<usize>,
 }
 
 impl Collecting {
     fn start(rt: &Runtime) -> Self {
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let (rt, flag) = (rt.clone(), stop.clone());
+        let cycles = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let (rt, flag, count) = (rt.clone(), stop.clone(), cycles.clone());
         let thread = std::thread::spawn(move || {
-            let mut cycles = 0;
+            let mut n = 0;
             while !flag.load(Ordering::Relaxed) {
                 rt.collect();
-                cycles += 1;
+                n += 1;
+                count.store(n, Ordering::Relaxed);
             }
-            cycles
+            n
         });
-        Collecting { stop, thread }
+        Collecting {
+            stop,
+            cycles,
+            thread,
+        }
+    }
+
+    /// Whether a loop that waits for calls during marks has tried long
+    /// enough: `calls` calls, and 50 collections on the collecting thread
+    /// (counted, not timed: on a busy machine that thread may not run for
+    /// a while, and a cap on calls alone ran out before it did).
+    fn tried_enough(&self, calls: usize) -> bool {
+        calls >= 1_000_000 && self.cycles.load(Ordering::Relaxed) >= 50
     }
 
     /// Stops, and returns how many collections ran.
@@ -666,12 +681,12 @@ fn a_concurrent_mark_keeps_what_mutators_move_meanwhile() {
     let mut held: Vec<Root<NodeRoot>> = Vec::new();
     let mut rng = 0x2545_f491_4f6c_dd1d_u64;
     let mut during_marks = 0;
-    // Until enough calls ran during a mark, with a cap on the calls (not on
-    // time: the assertion below must not depend on the machine's speed).
-    for _ in 0..1_000_000 {
-        if during_marks >= 200 {
-            break;
-        }
+    // Until enough calls ran during a mark, with a cap on the calls and the
+    // collections (not on time: the assertion below must not depend on the
+    // machine's speed).
+    let mut calls = 0;
+    while during_marks < 200 && !collector.tried_enough(calls) {
+        calls += 1;
         m.mutate(|mc| {
             during_marks += usize::from(mc.is_marking());
             let slots = slots.get(mc);
@@ -750,11 +765,10 @@ fn a_weak_upgrade_during_a_concurrent_mark_keeps_its_target() {
     let collector = Collecting::start(&rt);
     let mut weaks: Vec<Root<WeakRoot>> = Vec::new();
     let mut revived: Vec<Root<NodeRoot>> = Vec::new();
-    // A cap on the calls, not on time (as above).
-    for _ in 0..1_000_000 {
-        if revived.len() >= 500 {
-            break;
-        }
+    // A cap on the calls and the collections, not on time (as above).
+    let mut calls = 0;
+    while revived.len() < 500 && !collector.tried_enough(calls) {
+        calls += 1;
         m.mutate(|mc| {
             let marking = mc.is_marking();
             for w in weaks.drain(..) {

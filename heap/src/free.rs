@@ -14,9 +14,10 @@ use std::ptr;
 /// ours) before it touches anything: in debug builds, and in release with
 /// the `secure` feature. Measured in release, interleaved against the
 /// unchecked build: the segment-map lookup alone cost larson 5% and tree
-/// building 1.5%, the block-start check on top 20% and 4% more, and with
-/// the freed tag (`block.rs`) larson runs at 0.72x and tree building at
-/// 1.08x the time (mimalloc and jemalloc do not check in release either).
+/// building 1.5%, the block-start check on top 20% and 4% more; with the
+/// freed tag (`block.rs`) and the free lists' link checks, larson runs at
+/// 0.6x its speed and tree building at 1.1x the time (mimalloc and
+/// jemalloc do not check in release either).
 pub(crate) const CHECK_FREES: bool = cfg!(any(debug_assertions, feature = "secure"));
 
 /// Frees `p`.

@@ -192,7 +192,15 @@ impl Page {
             // SAFETY: `b` heads this page's free list, which the owner (us)
             // owns; every entry is a free block of `block_size >= 8` bytes.
             unsafe {
-                self.free = block::next(b);
+                let next = block::next(b);
+                // A write after free over the link would send the next
+                // allocation anywhere: checked builds stop here instead.
+                if block::CHECKED && !next.is_null() && !self.is_block_start(next.cast()) {
+                    crate::fatal(
+                        "a free block's link was overwritten (a write after free, or a double free)",
+                    );
+                }
+                self.free = next;
                 block::on_reuse(b.cast(), self.block_size());
             }
             self.set_used(self.used() + 1);

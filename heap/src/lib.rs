@@ -42,7 +42,7 @@
 //! - **ThreadCache** (`thread_cache.rs`): per class, the small blocks this
 //!   thread freed lately (its own or other heaps'), which its next plain
 //!   allocations of the class take first, last in first out, as jemalloc's
-//!   and TCMalloc's thread caches do; bounded (64 blocks or 8 KiB a class)
+//!   and TCMalloc's thread caches do; bounded (128 blocks or 16 KiB a class)
 //!   and sent back every purge delay, on `flush`, `collect` and exit.
 //! - [`LoamAlloc`] (`global_alloc.rs`): the heap as a `GlobalAlloc`.
 //!

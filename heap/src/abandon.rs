@@ -83,6 +83,9 @@ pub(crate) fn take_orphan() -> Option<*mut LocalHeap> {
     drop(list);
     // SAFETY: unlinked, so no other thread can reach it.
     let h = unsafe { &mut *heap };
+    // The new thread has allocated nothing yet: until it does, it keeps
+    // no other heap's blocks (a free-only thread's frees go home).
+    h.tcache.forget_allocating();
     crate::stats::COUNTERS
         .pages_adopted
         .fetch_add(h.page_count as u64, Ordering::Relaxed);

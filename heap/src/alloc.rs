@@ -114,7 +114,14 @@ pub(crate) fn alloc_with_page(size: usize, align: usize) -> (*mut u8, *mut crate
         // SAFETY: a live heap in `HEAP` belongs to this thread.
         return unsafe { (*heap).alloc_class_with_page(class_of(size)) };
     }
-    // SAFETY: as above.
+    // An aligned small request goes through its class's pages too, never
+    // `alloc_general`: that takes the thread cache first, whose blocks may
+    // be other heaps', whose allocated bits are not ours to write.
+    if let Some(c) = crate::size_class::class_for_aligned(size, align) {
+        // SAFETY: as above.
+        return unsafe { (*heap).alloc_class_with_page(c) };
+    }
+    // SAFETY: as above; a span of its own (no class, no thread cache).
     let p = unsafe { (*heap).alloc_general(size, align) };
     if p.is_null() {
         return (p, ptr::null_mut());

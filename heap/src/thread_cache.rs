@@ -26,12 +26,16 @@
 //!   `alloc_object`, whose allocated bit is written without atomics and
 //!   belongs to the page's owner alone; a collector's sweep frees through
 //!   page runs and batches, never through here.
-//! - Only a thread that allocates keeps blocks (`allocates`, set by its
-//!   first slow path): a free-only thread's frees go home at once.
+//! - Only a thread that has allocated keeps other heaps' blocks
+//!   (`allocates`, set by its first slow path, cleared when a new thread
+//!   takes an exited one's heap): a thread that only frees (a collector's)
+//!   sends them home at once.
 //! - Every block goes back by `LocalHeap::flush_thread_cache`: from the slow
-//!   path's housekeeping once per purge delay, `flush`, `collect` and
-//!   thread exit, so a thread that stops allocating a class holds its pages
-//!   (its own or another heap's) for at most about one delay.
+//!   path's housekeeping (every 64th slow path, at most once per purge
+//!   delay), `flush`, `collect` and thread exit. A thread that keeps
+//!   allocating holds a block for about a delay at most; one that stops
+//!   (it no longer reaches the slow path) holds what it kept, at most the
+//!   bound below, until it calls `flush` or exits.
 
 use crate::block::{self, Block};
 use crate::size_class::{class_of, CLASS_SIZE, NUM_CLASSES};
@@ -95,6 +99,13 @@ impl ThreadCache {
     #[inline]
     pub(crate) fn note_allocating(&mut self) {
         self.allocates = true;
+    }
+
+    /// Forgets that the heap's thread allocated (a new thread takes the
+    /// heap of one that exited); the cache is empty then (`tidy`).
+    pub(crate) fn forget_allocating(&mut self) {
+        debug_assert!(self.held == 0, "heap: an orphan's thread cache holds blocks");
+        self.allocates = false;
     }
 
     /// The class a freed block of `size` bytes (its page's block size)

@@ -52,8 +52,10 @@ fn blocks_another_thread_allocated_serve_the_freeing_threads_allocations() {
     std::thread::spawn(move || {
         // SAFETY: live blocks of 64 bytes, each freed once, here.
         unsafe {
-            // This thread allocates too (so it keeps what it frees).
-            let own = LoamAlloc.alloc(layout(64));
+            // This thread allocates too (so it keeps what it frees): enough
+            // to reach its slow path, which is where that is noted (a
+            // thread may take an exited one's heap, with pages to spare).
+            let own: Vec<*mut u8> = (0..2000).map(|_| LoamAlloc.alloc(layout(64))).collect();
             for &p in &theirs {
                 LoamAlloc.dealloc(p as *mut u8, layout(64));
             }
@@ -67,7 +69,9 @@ fn blocks_another_thread_allocated_serve_the_freeing_threads_allocations() {
             for p in mine {
                 LoamAlloc.dealloc(p, layout(64));
             }
-            LoamAlloc.dealloc(own, layout(64));
+            for p in own {
+                LoamAlloc.dealloc(p, layout(64));
+            }
         }
     })
     .join()
@@ -165,4 +169,35 @@ fn flush_sends_kept_blocks_home() {
     freer.join().unwrap();
     // SAFETY: live, freed once.
     unsafe { LoamAlloc.dealloc(anchor, layout(200)) };
+}
+
+/// `alloc_object` (a collector's objects, whose allocated bit only the
+/// page's owner writes) never takes a block from the thread cache, whatever
+/// the alignment: the cached block may be another heap's.
+#[test]
+fn alloc_object_never_takes_a_cached_block() {
+    std::thread::spawn(|| {
+        for (size, align) in [(32_usize, 8_usize), (32, 16), (48, 16), (64, 32)] {
+            let l = Layout::from_size_align(size, align).unwrap();
+            // SAFETY: a non-zero size; freed once, into the thread cache.
+            let cached = unsafe {
+                let p = LoamAlloc.alloc(l);
+                LoamAlloc.dealloc(p, l);
+                p
+            };
+            // Leaked: an object's block goes back through a page run.
+            let (obj, _bit) = loam_heap::alloc_object(size, align, 0);
+            assert_ne!(obj, cached, "{size} bytes at {align}: a cached block");
+            assert_eq!(obj as usize % align, 0);
+            // The cached block is still the next plain allocation's.
+            // SAFETY: as above.
+            unsafe {
+                let again = LoamAlloc.alloc(l);
+                assert_eq!(again, cached, "{size} bytes at {align}");
+                LoamAlloc.dealloc(again, l);
+            }
+        }
+    })
+    .join()
+    .unwrap();
 }

@@ -56,9 +56,10 @@
 //! refused), nothing is biased and every writer takes `shared`. A storm of
 //! revocations (lists made on one thread and written by another, over and
 //! over) turns biasing off for a second, so that the system calls stay a
-//! small share of the time (`Revocations`).
+//! small share of the time (`fences::heavy`); collections first written in
+//! that second stay unbiased.
 //!
-//! The loom model (`tests::model`) checks the protocol with both fences
+//! The loom models (`tests`) check the protocol with both fences
 //! as sequentially consistent fences, which is what the pair guarantees.
 //!
 //! # Re-entrance
@@ -293,7 +294,7 @@ mod fences {
 
     #[cfg(not(loom))]
     mod real {
-        use std::sync::atomic::{compiler_fence, AtomicBool, AtomicU64, AtomicU8, Ordering};
+        use std::sync::atomic::{compiler_fence, AtomicU64, AtomicU8, Ordering};
         use std::time::Instant;
 
         /// The owner's side: keeps its store of `busy` before its load of
@@ -304,11 +305,11 @@ mod fences {
         }
 
         /// Revocations in the current window, and when it began (ms since
-        /// `epoch()`); past `STORM` in one window, biasing is off until
-        /// `OFF_UNTIL`.
+        /// `now_ms`'s epoch); past `STORM` in one window, biasing is off
+        /// until `OFF_UNTIL` (0: on). One word, so that no reader can pair
+        /// a new "off" with an old deadline.
         static WINDOW_START: AtomicU64 = AtomicU64::new(0);
         static IN_WINDOW: AtomicU64 = AtomicU64::new(0);
-        static OFF: AtomicBool = AtomicBool::new(false);
         static OFF_UNTIL: AtomicU64 = AtomicU64::new(0);
         /// 100 revocations in 100 ms is about 1 ms of system calls: 1% of
         /// a CPU.
@@ -345,7 +346,6 @@ mod fences {
                 IN_WINDOW.store(1, Ordering::Relaxed);
             } else if IN_WINDOW.fetch_add(1, Ordering::Relaxed) + 1 >= STORM {
                 OFF_UNTIL.store(now + OFF_MS, Ordering::Relaxed);
-                OFF.store(true, Ordering::Relaxed);
             }
         }
 
@@ -383,11 +383,13 @@ mod fences {
         /// Whether a first writer may take the bias now.
         #[inline]
         pub(crate) fn biasing() -> bool {
-            if OFF.load(Ordering::Relaxed) {
-                if now_ms() < OFF_UNTIL.load(Ordering::Relaxed) {
+            let until = OFF_UNTIL.load(Ordering::Relaxed);
+            if until != 0 {
+                if now_ms() < until {
                     return false;
                 }
-                OFF.store(false, Ordering::Relaxed);
+                // Back on, unless another storm set a new deadline since.
+                let _ = OFF_UNTIL.compare_exchange(until, 0, Ordering::Relaxed, Ordering::Relaxed);
             }
             available()
         }

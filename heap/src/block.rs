@@ -195,7 +195,33 @@ pub(crate) unsafe fn check_not_free(p: *mut u8, size: usize) {
         // SAFETY: the block is `size` bytes, mapped (caller).
         let tag = unsafe { p.add(8).cast::<u64>().read_unaligned() };
         if tag == freed_tag(p) {
-            crate::free::invalid_free(p, "freed twice (it carries the freed tag)");
+            invalid_free(p, "freed twice (it carries the freed tag)");
         }
     }
+}
+
+/// Stops the process: `p` was handed to `free` but is not a block this
+/// allocator gave out. Formats on the stack: the allocator must not
+/// allocate here.
+#[cold]
+#[inline(never)]
+pub(crate) fn invalid_free(p: *mut u8, why: &str) -> ! {
+    struct Buf {
+        bytes: [u8; 200],
+        len: usize,
+    }
+    impl std::fmt::Write for Buf {
+        fn write_str(&mut self, s: &str) -> std::fmt::Result {
+            let n = s.len().min(self.bytes.len() - self.len);
+            self.bytes[self.len..self.len + n].copy_from_slice(&s.as_bytes()[..n]);
+            self.len += n;
+            Ok(())
+        }
+    }
+    let mut b = Buf {
+        bytes: [0; 200],
+        len: 0,
+    };
+    let _ = std::fmt::Write::write_fmt(&mut b, format_args!("free of {p:p}: {why}"));
+    crate::fatal(std::str::from_utf8(&b.bytes[..b.len]).unwrap_or("free of an invalid pointer"))
 }

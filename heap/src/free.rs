@@ -30,7 +30,7 @@ pub(crate) unsafe fn free(p: *mut u8) {
     // A pointer of someone else's (a `malloc` block, a static, the stack)
     // would have us read a header that is not there: stop with a message.
     if CHECK_FREES && !crate::segment_map::contains(seg as usize) {
-        invalid_free(p, "not in any segment of this allocator (not allocated by it)");
+        block::invalid_free(p, "not in any segment of this allocator (not allocated by it)");
     }
     // SAFETY: `p` is in a live segment of ours (just checked; a live block,
     // by the caller), so the header is mapped; its owner field is atomic.
@@ -57,7 +57,7 @@ unsafe fn free_remote(heap: *mut LocalHeap, owner: *mut LocalHeap, p: *mut u8) {
     let size = unsafe { block_size_of(p) };
     // SAFETY: as above.
     if CHECK_FREES && !unsafe { crate::segment::is_block_start(p, size) } {
-        invalid_free(p, "not the start of a block (an interior pointer, or a block already freed)");
+        block::invalid_free(p, "not the start of a block (an interior pointer, or a block already freed)");
     }
     // SAFETY: a block start in a live segment of ours, `size` bytes.
     unsafe { block::check_not_free(p, size) };
@@ -91,30 +91,4 @@ unsafe fn free_remote(heap: *mut LocalHeap, owner: *mut LocalHeap, p: *mut u8) {
             REMOTE.batches.fetch_add(1, Ordering::Relaxed);
         }
     }
-}
-
-/// Stops the process: `p` was handed to `free` but is not a block this
-/// allocator gave out. Formats on the stack: the allocator must not
-/// allocate here.
-#[cold]
-#[inline(never)]
-pub(crate) fn invalid_free(p: *mut u8, why: &str) -> ! {
-    struct Buf {
-        bytes: [u8; 200],
-        len: usize,
-    }
-    impl std::fmt::Write for Buf {
-        fn write_str(&mut self, s: &str) -> std::fmt::Result {
-            let n = s.len().min(self.bytes.len() - self.len);
-            self.bytes[self.len..self.len + n].copy_from_slice(&s.as_bytes()[..n]);
-            self.len += n;
-            Ok(())
-        }
-    }
-    let mut b = Buf {
-        bytes: [0; 200],
-        len: 0,
-    };
-    let _ = std::fmt::Write::write_fmt(&mut b, format_args!("free of {p:p}: {why}"));
-    crate::fatal(std::str::from_utf8(&b.bytes[..b.len]).unwrap_or("free of an invalid pointer"))
 }

@@ -412,7 +412,7 @@ impl LocalHeap {
         unsafe {
             let page = segment::page_of(p);
             if crate::free::CHECK_FREES && !(*page).is_block_start(p) {
-                crate::free::invalid_free(
+                block::invalid_free(
                     p,
                     "not the start of a block (an interior pointer, or a block already freed)",
                 );

@@ -336,11 +336,19 @@ impl<'gc> Mutation<'gc> {
             .map_err(|f| f.with(()))?;
         let mut at = (r.addr + array_offset::<T>()) as *mut T;
         for part in parts {
+            let bytes = std::mem::size_of_val::<[T]>(*part);
             // SAFETY: the unpublished object has room for `len` elements
             // from its element offset, the parts' lengths add up to `len`,
-            // and a `Copy` element is copied as bytes.
+            // and a `Copy` element is copied as bytes. A part of one word
+            // (a string's cached hash) is one unaligned store, not a call
+            // to `memcpy`.
             unsafe {
-                std::ptr::copy_nonoverlapping(part.as_ptr(), at, part.len());
+                if bytes == 8 {
+                    at.cast::<u64>()
+                        .write_unaligned(part.as_ptr().cast::<u64>().read_unaligned());
+                } else {
+                    std::ptr::copy_nonoverlapping(part.as_ptr(), at, part.len());
+                }
                 at = at.add(part.len());
             }
         }

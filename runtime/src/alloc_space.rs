@@ -353,6 +353,10 @@ impl AllocSpace {
                     old[i - units.len()].iter().for_each(|&a| visit(a));
                 }
             }
+            // This thread is about to idle: a space over loam's own heap
+            // (`LoamAlloc`) batched its frees for their owners, and a batch
+            // not full yet would wait for this thread's next sweep.
+            loam_heap::flush();
             let work = (!dead_with_drop.is_empty()).then_some(PageWork {
                 dead: dead_with_drop,
                 alloc_space: true,

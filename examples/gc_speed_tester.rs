@@ -59,15 +59,20 @@ enum Heap {
     Jemalloc,
     /// The collector over snmalloc.
     Snmalloc,
+    /// The collector over loam's heap called as a plain `GlobalAlloc`
+    /// (`LoamAlloc`), as the others are: the same heap as `loam`'s pages,
+    /// without the collector's page runs and allocated bits.
+    LoamMalloc,
 }
 
 impl Heap {
-    const ALL: [Heap; 5] = [
+    const ALL: [Heap; 6] = [
         Heap::Loam,
         Heap::System,
         Heap::Mimalloc,
         Heap::Jemalloc,
         Heap::Snmalloc,
+        Heap::LoamMalloc,
     ];
 
     fn name(self) -> &'static str {
@@ -77,6 +82,7 @@ impl Heap {
             Heap::Mimalloc => "mimalloc",
             Heap::Jemalloc => "jemalloc",
             Heap::Snmalloc => "snmalloc",
+            Heap::LoamMalloc => "loam-malloc",
         }
     }
 
@@ -92,6 +98,7 @@ impl Heap {
             Heap::Mimalloc => builder.global_alloc(mimalloc::MiMalloc),
             Heap::Jemalloc => builder.global_alloc(tikv_jemallocator::Jemalloc),
             Heap::Snmalloc => builder.global_alloc(snmalloc_rs::SnMalloc),
+            Heap::LoamMalloc => builder.global_alloc(loam::heap::LoamAlloc),
         }
         .build()
     }

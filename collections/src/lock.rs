@@ -402,30 +402,47 @@ mod tests {
     use loom::cell::UnsafeCell;
     use loom::sync::Arc;
 
-    /// Two writers, one of them the owner: every operation runs alone (the
-    /// counter's `UnsafeCell` accesses never overlap, which loom checks) and
+    /// A lock and the counter it guards, shared by a model's threads.
+    #[derive(Clone)]
+    struct Guarded(Arc<(WriterLock, UnsafeCell<u32>)>);
+
+    impl Guarded {
+        fn new() -> Self {
+            Guarded(Arc::new((WriterLock::default(), UnsafeCell::new(0))))
+        }
+
+        /// One operation under the lock.
+        fn bump(&self) {
+            let _g = self.0 .0.lock("model");
+            // SAFETY: the lock is held; loom checks that no two accesses
+            // overlap, which is what the models test.
+            self.0 .1.with_mut(|c| unsafe { *c += 1 });
+        }
+
+        /// The count, once every other thread is joined.
+        fn count(&self) -> u32 {
+            // SAFETY: the model's other threads were joined (no access
+            // overlaps; loom checks it).
+            self.0 .1.with(|c| unsafe { *c })
+        }
+    }
+
+    /// Two writers, one of them the owner: every operation runs alone and
     /// none is lost.
     #[test]
     fn model() {
         loom::model(|| {
-            let lock = Arc::new(WriterLock::default());
-            let count = Arc::new(UnsafeCell::new(0_u32));
-            let bump = |lock: &WriterLock, count: &UnsafeCell<u32>| {
-                let _g = lock.lock("model");
-                // SAFETY (loom checks it): the lock is held.
-                count.with_mut(|c| unsafe { *c += 1 });
-            };
-            // The owner: takes the bias with its first write.
-            bump(&lock, &count);
+            let g = Guarded::new();
+            g.bump(); // the owner: takes the bias with its first write
             let other = {
-                let (lock, count) = (lock.clone(), count.clone());
-                loom::thread::spawn(move || bump(&lock, &count))
+                let g = g.clone();
+                loom::thread::spawn(move || g.bump())
             };
-            bump(&lock, &count);
-            bump(&lock, &count);
+            g.bump();
+            g.bump();
             other.join().unwrap();
-            count.with(|c| assert_eq!(unsafe { *c }, 4));
-            assert_eq!(lock.bias.load(Ordering::Relaxed), REVOKED);
+            assert_eq!(g.count(), 4);
+            assert_eq!(g.0 .0.bias.load(Ordering::Relaxed), REVOKED);
         });
     }
 
@@ -435,24 +452,18 @@ mod tests {
     #[test]
     fn model_first_writers() {
         loom::model(|| {
-            let lock = Arc::new(WriterLock::default());
-            let count = Arc::new(UnsafeCell::new(0_u32));
-            let bump = |lock: &WriterLock, count: &UnsafeCell<u32>| {
-                let _g = lock.lock("model");
-                // SAFETY (loom checks it): the lock is held.
-                count.with_mut(|c| unsafe { *c += 1 });
-            };
+            let g = Guarded::new();
             let other = {
-                let (lock, count) = (lock.clone(), count.clone());
+                let g = g.clone();
                 loom::thread::spawn(move || {
-                    bump(&lock, &count);
-                    bump(&lock, &count);
+                    g.bump();
+                    g.bump();
                 })
             };
-            bump(&lock, &count);
-            bump(&lock, &count);
+            g.bump();
+            g.bump();
             other.join().unwrap();
-            count.with(|c| assert_eq!(unsafe { *c }, 4));
+            assert_eq!(g.count(), 4);
         });
     }
 
@@ -461,24 +472,18 @@ mod tests {
     #[test]
     fn model_biasing_off_on_one_thread() {
         loom::model(|| {
-            let lock = Arc::new(WriterLock::default());
-            let count = Arc::new(UnsafeCell::new(0_u32));
-            let bump = |lock: &WriterLock, count: &UnsafeCell<u32>| {
-                let _g = lock.lock("model");
-                // SAFETY (loom checks it): the lock is held.
-                count.with_mut(|c| unsafe { *c += 1 });
-            };
+            let g = Guarded::new();
             let other = {
-                let (lock, count) = (lock.clone(), count.clone());
+                let g = g.clone();
                 loom::thread::spawn(move || {
                     fences::BIASING.with(|b| b.set(false));
-                    bump(&lock, &count);
+                    g.bump();
                 })
             };
-            bump(&lock, &count);
-            bump(&lock, &count);
+            g.bump();
+            g.bump();
             other.join().unwrap();
-            count.with(|c| assert_eq!(unsafe { *c }, 3));
+            assert_eq!(g.count(), 3);
         });
     }
 }

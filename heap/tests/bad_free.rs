@@ -25,6 +25,19 @@ const CASES: [(&str, &str); 10] = [
 
 static STATIC_BYTES: [u8; 64] = [0; 64];
 
+/// A block allocated by another thread that stays alive, so that freeing
+/// it here is a remote free (checked by the segment's side tables, not
+/// the owner's descriptor).
+fn of_a_live_thread(l: Layout) -> *mut u8 {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        // SAFETY: a non-zero size; the block is handed over.
+        tx.send(unsafe { LoamAlloc.alloc(l) } as usize).unwrap();
+        std::thread::park();
+    });
+    rx.recv().unwrap() as *mut u8
+}
+
 /// What the child does: one bad free (which must not return).
 fn bad_free(case: &str) {
     let l = Layout::from_size_align(48, 8).unwrap();
@@ -42,29 +55,14 @@ fn bad_free(case: &str) {
                 let p = LoamAlloc.alloc(l);
                 LoamAlloc.dealloc(p.add(16), l)
             }
-            "interior_remote" => {
-                // The owner stays alive: the free is a remote one, checked
-                // by the segment's side tables, not the owner's descriptor.
-                let (tx, rx) = std::sync::mpsc::channel();
-                std::thread::spawn(move || {
-                    tx.send(LoamAlloc.alloc(l) as usize).unwrap();
-                    std::thread::park();
-                });
-                let p = rx.recv().unwrap() as *mut u8;
-                LoamAlloc.dealloc(p.add(8), l);
-            }
+            "interior_remote" => LoamAlloc.dealloc(of_a_live_thread(l).add(8), l),
             "double" => {
                 let p = LoamAlloc.alloc(l);
                 LoamAlloc.dealloc(p, l);
                 LoamAlloc.dealloc(p, l);
             }
             "double_remote" => {
-                let (tx, rx) = std::sync::mpsc::channel();
-                std::thread::spawn(move || {
-                    tx.send(LoamAlloc.alloc(l) as usize).unwrap();
-                    std::thread::park();
-                });
-                let p = rx.recv().unwrap() as *mut u8;
+                let p = of_a_live_thread(l);
                 LoamAlloc.dealloc(p, l);
                 LoamAlloc.dealloc(p, l);
             }

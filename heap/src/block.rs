@@ -100,6 +100,14 @@ pub(crate) unsafe fn set_word(b: *mut Block, i: usize, v: usize) {
 /// tag (else it is being freed twice). Handing a block out overwrites the
 /// tag. A constant byte fill is not enough to tell a freed block: programs
 /// fill their own buffers with constants too (`vec![0xDD; n]` read as freed).
+///
+/// `free` checks its pointer under the same switch (a block start in a
+/// live segment of ours, `free.rs`). Measured in release, interleaved
+/// against the unchecked build: the segment-map lookup alone cost larson 5%
+/// and tree building 1.5%, the block-start check on top 20% and 4% more;
+/// with the freed tag and the free lists' link checks, larson runs at 0.6x
+/// its speed and tree building at 1.1x the time (mimalloc and jemalloc do
+/// not check in release either).
 pub(crate) const CHECKED: bool = cfg!(any(debug_assertions, feature = "secure"));
 /// Whether the fill after the tag is written and checked too: debug builds
 /// only (with it, the `secure` feature ran larson at a fifth of its speed;

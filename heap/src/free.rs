@@ -10,16 +10,6 @@ use crate::segment::{block_size_of, segment_of};
 use crate::sync::Ordering;
 use std::ptr;
 
-/// Whether `free` checks its pointer (a block start in a live segment of
-/// ours) before it touches anything: in debug builds, and in release with
-/// the `secure` feature. Measured in release, interleaved against the
-/// unchecked build: the segment-map lookup alone cost larson 5% and tree
-/// building 1.5%, the block-start check on top 20% and 4% more; with the
-/// freed tag (`block.rs`) and the free lists' link checks, larson runs at
-/// 0.6x its speed and tree building at 1.1x the time (mimalloc and
-/// jemalloc do not check in release either).
-pub(crate) const CHECK_FREES: bool = cfg!(any(debug_assertions, feature = "secure"));
-
 /// Frees `p`.
 ///
 /// # Safety
@@ -29,7 +19,7 @@ pub(crate) unsafe fn free(p: *mut u8) {
     let seg = segment_of(p);
     // A pointer of someone else's (a `malloc` block, a static, the stack)
     // would have us read a header that is not there: stop with a message.
-    if CHECK_FREES && !crate::segment_map::contains(seg as usize) {
+    if block::CHECKED && !crate::segment_map::contains(seg as usize) {
         block::invalid_free(p, "not in any segment of this allocator (not allocated by it)");
     }
     // SAFETY: `p` is in a live segment of ours (just checked; a live block,
@@ -56,7 +46,7 @@ unsafe fn free_remote(heap: *mut LocalHeap, owner: *mut LocalHeap, p: *mut u8) {
     // are mapped, and stable while any block of the page lives.
     let size = unsafe { block_size_of(p) };
     // SAFETY: as above.
-    if CHECK_FREES && !unsafe { crate::segment::is_block_start(p, size) } {
+    if block::CHECKED && !unsafe { crate::segment::is_block_start(p, size) } {
         block::invalid_free(p, "not the start of a block (an interior pointer, or a block already freed)");
     }
     // SAFETY: a block start in a live segment of ours, `size` bytes.

@@ -112,7 +112,7 @@
 //! `block.rs`), else the process stops with `heap: free of 0x…: …`; a free
 //! block's link must point into its page (or, in the thread cache, into a
 //! page of its class) before it is followed. Release builds do not check by
-//! default: it costs larson 40% (`free.rs`).
+//! default: it costs larson 40% (`block.rs`, `CHECKED`).
 //!
 //! # References
 //! mimalloc (Leijen et al., "Mimalloc: Free List Sharding in Action", 2019):

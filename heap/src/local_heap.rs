@@ -411,7 +411,7 @@ impl LocalHeap {
         // live page of ours, whose descriptor this thread writes anyway.
         unsafe {
             let page = segment::page_of(p);
-            if crate::free::CHECK_FREES && !(*page).is_block_start(p) {
+            if block::CHECKED && !(*page).is_block_start(p) {
                 block::invalid_free(
                     p,
                     "not the start of a block (an interior pointer, or a block already freed)",

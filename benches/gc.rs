@@ -213,14 +213,25 @@ fn runtime() -> Runtime {
 
 fn print_pauses(rt: &Runtime) {
     let s = rt.stats();
+    let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+    let h = &s.mutator_pauses;
     println!(
-        "loam: {} cycles, pauses p50 {:.3} ms, p99 {:.3} ms, max {:.3} ms; mark {:.1} ms, sweep {:.1} ms in all",
+        "loam: {} cycles; mutators held {} times: p50 {:.3} ms, p99 {:.3} ms, max {:.3} ms, {:.1} ms in all \
+         ({:.1} at safepoints, {:.1} pacing, {:.1} for memory); the collector's stops p99 {:.3}, max {:.3} ms; \
+         mark {:.1} ms, sweep {:.1} ms in all",
         s.cycles,
-        s.pauses.p50().as_secs_f64() * 1e3,
-        s.pauses.p99().as_secs_f64() * 1e3,
-        s.pauses.max().as_secs_f64() * 1e3,
-        s.mark_time.as_secs_f64() * 1e3,
-        s.sweep_time.as_secs_f64() * 1e3,
+        h.count(),
+        ms(h.p50()),
+        ms(h.p99()),
+        ms(h.max()),
+        ms(h.total()),
+        ms(s.held_at_safepoint),
+        ms(s.held_by_pacing),
+        ms(s.held_for_memory),
+        ms(s.pauses.p99()),
+        ms(s.pauses.max()),
+        ms(s.mark_time),
+        ms(s.sweep_time),
     );
 }
 
@@ -286,7 +297,6 @@ fn paired(rounds: usize) {
     let max = max_depth();
     let want = expected(max);
     let only = std::env::var("LOAM_BT_ONLY").ok();
-    let spaces = spaces(only.as_deref());
     let child = only.is_some() && std::env::var_os("LOAM_BENCH_CHILD").is_some();
     if !child {
         println!(
@@ -294,6 +304,8 @@ fn paired(rounds: usize) {
         );
     }
     for threads in thread_counts() {
+        // Fresh runtimes per thread count: each row's pauses are its own.
+        let spaces = spaces(only.as_deref());
         let mut runs: Vec<Contender<'_>> = vec![
             ("box", Box::new(move || run_box(max, threads))),
             ("arc", Box::new(move || run_arc(max, threads))),
@@ -303,6 +315,8 @@ fn paired(rounds: usize) {
         }
         let n = runs.len();
         let mut times = vec![Vec::new(); n];
+        // Every round's time, the warm-up's included (the pauses count it).
+        let mut wall = vec![0.0; n];
         for round in 0..=rounds {
             let mut t = vec![1.0; n];
             for k in 0..n {
@@ -318,6 +332,7 @@ fn paired(rounds: usize) {
                     runs[i].0
                 );
                 t[i] = start.elapsed().as_secs_f64() * 1e3;
+                wall[i] += t[i];
             }
             if round > 0 {
                 // Round 0 warms up.
@@ -364,11 +379,15 @@ fn paired(rounds: usize) {
                 rss.join("  ")
             );
         }
-    }
-    for (name, rt) in &spaces {
-        if listed(only.as_deref(), name) {
-            print!("{name}: ");
-            print_pauses(rt);
+        for (k, (name, rt)) in spaces.iter().enumerate() {
+            if listed(name) {
+                let held = rt.stats().mutator_pauses.total().as_secs_f64() * 1e3;
+                print!(
+                    "{threads} thread(s) {name}: held {:.2}% of the mutators' time; ",
+                    100.0 * held / (wall[2 + k] * threads as f64)
+                );
+                print_pauses(rt);
+            }
         }
     }
 }

@@ -337,9 +337,15 @@ struct Report {
     ops_per_sec: f64,
     tests: Tests,
     gc_cycles: u64,
+    /// Pauses as the mutators saw them (`GcStats::mutator_pauses`): every
+    /// interval a worker was held, time-to-safepoint included.
     max_pause_us: u64,
     p99_pause_us: u64,
     p50_pause_us: u64,
+    pauses: u64,
+    held_ms: f64,
+    /// The collector's own longest pause (stopped world only).
+    gc_max_pause_us: u64,
     peak_rss_kb: u64,
     user_cpu_s: f64,
     system_cpu_s: f64,
@@ -577,9 +583,12 @@ fn run(cli: &Cli, seconds: f64) -> Result<Report, String> {
             string: n(2),
         },
         gc_cycles: stats.cycles,
-        max_pause_us: us(stats.pauses.max()),
-        p99_pause_us: us(stats.pauses.p99()),
-        p50_pause_us: us(stats.pauses.p50()),
+        max_pause_us: us(stats.mutator_pauses.max()),
+        p99_pause_us: us(stats.mutator_pauses.p99()),
+        p50_pause_us: us(stats.mutator_pauses.p50()),
+        pauses: stats.mutator_pauses.count(),
+        held_ms: stats.mutator_pauses.total().as_secs_f64() * 1e3,
+        gc_max_pause_us: us(stats.pauses.max()),
         peak_rss_kb,
         user_cpu_s,
         system_cpu_s,
@@ -596,11 +605,15 @@ fn print_report(r: &Report) {
         r.ops_per_sec, r.ops, r.tests.list, r.tests.dictionary, r.tests.string
     );
     println!(
-        "  {} GC cycles, pauses max {:.3} / p99 {:.3} / p50 {:.3} ms",
+        "  {} GC cycles; workers held {} times, {:.1} ms in all, max {:.3} / p99 {:.3} / p50 {:.3} ms \
+         (the collector's longest stop {:.3} ms)",
         r.gc_cycles,
+        r.pauses,
+        r.held_ms,
         r.max_pause_us as f64 / 1e3,
         r.p99_pause_us as f64 / 1e3,
-        r.p50_pause_us as f64 / 1e3
+        r.p50_pause_us as f64 / 1e3,
+        r.gc_max_pause_us as f64 / 1e3,
     );
     println!(
         "  peak RSS {:.1} MiB, CPU {:.2} s user, {:.2} s system",
@@ -715,7 +728,7 @@ fn compare(cli: &Cli, seconds: f64) -> Result<(), String> {
         "GC speed tester: {rounds} rounds of {seconds} s per configuration, interleaved; medians ({} CPUs here)",
         all.len()
     );
-    println!("| heap | ops/s, 1 CPU | ops/s, all CPUs | all / 1 CPU | loam / heap, all CPUs | peak RSS MiB (1 / all) | max pause ms (1 / all) |");
+    println!("| heap | ops/s, 1 CPU | ops/s, all CPUs | all / 1 CPU | loam / heap, all CPUs | peak RSS MiB (1 / all) | longest a worker was held, ms (1 / all) |");
     println!("|---|---|---|---|---|---|---|");
     let mut rows = Vec::new();
     for (h, heap) in Heap::ALL.iter().enumerate() {

@@ -147,6 +147,8 @@ pub(crate) fn start(shared: Arc<Shared>) -> JoinHandle<()> {
             // The last cycle has swept: the finalizer runs what is left.
             shared.finalizer.close();
             let _ = finalizer.join();
+            // Every mutator is gone and every destructor has run.
+            shared.final_stats.set(shared.current_stats());
             drop(pool);
             if shared.space.alloc_space().is_none() {
                 RUNTIMES.fetch_sub(1, Ordering::Relaxed);
@@ -462,14 +464,6 @@ fn snapshot_pages(snap: &mut Snapshot, clear_marks: bool) {
         snap.ranges.reserve(snap.ranges.capacity().max(1024));
         snap.bits.reserve(snap.bits.capacity().max(64 << 10));
     }
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e3
-}
-
-fn mb(b: usize) -> f64 {
-    b as f64 / (1 << 20) as f64
 }
 
 /// Rounds of marking what the barriers shaded, with the mutators running,
@@ -800,14 +794,18 @@ fn cycle(
         stats.objects_freed += swept.objects;
         stats.live_size = gen.live;
         stats.next_goal = goal;
+        let held = shared.holds.take_since_event();
         let event = CycleEvent {
             cycle: stats.cycles,
+            at: start.duration_since(shared.started),
             forced,
             minor: !full,
+            concurrent,
             pause,
             mark_start_pause,
             mark_end_pause,
             stop: stop_time,
+            snapshot: snap_time,
             mark: mark_time,
             concurrent_mark,
             sweep: sweep_time,
@@ -818,46 +816,17 @@ fn cycle(
             bytes_freed: swept.bytes,
             objects_freed: swept.objects,
             next_goal: goal,
+            old_bytes: gen.old,
             gc_threads: pool.current_num_threads(),
+            mutator_pauses: held.count,
+            mutator_pause_max: held.max,
+            mutator_pause_total: held.total,
         };
         stats.last = Some(event.clone());
         event
     };
     if shared.config.trace {
-        eprintln!(
-            "gc {} {} @{:.3}s: pause {:.3}{} ms (stop {:.3}, snapshot {:.3}, mark {:.3}{}), sweep {:.3} ms, \
-             {:.1}->{:.1} MB, {:.1} MB marked, {:.1} MB old, {} MB goal, {} objects freed, {} T{}",
-            event.cycle,
-            if full { "full" } else { "minor" },
-            shared.started.elapsed().as_secs_f64(),
-            ms(mark_start_pause),
-            if concurrent {
-                format!("+{:.3}", ms(mark_end_pause))
-            } else {
-                String::new()
-            },
-            ms(stop_time),
-            ms(snap_time),
-            ms(mark_time),
-            if concurrent {
-                format!(", {:.3} concurrent", ms(concurrent_mark))
-            } else {
-                String::new()
-            },
-            ms(sweep_time),
-            mb(heap_before),
-            mb(heap_after),
-            mb(marked.bytes),
-            mb(gen.old),
-            if goal == usize::MAX {
-                "off".to_string()
-            } else {
-                format!("{:.1}", mb(goal))
-            },
-            event.objects_freed,
-            event.gc_threads,
-            if forced { " (forced)" } else { "" },
-        );
+        eprintln!("{event}");
     }
     event
 }

@@ -179,17 +179,21 @@ impl Handshake {
     }
 
     /// Marks `slot` inside, first waiting out any stop in progress (or
-    /// entering through the open gate).
+    /// entering through the open gate). Returns how long it waited, if it
+    /// did (the clock is read on the slow path only).
     #[inline]
-    pub(crate) fn enter(&self, slot: &Slot) {
+    pub(crate) fn enter(&self, slot: &Slot) -> Option<Duration> {
         slot.call_began
             .store(self.attaches.load(Ordering::Relaxed), Ordering::Relaxed);
         slot.inside.store(true, Ordering::Relaxed);
         fence(Ordering::SeqCst);
         // The safepoint poll.
         if self.stop.load(Ordering::Acquire) {
+            let waiting = std::time::Instant::now();
             self.enter_slow(slot);
+            return Some(waiting.elapsed());
         }
+        None
     }
 
     #[cold]
@@ -254,6 +258,12 @@ impl Handshake {
     /// any wait for the collector and enter.
     pub(crate) fn gate_admits(&self, slot: &Slot) -> bool {
         slot.attached.load(Ordering::Relaxed) > self.admit_hint.load(Ordering::Relaxed)
+    }
+
+    /// Mutators waiting at the gate now (tests watch a wait begin).
+    #[cfg(all(test, not(loom)))]
+    pub(crate) fn waiting(&self) -> usize {
+        lock(&self.lock).waiting.len()
     }
 
     /// Whether a stop is requested (relaxed: a hint for mutators that may

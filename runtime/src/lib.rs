@@ -278,6 +278,8 @@ not_under_loom! {
     mod collector;
     mod finalize;
     mod gc;
+    mod held;
+    mod histogram;
     mod log;
     mod mark;
     mod mutator;
@@ -300,7 +302,8 @@ not_under_loom! {
     pub use pool::{join, scope, spawn, with_mutator, ManagedPool, ManagedPoolBuilder, ManagedScope};
     pub use root::{GlobalRoot, Rebrand, Root, Rootable};
     pub use runtime::{Runtime, RuntimeBuilder};
-    pub use stats::{CycleEvent, GcStats, PauseHistogram};
+    pub use histogram::PauseHistogram;
+    pub use stats::{CycleEvent, GcStats, StatsHandle};
     pub use weak::GcWeak;
 }
 

@@ -5,6 +5,7 @@
 use crate::alloc_space::AllocSpace;
 use crate::gc::{Gc, GcBox, Managed};
 use crate::handshake::Slot;
+use crate::held::{Hold, MutatorHolds};
 use crate::root::{GlobalRoot, Root, RootTable, Rootable};
 use crate::runtime::{Handle, Shared};
 use crate::trace::{Trace, Tracer};
@@ -15,6 +16,7 @@ use std::fmt;
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// Heap budget a mutator takes from its runtime at a time: pacing and the
 /// heap limit are checked once per chunk, not per object.
@@ -31,6 +33,8 @@ pub(crate) struct MutatorShared {
     /// stored into barrier cells): the next minor cycle traces what they
     /// point to.
     pub(crate) remembered: Mutex<Vec<usize>>,
+    /// Every interval the collector held this mutator (`held.rs`).
+    pub(crate) holds: MutatorHolds,
 }
 
 thread_local! {
@@ -220,9 +224,13 @@ impl Mutator {
         let goal = shared.pace_goal.load(Ordering::Relaxed);
         if shared.heap_used.load(Ordering::Relaxed) >= goal.saturating_mul(2) {
             // Outrunning the collector: let it catch up before growing on.
+            let waiting = Instant::now();
             shared.pace(&self.me.slot);
+            self.held(Hold::Pacing, waiting.elapsed());
         }
-        shared.handshake.enter(&self.me.slot);
+        if let Some(waited) = shared.handshake.enter(&self.me.slot) {
+            self.held(Hold::Safepoint, waited);
+        }
         let _inside = Inside {
             shared,
             slot: &self.me.slot,
@@ -253,8 +261,38 @@ impl Mutator {
     /// can call it to pace itself).
     pub fn safepoint(&mut self) {
         let shared = self.shared();
-        shared.handshake.enter(&self.me.slot);
+        if let Some(waited) = shared.handshake.enter(&self.me.slot) {
+            self.held(Hold::Safepoint, waited);
+        }
         shared.handshake.leave(&self.me.slot);
+    }
+
+    /// Every interval the collector held this mutator so far: waiting at a
+    /// safepoint for a stop to end (the time other mutators' calls took to
+    /// return included), for a cycle when it outran the collector, and for
+    /// memory at the heap limit. [`GcStats::mutator_pauses`] adds up all
+    /// mutators'.
+    ///
+    /// [`GcStats::mutator_pauses`]: crate::GcStats::mutator_pauses
+    ///
+    /// # Examples
+    /// ```
+    /// let rt = loam_runtime::Runtime::new();
+    /// let mut m = rt.attach();
+    /// m.mutate(|mc| {
+    ///     mc.alloc(1_u32);
+    /// });
+    /// let held = m.pauses();
+    /// assert!(held.max() >= held.p99());
+    /// ```
+    pub fn pauses(&self) -> crate::PauseHistogram {
+        self.me.holds.histogram()
+    }
+
+    /// Records that the collector held this mutator for `d`.
+    #[cold]
+    fn held(&self, why: Hold, d: Duration) {
+        self.shared().holds.record(&self.me.holds, why, d);
     }
 
     /// Runs `f`, which does not touch the managed heap (I/O, waiting on
@@ -290,7 +328,9 @@ impl Mutator {
         let roots = self.shared().roots_changed.load(Ordering::Relaxed);
         if hit || self.limit_roots.get() != Some(roots) {
             self.limit_roots.set(Some(roots));
+            let waiting = Instant::now();
             self.shared().collect(Some(&self.me.slot));
+            self.held(Hold::Memory, waiting.elapsed());
         }
     }
 
@@ -317,8 +357,12 @@ impl Mutator {
                     shared.heap_used.fetch_sub(chunk, Ordering::Relaxed);
                     // A sweep under way may free enough; a pause cannot
                     // happen while we are inside `mutate`.
-                    if attempt == 0 && shared.wait_for_sweep() {
-                        continue;
+                    if attempt == 0 {
+                        let waiting = Instant::now();
+                        if shared.wait_for_sweep() {
+                            self.held(Hold::Memory, waiting.elapsed());
+                            continue;
+                        }
                     }
                     shared.request(true);
                     self.limit_hit.set(true);
@@ -357,6 +401,7 @@ impl Drop for Mutator {
         shared
             .heap_used
             .fetch_sub(self.credit.replace(0), Ordering::Relaxed);
+        shared.holds.detach(&self.me.holds);
         self.me.detached.store(true, Ordering::Release);
         let id = shared.id;
         let _ = ATTACHED.try_with(|a| a.borrow_mut().retain(|&x| x != id));

@@ -6,7 +6,7 @@ use crate::handshake::Handshake;
 use crate::mutator::{Mutator, MutatorShared};
 use crate::options::{Config, ConfigError};
 use crate::root::RootTable;
-use crate::stats::{CycleEvent, GcStats};
+use crate::stats::{CycleEvent, FinalStats, GcStats, StatsHandle};
 use parking_lot::{Condvar, Mutex};
 use std::fmt;
 use crossbeam_deque::Injector;
@@ -86,6 +86,10 @@ pub(crate) struct Shared {
     /// Signals changes of `control` (requests, phase ends) both ways.
     pub(crate) control_cv: Condvar,
     pub(crate) stats: Mutex<GcStats>,
+    /// Every interval a mutator was held (`held.rs`).
+    pub(crate) holds: crate::held::HoldLog,
+    /// Set by the coordinator after the last cycle (`StatsHandle`).
+    pub(crate) final_stats: Arc<FinalStats>,
     pub(crate) hook: Option<Hook>,
     pub(crate) started: Instant,
     /// A `GcLock` whose owning object is unknown (shared between objects,
@@ -114,6 +118,20 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
+    /// The statistics as of now (`Runtime::stats`).
+    pub(crate) fn current_stats(&self) -> GcStats {
+        let mut stats = self.stats.lock().clone();
+        stats.user_panics += self.finalizer.panicked.load(Ordering::Relaxed);
+        stats.heap_size = self.heap_used.load(Ordering::Relaxed);
+        stats.next_goal = self.next_goal.load(Ordering::Relaxed);
+        {
+            let mutators = self.mutators.lock();
+            stats.mutator_pauses = self.holds.all(mutators.iter().map(|m| &m.holds));
+        }
+        [stats.held_at_safepoint, stats.held_by_pacing, stats.held_for_memory] = self.holds.by_kind();
+        stats
+    }
+
     /// Asks for a cycle; `forced` ones run even below the pacing goal.
     pub(crate) fn request(&self, forced: bool) {
         let mut c = self.control.lock();
@@ -228,6 +246,38 @@ impl Shared {
         self.wait_control(Some(slot), |c| c.completed != seen || c.shutdown);
     }
 
+    /// Waits for the cycle under way to finish (`Runtime::wait_for_cycle`).
+    pub(crate) fn wait_for_cycle(&self) {
+        self.refuse_waits("wait_for_cycle");
+        let target = {
+            let c = self.control.lock();
+            if c.phase == Phase::Idle && !c.requested {
+                return;
+            }
+            c.completed + 1
+        };
+        self.wait_control(None, |c| c.completed >= target || c.shutdown);
+    }
+
+    /// Panics where waiting for a cycle would wait for itself.
+    fn refuse_waits(&self, what: &str) {
+        assert!(
+            !crate::mutator::inside_mutate(),
+            "loam: {what} called inside a mutate closure; it would wait for \
+             that call to return. Call it after mutate returns."
+        );
+        assert!(
+            !collector::in_cycle_thread(),
+            "loam: {what} called on a GC thread (from a Trace impl the mark \
+             ran): it would wait for the cycle that runs it"
+        );
+        assert!(
+            !collector::is_coordinator_of(self.id),
+            "loam: {what} called from this runtime's own on_cycle hook: it \
+             would wait for the collector that runs the hook"
+        );
+    }
+
     /// Runs a full cycle that starts after this call, and waits for its sweep
     /// to end. First lets a cycle under way finish and takes back the page
     /// runs its sweep sent to the calling thread: a page with a run out is
@@ -235,21 +285,7 @@ impl Shared {
     /// With `yield_to_gate` (the heap-limit retry of a mutator), gives up
     /// as [`wait_control`](Self::wait_control) says.
     pub(crate) fn collect(&self, yield_to_gate: Option<&crate::handshake::Slot>) {
-        assert!(
-            !crate::mutator::inside_mutate(),
-            "loam: collect called inside a mutate closure; it would wait for \
-             that call to return. Collect after mutate returns."
-        );
-        assert!(
-            !collector::in_cycle_thread(),
-            "loam: collect called on a GC thread (from a Trace impl the mark \
-             ran): it would wait for the cycle that runs it"
-        );
-        assert!(
-            !collector::is_coordinator_of(self.id),
-            "loam: collect called from this runtime's own on_cycle hook: it \
-             would wait for the collector that runs the hook"
-        );
+        self.refuse_waits("collect");
         if !self.wait_control(yield_to_gate, |c| c.phase == Phase::Idle) {
             return;
         }
@@ -504,13 +540,51 @@ impl Runtime {
     }
 
     /// The collector's statistics so far.
+    ///
+    /// # Examples
+    /// ```
+    /// let rt = loam_runtime::Runtime::new();
+    /// rt.collect();
+    /// let s = rt.stats();
+    /// assert!(s.cycles >= 1);
+    /// println!(
+    ///     "{} cycles, longest pause a mutator saw {:?}, p99 {:?}",
+    ///     s.cycles,
+    ///     s.mutator_pauses.max(),
+    ///     s.mutator_pauses.p99()
+    /// );
+    /// ```
     pub fn stats(&self) -> GcStats {
-        let s = &self.handle.shared;
-        let mut stats = s.stats.lock().clone();
-        stats.user_panics += s.finalizer.panicked.load(Ordering::Relaxed);
-        stats.heap_size = s.heap_used.load(Ordering::Relaxed);
-        stats.next_goal = s.next_goal.load(Ordering::Relaxed);
-        stats
+        self.handle.shared.current_stats()
+    }
+
+    /// A handle on this runtime's statistics that outlives it: once the
+    /// runtime is dropped and its last cycle has run, it holds the final
+    /// figures (see [`StatsHandle`]).
+    pub fn stats_handle(&self) -> StatsHandle {
+        StatsHandle {
+            cell: self.handle.shared.final_stats.clone(),
+            live: Arc::downgrade(&self.handle.shared),
+        }
+    }
+
+    /// Waits for the cycle under way, if any, to finish its sweep, without
+    /// asking for another (unlike [`collect`](Self::collect)); returns at
+    /// once when none runs.
+    ///
+    /// # Examples
+    /// ```
+    /// let rt = loam_runtime::Runtime::new();
+    /// let before = rt.stats().cycles;
+    /// rt.wait_for_cycle(); // nothing under way: no cycle forced
+    /// assert_eq!(rt.stats().cycles, before);
+    /// ```
+    ///
+    /// # Panics
+    /// As [`collect`](Self::collect): inside a `mutate` call, on a GC
+    /// thread, or in this runtime's `on_cycle` hook.
+    pub fn wait_for_cycle(&self) {
+        self.handle.shared.wait_for_cycle();
     }
 
     /// Whether two handles name the same runtime.
@@ -772,6 +846,8 @@ impl RuntimeBuilder {
                 next_goal: goal,
                 ..GcStats::default()
             }),
+            holds: Default::default(),
+            final_stats: Default::default(),
             hook: self.hook,
             started: Instant::now(),
             lock_written: AtomicBool::new(false),

@@ -1,141 +1,10 @@
-//! Collector telemetry: [`GcStats`], the pause [`PauseHistogram`] and the
-//! per-cycle [`CycleEvent`].
+//! Collector telemetry: [`GcStats`], the per-cycle [`CycleEvent`] (whose
+//! `Display` is the `LOAM_GCTRACE` line) and [`StatsHandle`], which outlives
+//! its runtime.
 
+use crate::histogram::PauseHistogram;
 use std::fmt;
 use std::time::Duration;
-
-/// Sub-buckets per power of two: values land within 1/16 (6%) of their
-/// bucket's lower bound.
-const SUB: usize = 16;
-/// Powers of two covered: 1 ns to 2^40 ns (18 minutes).
-const OCTAVES: usize = 40;
-
-/// Every pause of a runtime, in log-linear buckets (16 per power of two, so
-/// a quantile is within 6% of the true value), plus the exact maximum.
-///
-/// # Examples
-/// ```
-/// use loam_runtime::PauseHistogram;
-/// use std::time::Duration;
-///
-/// let mut h = PauseHistogram::default();
-/// for us in 1..=100 {
-///     h.record(Duration::from_micros(us));
-/// }
-/// assert_eq!(h.count(), 100);
-/// assert_eq!(h.max(), Duration::from_micros(100));
-/// let p50 = h.quantile(0.5).as_secs_f64() * 1e6;
-/// assert!((47.0..=53.0).contains(&p50), "{p50}");
-/// ```
-#[derive(Clone)]
-pub struct PauseHistogram {
-    buckets: Vec<u64>,
-    count: u64,
-    total: Duration,
-    max: Duration,
-}
-
-impl Default for PauseHistogram {
-    fn default() -> Self {
-        PauseHistogram {
-            buckets: vec![0; SUB * OCTAVES],
-            count: 0,
-            total: Duration::ZERO,
-            max: Duration::ZERO,
-        }
-    }
-}
-
-fn bucket_of(ns: u64) -> usize {
-    let ns = ns.max(1);
-    let octave = 63 - ns.leading_zeros() as usize;
-    let sub = if octave >= 4 {
-        ((ns >> (octave - 4)) & (SUB as u64 - 1)) as usize
-    } else {
-        ((ns << (4 - octave)) & (SUB as u64 - 1)) as usize
-    };
-    (octave * SUB + sub).min(SUB * OCTAVES - 1)
-}
-
-fn bucket_floor(b: usize) -> u64 {
-    let (octave, sub) = (b / SUB, (b % SUB) as u64);
-    if octave >= 4 {
-        (SUB as u64 + sub) << (octave - 4)
-    } else {
-        (SUB as u64 + sub) >> (4 - octave)
-    }
-}
-
-impl PauseHistogram {
-    /// Adds one pause.
-    pub fn record(&mut self, pause: Duration) {
-        let ns = u64::try_from(pause.as_nanos()).unwrap_or(u64::MAX);
-        self.buckets[bucket_of(ns)] += 1;
-        self.count += 1;
-        self.total += pause;
-        self.max = self.max.max(pause);
-    }
-
-    /// Pauses recorded.
-    pub fn count(&self) -> u64 {
-        self.count
-    }
-
-    /// Sum of all pauses.
-    pub fn total(&self) -> Duration {
-        self.total
-    }
-
-    /// The longest pause (exact).
-    pub fn max(&self) -> Duration {
-        self.max
-    }
-
-    /// The pause below which a fraction `q` (0 to 1) of pauses fall, to
-    /// within 6%; zero when nothing was recorded. `quantile(1.0)` is
-    /// [`max`](Self::max).
-    pub fn quantile(&self, q: f64) -> Duration {
-        if self.count == 0 {
-            return Duration::ZERO;
-        }
-        if q >= 1.0 {
-            return self.max;
-        }
-        let rank = ((q.max(0.0) * self.count as f64).ceil() as u64).max(1);
-        let mut seen = 0;
-        for (b, &n) in self.buckets.iter().enumerate() {
-            seen += n;
-            if seen >= rank {
-                // The bucket's midpoint, capped by the true maximum.
-                let lo = bucket_floor(b);
-                let hi = bucket_floor(b + 1);
-                return Duration::from_nanos((lo + hi) / 2).min(self.max);
-            }
-        }
-        self.max
-    }
-
-    /// The median pause.
-    pub fn p50(&self) -> Duration {
-        self.quantile(0.5)
-    }
-
-    /// The 99th-percentile pause.
-    pub fn p99(&self) -> Duration {
-        self.quantile(0.99)
-    }
-}
-
-impl fmt::Debug for PauseHistogram {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("PauseHistogram")
-            .field("count", &self.count)
-            .field("p50", &self.p50())
-            .field("p99", &self.p99())
-            .field("max", &self.max)
-            .finish()
-    }
-}
 
 /// What one collection cycle did, passed to the
 /// [`on_cycle`](crate::RuntimeBuilder::on_cycle) hook after its sweep.
@@ -143,6 +12,8 @@ impl fmt::Debug for PauseHistogram {
 pub struct CycleEvent {
     /// 1 for the runtime's first cycle.
     pub cycle: u64,
+    /// When the cycle began, from the runtime's start.
+    pub at: Duration,
     /// Started by [`collect`](crate::Runtime::collect) or a heap-limit
     /// retry, not by pacing.
     pub forced: bool,
@@ -150,6 +21,9 @@ pub struct CycleEvent {
     /// and traced only younger ones (see
     /// [`RuntimeBuilder::generational`](crate::RuntimeBuilder::generational)).
     pub minor: bool,
+    /// The mark went on with the mutators running, past the first pause:
+    /// the cycle had two pauses.
+    pub concurrent: bool,
     /// The cycle's stop-the-world time: the sum of its pauses, each from the
     /// moment every mutator had left `mutate` until they may enter again.
     /// No mutator runs `mutate` during one.
@@ -164,6 +38,8 @@ pub struct CycleEvent {
     /// running `mutate` had returned (they run meanwhile; one that tries to
     /// enter waits).
     pub stop: Duration,
+    /// The part of the first pause that recorded the heap for the sweep.
+    pub snapshot: Duration,
     /// Time marking, in the pauses and between them.
     pub mark: Duration,
     /// The part of `mark` with the mutators running (zero if the mark fit
@@ -186,8 +62,84 @@ pub struct CycleEvent {
     pub objects_freed: u64,
     /// The heap size that triggers the next cycle.
     pub next_goal: usize,
+    /// Bytes of old objects after the cycle (the live size after a full
+    /// cycle, plus what minor cycles promoted since).
+    pub old_bytes: usize,
     /// GC threads that marked and swept.
     pub gc_threads: usize,
+    /// Holds of mutators (each interval the collector held one, as it saw
+    /// it: see [`GcStats::mutator_pauses`]) that ended since the previous
+    /// cycle's event: how many,
+    pub mutator_pauses: u64,
+    /// the longest,
+    pub mutator_pause_max: Duration,
+    /// and their sum.
+    pub mutator_pause_total: Duration,
+}
+
+/// The `LOAM_GCTRACE` line: one per cycle, on stderr.
+///
+/// `gc 12 minor conc @1.234s: pause 0.210+0.050 ms (stop 0.120, snapshot 0.030,
+/// mark 3.100, 2.900 concurrent), sweep 1.200 ms, 40.0->12.5 MB, 2.1 MB marked,
+/// 10.2 MB old, 24.0 MB goal, 51234 objects freed, 2 T; held 3x, max 0.400 ms,
+/// 0.700 ms in all`, then ` (forced)` for a forced cycle.
+impl fmt::Display for CycleEvent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "gc {} {}{} @{:.3}s: pause {:.3}",
+            self.cycle,
+            if self.minor { "minor" } else { "full" },
+            if self.concurrent { " conc" } else { "" },
+            self.at.as_secs_f64(),
+            ms(self.mark_start_pause),
+        )?;
+        if self.concurrent {
+            write!(f, "+{:.3}", ms(self.mark_end_pause))?;
+        }
+        write!(
+            f,
+            " ms (stop {:.3}, snapshot {:.3}, mark {:.3}",
+            ms(self.stop),
+            ms(self.snapshot),
+            ms(self.mark)
+        )?;
+        if self.concurrent {
+            write!(f, ", {:.3} concurrent", ms(self.concurrent_mark))?;
+        }
+        write!(
+            f,
+            "), sweep {:.3} ms, {:.1}->{:.1} MB, {:.1} MB marked, {:.1} MB old, ",
+            ms(self.sweep),
+            mb(self.heap_before),
+            mb(self.heap_after),
+            mb(self.bytes_marked),
+            mb(self.old_bytes),
+        )?;
+        if self.next_goal == usize::MAX {
+            write!(f, "off goal")?;
+        } else {
+            write!(f, "{:.1} MB goal", mb(self.next_goal))?;
+        }
+        write!(
+            f,
+            ", {} objects freed, {} T; held {}x, max {:.3} ms, {:.3} ms in all{}",
+            self.objects_freed,
+            self.gc_threads,
+            self.mutator_pauses,
+            ms(self.mutator_pause_max),
+            ms(self.mutator_pause_total),
+            if self.forced { " (forced)" } else { "" },
+        )
+    }
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+fn mb(b: usize) -> f64 {
+    b as f64 / (1 << 20) as f64
 }
 
 /// A runtime's collector statistics, from
@@ -198,8 +150,26 @@ pub struct GcStats {
     pub cycles: u64,
     /// How many of them were minor.
     pub minor_cycles: u64,
-    /// Every pause (a cycle with a concurrent mark has two).
+    /// Every pause of the collector (a cycle with a concurrent mark has
+    /// two), each from the moment the last mutator left `mutate` to the
+    /// resume: the collector's view. What mutators saw is
+    /// [`mutator_pauses`](Self::mutator_pauses).
     pub pauses: PauseHistogram,
+    /// Every interval in which the collector held a mutator, as that mutator
+    /// saw it, over all mutators (those detached included): waiting at a
+    /// safepoint while a stop was up (the wait for other mutators' calls to
+    /// return included, as the JVM's safepoint log counts time-to-safepoint),
+    /// waiting for a cycle when it outran the collector, and waiting for
+    /// memory at the heap limit. A `collect` call is not counted (the
+    /// program asked to wait); one mutator's are
+    /// [`Mutator::pauses`](crate::Mutator::pauses).
+    pub mutator_pauses: PauseHistogram,
+    /// Of `mutator_pauses`' total: the time held at safepoints,
+    pub held_at_safepoint: Duration,
+    /// waiting for a cycle because the heap reached twice its goal,
+    pub held_by_pacing: Duration,
+    /// and at the heap limit, waiting for memory.
+    pub held_for_memory: Duration,
     /// Cycles whose mark went on concurrently, past the first pause.
     pub concurrent_cycles: u64,
     /// Total time marking.
@@ -225,4 +195,89 @@ pub struct GcStats {
     pub next_goal: usize,
     /// The last cycle's event.
     pub last: Option<CycleEvent>,
+}
+
+/// A runtime's statistics that outlive it: from
+/// [`Runtime::stats_handle`](crate::Runtime::stats_handle).
+///
+/// While the runtime lives, [`get`](Self::get) is
+/// [`Runtime::stats`](crate::Runtime::stats); once its last handle is
+/// dropped and its last cycle (which frees every object left) has run, the
+/// final statistics stay readable here.
+///
+/// # Examples
+/// ```
+/// use loam_runtime::Runtime;
+///
+/// let rt = Runtime::new();
+/// let stats = rt.stats_handle();
+/// let mut m = rt.attach();
+/// m.mutate(|mc| {
+///     for i in 0..1000_u64 {
+///         mc.alloc(i);
+///     }
+/// });
+/// drop(m);
+/// drop(rt); // the last cycle frees the 1000 objects
+/// let last = stats.wait_final();
+/// assert!(stats.is_final());
+/// assert!(last.objects_freed >= 1000);
+/// ```
+#[derive(Clone)]
+pub struct StatsHandle {
+    pub(crate) cell: std::sync::Arc<FinalStats>,
+    pub(crate) live: std::sync::Weak<crate::runtime::Shared>,
+}
+
+/// The final statistics of a runtime, set once, after its last cycle.
+#[derive(Debug, Default)]
+pub(crate) struct FinalStats {
+    stats: parking_lot::Mutex<Option<GcStats>>,
+    set: parking_lot::Condvar,
+}
+
+impl FinalStats {
+    /// Sets the final statistics (once).
+    pub(crate) fn set(&self, stats: GcStats) {
+        *self.stats.lock() = Some(stats);
+        self.set.notify_all();
+    }
+}
+
+impl StatsHandle {
+    /// The statistics now: the final ones once the runtime is gone.
+    pub fn get(&self) -> GcStats {
+        if let Some(s) = self.cell.stats.lock().clone() {
+            return s;
+        }
+        match self.live.upgrade() {
+            Some(shared) => shared.current_stats(),
+            // Gone: its coordinator set the final statistics first.
+            None => self.cell.stats.lock().clone().unwrap_or_default(),
+        }
+    }
+
+    /// Whether the runtime is gone and these are its final statistics.
+    pub fn is_final(&self) -> bool {
+        self.cell.stats.lock().is_some()
+    }
+
+    /// Waits until the runtime is gone and its last cycle has run, and
+    /// returns the final statistics. Waits for ever while a handle of the
+    /// runtime (a `Runtime`, `Mutator`, root or pool) is alive.
+    pub fn wait_final(&self) -> GcStats {
+        let mut s = self.cell.stats.lock();
+        loop {
+            if let Some(stats) = &*s {
+                return stats.clone();
+            }
+            self.cell.set.wait(&mut s);
+        }
+    }
+}
+
+impl fmt::Debug for StatsHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StatsHandle").field("final", &self.is_final()).finish()
+    }
 }

@@ -45,11 +45,12 @@ impl Default for Config {
             verify: false,
             generational: true,
             concurrent: true,
-            // Marks that fit in it keep the one pause they always had: a
-            // concurrent mark costs a second stop (waiting for every
-            // mutator to leave `mutate` again). Measured in the README's
-            // binary-trees table.
-            mark_pause_budget: Duration::from_millis(2),
+            // A mark that fits in it is one pause; past it the mark goes
+            // concurrent, at the price of a second stop (which waits for
+            // every mutator to leave `mutate` again). A quarter of a
+            // millisecond keeps the collector's pauses near it with the
+            // same run time on binary-trees (docs/perf-log.md).
+            mark_pause_budget: Duration::from_micros(250),
         }
     }
 }

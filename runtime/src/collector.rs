@@ -471,7 +471,11 @@ fn snapshot_pages(snap: &mut Snapshot, clear_marks: bool) {
 const SHADED_ROUNDS: usize = 4;
 
 /// Shaded objects few enough for the last pause to trace at once.
-const SHADED_IN_PAUSE: usize = 1024;
+const SHADED_IN_PAUSE: usize = 64;
+
+/// Pauses a mark's termination may take, each bounded by the pause budget,
+/// before the last one traces to the end.
+const TERMINATION_TRIES: u32 = 8;
 
 /// Raises the stop flag and waits for every mutator inside `mutate` to
 /// leave; returns the mutators. With `gone`, first forgets the mutators
@@ -576,6 +580,7 @@ fn cycle(
             mark::Limits {
                 concurrent: false,
                 deadline,
+                assists: None,
             },
             &mut gray,
         )
@@ -585,6 +590,10 @@ fn cycle(
     let mut mark_start_pause = Duration::ZERO;
     let mut mark_end_pause = Duration::ZERO;
     let mut end_start = None;
+    // The pauses after the first, each (a bounded termination may take
+    // several), and the marking done in them.
+    let mut stats_pauses = Vec::new();
+    let mut pause_mark = Duration::ZERO;
     let mut concurrent_mark = Duration::ZERO;
     let concurrent = !gray.is_empty();
     if concurrent {
@@ -606,7 +615,26 @@ fn cycle(
         let concurrently = mark::Limits {
             concurrent: true,
             deadline: None,
+            assists: Some(&shared.assist),
         };
+        // Mutators that allocate during the mark pay for it in marking
+        // work (`Mutator::assist`), so that the mark ends before the heap
+        // reaches twice its goal even when the GC threads get little CPU:
+        // the work expected (the live size, less what the pause marked)
+        // over the headroom left, in 1/1024ths.
+        let expected = if full {
+            gen.live.saturating_sub(marked.bytes)
+        } else {
+            marked.bytes
+        }
+        .max(1 << 20);
+        let headroom = gen
+            .goal
+            .saturating_mul(2)
+            .saturating_sub(shared.heap_used.load(Ordering::Relaxed))
+            .max(1 << 20);
+        let ratio = (expected as u128 * 1024 / headroom as u128).clamp(256, 16 << 10) as u32;
+        shared.assist_ratio.store(ratio, Ordering::Relaxed);
         // `parallel`'s marks invariant holds in its concurrent form: every
         // object a marked object points to is marked, queued here, or shaded
         // into `shared.gray`, which later rounds and the last pause trace.
@@ -618,42 +646,85 @@ fn cycle(
         // Then what the barriers shaded meanwhile, in rounds, each a batch
         // taken whole: the rounds end however fast the mutators shade (one
         // mark that also drained the queue as it went could be kept busy
-        // for ever), and the last pause takes what the last one left.
+        // for ever), and a pause takes what the last one left.
+        //
+        // 3c. Termination, bounded: stop, and trace what is left for at
+        // most the pause budget. What a batch of shaded objects leads to
+        // can be anything up to the whole young heap, so a pause that
+        // traced it to the end had no bound. If the budget runs out, the
+        // rest goes back to `gray`, the mutators resume (the barriers are
+        // still on: `marking` has not changed) and the rounds go on; the
+        // mutators that keep shading pay for it in assists. After
+        // `TERMINATION_TRIES` pauses the last one traces to the end, so
+        // the mark always ends.
         let mut shaded = Vec::new();
-        for _ in 0..SHADED_ROUNDS {
-            mark::drain(&shared.gray, &mut shaded);
-            // Objects whose lock a writer held as a marker met it: traced
-            // again, as the writer may store what its owner was never
-            // recorded for (`cell.rs`, "Recording the object written").
-            shaded.append(&mut rest);
-            if shaded.len() <= SHADED_IN_PAUSE {
-                break;
+        let mut tries = 0;
+        let mutators = loop {
+            for _ in 0..SHADED_ROUNDS {
+                mark::drain(&shared.gray, &mut shaded);
+                // Objects whose lock a writer held as a marker met it:
+                // traced again, as the writer may store what its owner was
+                // never recorded for (`cell.rs`, "Recording the object
+                // written").
+                shaded.append(&mut rest);
+                if shaded.len() <= SHADED_IN_PAUSE {
+                    break;
+                }
+                let batch = std::mem::take(&mut shaded);
+                // SAFETY: shaded objects are marked and allocated (reachable
+                // when shaded, and no sweep runs); the invariant as above.
+                let m = unsafe { mark::parallel(&shared.space, pool, &[], &batch, concurrently, &mut rest) };
+                marked.add(m);
             }
+            let stop2 = Instant::now();
+            shared.assist_ratio.store(0, Ordering::Relaxed);
+            shared.control.lock().phase = Phase::Pause;
+            let mutators = stop_world(shared, None);
+            stop_time += stop2.elapsed();
+            let end = Instant::now();
+            mark::drain(&shared.gray, &mut shaded);
+            shaded.append(&mut rest);
+            tries += 1;
+            let deadline = (tries < TERMINATION_TRIES)
+                .then(|| end.checked_add(shared.config.mark_pause_budget))
+                .flatten();
+            let m2_start = Instant::now();
             let batch = std::mem::take(&mut shaded);
-            // SAFETY: shaded objects are marked and allocated (reachable
-            // when shaded, and no sweep runs); the invariant as above.
-            let m = unsafe { mark::parallel(&shared.space, pool, &[], &batch, concurrently, &mut rest) };
+            // SAFETY: world stopped; shaded objects are marked and
+            // allocated; the invariant as above.
+            let m = unsafe {
+                mark::parallel(
+                    &shared.space,
+                    pool,
+                    &[],
+                    &batch,
+                    mark::Limits {
+                        concurrent: false,
+                        deadline,
+                        assists: None,
+                    },
+                    &mut rest,
+                )
+            };
             marked.add(m);
-        }
-        concurrent_mark = conc_start.elapsed();
-
-        // 3c. Stop again and trace what the barriers shaded since the
-        // markers last looked.
-        let stop2 = Instant::now();
-        shared.control.lock().phase = Phase::Pause;
-        let mutators = stop_world(shared, None);
-        stop_time += stop2.elapsed();
-        let end = Instant::now();
-        end_start = Some(end);
-        shared.marking.store(false, Ordering::Relaxed);
-        mark::drain(&shared.gray, &mut shaded);
-        shaded.append(&mut rest);
-        let m2_start = Instant::now();
-        // SAFETY: world stopped; shaded objects are marked and allocated.
-        let m = unsafe { mark::parallel(&shared.space, pool, &[], &shaded, mark::Limits::default(), &mut rest) };
-        debug_assert!(rest.is_empty());
-        marked.add(m);
-        mark_time += concurrent_mark + m2_start.elapsed();
+            pause_mark += m2_start.elapsed();
+            if rest.is_empty() {
+                end_start = Some(end);
+                shared.marking.store(false, Ordering::Relaxed);
+                break mutators;
+            }
+            // Not done within the budget: resume and mark on (`rest` holds
+            // the gray objects the pause left, marked and untraced).
+            drop(mutators);
+            shared.assist_ratio.store(ratio, Ordering::Relaxed);
+            shared.control.lock().phase = Phase::Mark;
+            let d = end.elapsed();
+            mark_end_pause += d;
+            stats_pauses.push(d);
+            shared.handshake.resume();
+        };
+        concurrent_mark = conc_start.elapsed().saturating_sub(pause_mark);
+        mark_time += concurrent_mark + pause_mark;
         // The roots verify mode checks against: those of the world as it
         // stands now.
         if shared.config.verify {
@@ -715,7 +786,11 @@ fn cycle(
     // `stop`: they run meanwhile, and a mutator that enters during it waits
     // that long at most.
     match end_start {
-        Some(end) => mark_end_pause = end.elapsed(),
+        Some(end) => {
+            let d = end.elapsed();
+            mark_end_pause += d;
+            stats_pauses.push(d);
+        }
         None => mark_start_pause = start.elapsed() - stop_time,
     }
     shared.handshake.resume();
@@ -784,7 +859,9 @@ fn cycle(
         stats.minor_cycles += u64::from(!full);
         stats.pauses.record(mark_start_pause);
         if concurrent {
-            stats.pauses.record(mark_end_pause);
+            for &d in &stats_pauses {
+                stats.pauses.record(d);
+            }
             stats.concurrent_cycles += 1;
         }
         stats.mark_time += mark_time;

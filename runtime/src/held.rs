@@ -14,7 +14,10 @@
 //! - [`Hold::Pacing`]: before a call, waiting for a cycle because the heap
 //!   reached twice its goal;
 //! - [`Hold::Memory`]: at the heap limit, waiting for a sweep inside a call,
-//!   or for the forced cycle before the next call.
+//!   or for the forced cycle before the next call;
+//! - [`Hold::Assist`]: marking for the collector, in slices of at most
+//!   [`ASSIST_SLICE`](crate::mutator), in payment for what it allocated
+//!   during a concurrent mark (Go's mark assists).
 //!
 //! A `collect` the program asks for is not a hold: the program chose to
 //! wait (other mutators held by that cycle's stops are, as always).
@@ -34,6 +37,7 @@ pub(crate) enum Hold {
     Safepoint = 0,
     Pacing = 1,
     Memory = 2,
+    Assist = 3,
 }
 
 /// One mutator's holds.
@@ -65,7 +69,7 @@ pub(crate) struct HoldLog {
     /// The holds of mutators that detached.
     departed: Mutex<PauseHistogram>,
     /// Nanoseconds held, by [`Hold`] (relaxed: totals read by `stats`).
-    by_kind: [AtomicU64; 3],
+    by_kind: [AtomicU64; 4],
     since_event: Mutex<SinceEvent>,
 }
 
@@ -73,12 +77,21 @@ impl HoldLog {
     /// `mine` was held for `d`, for `why`.
     #[cold]
     pub(crate) fn record(&self, mine: &MutatorHolds, why: Hold, d: Duration) {
-        mine.hist.lock().record(d);
-        let ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
-        self.by_kind[why as usize].fetch_add(ns, Ordering::Relaxed);
+        self.record_parts(mine, d, &[(why, d)]);
+    }
+
+    /// `mine` was held once, for `total`, made of `parts` (the time by
+    /// cause; parts of zero are left out).
+    #[cold]
+    pub(crate) fn record_parts(&self, mine: &MutatorHolds, total: Duration, parts: &[(Hold, Duration)]) {
+        mine.hist.lock().record(total);
+        for &(why, d) in parts {
+            let ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+            self.by_kind[why as usize].fetch_add(ns, Ordering::Relaxed);
+        }
         let mut s = self.since_event.lock();
-        s.max = s.max.max(d);
-        s.total = s.total.saturating_add(d);
+        s.max = s.max.max(total);
+        s.total = s.total.saturating_add(total);
         s.count += 1;
     }
 
@@ -99,8 +112,8 @@ impl HoldLog {
         all
     }
 
-    /// Time held, by kind: safepoint, pacing, memory.
-    pub(crate) fn by_kind(&self) -> [Duration; 3] {
+    /// Time held, by kind: safepoint, pacing, memory, assists.
+    pub(crate) fn by_kind(&self) -> [Duration; 4] {
         self.by_kind
             .each_ref()
             .map(|a| Duration::from_nanos(a.load(Ordering::Relaxed)))

@@ -265,6 +265,8 @@ macro_rules! not_under_loom {
     ($($item:item)*) => { $(#[cfg(not(loom))] $item)* };
 }
 
+#[cfg(all(test, loom))]
+mod assist_model;
 mod handshake;
 mod registry;
 #[cfg(all(test, loom))]

@@ -36,7 +36,8 @@ use crossbeam_deque::{Injector, Steal, Stealer, Worker};
 use loam_threadpool::ThreadPool;
 use parking_lot::Mutex;
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
 
 /// Shades the object at `addr` for a concurrent mark: marks it and, if this
@@ -134,12 +135,142 @@ unsafe fn scan(
 
 /// How a [`parallel`] mark runs, and when it must stop.
 #[derive(Clone, Copy, Default)]
-pub(crate) struct Limits {
+pub(crate) struct Limits<'a> {
     /// The mutators run: go to the GC threads at once (the calling
     /// thread's core is theirs now).
     pub(crate) concurrent: bool,
     /// Stop here, leaving the rest in `leftover`.
     pub(crate) deadline: Option<Instant>,
+    /// Where to offer the mark's queues to mutators that assist
+    /// ([`assist`]); only with `concurrent`.
+    pub(crate) assists: Option<&'a AssistSlot>,
+}
+
+/// The queues of a concurrent [`parallel`] mark, offered to assisting
+/// mutators.
+///
+/// # The protocol with the GC threads' termination
+/// A mark ends when `active` reads zero (see [`idle`]): every queue is
+/// empty for good, because work is only pushed by an active thread, which
+/// looks at the queues again after it leaves the count. An assist keeps
+/// that true without being one of the threads:
+/// 1. it joins by raising `active` from a nonzero value (a CAS): once the
+///    count has been zero the mark is over (every queue empty for good),
+///    and a late assist leaves it alone;
+/// 2. while counted, it steals from the mark's queues into a deque of its
+///    own, which no GC thread sees;
+/// 3. before it leaves the count, it pushes whatever it has not traced back
+///    to the mark's injector. A GC thread watching the queues may read them
+///    empty just before that push and `active` zero just after it, and end
+///    the mark with the push still queued; so [`parallel`] drains the
+///    injector once the GC threads are done, and returns what it finds as
+///    left over, for the collector's next round (or the last pause) to
+///    trace. Usually a GC thread is still active and takes it at once.
+///    The objects it found locked by a writer go to the runtime's `gray`
+///    queue, to be traced again later (`cell.rs`).
+///
+/// The assist runs inside a `mutate` call, so the mark's last pause, which
+/// empties `gray` and every leftover, waits for it. `assist_model.rs`
+/// checks this with loom (it fails if the hand-back follows the leave).
+#[derive(Debug)]
+pub(crate) struct Share {
+    injector: Injector<usize>,
+    stealers: Vec<Stealer<usize>>,
+    /// GC threads (and assists) marking; zero: the mark is over.
+    active: AtomicUsize,
+    /// What assists marked, added to the mark's result.
+    assisted_bytes: AtomicUsize,
+    assisted_objects: AtomicU64,
+}
+
+/// Where the concurrent mark under way offers its [`Share`] (none between
+/// marks).
+pub(crate) type AssistSlot = Mutex<Option<Arc<Share>>>;
+
+/// The mark offered in `slot`, if one is under way.
+pub(crate) fn offered(slot: &AssistSlot) -> Option<Arc<Share>> {
+    slot.lock().clone()
+}
+
+/// A mutator helps the concurrent mark of `share`: traces up to
+/// `budget` bytes of objects, or until `deadline`, or until the mark's
+/// queues are empty; returns what it marked (also added to the mark's
+/// result). See [`Share`] for why this cannot end the mark early.
+///
+/// # Safety
+/// Called inside a `mutate` call of the runtime whose mark `share` is, with
+/// `gray` that runtime's gray queue: no sweep runs until the call returns,
+/// and the mark's last pause waits for it.
+pub(crate) unsafe fn assist(
+    space: &Space,
+    share: &Share,
+    gray: &Injector<usize>,
+    budget: usize,
+    deadline: Instant,
+) -> Marked {
+    let mut out = Marked::default();
+    // 1. Join while the mark is not over.
+    let mut a = share.active.load(Ordering::SeqCst);
+    loop {
+        if a == 0 {
+            return out;
+        }
+        match share
+            .active
+            .compare_exchange_weak(a, a + 1, Ordering::SeqCst, Ordering::SeqCst)
+        {
+            Ok(_) => break,
+            Err(now) => a = now,
+        }
+    }
+    // 2. Steal and trace.
+    let local = Worker::new_lifo();
+    let mut tracer = Tracer::new();
+    let mut scanned = 0u32;
+    while out.bytes < budget && !(scanned % 64 == 63 && Instant::now() >= deadline) {
+        let Some(addr) = local.pop().or_else(|| steal_any(&local, &share.injector, &share.stealers)) else {
+            break;
+        };
+        // SAFETY: queued objects are marked and allocated; no sweep runs
+        // (caller).
+        unsafe { scan(space, addr, &mut tracer, &mut out, |e| local.push(e)) };
+        scanned = scanned.wrapping_add(1);
+    }
+    // 3. Hand back, then leave.
+    while let Some(x) = local.pop() {
+        share.injector.push(x);
+    }
+    let mut deferred = Vec::new();
+    tracer.take_deferred(&mut deferred);
+    for x in deferred {
+        gray.push(x);
+    }
+    share.assisted_bytes.fetch_add(out.bytes, Ordering::Relaxed);
+    share.assisted_objects.fetch_add(out.objects, Ordering::Relaxed);
+    share.active.fetch_sub(1, Ordering::SeqCst);
+    out
+}
+
+/// One object from the injector or any GC thread's deque (a batch moves to
+/// `local`).
+fn steal_any(local: &Worker<usize>, injector: &Injector<usize>, stealers: &[Stealer<usize>]) -> Option<usize> {
+    loop {
+        let mut retry = false;
+        for s in std::iter::once(None).chain(stealers.iter().map(Some)) {
+            let got = match s {
+                None => injector.steal_batch_and_pop(local),
+                Some(s) => s.steal_batch_and_pop(local),
+            };
+            match got {
+                Steal::Success(x) => return Some(x),
+                Steal::Retry => retry = true,
+                Steal::Empty => {}
+            }
+        }
+        if !retry {
+            return None;
+        }
+    }
 }
 
 /// Marks everything reachable from `roots` on the threads of `pool`, and
@@ -223,17 +354,31 @@ pub(crate) unsafe fn parallel(
         leave_remembered(leftover);
         return out;
     }
-    let injector = Injector::new();
-    for r in gray {
-        injector.push(r);
-    }
     let n = pool.current_num_threads();
     let workers: Vec<Worker<usize>> = (0..n).map(|_| Worker::new_lifo()).collect();
-    let stealers: Vec<Stealer<usize>> = workers.iter().map(Worker::stealer).collect();
+    let share = Arc::new(Share {
+        injector: Injector::new(),
+        stealers: workers.iter().map(Worker::stealer).collect(),
+        active: AtomicUsize::new(n),
+        assisted_bytes: AtomicUsize::new(0),
+        assisted_objects: AtomicU64::new(0),
+    });
+    for r in gray {
+        share.injector.push(r);
+    }
+    let Share {
+        injector,
+        stealers,
+        active,
+        ..
+    } = &*share;
     let slots: Vec<Mutex<Option<Worker<usize>>>> =
         workers.into_iter().map(|w| Mutex::new(Some(w))).collect();
-    let active = AtomicUsize::new(n);
     let stop = AtomicBool::new(false);
+    let assists = limits.assists.filter(|_| limits.concurrent);
+    if let Some(slot) = assists {
+        *slot.lock() = Some(share.clone());
+    }
     let left = Mutex::new(std::mem::take(leftover));
     let results = pool.broadcast(|ctx| {
         let me = ctx.index();
@@ -253,7 +398,7 @@ pub(crate) unsafe fn parallel(
             }
             let next = local
                 .pop()
-                .or_else(|| find_work(me, &local, &injector, &stealers))
+                .or_else(|| find_work(me, &local, injector, stealers))
                 .or_else(take_remembered);
             match next {
                 // SAFETY: queued and taken remembered objects are marked
@@ -261,7 +406,7 @@ pub(crate) unsafe fn parallel(
                 Some(addr) => unsafe { scan(space, addr, &mut tracer, &mut out, |e| local.push(e)) },
                 None => {
                     let more = || pending.load(Ordering::Relaxed) < remembered.len();
-                    if idle(&active, &injector, &stealers, &stop, more) {
+                    if idle(active, injector, stealers, &stop, more) {
                         break;
                     }
                 }
@@ -283,10 +428,18 @@ pub(crate) unsafe fn parallel(
         }
         out
     });
+    if let Some(slot) = assists {
+        // Every assist that joined has left (`active` is zero), its part
+        // counted below; later ones find the count at zero.
+        *slot.lock() = None;
+    }
     *leftover = left.into_inner();
-    // Not empty only if the deadline stopped the mark.
-    drain(&injector, leftover);
+    // Not empty if the deadline stopped the mark, or an assist handed work
+    // back as the GC threads finished (`Share`, 3).
+    drain(injector, leftover);
     leave_remembered(leftover);
+    out.bytes += share.assisted_bytes.load(Ordering::Relaxed);
+    out.objects += share.assisted_objects.load(Ordering::Relaxed);
     results.into_iter().fold(out, |a, b| Marked {
         bytes: a.bytes + b.bytes,
         objects: a.objects + b.objects,

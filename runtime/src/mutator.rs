@@ -22,6 +22,14 @@ use std::time::{Duration, Instant};
 /// heap limit are checked once per chunk, not per object.
 const CHUNK: usize = 64 << 10;
 
+/// The longest a mutator marks for the collector at a time (`assist`):
+/// each such slice is a pause as the mutator sees it.
+const ASSIST_SLICE: Duration = Duration::from_micros(100);
+
+/// Marking owed that waits for the next chunk rather than start a slice for
+/// so little.
+const ASSIST_MIN: usize = 16 << 10;
+
 /// What the collector sees of a mutator.
 #[derive(Debug, Default)]
 pub(crate) struct MutatorShared {
@@ -104,6 +112,9 @@ pub struct Mutator {
     /// since may have freed memory, so the next `mutate` collects again
     /// (a read-only call in between must not use up the retry).
     limit_roots: Cell<Option<u64>>,
+    /// Bytes of marking this mutator owes the concurrent mark under way for
+    /// what it allocated during it (`assist`).
+    assist_debt: Cell<usize>,
     /// This mutator's registry chunk, in a `GlobalAlloc` space.
     pub(crate) space_local: crate::alloc_space::Local,
     /// The runtime's `GlobalAlloc` space, or `None` for the pages: read
@@ -167,6 +178,7 @@ impl Mutator {
             barrier_edges: RefCell::new(Tracer::new()),
             limit_hit: Cell::new(false),
             limit_roots: Cell::new(None),
+            assist_debt: Cell::new(0),
             space_local: Default::default(),
             alloc_space,
             _not_send: PhantomData,
@@ -221,12 +233,9 @@ impl Mutator {
         // trigger counts from the heap as the mark ended, garbage and all,
         // and a mutator of a starved collector grew the heap to 5x the goal
         // before it waited.
-        let goal = shared.pace_goal.load(Ordering::Relaxed);
-        if shared.heap_used.load(Ordering::Relaxed) >= goal.saturating_mul(2) {
+        if shared.over_pace() {
             // Outrunning the collector: let it catch up before growing on.
-            let waiting = Instant::now();
-            shared.pace(&self.me.slot);
-            self.held(Hold::Pacing, waiting.elapsed());
+            self.pace();
         }
         if let Some(waited) = shared.handshake.enter(&self.me.slot) {
             self.held(Hold::Safepoint, waited);
@@ -287,6 +296,59 @@ impl Mutator {
     /// ```
     pub fn pauses(&self) -> crate::PauseHistogram {
         self.me.holds.histogram()
+    }
+
+    /// Before a call, with the heap at twice its goal: helps the concurrent
+    /// mark under way, in slices, while it has work and the heap stays
+    /// there (a mark the GC threads cannot finish for want of CPU is
+    /// finished by the mutators that outran it), then waits for the cycle
+    /// to bring the heap down. One hold, whatever its parts.
+    #[cold]
+    #[inline(never)]
+    fn pace(&self) {
+        let shared = self.shared();
+        let start = Instant::now();
+        let mut assisting = Duration::ZERO;
+        while shared.over_pace() {
+            let Some(share) = crate::mark::offered(&shared.assist) else {
+                // No concurrent mark to help (the cycle has not begun, or
+                // is sweeping): wait for the cycle, or for a mark to help.
+                if shared.pace(&self.me.slot, true) {
+                    continue;
+                }
+                break;
+            };
+            // Inside, as a `mutate` call: the mark's last pause waits for
+            // the slice, and no sweep can start meanwhile. (A wait here is
+            // part of this hold.)
+            let _ = shared.handshake.enter(&self.me.slot);
+            struct Leave<'a>(&'a Shared, &'a Slot);
+            impl Drop for Leave<'_> {
+                fn drop(&mut self) {
+                    self.0.handshake.leave(self.1);
+                }
+            }
+            let slice = Instant::now();
+            let m = {
+                let _leave = Leave(shared, &self.me.slot);
+                // SAFETY: inside (above), for the runtime whose mark
+                // `share` is, with its gray queue.
+                unsafe { crate::mark::assist(&shared.space, &share, &shared.gray, usize::MAX, slice + ASSIST_SLICE) }
+            };
+            assisting += slice.elapsed();
+            if m.objects == 0 {
+                // Nothing to take: the GC threads hold the rest of the
+                // mark. Wait for the cycle to bring the heap down.
+                shared.pace(&self.me.slot, false);
+                break;
+            }
+        }
+        let total = start.elapsed();
+        shared.holds.record_parts(
+            &self.me.holds,
+            total,
+            &[(Hold::Assist, assisting), (Hold::Pacing, total.saturating_sub(assisting))],
+        );
     }
 
     /// Records that the collector held this mutator for `d`.
@@ -374,9 +436,46 @@ impl Mutator {
             }
             self.credit.set(self.credit.get() + chunk - size);
             self.limit_roots.set(None);
+            let ratio = shared.assist_ratio.load(Ordering::Relaxed);
+            if ratio != 0 {
+                self.assist(chunk.saturating_mul(ratio as usize) / 1024);
+            }
             return true;
         }
         false
+    }
+
+    /// Inside a `mutate` call, during a concurrent mark: adds `owed` bytes
+    /// of marking to this mutator's debt and pays it, tracing from the
+    /// mark's queues for at most [`ASSIST_SLICE`]. Debt the queues had no
+    /// work for is forgiven (the GC threads are ahead); debt left when the
+    /// slice ran out carries to the next chunk, up to a few slices' worth.
+    /// The slice is a hold (`held.rs`): the mutator marks instead of
+    /// running its own code, but never waits for the cycle to end.
+    #[cold]
+    #[inline(never)]
+    fn assist(&self, owed: usize) {
+        let debt = self.assist_debt.get().saturating_add(owed);
+        if debt < ASSIST_MIN {
+            self.assist_debt.set(debt);
+            return;
+        }
+        let shared = self.shared();
+        let Some(share) = crate::mark::offered(&shared.assist) else {
+            // Between the mark's rounds, or at its end.
+            self.assist_debt.set(0);
+            return;
+        };
+        let start = Instant::now();
+        // SAFETY: inside a `mutate` call (allocation happens only there) of
+        // the runtime whose mark `share` is, with its gray queue.
+        let m = unsafe { crate::mark::assist(&shared.space, &share, &shared.gray, debt, start + ASSIST_SLICE) };
+        let took = start.elapsed();
+        if m.objects > 0 {
+            self.held(Hold::Assist, took);
+        }
+        let left = debt.saturating_sub(m.bytes);
+        self.assist_debt.set(if took < ASSIST_SLICE { 0 } else { left.min(4 * CHUNK) });
     }
 
     pub(crate) fn give_back(&self, size: usize) {

@@ -111,6 +111,13 @@ pub(crate) struct Shared {
     /// Counts concurrent marks: a `GcLock` shades its contents once per
     /// mark, and records the mark it did it for.
     pub(crate) mark_epoch: AtomicU64,
+    /// The concurrent mark under way offers its queues here to mutators
+    /// that assist (`mark::Share`).
+    pub(crate) assist: crate::mark::AssistSlot,
+    /// Bytes a mutator marks per 1024 it allocates while a concurrent mark
+    /// runs (0: no mark, no assists). Set by the coordinator; relaxed: a
+    /// rate.
+    pub(crate) assist_ratio: std::sync::atomic::AtomicU32,
     /// Dead objects with drop glue, for the finalizer thread.
     pub(crate) finalizer: crate::finalize::Finalizer,
     /// Where the objects live (`space.rs`).
@@ -128,7 +135,12 @@ impl Shared {
             let mutators = self.mutators.lock();
             stats.mutator_pauses = self.holds.all(mutators.iter().map(|m| &m.holds));
         }
-        [stats.held_at_safepoint, stats.held_by_pacing, stats.held_for_memory] = self.holds.by_kind();
+        [
+            stats.held_at_safepoint,
+            stats.held_by_pacing,
+            stats.held_for_memory,
+            stats.held_assisting,
+        ] = self.holds.by_kind();
         stats
     }
 
@@ -231,10 +243,23 @@ impl Shared {
         r
     }
 
+    /// Whether the heap has reached twice its goal: a mutator then helps
+    /// the collector or waits before its next call (`Mutator::pace`).
+    #[inline]
+    pub(crate) fn over_pace(&self) -> bool {
+        let goal = self.pace_goal.load(Ordering::Relaxed);
+        self.heap_used.load(Ordering::Relaxed) >= goal.saturating_mul(2)
+    }
+
     /// A mutator has allocated twice the goal: waits (outside `mutate`)
-    /// until the next cycle has swept. Keeps a mutator that outruns the
-    /// collector from growing the heap without bound.
-    pub(crate) fn pace(&self, slot: &crate::handshake::Slot) {
+    /// until the next cycle has swept, or its sweep has brought the heap
+    /// under twice the goal again, or (with `for_mark`) a concurrent mark
+    /// offers work to help with. Keeps a mutator that outruns the collector
+    /// from growing the heap without bound. Returns true only in the last
+    /// case: the caller helps, and may come back. Never more than one
+    /// cycle: a heap that stays over twice its goal (live data the goal
+    /// has not caught up with) must not keep a mutator waiting for ever.
+    pub(crate) fn pace(&self, slot: &crate::handshake::Slot, for_mark: bool) -> bool {
         let seen = {
             let mut c = self.control.lock();
             if !c.requested && !matches!(c.phase, Phase::Pause | Phase::Mark) {
@@ -243,7 +268,13 @@ impl Shared {
             }
             c.completed
         };
-        self.wait_control(Some(slot), |c| c.completed != seen || c.shutdown);
+        let mut progress = false;
+        self.wait_control(Some(slot), |c| {
+            progress = c.completed != seen || c.shutdown || !self.over_pace();
+            progress || (for_mark && crate::mark::offered(&self.assist).is_some())
+        });
+        // Gave up for the gate, or progress: the caller goes on.
+        !progress && for_mark && crate::mark::offered(&self.assist).is_some()
     }
 
     /// Waits for the cycle under way to finish (`Runtime::wait_for_cycle`).
@@ -855,6 +886,8 @@ impl RuntimeBuilder {
             marking: AtomicBool::new(false),
             gray: Injector::new(),
             mark_epoch: AtomicU64::new(0),
+            assist: Default::default(),
+            assist_ratio: Default::default(),
             finalizer: Default::default(),
             space: self.space.unwrap_or(crate::space::Space::Pages),
             config,

@@ -31,8 +31,10 @@ pub struct CycleEvent {
     /// The first pause: snapshot, and the mark up to the pause budget (the
     /// whole mark if it fit, then weak references too).
     pub mark_start_pause: Duration,
-    /// The second pause of a concurrent mark (the last shaded objects, weak
-    /// references); zero if the mark fit in the first.
+    /// The pauses that end a concurrent mark (the last shaded objects, weak
+    /// references), summed: each traces for at most the pause budget, and
+    /// a mark whose rest does not fit resumes the mutators and tries again
+    /// (`GcStats::pauses` has each); zero if the mark fit in the first.
     pub mark_end_pause: Duration,
     /// Time to stop the world before the pauses: until every mutator
     /// running `mutate` had returned (they run meanwhile; one that tries to
@@ -168,8 +170,12 @@ pub struct GcStats {
     pub held_at_safepoint: Duration,
     /// waiting for a cycle because the heap reached twice its goal,
     pub held_by_pacing: Duration,
-    /// and at the heap limit, waiting for memory.
+    /// at the heap limit, waiting for memory,
     pub held_for_memory: Duration,
+    /// and marking for the collector: a mutator that allocates while a
+    /// concurrent mark runs pays for it in marking work, in slices of at
+    /// most 100 µs (Go's mark assists), instead of waiting for the cycle.
+    pub held_assisting: Duration,
     /// Cycles whose mark went on concurrently, past the first pause.
     pub concurrent_cycles: u64,
     /// Total time marking.

@@ -23,6 +23,10 @@ use std::time::Duration;
 /// `PhantomData`, the `NonZero` integers, `Duration`, `Arc`, and `Mutex` /
 /// `RwLock` of `'static` data.
 ///
+/// `trace` runs on the GC threads, and on any mutator thread that helps a
+/// concurrent mark (a mark assist, inside one of its `mutate` calls or
+/// just before one): an impl must not assume which thread calls it.
+///
 /// # Why `Send + Sync`
 /// A managed object is shared: its drop glue runs on a collector thread and a
 /// global root hands it to any thread. So `Cell` and `RefCell` have no impl

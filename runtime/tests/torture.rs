@@ -284,6 +284,35 @@ fn four_mutators_through_hundreds_of_cycles() {
         }
         two_runtimes(space);
     }
+    // Four mutators, the coordinator and the GC threads all on one CPU
+    // (more mutators than cores, and GC threads starved): the assists and
+    // the bounded termination under the worst scheduling, verify on.
+    #[cfg(target_os = "linux")]
+    std::thread::spawn(|| {
+        pin_to_cpu(0);
+        torture(Space::Pages, true, true, true);
+    })
+    .join()
+    .unwrap();
+}
+
+/// `sched_setaffinity` for the calling thread (threads it starts inherit
+/// it).
+#[cfg(target_os = "linux")]
+fn pin_to_cpu(cpu: usize) {
+    // SAFETY: a zeroed `cpu_set_t` is an empty set; `CPU_SET` writes within
+    // it; pid 0 is the calling thread.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        let r = libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+        assert_eq!(
+            r,
+            0,
+            "sched_setaffinity: {}",
+            std::io::Error::last_os_error()
+        );
+    }
 }
 
 /// The object space a torture run uses.
@@ -609,13 +638,15 @@ fn torture(space: Space, verify: bool, concurrent: bool, locks: bool) {
     let s = rt.stats();
     eprintln!(
         "torture: {} cycles ({} minor, {} concurrent), {walks} walks, {} objects allocated, \
-         pauses p50 {:?} max {:?}",
+         pauses p50 {:?} max {:?}, mutators held max {:?} ({:?} assisting)",
         s.cycles,
         s.minor_cycles,
         s.concurrent_cycles,
         ALLOCATED.load(Ordering::Relaxed),
         s.pauses.p50(),
-        s.pauses.max()
+        s.pauses.max(),
+        s.mutator_pauses.max(),
+        s.held_assisting,
     );
     if concurrent {
         // Every cycle with anything to trace past its roots.

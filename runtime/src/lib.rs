@@ -276,6 +276,7 @@ mod trace;
 not_under_loom! {
     mod alloc_space;
     mod array;
+    mod barrier;
     mod cell;
     mod collector;
     mod finalize;

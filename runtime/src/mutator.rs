@@ -14,7 +14,7 @@ use std::alloc::Layout;
 use std::cell::{Cell, RefCell};
 use std::fmt;
 use std::marker::PhantomData;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -102,7 +102,7 @@ pub struct Mutator {
     /// Heap budget taken from the runtime and not yet allocated.
     credit: Cell<usize>,
     /// The write barrier's buffer for a stored value's edges.
-    barrier_edges: RefCell<Tracer>,
+    pub(crate) barrier_edges: RefCell<Tracer>,
     /// An allocation failed at the heap limit during the last `mutate`: run
     /// a forced collection before the next.
     limit_hit: Cell<bool>,
@@ -576,8 +576,8 @@ pub struct Mutation<'gc> {
     /// The mutator running this call; it outlives the call.
     mutator: *const Mutator,
     /// The epoch of the concurrent mark under way as this call began (0:
-    /// none); it cannot change before the call returns.
-    marking: u64,
+    /// none); it cannot change before the call returns (`barrier.rs`).
+    pub(crate) marking: u64,
     /// Invariant in `'gc`, and `!Sync` so that scoped threads cannot
     /// allocate through it.
     _brand: PhantomData<Cell<&'gc ()>>,
@@ -592,164 +592,6 @@ impl fmt::Debug for Mutation<'_> {
 impl<'gc> Mutation<'gc> {
     pub(crate) fn shared(&self) -> &Shared {
         self.mutator().shared()
-    }
-
-    /// The write barrier of a barrier cell storing `new` over `old` (see
-    /// `cell.rs`).
-    ///
-    /// Outside a concurrent mark it keeps "every object a marked object
-    /// points to is marked, or remembered" true between cycles, which minor
-    /// cycles rely on: each unmarked object `new` points to is marked and
-    /// remembered, so the next minor cycle traces what it points to. An
-    /// object is remembered at most once per cycle (only the store that
-    /// marks it records it), so the buffer never outgrows the heap.
-    ///
-    /// During a concurrent mark it shades both values (Go's hybrid barrier,
-    /// without stacks to scan: there are none at a safepoint here). The old
-    /// one keeps the snapshot whole: every object reachable as the mark
-    /// began is marked, even if its last pointer is overwritten before a
-    /// marker reads it. The new one may be white (allocated during the
-    /// mark) and stored into an object the markers already traced, which
-    /// may be old: shading it keeps the minor cycles' invariant (every
-    /// object a marked object points to is marked). Shaded objects go to
-    /// the markers.
-    #[inline]
-    pub(crate) fn barrier_store<T: Trace + ?Sized>(&self, old: &T, new: &T) {
-        if !T::NEEDS_TRACE {
-            return;
-        }
-        if self.marking != 0 {
-            self.shade(old);
-            self.shade(new);
-        } else if self.shared().config.generational {
-            self.remember(new);
-        }
-    }
-
-    /// [`barrier_store`](Self::barrier_store) outside a concurrent mark,
-    /// which needs only the stored value.
-    #[inline]
-    pub(crate) fn barrier_store_new<T: Trace + ?Sized>(&self, new: &T) {
-        debug_assert!(!T::NEEDS_TRACE || self.marking == 0);
-        if T::NEEDS_TRACE && self.shared().config.generational {
-            self.remember(new);
-        }
-    }
-
-    /// The barrier for a store whose old value is not the collector's
-    /// business (`GcCell::set_unreported`): during a mark, the new value is
-    /// shaded (it may be white and land in a traced object); between marks,
-    /// remembered.
-    #[inline]
-    pub(crate) fn barrier_new<T: Trace + ?Sized>(&self, new: &T) {
-        if !T::NEEDS_TRACE {
-            return;
-        }
-        if self.marking != 0 {
-            self.shade(new);
-        } else if self.shared().config.generational {
-            self.remember(new);
-        }
-    }
-
-    /// The epoch of the concurrent mark under way (0: none).
-    #[inline]
-    pub(crate) fn marking(&self) -> u64 {
-        self.marking
-    }
-
-    /// Calls `f` with each managed object `value` points to (the barriers'
-    /// walk of a stored or overwritten value), through the mutator's edge
-    /// buffer.
-    fn each_edge<T: Trace + ?Sized>(&self, value: &T, mut f: impl FnMut(usize)) {
-        let mut edges = self.mutator().barrier_edges.borrow_mut();
-        // Not left from a `trace` that panicked: those edges may be stale.
-        edges.clear();
-        value.trace(&mut edges);
-        for &e in edges.edges() {
-            f(e);
-        }
-        edges.clear();
-    }
-
-    /// Marks every unmarked object `value` points to and hands it to the
-    /// markers of the concurrent mark under way.
-    #[inline(never)]
-    pub(crate) fn shade<T: Trace + ?Sized>(&self, value: &T) {
-        let shared = self.shared();
-        self.each_edge(value, |e| {
-            // SAFETY: `e` is reachable by this call, so allocated, and no
-            // sweep runs during a mark; the mark bit is atomic and the
-            // markers expect it set by others (`mark::shade`).
-            unsafe { crate::mark::shade(&shared.space, &shared.gray, e) };
-        });
-    }
-
-    #[inline(never)]
-    fn remember<T: Trace + ?Sized>(&self, value: &T) {
-        let remembered = &self.mutator().me.remembered;
-        self.each_edge(value, |e| {
-            // `e` is an object this call reached: it was marked at the last
-            // pause or allocated after it (roots and reachable objects are
-            // marked, weak references to unmarked objects were cleared), so
-            // the sweep under way, which frees only objects that pause left
-            // unmarked, does not free it, and no other sweep runs before the
-            // next pause. Setting its mark bit meanwhile changes nothing the
-            // sweep decides: it frees only unmarked objects of the pause's
-            // copy of the allocated bits, and `e` is not one. (`mark` loads
-            // the bit before it writes: an old object, the common store,
-            // costs no atomic write.)
-            // The brands keep other runtimes' objects out of this call.
-            #[cfg(debug_assertions)]
-            {
-                // SAFETY: `e` is allocated (above).
-                let (_, owner) = unsafe { crate::gc::header_of(e) };
-                assert_eq!(
-                    owner,
-                    self.shared().id,
-                    "loam: a barrier of one runtime met an object of another"
-                );
-            }
-            // SAFETY: `e` is allocated and its page live (above); a mark bit
-            // set outside the pause is sound (above).
-            if unsafe { self.shared().space.mark(e) } {
-                remembered.lock().push(e);
-            }
-        });
-    }
-
-    /// The write barrier of a `GcLock` found inside object `owner`, whose
-    /// contents hold managed pointers: records `owner` once per cycle for
-    /// the next minor cycle to trace again (`cell.rs`, "Recording the
-    /// object written"), and during a concurrent mark shades it, so that
-    /// this cycle's sweep cannot free it before then.
-    #[inline]
-    pub(crate) fn barrier_lock_owner(&self, owner: usize, logged: &AtomicU64) {
-        let shared = self.shared();
-        if !shared.config.generational {
-            return;
-        }
-        if self.marking != 0 {
-            // SAFETY: `owner` is allocated (`cell.rs`: a lock's owner is an
-            // object the last mark that met the lock marked, or a survivor
-            // of it) and no sweep runs during a mark.
-            unsafe { crate::mark::shade(&shared.space, &shared.gray, owner) };
-        }
-        let epoch = shared.remember_epoch.load(Ordering::Relaxed);
-        if logged.load(Ordering::Relaxed) != epoch {
-            logged.store(epoch, Ordering::Relaxed);
-            self.mutator().me.remembered.lock().push(owner);
-        }
-    }
-
-    /// The write barrier of a `GcLock` whose owning object is unknown (it
-    /// was found inside two): the next cycle marks the whole heap.
-    #[cold]
-    pub(crate) fn barrier_lock_unknown(&self) {
-        let shared = self.shared();
-        if shared.config.generational && !shared.lock_written.load(Ordering::Relaxed) {
-            shared.lock_written.store(true, Ordering::Relaxed);
-        }
     }
 
     /// Allocates `value` in the managed heap.

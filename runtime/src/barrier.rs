@@ -1,0 +1,251 @@
+//! The write barrier: what a store into a barrier cell does for the
+//! collector, and why that is enough. The cells themselves (`GcCell`,
+//! `GcLock`) are in `cell.rs`; the markers in `mark.rs`; the cycle that
+//! turns the barrier on and off in `collector.rs`.
+//!
+//! # The invariants
+//! Objects are white (unmarked), gray (marked, not yet traced: in a mark
+//! queue, the runtime's `gray` queue, a remembered list or an assist's
+//! deque) or black (marked and traced).
+//! - *Between cycles* (minor cycles' sticky marks): every object a marked
+//!   object points to is marked, or remembered. Minor cycles start from the
+//!   roots and the remembered objects and stop at marked ones.
+//! - *During a concurrent mark* (snapshot at the beginning): every object
+//!   reachable at the first pause is marked by the end of the mark, and
+//!   every object a black object points to is marked or gray (the weak
+//!   tri-colour invariant, with the snapshot's objects as its reach).
+//!
+//! # The barrier, in pseudocode
+//! ```text
+//! store(cell, new):                       // GcCell::set / replace
+//!     old = cell.load()
+//!     if call.marking:  shade(old); shade(new)
+//!     elif generational: for e in edges(new): if mark(e): remember(e)
+//!     cell.store(new)
+//! write(lock, f):                         // GcLock::write
+//!     take the write lock
+//!     if call.marking and lock.shaded != epoch: shade(contents); lock.shaded = epoch
+//!     record(lock's object)               // once per lock and cycle, before f:
+//!     f(contents)                         //   a panic in f cannot skip it
+//! shade(v): for e in edges(v): if mark(e): gray.push(e)
+//! ```
+//! `call.marking` is read once, as the `mutate` call begins, and the
+//! collector changes it only with the world stopped: a call sees one value
+//! throughout.
+//!
+//! # One argument per shade
+//! 1. *The old value* (Yuasa's deletion barrier): an object reachable at the
+//!    snapshot stays marked-to-be even if its last path is cut before a
+//!    marker reads it, because the cut goes through a barrier store, which
+//!    shades what it overwrites. At a safepoint no mutator holds an
+//!    unrooted pointer, so the roots the first pause read are the whole of
+//!    what the snapshot reaches: there are no stacks to rescan.
+//! 2. *The new value* (Dijkstra's insertion barrier): it may be white
+//!    (allocated during the mark) and stored into an object already black,
+//!    which may be old. Objects allocated during the mark are not in the
+//!    sweep's copy of the allocated bits, so this cycle never frees them;
+//!    the shade is for the next minor cycle, whose invariant says a marked
+//!    object points only to marked or remembered ones.
+//! 3. *A lock's old contents*, once per mark: a write may change any number
+//!    of pointers, and the first write of a mark saw the contents as they
+//!    were at the snapshot (writes of one lock are serial). A marker never
+//!    waits for a lock (`cell.rs`, "A marker never waits").
+//! 4. *A weak upgrade's target* (`weak.rs`): the upgrade creates a strong
+//!    path the snapshot may not have had; shading the target covers it.
+//! 5. *Between marks*, a store marks and remembers what it stores (the
+//!    generational barrier): an old object may now point to a young one.
+//!
+//! # What has to hold before the first object is traced
+//! Every `mutate` call under way began with `marking` set, or there is
+//! none: the first pause stops the world, so every call after it reads the
+//! flag. A call that began before could move the only pointer to a white
+//! object into a black one and cut the other path, unshaded. (Per-mutator
+//! handshakes would replace the stop with a wait for each call that began
+//! before to end; `docs/handshakes.md`.)
+//!
+//! # The end of a mark
+//! The stops that end a concurrent mark drain `gray` with the world
+//! stopped, so no shade is halfway (mark bit set, not yet queued): a shade
+//! runs inside a `mutate` call, and the stop waits for it. Each such stop
+//! traces for at most the pause budget; what is left goes back to the
+//! rounds with the mutators running, the barrier still on (`marking` does
+//! not change), and the last of a bounded number of tries traces to the
+//! end. Mutators' assists (`mark::assist`) take work from the mark's queues
+//! and hand what they leave back to them, inside a `mutate` call too.
+//!
+//! # Memory ordering
+//! The mark bit is set with `fetch_or` (the heap's page bitmaps), so two
+//! shades of one object queue it once, and whoever queues it has set the
+//! bit. A `GcCell` is a `crossbeam_utils::atomic::AtomicCell` (an atomic
+//! word, at least release/acquire; see `cell.rs` for the larger types):
+//! a marker that loads a pointer from a cell sees the object it points to
+//! as published, since the object's fields were written before the `Gc`
+//! existed and the store into the cell releases them. A `GcLock`'s contents are read under
+//! its read lock. `marking` itself is relaxed: the handshake's fences order
+//! it (the collector stores it with the world stopped; a mutator reads it
+//! after its entry fence), and the pause's resume releases it.
+
+use crate::mutator::Mutation;
+use crate::trace::Trace;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+impl<'gc> Mutation<'gc> {
+    /// The write barrier of a barrier cell storing `new` over `old` (see
+    /// `cell.rs`).
+    ///
+    /// Outside a concurrent mark it keeps "every object a marked object
+    /// points to is marked, or remembered" true between cycles, which minor
+    /// cycles rely on: each unmarked object `new` points to is marked and
+    /// remembered, so the next minor cycle traces what it points to. An
+    /// object is remembered at most once per cycle (only the store that
+    /// marks it records it), so the buffer never outgrows the heap.
+    ///
+    /// During a concurrent mark it shades both values (Go's hybrid barrier,
+    /// without stacks to scan: there are none at a safepoint here). The old
+    /// one keeps the snapshot whole: every object reachable as the mark
+    /// began is marked, even if its last pointer is overwritten before a
+    /// marker reads it. The new one may be white (allocated during the
+    /// mark) and stored into an object the markers already traced, which
+    /// may be old: shading it keeps the minor cycles' invariant (every
+    /// object a marked object points to is marked). Shaded objects go to
+    /// the markers.
+    #[inline]
+    pub(crate) fn barrier_store<T: Trace + ?Sized>(&self, old: &T, new: &T) {
+        if !T::NEEDS_TRACE {
+            return;
+        }
+        if self.marking != 0 {
+            self.shade(old);
+            self.shade(new);
+        } else if self.shared().config.generational {
+            self.remember(new);
+        }
+    }
+
+    /// [`barrier_store`](Self::barrier_store) outside a concurrent mark,
+    /// which needs only the stored value.
+    #[inline]
+    pub(crate) fn barrier_store_new<T: Trace + ?Sized>(&self, new: &T) {
+        debug_assert!(!T::NEEDS_TRACE || self.marking == 0);
+        if T::NEEDS_TRACE && self.shared().config.generational {
+            self.remember(new);
+        }
+    }
+
+    /// The barrier for a store whose old value is not the collector's
+    /// business (`GcCell::set_unreported`): during a mark, the new value is
+    /// shaded (it may be white and land in a traced object); between marks,
+    /// remembered.
+    #[inline]
+    pub(crate) fn barrier_new<T: Trace + ?Sized>(&self, new: &T) {
+        if !T::NEEDS_TRACE {
+            return;
+        }
+        if self.marking != 0 {
+            self.shade(new);
+        } else if self.shared().config.generational {
+            self.remember(new);
+        }
+    }
+
+    /// The epoch of the concurrent mark under way (0: none).
+    #[inline]
+    pub(crate) fn marking(&self) -> u64 {
+        self.marking
+    }
+
+    /// Calls `f` with each managed object `value` points to (the barriers'
+    /// walk of a stored or overwritten value), through the mutator's edge
+    /// buffer.
+    fn each_edge<T: Trace + ?Sized>(&self, value: &T, mut f: impl FnMut(usize)) {
+        let mut edges = self.mutator().barrier_edges.borrow_mut();
+        // Not left from a `trace` that panicked: those edges may be stale.
+        edges.clear();
+        value.trace(&mut edges);
+        for &e in edges.edges() {
+            f(e);
+        }
+        edges.clear();
+    }
+
+    /// Marks every unmarked object `value` points to and hands it to the
+    /// markers of the concurrent mark under way.
+    #[inline(never)]
+    pub(crate) fn shade<T: Trace + ?Sized>(&self, value: &T) {
+        let shared = self.shared();
+        self.each_edge(value, |e| {
+            // SAFETY: `e` is reachable by this call, so allocated, and no
+            // sweep runs during a mark; the mark bit is atomic and the
+            // markers expect it set by others (`mark::shade`).
+            unsafe { crate::mark::shade(&shared.space, &shared.gray, e) };
+        });
+    }
+
+    #[inline(never)]
+    fn remember<T: Trace + ?Sized>(&self, value: &T) {
+        let remembered = &self.mutator().me.remembered;
+        self.each_edge(value, |e| {
+            // `e` is an object this call reached: it was marked at the last
+            // pause or allocated after it (roots and reachable objects are
+            // marked, weak references to unmarked objects were cleared), so
+            // the sweep under way, which frees only objects that pause left
+            // unmarked, does not free it, and no other sweep runs before the
+            // next pause. Setting its mark bit meanwhile changes nothing the
+            // sweep decides: it frees only unmarked objects of the pause's
+            // copy of the allocated bits, and `e` is not one. (`mark` loads
+            // the bit before it writes: an old object, the common store,
+            // costs no atomic write.)
+            // The brands keep other runtimes' objects out of this call.
+            #[cfg(debug_assertions)]
+            {
+                // SAFETY: `e` is allocated (above).
+                let (_, owner) = unsafe { crate::gc::header_of(e) };
+                assert_eq!(
+                    owner,
+                    self.shared().id,
+                    "loam: a barrier of one runtime met an object of another"
+                );
+            }
+            // SAFETY: `e` is allocated and its page live (above); a mark bit
+            // set outside the pause is sound (above).
+            if unsafe { self.shared().space.mark(e) } {
+                remembered.lock().push(e);
+            }
+        });
+    }
+
+    /// The write barrier of a `GcLock` found inside object `owner`, whose
+    /// contents hold managed pointers: records `owner` once per cycle for
+    /// the next minor cycle to trace again (`cell.rs`, "Recording the
+    /// object written"), and during a concurrent mark shades it, so that
+    /// this cycle's sweep cannot free it before then.
+    #[inline]
+    pub(crate) fn barrier_lock_owner(&self, owner: usize, logged: &AtomicU64) {
+        let shared = self.shared();
+        if !shared.config.generational {
+            return;
+        }
+        if self.marking != 0 {
+            // SAFETY: `owner` is allocated (`cell.rs`: a lock's owner is an
+            // object the last mark that met the lock marked, or a survivor
+            // of it) and no sweep runs during a mark.
+            unsafe { crate::mark::shade(&shared.space, &shared.gray, owner) };
+        }
+        let epoch = shared.remember_epoch.load(Ordering::Relaxed);
+        if logged.load(Ordering::Relaxed) != epoch {
+            logged.store(epoch, Ordering::Relaxed);
+            self.mutator().me.remembered.lock().push(owner);
+        }
+    }
+
+    /// The write barrier of a `GcLock` whose owning object is unknown (it
+    /// was found inside two): the next cycle marks the whole heap.
+    #[cold]
+    pub(crate) fn barrier_lock_unknown(&self) {
+        let shared = self.shared();
+        if shared.config.generational && !shared.lock_written.load(Ordering::Relaxed) {
+            shared.lock_written.store(true, Ordering::Relaxed);
+        }
+    }
+
+}

@@ -2,10 +2,13 @@
 //! however little CPU the GC threads get, and mutators that allocate during
 //! a concurrent mark help it (assists) rather than wait for the cycle.
 
+mod support;
 use loam_runtime::{Gc, Root, Rootable, Runtime, Trace, Tracer};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+#[cfg(target_os = "linux")]
+use support::pin_to_cpu;
 
 /// What a mutator may hold beyond twice the goal: its unspent 64 KiB chunk
 /// of credit and the allocation of the call under way (small here), per
@@ -81,25 +84,6 @@ fn mutators_finish_a_mark_the_gc_threads_are_too_slow_for() {
         worst <= 2 * goal + SLACK_PER_MUTATOR,
         "heap reached {worst} bytes with a {goal}-byte goal"
     );
-}
-
-/// `sched_setaffinity` for the calling thread (threads it starts inherit
-/// it).
-#[cfg(target_os = "linux")]
-fn pin_to_cpu(cpu: usize) {
-    // SAFETY: a zeroed `cpu_set_t` is an empty set; the macros write
-    // within it; pid 0 is the calling thread.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        let r = libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
-        assert_eq!(
-            r,
-            0,
-            "sched_setaffinity: {}",
-            std::io::Error::last_os_error()
-        );
-    }
 }
 
 /// The GC thread, the mutator and a busy thread all on one CPU: the GC

@@ -10,6 +10,7 @@
 //! `LOAM_TORTURE_SCALE` multiplies the work (default 1, a few seconds; try
 //! 20 by hand) and `LOAM_TORTURE_SEED` picks the seed (printed on failure).
 
+mod support;
 use loam_runtime::{
     Gc, GcCell, GcLock, GcWeak, GlobalRoot, Mutation, Root, Rootable, Runtime, Trace,
 };
@@ -17,6 +18,8 @@ use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+#[cfg(target_os = "linux")]
+use support::pin_to_cpu;
 
 static ALLOCATED: AtomicU64 = AtomicU64::new(0);
 static DROPPED: AtomicU64 = AtomicU64::new(0);
@@ -294,25 +297,6 @@ fn four_mutators_through_hundreds_of_cycles() {
     })
     .join()
     .unwrap();
-}
-
-/// `sched_setaffinity` for the calling thread (threads it starts inherit
-/// it).
-#[cfg(target_os = "linux")]
-fn pin_to_cpu(cpu: usize) {
-    // SAFETY: a zeroed `cpu_set_t` is an empty set; `CPU_SET` writes within
-    // it; pid 0 is the calling thread.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        let r = libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
-        assert_eq!(
-            r,
-            0,
-            "sched_setaffinity: {}",
-            std::io::Error::last_os_error()
-        );
-    }
 }
 
 /// The object space a torture run uses.

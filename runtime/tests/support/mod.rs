@@ -1,0 +1,20 @@
+//! Helpers shared by the runtime's integration tests.
+
+/// `sched_setaffinity` for the calling thread: it and the threads it starts
+/// afterwards (a runtime's GC threads included) run on CPU `cpu` only.
+#[cfg(target_os = "linux")]
+pub fn pin_to_cpu(cpu: usize) {
+    // SAFETY: a zeroed `cpu_set_t` is an empty set; `CPU_SET` writes within
+    // it; pid 0 is the calling thread.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        let r = libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+        assert_eq!(
+            r,
+            0,
+            "sched_setaffinity: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+}

@@ -153,7 +153,8 @@ pub struct GcStats {
     /// How many of them were minor.
     pub minor_cycles: u64,
     /// Every pause of the collector (a cycle with a concurrent mark has
-    /// two), each from the moment the last mutator left `mutate` to the
+    /// two or more: its ending stops are bounded, see
+    /// [`CycleEvent::mark_end_pause`]), each from the moment the last mutator left `mutate` to the
     /// resume: the collector's view. What mutators saw is
     /// [`mutator_pauses`](Self::mutator_pauses).
     pub pauses: PauseHistogram,

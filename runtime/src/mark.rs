@@ -375,7 +375,16 @@ pub(crate) unsafe fn parallel(
     let slots: Vec<Mutex<Option<Worker<usize>>>> =
         workers.into_iter().map(|w| Mutex::new(Some(w))).collect();
     let stop = AtomicBool::new(false);
-    let assists = limits.assists.filter(|_| limits.concurrent);
+    // Only a mark without a deadline ends with `active` at zero (a
+    // deadline stops the threads with the count up), which is what keeps
+    // an assist from handing work back after the drain below (`Share`).
+    debug_assert!(
+        limits.assists.is_none() || limits.deadline.is_none(),
+        "a mark offered to assists must not have a deadline"
+    );
+    let assists = limits
+        .assists
+        .filter(|_| limits.concurrent && limits.deadline.is_none());
     if let Some(slot) = assists {
         *slot.lock() = Some(share.clone());
     }

@@ -309,7 +309,9 @@ impl Mutator {
         let shared = self.shared();
         let start = Instant::now();
         let mut assisting = Duration::ZERO;
+        let mut held = false;
         while shared.over_pace() {
+            held = true;
             let Some(share) = crate::mark::offered(&shared.assist) else {
                 // No concurrent mark to help (the cycle has not begun, or
                 // is sweeping): wait for the cycle, or for a mark to help.
@@ -320,17 +322,21 @@ impl Mutator {
             };
             // Inside, as a `mutate` call: the mark's last pause waits for
             // the slice, and no sweep can start meanwhile. (A wait here is
-            // part of this hold.)
+            // part of this hold.) And marked inside as a call is, so that a
+            // `Trace` impl that calls `collect` or a pool wait panics with
+            // the message `mutate` gives, instead of waiting for a cycle
+            // that waits for this slot.
             let _ = shared.handshake.enter(&self.me.slot);
-            struct Leave<'a>(&'a Shared, &'a Slot);
-            impl Drop for Leave<'_> {
-                fn drop(&mut self) {
-                    self.0.handshake.leave(self.1);
-                }
-            }
             let slice = Instant::now();
             let m = {
-                let _leave = Leave(shared, &self.me.slot);
+                let _inside = Inside {
+                    shared,
+                    slot: &self.me.slot,
+                    prev: INSIDE.with(|c| c.replace(shared.id)),
+                    _no_waits: loam_threadpool::forbid_waits(
+                        "in a mark assist (a collection's pause waits for it)",
+                    ),
+                };
                 // SAFETY: inside (above), for the runtime whose mark
                 // `share` is, with its gray queue.
                 unsafe { crate::mark::assist(&shared.space, &share, &shared.gray, usize::MAX, slice + ASSIST_SLICE) }
@@ -342,6 +348,10 @@ impl Mutator {
                 shared.pace(&self.me.slot, false);
                 break;
             }
+        }
+        if !held {
+            // The heap came under twice the goal before the first look.
+            return;
         }
         let total = start.elapsed();
         shared.holds.record_parts(

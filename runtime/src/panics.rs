@@ -54,7 +54,8 @@ pub(crate) struct PanicLog {
 
 /// Panics of `Trace` impls during the cycle under way. One cycle runs at a
 /// time process-wide (`collector::CYCLE_LOCK`), and only its GC threads
-/// mark, so one log serves every runtime: the cycle's coordinator drains it
+/// and its own runtime's mutators (in assists, while its mark runs) mark,
+/// so one log serves every runtime: the cycle's coordinator drains it
 /// before it releases the cycle lock. (Destructors run on each runtime's
 /// finalizer thread, which keeps a log of its own.)
 pub(crate) static CYCLE_LOG: PanicLog = PanicLog {

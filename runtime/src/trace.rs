@@ -25,7 +25,9 @@ use std::time::Duration;
 ///
 /// `trace` runs on the GC threads, and on any mutator thread that helps a
 /// concurrent mark (a mark assist, inside one of its `mutate` calls or
-/// just before one): an impl must not assume which thread calls it.
+/// just before one): an impl must not assume which thread calls it, and
+/// must never block (that thread may hold the very lock it would wait
+/// for; `GcLock`'s own impl only ever tries its lock).
 ///
 /// # Why `Send + Sync`
 /// A managed object is shared: its drop glue runs on a collector thread and a

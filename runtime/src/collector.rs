@@ -397,6 +397,10 @@ fn snapshot_pages(snap: &mut Snapshot, clear_marks: bool) {
         snap.skipped = 0;
         snap.finalizing = 0;
         let mut overflow = false;
+        // Past an overflow, what the rest of the walk would need: the next
+        // walk reserves it all at once (doubling instead walked a fresh
+        // heap of 270 MB four times in one pause).
+        let (mut need_pages, mut need_words) = (0usize, 0usize);
         let Snapshot {
             pages,
             ranges,
@@ -425,11 +429,14 @@ fn snapshot_pages(snap: &mut Snapshot, clear_marks: bool) {
                 }
                 let pending = flags & loam_heap::RUN_PENDING != 0;
                 let words = p.bitmap_words();
-                if pages.len() == pages.capacity()
+                if overflow
+                    || pages.len() == pages.capacity()
                     || ranges.len() == ranges.capacity()
                     || bits.capacity() - bits.len() < words
                 {
                     overflow = true;
+                    need_pages += 1;
+                    need_words += words;
                     return;
                 }
                 let waits = flags & crate::finalize::FINALIZING != 0;
@@ -460,9 +467,17 @@ fn snapshot_pages(snap: &mut Snapshot, clear_marks: bool) {
         if !overflow {
             return;
         }
-        snap.pages.reserve(snap.pages.capacity().max(1024));
-        snap.ranges.reserve(snap.ranges.capacity().max(1024));
-        snap.bits.reserve(snap.bits.capacity().max(64 << 10));
+        // With a quarter to spare for what the mutators allocate next.
+        let want_pages = snap.pages.len() + need_pages;
+        let want_pages = (want_pages + want_pages / 4).max(1024);
+        let want_words = snap.bits.len() + need_words;
+        let want_words = (want_words + want_words / 4).max(64 << 10);
+        snap.pages.clear();
+        snap.ranges.clear();
+        snap.bits.clear();
+        snap.pages.reserve(want_pages);
+        snap.ranges.reserve(want_pages);
+        snap.bits.reserve(want_words);
     }
 }
 

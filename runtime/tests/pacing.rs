@@ -6,7 +6,7 @@ mod support;
 use loam_runtime::{Gc, Root, Rootable, Runtime, Trace, Tracer};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 #[cfg(target_os = "linux")]
 use support::pin_to_cpu;
 
@@ -23,7 +23,7 @@ struct Slow<'gc> {
 }
 
 // SAFETY: reports every pointer it owns (1), the same ones each time, and
-// touches nothing managed (2: the spin reads the clock only); needs tracing
+// touches nothing managed (2: the spin is local work); needs tracing
 // (3); no `Drop` (4).
 unsafe impl<'gc> Trace for Slow<'gc> {
     fn trace(&self, tracer: &mut Tracer) {
@@ -31,9 +31,10 @@ unsafe impl<'gc> Trace for Slow<'gc> {
             .name()
             .is_some_and(|n| n.starts_with("loam-gc-"));
         if on_gc_thread {
-            let until = Instant::now() + Duration::from_micros(20);
-            while Instant::now() < until {
-                std::hint::spin_loop();
+            // A fixed amount of work, not a time: the GC threads are slow
+            // by construction, whatever the machine is doing.
+            for i in 0..20_000_u32 {
+                std::hint::black_box(i);
             }
         }
         self.kids.trace(tracer)
@@ -59,12 +60,21 @@ fn mutators_finish_a_mark_the_gc_threads_are_too_slow_for() {
         .min_heap(4 << 20)
         .build();
     let mut m = rt.attach();
-    // 5,461 live nodes: over 100 ms of marking on the GC threads.
+    // 5,461 live nodes, each a fixed 20,000 steps of work to trace on a GC
+    // thread and none on the mutator.
     let _live: Root<Rootable!['gc => Slow<'gc>]> = m.mutate(|mc| mc.root(tree(mc, 6)));
+    // Until the mutator has helped, over as many marks as it takes (one
+    // mark is usually enough: the mutator allocates throughout it), and
+    // at least three, for the heap bound.
     let start = rt.stats().concurrent_cycles;
     let mut worst = 0;
     let mut calls = 0;
-    while rt.stats().concurrent_cycles < start + 3 {
+    loop {
+        let s = rt.stats();
+        let marks = s.concurrent_cycles - start;
+        if marks >= 50 || (marks >= 3 && s.held_assisting > Duration::ZERO) {
+            break;
+        }
         m.mutate(|mc| {
             for i in 0..64_u64 {
                 mc.alloc([i; 128]);

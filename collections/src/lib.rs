@@ -102,6 +102,8 @@ macro_rules! not_under_loom {
     ($($item:item)*) => { $(#[cfg(not(loom))] $item)* };
 }
 
+#[cfg(all(test, loom))]
+mod list_model;
 mod lock;
 
 not_under_loom! {

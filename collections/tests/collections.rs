@@ -812,3 +812,99 @@ fn collections_changed_during_concurrent_marks_lose_nothing() {
             .all(|(k, v)| whole(&v) && k.parse::<u64>().is_ok()));
     });
 }
+
+/// A grown list's spare slots are left unwritten, and a slot a pop freed is
+/// written again by the next push while a reader on another thread may
+/// still hold the longer length: readers (and the collector's trace) must
+/// only ever meet values the list held. One thread pushes, pops, extends,
+/// truncates and starts fresh lists (so arrays grow from nothing again);
+/// another reads every element of whatever list is current, and of the
+/// slots around its length, during concurrent marks, in verify mode.
+#[test]
+fn readers_racing_pops_and_growth_meet_only_values_the_list_held() {
+    let _serial = serial();
+    let rt = rt()
+        .mark_pause_budget(std::time::Duration::ZERO)
+        .min_heap(256 << 10)
+        .build();
+    #[derive(Trace)]
+    struct Holder<'gc> {
+        list: loam_runtime::GcCell<'gc, GcList<'gc, Gc<'gc, [u64]>>>,
+    }
+    type H = Rootable!['gc => Holder<'gc>];
+    let holder: GlobalRoot<H> = rt.attach().mutate(|mc| {
+        let list = GcList::new(mc);
+        mc.global_root(mc.alloc(Holder {
+            list: loam_runtime::GcCell::new(list),
+        }))
+    });
+    fn value<'gc>(mc: &loam_runtime::Mutation<'gc>, k: u64) -> Gc<'gc, [u64]> {
+        mc.alloc_slice(&[k, !k])
+    }
+    fn whole(v: &[u64]) -> bool {
+        v.len() == 2 && v[1] == !v[0]
+    }
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let read = AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        let (rt, holder, done, read) = (&rt, &holder, &done, &read);
+        s.spawn(move || {
+            let mut m = rt.attach();
+            let mut x = 0x2545_f491_4f6c_dd1d_u64;
+            for round in 0..40_000_u64 {
+                m.mutate(|mc| {
+                    let h = holder.get(mc);
+                    let l = h.list.get();
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    let k = round << 16;
+                    match x % 6 {
+                        0 | 1 => {
+                            for i in 0..(x >> 8) % 40 {
+                                l.push(mc, value(mc, k + i));
+                            }
+                        }
+                        2 => {
+                            for _ in 0..(x >> 8) % 30 {
+                                l.pop(mc);
+                            }
+                        }
+                        3 => l.extend(mc, (0..(x >> 8) % 50).map(|i| value(mc, k + 100 + i))),
+                        4 => l.truncate(mc, l.len() / 2),
+                        _ if round % 16 == 0 => h.list.set(mc, GcList::new(mc)),
+                        _ => l.insert(mc, l.len() / 2, value(mc, k + 1000)),
+                    }
+                });
+            }
+            done.store(true, Ordering::Relaxed);
+        });
+        s.spawn(move || {
+            let mut m = rt.attach();
+            // Until the writer is done, and at least 500 passes.
+            let mut pass = 0;
+            while pass < 500 || !done.load(Ordering::Relaxed) {
+                pass += 1;
+                m.mutate(|mc| {
+                    let l = holder.get(mc).list.get();
+                    let len = l.len();
+                    for v in l.iter() {
+                        assert!(whole(&v), "a list value {v:?}");
+                    }
+                    // Around the length as this thread saw it: the writer
+                    // may have popped and pushed there since.
+                    for i in len.saturating_sub(4)..len + 4 {
+                        if let Some(v) = l.get(i) {
+                            assert!(whole(&v), "element {i}: {v:?}");
+                        }
+                    }
+                    read.fetch_add(len, Ordering::Relaxed);
+                });
+            }
+        });
+    });
+    assert!(read.load(Ordering::Relaxed) > 0, "the reader read nothing");
+    let mut m = rt.attach();
+    m.collect();
+    m.mutate(|mc| assert!(holder.get(mc).list.get().iter().all(|v| whole(&v))));
+}

@@ -1,0 +1,212 @@
+//! loom models of [`GcList`](crate::GcList)'s uninitialised spare slots
+//! against a reader on another thread (`list.rs`, "Uninitialised slots"),
+//! under `--cfg loom`.
+//!
+//! A slot is a plain `written` flag (the first store into a slot is a
+//! plain write of a whole cell, which loom checks for races) beside the
+//! atomic value that later stores and every load use. The writer runs
+//! `GcList`'s protocol with the writer lock held throughout (one writing
+//! thread): a push at `filled` writes the slot plainly and then publishes
+//! the length (release); a push below `filled` (after a pop) stores the
+//! value atomically; growth happens only when the array is full, copies
+//! the elements in use into a fresh array and publishes it before any
+//! length that reaches past the old capacity. The reader loads the length
+//! (acquire), then the array (acquire), and reads every slot below the
+//! smaller of the length and the array's size, as `GcList::view` and the
+//! list's trace do.
+//!
+//! In every interleaving the reader reads only written slots, never while
+//! their first write is under way, and only values the list held. The
+//! variants that publish the length before the write, grow an array that
+//! is not full, or forget the high mark (writing a popped slot plainly
+//! while a reader holding the longer length may read it), fail.
+
+use loom::cell::UnsafeCell;
+use loom::sync::atomic::{AtomicUsize, Ordering};
+use loom::sync::Arc;
+
+/// Capacities of the arrays the list goes through.
+const CAPS: [usize; 3] = [1, 2, 4];
+
+struct Slot {
+    written: UnsafeCell<bool>,
+    value: AtomicUsize,
+}
+
+struct List {
+    /// `arrays[a]` has `CAPS[a]` slots; `items` is the current one's index.
+    arrays: Vec<Vec<Slot>>,
+    items: AtomicUsize,
+    len: AtomicUsize,
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Variant {
+    /// `GcList`'s order.
+    Right,
+    /// The length published before the slot is written.
+    LenFirst,
+    /// The array replaced after a pop left it not full.
+    GrowEarly,
+    /// No high mark: a slot a pop left is written plainly again.
+    NoHigh,
+}
+
+/// The writer's own copy of the list, as `ListWriter` keeps it.
+struct Writer {
+    list: Arc<List>,
+    array: usize,
+    len: usize,
+    high: usize,
+    variant: Variant,
+}
+
+impl List {
+    fn new() -> Self {
+        List {
+            arrays: CAPS
+                .iter()
+                .map(|&cap| {
+                    (0..cap)
+                        .map(|_| Slot {
+                            written: UnsafeCell::new(false),
+                            value: AtomicUsize::new(0),
+                        })
+                        .collect()
+                })
+                .collect(),
+            items: AtomicUsize::new(0),
+            len: AtomicUsize::new(0),
+        }
+    }
+}
+
+impl Writer {
+    fn slots(&self) -> &[Slot] {
+        &self.list.arrays[self.array]
+    }
+
+    fn filled(&self) -> usize {
+        if self.variant == Variant::NoHigh {
+            return self.len;
+        }
+        self.len.max(self.high)
+    }
+
+    /// `ListWriter::fill`: the first store into a slot is a plain write.
+    fn fill(&self, i: usize, value: usize) {
+        let slot = &self.slots()[i];
+        if i < self.filled() {
+            slot.value.store(value, Ordering::Release);
+        } else {
+            // SAFETY: loom's cell checks that no other access to the flag
+            // is concurrent with this write (the claim under test).
+            slot.written.with_mut(|w| unsafe { *w = true });
+            slot.value.store(value, Ordering::Relaxed);
+        }
+    }
+
+    fn set_len(&mut self, len: usize) {
+        if len < self.len {
+            self.high = self.high.max(self.len);
+        }
+        self.len = len;
+        self.list.len.store(len, Ordering::Release);
+    }
+
+    /// `GcList::grow_for`: a fresh array holding copies of the elements in
+    /// use, published before any longer length.
+    fn grow(&mut self) {
+        let next = self.array + 1;
+        for i in 0..self.len {
+            let v = self.slots()[i].value.load(Ordering::Relaxed);
+            let slot = &self.list.arrays[next][i];
+            // SAFETY: as in `fill`: loom checks the write races with nothing.
+            slot.written.with_mut(|w| unsafe { *w = true });
+            slot.value.store(v, Ordering::Relaxed);
+        }
+        self.array = next;
+        self.high = 0;
+        self.list.items.store(next, Ordering::Release);
+    }
+
+    fn push(&mut self, value: usize) {
+        let full = self.len == CAPS[self.array];
+        if full || (self.variant == Variant::GrowEarly && self.high > self.len) {
+            self.grow();
+        }
+        let len = self.len;
+        if self.variant == Variant::LenFirst {
+            self.set_len(len + 1);
+            self.fill(len, value);
+        } else {
+            self.fill(len, value);
+            self.set_len(len + 1);
+        }
+    }
+
+    fn pop(&mut self) {
+        let len = self.len - 1;
+        self.set_len(len);
+    }
+}
+
+/// `GcList::view` and a read of every slot it covers: each must have been
+/// written, with a value the list held (values are nonzero).
+fn read(list: &List) {
+    let len = list.len.load(Ordering::Acquire);
+    let array = list.items.load(Ordering::Acquire);
+    let slots = &list.arrays[array];
+    for slot in &slots[..len.min(slots.len())] {
+        // SAFETY: loom checks that this read races with no write.
+        let written = slot.written.with(|w| unsafe { *w });
+        assert!(written, "a reader met an unwritten slot");
+        assert_ne!(slot.value.load(Ordering::Acquire), 0);
+    }
+}
+
+fn model(variant: Variant) {
+    loom::model(move || {
+        let list = Arc::new(List::new());
+        let reader = {
+            let list = list.clone();
+            loom::thread::spawn(move || read(&list))
+        };
+        let mut w = Writer {
+            list,
+            array: 0,
+            len: 0,
+            high: 0,
+            variant,
+        };
+        w.push(1); // array 0, fresh
+        w.push(2); // grows into array 1 (full), fresh slot 1
+        w.pop(); // slot 1 stays written (the high mark)
+        w.push(3); // slot 1 again, atomically
+        w.push(4); // grows into array 2, fresh slot 2
+        reader.join().unwrap();
+    });
+}
+
+#[test]
+fn readers_meet_only_written_slots() {
+    model(Variant::Right);
+}
+
+#[test]
+#[should_panic]
+fn publishing_the_length_first_fails() {
+    model(Variant::LenFirst);
+}
+
+#[test]
+#[should_panic]
+fn growing_an_array_that_is_not_full_fails() {
+    model(Variant::GrowEarly);
+}
+
+#[test]
+#[should_panic]
+fn writing_a_popped_slot_plainly_fails() {
+    model(Variant::NoHigh);
+}

@@ -1,7 +1,7 @@
 //! The write barrier: what a store into a barrier cell does for the
 //! collector, and why that is enough. The cells themselves (`GcCell`,
 //! `GcLock`) are in `cell.rs`; the markers in `mark.rs`; the cycle that
-//! turns the barrier on and off in `collector.rs`.
+//! turns the barrier on and off in `cycle.rs`.
 //!
 //! # The invariants
 //! Objects are white (unmarked), gray (marked, not yet traced: in a mark

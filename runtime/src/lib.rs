@@ -279,6 +279,7 @@ not_under_loom! {
     mod barrier;
     mod cell;
     mod collector;
+    mod cycle;
     mod finalize;
     mod gc;
     mod held;

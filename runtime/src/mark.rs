@@ -16,7 +16,7 @@
 //! checks the queues again after it goes idle, so when `active` reads zero
 //! every queue is empty for good. (In a concurrent mark the mutators'
 //! barriers shade too, into the runtime's `gray` queue, which is not one of
-//! these: the collector hands it to later marks, see `collector.rs`.)
+//! these: the collector hands it to later marks, see `cycle.rs`.)
 //!
 //! A mark may be given a deadline (the first pause's budget): past it, every
 //! thread stops and hands back what its deque still holds, gray objects the
@@ -114,7 +114,7 @@ unsafe fn scan(
         if let Err(payload) = traced {
             // A user's `Trace` impl panicked: what it reported may be
             // partial, so this cycle's marks cannot be trusted. The
-            // collector frees nothing this cycle (see `collector::cycle`);
+            // collector frees nothing this cycle (see `cycle::cycle`);
             // mark on, so that the mark still ends.
             let msg = crate::panics::dispose(payload);
             crate::panics::CYCLE_LOG.record(crate::panics::Kind::Trace, (desc.name)(), msg);

@@ -690,7 +690,7 @@ impl<'gc> Mutation<'gc> {
         // but counts all that a long mark sees allocated as old: at
         // binary-trees depth 21 every cycle after the first concurrent one
         // turned full, 334 cycles against 145, 0.96x Box against 0.73x.
-        // How the mark ends however fast mutators shade: `collector.rs`.)
+        // How the mark ends however fast mutators shade: `cycle.rs`.)
         // Minor cycles take a marked object for old: a fresh block must not
         // carry a mark (freed blocks were unmarked when freed).
         check_fresh(p);

@@ -17,7 +17,7 @@ pub(crate) struct Config {
     pub(crate) verify: bool,
     pub(crate) generational: bool,
     /// Mark with the mutators running once the first pause's budget is
-    /// spent (see `collector.rs`); off, the whole mark is one pause.
+    /// spent (see `cycle.rs`); off, the whole mark is one pause.
     pub(crate) concurrent: bool,
     /// How long the first pause may mark before the rest of the mark goes
     /// concurrent.

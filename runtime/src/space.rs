@@ -2,7 +2,7 @@
 //! finds each one and its mark. Everything the collector asks of memory
 //! goes through [`Space`]: allocation (`mutator.rs`, `array.rs`), marking
 //! and mark queries (`mark.rs`, the barriers, weak references), the
-//! pause's snapshot and the sweep (`collector.rs`), and the finalizer's
+//! pause's snapshot and the sweep (`cycle.rs`), and the finalizer's
 //! frees; pacing, the heap limit and the stats count the bytes each space
 //! charges per object.
 //!

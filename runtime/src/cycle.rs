@@ -1,0 +1,922 @@
+//! One collection cycle, a function per phase.
+//!
+//! A cycle:
+//! 1. *Stop*: raise the handshake's stop flag and wait for every mutator
+//!    inside `mutate` to leave (mutators outside are blocked: they hold no
+//!    pointer the collector cannot see).
+//! 2. *Snapshot*: walk the heap's pages; for each with an allocated bit set,
+//!    clear its marks (full cycles only) and copy its allocated bits for the
+//!    sweep (objects allocated after the pause are then not the sweep's
+//!    business). Minor cycles skip the pages the sweep flagged old, and
+//!    every cycle those with a page run out.
+//! 3. *Mark* from the mutators' and the global root tables (and, in a minor
+//!    cycle, the barrier's remembered objects): the coordinator alone while
+//!    the work is small, then in parallel, until done or until the pause
+//!    budget is spent. In the second case:
+//!    - *Concurrent mark*: set `marking`, resume the mutators (they now
+//!      shade through the barriers and allocate white, see `lib.rs`), and
+//!      trace on from the gray objects the pause left, and from what the
+//!      barriers shade, until no work is left;
+//!    - *Stop again* and trace what the barriers shaded since; clear
+//!      `marking`.
+//! 4. Verify mode: re-mark single-threaded from the roots as they are now
+//!    and abort if a reachable object is unmarked (after a mark with the
+//!    world stopped throughout, also if the marks cover more).
+//! 5. *Weak*: clear weak cells whose target is unmarked.
+//! 6. *Resume*: lower the stop flag. From the last stop to here is a pause.
+//! 7. *Sweep* the snapshot pages in parallel, mutators running; pages
+//!    whose dead objects have drop glue go to the finalizer thread
+//!    (`finalize.rs`), which hands them back after the destructors ran.
+//! 8. Outside the cycle lock: a forced cycle that skipped pages waiting for
+//!    the finalizer runs again once it is done (the last cycle of a runtime
+//!    also waits for runs out to the thread dropping it); then the
+//!    `on_cycle` hook, once per cycle run, contained; then the cycle counts
+//!    as complete.
+//!
+//! The stops, the snapshot, the mark in the pause and the termination
+//! are `Cycle`'s methods in that order; `cycle` runs them and reports the
+//! cycle's event. The barrier they rely on, and what holds before the
+//! first object is traced, are in `barrier.rs`.
+
+use crate::collector::{fatal, CYCLE_LOCK, RUNTIMES};
+use crate::mark;
+use crate::mutator::MutatorShared;
+use crate::runtime::{Phase, Shared};
+use crate::space::Space;
+use crate::stats::CycleEvent;
+use crate::sweep;
+use loam_threadpool::ThreadPool;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// What the coordinator keeps between cycles to choose minor or full ones.
+///
+/// A minor cycle keeps the marks earlier cycles set (sticky mark bits): the
+/// objects that survived a cycle are old and stay marked, so marking from
+/// the roots stops at them and traces only young objects; the barrier
+/// (`Mutation::barrier_store`) marks and remembers young objects stored into
+/// barrier cells, which may be in old objects. The sweep is the same: it
+/// frees allocated unmarked objects, which are young and unreachable. Old
+/// garbage stays until a full cycle, which clears the marks first.
+///
+/// # Invariants
+/// - Once `started`, `goal >= min_heap` and `goal >= live` (`rebase`).
+/// - `old` only grows between full cycles (minor cycles promote; the
+///   sweep's correction counts what the stopped heap kept), and a full
+///   cycle sets it to `live`.
+#[derive(Debug, Default)]
+pub(crate) struct Generations {
+    /// Bytes of old (marked) objects: the live size after a full cycle, plus
+    /// what minor cycles promoted since.
+    old: usize,
+    /// Live bytes the last full cycle found.
+    live: usize,
+    /// The heap goal the last full cycle set.
+    goal: usize,
+    /// Whether a full cycle ever ran (the first cycle is full).
+    started: bool,
+}
+
+impl Generations {
+    /// Takes `live` bytes for the live size: the heap goal grows from it by
+    /// the gc percent (at least the minimum heap), and the old generation is
+    /// that much.
+    fn rebase(&mut self, live: usize, config: &crate::options::Config) {
+        let percent = config.gc_percent;
+        self.goal = if percent == u32::MAX {
+            usize::MAX
+        } else {
+            let grow = (live as u128 * percent as u128 / 100) as usize;
+            (live.saturating_add(grow)).max(config.min_heap)
+        };
+        self.live = live;
+        self.old = live;
+    }
+
+    /// Whether the next cycle must be a full one: old objects (the garbage
+    /// among them included) took more than half the headroom the last full
+    /// cycle left between the live size and the goal.
+    fn full_due(&self) -> bool {
+        !self.started || self.old > self.live + (self.goal.saturating_sub(self.live)) / 2
+    }
+}
+
+/// What the pause records of the heap for the sweep.
+///
+/// # Invariants
+/// After `snapshot_pages`: `pages` and `ranges` have one entry per page,
+/// in the order the walk met them; the ranges split `bits` into
+/// consecutive runs, each the page's bitmap words; no page in `pages` had
+/// a page run out when its flags were read, and each has a nonzero word.
+/// The sweep consumes it; `objects` is set instead in a `GlobalAlloc`
+/// space.
+#[derive(Default)]
+pub(crate) struct Snapshot {
+    /// Start addresses of the pages to sweep: those holding an allocated
+    /// object and no page run out (a page with one may be freed and even
+    /// released by its owner meanwhile, so the sweep must not touch it).
+    pages: Vec<usize>,
+    /// For each page in order, the range of its allocated words in `bits`.
+    ranges: Vec<(usize, usize)>,
+    /// The pages' allocated words as of the pause. The sweep
+    /// frees `bits & !marked`: objects allocated after the pause are not in
+    /// it, so mutators allocate white and need no atomic mark write.
+    bits: Vec<u64>,
+    /// Pages left out because their dead objects wait for the finalizer,
+    /// or a page run is out (the runtime's last cycle runs again while
+    /// their number falls).
+    pub(crate) skipped: usize,
+    /// Of those, the pages waiting for the finalizer (a forced cycle runs
+    /// again once it is done).
+    pub(crate) finalizing: usize,
+    /// What a `GlobalAlloc` space's pause took instead of pages.
+    objects: Option<crate::alloc_space::Snapshot>,
+}
+
+/// Records every page holding an allocated object, clearing its marks for a
+/// full cycle.
+/// Called with the world stopped.
+///
+/// The order of the reads matters: threads outside `mutate` (and other
+/// runtimes' mutators) keep running, and an owner may take back a page run
+/// at any moment, clearing the run's allocated bits and then `RUN_PENDING`.
+/// So the flags are read first: a page without a run out cannot get one
+/// before the sweep (only sweeps send runs, one at a time), so its
+/// allocated bits can only grow, and the copy taken after is a set of blocks
+/// in use that only this runtime's sweep (or another runtime's, never at the
+/// same time) frees, which keeps the page live and its geometry fixed. A
+/// copy that is all zero means nothing to sweep (the run was taken back
+/// between the walk's reads).
+fn snapshot_pages(snap: &mut Snapshot, clear_marks: bool) {
+    loop {
+        snap.pages.clear();
+        snap.ranges.clear();
+        snap.bits.clear();
+        snap.skipped = 0;
+        snap.finalizing = 0;
+        let mut overflow = false;
+        // Past an overflow, what the rest of the walk would need: the next
+        // walk reserves it all at once (doubling instead walked a fresh
+        // heap of 270 MB four times in one pause).
+        let (mut need_pages, mut need_words) = (0usize, 0usize);
+        let Snapshot {
+            pages,
+            ranges,
+            bits,
+            skipped,
+            finalizing,
+            objects: _,
+        } = &mut *snap;
+        // SAFETY: the closure neither allocates nor frees (it pushes only
+        // within the reserved capacities), and reads only atomics, and the
+        // geometry of pages whose allocated blocks keep them live (see
+        // above); the registry lock keeps every segment mapped meanwhile.
+        unsafe {
+            loam_heap::for_each_page(|p| {
+                if p.used() == 0 {
+                    return;
+                }
+                let flags = p.flags();
+                if flags & sweep::OLD != 0 {
+                    if !clear_marks {
+                        // Every block marked until a full cycle: nothing for
+                        // a minor cycle to sweep (see `sweep::OLD`).
+                        return;
+                    }
+                    p.clear_flags(sweep::OLD);
+                }
+                let pending = flags & loam_heap::RUN_PENDING != 0;
+                let words = p.bitmap_words();
+                if overflow
+                    || pages.len() == pages.capacity()
+                    || ranges.len() == ranges.capacity()
+                    || bits.capacity() - bits.len() < words
+                {
+                    overflow = true;
+                    need_pages += 1;
+                    need_words += words;
+                    return;
+                }
+                let waits = flags & crate::finalize::FINALIZING != 0;
+                if pending || waits {
+                    *skipped += 1;
+                    *finalizing += usize::from(waits && !pending);
+                    // Not swept this cycle (a run out, or dead objects
+                    // waiting for the finalizer), but marked: a full cycle
+                    // clears its marks like any other page's.
+                    if clear_marks && p.allocated_words().any(|w| w != 0) {
+                        p.clear_marks();
+                    }
+                    return;
+                }
+                let from = bits.len();
+                bits.extend(p.allocated_words());
+                if bits[from..].iter().all(|&w| w == 0) {
+                    bits.truncate(from);
+                    return;
+                }
+                if clear_marks {
+                    p.clear_marks();
+                }
+                pages.push(p.start() as usize);
+                ranges.push((from, from + words));
+            })
+        };
+        if !overflow {
+            return;
+        }
+        // With a quarter to spare for what the mutators allocate next.
+        let want_pages = snap.pages.len() + need_pages;
+        let want_pages = (want_pages + want_pages / 4).max(1024);
+        let want_words = snap.bits.len() + need_words;
+        let want_words = (want_words + want_words / 4).max(64 << 10);
+        snap.pages.clear();
+        snap.ranges.clear();
+        snap.bits.clear();
+        snap.pages.reserve(want_pages);
+        snap.ranges.reserve(want_pages);
+        snap.bits.reserve(want_words);
+    }
+}
+
+/// Rounds of marking what the barriers shaded, with the mutators running,
+/// before the last pause takes the rest.
+const SHADED_ROUNDS: usize = 4;
+
+/// Shaded objects few enough for the last pause to trace at once.
+const SHADED_IN_PAUSE: usize = 64;
+
+/// Pauses a mark's termination may take, each bounded by the pause budget,
+/// before the last one traces to the end.
+const TERMINATION_TRIES: u32 = 8;
+
+/// Raises the stop flag and waits for every mutator inside `mutate` to
+/// leave; returns the mutators. With `gone`, first forgets the mutators
+/// that are gone (detached, no root left), taking their remembered objects
+/// into it.
+fn stop_world(shared: &Shared, mut gone: Option<&mut Vec<usize>>) -> Vec<Arc<MutatorShared>> {
+    shared.handshake.stop_world(|| {
+        let mut list = shared.mutators.lock();
+        if let Some(remembered) = gone.as_deref_mut() {
+            list.retain(|m| {
+                let gone = m.detached.load(Ordering::Acquire) && Arc::strong_count(m) == 1;
+                if gone {
+                    remembered.append(&mut m.remembered.lock());
+                }
+                !gone
+            });
+        }
+        list.clone()
+    })
+}
+
+/// The roots as of now (world stopped): every mutator's table and the
+/// global one.
+fn roots_of(shared: &Shared, mutators: &[Arc<MutatorShared>]) -> Vec<usize> {
+    let mut roots = Vec::new();
+    for m in mutators {
+        roots.extend(m.roots.lock().live());
+    }
+    roots.extend(shared.globals.lock().live());
+    roots
+}
+
+/// A cycle under way: what its phases share, and what they measured for
+/// the cycle's event.
+struct Cycle<'a> {
+    shared: &'a Shared,
+    pool: &'a ThreadPool,
+    forced: bool,
+    /// Full (marks cleared, every page swept) or minor.
+    full: bool,
+    /// When the first stop was asked for.
+    start: Instant,
+    heap_before: usize,
+    /// What the heap held as the world stopped: the sweep frees from this,
+    /// while the mutators allocate on top of it.
+    heap_at_stop: usize,
+    /// Weak cells registered as the mark began (those the cycle clears).
+    weak_at_stop: usize,
+    marked: mark::Marked,
+    /// Whether the mark went on concurrently after the first pause.
+    concurrent: bool,
+    /// Waiting for mutators to leave `mutate`, over every stop.
+    stop_time: Duration,
+    snap_time: Duration,
+    mark_time: Duration,
+    /// The first pause (from the last mutator's leaving to the resume).
+    mark_start_pause: Duration,
+    /// The pauses that ended the mark, together, and each.
+    mark_end_pause: Duration,
+    end_pauses: Vec<Duration>,
+    concurrent_mark: Duration,
+    sweep_time: Duration,
+}
+
+/// The mark's state between its phases.
+struct Marking {
+    /// The mutators of the last stop, the world stopped.
+    mutators: Vec<Arc<MutatorShared>>,
+    roots: Vec<usize>,
+    /// Marked objects the first pause did not trace (none: the mark ended
+    /// in it).
+    gray: Vec<usize>,
+    /// When the pause that ended a concurrent mark began.
+    end_start: Option<Instant>,
+}
+
+/// Limits of a mark with the mutators running: no deadline, and the
+/// mutators' assists let in.
+fn concurrently(shared: &Shared) -> mark::Limits<'_> {
+    mark::Limits {
+        concurrent: true,
+        deadline: None,
+        assists: Some(&shared.assist),
+    }
+}
+
+/// Runs one cycle (module docs), one phase a function.
+pub(crate) fn cycle(
+    shared: &Shared,
+    pool: &ThreadPool,
+    forced: bool,
+    gen: &mut Generations,
+    snap: &mut Snapshot,
+) -> CycleEvent {
+    let _one_at_a_time = CYCLE_LOCK.lock();
+    // Exited threads' heaps take back the runs earlier sweeps sent them, so
+    // that their pages can be swept again (live threads do it themselves,
+    // at each `mutate`).
+    loam_heap::drain_orphans();
+    let (mut c, mutators, remembered) = Cycle::stop(shared, pool, forced, gen);
+    c.snapshot(snap);
+    let mut m = c.mark_in_pause(mutators, &remembered);
+    if c.concurrent {
+        c.mark_concurrently(gen, &mut m);
+    }
+    // A user's `Trace` impl panicked on a GC thread: the marks may miss
+    // what it did not report, so nothing may be freed or cleared on their
+    // word. This cycle sweeps nothing and clears no weak reference; the
+    // next one is full (its snapshot clears the marks and starts over).
+    let mark_failed = crate::panics::CYCLE_LOG.trace_panicked();
+    if mark_failed {
+        shared.lock_written.store(true, Ordering::Relaxed);
+    } else {
+        // 4. Verify.
+        if shared.config.verify {
+            let (full, concurrent) = (c.full, c.concurrent);
+            verify(&shared.space, shared.id, snap, &m.roots, c.marked.objects, full, concurrent);
+        }
+        // 5. Weak references.
+        mark_weak(shared, c.weak_at_stop);
+    }
+    let goal = c.resume(gen, m, mark_failed);
+    let (swept, heap_after) = c.sweep(snap, mark_failed);
+    if !c.full {
+        // Everything the stopped heap held and the sweep left is marked:
+        // old. (Less what a concurrent mark left unreachable on pages it
+        // did not sweep, and plus the objects allocated during it that it
+        // reached: both small. `heap_used` counts whole allocation chunks,
+        // so this is high by the mutators' unused credit, at most 64 KiB
+        // each.)
+        gen.old = c.heap_at_stop.saturating_sub(swept.bytes);
+    }
+    c.event(gen, goal, &swept, heap_after)
+}
+
+impl<'a> Cycle<'a> {
+    /// Phase 1, *stop*: waits for every mutator to leave `mutate`, takes the
+    /// barrier's remembered objects, and decides full or minor.
+    fn stop(
+        shared: &'a Shared,
+        pool: &'a ThreadPool,
+        forced: bool,
+        gen: &Generations,
+    ) -> (Self, Vec<Arc<MutatorShared>>, Vec<usize>) {
+        let heap_before = shared.heap_used.load(Ordering::Relaxed);
+        let start = Instant::now();
+        let mut remembered = Vec::new();
+        let mutators = stop_world(shared, Some(&mut remembered));
+        let stop_time = start.elapsed();
+        // Only now: until every mutator left, the barrier could add to these.
+        for m in &mutators {
+            remembered.append(&mut m.remembered.lock());
+        }
+        // What locks record from here on is the next cycle's (`cell.rs`).
+        shared.remember_epoch.fetch_add(1, Ordering::Relaxed);
+        // Full or minor: a `GcLock` write since the last pause forces a
+        // full cycle (see `cell.rs`), and so do `collect` and the heap limit.
+        let lock_written = shared.lock_written.swap(false, Ordering::Relaxed);
+        let full = forced || !shared.config.generational || lock_written || gen.full_due();
+        if full {
+            remembered.clear();
+        }
+        let cycle = Cycle {
+            shared,
+            pool,
+            forced,
+            full,
+            start,
+            heap_before,
+            heap_at_stop: shared.heap_used.load(Ordering::Relaxed),
+            weak_at_stop: shared.weak.lock().len(),
+            marked: mark::Marked::default(),
+            concurrent: false,
+            stop_time,
+            snap_time: Duration::ZERO,
+            mark_time: Duration::ZERO,
+            mark_start_pause: Duration::ZERO,
+            mark_end_pause: Duration::ZERO,
+            end_pauses: Vec::new(),
+            concurrent_mark: Duration::ZERO,
+            sweep_time: Duration::ZERO,
+        };
+        (cycle, mutators, remembered)
+    }
+
+    /// Phase 2, *snapshot*: what the sweep will look at.
+    fn snapshot(&mut self, snap: &mut Snapshot) {
+        let snap_start = Instant::now();
+        match &self.shared.space {
+            Space::Pages => snapshot_pages(snap, self.full),
+            Space::Alloc(space) => snap.objects = Some(space.snapshot(self.full)),
+        }
+        self.snap_time = snap_start.elapsed();
+    }
+
+    /// Phase 3, *mark* in the pause up to its budget; what is left gray goes on
+    /// concurrently.
+    fn mark_in_pause(&mut self, mutators: Vec<Arc<MutatorShared>>, remembered: &[usize]) -> Marking {
+        let shared = self.shared;
+        let roots = roots_of(shared, &mutators);
+        let mark_start = Instant::now();
+        // The budget counts from the stop: a large heap's snapshot takes
+        // milliseconds of it (4 to 7 ms at binary-trees depth 21).
+        let deadline = shared
+            .config
+            .concurrent
+            .then(|| (self.start + self.stop_time).checked_add(shared.config.mark_pause_budget))
+            .flatten();
+        let mut gray = Vec::new();
+        // In a full cycle the snapshot cleared the marks of every page with
+        // an object; in a minor one every object a marked object points to
+        // is marked or in `remembered` (the barrier and the last cycle saw
+        // to it). Remembered objects were reachable after the last pause,
+        // and only this cycle's sweep frees again, so they are allocated.
+        // SAFETY: world stopped; the marks invariant above; roots and
+        // remembered objects are allocated objects of this runtime.
+        self.marked = unsafe {
+            mark::parallel(
+                &shared.space,
+                self.pool,
+                &roots,
+                remembered,
+                mark::Limits {
+                    concurrent: false,
+                    deadline,
+                    assists: None,
+                },
+                &mut gray,
+            )
+        };
+        self.mark_time = mark_start.elapsed();
+        self.concurrent = !gray.is_empty();
+        Marking {
+            mutators,
+            roots,
+            gray,
+            end_start: None,
+        }
+    }
+
+    /// Phase 3b, *concurrent mark* with the mutators running, then 3c: end the mark in
+    /// bounded pauses (`terminate`). Returns with the world stopped.
+    fn mark_concurrently(&mut self, gen: &Generations, m: &mut Marking) {
+        let shared = self.shared;
+        // From the resume on, every `mutate` call shades what its barriers
+        // overwrite and store, and what its weak upgrades hand out; the
+        // markers trace those too. 64 bits: a `GcLock` shaded one epoch
+        // ago must never look shaded now.
+        let epoch = shared.mark_epoch.load(Ordering::Relaxed) + 1;
+        shared.mark_epoch.store(epoch, Ordering::Relaxed);
+        shared.marking.store(true, Ordering::Relaxed);
+        shared.control.lock().phase = Phase::Mark;
+        // Read the clock before resuming (here and below): the woken
+        // mutators may take both cores before this thread reads it again
+        // (a scheduler slice, 4 ms, counted as pause before this).
+        self.mark_start_pause = self.start.elapsed() - self.stop_time;
+        m.mutators.clear();
+        shared.handshake.resume();
+        let conc_start = Instant::now();
+        // Mutators that allocate during the mark pay for it in marking
+        // work (`Mutator::assist`), so that the mark ends before the heap
+        // reaches twice its goal even when the GC threads get little CPU:
+        // the work expected (the live size, less what the pause marked)
+        // over the headroom left, in 1/1024ths.
+        let expected = if self.full {
+            gen.live.saturating_sub(self.marked.bytes)
+        } else {
+            self.marked.bytes
+        }
+        .max(1 << 20);
+        let headroom = gen
+            .goal
+            .saturating_mul(2)
+            .saturating_sub(shared.heap_used.load(Ordering::Relaxed))
+            .max(1 << 20);
+        let ratio = (expected as u128 * 1024 / headroom as u128).clamp(256, 16 << 10) as u32;
+        shared.assist_ratio.store(ratio, Ordering::Relaxed);
+        let mut rest = Vec::new();
+        // `parallel`'s marks invariant holds in its concurrent form: every
+        // object a marked object points to is marked, queued here, or
+        // shaded into `shared.gray`, which later rounds and the last pause
+        // trace.
+        // SAFETY: `gray` holds marked, allocated objects the pause did not
+        // trace; no sweep runs until this cycle's; mutators run behind the
+        // snapshot barrier; the invariant as just said.
+        let marked = unsafe {
+            mark::parallel(&shared.space, self.pool, &[], &m.gray, concurrently(shared), &mut rest)
+        };
+        self.marked.add(marked);
+        let pause_mark = self.terminate(ratio, rest, m);
+        self.concurrent_mark = conc_start.elapsed().saturating_sub(pause_mark);
+        self.mark_time += self.concurrent_mark + pause_mark;
+        // The roots verify mode checks against: those of the world as it
+        // stands now.
+        if shared.config.verify {
+            m.roots = roots_of(shared, &m.mutators);
+        }
+    }
+
+    /// Phase 3c, *termination*, bounded: marks what the barriers shaded in
+    /// concurrent rounds, each a batch taken whole (the rounds end however
+    /// fast the mutators shade: one mark that also drained the queue as it
+    /// went could be kept busy for ever), then stops and traces what is
+    /// left for at most the pause budget. What a batch of shaded objects
+    /// leads to can be anything up to the whole young heap, so a pause
+    /// that traced it to the end had no bound. If the budget runs out, the
+    /// rest goes back, the mutators resume (the barriers are still on:
+    /// `marking` has not changed) and the rounds go on; the mutators that
+    /// keep shading pay for it in assists. After `TERMINATION_TRIES`
+    /// pauses the last one traces to the end, so the mark always ends.
+    /// Returns the time the pauses marked, the world stopped and
+    /// `marking` off.
+    fn terminate(&mut self, ratio: u32, mut rest: Vec<usize>, m: &mut Marking) -> Duration {
+        let shared = self.shared;
+        let mut shaded = Vec::new();
+        let mut pause_mark = Duration::ZERO;
+        let mut tries = 0;
+        loop {
+            for _ in 0..SHADED_ROUNDS {
+                mark::drain(&shared.gray, &mut shaded);
+                // Objects whose lock a writer held as a marker met it:
+                // traced again, as the writer may store what its owner was
+                // never recorded for (`cell.rs`, "Recording the object
+                // written").
+                shaded.append(&mut rest);
+                if shaded.len() <= SHADED_IN_PAUSE {
+                    break;
+                }
+                let batch = std::mem::take(&mut shaded);
+                // SAFETY: shaded objects are marked and allocated
+                // (reachable when shaded, and no sweep runs); the
+                // invariant as in `mark_concurrently`.
+                let marked = unsafe {
+                    mark::parallel(&shared.space, self.pool, &[], &batch, concurrently(shared), &mut rest)
+                };
+                self.marked.add(marked);
+            }
+            let stop = Instant::now();
+            shared.assist_ratio.store(0, Ordering::Relaxed);
+            shared.control.lock().phase = Phase::Pause;
+            m.mutators = stop_world(shared, None);
+            self.stop_time += stop.elapsed();
+            let end = Instant::now();
+            mark::drain(&shared.gray, &mut shaded);
+            shaded.append(&mut rest);
+            tries += 1;
+            let deadline = (tries < TERMINATION_TRIES)
+                .then(|| end.checked_add(shared.config.mark_pause_budget))
+                .flatten();
+            let mark_start = Instant::now();
+            let batch = std::mem::take(&mut shaded);
+            // SAFETY: world stopped; shaded objects are marked and
+            // allocated; the invariant as in `mark_concurrently`.
+            let marked = unsafe {
+                mark::parallel(
+                    &shared.space,
+                    self.pool,
+                    &[],
+                    &batch,
+                    mark::Limits {
+                        concurrent: false,
+                        deadline,
+                        assists: None,
+                    },
+                    &mut rest,
+                )
+            };
+            self.marked.add(marked);
+            pause_mark += mark_start.elapsed();
+            if rest.is_empty() {
+                m.end_start = Some(end);
+                shared.marking.store(false, Ordering::Relaxed);
+                return pause_mark;
+            }
+            // Not done within the budget: resume and mark on (`rest` holds
+            // the gray objects the pause left, marked and untraced).
+            m.mutators.clear();
+            shared.assist_ratio.store(ratio, Ordering::Relaxed);
+            shared.control.lock().phase = Phase::Mark;
+            let d = end.elapsed();
+            self.mark_end_pause += d;
+            self.end_pauses.push(d);
+            shared.handshake.resume();
+        }
+    }
+
+    /// Phase 6, *resume*: the generations and the next goal from what the mark
+    /// found, then the world goes on. Returns the goal.
+    fn resume(&mut self, gen: &mut Generations, m: Marking, mark_failed: bool) -> usize {
+        let shared = self.shared;
+        if mark_failed {
+            // The generations as they were: the next, full cycle measures.
+        } else if self.full {
+            gen.rebase(self.marked.bytes, &shared.config);
+            gen.started = true;
+        } else {
+            // The sweep corrects this (`cycle`); the trigger needs it now.
+            // What a minor cycle marks is not all live: the barrier marked
+            // every young object stored into a cell, and a later store may
+            // have cut it off again. So promoted bytes only ever bring the
+            // next full cycle closer (`full_due`); they never re-base the
+            // goal, or a program that stores a fresh structure over the
+            // last one in every call would double its heap every cycle on
+            // promoted garbage.
+            gen.old = gen.old.saturating_add(self.marked.bytes);
+        }
+        let goal = gen.goal;
+        // Until the sweep has taken its garbage off `heap_used`, the
+        // trigger counts from the heap as the mark ended: the next cycle
+        // starts when `goal - live` bytes were allocated since, as it will
+        // after the sweep. (Setting `goal` itself here started a second
+        // cycle at once whenever mutators allocated during the sweep: half
+        // the cycles on binary-trees were such.)
+        let heap_at_end = shared.heap_used.load(Ordering::Relaxed);
+        shared.next_goal.store(
+            heap_at_end.saturating_add(goal.saturating_sub(gen.old)),
+            Ordering::Relaxed,
+        );
+        shared.pace_goal.store(goal, Ordering::Relaxed);
+        shared.control.lock().phase = Phase::Sweep;
+        // A pause is a stopped world: from the last mutator's leaving to
+        // the resume. Waiting for the mutators to leave is reported apart,
+        // as `stop`: they run meanwhile, and a mutator that enters during
+        // it waits that long at most.
+        match m.end_start {
+            Some(end) => {
+                let d = end.elapsed();
+                self.mark_end_pause += d;
+                self.end_pauses.push(d);
+            }
+            None => self.mark_start_pause = self.start.elapsed() - self.stop_time,
+        }
+        drop(m.mutators);
+        shared.handshake.resume();
+        goal
+    }
+
+    /// Phase 7, *sweep* the snapshot, the mutators running. Returns what it freed
+    /// and the heap after.
+    fn sweep(&mut self, snap: &mut Snapshot, mark_failed: bool) -> (sweep::Swept, usize) {
+        let shared = self.shared;
+        let sweep_start = Instant::now();
+        let alone = RUNTIMES.load(Ordering::Relaxed) == 1;
+        if mark_failed {
+            snap.pages.clear();
+            snap.ranges.clear();
+        }
+        let (swept, finalizing) = match (&shared.space, snap.objects.take()) {
+            (Space::Alloc(space), Some(objects)) if mark_failed => {
+                space.restore(objects);
+                (sweep::Swept::default(), Vec::new())
+            }
+            // SAFETY: this cycle's snapshot, marks complete, under the
+            // cycle lock.
+            (Space::Alloc(space), Some(objects)) => unsafe {
+                space.sweep(self.pool, objects, shared.id, shared.config.verify)
+            },
+            // SAFETY: the snapshot's pages (none with a run out), with
+            // their allocated words as of the pause; marks complete; under
+            // the cycle lock (which also keeps `alone` true throughout, see
+            // `RUNTIMES`).
+            _ => unsafe {
+                sweep::parallel(
+                    self.pool,
+                    &snap.pages,
+                    &snap.ranges,
+                    &snap.bits,
+                    shared.id,
+                    alone,
+                    shared.config.verify,
+                )
+            },
+        };
+        self.sweep_time = sweep_start.elapsed();
+        shared.finalizer.submit(finalizing);
+        // Saturating: a reused runtime id can make this sweep free objects
+        // an earlier runtime left behind (see `release_id`), never counted
+        // here.
+        let heap_after = shared
+            .heap_used
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |u| {
+                Some(u.saturating_sub(swept.bytes))
+            })
+            .unwrap_or(0)
+            .saturating_sub(swept.bytes);
+        (swept, heap_after)
+    }
+
+    /// The statistics and the event: under the cycle lock still, so that
+    /// the panics logged are this cycle's.
+    fn event(self, gen: &Generations, goal: usize, swept: &sweep::Swept, heap_after: usize) -> CycleEvent {
+        let shared = self.shared;
+        // The garbage is off `heap_used` now (first, so that the lower
+        // trigger never meets the unswept count): the trigger is the goal
+        // itself.
+        shared.next_goal.store(goal, Ordering::Relaxed);
+        let panics =
+            crate::panics::CYCLE_LOG.report(&format!("cycle {}", shared.stats.lock().cycles + 1));
+        let pause = self.mark_start_pause + self.mark_end_pause;
+        let event = {
+            let mut stats = shared.stats.lock();
+            stats.user_panics += panics;
+            stats.cycles += 1;
+            stats.minor_cycles += u64::from(!self.full);
+            stats.pauses.record(self.mark_start_pause);
+            if self.concurrent {
+                for &d in &self.end_pauses {
+                    stats.pauses.record(d);
+                }
+                stats.concurrent_cycles += 1;
+            }
+            stats.mark_time += self.mark_time;
+            stats.sweep_time += self.sweep_time;
+            stats.bytes_marked += self.marked.bytes as u64;
+            stats.bytes_freed += swept.bytes as u64;
+            stats.objects_freed += swept.objects;
+            stats.live_size = gen.live;
+            stats.next_goal = goal;
+            let held = shared.holds.take_since_event();
+            let event = CycleEvent {
+                cycle: stats.cycles,
+                at: self.start.duration_since(shared.started),
+                forced: self.forced,
+                minor: !self.full,
+                concurrent: self.concurrent,
+                pause,
+                mark_start_pause: self.mark_start_pause,
+                mark_end_pause: self.mark_end_pause,
+                stop: self.stop_time,
+                snapshot: self.snap_time,
+                mark: self.mark_time,
+                concurrent_mark: self.concurrent_mark,
+                sweep: self.sweep_time,
+                heap_before: self.heap_before,
+                heap_after,
+                bytes_marked: self.marked.bytes,
+                objects_marked: self.marked.objects,
+                bytes_freed: swept.bytes,
+                objects_freed: swept.objects,
+                next_goal: goal,
+                old_bytes: gen.old,
+                gc_threads: self.pool.current_num_threads(),
+                mutator_pauses: held.count,
+                mutator_pause_max: held.max,
+                mutator_pause_total: held.total,
+            };
+            stats.last = Some(event.clone());
+            event
+        };
+        if shared.config.trace {
+            eprintln!("{event}");
+        }
+        event
+    }
+}
+
+/// Clears the weak cells of the first `upto` (those registered as the mark
+/// began) whose target is unmarked (see `weak::process`).
+fn mark_weak(shared: &Shared, upto: usize) {
+    let mut cells = shared.weak.lock();
+    // SAFETY: every registered cell, and every nonzero target, is an
+    // allocated object of this runtime (cells are forgotten once unmarked,
+    // targets cleared once unmarked); the world is stopped.
+    crate::weak::process(&mut cells, upto, |addr| unsafe { shared.space.is_marked(addr) });
+}
+
+/// Verify mode: the parallel marks must equal a single-threaded re-mark
+/// (in a minor cycle, cover it: old garbage stays marked).
+fn verify(
+    space: &Space,
+    id: u16,
+    snap: &Snapshot,
+    roots: &[usize],
+    marked_objects: u64,
+    full: bool,
+    concurrent: bool,
+) {
+    // SAFETY: world stopped, mark complete.
+    let reachable = unsafe { mark::reachable(roots) };
+    // Reachable objects and snapshot objects are allocated (nothing is
+    // freed before the sweep); the world is stopped.
+    // SAFETY: as just said, for every `marked` below.
+    let marked = |addr: usize| unsafe { space.is_marked(addr) };
+    // Objects allocated during a concurrent mark may be unmarked (they are
+    // not the sweep's), and garbage made during it may float marked: what
+    // must hold is that the sweep frees nothing reachable, that is, that
+    // every reachable object in its snapshot is marked.
+    if concurrent {
+        if let Some(objects) = &snap.objects {
+            // A `GlobalAlloc` space: its registry snapshot.
+            for addr in objects.addresses() {
+                if reachable.contains(&addr) && !marked(addr) {
+                    fatal(&format!(
+                        "verify: reachable object {addr:#x} was not marked by the concurrent mark"
+                    ));
+                }
+            }
+            return;
+        }
+        // The pages: their copy of the allocated bits.
+        let mut index: Vec<(usize, usize)> = snap
+            .pages
+            .iter()
+            .zip(&snap.ranges)
+            .map(|(&p, &(from, _))| (p, from))
+            .collect();
+        index.sort_unstable();
+        for &addr in &reachable {
+            // SAFETY: reachable, so allocated, and its page live.
+            let page = unsafe { loam_heap::PageRef::of(addr as *const u8) };
+            let Ok(i) = index.binary_search_by_key(&(page.start() as usize), |&(p, _)| p) else {
+                continue;
+            };
+            let b = page.block_index(addr as *const u8);
+            let swept = snap.bits[index[i].1 + b / 64] >> (b % 64) & 1 != 0;
+            if swept && !page.is_marked(b) {
+                fatal(&format!(
+                    "verify: reachable object {addr:#x} was not marked by the concurrent mark"
+                ));
+            }
+        }
+        return;
+    }
+    for &addr in &reachable {
+        if !marked(addr) {
+            fatal(&format!("verify: reachable object {addr:#x} was not marked"));
+        }
+    }
+    if !full {
+        return;
+    }
+    if marked_objects != reachable.len() as u64 {
+        fatal(&format!(
+            "verify: the markers marked {marked_objects} objects, {} are reachable",
+            reachable.len()
+        ));
+    }
+    // Every marked object must be reachable: in a `GlobalAlloc` space, every
+    // one of its snapshot.
+    if let Some(objects) = &snap.objects {
+        for addr in objects.addresses() {
+            if marked(addr) && !reachable.contains(&addr) {
+                fatal(&format!("verify: unreachable object {addr:#x} was marked"));
+            }
+        }
+        return;
+    }
+    // In the pages: pages with a run out are left
+    // out: blocked threads may take the run back and release the page even
+    // now. The count above covers them.
+    for &start in &snap.pages {
+        // SAFETY: a snapshot page without a run out holds allocated objects
+        // that only a sweep frees, so it is live.
+        let page = unsafe { loam_heap::PageRef::of(start as *const u8) };
+        let base = page.start() as usize;
+        for w in 0..page.bitmap_words() {
+            let mut live = page.allocated_word(w) & page.mark_word(w);
+            while live != 0 {
+                let b = live.trailing_zeros() as usize;
+                live &= live - 1;
+                let addr = base + (w * 64 + b) * page.block_size();
+                // SAFETY: allocated.
+                let (_, owner) = unsafe { crate::gc::header_of(addr) };
+                if owner == id && !reachable.contains(&addr) {
+                    fatal(&format!("verify: unreachable object {addr:#x} was marked"));
+                }
+            }
+        }
+    }
+}

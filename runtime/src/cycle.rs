@@ -333,7 +333,6 @@ fn concurrently(shared: &Shared) -> mark::Limits<'_> {
         concurrent: true,
         deadline: None,
         assists: Some(&shared.assist),
-        progress: Some(&shared.mark_progress),
     }
 }
 
@@ -373,7 +372,6 @@ pub(crate) fn cycle(
         mark_weak(shared, c.weak_at_stop);
     }
     let goal = c.resume(gen, m, mark_failed);
-    let reached = gen.old;
     let (swept, heap_after) = c.sweep(snap, mark_failed);
     if !c.full {
         // Everything the stopped heap held and the sweep left is marked:
@@ -384,10 +382,6 @@ pub(crate) fn cycle(
         // each.)
         gen.old = c.heap_at_stop.saturating_sub(swept.bytes);
     }
-    // Marked now, at most: what was old and what this cycle marked (a
-    // concurrent mark marks objects allocated during it, which the stopped
-    // heap, and so `old`, leaves out), within what the heap holds.
-    shared.pace_goal.store(goal.max(reached.min(heap_after)), Ordering::Relaxed);
     c.event(gen, goal, &swept, heap_after)
 }
 
@@ -401,8 +395,6 @@ impl<'a> Cycle<'a> {
         gen: &Generations,
     ) -> (Self, Vec<Arc<MutatorShared>>, Vec<usize>) {
         let heap_before = shared.heap_used.load(Ordering::Relaxed);
-        // Pacing reads what this cycle's mark has found live (none yet).
-        shared.mark_progress.store(0, Ordering::Relaxed);
         let start = Instant::now();
         let mut remembered = Vec::new();
         let mutators = stop_world(shared, Some(&mut remembered));
@@ -441,15 +433,6 @@ impl<'a> Cycle<'a> {
             sweep_time: Duration::ZERO,
         };
         (cycle, mutators, remembered)
-    }
-
-    /// Adds what a part of the mark found, and tells pacing the total (the
-    /// GC threads told it most of it as they went; what the coordinator
-    /// traced alone, and the assists, only here).
-    fn add_marked(&mut self, m: mark::Marked) {
-        self.marked.add(m);
-        let progress = &self.shared.mark_progress;
-        progress.fetch_max(self.marked.bytes, Ordering::Relaxed);
     }
 
     /// Phase 2, *snapshot*: what the sweep will look at.
@@ -493,13 +476,11 @@ impl<'a> Cycle<'a> {
                     concurrent: false,
                     deadline,
                     assists: None,
-                    progress: None,
                 },
                 &mut gray,
             )
         };
         self.mark_time = mark_start.elapsed();
-        shared.mark_progress.fetch_max(self.marked.bytes, Ordering::Relaxed);
         self.concurrent = !gray.is_empty();
         Marking {
             mutators,
@@ -557,7 +538,7 @@ impl<'a> Cycle<'a> {
         let marked = unsafe {
             mark::parallel(&shared.space, self.pool, &[], &m.gray, concurrently(shared), &mut rest)
         };
-        self.add_marked(marked);
+        self.marked.add(marked);
         let pause_mark = self.terminate(ratio, rest, m);
         self.concurrent_mark = conc_start.elapsed().saturating_sub(pause_mark);
         self.mark_time += self.concurrent_mark + pause_mark;
@@ -604,7 +585,7 @@ impl<'a> Cycle<'a> {
                 let marked = unsafe {
                     mark::parallel(&shared.space, self.pool, &[], &batch, concurrently(shared), &mut rest)
                 };
-                self.add_marked(marked);
+                self.marked.add(marked);
             }
             let stop = Instant::now();
             shared.assist_ratio.store(0, Ordering::Relaxed);
@@ -632,12 +613,11 @@ impl<'a> Cycle<'a> {
                         concurrent: false,
                         deadline,
                         assists: None,
-                        progress: None,
                     },
                     &mut rest,
                 )
             };
-            self.add_marked(marked);
+            self.marked.add(marked);
             pause_mark += mark_start.elapsed();
             if rest.is_empty() {
                 m.end_start = Some(end);
@@ -688,9 +668,7 @@ impl<'a> Cycle<'a> {
             heap_at_end.saturating_add(goal.saturating_sub(gen.old)),
             Ordering::Relaxed,
         );
-        // Until the sweep tells what it kept (`cycle`): the goal, or the
-        // old generation with what this mark reached if larger.
-        shared.pace_goal.store(goal.max(gen.old), Ordering::Relaxed);
+        shared.pace_goal.store(goal, Ordering::Relaxed);
         shared.control.lock().phase = Phase::Sweep;
         // A pause is a stopped world: from the last mutator's leaving to
         // the resume. Waiting for the mutators to leave is reported apart,

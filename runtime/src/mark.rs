@@ -144,9 +144,6 @@ pub(crate) struct Limits<'a> {
     /// Where to offer the mark's queues to mutators that assist
     /// ([`assist`]); only with `concurrent`.
     pub(crate) assists: Option<&'a AssistSlot>,
-    /// Where the GC threads add the bytes they mark as they go (every 256
-    /// objects), for pacing to read while the mark runs.
-    pub(crate) progress: Option<&'a AtomicUsize>,
 }
 
 /// The queues of a concurrent [`parallel`] mark, offered to assisting
@@ -398,15 +395,6 @@ pub(crate) unsafe fn parallel(
         let mut tracer = Tracer::new();
         let mut out = Marked::default();
         let mut scanned = 0u32;
-        let mut published = 0usize;
-        let mut publish = |out: &Marked, force: bool| {
-            if let Some(p) = limits.progress {
-                if force || out.objects % 256 == 0 {
-                    p.fetch_add(out.bytes - published, Ordering::Relaxed);
-                    published = out.bytes;
-                }
-            }
-        };
         loop {
             if limits.deadline.is_some() {
                 scanned = scanned.wrapping_add(1);
@@ -422,12 +410,9 @@ pub(crate) unsafe fn parallel(
                 .or_else(|| find_work(me, &local, injector, stealers))
                 .or_else(take_remembered);
             match next {
-                Some(addr) => {
-                    // SAFETY: queued and taken remembered objects are
-                    // marked and allocated; no sweep runs (caller).
-                    unsafe { scan(space, addr, &mut tracer, &mut out, |e| local.push(e)) };
-                    publish(&out, false);
-                }
+                // SAFETY: queued and taken remembered objects are marked
+                // and allocated; no sweep runs (caller).
+                Some(addr) => unsafe { scan(space, addr, &mut tracer, &mut out, |e| local.push(e)) },
                 None => {
                     let more = || pending.load(Ordering::Relaxed) < remembered.len();
                     if idle(active, injector, stealers, &stop, more) {
@@ -445,7 +430,6 @@ pub(crate) unsafe fn parallel(
                 left.push(x);
             }
         }
-        publish(&out, true);
         let mut deferred = Vec::new();
         tracer.take_deferred(&mut deferred);
         if !deferred.is_empty() {

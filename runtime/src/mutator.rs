@@ -342,8 +342,6 @@ impl Mutator {
                 unsafe { crate::mark::assist(&shared.space, &share, &shared.gray, usize::MAX, slice + ASSIST_SLICE) }
             };
             assisting += slice.elapsed();
-            // What pacing compares the heap with (`Shared::over_pace`).
-            shared.mark_progress.fetch_add(m.bytes, Ordering::Relaxed);
             if m.objects == 0 {
                 // Nothing to take: the GC threads hold the rest of the
                 // mark. Wait for the cycle to bring the heap down.
@@ -483,7 +481,6 @@ impl Mutator {
         // the runtime whose mark `share` is, with its gray queue.
         let m = unsafe { crate::mark::assist(&shared.space, &share, &shared.gray, debt, start + ASSIST_SLICE) };
         let took = start.elapsed();
-        shared.mark_progress.fetch_add(m.bytes, Ordering::Relaxed);
         if m.objects > 0 {
             self.held(Hold::Assist, took);
         }

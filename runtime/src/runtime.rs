@@ -60,14 +60,9 @@ pub(crate) struct Shared {
     pub(crate) heap_used: AtomicUsize,
     /// Heap size at which the next cycle starts.
     pub(crate) next_goal: AtomicUsize,
-    /// The heap goal of the last cycle, or what is marked (old) after it
-    /// if that is larger (`cycle::cycle`; `next_goal` is lower while a
-    /// sweep runs): a mutator that finds the heap at twice it helps the
-    /// mark or waits for a cycle before its next call (`Mutator::pace`).
-    /// The goal comes from the live size the last full cycle found: a
-    /// program whose live data grew since would otherwise be held at twice
-    /// a goal its live data alone exceeds, for the whole full mark that
-    /// re-bases it. Relaxed: a threshold.
+    /// The heap goal of the last cycle (`next_goal` is lower while a sweep
+    /// runs): a mutator that finds the heap at twice it waits for a cycle
+    /// before its next call (`Shared::pace`). Relaxed: a threshold.
     pub(crate) pace_goal: AtomicUsize,
     /// Bumped whenever a root is dropped or moved (relaxed: a hint for the
     /// heap-limit retry, `Mutator::collect_for_limit`).
@@ -123,11 +118,6 @@ pub(crate) struct Shared {
     /// runs (0: no mark, no assists). Set by the coordinator; relaxed: a
     /// rate.
     pub(crate) assist_ratio: std::sync::atomic::AtomicU32,
-    /// Bytes the cycle under way has marked so far (the GC threads add as
-    /// they go, assists as they return; zero as a cycle starts): live data
-    /// at least, which pacing never holds the heap under twice of.
-    /// Relaxed: a threshold.
-    pub(crate) mark_progress: AtomicUsize,
     /// Dead objects with drop glue, for the finalizer thread.
     pub(crate) finalizer: crate::finalize::Finalizer,
     /// Where the objects live (`space.rs`).
@@ -253,14 +243,12 @@ impl Shared {
         r
     }
 
-    /// Whether the heap has reached twice its goal (or twice what the mark
-    /// under way has found live, if more): a mutator then helps the
-    /// collector or waits before its next call (`Mutator::pace`).
+    /// Whether the heap has reached twice its goal: a mutator then helps
+    /// the collector or waits before its next call (`Mutator::pace`).
     #[inline]
     pub(crate) fn over_pace(&self) -> bool {
         let goal = self.pace_goal.load(Ordering::Relaxed);
-        let live = self.mark_progress.load(Ordering::Relaxed);
-        self.heap_used.load(Ordering::Relaxed) >= goal.max(live).saturating_mul(2)
+        self.heap_used.load(Ordering::Relaxed) >= goal.saturating_mul(2)
     }
 
     /// A mutator has allocated twice the goal: waits (outside `mutate`)
@@ -900,7 +888,6 @@ impl RuntimeBuilder {
             mark_epoch: AtomicU64::new(0),
             assist: Default::default(),
             assist_ratio: Default::default(),
-            mark_progress: AtomicUsize::new(0),
             finalizer: Default::default(),
             space: self.space.unwrap_or(crate::space::Space::Pages),
             config,

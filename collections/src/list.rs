@@ -18,17 +18,20 @@
 //! nothing: the list no longer reaches them, and nothing else records them.
 //!
 //! Readers load `len` and then the array: every value a reader can see was
-//! then an element of the list at some time after it loaded `len` (slots
+//! an element of the list at some time after it loaded `len`, or a value
+//! an `extend` stored past the length before its iterator panicked (slots
 //! below a published `len` were written before it; an array published
-//! later holds copies of elements), so during the reader's `mutate` call,
-//! which no collection can end.
+//! later holds copies of elements), so reachable during the reader's
+//! `mutate` call, which no collection can end.
 //!
 //! # Uninitialised slots
-//! Slots `filled..` of the current array have never been written, where
-//! `filled` is the longest length the list had since the array was
-//! installed (kept as `max(len, high)`: `high` is raised when the length
-//! shrinks, so a push stores nothing more than the length). Every slot a
-//! reader (or the collector's trace) touches is below `filled`:
+//! Slots `filled..` of the current array are treated as never written
+//! (an `extend` whose iterator panicked may have written some, which
+//! nothing reads), where `filled` is the longest length the list had since
+//! the array was installed (kept as `max(len, high)`: `high` is raised when
+//! the length shrinks, so a push stores nothing more than the length).
+//! Every slot a reader (or the collector's trace) touches is below
+//! `filled`:
 //! - An array is replaced only when it is full (`len == capacity`: a push,
 //!   an insert or an extend that needs room), so every array but the
 //!   current one is initialised throughout, and a new array starts with
@@ -115,9 +118,11 @@ pub(crate) struct ListObj<'gc, T: CellValue + Trace + 'gc> {
     len: GcCell<'gc, usize>,
     /// The backing array.
     items: GcCell<'gc, Items<'gc, T>>,
-    /// The length before the last time it shrank, since `items` was
-    /// installed: slots below `max(len, high)` are initialised. Read and
-    /// written under the writer lock only, which orders it.
+    /// The longest length the list had before a shrink, since `items` was
+    /// installed (zero if it never shrank): slots below `max(len, high)`
+    /// are initialised. Read and written under the writer lock only, which
+    /// orders it; acquire / release besides, since a stale mark would
+    /// make a plain write race with a reader.
     high: AtomicUsize,
     /// The capacity the first array gets at least.
     min_capacity: usize,
@@ -211,7 +216,7 @@ impl<'a, 'gc, T: CellValue + Trace + 'gc> ListWriter<'a, 'gc, T> {
             mc,
             len: Cell::new(used.len()),
             items: Cell::new(items),
-            high: Cell::new(list.obj.high.load(MemOrder::Relaxed)),
+            high: Cell::new(list.obj.high.load(MemOrder::Acquire)),
             _guard,
         }
     }
@@ -371,7 +376,10 @@ impl<'a, 'gc, T: CellValue + Trace + 'gc> ListWriter<'a, 'gc, T> {
         let spare = &Gc::get(items)[len..];
         let base = spare.as_ptr();
         let written = filled - len; // spare slots written before
-        let mut values = values.take(spare.len());
+        // Fused: an iterator that yields again after a `None` must not
+        // reach the plain writes below with slots below `filled` left
+        // (a reader holding an older length may read those).
+        let mut values = values.take(spare.len()).fuse();
         let mut n = 0;
         for x in values.by_ref().take(written) {
             // SAFETY: `n < written <= spare.len()`: a spare slot below
@@ -410,7 +418,7 @@ impl<'a, 'gc, T: CellValue + Trace + 'gc> ListWriter<'a, 'gc, T> {
     }
 
     fn set_high(&self, high: usize) {
-        self.list.obj.high.store(high, MemOrder::Relaxed);
+        self.list.obj.high.store(high, MemOrder::Release);
         self.high.set(high);
     }
 
@@ -841,7 +849,9 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
     /// # Panics
     /// At the heap limit (the items appended so far stay).
     pub fn extend(&self, mc: &Mutation<'gc>, iter: impl IntoIterator<Item = T>) {
-        let mut iter = iter.into_iter();
+        // Fused: `extend` ends at the first `None`, as `Vec::extend` does,
+        // even for an iterator that would yield again after it.
+        let mut iter = iter.into_iter().fuse();
         let w = ListWriter::new(self, mc);
         while let Some(first) = iter.next() {
             let len = w.len();

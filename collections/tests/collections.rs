@@ -393,6 +393,37 @@ fn extend_appends_what_the_iterator_yields_whatever_its_hint() {
     });
 }
 
+/// An iterator that yields again after a `None` (`Iterator` does not
+/// promise fusing): `extend` stops at the first `None`, as `Vec::extend`
+/// does, also into slots a truncation left written (where a later item
+/// stored plainly would race with a reader holding the longer length).
+#[test]
+fn extend_stops_at_the_first_none_of_an_iterator_that_is_not_fused() {
+    let rt = Runtime::builder().gc_threads(1).ignore_env().build();
+    let mut m = rt.attach();
+    m.mutate(|mc| {
+        for cut in [0, 3, 9] {
+            let l = GcList::new(mc);
+            l.extend(mc, 0..10_u64);
+            l.truncate(mc, cut);
+            let mut v: Vec<u64> = (0..10).collect();
+            v.truncate(cut);
+            // Some(100), None, Some(102), None, ...
+            let unfused = || {
+                let mut i = 99_u64;
+                std::iter::from_fn(move || {
+                    i += 1;
+                    (i % 2 == 0).then_some(i)
+                })
+            };
+            l.extend(mc, unfused());
+            v.extend(unfused());
+            assert_eq!(l.to_vec(), v, "after a cut to {cut}");
+            l.assert_valid();
+        }
+    });
+}
+
 #[test]
 fn out_of_range_indices_panic_with_the_index_and_the_length() {
     let rt = rt().build();

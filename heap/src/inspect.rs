@@ -327,18 +327,19 @@ impl AllocatedBit {
         }
     }
 
-    /// Sets the allocated bit, after the mark bit if `black`. The store is
-    /// a release: a sweeper that sees the allocated bit (acquire) sees the
-    /// mark bit and every write made to the block before. Call it on the
-    /// thread that allocated the block.
+    /// Sets the allocated bit (publishing the block: it is white, its mark
+    /// bit untouched). The store is a release: a sweeper that sees the
+    /// allocated bit (acquire) sees every write made to the block before.
+    /// Call it on the thread that allocated the block.
+    ///
+    /// (There is no "allocate black" here: with sticky marks a block marked
+    /// at allocation counts as old, which turned every later cycle full in
+    /// a trial; `docs/handshakes.md` keeps allocation during a mark apart.)
     #[inline(always)]
-    pub fn set(self, black: bool) {
+    pub fn set(self) {
         // SAFETY: the words are atomics in a segment header that stays mapped
         // while the block is allocated (the caller holds it).
         unsafe {
-            if black {
-                (*self.mark).fetch_or(self.bit, Ordering::Relaxed);
-            }
             // Only the owning thread writes allocated words (the run drain
             // clears them), so a load and a store suffice.
             let w = (*self.alloc).load(Ordering::Relaxed);
@@ -404,7 +405,7 @@ pub unsafe fn mark_block(p: *const u8) -> bool {
 /// assert!(!p.is_null());
 /// // SAFETY: a fresh 48-byte block; freed once below.
 /// unsafe { p.cast::<u64>().write(7) };
-/// bit.unwrap().set(false);
+/// bit.unwrap().set();
 /// // SAFETY: `p` is live while its page is read.
 /// let page = unsafe { loam_heap::PageRef::of(p) };
 /// let i = page.block_index(p);
@@ -457,7 +458,7 @@ pub fn alloc_object(size: usize, align: usize, flags: u8) -> (*mut u8, Option<Al
 /// assert!(!p.is_null());
 /// // SAFETY: a fresh 24-byte block.
 /// unsafe { p.cast::<u64>().write(7) };
-/// bit.unwrap().set(false);
+/// bit.unwrap().set();
 /// # // Leaked: a block with its allocated bit set goes back through a page run.
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -64,7 +64,7 @@ impl Reserved<'_> {
             self.mutator.give_back(self.charged - bytes);
         }
         if let Some(bit) = self.bit.take() {
-            bit.set(false);
+            bit.set();
         }
     }
 }

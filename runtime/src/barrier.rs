@@ -150,7 +150,7 @@ impl<'gc> Mutation<'gc> {
 
     /// The epoch of the concurrent mark under way (0: none).
     #[inline]
-    pub(crate) fn marking(&self) -> u64 {
+    pub(crate) fn mark_epoch(&self) -> u64 {
         self.marking
     }
 

@@ -240,7 +240,7 @@ impl<'gc, T: CellValue + Trace + 'gc> GcCell<'gc, T> {
     /// Stores `value`, through the write barrier.
     #[inline]
     pub fn set(&self, mc: &Mutation<'gc>, value: T) {
-        if T::NEEDS_TRACE && mc.marking() != 0 {
+        if T::NEEDS_TRACE && mc.mark_epoch() != 0 {
             self.set_marking(mc, value);
         } else {
             // Between marks the barrier needs only the new value: a plain
@@ -301,7 +301,7 @@ impl<'gc, T: CellValue + Trace + 'gc> GcCell<'gc, T> {
     /// store, or was allocated in this call; and it stays reported by it.
     #[inline]
     pub unsafe fn set_recorded(&self, mc: &Mutation<'gc>, value: T) {
-        if T::NEEDS_TRACE && mc.marking() != 0 {
+        if T::NEEDS_TRACE && mc.mark_epoch() != 0 {
             self.set_marking(mc, value);
         } else {
             self.value.store(value);
@@ -333,7 +333,7 @@ impl<'gc, T: CellValue + Trace + 'gc> GcCell<'gc, T> {
     #[inline]
     pub unsafe fn fill_recorded(&self, mc: &Mutation<'gc>, value: T) {
         self.value.store(value);
-        if T::NEEDS_TRACE && mc.marking() != 0 {
+        if T::NEEDS_TRACE && mc.mark_epoch() != 0 {
             mc.shade(&value);
         }
     }
@@ -433,7 +433,7 @@ impl<'gc, T: Trace + 'gc> GcLock<'gc, T> {
     /// barrier holds however `f` ends, a panic included.
     pub fn write<R>(&self, mc: &Mutation<'gc>, f: impl FnOnce(&mut T) -> R) -> R {
         let mut g = self.value.write();
-        let epoch = mc.marking();
+        let epoch = mc.mark_epoch();
         // A concurrent mark is under way: the snapshot needs whatever the
         // contents point to now, before `f` may drop it. Under the write
         // lock, so no other writer slips in between (module docs, 2).

@@ -143,7 +143,7 @@ fn coordinator(shared: &Shared, pool: &ThreadPool) {
             let from_finalizer = std::mem::take(&mut c.from_finalizer);
             c.requested = false;
             c.forced = false;
-            c.phase = Phase::Pause;
+            c.phase = Phase::Stop;
             (forced, c.shutdown, from_finalizer)
         };
         // The last cycle runs with no handle left: nothing is rooted, so it
@@ -203,7 +203,7 @@ fn coordinator(shared: &Shared, pool: &ThreadPool) {
             // runs (`Shared::wait_for_sweep`), and the stop waits for them.
             {
                 let mut c = shared.control.lock();
-                c.phase = Phase::Pause;
+                c.phase = Phase::Stop;
                 shared.control_cv.notify_all();
             }
             events.push(cycle(shared, pool, true, &mut gen, &mut snap));

@@ -589,7 +589,7 @@ impl<'a> Cycle<'a> {
             }
             let stop = Instant::now();
             shared.assist_ratio.store(0, Ordering::Relaxed);
-            shared.control.lock().phase = Phase::Pause;
+            shared.control.lock().phase = Phase::MarkTermination;
             m.mutators = stop_world(shared, None);
             self.stop_time += stop.elapsed();
             let end = Instant::now();

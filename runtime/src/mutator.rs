@@ -694,7 +694,7 @@ impl<'gc> Mutation<'gc> {
         // Minor cycles take a marked object for old: a fresh block must not
         // carry a mark (freed blocks were unmarked when freed).
         check_fresh(p);
-        bit.set(false);
+        bit.set();
         // SAFETY: a live `GcBox<T>`, live for `'gc`: no mark can start before
         // this `mutate` call returns.
         Ok(unsafe { Gc::from_addr(p as usize) })

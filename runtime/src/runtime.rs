@@ -23,8 +23,12 @@ pub(crate) type Hook = Box<dyn Fn(&CycleEvent) + Send + Sync>;
 pub(crate) enum Phase {
     /// No cycle running.
     Idle,
-    /// Stopping the mutators, or marking with them stopped.
-    Pause,
+    /// A cycle's first stop: stopping the mutators, the snapshot, and the
+    /// mark with them stopped.
+    Stop,
+    /// Ending a concurrent mark: stopping the mutators again and tracing
+    /// what the barriers shaded (`cycle::Cycle::terminate`).
+    MarkTermination,
     /// Marking with the mutators running (between the two pauses of a
     /// concurrent mark).
     Mark,
@@ -147,7 +151,7 @@ impl Shared {
     /// Asks for a cycle; `forced` ones run even below the pacing goal.
     pub(crate) fn request(&self, forced: bool) {
         let mut c = self.control.lock();
-        if !forced && matches!(c.phase, Phase::Pause | Phase::Mark) {
+        if !forced && matches!(c.phase, Phase::Stop | Phase::Mark | Phase::MarkTermination) {
             // A cycle is stopping the world or marking: the end of its mark
             // sets the trigger anew, counting what was allocated until then.
             // (Asking again here ran a second cycle right after it: a
@@ -262,7 +266,7 @@ impl Shared {
     pub(crate) fn pace(&self, slot: &crate::handshake::Slot, for_mark: bool) -> bool {
         let seen = {
             let mut c = self.control.lock();
-            if !c.requested && !matches!(c.phase, Phase::Pause | Phase::Mark) {
+            if !c.requested && !matches!(c.phase, Phase::Stop | Phase::Mark | Phase::MarkTermination) {
                 c.requested = true;
                 self.control_cv.notify_all();
             }

@@ -204,8 +204,8 @@ pub struct ListWriter<'a, 'gc, T: CellValue + Trace + 'gc> {
 
 impl<'a, 'gc, T: CellValue + Trace + 'gc> ListWriter<'a, 'gc, T> {
     // Always inlined: a single-change method of `GcList` is a writer made
-    // and dropped around one store, and a call here cost a push more than
-    // the store (4.6 against 3.1 ns a push, one thread).
+    // and dropped around one store, and a call here costs more than the
+    // store (the facade crate's inliner left it out of line).
     #[inline(always)]
     fn new(list: &'a GcList<'gc, T>, mc: &'a Mutation<'gc>) -> Self {
         let _guard = list.obj.writer.lock("GcList");

@@ -129,9 +129,9 @@ pub(crate) fn start(shared: Arc<Shared>) -> JoinHandle<()> {
 fn coordinator(shared: &Shared, pool: &ThreadPool) {
     let mut prev_start: Option<Instant> = None;
     let mut gen = Generations::default();
-    // Kept from cycle to cycle: a fresh one allocated half a MiB each pause,
-    // walked the heap again after each growth, and faulted the memory in
-    // (some pauses took 3 to 7 ms in the snapshot alone at 500 pages).
+    // Kept from cycle to cycle, so that a pause neither allocates the
+    // snapshot's buffers nor faults them in (at hundreds of pages that was
+    // milliseconds of a pause; figures in docs/perf-log.md).
     let mut snap = Snapshot::default();
     loop {
         let (forced, last, from_finalizer) = {
@@ -194,8 +194,8 @@ fn coordinator(shared: &Shared, pool: &ThreadPool) {
             } else {
                 // The finalizer sent the runs of the pages it held to their
                 // owners: the thread in `collect` takes its own back, and
-                // the snapshot below must come after (under load a fixed
-                // millisecond was not enough, and drops came up short).
+                // the snapshot below must come after (no fixed wait is long
+                // enough on a loaded machine: the drops come up short).
                 take_back_collector_runs(shared);
             }
             loam_heap::drain_orphans();
@@ -265,10 +265,11 @@ fn take_back_collector_runs(shared: &Shared) {
 
 /// Asks the heap to keep what a sweep frees resident until the mutators
 /// reuse it: twice the interval between cycles, up to a second. The heap's
-/// purge delay (10 ms by default) is shorter than a cycle interval, and
-/// binary-trees with threads started per depth faulted 100,000 pages in again
-/// per five runs (a fifth of its time) before this. With several runtimes,
-/// the one that collected last sets it.
+/// purge delay (10 ms by default) is shorter than a cycle interval, so
+/// without this the pages a sweep frees are given back and faulted in again
+/// by the next allocations (a fifth of binary-trees' time, when measured:
+/// docs/perf-log.md). With several runtimes, the one that collected last
+/// sets it.
 fn hold_freed_memory(interval: Duration) {
     loam_heap::hold_freed_memory((interval * 2).min(Duration::from_secs(1)));
 }

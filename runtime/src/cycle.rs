@@ -157,8 +157,9 @@ fn snapshot_pages(snap: &mut Snapshot, clear_marks: bool) {
         snap.finalizing = 0;
         let mut overflow = false;
         // Past an overflow, what the rest of the walk would need: the next
-        // walk reserves it all at once (doubling instead walked a fresh
-        // heap of 270 MB four times in one pause).
+        // walk reserves it all at once, so a pause walks the pages at most
+        // twice however large a fresh heap is (doubling would walk it once
+        // per doubling).
         let (mut need_pages, mut need_words) = (0usize, 0usize);
         let Snapshot {
             pages,
@@ -452,7 +453,7 @@ impl<'a> Cycle<'a> {
         let roots = roots_of(shared, &mutators);
         let mark_start = Instant::now();
         // The budget counts from the stop: a large heap's snapshot takes
-        // milliseconds of it (4 to 7 ms at binary-trees depth 21).
+        // milliseconds of it.
         let deadline = shared
             .config
             .concurrent
@@ -660,9 +661,8 @@ impl<'a> Cycle<'a> {
         // Until the sweep has taken its garbage off `heap_used`, the
         // trigger counts from the heap as the mark ended: the next cycle
         // starts when `goal - live` bytes were allocated since, as it will
-        // after the sweep. (Setting `goal` itself here started a second
-        // cycle at once whenever mutators allocated during the sweep: half
-        // the cycles on binary-trees were such.)
+        // after the sweep. (Setting `goal` itself here would start a second
+        // cycle at once whenever mutators allocate during the sweep.)
         let heap_at_end = shared.heap_used.load(Ordering::Relaxed);
         shared.next_goal.store(
             heap_at_end.saturating_add(goal.saturating_sub(gen.old)),

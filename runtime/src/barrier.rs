@@ -111,6 +111,7 @@ impl<'gc> Mutation<'gc> {
     /// the markers.
     #[inline]
     pub(crate) fn barrier_store<T: Trace + ?Sized>(&self, old: &T, new: &T) {
+        self.note_write();
         if !T::NEEDS_TRACE {
             return;
         }
@@ -127,6 +128,7 @@ impl<'gc> Mutation<'gc> {
     #[inline]
     pub(crate) fn barrier_store_new<T: Trace + ?Sized>(&self, new: &T) {
         debug_assert!(!T::NEEDS_TRACE || self.marking == 0);
+        self.note_write();
         if T::NEEDS_TRACE && self.shared().config.generational {
             self.remember(new);
         }
@@ -138,6 +140,7 @@ impl<'gc> Mutation<'gc> {
     /// remembered.
     #[inline]
     pub(crate) fn barrier_new<T: Trace + ?Sized>(&self, new: &T) {
+        self.note_write();
         if !T::NEEDS_TRACE {
             return;
         }
@@ -146,6 +149,24 @@ impl<'gc> Mutation<'gc> {
         } else if self.shared().config.generational {
             self.remember(new);
         }
+    }
+
+    /// A write that may free memory (it may overwrite the last pointer to
+    /// an object): while a mutator is at the heap limit, it makes that
+    /// mutator's next call collect before it retries
+    /// (`Mutator::collect_for_limit`), as a dropped root does. One test of
+    /// a per-call flag otherwise.
+    #[inline]
+    pub(crate) fn note_write(&self) {
+        if self.at_limit {
+            self.note_write_at_limit();
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn note_write_at_limit(&self) {
+        self.shared().roots_changed.fetch_add(1, Ordering::Relaxed);
     }
 
     /// The epoch of the concurrent mark under way (0: none).

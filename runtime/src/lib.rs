@@ -241,9 +241,11 @@
 //! Pacing past the heap limit: an allocation that does not fit waits for a
 //! sweep under way, then fails (`try_alloc` returns `Err`, `alloc` panics);
 //! the mutator's next `mutate` call first runs a full collection, and until
-//! an allocation succeeds again, every later call whose roots changed since
-//! (a root dropped or moved) does too, so a retry after dropping roots
-//! succeeds even with read-only calls in between. A `mutate` call cannot be
+//! an allocation succeeds again, every later call that follows something
+//! that may have freed memory (a root dropped or moved, or, while a mutator
+//! is at the limit, any write through a barrier cell, a lock or a logged
+//! collection) does too, so a retry after letting data go succeeds even
+//! with read-only calls in between. A `mutate` call cannot be
 //! interrupted by a collection (that is the rooting design), so that is
 //! where it can happen. The heap stays within twice the goal (a mutator
 //! that outruns the collector waits for a cycle between calls) plus 64 KiB

@@ -107,6 +107,9 @@ impl<'gc> GcLog<'gc> {
     /// `mutate` call.
     #[inline]
     pub fn record(&self, mc: &Mutation<'gc>) {
+        // The stores it covers may free memory (a collection's writes skip
+        // the cell barriers).
+        mc.note_write();
         let owner = self.owner.load(Ordering::Relaxed);
         if owner == SHARED_OWNER {
             mc.barrier_lock_unknown();

@@ -109,8 +109,9 @@ pub struct Mutator {
     /// Since the last such collection no allocation took a new chunk: the
     /// program is at its limit, and the value is the runtime's
     /// `roots_changed` as that collection began. A root dropped or moved
-    /// since may have freed memory, so the next `mutate` collects again
-    /// (a read-only call in between must not use up the retry).
+    /// since, or a write while at the limit (`Mutation::note_write`), may
+    /// have freed memory, so the next `mutate` collects again (a read-only
+    /// call in between must not use up the retry).
     limit_roots: Cell<Option<u64>>,
     /// Bytes of marking this mutator owes the concurrent mark under way for
     /// what it allocated during it (`assist`).
@@ -259,6 +260,7 @@ impl Mutator {
         let mc = Mutation {
             mutator: self as *const Mutator,
             marking,
+            at_limit: shared.at_limit.load(Ordering::Relaxed) != 0,
             _brand: PhantomData,
         };
         f(&mc)
@@ -399,7 +401,11 @@ impl Mutator {
         }
         let roots = self.shared().roots_changed.load(Ordering::Relaxed);
         if hit || self.limit_roots.get() != Some(roots) {
-            self.limit_roots.set(Some(roots));
+            // Before the collection, which waits for every call under way:
+            // every call that begins after it counts its writes.
+            if self.limit_roots.replace(Some(roots)).is_none() {
+                self.shared().at_limit.fetch_add(1, Ordering::Relaxed);
+            }
             let waiting = Instant::now();
             self.shared().collect(Some(&self.me.slot));
             self.held(Hold::Memory, waiting.elapsed());
@@ -445,7 +451,9 @@ impl Mutator {
                 shared.request(false);
             }
             self.credit.set(self.credit.get() + chunk - size);
-            self.limit_roots.set(None);
+            if self.limit_roots.take().is_some() {
+                shared.at_limit.fetch_sub(1, Ordering::Relaxed);
+            }
             let ratio = shared.assist_ratio.load(Ordering::Relaxed);
             if ratio != 0 {
                 self.assist(chunk.saturating_mul(ratio as usize) / 1024);
@@ -511,6 +519,9 @@ impl Drop for Mutator {
             .heap_used
             .fetch_sub(self.credit.replace(0), Ordering::Relaxed);
         shared.holds.detach(&self.me.holds);
+        if self.limit_roots.take().is_some() {
+            shared.at_limit.fetch_sub(1, Ordering::Relaxed);
+        }
         self.me.detached.store(true, Ordering::Release);
         let id = shared.id;
         let _ = ATTACHED.try_with(|a| a.borrow_mut().retain(|&x| x != id));
@@ -588,6 +599,9 @@ pub struct Mutation<'gc> {
     /// The epoch of the concurrent mark under way as this call began (0:
     /// none); it cannot change before the call returns (`barrier.rs`).
     pub(crate) marking: u64,
+    /// A mutator was at the heap limit as this call began: the call's
+    /// writes count as memory perhaps freed (`note_write`).
+    pub(crate) at_limit: bool,
     /// Invariant in `'gc`, and `!Sync` so that scoped threads cannot
     /// allocate through it.
     _brand: PhantomData<Cell<&'gc ()>>,

@@ -68,9 +68,16 @@ pub(crate) struct Shared {
     /// runs): a mutator that finds the heap at twice it waits for a cycle
     /// before its next call (`Shared::pace`). Relaxed: a threshold.
     pub(crate) pace_goal: AtomicUsize,
-    /// Bumped whenever a root is dropped or moved (relaxed: a hint for the
-    /// heap-limit retry, `Mutator::collect_for_limit`).
+    /// Bumped whenever a root is dropped or moved, and whenever a barrier
+    /// cell or a logged object is written while a mutator is at the heap
+    /// limit (`at_limit`): what may have freed memory since the last limit
+    /// collection (relaxed: a hint for the heap-limit retry,
+    /// `Mutator::collect_for_limit`).
     pub(crate) roots_changed: AtomicU64,
+    /// Mutators at the heap limit: their last allocation failed and none
+    /// has succeeded since. While nonzero, `mutate` calls count their
+    /// writes into `roots_changed` (`Mutation::note_write`).
+    pub(crate) at_limit: AtomicUsize,
     /// The thread dropping the last handle waits for the collector and
     /// takes back the page runs sent to it meanwhile (`Handle::drop`); the
     /// last cycles ask it to (`reclaim_asked`, bumped by the coordinator)
@@ -864,6 +871,7 @@ impl RuntimeBuilder {
             next_goal: AtomicUsize::new(goal),
             pace_goal: AtomicUsize::new(goal),
             roots_changed: AtomicU64::new(0),
+            at_limit: AtomicUsize::new(0),
             reclaimer: AtomicBool::new(false),
             reclaim_asked: AtomicU64::new(0),
             reclaim_done: AtomicU64::new(0),

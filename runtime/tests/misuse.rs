@@ -555,6 +555,63 @@ fn an_unreadable_heap_limit_refuses_to_start() {
     );
 }
 
+/// Finding 13, the other way to free memory: after a heap-limit `Err`, a
+/// call that overwrites the only pointer to the data (a cell write, not a
+/// root dropped), then a call that allocates: it succeeds (the write makes
+/// the next call collect, as a dropped root does).
+#[test]
+fn a_retry_after_a_cell_write_freed_the_data_succeeds() {
+    #[derive(Trace)]
+    struct Node<'gc> {
+        next: Option<Gc<'gc, Node<'gc>>>,
+        #[trace(skip)]
+        _data: [u64; 1000],
+    }
+    #[derive(Trace)]
+    struct Head<'gc> {
+        first: GcCell<'gc, Option<Gc<'gc, Node<'gc>>>>,
+    }
+    type H = Rootable!['gc => Head<'gc>];
+    for threads in [1, 2] {
+        let rt = rt()
+            .verify(false)
+            .heap_limit(16 << 20)
+            .min_heap(1 << 20)
+            .build();
+        let failures = AtomicUsize::new(0);
+        let (hit, cut) = (Barrier::new(threads), Barrier::new(threads));
+        std::thread::scope(|s| {
+            for _ in 0..threads {
+                s.spawn(|| {
+                    let mut m = rt.attach();
+                    let head: Root<H> = m.mutate(|mc| {
+                        mc.root(mc.alloc(Head {
+                            first: GcCell::new(None),
+                        }))
+                    });
+                    // A chain through the head's cell, until the limit.
+                    while m.mutate(|mc| {
+                        let h = head.get(mc);
+                        let node = Node {
+                            next: h.first.get(),
+                            _data: [1; 1000],
+                        };
+                        mc.try_alloc(node).map(|n| h.first.set(mc, Some(n))).is_ok()
+                    }) {}
+                    hit.wait();
+                    // The chain let go by a write, in a call of its own.
+                    m.mutate(|mc| head.get(mc).first.set(mc, None));
+                    cut.wait();
+                    if m.mutate(|mc| mc.try_alloc([2_u64; 1024]).is_err()) {
+                        failures.fetch_add(1, Ordering::Relaxed);
+                    }
+                });
+            }
+        });
+        assert_eq!(failures.load(Ordering::Relaxed), 0, "{threads} threads");
+    }
+}
+
 /// Finding 13: after a heap-limit `Err`, a read-only call, then the roots
 /// dropped: the next allocation succeeds (the read-only call must not use
 /// up the collection the retry needs).

@@ -555,6 +555,44 @@ fn an_unreadable_heap_limit_refuses_to_start() {
     );
 }
 
+/// Finding 13's harness: at one and then two threads, each thread fills a
+/// 16 MiB heap until `try_alloc` fails (`fill`), waits for the others, lets
+/// its data go (`free`, given what `fill` returned, which lives on until
+/// after the retry), waits again, and retries one allocation, which must
+/// succeed.
+fn retry_after_the_limit<K>(
+    fill: impl Fn(&mut loam_runtime::Mutator) -> K + Sync,
+    free: impl Fn(&mut loam_runtime::Mutator, &mut K) + Sync,
+) {
+    for threads in [1, 2] {
+        let rt = rt()
+            .verify(false)
+            .heap_limit(16 << 20)
+            .min_heap(1 << 20)
+            .build();
+        let failures = AtomicUsize::new(0);
+        // Every thread has hit the limit before any lets its data go, and
+        // all have before any retries.
+        let (hit, freed) = (Barrier::new(threads), Barrier::new(threads));
+        std::thread::scope(|s| {
+            for _ in 0..threads {
+                s.spawn(|| {
+                    let mut m = rt.attach();
+                    let mut kept = fill(&mut m);
+                    hit.wait();
+                    free(&mut m, &mut kept);
+                    freed.wait();
+                    if m.mutate(|mc| mc.try_alloc([2_u64; 1024]).is_err()) {
+                        failures.fetch_add(1, Ordering::Relaxed);
+                    }
+                    drop(kept);
+                });
+            }
+        });
+        assert_eq!(failures.load(Ordering::Relaxed), 0, "{threads} threads");
+    }
+}
+
 /// Finding 13, the other way to free memory: after a heap-limit `Err`, a
 /// call that overwrites the only pointer to the data (a cell write, not a
 /// root dropped), then a call that allocates: it succeeds (the write makes
@@ -572,44 +610,27 @@ fn a_retry_after_a_cell_write_freed_the_data_succeeds() {
         first: GcCell<'gc, Option<Gc<'gc, Node<'gc>>>>,
     }
     type H = Rootable!['gc => Head<'gc>];
-    for threads in [1, 2] {
-        let rt = rt()
-            .verify(false)
-            .heap_limit(16 << 20)
-            .min_heap(1 << 20)
-            .build();
-        let failures = AtomicUsize::new(0);
-        let (hit, cut) = (Barrier::new(threads), Barrier::new(threads));
-        std::thread::scope(|s| {
-            for _ in 0..threads {
-                s.spawn(|| {
-                    let mut m = rt.attach();
-                    let head: Root<H> = m.mutate(|mc| {
-                        mc.root(mc.alloc(Head {
-                            first: GcCell::new(None),
-                        }))
-                    });
-                    // A chain through the head's cell, until the limit.
-                    while m.mutate(|mc| {
-                        let h = head.get(mc);
-                        let node = Node {
-                            next: h.first.get(),
-                            _data: [1; 1000],
-                        };
-                        mc.try_alloc(node).map(|n| h.first.set(mc, Some(n))).is_ok()
-                    }) {}
-                    hit.wait();
-                    // The chain let go by a write, in a call of its own.
-                    m.mutate(|mc| head.get(mc).first.set(mc, None));
-                    cut.wait();
-                    if m.mutate(|mc| mc.try_alloc([2_u64; 1024]).is_err()) {
-                        failures.fetch_add(1, Ordering::Relaxed);
-                    }
-                });
-            }
-        });
-        assert_eq!(failures.load(Ordering::Relaxed), 0, "{threads} threads");
-    }
+    retry_after_the_limit(
+        |m| {
+            let head: Root<H> = m.mutate(|mc| {
+                mc.root(mc.alloc(Head {
+                    first: GcCell::new(None),
+                }))
+            });
+            // A chain through the head's cell, until the limit.
+            while m.mutate(|mc| {
+                let h = head.get(mc);
+                let node = Node {
+                    next: h.first.get(),
+                    _data: [1; 1000],
+                };
+                mc.try_alloc(node).map(|n| h.first.set(mc, Some(n))).is_ok()
+            }) {}
+            head
+        },
+        // The chain let go by a write, in a call of its own.
+        |m, head| m.mutate(|mc| head.get(mc).first.set(mc, None)),
+    );
 }
 
 /// Finding 13: after a heap-limit `Err`, a read-only call, then the roots
@@ -618,41 +639,22 @@ fn a_retry_after_a_cell_write_freed_the_data_succeeds() {
 #[test]
 fn a_retry_after_freeing_succeeds_even_after_a_read_only_call() {
     type Block = Rootable!['gc => [u64; 1024]];
-    for threads in [1, 2] {
-        let rt = rt()
-            .verify(false)
-            .heap_limit(16 << 20)
-            .min_heap(1 << 20)
-            .build();
-        let failures = AtomicUsize::new(0);
-        // Every thread has hit the limit before any drops its roots, and
-        // all have dropped them before any retries.
-        let (hit, dropped) = (Barrier::new(threads), Barrier::new(threads));
-        std::thread::scope(|s| {
-            for _ in 0..threads {
-                s.spawn(|| {
-                    let mut m = rt.attach();
-                    let mut kept: Vec<Root<Block>> = Vec::new();
-                    loop {
-                        let r = m.mutate(|mc| mc.try_alloc([1_u64; 1024]).ok().map(|b| mc.root(b)));
-                        match r {
-                            Some(root) => kept.push(root),
-                            None => break,
-                        }
-                    }
-                    hit.wait();
-                    // A read-only call between the error and the drop.
-                    if let Some(first) = kept.first() {
-                        assert_eq!(m.mutate(|mc| first.get(mc)[7]), 1);
-                    }
-                    drop(kept);
-                    dropped.wait();
-                    if m.mutate(|mc| mc.try_alloc([2_u64; 1024]).is_err()) {
-                        failures.fetch_add(1, Ordering::Relaxed);
-                    }
-                });
+    retry_after_the_limit(
+        |m| {
+            let mut kept: Vec<Root<Block>> = Vec::new();
+            while let Some(root) =
+                m.mutate(|mc| mc.try_alloc([1_u64; 1024]).ok().map(|b| mc.root(b)))
+            {
+                kept.push(root);
             }
-        });
-        assert_eq!(failures.load(Ordering::Relaxed), 0, "{threads} threads");
-    }
+            kept
+        },
+        |m, kept| {
+            // A read-only call between the error and the drop.
+            if let Some(first) = kept.first() {
+                assert_eq!(m.mutate(|mc| first.get(mc)[7]), 1);
+            }
+            kept.clear();
+        },
+    );
 }

@@ -354,11 +354,12 @@ impl<'a, 'gc, T: CellValue + Trace + 'gc> ListWriter<'a, 'gc, T> {
             return;
         }
         let cell = slot.0.as_ptr().cast_mut();
-        // SAFETY: the first store into slot `filled`, which no reader and
-        // no trace touches until the length grows over it (module docs),
-        // so a plain write of a whole cell races with nothing. The cell's
-        // bytes are inside its `UnsafeCell`, so writing through a pointer
-        // from the shared array is allowed.
+        // The first store into slot `filled`, which no reader and no trace
+        // touches until the length grows over it (module docs), so a plain
+        // write of a whole cell races with nothing. The cell's bytes are
+        // inside its `UnsafeCell`, so writing through a pointer from the
+        // shared array is allowed.
+        // SAFETY: as just said.
         unsafe { cell.write(GcCell::new(value)) };
         if T::NEEDS_TRACE && self.mc.is_marking() {
             // SAFETY: as for a slot below `filled`: the cell is written
@@ -673,13 +674,12 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
             .mc
             .try_alloc_from_iter(std::iter::repeat_with(Slot::uninit).take(cap))?;
         let dst = Gc::get(array).as_ptr().cast::<GcCell<'gc, T>>().cast_mut();
-        // SAFETY: `array` is fresh (no other thread can reach it before
-        // `set_items` publishes it) and holds `cap >= used.len()` slots,
-        // each laid out as a cell, whose bytes are inside the cells'
-        // `UnsafeCell`s. The source cells are only read: every other
-        // writer of them waits for our lock, and the collector never
-        // writes. A bitwise copy of a cell is a copy of its value (cells
-        // of `Copy` values, no drop glue).
+        // `array` is fresh (no other thread can reach it before `set_items`
+        // publishes it), its slots laid out as cells whose bytes are inside
+        // the cells' `UnsafeCell`s. The source cells are only read: every
+        // other writer of them waits for our lock, and the collector never
+        // writes. A bitwise copy of a cell of a `Copy` value is a copy of it.
+        // SAFETY: as just said; `cap >= used.len()` slots to write.
         unsafe { std::ptr::copy_nonoverlapping(used.as_ptr(), dst, used.len()) };
         w.set_items(array);
         Ok(array)

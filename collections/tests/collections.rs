@@ -19,6 +19,22 @@ fn rt() -> RuntimeBuilder {
     Runtime::builder().gc_threads(2).ignore_env().verify(true)
 }
 
+/// A runtime whose every mark goes on concurrently (no pause budget), with
+/// a small heap: cycles often, and changes made during marks.
+fn concurrent_rt() -> Runtime {
+    rt().mark_pause_budget(std::time::Duration::ZERO)
+        .min_heap(256 << 10)
+        .build()
+}
+
+/// The tests' random numbers (xorshift64).
+fn xorshift(x: &mut u64) -> u64 {
+    *x ^= *x << 13;
+    *x ^= *x >> 7;
+    *x ^= *x << 17;
+    *x
+}
+
 struct Tick(Arc<AtomicUsize>);
 
 impl Drop for Tick {
@@ -399,7 +415,7 @@ fn extend_appends_what_the_iterator_yields_whatever_its_hint() {
 /// stored plainly would race with a reader holding the longer length).
 #[test]
 fn extend_stops_at_the_first_none_of_an_iterator_that_is_not_fused() {
-    let rt = Runtime::builder().gc_threads(1).ignore_env().build();
+    let rt = rt().build();
     let mut m = rt.attach();
     m.mutate(|mc| {
         for cut in [0, 3, 9] {
@@ -510,10 +526,7 @@ fn a_heap_limit_err_leaves_the_collection_unchanged() {
 #[test]
 fn a_push_into_a_freed_slot_during_a_mark_does_not_touch_the_old_value() {
     let _serial = serial();
-    let rt = rt()
-        .mark_pause_budget(std::time::Duration::ZERO)
-        .min_heap(256 << 10)
-        .build();
+    let rt = concurrent_rt();
     let mut m = rt.attach();
     type L = Rootable!['gc => GcList<'gc, Gc<'gc, [u64]>>];
     type Big = Rootable!['gc => [Gc<'gc, u64>]];
@@ -716,10 +729,7 @@ fn elements_of_short_lived_collections_die_in_minor_cycles() {
 #[test]
 fn collections_changed_during_concurrent_marks_lose_nothing() {
     let _serial = serial();
-    let rt = rt()
-        .mark_pause_budget(std::time::Duration::ZERO)
-        .min_heap(256 << 10)
-        .build();
+    let rt = concurrent_rt();
     type L = Rootable!['gc => GcList<'gc, Gc<'gc, [u64]>>];
     type D = Rootable!['gc => GcDictionary<'gc, GcString<'gc>, Gc<'gc, [u64]>>];
     let (list, dict): (GlobalRoot<L>, GlobalRoot<D>) = {
@@ -771,9 +781,7 @@ fn collections_changed_during_concurrent_marks_lose_nothing() {
                         m.mutate(|mc| {
                             marking.fetch_add(usize::from(mc.is_marking()), Ordering::Relaxed);
                             let (l, d) = (*list.get(mc), *dict.get(mc));
-                            x ^= x << 13;
-                            x ^= x >> 7;
-                            x ^= x << 17;
+                            xorshift(&mut x);
                             let k = (t << 40) | (round << 8);
                             match x % 8 {
                                 0..=2 => {
@@ -854,10 +862,7 @@ fn collections_changed_during_concurrent_marks_lose_nothing() {
 #[test]
 fn readers_racing_pops_and_growth_meet_only_values_the_list_held() {
     let _serial = serial();
-    let rt = rt()
-        .mark_pause_budget(std::time::Duration::ZERO)
-        .min_heap(256 << 10)
-        .build();
+    let rt = concurrent_rt();
     #[derive(Trace)]
     struct Holder<'gc> {
         list: loam_runtime::GcCell<'gc, GcList<'gc, Gc<'gc, [u64]>>>,
@@ -886,9 +891,7 @@ fn readers_racing_pops_and_growth_meet_only_values_the_list_held() {
                 m.mutate(|mc| {
                     let h = holder.get(mc);
                     let l = h.list.get();
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
+                    xorshift(&mut x);
                     let k = round << 16;
                     match x % 6 {
                         0 | 1 => {

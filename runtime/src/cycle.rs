@@ -327,6 +327,15 @@ struct Marking {
     end_start: Option<Instant>,
 }
 
+/// Limits of a mark with the world stopped, until `deadline` if any.
+fn stopped(deadline: Option<Instant>) -> mark::Limits<'static> {
+    mark::Limits {
+        concurrent: false,
+        deadline,
+        assists: None,
+    }
+}
+
 /// Limits of a mark with the mutators running: no deadline, and the
 /// mutators' assists let in.
 fn concurrently(shared: &Shared) -> mark::Limits<'_> {
@@ -473,11 +482,7 @@ impl<'a> Cycle<'a> {
                 self.pool,
                 &roots,
                 remembered,
-                mark::Limits {
-                    concurrent: false,
-                    deadline,
-                    assists: None,
-                },
+                stopped(deadline),
                 &mut gray,
             )
         };
@@ -610,11 +615,7 @@ impl<'a> Cycle<'a> {
                     self.pool,
                     &[],
                     &batch,
-                    mark::Limits {
-                        concurrent: false,
-                        deadline,
-                        assists: None,
-                    },
+                    stopped(deadline),
                     &mut rest,
                 )
             };

@@ -110,6 +110,10 @@ pub(crate) fn alloc_with_page(size: usize, align: usize) -> (*mut u8, *mut crate
     let Some(heap) = own_heap() else {
         return (ptr::null_mut(), ptr::null_mut());
     };
+    if align > crate::aligned::MAX_SEGMENT_ALIGN {
+        // Such a block has no page (`aligned.rs`), so no allocated bit.
+        return (ptr::null_mut(), ptr::null_mut());
+    }
     if size <= SMALL_MAX && align <= MIN_BLOCK {
         // SAFETY: a live heap in `HEAP` belongs to this thread.
         return unsafe { (*heap).alloc_class_with_page(class_of(size)) };
@@ -212,6 +216,10 @@ pub(crate) unsafe fn realloc(
     align: usize,
     new_size: usize,
 ) -> *mut u8 {
+    if crate::aligned::is_aligned_block(p) {
+        // SAFETY: `p` is live (caller): one of `aligned.rs`'s spans.
+        return unsafe { crate::aligned::realloc(p, old_size, align, new_size) };
+    }
     let heap = current_heap();
     if is_live(heap) {
         // SAFETY: our own heap; `p` is live (caller).

@@ -3,7 +3,7 @@
 //! A child has one thread, the one that forked; every lock another thread
 //! held at that instant stays held in the child for ever. The heap's global
 //! spin locks (the orphan list, the fallback heap, the segment registry,
-//! the huge-segment cache) are taken around `fork` by `pthread_atfork`
+//! the huge-segment cache, the spans aligned past a segment) are taken around `fork` by `pthread_atfork`
 //! handlers, in the order the heap nests them (the fallback heap's lock is
 //! held while its allocation maps segments and takes the registry's; an
 //! orphan is drained under the orphan lock and may unmap segments), and
@@ -36,6 +36,7 @@ extern "C" fn prepare() {
     crate::abandon::ORPHANS.lock_for_fork();
     crate::segment::REGISTRY.lock_for_fork();
     crate::segment::HUGE_CACHE.lock_for_fork();
+    crate::aligned::SPANS.lock_for_fork();
 }
 
 /// After `fork`, in the parent and in the child: releases them.
@@ -43,6 +44,7 @@ extern "C" fn release() {
     // SAFETY: `prepare` took each on this thread (the child's only thread
     // is the one that forked).
     unsafe {
+        crate::aligned::SPANS.unlock_after_fork();
         crate::segment::HUGE_CACHE.unlock_after_fork();
         crate::segment::REGISTRY.unlock_after_fork();
         crate::abandon::ORPHANS.unlock_after_fork();

@@ -16,6 +16,11 @@ use std::ptr;
 /// `p` is a live block from this allocator that nobody will use again.
 #[inline]
 pub(crate) unsafe fn free(p: *mut u8) {
+    if crate::aligned::is_aligned_block(p) {
+        // SAFETY: as the caller promised; `aligned::free` checks that `p`
+        // is one of its spans before it reads anything.
+        return unsafe { crate::aligned::free(p) };
+    }
     let seg = segment_of(p);
     // A pointer of someone else's (a `malloc` block, a static, the stack)
     // would have us read a header that is not there: stop with a message.

@@ -9,8 +9,9 @@ use std::alloc::{GlobalAlloc, Layout};
 ///
 /// A unit struct: every instance shares the one process-wide heap (thread
 /// heaps, segments, remote queues). Use it as the program's allocator, or call
-/// it directly through `GlobalAlloc` on a static instance. Out of memory (or
-/// an alignment above 2 MiB) returns null; it never panics.
+/// it directly through `GlobalAlloc` on a static instance. Out of memory
+/// returns null; it never panics. Alignments of 4 MiB and up are served
+/// too, each block in a mapping of its own.
 ///
 /// # Examples
 /// ```
@@ -63,6 +64,11 @@ unsafe impl GlobalAlloc for LoamAlloc {
             // while the block is live. A one-block span fresh from the OS
             // (or decommitted) is already zero.
             unsafe {
+                // A span of its own mapping (`aligned.rs`) is fresh from
+                // the OS, so zero.
+                if crate::aligned::is_aligned_block(p) {
+                    return p;
+                }
                 let page = page_of(p);
                 if !((*page).capacity() == 1 && (*page).is_zero) {
                     p.write_bytes(0, layout.size());
@@ -95,6 +101,9 @@ pub fn good_size(size: usize, align: usize) -> usize {
     if size <= SMALL_MAX && align <= MIN_BLOCK {
         return CLASS_SIZE[class_of(size)] as usize;
     }
+    if align > crate::aligned::MAX_SEGMENT_ALIGN {
+        return crate::aligned::good_size(size);
+    }
     match class_for_aligned(size, align) {
         Some(c) => CLASS_SIZE[c] as usize,
         None => size,
@@ -119,6 +128,10 @@ pub fn good_size(size: usize, align: usize) -> usize {
 /// }
 /// ```
 pub unsafe fn usable_size(p: *const u8) -> usize {
+    if crate::aligned::is_aligned_block(p) {
+        // SAFETY: `p` is live (caller): one of `aligned.rs`'s spans.
+        return unsafe { crate::aligned::usable_size(p) };
+    }
     // SAFETY: `p` is live (caller), so its page is.
     unsafe { (*page_of(p)).block_size() }
 }

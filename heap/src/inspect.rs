@@ -390,7 +390,8 @@ pub unsafe fn mark_block(p: *const u8) -> bool {
 /// would, and returns it with its [`AllocatedBit`] (null on failure). Set
 /// `flags` on the block's page first ([`PageRef::set_flags`]). The caller
 /// writes the object, then sets the bit: a sweeper that sees the bit sees the
-/// object.
+/// object. An alignment above 2 MiB gets null: such a block has a mapping
+/// of its own and no page to keep its bit.
 ///
 /// A block whose allocated bit is set must be freed through
 /// [`crate::FreeBatch::push_page_run`], whose drain clears the bit.

@@ -25,6 +25,10 @@
 //!   get a span of whole slices; beyond 61 slices, a huge segment of their
 //!   own, which waits in a small cache when freed (`segment.rs`, `HugeCache`)
 //!   for the next huge request instead of being unmapped at once.
+//!   A block aligned to 4 MiB or more cannot share a segment with its
+//!   header: it gets a mapping of its own with a one-page header before it,
+//!   on a list under one lock (`aligned.rs`); `free` tells it apart by its
+//!   address alone (no block of a segment starts on a 4 MiB boundary).
 //! - **LocalHeap** (`local_heap.rs`): one per thread: a page queue per class,
 //!   its segments, its inbox of remote frees and its outgoing batches.
 //! - **Inbox / RemoteQueue / RemoteCache** (`remote.rs`): the owner's inbox
@@ -94,8 +98,8 @@
 //!   thread's heap keeps its free slices for the delay too, so that the next
 //!   thread reuses them without faulting them in; orphan visits (at least
 //!   every half delay on any slow path) decommit them after it.
-//! - The four global spin locks (orphan list, fallback heap, segment
-//!   registry, huge-segment cache) are taken around `fork` by
+//! - The five global spin locks (orphan list, fallback heap, segment
+//!   registry, huge-segment cache, aligned spans) are taken around `fork` by
 //!   `pthread_atfork` handlers (`fork.rs`), so a child of a multithreaded
 //!   program inherits them free and can allocate.
 //!
@@ -137,6 +141,7 @@ mod sync;
 
 not_under_loom! {
     mod abandon;
+    mod aligned;
     mod alloc;
     mod batch;
     mod fork;

@@ -217,6 +217,10 @@ impl LocalHeap {
     #[cold]
     #[inline(never)]
     fn alloc_large(&mut self, size: usize, align: usize) -> *mut u8 {
+        if align > crate::aligned::MAX_SEGMENT_ALIGN {
+            // No segment can place it (`aligned.rs`).
+            return crate::aligned::alloc(size, align);
+        }
         self.housekeeping();
         let slices = size.div_ceil(SLICE_SIZE).max(1);
         let page = if align <= SLICE_SIZE && slices <= USABLE_SLICES {

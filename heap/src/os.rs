@@ -14,7 +14,15 @@ use std::ptr;
 /// normal segments (4 MiB, reused many times) and heap records are
 /// reserved without (`MAP_NORESERVE`).
 pub(crate) fn map_aligned(size: usize, align: usize, backed: bool) -> *mut u8 {
+    map_aligned_at(size, align, 0, backed)
+}
+
+/// As [`map_aligned`], but it is `base + offset` that is aligned to `align`
+/// (`offset < size`, a multiple of the OS page): room for a header just
+/// before an aligned block (`aligned.rs`).
+pub(crate) fn map_aligned_at(size: usize, align: usize, offset: usize, backed: bool) -> *mut u8 {
     debug_assert!(align.is_power_of_two() && size % 4096 == 0);
+    debug_assert!(offset < size.max(1) && offset % 4096 == 0);
     let Some(over) = size.checked_add(align) else {
         return ptr::null_mut();
     };
@@ -34,7 +42,9 @@ pub(crate) fn map_aligned(size: usize, align: usize, backed: bool) -> *mut u8 {
         return ptr::null_mut();
     }
     let start = raw as usize;
-    let aligned = (start + align - 1) & !(align - 1);
+    // The first `base` at or past `start` with `base + offset` aligned:
+    // `over` leaves `align` bytes of room for it.
+    let aligned = ((start + offset + align - 1) & !(align - 1)) - offset;
     let head = aligned - start;
     let tail = over - head - size;
     // SAFETY: both ranges lie inside the mapping just made and outside the

@@ -139,6 +139,14 @@ pub fn stats() -> HeapStats {
     for (c, cs) in s.classes.iter_mut().enumerate() {
         cs.block_size = u64::from(CLASS_SIZE[c]);
     }
+    // Spans aligned past a segment (`aligned.rs`): large spans of their
+    // own mappings, in no segment.
+    let (spans, span_mapped, span_usable) = crate::aligned::totals();
+    s.large_count += spans as u64;
+    s.large_bytes += span_usable as u64;
+    s.allocated_bytes += span_usable as u64;
+    s.mapped_bytes += span_mapped as u64;
+    s.committed_bytes += span_mapped as u64;
     segment::for_each_segment(|seg| {
         s.segments += 1;
         // SAFETY: registered segments stay mapped while the registry lock is

@@ -1,0 +1,222 @@
+//! Blocks aligned to 4 MiB and more (glibc, mimalloc and jemalloc serve
+//! them; a segment cannot, `aligned.rs`): served from mappings of their
+//! own, freed from any thread, resized, counted in the stats, and a free of
+//! a 4 MiB-aligned address that is no live block stops the process with a
+//! `heap:` message in every build.
+
+use loam_heap::LoamAlloc;
+use std::alloc::{GlobalAlloc, Layout};
+use std::process::Command;
+
+const MIB: usize = 1 << 20;
+
+/// One test at a time: the stats and the address checks see only their
+/// own spans.
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Whether the page at `p` is mapped.
+fn mapped(p: usize) -> bool {
+    let mut v = [0_u8; 1];
+    // SAFETY: `mincore` only reads the page tables; `v` holds one entry.
+    unsafe { libc::mincore(p as *mut libc::c_void, 4096, v.as_mut_ptr()) == 0 }
+}
+
+/// Fills `p..p+n` with a pattern of `seed` and checks it is there.
+///
+/// # Safety
+/// `p` is valid for `n` bytes of writes.
+unsafe fn fill_and_check(p: *mut u8, n: usize, seed: u8) {
+    // SAFETY: the caller's promise; nothing else refers to the block.
+    let s = unsafe { std::slice::from_raw_parts_mut(p, n) };
+    for (i, b) in s.iter_mut().enumerate().step_by(4093) {
+        *b = seed.wrapping_add(i as u8);
+    }
+    for (i, b) in s.iter().enumerate().step_by(4093) {
+        assert_eq!(*b, seed.wrapping_add(i as u8));
+    }
+}
+
+#[test]
+fn blocks_aligned_past_a_segment_are_served_and_zeroed() {
+    let _serial = serial();
+    for align in [4 * MIB, 8 * MIB, 64 * MIB, 256 * MIB] {
+        for size in [1, 24, 4096, 3 * MIB, 9 * MIB + 17] {
+            let layout = Layout::from_size_align(size, align).unwrap();
+            // SAFETY: non-zero sizes; each block is used within its size
+            // and freed once with its layout.
+            unsafe {
+                let p = LoamAlloc.alloc_zeroed(layout);
+                assert!(!p.is_null(), "{layout:?}");
+                assert_eq!(p as usize % align, 0, "{layout:?} gave {p:p}");
+                assert!(loam_heap::usable_size(p) >= size);
+                assert_eq!(loam_heap::usable_size(p), loam_heap::good_size(size, align));
+                assert!(std::slice::from_raw_parts(p, size).iter().all(|&b| b == 0));
+                fill_and_check(p, size, 3);
+                LoamAlloc.dealloc(p, layout);
+            }
+        }
+    }
+}
+
+#[test]
+fn an_aligned_block_freed_by_another_thread_is_unmapped() {
+    let _serial = serial();
+    let layout = Layout::from_size_align(5 * MIB, 16 * MIB).unwrap();
+    // SAFETY: a non-zero size.
+    let p = unsafe { LoamAlloc.alloc(layout) } as usize;
+    assert_ne!(p, 0);
+    let during = loam_heap::stats();
+    assert!(during.large_count >= 1 && during.mapped_bytes >= 5 * MIB as u64);
+    assert!(mapped(p) && mapped(p + 5 * MIB - 4096));
+    std::thread::spawn(move || {
+        // SAFETY: live, from this allocator, freed once with its layout
+        // (no other thread touches it).
+        unsafe {
+            fill_and_check(p as *mut u8, layout.size(), 9);
+            LoamAlloc.dealloc(p as *mut u8, layout);
+        }
+    })
+    .join()
+    .unwrap();
+    assert!(
+        !mapped(p) && !mapped(p - 4096),
+        "the mapping and its header are gone"
+    );
+    let after = loam_heap::stats();
+    assert_eq!(after.large_count + 1, during.large_count);
+    assert!(after.mapped_bytes + 5 * MIB as u64 <= during.mapped_bytes);
+}
+
+#[test]
+fn realloc_keeps_contents_and_alignment() {
+    let _serial = serial();
+    let align = 8 * MIB;
+    let mut layout = Layout::from_size_align(100_000, align).unwrap();
+    // SAFETY: each resize gets the block's current layout; the contents
+    // checked are within the smaller of the two sizes.
+    unsafe {
+        let mut p = LoamAlloc.alloc(layout);
+        assert!(!p.is_null());
+        fill_and_check(p, layout.size(), 5);
+        for new_size in [90_000, 12 * MIB, 3 * MIB, 40_000, 70 * MIB] {
+            let kept = layout.size().min(new_size);
+            let q = LoamAlloc.realloc(p, layout, new_size);
+            assert!(!q.is_null());
+            assert_eq!(q as usize % align, 0, "{new_size}: {q:p}");
+            let s = std::slice::from_raw_parts(q, kept);
+            for (i, b) in s.iter().enumerate().step_by(4093) {
+                assert_eq!(*b, 5_u8.wrapping_add(i as u8), "{new_size}: byte {i}");
+            }
+            layout = Layout::from_size_align(new_size, align).unwrap();
+            fill_and_check(q, new_size, 5);
+            p = q;
+        }
+        LoamAlloc.dealloc(p, layout);
+    }
+}
+
+#[test]
+fn many_aligned_blocks_live_at_once_do_not_overlap() {
+    let _serial = serial();
+    let layout = Layout::from_size_align(MIB, 4 * MIB).unwrap();
+    // SAFETY: non-zero sizes; each block is written within its size and
+    // freed once, in an order other than the allocation order.
+    unsafe {
+        let mut blocks: Vec<*mut u8> = (0..64).map(|_| LoamAlloc.alloc(layout)).collect();
+        for (i, &p) in blocks.iter().enumerate() {
+            assert!(!p.is_null());
+            p.cast::<usize>().write(i);
+        }
+        let mut sorted: Vec<usize> = blocks.iter().map(|&p| p as usize).collect();
+        sorted.sort_unstable();
+        assert!(sorted.windows(2).all(|w| w[1] - w[0] >= layout.size()));
+        for (i, &p) in blocks.iter().enumerate() {
+            assert_eq!(p.cast::<usize>().read(), i);
+        }
+        // Middle first, then the ends: the list is unlinked everywhere.
+        let tail = blocks.split_off(32);
+        for p in tail.into_iter().rev().chain(blocks) {
+            LoamAlloc.dealloc(p, layout);
+        }
+    }
+}
+
+/// A managed object cannot take such a block: it has no page for its
+/// allocated bit, and the runtime sees an allocation failure.
+#[test]
+fn an_object_allocation_aligned_past_a_segment_is_refused() {
+    let (p, bit) = loam_heap::alloc_object(64, 4 * MIB, 0);
+    assert!(p.is_null() && bit.is_none());
+}
+
+const BAD: [&str; 2] = ["never_allocated", "freed_twice"];
+
+/// What the child does: one bad free of a 4 MiB-aligned address (which
+/// must not return).
+fn bad_free(case: &str) {
+    let layout = Layout::from_size_align(64, 4 * MIB).unwrap();
+    // SAFETY: none: each is the misuse under test, which the heap must
+    // catch before it touches anything.
+    unsafe {
+        match case {
+            "never_allocated" => {
+                // A 4 MiB-aligned address inside a mapping of our own that
+                // the heap never handed out.
+                let raw = libc::mmap(
+                    std::ptr::null_mut(),
+                    16 * MIB,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                    -1,
+                    0,
+                ) as usize;
+                assert_ne!(raw as *mut libc::c_void, libc::MAP_FAILED);
+                let p = (raw + 4 * MIB) & !(4 * MIB - 1);
+                LoamAlloc.dealloc(p as *mut u8, layout);
+            }
+            "freed_twice" => {
+                let p = LoamAlloc.alloc(layout);
+                LoamAlloc.dealloc(p, layout);
+                LoamAlloc.dealloc(p, layout);
+            }
+            other => panic!("unknown case {other}"),
+        }
+    }
+    eprintln!("the bad free returned");
+    std::process::exit(0);
+}
+
+/// Checked in every build, not only debug and `secure` ones: freeing such
+/// a block is a slow path that finds the span on a list before it reads
+/// its header.
+#[test]
+fn a_bad_free_of_an_aligned_address_stops_the_process_with_a_message() {
+    if let Ok(case) = std::env::var("LOAM_BAD_ALIGNED_FREE") {
+        bad_free(&case);
+        return;
+    }
+    for case in BAD {
+        let out = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "a_bad_free_of_an_aligned_address_stops_the_process_with_a_message",
+                "--nocapture",
+            ])
+            .env("LOAM_BAD_ALIGNED_FREE", case)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success(),
+            "{case}: the child survived: {stderr}"
+        );
+        assert!(
+            stderr.contains("heap: free of 0x")
+                && stderr.contains("never allocated by it, or freed twice"),
+            "{case}: stderr says {stderr:?}"
+        );
+    }
+}

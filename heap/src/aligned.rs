@@ -20,7 +20,9 @@
 //! there by address before it reads the header, so a pointer that is no
 //! live span (never allocated, or freed already) stops the process with a
 //! `heap:` message in every build, never a read of memory that is not
-//! ours. Spans are owned by no thread: any thread frees one directly
+//! ours (unless the address was mapped again as a new span meanwhile:
+//! then a second free frees that one, as with any allocator that reuses
+//! addresses). Spans are owned by no thread: any thread frees one directly
 //! (an `munmap`), and none is cached: at 4 MiB and up a request is rare and
 //! the mapping's cost is the system call, not the page faults a cache saves.
 //!
@@ -191,7 +193,8 @@ pub(crate) unsafe fn usable_size(p: *const u8) -> usize {
 /// What [`alloc`] gives a request of `size` bytes: the size rounded up to
 /// the OS page.
 pub(crate) fn good_size(size: usize) -> usize {
-    size.max(1).next_multiple_of(os::OS_PAGE)
+    // Past the largest multiple of a page no request can be served anyway.
+    size.max(1).checked_next_multiple_of(os::OS_PAGE).unwrap_or(usize::MAX)
 }
 
 /// Resizes span `p`, keeping `align` (the block's, above

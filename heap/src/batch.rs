@@ -1,6 +1,9 @@
 //! [`FreeBatch`]: the public way to hand many dead blocks back to their owners
 //! at once, one atomic operation per owner per batch. The collector's sweeper
 //! uses it so that the thread freeing is never the thread whose lists change.
+//! Page runs are for blocks of pages ([`crate::alloc_object`]'s), never for a
+//! block aligned above 2 MiB, which has a mapping of its own and no page
+//! (`aligned.rs`); `push` takes those too.
 
 use crate::block;
 use crate::block::Block;
@@ -72,6 +75,12 @@ impl FreeBatch {
     /// [`push_page_run`](Self::push_page_run) instead.
     pub unsafe fn push(&mut self, p: NonNull<u8>) {
         let p = p.as_ptr();
+        if crate::aligned::is_aligned_block(p) {
+            // A block of its own mapping (`aligned.rs`) has no owner to
+            // send it to: any thread unmaps it.
+            // SAFETY: a live block of ours that nobody uses again (caller).
+            return unsafe { crate::aligned::free(p) };
+        }
         // SAFETY: `p` is a live block (caller): its segment and page are
         // mapped and its block size fixed; heaps (hence queues) live forever.
         unsafe {

@@ -7,7 +7,8 @@
 
 use loam_heap::LoamAlloc;
 use std::alloc::{GlobalAlloc, Layout};
-use std::process::Command;
+
+mod support;
 
 const MIB: usize = 1 << 20;
 
@@ -217,24 +218,11 @@ fn a_bad_free_of_an_aligned_address_stops_the_process_with_a_message() {
         return;
     }
     for case in BAD {
-        let out = Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--exact",
-                "a_bad_free_of_an_aligned_address_stops_the_process_with_a_message",
-                "--nocapture",
-            ])
-            .env("LOAM_BAD_ALIGNED_FREE", case)
-            .output()
-            .unwrap();
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(
-            !out.status.success(),
-            "{case}: the child survived: {stderr}"
-        );
-        assert!(
-            stderr.contains("heap: free of 0x")
-                && stderr.contains("never allocated by it, or freed twice"),
-            "{case}: stderr says {stderr:?}"
+        support::assert_child_dies(
+            "a_bad_free_of_an_aligned_address_stops_the_process_with_a_message",
+            "LOAM_BAD_ALIGNED_FREE",
+            case,
+            &["heap: free of 0x", "never allocated by it, or freed twice"],
         );
     }
 }

@@ -8,7 +8,8 @@
 
 use loam_heap::LoamAlloc;
 use std::alloc::{GlobalAlloc, Layout};
-use std::process::Command;
+
+mod support;
 
 const CASES: [(&str, &str); 10] = [
     ("malloc", "not in any segment of this allocator"),
@@ -120,23 +121,11 @@ fn bad_frees_stop_the_process_with_a_message() {
         return;
     }
     for (case, want) in CASES {
-        let out = Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--exact",
-                "bad_frees_stop_the_process_with_a_message",
-                "--nocapture",
-            ])
-            .env("LOAM_BAD_FREE", case)
-            .output()
-            .unwrap();
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(
-            !out.status.success(),
-            "{case}: the child survived: {stderr}"
-        );
-        assert!(
-            stderr.contains("heap: ") && stderr.contains(want),
-            "{case}: stderr says {stderr:?}"
+        support::assert_child_dies(
+            "bad_frees_stop_the_process_with_a_message",
+            "LOAM_BAD_FREE",
+            case,
+            &["heap: ", want],
         );
     }
 }

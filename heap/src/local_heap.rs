@@ -244,9 +244,10 @@ impl LocalHeap {
     /// A huge object: a segment of its own, cached or unmapped when it is
     /// freed (`segment.rs`, `HugeCache`).
     fn alloc_huge(&mut self, size: usize, align: usize) -> *mut Page {
-        if align > SEGMENT_SIZE / 2 {
-            return ptr::null_mut();
-        }
+        // Larger alignments never come here (`alloc_large`): the block would
+        // start on a segment boundary, where `free` takes it for one of
+        // `aligned.rs`'s spans.
+        debug_assert!(align <= crate::aligned::MAX_SEGMENT_ALIGN);
         let offset = (HEADER_SLICES * SLICE_SIZE).next_multiple_of(align);
         let Some(map_size) = size
             .checked_add(offset)

@@ -26,14 +26,24 @@ pub(crate) fn map_aligned_at(size: usize, align: usize, offset: usize, backed: b
     let Some(over) = size.checked_add(align) else {
         return ptr::null_mut();
     };
+    // A backed mapping is reserved inaccessible first and made writable
+    // once trimmed: the kernel charges a private mapping to its commit
+    // accounting when it becomes writable, so only the part kept is
+    // charged, not the `align` bytes of room (a page aligned to 32 GiB
+    // would otherwise be refused on a 24 GiB machine).
+    let (prot, flags) = if backed {
+        (libc::PROT_NONE, 0)
+    } else {
+        (libc::PROT_READ | libc::PROT_WRITE, libc::MAP_NORESERVE)
+    };
     // SAFETY: an anonymous private mapping at an address of the kernel's
     // choosing touches no existing memory.
     let raw = unsafe {
         libc::mmap(
             ptr::null_mut(),
             over,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | if backed { 0 } else { libc::MAP_NORESERVE },
+            prot,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | flags,
             -1,
             0,
         )
@@ -55,6 +65,18 @@ pub(crate) fn map_aligned_at(size: usize, align: usize, offset: usize, backed: b
         }
         if tail > 0 {
             libc::munmap((aligned + size) as *mut libc::c_void, tail);
+        }
+    }
+    if backed {
+        // SAFETY: the part we kept of our fresh mapping.
+        let rc = unsafe {
+            libc::mprotect(aligned as *mut libc::c_void, size, libc::PROT_READ | libc::PROT_WRITE)
+        };
+        if rc != 0 {
+            // Refused by the commit accounting: more than the machine can
+            // back. SAFETY: our mapping, which nothing refers to yet.
+            unsafe { libc::munmap(aligned as *mut libc::c_void, size) };
+            return ptr::null_mut();
         }
     }
     aligned as *mut u8

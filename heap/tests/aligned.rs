@@ -63,6 +63,23 @@ fn blocks_aligned_past_a_segment_are_served_and_zeroed() {
     }
 }
 
+/// Only the block is charged to the machine's memory, not the room the
+/// alignment needed: a page aligned to 64 GiB is served on a machine with
+/// less (the room is reserved inaccessible, then given back).
+#[test]
+fn an_alignment_larger_than_the_machine_is_served() {
+    let _serial = serial();
+    let layout = Layout::from_size_align(4096, 64 << 30).unwrap();
+    // SAFETY: a non-zero size; used within it and freed once.
+    unsafe {
+        let p = LoamAlloc.alloc_zeroed(layout);
+        assert!(!p.is_null());
+        assert_eq!(p as usize % layout.align(), 0);
+        fill_and_check(p, layout.size(), 7);
+        LoamAlloc.dealloc(p, layout);
+    }
+}
+
 #[test]
 fn an_aligned_block_freed_by_another_thread_is_unmapped() {
     let _serial = serial();

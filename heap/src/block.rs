@@ -47,7 +47,7 @@ pub(crate) unsafe fn next(b: *mut Block) -> *mut Block {
     // SAFETY: the caller owns the free block; its first word is its link.
     let n = unsafe { (*b).next };
     poison(b.cast(), 8);
-    n
+    ((n as usize) ^ link_key(b)) as *mut Block
 }
 
 /// Writes the link of free block `b`.
@@ -58,8 +58,27 @@ pub(crate) unsafe fn next(b: *mut Block) -> *mut Block {
 pub(crate) unsafe fn set_next(b: *mut Block, n: *mut Block) {
     unpoison(b.cast(), 8);
     // SAFETY: the caller owns the free block; its first word is its link.
-    unsafe { (*b).next = n };
+    unsafe { (*b).next = ((n as usize) ^ link_key(b)) as *mut Block };
     poison(b.cast(), 8);
+}
+
+/// What the link stored in free block `b` is mixed with: 0 in unchecked
+/// builds; in checked ones (debug, `secure`) the block's address rotated
+/// and mixed with the address of a static, which ASLR places anew in each
+/// process (mimalloc's secure mode encodes its links likewise). A write
+/// after free over a link then decodes to an address that is no block of
+/// the list's page (the checks in `Page::try_alloc` and
+/// `ThreadCache::take` stop the process), not to where a forged pointer
+/// aimed, and a link zeroed by the program is no longer the end of the
+/// list (it decodes to garbage too), where it silently cut the list off.
+#[inline(always)]
+fn link_key(b: *mut Block) -> usize {
+    if !CHECKED {
+        return 0;
+    }
+    static ANCHOR: u8 = 0;
+    let process = (&ANCHOR as *const u8 as usize).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    (b as usize).rotate_left(29) ^ process
 }
 
 /// Reads word `i` of free block `b` (for messages that carry more than a

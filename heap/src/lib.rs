@@ -114,8 +114,9 @@
 //! them, `segment_map.rs`), be where a block starts, and not carry the
 //! freed tag (its address, encoded, in a freed block's second word,
 //! `block.rs`), else the process stops with `heap: free of 0x…: …`; a free
-//! block's link must point into its page (or, in the thread cache, into a
-//! page of its class) before it is followed. Release builds do not check by
+//! block's link is stored encoded (mixed with its block's address and a
+//! per-process key) and must decode to a block of its page (or, in the
+//! thread cache, of a page of its class) before it is followed. Release builds do not check by
 //! default: it costs larson 40% (`block.rs`, `CHECKED`).
 //!
 //! # References

@@ -208,7 +208,8 @@ impl Drained {
 /// rarely points into a page of the right class).
 fn is_kept_block(p: *const u8, class: usize) -> bool {
     let seg = crate::segment::segment_of(p);
-    // SAFETY: `p` lies in a live segment of ours when the map says so.
-    crate::segment_map::contains(seg as usize)
+    // SAFETY: `p` lies in a live segment of ours when the map says so
+    // (and `p` may be anything: a link a write after free changed).
+    crate::segment_map::contains_known(seg as usize)
         && unsafe { crate::segment::block_size_of(p) } == CLASS_SIZE[class] as usize
 }

@@ -11,7 +11,7 @@ use std::alloc::{GlobalAlloc, Layout};
 
 mod support;
 
-const CASES: [(&str, &str); 10] = [
+const CASES: [(&str, &str); 12] = [
     ("malloc", "not in any segment of this allocator"),
     ("static", "not in any segment of this allocator"),
     ("stack", "not in any segment of this allocator"),
@@ -22,6 +22,8 @@ const CASES: [(&str, &str); 10] = [
     ("double_large", "freed twice"),
     ("write_over_link", "link was overwritten"),
     ("write_over_link_kept", "link was overwritten"),
+    ("zero_over_link", "link was overwritten"),
+    ("zero_over_link_kept", "link was overwritten"),
 ];
 
 static STATIC_BYTES: [u8; 64] = [0; 64];
@@ -37,6 +39,15 @@ fn of_a_live_thread(l: Layout) -> *mut u8 {
         std::thread::park();
     });
     rx.recv().unwrap() as *mut u8
+}
+
+/// What a write after free puts over a free block's link.
+fn over_link(case: &str) -> usize {
+    if case.starts_with("zero") {
+        0
+    } else {
+        0x1234_5678
+    }
 }
 
 /// What the child does: one bad free (which must not return).
@@ -76,7 +87,7 @@ fn bad_free(case: &str) {
                 LoamAlloc.dealloc(p, big);
                 LoamAlloc.dealloc(keep, big);
             }
-            "write_over_link" => {
+            "write_over_link" | "zero_over_link" => {
                 // Blocks of 3 KiB (past the thread cache), enough to fill
                 // a few pages; four freed in the middle go on their page's
                 // list, and a write after free hits one's link. Allocating
@@ -86,19 +97,21 @@ fn bad_free(case: &str) {
                 for &b in &blocks[10..14] {
                     LoamAlloc.dealloc(b, big);
                 }
-                blocks[12].cast::<usize>().write(0x1234_5678);
+                // A zero was the end of the list before links were
+                // encoded: the list was cut off, silently.
+                blocks[12].cast::<usize>().write(over_link(case));
                 for _ in 0..128 {
                     LoamAlloc.alloc(big);
                 }
             }
-            "write_over_link_kept" => {
+            "write_over_link_kept" | "zero_over_link_kept" => {
                 // Blocks of 48 bytes in the thread cache; a write over a
                 // kept block's link.
                 let blocks: Vec<*mut u8> = (0..3).map(|_| LoamAlloc.alloc(l)).collect();
                 for &b in &blocks {
                     LoamAlloc.dealloc(b, l);
                 }
-                blocks[2].cast::<usize>().write(0x1234_5678);
+                blocks[2].cast::<usize>().write(over_link(case));
                 for _ in 0..3 {
                     LoamAlloc.alloc(l);
                 }

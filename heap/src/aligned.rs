@@ -198,16 +198,32 @@ pub(crate) fn good_size(size: usize) -> usize {
 }
 
 /// Resizes span `p`, keeping `align` (the block's, above
-/// [`MAX_SEGMENT_ALIGN`]): in place
-/// when the new size fits, else into a new span, copying `old_size` bytes
-/// at most.
+/// [`MAX_SEGMENT_ALIGN`]): in place when the new size fits (the pages
+/// past it given back), else into a new span, copying `old_size` bytes at
+/// most.
 ///
 /// # Safety
 /// `p` is a live span holding at least `old_size` bytes.
 pub(crate) unsafe fn realloc(p: *mut u8, old_size: usize, align: usize, new_size: usize) -> *mut u8 {
     // SAFETY: `p` is live (caller).
     let usable = unsafe { usable_size(p) };
-    if new_size <= usable && new_size > usable / 2 {
+    if new_size <= usable {
+        let keep = good_size(new_size);
+        if keep < usable {
+            // SAFETY: `p` is a live span (caller), so on the list: its
+            // header is ours to change under the lock (`totals` reads it
+            // there), and the pages past `keep` hold nothing the caller
+            // still wants (the new size ends before them).
+            unsafe {
+                let span = header_of(p);
+                let mut spans = SPANS.lock();
+                (*span).size = keep;
+                (*span).map_size -= usable - keep;
+                spans.bytes -= usable - keep;
+                drop(spans);
+                os::unmap(p.add(keep), usable - keep);
+            }
+        }
         return p;
     }
     let q = alloc(new_size, align);

@@ -135,6 +135,35 @@ fn realloc_keeps_contents_and_alignment() {
     }
 }
 
+/// A shrink keeps the block where it is and gives the pages past the new
+/// size back.
+#[test]
+fn a_shrunk_aligned_block_stays_and_gives_its_tail_back() {
+    let _serial = serial();
+    let layout = Layout::from_size_align(8 * MIB, 4 * MIB).unwrap();
+    // SAFETY: the block is used within its current size and freed once
+    // with its last layout.
+    unsafe {
+        let p = LoamAlloc.alloc(layout);
+        assert!(!p.is_null());
+        fill_and_check(p, layout.size(), 11);
+        let before = loam_heap::stats().mapped_bytes;
+        let q = LoamAlloc.realloc(p, layout, 100_000);
+        assert_eq!(q, p, "shrunk in place");
+        assert_eq!(
+            loam_heap::usable_size(p),
+            loam_heap::good_size(100_000, layout.align())
+        );
+        let s = std::slice::from_raw_parts(p, 100_000);
+        for (i, b) in s.iter().enumerate().step_by(4093) {
+            assert_eq!(*b, 11_u8.wrapping_add(i as u8));
+        }
+        assert!(mapped(p as usize + 96 * 1024));
+        assert!(loam_heap::stats().mapped_bytes + 7 * MIB as u64 <= before);
+        LoamAlloc.dealloc(p, Layout::from_size_align(100_000, layout.align()).unwrap());
+    }
+}
+
 #[test]
 fn many_aligned_blocks_live_at_once_do_not_overlap() {
     let _serial = serial();

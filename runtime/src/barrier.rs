@@ -252,7 +252,7 @@ impl<'gc> Mutation<'gc> {
             // of it) and no sweep runs during a mark.
             unsafe { crate::mark::shade(&shared.space, &shared.gray, owner) };
         }
-        let epoch = shared.remember_epoch.load(Ordering::Relaxed);
+        let epoch = self.remember;
         if logged.load(Ordering::Relaxed) != epoch {
             logged.store(epoch, Ordering::Relaxed);
             self.mutator().me.remembered.lock().push(owner);

@@ -105,15 +105,35 @@ impl<'gc> GcLog<'gc> {
     /// Records the object holding this log for the next minor cycle: once
     /// per cycle, O(1). Call it before the stores it covers, in the same
     /// `mutate` call.
-    #[inline]
+    // Always inlined: a collection records its log once per change (a
+    // `GcList::push`), and the common case, a log recorded already this
+    // cycle and no mark under way, is two loads and two compares.
+    #[inline(always)]
     pub fn record(&self, mc: &Mutation<'gc>) {
         // The stores it covers may free memory (a collection's writes skip
         // the cell barriers).
         mc.note_write();
         let owner = self.owner.load(Ordering::Relaxed);
+        // `owner == 0`: young, nothing to record. Recorded this cycle (the
+        // epoch cannot move during the call) with no mark to shade for:
+        // nothing more to do (`mc.remember` is `u64::MAX` without
+        // generations, which `logged` then always holds).
+        if owner == 0
+            || (owner != SHARED_OWNER
+                && mc.marking == 0
+                && self.logged.load(Ordering::Relaxed) == mc.remember)
+        {
+            return;
+        }
+        self.record_slow(mc, owner);
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn record_slow(&self, mc: &Mutation<'gc>, owner: usize) {
         if owner == SHARED_OWNER {
             mc.barrier_lock_unknown();
-        } else if owner != 0 {
+        } else {
             mc.barrier_lock_owner(owner, &self.logged);
         }
     }

@@ -257,9 +257,18 @@ impl Mutator {
         } else {
             0
         };
+        // Constant for the call as well: the epoch moves in a cycle's first
+        // stop only. A runtime without generations records nothing, and
+        // `u64::MAX` is what a log that never recorded holds (`log.rs`).
+        let remember = if shared.config.generational {
+            shared.remember_epoch.load(Ordering::Relaxed)
+        } else {
+            u64::MAX
+        };
         let mc = Mutation {
             mutator: self as *const Mutator,
             marking,
+            remember,
             at_limit: shared.at_limit.load(Ordering::Relaxed) != 0,
             _brand: PhantomData,
         };
@@ -599,6 +608,10 @@ pub struct Mutation<'gc> {
     /// The epoch of the concurrent mark under way as this call began (0:
     /// none); it cannot change before the call returns (`barrier.rs`).
     pub(crate) marking: u64,
+    /// The remember epoch as this call began (`u64::MAX` without
+    /// generations): a `GcLog` whose `logged` equals it needs no record.
+    /// Constant for the call, like `marking`.
+    pub(crate) remember: u64,
     /// A mutator was at the heap limit as this call began: the call's
     /// writes count as memory perhaps freed (`note_write`).
     pub(crate) at_limit: bool,

@@ -117,7 +117,9 @@
 //! block's link is stored encoded (mixed with its block's address and a
 //! per-process key) and must decode to a block of its page (or, in the
 //! thread cache, of a page of its class) before it is followed. Release builds do not check by
-//! default: it costs larson 40% (`block.rs`, `CHECKED`).
+//! default: it costs larson 40% (`block.rs`, `CHECKED`). With `secure` (or
+//! `LOAM_GUARD_PAGES=1`) every page and span ends in an inaccessible guard
+//! page, which no block reaches into (`guard.rs`).
 //!
 //! # References
 //! mimalloc (Leijen et al., "Mimalloc: Free List Sharding in Action", 2019):
@@ -148,6 +150,7 @@ not_under_loom! {
     mod fork;
     mod free;
     mod global_alloc;
+    mod guard;
     mod inspect;
     mod local_heap;
     mod options;

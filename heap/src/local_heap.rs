@@ -2,6 +2,7 @@
 //! paths, the slow path's housekeeping (drain, adopt, purge), and large spans.
 
 use crate::block::{self, Block};
+use crate::guard;
 use crate::options;
 use crate::os;
 use crate::page::{Page, PageQueue, PageState};
@@ -194,12 +195,15 @@ impl LocalHeap {
                 page = next;
             }
         }
+        let slices = slices_for_class(c);
         let page = self.page_alloc(PageSpec {
             state: PageState::Small,
             class: c,
             block: CLASS_SIZE[c] as usize,
-            slices: slices_for_class(c),
-            capacity: 0,
+            slices,
+            // Blocks end before the guard page, if any (at least 7 still
+            // fit: the largest class has 8 to a 1 MiB page).
+            capacity: ((slices << SLICE_SHIFT) - guard::tail()) / CLASS_SIZE[c] as usize,
         });
         if page.is_null() {
             self.current[c] = ptr::null_mut();
@@ -222,12 +226,14 @@ impl LocalHeap {
             return crate::aligned::alloc(size, align);
         }
         self.housekeeping();
-        let slices = size.div_ceil(SLICE_SIZE).max(1);
+        // With room for the guard page after the block, if any.
+        let tail = guard::tail();
+        let slices = size.saturating_add(tail).div_ceil(SLICE_SIZE).max(1);
         let page = if align <= SLICE_SIZE && slices <= USABLE_SLICES {
             self.page_alloc(PageSpec {
                 state: PageState::Large,
                 class: NUM_CLASSES,
-                block: slices << SLICE_SHIFT,
+                block: (slices << SLICE_SHIFT) - tail,
                 slices,
                 capacity: 1,
             })
@@ -249,8 +255,9 @@ impl LocalHeap {
         // `aligned.rs`'s spans.
         debug_assert!(align <= crate::aligned::MAX_SEGMENT_ALIGN);
         let offset = (HEADER_SLICES * SLICE_SIZE).next_multiple_of(align);
+        let tail = guard::tail();
         let Some(map_size) = size
-            .checked_add(offset)
+            .checked_add(offset + tail)
             .and_then(|s| s.checked_next_multiple_of(os::OS_PAGE))
         else {
             return ptr::null_mut();
@@ -261,7 +268,22 @@ impl LocalHeap {
         }
         self.link_segment(seg);
         let page = Segment::page(seg, offset >> SLICE_SHIFT);
-        let block = map_size - offset;
+        let block = if tail == 0 {
+            map_size - offset
+        } else {
+            // The block runs to the guard at the end of the mapping, which a
+            // cached one (perhaps larger than asked for) has had since it
+            // was made, and a fresh one gets now.
+            // SAFETY: our fresh segment; its mapping's last OS page is past
+            // every block.
+            unsafe {
+                let mapped = (*seg).map_size;
+                if zeroed {
+                    guard::place_huge(seg.cast(), mapped);
+                }
+                mapped - offset - tail
+            }
+        };
         // SAFETY: our fresh segment.
         unsafe {
             let first = offset >> SLICE_SHIFT;
@@ -338,6 +360,8 @@ impl LocalHeap {
                 is_zero,
             );
             set_span(seg, i, 1, slices, block);
+            // SAFETY: our span, set up with `guard::tail()` to spare.
+            guard::place(seg, i, slices);
             self.page_count += 1;
             page
         }
@@ -609,7 +633,8 @@ impl LocalHeap {
             }
             let i = (p as usize - seg as usize) >> SLICE_SHIFT;
             let n = (*page).slice_count();
-            let want = new_size.div_ceil(SLICE_SIZE);
+            let tail = guard::tail();
+            let want = new_size.saturating_add(tail).div_ceil(SLICE_SIZE);
             if i + want > SLICES {
                 return false;
             }
@@ -619,8 +644,11 @@ impl LocalHeap {
                 return false;
             }
             self.claim_slices(seg, extra);
-            let block = want << SLICE_SHIFT;
+            let block = (want << SLICE_SHIFT) - tail;
             set_span(seg, i, n, want, block);
+            // The guard moves to the new end (the old one becomes part of
+            // the block).
+            guard::place(seg, i, want);
             (*page).block_size.store(block, Ordering::Relaxed);
             (*page).slice_count.store(want as u32, Ordering::Relaxed);
             (*page).bump_end = (*page).start + block;

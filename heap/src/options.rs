@@ -4,11 +4,17 @@
 //! |---|---|---|---|
 //! | purge delay | milliseconds | 10 | `LOAM_PURGE_DELAY_MS` |
 //! | huge pages | 0 or 1 | 0 | `LOAM_HUGE_PAGES` |
+//! | guard pages | 0 or 1 | 1 with the `secure` feature, else 0 | `LOAM_GUARD_PAGES` |
 //!
 //! The purge delay is how long a freed slice stays resident before it is
 //! decommitted: long enough that a program which frees and re-allocates in
 //! quick succession does not pay for `madvise` and page faults each time,
 //! short enough that an idle program's resident size falls back.
+//!
+//! Guard pages: the last 4 KiB of every page and span is made inaccessible,
+//! so that a write running off the end of the last block faults at once
+//! (mimalloc's secure mode does the same). Read once, when the first heap
+//! is made: every page's geometry depends on it. See `guard.rs`.
 
 use crate::sync::{AtomicBool, AtomicU64, Ordering};
 use std::ffi::CStr;
@@ -19,6 +25,7 @@ static PURGE_DELAY_MS: AtomicU64 = AtomicU64::new(DEFAULT_PURGE_DELAY_MS);
 /// The floor a client that frees in bursts set ([`hold_freed_memory`]).
 static HOLD_MS: AtomicU64 = AtomicU64::new(0);
 static HUGE_PAGES: AtomicBool = AtomicBool::new(false);
+static GUARD_PAGES: AtomicBool = AtomicBool::new(cfg!(feature = "secure"));
 static READ_ENV: AtomicBool = AtomicBool::new(false);
 
 /// Reads the environment once (the first time a heap is created). Uses
@@ -39,6 +46,12 @@ pub(crate) fn init() {
         match v.to_str().ok().and_then(parse_flag) {
             Some(on) => HUGE_PAGES.store(on, Ordering::Relaxed),
             None => warn(b"loam-heap: ignoring LOAM_HUGE_PAGES: expected 1/0, true/false, on/off or yes/no\n"),
+        }
+    }
+    if let Some(v) = getenv(c"LOAM_GUARD_PAGES") {
+        match v.to_str().ok().and_then(parse_flag) {
+            Some(on) => GUARD_PAGES.store(on, Ordering::Relaxed),
+            None => warn(b"loam-heap: ignoring LOAM_GUARD_PAGES: expected 1/0, true/false, on/off or yes/no\n"),
         }
     }
 }
@@ -132,6 +145,13 @@ pub(crate) fn warn(msg: &[u8]) {
 #[inline]
 pub(crate) fn huge_pages() -> bool {
     HUGE_PAGES.load(Ordering::Relaxed)
+}
+
+/// Whether pages and spans end in a guard page (`guard.rs`). Constant once
+/// the first heap exists (`init` runs before its first page).
+#[inline]
+pub(crate) fn guard_pages() -> bool {
+    GUARD_PAGES.load(Ordering::Relaxed)
 }
 
 /// The purge delay in effect, in milliseconds: the larger of the purge delay

@@ -103,6 +103,24 @@ pub(crate) unsafe fn decommit(p: *mut u8, size: usize) {
     unsafe { libc::madvise(p.cast(), size, libc::MADV_DONTNEED) };
 }
 
+/// Makes `p..p+size` inaccessible (`guard`) or read-write again. Returns
+/// false if the kernel refused (with `ENOMEM` once a process has
+/// `vm.max_map_count` mappings: each guard splits its mapping in two).
+///
+/// # Safety
+/// The range lies in a live mapping of ours, and with `guard` holds
+/// nothing anyone will touch until it is made read-write again.
+pub(crate) unsafe fn protect(p: *mut u8, size: usize, guard: bool) -> bool {
+    let prot = if guard {
+        libc::PROT_NONE
+    } else {
+        libc::PROT_READ | libc::PROT_WRITE
+    };
+    // SAFETY: the caller guarantees the range is ours and, for a guard,
+    // untouched while inaccessible; mprotect changes only its permissions.
+    unsafe { libc::mprotect(p.cast(), size, prot) == 0 }
+}
+
 /// Asks for transparent huge pages behind `p..p+size` (a hint; ignored where
 /// the kernel does not support it).
 ///

@@ -71,6 +71,10 @@ pub(crate) struct Segment {
     pub(crate) dirty: AtomicU64,
     /// When a slice of this segment was last freed (owner only).
     pub(crate) last_free_ms: u64,
+    /// Bit `i` set: the last OS page of slice `i` is a guard page,
+    /// inaccessible (owner only; `guard.rs`). Zero in a huge segment, whose
+    /// guard is always its mapping's last page.
+    pub(crate) guarded: u64,
     /// Owner's segment list (owner only).
     pub(crate) next: *mut Segment,
     pub(crate) prev: *mut Segment,

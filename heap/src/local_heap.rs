@@ -1,17 +1,22 @@
 //! The per-thread heap: size-class page queues, the allocation and local-free
-//! paths, the slow path's housekeeping (drain, adopt, purge), and large spans.
+//! paths, the slow path's housekeeping, and large spans. Taking back the
+//! collector's page runs is in `runs.rs`; purging and the visits to exited
+//! threads' heaps in `tidy.rs` (child modules: they share the heap's
+//! private fields).
 
-use crate::block::{self, Block};
+mod runs;
+mod tidy;
+
+use crate::block;
 use crate::guard;
 use crate::options;
 use crate::os;
 use crate::page::{Page, PageQueue, PageState};
 use crate::thread_cache::ThreadCache;
-use crate::remote::{route_chains, Inbox, RemoteCache, RunKind, RunQueue, REMOTE};
-use crate::inspect::{AllocatedBit, RUN_PENDING};
+use crate::remote::{route_chains, Inbox, RemoteCache, RunQueue, REMOTE};
 use crate::segment::{
     self, Segment, SegmentKind, HEADER_SLICES, SEGMENT_SIZE, SLICES, SLICE_SHIFT, SLICE_SIZE,
-    USABLE_MASK, USABLE_SLICES,
+    USABLE_SLICES,
 };
 use crate::size_class::{
     class_for_aligned, class_of, slices_for_class, CLASS_SIZE, MIN_BLOCK, NUM_CLASSES, SMALL_MAX,
@@ -517,14 +522,7 @@ impl LocalHeap {
             match (*page).state() {
                 PageState::Small => {
                     let c = (*page).class as usize;
-                    if (*page).in_full {
-                        self.full.remove(page);
-                        (*page).in_full = false;
-                        self.queues[c].push_back(page);
-                        if self.current[c].is_null() {
-                            self.current[c] = self.queues[c].first;
-                        }
-                    }
+                    self.requeue_full(page);
                     if (*page).used() == 0 && self.current[c] != page {
                         self.queues[c].remove(page);
                         self.release_page(page);
@@ -723,246 +721,6 @@ impl LocalHeap {
         n + runs
     }
 
-    /// Takes back the page runs queued for us, if any; returns the blocks
-    /// taken.
-    #[inline]
-    pub(crate) fn reclaim_runs(&mut self) -> u64 {
-        let runs = self.runs.take_all();
-        if runs.is_null() {
-            return 0;
-        }
-        // SAFETY: the runs came from our queue.
-        let n = unsafe { self.drain_runs(runs) };
-        REMOTE.drained.fetch_add(n, Ordering::Relaxed);
-        n
-    }
-
-    /// Takes back the page runs linked from `run`: a run that accounts for
-    /// every block its page has in use resets the page in O(1); any other is
-    /// walked and freed block by block (or forwarded, if its segment has
-    /// been adopted by another heap since it was sent). Returns the blocks
-    /// taken.
-    ///
-    /// # Safety
-    /// `run` came from `self.runs.take_all()`.
-    unsafe fn drain_runs(&mut self, mut run: *mut Block) -> u64 {
-        let me: *mut LocalHeap = self;
-        let mut n = 0;
-        while !run.is_null() {
-            // SAFETY: a queued run is ours, its blocks dead blocks of one live
-            // page (the run holds them in use), of at least MIN_RUN_BLOCK bytes.
-            unsafe {
-                let (next_run, kind, len) = RunQueue::header(run);
-                let page = segment::page_of(run.cast());
-                let len = if kind == RunKind::WholePage {
-                    (*page).capacity()
-                } else {
-                    len
-                };
-                let size = (*page).block_size();
-                let owner = (*segment::segment_of(run.cast())).owner.load(Ordering::Relaxed);
-                let small = (*page).state() == PageState::Small;
-                if kind == RunKind::WholePage && owner == me && (*page).used() as usize != len {
-                    crate::fatal("a whole-page run found blocks of its page in use");
-                }
-                if owner == me && small && (*page).used() as usize == len {
-                    AllocatedBit::clear_page(page);
-                    (*page).reset_empty();
-                    // Also drops RUN_PENDING (release: a sweeper that sees
-                    // it clear sees the cleared bits).
-                    (*page).user_flags.store(0, Ordering::Release);
-                    // Keep the page in its class queue, not released: a
-                    // collector empties pages wholesale and the mutator
-                    // refills them at once (releasing would decommit them
-                    // after the purge delay, and the refill would fault the
-                    // memory back in). `tidy` and `collect` still release it.
-                    self.requeue_full(page);
-                } else if kind == RunKind::WholePage {
-                    // Adopted since it was sent (a whole-page run always
-                    // resets its page otherwise): the new owner takes it.
-                    (*owner).runs.push(run, kind);
-                } else {
-                    // Words 1 of the first two blocks overwrote the debug
-                    // fill: restore it.
-                    block::on_free(run.cast(), size);
-                    if len > 1 {
-                        block::on_free(block::next(run).cast(), size);
-                    }
-                    let mut b = run;
-                    if owner == me {
-                        while !b.is_null() {
-                            AllocatedBit::of(page, b.cast()).clear();
-                            b = block::next(b);
-                        }
-                        (*page)
-                            .user_flags
-                            .fetch_and(!RUN_PENDING, Ordering::Release);
-                        b = run;
-                        while !b.is_null() {
-                            let next = block::next(b);
-                            self.free_drained(page, b.cast());
-                            b = next;
-                        }
-                    } else {
-                        // Adopted since it was sent: the new owner takes it
-                        // as a run.
-                        block::set_word(run, 1, 0);
-                        if len > 1 {
-                            block::set_word(block::next(run), 1, len);
-                        }
-                        (*owner).runs.push(run, kind);
-                    }
-                }
-                n += len as u64;
-                run = next_run;
-            }
-        }
-        n
-    }
-
-    /// Moves `page` from the full list back to its class queue, if it is
-    /// there.
-    ///
-    /// # Safety
-    /// `page` is a small page of ours.
-    unsafe fn requeue_full(&mut self, page: *mut Page) {
-        // SAFETY: ours (caller).
-        unsafe {
-            if (*page).in_full {
-                let c = (*page).class as usize;
-                self.full.remove(page);
-                (*page).in_full = false;
-                self.queues[c].push_back(page);
-                if self.current[c].is_null() {
-                    self.current[c] = self.queues[c].first;
-                }
-            }
-        }
-    }
-
-    /// Releases every empty page, the current ones included.
-    pub(crate) fn retire_empty_pages(&mut self) {
-        for c in 0..NUM_CLASSES {
-            self.current[c] = ptr::null_mut();
-            let mut page = self.queues[c].first;
-            while !page.is_null() {
-                // SAFETY: pages on our queues are ours.
-                unsafe {
-                    let next = (*page).next;
-                    (*page).collect();
-                    if (*page).used() == 0 {
-                        self.queues[c].remove(page);
-                        self.release_page(page);
-                    }
-                    page = next;
-                }
-            }
-            self.current[c] = self.queues[c].first;
-        }
-    }
-
-    /// Decommits free slices that have been idle for the purge delay (all of
-    /// them when `force`), and unmaps segments left entirely free.
-    pub(crate) fn purge(&mut self, force: bool) {
-        segment::expire_huge_cache();
-        if self.dirty_segments == 0 {
-            return;
-        }
-        let now = os::now_ms();
-        if !force && now < self.next_purge_ms {
-            return;
-        }
-        let delay = options::purge_delay_ms();
-        self.next_purge_ms = now + (delay / 2).max(1);
-        let mut seg = self.segments;
-        while !seg.is_null() {
-            // SAFETY: segments on our list are ours.
-            unsafe {
-                let next = (*seg).next;
-                let dirty = (*seg).dirty.load(Ordering::Relaxed);
-                if dirty != 0 && (force || now.saturating_sub((*seg).last_free_ms) >= delay) {
-                    self.dirty_segments -= 1;
-                    if (*seg).free_slices.load(Ordering::Relaxed) == USABLE_MASK {
-                        self.unlink_segment(seg);
-                        Segment::destroy(seg);
-                    } else {
-                        decommit_runs(seg, dirty);
-                        (*seg).dirty.store(0, Ordering::Relaxed);
-                    }
-                }
-                seg = next;
-            }
-        }
-    }
-
-    /// Walks orphaned heaps: drains each one's queue (freeing into its pages
-    /// or forwarding), releases what became empty, and with `adopt` takes the
-    /// segments of the first orphan that has any.
-    /// Returns how many queued blocks it drained.
-    pub(crate) fn visit_orphans(&mut self, adopt: bool, force: bool) -> u64 {
-        let mut adopted = !adopt;
-        let mut drained = 0;
-        crate::abandon::for_each_orphan(|o| {
-            // SAFETY: the orphan lock is held, so `o` is ours alone; it is
-            // not `self` (a live heap is never on the orphan list).
-            let o = unsafe { &mut *o };
-            drained += o.tidy(force);
-            if !adopted && !o.segments.is_null() {
-                self.adopt(o);
-                adopted = true;
-            }
-        });
-        drained
-    }
-
-    /// Drains, sends, and gives back what is empty (used on abandon and on
-    /// orphan visits); decommits free slices idle for the purge delay, or
-    /// all of them with `force` (`collect`).
-    /// Returns how many queued blocks it drained.
-    pub(crate) fn tidy(&mut self, force: bool) -> u64 {
-        self.flush_thread_cache();
-        self.cache.flush();
-        let drained = self.drain_remote();
-        self.cache.flush();
-        self.retire_empty_pages();
-        self.purge(force);
-        drained
-    }
-
-    /// Takes every segment and page of abandoned heap `o`.
-    fn adopt(&mut self, o: &mut LocalHeap) {
-        let me: *mut LocalHeap = self;
-        let mut seg = o.segments;
-        while !seg.is_null() {
-            // SAFETY: `o` is held exclusively (orphan lock), so its segments
-            // are ours to re-own. The Release store pairs with nothing in
-            // particular: senders only need *some* owner whose queue is drained.
-            unsafe {
-                let next = (*seg).next;
-                (*seg).owner.store(me, Ordering::Release);
-                self.link_segment(seg);
-                seg = next;
-            }
-        }
-        o.segments = ptr::null_mut();
-        self.dirty_segments += std::mem::take(&mut o.dirty_segments);
-        for c in 0..NUM_CLASSES {
-            o.current[c] = ptr::null_mut();
-            // SAFETY: both queues' pages are ours now.
-            unsafe { self.queues[c].append(&mut o.queues[c]) };
-            if self.current[c].is_null() {
-                self.current[c] = self.queues[c].first;
-            }
-        }
-        // SAFETY: as above.
-        unsafe { self.full.append(&mut o.full) };
-        let pages = std::mem::take(&mut o.page_count);
-        self.page_count += pages;
-        crate::stats::COUNTERS
-            .pages_adopted
-            .fetch_add(pages as u64, Ordering::Relaxed);
-    }
-
     /// Calls `f` on every page this heap owns.
     pub(crate) fn for_each_own_page(&self, mut f: impl FnMut(*mut Page)) {
         let mut seg = self.segments;
@@ -1040,22 +798,4 @@ unsafe fn set_span(seg: *mut Segment, i: usize, from: usize, n: usize, block: us
 fn run_mask(i: usize, n: usize) -> u64 {
     debug_assert!(i + n <= SLICES && n >= 1);
     (if n == 64 { u64::MAX } else { (1u64 << n) - 1 }) << i
-}
-
-/// Decommits each run of set bits in `dirty`.
-///
-/// # Safety
-/// `seg` is ours and every slice in `dirty` is free.
-unsafe fn decommit_runs(seg: *mut Segment, mut dirty: u64) {
-    while dirty != 0 {
-        let i = dirty.trailing_zeros() as usize;
-        let n = (!(dirty >> i)).trailing_zeros() as usize;
-        let n = n.min(SLICES - i);
-        // SAFETY: free slices of our segment hold nothing live (caller).
-        unsafe { os::decommit(Segment::slice_start(seg, i) as *mut u8, n << SLICE_SHIFT) };
-        crate::stats::COUNTERS
-            .bytes_decommitted
-            .fetch_add((n << SLICE_SHIFT) as u64, Ordering::Relaxed);
-        dirty &= !run_mask(i, n);
-    }
 }

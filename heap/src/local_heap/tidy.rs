@@ -1,0 +1,156 @@
+//! A heap's upkeep: releasing empty pages, decommitting free slices that
+//! stayed idle for the purge delay (and unmapping segments left entirely
+//! free), and visiting the heaps of exited threads (the orphans of
+//! `abandon.rs`): draining what other threads sent them, releasing what
+//! became empty, and adopting their segments when this heap needs memory.
+
+use super::{run_mask, LocalHeap};
+use crate::options;
+use crate::os;
+use crate::segment::{self, Segment, SLICES, SLICE_SHIFT, USABLE_MASK};
+use crate::size_class::NUM_CLASSES;
+use crate::sync::Ordering;
+use std::ptr;
+
+impl LocalHeap {
+    /// Releases every empty page, the current ones included.
+    pub(crate) fn retire_empty_pages(&mut self) {
+        for c in 0..NUM_CLASSES {
+            self.current[c] = ptr::null_mut();
+            let mut page = self.queues[c].first;
+            while !page.is_null() {
+                // SAFETY: pages on our queues are ours.
+                unsafe {
+                    let next = (*page).next;
+                    (*page).collect();
+                    if (*page).used() == 0 {
+                        self.queues[c].remove(page);
+                        self.release_page(page);
+                    }
+                    page = next;
+                }
+            }
+            self.current[c] = self.queues[c].first;
+        }
+    }
+
+    /// Decommits free slices that have been idle for the purge delay (all of
+    /// them when `force`), and unmaps segments left entirely free.
+    pub(crate) fn purge(&mut self, force: bool) {
+        segment::expire_huge_cache();
+        if self.dirty_segments == 0 {
+            return;
+        }
+        let now = os::now_ms();
+        if !force && now < self.next_purge_ms {
+            return;
+        }
+        let delay = options::purge_delay_ms();
+        self.next_purge_ms = now + (delay / 2).max(1);
+        let mut seg = self.segments;
+        while !seg.is_null() {
+            // SAFETY: segments on our list are ours.
+            unsafe {
+                let next = (*seg).next;
+                let dirty = (*seg).dirty.load(Ordering::Relaxed);
+                if dirty != 0 && (force || now.saturating_sub((*seg).last_free_ms) >= delay) {
+                    self.dirty_segments -= 1;
+                    if (*seg).free_slices.load(Ordering::Relaxed) == USABLE_MASK {
+                        self.unlink_segment(seg);
+                        Segment::destroy(seg);
+                    } else {
+                        decommit_runs(seg, dirty);
+                        (*seg).dirty.store(0, Ordering::Relaxed);
+                    }
+                }
+                seg = next;
+            }
+        }
+    }
+
+    /// Walks orphaned heaps: drains each one's queue (freeing into its pages
+    /// or forwarding), releases what became empty, and with `adopt` takes the
+    /// segments of the first orphan that has any.
+    /// Returns how many queued blocks it drained.
+    pub(crate) fn visit_orphans(&mut self, adopt: bool, force: bool) -> u64 {
+        let mut adopted = !adopt;
+        let mut drained = 0;
+        crate::abandon::for_each_orphan(|o| {
+            // SAFETY: the orphan lock is held, so `o` is ours alone; it is
+            // not `self` (a live heap is never on the orphan list).
+            let o = unsafe { &mut *o };
+            drained += o.tidy(force);
+            if !adopted && !o.segments.is_null() {
+                self.adopt(o);
+                adopted = true;
+            }
+        });
+        drained
+    }
+
+    /// Drains, sends, and gives back what is empty (used on abandon and on
+    /// orphan visits); decommits free slices idle for the purge delay, or
+    /// all of them with `force` (`collect`).
+    /// Returns how many queued blocks it drained.
+    pub(crate) fn tidy(&mut self, force: bool) -> u64 {
+        self.flush_thread_cache();
+        self.cache.flush();
+        let drained = self.drain_remote();
+        self.cache.flush();
+        self.retire_empty_pages();
+        self.purge(force);
+        drained
+    }
+
+    /// Takes every segment and page of abandoned heap `o`.
+    fn adopt(&mut self, o: &mut LocalHeap) {
+        let me: *mut LocalHeap = self;
+        let mut seg = o.segments;
+        while !seg.is_null() {
+            // SAFETY: `o` is held exclusively (orphan lock), so its segments
+            // are ours to re-own. The Release store pairs with nothing in
+            // particular: senders only need *some* owner whose queue is drained.
+            unsafe {
+                let next = (*seg).next;
+                (*seg).owner.store(me, Ordering::Release);
+                self.link_segment(seg);
+                seg = next;
+            }
+        }
+        o.segments = ptr::null_mut();
+        self.dirty_segments += std::mem::take(&mut o.dirty_segments);
+        for c in 0..NUM_CLASSES {
+            o.current[c] = ptr::null_mut();
+            // SAFETY: both queues' pages are ours now.
+            unsafe { self.queues[c].append(&mut o.queues[c]) };
+            if self.current[c].is_null() {
+                self.current[c] = self.queues[c].first;
+            }
+        }
+        // SAFETY: as above.
+        unsafe { self.full.append(&mut o.full) };
+        let pages = std::mem::take(&mut o.page_count);
+        self.page_count += pages;
+        crate::stats::COUNTERS
+            .pages_adopted
+            .fetch_add(pages as u64, Ordering::Relaxed);
+    }
+}
+
+/// Decommits each run of set bits in `dirty`.
+///
+/// # Safety
+/// `seg` is ours and every slice in `dirty` is free.
+unsafe fn decommit_runs(seg: *mut Segment, mut dirty: u64) {
+    while dirty != 0 {
+        let i = dirty.trailing_zeros() as usize;
+        let n = (!(dirty >> i)).trailing_zeros() as usize;
+        let n = n.min(SLICES - i);
+        // SAFETY: free slices of our segment hold nothing live (caller).
+        unsafe { os::decommit(Segment::slice_start(seg, i) as *mut u8, n << SLICE_SHIFT) };
+        crate::stats::COUNTERS
+            .bytes_decommitted
+            .fetch_add((n << SLICE_SHIFT) as u64, Ordering::Relaxed);
+        dirty &= !run_mask(i, n);
+    }
+}

@@ -51,8 +51,8 @@ use std::ptr::{self, NonNull};
 pub struct FreeBatch {
     cache: RemoteCache,
     pending: usize,
-    /// Page flag bits the next run sent clears, after it sets
-    /// `RUN_PENDING` and before the owner can see the run.
+    /// Page flag bits the next run sent clears, after it counts the run
+    /// out (`RUN_PENDING`) and before the owner can see the run.
     clear_on_send: u8,
 }
 
@@ -97,8 +97,9 @@ impl FreeBatch {
     /// owner takes them back, the owner resets the page in O(1) (its blocks
     /// are then handed out again in address order) instead of walking them.
     /// The owner also clears the blocks' allocated bits (see
-    /// [`alloc_object`](crate::alloc_object)); until it has, the page carries
-    /// [`RUN_PENDING`](crate::RUN_PENDING).
+    /// [`alloc_object`](crate::alloc_object)); until it has, the blocks are
+    /// *pending* ([`PageRef::pending_words`](crate::PageRef::pending_words))
+    /// and the page's flags carry [`RUN_PENDING`](crate::RUN_PENDING).
     ///
     /// # Panics
     /// If the blocks are smaller than 16 bytes (a run needs two words).
@@ -165,14 +166,15 @@ impl FreeBatch {
             } else {
                 RunKind::Linked
             };
+            set_pending(page, blocks.iter().map(|b| page.block_index(b.as_ptr())));
             self.send_run(page, run, kind, blocks.len());
         }
     }
 
     /// [`push_page_run`](Self::push_page_run), clearing the page's flag bits
-    /// `bits` (the collector's, not `RUN_PENDING`) once `RUN_PENDING` is set
-    /// and before the owner can take the run: the page is never without
-    /// both, and no later reset of the page by its owner can be undone by a
+    /// `bits` (the collector's, not `RUN_PENDING`) once the run is counted
+    /// out (`RUN_PENDING`) and before the owner can take the run: the page is
+    /// never without both, and no later reset of the page by its owner can be undone by a
     /// late clear. The collector's finalizer uses it to hand a page back.
     ///
     /// # Safety
@@ -185,14 +187,18 @@ impl FreeBatch {
         self.clear_on_send = 0;
     }
 
-    /// Marks `page` `RUN_PENDING` (before the push: the owner clears it after
-    /// taking the run) and pushes `run`, of `len` blocks, to its owner.
+    /// Counts the run out on `page` (after its pending bits are set: a
+    /// reader that sees the count sees them; the owner takes the count back
+    /// after clearing them), clears `clear_on_send` after that (so a page
+    /// the finalizer held is never seen with neither the finalizer's flag
+    /// nor the run's count), and pushes `run`, of `len` blocks, to its
+    /// owner.
     ///
     /// # Safety
     /// `run` is a well-formed run of `kind` of the caller's dead blocks of
-    /// `page`, a live page.
+    /// `page`, a live page, whose pending bits the caller set.
     unsafe fn send_run(&mut self, page: &Page, run: *mut Block, kind: RunKind, len: usize) {
-        page.user_flags.fetch_or(RUN_PENDING, Ordering::Release);
+        page.runs_out.fetch_add(1, Ordering::Release);
         if self.clear_on_send != 0 {
             page.user_flags
                 .fetch_and(!self.clear_on_send, Ordering::Release);
@@ -257,6 +263,7 @@ impl FreeBatch {
             // this run, so `used` stays at capacity and the owner will reset
             // the page without reading links: write none.
             let first: *mut Block = (page.start as *mut u8).cast();
+            set_all_pending(page);
             self.send_run(page, first, RunKind::WholePage, cap);
         }
         true
@@ -281,6 +288,44 @@ impl FreeBatch {
     pub fn flush(&mut self) {
         self.cache.flush();
         self.pending = 0;
+    }
+}
+
+/// Sets the pending bits of blocks `indices` (ascending) of `page`: one
+/// atomic OR per bitmap word (relaxed: `send_run`'s count publishes them).
+fn set_pending(page: &Page, indices: impl Iterator<Item = usize>) {
+    let page_ptr = std::ptr::from_ref(page).cast_mut();
+    // SAFETY: a live page (the callers hold blocks of it); runs are made of
+    // blocks of 16 bytes or more, whose pages the pending bitmap covers.
+    let bits = unsafe { crate::inspect::pending_bitmap(page_ptr, page.capacity().div_ceil(64)) };
+    let mut word = usize::MAX;
+    let mut mask = 0u64;
+    for i in indices {
+        if i / 64 != word {
+            if mask != 0 {
+                bits[word].fetch_or(mask, Ordering::Relaxed);
+            }
+            word = i / 64;
+            mask = 0;
+        }
+        mask |= 1u64 << (i % 64);
+    }
+    if mask != 0 {
+        bits[word].fetch_or(mask, Ordering::Relaxed);
+    }
+}
+
+/// Sets the pending bit of every block of `page`: a word at a time (a
+/// whole-page run stays O(words), not O(blocks)).
+fn set_all_pending(page: &Page) {
+    let cap = page.capacity();
+    let page_ptr = std::ptr::from_ref(page).cast_mut();
+    // SAFETY: as in `set_pending`.
+    let bits = unsafe { crate::inspect::pending_bitmap(page_ptr, cap.div_ceil(64)) };
+    for (w, word) in bits.iter().enumerate() {
+        let n = (cap - w * 64).min(64);
+        let mask = if n == 64 { u64::MAX } else { (1u64 << n) - 1 };
+        word.fetch_or(mask, Ordering::Relaxed);
     }
 }
 

@@ -4,15 +4,19 @@
 
 use crate::alloc::current_heap;
 use crate::page::{Page, PageState};
-use crate::segment::{self, Segment, HEADER_SLICES, MARK_BYTES_PER_SLICE, SLICES, SLICE_SHIFT};
+use crate::segment::{
+    self, Segment, HEADER_SLICES, MARK_BYTES_PER_SLICE, PENDING_BYTES_PER_SLICE, SLICES, SLICE_SHIFT,
+};
 use crate::sync::{AtomicU64, Ordering};
 use std::fmt;
 use std::marker::PhantomData;
 
-/// Page flag, set by [`crate::FreeBatch::push_page_run`] and cleared by the
-/// page's owner once it has taken the run back (and cleared the run's
-/// allocated bits): while it is set, blocks of the page may carry allocated
-/// bits although they are already freed, so a sweeper must skip the page.
+/// Page flag, in [`PageRef::flags`] while a page run sent by
+/// [`crate::FreeBatch::push_page_run`] is out (not yet taken back by the
+/// page's owner, see [`PageRef::runs_out`]): the run's blocks still carry
+/// allocated bits although they are freed, and their pending bits say so.
+/// A sweeper copies such a page's allocated words less its pending words
+/// ([`PageRef::pending_words`]).
 pub const RUN_PENDING: u8 = 0x80;
 
 /// A live page of the heap: `capacity()` blocks of `block_size()` bytes from
@@ -38,8 +42,11 @@ pub const RUN_PENDING: u8 = 0x80;
 /// allocated bits are written by the page's owning thread only, so that
 /// setting one costs no atomic read-modify-write: set through
 /// [`alloc_object`]'s [`AllocatedBit`], cleared by the owner when a
-/// [`crate::FreeBatch::push_page_run`] run brings the blocks back (see
-/// [`RUN_PENDING`]).
+/// [`crate::FreeBatch::push_page_run`] run brings the blocks back. Until
+/// then the run's blocks are *pending*: a third bitmap, written by the run's
+/// sender and cleared by the owner (atomic read-modify-writes, on slow paths
+/// only), says which allocated bits belong to freed blocks (see
+/// [`PageRef::pending_words`]).
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub struct PageRef<'a> {
     page: *mut Page,
@@ -193,11 +200,45 @@ impl<'a> PageRef<'a> {
     }
 
     /// The page's flag bits (zero when the page was set up, and when a page
-    /// run resets it). Bit 7 is [`RUN_PENDING`]; the others are the
+    /// run resets it). Bit 7 is [`RUN_PENDING`], set while
+    /// [`runs_out`](Self::runs_out) is not zero; the others are the
     /// collector's.
     #[inline]
     pub fn flags(&self) -> u8 {
-        self.page().user_flags.load(Ordering::Acquire)
+        let flags = self.page().user_flags.load(Ordering::Acquire);
+        if self.runs_out() != 0 {
+            flags | RUN_PENDING
+        } else {
+            flags
+        }
+    }
+
+    /// Page runs sent to the page's owner and not yet taken back. Read it
+    /// (acquire) before the pending words: zero means every run's pending
+    /// bits are cleared, and while a sweep cannot run (between a
+    /// collector's sweeps) no new ones appear.
+    #[inline]
+    pub fn runs_out(&self) -> u32 {
+        self.page().runs_out.load(Ordering::Acquire)
+    }
+
+    /// Every word of the pending bitmap in order (bit `b` of word `w`: block
+    /// `64 * w + b` is in a page run that is out). Each pending block's
+    /// allocated bit is still set; the owner clears the allocated bit first
+    /// and the pending bit after (release), so a word read here (acquire)
+    /// before the allocated word covers every block whose allocated bit
+    /// that read can still see from its run. A page of blocks under 16
+    /// bytes has no runs and reads as zero.
+    #[inline]
+    pub fn pending_words(&self) -> impl Iterator<Item = u64> + 'a {
+        let words = if self.block_size() < crate::remote::MIN_RUN_BLOCK {
+            0
+        } else {
+            self.bitmap_words()
+        };
+        // SAFETY: live (the caller's contract for `self`).
+        let bits = unsafe { pending_bitmap(self.page, words) };
+        bits.iter().map(|w| w.load(Ordering::Acquire))
     }
 
     /// Sets flag bits `bits` (not [`RUN_PENDING`], which is the heap's).
@@ -233,6 +274,22 @@ impl<'a> PageRef<'a> {
             w.store(0, Ordering::Relaxed);
         }
     }
+}
+
+/// The first `words` words of the pending bitmap of `page` (`words` at most
+/// the page's bitmap words, and 64: pages of blocks under 16 bytes have
+/// none).
+///
+/// # Safety
+/// `page` is a live page descriptor (its first, for a span).
+pub(crate) unsafe fn pending_bitmap<'a>(page: *mut Page, words: usize) -> &'a [AtomicU64] {
+    let seg = segment::segment_of(page.cast());
+    // SAFETY: live (caller).
+    let slice = (unsafe { (*page).start } - seg as usize) >> SLICE_SHIFT;
+    let words = words.min(PENDING_BYTES_PER_SLICE / 8);
+    // SAFETY: the pending bitmap of slice `slice` lies in the segment header,
+    // `PENDING_BYTES_PER_SLICE` bytes of atomics (zero-initialized by mmap).
+    unsafe { std::slice::from_raw_parts(Segment::pending_words(seg, slice), words) }
 }
 
 /// The side-bitmap bits of one block, found from its page descriptor on the

@@ -41,8 +41,11 @@
 //! - **Collector support** (`inspect.rs`): [`PageRef`] (a page's geometry and
 //!   bitmaps), [`alloc_object`] (a block and its [`AllocatedBit`], which
 //!   only the owning thread writes, so no atomic read-modify-write),
-//!   [`mark_block`], and the [`RUN_PENDING`] page flag that tells a sweeper
-//!   a page's allocated bits are not yet settled.
+//!   [`mark_block`], and the *pending* bits of the blocks a page run holds
+//!   until its owner takes it back ([`PageRef::pending_words`], with the
+//!   [`RUN_PENDING`] flag and [`PageRef::runs_out`] count), which a sweeper
+//!   subtracts from the allocated bits so that it can sweep the page's
+//!   other blocks meanwhile.
 //! - **ThreadCache** (`thread_cache.rs`): per class, the small blocks this
 //!   thread freed lately (its own or other heaps'), which its next plain
 //!   allocations of the class take first, last in first out, as jemalloc's
@@ -83,9 +86,10 @@
 //! - A page's lists and a heap's queues are touched only by the owning thread.
 //!   Other threads write only a heap's inbox and run queue (and read a
 //!   segment's `owner` and a page's immutable-while-live geometry); a
-//!   collector also sets mark bits and `RUN_PENDING`. A page's allocated bits
-//!   are the owner's alone: set when it allocates an object, cleared when a
-//!   page run brings the object's block back.
+//!   collector also sets mark bits, and a run's sender its pending bits and
+//!   count (`local_heap/runs.rs`). A page's allocated bits are the owner's
+//!   alone: set when it allocates an object, cleared when a page run brings
+//!   the object's block back.
 //! - When a thread exits, its heap (segments, pages, queue) is *abandoned*
 //!   onto the orphan list (`abandon.rs`). A new thread reuses a whole orphan;
 //!   a live thread that needs memory *adopts* an orphan's segments. Remote
@@ -176,6 +180,8 @@ not_under_loom! {
 
 #[cfg(all(test, loom))]
 mod handoff_model;
+#[cfg(all(test, loom))]
+mod pending_model;
 
 /// Aborts the process with a `heap:`-prefixed message: heap metadata is
 /// corrupted and continuing could only make it worse. Never allocates.

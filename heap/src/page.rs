@@ -67,6 +67,11 @@ pub(crate) struct Page {
     /// Bits a collector keeps per page (`PageRef::set_flags`); cleared when
     /// the page is set up.
     pub(crate) user_flags: AtomicU8,
+    /// Page runs sent to the owner and not yet taken back (`runs.rs`):
+    /// incremented by the sender after it set the run's pending bits,
+    /// decremented by the owner after it cleared them (both release). Zero
+    /// whenever the page is set up: a run holds its blocks in use.
+    pub(crate) runs_out: AtomicU32,
 }
 
 impl Page {
@@ -181,6 +186,7 @@ impl Page {
         self.next = ptr::null_mut();
         self.prev = ptr::null_mut();
         self.user_flags.store(0, Ordering::Relaxed);
+        debug_assert_eq!(self.runs_out.load(Ordering::Relaxed), 0);
         self.set_state(state);
     }
 

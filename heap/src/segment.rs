@@ -33,6 +33,13 @@ pub(crate) const MARK_OFFSET: usize = SLICE_SIZE;
 pub(crate) const MARK_BYTES_PER_SLICE: usize = SLICE_SIZE / 8 / 8;
 /// Offset of the first allocated-bit bitmap: the slice after the marks.
 pub(crate) const ALLOC_OFFSET: usize = 2 * SLICE_SIZE;
+/// Offset of the first pending bitmap (blocks a page run out holds, see
+/// `PageRef::pending_words`): the second half of the header's slice.
+pub(crate) const PENDING_OFFSET: usize = SLICE_SIZE / 2;
+/// Bytes of pending bitmap per slice: one bit per block of a page whose
+/// blocks are at least `MIN_RUN_BLOCK` (16) bytes, the only pages runs are
+/// made of (at most 4,096 blocks).
+pub(crate) const PENDING_BYTES_PER_SLICE: usize = SLICE_SIZE / crate::remote::MIN_RUN_BLOCK / 8;
 
 /// What a segment holds.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -96,7 +103,8 @@ pub(crate) struct Segment {
     pub(crate) pages: [Page; SLICES],
 }
 
-const _: () = assert!(std::mem::size_of::<Segment>() <= MARK_OFFSET);
+const _: () = assert!(std::mem::size_of::<Segment>() <= PENDING_OFFSET);
+const _: () = assert!(PENDING_OFFSET + SLICES * PENDING_BYTES_PER_SLICE <= MARK_OFFSET);
 const _: () = assert!(MARK_OFFSET + SLICES * MARK_BYTES_PER_SLICE <= ALLOC_OFFSET);
 const _: () = assert!(ALLOC_OFFSET + SLICES * MARK_BYTES_PER_SLICE <= HEADER_SLICES * SLICE_SIZE);
 
@@ -363,7 +371,7 @@ impl Segment {
         match huge_cache_take(map_size) {
             Some((base, size)) => {
                 // The header's parts that hold state: the segment struct
-                // and the two side bitmaps (not the whole three slices, so
+                // and the three side bitmaps (not the whole three slices, so
                 // that the rest stays untouched and need not be resident).
                 // SAFETY: the cache gave us the whole mapping, dead and
                 // unregistered; these ranges lie inside its header.
@@ -372,6 +380,7 @@ impl Segment {
                     ptr::write_bytes(b, 0, std::mem::size_of::<Segment>());
                     ptr::write_bytes(b.add(MARK_OFFSET), 0, SLICES * MARK_BYTES_PER_SLICE);
                     ptr::write_bytes(b.add(ALLOC_OFFSET), 0, SLICES * MARK_BYTES_PER_SLICE);
+                    ptr::write_bytes(b.add(PENDING_OFFSET), 0, SLICES * PENDING_BYTES_PER_SLICE);
                 }
                 // SAFETY: a zeroed header in a mapping of `size` bytes.
                 let seg = unsafe { Self::register(base as *mut u8, owner, SegmentKind::Huge, size) };
@@ -508,6 +517,12 @@ impl Segment {
     /// out as its mark bitmap.
     pub(crate) fn alloc_words(seg: *mut Segment, i: usize) -> *const AtomicU64 {
         (seg as usize + ALLOC_OFFSET + i * MARK_BYTES_PER_SLICE) as *const AtomicU64
+    }
+
+    /// The pending bitmap of the page whose first slice is `i`: one bit per
+    /// block index, `PENDING_BYTES_PER_SLICE` bytes.
+    pub(crate) fn pending_words(seg: *mut Segment, i: usize) -> *const AtomicU64 {
+        (seg as usize + PENDING_OFFSET + i * PENDING_BYTES_PER_SLICE) as *const AtomicU64
     }
 
     /// Index of the first run of `n` free slices, if any.

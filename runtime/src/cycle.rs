@@ -140,14 +140,21 @@ pub(crate) struct Snapshot {
 ///
 /// The order of the reads matters: threads outside `mutate` (and other
 /// runtimes' mutators) keep running, and an owner may take back a page run
-/// at any moment, clearing the run's allocated bits and then `RUN_PENDING`.
-/// So the flags are read first: a page without a run out cannot get one
-/// before the sweep (only sweeps send runs, one at a time), so its
-/// allocated bits can only grow, and the copy taken after is a set of blocks
-/// in use that only this runtime's sweep (or another runtime's, never at the
-/// same time) frees, which keeps the page live and its geometry fixed. A
-/// copy that is all zero means nothing to sweep (the run was taken back
-/// between the walk's reads).
+/// at any moment, clearing the run's allocated bits, then its pending bits,
+/// then its count (`loam_heap::PageRef::pending_words`). So the flags are
+/// read first (the runs out with them), then each pending word before its
+/// allocated word: a block is in the copy only if its allocated bit was set
+/// and no run held it, that is, it holds an object (or did, and its run
+/// has been taken back since, which the pending word read first rules
+/// out). A page gets no new run before the sweep (only sweeps send runs,
+/// one at a time, and the finalizer for pages it holds, which are left
+/// out), so the blocks in the copy are in use until this runtime's sweep
+/// (or another runtime's, never at the same time) frees them: they keep
+/// the page live and its geometry fixed. A copy that is all zero means
+/// nothing to sweep. Pages with runs out are swept like any other (their
+/// further garbage goes out as a further run), so a run its owner is slow
+/// to take back (a thread that sits idle, or serves another runtime)
+/// holds back nothing but its own blocks.
 fn snapshot_pages(snap: &mut Snapshot, clear_marks: bool) {
     loop {
         snap.pages.clear();
@@ -187,7 +194,10 @@ fn snapshot_pages(snap: &mut Snapshot, clear_marks: bool) {
                     }
                     p.clear_flags(sweep::OLD);
                 }
-                let pending = flags & loam_heap::RUN_PENDING != 0;
+                // The flags first (`flags` reads the runs out after the
+                // collector's flags): a page the finalizer hands back is
+                // counted as having a run out before it loses `FINALIZING`.
+                let runs_out = flags & loam_heap::RUN_PENDING != 0;
                 let words = p.bitmap_words();
                 if overflow
                     || pages.len() == pages.capacity()
@@ -200,19 +210,33 @@ fn snapshot_pages(snap: &mut Snapshot, clear_marks: bool) {
                     return;
                 }
                 let waits = flags & crate::finalize::FINALIZING != 0;
-                if pending || waits {
+                if waits {
                     *skipped += 1;
-                    *finalizing += usize::from(waits && !pending);
-                    // Not swept this cycle (a run out, or dead objects
-                    // waiting for the finalizer), but marked: a full cycle
-                    // clears its marks like any other page's.
+                    *finalizing += 1;
+                    // Not swept this cycle (dead objects waiting for the
+                    // finalizer), but marked: a full cycle clears its marks
+                    // like any other page's.
                     if clear_marks && p.allocated_words().any(|w| w != 0) {
                         p.clear_marks();
                     }
                     return;
                 }
                 let from = bits.len();
-                bits.extend(p.allocated_words());
+                if runs_out {
+                    // The blocks of the runs out still carry allocated bits:
+                    // leave them out. Each pending word is read before its
+                    // allocated word, so a block whose pending bit reads
+                    // clear had its allocated bit cleared first by its owner
+                    // (the bit read now is that, or a later allocation's).
+                    bits.extend(
+                        p.pending_words()
+                            .chain(std::iter::repeat(0))
+                            .zip(p.allocated_words())
+                            .map(|(pending, allocated)| allocated & !pending),
+                    );
+                } else {
+                    bits.extend(p.allocated_words());
+                }
                 if bits[from..].iter().all(|&w| w == 0) {
                     bits.truncate(from);
                     return;

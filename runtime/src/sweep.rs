@@ -11,14 +11,16 @@
 //! page has in use, the owner resets the whole page in O(1) and hands its
 //! blocks out again in address order. The owner, the only writer of a page's
 //! allocated bits (so that allocating costs no atomic read-modify-write),
-//! clears the run's bits when it takes the run back; until then the page
-//! carries `RUN_PENDING`, and later cycles neither sweep it nor rely on it
-//! staying live (its owner may free and release it at any time).
+//! clears the run's bits when it takes the run back; until then the run's
+//! blocks are *pending* (a bitmap the sender sets), and the next snapshot
+//! leaves them out of its copy, so later cycles sweep the page's other
+//! blocks whether or not its owner has come back.
 //!
-//! A page without a run out is live while it holds an allocated object, and
-//! only this runtime's sweep frees this runtime's objects (another's frees
-//! its own, never at the same time), so each snapshot page is live until the
-//! sweep sends its run, after which the sweep does not touch it.
+//! A page is live while it holds a block in use, and the snapshot's copy
+//! of a page is blocks in use that only this runtime's sweep frees (another
+//! runtime's frees its own, never at the same time), so each snapshot page
+//! is live until the sweep sends its run, after which the sweep does not
+//! touch it.
 
 use crate::finalize::{PageWork, FINALIZING};
 use crate::gc::{header_of, poison, TypeDesc};
@@ -188,10 +190,9 @@ unsafe fn sweep_page(
     let page = unsafe { PageRef::of(start as *const u8) };
     let base = page.start() as usize;
     let bs = page.block_size();
-    // The snapshot left out pages with a run out, and only this sweep
-    // sends runs now; the copied blocks keep the page's geometry fixed.
-    if page.flags() & loam_heap::RUN_PENDING != 0
-        || page.start() as usize != start
+    // The copied blocks keep the page's geometry fixed (the snapshot left
+    // out the blocks of runs still out).
+    if page.start() as usize != start
         || page.bitmap_words() != allocated.len()
         || allocated.len() > MAX_WORDS
     {

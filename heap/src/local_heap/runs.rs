@@ -1,16 +1,23 @@
 //! Taking back page runs: the dead blocks a collector's sweeper sends to
 //! a page's owner in one message (`FreeBatch::push_page_run`, queued on
 //! `LocalHeap::runs`). The owner is the only writer of its pages'
-//! allocated bits and lists, so the sweeper leaves the page flagged
-//! `RUN_PENDING` and the owner applies the run the next time it passes a
-//! slow path (or enters `mutate`): a run that accounts for every block its
+//! allocated bits and lists, so it applies the run itself, the next time
+//! it passes a slow path (or enters `mutate`): a run that accounts for every block its
 //! page has in use resets the page in O(1); any other is walked and freed
 //! block by block; a run whose segment was adopted by another heap since
 //! it was sent is forwarded to the new owner, never applied twice.
+//!
+//! Until then the run's blocks are *pending*: their bits in the page's
+//! pending bitmap are set (by the sender, before it counts the run out in
+//! `Page::runs_out`), so a sweeper can tell them from allocated objects
+//! and sweep the page's other blocks meanwhile, sending further runs. The
+//! owner clears a run's allocated bits, then its pending bits, then takes
+//! the count back, each step a release, and a reader goes the other way
+//! (`PageRef::pending_words`).
 
 use super::LocalHeap;
 use crate::block::{self, Block};
-use crate::inspect::{AllocatedBit, RUN_PENDING};
+use crate::inspect::{pending_bitmap, AllocatedBit};
 use crate::page::{Page, PageState};
 use crate::remote::{RunKind, RunQueue, REMOTE};
 use crate::segment;
@@ -60,10 +67,17 @@ impl LocalHeap {
                     crate::fatal("a whole-page run found blocks of its page in use");
                 }
                 if owner == me && small && (*page).used() as usize == len {
+                    // Every block in use is this run's, so no other run is
+                    // out: the allocated bits, then the pending bits, then
+                    // the count (release each: a sweeper that reads the
+                    // count, then pending, then allocated, sees them in
+                    // that order, `PageRef::pending_words`).
                     AllocatedBit::clear_page(page);
+                    for w in pending_bitmap(page, (*page).capacity().div_ceil(64)) {
+                        w.store(0, Ordering::Release);
+                    }
+                    (*page).runs_out.fetch_sub(1, Ordering::Release);
                     (*page).reset_empty();
-                    // Also drops RUN_PENDING (release: a sweeper that sees
-                    // it clear sees the cleared bits).
                     (*page).user_flags.store(0, Ordering::Release);
                     // Keep the page in its class queue, not released: a
                     // collector empties pages wholesale and the mutator
@@ -84,13 +98,29 @@ impl LocalHeap {
                     }
                     let mut b = run;
                     if owner == me {
+                        // Allocated bits, then pending bits, then the count,
+                        // as above; other runs of the page may still be out.
+                        // One pass, one atomic AND per pending word when the
+                        // blocks come in address order (a sweeper's do), each
+                        // after the allocated bits of the blocks it covers.
+                        let pending = pending_bitmap(page, (*page).capacity().div_ceil(64));
+                        let (mut word, mut mask) = (usize::MAX, 0u64);
                         while !b.is_null() {
                             AllocatedBit::of(page, b.cast()).clear();
+                            let i = (*page).block_index(b.cast());
+                            if i / 64 != word {
+                                if mask != 0 {
+                                    pending[word].fetch_and(!mask, Ordering::Release);
+                                }
+                                (word, mask) = (i / 64, 0);
+                            }
+                            mask |= 1u64 << (i % 64);
                             b = block::next(b);
                         }
-                        (*page)
-                            .user_flags
-                            .fetch_and(!RUN_PENDING, Ordering::Release);
+                        if mask != 0 {
+                            pending[word].fetch_and(!mask, Ordering::Release);
+                        }
+                        (*page).runs_out.fetch_sub(1, Ordering::Release);
                         b = run;
                         while !b.is_null() {
                             let next = block::next(b);

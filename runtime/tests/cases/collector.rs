@@ -231,6 +231,77 @@ fn objects_outlive_the_thread_that_allocated_them() {
     assert_eq!(drops.load(Ordering::Relaxed), 1777);
 }
 
+/// Same size as a `Node`, with no drop glue: garbage that a sweep hands
+/// back to its allocating thread as a page run.
+#[derive(Trace)]
+struct Plain {
+    _a: u64,
+    _b: u64,
+    _c: u64,
+}
+
+/// A thread allocates garbage and two rooted lists side by side in the
+/// same pages, detaches and sits idle, never to allocate again. A
+/// collection sends the garbage back to it as page runs, which it never
+/// takes back. Later collections must still free the lists' objects in
+/// those pages once unrooted, and dropping the runtime must drop the rest.
+#[test]
+fn pages_whose_runs_an_idle_thread_holds_are_still_collected() {
+    const N: usize = 3000;
+    let drops = Arc::new(AtomicUsize::new(0));
+    let rt = rt(2).build();
+    let (roots_tx, roots_rx) = std::sync::mpsc::channel();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let idle = {
+        let (rt, drops) = (rt.clone(), drops.clone());
+        std::thread::spawn(move || {
+            let mut m = rt.attach();
+            let roots = m.mutate(|mc| {
+                let (mut a, mut b) = (None, None);
+                for value in 0..N as u64 {
+                    mc.alloc(Plain { _a: value, _b: 0, _c: 0 });
+                    for head in [&mut a, &mut b] {
+                        *head = Some(mc.alloc(Node {
+                            value,
+                            next: GcCell::new(*head),
+                            _drops: Counted(drops.clone()),
+                        }));
+                    }
+                    mc.alloc(Plain { _a: value, _b: 1, _c: 1 });
+                }
+                (mc.global_root(a.unwrap()), mc.global_root(b.unwrap()))
+            });
+            drop(m);
+            drop(rt);
+            roots_tx.send(roots).unwrap();
+            // Idle: no `mutate`, no allocation, until the test ends.
+            done_rx.recv().unwrap();
+        })
+    };
+    let (a, b): (GlobalRoot<NodeRoot>, GlobalRoot<NodeRoot>) = roots_rx.recv().unwrap();
+    // Frees the plain objects: page runs to the idle thread, left out.
+    rt.collect();
+    rt.wait_for_drops();
+    assert_eq!(drops.load(Ordering::Relaxed), 0);
+    drop(a);
+    rt.collect();
+    rt.wait_for_drops();
+    assert_eq!(
+        drops.load(Ordering::Relaxed),
+        N,
+        "collect() left objects in pages whose runs the idle thread holds"
+    );
+    drop(b);
+    drop(rt);
+    assert_eq!(
+        drops.load(Ordering::Relaxed),
+        2 * N,
+        "dropping the runtime left objects in pages whose runs the idle thread holds"
+    );
+    done_tx.send(()).unwrap();
+    idle.join().unwrap();
+}
+
 #[test]
 fn weak_references_clear_when_their_target_dies() {
     let _one_runtime_at_a_time = serial();

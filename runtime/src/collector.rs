@@ -153,12 +153,11 @@ fn coordinator(shared: &Shared, pool: &ThreadPool) {
             hold_freed_memory(start - prev);
         }
         // A `collect` expects the garbage made before it freed, some of it
-        // in pages whose earlier dead objects the finalizer still holds or
-        // has just sent back: let the finalizer finish (a second at most,
-        // as below) and the caller take back those runs before the
-        // snapshot, which skips pages with a run out.
-        if forced && !from_finalizer && !last && shared.finalizer.wait_idle_for(Duration::from_secs(1)) {
-            take_back_collector_runs(shared);
+        // in pages whose earlier dead objects the finalizer still holds
+        // (the snapshot leaves those out): let the finalizer finish first,
+        // a second at most, as below.
+        if forced && !from_finalizer && !last {
+            shared.finalizer.wait_idle_for(Duration::from_secs(1));
         }
         let mut events = vec![cycle(shared, pool, forced || last, &mut gen, &mut snap)];
         // A forced cycle (`collect`, the heap limit) must reach the pages
@@ -167,14 +166,10 @@ fn coordinator(shared: &Shared, pool: &ThreadPool) {
         // that reaches more. It waits for the finalizer a second at most (a
         // destructor may be blocked on a lock the thread in `collect`
         // holds: then `collect` returns, and those pages wait for the next
-        // cycle). The last cycle must also reach pages with a run out (the
-        // finalizer sends runs, and the thread dropping the runtime takes
-        // back its own while it waits, see `Handle::drop`), and waits for
-        // the finalizer however long it takes: every destructor runs.
-        // (The finalizer sends the runs it frees to the pages' owners; a
-        // thread waiting in `collect` takes back its own as it waits. A
-        // `collect` made by a destructor does not wait for the finalizer,
-        // which is running that destructor.)
+        // cycle). The last cycle waits for the finalizer however long it
+        // takes: every destructor runs. (A `collect` made by a destructor
+        // does not wait for the finalizer, which is running that
+        // destructor.)
         let mut skipped = usize::MAX;
         loop {
             let again = if last {
@@ -188,17 +183,9 @@ fn coordinator(shared: &Shared, pool: &ThreadPool) {
             skipped = snap.skipped;
             if last {
                 shared.finalizer.wait_idle();
-                take_back_dropper_runs(shared);
             } else if !shared.finalizer.wait_idle_for(Duration::from_secs(1)) {
                 break;
-            } else {
-                // The finalizer sent the runs of the pages it held to their
-                // owners: the thread in `collect` takes its own back, and
-                // the snapshot below must come after (no fixed wait is long
-                // enough on a loaded machine: the drops come up short).
-                take_back_collector_runs(shared);
             }
-            loam_heap::drain_orphans();
             // A cycle again: threads at the heap limit wait while a sweep
             // runs (`Shared::wait_for_sweep`), and the stop waits for them.
             {
@@ -231,35 +218,6 @@ fn coordinator(shared: &Shared, pool: &ThreadPool) {
             c.shutdown = true;
             return;
         }
-    }
-}
-
-/// At shutdown: asks the thread dropping the runtime's last handle (if it
-/// waits for the collector) to take back the page runs sent to it, and
-/// waits for it to answer (a second at most).
-fn take_back_dropper_runs(shared: &Shared) {
-    if !shared.reclaimer.load(Ordering::Acquire) {
-        return;
-    }
-    let asked = shared.reclaim_asked.fetch_add(1, Ordering::AcqRel) + 1;
-    let deadline = Instant::now() + Duration::from_secs(1);
-    while shared.reclaim_done.load(Ordering::Acquire) < asked && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_micros(100));
-    }
-}
-
-/// Asks the threads waiting in `collect` to take back the page runs sent
-/// to them, and waits for one to answer (a second at most).
-fn take_back_collector_runs(shared: &Shared) {
-    if shared.collect_waiters.load(Ordering::Acquire) == 0 {
-        return;
-    }
-    let asked = shared.reclaim_asked.fetch_add(1, Ordering::AcqRel) + 1;
-    // They wait on the control condvar, a millisecond at a time.
-    shared.control_cv.notify_all();
-    let deadline = Instant::now() + Duration::from_secs(1);
-    while shared.reclaim_done.load(Ordering::Acquire) < asked && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_micros(100));
     }
 }
 

@@ -7,8 +7,9 @@
 //! 2. *Snapshot*: walk the heap's pages; for each with an allocated bit set,
 //!    clear its marks (full cycles only) and copy its allocated bits for the
 //!    sweep (objects allocated after the pause are then not the sweep's
-//!    business). Minor cycles skip the pages the sweep flagged old, and
-//!    every cycle those with a page run out.
+//!    business; the blocks of page runs still out are left out). Minor
+//!    cycles skip the pages the sweep flagged old, and every cycle the
+//!    pages the finalizer holds.
 //! 3. *Mark* from the mutators' and the global root tables (and, in a minor
 //!    cycle, the barrier's remembered objects): the coordinator alone while
 //!    the work is small, then in parallel, until done or until the pause
@@ -28,8 +29,7 @@
 //!    whose dead objects have drop glue go to the finalizer thread
 //!    (`finalize.rs`), which hands them back after the destructors ran.
 //! 8. Outside the cycle lock: a forced cycle that skipped pages waiting for
-//!    the finalizer runs again once it is done (the last cycle of a runtime
-//!    also waits for runs out to the thread dropping it); then the
+//!    the finalizer runs again once it is done; then the
 //!    `on_cycle` hook, once per cycle run, contained; then the cycle counts
 //!    as complete.
 //!
@@ -107,25 +107,25 @@ impl Generations {
 /// # Invariants
 /// After `snapshot_pages`: `pages` and `ranges` have one entry per page,
 /// in the order the walk met them; the ranges split `bits` into
-/// consecutive runs, each the page's bitmap words; no page in `pages` had
-/// a page run out when its flags were read, and each has a nonzero word.
+/// consecutive runs, each the page's bitmap words (less the blocks of page
+/// runs out); no page in `pages` was the finalizer's when its flags were
+/// read, and each has a nonzero word.
 /// The sweep consumes it; `objects` is set instead in a `GlobalAlloc`
 /// space.
 #[derive(Default)]
 pub(crate) struct Snapshot {
     /// Start addresses of the pages to sweep: those holding an allocated
-    /// object and no page run out (a page with one may be freed and even
-    /// released by its owner meanwhile, so the sweep must not touch it).
+    /// object, not held by the finalizer.
     pages: Vec<usize>,
     /// For each page in order, the range of its allocated words in `bits`.
     ranges: Vec<(usize, usize)>,
-    /// The pages' allocated words as of the pause. The sweep
-    /// frees `bits & !marked`: objects allocated after the pause are not in
-    /// it, so mutators allocate white and need no atomic mark write.
+    /// The pages' allocated words as of the pause, less the blocks of page
+    /// runs still out. The sweep frees `bits & !marked`: objects allocated
+    /// after the pause are not in it, so mutators allocate white and need
+    /// no atomic mark write.
     bits: Vec<u64>,
-    /// Pages left out because their dead objects wait for the finalizer,
-    /// or a page run is out (the runtime's last cycle runs again while
-    /// their number falls).
+    /// Pages left out because their dead objects wait for the finalizer
+    /// (the runtime's last cycle runs again while their number falls).
     pub(crate) skipped: usize,
     /// Of those, the pages waiting for the finalizer (a forced cycle runs
     /// again once it is done).
@@ -732,8 +732,8 @@ impl<'a> Cycle<'a> {
             (Space::Alloc(space), Some(objects)) => unsafe {
                 space.sweep(self.pool, objects, shared.id, shared.config.verify)
             },
-            // SAFETY: the snapshot's pages (none with a run out), with
-            // their allocated words as of the pause; marks complete; under
+            // SAFETY: the snapshot's pages, with their allocated words as
+            // of the pause (less the runs out); marks complete; under
             // the cycle lock (which also keeps `alone` true throughout, see
             // `RUNTIMES`).
             _ => unsafe {
@@ -922,11 +922,11 @@ fn verify(
         }
         return;
     }
-    // In the pages: pages with a run out are left
-    // out: blocked threads may take the run back and release the page even
-    // now. The count above covers them.
+    // In the pages: the finalizer's are left out (it may hand them back
+    // and their owners release them even now). The count above covers
+    // them.
     for &start in &snap.pages {
-        // SAFETY: a snapshot page without a run out holds allocated objects
+        // SAFETY: a snapshot page holds allocated objects, out of any run,
         // that only a sweep frees, so it is live.
         let page = unsafe { loam_heap::PageRef::of(start as *const u8) };
         let base = page.start() as usize;

@@ -18,10 +18,10 @@
 //! A page whose dead objects include one with drop glue is not handed back
 //! by the sweep: it carries [`FINALIZING`] and goes here whole, with every
 //! dead block it holds (the heap takes back one run per page at a time).
-//! Later cycles leave such a page out, as they do a page with a run out;
-//! the finalizer clears the flag in the same step that sends the run
-//! (`FreeBatch::push_page_run_clearing`), so the page always has one of
-//! the two flags until its owner takes the run back.
+//! Later cycles leave such a page out; the finalizer clears the flag in
+//! the same step that sends the run (`FreeBatch::push_page_run_clearing`),
+//! after the run is counted out, so a snapshot that finds the flag clear
+//! finds the run's blocks pending (`cycle.rs`, `snapshot_pages`).
 //!
 //! [`Runtime::wait_for_drops`]: crate::Runtime::wait_for_drops
 

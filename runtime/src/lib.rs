@@ -53,7 +53,9 @@
 //!   another thread. Only the page's owning thread writes these bits (a
 //!   plain store when allocating; it clears them when the sweeper's page run
 //!   comes back), and the pause copies them for the sweep, so objects
-//!   allocated while a sweep is under way are simply not in its copy;
+//!   allocated while a sweep is under way are simply not in its copy; the
+//!   blocks of a run not yet back are *pending* (a bitmap the run's sender
+//!   sets), and the copy leaves them out;
 //! - a *mark* bit, set by the marker with `fetch_or`, cleared for every page
 //!   with objects in the pause of a full cycle. Marking never writes into
 //!   objects a mutator may be using.

@@ -78,21 +78,6 @@ pub(crate) struct Shared {
     /// has succeeded since. While nonzero, `mutate` calls count their
     /// writes into `roots_changed` (`Mutation::note_write`).
     pub(crate) at_limit: AtomicUsize,
-    /// The thread dropping the last handle waits for the collector and
-    /// takes back the page runs sent to it meanwhile (`Handle::drop`); the
-    /// last cycles ask it to (`reclaim_asked`, bumped by the coordinator)
-    /// and wait for its answer (`reclaim_done`, the request it served).
-    /// Acquire/release pairs: the runs it took back are visible to the
-    /// snapshot that follows the answer.
-    /// The same protocol serves threads waiting in `collect`
-    /// (`collect_waiters` of them): a forced cycle that repeats for pages
-    /// the finalizer held asks them to take back the runs it sent, and
-    /// waits for an answer before its snapshot (a second at most). Answers
-    /// only ever raise `reclaim_done` (`fetch_max`).
-    pub(crate) reclaimer: AtomicBool,
-    pub(crate) reclaim_asked: AtomicU64,
-    pub(crate) reclaim_done: AtomicU64,
-    pub(crate) collect_waiters: AtomicUsize,
     pub(crate) control: Mutex<Control>,
     /// Signals changes of `control` (requests, phase ends) both ways.
     pub(crate) control_cv: Condvar,
@@ -196,28 +181,14 @@ impl Shared {
         yield_to_gate: Option<&crate::handshake::Slot>,
         mut done: impl FnMut(&Control) -> bool,
     ) -> bool {
-        // Counted while it waits: a repeating cycle asks it for its runs.
-        struct Waiting<'a>(&'a AtomicUsize);
-        impl Drop for Waiting<'_> {
-            fn drop(&mut self) {
-                self.0.fetch_sub(1, Ordering::AcqRel);
-            }
-        }
-        self.collect_waiters.fetch_add(1, Ordering::AcqRel);
-        let _waiting = Waiting(&self.collect_waiters);
-        // Takes back the runs sent to this thread, and answers the
-        // coordinator's request, if any, that it did.
-        let reclaim = || {
-            let asked = self.reclaim_asked.load(Ordering::Acquire);
-            loam_heap::reclaim_runs();
-            self.reclaim_done.fetch_max(asked, Ordering::Release);
-        };
+        // The cycle's sweep and finalizer may send page runs to this thread
+        // meanwhile: it takes them back as it waits, so that it can reuse
+        // the blocks (nothing waits for that: a page with runs out is swept
+        // all the same).
+        let reclaim = loam_heap::reclaim_runs;
         let Some(slot) = yield_to_gate else {
             let mut c = self.control.lock();
             while !done(&c) {
-                // The cycle's sweep and finalizer may send page runs to this
-                // thread meanwhile: take them back, so that the cycle (or
-                // its repeat, see `collector::coordinator`) can reach them.
                 drop(c);
                 reclaim();
                 c = self.control.lock();
@@ -236,7 +207,6 @@ impl Shared {
                 if done(&c) {
                     break true;
                 }
-                // As above: take back the runs the cycle sends meanwhile.
                 drop(c);
                 reclaim();
                 c = self.control.lock();
@@ -321,18 +291,15 @@ impl Shared {
     }
 
     /// Runs a full cycle that starts after this call, and waits for its sweep
-    /// to end. First lets a cycle under way finish and takes back the page
-    /// runs its sweep sent to the calling thread: a page with a run out is
-    /// not swept (see `sweep`), and the caller expects its garbage freed.
-    /// With `yield_to_gate` (the heap-limit retry of a mutator), gives up
+    /// to end. First lets a cycle under way finish. With `yield_to_gate` (the heap-limit retry of a mutator), gives up
     /// as [`wait_control`](Self::wait_control) says.
     pub(crate) fn collect(&self, yield_to_gate: Option<&crate::handshake::Slot>) {
         self.refuse_waits("collect");
         if !self.wait_control(yield_to_gate, |c| c.phase == Phase::Idle) {
             return;
         }
-        // A run may sit in an exited thread's heap whose segment this thread
-        // has since adopted: draining the orphans forwards it here.
+        // Blocks earlier sweeps sent this thread (or an exited thread's heap
+        // whose segments it adopted) come back for reuse.
         loam_heap::drain_orphans();
         loam_heap::reclaim_runs();
         let target = {
@@ -359,16 +326,9 @@ pub(crate) struct Handle {
 
 impl Drop for Handle {
     fn drop(&mut self) {
-        // The last cycle frees every object left, except in pages that still
-        // have a page run out to a live thread (it cannot touch those: their
-        // owner may release them meanwhile). Take back this thread's runs
-        // first; exited threads' are taken by the cycle. Objects in a page
-        // whose run is still out to another live thread (one that has not
-        // entered `mutate` since the last sweep) are skipped by the last
-        // cycle: they stay allocated, their drop glue unrun. A known gap.
+        // The last cycle frees every object left (pages with runs out
+        // included: their other blocks are swept, see `cycle.rs`).
         loam_heap::reclaim_runs();
-        let joins = !(collector::on_gc_thread() || crate::mutator::inside_mutate());
-        self.shared.reclaimer.store(joins, Ordering::Release);
         {
             let mut c = self.shared.control.lock();
             c.shutdown = true;
@@ -385,17 +345,9 @@ impl Drop for Handle {
             return;
         }
         if let Some(t) = self.coordinator.take() {
-            // The last cycles' sweep and finalizer may send page runs to
-            // this thread: take them back meanwhile, or the pages they are
-            // on stay out of the last cycle's reach.
-            let s = &self.shared;
-            while !t.is_finished() {
-                let asked = s.reclaim_asked.load(Ordering::Acquire);
-                loam_heap::reclaim_runs();
-                s.reclaim_done.fetch_max(asked, Ordering::Release);
-                std::thread::park_timeout(std::time::Duration::from_millis(1));
-            }
             let _ = t.join();
+            // What the last cycles' sweep and finalizer sent this thread.
+            loam_heap::reclaim_runs();
         }
     }
 }
@@ -872,10 +824,6 @@ impl RuntimeBuilder {
             pace_goal: AtomicUsize::new(goal),
             roots_changed: AtomicU64::new(0),
             at_limit: AtomicUsize::new(0),
-            reclaimer: AtomicBool::new(false),
-            reclaim_asked: AtomicU64::new(0),
-            reclaim_done: AtomicU64::new(0),
-            collect_waiters: AtomicUsize::new(0),
             control: Mutex::new(Control {
                 requested: false,
                 forced: false,

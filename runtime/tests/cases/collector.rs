@@ -11,17 +11,6 @@ use loam_runtime::{
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-/// Runs the tests of this file one at a time. Each counts its objects'
-/// drops after `collect`, which cannot free objects in a page whose page run
-/// is still out to a live thread that has not taken it back (README, known
-/// problems). Test threads inherit exited threads' heaps, pages and all, so
-/// with two runtimes alive at once one test's page can wait on another
-/// test's idle thread, and a count comes up short.
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    static SERIAL: Mutex<()> = Mutex::new(());
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 fn rt(threads: usize) -> RuntimeBuilder {
     space(Runtime::builder())
         .gc_threads(threads)
@@ -78,13 +67,11 @@ fn sum<'gc>(mut cur: Option<Gc<'gc, Node<'gc>>>) -> (u64, u64) {
 
 #[test]
 fn the_runtime_runs_on_its_space() {
-    let _one_runtime_at_a_time = serial();
     assert_eq!(rt(1).build().object_space(), SPACE);
 }
 
 #[test]
 fn unrooted_objects_are_dropped_and_rooted_ones_survive() {
-    let _one_runtime_at_a_time = serial();
     let drops = Arc::new(AtomicUsize::new(0));
     let rt = rt(2).build();
     let mut m = rt.attach();
@@ -120,7 +107,6 @@ fn unrooted_objects_are_dropped_and_rooted_ones_survive() {
 
 #[test]
 fn dropping_the_runtime_drops_every_object() {
-    let _one_runtime_at_a_time = serial();
     let drops = Arc::new(AtomicUsize::new(0));
     {
         let rt = rt(1).build();
@@ -133,7 +119,6 @@ fn dropping_the_runtime_drops_every_object() {
 
 #[test]
 fn a_ten_million_node_list_marks_without_recursion() {
-    let _one_runtime_at_a_time = serial();
     let n = 10_000_000;
     let rt = rt(2).verify(false).gc_percent(u32::MAX).build();
     let mut m = rt.attach();
@@ -159,7 +144,6 @@ fn a_ten_million_node_list_marks_without_recursion() {
 
 #[test]
 fn global_roots_share_objects_between_threads() {
-    let _one_runtime_at_a_time = serial();
     let rt = rt(2).build();
     let mut m = rt.attach();
     let table: GlobalRoot<TableRoot> =
@@ -204,7 +188,6 @@ fn global_roots_share_objects_between_threads() {
 
 #[test]
 fn objects_outlive_the_thread_that_allocated_them() {
-    let _one_runtime_at_a_time = serial();
     let drops = Arc::new(AtomicUsize::new(0));
     let rt = rt(2).build();
     let root: GlobalRoot<NodeRoot> = {
@@ -304,7 +287,6 @@ fn pages_whose_runs_an_idle_thread_holds_are_still_collected() {
 
 #[test]
 fn weak_references_clear_when_their_target_dies() {
-    let _one_runtime_at_a_time = serial();
     #[derive(Trace)]
     struct Holder<'gc> {
         weak: GcWeak<'gc, Node<'gc>>,
@@ -337,7 +319,6 @@ fn weak_references_clear_when_their_target_dies() {
 
 #[test]
 fn the_heap_limit_is_an_error_and_the_heap_stays_usable() {
-    let _one_runtime_at_a_time = serial();
     let rt = rt(1).verify(false).heap_limit(8 << 20).build();
     let mut m = rt.attach();
     let kept: Root<BlocksRoot> = m.mutate(|mc| mc.root(mc.alloc(GcLock::new(Vec::new()))));
@@ -392,7 +373,6 @@ fn the_heap_limit_is_an_error_and_the_heap_stays_usable() {
 
 #[test]
 fn pacing_starts_cycles_and_bounds_the_heap() {
-    let _one_runtime_at_a_time = serial();
     let events = Arc::new(Mutex::new(Vec::new()));
     let rt = {
         let events = events.clone();
@@ -437,7 +417,6 @@ fn pacing_starts_cycles_and_bounds_the_heap() {
 
 #[test]
 fn a_panic_inside_mutate_leaves_the_runtime_working() {
-    let _one_runtime_at_a_time = serial();
     let rt = rt(1).build();
     let mut m = rt.attach();
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -455,7 +434,6 @@ fn a_panic_inside_mutate_leaves_the_runtime_working() {
 #[test]
 #[should_panic(expected = "already has a Mutator of this runtime")]
 fn attaching_twice_panics() {
-    let _one_runtime_at_a_time = serial();
     let rt = rt(1).build();
     let _a = rt.attach();
     let _b = rt.attach();
@@ -464,7 +442,6 @@ fn attaching_twice_panics() {
 #[test]
 #[should_panic(expected = "a root of one runtime was read through a mutator of another")]
 fn a_root_of_another_runtime_panics() {
-    let _one_runtime_at_a_time = serial();
     let (a, b) = (rt(1).build(), rt(1).build());
     let (mut ma, mut mb) = (a.attach(), b.attach());
     let r: Root<Rootable!['gc => u8]> = ma.mutate(|mc| mc.root(mc.alloc(1)));
@@ -474,7 +451,6 @@ fn a_root_of_another_runtime_panics() {
 #[test]
 #[should_panic(expected = "collect called inside a mutate closure")]
 fn collecting_inside_mutate_panics() {
-    let _one_runtime_at_a_time = serial();
     let rt = rt(1).build();
     let mut m = rt.attach();
     m.mutate(|_| rt.collect());
@@ -482,7 +458,6 @@ fn collecting_inside_mutate_panics() {
 
 #[test]
 fn runtimes_side_by_side_keep_their_own_objects() {
-    let _one_runtime_at_a_time = serial();
     let drops = Arc::new(AtomicUsize::new(0));
     let rts: Vec<_> = (0..3).map(|_| rt(1).build()).collect();
     let handles: Vec<_> = rts
@@ -510,7 +485,6 @@ fn runtimes_side_by_side_keep_their_own_objects() {
 
 #[test]
 fn a_sweep_may_drop_the_last_handle_of_another_runtime() {
-    let _one_runtime_at_a_time = serial();
     // An object of `a` owns `b`'s last handle: `a`'s sweep drops it on a GC
     // thread while `a`'s cycle holds the process-wide cycle lock that `b`'s
     // last cycle needs. It must not wait for `b` there.
@@ -548,7 +522,6 @@ struct Holder<'gc> {
 
 #[test]
 fn minor_cycles_keep_old_objects_and_what_cells_store_into_them() {
-    let _one_runtime_at_a_time = serial();
     let drops = Arc::new(AtomicUsize::new(0));
     let minors = Arc::new(AtomicUsize::new(0));
     let rt = {
@@ -622,7 +595,6 @@ fn minor_cycles_keep_old_objects_and_what_cells_store_into_them() {
 /// what died there meanwhile.
 #[test]
 fn old_pages_skipped_by_minor_cycles_are_swept_by_full_ones() {
-    let _one_runtime_at_a_time = serial();
     let drops = Arc::new(AtomicUsize::new(0));
     let rt = rt(2).min_heap(256 << 10).build();
     let mut m = rt.attach();
@@ -729,7 +701,6 @@ struct Slot<'gc> {
 /// without that, verify mode aborts (or the sums below go wrong).
 #[test]
 fn a_concurrent_mark_keeps_what_mutators_move_meanwhile() {
-    let _one_runtime_at_a_time = serial();
     let drops = Arc::new(AtomicUsize::new(0));
     let rt = rt(2)
         .mark_pause_budget(std::time::Duration::ZERO)
@@ -823,7 +794,6 @@ fn a_concurrent_mark_keeps_what_mutators_move_meanwhile() {
 /// with some to upgrade.
 #[test]
 fn a_weak_upgrade_during_a_concurrent_mark_keeps_its_target() {
-    let _one_runtime_at_a_time = serial();
     let drops = Arc::new(AtomicUsize::new(0));
     let rt = rt(2)
         .mark_pause_budget(std::time::Duration::ZERO)
@@ -873,7 +843,6 @@ fn a_weak_upgrade_during_a_concurrent_mark_keeps_its_target() {
 #[test]
 #[should_panic(expected = "mutate calls of two runtimes cannot nest")]
 fn nested_mutate_calls_of_two_runtimes_panic() {
-    let _one_runtime_at_a_time = serial();
     let (a, b) = (rt(1).build(), rt(1).build());
     let (mut ma, mut mb) = (a.attach(), b.attach());
     ma.mutate(|_| mb.mutate(|_| ()));
@@ -884,7 +853,6 @@ fn nested_mutate_calls_of_two_runtimes_panic() {
 #[test]
 #[should_panic(expected = "collect called inside a mutate closure")]
 fn collecting_another_runtime_inside_mutate_panics() {
-    let _one_runtime_at_a_time = serial();
     let (a, b) = (rt(1).build(), rt(1).build());
     let mut ma = a.attach();
     ma.mutate(|_| b.collect());

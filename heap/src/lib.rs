@@ -229,8 +229,9 @@ pub fn flush() {
 
 /// Takes back the page runs other threads sent to this thread's heap
 /// ([`FreeBatch::push_page_run`]): one relaxed load when there are none. A
-/// collector's mutator calls it between steps, so that the pages its sweeper
-/// emptied are ready (and their allocated bits clear) before the next sweep.
+/// collector's mutator calls it between steps, so that the blocks its
+/// sweeper freed are reused soon (a page whose run is out is swept all the
+/// same: its blocks are pending, see [`PageRef::pending_words`]).
 ///
 /// # Examples
 /// ```
@@ -247,8 +248,8 @@ pub fn reclaim_runs() {
 }
 
 /// Drains the queues of exited threads' heaps (blocks and page runs sent to
-/// them), from any thread. A collector calls it before each cycle, so that
-/// pages its sweeper emptied for an exited thread can be swept again.
+/// them), from any thread, so that what a sweeper freed for an exited
+/// thread can be reused by the next thread to take its heap.
 ///
 /// # Examples
 /// ```

@@ -58,6 +58,12 @@ pub(crate) fn is_finalizer_of(id: u16) -> bool {
     FINALIZER_OF.with(|c| c.get() == id)
 }
 
+/// Whether the calling thread is the finalizer of any runtime: a cycle it
+/// asks for must not wait for finalizers (one of them is running it).
+pub(crate) fn on_finalizer_thread() -> bool {
+    FINALIZER_OF.with(|c| c.get() != 0)
+}
+
 /// Whether the calling thread is a GC pool thread of any runtime: it runs
 /// inside a cycle, and anything that waits for a cycle (of any runtime:
 /// they take turns under one lock) would wait for itself.
@@ -153,23 +159,24 @@ fn coordinator(shared: &Shared, pool: &ThreadPool) {
             hold_freed_memory(start - prev);
         }
         // A `collect` expects the garbage made before it freed, some of it
-        // in pages whose earlier dead objects the finalizer still holds
-        // (the snapshot leaves those out): let the finalizer finish first,
-        // a second at most, as below.
-        if forced && !from_finalizer && !last {
-            shared.finalizer.wait_idle_for(Duration::from_secs(1));
+        // in pages whose earlier dead objects a finalizer still holds (the
+        // snapshot leaves those out): let this runtime's finalizer, then
+        // any other's, finish first, a second at most each, as below.
+        if forced && !from_finalizer && !last && shared.finalizer.wait_idle_for(Duration::from_secs(1)) {
+            crate::finalize::wait_no_pages_held(Duration::from_secs(1));
         }
         let mut events = vec![cycle(shared, pool, forced || last, &mut gen, &mut snap)];
         // A forced cycle (`collect`, the heap limit) must reach the pages
-        // it skipped because earlier garbage there waited for the
-        // finalizer: once the finalizer is done, run it again, as long as
-        // that reaches more. It waits for the finalizer a second at most (a
-        // destructor may be blocked on a lock the thread in `collect`
-        // holds: then `collect` returns, and those pages wait for the next
-        // cycle). The last cycle waits for the finalizer however long it
-        // takes: every destructor runs. (A `collect` made by a destructor
-        // does not wait for the finalizer, which is running that
-        // destructor.)
+        // it skipped because earlier garbage there waited for a finalizer
+        // (this runtime's, or another's whose objects share the page):
+        // once they are done, run it again, as long as that reaches more.
+        // It waits a second at most (a destructor may be blocked on a lock
+        // the thread in `collect` holds: then `collect` returns, and those
+        // pages wait for the next cycle). The last cycle waits for its own
+        // finalizer however long it takes: every destructor runs; for
+        // other runtimes' a second at most. (A `collect` made by a
+        // destructor does not wait for the finalizer, which is running
+        // that destructor.)
         let mut skipped = usize::MAX;
         loop {
             let again = if last {
@@ -183,7 +190,10 @@ fn coordinator(shared: &Shared, pool: &ThreadPool) {
             skipped = snap.skipped;
             if last {
                 shared.finalizer.wait_idle();
-            } else if !shared.finalizer.wait_idle_for(Duration::from_secs(1)) {
+                crate::finalize::wait_no_pages_held(Duration::from_secs(1));
+            } else if !shared.finalizer.wait_idle_for(Duration::from_secs(1))
+                || !crate::finalize::wait_no_pages_held(Duration::from_secs(1))
+            {
                 break;
             }
             // A cycle again: threads at the heap limit wait while a sweep

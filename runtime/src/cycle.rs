@@ -232,10 +232,18 @@ fn snapshot_pages(snap: &mut Snapshot, clear_marks: bool) {
                         p.pending_words()
                             .chain(std::iter::repeat(0))
                             .zip(p.allocated_words())
-                            .map(|(pending, allocated)| allocated & !pending),
+                            .map(|(pending, allocated)| allocated & !pending)
+                            .take(words),
                     );
                 } else {
-                    bits.extend(p.allocated_words());
+                    bits.extend(p.allocated_words().take(words));
+                }
+                if bits.len() != from + words || p.bitmap_words() != words {
+                    // The page was released and set up again between the
+                    // reads (its only blocks in use were a run's, taken back
+                    // meanwhile): nothing of this cycle's is in it.
+                    bits.truncate(from);
+                    return;
                 }
                 if bits[from..].iter().all(|&w| w == 0) {
                     bits.truncate(from);
@@ -380,8 +388,8 @@ pub(crate) fn cycle(
 ) -> CycleEvent {
     let _one_at_a_time = CYCLE_LOCK.lock();
     // Exited threads' heaps take back the runs earlier sweeps sent them, so
-    // that their pages can be swept again (live threads do it themselves,
-    // at each `mutate`).
+    // that the blocks are reused (live threads do it themselves, at each
+    // `mutate`).
     loam_heap::drain_orphans();
     let (mut c, mutators, remembered) = Cycle::stop(shared, pool, forced, gen);
     c.snapshot(snap);

@@ -17,7 +17,7 @@
 //!
 //! A page whose dead objects include one with drop glue is not handed back
 //! by the sweep: it carries [`FINALIZING`] and goes here whole, with every
-//! dead block it holds (the heap takes back one run per page at a time).
+//! dead block it holds.
 //! Later cycles leave such a page out; the finalizer clears the flag in
 //! the same step that sends the run (`FreeBatch::push_page_run_clearing`),
 //! after the run is counted out, so a snapshot that finds the flag clear
@@ -36,6 +36,40 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// Page flag: the page's dead objects wait for the finalizer (module docs).
 /// Set by the sweep, cleared by the finalizer as it sends the page's run.
 pub(crate) const FINALIZING: u8 = 4;
+
+/// Pages flagged [`FINALIZING`] by any runtime's sweep and not yet handed
+/// back, process-wide. A page can hold several runtimes' objects (a thread
+/// that takes over an exited thread's heap allocates into its pages), and
+/// no cycle sweeps a page another runtime's finalizer holds: a forced
+/// cycle waits for this to fall to zero (a second at most) before it runs
+/// again (`collector::coordinator`).
+static HELD: std::sync::Mutex<usize> = std::sync::Mutex::new(0);
+static HELD_CHANGED: std::sync::Condvar = std::sync::Condvar::new();
+
+fn held_add(n: usize) {
+    if n == 0 {
+        return;
+    }
+    *HELD.lock().unwrap_or_else(|e| e.into_inner()) += n;
+}
+
+fn held_sub(n: usize) {
+    let mut h = HELD.lock().unwrap_or_else(|e| e.into_inner());
+    *h -= n;
+    if *h == 0 {
+        HELD_CHANGED.notify_all();
+    }
+}
+
+/// Waits until no finalizer of any runtime holds a page, `timeout` at
+/// most; whether none does.
+pub(crate) fn wait_no_pages_held(timeout: std::time::Duration) -> bool {
+    let h = HELD.lock().unwrap_or_else(|e| e.into_inner());
+    let (h, _) = HELD_CHANGED
+        .wait_timeout_while(h, timeout, |h| *h != 0)
+        .unwrap_or_else(|e| e.into_inner());
+    *h == 0
+}
 
 /// One page's dead objects, for the finalizer: each with its descriptor
 /// (when the sweep read it) and its size.
@@ -75,6 +109,9 @@ impl Finalizer {
         if work.is_empty() {
             return;
         }
+        // Counted before the cycle lock is released (the sweep that flagged
+        // them submits them), so before any other cycle's snapshot.
+        held_add(work.iter().filter(|w| !w.alloc_space).count());
         let mut s = self.state.lock();
         s.queue.extend(work);
         self.changed.notify_all();
@@ -171,6 +208,7 @@ impl Finalizer {
                 // sent.
                 unsafe { batch.push_page_run_clearing(&run, FINALIZING) };
                 run.clear();
+                held_sub(1);
             }
             let mut s = self.state.lock();
             s.running -= 1;

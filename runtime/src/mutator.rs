@@ -225,8 +225,7 @@ impl Mutator {
             "loam: mutate calls of two runtimes cannot nest (the write barrier \
              of one would miss the other's objects); finish one call first"
         );
-        // Take back the pages our sweeper emptied: they are ready for reuse,
-        // and the next sweep can look at them again.
+        // Take back the blocks our sweeper freed: they are ready for reuse.
         loam_heap::reclaim_runs();
         self.collect_for_limit();
         let shared = &*self.handle.shared;

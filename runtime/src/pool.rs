@@ -543,8 +543,8 @@ impl ManagedPoolBuilder {
                 AVAILABLE.with(|a| a.set(own));
             })
             // Take back the page runs the GC threads freed into before
-            // parking: a page whose run is out cannot be swept again, and a
-            // parked worker reaches no `mutate` entry to take it.
+            // parking, so that the blocks are reused: a parked worker
+            // reaches no `mutate` entry to take them.
             .before_park(|_| loam_heap::reclaim_runs())
             .exit_handler(|_| {
                 let own = OWN.with(|o| o.replace(ptr::null_mut()));

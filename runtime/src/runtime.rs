@@ -41,9 +41,9 @@ pub(crate) enum Phase {
 pub(crate) struct Control {
     pub(crate) requested: bool,
     pub(crate) forced: bool,
-    /// A `collect` from this runtime's finalizer thread asked for the
-    /// cycle: it must not wait for the finalizer to go idle (it is running
-    /// that very destructor).
+    /// A `collect` from a finalizer thread (of any runtime) asked for the
+    /// cycle: it must not wait for finalizers to go idle (one of them is
+    /// running that very destructor).
     pub(crate) from_finalizer: bool,
     pub(crate) phase: Phase,
     /// Cycles completed (swept).
@@ -309,7 +309,7 @@ impl Shared {
             let target = c.completed + if c.phase == Phase::Idle { 1 } else { 2 };
             c.requested = true;
             c.forced = true;
-            c.from_finalizer |= collector::is_finalizer_of(self.id);
+            c.from_finalizer |= collector::on_finalizer_thread();
             self.control_cv.notify_all();
             target
         };
@@ -353,9 +353,10 @@ impl Drop for Handle {
 }
 
 /// Runtime ids in use; an id is free again after its runtime's last cycle.
-/// That cycle may leave objects behind (in pages with a run still out, see
-/// `Handle::drop`); a later runtime with the same id then frees them as
-/// garbage of its own, running their drop glue late. That is sound (drop
+/// That cycle may leave objects behind (in a page another runtime's
+/// finalizer held for over a second, see `collector::coordinator`); a
+/// later runtime with the same id then frees them as garbage of its own,
+/// running their drop glue late. That is sound (drop
 /// glue never dereferences managed pointers) and its heap accounting
 /// saturates.
 static IDS: Mutex<(u16, Vec<u16>)> = Mutex::new((1, Vec::new()));

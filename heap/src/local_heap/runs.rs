@@ -76,7 +76,8 @@ impl LocalHeap {
                     for w in pending_bitmap(page, (*page).capacity().div_ceil(64)) {
                         w.store(0, Ordering::Release);
                     }
-                    (*page).runs_out.fetch_sub(1, Ordering::Release);
+                    let out = (*page).runs_out.fetch_sub(1, Ordering::Release);
+                    debug_assert_eq!(out, 1, "a page reset with another run out");
                     (*page).reset_empty();
                     (*page).user_flags.store(0, Ordering::Release);
                     // Keep the page in its class queue, not released: a

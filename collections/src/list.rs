@@ -65,10 +65,33 @@ use std::sync::atomic::{AtomicUsize, Ordering as MemOrder};
 #[repr(transparent)]
 pub(crate) struct Slot<'gc, T: CellValue>(MaybeUninit<GcCell<'gc, T>>);
 
-impl<T: CellValue> Slot<'_, T> {
+impl<'gc, T: CellValue + Trace + 'gc> Slot<'gc, T> {
     #[inline]
     fn uninit() -> Self {
         Slot(MaybeUninit::uninit())
+    }
+
+    /// The first store into this slot since its array was installed: a
+    /// plain write of a whole cell, then, during a mark, the value stored
+    /// again through the cell to shade it, as a push during a mark must.
+    ///
+    /// # Safety
+    /// The slot is at its list's `filled` mark (never written, so no reader
+    /// and no trace touches it until the length grows over it, module
+    /// docs), the caller holds the writer lock, and the list's log was
+    /// recorded in this `mutate` call. The cell's bytes are inside its
+    /// `UnsafeCell`, so writing through a pointer from the shared array is
+    /// allowed.
+    #[inline(always)]
+    unsafe fn write_first(&self, mc: &Mutation<'gc>, value: T) {
+        let cell = self.0.as_ptr().cast_mut();
+        // SAFETY: as the caller vouches: nobody else reads or writes it.
+        unsafe { cell.write(GcCell::new(value)) };
+        if T::NEEDS_TRACE && mc.is_marking() {
+            // SAFETY: the cell is written now and not yet reported; the
+            // log was recorded (caller).
+            unsafe { (*cell).fill_recorded(mc, value) };
+        }
     }
 }
 
@@ -272,14 +295,9 @@ impl<'a, 'gc, T: CellValue + Trace + 'gc> ListWriter<'a, 'gc, T> {
         }
         // `fill`'s first store into a slot, without its checks: slot `len`
         // is past the length and at `filled`, and in bounds.
-        // SAFETY: `len < items.len()`.
-        let cell = unsafe { (*Gc::get(items).as_ptr().add(len)).0.as_ptr().cast_mut() };
-        // SAFETY: as in `fill`, for the first store into a slot.
-        unsafe { cell.write(GcCell::new(value)) };
-        if T::NEEDS_TRACE && self.mc.is_marking() {
-            // SAFETY: as in `fill`: stored again to shade the value.
-            unsafe { (*cell).fill_recorded(self.mc, value) };
-        }
+        // SAFETY: `len < items.len()`; at `filled`, under the lock, the log
+        // recorded (`new`).
+        unsafe { (*Gc::get(items).as_ptr().add(len)).write_first(self.mc, value) };
         self.list.obj.len.set(self.mc, len + 1);
         self.len.set(len + 1);
         Ok(())
@@ -353,20 +371,10 @@ impl<'a, 'gc, T: CellValue + Trace + 'gc> ListWriter<'a, 'gc, T> {
             unsafe { (*slot.0.as_ptr()).fill_recorded(self.mc, value) };
             return;
         }
-        let cell = slot.0.as_ptr().cast_mut();
         // The first store into slot `filled`, which no reader and no trace
-        // touches until the length grows over it (module docs), so a plain
-        // write of a whole cell races with nothing. The cell's bytes are
-        // inside its `UnsafeCell`, so writing through a pointer from the
-        // shared array is allowed.
-        // SAFETY: as just said.
-        unsafe { cell.write(GcCell::new(value)) };
-        if T::NEEDS_TRACE && self.mc.is_marking() {
-            // SAFETY: as for a slot below `filled`: the cell is written
-            // now, and not yet reported. Stored again to shade the value,
-            // as a push during a mark must.
-            unsafe { (*cell).fill_recorded(self.mc, value) };
-        }
+        // touches until the length grows over it (module docs).
+        // SAFETY: at `filled`, under the lock, the log recorded (`new`).
+        unsafe { slot.write_first(self.mc, value) };
     }
 
     /// Stores the items of `values` into the spare slots from the length
@@ -709,19 +717,10 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
         let items = obj.items.get();
         let len = obj.len.get();
         if len < items.len() && len >= obj.high.load(MemOrder::Acquire) {
-            // Slot `len` is in bounds and at `filled` (`max(len, high)`):
-            // never written since the array was installed, and read by
-            // nobody until the length grows over it (module docs), so the
-            // first store is a plain write of a whole cell, as in `fill`.
-            // SAFETY: `len < items.len()`.
-            let cell = unsafe { (*Gc::get(items).as_ptr().add(len)).0.as_ptr().cast_mut() };
-            // SAFETY: as just said; we hold the writer lock.
-            unsafe { cell.write(GcCell::new(value)) };
-            if T::NEEDS_TRACE && mc.is_marking() {
-                // SAFETY: as in `fill`: the cell is written and not yet
-                // reported; stored again to shade the value during a mark.
-                unsafe { (*cell).fill_recorded(mc, value) };
-            }
+            // Slot `len` is in bounds and at `filled` (`max(len, high)`).
+            // SAFETY: `len < items.len()`; at `filled`, under the lock, the
+            // log recorded just above.
+            unsafe { (*Gc::get(items).as_ptr().add(len)).write_first(mc, value) };
             obj.len.set(mc, len + 1);
             drop(guard);
             return Ok(());

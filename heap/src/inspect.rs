@@ -319,7 +319,7 @@ impl AllocatedBit {
     /// # Safety
     /// `page` is a live page and `idx` the index of one of its blocks.
     #[inline(always)]
-    unsafe fn at(page: *mut Page, idx: usize) -> AllocatedBit {
+    pub(crate) unsafe fn at(page: *mut Page, idx: usize) -> AllocatedBit {
         // SAFETY: live (caller).
         let start = unsafe { (*page).start };
         let seg = segment::segment_of(page.cast());

@@ -107,8 +107,8 @@ impl LocalHeap {
                         let pending = pending_bitmap(page, (*page).capacity().div_ceil(64));
                         let (mut word, mut mask) = (usize::MAX, 0u64);
                         while !b.is_null() {
-                            AllocatedBit::of(page, b.cast()).clear();
                             let i = (*page).block_index(b.cast());
+                            AllocatedBit::at(page, i).clear();
                             if i / 64 != word {
                                 if mask != 0 {
                                     pending[word].fetch_and(!mask, Ordering::Release);

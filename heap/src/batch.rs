@@ -8,7 +8,6 @@
 use crate::block;
 use crate::block::Block;
 use crate::page::{Page, PageState};
-use crate::inspect::RUN_PENDING;
 use crate::remote::{RemoteCache, RunKind, MIN_RUN_BLOCK, REMOTE};
 use crate::segment;
 use crate::segment::{block_size_of, segment_of};
@@ -51,9 +50,20 @@ use std::ptr::{self, NonNull};
 pub struct FreeBatch {
     cache: RemoteCache,
     pending: usize,
-    /// Page flag bits the next run sent clears, after it counts the run
-    /// out (`RUN_PENDING`) and before the owner can see the run.
-    clear_on_send: u8,
+}
+
+/// A page run taken out of its page's use but not yet sent to the owner
+/// ([`FreeBatch::hold_page_run`]); send it with
+/// [`FreeBatch::push_held_page_run`]. Until then its blocks are pending:
+/// a sweeper's copy of the page leaves them out.
+#[derive(Debug)]
+#[must_use = "a held run must be sent, or its blocks stay in use for good"]
+pub struct HeldRun {
+    /// The page's first block (the page stays live: the run holds blocks
+    /// of it in use).
+    page: usize,
+    /// Blocks in the run.
+    len: usize,
 }
 
 impl FreeBatch {
@@ -62,7 +72,6 @@ impl FreeBatch {
         Self {
             cache: RemoteCache::for_sweeper(),
             pending: 0,
-            clear_on_send: 0,
         }
     }
 
@@ -151,58 +160,147 @@ impl FreeBatch {
             if blocks.len() == page.capacity() && self.push_whole_page(*first) {
                 return;
             }
-            for (i, b) in blocks.iter().enumerate() {
-                let p = b.as_ptr();
+            set_pending(page, blocks.iter().map(|b| page.block_index(b.as_ptr())));
+            page.runs_out.fetch_add(1, Ordering::Release);
+            self.send_run(page, blocks, size);
+        }
+    }
+
+    /// Takes `blocks`, dead blocks of one page, out of the page's use as a
+    /// page run that is *held*: their pending bits are set and the run is
+    /// counted out on the page now, as [`push_page_run`](Self::push_page_run)
+    /// does, but nothing goes to the owner until the run is sent with
+    /// [`push_held_page_run`](Self::push_held_page_run). Meanwhile the
+    /// blocks stay the caller's (a collector runs their destructors) and a
+    /// sweeper's copy of the page leaves them out, so the page's other
+    /// blocks can be swept and sent as further runs: a collector that hands
+    /// a page's dead objects to a finalizer thread holds them this way
+    /// instead of keeping the whole page from later sweeps.
+    ///
+    /// The returned [`HeldRun`] must be sent: a run never sent keeps its
+    /// blocks, and the page, in use for good.
+    ///
+    /// # Panics
+    /// If the blocks are smaller than 16 bytes, as `push_page_run`.
+    ///
+    /// # Safety
+    /// As [`push_page_run`](Self::push_page_run): each block was returned by
+    /// [`crate::LoamAlloc`] or [`alloc_object`](crate::alloc_object), has
+    /// not been freed, is dead to its users and the caller's; all are in
+    /// the same page; none appears twice or in another run.
+    ///
+    /// # Examples
+    /// ```
+    /// use std::ptr::NonNull;
+    /// use loam_heap::{FreeBatch, PageRef, RUN_PENDING};
+    ///
+    /// // Kept live so that the page stays.
+    /// let (keep, keep_bit) = loam_heap::alloc_object(32, 8, 0);
+    /// keep_bit.unwrap().set();
+    /// let (p, bit) = loam_heap::alloc_object(32, 8, 0);
+    /// bit.unwrap().set();
+    /// // SAFETY: `keep` is live while the page is read.
+    /// let page = unsafe { PageRef::of(keep) };
+    /// let block = NonNull::new(p).unwrap();
+    /// // SAFETY: a live block of this allocator, never used again.
+    /// let held = unsafe { FreeBatch::hold_page_run(&[block]) };
+    /// let i = page.block_index(p);
+    /// assert!(page.is_allocated(i) && page.flags() & RUN_PENDING != 0);
+    /// assert_eq!(page.pending_words().nth(i / 64).unwrap() >> (i % 64) & 1, 1);
+    /// // ...the block's object is finalized here, then the run is sent:
+    /// let mut batch = FreeBatch::new();
+    /// // SAFETY: the blocks `held` was made of.
+    /// unsafe { batch.push_held_page_run(held, &[block]) };
+    /// batch.flush();
+    /// loam_heap::collect(); // the owner (this thread) takes it back
+    /// assert!(!page.is_allocated(i) && page.runs_out() == 0);
+    /// # let mut batch = FreeBatch::new();
+    /// # // SAFETY: live, never used again.
+    /// # unsafe { batch.push_page_run(&[NonNull::new(keep).unwrap()]) };
+    /// ```
+    #[must_use = "a held run must be sent, or its blocks stay in use for good"]
+    pub unsafe fn hold_page_run(blocks: &[NonNull<u8>]) -> HeldRun {
+        let first = blocks.first().expect("heap: an empty page run");
+        // SAFETY: `first` is live (caller): its page is mapped.
+        let size = unsafe { block_size_of(first.as_ptr()) };
+        assert!(size >= MIN_RUN_BLOCK, "heap: page runs need blocks of 16 bytes or more");
+        // SAFETY: as in `push_page_run`.
+        unsafe {
+            let page = &*segment::page_of(first.as_ptr());
+            set_pending(page, blocks.iter().map(|b| page.block_index(b.as_ptr())));
+            // Release: a reader that sees the count sees the pending bits.
+            page.runs_out.fetch_add(1, Ordering::Release);
+            HeldRun {
+                page: page.start,
+                len: blocks.len(),
+            }
+        }
+    }
+
+    /// Sends a run [`hold_page_run`](FreeBatch::hold_page_run) held to the
+    /// blocks' owner, as [`push_page_run`](Self::push_page_run) would have
+    /// (always as a list: the run is counted out already).
+    ///
+    /// # Panics
+    /// If `blocks` is not as many blocks as `held` was made of, or not of
+    /// its page.
+    ///
+    /// # Safety
+    /// `blocks` are the blocks `held` was made of, each still dead and the
+    /// caller's, and never used again.
+    pub unsafe fn push_held_page_run(&mut self, held: HeldRun, blocks: &[NonNull<u8>]) {
+        assert_eq!(blocks.len(), held.len, "heap: a held run sent with other blocks");
+        // SAFETY: the held blocks keep their page live and its geometry
+        // fixed (they are counted in use until the owner takes them back).
+        unsafe {
+            let page = &*segment::page_of(held.page as *const u8);
+            assert!(
+                blocks.iter().all(|b| segment::page_of(b.as_ptr()) == std::ptr::from_ref(page).cast_mut()),
+                "heap: a held run sent with blocks of another page"
+            );
+            self.send_run(page, blocks, block_size_of(held.page as *const u8));
+        }
+    }
+
+    /// Links `blocks` (dead blocks of `page`, pending and counted out) into
+    /// a run and pushes it to their owner.
+    ///
+    /// # Safety
+    /// The blocks are the caller's dead blocks of `page`, a live page, of
+    /// `size` bytes each (at least `MIN_RUN_BLOCK`), with their pending bits
+    /// set and the run counted out; none used again.
+    unsafe fn send_run(&mut self, page: &Page, blocks: &[NonNull<u8>], size: usize) {
+        for (i, b) in blocks.iter().enumerate() {
+            let p = b.as_ptr();
+            // SAFETY: the caller's blocks, of `size` bytes.
+            unsafe {
                 block::on_free(p, size);
                 let next = blocks.get(i + 1).map_or(ptr::null_mut(), |n| n.as_ptr().cast());
                 block::set_next(p.cast(), next);
             }
-            let run: *mut Block = first.as_ptr().cast();
-            if let Some(second) = blocks.get(1) {
-                block::set_word(second.as_ptr().cast(), 1, blocks.len());
-            }
-            let kind = if blocks.len() == 1 {
-                RunKind::Single
-            } else {
-                RunKind::Linked
-            };
-            set_pending(page, blocks.iter().map(|b| page.block_index(b.as_ptr())));
-            self.send_run(page, run, kind, blocks.len());
         }
+        let run: *mut Block = blocks[0].as_ptr().cast();
+        if let Some(second) = blocks.get(1) {
+            // SAFETY: as above.
+            unsafe { block::set_word(second.as_ptr().cast(), 1, blocks.len()) };
+        }
+        let kind = if blocks.len() == 1 {
+            RunKind::Single
+        } else {
+            RunKind::Linked
+        };
+        // SAFETY: a well-formed run of the caller's, counted out (caller).
+        unsafe { self.queue_run(page, run, kind, blocks.len()) };
     }
 
-    /// [`push_page_run`](Self::push_page_run), clearing the page's flag bits
-    /// `bits` (the collector's, not `RUN_PENDING`) once the run is counted
-    /// out (`RUN_PENDING`) and before the owner can take the run: the page is
-    /// never without both, and no later reset of the page by its owner can be undone by a
-    /// late clear. The collector's finalizer uses it to hand a page back.
-    ///
-    /// # Safety
-    /// As [`push_page_run`](Self::push_page_run).
-    pub unsafe fn push_page_run_clearing(&mut self, blocks: &[NonNull<u8>], bits: u8) {
-        assert!(bits & RUN_PENDING == 0, "heap: RUN_PENDING is cleared by the heap only");
-        self.clear_on_send = bits;
-        // SAFETY: the caller's.
-        unsafe { self.push_page_run(blocks) };
-        self.clear_on_send = 0;
-    }
-
-    /// Counts the run out on `page` (after its pending bits are set: a
-    /// reader that sees the count sees them; the owner takes the count back
-    /// after clearing them), clears `clear_on_send` after that (so a page
-    /// the finalizer held is never seen with neither the finalizer's flag
-    /// nor the run's count), and pushes `run`, of `len` blocks, to its
-    /// owner.
+    /// Pushes `run`, of `len` blocks, to its owner.
     ///
     /// # Safety
     /// `run` is a well-formed run of `kind` of the caller's dead blocks of
-    /// `page`, a live page, whose pending bits the caller set.
-    unsafe fn send_run(&mut self, page: &Page, run: *mut Block, kind: RunKind, len: usize) {
-        page.runs_out.fetch_add(1, Ordering::Release);
-        if self.clear_on_send != 0 {
-            page.user_flags
-                .fetch_and(!self.clear_on_send, Ordering::Release);
-        }
+    /// `page`, a live page, whose pending bits the caller set before it
+    /// counted the run out on the page.
+    unsafe fn queue_run(&mut self, page: &Page, run: *mut Block, kind: RunKind, len: usize) {
+        debug_assert!(page.runs_out.load(Ordering::Relaxed) > 0, "heap: a run sent uncounted");
         // SAFETY: the page is live (caller), so its segment is; heaps live
         // forever.
         unsafe {
@@ -264,7 +362,8 @@ impl FreeBatch {
             // the page without reading links: write none.
             let first: *mut Block = (page.start as *mut u8).cast();
             set_all_pending(page);
-            self.send_run(page, first, RunKind::WholePage, cap);
+            page.runs_out.fetch_add(1, Ordering::Release);
+            self.queue_run(page, first, RunKind::WholePage, cap);
         }
         true
     }
@@ -292,7 +391,8 @@ impl FreeBatch {
 }
 
 /// Sets the pending bits of blocks `indices` (ascending) of `page`: one
-/// atomic OR per bitmap word (relaxed: `send_run`'s count publishes them).
+/// atomic OR per bitmap word (relaxed: the run's count, a release, publishes
+/// them).
 fn set_pending(page: &Page, indices: impl Iterator<Item = usize>) {
     let page_ptr = std::ptr::from_ref(page).cast_mut();
     // SAFETY: a live page (the callers hold blocks of it); runs are made of

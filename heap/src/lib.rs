@@ -37,7 +37,10 @@
 //!   batches, spread over the lanes.
 //! - [`FreeBatch`] (`batch.rs`): the same batching for a collector's sweeper,
 //!   and *page runs*: a page's dead blocks sent as one message to the owner's
-//!   `RunQueue` (`remote.rs`), which resets a page the run empties in O(1).
+//!   `RunQueue` (`remote.rs`), which resets a page the run empties in O(1);
+//!   a run may be *held* ([`HeldRun`]: pending and counted out, sent later),
+//!   so that a collector's finalizer keeps only its own blocks, not their
+//!   page, from later sweeps.
 //! - **Collector support** (`inspect.rs`): [`PageRef`] (a page's geometry and
 //!   bitmaps), [`alloc_object`] (a block and its [`AllocatedBit`], which
 //!   only the owning thread writes, so no atomic read-modify-write),
@@ -166,7 +169,7 @@ not_under_loom! {
     mod stats;
     mod thread_cache;
 
-    pub use batch::FreeBatch;
+    pub use batch::{FreeBatch, HeldRun};
     pub use global_alloc::{good_size, usable_size, LoamAlloc};
     pub use inspect::{
         alloc_object, alloc_object_in, for_each_local_page, for_each_page, mark_block, AllocatedBit,

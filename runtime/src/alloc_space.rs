@@ -359,7 +359,7 @@ impl AllocSpace {
             loam_heap::flush();
             let work = (!dead_with_drop.is_empty()).then_some(PageWork {
                 dead: dead_with_drop,
-                alloc_space: true,
+                run: None,
             });
             (out, survivors, work)
         });

@@ -58,12 +58,6 @@ pub(crate) fn is_finalizer_of(id: u16) -> bool {
     FINALIZER_OF.with(|c| c.get() == id)
 }
 
-/// Whether the calling thread is the finalizer of any runtime: a cycle it
-/// asks for must not wait for finalizers (one of them is running it).
-pub(crate) fn on_finalizer_thread() -> bool {
-    FINALIZER_OF.with(|c| c.get() != 0)
-}
-
 /// Whether the calling thread is a GC pool thread of any runtime: it runs
 /// inside a cycle, and anything that waits for a cycle (of any runtime:
 /// they take turns under one lock) would wait for itself.
@@ -108,7 +102,7 @@ pub(crate) fn start(shared: Arc<Shared>) -> JoinHandle<()> {
             .spawn(move || {
                 FINALIZER_OF.with(|c| c.set(id));
                 // SAFETY: the sweep queues only this runtime's dead objects,
-                // found by complete marks, in pages flagged FINALIZING.
+                // found by complete marks, held as page runs.
                 unsafe { shared.finalizer.run(id, shared.config.verify, &shared.space) };
             })
             .expect("loam: could not start the finalizer thread")
@@ -140,84 +134,36 @@ fn coordinator(shared: &Shared, pool: &ThreadPool) {
     // milliseconds of a pause; figures in docs/perf-log.md).
     let mut snap = Snapshot::default();
     loop {
-        let (forced, last, from_finalizer) = {
+        let (forced, last) = {
             let mut c = shared.control.lock();
             while !c.requested && !c.shutdown {
                 shared.control_cv.wait(&mut c);
             }
             let forced = c.forced;
-            let from_finalizer = std::mem::take(&mut c.from_finalizer);
             c.requested = false;
             c.forced = false;
             c.phase = Phase::Stop;
-            (forced, c.shutdown, from_finalizer)
+            (forced, c.shutdown)
         };
         // The last cycle runs with no handle left: nothing is rooted, so it
-        // frees every object of this runtime.
+        // frees every object of this runtime (the finalizer runs what it
+        // holds before the runtime is gone, `start`).
         let start = Instant::now();
         if let Some(prev) = prev_start.replace(start) {
             hold_freed_memory(start - prev);
         }
-        // A `collect` expects the garbage made before it freed, some of it
-        // in pages whose earlier dead objects a finalizer still holds (the
-        // snapshot leaves those out): let this runtime's finalizer, then
-        // any other's, finish first, a second at most each, as below.
-        if forced && !from_finalizer && !last && shared.finalizer.wait_idle_for(Duration::from_secs(1)) {
-            crate::finalize::wait_no_pages_held(Duration::from_secs(1));
-        }
-        let mut events = vec![cycle(shared, pool, forced || last, &mut gen, &mut snap)];
-        // A forced cycle (`collect`, the heap limit) must reach the pages
-        // it skipped because earlier garbage there waited for a finalizer
-        // (this runtime's, or another's whose objects share the page):
-        // once they are done, run it again, as long as that reaches more.
-        // It waits a second at most (a destructor may be blocked on a lock
-        // the thread in `collect` holds: then `collect` returns, and those
-        // pages wait for the next cycle). The last cycle waits for its own
-        // finalizer however long it takes: every destructor runs; for
-        // other runtimes' a second at most. (A `collect` made by a
-        // destructor does not wait for the finalizer, which is running
-        // that destructor.)
-        let mut skipped = usize::MAX;
-        loop {
-            let again = if last {
-                snap.skipped > 0
-            } else {
-                forced && !from_finalizer && snap.finalizing > 0
-            };
-            if !again || snap.skipped >= skipped {
-                break;
-            }
-            skipped = snap.skipped;
-            if last {
-                shared.finalizer.wait_idle();
-                crate::finalize::wait_no_pages_held(Duration::from_secs(1));
-            } else if !shared.finalizer.wait_idle_for(Duration::from_secs(1))
-                || !crate::finalize::wait_no_pages_held(Duration::from_secs(1))
-            {
-                break;
-            }
-            // A cycle again: threads at the heap limit wait while a sweep
-            // runs (`Shared::wait_for_sweep`), and the stop waits for them.
-            {
-                let mut c = shared.control.lock();
-                c.phase = Phase::Stop;
-                shared.control_cv.notify_all();
-            }
-            events.push(cycle(shared, pool, true, &mut gen, &mut snap));
-        }
+        let event = cycle(shared, pool, forced || last, &mut gen, &mut snap);
         // After the cycle released the cycle lock, before it counts as
         // complete (so that whoever waited for it sees its event): a hook
         // may collect another runtime, or panic, without stopping this one.
         if let Some(hook) = &shared.hook {
-            for event in &events {
-                if let Err(msg) = crate::panics::contain(|| hook(event)) {
-                    shared.stats.lock().user_panics += 1;
-                    let _ = writeln!(
-                        std::io::stderr(),
-                        "loam: cycle {}: the on_cycle hook panicked (the collector goes on): {msg}",
-                        event.cycle
-                    );
-                }
+            if let Err(msg) = crate::panics::contain(|| hook(&event)) {
+                shared.stats.lock().user_panics += 1;
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "loam: cycle {}: the on_cycle hook panicked (the collector goes on): {msg}",
+                    event.cycle
+                );
             }
         }
         let mut c = shared.control.lock();

@@ -7,9 +7,9 @@
 //! 2. *Snapshot*: walk the heap's pages; for each with an allocated bit set,
 //!    clear its marks (full cycles only) and copy its allocated bits for the
 //!    sweep (objects allocated after the pause are then not the sweep's
-//!    business; the blocks of page runs still out are left out). Minor
-//!    cycles skip the pages the sweep flagged old, and every cycle the
-//!    pages the finalizer holds.
+//!    business; the blocks of page runs still out, and of runs the
+//!    finalizer holds, are left out). Minor cycles skip the pages the sweep
+//!    flagged old.
 //! 3. *Mark* from the mutators' and the global root tables (and, in a minor
 //!    cycle, the barrier's remembered objects): the coordinator alone while
 //!    the work is small, then in parallel, until done or until the pause
@@ -25,13 +25,12 @@
 //!    world stopped throughout, also if the marks cover more).
 //! 5. *Weak*: clear weak cells whose target is unmarked.
 //! 6. *Resume*: lower the stop flag. From the last stop to here is a pause.
-//! 7. *Sweep* the snapshot pages in parallel, mutators running; pages
-//!    whose dead objects have drop glue go to the finalizer thread
-//!    (`finalize.rs`), which hands them back after the destructors ran.
-//! 8. Outside the cycle lock: a forced cycle that skipped pages waiting for
-//!    the finalizer runs again once it is done; then the
-//!    `on_cycle` hook, once per cycle run, contained; then the cycle counts
-//!    as complete.
+//! 7. *Sweep* the snapshot pages in parallel, mutators running; a page's
+//!    dead objects with drop glue among them are held as a page run and go
+//!    to the finalizer thread (`finalize.rs`), which sends the run after the
+//!    destructors ran.
+//! 8. Outside the cycle lock: the `on_cycle` hook, contained; then the
+//!    cycle counts as complete.
 //!
 //! The stops, the snapshot, the mark in the pause and the termination
 //! are `Cycle`'s methods in that order; `cycle` runs them and reports the
@@ -108,14 +107,13 @@ impl Generations {
 /// After `snapshot_pages`: `pages` and `ranges` have one entry per page,
 /// in the order the walk met them; the ranges split `bits` into
 /// consecutive runs, each the page's bitmap words (less the blocks of page
-/// runs out); no page in `pages` was the finalizer's when its flags were
-/// read, and each has a nonzero word.
+/// runs out, held ones included), and each has a nonzero word.
 /// The sweep consumes it; `objects` is set instead in a `GlobalAlloc`
 /// space.
 #[derive(Default)]
 pub(crate) struct Snapshot {
     /// Start addresses of the pages to sweep: those holding an allocated
-    /// object, not held by the finalizer.
+    /// object.
     pages: Vec<usize>,
     /// For each page in order, the range of its allocated words in `bits`.
     ranges: Vec<(usize, usize)>,
@@ -124,12 +122,6 @@ pub(crate) struct Snapshot {
     /// after the pause are not in it, so mutators allocate white and need
     /// no atomic mark write.
     bits: Vec<u64>,
-    /// Pages left out because their dead objects wait for the finalizer
-    /// (the runtime's last cycle runs again while their number falls).
-    pub(crate) skipped: usize,
-    /// Of those, the pages waiting for the finalizer (a forced cycle runs
-    /// again once it is done).
-    pub(crate) finalizing: usize,
     /// What a `GlobalAlloc` space's pause took instead of pages.
     objects: Option<crate::alloc_space::Snapshot>,
 }
@@ -146,22 +138,21 @@ pub(crate) struct Snapshot {
 /// allocated word: a block is in the copy only if its allocated bit was set
 /// and no run held it, that is, it holds an object (or did, and its run
 /// has been taken back since, which the pending word read first rules
-/// out). A page gets no new run before the sweep (only sweeps send runs,
-/// one at a time, and the finalizer for pages it holds, which are left
-/// out), so the blocks in the copy are in use until this runtime's sweep
-/// (or another runtime's, never at the same time) frees them: they keep
-/// the page live and its geometry fixed. A copy that is all zero means
-/// nothing to sweep. Pages with runs out are swept like any other (their
-/// further garbage goes out as a further run), so a run its owner is slow
-/// to take back (a thread that sits idle, or serves another runtime)
-/// holds back nothing but its own blocks.
+/// out). A page gets no new run before the sweep (only sweeps count runs
+/// out, one at a time; a finalizer sends only runs a sweep held, whose
+/// blocks are pending from the hold on), so the blocks in the copy are in
+/// use until this runtime's sweep (or another runtime's, never at the same
+/// time) frees them: they keep the page live and its geometry fixed. A
+/// copy that is all zero means nothing to sweep. Pages with runs out are
+/// swept like any other (their further garbage goes out as a further
+/// run), so a run its owner is slow to take back (a thread that sits idle,
+/// or serves another runtime), or a finalizer's slow destructor, holds
+/// back nothing but its own blocks.
 fn snapshot_pages(snap: &mut Snapshot, clear_marks: bool) {
     loop {
         snap.pages.clear();
         snap.ranges.clear();
         snap.bits.clear();
-        snap.skipped = 0;
-        snap.finalizing = 0;
         let mut overflow = false;
         // Past an overflow, what the rest of the walk would need: the next
         // walk reserves it all at once, so a pause walks the pages at most
@@ -172,8 +163,6 @@ fn snapshot_pages(snap: &mut Snapshot, clear_marks: bool) {
             pages,
             ranges,
             bits,
-            skipped,
-            finalizing,
             objects: _,
         } = &mut *snap;
         // SAFETY: the closure neither allocates nor frees (it pushes only
@@ -194,9 +183,8 @@ fn snapshot_pages(snap: &mut Snapshot, clear_marks: bool) {
                     }
                     p.clear_flags(sweep::OLD);
                 }
-                // The flags first (`flags` reads the runs out after the
-                // collector's flags): a page the finalizer hands back is
-                // counted as having a run out before it loses `FINALIZING`.
+                // The count of runs out first, then each pending word, then
+                // its allocated word (see above).
                 let runs_out = flags & loam_heap::RUN_PENDING != 0;
                 let words = p.bitmap_words();
                 if overflow
@@ -207,18 +195,6 @@ fn snapshot_pages(snap: &mut Snapshot, clear_marks: bool) {
                     overflow = true;
                     need_pages += 1;
                     need_words += words;
-                    return;
-                }
-                let waits = flags & crate::finalize::FINALIZING != 0;
-                if waits {
-                    *skipped += 1;
-                    *finalizing += 1;
-                    // Not swept this cycle (dead objects waiting for the
-                    // finalizer), but marked: a full cycle clears its marks
-                    // like any other page's.
-                    if clear_marks && p.allocated_words().any(|w| w != 0) {
-                        p.clear_marks();
-                    }
                     return;
                 }
                 let from = bits.len();
@@ -758,9 +734,8 @@ impl<'a> Cycle<'a> {
         };
         self.sweep_time = sweep_start.elapsed();
         shared.finalizer.submit(finalizing);
-        // Saturating: a reused runtime id can make this sweep free objects
-        // an earlier runtime left behind (see `release_id`), never counted
-        // here.
+        // Saturating, defensively: a miscount must not wrap (a reused
+        // runtime id meets no object of an earlier runtime, `release_id`).
         let heap_after = shared
             .heap_used
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |u| {

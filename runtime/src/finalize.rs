@@ -7,77 +7,41 @@
 //! waits for the collector (in `collect`, in pacing, at the heap limit)
 //! would deadlock both. Here the collector never waits for a destructor
 //! without a bound: `collect` returns once the cycle has found and swept
-//! its garbage (it sweeps again pages that waited for the finalizer if the
-//! finalizer is done within a second), and only a runtime's last cycle
-//! waits for the finalizer to finish, so that every destructor runs. A program that wants
+//! its garbage, and only a runtime's last cycle waits for the finalizer to
+//! finish, so that every destructor runs. A program that wants
 //! every destructor run waits for it: [`Runtime::wait_for_drops`]
 //! (`.NET`'s `GC.WaitForPendingFinalizers`). A destructor may therefore do
 //! anything but wait for the finalizer: collect, build a runtime, take
 //! locks.
 //!
-//! A page whose dead objects include one with drop glue is not handed back
-//! by the sweep: it carries [`FINALIZING`] and goes here whole, with every
-//! dead block it holds.
-//! Later cycles leave such a page out; the finalizer clears the flag in
-//! the same step that sends the run (`FreeBatch::push_page_run_clearing`),
-//! after the run is counted out, so a snapshot that finds the flag clear
-//! finds the run's blocks pending (`cycle.rs`, `snapshot_pages`).
+//! A page whose dead objects include one with drop glue does not send them
+//! back from the sweep: the sweep *holds* them as a page run
+//! (`FreeBatch::hold_page_run`: their pending bits set, the run counted out
+//! on the page) and queues them here; the finalizer runs their destructors
+//! and then sends the run (`FreeBatch::push_held_page_run`). Held, they are
+//! left out of every later snapshot's copy as the blocks of any run out are
+//! (`cycle.rs`, `snapshot_pages`), so later cycles sweep the page's other
+//! blocks meanwhile, whoever's they are: no cycle waits for a finalizer to
+//! reach garbage, and a slow destructor holds back only its own block.
 //!
 //! [`Runtime::wait_for_drops`]: crate::Runtime::wait_for_drops
 
 use crate::gc::TypeDesc;
-use loam_heap::FreeBatch;
+use loam_heap::{FreeBatch, HeldRun};
 use parking_lot::{Condvar, Mutex};
 use std::collections::VecDeque;
 use crate::panics::PanicLog;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Page flag: the page's dead objects wait for the finalizer (module docs).
-/// Set by the sweep, cleared by the finalizer as it sends the page's run.
-pub(crate) const FINALIZING: u8 = 4;
-
-/// Pages flagged [`FINALIZING`] by any runtime's sweep and not yet handed
-/// back, process-wide. A page can hold several runtimes' objects (a thread
-/// that takes over an exited thread's heap allocates into its pages), and
-/// no cycle sweeps a page another runtime's finalizer holds: a forced
-/// cycle waits for this to fall to zero (a second at most) before it runs
-/// again (`collector::coordinator`).
-static HELD: std::sync::Mutex<usize> = std::sync::Mutex::new(0);
-static HELD_CHANGED: std::sync::Condvar = std::sync::Condvar::new();
-
-fn held_add(n: usize) {
-    if n == 0 {
-        return;
-    }
-    *HELD.lock().unwrap_or_else(|e| e.into_inner()) += n;
-}
-
-fn held_sub(n: usize) {
-    let mut h = HELD.lock().unwrap_or_else(|e| e.into_inner());
-    *h -= n;
-    if *h == 0 {
-        HELD_CHANGED.notify_all();
-    }
-}
-
-/// Waits until no finalizer of any runtime holds a page, `timeout` at
-/// most; whether none does.
-pub(crate) fn wait_no_pages_held(timeout: std::time::Duration) -> bool {
-    let h = HELD.lock().unwrap_or_else(|e| e.into_inner());
-    let (h, _) = HELD_CHANGED
-        .wait_timeout_while(h, timeout, |h| *h != 0)
-        .unwrap_or_else(|e| e.into_inner());
-    *h == 0
-}
-
 /// One page's dead objects, for the finalizer: each with its descriptor
 /// (when the sweep read it) and its size.
 pub(crate) struct PageWork {
     pub(crate) dead: Vec<(usize, Option<&'static TypeDesc>, usize)>,
-    /// The objects are a `GlobalAlloc` space's (freed one by one through
-    /// it), not one page's (sent back as a run).
-    pub(crate) alloc_space: bool,
+    /// The page run that holds the blocks, sent once the destructors ran;
+    /// `None` for a `GlobalAlloc` space's objects (freed one by one through
+    /// it).
+    pub(crate) run: Option<HeldRun>,
 }
 
 #[derive(Default)]
@@ -109,9 +73,6 @@ impl Finalizer {
         if work.is_empty() {
             return;
         }
-        // Counted before the cycle lock is released (the sweep that flagged
-        // them submits them), so before any other cycle's snapshot.
-        held_add(work.iter().filter(|w| !w.alloc_space).count());
         let mut s = self.state.lock();
         s.queue.extend(work);
         self.changed.notify_all();
@@ -131,26 +92,14 @@ impl Finalizer {
         }
     }
 
-    /// As [`wait_idle`](Self::wait_idle), for `timeout` at most; whether the
-    /// finalizer went idle.
-    pub(crate) fn wait_idle_for(&self, timeout: std::time::Duration) -> bool {
-        let deadline = std::time::Instant::now() + timeout;
-        let mut s = self.state.lock();
-        while !s.queue.is_empty() || s.running > 0 {
-            if self.changed.wait_until(&mut s, deadline).timed_out() {
-                return s.queue.is_empty() && s.running == 0;
-            }
-        }
-        true
-    }
-
     /// The finalizer thread's loop, until closed and drained: runs each
     /// page's destructors, then sends its dead blocks back as one run.
     ///
     /// # Safety
     /// Every queued page's dead objects are this runtime's, found dead by a
-    /// completed mark, owned by the finalizer alone, in a page flagged
-    /// [`FINALIZING`] (so no sweep touches them).
+    /// completed mark, owned by the finalizer alone: held as a page run (so
+    /// no sweep touches them), or a `GlobalAlloc` space's and out of its
+    /// registry.
     pub(crate) unsafe fn run(&self, id: u16, verify: bool, space: &crate::space::Space) {
         // User code is contained (`finalize` runs destructors through
         // `panics::contain`); a panic of ours here would leave `running`
@@ -194,21 +143,21 @@ impl Finalizer {
             for &(addr, desc, size) in &work.dead {
                 // SAFETY: dead, ours alone (caller); each once.
                 unsafe { crate::sweep::finalize(addr, desc, size, id, verify, &self.panics) };
-                match space.alloc_space() {
+                match (&work.run, space.alloc_space()) {
+                    // SAFETY: live blocks are never at address 0.
+                    (Some(_), _) => run.push(unsafe { NonNull::new_unchecked(addr as *mut u8) }),
                     // SAFETY: dead, its destructor run, in no registry
                     // (the sweep that found it took it out).
-                    Some(objects) if work.alloc_space => unsafe { objects.free(addr, verify) },
-                    // SAFETY: live blocks are never at address 0.
-                    _ => run.push(unsafe { NonNull::new_unchecked(addr as *mut u8) }),
+                    (None, Some(objects)) => unsafe { objects.free(addr, verify) },
+                    (None, None) => crate::collector::fatal("finalizer: unheld objects outside a GlobalAlloc space"),
                 }
             }
-            if !work.alloc_space {
-                // SAFETY: dead blocks of one page from `LoamAlloc`, each
-                // once, never touched again; the flag goes as the run is
-                // sent.
-                unsafe { batch.push_page_run_clearing(&run, FINALIZING) };
+            if let Some(held) = work.run {
+                // SAFETY: the blocks the sweep held the run of (all of the
+                // page's dead objects it listed), each once, never touched
+                // again.
+                unsafe { batch.push_held_page_run(held, &run) };
                 run.clear();
-                held_sub(1);
             }
             let mut s = self.state.lock();
             s.running -= 1;

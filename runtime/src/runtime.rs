@@ -41,10 +41,6 @@ pub(crate) enum Phase {
 pub(crate) struct Control {
     pub(crate) requested: bool,
     pub(crate) forced: bool,
-    /// A `collect` from a finalizer thread (of any runtime) asked for the
-    /// cycle: it must not wait for finalizers to go idle (one of them is
-    /// running that very destructor).
-    pub(crate) from_finalizer: bool,
     pub(crate) phase: Phase,
     /// Cycles completed (swept).
     pub(crate) completed: u64,
@@ -309,7 +305,6 @@ impl Shared {
             let target = c.completed + if c.phase == Phase::Idle { 1 } else { 2 };
             c.requested = true;
             c.forced = true;
-            c.from_finalizer |= collector::on_finalizer_thread();
             self.control_cv.notify_all();
             target
         };
@@ -352,13 +347,11 @@ impl Drop for Handle {
     }
 }
 
-/// Runtime ids in use; an id is free again after its runtime's last cycle.
-/// That cycle may leave objects behind (in a page another runtime's
-/// finalizer held for over a second, see `collector::coordinator`); a
-/// later runtime with the same id then frees them as garbage of its own,
-/// running their drop glue late. That is sound (drop
-/// glue never dereferences managed pointers) and its heap accounting
-/// saturates.
+/// Runtime ids in use; an id is free again after its runtime's last cycle,
+/// which frees every object of the runtime (the blocks other runtimes'
+/// finalizers hold are left out of its snapshot, not their pages) and
+/// whose destructors have all run when the id is released: no object
+/// carries the id when a later runtime takes it.
 static IDS: Mutex<(u16, Vec<u16>)> = Mutex::new((1, Vec::new()));
 
 pub(crate) fn take_id() -> u16 {
@@ -828,7 +821,6 @@ impl RuntimeBuilder {
             control: Mutex::new(Control {
                 requested: false,
                 forced: false,
-                from_finalizer: false,
                 phase: Phase::Idle,
                 completed: 0,
                 shutdown: false,

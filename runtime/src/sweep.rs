@@ -22,7 +22,7 @@
 //! is live until the sweep sends its run, after which the sweep does not
 //! touch it.
 
-use crate::finalize::{PageWork, FINALIZING};
+use crate::finalize::PageWork;
 use crate::gc::{header_of, poison, TypeDesc};
 use loam_heap::{FreeBatch, PageRef};
 use loam_threadpool::ThreadPool;
@@ -119,12 +119,20 @@ pub(crate) unsafe fn parallel(
                     _ => bs,
                 };
                 if dead.iter().any(|(_, d)| d.is_some_and(|d| d.drop.is_some())) {
-                    // Destructors to run: the whole page goes to the
-                    // finalizer, which hands its dead blocks back after them
-                    // (`finalize.rs`). Flagged first, so that no later
-                    // cycle sweeps it meanwhile.
-                    // SAFETY: the snapshot page is live (caller).
-                    unsafe { PageRef::of(start as *const u8) }.set_flags(FINALIZING);
+                    // Destructors to run: the page's dead objects go to the
+                    // finalizer, which sends their blocks back after them
+                    // (`finalize.rs`). Held as a run first (pending, counted
+                    // out), so that no later cycle's snapshot copies them,
+                    // while it sweeps the page's other blocks.
+                    run.extend(dead.iter().map(|&(addr, _)| {
+                        // SAFETY: live blocks are never at address 0.
+                        unsafe { NonNull::new_unchecked(addr as *mut u8) }
+                    }));
+                    // SAFETY: dead objects of ours, of this page (a
+                    // snapshot page, live), each once; the finalizer owns
+                    // them from here and sends the run.
+                    let held = unsafe { FreeBatch::hold_page_run(&run) };
+                    run.clear();
                     let dead: Vec<_> = dead
                         .drain(..)
                         .map(|(addr, desc)| (addr, desc, size_of(addr, desc)))
@@ -133,7 +141,7 @@ pub(crate) unsafe fn parallel(
                     out.objects += dead.len() as u64;
                     finalizing.push(PageWork {
                         dead,
-                        alloc_space: false,
+                        run: Some(held),
                     });
                     continue;
                 }

@@ -285,6 +285,106 @@ fn pages_whose_runs_an_idle_thread_holds_are_still_collected() {
     idle.join().unwrap();
 }
 
+/// A gate a destructor waits at (a minute at most, so that a failing test
+/// ends).
+#[derive(Clone, Default)]
+struct Gate(Arc<(Mutex<bool>, std::sync::Condvar)>);
+
+impl Gate {
+    fn open(&self) {
+        *self.0 .0.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        self.0 .1.notify_all();
+    }
+}
+
+/// Opens its gate when dropped (on a failed assertion too, before the
+/// runtime's drop waits for the destructors).
+struct OpenOnDrop(Gate);
+
+impl Drop for OpenOnDrop {
+    fn drop(&mut self) {
+        self.0.open();
+    }
+}
+
+/// Blocks its drop until the gate opens.
+struct WaitsAt(Gate);
+
+impl Drop for WaitsAt {
+    fn drop(&mut self) {
+        let (open, cv) = &*self.0 .0;
+        let guard = open.lock().unwrap();
+        let _ = cv.wait_timeout_while(guard, std::time::Duration::from_secs(60), |open| !*open);
+    }
+}
+
+/// An object whose destructor blocks until its gate opens.
+#[derive(Trace)]
+struct Blocker {
+    #[trace(skip)]
+    _gate: WaitsAt,
+    _a: u64,
+    _b: u64,
+}
+
+#[derive(Trace)]
+struct Link<'gc> {
+    next: GcCell<'gc, Option<Gc<'gc, Link<'gc>>>>,
+    _a: u64,
+    _b: u64,
+}
+
+type LinkRoot = Rootable!['gc => Link<'gc>];
+
+/// The finalizer holds only the dead objects it runs destructors for, not
+/// their pages: while a destructor is blocked, `collect()` still frees the
+/// garbage that shares its pages, and dropping the runtime frees every
+/// object (a page whose objects waited for the finalizer used to be left
+/// out of every snapshot, and `collect()` and the runtime's last cycle
+/// waited for the finalizer a second, then left the page unswept).
+#[test]
+fn garbage_beside_a_blocked_destructor_is_collected() {
+    const N: u64 = 4000;
+    let gate = Gate::default();
+    let rt = rt(2).build();
+    let mut m = rt.attach();
+    let opens = OpenOnDrop(gate.clone());
+    // Blockers among the links, in the same pages (same size, one thread).
+    let links: Root<LinkRoot> = m.mutate(|mc| {
+        let mut head = None;
+        for i in 0..N {
+            if i % 200 == 0 {
+                mc.alloc(Blocker {
+                    _gate: WaitsAt(gate.clone()),
+                    _a: i,
+                    _b: 0,
+                });
+            }
+            head = Some(mc.alloc(Link {
+                next: GcCell::new(head),
+                _a: i,
+                _b: 0,
+            }));
+        }
+        mc.root(head.unwrap())
+    });
+    // The blockers are garbage: their pages' dead objects go to the
+    // finalizer, which blocks in the first destructor.
+    m.collect();
+    let before = rt.stats().objects_freed;
+    drop(links);
+    m.collect();
+    let freed = rt.stats().objects_freed - before;
+    assert!(
+        freed >= N,
+        "collect() freed {freed} objects of {N} unrooted links while a destructor was blocked"
+    );
+    drop(m);
+    drop(opens);
+    rt.wait_for_drops();
+    drop(rt);
+}
+
 #[test]
 fn weak_references_clear_when_their_target_dies() {
     #[derive(Trace)]

@@ -66,6 +66,20 @@ pub struct HeldRun {
     len: usize,
 }
 
+impl Drop for HeldRun {
+    /// A run never sent keeps its blocks in use for good: a collector bug,
+    /// said at once (not while a panic unwinds, which already says one).
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            panic!(
+                "heap: a held page run of {} block(s) was dropped without being sent \
+                 (FreeBatch::push_held_page_run)",
+                self.len
+            );
+        }
+    }
+}
+
 impl FreeBatch {
     /// An empty batch.
     pub const fn new() -> Self {
@@ -201,6 +215,9 @@ impl FreeBatch {
     /// bit.unwrap().set();
     /// // SAFETY: `keep` is live while the page is read.
     /// let page = unsafe { PageRef::of(keep) };
+    /// // A fresh heap hands a page's blocks out in order.
+    /// // SAFETY: `p` is live.
+    /// assert_eq!(unsafe { PageRef::of(p) }, page);
     /// let block = NonNull::new(p).unwrap();
     /// // SAFETY: a live block of this allocator, never used again.
     /// let held = unsafe { FreeBatch::hold_page_run(&[block]) };
@@ -250,15 +267,17 @@ impl FreeBatch {
     /// caller's, and never used again.
     pub unsafe fn push_held_page_run(&mut self, held: HeldRun, blocks: &[NonNull<u8>]) {
         assert_eq!(blocks.len(), held.len, "heap: a held run sent with other blocks");
+        let start = held.page;
+        std::mem::forget(held); // sent: its drop check is for runs never sent
         // SAFETY: the held blocks keep their page live and its geometry
         // fixed (they are counted in use until the owner takes them back).
         unsafe {
-            let page = &*segment::page_of(held.page as *const u8);
+            let page = &*segment::page_of(start as *const u8);
             assert!(
                 blocks.iter().all(|b| segment::page_of(b.as_ptr()) == std::ptr::from_ref(page).cast_mut()),
                 "heap: a held run sent with blocks of another page"
             );
-            self.send_run(page, blocks, block_size_of(held.page as *const u8));
+            self.send_run(page, blocks, block_size_of(start as *const u8));
         }
     }
 

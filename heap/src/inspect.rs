@@ -12,7 +12,8 @@ use std::fmt;
 use std::marker::PhantomData;
 
 /// Page flag, in [`PageRef::flags`] while a page run sent by
-/// [`crate::FreeBatch::push_page_run`] is out (not yet taken back by the
+/// [`crate::FreeBatch::push_page_run`] (or held,
+/// [`crate::FreeBatch::hold_page_run`]) is out (not yet taken back by the
 /// page's owner, see [`PageRef::runs_out`]): the run's blocks still carry
 /// allocated bits although they are freed, and their pending bits say so.
 /// A sweeper copies such a page's allocated words less its pending words
@@ -213,7 +214,8 @@ impl<'a> PageRef<'a> {
         }
     }
 
-    /// Page runs sent to the page's owner and not yet taken back. Read it
+    /// Page runs out (sent to the page's owner, or held to be sent later,
+    /// [`crate::FreeBatch::hold_page_run`]) and not yet taken back. Read it
     /// (acquire) before the pending words: zero means every run's pending
     /// bits are cleared, and while a sweep cannot run (between a
     /// collector's sweeps) no new ones appear.

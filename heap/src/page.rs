@@ -67,8 +67,9 @@ pub(crate) struct Page {
     /// Bits a collector keeps per page (`PageRef::set_flags`); cleared when
     /// the page is set up.
     pub(crate) user_flags: AtomicU8,
-    /// Page runs sent to the owner and not yet taken back (`runs.rs`):
-    /// incremented by the sender after it set the run's pending bits,
+    /// Page runs out of the page's use and not yet taken back by the owner
+    /// (`runs.rs`), sent or held (`FreeBatch::hold_page_run`): incremented
+    /// by the sender (or holder) after it set the run's pending bits,
     /// decremented by the owner after it cleared them (both release). Zero
     /// whenever the page is set up: a run holds its blocks in use.
     pub(crate) runs_out: AtomicU32,

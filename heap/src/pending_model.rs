@@ -26,7 +26,12 @@
 //! variants that clear the pending bit before the allocated bit, or read
 //! the allocated word before the pending word, or hand a block to the
 //! finalizer without holding its run (sending it, pending and counted,
-//! only after the destructor), fail.
+//! only after the destructor), fail. (The last fails in the plainest
+//! interleaving, the snapshot before the finalizer does anything: what it
+//! shows is that the hold must come before the page can be snapshotted
+//! again, not an ordering.) That no page reset clears a held run's
+//! pending bits is the owner's alone (held blocks count as used, so no
+//! other run accounts for all of them): `heap/tests/held_run.rs`.
 
 use loom::cell::UnsafeCell;
 use loom::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};

@@ -2,9 +2,8 @@
 //! threads (a `loam-threadpool` pool) that mark and sweep in parallel.
 //!
 //! A cycle's phases are in `cycle.rs`. The coordinator runs them on
-//! demand (a goal reached, `collect`, the heap limit), and outside the
-//! cycle lock repeats a forced cycle that left pages to the finalizer,
-//! then runs the `on_cycle` hook.
+//! demand (a goal reached, `collect`, the heap limit), then, outside the
+//! cycle lock, the `on_cycle` hook.
 //!
 //! The side bitmaps belong to the heap's pages, which every runtime in the
 //! process shares, so one cycle runs at a time process-wide (`CYCLE_LOCK`):

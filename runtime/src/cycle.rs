@@ -905,9 +905,9 @@ fn verify(
         }
         return;
     }
-    // In the pages: the finalizer's are left out (it may hand them back
-    // and their owners release them even now). The count above covers
-    // them.
+    // In the snapshot's pages (a page whose every allocated block was in
+    // a run out, a finalizer's held ones included, is not among them: its
+    // owner may release it even now; the count above covers it).
     for &start in &snap.pages {
         // SAFETY: a snapshot page holds allocated objects, out of any run,
         // that only a sweep frees, so it is live.

@@ -22,7 +22,9 @@
 //! left out of every later snapshot's copy as the blocks of any run out are
 //! (`cycle.rs`, `snapshot_pages`), so later cycles sweep the page's other
 //! blocks meanwhile, whoever's they are: no cycle waits for a finalizer to
-//! reach garbage, and a slow destructor holds back only its own block.
+//! reach garbage. A slow destructor holds back the blocks of its page's
+//! run (every dead object that sweep found in the page) and of the runs
+//! queued behind it, not their pages.
 //!
 //! [`Runtime::wait_for_drops`]: crate::Runtime::wait_for_drops
 
@@ -47,7 +49,7 @@ pub(crate) struct PageWork {
 #[derive(Default)]
 struct State {
     queue: VecDeque<PageWork>,
-    /// Pages taken off the queue and not yet handed back.
+    /// Pages taken off the queue whose runs are not sent yet.
     running: usize,
     /// No more work comes: finish the queue and exit.
     closed: bool,
@@ -84,7 +86,8 @@ impl Finalizer {
         self.changed.notify_all();
     }
 
-    /// Waits until every page queued so far is handed back.
+    /// Waits until every page queued so far has had its destructors run
+    /// and its run sent.
     pub(crate) fn wait_idle(&self) {
         let mut s = self.state.lock();
         while !s.queue.is_empty() || s.running > 0 {

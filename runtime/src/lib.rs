@@ -182,12 +182,15 @@
 //!    (`loam_heap::FreeBatch::push_page_run`, one atomic operation; a page
 //!    that is all garbage goes back without a write to its blocks). The
 //!    owner takes runs back at its next `mutate`: a run that empties its page
-//!    resets the page in O(1), and allocation bumps through it again. A page
-//!    whose dead objects have drop glue goes to the runtime's finalizer
-//!    thread instead, which runs the destructors and then sends the run
-//!    (`finalize.rs`): nothing the collector waits for runs user code that
-//!    may block, so `collect` returns without waiting for destructors
-//!    (`Runtime::wait_for_drops` does).
+//!    resets the page in O(1), and allocation bumps through it again. A
+//!    page's dead objects with drop glue among them are held as a run
+//!    instead (their blocks pending, left out of later cycles' copies) and
+//!    go to the runtime's finalizer thread, which runs the destructors and
+//!    then sends the run (`finalize.rs`): nothing the collector waits for
+//!    runs user code that may block, so `collect` returns without waiting
+//!    for destructors (`Runtime::wait_for_drops` does). Memory a
+//!    destructor lets go of (a `GlobalRoot` it drops) is garbage for the
+//!    next cycle: `wait_for_drops`, then `collect`, frees it.
 //!
 //! # What user code may do on the collector's threads
 //! Every call into user code there is contained (`panics.rs`): a panic is

@@ -185,6 +185,8 @@ not_under_loom! {
 mod handoff_model;
 #[cfg(all(test, loom))]
 mod pending_model;
+#[cfg(all(test, loom))]
+mod seal_model;
 
 /// Aborts the process with a `heap:`-prefixed message: heap metadata is
 /// corrupted and continuing could only make it worse. Never allocates.

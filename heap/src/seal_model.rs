@@ -1,0 +1,183 @@
+//! Loom model of sealing a page at its first allocation after a cycle's
+//! first stop (`docs/handshakes.md`, "Step 3 without allocating black"), a
+//! protocol designed and not yet built: this model is its proof, written
+//! first. A collector's copy of a page's allocated bits is taken after the
+//! stop, with the mutators running; the page's owner, before its first
+//! allocation there after the stop, seals the page (copies its bits into a
+//! seal bitmap), and a GC thread walking the pages claims the ones not
+//! sealed yet and copies them itself. Either way the copy must hold
+//! exactly the blocks allocated before the stop.
+//!
+//! Two blocks stand for the page: block 0 holds an object allocated before
+//! the stop (bit 0), block 1 is free and the owner allocates it after the
+//! stop (bit 1). The page's `sealed` word is the epoch whose copy it holds;
+//! `E | BUSY` while one side copies:
+//! - owner, before allocating: if `sealed` is not `E`, CAS it from its old
+//!   value to `E | BUSY`, copy the allocated word into the seal bitmap,
+//!   store `E` (release); on finding `E | BUSY`, wait for `E`; then write
+//!   the object and set its bit (release);
+//! - GC thread: if `sealed` is `E` (acquire), the copy is the seal bitmap;
+//!   if it is `E | BUSY`, wait; else CAS it to `E | BUSY`, read the
+//!   allocated word (acquire), store `E` (release).
+//!
+//! In every interleaving the copy is bit 0 alone. The variants that publish
+//! `E` before the owner's copy, allocate before sealing, or let the GC
+//! thread copy before it claims the page (marking it sealed after, with no
+//! busy state), fail.
+
+use loom::sync::atomic::{AtomicU64, Ordering};
+use loom::sync::Arc;
+use loom::thread;
+
+/// The epoch the stop raised (the page was last sealed at `E - 1`).
+const E: u64 = 2;
+/// Set in `sealed` while a copy is taken.
+const BUSY: u64 = 1 << 63;
+/// The object allocated before the stop.
+const OLD: u64 = 1;
+/// The block the owner allocates after the stop.
+const NEW: u64 = 2;
+
+struct Page {
+    sealed: AtomicU64,
+    allocated: AtomicU64,
+    /// The owner's copy (published by its release store of `E`).
+    seal_bits: AtomicU64,
+}
+
+/// Which step the model gets wrong, if any.
+#[derive(Clone, Copy, PartialEq)]
+enum Bug {
+    None,
+    /// The owner stores `E` before it writes the seal bitmap.
+    PublishFirst,
+    /// The owner sets the new block's bit before it seals the page.
+    AllocateFirst,
+    /// The GC thread copies a page it finds unsealed without claiming it.
+    NoClaim,
+}
+
+/// Waits (yielding to loom) while a copy of the page is under way; the
+/// value seen last.
+fn settled(p: &Page) -> u64 {
+    loop {
+        let s = p.sealed.load(Ordering::Acquire);
+        if s != E | BUSY {
+            return s;
+        }
+        thread::yield_now();
+    }
+}
+
+/// The owner allocates block 1, sealing the page first.
+fn owner(p: &Page, bug: Bug) {
+    if bug == Bug::AllocateFirst {
+        p.allocated.fetch_or(NEW, Ordering::Release);
+    }
+    loop {
+        let s = settled(p);
+        if s == E {
+            break;
+        }
+        if p.sealed
+            .compare_exchange(s, E | BUSY, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+        {
+            let bits = p.allocated.load(Ordering::Relaxed);
+            if bug == Bug::PublishFirst {
+                p.sealed.store(E, Ordering::Release);
+                p.seal_bits.store(bits, Ordering::Relaxed);
+            } else {
+                p.seal_bits.store(bits, Ordering::Relaxed);
+                p.sealed.store(E, Ordering::Release);
+            }
+            break;
+        }
+    }
+    if bug != Bug::AllocateFirst {
+        // The object is written, then its bit set (release).
+        p.allocated.fetch_or(NEW, Ordering::Release);
+    }
+}
+
+/// The GC thread's copy of the page.
+fn snapshot(p: &Page, bug: Bug) -> u64 {
+    loop {
+        let s = settled(p);
+        if s == E {
+            return p.seal_bits.load(Ordering::Relaxed);
+        }
+        if bug == Bug::NoClaim {
+            // Copies first, then marks the page sealed (no busy state):
+            // the owner may seal and allocate in between. (The yield is
+            // that delay: loom does not preempt between this thread's two
+            // reads on its own, and found no failing run without it.)
+            thread::yield_now();
+            let bits = p.allocated.load(Ordering::Acquire);
+            let _ = p
+                .sealed
+                .compare_exchange(s, E, Ordering::Release, Ordering::Relaxed);
+            return bits;
+        }
+        if p.sealed
+            .compare_exchange(s, E | BUSY, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+        {
+            let bits = p.allocated.load(Ordering::Acquire);
+            p.sealed.store(E, Ordering::Release);
+            return bits;
+        }
+    }
+}
+
+fn model(bug: Bug) {
+    loom::model(move || {
+        let p = Arc::new(Page {
+            sealed: AtomicU64::new(E - 1),
+            allocated: AtomicU64::new(OLD),
+            seal_bits: AtomicU64::new(0),
+        });
+        let o = {
+            let p = p.clone();
+            thread::spawn(move || owner(&p, bug))
+        };
+        let copy = snapshot(&p, bug);
+        o.join().unwrap();
+
+        assert_eq!(
+            copy & OLD,
+            OLD,
+            "the copy lost an object allocated before the stop"
+        );
+        assert_eq!(
+            copy & NEW,
+            0,
+            "the copy holds a block allocated after the stop"
+        );
+        // Whoever sealed, the page ends sealed for this epoch.
+        assert_eq!(p.sealed.load(Ordering::Relaxed), E);
+    });
+}
+
+#[test]
+fn the_copy_holds_exactly_the_blocks_allocated_before_the_stop() {
+    model(Bug::None);
+}
+
+#[test]
+#[should_panic(expected = "the copy lost an object allocated before the stop")]
+fn publishing_the_epoch_before_the_owners_copy_loses_objects() {
+    model(Bug::PublishFirst);
+}
+
+#[test]
+#[should_panic(expected = "the copy holds a block allocated after the stop")]
+fn allocating_before_sealing_puts_a_new_block_in_the_copy() {
+    model(Bug::AllocateFirst);
+}
+
+#[test]
+#[should_panic(expected = "the copy holds a block allocated after the stop")]
+fn copying_without_claiming_the_page_races_the_owners_allocation() {
+    model(Bug::NoClaim);
+}

@@ -176,18 +176,23 @@ fn model(variant: Variant) {
             let list = list.clone();
             loom::thread::spawn(move || read(&list))
         };
-        let mut w = Writer {
-            list,
-            array: 0,
-            len: 0,
-            high: 0,
-            variant,
-        };
-        w.push(1); // array 0, fresh
-        w.push(2); // grows into array 1 (full), fresh slot 1
-        w.pop(); // slot 1 stays written (the high mark)
-        w.push(3); // slot 1 again, atomically
-        w.push(4); // grows into array 2, fresh slot 2
+        // The writer on a thread of its own too: loom explored less with
+        // one side on the model's main thread (heap/src/seal_model.rs).
+        let writer = loom::thread::spawn(move || {
+            let mut w = Writer {
+                list,
+                array: 0,
+                len: 0,
+                high: 0,
+                variant,
+            };
+            w.push(1); // array 0, fresh
+            w.push(2); // grows into array 1 (full), fresh slot 1
+            w.pop(); // slot 1 stays written (the high mark)
+            w.push(3); // slot 1 again, atomically
+            w.push(4); // grows into array 2, fresh slot 2
+        });
+        writer.join().unwrap();
         reader.join().unwrap();
     });
 }

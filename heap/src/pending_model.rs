@@ -133,7 +133,11 @@ fn run_out_model(bug: Bug) {
             let p = p.clone();
             thread::spawn(move || owner(&p, &AtomicBool::new(true), bug))
         };
-        let seen = snapshot(&p, bug);
+        let s = {
+            let p = p.clone();
+            thread::spawn(move || snapshot(&p, bug))
+        };
+        let seen = s.join().unwrap();
         o.join().unwrap();
         assert_ne!(
             seen,
@@ -176,7 +180,11 @@ fn finalizer_model(bug: Bug) {
             let (p, sent) = (p.clone(), sent.clone());
             thread::spawn(move || owner(&p, &sent, bug))
         };
-        let seen = snapshot(&p, bug);
+        let s = {
+            let p = p.clone();
+            thread::spawn(move || snapshot(&p, bug))
+        };
+        let seen = s.join().unwrap();
         f.join().unwrap();
         o.join().unwrap();
         assert_ne!(

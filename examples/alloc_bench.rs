@@ -960,8 +960,9 @@ mod larson {
     /// Replacements between checks of an old block's stamps before it is
     /// freed. mimalloc-bench's larson writes each new block and never
     /// reads the old one; reading every old block's stamps made each
-    /// replacement wait for a line last written on the other CPU (80% of
-    /// the samples at two threads, for every allocator: docs/perf-log.md),
+    /// replacement wait for a line last written on the other CPU (73% of
+    /// the loop's samples at two threads with loam, 67% with jemalloc:
+    /// docs/perf-log.md),
     /// so that the 2-thread rate measured the machine's cache transfers
     /// more than the allocator. One in `CHECK_EVERY` is checked, and every
     /// block at the end.

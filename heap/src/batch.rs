@@ -164,19 +164,16 @@ impl FreeBatch {
         let Some(first) = blocks.first() else {
             return;
         };
-        // SAFETY: `first` is live (caller): its page is mapped.
-        let size = unsafe { block_size_of(first.as_ptr()) };
-        assert!(size >= MIN_RUN_BLOCK, "heap: page runs need blocks of 16 bytes or more");
-        // SAFETY: the blocks are live, dead to their users and ours (caller),
-        // of one page and so one owner; heaps live forever.
+        // SAFETY: the blocks are live, dead to their users and ours, of one
+        // page (caller): what the whole-page run and the hold ask.
         unsafe {
             let page = &*segment::page_of(first.as_ptr());
             if blocks.len() == page.capacity() && self.push_whole_page(*first) {
                 return;
             }
-            set_pending(page, blocks.iter().map(|b| page.block_index(b.as_ptr())));
-            page.runs_out.fetch_add(1, Ordering::Release);
-            self.send_run(page, blocks, size);
+            // A run sent at once is a run held and sent with nothing between.
+            let held = Self::hold_page_run(blocks);
+            self.push_held_page_run(held, blocks);
         }
     }
 
@@ -259,8 +256,8 @@ impl FreeBatch {
     /// (always as a list: the run is counted out already).
     ///
     /// # Panics
-    /// If `blocks` is not as many blocks as `held` was made of, or not of
-    /// its page.
+    /// If `blocks` is not as many blocks as `held` was made of (and, in
+    /// debug builds, if one is not of its page).
     ///
     /// # Safety
     /// `blocks` are the blocks `held` was made of, each still dead and the
@@ -273,7 +270,7 @@ impl FreeBatch {
         // fixed (they are counted in use until the owner takes them back).
         unsafe {
             let page = &*segment::page_of(start as *const u8);
-            assert!(
+            debug_assert!(
                 blocks.iter().all(|b| segment::page_of(b.as_ptr()) == std::ptr::from_ref(page).cast_mut()),
                 "heap: a held run sent with blocks of another page"
             );

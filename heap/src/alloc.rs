@@ -71,7 +71,13 @@ pub(crate) fn alloc_class_with_page_slow(c: usize) -> (*mut u8, *mut crate::page
         return (ptr::null_mut(), ptr::null_mut());
     };
     // SAFETY: a live heap in `HEAP` belongs to this thread.
-    unsafe { (*heap).alloc_class_with_page(c) }
+    let (p, page) = unsafe { (*heap).alloc_class_with_page(c) };
+    if !p.is_null() {
+        // SAFETY: our page, holding the fresh block `p`, whose bit the
+        // caller sets after this.
+        unsafe { crate::seal::seal_before_alloc(page) };
+    }
+    (p, page)
 }
 
 /// This thread's own heap, made on first use; `None` once the thread has

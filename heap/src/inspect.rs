@@ -20,6 +20,15 @@ use std::marker::PhantomData;
 /// ([`PageRef::pending_words`]).
 pub const RUN_PENDING: u8 = 0x80;
 
+/// The side bitmaps of a page, one bit per block each.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Bitmap {
+    Mark,
+    Allocated,
+    /// The allocated bits as the page's owner sealed them (`seal.rs`).
+    Seal,
+}
+
 /// A live page of the heap: `capacity()` blocks of `block_size()` bytes from
 /// `start()`, owned by one thread heap, with a side bitmap of one mark bit
 /// per block.
@@ -144,16 +153,33 @@ impl<'a> PageRef<'a> {
         (self.page().start + i * self.block_size()) as *mut u8
     }
 
-    /// One of the page's two side bitmaps (`alloc` picks which).
-    fn bitmap(&self, alloc: bool) -> &'a [AtomicU64] {
+    /// A page of a live descriptor (`seal.rs`).
+    ///
+    /// # Safety
+    /// `page` is a live page's first descriptor, and stays live for `'a`.
+    pub(crate) unsafe fn from_raw(page: *mut Page) -> PageRef<'a> {
+        PageRef {
+            page,
+            _live: PhantomData,
+        }
+    }
+
+    /// The page's descriptor.
+    pub(crate) fn raw(&self) -> *mut Page {
+        self.page
+    }
+
+    /// One of the page's side bitmaps laid out alike (mark, allocated,
+    /// seal), `bitmap_words()` words.
+    pub(crate) fn bitmap(&self, which: Bitmap) -> &'a [AtomicU64] {
         let seg = segment::segment_of(self.page.cast());
         let i = (self.page as usize - seg as usize - std::mem::offset_of!(Segment, pages))
             / std::mem::size_of::<Page>();
         let words = self.capacity().div_ceil(64).min(MARK_BYTES_PER_SLICE / 8);
-        let base = if alloc {
-            Segment::alloc_words(seg, i)
-        } else {
-            Segment::mark_words(seg, i)
+        let base = match which {
+            Bitmap::Mark => Segment::mark_words(seg, i),
+            Bitmap::Allocated => Segment::alloc_words(seg, i),
+            Bitmap::Seal => Segment::seal_words(seg, i),
         };
         // SAFETY: the bitmaps of slice `i` lie in the segment header, are
         // `MARK_BYTES_PER_SLICE` bytes of atomics each (zero-initialized by
@@ -163,7 +189,7 @@ impl<'a> PageRef<'a> {
     }
 
     fn marks(&self) -> &'a [AtomicU64] {
-        self.bitmap(false)
+        self.bitmap(Bitmap::Mark)
     }
 
     /// Number of 64-bit words in each of the page's bitmaps.
@@ -178,7 +204,7 @@ impl<'a> PageRef<'a> {
 
     /// Word `w` of the allocated bitmap.
     pub fn allocated_word(&self, w: usize) -> u64 {
-        self.bitmap(true)[w].load(Ordering::Acquire)
+        self.bitmap(Bitmap::Allocated)[w].load(Ordering::Acquire)
     }
 
     /// Every word of the mark bitmap in order, as [`mark_word`](Self::mark_word)
@@ -192,7 +218,7 @@ impl<'a> PageRef<'a> {
     /// [`allocated_word`](Self::allocated_word) reads each.
     #[inline]
     pub fn allocated_words(&self) -> impl Iterator<Item = u64> + 'a {
-        self.bitmap(true).iter().map(|w| w.load(Ordering::Acquire))
+        self.bitmap(Bitmap::Allocated).iter().map(|w| w.load(Ordering::Acquire))
     }
 
     /// Whether block `i`'s allocated bit is set.
@@ -495,8 +521,11 @@ pub fn alloc_object(size: usize, align: usize, flags: u8) -> (*mut u8, Option<Al
     if p.is_null() {
         return (p, None);
     }
-    // SAFETY: `page` holds the fresh block `p`, which the caller holds.
+    // SAFETY: `page` holds the fresh block `p`, which the caller holds; this
+    // thread owns it (it allocated there), and no bit is set yet. (Sealed
+    // already if the fast path served it: one load and compare more.)
     unsafe {
+        crate::seal::seal_before_alloc(page);
         if flags != 0 {
             (*page).set_user_flags(flags);
         }
@@ -565,7 +594,8 @@ pub fn alloc_object_in(class: ObjectClass, flags: u8) -> (*mut u8, Option<Alloca
         }
     };
     // SAFETY: `page` holds the fresh block `p` of class `class`, which the
-    // caller holds.
+    // caller holds. (Sealed: the fast path allocates only from a page
+    // sealed for the current epoch, and the slow one seals.)
     unsafe {
         if flags != 0 {
             (*page).set_user_flags(flags);
@@ -674,30 +704,33 @@ pub fn for_each_local_page(mut f: impl FnMut(PageInfo)) {
     }
 }
 
-/// Calls `f` on every page of every thread's heap, holding the heap's
-/// segment registry lock so no segment can be unmapped meanwhile. For a
-/// collector that has stopped the mutators.
+/// Calls `f` on every page of every thread's heap: for a collector's
+/// walk, in a pause or with the mutators running. No lock is held while
+/// `f` runs, so `f` may allocate and free, and other threads may too; a
+/// segment the walk visits stays mapped until it returns (one that dies
+/// meanwhile is unmapped then), so `f` may read any page it is given.
+/// Pages set up after the walk began may be missed.
 ///
 /// # Safety
-/// `f` must not allocate from or free to this heap (directly or through the
-/// global allocator, if it is `LoamAlloc`): an allocation that needs a new
-/// segment would wait forever for the lock `f` runs under, and a free could
-/// release a page `f` still reads. Pages owned by running threads change
-/// while `f` reads them; only their atomic fields (`used`, the mark bits)
-/// and the geometry of pages with live blocks are meaningful then.
+/// Pages owned by running threads change while `f` reads them, and may be
+/// released and set up again with another geometry: only their atomic
+/// fields (`used`, the bitmaps, [`PageRef::sealed_words`]) are meaningful
+/// then, and the geometry only of pages whose blocks `f` knows to be live
+/// (a collector's objects before its sweep). `f` must not keep a
+/// `PageRef` past its call.
 ///
 /// # Examples
 /// ```
 /// # #[global_allocator] static A: loam_heap::LoamAlloc = loam_heap::LoamAlloc;
 /// let b = Box::new(7u64);
-/// let mut used = 0;
-/// // SAFETY: the closure only adds numbers.
-/// unsafe { loam_heap::for_each_page(|p| used += p.used()) };
-/// assert!(used >= 1);
+/// let mut used = Vec::new();
+/// // SAFETY: the closure reads a counter and keeps no PageRef.
+/// unsafe { loam_heap::for_each_page(|p| used.push(p.used())) };
+/// assert!(used.iter().sum::<usize>() >= 1);
 /// drop(b);
 /// ```
 pub unsafe fn for_each_page(mut f: impl FnMut(PageRef<'_>)) {
-    segment::for_each_segment(|seg| {
+    segment::for_each_segment_unlocked(|seg| {
         for_each_page_in(seg, &mut |p| {
             f(PageRef {
                 page: p,

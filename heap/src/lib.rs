@@ -13,16 +13,16 @@
 //!
 //! # Glossary
 //! - **Segment** (`segment.rs`): a 4 MiB mapping aligned to 4 MiB. Its first
-//!   three 64 KiB *slices* hold the header (owner, free-slice bitmap, one page
-//!   descriptor per slice) and the pages' two side bitmaps, mark and
-//!   allocated, for a collector; the other 61 slices hold pages.
+//!   four 64 KiB *slices* hold the header (owner, free-slice bitmap, one page
+//!   descriptor per slice) and the pages' three side bitmaps, mark,
+//!   allocated and seal, for a collector; the other 60 slices hold pages.
 //!   `p & !(4 MiB - 1)` finds the header of any block.
 //! - **Page** (`page.rs`): a span of slices serving one size class (or one
 //!   large object) for one owner: a bump region, a `free` list to allocate
 //!   from and a `local_free` list the owner frees to.
 //! - **Size class** (`size_class.rs`): 52 classes, 8-byte steps to 64,
 //!   16-byte steps to 128, then four per doubling to 128 KiB. Larger requests
-//!   get a span of whole slices; beyond 61 slices, a huge segment of their
+//!   get a span of whole slices; beyond 60 slices, a huge segment of their
 //!   own, which waits in a small cache when freed (`segment.rs`, `HugeCache`)
 //!   for the next huge request instead of being unmapped at once.
 //!   A block aligned to 4 MiB or more cannot share a segment with its
@@ -49,6 +49,12 @@
 //!   [`RUN_PENDING`] flag and [`PageRef::runs_out`] count), which a sweeper
 //!   subtracts from the allocated bits so that it can sweep the page's
 //!   other blocks meanwhile.
+//! - **Seal** (`seal.rs`): a collector's copy of the allocated bits as of
+//!   its stop, taken with the mutators running: a [`SealEpoch`] raised at
+//!   the stop, which each allocation after it checks (one load), the owner
+//!   copying a page's bits before its first allocation there
+//!   (its *image*), and the collector's walk ([`PageRef::sealed_words`])
+//!   copying the pages no owner sealed.
 //! - **ThreadCache** (`thread_cache.rs`): per class, the small blocks this
 //!   thread freed lately (its own or other heaps'), which its next plain
 //!   allocations of the class take first, last in first out, as jemalloc's
@@ -163,6 +169,7 @@ not_under_loom! {
     mod options;
     mod os;
     mod page;
+    mod seal;
     mod segment;
     mod segment_map;
     mod size_class;
@@ -175,6 +182,7 @@ not_under_loom! {
         alloc_object, alloc_object_in, for_each_local_page, for_each_page, mark_block, AllocatedBit,
         ObjectClass, PageInfo, PageRef, RUN_PENDING,
     };
+    pub use seal::SealEpoch;
     pub use options::{hold_freed_memory, parse_flag, parse_size, purge_delay, set_purge_delay};
     pub use segment::{SEGMENT_SIZE, SLICE_SIZE};
     pub use size_class::{class_page_size, worst_case_waste, CLASS_SIZE, NUM_CLASSES, SMALL_MAX};

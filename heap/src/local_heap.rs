@@ -136,14 +136,22 @@ impl LocalHeap {
     }
 
     /// The fast path of [`LocalHeap::alloc_class_with_page`] alone: a block
-    /// of the current page of class `c`, if it has one.
+    /// of the current page of class `c`, if it has one and is sealed for
+    /// the current seal epoch (both serve collectors' objects only).
     #[inline(always)]
     pub(crate) fn alloc_class_fast(&mut self, c: usize) -> Option<(*mut u8, *mut Page)> {
         let page = self.current[c];
         if page.is_null() {
             return None;
         }
+        // A collector's object goes only into a page sealed for the current
+        // epoch (`seal.rs`); else the slow path, which seals it. One load
+        // and compare on the descriptor's line the pop writes anyway.
         // SAFETY: `current[c]` is a live page of ours (invariant).
+        if !unsafe { crate::seal::is_sealed(page) } {
+            return None;
+        }
+        // SAFETY: as above.
         let p = unsafe { (*page).try_alloc() };
         (!p.is_null()).then_some((p, page))
     }

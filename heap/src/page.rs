@@ -2,7 +2,7 @@
 //! object) for one owning heap, with its bump region and its two free lists.
 
 use crate::block::{self, Block};
-use crate::sync::{AtomicU32, AtomicU8, AtomicUsize, Ordering};
+use crate::sync::{AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::ptr;
 
 /// What a slice descriptor describes. Stored in an atomic so statistics and
@@ -47,8 +47,12 @@ pub(crate) struct Page {
     pub(crate) used: AtomicU32,
     /// Writers: the owner when the page is set up. Readers: anyone holding a
     /// block of the page (ordered by that block's handoff) and statistics.
-    pub(crate) block_size: AtomicUsize,
     pub(crate) capacity: AtomicU32,
+    /// The last seal epoch whose copy of the allocated bits this page has
+    /// (`seal.rs`): on the line the owner writes on every allocation
+    /// (beside `used`), which is where the owner's check of it reads.
+    pub(crate) sealed: AtomicU64,
+    pub(crate) block_size: AtomicUsize,
     pub(crate) slice_count: AtomicU32,
     pub(crate) state: AtomicU32,
     /// For `Interior` descriptors: how many slices back the span starts.

@@ -1,7 +1,6 @@
 //! Loom model of sealing a page at its first allocation after a cycle's
-//! first stop (`docs/handshakes.md`, "Step 3 without allocating black"), a
-//! protocol designed and not yet built: this model is its proof, written
-//! first. A collector's copy of a page's allocated bits is taken after the
+//! first stop (`docs/handshakes.md`, "Step 3 without allocating black";
+//! built in `seal.rs`): this model is its proof, written first. A collector's copy of a page's allocated bits is taken after the
 //! stop, with the mutators running; the page's owner, before its first
 //! allocation there after the stop, seals the page (copies its bits into a
 //! seal bitmap), and a GC thread walking the pages claims the ones not
@@ -18,10 +17,10 @@
 //!   (release);
 //! - the walk (a GC thread): read `sealed` (acquire); at `E` the copy is
 //!   the seal bitmap; on `E | BUSY` wait; otherwise copy the allocated
-//!   word (acquire), write it to the seal bitmap, and CAS `sealed` from the
-//!   value read to `E` (release). If the CAS fails, the owner sealed
-//!   meanwhile: wait for `E` and take the seal bitmap instead. No mutator
-//!   waits for the walk.
+//!   word (acquire), and CAS `sealed` from the
+//!   value read to `E` (release); it writes no seal bitmap (a walk reads a
+//!   page once). If the CAS fails, the owner sealed meanwhile: wait for
+//!   `E` and take the seal bitmap instead. No mutator waits for the walk.
 //!
 //! In every interleaving the copy is bit 0 alone. The variants that publish
 //! `E` before the owner's copy, allocate before sealing, or keep the walk's
@@ -113,13 +112,7 @@ fn walk(p: &Page, bug: Bug) -> u64 {
         .sealed
         .compare_exchange(s, E, Ordering::Release, Ordering::Relaxed)
     {
-        Ok(_) => {
-            // Written once the copy stands (before the CAS, a copy that
-            // loses to the owner would overwrite the owner's): read back
-            // by this thread alone, when its walk restarts.
-            p.seal_bits.store(bits, Ordering::Relaxed);
-            bits
-        }
+        Ok(_) => bits,
         Err(_) if bug == Bug::KeepStaleCopy => bits,
         Err(_) => {
             // The owner sealed meanwhile: its copy, published by `E`.

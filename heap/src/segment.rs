@@ -19,10 +19,10 @@ pub const SLICE_SHIFT: usize = 16;
 pub const SLICE_SIZE: usize = 1 << SLICE_SHIFT;
 /// Slices in a segment.
 pub const SLICES: usize = SEGMENT_SIZE / SLICE_SIZE;
-/// Slices at the start of each segment that hold the header and the two
-/// side bitmaps (mark, allocated); pages use the rest. The bitmap slices are
-/// resident only where touched.
-pub const HEADER_SLICES: usize = 3;
+/// Slices at the start of each segment that hold the header and the three
+/// side bitmaps (mark, allocated, seal); pages use the rest. The bitmap
+/// slices are resident only where touched.
+pub const HEADER_SLICES: usize = 4;
 /// Slices a page can use.
 pub const USABLE_SLICES: usize = SLICES - HEADER_SLICES;
 /// Free-slice mask of an empty segment.
@@ -33,6 +33,10 @@ pub(crate) const MARK_OFFSET: usize = SLICE_SIZE;
 pub(crate) const MARK_BYTES_PER_SLICE: usize = SLICE_SIZE / 8 / 8;
 /// Offset of the first allocated-bit bitmap: the slice after the marks.
 pub(crate) const ALLOC_OFFSET: usize = 2 * SLICE_SIZE;
+/// Offset of the first seal bitmap (a page's allocated bits as its owner
+/// sealed them, `seal.rs`): the slice after the allocated bits, laid out
+/// as they are.
+pub(crate) const SEAL_OFFSET: usize = 3 * SLICE_SIZE;
 /// Offset of the first pending bitmap (blocks a page run out holds, see
 /// `PageRef::pending_words`): the second half of the header's slice.
 pub(crate) const PENDING_OFFSET: usize = SLICE_SIZE / 2;
@@ -106,13 +110,20 @@ pub(crate) struct Segment {
 const _: () = assert!(std::mem::size_of::<Segment>() <= PENDING_OFFSET);
 const _: () = assert!(PENDING_OFFSET + SLICES * PENDING_BYTES_PER_SLICE <= MARK_OFFSET);
 const _: () = assert!(MARK_OFFSET + SLICES * MARK_BYTES_PER_SLICE <= ALLOC_OFFSET);
-const _: () = assert!(ALLOC_OFFSET + SLICES * MARK_BYTES_PER_SLICE <= HEADER_SLICES * SLICE_SIZE);
+const _: () = assert!(ALLOC_OFFSET + SLICES * MARK_BYTES_PER_SLICE <= SEAL_OFFSET);
+const _: () = assert!(SEAL_OFFSET + SLICES * MARK_BYTES_PER_SLICE <= HEADER_SLICES * SLICE_SIZE);
 
 /// All live segments, for statistics and page iteration.
 pub(crate) struct Registry {
     head: *mut Segment,
     count: usize,
     mapped: usize,
+    /// Walks under way without the lock (`for_each_segment_unlocked`):
+    /// while any is, `destroy` unlinks a segment but leaves it mapped.
+    walkers: usize,
+    /// Segments unlinked during a walk, to unmap when the last one ends
+    /// (linked through `next`: an unlinked segment is in no owner's list).
+    deferred: *mut Segment,
 }
 
 // SAFETY: the registry's pointers are only followed under its lock, and the
@@ -123,6 +134,8 @@ pub(crate) static REGISTRY: SpinLock<Registry> = SpinLock::new(Registry {
     head: ptr::null_mut(),
     count: 0,
     mapped: 0,
+    walkers: 0,
+    deferred: ptr::null_mut(),
 });
 
 /// The segment holding `p` (any pointer into a block or segment header).
@@ -371,8 +384,9 @@ impl Segment {
         match huge_cache_take(map_size) {
             Some((base, size)) => {
                 // The header's parts that hold state: the segment struct
-                // and the three side bitmaps (not the whole three slices, so
-                // that the rest stays untouched and need not be resident).
+                // and the pending, mark and allocated bitmaps (not the whole
+                // header slices, so that the rest stays untouched and need
+                // not be resident).
                 // SAFETY: the cache gave us the whole mapping, dead and
                 // unregistered; these ranges lie inside its header.
                 unsafe {
@@ -381,6 +395,9 @@ impl Segment {
                     ptr::write_bytes(b.add(MARK_OFFSET), 0, SLICES * MARK_BYTES_PER_SLICE);
                     ptr::write_bytes(b.add(ALLOC_OFFSET), 0, SLICES * MARK_BYTES_PER_SLICE);
                     ptr::write_bytes(b.add(PENDING_OFFSET), 0, SLICES * PENDING_BYTES_PER_SLICE);
+                    // Not the seal bitmaps: one is read only under the
+                    // epoch and length its page's zeroed `sealed` word
+                    // does not have (`seal.rs`).
                 }
                 // SAFETY: a zeroed header in a mapping of `size` bytes.
                 let seg = unsafe { Self::register(base as *mut u8, owner, SegmentKind::Huge, size) };
@@ -479,7 +496,26 @@ impl Segment {
         reg.count -= 1;
         reg.mapped -= size;
         crate::segment_map::remove(seg as usize);
+        if reg.walkers > 0 {
+            // A walk may be reading it, or stand on it: unmapped when the
+            // last walk ends. Its `all_next` stays as it is, so a walk
+            // standing here goes on to the segments still linked.
+            // SAFETY: unlinked from its owner's list (caller), so `next` is
+            // ours to use; under the registry lock.
+            unsafe { (*seg).next = reg.deferred };
+            reg.deferred = seg;
+            return;
+        }
         drop(reg);
+        // SAFETY: unregistered, unlinked, dead (caller), and no walk runs.
+        unsafe { Self::release_mapping(seg, size, huge) };
+    }
+
+    /// Unmaps an unregistered segment's mapping, or caches it if huge.
+    ///
+    /// # Safety
+    /// `seg` is unregistered and unlinked, and nothing refers to it.
+    unsafe fn release_mapping(seg: *mut Segment, size: usize, huge: bool) {
         if huge {
             // Unregistered, unlinked and dead (caller): the cache's now.
             huge_cache_put(seg as usize, size);
@@ -517,6 +553,12 @@ impl Segment {
     /// out as its mark bitmap.
     pub(crate) fn alloc_words(seg: *mut Segment, i: usize) -> *const AtomicU64 {
         (seg as usize + ALLOC_OFFSET + i * MARK_BYTES_PER_SLICE) as *const AtomicU64
+    }
+
+    /// The seal bitmap of the page whose first slice is `i` (`seal.rs`),
+    /// laid out as its mark bitmap.
+    pub(crate) fn seal_words(seg: *mut Segment, i: usize) -> *const AtomicU64 {
+        (seg as usize + SEAL_OFFSET + i * MARK_BYTES_PER_SLICE) as *const AtomicU64
     }
 
     /// The pending bitmap of the page whose first slice is `i`: one bit per
@@ -588,6 +630,61 @@ pub(crate) fn for_each_segment(mut f: impl FnMut(*mut Segment)) {
     while !s.is_null() {
         f(s);
         // SAFETY: registered segments stay mapped while the lock is held.
+        s = unsafe { (*s).all_next };
+    }
+}
+
+/// Runs `f` on every segment registered when the call began, without
+/// holding the registry lock while `f` runs (the lock is taken only to
+/// step from one segment to the next), so `f` may allocate and free, and
+/// other threads may map and unmap segments meanwhile. A segment that
+/// dies during the walk is unlinked but stays mapped until the walk ends
+/// (`Segment::destroy`), so `f` may still read it (its pages are free);
+/// segments registered after the walk began may be missed.
+///
+/// Why the walk reaches every segment that stays registered: an unlinked
+/// segment keeps its `all_next` (no one writes it once unlinked, nor maps
+/// anything over it), which names the segment after it at its unlinking,
+/// itself registered then or unlinked later, and so on: following the
+/// links from any segment the walk stood on leads through every segment
+/// behind it that is still registered, in order. New segments go in at
+/// the head, behind no one.
+pub(crate) fn for_each_segment_unlocked(mut f: impl FnMut(*mut Segment)) {
+    /// Ends the walk, on unwinding too: the last walk out unmaps what died.
+    struct Walking;
+    impl Drop for Walking {
+        fn drop(&mut self) {
+            let mut reg = REGISTRY.lock();
+            reg.walkers -= 1;
+            let mut dead = if reg.walkers == 0 {
+                std::mem::replace(&mut reg.deferred, ptr::null_mut())
+            } else {
+                ptr::null_mut()
+            };
+            drop(reg);
+            while !dead.is_null() {
+                // SAFETY: unregistered and unlinked by `destroy`, kept mapped
+                // for the walks, none of which runs now; read before release.
+                unsafe {
+                    let next = (*dead).next;
+                    let (size, huge) = ((*dead).map_size, (*dead).kind == SegmentKind::Huge);
+                    Segment::release_mapping(dead, size, huge);
+                    dead = next;
+                }
+            }
+        }
+    }
+    let mut s = {
+        let mut reg = REGISTRY.lock();
+        reg.walkers += 1;
+        reg.head
+    };
+    let _walking = Walking;
+    while !s.is_null() {
+        f(s);
+        let _reg = REGISTRY.lock();
+        // SAFETY: `s` stays mapped while this walk runs (above); its
+        // `all_next` is written under the registry lock only.
         s = unsafe { (*s).all_next };
     }
 }

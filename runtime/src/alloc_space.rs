@@ -21,9 +21,9 @@
 //! each chunk's length: with every mutator outside `mutate`, those
 //! prefixes hold complete objects, and what is allocated after (the sweep
 //! runs beside the mutators) lands past them, out of this cycle's reach,
-//! as objects past the pause's copy of the allocated bits are in the page
-//! space. The sweep frees the unmarked objects of the snapshot's ranges
-//! and moves the marked ones to `old`, compact arrays of survivors; a
+//! as objects allocated after the stop are left out of the page space's
+//! sealed copy of the allocated bits. The sweep frees the unmarked objects
+//! of the snapshot's ranges and moves the marked ones to `old`, compact arrays of survivors; a
 //! chunk goes back to `young` unless it is full or its mutator is gone,
 //! with `swept` remembering where the next sweep starts. Minor cycles
 //! sweep `young` alone (old objects are marked until a full cycle); full

@@ -212,8 +212,8 @@ impl<'gc> Mutation<'gc> {
             // the sweep under way, which frees only objects that pause left
             // unmarked, does not free it, and no other sweep runs before the
             // next pause. Setting its mark bit meanwhile changes nothing the
-            // sweep decides: it frees only unmarked objects of the pause's
-            // copy of the allocated bits, and `e` is not one. (`mark` loads
+            // sweep decides: it frees only unmarked objects of its copy of
+            // the allocated bits as of that pause's stop, and `e` is not one. (`mark` loads
             // the bit before it writes: an old object, the common store,
             // costs no atomic write.)
             // The brands keep other runtimes' objects out of this call.

@@ -3,13 +3,18 @@
 //! A cycle:
 //! 1. *Stop*: raise the handshake's stop flag and wait for every mutator
 //!    inside `mutate` to leave (mutators outside are blocked: they hold no
-//!    pointer the collector cannot see).
-//! 2. *Snapshot*: walk the heap's pages; for each with an allocated bit set,
-//!    clear its marks (full cycles only) and copy its allocated bits for the
-//!    sweep (objects allocated after the pause are then not the sweep's
-//!    business; the blocks of page runs still out, and of runs the
-//!    finalizer holds, are left out). Minor cycles skip the pages the sweep
-//!    flagged old.
+//!    pointer the collector cannot see); raise the heap's seal epoch: from
+//!    then on each allocation seals its page (copies its allocated bits)
+//!    before it sets a bit there (`loam_heap::SealEpoch`).
+//! 2. *Snapshot*: walk the heap's pages; for each with an object allocated
+//!    before the stop, clear its marks (full cycles only) and copy its
+//!    allocated bits as of the stop for the sweep (objects allocated after
+//!    the stop are then not the sweep's business; the blocks of page runs
+//!    still out, and of runs the finalizer holds, are left out). Minor
+//!    cycles skip the pages the sweep flagged old, and take the copy with
+//!    the mutators running (after the first pause: the page owners' seals
+//!    keep what they allocate out of it); full cycles take it in the first
+//!    pause, where the marks must be cleared.
 //! 3. *Mark* from the mutators' and the global root tables (and, in a minor
 //!    cycle, the barrier's remembered objects): the coordinator alone while
 //!    the work is small, then in parallel, until done or until the pause
@@ -25,6 +30,8 @@
 //!    world stopped throughout, also if the marks cover more).
 //! 5. *Weak*: clear weak cells whose target is unmarked.
 //! 6. *Resume*: lower the stop flag. From the last stop to here is a pause.
+//!    A minor cycle whose mark ended in the first pause takes its snapshot
+//!    now.
 //! 7. *Sweep* the snapshot pages in parallel, mutators running; a page's
 //!    dead objects with drop glue among them are held as a page run and go
 //!    to the finalizer thread (`finalize.rs`), which sends the run after the
@@ -117,136 +124,82 @@ pub(crate) struct Snapshot {
     pages: Vec<usize>,
     /// For each page in order, the range of its allocated words in `bits`.
     ranges: Vec<(usize, usize)>,
-    /// The pages' allocated words as of the pause, less the blocks of page
+    /// The pages' allocated words as of the stop, less the blocks of page
     /// runs still out. The sweep frees `bits & !marked`: objects allocated
-    /// after the pause are not in it, so mutators allocate white and need
+    /// after the stop are not in it, so mutators allocate white and need
     /// no atomic mark write.
     bits: Vec<u64>,
     /// What a `GlobalAlloc` space's pause took instead of pages.
     objects: Option<crate::alloc_space::Snapshot>,
 }
 
-/// Records every page holding an allocated object, clearing its marks for a
-/// full cycle.
-/// Called with the world stopped.
+/// Records every page holding an object allocated before the stop that
+/// raised `seal`, clearing its marks for a full cycle. A minor cycle calls
+/// it with the mutators running (after the first pause, or before the
+/// sweep), a full one in the first pause, where the marks must be cleared
+/// before anything is marked.
 ///
-/// The order of the reads matters: threads outside `mutate` (and other
-/// runtimes' mutators) keep running, and an owner may take back a page run
-/// at any moment, clearing the run's allocated bits, then its pending bits,
-/// then its count (`loam_heap::PageRef::pending_words`). So the flags are
-/// read first (the runs out with them), then each pending word before its
-/// allocated word: a block is in the copy only if its allocated bit was set
-/// and no run held it, that is, it holds an object (or did, and its run
-/// has been taken back since, which the pending word read first rules
-/// out). A page gets no new run before the sweep (only sweeps count runs
-/// out, one at a time; a finalizer sends only runs a sweep held, whose
-/// blocks are pending from the hold on), so the blocks in the copy are in
-/// use until this runtime's sweep (or another runtime's, never at the same
-/// time) frees them: they keep the page live and its geometry fixed. A
-/// copy that is all zero means nothing to sweep. Pages with runs out are
-/// swept like any other (their further garbage goes out as a further
-/// run), so a run its owner is slow to take back (a thread that sits idle,
-/// or serves another runtime), or a finalizer's slow destructor, holds
-/// back nothing but its own blocks.
-fn snapshot_pages(snap: &mut Snapshot, clear_marks: bool) {
-    loop {
-        snap.pages.clear();
-        snap.ranges.clear();
-        snap.bits.clear();
-        let mut overflow = false;
-        // Past an overflow, what the rest of the walk would need: the next
-        // walk reserves it all at once, so a pause walks the pages at most
-        // twice however large a fresh heap is (doubling would walk it once
-        // per doubling).
-        let (mut need_pages, mut need_words) = (0usize, 0usize);
-        let Snapshot {
-            pages,
-            ranges,
-            bits,
-            objects: _,
-        } = &mut *snap;
-        // SAFETY: the closure neither allocates nor frees (it pushes only
-        // within the reserved capacities), and reads only atomics, and the
-        // geometry of pages whose allocated blocks keep them live (see
-        // above); the registry lock keeps every segment mapped meanwhile.
-        unsafe {
-            loam_heap::for_each_page(|p| {
-                if p.used() == 0 {
+/// Each page's copy is `loam_heap::PageRef::sealed_words`: its allocated
+/// bits as of the stop, less the blocks of page runs still out (and of
+/// runs the finalizer holds), taken either by the page's owner before its
+/// first allocation after the stop (every allocation seals its page for
+/// the latest epoch first, and every `mutate` call after the stop began
+/// after the raise) or by this walk, which claims the pages no owner
+/// sealed. A page gets no new run before the sweep
+/// (only sweeps count runs out, one at a time; a finalizer sends only runs
+/// a sweep held, whose blocks are pending from the hold on), so the blocks
+/// in the copy are in use until this runtime's sweep (or another
+/// runtime's, never at the same time) frees them: they keep the page live
+/// and its geometry fixed. A copy that is all zero means nothing to
+/// sweep. Pages with runs out are swept like any other (their further
+/// garbage goes out as a further run), so a run its owner is slow to take
+/// back (a thread that sits idle, or serves another runtime), or a
+/// finalizer's slow destructor, holds back nothing but its own blocks.
+fn snapshot_pages(snap: &mut Snapshot, clear_marks: bool, seal: loam_heap::SealEpoch) {
+    snap.pages.clear();
+    snap.ranges.clear();
+    snap.bits.clear();
+    let Snapshot {
+        pages,
+        ranges,
+        bits,
+        objects: _,
+    } = &mut *snap;
+    // SAFETY: the closure keeps no PageRef; it reads only atomics
+    // (`sealed_words` is built for a walk beside running mutators), and the
+    // geometry of pages whose blocks in the copy keep them live (see
+    // above). It may allocate (the vectors grow): the walk holds no lock.
+    unsafe {
+        loam_heap::for_each_page(|p| {
+            if p.used() == 0 {
+                return;
+            }
+            let flags = p.flags();
+            if flags & sweep::OLD != 0 {
+                if !clear_marks {
+                    // Every block marked until a full cycle: nothing for
+                    // a minor cycle to sweep (see `sweep::OLD`).
                     return;
                 }
-                let flags = p.flags();
-                if flags & sweep::OLD != 0 {
-                    if !clear_marks {
-                        // Every block marked until a full cycle: nothing for
-                        // a minor cycle to sweep (see `sweep::OLD`).
-                        return;
-                    }
-                    p.clear_flags(sweep::OLD);
-                }
-                // The count of runs out first, then each pending word, then
-                // its allocated word (see above).
-                let runs_out = flags & loam_heap::RUN_PENDING != 0;
-                let words = p.bitmap_words();
-                if overflow
-                    || pages.len() == pages.capacity()
-                    || ranges.len() == ranges.capacity()
-                    || bits.capacity() - bits.len() < words
-                {
-                    overflow = true;
-                    need_pages += 1;
-                    need_words += words;
-                    return;
-                }
-                let from = bits.len();
-                if runs_out {
-                    // The blocks of the runs out still carry allocated bits:
-                    // leave them out. Each pending word is read before its
-                    // allocated word, so a block whose pending bit reads
-                    // clear had its allocated bit cleared first by its owner
-                    // (the bit read now is that, or a later allocation's).
-                    bits.extend(
-                        p.pending_words()
-                            .chain(std::iter::repeat(0))
-                            .zip(p.allocated_words())
-                            .map(|(pending, allocated)| allocated & !pending)
-                            .take(words),
-                    );
-                } else {
-                    bits.extend(p.allocated_words().take(words));
-                }
-                if bits.len() != from + words || p.bitmap_words() != words {
-                    // The page was released and set up again between the
-                    // reads (its only blocks in use were a run's, taken back
-                    // meanwhile): nothing of this cycle's is in it.
-                    bits.truncate(from);
-                    return;
-                }
-                if bits[from..].iter().all(|&w| w == 0) {
-                    bits.truncate(from);
-                    return;
-                }
-                if clear_marks {
-                    p.clear_marks();
-                }
-                pages.push(p.start() as usize);
-                ranges.push((from, from + words));
-            })
-        };
-        if !overflow {
-            return;
-        }
-        // With a quarter to spare for what the mutators allocate next.
-        let want_pages = snap.pages.len() + need_pages;
-        let want_pages = (want_pages + want_pages / 4).max(1024);
-        let want_words = snap.bits.len() + need_words;
-        let want_words = (want_words + want_words / 4).max(64 << 10);
-        snap.pages.clear();
-        snap.ranges.clear();
-        snap.bits.clear();
-        snap.pages.reserve(want_pages);
-        snap.ranges.reserve(want_pages);
-        snap.bits.reserve(want_words);
-    }
+                p.clear_flags(sweep::OLD);
+            }
+            let from = bits.len();
+            if !p.sealed_words(seal, bits) {
+                // Released and set up again meanwhile: nothing of the
+                // stop's is in it.
+                return;
+            }
+            if bits[from..].iter().all(|&w| w == 0) {
+                bits.truncate(from);
+                return;
+            }
+            if clear_marks {
+                p.clear_marks();
+            }
+            pages.push(p.start() as usize);
+            ranges.push((from, bits.len()));
+        })
+    };
 }
 
 /// Rounds of marking what the barriers shaded, with the mutators running,
@@ -302,6 +255,12 @@ struct Cycle<'a> {
     /// When the first stop was asked for.
     start: Instant,
     heap_before: usize,
+    /// The heap's seal epoch this cycle's stop raised (a `Pages` space),
+    /// which the snapshot's copy is as of.
+    seal: loam_heap::SealEpoch,
+    /// Whether the snapshot is taken, and whether in a pause.
+    snapped: bool,
+    snap_in_pause: bool,
     /// What the heap held as the world stopped: the sweep frees from this,
     /// while the mutators allocate on top of it.
     heap_at_stop: usize,
@@ -368,10 +327,12 @@ pub(crate) fn cycle(
     // `mutate`).
     loam_heap::drain_orphans();
     let (mut c, mutators, remembered) = Cycle::stop(shared, pool, forced, gen);
-    c.snapshot(snap);
+    if c.snapshot_in_pause() {
+        c.snapshot(snap, true);
+    }
     let mut m = c.mark_in_pause(mutators, &remembered);
     if c.concurrent {
-        c.mark_concurrently(gen, &mut m);
+        c.mark_concurrently(gen, &mut m, snap);
     }
     // A user's `Trace` impl panicked on a GC thread: the marks may miss
     // what it did not report, so nothing may be freed or cleared on their
@@ -383,6 +344,9 @@ pub(crate) fn cycle(
     } else {
         // 4. Verify.
         if shared.config.verify {
+            // It reads the copy: taken now if the mark ended in the first
+            // pause (in the pause, then).
+            c.snapshot(snap, true);
             let (full, concurrent) = (c.full, c.concurrent);
             verify(&shared.space, shared.id, snap, &m.roots, c.marked.objects, full, concurrent);
         }
@@ -390,6 +354,8 @@ pub(crate) fn cycle(
         mark_weak(shared, c.weak_at_stop);
     }
     let goal = c.resume(gen, m, mark_failed);
+    // A minor cycle whose mark ended in the first pause: after it.
+    c.snapshot(snap, false);
     let (swept, heap_after) = c.sweep(snap, mark_failed);
     if !c.full {
         // Everything the stopped heap held and the sweep left is marked:
@@ -417,6 +383,14 @@ impl<'a> Cycle<'a> {
         let mut remembered = Vec::new();
         let mutators = stop_world(shared, Some(&mut remembered));
         let stop_time = start.elapsed();
+        // With every call of this runtime ended and none begun: from the
+        // resume on, each allocation seals its page before it sets a bit
+        // there, so the snapshot can be taken after the pause. (A
+        // `GlobalAlloc` space has no pages and no seal.)
+        let seal = match shared.space {
+            Space::Pages => loam_heap::SealEpoch::raise(),
+            Space::Alloc(_) => loam_heap::SealEpoch::current(),
+        };
         // Only now: until every mutator left, the barrier could add to these.
         for m in &mutators {
             remembered.append(&mut m.remembered.lock());
@@ -437,6 +411,9 @@ impl<'a> Cycle<'a> {
             full,
             start,
             heap_before,
+            seal,
+            snapped: false,
+            snap_in_pause: false,
             heap_at_stop: shared.heap_used.load(Ordering::Relaxed),
             weak_at_stop: shared.weak.lock().len(),
             marked: mark::Marked::default(),
@@ -453,14 +430,27 @@ impl<'a> Cycle<'a> {
         (cycle, mutators, remembered)
     }
 
-    /// Phase 2, *snapshot*: what the sweep will look at.
-    fn snapshot(&mut self, snap: &mut Snapshot) {
+    /// Whether the snapshot must be taken in the first pause: a full
+    /// cycle clears the marks in it, and a `GlobalAlloc` space's registry
+    /// has no seal.
+    fn snapshot_in_pause(&self) -> bool {
+        self.full || matches!(self.shared.space, Space::Alloc(_))
+    }
+
+    /// Phase 2, *snapshot*: what the sweep will look at, as of the stop.
+    /// Taken once, in the first pause or after it (`in_pause` says which).
+    fn snapshot(&mut self, snap: &mut Snapshot, in_pause: bool) {
+        if self.snapped {
+            return;
+        }
         let snap_start = Instant::now();
         match &self.shared.space {
-            Space::Pages => snapshot_pages(snap, self.full),
+            Space::Pages => snapshot_pages(snap, self.full, self.seal),
             Space::Alloc(space) => snap.objects = Some(space.snapshot(self.full)),
         }
         self.snap_time = snap_start.elapsed();
+        self.snapped = true;
+        self.snap_in_pause = in_pause;
     }
 
     /// Phase 3, *mark* in the pause up to its budget; what is left gray goes on
@@ -506,7 +496,7 @@ impl<'a> Cycle<'a> {
 
     /// Phase 3b, *concurrent mark* with the mutators running, then 3c: end the mark in
     /// bounded pauses (`terminate`). Returns with the world stopped.
-    fn mark_concurrently(&mut self, gen: &Generations, m: &mut Marking) {
+    fn mark_concurrently(&mut self, gen: &Generations, m: &mut Marking, snap: &mut Snapshot) {
         let shared = self.shared;
         // From the resume on, every `mutate` call shades what its barriers
         // overwrite and store, and what its weak upgrades hand out; the
@@ -522,6 +512,11 @@ impl<'a> Cycle<'a> {
         self.mark_start_pause = self.start.elapsed() - self.stop_time;
         m.mutators.clear();
         shared.handshake.resume();
+        // A minor cycle's snapshot, now that the mutators run (they seal
+        // what they allocate in first). Before the concurrent mark, which
+        // it does not delay by much (a walk of the young pages), and before
+        // the pauses that end it: verify mode reads it there.
+        self.snapshot(snap, false);
         let conc_start = Instant::now();
         // Mutators that allocate during the mark pay for it in marking
         // work (`Mutator::assist`), so that the mark ends before the heap
@@ -788,6 +783,7 @@ impl<'a> Cycle<'a> {
                 mark_end_pause: self.mark_end_pause,
                 stop: self.stop_time,
                 snapshot: self.snap_time,
+                snapshot_concurrent: !self.snap_in_pause,
                 mark: self.mark_time,
                 concurrent_mark: self.concurrent_mark,
                 sweep: self.sweep_time,

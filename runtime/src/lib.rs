@@ -152,7 +152,12 @@
 //!    the heap limit cost nothing per object.
 //! 2. The coordinator raises the stop flag and waits for the mutators inside
 //!    `mutate` to return (the handshake; loom-checked). Mutators outside are
-//!    blocked by construction: the collector reads their root tables.
+//!    blocked by construction: the collector reads their root tables. It
+//!    raises the heap's seal epoch: from then on, each allocation seals its
+//!    page (copies its allocated bits) before it sets a bit there,
+//!    so the sweep's copy of the bits as of the stop is taken after the
+//!    pause, with the mutators running (`loam_heap::SealEpoch`; full
+//!    cycles take it in the pause, where they clear the marks).
 //! 3. GC threads mark in parallel: crossbeam-deque work stealing over
 //!    explicit mark stacks (a 10,000,000-node list overflows nothing).
 //!    A mark that outlasts the pause budget (250 µs by default) goes on
@@ -176,8 +181,8 @@
 //!    through the barrier cells, read atomically or under their lock.
 //! 4. Weak cells with unmarked targets are cleared; mutators resume; this is
 //!    the end of the (last) pause. Each pause is measured.
-//! 5. GC threads sweep each page (`allocated & !marked`, from the pause's
-//!    copy of the allocated bits) and send each page's dead blocks to the
+//! 5. GC threads sweep each page (`allocated & !marked`, from the copy of
+//!    the allocated bits as of the stop) and send each page's dead blocks to the
 //!    owning thread heap as one page run
 //!    (`loam_heap::FreeBatch::push_page_run`, one atomic operation; a page
 //!    that is all garbage goes back without a write to its blocks). The

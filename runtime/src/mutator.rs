@@ -710,8 +710,10 @@ impl<'gc> Mutation<'gc> {
                 .write(GcBox::new(GcBox::<T>::header(shared.id), value))
         };
         // The header is written before the (release) allocated bit. White,
-        // even during a concurrent mark: a sweep works from its pause's copy
-        // of the bits, so what is allocated after is not its business.
+        // even during a concurrent mark: a sweep works from its copy of the
+        // bits as of its stop (the allocation sealed the page first, which
+        // keeps this object out of it), so what is allocated after is not
+        // its business.
         // (Black allocation would bound a mark by the heap it began with,
         // but counts all that a long mark sees allocated as old: at
         // binary-trees depth 21 every cycle after the first concurrent one

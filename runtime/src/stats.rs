@@ -40,8 +40,13 @@ pub struct CycleEvent {
     /// running `mutate` had returned (they run meanwhile; one that tries to
     /// enter waits).
     pub stop: Duration,
-    /// The part of the first pause that recorded the heap for the sweep.
+    /// Time recording the heap for the sweep (each page's allocated bits
+    /// as of the stop): part of the first pause in a full cycle, taken
+    /// with the mutators running in a minor one (`snapshot_concurrent`).
     pub snapshot: Duration,
+    /// The snapshot was taken with the mutators running, outside the
+    /// pauses.
+    pub snapshot_concurrent: bool,
     /// Time marking, in the pauses and between them.
     pub mark: Duration,
     /// The part of `mark` with the mutators running (zero if the mark fit
@@ -81,8 +86,8 @@ pub struct CycleEvent {
 
 /// The `LOAM_GCTRACE` line: one per cycle, on stderr.
 ///
-/// `gc 12 minor conc @1.234s: pause 0.210+0.050 ms (stop 0.120, snapshot 0.030,
-/// mark 3.100, 2.900 concurrent), sweep 1.200 ms, 40.0->12.5 MB, 2.1 MB marked,
+/// `gc 12 minor conc @1.234s: pause 0.210+0.050 ms (stop 0.120, snapshot 0.030
+/// concurrent, mark 3.100, 2.900 concurrent), sweep 1.200 ms, 40.0->12.5 MB, 2.1 MB marked,
 /// 10.2 MB old, 24.0 MB goal, 51234 objects freed, 2 T; held 3x, max 0.400 ms,
 /// 0.700 ms in all`, then ` (forced)` for a forced cycle.
 impl fmt::Display for CycleEvent {
@@ -101,9 +106,10 @@ impl fmt::Display for CycleEvent {
         }
         write!(
             f,
-            " ms (stop {:.3}, snapshot {:.3}, mark {:.3}",
+            " ms (stop {:.3}, snapshot {:.3}{}, mark {:.3}",
             ms(self.stop),
             ms(self.snapshot),
+            if self.snapshot_concurrent { " concurrent" } else { "" },
             ms(self.mark)
         )?;
         if self.concurrent {

@@ -49,9 +49,12 @@ pub(crate) struct Page {
     /// block of the page (ordered by that block's handoff) and statistics.
     pub(crate) capacity: AtomicU32,
     /// The last seal epoch whose copy of the allocated bits this page has
-    /// (`seal.rs`): on the line the owner writes on every allocation
-    /// (beside `used`), which is where the owner's check of it reads.
+    /// (`seal.rs`). Beside `used`, which the owner writes on every
+    /// allocation, so its check on every collector allocation reads a
+    /// line it has at hand. Written by the owner's seal and a collector's
+    /// walk (CAS), never at set-up: a page set up again keeps it.
     pub(crate) sealed: AtomicU64,
+    /// As `capacity`.
     pub(crate) block_size: AtomicUsize,
     pub(crate) slice_count: AtomicU32,
     pub(crate) state: AtomicU32,

@@ -80,8 +80,9 @@ const EPOCH_SHIFT: u32 = 9;
 /// ```
 /// use loam_heap::SealEpoch;
 /// let before = SealEpoch::current();
-/// // A collector, its mutators stopped:
-/// let e = SealEpoch::raise();
+/// // A collector, its mutators stopped, no walk under way:
+/// // SAFETY: no other collector in this program.
+/// let e = unsafe { SealEpoch::raise() };
 /// assert!(e > before);
 /// assert_eq!(SealEpoch::current(), e);
 /// ```
@@ -97,11 +98,15 @@ impl SealEpoch {
 
     /// Raises the epoch and returns it: for a collector, with its mutators
     /// stopped (no call of theirs under way) and before any of them enters
-    /// again, once per cycle. Cycles of collectors sharing this heap must
-    /// not overlap from this call to the end of their walk
-    /// ([`PageRef::sealed_words`]), or one's walk would meet pages sealed
-    /// for the other's later epoch (a `heap:` abort).
-    pub fn raise() -> SealEpoch {
+    /// again, once per cycle.
+    ///
+    /// # Safety
+    /// No walk for an earlier epoch ([`PageRef::sealed_words`]) is under
+    /// way, nor starts after this call: cycles of collectors sharing this
+    /// heap do not overlap from their raise to the end of their walk.
+    /// (Otherwise that walk meets pages sealed for this later epoch, whose
+    /// images hold blocks allocated after its stop.)
+    pub unsafe fn raise() -> SealEpoch {
         SealEpoch(KEY.fetch_add(1 << EPOCH_SHIFT, Ordering::AcqRel) + (1 << EPOCH_SHIFT))
     }
 }
@@ -131,8 +136,13 @@ pub(crate) unsafe fn is_sealed(page: *mut Page) -> bool {
 pub(crate) unsafe fn seal_before_alloc(page: *mut Page) {
     // SAFETY: a live descriptor (caller).
     if !unsafe { is_sealed(page) } {
+        // Acquire: the sealer may be a thread of another runtime, whose
+        // call began before the stop (so no handshake orders it after the
+        // stop). Acquiring the raise orders the seal's reads after what
+        // the collector's last sweep published before it: the runs it
+        // counted out and their pending bits, which the image leaves out.
         // SAFETY: as for this function.
-        unsafe { seal_slow(page, SealEpoch(KEY.load(Ordering::Relaxed))) }
+        unsafe { seal_slow(page, SealEpoch(KEY.load(Ordering::Acquire))) }
     }
 }
 
@@ -210,7 +220,8 @@ impl PageRef<'_> {
     /// # // Leaked: a block with its allocated bit set goes back through a page run.
     /// let (a, bit) = alloc_object(48, 8, 0);
     /// bit.unwrap().set();
-    /// let e = SealEpoch::raise(); // a collector's stop
+    /// // A collector's stop. SAFETY: no other collector in this program.
+    /// let e = unsafe { SealEpoch::raise() };
     /// // An allocation after the stop, in the same page: it seals first.
     /// let (b, bit) = alloc_object(48, 8, 0);
     /// bit.unwrap().set();

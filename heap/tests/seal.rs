@@ -97,7 +97,9 @@ fn the_copy_holds_exactly_what_was_allocated_before_the_stop() {
         .collect();
     for round in 0..rounds() {
         stop.wait();
-        let seal = SealEpoch::raise();
+        // SAFETY: the only collector here (`ONE_COLLECTOR`), whose walk
+        // ends before its next raise.
+        let seal = unsafe { SealEpoch::raise() };
         resume.wait();
         let copies = walk(seal);
         walked.wait();

@@ -40,8 +40,10 @@
 //!    cycle counts as complete.
 //!
 //! The stops, the snapshot, the mark in the pause and the termination
-//! are `Cycle`'s methods in that order; `cycle` runs them and reports the
-//! cycle's event. The barrier they rely on, and what holds before the
+//! are `Cycle`'s methods (a minor cycle's snapshot runs after the first
+//! resume, or after the last one if the mark ended in the pause, or in the
+//! pause in verify mode, which reads it there); `cycle` runs them and
+//! reports the cycle's event. The barrier they rely on, and what holds before the
 //! first object is traced, are in `barrier.rs`.
 
 use crate::collector::{fatal, CYCLE_LOCK, RUNTIMES};
@@ -388,7 +390,9 @@ impl<'a> Cycle<'a> {
         // there, so the snapshot can be taken after the pause. (A
         // `GlobalAlloc` space has no pages and no seal.)
         let seal = match shared.space {
-            Space::Pages => loam_heap::SealEpoch::raise(),
+            // SAFETY: under the process-wide cycle lock, which this cycle
+            // holds until its sweep, after its walk: no other walk runs.
+            Space::Pages => unsafe { loam_heap::SealEpoch::raise() },
             Space::Alloc(_) => loam_heap::SealEpoch::current(),
         };
         // Only now: until every mutator left, the barrier could add to these.
@@ -512,11 +516,6 @@ impl<'a> Cycle<'a> {
         self.mark_start_pause = self.start.elapsed() - self.stop_time;
         m.mutators.clear();
         shared.handshake.resume();
-        // A minor cycle's snapshot, now that the mutators run (they seal
-        // what they allocate in first). Before the concurrent mark, which
-        // it does not delay by much (a walk of the young pages), and before
-        // the pauses that end it: verify mode reads it there.
-        self.snapshot(snap, false);
         let conc_start = Instant::now();
         // Mutators that allocate during the mark pay for it in marking
         // work (`Mutator::assist`), so that the mark ends before the heap
@@ -536,6 +535,12 @@ impl<'a> Cycle<'a> {
             .max(1 << 20);
         let ratio = (expected as u128 * 1024 / headroom as u128).clamp(256, 16 << 10) as u32;
         shared.assist_ratio.store(ratio, Ordering::Relaxed);
+        // A minor cycle's snapshot, now that the mutators run (they seal
+        // what they allocate in first), and allocating ones pay assists.
+        // Before the concurrent mark, which it does not delay by much (a
+        // walk of the young pages), and before the pauses that end it:
+        // verify mode reads it there.
+        self.snapshot(snap, false);
         let mut rest = Vec::new();
         // `parallel`'s marks invariant holds in its concurrent form: every
         // object a marked object points to is marked, queued here, or

@@ -21,9 +21,10 @@ use std::sync::Once;
 pub(crate) fn install() {
     static INSTALLED: Once = Once::new();
     INSTALLED.call_once(|| {
-        // SAFETY: the three handlers are `extern "C" fn()` that only take
-        // and release the heap's spin locks.
-        let rc = unsafe { libc::pthread_atfork(Some(prepare), Some(release), Some(release)) };
+        // SAFETY: the three handlers are `extern "C" fn()` that take and
+        // release the heap's spin locks (the child's also unmaps the
+        // segments a parent's walk kept, with no other thread alive).
+        let rc = unsafe { libc::pthread_atfork(Some(prepare), Some(release), Some(child)) };
         // It fails only without memory for the registration: then a child
         // may hang as before, and the parent is unaffected.
         debug_assert_eq!(rc, 0, "heap: pthread_atfork failed");
@@ -37,6 +38,14 @@ extern "C" fn prepare() {
     crate::segment::REGISTRY.lock_for_fork();
     crate::segment::HUGE_CACHE.lock_for_fork();
     crate::aligned::SPANS.lock_for_fork();
+}
+
+/// After `fork`, in the child: releases the locks, and forgets the page
+/// walks that other threads of the parent had under way
+/// (`segment::for_each_segment_unlocked`).
+extern "C" fn child() {
+    release();
+    crate::segment::forget_walks_after_fork();
 }
 
 /// After `fork`, in the parent and in the child: releases them.

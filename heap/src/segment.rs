@@ -472,7 +472,9 @@ impl Segment {
         seg
     }
 
-    /// Unregisters and unmaps `seg`.
+    /// Unregisters and unmaps `seg` (or caches it, if huge); while a walk
+    /// runs (`for_each_segment_unlocked`), only unregisters it, and the
+    /// last walk out unmaps it.
     ///
     /// # Safety
     /// `seg` holds no live block, is unlinked from its owner's list, and no
@@ -634,6 +636,38 @@ pub(crate) fn for_each_segment(mut f: impl FnMut(*mut Segment)) {
     }
 }
 
+/// Unmaps (or caches) the segments of a deferred list.
+///
+/// # Safety
+/// Each was unregistered and unlinked by `destroy` while a walk ran, no
+/// walk runs now, and the list is the caller's alone.
+unsafe fn release_deferred(mut dead: *mut Segment) {
+    while !dead.is_null() {
+        // SAFETY: still mapped (caller); read before its release.
+        unsafe {
+            let next = (*dead).next;
+            let (size, huge) = ((*dead).map_size, (*dead).kind == SegmentKind::Huge);
+            Segment::release_mapping(dead, size, huge);
+            dead = next;
+        }
+    }
+}
+
+/// In a child after `fork`: the walks the parent had under way are on
+/// threads the child does not have, so none runs, and the segments that
+/// died during them are released now (otherwise the count never drops and
+/// no segment that dies in the child is ever unmapped). The child's own
+/// thread is not inside a walk: walks are collectors', whose closures do
+/// not fork.
+pub(crate) fn forget_walks_after_fork() {
+    let mut reg = REGISTRY.lock();
+    reg.walkers = 0;
+    let dead = std::mem::replace(&mut reg.deferred, ptr::null_mut());
+    drop(reg);
+    // SAFETY: taken off the registry; no walk runs in the child.
+    unsafe { release_deferred(dead) };
+}
+
 /// Runs `f` on every segment registered when the call began, without
 /// holding the registry lock while `f` runs (the lock is taken only to
 /// step from one segment to the next), so `f` may allocate and free, and
@@ -655,23 +689,16 @@ pub(crate) fn for_each_segment_unlocked(mut f: impl FnMut(*mut Segment)) {
     impl Drop for Walking {
         fn drop(&mut self) {
             let mut reg = REGISTRY.lock();
-            reg.walkers -= 1;
-            let mut dead = if reg.walkers == 0 {
+            // Saturating: a child after `fork` forgot the parent's walks.
+            reg.walkers = reg.walkers.saturating_sub(1);
+            let dead = if reg.walkers == 0 {
                 std::mem::replace(&mut reg.deferred, ptr::null_mut())
             } else {
                 ptr::null_mut()
             };
             drop(reg);
-            while !dead.is_null() {
-                // SAFETY: unregistered and unlinked by `destroy`, kept mapped
-                // for the walks, none of which runs now; read before release.
-                unsafe {
-                    let next = (*dead).next;
-                    let (size, huge) = ((*dead).map_size, (*dead).kind == SegmentKind::Huge);
-                    Segment::release_mapping(dead, size, huge);
-                    dead = next;
-                }
-            }
+            // SAFETY: taken off the registry with no walk left.
+            unsafe { release_deferred(dead) };
         }
     }
     let mut s = {

@@ -95,3 +95,66 @@ fn children_forked_while_threads_allocate_can_allocate() {
     }
     assert_eq!(hung, 0, "{hung} of {forks} children hung after fork");
 }
+
+/// A child forked while another thread walks the pages (a collector's
+/// snapshot, `for_each_page`, which keeps the segments that die during it
+/// mapped until it ends) still gives back the segments that die in it:
+/// the walk is on a thread the child does not have. Seen through the huge
+/// cache: a huge block freed in the child is cached and serves the next
+/// one of its size, rather than waiting unmapped-later for a walk that
+/// never ends there.
+#[test]
+fn a_child_forked_during_a_page_walk_releases_its_segments() {
+    let keep = Box::new(7_u64); // a page for the walk to meet
+    let entered = Arc::new(AtomicBool::new(false));
+    let done = Arc::new(AtomicBool::new(false));
+    let walker = {
+        let (entered, done) = (entered.clone(), done.clone());
+        std::thread::spawn(move || {
+            let mut first = true;
+            // SAFETY: the closure keeps no PageRef; it waits, which the walk
+            // allows.
+            unsafe {
+                loam_heap::for_each_page(|_| {
+                    if std::mem::take(&mut first) {
+                        entered.store(true, Ordering::Release);
+                        while !done.load(Ordering::Acquire) {
+                            std::thread::yield_now();
+                        }
+                    }
+                })
+            };
+        })
+    };
+    while !entered.load(Ordering::Acquire) {
+        std::thread::yield_now();
+    }
+    // SAFETY: the child calls only the heap, `stats` and `_exit`.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork failed");
+    if pid == 0 {
+        // SAFETY: `alarm` only schedules a signal for this process.
+        unsafe { libc::alarm(30) };
+        // Larger than anything the cache could hold from the parent.
+        let size = 40 << 20;
+        drop(vec![1_u8; size]);
+        let mapped = loam_heap::stats().segments_mapped_total;
+        let again = vec![2_u8; size];
+        let reused = loam_heap::stats().segments_mapped_total == mapped;
+        drop(again);
+        // SAFETY: ends the child without the parent's atexit handlers.
+        unsafe { libc::_exit(if reused { 0 } else { 4 }) }
+    }
+    let mut status = 0;
+    // SAFETY: `pid` is our child; `status` is a valid out pointer.
+    let r = unsafe { libc::waitpid(pid, &mut status, 0) };
+    done.store(true, Ordering::Release);
+    walker.join().unwrap();
+    drop(keep);
+    assert_eq!(r, pid, "waitpid failed");
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "the child's freed huge segment was not cached (status {status:#x}; 4: it waited \
+         for a walk the child does not have)"
+    );
+}

@@ -3,8 +3,8 @@
 //!
 //! A page's dead objects are `allocated & !marked` with this runtime's id in
 //! their header, where `allocated` is the copy of the page's allocated bits
-//! the pause took: objects allocated since are not in it, so mutators
-//! allocate plain white, with no atomic write to the mark bitmap.
+//! as of the cycle's stop (`cycle.rs`, `snapshot_pages`): objects allocated
+//! since are not in it, so mutators allocate plain white, with no atomic write to the mark bitmap.
 //! The sweeper runs the dead objects' drop glue and sends the page's dead
 //! blocks to their owning thread heap as one *page run*
 //! (`FreeBatch::push_page_run`, one atomic operation): when they are all the
@@ -61,13 +61,13 @@ pub(crate) struct Swept {
     pub(crate) objects: u64,
 }
 
-/// Sweeps `pages` (start addresses from the pause's snapshot) on the threads
+/// Sweeps `pages` (start addresses from the cycle's snapshot) on the threads
 /// of `pool`. Returns what it freed, counting the pages it leaves to the
 /// finalizer (returned too: dead objects with drop glue among them).
 ///
 /// # Safety
-/// The pages were snapshotted in this cycle's pause with an allocated bit
-/// set, their marks were cleared before this cycle's mark, and the mark is
+/// The pages are in this cycle's snapshot (their allocated bits as of its
+/// stop) with an allocated bit set, their marks were cleared before this cycle's mark, and the mark is
 /// complete. No other sweep runs (the process-wide cycle lock).
 pub(crate) unsafe fn parallel(
     pool: &ThreadPool,
@@ -232,7 +232,9 @@ unsafe fn sweep_page(
         return (bs, None);
     }
     // The mutator sets the flag before an object's (release) allocated bit;
-    // the pause read the bits after that, so it covers every object in them.
+    // the snapshot read the bits after that (the walk acquires each bit, or
+    // the owner's release of its seal, which came after), so it covers
+    // every object in them.
     let read_headers = !alone || large || page.flags() & HAS_DROP != 0;
     if !read_headers && !verify {
         // All garbage? (The common case for young pages.)
@@ -258,10 +260,10 @@ unsafe fn sweep_page(
             cand &= cand - 1;
             let addr = base + (w * 64 + b) * bs;
             // Only this sweep frees a snapshot page's blocks, so each one the
-            // pause saw allocated still is.
+            // snapshot saw allocated still is.
             if verify && !page.is_allocated(w * 64 + b) {
                 crate::collector::fatal(&format!(
-                    "verify: sweep: block {addr:#x} was freed since the pause"
+                    "verify: sweep: block {addr:#x} was freed since the snapshot"
                 ));
             }
             if !read_headers {

@@ -71,13 +71,7 @@ pub(crate) fn alloc_class_with_page_slow(c: usize) -> (*mut u8, *mut crate::page
         return (ptr::null_mut(), ptr::null_mut());
     };
     // SAFETY: a live heap in `HEAP` belongs to this thread.
-    let (p, page) = unsafe { (*heap).alloc_class_with_page(c) };
-    if !p.is_null() {
-        // SAFETY: our page, holding the fresh block `p`, whose bit the
-        // caller sets after this.
-        unsafe { crate::seal::seal_before_alloc(page) };
-    }
-    (p, page)
+    unsafe { (*heap).alloc_class_with_page(c) }
 }
 
 /// This thread's own heap, made on first use; `None` once the thread has
@@ -110,7 +104,9 @@ pub(crate) fn alloc_class_fast(c: usize) -> Option<(*mut u8, *mut crate::page::P
 /// from this thread's own heap: a thread whose heap has exited (or cannot be
 /// made) gets null, since the block's allocated bit, written without an
 /// atomic read-modify-write, must be its owner's alone, and the shared
-/// fallback heap has many threads.
+/// fallback heap has many threads. The page is sealed for the current
+/// seal epoch (`seal.rs`), as on every path that serves a collector's
+/// object, before its bit is set.
 #[inline]
 pub(crate) fn alloc_with_page(size: usize, align: usize) -> (*mut u8, *mut crate::page::Page) {
     let Some(heap) = own_heap() else {
@@ -136,8 +132,13 @@ pub(crate) fn alloc_with_page(size: usize, align: usize) -> (*mut u8, *mut crate
     if p.is_null() {
         return (p, ptr::null_mut());
     }
-    // SAFETY: `p` is a fresh live block.
-    (p, unsafe { crate::segment::page_of(p) })
+    // SAFETY: `p` is a fresh live block of ours (a span: no fast path
+    // sealed it), its allocated bit not set yet.
+    unsafe {
+        let page = crate::segment::page_of(p);
+        crate::seal::seal_before_alloc(page);
+        (p, page)
+    }
 }
 
 /// The heap for threads that have exited (allocations made by later

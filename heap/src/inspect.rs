@@ -521,11 +521,10 @@ pub fn alloc_object(size: usize, align: usize, flags: u8) -> (*mut u8, Option<Al
     if p.is_null() {
         return (p, None);
     }
-    // SAFETY: `page` holds the fresh block `p`, which the caller holds; this
-    // thread owns it (it allocated there), and no bit is set yet. (Sealed
-    // already if the fast path served it: one load and compare more.)
+    // SAFETY: `page` holds the fresh block `p`, which the caller holds.
+    // (Sealed: every path of `alloc_with_page` returns a page sealed for
+    // the current epoch, `seal.rs`.)
     unsafe {
-        crate::seal::seal_before_alloc(page);
         if flags != 0 {
             (*page).set_user_flags(flags);
         }

@@ -166,8 +166,14 @@ impl LocalHeap {
         if p.is_null() {
             return (p, ptr::null_mut());
         }
-        // SAFETY: `p` is a fresh live block of ours.
-        (p, unsafe { segment::page_of(p) })
+        // SAFETY: `p` is a fresh live block of ours; its page is ours, and
+        // its allocated bit is not set yet (the fast path's seal check
+        // missed, or the slow path moved to another page).
+        unsafe {
+            let page = segment::page_of(p);
+            crate::seal::seal_before_alloc(page);
+            (p, page)
+        }
     }
 
     /// Allocates `size` bytes aligned to `align`, any size.

@@ -302,6 +302,7 @@ fn stopped(deadline: Option<Instant>) -> mark::Limits<'static> {
         concurrent: false,
         deadline,
         assists: None,
+        threads: usize::MAX,
     }
 }
 
@@ -312,6 +313,7 @@ fn concurrently(shared: &Shared) -> mark::Limits<'_> {
         concurrent: true,
         deadline: None,
         assists: Some(&shared.assist),
+        threads: shared.config.concurrent_gc_threads(),
     }
 }
 

@@ -144,6 +144,9 @@ pub(crate) struct Limits<'a> {
     /// Where to offer the mark's queues to mutators that assist
     /// ([`assist`]); only with `concurrent`.
     pub(crate) assists: Option<&'a AssistSlot>,
+    /// How many of the pool's threads trace (at least one, at most all):
+    /// fewer than the CPUs while the mutators run (`Config::concurrent_gc_threads`).
+    pub(crate) threads: usize,
 }
 
 /// The queues of a concurrent [`parallel`] mark, offered to assisting
@@ -354,7 +357,8 @@ pub(crate) unsafe fn parallel(
         leave_remembered(leftover);
         return out;
     }
-    let n = pool.current_num_threads();
+    // The threads that trace; the pool's others return at once.
+    let n = limits.threads.clamp(1, pool.current_num_threads());
     let workers: Vec<Worker<usize>> = (0..n).map(|_| Worker::new_lifo()).collect();
     let share = Arc::new(Share {
         injector: Injector::new(),
@@ -391,6 +395,9 @@ pub(crate) unsafe fn parallel(
     let left = Mutex::new(std::mem::take(leftover));
     let results = pool.broadcast(|ctx| {
         let me = ctx.index();
+        if me >= n {
+            return Marked::default();
+        }
         let local = slots[me].lock().take().expect("one worker per GC thread");
         let mut tracer = Tracer::new();
         let mut out = Marked::default();

@@ -645,6 +645,26 @@ impl RuntimeBuilder {
         self
     }
 
+    /// How many of the GC threads trace while the mutators run, in a
+    /// concurrent mark (at least 1, at most [`gc_threads`](Self::gc_threads)).
+    /// The default is a quarter of the GC threads, at least one, as Go's
+    /// collector takes a quarter of the CPUs: the rest stay with the
+    /// mutators, which pay for what they allocate during the mark with
+    /// marking of their own (assists). The pauses and the sweep use every
+    /// GC thread.
+    ///
+    /// ```
+    /// let rt = loam_runtime::Runtime::builder()
+    ///     .gc_threads(4)
+    ///     .concurrent_gc_threads(2)
+    ///     .build();
+    /// # drop(rt);
+    /// ```
+    pub fn concurrent_gc_threads(mut self, n: usize) -> Self {
+        self.config.concurrent_gc_threads = Some(n.max(1));
+        self
+    }
+
     /// Start a cycle when the heap has grown by this percentage over the live
     /// size of the last one (Go's GOGC). `u32::MAX` turns pacing off.
     pub fn gc_percent(mut self, percent: u32) -> Self {

@@ -4,8 +4,9 @@
 
 mod support;
 use loam_runtime::{Gc, Root, Rootable, Runtime, Trace, Tracer};
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 #[cfg(target_os = "linux")]
 use support::pin_to_cpu;
@@ -148,4 +149,78 @@ fn the_heap_bound_holds_with_the_gc_thread_sharing_a_busy_cpu() {
         worst <= 2 * goal + SLACK_PER_MUTATOR,
         "heap reached {worst} bytes with a {goal}-byte goal: {s:?}"
     );
+}
+
+/// The GC threads that traced a `Traced` object.
+static TRACERS: Mutex<Option<HashSet<String>>> = Mutex::new(None);
+
+/// A node that notes which GC thread traced it, and takes a while to.
+struct Traced<'gc> {
+    kids: Vec<Gc<'gc, Traced<'gc>>>,
+}
+
+// SAFETY: reports every pointer it owns (1), the same ones each time, and
+// touches nothing managed (2: the set of names is its own); needs tracing
+// (3); no `Drop` (4).
+unsafe impl<'gc> Trace for Traced<'gc> {
+    fn trace(&self, tracer: &mut Tracer) {
+        let me = std::thread::current();
+        if let Some(name) = me.name().filter(|n| n.starts_with("loam-gc-")) {
+            TRACERS
+                .lock()
+                .unwrap()
+                .get_or_insert_with(HashSet::new)
+                .insert(name.to_owned());
+            for i in 0..2_000_u32 {
+                std::hint::black_box(i);
+            }
+        }
+        self.kids.trace(tracer)
+    }
+}
+
+fn traced<'gc>(mc: &loam_runtime::Mutation<'gc>, depth: u32) -> Gc<'gc, Traced<'gc>> {
+    let kids = if depth == 0 {
+        Vec::new()
+    } else {
+        (0..4).map(|_| traced(mc, depth - 1)).collect()
+    };
+    mc.alloc(Traced { kids })
+}
+
+/// A concurrent mark traces on no more GC threads than
+/// `concurrent_gc_threads` (a quarter of them by default): the other CPUs
+/// are the mutators'. A pause budget of zero hands the whole mark to the
+/// concurrent phase, and 5,461 slow objects give a second tracing thread
+/// every chance to steal, were it let in.
+#[test]
+fn a_concurrent_mark_traces_on_the_threads_it_is_given() {
+    let builders = [
+        Runtime::builder().gc_threads(2).concurrent_gc_threads(1),
+        // The default with two GC threads: a quarter of them, at least one.
+        Runtime::builder().gc_threads(2),
+    ];
+    for b in builders {
+        let rt = b
+            .ignore_env()
+            .generational(false)
+            .mark_pause_budget(Duration::ZERO)
+            .build();
+        let mut m = rt.attach();
+        let _live: Root<Rootable!['gc => Traced<'gc>]> = m.mutate(|mc| mc.root(traced(mc, 6)));
+        *TRACERS.lock().unwrap() = None;
+        let before = rt.stats().concurrent_cycles;
+        rt.collect();
+        assert!(
+            rt.stats().concurrent_cycles > before,
+            "the mark was not concurrent: {:?}",
+            rt.stats()
+        );
+        let tracers = TRACERS.lock().unwrap().take().unwrap_or_default();
+        assert_eq!(
+            tracers.len(),
+            1,
+            "GC threads that traced during a concurrent mark: {tracers:?}"
+        );
+    }
 }

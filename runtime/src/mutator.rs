@@ -30,6 +30,22 @@ const ASSIST_SLICE: Duration = Duration::from_micros(100);
 /// so little.
 const ASSIST_MIN: usize = 16 << 10;
 
+/// The longest a mutator marks at a time once the heap has reached twice
+/// its goal (`Mutator::pace`, `Mutator::assist`): it then owes the mark
+/// every byte of its debt, but pays it in holds of at most this.
+const PACED_SLICE: Duration = Duration::from_millis(1);
+
+/// Marking owed per byte allocated, in 1/1024ths, once the heap has
+/// reached twice its goal: the most a mark's own ratio can be
+/// (`cycle.rs`, `mark_concurrently`). Every byte then buys this much of
+/// the mark, so the heap grows past twice the goal by at most a
+/// sixteenth of what the mark had left to trace.
+const PACED_RATIO: usize = 16 << 10;
+
+/// Heap budget a mutator takes at a time once the heap has reached twice
+/// its goal: its debt is settled four times as often, in smaller holds.
+const PACED_CHUNK: usize = CHUNK / 4;
+
 /// What the collector sees of a mutator.
 #[derive(Debug, Default)]
 pub(crate) struct MutatorShared {
@@ -308,11 +324,21 @@ impl Mutator {
         self.me.holds.histogram()
     }
 
-    /// Before a call, with the heap at twice its goal: helps the concurrent
-    /// mark under way, in slices, while it has work and the heap stays
-    /// there (a mark the GC threads cannot finish for want of CPU is
-    /// finished by the mutators that outran it), then waits for the cycle
-    /// to bring the heap down. One hold, whatever its parts.
+    /// Before a call, with the heap at twice its goal: pays the marking
+    /// debt the last call left (at least one assist's worth) to the
+    /// concurrent mark under way, in slices of [`PACED_SLICE`], and lets
+    /// the call go, which pays for what it allocates as it goes
+    /// ([`assist`](Self::assist), paced). With no mark to help (the cycle
+    /// has not begun, or is sweeping), or none of its work left to take
+    /// (the GC threads hold the rest), waits for the cycle to end (one
+    /// cycle at most), or for a mark to help. One hold, whatever its parts.
+    ///
+    /// It used to help the mark until the heap came under twice the goal
+    /// again, which is a whole cycle when the live data has outgrown the
+    /// goal: binary-trees at depth 21 held its one mutator 70 – 80 ms so,
+    /// right after it built its long-lived tree. Now every byte allocated
+    /// past twice the goal is paid for at the paced ratio, before the next
+    /// call at the latest, which bounds the heap as the wait did.
     #[cold]
     #[inline(never)]
     fn pace(&self) {
@@ -328,8 +354,10 @@ impl Mutator {
                 if shared.pace(&self.me.slot, true) {
                     continue;
                 }
+                self.assist_debt.set(0);
                 break;
             };
+            let debt = self.assist_debt.get().max(ASSIST_MIN);
             // Inside, as a `mutate` call: the mark's last pause waits for
             // the slice, and no sweep can start meanwhile. (A wait here is
             // part of this hold.) And marked inside as a call is, so that a
@@ -349,13 +377,19 @@ impl Mutator {
                 };
                 // SAFETY: inside (above), for the runtime whose mark
                 // `share` is, with its gray queue.
-                unsafe { crate::mark::assist(&shared.space, &share, &shared.gray, usize::MAX, slice + ASSIST_SLICE) }
+                unsafe { crate::mark::assist(&shared.space, &share, &shared.gray, debt, slice + PACED_SLICE) }
             };
             assisting += slice.elapsed();
             if m.objects == 0 {
                 // Nothing to take: the GC threads hold the rest of the
                 // mark. Wait for the cycle to bring the heap down.
                 shared.pace(&self.me.slot, false);
+                self.assist_debt.set(0);
+                break;
+            }
+            let left = debt.saturating_sub(m.bytes);
+            self.assist_debt.set(left);
+            if left == 0 {
                 break;
             }
         }
@@ -435,7 +469,9 @@ impl Mutator {
     #[inline(never)]
     fn refill(&self, size: usize) -> bool {
         let shared = self.shared();
-        let chunk = size.max(CHUNK);
+        // Over twice the goal the debt is settled in smaller steps.
+        let paced = shared.over_pace();
+        let chunk = size.max(if paced { PACED_CHUNK } else { CHUNK });
         for attempt in 0..2 {
             let used = shared.heap_used.fetch_add(chunk, Ordering::Relaxed) + chunk;
             if let Some(limit) = shared.config.heap_limit {
@@ -464,7 +500,8 @@ impl Mutator {
             }
             let ratio = shared.assist_ratio.load(Ordering::Relaxed);
             if ratio != 0 {
-                self.assist(chunk.saturating_mul(ratio as usize) / 1024);
+                let ratio = if paced { PACED_RATIO } else { ratio as usize };
+                self.assist(chunk.saturating_mul(ratio) / 1024, paced);
             }
             return true;
         }
@@ -478,9 +515,15 @@ impl Mutator {
     /// slice ran out carries to the next chunk, up to a few slices' worth.
     /// The slice is a hold (`held.rs`): the mutator marks instead of
     /// running its own code, but never waits for the cycle to end.
+    ///
+    /// `paced` (the heap has reached twice its goal): the slice is
+    /// [`PACED_SLICE`] and the whole debt carries, whether or not the
+    /// queues had work, so that every byte allocated from here buys its
+    /// share of the mark ([`PACED_RATIO`]); what a call leaves owing, its
+    /// successor's pacing pays before it begins (`pace`).
     #[cold]
     #[inline(never)]
-    fn assist(&self, owed: usize) {
+    fn assist(&self, owed: usize, paced: bool) {
         let debt = self.assist_debt.get().saturating_add(owed);
         if debt < ASSIST_MIN {
             self.assist_debt.set(debt);
@@ -492,16 +535,26 @@ impl Mutator {
             self.assist_debt.set(0);
             return;
         };
+        let slice = if paced { PACED_SLICE } else { ASSIST_SLICE };
         let start = Instant::now();
         // SAFETY: inside a `mutate` call (allocation happens only there) of
         // the runtime whose mark `share` is, with its gray queue.
-        let m = unsafe { crate::mark::assist(&shared.space, &share, &shared.gray, debt, start + ASSIST_SLICE) };
+        let m = unsafe { crate::mark::assist(&shared.space, &share, &shared.gray, debt, start + slice) };
         let took = start.elapsed();
         if m.objects > 0 {
             self.held(Hold::Assist, took);
         }
         let left = debt.saturating_sub(m.bytes);
-        self.assist_debt.set(if took < ASSIST_SLICE { 0 } else { left.min(4 * CHUNK) });
+        self.assist_debt.set(if paced {
+            // Owed in full: the next chunk, or the next call's pacing,
+            // pays it (or waits for the cycle, if the GC threads hold the
+            // mark's rest).
+            left
+        } else if took < slice {
+            0
+        } else {
+            left.min(4 * CHUNK)
+        });
     }
 
     pub(crate) fn give_back(&self, size: usize) {

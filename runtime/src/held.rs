@@ -16,7 +16,9 @@
 //! - [`Hold::Memory`]: at the heap limit, waiting for a sweep inside a call,
 //!   or for the forced cycle before the next call;
 //! - [`Hold::Assist`]: marking for the collector, in slices of at most
-//!   [`ASSIST_SLICE`](crate::mutator), in payment for what it allocated
+//!   [`ASSIST_SLICE`](crate::mutator) (a millisecond once the heap has
+//!   reached twice its goal; before a call, the slices that pay what the
+//!   last call owes are one hold), in payment for what it allocated
 //!   during a concurrent mark (Go's mark assists).
 //!
 //! A `collect` the program asks for is not a hold: the program chose to

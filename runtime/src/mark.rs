@@ -3,8 +3,10 @@
 //!
 //! The calling thread marks alone first, and hands what is left to the GC
 //! threads only past a budget (a minor cycle's mark is often tiny).
-//! Each GC thread drains its own LIFO deque (crossbeam-deque) and steals
-//! from the roots' injector and from the others when it runs dry. The deques
+//! Each GC thread that traces (all of them with the world stopped, a
+//! quarter while the mutators run: `Limits::threads`) drains its own LIFO
+//! deque (crossbeam-deque) and steals from the roots' injector and from
+//! the others when it runs dry. The deques
 //! are the mark stack: no recursion, so a ten-million-node list marks in
 //! constant native stack. An object is pushed only by the thread whose
 //! `fetch_or` set its mark bit, so each object is traced once.
@@ -144,8 +146,9 @@ pub(crate) struct Limits<'a> {
     /// Where to offer the mark's queues to mutators that assist
     /// ([`assist`]); only with `concurrent`.
     pub(crate) assists: Option<&'a AssistSlot>,
-    /// How many of the pool's threads trace (at least one, at most all):
-    /// fewer than the CPUs while the mutators run (`Config::concurrent_gc_threads`).
+    /// How many of the pool's threads trace (at least one, at most all; 0,
+    /// the default, reads as one): fewer than the CPUs while the mutators
+    /// run (`Config::concurrent_gc_threads`).
     pub(crate) threads: usize,
 }
 

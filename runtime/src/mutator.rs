@@ -132,6 +132,9 @@ pub struct Mutator {
     /// Bytes of marking this mutator owes the concurrent mark under way for
     /// what it allocated during it (`assist`).
     assist_debt: Cell<usize>,
+    /// The mark (`Shared::mark_epoch`) `assist_debt` is owed to: debt is
+    /// never carried into another mark (`owed`).
+    assist_mark: Cell<u64>,
     /// This mutator's registry chunk, in a `GlobalAlloc` space.
     pub(crate) space_local: crate::alloc_space::Local,
     /// The runtime's `GlobalAlloc` space, or `None` for the pages: read
@@ -196,6 +199,7 @@ impl Mutator {
             limit_hit: Cell::new(false),
             limit_roots: Cell::new(None),
             assist_debt: Cell::new(0),
+            assist_mark: Cell::new(0),
             space_local: Default::default(),
             alloc_space,
             _not_send: PhantomData,
@@ -346,6 +350,7 @@ impl Mutator {
         let start = Instant::now();
         let mut assisting = Duration::ZERO;
         let mut held = false;
+        let mut owing = None;
         while shared.over_pace() {
             held = true;
             let Some(share) = crate::mark::offered(&shared.assist) else {
@@ -357,7 +362,9 @@ impl Mutator {
                 self.assist_debt.set(0);
                 break;
             };
-            let debt = self.assist_debt.get().max(ASSIST_MIN);
+            // Computed once: what is left of it after a slice is owed
+            // exactly, not rounded up to an assist's worth again.
+            let debt = *owing.get_or_insert_with(|| self.owed().max(ASSIST_MIN));
             // Inside, as a `mutate` call: the mark's last pause waits for
             // the slice, and no sweep can start meanwhile. (A wait here is
             // part of this hold.) And marked inside as a call is, so that a
@@ -392,6 +399,7 @@ impl Mutator {
             if left == 0 {
                 break;
             }
+            owing = Some(left);
         }
         if !held {
             // The heap came under twice the goal before the first look.
@@ -524,15 +532,17 @@ impl Mutator {
     #[cold]
     #[inline(never)]
     fn assist(&self, owed: usize, paced: bool) {
-        let debt = self.assist_debt.get().saturating_add(owed);
+        let debt = self.owed().saturating_add(owed);
         if debt < ASSIST_MIN {
             self.assist_debt.set(debt);
             return;
         }
         let shared = self.shared();
         let Some(share) = crate::mark::offered(&shared.assist) else {
-            // Between the mark's rounds, or at its end.
-            self.assist_debt.set(0);
+            // Between the mark's rounds, or at its end: paced debt is kept
+            // for the next round, or this call's successor (`pace`); a new
+            // mark starts from none (`owed`).
+            self.assist_debt.set(if paced { debt } else { 0 });
             return;
         };
         let slice = if paced { PACED_SLICE } else { ASSIST_SLICE };
@@ -555,6 +565,18 @@ impl Mutator {
         } else {
             left.min(4 * CHUNK)
         });
+    }
+
+    /// The marking debt this mutator owes the mark under way: none if it
+    /// was run up in an earlier mark. (A debt larger than what the mark has
+    /// left is paid by tracing to the end of the mark's work, then waiting
+    /// for the cycle: `pace`.)
+    fn owed(&self) -> usize {
+        let mark = self.shared().mark_epoch.load(Ordering::Relaxed);
+        if self.assist_mark.replace(mark) != mark {
+            self.assist_debt.set(0);
+        }
+        self.assist_debt.get()
     }
 
     pub(crate) fn give_back(&self, size: usize) {

@@ -61,8 +61,9 @@ pub(crate) struct Shared {
     /// Heap size at which the next cycle starts.
     pub(crate) next_goal: AtomicUsize,
     /// The heap goal of the last cycle (`next_goal` is lower while a sweep
-    /// runs): a mutator that finds the heap at twice it waits for a cycle
-    /// before its next call (`Shared::pace`). Relaxed: a threshold.
+    /// runs): a mutator that finds the heap at twice it pays for what it
+    /// allocates in marking, or waits for the cycle when there is no mark
+    /// to help (`Mutator::pace`). Relaxed: a threshold.
     pub(crate) pace_goal: AtomicUsize,
     /// Bumped whenever a root is dropped or moved, and whenever a barrier
     /// cell or a logged object is written while a mutator is at the heap
@@ -234,8 +235,9 @@ impl Shared {
     /// offers work to help with. Keeps a mutator that outruns the collector
     /// from growing the heap without bound. Returns true only in the last
     /// case: the caller helps, and may come back. Never more than one
-    /// cycle: a heap that stays over twice its goal (live data the goal
-    /// has not caught up with) must not keep a mutator waiting for ever.
+    /// cycle per call: a heap that stays over twice its goal (live data
+    /// the goal has not caught up with) must not keep a mutator waiting for
+    /// ever.
     pub(crate) fn pace(&self, slot: &crate::handshake::Slot, for_mark: bool) -> bool {
         let seen = {
             let mut c = self.control.lock();

@@ -181,7 +181,8 @@ pub struct GcStats {
     pub held_for_memory: Duration,
     /// and marking for the collector: a mutator that allocates while a
     /// concurrent mark runs pays for it in marking work, in slices of at
-    /// most 100 µs (Go's mark assists), instead of waiting for the cycle.
+    /// most 100 µs (1 ms past twice the heap goal; Go's mark assists),
+    /// instead of waiting for the cycle.
     pub held_assisting: Duration,
     /// Cycles whose mark went on concurrently, past the first pause.
     pub concurrent_cycles: u64,

@@ -16,11 +16,13 @@ use support::pin_to_cpu;
 /// 64 KiB chunk of credit; what two of its calls allocate (the call under
 /// way as the heap passed twice the goal, and the next, which begins once
 /// it has paid its marking debt and may then find the GC threads holding
-/// the rest of the mark); and a sixteenth of the live size, which is what
-/// the paced assists buy (past twice the goal, each byte allocated owes
-/// sixteen bytes of marking, paid before the next call at the latest).
+/// the rest of the mark), and never less than the 64 KiB the bound allowed
+/// a call before pacing paid as it went; and a sixteenth of the live size,
+/// which is what the paced assists buy (past twice the goal, each byte
+/// allocated owes sixteen bytes of marking, paid before the next call at
+/// the latest; the mark here traces the live data once).
 fn slack(call_bytes: usize, live: usize) -> usize {
-    (64 << 10) + 2 * call_bytes + live / 16
+    (64 << 10) + (64 << 10).max(call_bytes) + call_bytes + live / 16
 }
 
 /// An upper bound on a size class's block for an object of `bytes`
@@ -180,7 +182,10 @@ struct Traced<'gc> {
 unsafe impl<'gc> Trace for Traced<'gc> {
     fn trace(&self, tracer: &mut Tracer) {
         let me = std::thread::current();
-        if let Some(name) = me.name().filter(|n| n.starts_with("loam-gc-")) {
+        // The pool's threads (`loam-gc-{runtime}-{i}`), not the
+        // coordinator (`loam-gc-{runtime}`).
+        let pool_thread = |n: &&str| n.starts_with("loam-gc-") && n.matches('-').count() == 3;
+        if let Some(name) = me.name().filter(pool_thread) {
             TRACERS
                 .lock()
                 .unwrap()
@@ -212,8 +217,8 @@ fn traced<'gc>(mc: &loam_runtime::Mutation<'gc>, depth: u32) -> Gc<'gc, Traced<'
 fn a_concurrent_mark_traces_on_the_threads_it_is_given() {
     let builders = [
         Runtime::builder().gc_threads(2).concurrent_gc_threads(1),
-        // The default with two GC threads: a quarter of them, at least one.
-        Runtime::builder().gc_threads(2),
+        // The default with four GC threads: a quarter of them.
+        Runtime::builder().gc_threads(4),
     ];
     for b in builders {
         let rt = b

@@ -256,6 +256,23 @@ impl Shared {
         !progress && for_mark && crate::mark::offered(&self.assist).is_some()
     }
 
+    /// A paced mutator's assist found nothing to take: the GC threads hold
+    /// the rest of the mark. Waits until they may have handed some back
+    /// (`d`), or the cycle has ended, or the heap is under twice its goal
+    /// again; true in the last two cases (and when the gate opens: the
+    /// mutator must go on). Go's assists park the same way until the
+    /// background workers have done the work, not for the whole cycle.
+    pub(crate) fn pace_briefly(&self, slot: &crate::handshake::Slot, d: std::time::Duration) -> bool {
+        let seen = self.control.lock().completed;
+        let until = std::time::Instant::now() + d;
+        let mut over = false;
+        let waited = self.wait_control(Some(slot), |c| {
+            over = c.completed != seen || c.shutdown || !self.over_pace();
+            over || std::time::Instant::now() >= until
+        });
+        over || !waited
+    }
+
     /// Waits for the cycle under way to finish (`Runtime::wait_for_cycle`).
     pub(crate) fn wait_for_cycle(&self) {
         self.refuse_waits("wait_for_cycle");

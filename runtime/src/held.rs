@@ -11,8 +11,9 @@
 //! entry fast path reads none):
 //! - [`Hold::Safepoint`]: entering `mutate` (or `safepoint`) while a stop
 //!   was up, until it could enter;
-//! - [`Hold::Pacing`]: before a call, waiting for a cycle because the heap
-//!   reached twice its goal;
+//! - [`Hold::Pacing`]: before a call, waiting for a cycle (or for the
+//!   mark's work, a slice at a time) because the heap reached twice its
+//!   goal;
 //! - [`Hold::Memory`]: at the heap limit, waiting for a sweep inside a call,
 //!   or for the forced cycle before the next call;
 //! - [`Hold::Assist`]: marking for the collector, in slices of at most

@@ -258,11 +258,11 @@
 //! with read-only calls in between. A `mutate` call cannot be
 //! interrupted by a collection (that is the rooting design), so that is
 //! where it can happen. The heap stays within twice the goal plus, per
-//! mutator, 64 KiB of allocation credit and what two calls allocate, plus
-//! a sixteenth of what the mark traces: past twice the goal a mutator owes
-//! sixteen bytes of marking for each byte it allocates, paid as it
-//! allocates and before its next call, and waits for the cycle (one at
-//! most) when there is no mark to help (`Mutator::pace`).
+//! mutator, 128 KiB (allocation credit and slack) and what two calls
+//! allocate, plus a sixteenth of what the mark traces: past twice the goal
+//! a mutator owes sixteen bytes of marking for each byte it allocates,
+//! paid as it allocates and before its next call, and waits for the cycle
+//! (one at most) when there is no mark to help (`Mutator::pace`).
 //!
 //! Why the pause budget rather than always concurrent: a concurrent mark
 //! costs a second stop, which waits for every `mutate` call under way to

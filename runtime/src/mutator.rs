@@ -333,9 +333,10 @@ impl Mutator {
     /// concurrent mark under way, in slices of [`PACED_SLICE`], and lets
     /// the call go, which pays for what it allocates as it goes
     /// ([`assist`](Self::assist), paced). With no mark to help (the cycle
-    /// has not begun, or is sweeping), or none of its work left to take
-    /// (the GC threads hold the rest), waits for the cycle to end (one
-    /// cycle at most), or for a mark to help. One hold, whatever its parts.
+    /// has not begun, or is sweeping), waits for the cycle to end or for a
+    /// mark to help; with none of the mark's work left to take (the GC
+    /// threads hold the rest), waits a slice and tries again. Never past
+    /// the end of one cycle. One hold, whatever its parts.
     ///
     /// It used to help the mark until the heap came under twice the goal
     /// again, which is a whole cycle when the live data has outgrown the
@@ -350,21 +351,27 @@ impl Mutator {
         let start = Instant::now();
         let mut assisting = Duration::ZERO;
         let mut held = false;
-        let mut owing = None;
+        // The debt, computed once a mark (what is left after a slice is
+        // owed exactly, not rounded up to an assist's worth again), and the
+        // cycles completed as pacing began (one cycle at most).
+        let mut owing: Option<(u64, usize)> = None;
+        let seen = shared.completed();
         while shared.over_pace() {
             held = true;
             let Some(share) = crate::mark::offered(&shared.assist) else {
                 // No concurrent mark to help (the cycle has not begun, or
                 // is sweeping): wait for the cycle, or for a mark to help.
-                if shared.pace(&self.me.slot, true) {
+                if shared.pace(&self.me.slot, seen) {
                     continue;
                 }
                 self.assist_debt.set(0);
                 break;
             };
-            // Computed once: what is left of it after a slice is owed
-            // exactly, not rounded up to an assist's worth again.
-            let debt = *owing.get_or_insert_with(|| self.owed().max(ASSIST_MIN));
+            let mark = shared.mark_epoch.load(Ordering::Relaxed);
+            let debt = match owing {
+                Some((m, d)) if m == mark => d,
+                _ => self.owed().max(ASSIST_MIN),
+            };
             // Inside, as a `mutate` call: the mark's last pause waits for
             // the slice, and no sweep can start meanwhile. (A wait here is
             // part of this hold.) And marked inside as a call is, so that a
@@ -394,7 +401,7 @@ impl Mutator {
                 // debt is off if the cycle ends meanwhile. (Waiting for the
                 // whole cycle here held both mutators of binary-trees at
                 // depth 21 for 200 ms.)
-                if shared.pace_briefly(&self.me.slot, PACED_SLICE) {
+                if shared.pace_briefly(&self.me.slot, seen, PACED_SLICE) {
                     self.assist_debt.set(0);
                     break;
                 }
@@ -405,7 +412,7 @@ impl Mutator {
             if left == 0 {
                 break;
             }
-            owing = Some(left);
+            owing = Some((mark, left));
         }
         if !held {
             // The heap came under twice the goal before the first look.

@@ -235,35 +235,41 @@ impl Shared {
     /// offers work to help with. Keeps a mutator that outruns the collector
     /// from growing the heap without bound. Returns true only in the last
     /// case: the caller helps, and may come back. Never more than one
-    /// cycle per call: a heap that stays over twice its goal (live data
-    /// the goal has not caught up with) must not keep a mutator waiting for
-    /// ever.
-    pub(crate) fn pace(&self, slot: &crate::handshake::Slot, for_mark: bool) -> bool {
-        let seen = {
+    /// cycle: a heap that stays over twice its goal (live data the goal
+    /// has not caught up with) must not keep a mutator waiting for ever.
+    /// `seen` is [`completed`](Self::completed) as the mutator's pacing
+    /// began, so that a cycle that ends between two of its waits counts.
+    pub(crate) fn pace(&self, slot: &crate::handshake::Slot, seen: u64) -> bool {
+        {
             let mut c = self.control.lock();
             if !c.requested && !matches!(c.phase, Phase::Stop | Phase::Mark | Phase::MarkTermination) {
                 c.requested = true;
                 self.control_cv.notify_all();
             }
-            c.completed
-        };
+        }
         let mut progress = false;
         self.wait_control(Some(slot), |c| {
             progress = c.completed != seen || c.shutdown || !self.over_pace();
-            progress || (for_mark && crate::mark::offered(&self.assist).is_some())
+            progress || crate::mark::offered(&self.assist).is_some()
         });
         // Gave up for the gate, or progress: the caller goes on.
-        !progress && for_mark && crate::mark::offered(&self.assist).is_some()
+        !progress && crate::mark::offered(&self.assist).is_some()
+    }
+
+    /// Cycles completed so far: what a pacing mutator counts "one cycle at
+    /// most" from.
+    pub(crate) fn completed(&self) -> u64 {
+        self.control.lock().completed
     }
 
     /// A paced mutator's assist found nothing to take: the GC threads hold
     /// the rest of the mark. Waits until they may have handed some back
-    /// (`d`), or the cycle has ended, or the heap is under twice its goal
-    /// again; true in the last two cases (and when the gate opens: the
-    /// mutator must go on). Go's assists park the same way until the
-    /// background workers have done the work, not for the whole cycle.
-    pub(crate) fn pace_briefly(&self, slot: &crate::handshake::Slot, d: std::time::Duration) -> bool {
-        let seen = self.control.lock().completed;
+    /// (`d`), or a cycle has completed since `seen`, or the heap is under
+    /// twice its goal again, or the runtime shuts down; true in all but
+    /// the first case (and when the gate opens: the mutator must go on).
+    /// Go's assists park the same way until the background workers have
+    /// done the work, not for the whole cycle.
+    pub(crate) fn pace_briefly(&self, slot: &crate::handshake::Slot, seen: u64, d: std::time::Duration) -> bool {
         let until = std::time::Instant::now() + d;
         let mut over = false;
         let waited = self.wait_control(Some(slot), |c| {

@@ -175,7 +175,8 @@ pub struct GcStats {
     pub mutator_pauses: PauseHistogram,
     /// Of `mutator_pauses`' total: the time held at safepoints,
     pub held_at_safepoint: Duration,
-    /// waiting for a cycle because the heap reached twice its goal,
+    /// pacing: waiting for a cycle (or for the mark's work) because the heap
+    /// reached twice its goal,
     pub held_by_pacing: Duration,
     /// at the heap limit, waiting for memory,
     pub held_for_memory: Duration,

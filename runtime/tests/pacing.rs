@@ -16,13 +16,13 @@ use support::pin_to_cpu;
 /// 64 KiB chunk of credit; what two of its calls allocate (the call under
 /// way as the heap passed twice the goal, and the next, which begins once
 /// it has paid its marking debt and may then find the GC threads holding
-/// the rest of the mark), and never less than the 64 KiB the bound allowed
-/// a call before pacing paid as it went; and a sixteenth of the live size,
+/// the rest of the mark), with 64 KiB more for the first as before pacing
+/// paid as it went; and a sixteenth of the live size,
 /// which is what the paced assists buy (past twice the goal, each byte
 /// allocated owes sixteen bytes of marking, paid before the next call at
 /// the latest; the mark here traces the live data once).
 fn slack(call_bytes: usize, live: usize) -> usize {
-    (64 << 10) + (64 << 10).max(call_bytes) + call_bytes + live / 16
+    (128 << 10) + 2 * call_bytes + live / 16
 }
 
 /// An upper bound on a size class's block for an object of `bytes`

@@ -70,7 +70,8 @@ pub(crate) fn alloc_class_with_page_slow(c: usize) -> (*mut u8, *mut crate::page
     let Some(heap) = own_heap() else {
         return (ptr::null_mut(), ptr::null_mut());
     };
-    // SAFETY: a live heap in `HEAP` belongs to this thread.
+    // SAFETY: `own_heap` returns this thread's live heap (`HEAP`), which
+    // only this thread uses; `c` is a class index (the caller's).
     unsafe { (*heap).alloc_class_with_page(c) }
 }
 
@@ -124,7 +125,8 @@ pub(crate) fn alloc_with_page(size: usize, align: usize) -> (*mut u8, *mut crate
     // `alloc_general`: that takes the thread cache first, whose blocks may
     // be other heaps', whose allocated bits are not ours to write.
     if let Some(c) = crate::size_class::class_for_aligned(size, align) {
-        // SAFETY: as above.
+        // SAFETY: a live heap in `HEAP` belongs to this thread; `c` is the
+        // class `class_for_aligned` chose.
         return unsafe { (*heap).alloc_class_with_page(c) };
     }
     // SAFETY: as above; a span of its own (no class, no thread cache).

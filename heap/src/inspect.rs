@@ -291,6 +291,13 @@ impl<'a> PageRef<'a> {
         self.marks()[i / 64].fetch_or(bit, Ordering::AcqRel) & bit != 0
     }
 
+    /// Clears block `i`'s mark bit (an atomic `fetch_and`: marks set beside
+    /// it in the same word stay).
+    pub fn clear_mark(&self, i: usize) {
+        let bit = 1u64 << (i % 64);
+        self.marks()[i / 64].fetch_and(!bit, Ordering::AcqRel);
+    }
+
     /// Whether block `i` is marked.
     pub fn is_marked(&self, i: usize) -> bool {
         self.marks()[i / 64].load(Ordering::Acquire) & (1u64 << (i % 64)) != 0
@@ -455,6 +462,8 @@ impl AllocatedBit {
 ///     assert!(loam_heap::mark_block(p));
 ///     assert!(!loam_heap::mark_block(p));
 ///     assert!(page.is_marked(page.block_index(p)));
+///     page.clear_mark(page.block_index(p));
+///     assert!(!page.is_marked(page.block_index(p)));
 ///     loam_heap::LoamAlloc.dealloc(p, layout);
 /// }
 /// ```

@@ -63,6 +63,45 @@
 //! handshakes would replace the stop with a wait for each call that began
 //! before to end; `docs/handshakes.md`.)
 //!
+//! # Clearing the marks with the mutators running (full cycles)
+//! A full cycle in loam's pages clears every page's marks *before* its
+//! stop, with the mutators running (`cycle.rs`, phase 0), so that the
+//! pause does no work proportional to the heap. What the mark needs as it
+//! begins is that no object of this runtime is marked: a marked object is
+//! not traced, so a white object reachable only through it would be
+//! swept. Why that holds at the first pause:
+//! 1. *No collector writes marks meanwhile.* Phase 0 runs under the
+//!    process-wide cycle lock, after the last cycle's sweep: no mark and no
+//!    sweep of any runtime runs, and calls of this runtime read
+//!    `marking == 0` (the last cycle's final stop cleared it before any of
+//!    them began).
+//! 2. *Between marks only the barrier sets marks* (`remember`), and each
+//!    bit it sets (`mark` returning true: its `fetch_or` found the bit
+//!    clear) it pushes onto its mutator's remembered list, which the stop
+//!    takes, detached mutators' included. Take any object's bit at the
+//!    stop, and the last write that changed it. If that was phase 0's
+//!    store of a zero word, the bit is clear. Otherwise it was a
+//!    `fetch_or` that found it clear, and the `remember` that made it
+//!    pushed the object. (A `remember` that finds the bit set changes and
+//!    pushes nothing; a bit set before phase 0 reached its word and not
+//!    changed since was cleared by phase 0.) The stop clears the mark of
+//!    every remembered object, one bit with a `fetch_and`, since other
+//!    runtimes' mutators may be setting bits in the same word; the
+//!    handshake orders this runtime's `fetch_or`s before it. Then none is
+//!    marked. The loom model is `preclear_model.rs`.
+//! 3. *Clearing a mark between cycles is always harmless*: the minor
+//!    cycles' invariant (a marked object points only to marked or
+//!    remembered ones) only gets weaker premises when fewer objects are
+//!    marked, and the sweep frees only what a mark left clear, after that
+//!    mark. So it does not matter that phase 0 also clears marks of other
+//!    runtimes' objects (they become young, as a full cycle in the pause
+//!    always did to them), nor of a page released and set up again while
+//!    phase 0 read it.
+//!
+//! A cycle that turns full only at its stop (a `GcLock` write since phase
+//! 0 decided, `full_ahead`) clears the marks in the pause, as every full
+//! cycle did before; so do `GlobalAlloc` spaces.
+//!
 //! # The end of a mark
 //! The stops that end a concurrent mark drain `gray` with the world
 //! stopped, so no shade is halfway (mark bit set, not yet queued): a shade

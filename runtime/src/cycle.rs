@@ -1,20 +1,25 @@
 //! One collection cycle, a function per phase.
 //!
 //! A cycle:
+//! 0. *Clear the marks* (a full cycle in loam's pages), with the mutators
+//!    running: every page's mark bits and `sweep::OLD` flag. The stop
+//!    clears the marks the barrier set meanwhile (each is on a remembered
+//!    list); the argument is in `barrier.rs`.
 //! 1. *Stop*: raise the handshake's stop flag and wait for every mutator
 //!    inside `mutate` to leave (mutators outside are blocked: they hold no
 //!    pointer the collector cannot see); raise the heap's seal epoch: from
 //!    then on each allocation seals its page (copies its allocated bits)
 //!    before it sets a bit there (`loam_heap::SealEpoch`).
 //! 2. *Snapshot*: walk the heap's pages; for each with an object allocated
-//!    before the stop, clear its marks (full cycles only) and copy its
-//!    allocated bits as of the stop for the sweep (objects allocated after
-//!    the stop are then not the sweep's business; the blocks of page runs
-//!    still out, and of runs the finalizer holds, are left out). Minor
-//!    cycles skip the pages the sweep flagged old, and take the copy with
-//!    the mutators running (after the first pause: the page owners' seals
-//!    keep what they allocate out of it); full cycles take it in the first
-//!    pause, where the marks must be cleared.
+//!    before the stop, copy its allocated bits as of the stop for the
+//!    sweep (objects allocated after the stop are then not the sweep's
+//!    business; the blocks of page runs still out, and of runs the
+//!    finalizer holds, are left out). Minor cycles skip the pages the sweep
+//!    flagged old. The copy is taken with the mutators running, after the
+//!    first pause (the page owners' seals keep what they allocate out of
+//!    it), except in a full cycle that did not clear its marks in phase 0
+//!    (it turned full at its stop, or its space is a `GlobalAlloc`): that
+//!    one clears each page's marks as it copies, in the first pause.
 //! 3. *Mark* from the mutators' and the global root tables (and, in a minor
 //!    cycle, the barrier's remembered objects): the coordinator alone while
 //!    the work is small, then in parallel, until done or until the pause
@@ -40,7 +45,7 @@
 //!    cycle counts as complete.
 //!
 //! The stops, the snapshot, the mark in the pause and the termination
-//! are `Cycle`'s methods (a minor cycle's snapshot runs after the first
+//! are `Cycle`'s methods (a snapshot with the mutators running runs after the first
 //! resume, or after the last one if the mark ended in the pause, or in the
 //! pause in verify mode, which reads it there); `cycle` runs them and
 //! reports the cycle's event. The barrier they rely on, and what holds before the
@@ -136,10 +141,11 @@ pub(crate) struct Snapshot {
 }
 
 /// Records every page holding an object allocated before the stop that
-/// raised `seal`, clearing its marks for a full cycle. A minor cycle calls
-/// it with the mutators running (after the first pause, or before the
-/// sweep), a full one in the first pause, where the marks must be cleared
-/// before anything is marked.
+/// raised `seal`: for a minor cycle, less the pages the sweep flagged old;
+/// with `clear_marks` (a full cycle whose marks phase 0 did not clear), it
+/// clears each page's marks as well. Called with the mutators running
+/// (after the first pause, or before the sweep), or in the first pause
+/// when it clears marks, which must happen before anything is marked.
 ///
 /// Each page's copy is `loam_heap::PageRef::sealed_words`: its allocated
 /// bits as of the stop, less the blocks of page runs still out (and of
@@ -157,7 +163,7 @@ pub(crate) struct Snapshot {
 /// garbage goes out as a further run), so a run its owner is slow to take
 /// back (a thread that sits idle, or serves another runtime), or a
 /// finalizer's slow destructor, holds back nothing but its own blocks.
-fn snapshot_pages(snap: &mut Snapshot, clear_marks: bool, seal: loam_heap::SealEpoch) {
+fn snapshot_pages(snap: &mut Snapshot, full: bool, clear_marks: bool, seal: loam_heap::SealEpoch) {
     snap.pages.clear();
     snap.ranges.clear();
     snap.bits.clear();
@@ -178,7 +184,7 @@ fn snapshot_pages(snap: &mut Snapshot, clear_marks: bool, seal: loam_heap::SealE
             }
             let flags = p.flags();
             if flags & sweep::OLD != 0 {
-                if !clear_marks {
+                if !full {
                     // Every block marked until a full cycle: nothing for
                     // a minor cycle to sweep (see `sweep::OLD`).
                     return;
@@ -202,6 +208,43 @@ fn snapshot_pages(snap: &mut Snapshot, clear_marks: bool, seal: loam_heap::SealE
             ranges.push((from, bits.len()));
         })
     };
+}
+
+/// Whether the cycle about to stop the world will be full, as `Cycle::stop`
+/// decides it (a `GcLock` write may still make a cycle full after this
+/// said no: its marks are then cleared in the pause).
+fn full_ahead(shared: &Shared, forced: bool, gen: &Generations) -> bool {
+    forced
+        || !shared.config.generational
+        || shared.lock_written.load(Ordering::Relaxed)
+        || gen.full_due()
+}
+
+/// Phase 0 of a full cycle in loam's pages: clears every page's marks and
+/// `sweep::OLD` flag with the mutators running, so that no pause does work
+/// proportional to the heap. The argument that this is sound is in
+/// `barrier.rs` ("Clearing the marks with the mutators running"); the stop
+/// then clears the marks the barrier set meanwhile. Returns how long it
+/// took.
+fn clear_marks_running() -> Duration {
+    let start = Instant::now();
+    // SAFETY: the closure keeps no PageRef and touches only atomics: `used`,
+    // the flags, and the mark words, whose count comes from the atomic
+    // capacity and is bounded by the slice's bitmap (`PageRef::clear_marks`
+    // stays in it whatever the page's geometry). A page released and set
+    // up again meanwhile has its marks cleared too, which is harmless:
+    // clearing a mark between cycles only makes an object young again
+    // (`barrier.rs`).
+    unsafe {
+        loam_heap::for_each_page(|p| {
+            if p.used() == 0 {
+                return;
+            }
+            p.clear_flags(sweep::OLD);
+            p.clear_marks();
+        })
+    };
+    start.elapsed()
 }
 
 /// Rounds of marking what the barriers shaded, with the mutators running,
@@ -254,6 +297,10 @@ struct Cycle<'a> {
     forced: bool,
     /// Full (marks cleared, every page swept) or minor.
     full: bool,
+    /// The marks were cleared before the stop (phase 0), not in the pause.
+    marks_cleared: bool,
+    /// Time phase 0 took.
+    mark_clear: Duration,
     /// When the first stop was asked for.
     start: Instant,
     heap_before: usize,
@@ -330,7 +377,12 @@ pub(crate) fn cycle(
     // that the blocks are reused (live threads do it themselves, at each
     // `mutate`).
     loam_heap::drain_orphans();
-    let (mut c, mutators, remembered) = Cycle::stop(shared, pool, forced, gen);
+    // 0. A full cycle in loam's pages clears the marks before it stops the
+    // world, with the mutators running (`barrier.rs`, "Clearing the marks
+    // with the mutators running").
+    let mark_clear = (matches!(shared.space, Space::Pages) && full_ahead(shared, forced, gen))
+        .then(clear_marks_running);
+    let (mut c, mutators, remembered) = Cycle::stop(shared, pool, forced, gen, mark_clear);
     if c.snapshot_in_pause() {
         c.snapshot(snap, true);
     }
@@ -376,11 +428,16 @@ pub(crate) fn cycle(
 impl<'a> Cycle<'a> {
     /// Phase 1, *stop*: waits for every mutator to leave `mutate`, takes the
     /// barrier's remembered objects, and decides full or minor.
+    ///
+    /// `mark_clear` is the time phase 0 took clearing the marks, if it ran:
+    /// the cycle is then full, and the bits the barrier set since are
+    /// cleared here.
     fn stop(
         shared: &'a Shared,
         pool: &'a ThreadPool,
         forced: bool,
         gen: &Generations,
+        mark_clear: Option<Duration>,
     ) -> (Self, Vec<Arc<MutatorShared>>, Vec<usize>) {
         let heap_before = shared.heap_used.load(Ordering::Relaxed);
         let start = Instant::now();
@@ -406,7 +463,26 @@ impl<'a> Cycle<'a> {
         // Full or minor: a `GcLock` write since the last pause forces a
         // full cycle (see `cell.rs`), and so do `collect` and the heap limit.
         let lock_written = shared.lock_written.swap(false, Ordering::Relaxed);
-        let full = forced || !shared.config.generational || lock_written || gen.full_due();
+        let full = mark_clear.is_some()
+            || forced
+            || !shared.config.generational
+            || lock_written
+            || gen.full_due();
+        if mark_clear.is_some() {
+            // Every mark bit the barrier set since phase 0 cleared the
+            // page is on a remembered list (`barrier.rs`, "Clearing the
+            // marks with the mutators running"): with these cleared, no
+            // object of this runtime is marked.
+            for &o in &remembered {
+                // SAFETY: a remembered object is allocated (it was
+                // reachable after the last pause, and only this cycle's
+                // sweep frees again), so its page is live.
+                unsafe {
+                    let page = loam_heap::PageRef::of(o as *const u8);
+                    page.clear_mark(page.block_index(o as *const u8));
+                }
+            }
+        }
         if full {
             remembered.clear();
         }
@@ -415,6 +491,8 @@ impl<'a> Cycle<'a> {
             pool,
             forced,
             full,
+            marks_cleared: mark_clear.is_some(),
+            mark_clear: mark_clear.unwrap_or_default(),
             start,
             heap_before,
             seal,
@@ -437,10 +515,10 @@ impl<'a> Cycle<'a> {
     }
 
     /// Whether the snapshot must be taken in the first pause: a full
-    /// cycle clears the marks in it, and a `GlobalAlloc` space's registry
-    /// has no seal.
+    /// cycle whose marks were not cleared before the stop clears them in
+    /// it, and a `GlobalAlloc` space's registry has no seal.
     fn snapshot_in_pause(&self) -> bool {
-        self.full || matches!(self.shared.space, Space::Alloc(_))
+        (self.full && !self.marks_cleared) || matches!(self.shared.space, Space::Alloc(_))
     }
 
     /// Phase 2, *snapshot*: what the sweep will look at, as of the stop.
@@ -451,7 +529,12 @@ impl<'a> Cycle<'a> {
         }
         let snap_start = Instant::now();
         match &self.shared.space {
-            Space::Pages => snapshot_pages(snap, self.full, self.seal),
+            Space::Pages => snapshot_pages(
+                snap,
+                self.full,
+                self.full && !self.marks_cleared,
+                self.seal,
+            ),
             Space::Alloc(space) => snap.objects = Some(space.snapshot(self.full)),
         }
         self.snap_time = snap_start.elapsed();
@@ -473,8 +556,9 @@ impl<'a> Cycle<'a> {
             .then(|| (self.start + self.stop_time).checked_add(shared.config.mark_pause_budget))
             .flatten();
         let mut gray = Vec::new();
-        // In a full cycle the snapshot cleared the marks of every page with
-        // an object; in a minor one every object a marked object points to
+        // In a full cycle no object of this runtime is marked (phase 0 and
+        // the stop cleared the marks, or the snapshot in this pause did);
+        // in a minor one every object a marked object points to
         // is marked or in `remembered` (the barrier and the last cycle saw
         // to it). Remembered objects were reachable after the last pause,
         // and only this cycle's sweep frees again, so they are allocated.
@@ -537,10 +621,11 @@ impl<'a> Cycle<'a> {
             .max(1 << 20);
         let ratio = (expected as u128 * 1024 / headroom as u128).clamp(256, 16 << 10) as u32;
         shared.assist_ratio.store(ratio, Ordering::Relaxed);
-        // A minor cycle's snapshot, now that the mutators run (they seal
-        // what they allocate in first), and allocating ones pay assists.
-        // Before the concurrent mark, which it does not delay by much (a
-        // walk of the young pages), and before the pauses that end it:
+        // The snapshot, unless the pause took it, now that the mutators
+        // run (they seal what they allocate in first), and allocating ones
+        // pay assists. Before the concurrent mark, which it delays by a
+        // walk of the pages (the young ones in a minor cycle; 1 – 2 ms of
+        // 300 MB in a full one), and before the pauses that end it:
         // verify mode reads it there.
         self.snapshot(snap, false);
         let mut rest = Vec::new();
@@ -788,6 +873,7 @@ impl<'a> Cycle<'a> {
                 pause,
                 mark_start_pause: self.mark_start_pause,
                 mark_end_pause: self.mark_end_pause,
+                mark_clear: self.mark_clear,
                 stop: self.stop_time,
                 snapshot: self.snap_time,
                 snapshot_concurrent: !self.snap_in_pause,

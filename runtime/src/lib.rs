@@ -156,8 +156,10 @@
 //!    raises the heap's seal epoch: from then on, each allocation seals its
 //!    page (copies its allocated bits) before it sets a bit there,
 //!    so the sweep's copy of the bits as of the stop is taken after the
-//!    pause, with the mutators running (`loam_heap::SealEpoch`; full
-//!    cycles take it in the pause, where they clear the marks).
+//!    pause, with the mutators running (`loam_heap::SealEpoch`). A full
+//!    cycle clears the marks before its stop, with the mutators running
+//!    (the barrier's remembered objects tell the stop which bits were set
+//!    meanwhile; `barrier.rs`).
 //! 3. GC threads mark in parallel: crossbeam-deque work stealing over
 //!    explicit mark stacks (a 10,000,000-node list overflows nothing).
 //!    A mark that outlasts the pause budget (250 µs by default) goes on
@@ -283,6 +285,8 @@ macro_rules! not_under_loom {
 #[cfg(all(test, loom))]
 mod assist_model;
 mod handshake;
+#[cfg(all(test, loom))]
+mod preclear_model;
 mod registry;
 #[cfg(all(test, loom))]
 mod snapshot_model;

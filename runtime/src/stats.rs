@@ -36,13 +36,20 @@ pub struct CycleEvent {
     /// a mark whose rest does not fit resumes the mutators and tries again
     /// (`GcStats::pauses` has each); zero if the mark fit in the first.
     pub mark_end_pause: Duration,
+    /// Time a full cycle spent clearing the marks before it stopped the
+    /// world, with the mutators running (zero in a minor cycle, and in a
+    /// full one that cleared them in its first pause: a `GlobalAlloc`
+    /// space, or a cycle that became full only at its stop).
+    pub mark_clear: Duration,
     /// Time to stop the world before the pauses: until every mutator
     /// running `mutate` had returned (they run meanwhile; one that tries to
     /// enter waits).
     pub stop: Duration,
     /// Time recording the heap for the sweep (each page's allocated bits
-    /// as of the stop): part of the first pause in a full cycle, taken
-    /// with the mutators running in a minor one (`snapshot_concurrent`).
+    /// as of the stop): taken with the mutators running in loam's pages
+    /// (`snapshot_concurrent`), in the first pause where that pause clears
+    /// the marks (see `mark_clear`), and in verify mode when the mark
+    /// ended in the first pause.
     pub snapshot: Duration,
     /// The snapshot was taken with the mutators running, outside the
     /// pauses.
@@ -89,7 +96,9 @@ pub struct CycleEvent {
 /// `gc 12 minor conc @1.234s: pause 0.210+0.050 ms (stop 0.120, snapshot 0.030
 /// concurrent, mark 3.100, 2.900 concurrent), sweep 1.200 ms, 40.0->12.5 MB, 2.1 MB marked,
 /// 10.2 MB old, 24.0 MB goal, 51234 objects freed, 2 T; held 3x, max 0.400 ms,
-/// 0.700 ms in all`, then ` (forced)` for a forced cycle.
+/// 0.700 ms in all`, then ` (forced)` for a forced cycle. A full cycle that
+/// cleared its marks before the stop has `clear 0.300 concurrent, ` before
+/// `stop`.
 impl fmt::Display for CycleEvent {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
@@ -104,9 +113,13 @@ impl fmt::Display for CycleEvent {
         if self.concurrent {
             write!(f, "+{:.3}", ms(self.mark_end_pause))?;
         }
+        write!(f, " ms (")?;
+        if !self.mark_clear.is_zero() {
+            write!(f, "clear {:.3} concurrent, ", ms(self.mark_clear))?;
+        }
         write!(
             f,
-            " ms (stop {:.3}, snapshot {:.3}{}, mark {:.3}",
+            "stop {:.3}, snapshot {:.3}{}, mark {:.3}",
             ms(self.stop),
             ms(self.snapshot),
             if self.snapshot_concurrent { " concurrent" } else { "" },

@@ -42,7 +42,8 @@ const CLAIM: usize = 16;
 pub(crate) const HAS_DROP: u8 = 1;
 
 /// Page flag: every block of the page is a marked object. Set by the sweep,
-/// cleared by the next full cycle's snapshot, which also clears the marks.
+/// cleared by the next full cycle with the marks (before its stop, or by
+/// its snapshot in the pause).
 /// Only a full cycle (of any runtime) clears marks, marked objects are not
 /// freed until then, and a page with every block allocated hands out none,
 /// so the page stays exactly so until that full cycle: minor cycles leave it

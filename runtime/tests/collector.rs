@@ -19,14 +19,14 @@ const SPACE: &str = "loam pages";
 
 include!("cases/collector.rs");
 
-/// In loam's pages a minor cycle records what was allocated before its
-/// stop after the pause, with the mutators running (the pages sealed at
-/// their first allocation after the stop, `loam_heap::SealEpoch`); a full
-/// cycle records it in the pause, where it clears the marks. The young
-/// lists that survive are intact: what the mutator allocated while the
-/// walk ran was not swept.
+/// In loam's pages a cycle records what was allocated before its stop
+/// after the pause, with the mutators running (the pages sealed at their
+/// first allocation after the stop, `loam_heap::SealEpoch`); a full cycle
+/// clears the marks before its stop, with the mutators running too. The
+/// young lists that survive are intact: what the mutator allocated while
+/// the walk ran was not swept.
 #[test]
-fn a_minor_cycles_snapshot_is_taken_after_the_pause() {
+fn a_cycles_snapshot_is_taken_after_the_pause() {
     let drops = Arc::new(AtomicUsize::new(0));
     let events = Arc::new(Mutex::new(Vec::new()));
     let rt = {
@@ -41,7 +41,7 @@ fn a_minor_cycles_snapshot_is_taken_after_the_pause() {
                 events
                     .lock()
                     .unwrap()
-                    .push((e.minor, e.snapshot_concurrent))
+                    .push((e.minor, e.snapshot_concurrent, e.mark_clear))
             })
             .build()
     };
@@ -64,16 +64,97 @@ fn a_minor_cycles_snapshot_is_taken_after_the_pause() {
     let events = events.lock().unwrap().clone();
     let minor = events.iter().filter(|e| e.0).count();
     assert!(minor >= 3, "{minor} minor cycles of {}", events.len());
+    assert!(events.iter().any(|e| !e.0), "a full cycle ran: {events:?}");
     assert!(
         events
             .iter()
-            .all(|&(minor, concurrent)| minor == concurrent),
-        "minor cycles take the snapshot after the pause, full ones in it: {events:?}"
+            .all(|&(minor, concurrent, clear)| concurrent && minor == clear.is_zero()),
+        "every cycle takes its snapshot after the pause, and full ones clear \
+         the marks before their stop: {events:?}"
     );
     m.mutate(|mc| {
         assert_eq!(sum(Some(kept.get(mc))), (99 * 100 / 2, 100));
         for r in &young {
             assert_eq!(sum(Some(r.get(mc))).1, 4);
+        }
+    });
+}
+
+/// A full cycle clears the marks before its stop, with the mutators
+/// running. A store into an old object meanwhile marks what it stores and
+/// remembers it (for the next minor cycle to trace), so the stop must
+/// clear those marks as well: a marked object is not traced, and what it
+/// alone points to would be swept while reachable. One thread stores fresh
+/// two-node chains into an old array of cells while another forces full
+/// cycles; verify mode aborts on a reachable object left unmarked, and
+/// the chains are read back. (With the stop's clear left out, the process
+/// aborts within the first few cycles.)
+#[test]
+fn stores_while_a_full_cycle_clears_the_marks_keep_what_they_store() {
+    type Slots = Rootable!['gc => [GcCell<'gc, Option<Gc<'gc, Node<'gc>>>>]];
+    const SLOTS: usize = 4096;
+    let drops = Arc::new(AtomicUsize::new(0));
+    let cleared = Arc::new(AtomicUsize::new(0));
+    let rt = {
+        let cleared = cleared.clone();
+        Runtime::builder()
+            .gc_threads(2)
+            .ignore_env()
+            .verify(true)
+            .on_cycle(move |e| {
+                if !e.mark_clear.is_zero() {
+                    cleared.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+            .build()
+    };
+    let mut m = rt.attach();
+    let slots: Root<Slots> = m.mutate(|mc| mc.root(mc.alloc_slice_fill(SLOTS, GcCell::new(None))));
+    m.collect(); // the array is old (marked) now
+    let cycles = std::env::var("LOAM_PRECLEAR_CYCLES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(40_usize);
+    let done = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            for _ in 0..cycles {
+                rt.collect();
+            }
+            done.store(true, Ordering::Relaxed);
+        });
+        let mut round = 0_u64;
+        while !done.load(Ordering::Relaxed) {
+            m.mutate(|mc| {
+                let a = slots.get(mc);
+                for k in 0..256_u64 {
+                    let stamp = round * 256 + k;
+                    let chain = list(mc, 2, &drops);
+                    // Overwrite the tail's value through a fresh pair, so
+                    // that the tail is reachable only through the head.
+                    let head = mc.alloc(Node {
+                        value: stamp,
+                        next: GcCell::new(chain.next.get()),
+                        _drops: Counted(drops.clone()),
+                    });
+                    a[stamp as usize % SLOTS].set(mc, Some(head));
+                }
+            });
+            round += 1;
+        }
+    });
+    assert!(
+        cleared.load(Ordering::Relaxed) >= cycles,
+        "every forced cycle cleared its marks before its stop"
+    );
+    m.collect();
+    m.mutate(|mc| {
+        for (i, slot) in slots.get(mc).iter().enumerate() {
+            if let Some(head) = slot.get() {
+                assert_eq!(head.value as usize % SLOTS, i);
+                // The tail: value 1 of its list, its only path the head.
+                assert_eq!(sum(Some(head)), (head.value + 1, 2));
+            }
         }
     });
 }

@@ -1,0 +1,87 @@
+//! loom model of a full cycle's phase 0 (`--cfg loom`): the marks cleared
+//! with the mutators running, then the remembered objects' marks cleared
+//! at the stop (`barrier.rs`, "Clearing the marks with the mutators
+//! running").
+//!
+//! One mark word holds the bits of objects 0 and 1 (the heap's side
+//! bitmap: one atomic word for 64 blocks). The clearer stores a zero word,
+//! as `PageRef::clear_marks` does (a swap here, for loom's sake: see
+//! `run`). Each mutator runs the between-marks
+//! barrier on one object, as `remember` does through `loam_heap::mark_block`:
+//! a relaxed load that returns if the bit is set, else a `fetch_or`, and a
+//! push onto its remembered list if the `fetch_or` found the bit clear.
+//! The joins stand for the stop's handshake; the stop then clears each
+//! remembered object's bit with a `fetch_and`. In every interleaving, and
+//! from every starting word, no bit is left set. Skipping the stop's
+//! clear fails: a `remember` after the clearer's store leaves its bit.
+
+use loom::sync::atomic::{AtomicU64, Ordering};
+use loom::sync::Arc;
+
+/// `loam_heap::mark_block`: true if this call set the bit.
+fn mark(word: &AtomicU64, o: u32) -> bool {
+    let bit = 1u64 << o;
+    if word.load(Ordering::Relaxed) & bit != 0 {
+        return false;
+    }
+    word.fetch_or(bit, Ordering::AcqRel) & bit == 0
+}
+
+/// Runs phase 0 against two mutators remembering `objects` (one each)
+/// from the word `start`; returns the word after the stop, which clears
+/// the remembered objects' bits unless `skip_stop_clear`.
+fn run(start: u64, objects: [u32; 2], skip_stop_clear: bool) -> u64 {
+    let word = Arc::new(AtomicU64::new(start));
+    let clearer = {
+        let word = word.clone();
+        // A swap where the heap stores: loom lets a plain store land
+        // between the read and the write of another thread's `fetch_or`
+        // (tokio-rs/loom#254), which C++'s RMW atomicity forbids, and then
+        // reports a word that no real execution can end with. A swap gets
+        // the constraint the standard already gives the store.
+        loom::thread::spawn(move || {
+            word.swap(0, Ordering::Relaxed);
+        })
+    };
+    let mutators: Vec<_> = objects
+        .into_iter()
+        .map(|o| {
+            let word = word.clone();
+            loom::thread::spawn(move || mark(&word, o).then_some(o))
+        })
+        .collect();
+    clearer.join().unwrap();
+    let remembered: Vec<u32> = mutators
+        .into_iter()
+        .filter_map(|m| m.join().unwrap())
+        .collect();
+    if !skip_stop_clear {
+        for o in remembered {
+            word.fetch_and(!(1u64 << o), Ordering::AcqRel);
+        }
+    }
+    word.load(Ordering::Relaxed)
+}
+
+#[test]
+fn no_mark_is_left_at_the_stop() {
+    for start in 0..4 {
+        for objects in [[0, 1], [0, 0], [1, 1]] {
+            loom::model(move || {
+                assert_eq!(
+                    run(start, objects, false),
+                    0,
+                    "from {start:#b}, {objects:?}"
+                );
+            });
+        }
+    }
+}
+
+#[test]
+#[should_panic(expected = "a mark left")]
+fn without_the_stops_clear_a_mark_is_left() {
+    loom::model(|| {
+        assert_eq!(run(0, [0, 1], true), 0, "a mark left");
+    });
+}

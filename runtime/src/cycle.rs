@@ -101,7 +101,7 @@ impl Generations {
             usize::MAX
         } else {
             let grow = (live as u128 * percent as u128 / 100) as usize;
-            (live.saturating_add(grow)).max(config.min_heap)
+            goal_under_limit((live.saturating_add(grow)).max(config.min_heap), live, config)
         };
         self.live = live;
         self.old = live;
@@ -112,6 +112,21 @@ impl Generations {
     /// cycle left between the live size and the goal.
     fn full_due(&self) -> bool {
         !self.started || self.old > self.live + (self.goal.saturating_sub(self.live)) / 2
+    }
+}
+
+/// `goal` for `live` bytes of live data, kept under the heap limit: at most
+/// halfway from the live size to the limit (never below the live size),
+/// so that a cycle starts while the mutators still have room to allocate
+/// during it, and pacing (at seven eighths of the limit, `Shared::pace_cap`)
+/// holds them between calls before an allocation meets the limit. Without
+/// a limit, or with the goal off (`gc_percent` at `u32::MAX`), `goal`.
+pub(crate) fn goal_under_limit(goal: usize, live: usize, config: &crate::options::Config) -> usize {
+    match config.heap_limit {
+        Some(limit) if config.gc_percent != u32::MAX => {
+            goal.min(live + limit.saturating_sub(live) / 2).max(live)
+        }
+        _ => goal,
     }
 }
 

@@ -264,7 +264,12 @@
 //! allocate, plus a sixteenth of what the mark traces: past twice the goal
 //! a mutator owes sixteen bytes of marking for each byte it allocates,
 //! paid as it allocates and before its next call, and waits for the cycle
-//! (one at most) when there is no mark to help (`Mutator::pace`).
+//! (one at most) when there is no mark to help (`Mutator::pace`). Under a
+//! limit, pacing begins at seven eighths of it whatever the goal, and the
+//! goal is kept halfway from the live size to the limit
+//! (`cycle::goal_under_limit`): cycles start early enough to run between
+//! calls before an allocation meets the limit, so a program whose live
+//! data and calls fit under seven eighths of it never sees the `Err`.
 //!
 //! Why the pause budget rather than always concurrent: a concurrent mark
 //! costs a second stop, which waits for every `mutate` call under way to

@@ -65,6 +65,11 @@ pub(crate) struct Shared {
     /// allocates in marking, or waits for the cycle when there is no mark
     /// to help (`Mutator::pace`). Relaxed: a threshold.
     pub(crate) pace_goal: AtomicUsize,
+    /// Where pacing begins under a heap limit whatever the goal: seven
+    /// eighths of the limit (`usize::MAX` without one). Together with a
+    /// goal kept under the limit (`Generations::rebase`) it lets the
+    /// cycles run between calls before an allocation meets the limit.
+    pub(crate) pace_cap: usize,
     /// Bumped whenever a root is dropped or moved, and whenever a barrier
     /// cell or a logged object is written while a mutator is at the heap
     /// limit (`at_limit`): what may have freed memory since the last limit
@@ -221,12 +226,13 @@ impl Shared {
         r
     }
 
-    /// Whether the heap has reached twice its goal: a mutator then helps
-    /// the collector or waits before its next call (`Mutator::pace`).
+    /// Whether the heap has reached twice its goal, or seven eighths of
+    /// its limit: a mutator then helps the collector or waits before its
+    /// next call (`Mutator::pace`).
     #[inline]
     pub(crate) fn over_pace(&self) -> bool {
         let goal = self.pace_goal.load(Ordering::Relaxed);
-        self.heap_used.load(Ordering::Relaxed) >= goal.saturating_mul(2)
+        self.heap_used.load(Ordering::Relaxed) >= goal.saturating_mul(2).min(self.pace_cap)
     }
 
     /// A mutator has allocated twice the goal: waits (outside `mutate`)
@@ -699,7 +705,10 @@ impl RuntimeBuilder {
 
     /// Refuse allocations that would take the managed heap past `bytes`
     /// (after a collection could not free enough): `try_alloc` returns
-    /// `Err`, `alloc` panics.
+    /// `Err`, `alloc` panics. The heap goal is then kept at most halfway
+    /// from the live size to the limit, and pacing holds mutators between
+    /// their calls from seven eighths of it, so that cycles (which run
+    /// between calls) free garbage before an allocation meets the limit.
     pub fn heap_limit(mut self, bytes: usize) -> Self {
         self.config.heap_limit = Some(bytes);
         self
@@ -845,13 +854,14 @@ impl RuntimeBuilder {
             if limit < config.min_heap {
                 eprintln!(
                     "loam: the heap limit ({limit} bytes) is below the minimum heap ({} bytes): \
-                     cycles start only at the limit",
+                     cycles start at half the limit instead",
                     config.min_heap
                 );
             }
         }
         let id = take_id();
-        let goal = config.min_heap;
+        let goal = crate::cycle::goal_under_limit(config.min_heap, 0, &config);
+        let pace_cap = config.heap_limit.map_or(usize::MAX, |l| l - l / 8);
         let shared = Arc::new(Shared {
             id,
             handshake: Handshake::default(),
@@ -861,6 +871,7 @@ impl RuntimeBuilder {
             heap_used: AtomicUsize::new(0),
             next_goal: AtomicUsize::new(goal),
             pace_goal: AtomicUsize::new(goal),
+            pace_cap,
             roots_changed: AtomicU64::new(0),
             at_limit: AtomicUsize::new(0),
             control: Mutex::new(Control {

@@ -1,0 +1,180 @@
+//! The heap limit as a program meets it: an `Err` from `try_alloc` means
+//! the live data does not fit, not that the collector had no chance to run
+//! (issue #15, section 2). Cycles run between `mutate` calls only, so the
+//! limit's promise is for calls that each allocate a small part of it: a
+//! program whose live data plus the mutators' calls fit under seven eighths
+//! of the limit never sees the limit (README, "Pacing").
+
+use loam_runtime::{Gc, GcLock, Root, Rootable, Runtime};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+type Kept = Rootable!['gc => GcLock<'gc, Vec<Gc<'gc, [u64; 512]>>>];
+
+/// Calls per mutator in the long test: `LOAM_LIMIT_CALLS` (4,000 by
+/// default; more by hand).
+fn calls() -> usize {
+    std::env::var("LOAM_LIMIT_CALLS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(4000)
+}
+
+/// Rooted 4 KiB objects per mutator: `LOAM_LIMIT_LIVE` (128 by default,
+/// 640 KiB in 5 KiB blocks; up to 1,300, 13 MiB for two mutators, the
+/// test passes too: past seven eighths of the limit nothing is promised).
+fn live() -> usize {
+    std::env::var("LOAM_LIMIT_LIVE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(128)
+}
+
+/// 1.25 MiB live at two mutators (128 rooted 4 KiB objects each, in 5 KiB
+/// blocks) under a 16 MiB limit, below the default 32 MiB minimum heap; each call allocates
+/// 64 KiB of garbage in 4 KiB objects. On one mutator and on two, with two
+/// GC threads and with one, no allocation fails.
+#[test]
+fn live_data_that_fits_never_meets_the_limit() {
+    for (mutators, gc_threads) in [(1, 2), (2, 2), (2, 1)] {
+        let rt = Runtime::builder()
+            .gc_threads(gc_threads)
+            .ignore_env()
+            .heap_limit(16 << 20)
+            .build();
+        let failed = AtomicUsize::new(0);
+        std::thread::scope(|s| {
+            for t in 0..mutators {
+                let (rt, failed) = (&rt, &failed);
+                s.spawn(move || {
+                    let mut m = rt.attach();
+                    let kept: Root<Kept> = m.mutate(|mc| {
+                        let v = (0..live()).map(|i| mc.alloc([i as u64; 512])).collect();
+                        mc.root(mc.alloc(GcLock::new(v)))
+                    });
+                    for i in 0..calls() {
+                        m.mutate(|mc| {
+                            for j in 0..16 {
+                                match mc.try_alloc([(i + j + t) as u64; 512]) {
+                                    Ok(g) => assert_eq!(g[511], (i + j + t) as u64),
+                                    Err(_) => {
+                                        failed.fetch_add(1, Ordering::Relaxed);
+                                    }
+                                }
+                            }
+                        });
+                    }
+                    m.mutate(|mc| assert_eq!(kept.get(mc).read().len(), live()));
+                });
+            }
+        });
+        let s = rt.stats();
+        assert_eq!(
+            failed.load(Ordering::Relaxed),
+            0,
+            "{mutators} mutator(s), {gc_threads} GC thread(s): allocations that failed at a \
+             16 MiB limit with {} 4 KiB objects live per mutator ({} cycles, heap {} bytes)",
+            live(),
+            s.cycles,
+            s.heap_size
+        );
+    }
+}
+
+/// A mutator that attaches while the heap is full of another thread's
+/// garbage: its first call finds room.
+#[test]
+fn a_fresh_mutator_finds_room_under_the_limit() {
+    let rt = Runtime::builder()
+        .gc_threads(2)
+        .ignore_env()
+        .heap_limit(16 << 20)
+        .build();
+    for round in 0..5 {
+        // Fill the heap with garbage in small calls (40 MiB in all: the
+        // heap meets the limit, or what pacing lets through, on the way).
+        let mut m = rt.attach();
+        for i in 0..1000_u64 {
+            m.mutate(|mc| {
+                for _ in 0..8 {
+                    let _ = mc.try_alloc([i; 512]);
+                }
+            });
+        }
+        drop(m);
+        // A new thread, a new mutator: 1 MiB in its first call.
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let mut fresh = rt.attach();
+                fresh.mutate(|mc| {
+                    for k in 0..200_u64 {
+                        assert!(
+                            mc.try_alloc([k; 512]).is_ok(),
+                            "round {round}: object {k} of a fresh mutator's first call \
+                             failed with {} bytes in use",
+                            rt.stats().heap_size
+                        );
+                    }
+                });
+            });
+        });
+    }
+}
+
+/// Pins the calling thread to CPU 0; threads it spawns afterwards inherit
+/// the mask.
+fn pin_to_cpu0() {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET and
+    // sched_setaffinity get a pointer to it and its size.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(0, &mut set);
+        assert_eq!(
+            libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set),
+            0,
+            "sched_setaffinity"
+        );
+    }
+}
+
+/// The collector starved: the runtime, its one GC thread and the mutator
+/// share one CPU with a thread that spins. Pacing holds the mutator
+/// between calls until the cycle has run, so no allocation fails.
+#[test]
+fn the_limit_holds_with_the_collector_on_a_cpu_a_busy_thread_shares() {
+    std::thread::spawn(|| {
+        pin_to_cpu0();
+        let rt = Runtime::builder()
+            .gc_threads(1)
+            .ignore_env()
+            .heap_limit(16 << 20)
+            .build();
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        let mut failed = 0;
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                while !stop.load(Ordering::Relaxed) {
+                    std::hint::spin_loop();
+                }
+            });
+            let mut m = rt.attach();
+            for i in 0..calls() / 4 {
+                m.mutate(|mc| {
+                    for j in 0..16_u64 {
+                        if mc.try_alloc([i as u64 + j; 512]).is_err() {
+                            failed += 1;
+                        }
+                    }
+                });
+            }
+            stop.store(true, Ordering::Relaxed);
+        });
+        assert_eq!(
+            failed,
+            0,
+            "allocations that failed ({} cycles)",
+            rt.stats().cycles
+        );
+    })
+    .join()
+    .unwrap();
+}

@@ -136,8 +136,9 @@ impl<'gc> Mutation<'gc> {
     /// points to is marked, or remembered" true between cycles, which minor
     /// cycles rely on: each unmarked object `new` points to is marked and
     /// remembered, so the next minor cycle traces what it points to. An
-    /// object is remembered at most once per cycle (only the store that
-    /// marks it records it), so the buffer never outgrows the heap.
+    /// object is remembered only by the store that marks it: once per
+    /// cycle, or twice when a full cycle's phase 0 clears its mark in
+    /// between (module docs), so the buffer never outgrows twice the heap.
     ///
     /// During a concurrent mark it shades both values (Go's hybrid barrier,
     /// without stacks to scan: there are none at a safepoint here). The old

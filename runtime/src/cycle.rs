@@ -35,8 +35,8 @@
 //!    world stopped throughout, also if the marks cover more).
 //! 5. *Weak*: clear weak cells whose target is unmarked.
 //! 6. *Resume*: lower the stop flag. From the last stop to here is a pause.
-//!    A minor cycle whose mark ended in the first pause takes its snapshot
-//!    now.
+//!    A cycle whose mark ended in the first pause takes its snapshot now
+//!    (unless that pause took it).
 //! 7. *Sweep* the snapshot pages in parallel, mutators running; a page's
 //!    dead objects with drop glue among them are held as a page run and go
 //!    to the finalizer thread (`finalize.rs`), which sends the run after the
@@ -74,7 +74,8 @@ use std::time::{Duration, Instant};
 /// garbage stays until a full cycle, which clears the marks first.
 ///
 /// # Invariants
-/// - Once `started`, `goal >= min_heap` and `goal >= live` (`rebase`).
+/// - Once `started`, `goal >= live`, and `goal >= min_heap` unless a heap
+///   limit holds it at most halfway from `live` to the limit (`rebase`).
 /// - `old` only grows between full cycles (minor cycles promote; the
 ///   sweep's correction counts what the stopped heap kept), and a full
 ///   cycle sets it to `live`.
@@ -408,7 +409,7 @@ pub(crate) fn cycle(
     // A user's `Trace` impl panicked on a GC thread: the marks may miss
     // what it did not report, so nothing may be freed or cleared on their
     // word. This cycle sweeps nothing and clears no weak reference; the
-    // next one is full (its snapshot clears the marks and starts over).
+    // next one is full (it clears the marks and starts over).
     let mark_failed = crate::panics::CYCLE_LOG.trace_panicked();
     if mark_failed {
         shared.lock_written.store(true, Ordering::Relaxed);
@@ -425,7 +426,8 @@ pub(crate) fn cycle(
         mark_weak(shared, c.weak_at_stop);
     }
     let goal = c.resume(gen, m, mark_failed);
-    // A minor cycle whose mark ended in the first pause: after it.
+    // A cycle whose mark ended in the first pause: after it (a no-op if a
+    // pause took the snapshot).
     c.snapshot(snap, false);
     let (swept, heap_after) = c.sweep(snap, mark_failed);
     if !c.full {
@@ -620,18 +622,18 @@ impl<'a> Cycle<'a> {
         let conc_start = Instant::now();
         // Mutators that allocate during the mark pay for it in marking
         // work (`Mutator::assist`), so that the mark ends before the heap
-        // reaches twice its goal even when the GC threads get little CPU:
-        // the work expected (the live size, less what the pause marked)
-        // over the headroom left, in 1/1024ths.
+        // reaches where pacing begins (twice its goal, or less under a
+        // limit) even when the GC threads get little CPU: the work
+        // expected (the live size, less what the pause marked) over the
+        // headroom left, in 1/1024ths.
         let expected = if self.full {
             gen.live.saturating_sub(self.marked.bytes)
         } else {
             self.marked.bytes
         }
         .max(1 << 20);
-        let headroom = gen
-            .goal
-            .saturating_mul(2)
+        let headroom = shared
+            .pace_at(gen.goal)
             .saturating_sub(shared.heap_used.load(Ordering::Relaxed))
             .max(1 << 20);
         let ratio = (expected as u128 * 1024 / headroom as u128).clamp(256, 16 << 10) as u32;

@@ -52,13 +52,15 @@
 //!   the place of the header, and the owner's free lists are not readable from
 //!   another thread. Only the page's owning thread writes these bits (a
 //!   plain store when allocating; it clears them when the sweeper's page run
-//!   comes back), and the pause copies them for the sweep, so objects
-//!   allocated while a sweep is under way are simply not in its copy; the
+//!   comes back), and the cycle copies them as of its stop for the sweep
+//!   (`loam_heap::SealEpoch`), so objects allocated after the stop are
+//!   simply not in its copy; the
 //!   blocks of a run not yet back are *pending* (a bitmap the run's sender
 //!   sets), and the copy leaves them out;
 //! - a *mark* bit, set by the marker with `fetch_or`, cleared for every page
-//!   with objects in the pause of a full cycle. Marking never writes into
-//!   objects a mutator may be using.
+//!   by a full cycle before its stop, with the mutators running (the stop
+//!   clears the few the barrier set meanwhile; `barrier.rs`). Marking never
+//!   writes into objects a mutator may be using.
 //!
 //! # Minor cycles: sticky mark bits
 //! Between full cycles, a *minor* cycle keeps the marks (a non-moving
@@ -265,11 +267,13 @@
 //! a mutator owes sixteen bytes of marking for each byte it allocates,
 //! paid as it allocates and before its next call, and waits for the cycle
 //! (one at most) when there is no mark to help (`Mutator::pace`). Under a
-//! limit, pacing begins at seven eighths of it whatever the goal, and the
-//! goal is kept halfway from the live size to the limit
-//! (`cycle::goal_under_limit`): cycles start early enough to run between
-//! calls before an allocation meets the limit, so a program whose live
-//! data and calls fit under seven eighths of it never sees the `Err`.
+//! limit, pacing begins at seven eighths of it (or at the goal, if that is
+//! higher: `Shared::pace_at`), and the goal is kept at most halfway from
+//! the live size to the limit (`cycle::goal_under_limit`): cycles start
+//! early enough to run between calls before an allocation meets the
+//! limit. The heap stays within that point plus the slack above, so a
+//! program whose live data fits under seven eighths of the limit, and
+//! whose slack fits in the last eighth, never meets the `Err`.
 //!
 //! Why the pause budget rather than always concurrent: a concurrent mark
 //! costs a second stop, which waits for every `mutate` call under way to

@@ -65,9 +65,11 @@ pub(crate) struct Shared {
     /// allocates in marking, or waits for the cycle when there is no mark
     /// to help (`Mutator::pace`). Relaxed: a threshold.
     pub(crate) pace_goal: AtomicUsize,
-    /// Where pacing begins under a heap limit whatever the goal: seven
-    /// eighths of the limit (`usize::MAX` without one). Together with a
-    /// goal kept under the limit (`Generations::rebase`) it lets the
+    /// Where pacing begins under a heap limit, below twice the goal:
+    /// seven eighths of the limit, or the goal if that is higher
+    /// (`pace_at`). `usize::MAX` without a limit, or with the goal off
+    /// (`gc_percent` at `u32::MAX`, which turns pacing off). Together with
+    /// a goal kept under the limit (`cycle::goal_under_limit`) it lets the
     /// cycles run between calls before an allocation meets the limit.
     pub(crate) pace_cap: usize,
     /// Bumped whenever a root is dropped or moved, and whenever a barrier
@@ -226,18 +228,28 @@ impl Shared {
         r
     }
 
-    /// Whether the heap has reached twice its goal, or seven eighths of
-    /// its limit: a mutator then helps the collector or waits before its
-    /// next call (`Mutator::pace`).
+    /// Whether the heap has reached where pacing begins (`pace_at`): a
+    /// mutator then helps the collector or waits before its next call
+    /// (`Mutator::pace`).
     #[inline]
     pub(crate) fn over_pace(&self) -> bool {
         let goal = self.pace_goal.load(Ordering::Relaxed);
-        self.heap_used.load(Ordering::Relaxed) >= goal.saturating_mul(2).min(self.pace_cap)
+        self.heap_used.load(Ordering::Relaxed) >= self.pace_at(goal)
     }
 
-    /// A mutator has allocated twice the goal: waits (outside `mutate`)
-    /// until the next cycle has swept, or its sweep has brought the heap
-    /// under twice the goal again, or (with `for_mark`) a concurrent mark
+    /// Where pacing begins for a heap goal of `goal`: twice the goal, or
+    /// under a limit seven eighths of it if that is lower, but never below
+    /// the goal itself. (Live data over seven eighths of the limit puts
+    /// the goal above it: pacing there would hold every call for a cycle.)
+    #[inline]
+    pub(crate) fn pace_at(&self, goal: usize) -> usize {
+        goal.saturating_mul(2).min(self.pace_cap.max(goal))
+    }
+
+    /// A mutator has allocated to where pacing begins (`pace_at`: twice the
+    /// goal, or less under a limit): waits (outside `mutate`) until the
+    /// next cycle has swept, or its sweep has brought the heap under that
+    /// again, or (with `for_mark`) a concurrent mark
     /// offers work to help with. Keeps a mutator that outruns the collector
     /// from growing the heap without bound. Returns true only in the last
     /// case: the caller helps, and may come back. Never more than one
@@ -707,14 +719,18 @@ impl RuntimeBuilder {
     /// (after a collection could not free enough): `try_alloc` returns
     /// `Err`, `alloc` panics. The heap goal is then kept at most halfway
     /// from the live size to the limit, and pacing holds mutators between
-    /// their calls from seven eighths of it, so that cycles (which run
-    /// between calls) free garbage before an allocation meets the limit.
+    /// their calls from seven eighths of it (or from the goal, if the live
+    /// data is above that), so that cycles, which run between calls, free
+    /// garbage before an allocation meets the limit. With
+    /// [`gc_percent`](Self::gc_percent) at `u32::MAX` neither applies.
     pub fn heap_limit(mut self, bytes: usize) -> Self {
         self.config.heap_limit = Some(bytes);
         self
     }
 
-    /// Never start a paced cycle below this heap size.
+    /// Never start a paced cycle below this heap size, unless a heap limit
+    /// needs one sooner (the goal stays at most halfway from the live size
+    /// to the limit, see [`heap_limit`](Self::heap_limit)).
     pub fn min_heap(mut self, bytes: usize) -> Self {
         self.config.min_heap = bytes;
         self
@@ -851,17 +867,20 @@ impl RuntimeBuilder {
         }
         config.cap_gc_threads();
         if let Some(limit) = config.heap_limit {
-            if limit < config.min_heap {
+            if limit < config.min_heap && config.gc_percent != u32::MAX {
                 eprintln!(
                     "loam: the heap limit ({limit} bytes) is below the minimum heap ({} bytes): \
-                     cycles start at half the limit instead",
+                     cycles start before the minimum heap, halfway from the live size to the limit",
                     config.min_heap
                 );
             }
         }
         let id = take_id();
         let goal = crate::cycle::goal_under_limit(config.min_heap, 0, &config);
-        let pace_cap = config.heap_limit.map_or(usize::MAX, |l| l - l / 8);
+        let pace_cap = match config.heap_limit {
+            Some(limit) if config.gc_percent != u32::MAX => limit - limit / 8,
+            _ => usize::MAX,
+        };
         let shared = Arc::new(Shared {
             id,
             handshake: Handshake::default(),

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 #[cfg(target_os = "linux")]
-use support::pin_to_cpu;
+use support::{first_allowed_cpu, pin_to_cpu};
 
 /// What the heap may hold beyond twice the goal, for one mutator whose
 /// calls allocate at most `call_bytes` (README, "Knobs"): its unspent
@@ -124,7 +124,7 @@ fn the_heap_bound_holds_with_the_gc_thread_sharing_a_busy_cpu() {
     let t = {
         let done = done.clone();
         std::thread::spawn(move || {
-            pin_to_cpu(0);
+            pin_to_cpu(first_allowed_cpu());
             let busy = {
                 let done = done.clone();
                 std::thread::spawn(move || {

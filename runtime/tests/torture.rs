@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 #[cfg(target_os = "linux")]
-use support::pin_to_cpu;
+use support::{first_allowed_cpu, pin_to_cpu};
 
 static ALLOCATED: AtomicU64 = AtomicU64::new(0);
 static DROPPED: AtomicU64 = AtomicU64::new(0);
@@ -292,7 +292,7 @@ fn four_mutators_through_hundreds_of_cycles() {
     // the bounded termination under the worst scheduling, verify on.
     #[cfg(target_os = "linux")]
     std::thread::spawn(|| {
-        pin_to_cpu(0);
+        pin_to_cpu(first_allowed_cpu());
         torture(Space::Pages, true, true, true);
     })
     .join()

@@ -18,3 +18,24 @@ pub fn pin_to_cpu(cpu: usize) {
         );
     }
 }
+
+/// The lowest-numbered CPU the calling thread may run on (CPU 0 is not in
+/// every cpuset, or under `taskset -c 1`).
+#[cfg(target_os = "linux")]
+pub fn first_allowed_cpu() -> usize {
+    // SAFETY: a zeroed `cpu_set_t` is an empty set that `sched_getaffinity`
+    // fills (pid 0: the calling thread); `CPU_ISSET` reads within it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        let r = libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set);
+        assert_eq!(
+            r,
+            0,
+            "sched_getaffinity: {}",
+            std::io::Error::last_os_error()
+        );
+        (0..libc::CPU_SETSIZE as usize)
+            .find(|&c| libc::CPU_ISSET(c, &set))
+            .expect("the calling thread may run on some CPU")
+    }
+}

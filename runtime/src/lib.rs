@@ -164,7 +164,7 @@
 //!    meanwhile; `barrier.rs`).
 //! 3. GC threads mark in parallel: crossbeam-deque work stealing over
 //!    explicit mark stacks (a 10,000,000-node list overflows nothing).
-//!    A mark that outlasts the pause budget (250 µs by default) goes on
+//!    A mark that outlasts the pause budget (150 µs by default) goes on
 //!    concurrently: the mutators resume, every `mutate` call that begins
 //!    then sees `marking` and runs the barrier cells as a snapshot barrier
 //!    (a store shades the value it overwrites, and the one it stores; a

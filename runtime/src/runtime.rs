@@ -771,7 +771,7 @@ impl RuntimeBuilder {
     }
 
     /// How long the first pause of a cycle may mark before the rest goes
-    /// concurrent (default 250 µs; `LOAM_GC_PAUSE_BUDGET_US`). Zero sends
+    /// concurrent (default 150 µs; `LOAM_GC_PAUSE_BUDGET_US`). Zero sends
     /// every mark past its roots to the concurrent phase.
     pub fn mark_pause_budget(mut self, budget: std::time::Duration) -> Self {
         self.config.mark_pause_budget = budget;

@@ -117,15 +117,20 @@ impl Generations {
 }
 
 /// `goal` for `live` bytes of live data, kept under the heap limit: at most
-/// halfway from the live size to the limit (never below the live size),
-/// so that a cycle starts while the mutators still have room to allocate
-/// during it, and pacing (at seven eighths of the limit, `Shared::pace_cap`)
-/// holds them between calls before an allocation meets the limit. Without
-/// a limit, or with the goal off (`gc_percent` at `u32::MAX`), `goal`.
+/// halfway from the live size to the limit, and no higher than seven
+/// eighths of the limit while the live data is below that (never below
+/// the live size). A cycle then starts while the mutators still have room
+/// to allocate during it, and pacing (`Shared::pace_at`, at most seven
+/// eighths of the limit) holds them between calls before an allocation
+/// meets the limit. Without a limit, or with the goal off (`gc_percent` at
+/// `u32::MAX`), `goal`.
 pub(crate) fn goal_under_limit(goal: usize, live: usize, config: &crate::options::Config) -> usize {
     match config.heap_limit {
         Some(limit) if config.gc_percent != u32::MAX => {
-            goal.min(live + limit.saturating_sub(live) / 2).max(live)
+            let cap = limit - limit / 8;
+            let goal = goal.min(live + limit.saturating_sub(live) / 2);
+            let goal = if live <= cap { goal.min(cap) } else { goal };
+            goal.max(live)
         }
         _ => goal,
     }

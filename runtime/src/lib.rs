@@ -149,7 +149,8 @@
 //!
 //! # Collector: parallel mark, concurrent past a pause budget; concurrent sweep
 //! 1. A cycle starts when the managed heap exceeds the goal, `gc_percent`
-//!    over the last live size (never below the minimum heap), or on
+//!    over the last live size (never below the minimum heap, unless a heap
+//!    limit keeps it lower: see "Pacing past the heap limit"), or on
 //!    `collect()`. Mutators take heap budget in 64 KiB chunks, so pacing and
 //!    the heap limit cost nothing per object.
 //! 2. The coordinator raises the stop flag and waits for the mutators inside
@@ -267,13 +268,14 @@
 //! a mutator owes sixteen bytes of marking for each byte it allocates,
 //! paid as it allocates and before its next call, and waits for the cycle
 //! (one at most) when there is no mark to help (`Mutator::pace`). Under a
-//! limit, pacing begins at seven eighths of it (or at the goal, if that is
-//! higher: `Shared::pace_at`), and the goal is kept at most halfway from
-//! the live size to the limit (`cycle::goal_under_limit`): cycles start
-//! early enough to run between calls before an allocation meets the
-//! limit. The heap stays within that point plus the slack above, so a
-//! program whose live data fits under seven eighths of the limit, and
-//! whose slack fits in the last eighth, never meets the `Err`.
+//! limit, the goal is kept at most halfway from the live size to the
+//! limit, and no higher than seven eighths of it while the live data is
+//! below that (`cycle::goal_under_limit`), and pacing begins at seven
+//! eighths at the latest (`Shared::pace_at`): cycles start early enough
+//! to run between calls before an allocation meets the limit. The heap
+//! stays within that point plus the slack above, so a program whose live
+//! data fits under seven eighths of the limit, and whose slack fits in the
+//! last eighth, never meets the `Err`.
 //!
 //! Why the pause budget rather than always concurrent: a concurrent mark
 //! costs a second stop, which waits for every `mutate` call under way to

@@ -30,6 +30,9 @@ const ASSIST_SLICE: Duration = Duration::from_micros(100);
 /// so little.
 const ASSIST_MIN: usize = 16 << 10;
 
+// "Twice the goal", here and below, is where pacing begins: under a heap
+// limit it may be lower, seven eighths of the limit (`Shared::pace_at`).
+
 /// The longest a mutator marks at a time once the heap has reached twice
 /// its goal (`Mutator::pace`, `Mutator::assist`): it then owes the mark
 /// every byte of its debt, but pays it in holds of at most this.

@@ -52,10 +52,11 @@ impl Default for Config {
             // A mark that fits in it is one pause; past it the mark goes
             // concurrent, at the price of a second stop (which waits for
             // every mutator to leave `mutate` again). 150 µs keeps the
-            // pauses a mutator sees under a quarter of a millisecond at
-            // the 99th percentile (the pause runs a little past its
-            // budget, and the mutator's wake-up adds to it) with the same
-            // run time on binary-trees (docs/perf-log.md).
+            // pauses one mutator sees under a quarter of a millisecond at
+            // the 99th percentile on binary-trees at depth 16 (the pause
+            // runs a little past its budget, and the mutator's wake-up
+            // adds to it; 250 µs gave 0.27 - 0.30 ms there), with the same
+            // run time (docs/perf-log.md).
             mark_pause_budget: Duration::from_micros(150),
         }
     }

@@ -61,13 +61,15 @@ pub(crate) struct Shared {
     /// Heap size at which the next cycle starts.
     pub(crate) next_goal: AtomicUsize,
     /// The heap goal of the last cycle (`next_goal` is lower while a sweep
-    /// runs): a mutator that finds the heap at twice it pays for what it
+    /// runs): a mutator that finds the heap where pacing begins for it
+    /// (`pace_at`: twice it, or less under a heap limit) pays for what it
     /// allocates in marking, or waits for the cycle when there is no mark
     /// to help (`Mutator::pace`). Relaxed: a threshold.
     pub(crate) pace_goal: AtomicUsize,
     /// Where pacing begins under a heap limit, below twice the goal:
-    /// seven eighths of the limit, or the goal if that is higher
-    /// (`pace_at`). `usize::MAX` without a limit, or with the goal off
+    /// seven eighths of the limit, or the goal if that is higher (only when
+    /// the live data is above seven eighths, `cycle::goal_under_limit`;
+    /// `pace_at`). `usize::MAX` without a limit, or with the goal off
     /// (`gc_percent` at `u32::MAX`, which turns pacing off). Together with
     /// a goal kept under the limit (`cycle::goal_under_limit`) it lets the
     /// cycles run between calls before an allocation meets the limit.
@@ -239,8 +241,9 @@ impl Shared {
 
     /// Where pacing begins for a heap goal of `goal`: twice the goal, or
     /// under a limit seven eighths of it if that is lower, but never below
-    /// the goal itself. (Live data over seven eighths of the limit puts
-    /// the goal above it: pacing there would hold every call for a cycle.)
+    /// the goal itself. (Only live data over seven eighths of the limit
+    /// puts the goal above that, `cycle::goal_under_limit`: pacing there
+    /// would hold every call for a cycle.)
     #[inline]
     pub(crate) fn pace_at(&self, goal: usize) -> usize {
         goal.saturating_mul(2).min(self.pace_cap.max(goal))
@@ -253,8 +256,8 @@ impl Shared {
     /// offers work to help with. Keeps a mutator that outruns the collector
     /// from growing the heap without bound. Returns true only in the last
     /// case: the caller helps, and may come back. Never more than one
-    /// cycle: a heap that stays over twice its goal (live data the goal
-    /// has not caught up with) must not keep a mutator waiting for ever.
+    /// cycle: a heap that stays over that point (live data the goal has
+    /// not caught up with) must not keep a mutator waiting for ever.
     /// `seen` is [`completed`](Self::completed) as the mutator's pacing
     /// began, so that a cycle that ends between two of its waits counts.
     pub(crate) fn pace(&self, slot: &crate::handshake::Slot, seen: u64) -> bool {
@@ -283,7 +286,7 @@ impl Shared {
     /// A paced mutator's assist found nothing to take: the GC threads hold
     /// the rest of the mark. Waits until they may have handed some back
     /// (`d`), or a cycle has completed since `seen`, or the heap is under
-    /// twice its goal again, or the runtime shuts down; true in all but
+    /// where pacing begins again, or the runtime shuts down; true in all but
     /// the first case (and when the gate opens: the mutator must go on).
     /// Go's assists park the same way until the background workers have
     /// done the work, not for the whole cycle.
@@ -718,11 +721,11 @@ impl RuntimeBuilder {
     /// Refuse allocations that would take the managed heap past `bytes`
     /// (after a collection could not free enough): `try_alloc` returns
     /// `Err`, `alloc` panics. The heap goal is then kept at most halfway
-    /// from the live size to the limit, and pacing holds mutators between
-    /// their calls from seven eighths of it (or from the goal, if the live
-    /// data is above that), so that cycles, which run between calls, free
-    /// garbage before an allocation meets the limit. With
-    /// [`gc_percent`](Self::gc_percent) at `u32::MAX` neither applies.
+    /// from the live size to the limit (and under seven eighths of it while
+    /// the live data is), and pacing holds mutators between their calls
+    /// from seven eighths of it at the latest, so that cycles, which run
+    /// between calls, free garbage before an allocation meets the limit.
+    /// With [`gc_percent`](Self::gc_percent) at `u32::MAX` neither applies.
     pub fn heap_limit(mut self, bytes: usize) -> Self {
         self.config.heap_limit = Some(bytes);
         self

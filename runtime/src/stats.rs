@@ -189,7 +189,7 @@ pub struct GcStats {
     /// Of `mutator_pauses`' total: the time held at safepoints,
     pub held_at_safepoint: Duration,
     /// pacing: waiting for a cycle (or for the mark's work) because the heap
-    /// reached twice its goal,
+    /// reached twice its goal (or seven eighths of its limit),
     pub held_by_pacing: Duration,
     /// at the heap limit, waiting for memory,
     pub held_for_memory: Duration,

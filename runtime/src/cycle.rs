@@ -127,7 +127,7 @@ impl Generations {
 pub(crate) fn goal_under_limit(goal: usize, live: usize, config: &crate::options::Config) -> usize {
     match config.heap_limit {
         Some(limit) if config.gc_percent != u32::MAX => {
-            let cap = limit - limit / 8;
+            let cap = config.pace_cap();
             let goal = goal.min(live + limit.saturating_sub(live) / 2);
             let goal = if live <= cap { goal.min(cap) } else { goal };
             goal.max(live)
@@ -194,10 +194,10 @@ fn snapshot_pages(snap: &mut Snapshot, full: bool, clear_marks: bool, seal: loam
         bits,
         objects: _,
     } = &mut *snap;
+    // The closure may allocate (the vectors grow): the walk holds no lock.
     // SAFETY: the closure keeps no PageRef; it reads only atomics
     // (`sealed_words` is built for a walk beside running mutators), and the
-    // geometry of pages whose blocks in the copy keep them live (see
-    // above). It may allocate (the vectors grow): the walk holds no lock.
+    // geometry of pages whose blocks in the copy keep them live (above).
     unsafe {
         loam_heap::for_each_page(|p| {
             if p.used() == 0 {
@@ -249,13 +249,12 @@ fn full_ahead(shared: &Shared, forced: bool, gen: &Generations) -> bool {
 /// took.
 fn clear_marks_running() -> Duration {
     let start = Instant::now();
-    // SAFETY: the closure keeps no PageRef and touches only atomics: `used`,
-    // the flags, and the mark words, whose count comes from the atomic
-    // capacity and is bounded by the slice's bitmap (`PageRef::clear_marks`
-    // stays in it whatever the page's geometry). A page released and set
-    // up again meanwhile has its marks cleared too, which is harmless:
-    // clearing a mark between cycles only makes an object young again
-    // (`barrier.rs`).
+    // A page released and set up again meanwhile has its marks cleared
+    // too, which is harmless: clearing a mark between cycles only makes an
+    // object young again (`barrier.rs`).
+    // SAFETY: the closure keeps no PageRef and touches only atomics (`used`,
+    // the flags, the mark words, whose count comes from the atomic capacity
+    // and stays within the slice's bitmap whatever the page's geometry).
     unsafe {
         loam_heap::for_each_page(|p| {
             if p.used() == 0 {

@@ -128,6 +128,17 @@ impl Config {
             .clamp(1, self.gc_threads.max(1))
     }
 
+    /// Where pacing begins at the latest under a heap limit: seven eighths
+    /// of it (`usize::MAX` without a limit, or with `gc_percent` off, which
+    /// turns pacing off). See `Shared::pace_at` and
+    /// `cycle::goal_under_limit`, which keeps the goal under it too.
+    pub(crate) fn pace_cap(&self) -> usize {
+        match self.heap_limit {
+            Some(limit) if self.gc_percent != u32::MAX => limit - limit / 8,
+            _ => usize::MAX,
+        }
+    }
+
     /// Applies the `LOAM_*` environment overrides.
     pub(crate) fn apply_env(&mut self) -> Result<(), ConfigError> {
         self.apply(|k| std::env::var(k).ok())
@@ -335,6 +346,22 @@ mod tests {
         // A setting is taken, but never past the GC threads there are.
         assert_eq!(threads(8, Some(8)), 8);
         assert_eq!(threads(2, Some(5)), 2);
+    }
+
+    #[test]
+    fn pacing_begins_at_seven_eighths_of_a_limit_unless_pacing_is_off() {
+        let cap = |limit, gc_percent| {
+            Config {
+                heap_limit: limit,
+                gc_percent,
+                ..Config::default()
+            }
+            .pace_cap()
+        };
+        assert_eq!(cap(Some(16 << 20), 100), 14 << 20);
+        assert_eq!(cap(Some(8), 100), 7);
+        assert_eq!(cap(None, 100), usize::MAX);
+        assert_eq!(cap(Some(16 << 20), u32::MAX), usize::MAX);
     }
 
     #[test]

@@ -880,10 +880,7 @@ impl RuntimeBuilder {
         }
         let id = take_id();
         let goal = crate::cycle::goal_under_limit(config.min_heap, 0, &config);
-        let pace_cap = match config.heap_limit {
-            Some(limit) if config.gc_percent != u32::MAX => limit - limit / 8,
-            _ => usize::MAX,
-        };
+        let pace_cap = config.pace_cap();
         let shared = Arc::new(Shared {
             id,
             handshake: Handshake::default(),

@@ -15,13 +15,18 @@ use support::{first_allowed_cpu, pin_to_cpu};
 
 type Kept = Rootable!['gc => GcLock<'gc, Vec<Gc<'gc, [u64; 512]>>>];
 
+/// The number in environment variable `name`, or `default`.
+fn knob(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
 /// Calls per mutator in the long test: `LOAM_LIMIT_CALLS` (4,000 by
 /// default; more by hand).
 fn calls() -> usize {
-    std::env::var("LOAM_LIMIT_CALLS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(4000)
+    knob("LOAM_LIMIT_CALLS", 4000)
 }
 
 /// Rooted 4 KiB objects per mutator: `LOAM_LIMIT_LIVE` (128 by default,
@@ -30,10 +35,7 @@ fn calls() -> usize {
 /// call) the slack outgrows the limit's last eighth, nothing is promised,
 /// and in some runs that call meets the limit.
 fn live() -> usize {
-    std::env::var("LOAM_LIMIT_LIVE")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(128)
+    knob("LOAM_LIMIT_LIVE", 128)
 }
 
 /// 1.25 MiB live at two mutators (128 rooted 4 KiB objects each, in 5 KiB

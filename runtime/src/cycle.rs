@@ -97,13 +97,7 @@ impl Generations {
     /// the gc percent (at least the minimum heap), and the old generation is
     /// that much.
     fn rebase(&mut self, live: usize, config: &crate::options::Config) {
-        let percent = config.gc_percent;
-        self.goal = if percent == u32::MAX {
-            usize::MAX
-        } else {
-            let grow = (live as u128 * percent as u128 / 100) as usize;
-            goal_under_limit((live.saturating_add(grow)).max(config.min_heap), live, config)
-        };
+        self.goal = goal_for(live, config);
         self.live = live;
         self.old = live;
     }
@@ -114,6 +108,18 @@ impl Generations {
     fn full_due(&self) -> bool {
         !self.started || self.old > self.live + (self.goal.saturating_sub(self.live)) / 2
     }
+}
+
+/// The heap goal for `live` bytes of live data: the gc percent over it, at
+/// least the minimum heap, kept under the heap limit (`goal_under_limit`);
+/// `usize::MAX` with the goal off. Never lower for more live data.
+pub(crate) fn goal_for(live: usize, config: &crate::options::Config) -> usize {
+    let percent = config.gc_percent;
+    if percent == u32::MAX {
+        return usize::MAX;
+    }
+    let grow = (live as u128 * percent as u128 / 100) as usize;
+    goal_under_limit((live.saturating_add(grow)).max(config.min_heap), live, config)
 }
 
 /// `goal` for `live` bytes of live data, kept under the heap limit: at most
@@ -370,6 +376,7 @@ fn stopped(deadline: Option<Instant>) -> mark::Limits<'static> {
         deadline,
         assists: None,
         threads: usize::MAX,
+        progress: None,
     }
 }
 
@@ -381,6 +388,7 @@ fn concurrently(shared: &Shared) -> mark::Limits<'_> {
         deadline: None,
         assists: Some(&shared.assist),
         threads: shared.config.concurrent_gc_threads(),
+        progress: Some(shared),
     }
 }
 
@@ -504,6 +512,13 @@ impl<'a> Cycle<'a> {
                 }
             }
         }
+        // What this mark finds counts towards the pace goal as it goes
+        // (`Shared::saw_live`): in a full cycle, or a minor one with
+        // nothing remembered, whose mark then finds only live objects.
+        shared.live_seen.store(0, Ordering::Relaxed);
+        shared
+            .live_counting
+            .store(full || remembered.is_empty(), Ordering::Relaxed);
         if full {
             remembered.clear();
         }
@@ -597,6 +612,9 @@ impl<'a> Cycle<'a> {
         };
         self.mark_time = mark_start.elapsed();
         self.concurrent = !gray.is_empty();
+        // Before the resume: a mutator over the old pace point then sees
+        // what the pause found.
+        shared.saw_live(self.marked.bytes);
         Marking {
             mutators,
             roots,
@@ -736,6 +754,7 @@ impl<'a> Cycle<'a> {
                 )
             };
             self.marked.add(marked);
+            shared.saw_live(marked.bytes);
             pause_mark += mark_start.elapsed();
             if rest.is_empty() {
                 m.end_start = Some(end);
@@ -785,7 +804,15 @@ impl<'a> Cycle<'a> {
             heap_at_end.saturating_add(goal.saturating_sub(gen.old)),
             Ordering::Relaxed,
         );
-        shared.pace_goal.store(goal, Ordering::Relaxed);
+        // A full cycle's goal counts everything its mark found; a minor
+        // one keeps what its mark (or an earlier minor one's) raised the
+        // pace goal to (`Shared::saw_live`).
+        shared.live_counting.store(false, Ordering::Relaxed);
+        if self.full && !mark_failed {
+            shared.pace_goal.store(goal, Ordering::Relaxed);
+        } else {
+            shared.pace_goal.fetch_max(goal, Ordering::Relaxed);
+        }
         shared.control.lock().phase = Phase::Sweep;
         // A pause is a stopped world: from the last mutator's leaving to
         // the resume. Waiting for the mutators to leave is reported apart,
@@ -908,6 +935,7 @@ impl<'a> Cycle<'a> {
                 bytes_freed: swept.bytes,
                 objects_freed: swept.objects,
                 next_goal: goal,
+                pace_goal: shared.pace_goal.load(Ordering::Relaxed),
                 old_bytes: gen.old,
                 gc_threads: self.pool.current_num_threads(),
                 mutator_pauses: held.count,

@@ -267,7 +267,11 @@
 //! allocate, plus a sixteenth of what the mark traces: past twice the goal
 //! a mutator owes sixteen bytes of marking for each byte it allocates,
 //! paid as it allocates and before its next call, and waits for the cycle
-//! (one at most) when there is no mark to help (`Mutator::pace`). Under a
+//! (one at most) when there is no mark to help (`Mutator::pace`). "The
+//! goal" here is the pace goal: the last full cycle's, raised while a mark
+//! finds live data past it (`Shared::saw_live`: a structure built in one
+//! call is paid for by the marks that find it, not by every allocation
+//! until a full cycle has measured it). Under a
 //! limit, the goal is kept at most halfway from the live size to the
 //! limit, and no higher than seven eighths of it while the live data is
 //! below that (`cycle::goal_under_limit`), and pacing begins at seven

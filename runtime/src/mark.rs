@@ -150,7 +150,13 @@ pub(crate) struct Limits<'a> {
     /// the default, reads as one): fewer than the CPUs while the mutators
     /// run (`Config::concurrent_gc_threads`).
     pub(crate) threads: usize,
+    /// Where the GC threads report what they mark as they go, every
+    /// [`PROGRESS_BYTES`] or so (`Shared::saw_live`: pacing follows it).
+    pub(crate) progress: Option<&'a crate::runtime::Shared>,
 }
+
+/// Bytes a GC thread marks between two reports to `Limits::progress`.
+const PROGRESS_BYTES: usize = 1 << 20;
 
 /// The queues of a concurrent [`parallel`] mark, offered to assisting
 /// mutators.
@@ -405,7 +411,14 @@ pub(crate) unsafe fn parallel(
         let mut tracer = Tracer::new();
         let mut out = Marked::default();
         let mut scanned = 0u32;
+        let mut reported = 0;
         loop {
+            if let Some(shared) = limits.progress {
+                if out.bytes - reported >= PROGRESS_BYTES {
+                    shared.saw_live(out.bytes - reported);
+                    reported = out.bytes;
+                }
+            }
             if limits.deadline.is_some() {
                 scanned = scanned.wrapping_add(1);
                 if stop.load(Ordering::Relaxed)
@@ -444,6 +457,9 @@ pub(crate) unsafe fn parallel(
         tracer.take_deferred(&mut deferred);
         if !deferred.is_empty() {
             left.lock().append(&mut deferred);
+        }
+        if let Some(shared) = limits.progress {
+            shared.saw_live(out.bytes - reported);
         }
         out
     });

@@ -396,6 +396,7 @@ impl Mutator {
                 // `share` is, with its gray queue.
                 unsafe { crate::mark::assist(&shared.space, &share, &shared.gray, debt, slice + PACED_SLICE) }
             };
+            shared.saw_live(m.bytes);
             assisting += slice.elapsed();
             if m.objects == 0 {
                 // Nothing to take: the GC threads hold the rest of the
@@ -566,6 +567,7 @@ impl Mutator {
         // SAFETY: inside a `mutate` call (allocation happens only there) of
         // the runtime whose mark `share` is, with its gray queue.
         let m = unsafe { crate::mark::assist(&shared.space, &share, &shared.gray, debt, start + slice) };
+        shared.saw_live(m.bytes);
         let took = start.elapsed();
         if m.objects > 0 {
             self.held(Hold::Assist, took);

@@ -76,6 +76,13 @@ pub struct CycleEvent {
     pub objects_freed: u64,
     /// The heap size that triggers the next cycle.
     pub next_goal: usize,
+    /// The goal pacing counts from after the cycle: a mutator helps or
+    /// waits once the heap reaches twice it (or seven eighths of the heap
+    /// limit). `next_goal` after a full cycle; after a minor one it can be
+    /// higher: the goal for the live data a mark found, when that is more
+    /// than the last full cycle measured (a structure built in one call),
+    /// until the next full cycle.
+    pub pace_goal: usize,
     /// Bytes of old objects after the cycle (the live size after a full
     /// cycle, plus what minor cycles promoted since).
     pub old_bytes: usize,
@@ -98,7 +105,7 @@ pub struct CycleEvent {
 /// 10.2 MB old, 24.0 MB goal, 51234 objects freed, 2 T; held 3x, max 0.400 ms,
 /// 0.700 ms in all`, then ` (forced)` for a forced cycle. A full cycle that
 /// cleared its marks before the stop has `clear 0.300 concurrent, ` before
-/// `stop`.
+/// `stop`; a pace goal above the goal follows it: `24.0 MB goal (pace 64.0)`.
 impl fmt::Display for CycleEvent {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
@@ -141,6 +148,9 @@ impl fmt::Display for CycleEvent {
             write!(f, "off goal")?;
         } else {
             write!(f, "{:.1} MB goal", mb(self.next_goal))?;
+            if self.pace_goal > self.next_goal {
+                write!(f, " (pace {:.1})", mb(self.pace_goal))?;
+            }
         }
         write!(
             f,

@@ -654,8 +654,10 @@ impl<'a> Cycle<'a> {
             self.marked.bytes
         }
         .max(1 << 20);
+        // To where pacing begins now: the pace goal, which a mark that
+        // found live data past the goal has raised (`Shared::saw_live`).
         let headroom = shared
-            .pace_at(gen.goal)
+            .pace_at(gen.goal.max(shared.pace_goal.load(Ordering::Relaxed)))
             .saturating_sub(shared.heap_used.load(Ordering::Relaxed))
             .max(1 << 20);
         let ratio = (expected as u128 * 1024 / headroom as u128).clamp(256, 16 << 10) as u32;

@@ -155,7 +155,9 @@ pub(crate) struct Limits<'a> {
     pub(crate) progress: Option<&'a crate::runtime::Shared>,
 }
 
-/// Bytes a GC thread marks between two reports to `Limits::progress`.
+/// Bytes a GC thread marks between two reports to `Limits::progress`: a
+/// shared atomic add per MiB costs nothing against the mark, and the pace
+/// point lags what was found by at most a MiB per thread.
 const PROGRESS_BYTES: usize = 1 << 20;
 
 /// The queues of a concurrent [`parallel`] mark, offered to assisting

@@ -394,9 +394,12 @@ impl Mutator {
                 };
                 // SAFETY: inside (above), for the runtime whose mark
                 // `share` is, with its gray queue.
-                unsafe { crate::mark::assist(&shared.space, &share, &shared.gray, debt, slice + PACED_SLICE) }
+                let m = unsafe { crate::mark::assist(&shared.space, &share, &shared.gray, debt, slice + PACED_SLICE) };
+                // While still inside: the stop that begins the next mark
+                // waits for this report (`Shared::saw_live`).
+                shared.saw_live(m.bytes);
+                m
             };
-            shared.saw_live(m.bytes);
             assisting += slice.elapsed();
             if m.objects == 0 {
                 // Nothing to take: the GC threads hold the rest of the

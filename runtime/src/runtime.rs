@@ -60,8 +60,9 @@ pub(crate) struct Shared {
     pub(crate) heap_used: AtomicUsize,
     /// Heap size at which the next cycle starts.
     pub(crate) next_goal: AtomicUsize,
-    /// The heap goal of the last cycle (`next_goal` is lower while a sweep
-    /// runs): a mutator that finds the heap where pacing begins for it
+    /// The goal pacing counts from: the last full cycle's goal (`next_goal`
+    /// is lower while a sweep runs), raised while a mark finds live data
+    /// past it (`saw_live`): a mutator that finds the heap where pacing begins for it
     /// (`pace_at`: twice it, or less under a heap limit) pays for what it
     /// allocates in marking, or waits for the cycle when there is no mark
     /// to help (`Mutator::pace`). Relaxed: a threshold.
@@ -252,13 +253,15 @@ impl Shared {
     /// # Why it keeps the bound
     /// Pacing bounds the heap by twice the goal of the live size, which a
     /// full cycle measures as the bytes its mark finds (objects reachable
-    /// at its stop, and those its barrier shaded): counting the same bytes
-    /// as they are found, the point only reaches early where the cycle's
-    /// end puts it. A minor cycle finds the young objects reachable from
-    /// the roots and from the remembered objects, and only the latter can
-    /// be garbage (a value stored into a cell and cut off again before the
-    /// stop, marked by the barrier), so it counts only when nothing was
-    /// remembered at its stop. Its raised point stands until the next full
+    /// at its stop, and those its barrier shaded during the mark, which
+    /// may have been cut off again since: the goal counts them too):
+    /// counting the same bytes as they are found, the point only reaches
+    /// early where the cycle's end puts it. A minor cycle finds the same
+    /// kinds of objects among the young, plus those reachable from the
+    /// remembered objects, which can be garbage from before the stop (a
+    /// value stored into a cell and cut off again, marked by the
+    /// barrier), so it counts only when nothing was remembered at its
+    /// stop. Its raised point stands until the next full
     /// cycle sets the goal again, as the goal stands on a past measure.
     ///
     /// # Why relaxed is enough

@@ -78,7 +78,7 @@ pub struct CycleEvent {
     pub next_goal: usize,
     /// The goal pacing counts from after the cycle: a mutator helps or
     /// waits once the heap reaches twice it (or seven eighths of the heap
-    /// limit). `next_goal` after a full cycle; after a minor one it can be
+    /// limit). `next_goal` after a full cycle whose mark completed; after a minor one it can be
     /// higher: the goal for the live data a mark found, when that is more
     /// than the last full cycle measured (a structure built in one call),
     /// until the next full cycle.

@@ -580,6 +580,31 @@ impl ObjectClass {
         }
     }
 
+    /// The class serving `size` bytes at the heap's minimum alignment (8),
+    /// found at run time with two table reads: for sizes known only then,
+    /// such as managed arrays', so that they take [`alloc_object_in`]'s
+    /// inlined fast path too. `None` past [`SMALL_MAX`](crate::SMALL_MAX).
+    ///
+    /// # Examples
+    /// ```
+    /// let c = loam_heap::ObjectClass::small(40).unwrap();
+    /// assert_eq!(Some(c), loam_heap::ObjectClass::of(40, 8));
+    /// assert!(loam_heap::ObjectClass::small(1 << 20).is_none());
+    /// ```
+    #[inline]
+    pub fn small(size: usize) -> Option<ObjectClass> {
+        use crate::size_class::{class_of, CLASS_SIZE, RECIP, SMALL_MAX};
+        if size > SMALL_MAX {
+            return None;
+        }
+        let class = class_of(size);
+        Some(ObjectClass {
+            class,
+            size: CLASS_SIZE[class] as usize,
+            recip: RECIP[class],
+        })
+    }
+
     /// The class's block size: what a block of it holds.
     pub const fn size(self) -> usize {
         self.size

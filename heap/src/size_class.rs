@@ -202,6 +202,15 @@ mod tests {
     use super::*;
 
     #[test]
+    fn run_time_classes_are_the_compile_time_ones() {
+        use crate::ObjectClass;
+        for size in (0..=4096).chain((4097..=SMALL_MAX).step_by(7)).chain([SMALL_MAX]) {
+            assert_eq!(ObjectClass::small(size), ObjectClass::of(size, MIN_BLOCK), "size {size}");
+        }
+        assert_eq!(ObjectClass::small(SMALL_MAX + 1), None);
+    }
+
+    #[test]
     fn reciprocals_divide_exactly_within_a_page() {
         for c in 0..NUM_CLASSES {
             let size = CLASS_SIZE[c] as u64;

@@ -114,12 +114,20 @@ impl<'gc> Mutation<'gc> {
         };
         let m = self.mutator();
         let space = m.alloc_space();
+        // A small array in loam's pages takes the inlined fast path of a
+        // size class, as `try_alloc` does, with its class looked up at run
+        // time (a managed string is one of these).
+        let class = match space {
+            None if align <= 8 => loam_heap::ObjectClass::small(bytes),
+            _ => None,
+        };
         // As in `try_alloc`: accounting in blocks, blocks of 16 bytes or
         // more (an empty array is two words); in a `GlobalAlloc` space, the
         // allocation with its prefix.
-        let size = match space {
-            None => loam_heap::good_size(bytes, align),
-            Some(_) => AllocSpace::charge(bytes, align),
+        let size = match (space, class) {
+            (None, Some(class)) => class.size(),
+            (None, None) => loam_heap::good_size(bytes, align),
+            (Some(_), _) => AllocSpace::charge(bytes, align),
         };
         if !m.take_credit(size) {
             let limit = m.shared().config.heap_limit.unwrap_or(usize::MAX);
@@ -127,7 +135,10 @@ impl<'gc> Mutation<'gc> {
         }
         let (p, bit) = match space {
             None => {
-                let (p, bit) = loam_heap::alloc_object(bytes, align, flags);
+                let (p, bit) = match class {
+                    Some(class) => loam_heap::alloc_object_in(class, flags),
+                    None => loam_heap::alloc_object(bytes, align, flags),
+                };
                 (p, bit.map(Some))
             }
             Some(space) => {

@@ -101,6 +101,35 @@ fn capacity_overflow(len: usize, ty: &str) -> ! {
     panic!("loam: an array of {len} elements of {ty} does not fit in memory")
 }
 
+/// Copies `n` bytes from `src` to `dst`: up to 16 of them with two
+/// overlapping loads and stores of a word or half-word (a string's cached
+/// hash, and most short strings, without a call to `memcpy`), longer runs
+/// with `copy_nonoverlapping`.
+///
+/// # Safety
+/// `src` is readable and `dst` writable for `n` bytes, and they do not
+/// overlap.
+#[inline(always)]
+unsafe fn copy_bytes(src: *const u8, dst: *mut u8, n: usize) {
+    // SAFETY: every access below is inside the first `n` bytes of `src`
+    // or `dst` (the caller's ranges): the second load and store of a pair
+    // ends at byte `n`, the first begins at byte 0, and each pair is used
+    // only when its width is at most `n`.
+    unsafe {
+        if n >= 8 && n <= 16 {
+            let (a, b) = (src.cast::<u64>().read_unaligned(), src.add(n - 8).cast::<u64>().read_unaligned());
+            dst.cast::<u64>().write_unaligned(a);
+            dst.add(n - 8).cast::<u64>().write_unaligned(b);
+        } else if n >= 4 && n < 8 {
+            let (a, b) = (src.cast::<u32>().read_unaligned(), src.add(n - 4).cast::<u32>().read_unaligned());
+            dst.cast::<u32>().write_unaligned(a);
+            dst.add(n - 4).cast::<u32>().write_unaligned(b);
+        } else {
+            std::ptr::copy_nonoverlapping(src, dst, n);
+        }
+    }
+}
+
 impl<'gc> Mutation<'gc> {
     /// Reserves a `bytes`-byte block for an array of `len` elements whose
     /// header word is `header`, and writes both words.
@@ -354,12 +383,7 @@ impl<'gc> Mutation<'gc> {
             // (a string's cached hash) is one unaligned store, not a call
             // to `memcpy`.
             unsafe {
-                if bytes == 8 {
-                    at.cast::<u64>()
-                        .write_unaligned(part.as_ptr().cast::<u64>().read_unaligned());
-                } else {
-                    std::ptr::copy_nonoverlapping(part.as_ptr(), at, part.len());
-                }
+                copy_bytes(part.as_ptr().cast::<u8>(), at.cast::<u8>(), bytes);
                 at = at.add(part.len());
             }
         }

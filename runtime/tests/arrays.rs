@@ -113,6 +113,35 @@ fn strings_and_copies_of_slices_are_one_object_each() {
 }
 
 #[test]
+fn concatenations_copy_every_byte_of_every_length() {
+    let _serial = serial();
+    let rt = rt().build();
+    let mut m = rt.attach();
+    // Short parts are copied with overlapping word loads and stores: every
+    // length around those widths, each part of distinct bytes, and the
+    // bytes around the result untouched (the next allocation's header and
+    // the length would show it).
+    let text: Vec<u8> = (0..64_u8)
+        .map(|b| b.wrapping_mul(37).wrapping_add(11))
+        .collect();
+    m.mutate(|mc| {
+        for a in 0..=20 {
+            for b in 0..=20 {
+                let (x, y) = (&text[..a], &text[a..a + b]);
+                let both = mc.alloc_concat(&[x, y]);
+                let next = mc.alloc_concat(&[y, x]);
+                assert_eq!(both.len(), a + b);
+                assert_eq!(&both[..a], x, "first part, lengths {a} and {b}");
+                assert_eq!(&both[a..], y, "second part, lengths {a} and {b}");
+                assert_eq!([&next[..b], &next[b..]], [y, x], "lengths {b} and {a}");
+                let words = mc.alloc_concat(&[&[7_u32; 3][..], &[9; 2][..]]);
+                assert_eq!(&words[..], &[7, 7, 7, 9, 9]);
+            }
+        }
+    });
+}
+
+#[test]
 fn an_array_of_cells_is_written_in_place_through_the_barrier() {
     let _serial = serial();
     let minors = Arc::new(AtomicUsize::new(0));

@@ -116,11 +116,11 @@ unsafe fn copy_bytes(src: *const u8, dst: *mut u8, n: usize) {
     // ends at byte `n`, the first begins at byte 0, and each pair is used
     // only when its width is at most `n`.
     unsafe {
-        if n >= 8 && n <= 16 {
+        if (8..=16).contains(&n) {
             let (a, b) = (src.cast::<u64>().read_unaligned(), src.add(n - 8).cast::<u64>().read_unaligned());
             dst.cast::<u64>().write_unaligned(a);
             dst.add(n - 8).cast::<u64>().write_unaligned(b);
-        } else if n >= 4 && n < 8 {
+        } else if (4..8).contains(&n) {
             let (a, b) = (src.cast::<u32>().read_unaligned(), src.add(n - 4).cast::<u32>().read_unaligned());
             dst.cast::<u32>().write_unaligned(a);
             dst.add(n - 4).cast::<u32>().write_unaligned(b);

@@ -662,13 +662,6 @@ impl<'a> Cycle<'a> {
             .max(1 << 20);
         let ratio = (expected as u128 * 1024 / headroom as u128).clamp(256, 16 << 10) as u32;
         shared.assist_ratio.store(ratio, Ordering::Relaxed);
-        // The snapshot, unless the pause took it, now that the mutators
-        // run (they seal what they allocate in first), and allocating ones
-        // pay assists. Before the concurrent mark, which it delays by a
-        // walk of the pages (the young ones in a minor cycle; 1 – 2 ms of
-        // 300 MB in a full one), and before the pauses that end it:
-        // verify mode reads it there.
-        self.snapshot(snap, false);
         let mut rest = Vec::new();
         // `parallel`'s marks invariant holds in its concurrent form: every
         // object a marked object points to is marked, queued here, or
@@ -681,6 +674,15 @@ impl<'a> Cycle<'a> {
             mark::parallel(&shared.space, self.pool, &[], &m.gray, concurrently(shared), &mut rest)
         };
         self.marked.add(marked);
+        // The snapshot, unless the pause took it, now that the mutators
+        // run (they seal what they allocate in first): after the
+        // concurrent rounds, so that a mutator paced at the resume finds
+        // the mark to help with at once instead of waiting out a walk of
+        // the pages (the young ones in a minor cycle; 1 – 2 ms of 300 MB in
+        // a full one), and before the pauses that end the mark: verify
+        // mode reads it there. The walk copies allocated bits and the mark
+        // sets mark bits, so neither needs the other done.
+        self.snapshot(snap, false);
         let pause_mark = self.terminate(ratio, rest, m);
         self.concurrent_mark = conc_start.elapsed().saturating_sub(pause_mark);
         self.mark_time += self.concurrent_mark + pause_mark;
@@ -815,7 +817,21 @@ impl<'a> Cycle<'a> {
         } else {
             shared.pace_goal.fetch_max(goal, Ordering::Relaxed);
         }
+        // What the sweep will free: the heap as the world stopped less the
+        // old generation, now counting what this mark kept (a full cycle's
+        // is all it marked). Less the mutators' unspent credit, which the
+        // heap counts and no object holds, so that this never promises
+        // more than the sweep frees; none if the mark failed.
+        let frees = if mark_failed {
+            0
+        } else {
+            self.heap_at_stop
+                .saturating_sub(gen.old)
+                .saturating_sub(m.mutators.len().max(1) * crate::mutator::CHUNK)
+        };
+        shared.sweep_frees.store(frees, Ordering::Relaxed);
         shared.control.lock().phase = Phase::Sweep;
+        shared.wake_pacers();
         // A pause is a stopped world: from the last mutator's leaving to
         // the resume. Waiting for the mutators to leave is reported apart,
         // as `stop`: they run meanwhile, and a mutator that enters during
@@ -871,6 +887,8 @@ impl<'a> Cycle<'a> {
         };
         self.sweep_time = sweep_start.elapsed();
         shared.finalizer.submit(finalizing);
+        // Before the heap drops: pacing never counts the freed bytes twice.
+        shared.sweep_frees.store(0, Ordering::Relaxed);
         // Saturating, defensively: a miscount must not wrap (a reused
         // runtime id meets no object of an earlier runtime, `release_id`).
         let heap_after = shared

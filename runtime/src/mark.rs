@@ -402,6 +402,10 @@ pub(crate) unsafe fn parallel(
         .filter(|_| limits.concurrent && limits.deadline.is_none());
     if let Some(slot) = assists {
         *slot.lock() = Some(share.clone());
+        // A paced mutator waiting for a mark to help with starts now.
+        if let Some(shared) = limits.progress {
+            shared.wake_pacers();
+        }
     }
     let left = Mutex::new(std::mem::take(leftover));
     let results = pool.broadcast(|ctx| {

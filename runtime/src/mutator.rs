@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 /// Heap budget a mutator takes from its runtime at a time: pacing and the
 /// heap limit are checked once per chunk, not per object.
-const CHUNK: usize = 64 << 10;
+pub(crate) const CHUNK: usize = 64 << 10;
 
 /// The longest a mutator marks for the collector at a time (`assist`):
 /// each such slice is a pause as the mutator sees it.
@@ -37,6 +37,13 @@ const ASSIST_MIN: usize = 16 << 10;
 /// its goal (`Mutator::pace`, `Mutator::assist`): it then owes the mark
 /// every byte of its debt, but pays it in holds of at most this.
 const PACED_SLICE: Duration = Duration::from_millis(1);
+
+/// How long a paced mutator whose assist found nothing to take waits for
+/// the GC threads to hand some work back before it looks again (`pace`).
+/// A quarter of [`PACED_SLICE`]: the work usually comes back within it,
+/// and a whole slice's wait was the longest hold at the start of a mark
+/// (binary-trees depth 21).
+const PACED_RETRY: Duration = Duration::from_micros(250);
 
 /// Marking owed per byte allocated, in 1/1024ths, once the heap has
 /// reached twice its goal: the most a mark's own ratio can be
@@ -138,6 +145,10 @@ pub struct Mutator {
     /// The mark (`Shared::mark_epoch`) `assist_debt` is owed to: debt is
     /// never carried into another mark (`owed`).
     assist_mark: Cell<u64>,
+    /// The cycles completed (`Shared::completed`) when this mutator last
+    /// went on past the pace point without waiting for a sweep that frees
+    /// enough (`pace`): once a cycle.
+    sweep_pass: Cell<u64>,
     /// This mutator's registry chunk, in a `GlobalAlloc` space.
     pub(crate) space_local: crate::alloc_space::Local,
     /// The runtime's `GlobalAlloc` space, or `None` for the pages: read
@@ -203,6 +214,7 @@ impl Mutator {
             limit_roots: Cell::new(None),
             assist_debt: Cell::new(0),
             assist_mark: Cell::new(0),
+            sweep_pass: Cell::new(u64::MAX),
             space_local: Default::default(),
             alloc_space,
             _not_send: PhantomData,
@@ -360,12 +372,28 @@ impl Mutator {
         let mut owing: Option<(u64, usize)> = None;
         let seen = shared.completed();
         while shared.over_pace() {
+            let offered = crate::mark::offered(&shared.assist);
+            // The mark is over and its sweep will take the heap under the
+            // pace point: the next call need not wait for it, once a cycle
+            // (the call's allocation is the most this lets the heap pass
+            // the point by; README, "Pacing"). A sweep of a heap that a
+            // long call filled with garbage took 5 - 15 ms at binary-trees
+            // depth 21, the longest hold of the run.
+            let may_pass = self.sweep_pass.get() != seen;
+            if offered.is_none() && may_pass && shared.sweep_brings_under_pace() {
+                self.sweep_pass.set(seen);
+                break;
+            }
             held = true;
-            let Some(share) = crate::mark::offered(&shared.assist) else {
+            let Some(share) = offered else {
                 // No concurrent mark to help (the cycle has not begun, or
-                // is sweeping): wait for the cycle, or for a mark to help.
-                if shared.pace(&self.me.slot, seen) {
+                // is sweeping): wait for the cycle, or for a mark to help,
+                // or (as above) a sweep that frees enough.
+                if shared.pace(&self.me.slot, seen, may_pass) {
                     continue;
+                }
+                if may_pass && shared.sweep_brings_under_pace() {
+                    self.sweep_pass.set(seen);
                 }
                 self.assist_debt.set(0);
                 break;
@@ -403,12 +431,26 @@ impl Mutator {
             assisting += slice.elapsed();
             if m.objects == 0 {
                 // Nothing to take: the GC threads hold the rest of the
-                // mark (or the mark is between its rounds). Wait a slice's
-                // length for them to hand some back, then try again; the
-                // debt is off if the cycle ends meanwhile. (Waiting for the
-                // whole cycle here held both mutators of binary-trees at
-                // depth 21 for 200 ms.)
-                if shared.pace_briefly(&self.me.slot, seen, PACED_SLICE) {
+                // mark (or the mark is between its rounds, or has just
+                // begun with all of it on their deques).
+                if debt <= ASSIST_MIN {
+                    // Only the minimum a paced call pays, nothing this
+                    // mutator allocated during this mark (a debt from an
+                    // earlier mark is not carried): go on. What the call
+                    // allocates owes its share as it goes (`assist`), and
+                    // whatever it leaves owing, the next call pays or
+                    // waits for, below; so the heap passes the pace point
+                    // by what two calls allocate at most, as before. (At
+                    // binary-trees depth 21 the slice's wait below, at the
+                    // start of a mark, was the longest hold of the run.)
+                    self.assist_debt.set(0);
+                    break;
+                }
+                // Wait a moment (`PACED_RETRY`) for them to hand some
+                // back, then try again; the debt is off if the cycle ends meanwhile.
+                // (Waiting for the whole cycle here held both mutators of
+                // binary-trees at depth 21 for 200 ms.)
+                if shared.pace_briefly(&self.me.slot, seen, PACED_RETRY) {
                     self.assist_debt.set(0);
                     break;
                 }

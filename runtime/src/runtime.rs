@@ -67,6 +67,12 @@ pub(crate) struct Shared {
     /// allocates in marking, or waits for the cycle when there is no mark
     /// to help (`Mutator::pace`). Relaxed: a threshold.
     pub(crate) pace_goal: AtomicUsize,
+    /// While a sweep runs: the bytes it is set to free, known once the mark
+    /// is complete (the heap as the world stopped, less what the mark
+    /// kept); 0 otherwise. A paced mutator that this sweep will bring
+    /// under the pace point goes on without waiting for it, one call a
+    /// cycle (`Mutator::pace`). Relaxed: a threshold.
+    pub(crate) sweep_frees: AtomicUsize,
     /// While a mark counts what it finds as live data (`saw_live`): a full
     /// cycle's, or a minor one's that began with nothing remembered.
     /// Changed only with the world stopped.
@@ -291,6 +297,23 @@ impl Shared {
         self.heap_used.load(Ordering::Relaxed) >= self.pace_at(goal)
     }
 
+    /// Wakes the mutators that pacing holds (`pace`): a mark has been
+    /// offered to help with, or a sweep may let them go on. Under the
+    /// control mutex, which a waiter holds from its check to its wait, so
+    /// that none misses it (they would otherwise sleep out their 1 ms poll).
+    pub(crate) fn wake_pacers(&self) {
+        let _c = self.control.lock();
+        self.control_cv.notify_all();
+    }
+
+    /// Whether the sweep under way frees enough to take the heap under
+    /// where pacing begins (`sweep_frees`).
+    pub(crate) fn sweep_brings_under_pace(&self) -> bool {
+        let frees = self.sweep_frees.load(Ordering::Relaxed);
+        let goal = self.pace_goal.load(Ordering::Relaxed);
+        frees > 0 && self.heap_used.load(Ordering::Relaxed).saturating_sub(frees) < self.pace_at(goal)
+    }
+
     /// Where pacing begins for a heap goal of `goal`: twice the goal, or
     /// under a limit seven eighths of it if that is lower, but never below
     /// the goal itself. (Only live data over seven eighths of the limit
@@ -312,7 +335,12 @@ impl Shared {
     /// not caught up with) must not keep a mutator waiting for ever.
     /// `seen` is [`completed`](Self::completed) as the mutator's pacing
     /// began, so that a cycle that ends between two of its waits counts.
-    pub(crate) fn pace(&self, slot: &crate::handshake::Slot, seen: u64) -> bool {
+    ///
+    /// With `may_pass`, the wait also ends once the cycle's mark is over
+    /// and its sweep is set to take the heap under the pace point
+    /// (`sweep_brings_under_pace`): the caller goes on without waiting for
+    /// the sweep.
+    pub(crate) fn pace(&self, slot: &crate::handshake::Slot, seen: u64, may_pass: bool) -> bool {
         {
             let mut c = self.control.lock();
             if !c.requested && !matches!(c.phase, Phase::Stop | Phase::Mark | Phase::MarkTermination) {
@@ -322,7 +350,10 @@ impl Shared {
         }
         let mut progress = false;
         self.wait_control(Some(slot), |c| {
-            progress = c.completed != seen || c.shutdown || !self.over_pace();
+            progress = c.completed != seen
+                || c.shutdown
+                || !self.over_pace()
+                || (may_pass && self.sweep_brings_under_pace());
             progress || crate::mark::offered(&self.assist).is_some()
         });
         // Gave up for the gate, or progress: the caller goes on.
@@ -942,6 +973,7 @@ impl RuntimeBuilder {
             heap_used: AtomicUsize::new(0),
             next_goal: AtomicUsize::new(goal),
             pace_goal: AtomicUsize::new(goal),
+            sweep_frees: AtomicUsize::new(0),
             live_counting: AtomicBool::new(false),
             live_seen: AtomicUsize::new(0),
             pace_cap,

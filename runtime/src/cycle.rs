@@ -45,9 +45,10 @@
 //!    cycle counts as complete.
 //!
 //! The stops, the snapshot, the mark in the pause and the termination
-//! are `Cycle`'s methods (a snapshot with the mutators running runs after the first
-//! resume, or after the last one if the mark ended in the pause, or in the
-//! pause in verify mode, which reads it there); `cycle` runs them and
+//! are `Cycle`'s methods (a snapshot with the mutators running runs after
+//! the concurrent mark's rounds and before the pauses that end it, or after
+//! the last resume if the mark ended in the first pause, or in that pause
+//! in verify mode, which reads it there); `cycle` runs them and
 //! reports the cycle's event. The barrier they rely on, and what holds before the
 //! first object is traced, are in `barrier.rs`.
 
@@ -817,16 +818,21 @@ impl<'a> Cycle<'a> {
         } else {
             shared.pace_goal.fetch_max(goal, Ordering::Relaxed);
         }
-        // What the sweep will free: the heap as the world stopped less the
-        // old generation, now counting what this mark kept (a full cycle's
-        // is all it marked). Less the mutators' unspent credit, which the
-        // heap counts and no object holds, so that this never promises
-        // more than the sweep frees; none if the mark failed.
-        let frees = if mark_failed {
+        // What the sweep will free, at most: the heap as the world stopped
+        // (in blocks) less the old generation, now counting what this mark
+        // kept (a full cycle's is all it marked), counted twice: marks
+        // count object sizes, and a live object's block is at most twice
+        // its size (a 16-byte block for an 8-byte header with nothing
+        // after it). Less the mutators' unspent credit, which the heap
+        // counts and no object holds. So this never promises more than the
+        // sweep frees. None if the mark failed, nor in a `GlobalAlloc`
+        // space (an object's charge there includes a prefix the marks do
+        // not count).
+        let frees = if mark_failed || matches!(shared.space, Space::Alloc(_)) {
             0
         } else {
             self.heap_at_stop
-                .saturating_sub(gen.old)
+                .saturating_sub(gen.old.saturating_mul(2))
                 .saturating_sub(m.mutators.len().max(1) * crate::mutator::CHUNK)
         };
         shared.sweep_frees.store(frees, Ordering::Relaxed);

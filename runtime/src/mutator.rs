@@ -38,13 +38,6 @@ const ASSIST_MIN: usize = 16 << 10;
 /// every byte of its debt, but pays it in holds of at most this.
 const PACED_SLICE: Duration = Duration::from_millis(1);
 
-/// How long a paced mutator whose assist found nothing to take waits for
-/// the GC threads to hand some work back before it looks again (`pace`).
-/// A quarter of [`PACED_SLICE`]: the work usually comes back within it,
-/// and a whole slice's wait was the longest hold at the start of a mark
-/// (binary-trees depth 21).
-const PACED_RETRY: Duration = Duration::from_micros(250);
-
 /// Marking owed per byte allocated, in 1/1024ths, once the heap has
 /// reached twice its goal: the most a mark's own ratio can be
 /// (`cycle.rs`, `mark_concurrently`). Every byte then buys this much of
@@ -350,8 +343,12 @@ impl Mutator {
     /// ([`assist`](Self::assist), paced). With no mark to help (the cycle
     /// has not begun, or is sweeping), waits for the cycle to end or for a
     /// mark to help; with none of the mark's work left to take (the GC
-    /// threads hold the rest), waits a slice and tries again. Never past
-    /// the end of one cycle. One hold, whatever its parts.
+    /// threads hold the rest), waits a slice and tries again, unless it
+    /// owes only the minimum (nothing allocated during this mark). Never
+    /// past the end of one cycle, and not through a sweep that will take
+    /// the heap back under the pace point (`Shared::sweep_frees`): the
+    /// mutator goes on without it, once a cycle. One hold, whatever its
+    /// parts.
     ///
     /// It used to help the mark until the heap came under twice the goal
     /// again, which is a whole cycle when the live data has outgrown the
@@ -392,16 +389,24 @@ impl Mutator {
                 if shared.pace(&self.me.slot, seen, may_pass) {
                     continue;
                 }
-                if may_pass && shared.sweep_brings_under_pace() {
+                // Whatever ended the wait, this cycle's pass is used: the
+                // sweep's condition may have ended it and be false again
+                // by now (a cycle that completed changes `seen` anyway).
+                if may_pass {
                     self.sweep_pass.set(seen);
                 }
                 self.assist_debt.set(0);
                 break;
             };
             let mark = shared.mark_epoch.load(Ordering::Relaxed);
-            let debt = match owing {
-                Some((m, d)) if m == mark => d,
-                _ => self.owed().max(ASSIST_MIN),
+            // `minimum`: this mutator owes nothing for what it allocated
+            // during this mark, only the least a paced call pays.
+            let (debt, minimum) = match owing {
+                Some((m, d)) if m == mark => (d, false),
+                _ => {
+                    let owed = self.owed();
+                    (owed.max(ASSIST_MIN), owed == 0)
+                }
             };
             // Inside, as a `mutate` call: the mark's last pause waits for
             // the slice, and no sweep can start meanwhile. (A wait here is
@@ -433,7 +438,7 @@ impl Mutator {
                 // Nothing to take: the GC threads hold the rest of the
                 // mark (or the mark is between its rounds, or has just
                 // begun with all of it on their deques).
-                if debt <= ASSIST_MIN {
+                if minimum {
                     // Only the minimum a paced call pays, nothing this
                     // mutator allocated during this mark (a debt from an
                     // earlier mark is not carried): go on. What the call
@@ -446,11 +451,11 @@ impl Mutator {
                     self.assist_debt.set(0);
                     break;
                 }
-                // Wait a moment (`PACED_RETRY`) for them to hand some
-                // back, then try again; the debt is off if the cycle ends meanwhile.
+                // Wait a slice's length for them to hand some back, then
+                // try again; the debt is off if the cycle ends meanwhile.
                 // (Waiting for the whole cycle here held both mutators of
                 // binary-trees at depth 21 for 200 ms.)
-                if shared.pace_briefly(&self.me.slot, seen, PACED_RETRY) {
+                if shared.pace_briefly(&self.me.slot, seen, PACED_SLICE) {
                     self.assist_debt.set(0);
                     break;
                 }

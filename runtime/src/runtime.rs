@@ -327,8 +327,7 @@ impl Shared {
     /// A mutator has allocated to where pacing begins (`pace_at`: twice the
     /// goal, or less under a limit): waits (outside `mutate`) until the
     /// next cycle has swept, or its sweep has brought the heap under that
-    /// again, or (with `for_mark`) a concurrent mark
-    /// offers work to help with. Keeps a mutator that outruns the collector
+    /// again, or a concurrent mark offers work to help with. Keeps a mutator that outruns the collector
     /// from growing the heap without bound. Returns true only in the last
     /// case: the caller helps, and may come back. Never more than one
     /// cycle: a heap that stays over that point (live data the goal has

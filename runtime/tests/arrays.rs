@@ -118,9 +118,9 @@ fn concatenations_copy_every_byte_of_every_length() {
     let rt = rt().build();
     let mut m = rt.attach();
     // Short parts are copied with overlapping word loads and stores: every
-    // length around those widths, each part of distinct bytes, and the
-    // bytes around the result untouched (the next allocation's header and
-    // the length would show it).
+    // length around those widths, each part of distinct bytes in its place
+    // (a store before the start would show in the length word). A store
+    // past the end lands in the block's slack, which this cannot see.
     let text: Vec<u8> = (0..64_u8)
         .map(|b| b.wrapping_mul(37).wrapping_add(11))
         .collect();

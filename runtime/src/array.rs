@@ -379,9 +379,9 @@ impl<'gc> Mutation<'gc> {
             let bytes = std::mem::size_of_val::<[T]>(*part);
             // SAFETY: the unpublished object has room for `len` elements
             // from its element offset, the parts' lengths add up to `len`,
-            // and a `Copy` element is copied as bytes. A part of one word
-            // (a string's cached hash) is one unaligned store, not a call
-            // to `memcpy`.
+            // and a `Copy` element is copied as bytes: `bytes` readable
+            // from the part, writable at `at`, a caller's slice and our
+            // fresh block, which do not overlap (`copy_bytes`).
             unsafe {
                 copy_bytes(part.as_ptr().cast::<u8>(), at.cast::<u8>(), bytes);
                 at = at.add(part.len());

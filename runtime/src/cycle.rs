@@ -836,8 +836,13 @@ impl<'a> Cycle<'a> {
                 .saturating_sub(m.mutators.len().max(1) * crate::mutator::CHUNK)
         };
         shared.sweep_frees.store(frees, Ordering::Relaxed);
-        shared.control.lock().phase = Phase::Sweep;
-        shared.wake_pacers();
+        // Under the mutex that sets the phase: the mutators that pacing
+        // holds wake to a sweep that may let them go on (`Shared::pace`).
+        {
+            let mut c = shared.control.lock();
+            c.phase = Phase::Sweep;
+            shared.control_cv.notify_all();
+        }
         // A pause is a stopped world: from the last mutator's leaving to
         // the resume. Waiting for the mutators to leave is reported apart,
         // as `stop`: they run meanwhile, and a mutator that enters during

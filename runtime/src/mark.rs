@@ -151,7 +151,9 @@ pub(crate) struct Limits<'a> {
     /// run (`Config::concurrent_gc_threads`).
     pub(crate) threads: usize,
     /// Where the GC threads report what they mark as they go, every
-    /// [`PROGRESS_BYTES`] or so (`Shared::saw_live`: pacing follows it).
+    /// [`PROGRESS_BYTES`] or so (`Shared::saw_live`: pacing follows it),
+    /// and whose paced mutators are woken when the mark is offered to
+    /// assists (`Shared::wake_pacers`).
     pub(crate) progress: Option<&'a crate::runtime::Shared>,
 }
 

@@ -298,7 +298,7 @@ impl Shared {
     }
 
     /// Wakes the mutators that pacing holds (`pace`): a mark has been
-    /// offered to help with, or a sweep may let them go on. Under the
+    /// offered to help with (`mark::parallel`). Under the
     /// control mutex, which a waiter holds from its check to its wait, so
     /// that none misses it (they would otherwise sleep out their 1 ms poll).
     pub(crate) fn wake_pacers(&self) {

@@ -54,25 +54,34 @@
 
 #[cfg(loom)]
 use loom::sync::{
-    atomic::{fence, AtomicBool, AtomicU64, Ordering},
+    atomic::{fence, AtomicU32, AtomicU64, Ordering},
     Condvar, Mutex, MutexGuard,
 };
 #[cfg(not(loom))]
 use parking_lot::{Condvar, Mutex, MutexGuard};
 #[cfg(not(loom))]
-use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 /// How long a stop waits for the calls under way, while mutators wait to
 /// enter, before it first opens the gate (it doubles each time after).
 const PATIENCE: Duration = Duration::from_millis(1);
 
+/// `Handshake::state`: a stop is requested (entering mutators wait).
+const STOP: u32 = 1;
+/// `Handshake::state`: the collector waits for calls under way to end
+/// (`wait_for_calls`); leaving mutators wake it. Entering ones go on.
+const WATCH: u32 = 2;
+
 /// One mutator's side of the handshake.
 #[derive(Debug, Default)]
 pub(crate) struct Slot {
-    /// Written by the mutator only: true inside a `mutate` call. Read by
-    /// the collector after its fence (Dekker), or under the gate's mutex.
-    inside: AtomicBool,
+    /// Written by the mutator only (or for it, under the gate's mutex, see
+    /// `enter_slow`): odd inside a `mutate` call, even outside, one more
+    /// at every entry and every exit, so that the collector can tell a
+    /// call that is still inside from a later one (`wait_for_calls`). Read
+    /// by the collector after its fence (Dekker), or under the gate's mutex.
+    seq: AtomicU64,
     /// The mutator's place in the order of attachment (1, 2, ...), set once
     /// by [`Handshake::attach`]. 0: never attached, never admitted.
     attached: AtomicU64,
@@ -102,12 +111,37 @@ impl Gate {
     }
 }
 
+impl Slot {
+    /// Marks the slot inside (its owner only, outside).
+    #[inline]
+    fn set_inside(&self) {
+        let s = self.seq.load(Ordering::Relaxed);
+        debug_assert!(s & 1 == 0, "loam: a slot entered twice");
+        self.seq.store(s | 1, Ordering::Relaxed);
+    }
+
+    /// Marks the slot outside (its owner only, inside). Release: the
+    /// collector that sees the call ended sees every write made inside.
+    #[inline]
+    fn set_outside(&self) {
+        let s = self.seq.load(Ordering::Relaxed);
+        debug_assert!(s & 1 == 1, "loam: a slot left twice");
+        self.seq.store(s + 1, Ordering::Release);
+    }
+
+    /// Whether the slot is inside, as the collector reads it.
+    fn is_inside(&self) -> bool {
+        self.seq.load(Ordering::Acquire) & 1 == 1
+    }
+}
+
 /// The collector's side, shared by all mutators of a runtime.
 #[derive(Debug)]
 pub(crate) struct Handshake {
-    /// Written by the collector only; read by every entering mutator after
-    /// its fence.
-    stop: AtomicBool,
+    /// `STOP` and `WATCH`, written by the collector only; read by every
+    /// entering mutator (`STOP`) and every leaving one (either) after its
+    /// fence.
+    state: AtomicU32,
     /// `Gate::open` and `Gate::admit_after`, readable without the mutex (a
     /// hint for threads that wait for the collector elsewhere, see
     /// [`Handshake::gate_admits`]): `u64::MAX` while the gate is closed.
@@ -161,7 +195,7 @@ fn wait_for<'a>(_: &Condvar, g: MutexGuard<'a, Gate>, _: Duration) -> (MutexGuar
 impl Default for Handshake {
     fn default() -> Self {
         Handshake {
-            stop: AtomicBool::new(false),
+            state: AtomicU32::new(0),
             admit_hint: AtomicU64::new(u64::MAX),
             attaches: AtomicU64::new(0),
             lock: Mutex::new(Gate::default()),
@@ -185,10 +219,10 @@ impl Handshake {
     pub(crate) fn enter(&self, slot: &Slot) -> Option<Duration> {
         slot.call_began
             .store(self.attaches.load(Ordering::Relaxed), Ordering::Relaxed);
-        slot.inside.store(true, Ordering::Relaxed);
+        slot.set_inside();
         fence(Ordering::SeqCst);
         // The safepoint poll.
-        if self.stop.load(Ordering::Acquire) {
+        if self.state.load(Ordering::Acquire) & STOP != 0 {
             let waiting = std::time::Instant::now();
             self.enter_slow(slot);
             return Some(waiting.elapsed());
@@ -206,33 +240,37 @@ impl Handshake {
             g.waiting.push(n);
             // A stop past its patience opens the gate only for waiters.
             self.left.notify_all();
-            while self.stop.load(Ordering::Acquire) && !g.admits(n) {
+            while self.stopping() && !g.admits(n) {
                 g = wait(&self.resumed, g);
             }
             unwait(&mut g, n);
             if g.admits(n) {
                 // Admitted: inside while the gate is seen open, under its
                 // mutex (module docs, 1).
-                slot.inside.store(true, Ordering::Relaxed);
+                slot.set_inside();
                 return;
             }
             drop(g);
-            slot.inside.store(true, Ordering::Relaxed);
+            slot.set_inside();
             fence(Ordering::SeqCst);
-            if !self.stop.load(Ordering::Acquire) {
+            if !self.stopping() {
                 return;
             }
         }
     }
 
+    /// Whether a stop is up (acquire: a mutator that sees it lowered sees
+    /// what the pause wrote).
+    fn stopping(&self) -> bool {
+        self.state.load(Ordering::Acquire) & STOP != 0
+    }
+
     /// Marks `slot` outside, waking a collector that waits for it.
     #[inline]
     pub(crate) fn leave(&self, slot: &Slot) {
-        // Release: the collector that sees `false` sees every write made
-        // inside.
-        slot.inside.store(false, Ordering::Release);
+        slot.set_outside();
         fence(Ordering::SeqCst);
-        if self.stop.load(Ordering::Relaxed) {
+        if self.state.load(Ordering::Relaxed) != 0 {
             let _g = lock(&self.lock);
             self.left.notify_all();
         }
@@ -270,7 +308,43 @@ impl Handshake {
     /// want to return from `mutate` early).
     #[inline]
     pub(crate) fn stop_requested(&self) -> bool {
-        self.stop.load(Ordering::Relaxed)
+        self.state.load(Ordering::Relaxed) & STOP != 0
+    }
+
+    /// Waits until every `mutate` call under way has ended, without
+    /// stopping anything: mutators enter and leave meanwhile as they like.
+    /// The calls waited for are those inside after a fence that follows
+    /// the caller's last store: each either began before that fence (and
+    /// is waited for) or reads, after its own entry fence, what the caller
+    /// stored before (Dekker, as for a stop). So a flag the collector sets
+    /// before this call is seen by every call under way when it returns.
+    /// Used by the ragged mark start and termination (`cycle.rs`,
+    /// `docs/handshakes.md`).
+    pub(crate) fn wait_for_calls<S: AsRef<Slot>>(&self, slots: &[S]) {
+        // Before the fence: a call that leaves after our read of its
+        // sequence sees `WATCH` and wakes us.
+        self.state.fetch_or(WATCH, Ordering::Relaxed);
+        fence(Ordering::SeqCst);
+        let under_way: Vec<(&Slot, u64)> = slots
+            .iter()
+            .map(AsRef::as_ref)
+            .filter_map(|s| {
+                let seq = s.seq.load(Ordering::Acquire);
+                (seq & 1 == 1).then_some((s, seq))
+            })
+            .collect();
+        if !under_way.is_empty() {
+            let mut g = lock(&self.lock);
+            // A leave stores its sequence, fences, sees `WATCH` and
+            // notifies under the mutex: after this check, or it is seen.
+            while under_way
+                .iter()
+                .any(|&(s, seq)| s.seq.load(Ordering::Acquire) == seq)
+            {
+                g = wait(&self.left, g);
+            }
+        }
+        self.state.fetch_and(!WATCH, Ordering::Relaxed);
     }
 
     /// Stops the world: raises `stop` and returns once no mutator is inside,
@@ -281,7 +355,7 @@ impl Handshake {
         &self,
         mut registry: impl FnMut() -> Vec<S>,
     ) -> Vec<S> {
-        self.stop.store(true, Ordering::Relaxed);
+        self.state.fetch_or(STOP, Ordering::Relaxed);
         fence(Ordering::SeqCst);
         let mut patience = PATIENCE;
         loop {
@@ -290,18 +364,14 @@ impl Handshake {
             let inside: Vec<&Slot> = slots
                 .iter()
                 .map(AsRef::as_ref)
-                .filter(|s| s.inside.load(Ordering::Acquire))
+                .filter(|s| s.is_inside())
                 .collect();
             if inside.is_empty() {
                 return slots;
             }
             let mut g = lock(&self.lock);
             loop {
-                let still: Vec<&Slot> = inside
-                    .iter()
-                    .copied()
-                    .filter(|s| s.inside.load(Ordering::Acquire))
-                    .collect();
+                let still: Vec<&Slot> = inside.iter().copied().filter(|s| s.is_inside()).collect();
                 if still.is_empty() {
                     break;
                 }
@@ -338,8 +408,9 @@ impl Handshake {
 
     /// Lowers `stop` and wakes the mutators waiting to enter.
     pub(crate) fn resume(&self) {
-        // Release: a mutator that sees `false` sees what the pause wrote.
-        self.stop.store(false, Ordering::Release);
+        // Release: a mutator that sees it lowered sees what the pause
+        // wrote.
+        self.state.fetch_and(!STOP, Ordering::Release);
         let _g = lock(&self.lock);
         self.resumed.notify_all();
     }
@@ -361,7 +432,7 @@ impl AsRef<Slot> for Slot {
 #[cfg(all(test, loom))]
 mod handshake_model {
     use super::*;
-    use loom::sync::atomic::AtomicUsize;
+    use loom::sync::atomic::{AtomicBool, AtomicUsize};
     use loom::sync::Arc;
 
     /// Two mutators enter and leave while the collector stops the world and
@@ -432,8 +503,8 @@ mod handshake_model {
                 loom::thread::spawn(move || {
                     hs.stop_world(|| vec![&slots[0], &slots[1]]);
                     stopped.store(true, Ordering::SeqCst);
-                    assert!(!slots[0].inside.load(Ordering::SeqCst));
-                    assert!(!slots[1].inside.load(Ordering::SeqCst));
+                    assert!(!slots[0].is_inside());
+                    assert!(!slots[1].is_inside());
                     stopped.store(false, Ordering::SeqCst);
                     hs.resume();
                 })
@@ -457,6 +528,45 @@ mod handshake_model {
             assert!(inner_done.load(Ordering::SeqCst));
             hs.leave(&slots[0]);
             collector.join().unwrap();
+        });
+    }
+
+    /// The ragged wait: the collector sets a flag (a mark's `marking`) and
+    /// waits for the calls under way, while a mutator makes two calls,
+    /// each reading the flag as it begins. Once the wait returns, no call
+    /// that read the flag unset is still running: the collector's next
+    /// store (tracing begins) is never seen by such a call. (Dropping the
+    /// fence in `wait_for_calls`, or setting `WATCH` after it, makes this
+    /// fail: the first as a call the wait missed, the second as a lost
+    /// wake-up, which loom reports as a deadlock.)
+    #[test]
+    fn no_call_that_began_before_the_flag_outlives_the_wait() {
+        loom::model(|| {
+            let hs = Arc::new(Handshake::default());
+            let slots = Arc::new([Slot::default()]);
+            hs.attach(&slots[0]);
+            let flag = Arc::new(AtomicBool::new(false));
+            let tracing = Arc::new(AtomicBool::new(false));
+            let mutator = {
+                let (hs, slots, flag, tracing) =
+                    (hs.clone(), slots.clone(), flag.clone(), tracing.clone());
+                loom::thread::spawn(move || {
+                    for _ in 0..2 {
+                        hs.enter(&slots[0]);
+                        if !flag.load(Ordering::Relaxed) {
+                            assert!(
+                                !tracing.load(Ordering::Relaxed),
+                                "a call that began before the flag runs while tracing"
+                            );
+                        }
+                        hs.leave(&slots[0]);
+                    }
+                })
+            };
+            flag.store(true, Ordering::Relaxed);
+            hs.wait_for_calls(&[&slots[0]]);
+            tracing.store(true, Ordering::Relaxed);
+            mutator.join().unwrap();
         });
     }
 }

@@ -29,9 +29,10 @@
 //!     f(contents)                         //   a panic in f cannot skip it
 //! shade(v): for e in edges(v): if mark(e): gray.push(e)
 //! ```
-//! `call.marking` is read once, as the `mutate` call begins, and the
-//! collector changes it only with the world stopped: a call sees one value
-//! throughout.
+//! `call.marking` is read once, as the `mutate` call begins, and the call
+//! keeps what it read to its end: a stopped cycle changes the flag with
+//! the world stopped, a ragged one waits for the calls that read the old
+//! value (below).
 //!
 //! # One argument per shade
 //! 1. *The old value* (Yuasa's deletion barrier): an object reachable at the
@@ -57,11 +58,73 @@
 //!
 //! # What has to hold before the first object is traced
 //! Every `mutate` call under way began with `marking` set, or there is
-//! none: the first pause stops the world, so every call after it reads the
-//! flag. A call that began before could move the only pointer to a white
-//! object into a black one and cut the other path, unshaded. (Per-mutator
-//! handshakes would replace the stop with a wait for each call that began
-//! before to end; `docs/handshakes.md`.)
+//! none. A call that began before could move the only pointer to a white
+//! object into a black one and cut the other path, unshaded. A stopped
+//! cycle's first pause stops the world, so every call after it reads the
+//! flag; a ragged cycle waits for each call that began before the flag to
+//! end (below).
+//!
+//! # Ragged cycles
+//! A ragged cycle (`cycle/ragged.rs`) sets `marking` with the mutators
+//! running, and waits for the calls under way to end once
+//! (`Handshake::wait_for_calls`: each either is seen inside after the
+//! collector's fence, or reads the flag after its own). Calls that begin
+//! in that *window* run beside *old* calls whose barrier is off. The point
+//! *T* at which the last old call has ended is the snapshot's: the roots
+//! are read after it (the window closes then), the remembered lists of
+//! the old epoch taken at it.
+//! Why every object reachable at the end is marked:
+//! 1. *Objects reachable at T from the heap or the roots.* Every call
+//!    running after T shades what it overwrites (1 above), so the
+//!    snapshot argument holds from T, with one difference: a root table
+//!    read after T may have changed since. A root made or pointed
+//!    elsewhere during a mark shades its object (`barrier_root`), and a
+//!    root dropped or overwritten only loses an object that is then
+//!    reachable otherwise, or held by a call, or garbage.
+//! 2. *Objects only a window call holds.* Such a call may have read a
+//!    pointer that an old call then overwrote unshaded, so the object may
+//!    be unreachable at T. A call's stack is never scanned, so everything
+//!    it hands out is shaded while `marking` is set: the new value of every
+//!    cell store (2 above), roots (`barrier_root`), weak cells and their
+//!    targets (`GcWeak::new`), and a window call's lock writes shade the
+//!    contents after `f` as well (`GcLock::write`). An object it hands out
+//!    only inside a fresh object is shaded with that object, whenever that
+//!    one is handed out.
+//! 3. *The end.* The markers drain everything shaded; the collector then
+//!    waits for the calls under way to end once and looks again. The
+//!    window closes once the roots are read, so the first wait of the end
+//!    outlasts every window call, and what each handed out was shaded
+//!    before it ended: the first look must find nothing at all. After
+//!    that, a call still running began after the window closed: it holds
+//!    only objects read from the roots or the heap, which are marked or on
+//!    their way to `gray` (nothing unmarked of the snapshot is reachable
+//!    there once the markers ran dry, but through what the barriers shade),
+//!    or objects it allocated, which this cycle does not sweep and which
+//!    point to such objects only. So a later look ends the mark if it finds
+//!    no object of the snapshot (`Snapshot::holds`); the young objects it
+//!    found stay in `gray`, marked, and so do the later shades of calls
+//!    that began before `marking` was lowered: the next cycle traces them
+//!    (its stop takes them as remembered, its ragged start traces them),
+//!    which keeps the minor cycles' invariant.
+//! 4. *Weak references.* An upgrade hands out an object no path may reach
+//!    (4 above). It shades under the weak gate's read lock while `marking`
+//!    is set; the end looks for shaded objects, clears the weak cells and
+//!    lowers `marking` under its write lock. So an upgrade shades before
+//!    the look (seen), or reads the cell after the clearing (`weak.rs`).
+//! 5. *The remembered lists.* A call records into the list of the
+//!    remember epoch it began in (`MutatorShared::remembered_in`), read in
+//!    one word with `marking` (`Shared::calls`): the old calls' lists are
+//!    complete at T, and what window calls record is the next cycle's.
+//! 6. *The sweep's snapshot.* Old calls may allocate after the seal epoch
+//!    was raised without sealing (they may read the epoch before the
+//!    raise): those objects are in the copy, and are reachable at T or
+//!    garbage, like any other object of an old call.
+//!
+//! A minor cycle that a `GcLock` write of unknown owner (`lock_written`)
+//! makes full by T stops the world after all: an old call's write was not
+//! shaded, and only a stopped cycle clears the marks. The loom models are
+//! `handshake_model` (the wait) and `ragged_model.rs` (the end and the
+//! weak gate); the lost-object race is `runtime/tests/ragged.rs`.
 //!
 //! # Clearing the marks with the mutators running (full cycles)
 //! A full cycle in loam's pages clears every page's marks *before* its
@@ -120,9 +183,11 @@
 //! a marker that loads a pointer from a cell sees the object it points to
 //! as published, since the object's fields were written before the `Gc`
 //! existed and the store into the cell releases them. A `GcLock`'s contents are read under
-//! its read lock. `marking` itself is relaxed: the handshake's fences order
-//! it (the collector stores it with the world stopped; a mutator reads it
-//! after its entry fence), and the pause's resume releases it.
+//! its read lock. `marking` lives in `Shared::calls`, which the collector
+//! stores with release (after the mark epoch, and in a ragged cycle with
+//! the mutators running) and a call loads with acquire after its entry
+//! fence; the fences pair with the collector's (Dekker), so a call either
+//! reads the new value or is waited for.
 
 use crate::mutator::Mutation;
 use crate::trace::Trace;
@@ -209,6 +274,28 @@ impl<'gc> Mutation<'gc> {
         self.shared().roots_changed.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// The barrier of a root made, or pointed, at `addr`: during a
+    /// concurrent mark it shades the object. A root table may have been
+    /// read already when the root goes in, and the object may be one only
+    /// this call holds (module docs, "Ragged cycles": a window call's, or
+    /// a root overwritten since its table was read).
+    #[inline]
+    pub(crate) fn barrier_root(&self, addr: usize) {
+        if self.marking != 0 {
+            self.shade_addr(addr);
+        }
+    }
+
+    /// Shades the one object at `addr`, which this call reached.
+    #[inline(never)]
+    pub(crate) fn shade_addr(&self, addr: usize) {
+        let shared = self.shared();
+        // SAFETY: `addr` is reachable by this call, so allocated, and the
+        // sweep frees no object a call can reach; the mark bit is atomic
+        // and the markers expect it set by others (`mark::shade`).
+        unsafe { crate::mark::shade(&shared.space, &shared.gray, addr) };
+    }
+
     /// The epoch of the concurrent mark under way (0: none).
     #[inline]
     pub(crate) fn mark_epoch(&self) -> u64 {
@@ -244,7 +331,7 @@ impl<'gc> Mutation<'gc> {
 
     #[inline(never)]
     fn remember<T: Trace + ?Sized>(&self, value: &T) {
-        let remembered = &self.mutator().me.remembered;
+        let remembered = self.mutator().me.remembered_in(self.remember);
         self.each_edge(value, |e| {
             // `e` is an object this call reached: it was marked at the last
             // pause or allocated after it (roots and reachable objects are
@@ -295,7 +382,7 @@ impl<'gc> Mutation<'gc> {
         let epoch = self.remember;
         if logged.load(Ordering::Relaxed) != epoch {
             logged.store(epoch, Ordering::Relaxed);
-            self.mutator().me.remembered.lock().push(owner);
+            self.mutator().me.remembered_in(epoch).lock().push(owner);
         }
     }
 

@@ -442,16 +442,7 @@ impl<'gc, T: Trace + 'gc> GcLock<'gc, T> {
             // unshaded while a marker may have skipped them (module docs,
             // 3): the panic goes on to the caller, but the mark under way
             // is told, and its cycle frees nothing.
-            if let Err(payload) =
-                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| mc.shade(&*g)))
-            {
-                crate::panics::CYCLE_LOG.record(
-                    crate::panics::Kind::Trace,
-                    std::any::type_name::<T>(),
-                    "panicked while a GcLock write shaded its contents".to_string(),
-                );
-                std::panic::resume_unwind(payload);
-            }
+            shade_contents(mc, &*g);
             self.shaded.store(epoch, Ordering::Relaxed);
         }
         // What `f` stores is covered by recording the object that holds
@@ -463,12 +454,35 @@ impl<'gc, T: Trace + 'gc> GcLock<'gc, T> {
         if T::NEEDS_TRACE {
             self.log.record(mc);
         }
+        if T::NEEDS_TRACE && mc.window {
+            // A call in a ragged start's window may store what it holds
+            // from before the mark began, which nothing else shades
+            // (`barrier.rs`, "Ragged cycles"): the contents are shaded
+            // after `f` as well, however it ends. Window calls are few
+            // (those that begin while a mark waits for older calls).
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&mut g)));
+            shade_contents(mc, &*g);
+            return r.unwrap_or_else(|payload| std::panic::resume_unwind(payload));
+        }
         f(&mut g)
     }
 
     /// Replaces the value, through the write barrier.
     pub fn set(&self, mc: &Mutation<'gc>, value: T) -> T {
         self.write(mc, |v| std::mem::replace(v, value))
+    }
+}
+
+/// Shades what a lock's contents point to; a panic of the user's `Trace`
+/// impl is logged (the cycle under way then frees nothing) and goes on.
+fn shade_contents<T: Trace + ?Sized>(mc: &Mutation<'_>, contents: &T) {
+    if let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| mc.shade(contents))) {
+        crate::panics::CYCLE_LOG.record(
+            crate::panics::Kind::Trace,
+            std::any::type_name::<T>(),
+            "panicked while a GcLock write shaded its contents".to_string(),
+        );
+        std::panic::resume_unwind(payload);
     }
 }
 

@@ -55,7 +55,7 @@
 use crate::collector::{fatal, CYCLE_LOCK, RUNTIMES};
 use crate::mark;
 use crate::mutator::MutatorShared;
-use crate::runtime::{Phase, Shared};
+use crate::runtime::{CallState, Phase, Shared};
 use crate::space::Space;
 use crate::stats::CycleEvent;
 use crate::sweep;
@@ -63,6 +63,8 @@ use loam_threadpool::ThreadPool;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+mod ragged;
 
 /// What the coordinator keeps between cycles to choose minor or full ones.
 ///
@@ -166,6 +168,37 @@ pub(crate) struct Snapshot {
     bits: Vec<u64>,
     /// What a `GlobalAlloc` space's pause took instead of pages.
     objects: Option<crate::alloc_space::Snapshot>,
+}
+
+impl Snapshot {
+    /// The pages' starts, sorted, each with where its words begin in
+    /// `bits`: to ask [`holds`](Self::holds) of objects.
+    fn index(&self) -> Vec<(usize, usize)> {
+        let mut index: Vec<(usize, usize)> = self
+            .pages
+            .iter()
+            .zip(&self.ranges)
+            .map(|(&p, &(from, _))| (p, from))
+            .collect();
+        index.sort_unstable();
+        index
+    }
+
+    /// Whether the object at `addr` is one this cycle's sweep looks at
+    /// (allocated before the stop, on a page of the copy); `index` is
+    /// [`index`](Self::index).
+    ///
+    /// # Safety
+    /// `addr` is an allocated object of loam's pages (its page is live).
+    unsafe fn holds(&self, index: &[(usize, usize)], addr: usize) -> bool {
+        // SAFETY: allocated, so its page is live (caller).
+        let page = unsafe { loam_heap::PageRef::of(addr as *const u8) };
+        let Ok(i) = index.binary_search_by_key(&(page.start() as usize), |&(p, _)| p) else {
+            return false;
+        };
+        let b = page.block_index(addr as *const u8);
+        self.bits[index[i].1 + b / 64] >> (b % 64) & 1 != 0
+    }
 }
 
 /// Records every page holding an object allocated before the stop that
@@ -296,7 +329,7 @@ fn stop_world(shared: &Shared, mut gone: Option<&mut Vec<usize>>) -> Vec<Arc<Mut
             list.retain(|m| {
                 let gone = m.detached.load(Ordering::Acquire) && Arc::strong_count(m) == 1;
                 if gone {
-                    remembered.append(&mut m.remembered.lock());
+                    m.take_remembered(remembered);
                 }
                 !gone
             });
@@ -345,6 +378,8 @@ struct Cycle<'a> {
     marked: mark::Marked,
     /// Whether the mark went on concurrently after the first pause.
     concurrent: bool,
+    /// Whether the mark began without a stop (`ragged.rs`).
+    ragged: bool,
     /// Waiting for mutators to leave `mutate`, over every stop.
     stop_time: Duration,
     snap_time: Duration,
@@ -411,14 +446,34 @@ pub(crate) fn cycle(
     // with the mutators running").
     let mark_clear = (matches!(shared.space, Space::Pages) && full_ahead(shared, forced, gen))
         .then(clear_marks_running);
-    let (mut c, mutators, remembered) = Cycle::stop(shared, pool, forced, gen, mark_clear);
-    if c.snapshot_in_pause() {
-        c.snapshot(snap, true);
-    }
-    let mut m = c.mark_in_pause(mutators, &remembered);
-    if c.concurrent {
-        c.mark_concurrently(gen, &mut m, snap);
-    }
+    // 1 – 3, raggedly where it may (`ragged.rs`), or with the world
+    // stopped at the mark's start and end.
+    let ragged = if ragged::eligible(shared, forced) {
+        Cycle::start_ragged(shared, pool, mark_clear)
+    } else {
+        None
+    };
+    let (mut c, mut m) = match ragged {
+        Some((mut c, mutators, remembered)) => {
+            let m = c.mark_ragged(gen, mutators, &remembered, snap);
+            (c, m)
+        }
+        None => {
+            let (mut c, mutators, remembered) = Cycle::stop(shared, pool, forced, gen, mark_clear);
+            if c.snapshot_in_pause() {
+                c.snapshot(snap, true);
+            }
+            let mut m = c.mark_in_pause(mutators, &remembered);
+            if c.concurrent {
+                c.mark_concurrently(gen, &mut m, snap);
+            }
+            (c, m)
+        }
+    };
+    // A ragged mark that ended without a stop cleared the weak cells as it
+    // ended (`Cycle::terminate_ragged`); every other ends with the world
+    // stopped.
+    let stopped = !c.ragged || m.end_start.is_some();
     // A user's `Trace` impl panicked on a GC thread: the marks may miss
     // what it did not report, so nothing may be freed or cleared on their
     // word. This cycle sweeps nothing and clears no weak reference; the
@@ -429,6 +484,14 @@ pub(crate) fn cycle(
     } else {
         // 4. Verify.
         if shared.config.verify {
+            if !stopped {
+                // Verify mode checks a ragged mark in a stopped world.
+                m.end_start = Some(Instant::now());
+                m.mutators = stop_world(shared, None);
+            }
+            if c.ragged {
+                m.roots = roots_of(shared, &m.mutators);
+            }
             // It reads the copy: taken now if the mark ended in the first
             // pause (in the pause, then).
             c.snapshot(snap, true);
@@ -436,7 +499,9 @@ pub(crate) fn cycle(
             verify(&shared.space, shared.id, snap, &m.roots, c.marked.objects, full, concurrent);
         }
         // 5. Weak references.
-        mark_weak(shared, c.weak_at_stop);
+        if stopped {
+            mark_weak(shared, c.weak_at_stop);
+        }
     }
     let goal = c.resume(gen, m, mark_failed);
     // A cycle whose mark ended in the first pause: after it (a no-op if a
@@ -486,10 +551,19 @@ impl<'a> Cycle<'a> {
         };
         // Only now: until every mutator left, the barrier could add to these.
         for m in &mutators {
-            remembered.append(&mut m.remembered.lock());
+            m.take_remembered(&mut remembered);
         }
-        // What locks record from here on is the next cycle's (`cell.rs`).
-        shared.remember_epoch.fetch_add(1, Ordering::Relaxed);
+        // And what calls shaded after a ragged cycle's mark had ended
+        // (`Cycle::conclude`): marked, not yet traced.
+        mark::drain(&shared.gray, &mut remembered);
+        // What locks record from here on is the next cycle's (`cell.rs`);
+        // no mark runs until the pause says so.
+        let calls = shared.calls_now();
+        shared.set_calls(CallState {
+            marking: false,
+            window: false,
+            remember: calls.remember + 1,
+        });
         // Full or minor: a `GcLock` write since the last pause forces a
         // full cycle (see `cell.rs`), and so do `collect` and the heap limit.
         let lock_written = shared.lock_written.swap(false, Ordering::Relaxed);
@@ -539,6 +613,7 @@ impl<'a> Cycle<'a> {
             weak_at_stop: shared.weak.lock().len(),
             marked: mark::Marked::default(),
             concurrent: false,
+            ragged: false,
             stop_time,
             snap_time: Duration::ZERO,
             mark_time: Duration::ZERO,
@@ -634,7 +709,10 @@ impl<'a> Cycle<'a> {
         // ago must never look shaded now.
         let epoch = shared.mark_epoch.load(Ordering::Relaxed) + 1;
         shared.mark_epoch.store(epoch, Ordering::Relaxed);
-        shared.marking.store(true, Ordering::Relaxed);
+        shared.set_calls(CallState {
+            marking: true,
+            ..shared.calls_now()
+        });
         shared.control.lock().phase = Phase::Mark;
         // Read the clock before resuming (here and below): the woken
         // mutators may take both cores before this thread reads it again
@@ -763,7 +841,10 @@ impl<'a> Cycle<'a> {
             pause_mark += mark_start.elapsed();
             if rest.is_empty() {
                 m.end_start = Some(end);
-                shared.marking.store(false, Ordering::Relaxed);
+                shared.set_calls(CallState {
+                    marking: false,
+                    ..shared.calls_now()
+                });
                 return pause_mark;
             }
             // Not done within the budget: resume and mark on (`rest` holds
@@ -853,6 +934,8 @@ impl<'a> Cycle<'a> {
                 self.mark_end_pause += d;
                 self.end_pauses.push(d);
             }
+            // A ragged mark that ended without a stop paused nothing.
+            None if self.ragged => {}
             None => self.mark_start_pause = self.start.elapsed() - self.stop_time,
         }
         drop(m.mutators);
@@ -928,12 +1011,17 @@ impl<'a> Cycle<'a> {
             stats.user_panics += panics;
             stats.cycles += 1;
             stats.minor_cycles += u64::from(!self.full);
-            stats.pauses.record(self.mark_start_pause);
+            if !self.ragged {
+                stats.pauses.record(self.mark_start_pause);
+            }
             if self.concurrent {
                 for &d in &self.end_pauses {
                     stats.pauses.record(d);
                 }
                 stats.concurrent_cycles += 1;
+            }
+            if self.ragged {
+                stats.ragged_cycles += 1;
             }
             stats.mark_time += self.mark_time;
             stats.sweep_time += self.sweep_time;
@@ -949,6 +1037,7 @@ impl<'a> Cycle<'a> {
                 forced: self.forced,
                 minor: !self.full,
                 concurrent: self.concurrent,
+                ragged: self.ragged,
                 pause,
                 mark_start_pause: self.mark_start_pause,
                 mark_end_pause: self.mark_end_pause,
@@ -984,12 +1073,17 @@ impl<'a> Cycle<'a> {
 }
 
 /// Clears the weak cells of the first `upto` (those registered as the mark
-/// began) whose target is unmarked (see `weak::process`).
+/// began; every one, `usize::MAX`, in a ragged cycle, whose marks shade
+/// the cells made during it) whose target is unmarked (see
+/// `weak::process`). With the world stopped, or at a ragged mark's end
+/// under the weak gate's write lock (`ragged.rs`).
 fn mark_weak(shared: &Shared, upto: usize) {
     let mut cells = shared.weak.lock();
     // SAFETY: every registered cell, and every nonzero target, is an
     // allocated object of this runtime (cells are forgotten once unmarked,
-    // targets cleared once unmarked); the world is stopped.
+    // targets cleared once unmarked, both before the sweep that frees
+    // them); the mark is complete; mark bits are atomic, and no upgrade
+    // shades meanwhile (world stopped, or the weak gate held).
     crate::weak::process(&mut cells, upto, |addr| unsafe { shared.space.is_marked(addr) });
 }
 
@@ -1027,21 +1121,13 @@ fn verify(
             return;
         }
         // The pages: their copy of the allocated bits.
-        let mut index: Vec<(usize, usize)> = snap
-            .pages
-            .iter()
-            .zip(&snap.ranges)
-            .map(|(&p, &(from, _))| (p, from))
-            .collect();
-        index.sort_unstable();
+        let index = snap.index();
         for &addr in &reachable {
             // SAFETY: reachable, so allocated, and its page live.
+            let swept = unsafe { snap.holds(&index, addr) };
+            // SAFETY: as just said.
             let page = unsafe { loam_heap::PageRef::of(addr as *const u8) };
-            let Ok(i) = index.binary_search_by_key(&(page.start() as usize), |&(p, _)| p) else {
-                continue;
-            };
             let b = page.block_index(addr as *const u8);
-            let swept = snap.bits[index[i].1 + b / 64] >> (b % 64) & 1 != 0;
             if swept && !page.is_marked(b) {
                 fatal(&format!(
                     "verify: reachable object {addr:#x} was not marked by the concurrent mark"

@@ -302,6 +302,8 @@ mod assist_model;
 mod handshake;
 #[cfg(all(test, loom))]
 mod preclear_model;
+#[cfg(all(test, loom))]
+mod ragged_model;
 mod registry;
 #[cfg(all(test, loom))]
 mod snapshot_model;

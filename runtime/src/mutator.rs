@@ -56,12 +56,32 @@ pub(crate) struct MutatorShared {
     pub(crate) roots: Mutex<RootTable>,
     /// The `Mutator` is gone; its roots may live on.
     pub(crate) detached: AtomicBool,
-    /// Objects the write barrier marked since the last pause (young objects
-    /// stored into barrier cells): the next minor cycle traces what they
-    /// point to.
-    pub(crate) remembered: Mutex<Vec<usize>>,
+    /// Objects the write barrier marked (young objects stored into barrier
+    /// cells) and objects whose `GcLock`s were written, since the last
+    /// cycle's start: the next minor cycle traces what they point to. Two
+    /// lists, by the parity of the remember epoch the recording call began
+    /// with: a ragged start takes the last epoch's list once every call
+    /// that began in it has ended, while calls of the new epoch already
+    /// record into the other (`remembered_in`).
+    remembered: [Mutex<Vec<usize>>; 2],
     /// Every interval the collector held this mutator (`held.rs`).
     pub(crate) holds: MutatorHolds,
+}
+
+impl MutatorShared {
+    /// The remembered list of calls that began in remember epoch `epoch`.
+    #[inline]
+    pub(crate) fn remembered_in(&self, epoch: u64) -> &Mutex<Vec<usize>> {
+        &self.remembered[(epoch & 1) as usize]
+    }
+
+    /// Moves both remembered lists into `out` (no call of this mutator
+    /// runs, or none that began in either epoch).
+    pub(crate) fn take_remembered(&self, out: &mut Vec<usize>) {
+        for list in &self.remembered {
+            out.append(&mut list.lock());
+        }
+    }
 }
 
 thread_local! {
@@ -277,24 +297,27 @@ impl Mutator {
                  workers may be waiting for the pause); fork and join between `mutate` calls",
             ),
         };
-        // Constant for the whole call: it changes only with the world
-        // stopped, and we are inside now (the handshake orders the load).
-        let marking = if shared.marking.load(Ordering::Relaxed) {
+        // Constant for the whole call, read once as it begins, after the
+        // entry fence (`Shared::calls`): a cycle changes it either with
+        // the world stopped, or raggedly, and then waits for every call
+        // that began before the change (`handshake.rs`, `wait_for_calls`).
+        let calls = shared.calls_now();
+        let marking = if calls.marking {
             shared.mark_epoch.load(Ordering::Relaxed)
         } else {
             0
         };
-        // Constant for the call as well: the epoch moves in a cycle's first
-        // stop only. A runtime without generations records nothing, and
-        // `u64::MAX` is what a log that never recorded holds (`log.rs`).
+        // A runtime without generations records nothing, and `u64::MAX`
+        // is what a log that never recorded holds (`log.rs`).
         let remember = if shared.config.generational {
-            shared.remember_epoch.load(Ordering::Relaxed)
+            calls.remember
         } else {
             u64::MAX
         };
         let mc = Mutation {
             mutator: self as *const Mutator,
             marking,
+            window: calls.window,
             remember,
             at_limit: shared.at_limit.load(Ordering::Relaxed) != 0,
             _brand: PhantomData,
@@ -748,8 +771,14 @@ pub struct Mutation<'gc> {
     /// The mutator running this call; it outlives the call.
     mutator: *const Mutator,
     /// The epoch of the concurrent mark under way as this call began (0:
-    /// none); it cannot change before the call returns (`barrier.rs`).
+    /// none). The call keeps it to its end, whatever the collector does
+    /// meanwhile (`barrier.rs`).
     pub(crate) marking: u64,
+    /// The call began in a ragged start's window: calls that began before
+    /// the mark may still run unshaded beside it, so it shades everything
+    /// it hands out of its own stack, not only what it overwrites
+    /// (`barrier.rs`, "Ragged cycles"). Constant for the call.
+    pub(crate) window: bool,
     /// The remember epoch as this call began (`u64::MAX` without
     /// generations): a `GcLog` whose `logged` equals it needs no record.
     /// Constant for the call, like `marking`.
@@ -908,6 +937,7 @@ impl<'gc> Mutation<'gc> {
         R: ?Sized + for<'a> Rootable<'a>,
         <R as Rootable<'gc>>::Root: Managed,
     {
+        self.barrier_root(gc.addr());
         Root::new(self.mutator(), gc.addr())
     }
 
@@ -919,6 +949,7 @@ impl<'gc> Mutation<'gc> {
         R: ?Sized + for<'a> Rootable<'a>,
         <R as Rootable<'gc>>::Root: Managed,
     {
+        self.barrier_root(gc.addr());
         GlobalRoot::new(self.mutator().handle.clone(), gc.addr())
     }
 

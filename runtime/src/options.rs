@@ -25,6 +25,9 @@ pub(crate) struct Config {
     /// How long the first pause may mark before the rest of the mark goes
     /// concurrent.
     pub(crate) mark_pause_budget: Duration,
+    /// Begin and end concurrent marks without stopping the world: per
+    /// mutator handshakes (`cycle.rs`, "Ragged cycles").
+    pub(crate) ragged: bool,
 }
 
 impl Default for Config {
@@ -58,6 +61,7 @@ impl Default for Config {
             // adds to it; 250 µs gave 0.27 - 0.30 ms there), with the same
             // run time (docs/perf-log.md).
             mark_pause_budget: Duration::from_micros(150),
+            ragged: false,
         }
     }
 }
@@ -221,6 +225,11 @@ impl Config {
         if let Some(v) = get("LOAM_GC_CONCURRENT") {
             if let Some(b) = flag("LOAM_GC_CONCURRENT", &v) {
                 self.concurrent = b;
+            }
+        }
+        if let Some(v) = get("LOAM_GC_RAGGED") {
+            if let Some(b) = flag("LOAM_GC_RAGGED", &v) {
+                self.ragged = b;
             }
         }
         if let Some(v) = get("LOAM_GC_PAUSE_BUDGET_US") {

@@ -202,6 +202,7 @@ impl<R: ?Sized + for<'a> Rootable<'a>> Root<R> {
     {
         // `R::Root` at `'gc` is `T` (`Rebrand`'s contract), so `get` hands
         // back the object as the type it was rooted as.
+        mc.barrier_root(gc.addr());
         Root::new(mc.mutator(), gc.addr())
     }
 
@@ -240,6 +241,7 @@ impl<R: ?Sized + for<'a> Rootable<'a>> Root<R> {
         <R as Rootable<'gc>>::Root: Managed,
     {
         check_runtime(&self.handle, mc);
+        mc.barrier_root(gc.addr());
         self.owner.roots.lock().set(self.index, gc.addr());
         self.handle.shared.roots_changed.fetch_add(1, Ordering::Relaxed);
     }
@@ -300,6 +302,7 @@ impl<R: ?Sized + for<'a> Rootable<'a>> GlobalRoot<R> {
         T: ?Sized + Rebrand<'gc, Unbranded = R> + Managed,
     {
         // As in `Root::of`.
+        mc.barrier_root(gc.addr());
         GlobalRoot::new(mc.mutator().handle.clone(), gc.addr())
     }
 
@@ -335,6 +338,7 @@ impl<R: ?Sized + for<'a> Rootable<'a>> GlobalRoot<R> {
         <R as Rootable<'gc>>::Root: Managed,
     {
         check_runtime(&self.handle, mc);
+        mc.barrier_root(gc.addr());
         self.handle.shared.globals.lock().set(self.index, gc.addr());
         self.handle.shared.roots_changed.fetch_add(1, Ordering::Relaxed);
     }

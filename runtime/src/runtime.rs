@@ -111,15 +111,20 @@ pub(crate) struct Shared {
     /// see `cell.rs`) was written since the last pause, or a mark failed:
     /// the next cycle must be a full one.
     pub(crate) lock_written: AtomicBool,
-    /// Counts the cycles' first stops: a `GcLock` records its owning object
-    /// at most once per value of it (the objects recorded between two stops
-    /// are what the second one collects). Changed only with the world
-    /// stopped.
-    pub(crate) remember_epoch: AtomicU64,
-    /// Marking runs with the mutators running: the barriers shade (see
-    /// `Mutation::barrier_store`). Changed only with the world stopped, so a
-    /// `mutate` call sees one value throughout (it reads it once, on entry).
-    pub(crate) marking: AtomicBool,
+    /// What a `mutate` call reads as it begins, in one word so that it
+    /// sees one cycle's values together ([`Shared::calls_now`]): bit 0, a concurrent mark runs and the
+    /// barriers shade (`Mutation::barrier_store`); bit 1, the mark's
+    /// ragged start is waiting for the calls that began before it
+    /// (`cycle.rs`, "Ragged cycles"); bits 2 and up, the remember epoch,
+    /// which counts the cycles' starts: a `GcLock` records its owning
+    /// object at most once per value of it, into the remembered list of
+    /// that epoch's parity (`MutatorShared::remembered`). Written by the
+    /// coordinator only (release, after `mark_epoch`); a call reads it once
+    /// (acquire, after its entry fence) and keeps what it read.
+    pub(crate) calls: AtomicU64,
+    /// Weak upgrades that shade take it to read, a ragged cycle's end to
+    /// write (`weak.rs`, `GcWeak::upgrade`).
+    pub(crate) weak_gate: parking_lot::RwLock<()>,
     /// Objects the barriers shaded during a concurrent mark, for the markers
     /// to trace; empty outside one.
     pub(crate) gray: Injector<usize>,
@@ -139,7 +144,52 @@ pub(crate) struct Shared {
     pub(crate) space: crate::space::Space,
 }
 
+/// `Shared::calls`: a concurrent mark runs.
+pub(crate) const MARKING: u64 = 1;
+/// `Shared::calls`: a ragged start waits for the calls that began before
+/// its mark (they run with the barrier off).
+pub(crate) const WINDOW: u64 = 2;
+/// `Shared::calls`: the remember epoch's lowest bit.
+const EPOCH_SHIFT: u32 = 2;
+
+/// What one `mutate` call read of `Shared::calls` as it began.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct CallState {
+    pub(crate) marking: bool,
+    pub(crate) window: bool,
+    pub(crate) remember: u64,
+}
+
 impl Shared {
+    /// The state a `mutate` call that begins now runs with (acquire: a call
+    /// that sees `MARKING` sees the `mark_epoch` stored before it).
+    #[inline]
+    pub(crate) fn calls_now(&self) -> CallState {
+        let w = self.calls.load(Ordering::Acquire);
+        CallState {
+            marking: w & MARKING != 0,
+            window: w & WINDOW != 0,
+            remember: w >> EPOCH_SHIFT,
+        }
+    }
+
+    /// Whether a concurrent mark runs now (acquire: what the collector did
+    /// before it cleared the flag, such as clearing weak cells, is seen).
+    #[inline]
+    pub(crate) fn marking(&self) -> bool {
+        self.calls.load(Ordering::Acquire) & MARKING != 0
+    }
+
+    /// Sets what calls that begin from now on run with (the coordinator
+    /// only; release, after `mark_epoch` and what the start of a mark
+    /// prepared).
+    pub(crate) fn set_calls(&self, s: CallState) {
+        let w = (s.remember << EPOCH_SHIFT)
+            | if s.marking { MARKING } else { 0 }
+            | if s.window { WINDOW } else { 0 };
+        self.calls.store(w, Ordering::Release);
+    }
+
     /// The statistics as of now (`Runtime::stats`).
     pub(crate) fn current_stats(&self) -> GcStats {
         let mut stats = self.stats.lock().clone();
@@ -855,6 +905,18 @@ impl RuntimeBuilder {
         self
     }
 
+    /// Whether cycles begin and end their marks with per-mutator
+    /// handshakes instead of stopping the world (default off;
+    /// `LOAM_GC_RAGGED`). A ragged cycle waits for each `mutate` call under
+    /// way to end once, while every mutator keeps entering and leaving
+    /// `mutate`: no mutator waits for another's call. Forced collections,
+    /// verify mode's checks and `GlobalAlloc` spaces still stop the world.
+    /// Experimental: see the README's known problems.
+    pub fn ragged_handshakes(mut self, on: bool) -> Self {
+        self.config.ragged = on;
+        self
+    }
+
     /// How long the first pause of a cycle may mark before the rest goes
     /// concurrent (default 150 µs; `LOAM_GC_PAUSE_BUDGET_US`). Zero sends
     /// every mark past its roots to the concurrent phase.
@@ -995,8 +1057,8 @@ impl RuntimeBuilder {
             hook: self.hook,
             started: Instant::now(),
             lock_written: AtomicBool::new(false),
-            remember_epoch: AtomicU64::new(0),
-            marking: AtomicBool::new(false),
+            calls: AtomicU64::new(0),
+            weak_gate: parking_lot::RwLock::new(()),
             gray: Injector::new(),
             mark_epoch: AtomicU64::new(0),
             assist: Default::default(),

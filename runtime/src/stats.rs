@@ -24,6 +24,12 @@ pub struct CycleEvent {
     /// The mark went on with the mutators running, past the first pause:
     /// the cycle had two pauses.
     pub concurrent: bool,
+    /// The mark began and ended with per-mutator handshakes instead of
+    /// stops (`RuntimeBuilder::ragged_handshakes`): it paused nothing,
+    /// unless its end fell back to a stop (then `mark_end_pause`). `stop`
+    /// is then the time spent waiting for calls under way to end, while
+    /// every mutator ran and entered freely.
+    pub ragged: bool,
     /// The cycle's stop-the-world time: the sum of its pauses, each from the
     /// moment every mutator had left `mutate` until they may enter again.
     /// No mutator runs `mutate` during one.
@@ -113,7 +119,13 @@ impl fmt::Display for CycleEvent {
             "gc {} {}{} @{:.3}s: pause {:.3}",
             self.cycle,
             if self.minor { "minor" } else { "full" },
-            if self.concurrent { " conc" } else { "" },
+            if self.ragged {
+                " ragged"
+            } else if self.concurrent {
+                " conc"
+            } else {
+                ""
+            },
             self.at.as_secs_f64(),
             ms(self.mark_start_pause),
         )?;
@@ -126,7 +138,8 @@ impl fmt::Display for CycleEvent {
         }
         write!(
             f,
-            "stop {:.3}, snapshot {:.3}{}, mark {:.3}",
+            "{} {:.3}, snapshot {:.3}{}, mark {:.3}",
+            if self.ragged { "handshakes" } else { "stop" },
             ms(self.stop),
             ms(self.snapshot),
             if self.snapshot_concurrent { " concurrent" } else { "" },
@@ -210,6 +223,9 @@ pub struct GcStats {
     pub held_assisting: Duration,
     /// Cycles whose mark went on concurrently, past the first pause.
     pub concurrent_cycles: u64,
+    /// Cycles whose mark began with per-mutator handshakes instead of a
+    /// stop ([`CycleEvent::ragged`]).
+    pub ragged_cycles: u64,
     /// Total time marking.
     pub mark_time: Duration,
     /// Total time sweeping.

@@ -3,10 +3,11 @@
 //!
 //! A weak reference is a pointer to a small managed *weak cell* holding the
 //! target's address, which the cell does not trace. The runtime keeps a list
-//! of live cells; after each mark, with the world still stopped, it clears
-//! every cell whose target was not marked (and forgets the cells that were
-//! not marked themselves). A target is therefore cleared before any mutator
-//! runs again, and before the sweep can free it.
+//! of live cells; after each mark, before any sweep can free a target, it
+//! clears every cell whose target was not marked (and forgets the cells
+//! that were not marked themselves): with the world still stopped, or, at
+//! the end of a ragged mark, under the weak gate's write lock, which an
+//! upgrade that shades holds for reading.
 //!
 //! During a concurrent mark an upgrade shades its target: the target may be
 //! unreachable from the mark's snapshot, and the pointer the upgrade hands
@@ -84,6 +85,15 @@ impl<'gc, T: Trace> GcWeak<'gc, T> {
             target: AtomicUsize::new(target.addr()),
             shared: NonNull::from(mc.shared()),
         });
+        if mc.mark_epoch() != 0 {
+            // A ragged cycle's end checks every cell registered by then
+            // (`Cycle::conclude`): one made during the mark is marked, so
+            // that it is kept, and so is its target, which the call holds
+            // and may hold from before the mark's start (`barrier.rs`,
+            // "Ragged cycles").
+            mc.shade_addr(cell.addr());
+            mc.shade_addr(target.addr());
+        }
         mc.shared().weak.lock().push(cell.addr());
         GcWeak {
             cell,
@@ -93,26 +103,43 @@ impl<'gc, T: Trace> GcWeak<'gc, T> {
 
     /// The target, if no collection has found it unreachable.
     pub fn upgrade(self) -> Option<Gc<'gc, T>> {
-        match self.cell.target.load(Ordering::Acquire) {
-            0 => None,
-            addr => {
-                // SAFETY: the cell is reachable in a `mutate` call of its
-                // runtime (a `GcWeak` reaches no other: `mutate` calls of two
-                // runtimes cannot nest), whose handle keeps `Shared` alive.
-                let shared = unsafe { self.cell.shared.as_ref() };
-                // Constant during this call (see `Shared::marking`).
-                if shared.marking.load(Ordering::Relaxed) {
-                    // SAFETY: a nonzero target is allocated (below); no
-                    // sweep runs during a mark.
-                    unsafe { crate::mark::shade(&shared.space, &shared.gray, addr) };
+        // SAFETY: the cell is reachable in a `mutate` call of its runtime
+        // (a `GcWeak` reaches no other: `mutate` calls of two runtimes
+        // cannot nest), whose handle keeps `Shared` alive.
+        let shared = unsafe { self.cell.shared.as_ref() };
+        // Before the target (both acquire): a mark that ended raggedly
+        // cleared the cells before it lowered the flag, so a target read
+        // after the flag is seen lowered is one the end let stand.
+        let marking = shared.marking();
+        let mut addr = self.cell.target.load(Ordering::Acquire);
+        if addr == 0 {
+            return None;
+        }
+        if marking {
+            // Under the gate, read again: a ragged cycle ends its mark
+            // under the gate's write lock, after a last look for shaded
+            // objects, and clears the weak cells with it
+            // (`Cycle::terminate_ragged`). So this shade is seen by that
+            // look, or the mark is over and the cell is read as it left
+            // it: cleared, or its target marked.
+            let _gate = shared.weak_gate.read();
+            if shared.marking() {
+                // SAFETY: a nonzero target is allocated (below); no sweep
+                // runs during a mark.
+                unsafe { crate::mark::shade(&shared.space, &shared.gray, addr) };
+            } else {
+                addr = self.cell.target.load(Ordering::Acquire);
+                if addr == 0 {
+                    return None;
                 }
-                // SAFETY: a nonzero target is live: the collector clears
-                // the cell, with the world stopped, before the sweep frees
-                // the target; a mark under way will keep it (shaded above);
-                // no later one can start during this `mutate` call.
-                Some(unsafe { Gc::from_addr(addr) })
             }
         }
+        // SAFETY: a nonzero target is live: the collector clears the cell
+        // before the sweep frees the target, either with the world stopped
+        // or before it lowers `marking` (read before the target, above); a
+        // mark under way will keep it (shaded above); no later mark can
+        // end during this `mutate` call.
+        Some(unsafe { Gc::from_addr(addr) })
     }
 }
 
@@ -130,7 +157,8 @@ unsafe impl<T: Trace> Trace for GcWeak<'_, T> {
     }
 }
 
-/// After a mark (world stopped): of the first `upto` cells, clears those
+/// After a mark (world stopped, or a ragged mark's end under the weak
+/// gate): of the first `upto` cells, clears those
 /// whose target is unmarked and forgets the unmarked ones. `is_marked(addr)`
 /// answers for this runtime's objects.
 ///
@@ -139,7 +167,8 @@ unsafe impl<T: Trace> Trace for GcWeak<'_, T> {
 /// (objects allocated during a mark are white, and not swept by its
 /// sweep). A cell made before holds a target allocated before it, and for
 /// both, unmarked means unreachable since the mark began (an upgrade
-/// during the mark shades the target).
+/// during the mark shades the target). A ragged cycle takes every cell:
+/// `GcWeak::new` shades a cell made during a mark, and its target.
 pub(crate) fn process(cells: &mut Vec<usize>, upto: usize, is_marked: impl Fn(usize) -> bool) {
     let mut i = 0;
     cells.retain(|&cell| {

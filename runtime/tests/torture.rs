@@ -219,6 +219,17 @@ fn builder(
     concurrent: bool,
     locks: bool,
 ) -> loam_runtime::RuntimeBuilder {
+    builder_ragged(space, verify, concurrent, locks, false)
+}
+
+/// `builder`, with ragged handshakes on or off.
+fn builder_ragged(
+    space: Space,
+    verify: bool,
+    concurrent: bool,
+    locks: bool,
+    ragged: bool,
+) -> loam_runtime::RuntimeBuilder {
     let builder = match space {
         Space::Pages => Runtime::builder(),
         Space::System => Runtime::builder().global_alloc(std::alloc::System),
@@ -228,6 +239,7 @@ fn builder(
         .gc_threads(2)
         .verify(verify)
         .generational(generational())
+        .ragged_handshakes(ragged)
         .min_heap(16 << 10)
         .gc_percent(if locks { 20 } else { 5 })
         .mark_pause_budget(if concurrent {
@@ -281,11 +293,21 @@ fn four_mutators_through_hundreds_of_cycles() {
         for verify in [true, false] {
             for concurrent in [true, false] {
                 for &locks in modes {
-                    torture(space, verify, concurrent, locks);
+                    torture(space, verify, concurrent, locks, false);
                 }
             }
         }
         two_runtimes(space);
+    }
+    // Ragged cycles (per-mutator handshakes, no stop at the mark's start
+    // or end), verify mode on and off, in loam's pages (the only space
+    // they run in).
+    if spaces.iter().any(|s| matches!(s, Space::Pages)) {
+        for verify in [true, false] {
+            for &locks in modes {
+                torture(Space::Pages, verify, true, locks, true);
+            }
+        }
     }
     // Four mutators, the coordinator and the GC threads all on one CPU
     // (more mutators than cores, and GC threads starved): the assists and
@@ -293,7 +315,8 @@ fn four_mutators_through_hundreds_of_cycles() {
     #[cfg(target_os = "linux")]
     std::thread::spawn(|| {
         pin_to_cpu(first_allowed_cpu());
-        torture(Space::Pages, true, true, true);
+        torture(Space::Pages, true, true, true, false);
+        torture(Space::Pages, true, true, false, true);
     })
     .join()
     .unwrap();
@@ -418,6 +441,20 @@ fn extra(
 /// destructors panic. Checks what the globals hold, drops them, and
 /// returns the walks made.
 fn run(rt: &Runtime, seed: u64, threads: u64, steps: usize, locks: bool, extras: bool) -> usize {
+    run_forcing(rt, seed, threads, steps, locks, extras, 1)
+}
+
+/// `run`, forcing cycles `rarely` times less often (ragged runs: forced
+/// cycles stop the world, paced ones are what is tested there).
+fn run_forcing(
+    rt: &Runtime,
+    seed: u64,
+    threads: u64,
+    steps: usize,
+    locks: bool,
+    extras: bool,
+    rarely: usize,
+) -> usize {
     let globals: Arc<Mutex<Vec<GlobalRoot<ObjRoot>>>> = Arc::new(Mutex::new(Vec::new()));
     let next_id = Arc::new(AtomicU64::new(1));
     let threads: Vec<_> = (0..threads)
@@ -586,11 +623,12 @@ fn run(rt: &Runtime, seed: u64, threads: u64, steps: usize, locks: bool, extras:
                     // or more however fast it allocates (requests that meet
                     // share a cycle); fewer without locks, where paced
                     // cycles are minor ones.
-                    let every = if locks {
-                        force_every()
-                    } else {
-                        4 * force_every()
-                    };
+                    let every = rarely
+                        * if locks {
+                            force_every()
+                        } else {
+                            4 * force_every()
+                        };
                     if step % every == t as usize * every / 4 {
                         m.collect();
                     }
@@ -610,15 +648,26 @@ fn run(rt: &Runtime, seed: u64, threads: u64, steps: usize, locks: bool, extras:
     walks
 }
 
-fn torture(space: Space, verify: bool, concurrent: bool, locks: bool) {
+fn torture(space: Space, verify: bool, concurrent: bool, locks: bool, ragged: bool) {
     let seed = seed();
     eprintln!(
-        "torture: {space:?}, seed {seed}, scale {}, verify {verify}, concurrent {concurrent}, locks {locks}",
+        "torture: {space:?}, seed {seed}, scale {}, verify {verify}, concurrent {concurrent}, \
+         locks {locks}, ragged {ragged}",
         scale()
     );
-    let steps = 2500 * scale();
-    let rt = builder(space, verify, concurrent, locks).build();
-    let walks = run(&rt, seed, 4, steps, locks, false);
+    // Ragged runs go on four times as long: their cycles take longer (each
+    // waits for every call under way, twice) and few are forced.
+    let steps = if ragged { 10_000 } else { 2500 } * scale();
+    let rt = builder_ragged(space, verify, concurrent, locks, ragged).build();
+    let walks = run_forcing(
+        &rt,
+        seed,
+        4,
+        steps,
+        locks,
+        false,
+        if ragged { 8 } else { 1 },
+    );
     let s = rt.stats();
     eprintln!(
         "torture: {} cycles ({} minor, {} concurrent), {walks} walks, {} objects allocated, \
@@ -632,6 +681,15 @@ fn torture(space: Space, verify: bool, concurrent: bool, locks: bool) {
         s.mutator_pauses.max(),
         s.held_assisting,
     );
+    if ragged {
+        eprintln!("torture: {} ragged cycles", s.ragged_cycles);
+        // Forced cycles (`collect`) stop the world; the paced ones do not.
+        assert!(
+            s.ragged_cycles > 0,
+            "no ragged cycle in {} cycles",
+            s.cycles
+        );
+    }
     if concurrent {
         // Every cycle with anything to trace past its roots.
         assert!(
@@ -641,7 +699,12 @@ fn torture(space: Space, verify: bool, concurrent: bool, locks: bool) {
             s.cycles
         );
     }
-    let want = if locks { 100 } else { 30 };
+    // Ragged runs force an eighth as many cycles.
+    let want = match (locks, ragged) {
+        (_, true) => 25,
+        (true, false) => 100,
+        (false, false) => 30,
+    };
     assert!(
         s.cycles >= want * scale() as u64,
         "only {} cycles",

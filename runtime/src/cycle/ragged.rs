@@ -1,0 +1,344 @@
+//! Ragged cycles: a mark that begins and ends without stopping the world.
+//!
+//! A stopped world waits for every `mutate` call under way, so one long
+//! call held every other mutator at its next entry (issue #15: a call that
+//! builds a 4 M-node tree held the other thread for up to 121 ms). A
+//! ragged cycle waits for each call under way to end *once*, while every
+//! mutator goes on entering and leaving `mutate`: no mutator waits for
+//! another (`Handshake::wait_for_calls`). What the stops were for, and
+//! what holds instead, is argued in `barrier.rs` ("Ragged cycles"); the
+//! design and its history in `docs/handshakes.md`. In short:
+//!
+//! 1. *Start.* Raise the seal epoch, then set `marking` and `window` with a
+//!    new remember epoch in one word (`Shared::calls`): every call that
+//!    begins from now on shades. Wait for the calls that began before to
+//!    end (they run with the barrier off). Once they have (point *T*),
+//!    clear `window`, take their remembered lists (the old epoch's parity)
+//!    and read the root tables. Calls that began in the window may hold,
+//!    unshaded, what an old call then overwrote: they shade everything
+//!    they hand out of their stack for as long as they run.
+//! 2. *Mark* from the roots and the remembered objects concurrently, with
+//!    assists, as a stopped cycle's concurrent mark does, and take the
+//!    snapshot of allocated bits meanwhile.
+//! 3. *End.* Trace until the queues are empty; wait for the calls under
+//!    way to end once; if nothing was shaded meanwhile, the mark is
+//!    complete. The last look happens under the weak gate's write lock,
+//!    which also clears the weak cells and `marking`, so an upgrade shades
+//!    before the look or sees the mark over.
+//!
+//! Forced cycles (`collect` promises every unreachable object freed, and a
+//! ragged full cycle keeps what the barrier marked since phase 0 as
+//! floating garbage), `GlobalAlloc` spaces (their registry chunks are
+//! taken in a pause) and a minor cycle that a `GcLock` write of unknown
+//! owner made full before *T* still stop the world; so does a termination
+//! that has not converged after `RAGGED_TRIES` waits. Verify mode checks a
+//! ragged mark with the world stopped after it ended.
+
+use super::{concurrently, roots_of, Cycle, Marking, SHADED_ROUNDS};
+use crate::mark;
+use crate::mutator::MutatorShared;
+use crate::runtime::{CallState, Phase, Shared};
+use crate::space::Space;
+use loam_threadpool::ThreadPool;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Waits for the calls under way that a ragged termination takes before
+/// it stops the world instead: each wait ends only when every call under
+/// way has returned, and a mutator that keeps shading new objects can
+/// keep finding something each time.
+const RAGGED_TRIES: u32 = 8;
+
+/// Whether a cycle may be ragged (module docs).
+pub(super) fn eligible(shared: &Shared, forced: bool) -> bool {
+    shared.config.ragged
+        && shared.config.concurrent
+        && !forced
+        && matches!(shared.space, Space::Pages)
+}
+
+impl<'a> Cycle<'a> {
+    /// Step 1, the ragged start (module docs). Returns the cycle, the
+    /// mutators and the remembered objects as `Cycle::stop` does; `None`
+    /// when it had to stop the world after all (a minor cycle that a
+    /// `GcLock` write of unknown owner made full): the world is then
+    /// stopped, `marking` off, and the caller goes on with `Cycle::stop`.
+    pub(super) fn start_ragged(
+        shared: &'a Shared,
+        pool: &'a ThreadPool,
+        mark_clear: Option<Duration>,
+    ) -> Option<(Self, Vec<Arc<MutatorShared>>, Vec<usize>)> {
+        let heap_before = shared.heap_used.load(Ordering::Relaxed);
+        let start = Instant::now();
+        // Phase 0 ran for every cycle that will be full (`full_ahead`).
+        let full = mark_clear.is_some();
+        if full {
+            // This cycle marks everything: writes from here on are the
+            // next cycle's business.
+            shared.lock_written.store(false, Ordering::Relaxed);
+        }
+        // SAFETY: under the process-wide cycle lock, which this cycle
+        // holds until its sweep, after its walk: no other walk runs.
+        let seal = unsafe { loam_heap::SealEpoch::raise() };
+        let epoch = shared.mark_epoch.load(Ordering::Relaxed) + 1;
+        shared.mark_epoch.store(epoch, Ordering::Relaxed);
+        let before = shared.calls_now();
+        let remember = before.remember + 1;
+        shared.live_seen.store(0, Ordering::Relaxed);
+        let heap_at_stop = shared.heap_used.load(Ordering::Relaxed);
+        shared.control.lock().phase = Phase::Mark;
+        // Release: a call that sees it sees the epochs and the seal.
+        shared.set_calls(CallState {
+            marking: true,
+            window: true,
+            remember,
+        });
+        // Read after the store (the registry's mutex orders it before a
+        // later attach): a mutator missing from this list makes its first
+        // call after attaching, and sees `marking`.
+        let mutators = shared.mutators.lock().clone();
+        shared.handshake.wait_for_calls(&mutators);
+        // T: every call that began without the barrier has ended. The
+        // window stays open until the roots are read (`mark_ragged`).
+        let stop_time = start.elapsed();
+        if !full && shared.lock_written.load(Ordering::Relaxed) {
+            // A write of a lock whose object is unknown, by a call that
+            // perhaps began before the mark (so unshaded): this cycle must
+            // be full, and only a stopped one can clear the marks now.
+            super::stop_world(shared, None);
+            shared.control.lock().phase = Phase::Stop;
+            shared.set_calls(CallState {
+                marking: false,
+                window: false,
+                remember,
+            });
+            return None;
+        }
+        let mut remembered = Vec::new();
+        let mutators = {
+            let mut list = shared.mutators.lock();
+            list.retain(|m| {
+                // The old epoch's objects, whose calls have all ended.
+                remembered.append(&mut m.remembered_in(before.remember).lock());
+                // Gone (detached, no root left): nothing adds to its lists
+                // any more. Forgotten once its new epoch's list, which is
+                // the next cycle's, is empty too.
+                let gone = m.detached.load(Ordering::Acquire) && Arc::strong_count(m) == 1;
+                !(gone && m.remembered_in(remember).lock().is_empty())
+            });
+            list.clone()
+        };
+        shared
+            .live_counting
+            .store(full || remembered.is_empty(), Ordering::Relaxed);
+        let weak_at_stop = usize::MAX;
+        let cycle = Cycle {
+            shared,
+            pool,
+            forced: false,
+            full,
+            marks_cleared: full,
+            mark_clear: mark_clear.unwrap_or_default(),
+            start,
+            heap_before,
+            seal,
+            snapped: false,
+            snap_in_pause: false,
+            heap_at_stop,
+            weak_at_stop,
+            marked: mark::Marked::default(),
+            concurrent: true,
+            ragged: true,
+            stop_time,
+            snap_time: Duration::ZERO,
+            mark_time: Duration::ZERO,
+            mark_start_pause: Duration::ZERO,
+            mark_end_pause: Duration::ZERO,
+            end_pauses: Vec::new(),
+            concurrent_mark: Duration::ZERO,
+            sweep_time: Duration::ZERO,
+        };
+        Some((cycle, mutators, remembered))
+    }
+
+    /// Step 2 and 3: marks from the roots and `remembered` with the
+    /// mutators running, takes the snapshot, and ends the mark raggedly
+    /// (or, past `RAGGED_TRIES`, with the stopped termination: the world
+    /// is then stopped on return, as after `Cycle::terminate`).
+    pub(super) fn mark_ragged(
+        &mut self,
+        gen: &super::Generations,
+        mutators: Vec<Arc<MutatorShared>>,
+        remembered: &[usize],
+        snap: &mut super::Snapshot,
+    ) -> Marking {
+        let shared = self.shared;
+        let mark_start = Instant::now();
+        // The roots as the tables hold them now: a root made or pointed
+        // elsewhere since a table was read shades its object
+        // (`Mutation::barrier_root`), and what a root held at T and lost
+        // since is kept by the barrier that cut it (`barrier.rs`).
+        let roots = roots_of(shared, &mutators);
+        // The window closes: calls that begin now read what the tables
+        // held or were shaded into them since, so they need the snapshot
+        // barrier only (and the end counts on no window call being left
+        // after its first wait).
+        shared.set_calls(CallState {
+            window: false,
+            ..shared.calls_now()
+        });
+        // As in `mark_concurrently`: the work expected over the headroom
+        // (in a minor cycle, what survives of the young heap is unknown:
+        // a quarter of it, guessed).
+        let expected = if self.full {
+            gen.live
+        } else {
+            self.heap_at_stop.saturating_sub(gen.old) / 4
+        }
+        .max(1 << 20);
+        let headroom = shared
+            .pace_at(gen.goal.max(shared.pace_goal.load(Ordering::Relaxed)))
+            .saturating_sub(shared.heap_used.load(Ordering::Relaxed))
+            .max(1 << 20);
+        let ratio = (expected as u128 * 1024 / headroom as u128).clamp(256, 16 << 10) as u32;
+        shared.assist_ratio.store(ratio, Ordering::Relaxed);
+        let mut rest = Vec::new();
+        // Every object a marked object points to is marked, or queued by
+        // this call (roots, `remembered`), or in `shared.gray` (shaded by
+        // the window's calls, or after the last cycle's mark ended), which
+        // the rounds below trace; in a full cycle the marks phase 0 left
+        // are those of remembered and shaded objects (`barrier.rs`).
+        // SAFETY: no sweep runs until this cycle's; roots and remembered
+        // objects are allocated (rooted, or reachable since the last
+        // cycle); every call under way shades (T has passed).
+        let marked = unsafe {
+            mark::parallel(&shared.space, self.pool, &roots, remembered, concurrently(shared), &mut rest)
+        };
+        self.marked.add(marked);
+        shared.saw_live(marked.bytes);
+        self.snapshot(snap, false);
+        let mut m = Marking {
+            mutators,
+            roots,
+            gray: Vec::new(),
+            end_start: None,
+        };
+        let pause_mark = if self.terminate_ragged(&mut rest, snap) {
+            Duration::ZERO
+        } else {
+            // Not converged: end it as a stopped cycle does.
+            self.terminate(ratio, rest, &mut m)
+        };
+        self.concurrent_mark = mark_start.elapsed().saturating_sub(pause_mark);
+        self.mark_time = mark_start.elapsed();
+        m
+    }
+
+    /// Step 3: traces what was shaded, waits for the calls under way, and
+    /// ends the mark if nothing that matters was shaded meanwhile. True
+    /// when it ended (`marking` off, the weak cells cleared, the world
+    /// running); false after `RAGGED_TRIES` waits, with `rest` holding
+    /// what is left.
+    ///
+    /// What matters: at the first look, anything (the window's calls may
+    /// have handed out, during the first wait, what no marker has seen).
+    /// From then on, only objects of the snapshot (`Snapshot::holds`).
+    /// Calls that began after the window closed shade young objects
+    /// whenever they store one (the barrier's new value), so a look that
+    /// waited for none of those would seldom end the mark while a mutator
+    /// stores, and tracing them could keep the markers busy for as long as
+    /// it does. Such an object is not swept by this cycle, and what it
+    /// points to is marked or on its way to `gray` or young too (the call
+    /// read it from a root or the heap, where nothing unmarked of the
+    /// snapshot is left but through what the barriers shade, or allocated
+    /// it): it goes back to `gray`, marked, for the next cycle to trace
+    /// (`barrier.rs`, "Ragged cycles", 3).
+    fn terminate_ragged(&mut self, rest: &mut Vec<usize>, snap: &super::Snapshot) -> bool {
+        let shared = self.shared;
+        let index = snap.index();
+        let young = |o: &usize| {
+            // SAFETY: shaded objects are allocated, in loam's pages (a
+            // ragged cycle's space), and no sweep runs.
+            !unsafe { snap.holds(&index, *o) }
+        };
+        // Young objects shaded after the first look: marked, left for the
+        // next cycle.
+        let mut later = Vec::new();
+        let mut first_look = true;
+        let mut batch = Vec::new();
+        let ended = 'tries: {
+            for _ in 0..RAGGED_TRIES {
+                for _ in 0..SHADED_ROUNDS {
+                    mark::drain(&shared.gray, &mut batch);
+                    batch.append(rest);
+                    if !first_look {
+                        let (y, old): (Vec<usize>, Vec<usize>) = batch.drain(..).partition(young);
+                        later.extend(y);
+                        batch = old;
+                    }
+                    if batch.is_empty() {
+                        break;
+                    }
+                    let work = std::mem::take(&mut batch);
+                    // SAFETY: shaded and left objects are marked and
+                    // allocated (reachable when shaded; no sweep runs); the
+                    // invariant as in `mark_ragged`.
+                    let marked = unsafe {
+                        mark::parallel(&shared.space, self.pool, &[], &work, concurrently(shared), rest)
+                    };
+                    self.marked.add(marked);
+                    shared.saw_live(marked.bytes);
+                }
+                // A call under way may still hold an object it has not
+                // handed out; once each has ended, whatever it handed out
+                // was shaded into `gray`.
+                let wait = Instant::now();
+                let mutators = shared.mutators.lock().clone();
+                shared.handshake.wait_for_calls(&mutators);
+                self.stop_time += wait.elapsed();
+                let gate = shared.weak_gate.write();
+                // Under the gate: no upgrade shades between this look and
+                // the clearing below.
+                mark::drain(&shared.gray, &mut batch);
+                batch.append(rest);
+                let done = if first_look {
+                    batch.is_empty()
+                } else {
+                    batch.iter().all(young)
+                };
+                first_look = false;
+                if !done {
+                    drop(gate);
+                    rest.append(&mut batch);
+                    continue;
+                }
+                later.append(&mut batch);
+                // The mark is complete (`barrier.rs`, "Ragged cycles": every
+                // object of the snapshot that a root, an object or a call
+                // can still reach is marked).
+                if !crate::panics::CYCLE_LOG.trace_panicked() {
+                    super::mark_weak(shared, usize::MAX);
+                }
+                shared.assist_ratio.store(0, Ordering::Relaxed);
+                let calls = shared.calls_now();
+                shared.set_calls(CallState {
+                    marking: false,
+                    ..calls
+                });
+                drop(gate);
+                break 'tries true;
+            }
+            false
+        };
+        if ended {
+            for o in later {
+                shared.gray.push(o);
+            }
+        } else {
+            // The stopped termination traces them all.
+            rest.append(&mut later);
+        }
+        ended
+    }
+}

@@ -1,0 +1,162 @@
+//! loom models of a ragged mark's end (`--cfg loom`; `cycle/ragged.rs`,
+//! `barrier.rs`, "Ragged cycles").
+//!
+//! Both use the real handshake (`Handshake::wait_for_calls`) and model the
+//! rest: one object, its mark bit and a `traced` flag, the gray queue as a
+//! mutex-guarded vector, `marking` as `Shared::calls`' bit, and the weak
+//! gate as a read-write lock.
+//!
+//! 1. `a_shade_in_a_call_under_way_is_traced_before_the_end`: a call that
+//!    holds an object from before the end shades it (hands it out) at any
+//!    point, while the collector drains, waits for the calls under way
+//!    and looks again. Whenever the mark ends, the object is marked only
+//!    if traced. Dropping the wait makes it fail.
+//! 2. `an_upgrade_never_hands_out_what_the_sweep_frees`: an upgrade of a
+//!    weak cell whose target nothing else reaches, against the end (last
+//!    look, clearing the cell, lowering `marking`, all under the gate's
+//!    write lock) and the sweep. The upgrade returns the target only if it
+//!    was kept, and a kept target was traced. Shading without the gate, or
+//!    not reading the cell again under it, makes it fail.
+
+use crate::handshake::{Handshake, Slot};
+use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use loom::sync::{Arc, Mutex, RwLock};
+
+/// The modelled collector state for one object.
+#[derive(Default)]
+struct State {
+    marking: AtomicBool,
+    marked: AtomicBool,
+    traced: AtomicBool,
+    gray: Mutex<Vec<usize>>,
+}
+
+impl State {
+    /// `mark::shade`: sets the bit, queues the object if it set it.
+    fn shade(&self) {
+        if !self.marked.swap(true, Ordering::AcqRel) {
+            self.gray.lock().unwrap().push(1);
+        }
+    }
+
+    /// The markers: takes the queue and traces what it held. True if it
+    /// held anything.
+    fn drain_and_trace(&self) -> bool {
+        let work = std::mem::take(&mut *self.gray.lock().unwrap());
+        for _ in &work {
+            self.traced.store(true, Ordering::Release);
+        }
+        !work.is_empty()
+    }
+
+    fn gray_is_empty(&self) -> bool {
+        self.gray.lock().unwrap().is_empty()
+    }
+}
+
+#[test]
+fn a_shade_in_a_call_under_way_is_traced_before_the_end() {
+    loom::model(|| {
+        let hs = Arc::new(Handshake::default());
+        let slots = Arc::new([Slot::default()]);
+        hs.attach(&slots[0]);
+        let st = Arc::new(State::default());
+        st.marking.store(true, Ordering::Relaxed);
+        // The call began before the end's first look (in the window, say),
+        // holding the object unshaded.
+        hs.enter(&slots[0]);
+        let mutator = {
+            let (hs, slots, st) = (hs.clone(), slots.clone(), st.clone());
+            loom::thread::spawn(move || {
+                // Hands it out: a store shades it.
+                st.shade();
+                hs.leave(&slots[0]);
+            })
+        };
+        let mut ended = false;
+        for _ in 0..3 {
+            while st.drain_and_trace() {}
+            hs.wait_for_calls(&[&slots[0]]);
+            if st.gray_is_empty() {
+                ended = true;
+                break;
+            }
+        }
+        if ended {
+            st.marking.store(false, Ordering::Release);
+            assert!(
+                !st.marked.load(Ordering::Acquire) || st.traced.load(Ordering::Acquire),
+                "the mark ended with a shaded object untraced"
+            );
+        }
+        mutator.join().unwrap();
+    });
+}
+
+#[test]
+fn an_upgrade_never_hands_out_what_the_sweep_frees() {
+    loom::model(|| {
+        let st = Arc::new(State::default());
+        st.marking.store(true, Ordering::Relaxed);
+        let gate = Arc::new(RwLock::new(()));
+        // The weak cell's target: garbage unless an upgrade shades it.
+        let target = Arc::new(AtomicUsize::new(1));
+        let freed = Arc::new(AtomicBool::new(false));
+        let upgrader = {
+            let (st, gate, target) = (st.clone(), gate.clone(), target.clone());
+            loom::thread::spawn(move || {
+                // `GcWeak::upgrade`.
+                let marking = st.marking.load(Ordering::Acquire);
+                let mut addr = target.load(Ordering::Acquire);
+                if addr == 0 {
+                    return None;
+                }
+                if marking {
+                    let _g = gate.read().unwrap();
+                    if st.marking.load(Ordering::Acquire) {
+                        st.shade();
+                    } else {
+                        addr = target.load(Ordering::Acquire);
+                        if addr == 0 {
+                            return None;
+                        }
+                    }
+                }
+                Some(addr)
+            })
+        };
+        // The end (`Cycle::terminate_ragged`), the waits left out: the
+        // upgrade runs in a call that began after them.
+        for _ in 0..3 {
+            while st.drain_and_trace() {}
+            let g = gate.write().unwrap();
+            if !st.gray_is_empty() {
+                drop(g);
+                continue;
+            }
+            if !st.marked.load(Ordering::Acquire) {
+                target.store(0, Ordering::Release);
+            }
+            st.marking.store(false, Ordering::Release);
+            drop(g);
+            break;
+        }
+        // The sweep, once the mark has ended.
+        if !st.marking.load(Ordering::Acquire) && !st.marked.load(Ordering::Acquire) {
+            freed.store(true, Ordering::Release);
+        }
+        let got = upgrader.join().unwrap();
+        if got.is_some() {
+            assert!(
+                !freed.load(Ordering::Acquire),
+                "an upgrade handed out a freed object"
+            );
+        }
+        if st.marked.load(Ordering::Acquire) && !st.marking.load(Ordering::Acquire) {
+            assert!(
+                st.traced.load(Ordering::Acquire),
+                "a shaded target was left untraced"
+            );
+        }
+    });
+}

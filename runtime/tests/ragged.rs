@@ -1,0 +1,417 @@
+//! Ragged cycles (`RuntimeBuilder::ragged_handshakes`): marks that begin
+//! and end with per-mutator handshakes instead of stops.
+//!
+//! - No mutator waits for another's `mutate` call: a thread's calls go on
+//!   while another thread's long call holds a cycle's start.
+//! - The lost-object race of the handshake window: objects moved out of
+//!   places that calls which began before the mark overwrite, unshaded,
+//!   into objects the markers already traced, by calls that began in the
+//!   window, and then cut from where they were. Verify mode aborts the
+//!   process if a reachable object is left unmarked; each chain's values
+//!   are checked as well, so a block freed and reused shows up too.
+//!   `LOAM_RAGGED_ROUNDS` makes it longer by hand.
+
+use loam_runtime::{
+    Gc, GcCell, GcLock, GcWeak, GlobalRoot, Mutation, Root, Rootable, Runtime, Trace,
+};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+#[derive(Trace)]
+struct Node<'gc> {
+    value: u64,
+    next: GcCell<'gc, Option<Gc<'gc, Node<'gc>>>>,
+}
+
+/// A chain of `len` nodes holding `first, first + 1, ...`.
+fn chain<'gc>(mc: &Mutation<'gc>, first: u64, len: u64) -> Gc<'gc, Node<'gc>> {
+    let mut next = None;
+    for i in (0..len).rev() {
+        next = Some(mc.alloc(Node {
+            value: first + i,
+            next: GcCell::new(next),
+        }));
+    }
+    next.expect("a chain of at least one node")
+}
+
+/// Checks a chain made by `chain`: consecutive values, `len` nodes.
+fn check<'gc>(head: Gc<'gc, Node<'gc>>, len: u64) {
+    let first = head.value;
+    let mut n = Some(head);
+    let mut i = 0;
+    while let Some(node) = n {
+        assert_eq!(
+            node.value,
+            first + i,
+            "a chain's node holds another's value"
+        );
+        n = node.next.get();
+        i += 1;
+    }
+    assert_eq!(i, len, "a chain lost nodes");
+}
+
+const LEN: u64 = 6;
+
+/// The tests run one at a time: two of them make a call wait for another
+/// thread's calls, and cycles are serialized across the process (a cycle
+/// of one runtime that waits for such a call holds every other runtime's
+/// cycle back, and with it the call the other test waits for).
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+const SLOTS: usize = 64;
+
+#[derive(Trace)]
+struct Board<'gc> {
+    slots: Gc<'gc, [GcCell<'gc, Option<Gc<'gc, Node<'gc>>>>]>,
+    kept: GcLock<'gc, Vec<Gc<'gc, Node<'gc>>>>,
+}
+
+type BoardRoot = Rootable!['gc => Board<'gc>];
+type NodeRoot = Rootable!['gc => Node<'gc>];
+type WeakRoot = Rootable!['gc => GcWeak<'gc, Node<'gc>>];
+
+fn ragged(verify: bool, min_heap: usize) -> Runtime {
+    Runtime::builder()
+        .ignore_env()
+        .gc_threads(2)
+        .verify(verify)
+        .ragged_handshakes(true)
+        .min_heap(min_heap)
+        .build()
+}
+
+fn rounds() -> u64 {
+    std::env::var("LOAM_RAGGED_ROUNDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(3000)
+}
+
+/// Four threads move chains between a shared board's slots (an old
+/// array), a lock's vector, their own roots and weak references, each
+/// move inside one call that first makes garbage, so that calls straddle
+/// the marks' starts and ends: a chain read from a slot is held while
+/// other threads' calls overwrite that slot (with the barrier off if they
+/// began before the mark), then stored elsewhere, rooted, or made weak and
+/// upgraded later.
+#[test]
+fn chains_moved_across_the_handshake_window_are_kept() {
+    let _serial = serial();
+    let rt = ragged(true, 256 << 10);
+    let board: GlobalRoot<BoardRoot> = rt.attach().mutate(|mc| {
+        let slots = mc.alloc_slice_fill(SLOTS, GcCell::new(None));
+        for (i, s) in slots.iter().enumerate() {
+            s.set(mc, Some(chain(mc, i as u64 * 1000, LEN)));
+        }
+        mc.global_root(mc.alloc(Board {
+            slots,
+            kept: GcLock::new(Vec::new()),
+        }))
+    });
+    rt.collect(); // the board is old now
+    let stamp = AtomicU64::new(1 << 20);
+    std::thread::scope(|s| {
+        for t in 0..4_u64 {
+            let (rt, board, stamp) = (&rt, &board, &stamp);
+            s.spawn(move || {
+                let mut m = rt.attach();
+                let mut mine: Option<Root<NodeRoot>> = None;
+                let mut weak: Option<Root<WeakRoot>> = None;
+                let mut rng = (t + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+                let mut next = || {
+                    rng ^= rng << 13;
+                    rng ^= rng >> 7;
+                    rng ^= rng << 17;
+                    rng
+                };
+                for _ in 0..rounds() {
+                    // One call in sixteen is long (a few thousand objects):
+                    // marks begin and end while it holds what it read.
+                    let (a, b, op, garbage) = (
+                        next() as usize % SLOTS,
+                        next() as usize % SLOTS,
+                        next() % 6,
+                        if next() % 16 == 0 { 4096 } else { next() % 64 },
+                    );
+                    let fresh = stamp.fetch_add(1000, Ordering::Relaxed);
+                    let (new_mine, new_weak) = m.mutate(|mc| {
+                        let board = board.get(mc);
+                        // Read first, hold it across the garbage.
+                        let held = board.slots[a].get();
+                        for k in 0..garbage {
+                            mc.alloc([k; 16]);
+                        }
+                        let mut new_mine = None;
+                        let mut new_weak = None;
+                        match op {
+                            // Move: store what was read into another slot
+                            // and cut it where it was.
+                            0 => {
+                                board.slots[b].set(mc, held);
+                                board.slots[a].set(mc, Some(chain(mc, fresh, LEN)));
+                            }
+                            // Root what was read, cut it from the board.
+                            1 => {
+                                if let Some(h) = held {
+                                    new_mine = Some(mc.root(h));
+                                }
+                                board.slots[a].set(mc, None);
+                            }
+                            // Put the rooted one back, and a fresh one.
+                            2 => {
+                                if let Some(r) = &mine {
+                                    board.slots[b].set(mc, Some(r.get(mc)));
+                                }
+                                board.slots[a].set(mc, Some(chain(mc, fresh, LEN)));
+                            }
+                            // Into the lock's vector, cut from the slot.
+                            3 => {
+                                if let Some(h) = held {
+                                    board.kept.write(mc, |v| {
+                                        if v.len() >= 32 {
+                                            v.remove(0);
+                                        }
+                                        v.push(h);
+                                    });
+                                }
+                                board.slots[a].set(mc, Some(chain(mc, fresh, LEN)));
+                            }
+                            // A weak reference to what was read, which is
+                            // then cut; or upgrade the last one, store it.
+                            4 => {
+                                if let Some(h) = held {
+                                    new_weak = Some(mc.root(mc.alloc(GcWeak::new(mc, h))));
+                                    board.slots[a].set(mc, None);
+                                }
+                                if let Some(w) = &weak {
+                                    if let Some(o) = w.get(mc).upgrade() {
+                                        check(o, LEN);
+                                        board.slots[b].set(mc, Some(o));
+                                    }
+                                }
+                            }
+                            // Walk everything.
+                            _ => {
+                                for s in board.slots.iter() {
+                                    if let Some(c) = s.get() {
+                                        check(c, LEN);
+                                    }
+                                }
+                                for &c in board.kept.read().iter() {
+                                    check(c, LEN);
+                                }
+                            }
+                        }
+                        if let Some(h) = held {
+                            check(h, LEN);
+                        }
+                        (new_mine, new_weak)
+                    });
+                    if new_mine.is_some() {
+                        mine = new_mine;
+                    }
+                    if new_weak.is_some() {
+                        weak = new_weak;
+                    }
+                }
+            });
+        }
+    });
+    let s = rt.stats();
+    assert!(
+        s.ragged_cycles >= 10,
+        "{} ragged cycles of {}",
+        s.ragged_cycles,
+        s.cycles
+    );
+}
+
+/// A thread inside a long `mutate` call while a cycle begins: another
+/// thread's calls go on, and see the cycle's mark under way (with a
+/// stopped world they would wait at their entry until the long call
+/// returned, which here waits for them: the test would time out).
+#[test]
+fn a_long_call_does_not_hold_another_threads_calls() {
+    let _serial = serial();
+    // A 4 MiB goal, and the long call allocates 5 MiB: past the goal (a
+    // cycle starts), short of twice it (where pacing would hold the other
+    // thread until the cycle ends, which it cannot before the long call
+    // does: the heap bound, not a handshake).
+    let rt = ragged(false, 4 << 20);
+    let marking_seen = AtomicBool::new(false);
+    let done = AtomicBool::new(false);
+    let started = AtomicBool::new(false);
+    // Attached before the long call begins: a stopped world's gate would
+    // not let it in (`handshake.rs`).
+    let mut b = rt.attach();
+    std::thread::scope(|s| {
+        let long = s.spawn(|| {
+            let mut a = rt.attach();
+            a.mutate(|mc| {
+                started.store(true, Ordering::Release);
+                // Past the heap goal: the collector starts a cycle, which
+                // waits for this call.
+                for k in 0..80_000_u64 {
+                    mc.alloc([k; 8]);
+                }
+                let deadline = Instant::now() + Duration::from_secs(60);
+                while !done.load(Ordering::Acquire) {
+                    assert!(
+                        Instant::now() < deadline,
+                        "the other thread made no progress during this call"
+                    );
+                    std::thread::yield_now();
+                }
+            });
+        });
+        while !started.load(Ordering::Acquire) {
+            std::thread::yield_now();
+        }
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut after = 0;
+        while after < 100 {
+            assert!(
+                Instant::now() < deadline,
+                "no cycle began during the long call"
+            );
+            b.mutate(|mc| {
+                mc.alloc(1_u64);
+                if mc.is_marking() {
+                    marking_seen.store(true, Ordering::Relaxed);
+                }
+            });
+            if marking_seen.load(Ordering::Relaxed) {
+                after += 1;
+            }
+        }
+        done.store(true, Ordering::Release);
+        long.join().unwrap();
+    });
+    assert!(marking_seen.load(Ordering::Relaxed));
+    b.collect();
+    assert!(rt.stats().ragged_cycles >= 1);
+}
+
+/// The lost-object race of the handshake window, made to happen: a call
+/// that began before a mark (barrier off) cuts the only path to a chain
+/// after a call that began in the mark's window read it; the window call
+/// holds the chain past the time the mark could end and then stores it
+/// into an object the markers traced before. The chain and the array are
+/// young and were never stored through a barrier, so nothing but this
+/// cycle's mark keeps them. The chain must be kept: the mark's start waits
+/// for the old call, its end for the window call, and the window call's
+/// store shades what it stores (verify mode aborts otherwise, and the
+/// chain's values are checked).
+#[test]
+fn the_lost_object_race_of_the_handshake_window() {
+    let _serial = serial();
+    type Slots = Rootable!['gc => [GcCell<'gc, Option<Gc<'gc, Node<'gc>>>>]];
+    type LockRoot = Rootable!['gc => GcLock<'gc, Vec<Gc<'gc, Node<'gc>>>>];
+    let rt = ragged(true, 1 << 20);
+    let mut raced = 0;
+    for round in 0..12_u64 {
+        let stamp = round * 1000;
+        // Built whole, no store through a barrier: young and unremembered.
+        let (slots, lock): (GlobalRoot<Slots>, GlobalRoot<LockRoot>) = rt.attach().mutate(|mc| {
+            let x = chain(mc, stamp, LEN);
+            (
+                mc.global_root(mc.alloc_from_iter([GcCell::new(Some(x)), GcCell::new(None)])),
+                mc.global_root(mc.alloc(GcLock::new(Vec::new()))),
+            )
+        });
+        let old_inside = AtomicBool::new(false);
+        let window_read = AtomicBool::new(false);
+        let old_left = AtomicBool::new(false);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let in_window = std::thread::scope(|s| {
+            // The old call: inside before the mark begins; cuts the chain's
+            // only path once the window call has read it.
+            s.spawn(|| {
+                let mut m = rt.attach();
+                m.mutate(|mc| {
+                    old_inside.store(true, Ordering::Release);
+                    while !window_read.load(Ordering::Acquire) {
+                        if Instant::now() > deadline {
+                            return;
+                        }
+                        std::thread::yield_now();
+                    }
+                    slots.get(mc)[0].set(mc, None);
+                });
+                old_left.store(true, Ordering::Release);
+            });
+            while !old_inside.load(Ordering::Acquire) {
+                std::thread::yield_now();
+            }
+            // This thread allocates until a cycle begins; its first call
+            // that sees the mark is in the window (the old call is still
+            // inside, waiting for it).
+            let mut m = rt.attach();
+            loop {
+                let cycles = rt.stats().cycles;
+                let (done, root) = m.mutate(|mc| {
+                    if !mc.is_marking() {
+                        for k in 0..2048_u64 {
+                            mc.alloc([k; 8]);
+                        }
+                        return (Instant::now() > deadline, None);
+                    }
+                    let held = slots.get(mc)[0].get().expect("the chain");
+                    window_read.store(true, Ordering::Release);
+                    while !old_left.load(Ordering::Acquire) {
+                        std::thread::yield_now();
+                    }
+                    // Long enough for a mark that did not wait for this
+                    // call to end, and its sweep.
+                    let until = Instant::now() + Duration::from_millis(100);
+                    while rt.stats().cycles == cycles && Instant::now() < until {
+                        std::thread::yield_now();
+                    }
+                    // Into an array the markers traced, into a root made
+                    // after the root tables were read, or into a lock the
+                    // markers traced.
+                    let root = match round % 3 {
+                        0 => {
+                            slots.get(mc)[1].set(mc, Some(held));
+                            None
+                        }
+                        1 => Some(mc.root(held)),
+                        _ => {
+                            lock.get(mc).write(mc, |v| v.push(held));
+                            None
+                        }
+                    };
+                    check(held, LEN);
+                    assert_eq!(held.value, stamp);
+                    (true, root)
+                });
+                if done {
+                    break (window_read.load(Ordering::Acquire), root);
+                }
+            }
+        });
+        let (in_window, rooted): (bool, Option<Root<NodeRoot>>) = in_window;
+        if in_window {
+            raced += 1;
+        }
+        // The chain the window call stored is whole after the cycle.
+        rt.collect();
+        rt.attach().mutate(|mc| {
+            if in_window {
+                let kept = match (&rooted, round % 3) {
+                    (Some(r), _) => r.get(mc),
+                    (None, 2) => *lock.get(mc).read().first().expect("the chain was pushed"),
+                    (None, _) => slots.get(mc)[1].get().expect("the chain was stored"),
+                };
+                check(kept, LEN);
+                assert_eq!(kept.value, stamp);
+            }
+        });
+    }
+    assert!(raced >= 10, "only {raced} of 12 rounds raced in the window");
+}

@@ -94,18 +94,20 @@
 //!    waits for the calls under way to end once and looks again. The
 //!    window closes once the roots are read, so the first wait of the end
 //!    outlasts every window call, and what each handed out was shaded
-//!    before it ended: the first look must find nothing at all. After
-//!    that, a call still running began after the window closed: it holds
-//!    only objects read from the roots or the heap, which are marked or on
-//!    their way to `gray` (nothing unmarked of the snapshot is reachable
-//!    there once the markers ran dry, but through what the barriers shade),
-//!    or objects it allocated, which this cycle does not sweep and which
-//!    point to such objects only. So a later look ends the mark if it finds
-//!    no object of the snapshot (`Snapshot::holds`); the young objects it
-//!    found stay in `gray`, marked, and so do the later shades of calls
-//!    that began before `marking` was lowered: the next cycle traces them
-//!    (its stop takes them as remembered, its ragged start traces them),
-//!    which keeps the minor cycles' invariant.
+//!    before it ended: the first look must find nothing at all, and what
+//!    it found is traced whole before the next. After that, a call still
+//!    running began after the window closed: it holds only objects read
+//!    from the roots or the heap, which are marked or on their way to
+//!    `gray` (nothing unmarked of the snapshot is reachable there once the
+//!    markers ran dry, but through what the barriers shade), or objects
+//!    it allocated after T, which this cycle does not sweep and which
+//!    point only to such objects. So a later look ends the mark if it
+//!    finds no object of the snapshot (`Snapshot::holds`), and the young
+//!    objects such calls shade are not traced by this cycle: they stay in
+//!    `gray`, marked, and so do the shades of calls that began before
+//!    `marking` was lowered and run on after it. The next cycle traces
+//!    them (its stop takes them as remembered, its ragged start traces
+//!    them), which keeps the minor cycles' invariant.
 //! 4. *Weak references.* An upgrade hands out an object no path may reach
 //!    (4 above). It shades under the weak gate's read lock while `marking`
 //!    is set; the end looks for shaded objects, clears the weak cells and
@@ -115,10 +117,17 @@
 //!    remember epoch it began in (`MutatorShared::remembered_in`), read in
 //!    one word with `marking` (`Shared::calls`): the old calls' lists are
 //!    complete at T, and what window calls record is the next cycle's.
-//! 6. *The sweep's snapshot.* Old calls may allocate after the seal epoch
-//!    was raised without sealing (they may read the epoch before the
-//!    raise): those objects are in the copy, and are reachable at T or
-//!    garbage, like any other object of an old call.
+//! 6. *The sweep's snapshot.* The seal epoch rises at T, with no old call
+//!    left: everything old calls allocated is in the sweep's copy, so an
+//!    object missing from it (young) was allocated by a call with the
+//!    barrier on. Window calls may allocate on either side of the raise:
+//!    their objects in the copy are covered by 2, and those outside it
+//!    reach post-window calls only through what 2 shaded and the first
+//!    look traced.
+//! 7. *`GcLock`s.* A lock records the mark whose old contents it shaded
+//!    (`shaded`), and skips the shade on later writes of that mark. A
+//!    window call shades without recording it: an old call may still write
+//!    the lock, unshaded, after it.
 //!
 //! A minor cycle that a `GcLock` write of unknown owner (`lock_written`)
 //! makes full by T stops the world after all: an old call's write was not
@@ -135,13 +144,14 @@
 //! swept. Why that holds at the first pause:
 //! 1. *No collector writes marks meanwhile.* Phase 0 runs under the
 //!    process-wide cycle lock, after the last cycle's sweep: no mark and no
-//!    sweep of any runtime runs, and calls of this runtime read
-//!    `marking == 0` (the last cycle's final stop cleared it before any of
-//!    them began).
-//! 2. *Between marks only the barrier sets marks* (`remember`), and each
-//!    bit it sets (`mark` returning true: its `fetch_or` found the bit
-//!    clear) it pushes onto its mutator's remembered list, which the stop
-//!    takes, detached mutators' included. Take any object's bit at the
+//!    sweep of any runtime runs. Calls of this runtime read
+//!    `marking == 0`, except those that began before a ragged mark ended
+//!    (`Ragged cycles`, below), which still shade.
+//! 2. *Between marks only the barrier sets marks* (`remember`, and the
+//!    shades of those calls), and each bit it sets (`mark` returning true:
+//!    its `fetch_or` found the bit clear) it pushes onto its mutator's
+//!    remembered list, or `gray`; the stop takes both, detached mutators'
+//!    lists included. Take any object's bit at the
 //!    stop, and the last write that changed it. If that was phase 0's
 //!    store of a zero word, the bit is clear. Otherwise it was a
 //!    `fetch_or` that found it clear, and the `remember` that made it
@@ -323,8 +333,10 @@ impl<'gc> Mutation<'gc> {
         let shared = self.shared();
         self.each_edge(value, |e| {
             // SAFETY: `e` is reachable by this call, so allocated, and no
-            // sweep runs during a mark; the mark bit is atomic and the
-            // markers expect it set by others (`mark::shade`).
+            // sweep frees what a call can reach (a call that shades after
+            // a ragged mark ended reaches only marked or young objects:
+            // "Ragged cycles", 3); the mark bit is atomic and the markers
+            // expect it set by others (`mark::shade`).
             unsafe { crate::mark::shade(&shared.space, &shared.gray, e) };
         });
     }
@@ -376,7 +388,8 @@ impl<'gc> Mutation<'gc> {
         if self.marking != 0 {
             // SAFETY: `owner` is allocated (`cell.rs`: a lock's owner is an
             // object the last mark that met the lock marked, or a survivor
-            // of it) and no sweep runs during a mark.
+            // of it), and marked, so the sweep under way, if any (this call
+            // began before a ragged mark ended), keeps it.
             unsafe { crate::mark::shade(&shared.space, &shared.gray, owner) };
         }
         let epoch = self.remember;

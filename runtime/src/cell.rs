@@ -41,6 +41,13 @@
 //!    began (and is marked through the path it had then, whose cutting is
 //!    shaded) or allocated since (not swept by this cycle).
 //!
+//! A ragged cycle's tracers start only once every call that began before
+//! its mark has ended (point 1 holds from then on); its "mark's start" is
+//! that moment, *T*. A call that began in the window before it may write
+//! before T: it shades the contents before and after its closure and does
+//! not record the mark in `shaded`, so the first write after T shades
+//! again (`barrier.rs`, "Ragged cycles", 2 and 7).
+//!
 //! No tracer ever blocks on a `GcLock`, so the only waits between locks are
 //! those of the user's own nested writes. The protocol is model-checked in
 //! `snapshot_model.rs` (`nested_locks_never_deadlock`).
@@ -443,7 +450,13 @@ impl<'gc, T: Trace + 'gc> GcLock<'gc, T> {
             // 3): the panic goes on to the caller, but the mark under way
             // is told, and its cycle frees nothing.
             shade_contents(mc, &*g);
-            self.shaded.store(epoch, Ordering::Relaxed);
+            // Not for a window call: a call that began before the mark may
+            // still write the lock unshaded after it, so the first write
+            // after the window must shade again (`barrier.rs`, "Ragged
+            // cycles").
+            if !mc.window {
+                self.shaded.store(epoch, Ordering::Relaxed);
+            }
         }
         // What `f` stores is covered by recording the object that holds
         // the lock, for the next minor cycle to trace again (module docs,

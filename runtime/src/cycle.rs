@@ -338,7 +338,8 @@ fn stop_world(shared: &Shared, mut gone: Option<&mut Vec<usize>>) -> Vec<Arc<Mut
     })
 }
 
-/// The roots as of now (world stopped): every mutator's table and the
+/// The roots as of now (world stopped, or after a ragged start's T, when
+/// roots made since shade): every mutator's table and the
 /// global one.
 fn roots_of(shared: &Shared, mutators: &[Arc<MutatorShared>]) -> Vec<usize> {
     let mut roots = Vec::new();
@@ -395,7 +396,7 @@ struct Cycle<'a> {
 
 /// The mark's state between its phases.
 struct Marking {
-    /// The mutators of the last stop, the world stopped.
+    /// The mutators of the last stop (or of a ragged start's T).
     mutators: Vec<Arc<MutatorShared>>,
     roots: Vec<usize>,
     /// Marked objects the first pause did not trace (none: the mark ended
@@ -554,7 +555,7 @@ impl<'a> Cycle<'a> {
             m.take_remembered(&mut remembered);
         }
         // And what calls shaded after a ragged cycle's mark had ended
-        // (`Cycle::conclude`): marked, not yet traced.
+        // (`Cycle::terminate_ragged`): marked, not yet traced.
         mark::drain(&shared.gray, &mut remembered);
         // What locks record from here on is the next cycle's (`cell.rs`);
         // no mark runs until the pause says so.
@@ -708,7 +709,7 @@ impl<'a> Cycle<'a> {
         // markers trace those too. 64 bits: a `GcLock` shaded one epoch
         // ago must never look shaded now.
         let epoch = shared.mark_epoch.load(Ordering::Relaxed) + 1;
-        shared.mark_epoch.store(epoch, Ordering::Relaxed);
+        shared.mark_epoch.store(epoch, Ordering::Release);
         shared.set_calls(CallState {
             marking: true,
             ..shared.calls_now()

@@ -335,14 +335,34 @@ impl Handshake {
             .collect();
         if !under_way.is_empty() {
             let mut g = lock(&self.lock);
+            let mut patience = PATIENCE;
             // A leave stores its sequence, fences, sees `WATCH` and
             // notifies under the mutex: after this check, or it is seen.
-            while under_way
-                .iter()
-                .any(|&(s, seq)| s.seq.load(Ordering::Acquire) == seq)
-            {
-                g = wait(&self.left, g);
+            loop {
+                let still = under_way
+                    .iter()
+                    .filter(|&&(s, seq)| s.seq.load(Ordering::Acquire) == seq);
+                // Mutators attached after the oldest call still under way
+                // began may be its scoped threads, waiting for the
+                // collector between their calls (pacing, the heap limit):
+                // past the patience they are told to stop waiting
+                // (`gate_admits`), as a stop's gate does, or the call
+                // would wait for them and they for this wait. Nobody is
+                // held at entry here, so nothing else is needed.
+                let Some(after) = still
+                    .map(|&(s, _)| s.call_began.load(Ordering::Relaxed))
+                    .min()
+                else {
+                    break;
+                };
+                let (g2, timed_out) = wait_for(&self.left, g, patience);
+                g = g2;
+                if timed_out && self.admit_hint.load(Ordering::Relaxed) != after {
+                    self.admit_hint.store(after, Ordering::Relaxed);
+                    patience = patience.saturating_mul(2).min(Duration::from_secs(1));
+                }
             }
+            self.admit_hint.store(u64::MAX, Ordering::Relaxed);
         }
         self.state.fetch_and(!WATCH, Ordering::Relaxed);
     }

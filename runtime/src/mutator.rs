@@ -301,11 +301,19 @@ impl Mutator {
         // entry fence (`Shared::calls`): a cycle changes it either with
         // the world stopped, or raggedly, and then waits for every call
         // that began before the change (`handshake.rs`, `wait_for_calls`).
-        let calls = shared.calls_now();
-        let marking = if calls.marking {
-            shared.mark_epoch.load(Ordering::Relaxed)
-        } else {
-            0
+        // The mark epoch beside it, of the same cycle: a ragged cycle may
+        // end, and the next one begin (storing the next epoch first, with
+        // release), between the two reads; then `calls` has moved too,
+        // and both are read again.
+        let (calls, marking) = loop {
+            let calls = shared.calls_now();
+            if !calls.marking {
+                break (calls, 0);
+            }
+            let epoch = shared.mark_epoch.load(Ordering::Acquire);
+            if shared.calls_now() == calls {
+                break (calls, epoch);
+            }
         };
         // A runtime without generations records nothing, and `u64::MAX`
         // is what a log that never recorded holds (`log.rs`).

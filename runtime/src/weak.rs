@@ -87,7 +87,7 @@ impl<'gc, T: Trace> GcWeak<'gc, T> {
         });
         if mc.mark_epoch() != 0 {
             // A ragged cycle's end checks every cell registered by then
-            // (`Cycle::conclude`): one made during the mark is marked, so
+            // (`Cycle::terminate_ragged`): one made during the mark is marked, so
             // that it is kept, and so is its target, which the call holds
             // and may hold from before the mark's start (`barrier.rs`,
             // "Ragged cycles").

@@ -15,6 +15,7 @@ use loam_runtime::{
     Gc, GcCell, GcLock, GcWeak, GlobalRoot, Mutation, Root, Rootable, Runtime, Trace,
 };
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 #[derive(Trace)]
@@ -414,4 +415,49 @@ fn the_lost_object_race_of_the_handshake_window() {
         });
     }
     assert!(raced >= 10, "only {raced} of 12 rounds raced in the window");
+}
+
+/// A call that joins a scoped thread, which outruns the collector and is
+/// held by pacing while a ragged cycle waits for the joining call: the
+/// wait tells the scoped thread to stop waiting, as a stop's gate does
+/// (`Handshake::wait_for_calls`), so all of it ends.
+#[test]
+fn a_paced_scoped_thread_does_not_deadlock_a_ragged_start() {
+    let _serial = serial();
+    let rt = ragged(false, 256 << 10);
+    let done = Arc::new(AtomicBool::new(false));
+    {
+        // A hang is this test's failure: abort rather than wait for ever.
+        let done = done.clone();
+        std::thread::spawn(move || {
+            let until = Instant::now() + Duration::from_secs(120);
+            while Instant::now() < until {
+                if done.load(Ordering::Relaxed) {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            eprintln!("a paced scoped thread deadlocked a ragged start");
+            std::process::abort();
+        });
+    }
+    let mut m = rt.attach();
+    m.mutate(|_| {
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let mut scoped = rt.attach();
+                // 50 MiB of garbage against a 256 KiB goal: paced.
+                for _ in 0..400 {
+                    scoped.mutate(|mc| {
+                        for k in 0..2048_u64 {
+                            mc.alloc([k; 8]);
+                        }
+                    });
+                }
+            });
+        });
+    });
+    done.store(true, Ordering::Relaxed);
+    m.collect();
+    assert!(rt.stats().ragged_cycles >= 1);
 }

@@ -9,22 +9,27 @@
 //! what holds instead, is argued in `barrier.rs` ("Ragged cycles"); the
 //! design and its history in `docs/handshakes.md`. In short:
 //!
-//! 1. *Start.* Raise the seal epoch, then set `marking` and `window` with a
-//!    new remember epoch in one word (`Shared::calls`): every call that
-//!    begins from now on shades. Wait for the calls that began before to
-//!    end (they run with the barrier off). Once they have (point *T*),
-//!    clear `window`, take their remembered lists (the old epoch's parity)
-//!    and read the root tables. Calls that began in the window may hold,
-//!    unshaded, what an old call then overwrote: they shade everything
-//!    they hand out of their stack for as long as they run.
+//! 1. *Start.* Set `marking` and `window` with a new remember epoch in one
+//!    word (`Shared::calls`): every call that begins from now on shades.
+//!    Wait for the calls that began before to end (they run with the
+//!    barrier off). Once they have (point *T*), raise the seal epoch, take
+//!    their remembered lists (the old epoch's parity) and read the root
+//!    tables; then close the window. Calls that began in the window may
+//!    hold, unshaded, what an old call then overwrote: they shade
+//!    everything they hand out of their stack for as long as they run.
 //! 2. *Mark* from the roots and the remembered objects concurrently, with
 //!    assists, as a stopped cycle's concurrent mark does, and take the
 //!    snapshot of allocated bits meanwhile.
-//! 3. *End.* Trace until the queues are empty; wait for the calls under
-//!    way to end once; if nothing was shaded meanwhile, the mark is
-//!    complete. The last look happens under the weak gate's write lock,
-//!    which also clears the weak cells and `marking`, so an upgrade shades
-//!    before the look or sees the mark over.
+//! 3. *End.* Trace what was shaded; wait for the calls under way to end
+//!    once; look at what they shaded meanwhile: nothing at the first look
+//!    (which outlasts every window call), nothing of the snapshot at a
+//!    later one, and the mark is complete. The look happens under the weak
+//!    gate's write lock, which also clears the weak cells and `marking`,
+//!    so an upgrade shades before the look or sees the mark over.
+//!
+//! Each wait tells the mutators that may be the scoped threads of a call
+//! it waits for to stop waiting for the collector (pacing, the heap
+//! limit), as a stop's gate does: that call may be joining them.
 //!
 //! Forced cycles (`collect` promises every unreachable object freed, and a
 //! ragged full cycle keeps what the barrier marked since phase 0 as
@@ -78,15 +83,13 @@ impl<'a> Cycle<'a> {
             // next cycle's business.
             shared.lock_written.store(false, Ordering::Relaxed);
         }
-        // SAFETY: under the process-wide cycle lock, which this cycle
-        // holds until its sweep, after its walk: no other walk runs.
-        let seal = unsafe { loam_heap::SealEpoch::raise() };
         let epoch = shared.mark_epoch.load(Ordering::Relaxed) + 1;
-        shared.mark_epoch.store(epoch, Ordering::Relaxed);
+        // Release: a call that reads it reads `calls` as set below or
+        // later (`Mutator::mutate` reads both, and again if they moved).
+        shared.mark_epoch.store(epoch, Ordering::Release);
         let before = shared.calls_now();
         let remember = before.remember + 1;
         shared.live_seen.store(0, Ordering::Relaxed);
-        let heap_at_stop = shared.heap_used.load(Ordering::Relaxed);
         shared.control.lock().phase = Phase::Mark;
         // Release: a call that sees it sees the epochs and the seal.
         shared.set_calls(CallState {
@@ -99,9 +102,21 @@ impl<'a> Cycle<'a> {
         // call after attaching, and sees `marking`.
         let mutators = shared.mutators.lock().clone();
         shared.handshake.wait_for_calls(&mutators);
+        // The registry below counts references: gone mutators are those
+        // it alone holds.
+        drop(mutators);
         // T: every call that began without the barrier has ended. The
         // window stays open until the roots are read (`mark_ragged`).
         let stop_time = start.elapsed();
+        // The seal epoch rises only now, with no old call left: what old
+        // calls allocated is all in the sweep's copy, so an object missing
+        // from the copy (young, `Snapshot::holds`) was allocated by a call
+        // with the barrier on (`barrier.rs`, "Ragged cycles", 6). Window
+        // calls may allocate on either side of it.
+        // SAFETY: under the process-wide cycle lock, which this cycle
+        // holds until its sweep, after its walk: no other walk runs.
+        let seal = unsafe { loam_heap::SealEpoch::raise() };
+        let heap_at_stop = shared.heap_used.load(Ordering::Relaxed);
         if !full && shared.lock_written.load(Ordering::Relaxed) {
             // A write of a lock whose object is unknown, by a call that
             // perhaps began before the mark (so unshaded): this cycle must
@@ -271,12 +286,16 @@ impl<'a> Cycle<'a> {
             for _ in 0..RAGGED_TRIES {
                 for _ in 0..SHADED_ROUNDS {
                     mark::drain(&shared.gray, &mut batch);
-                    batch.append(rest);
                     if !first_look {
+                        // Shaded after the first look, so by calls that
+                        // began after the window closed. (What the first
+                        // look found, and what tracing it left in `rest`,
+                        // is traced whole.)
                         let (y, old): (Vec<usize>, Vec<usize>) = batch.drain(..).partition(young);
                         later.extend(y);
                         batch = old;
                     }
+                    batch.append(rest);
                     if batch.is_empty() {
                         break;
                     }
@@ -301,12 +320,12 @@ impl<'a> Cycle<'a> {
                 // Under the gate: no upgrade shades between this look and
                 // the clearing below.
                 mark::drain(&shared.gray, &mut batch);
-                batch.append(rest);
-                let done = if first_look {
-                    batch.is_empty()
-                } else {
-                    batch.iter().all(young)
-                };
+                let done = rest.is_empty()
+                    && if first_look {
+                        batch.is_empty()
+                    } else {
+                        batch.iter().all(young)
+                    };
                 first_look = false;
                 if !done {
                     drop(gate);

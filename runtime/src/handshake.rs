@@ -355,9 +355,14 @@ impl Handshake {
                 else {
                     break;
                 };
+                if self.admit_hint.load(Ordering::Relaxed) == after {
+                    // Told already: wait for a leave.
+                    g = wait(&self.left, g);
+                    continue;
+                }
                 let (g2, timed_out) = wait_for(&self.left, g, patience);
                 g = g2;
-                if timed_out && self.admit_hint.load(Ordering::Relaxed) != after {
+                if timed_out {
                     self.admit_hint.store(after, Ordering::Relaxed);
                     patience = patience.saturating_mul(2).min(Duration::from_secs(1));
                 }

@@ -307,6 +307,21 @@ fn clear_marks_running() -> Duration {
     start.elapsed()
 }
 
+/// Sets the mutators' assist ratio for a concurrent mark that expects to
+/// trace `expected` more bytes (`Mutator::assist`): that work over the
+/// headroom left to where pacing begins now (the pace goal, which a mark
+/// that found live data past the goal has raised, `Shared::saw_live`), in
+/// 1/1024ths, from a quarter to sixteen. Returns it.
+fn set_assist_ratio(shared: &Shared, gen: &Generations, expected: usize) -> u32 {
+    let headroom = shared
+        .pace_at(gen.goal.max(shared.pace_goal.load(Ordering::Relaxed)))
+        .saturating_sub(shared.heap_used.load(Ordering::Relaxed))
+        .max(1 << 20);
+    let ratio = (expected as u128 * 1024 / headroom as u128).clamp(256, 16 << 10) as u32;
+    shared.assist_ratio.store(ratio, Ordering::Relaxed);
+    ratio
+}
+
 /// Rounds of marking what the barriers shaded, with the mutators running,
 /// before the last pause takes the rest.
 const SHADED_ROUNDS: usize = 4;
@@ -734,14 +749,7 @@ impl<'a> Cycle<'a> {
             self.marked.bytes
         }
         .max(1 << 20);
-        // To where pacing begins now: the pace goal, which a mark that
-        // found live data past the goal has raised (`Shared::saw_live`).
-        let headroom = shared
-            .pace_at(gen.goal.max(shared.pace_goal.load(Ordering::Relaxed)))
-            .saturating_sub(shared.heap_used.load(Ordering::Relaxed))
-            .max(1 << 20);
-        let ratio = (expected as u128 * 1024 / headroom as u128).clamp(256, 16 << 10) as u32;
-        shared.assist_ratio.store(ratio, Ordering::Relaxed);
+        let ratio = set_assist_ratio(shared, gen, expected);
         let mut rest = Vec::new();
         // `parallel`'s marks invariant holds in its concurrent form: every
         // object a marked object points to is marked, queued here, or

@@ -87,10 +87,10 @@ impl<'gc, T: Trace> GcWeak<'gc, T> {
         });
         if mc.mark_epoch() != 0 {
             // A ragged cycle's end checks every cell registered by then
-            // (`Cycle::terminate_ragged`): one made during the mark is marked, so
-            // that it is kept, and so is its target, which the call holds
-            // and may hold from before the mark's start (`barrier.rs`,
-            // "Ragged cycles").
+            // (`Cycle::terminate_ragged`): one made during the mark is
+            // marked, so that it is kept, and so is its target, which the
+            // call holds and may hold from before the mark's start
+            // (`barrier.rs`, "Ragged cycles").
             mc.shade_addr(cell.addr());
             mc.shade_addr(target.addr());
         }
@@ -137,8 +137,9 @@ impl<'gc, T: Trace> GcWeak<'gc, T> {
         // SAFETY: a nonzero target is live: the collector clears the cell
         // before the sweep frees the target, either with the world stopped
         // or before it lowers `marking` (read before the target, above); a
-        // mark under way will keep it (shaded above); no later mark can
-        // end during this `mutate` call.
+        // mark under way will keep it (shaded above); a mark that begins
+        // after this call did cannot end before it returns (its start, or
+        // its stop, waits for the call).
         Some(unsafe { Gc::from_addr(addr) })
     }
 }

@@ -212,12 +212,7 @@ impl<'a> Cycle<'a> {
             self.heap_at_stop.saturating_sub(gen.old) / 4
         }
         .max(1 << 20);
-        let headroom = shared
-            .pace_at(gen.goal.max(shared.pace_goal.load(Ordering::Relaxed)))
-            .saturating_sub(shared.heap_used.load(Ordering::Relaxed))
-            .max(1 << 20);
-        let ratio = (expected as u128 * 1024 / headroom as u128).clamp(256, 16 << 10) as u32;
-        shared.assist_ratio.store(ratio, Ordering::Relaxed);
+        let ratio = super::set_assist_ratio(shared, gen, expected);
         let mut rest = Vec::new();
         // Every object a marked object points to is marked, or queued by
         // this call (roots, `remembered`), or in `shared.gray` (shaded by

@@ -614,19 +614,42 @@ impl<'a> Cycle<'a> {
             remembered.clear();
         }
         let cycle = Cycle {
-            shared,
-            pool,
             forced,
             full,
             marks_cleared: mark_clear.is_some(),
+            heap_at_stop: shared.heap_used.load(Ordering::Relaxed),
+            weak_at_stop: shared.weak.lock().len(),
+            ..Cycle::new(shared, pool, start, heap_before, seal, stop_time, mark_clear)
+        };
+        (cycle, mutators, remembered)
+    }
+
+    /// A cycle begun at `start`, its measures at zero: minor, not forced,
+    /// stopped, with nothing recorded at its stop yet (callers set what
+    /// differs).
+    fn new(
+        shared: &'a Shared,
+        pool: &'a ThreadPool,
+        start: Instant,
+        heap_before: usize,
+        seal: loam_heap::SealEpoch,
+        stop_time: Duration,
+        mark_clear: Option<Duration>,
+    ) -> Self {
+        Cycle {
+            shared,
+            pool,
+            forced: false,
+            full: false,
+            marks_cleared: false,
             mark_clear: mark_clear.unwrap_or_default(),
             start,
             heap_before,
             seal,
             snapped: false,
             snap_in_pause: false,
-            heap_at_stop: shared.heap_used.load(Ordering::Relaxed),
-            weak_at_stop: shared.weak.lock().len(),
+            heap_at_stop: 0,
+            weak_at_stop: 0,
             marked: mark::Marked::default(),
             concurrent: false,
             ragged: false,
@@ -638,8 +661,7 @@ impl<'a> Cycle<'a> {
             end_pauses: Vec::new(),
             concurrent_mark: Duration::ZERO,
             sweep_time: Duration::ZERO,
-        };
-        (cycle, mutators, remembered)
+        }
     }
 
     /// Whether the snapshot must be taken in the first pause: a full

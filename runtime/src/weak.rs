@@ -134,12 +134,13 @@ impl<'gc, T: Trace> GcWeak<'gc, T> {
                 }
             }
         }
-        // SAFETY: a nonzero target is live: the collector clears the cell
-        // before the sweep frees the target, either with the world stopped
-        // or before it lowers `marking` (read before the target, above); a
+        // A nonzero target is live: the collector clears the cell before
+        // the sweep frees the target, either with the world stopped or
+        // before it lowers `marking` (read before the target, above); a
         // mark under way will keep it (shaded above); a mark that begins
         // after this call did cannot end before it returns (its start, or
         // its stop, waits for the call).
+        // SAFETY: `addr` is that live target, a `T` of this runtime.
         Some(unsafe { Gc::from_addr(addr) })
     }
 }

@@ -147,32 +147,15 @@ impl<'a> Cycle<'a> {
         shared
             .live_counting
             .store(full || remembered.is_empty(), Ordering::Relaxed);
-        let weak_at_stop = usize::MAX;
         let cycle = Cycle {
-            shared,
-            pool,
-            forced: false,
             full,
             marks_cleared: full,
-            mark_clear: mark_clear.unwrap_or_default(),
-            start,
-            heap_before,
-            seal,
-            snapped: false,
-            snap_in_pause: false,
             heap_at_stop,
-            weak_at_stop,
-            marked: mark::Marked::default(),
+            // Every cell: the mark shades those made during it.
+            weak_at_stop: usize::MAX,
             concurrent: true,
             ragged: true,
-            stop_time,
-            snap_time: Duration::ZERO,
-            mark_time: Duration::ZERO,
-            mark_start_pause: Duration::ZERO,
-            mark_end_pause: Duration::ZERO,
-            end_pauses: Vec::new(),
-            concurrent_mark: Duration::ZERO,
-            sweep_time: Duration::ZERO,
+            ..Cycle::new(shared, pool, start, heap_before, seal, stop_time, mark_clear)
         };
         Some((cycle, mutators, remembered))
     }

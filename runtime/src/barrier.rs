@@ -91,23 +91,41 @@
 //!    only inside a fresh object is shaded with that object, whenever that
 //!    one is handed out.
 //! 3. *The end.* The markers drain everything shaded; the collector then
-//!    waits for the calls under way to end once and looks again. The
-//!    window closes once the roots are read, so the first wait of the end
-//!    outlasts every window call, and what each handed out was shaded
-//!    before it ended: the first look must find nothing at all, and what
-//!    it found is traced whole before the next. After that, a call still
-//!    running began after the window closed: it holds only objects read
-//!    from the roots or the heap, which are marked or on their way to
-//!    `gray` (nothing unmarked of the snapshot is reachable there once the
-//!    markers ran dry, but through what the barriers shade), or objects
-//!    it allocated after T, which this cycle does not sweep and which
-//!    point only to such objects. So a later look ends the mark if it
-//!    finds no object of the snapshot (`Snapshot::holds`), and the young
-//!    objects such calls shade are not traced by this cycle: they stay in
-//!    `gray`, marked, and so do the shades of calls that began before
-//!    `marking` was lowered and run on after it. The next cycle traces
-//!    them (its stop takes them as remembered, its ragged start traces
-//!    them), which keeps the minor cycles' invariant.
+//!    waits and looks again. The calls that may have begun in the window
+//!    are listed as it closes, once the roots are read
+//!    (`Handshake::calls_under_way`), and the end's first wait outlasts
+//!    each of them: what each handed out was shaded before it ended, so
+//!    the first look must find nothing at all, and what it found is
+//!    traced whole before the next. Every other call under way began
+//!    after the window closed, and is not waited for: it holds only
+//!    objects read from the roots or the heap after T, or allocated after
+//!    T (young: this cycle does not sweep them). Every wait, the first
+//!    included, waits for the *shading brackets* under way instead
+//!    (`Mutation::shading`, `Handshake::wait_for_shades`): a barrier opens
+//!    one, with a fence, before it reads the value it overwrites, and
+//!    closes it once what it shaded is in `gray`. Why that is enough: take
+//!    an object X of the snapshot that some call can reach at the look.
+//!    X was reachable at T; follow a path to it from what the mark began
+//!    with. If every edge of it was still there when the markers read its
+//!    source, the markers marked X (and they had run dry before the
+//!    wait's fence). Otherwise take the first edge overwritten before the
+//!    markers read it: the barrier that overwrote it read X (the first
+//!    store over a value of T reads it, `GcCell::set`'s load then store,
+//!    and a lock's writer shades its contents first) and shaded it. If
+//!    its bracket opened before the wait's fence, the wait saw it and X
+//!    is in `gray` by the look; if after, its read followed the fence in
+//!    the fences' total order, so the markers, which read the source
+//!    before the fence, read the edge itself, a contradiction. So every
+//!    such X is marked and traced once a look finds no object of the
+//!    snapshot in `gray` (`Snapshot::holds`). The young objects that calls
+//!    shade meanwhile are not traced by this cycle: they stay in `gray`,
+//!    marked, and so do the shades of calls that began before `marking`
+//!    was lowered and run on after it. The next cycle traces them (its
+//!    stop takes them as remembered, its ragged start traces them), which
+//!    keeps the minor cycles' invariant. A call that begins while the
+//!    window is open and no other call is under way waits (briefly) for it
+//!    to close (`Mutator::wait_out_window`), so that a single long call
+//!    does not hold the end.
 //! 4. *Weak references.* An upgrade hands out an object no path may reach
 //!    (4 above). It shades under the weak gate's read lock while `marking`
 //!    is set; the end looks for shaded objects, clears the weak cells and
@@ -132,8 +150,9 @@
 //! A minor cycle that a `GcLock` write of unknown owner (`lock_written`)
 //! makes full by T stops the world after all: an old call's write was not
 //! shaded, and only a stopped cycle clears the marks. The loom models are
-//! `handshake_model` (the wait) and `ragged_model.rs` (the end and the
-//! weak gate); the lost-object race is `runtime/tests/ragged.rs`.
+//! `handshake_model` (the wait) and `ragged_model.rs` (the end's waits for
+//! window calls and for brackets, and the weak gate); the lost-object race
+//! and a mark that ends while a later call runs are `runtime/tests/ragged.rs`.
 //!
 //! # Clearing the marks with the mutators running (full cycles)
 //! A full cycle in loam's pages clears every page's marks *before* its
@@ -299,6 +318,7 @@ impl<'gc> Mutation<'gc> {
     /// Shades the one object at `addr`, which this call reached.
     #[inline(never)]
     pub(crate) fn shade_addr(&self, addr: usize) {
+        let _bracket = self.shading();
         let shared = self.shared();
         // SAFETY: `addr` is reachable by this call, so allocated, and the
         // sweep frees no object a call can reach; the mark bit is atomic
@@ -330,6 +350,7 @@ impl<'gc> Mutation<'gc> {
     /// markers of the concurrent mark under way.
     #[inline(never)]
     pub(crate) fn shade<T: Trace + ?Sized>(&self, value: &T) {
+        let _bracket = self.shading();
         let shared = self.shared();
         self.each_edge(value, |e| {
             // SAFETY: `e` is reachable by this call, so allocated, and no
@@ -386,6 +407,7 @@ impl<'gc> Mutation<'gc> {
             return;
         }
         if self.marking != 0 {
+            let _bracket = self.shading();
             // SAFETY: `owner` is allocated (`cell.rs`: a lock's owner is an
             // object the last mark that met the lock marked, or a survivor
             // of it), and marked, so the sweep under way, if any (this call

@@ -260,6 +260,8 @@ impl<'gc, T: CellValue + Trace + 'gc> GcCell<'gc, T> {
     /// Stores `value` and returns the old one, through the write barrier.
     #[inline]
     pub fn replace(&self, mc: &Mutation<'gc>, value: T) -> T {
+        // From before the read of the old value until it is shaded.
+        let _bracket = mc.shading();
         let old = self.value.swap(value);
         mc.barrier_store(&old, &value);
         old
@@ -319,12 +321,28 @@ impl<'gc, T: CellValue + Trace + 'gc> GcCell<'gc, T> {
     /// load, then a store, as snapshot barriers do. The store that first
     /// overwrites the value of the mark's start is made by a writer whose
     /// load read that value (nothing lies between them in the cell's
-    /// order), so it is shaded; every later value was shaded as the new
-    /// one of its own store.
+    /// order, and the load follows the start), so it is shaded; every
+    /// later value was shaded as the new one of its own store. A call in a
+    /// ragged start's window may have loaded before the start (T), so it
+    /// swaps instead.
     #[inline]
     fn set_marking(&self, mc: &Mutation<'gc>, value: T) {
-        let old = self.value.load();
-        self.value.store(value);
+        // From before the load until the old value is shaded: a ragged
+        // mark's end that missed the bracket has every marker's read of
+        // this cell before the load (`barrier.rs`, "Ragged cycles", 3).
+        let _bracket = mc.shading();
+        let old = if mc.window {
+            // A window call may have begun before T, and an old call store
+            // into this cell, unshaded, between the load and the store: a
+            // value of T that the store would overwrite without having
+            // read it, while a later call holds it. The swap reads what it
+            // overwrites (`barrier.rs`, "Ragged cycles", 3).
+            self.value.swap(value)
+        } else {
+            let old = self.value.load();
+            self.value.store(value);
+            old
+        };
         mc.barrier_store(&old, &value);
     }
 

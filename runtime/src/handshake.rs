@@ -90,6 +90,12 @@ pub(crate) struct Slot {
     /// Written by the mutator at entry (relaxed: a stale, smaller value
     /// only admits more, which is always sound).
     call_began: AtomicU64,
+    /// Written by the mutator only: odd while it shades for a concurrent
+    /// mark (a barrier's read of the value it overwrites, the mark bit and
+    /// the push onto `gray`), one more at each bracket's start and end.
+    /// A ragged mark's end waits for the brackets under way instead of
+    /// the calls (`wait_for_shades`).
+    shading: AtomicU64,
 }
 
 /// What the gate's mutex protects.
@@ -130,8 +136,29 @@ impl Slot {
     }
 
     /// Whether the slot is inside, as the collector reads it.
-    fn is_inside(&self) -> bool {
+    pub(crate) fn is_inside(&self) -> bool {
         self.seq.load(Ordering::Acquire) & 1 == 1
+    }
+
+    /// Opens a shading bracket (its owner only): the fence pairs with the
+    /// one in [`Handshake::wait_for_shades`] (Dekker), so either that wait
+    /// sees the bracket, or everything this thread reads after the fence
+    /// (the value a barrier overwrites) follows the wait's fence.
+    #[inline]
+    pub(crate) fn begin_shading(&self) {
+        let s = self.shading.load(Ordering::Relaxed);
+        debug_assert!(s & 1 == 0, "loam: a shading bracket opened twice");
+        self.shading.store(s | 1, Ordering::Relaxed);
+        fence(Ordering::SeqCst);
+    }
+
+    /// Closes the bracket. Release: a wait that sees it closed sees the
+    /// objects it pushed onto `gray`.
+    #[inline]
+    pub(crate) fn end_shading(&self) {
+        let s = self.shading.load(Ordering::Relaxed);
+        debug_assert!(s & 1 == 1, "loam: a shading bracket closed twice");
+        self.shading.store(s + 1, Ordering::Release);
     }
 }
 
@@ -321,17 +348,42 @@ impl Handshake {
     /// Used by the ragged mark start and termination (`cycle.rs`,
     /// `docs/handshakes.md`).
     pub(crate) fn wait_for_calls<S: AsRef<Slot>>(&self, slots: &[S]) {
-        // Before the fence: a call that leaves after our read of its
-        // sequence sees `WATCH` and wakes us.
-        self.state.fetch_or(WATCH, Ordering::Relaxed);
+        let under_way = self.calls_under_way(slots);
+        self.wait_for_listed(slots, &under_way);
+    }
+
+    /// The calls under way after a fence that follows the caller's last
+    /// store, as `(index in slots, sequence)`: each call that began before
+    /// the fence is listed, and every other one reads, after its own entry
+    /// fence, what the caller stored before (Dekker). The ragged mark
+    /// takes this list as it closes its window (the calls that may have
+    /// begun in it), and waits for them later (`wait_for_listed`).
+    pub(crate) fn calls_under_way<S: AsRef<Slot>>(&self, slots: &[S]) -> Vec<(usize, u64)> {
         fence(Ordering::SeqCst);
-        let under_way: Vec<(&Slot, u64)> = slots
+        slots
             .iter()
             .map(AsRef::as_ref)
-            .filter_map(|s| {
+            .enumerate()
+            .filter_map(|(i, s)| {
                 let seq = s.seq.load(Ordering::Acquire);
-                (seq & 1 == 1).then_some((s, seq))
+                (seq & 1 == 1).then_some((i, seq))
             })
+            .collect()
+    }
+
+    /// Waits until each call of `listed` (from
+    /// [`calls_under_way`](Self::calls_under_way) over the same `slots`)
+    /// has ended, as [`wait_for_calls`](Self::wait_for_calls) does.
+    pub(crate) fn wait_for_listed<S: AsRef<Slot>>(&self, slots: &[S], listed: &[(usize, u64)]) {
+        // Before the fence: a call that leaves after our read of its
+        // sequence sees `WATCH` and wakes us; one that left before it is
+        // seen to have left, by the reads below or under the mutex.
+        self.state.fetch_or(WATCH, Ordering::Relaxed);
+        fence(Ordering::SeqCst);
+        let under_way: Vec<(&Slot, u64)> = listed
+            .iter()
+            .map(|&(i, seq)| (slots[i].as_ref(), seq))
+            .filter(|&(s, seq)| s.seq.load(Ordering::Acquire) == seq)
             .collect();
         if !under_way.is_empty() {
             let mut g = lock(&self.lock);
@@ -370,6 +422,45 @@ impl Handshake {
             self.admit_hint.store(u64::MAX, Ordering::Relaxed);
         }
         self.state.fetch_and(!WATCH, Ordering::Relaxed);
+    }
+
+    /// Waits until every shading bracket under way after a fence that
+    /// follows the caller's last read of the markers' results has closed
+    /// ([`Slot::begin_shading`]): then whatever those brackets shaded is
+    /// in `gray`, and a bracket the wait did not see read the value it
+    /// overwrites after this fence, so after every marker's read of that
+    /// value (`barrier.rs`, "Ragged cycles", 3). A bracket lasts a
+    /// barrier's shade, so this spins, then yields, then sleeps briefly.
+    pub(crate) fn wait_for_shades<S: AsRef<Slot>>(&self, slots: &[S]) {
+        fence(Ordering::SeqCst);
+        let mut open: Vec<(&Slot, u64)> = slots
+            .iter()
+            .map(AsRef::as_ref)
+            .filter_map(|s| {
+                let seq = s.shading.load(Ordering::Acquire);
+                (seq & 1 == 1).then_some((s, seq))
+            })
+            .collect();
+        let mut tries = 0u32;
+        loop {
+            // Acquire: a closed bracket's pushes are seen by the drain
+            // that follows.
+            open.retain(|&(s, seq)| s.shading.load(Ordering::Acquire) == seq);
+            if open.is_empty() {
+                return;
+            }
+            tries += 1;
+            #[cfg(loom)]
+            loom::thread::yield_now();
+            #[cfg(not(loom))]
+            if tries < 64 {
+                std::hint::spin_loop();
+            } else if tries < 128 {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(Duration::from_micros(50));
+            }
+        }
     }
 
     /// Stops the world: raises `stop` and returns once no mutator is inside,

@@ -49,6 +49,12 @@ const PACED_RATIO: usize = 16 << 10;
 /// its goal: its debt is settled four times as often, in smaller holds.
 const PACED_CHUNK: usize = CHUNK / 4;
 
+/// How long a call waits at most for a ragged start's window to close
+/// when no other call is under way (`Mutator::wait_out_window`): the
+/// collector has only to notice the last old call's end and read the
+/// roots, well under this unless it is starved of a CPU.
+const WINDOW_WAIT: Duration = Duration::from_millis(1);
+
 /// What the collector sees of a mutator.
 #[derive(Debug, Default)]
 pub(crate) struct MutatorShared {
@@ -162,6 +168,9 @@ pub struct Mutator {
     /// went on past the pace point without waiting for a sweep that frees
     /// enough (`pace`): once a cycle.
     sweep_pass: Cell<u64>,
+    /// Shading brackets open on this thread (`Mutation::shading`): only
+    /// the outermost touches the slot.
+    shading_depth: Cell<u32>,
     /// This mutator's registry chunk, in a `GlobalAlloc` space.
     pub(crate) space_local: crate::alloc_space::Local,
     /// The runtime's `GlobalAlloc` space, or `None` for the pages: read
@@ -228,6 +237,7 @@ impl Mutator {
             assist_debt: Cell::new(0),
             assist_mark: Cell::new(0),
             sweep_pass: Cell::new(u64::MAX),
+            shading_depth: Cell::new(0),
             space_local: Default::default(),
             alloc_space,
             _not_send: PhantomData,
@@ -285,6 +295,9 @@ impl Mutator {
             // Outrunning the collector: let it catch up before growing on.
             self.pace();
         }
+        if shared.calls_now().window {
+            self.wait_out_window();
+        }
         if let Some(waited) = shared.handshake.enter(&self.me.slot) {
             self.held(Hold::Safepoint, waited);
         }
@@ -326,6 +339,7 @@ impl Mutator {
             mutator: self as *const Mutator,
             marking,
             window: calls.window,
+            brackets: marking != 0 && shared.config.ragged,
             remember,
             at_limit: shared.at_limit.load(Ordering::Relaxed) != 0,
             _brand: PhantomData,
@@ -509,6 +523,42 @@ impl Mutator {
             total,
             &[(Hold::Assist, assisting), (Hold::Pacing, total.saturating_sub(assisting))],
         );
+    }
+
+    /// Before a call, with a ragged start's window open: the mark waits
+    /// for the calls that began before it, and a call that begins now is a
+    /// window call, whose end the mark's end must wait for as well
+    /// ([`Mutation::began_in_window`]). For the runtime's one mutator, the
+    /// old calls have all ended (its own was the last) and the window
+    /// closes as soon as the collector has read the roots: this waits for
+    /// that, for [`WINDOW_WAIT`] at most (a hold), so that a long call that
+    /// begins now does not hold the mark's end. (Binary-trees at depth 21,
+    /// one thread: the call that builds the long-lived tree began in the
+    /// window of the mark that waited for the stretch tree's call, and the
+    /// heap grew by both trees before that mark could end.) With other
+    /// mutators attached it goes on. Whether it waits changes nothing but
+    /// speed.
+    #[cold]
+    #[inline(never)]
+    fn wait_out_window(&self) {
+        let shared = self.shared();
+        // Only as the runtime's one mutator: with others attached, the
+        // wait also met the collector waking up on a busy CPU, and held
+        // two and three threads of binary-trees at depth 16 for 10 - 28 ms
+        // in all (against none), more than the window calls it spared.
+        let alone = shared
+            .mutators
+            .lock()
+            .iter()
+            .all(|m| std::ptr::eq(&m.slot, &self.me.slot) || m.detached.load(Ordering::Relaxed));
+        if !alone {
+            return;
+        }
+        let start = Instant::now();
+        while shared.calls_now().window && start.elapsed() < WINDOW_WAIT {
+            std::thread::yield_now();
+        }
+        self.held(Hold::Safepoint, start.elapsed());
     }
 
     /// Records that the collector held this mutator for `d`.
@@ -787,6 +837,10 @@ pub struct Mutation<'gc> {
     /// it hands out of its own stack, not only what it overwrites
     /// (`barrier.rs`, "Ragged cycles"). Constant for the call.
     pub(crate) window: bool,
+    /// The call's barriers open shading brackets (`shading`): a mark is
+    /// under way and may be ragged, whose end waits for brackets, not for
+    /// calls. (A stopped end waits for every call: no bracket needed.)
+    brackets: bool,
     /// The remember epoch as this call began (`u64::MAX` without
     /// generations): a `GcLog` whose `logged` equals it needs no record.
     /// Constant for the call, like `marking`.
@@ -969,6 +1023,29 @@ impl<'gc> Mutation<'gc> {
         self.marking != 0
     }
 
+    /// Whether this call began in a ragged mark's handshake window
+    /// ([`RuntimeBuilder::ragged_handshakes`]): while calls that began
+    /// before the mark still ran. Such a call shades everything it stores,
+    /// and the mark cannot end before it returns. A call that began once
+    /// the window closed holds no mark up: a ragged mark ends while it
+    /// runs (a stopped one waits for every call).
+    ///
+    /// [`RuntimeBuilder::ragged_handshakes`]: crate::RuntimeBuilder::ragged_handshakes
+    ///
+    /// # Examples
+    /// ```
+    /// let rt = loam_runtime::Runtime::builder().ragged_handshakes(true).build();
+    /// let mut m = rt.attach();
+    /// m.mutate(|mc| {
+    ///     // No mark was under way as this call began.
+    ///     assert!(!mc.began_in_window());
+    /// });
+    /// ```
+    #[inline]
+    pub fn began_in_window(&self) -> bool {
+        self.window
+    }
+
     /// Whether the collector is waiting for the mutators to stop: a long
     /// `mutate` call may check it and return early to let the pause happen.
     #[inline]
@@ -980,6 +1057,46 @@ impl<'gc> Mutation<'gc> {
         // SAFETY: a `Mutation` exists only inside `Mutator::mutate`, which
         // borrows the mutator for the whole call.
         unsafe { &*self.mutator }
+    }
+
+    /// Opens a shading bracket for as long as the guard lives, if this
+    /// call shades for a mark that may be ragged (`brackets`): a barrier opens it before it reads the
+    /// value it overwrites, and it closes once what it shaded is in
+    /// `gray`. A ragged mark's end waits for open brackets, not for the
+    /// calls under way (`barrier.rs`, "Ragged cycles", 3). Nested
+    /// brackets (a barrier whose shade is bracketed too) touch the slot
+    /// once.
+    #[inline]
+    pub(crate) fn shading(&self) -> Shading<'_> {
+        if !self.brackets {
+            return Shading { mutator: None };
+        }
+        let m = self.mutator();
+        let depth = m.shading_depth.get();
+        if depth == 0 {
+            m.me.slot.begin_shading();
+        }
+        m.shading_depth.set(depth + 1);
+        Shading { mutator: Some(m) }
+    }
+}
+
+/// An open shading bracket ([`Mutation::shading`]); closes on drop, a
+/// panic of a `Trace` impl included.
+pub(crate) struct Shading<'a> {
+    mutator: Option<&'a Mutator>,
+}
+
+impl Drop for Shading<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        if let Some(m) = self.mutator {
+            let depth = m.shading_depth.get() - 1;
+            m.shading_depth.set(depth);
+            if depth == 0 {
+                m.me.slot.end_shading();
+            }
+        }
     }
 }
 

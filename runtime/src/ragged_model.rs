@@ -1,7 +1,8 @@
 //! loom models of a ragged mark's end (`--cfg loom`; `cycle/ragged.rs`,
 //! `barrier.rs`, "Ragged cycles").
 //!
-//! Both use the real handshake (`Handshake::wait_for_calls`) and model the
+//! They use the real handshake (`Handshake::wait_for_calls`,
+//! `wait_for_shades`) and model the
 //! rest: one object, its mark bit and a `traced` flag, the gray queue as a
 //! mutex-guarded vector, `marking` as `Shared::calls`' bit, and the weak
 //! gate as a read-write lock.
@@ -11,7 +12,21 @@
 //!    point, while the collector drains, waits for the calls under way
 //!    and looks again. Whenever the mark ends, the object is marked only
 //!    if traced. Dropping the wait makes it fail.
-//! 2. `an_upgrade_never_hands_out_what_the_sweep_frees`: an upgrade of a
+//!    (That is the first look's wait, for the calls that began in the
+//!    window.)
+//! 3. `an_overwrite_under_way_at_the_end_is_seen_or_waited_for`: a call
+//!    that began after the window closed overwrites the only pointer to
+//!    an object through the snapshot barrier (a shading bracket around
+//!    the load, the store and the shade), while the markers read that
+//!    pointer and the end waits for the brackets under way
+//!    (`Handshake::wait_for_shades`) and looks. If the mark ends while
+//!    the call holds the object, the object is marked and traced.
+//!    Dropping the wait makes it fail. (It passes without the bracket's
+//!    fence too: with one writer, the cell's release store and the
+//!    markers' acquire load order the bracket before any read of the new
+//!    value. The fence is for a marker that reads a later writer's value,
+//!    `Handshake::wait_for_shades`.)
+//! 4. `an_upgrade_never_hands_out_what_the_sweep_frees`: an upgrade of a
 //!    weak cell whose target nothing else reaches, against the end (last
 //!    look, clearing the cell, lowering `marking`, all under the gate's
 //!    write lock) and the sweep. The upgrade returns the target only if it
@@ -90,6 +105,57 @@ fn a_shade_in_a_call_under_way_is_traced_before_the_end() {
             );
         }
         mutator.join().unwrap();
+    });
+}
+
+#[test]
+fn an_overwrite_under_way_at_the_end_is_seen_or_waited_for() {
+    loom::model(|| {
+        let hs = Arc::new(Handshake::default());
+        let slots = Arc::new([Slot::default()]);
+        let st = Arc::new(State::default());
+        st.marking.store(true, Ordering::Relaxed);
+        // A cell of a traced object: the only pointer to the object (1)
+        // until the call overwrites it.
+        let cell = Arc::new(AtomicUsize::new(1));
+        let mutator = {
+            let (slots, st, cell) = (slots.clone(), st.clone(), cell.clone());
+            loom::thread::spawn(move || {
+                // `GcCell::set` in a call that began after the window
+                // closed: the object is the old value, which the call
+                // then holds.
+                slots[0].begin_shading();
+                let old = cell.load(Ordering::Acquire);
+                cell.store(0, Ordering::Release);
+                if old != 0 {
+                    st.shade();
+                }
+                slots[0].end_shading();
+                old != 0
+            })
+        };
+        // The markers trace the cell's owner.
+        if cell.load(Ordering::Acquire) != 0 && !st.marked.swap(true, Ordering::AcqRel) {
+            st.traced.store(true, Ordering::Release);
+        }
+        // The end's later looks (`Cycle::terminate_ragged`).
+        let mut ended = false;
+        for _ in 0..2 {
+            hs.wait_for_shades(&[&slots[0]]);
+            if !st.drain_and_trace() {
+                ended = true;
+                break;
+            }
+        }
+        let marked = st.marked.load(Ordering::Acquire);
+        let traced = st.traced.load(Ordering::Acquire);
+        let holds = mutator.join().unwrap();
+        if ended && holds {
+            assert!(
+                marked && traced,
+                "the mark ended while a call held an object it had not seen"
+            );
+        }
     });
 }
 

@@ -318,6 +318,82 @@ fn a_long_call_does_not_hold_another_threads_calls() {
     assert!(rt.stats().ragged_cycles >= 1);
 }
 
+/// A ragged mark ends while a call that began after its window runs on:
+/// the end waits for the barriers under way (their shading brackets), not
+/// for the calls. The long call overwrites a cell through the barrier
+/// throughout, holding each old chain it cuts out and checking it. (Only
+/// the mark under way as it began can end: the next cycle's start waits
+/// for it, as for every call that began before that cycle. And verify
+/// mode is off: its check stops the world.)
+#[test]
+fn a_mark_ends_while_a_call_that_began_after_its_window_runs() {
+    let _serial = serial();
+    let _guard = watchdog("a ragged mark's end waited for a call that began after its window");
+    // Room for the other thread's garbage while the mark ends: pacing
+    // would wait for the next cycle, which waits for the long call.
+    let rt = ragged(false, 32 << 20);
+    let head: GlobalRoot<NodeRoot> = rt.attach().mutate(|mc| {
+        mc.global_root(mc.alloc(Node {
+            value: 0,
+            next: GcCell::new(Some(chain(mc, 1, LEN))),
+        }))
+    });
+    let inside = AtomicBool::new(false);
+    let ended = AtomicBool::new(false);
+    let cycles_before = AtomicU64::new(0);
+    let mut b = rt.attach();
+    std::thread::scope(|s| {
+        let long = s.spawn(|| {
+            let mut a = rt.attach();
+            let mut stamp = LEN + 1;
+            loop {
+                // Before the call: the mark it meets is not counted yet.
+                let before = rt.stats().cycles;
+                let held = a.mutate(|mc| {
+                    if !mc.is_marking() || mc.began_in_window() {
+                        return false;
+                    }
+                    cycles_before.store(before, Ordering::Relaxed);
+                    inside.store(true, Ordering::Release);
+                    let node = head.get(mc);
+                    while !ended.load(Ordering::Acquire) {
+                        let fresh = chain(mc, stamp, LEN);
+                        stamp += LEN;
+                        let old = node.next.replace(mc, Some(fresh)).expect("a chain");
+                        std::thread::yield_now();
+                        check(old, LEN);
+                    }
+                    true
+                });
+                if held {
+                    break;
+                }
+                std::thread::yield_now();
+            }
+        });
+        // Garbage in short calls, so that cycles come: first one that the
+        // long call begins in, then its end.
+        let garbage = |b: &mut loam_runtime::Mutator| {
+            b.mutate(|mc| {
+                for k in 0..256_u64 {
+                    mc.alloc([k; 8]);
+                }
+            })
+        };
+        while !inside.load(Ordering::Acquire) {
+            garbage(&mut b);
+        }
+        while rt.stats().cycles <= cycles_before.load(Ordering::Relaxed) {
+            garbage(&mut b);
+        }
+        ended.store(true, Ordering::Release);
+        long.join().unwrap();
+    });
+    b.collect();
+    b.mutate(|mc| check(head.get(mc).next.get().expect("a chain"), LEN));
+    assert!(rt.stats().ragged_cycles >= 1);
+}
+
 /// The lost-object race of the handshake window, made to happen: a call
 /// that began before a mark (barrier off) cuts the only path to a chain
 /// after a call that began in the mark's window read it; the window call

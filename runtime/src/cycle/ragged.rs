@@ -20,12 +20,15 @@
 //! 2. *Mark* from the roots and the remembered objects concurrently, with
 //!    assists, as a stopped cycle's concurrent mark does, and take the
 //!    snapshot of allocated bits meanwhile.
-//! 3. *End.* Trace what was shaded; wait for the calls under way to end
-//!    once; look at what they shaded meanwhile: nothing at the first look
-//!    (which outlasts every window call), nothing of the snapshot at a
-//!    later one, and the mark is complete. The look happens under the weak
-//!    gate's write lock, which also clears the weak cells and `marking`,
-//!    so an upgrade shades before the look or sees the mark over.
+//! 3. *End.* Trace what was shaded; wait for the calls that began in the
+//!    window to end (the first time), and for the barriers under way to
+//!    finish shading (every time: a bracket lasts one barrier, not a
+//!    call); look at what they shaded meanwhile: nothing at the first
+//!    look, nothing of the snapshot at a later one, and the mark is
+//!    complete. A call that began after the window closed runs on through
+//!    the end. The look happens under the weak gate's write lock, which
+//!    also clears the weak cells and `marking`, so an upgrade shades
+//!    before the look or sees the mark over.
 //!
 //! Each wait tells the mutators that may be the scoped threads of a call
 //! it waits for to stop waiting for the collector (pacing, the heap
@@ -49,10 +52,9 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Waits for the calls under way that a ragged termination takes before
-/// it stops the world instead: each wait ends only when every call under
-/// way has returned, and a mutator that keeps shading new objects can
-/// keep finding something each time.
+/// Looks a ragged termination takes before it stops the world instead: a
+/// mutator that keeps shading objects of the snapshot can keep the looks
+/// finding something.
 const RAGGED_TRIES: u32 = 8;
 
 /// Whether a cycle may be ragged (module docs).
@@ -186,6 +188,12 @@ impl<'a> Cycle<'a> {
             window: false,
             ..shared.calls_now()
         });
+        // The calls that may have begun in the window: the end's first
+        // look waits for them (`terminate_ragged`). Every other call reads
+        // the window closed (Dekker, `calls_under_way`); the registry's
+        // mutex orders a later attach after this read.
+        let registry = shared.mutators.lock().clone();
+        let window_calls = shared.handshake.calls_under_way(&registry);
         // As in `mark_concurrently`: the work expected over the headroom
         // (in a minor cycle, what survives of the young heap is unknown:
         // a quarter of it, guessed).
@@ -217,7 +225,7 @@ impl<'a> Cycle<'a> {
             gray: Vec::new(),
             end_start: None,
         };
-        let pause_mark = if self.terminate_ragged(&mut rest, snap) {
+        let pause_mark = if self.terminate_ragged(&mut rest, snap, (&registry, &window_calls)) {
             Duration::ZERO
         } else {
             // Not converged: end it as a stopped cycle does.
@@ -247,7 +255,12 @@ impl<'a> Cycle<'a> {
     /// snapshot is left but through what the barriers shade, or allocated
     /// it): it goes back to `gray`, marked, for the next cycle to trace
     /// (`barrier.rs`, "Ragged cycles", 3).
-    fn terminate_ragged(&mut self, rest: &mut Vec<usize>, snap: &super::Snapshot) -> bool {
+    fn terminate_ragged(
+        &mut self,
+        rest: &mut Vec<usize>,
+        snap: &super::Snapshot,
+        (registry, window_calls): (&[Arc<MutatorShared>], &[(usize, u64)]),
+    ) -> bool {
         let shared = self.shared;
         let index = snap.index();
         let young = |o: &usize| {
@@ -287,12 +300,20 @@ impl<'a> Cycle<'a> {
                     self.marked.add(marked);
                     shared.saw_live(marked.bytes);
                 }
-                // A call under way may still hold an object it has not
-                // handed out; once each has ended, whatever it handed out
-                // was shaded into `gray`.
                 let wait = Instant::now();
+                if first_look {
+                    // A window call may still hold an object it has not
+                    // handed out; once each has ended, whatever it handed
+                    // out was shaded into `gray`.
+                    shared.handshake.wait_for_listed(registry, window_calls);
+                }
+                // Every other call under way began after the window
+                // closed: what it overwrites after the markers read it
+                // is shaded, and a shade begun before this wait is in
+                // `gray` after it (`barrier.rs`, "Ragged cycles", 3). A
+                // bracket lasts one barrier, not a call.
                 let mutators = shared.mutators.lock().clone();
-                shared.handshake.wait_for_calls(&mutators);
+                shared.handshake.wait_for_shades(&mutators);
                 self.stop_time += wait.elapsed();
                 let gate = shared.weak_gate.write();
                 // Under the gate: no upgrade shades between this look and

@@ -167,6 +167,7 @@ fn coordinator(shared: &Shared, pool: &ThreadPool) {
         }
         let mut c = shared.control.lock();
         c.phase = Phase::Idle;
+        c.ragged_epoch = 0;
         c.completed += 1;
         shared.control_cv.notify_all();
         if last {

@@ -171,6 +171,10 @@ pub struct Mutator {
     /// Shading brackets open on this thread (`Mutation::shading`): only
     /// the outermost touches the slot.
     shading_depth: Cell<u32>,
+    /// The mark epoch of the call under way if it began in a mark after
+    /// the mark's window closed (0 otherwise): at the heap limit it may
+    /// wait for that mark's cycle, if ragged (`refill`).
+    call_mark: Cell<u64>,
     /// This mutator's registry chunk, in a `GlobalAlloc` space.
     pub(crate) space_local: crate::alloc_space::Local,
     /// The runtime's `GlobalAlloc` space, or `None` for the pages: read
@@ -238,6 +242,7 @@ impl Mutator {
             assist_mark: Cell::new(0),
             sweep_pass: Cell::new(u64::MAX),
             shading_depth: Cell::new(0),
+            call_mark: Cell::new(0),
             space_local: Default::default(),
             alloc_space,
             _not_send: PhantomData,
@@ -335,6 +340,7 @@ impl Mutator {
         } else {
             u64::MAX
         };
+        self.call_mark.set(if calls.window { 0 } else { marking });
         let mc = Mutation {
             mutator: self as *const Mutator,
             marking,
@@ -634,10 +640,16 @@ impl Mutator {
                 if used > limit {
                     shared.heap_used.fetch_sub(chunk, Ordering::Relaxed);
                     // A sweep under way may free enough; a pause cannot
-                    // happen while we are inside `mutate`.
+                    // happen while we are inside `mutate`. Nor can a
+                    // cycle begin; but a ragged mark that began before
+                    // this call, and whose window had closed, ends and
+                    // sweeps without waiting for it.
                     if attempt == 0 {
                         let waiting = Instant::now();
-                        if shared.wait_for_sweep() {
+                        let epoch = self.call_mark.get();
+                        if shared.wait_for_sweep()
+                            || (epoch != 0 && shared.wait_for_ragged_cycle(&self.me.slot, epoch))
+                        {
                             self.held(Hold::Memory, waiting.elapsed());
                             continue;
                         }

@@ -45,6 +45,10 @@ pub(crate) struct Control {
     /// Cycles completed (swept).
     pub(crate) completed: u64,
     pub(crate) shutdown: bool,
+    /// The mark epoch of the ragged cycle under way, from its start until
+    /// it completes (0 otherwise): a call that began in that mark after
+    /// its window closed may wait for it (`wait_for_ragged_cycle`).
+    pub(crate) ragged_epoch: u64,
 }
 
 /// Everything the mutators, roots and collector share.
@@ -238,6 +242,32 @@ impl Shared {
             waited = true;
         }
         waited
+    }
+
+    /// A call that began in the ragged mark of epoch `epoch`, after its
+    /// window closed, met the heap limit: waits for that mark's cycle to
+    /// complete, which frees what it found dead. Neither the mark's end
+    /// (it waits for window calls and for shading brackets, `ragged.rs`)
+    /// nor its sweep waits for such a call; the next cycle's start does,
+    /// so the wait is for this cycle only, and only while it is under way.
+    /// Gives up if a stop is requested (a mark that did not converge, or
+    /// verify mode's check, stops the world, which waits for this call),
+    /// or if the gate opens for this mutator (a window call may be joining
+    /// it: `handshake.rs`). True if the cycle completed.
+    pub(crate) fn wait_for_ragged_cycle(&self, slot: &crate::handshake::Slot, epoch: u64) -> bool {
+        let seen = {
+            let c = self.control.lock();
+            if c.ragged_epoch != epoch || c.shutdown {
+                return false;
+            }
+            c.completed
+        };
+        let mut completed = false;
+        self.wait_control(Some(slot), |c| {
+            completed = c.completed != seen;
+            completed || c.shutdown || self.handshake.stop_requested()
+        });
+        completed
     }
 
     /// Waits until `done` holds of the control block. With `yield_to_gate`
@@ -1046,6 +1076,7 @@ impl RuntimeBuilder {
                 phase: Phase::Idle,
                 completed: 0,
                 shutdown: false,
+                ragged_epoch: 0,
             }),
             control_cv: Condvar::new(),
             stats: Mutex::new(GcStats {

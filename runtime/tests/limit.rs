@@ -172,3 +172,64 @@ fn the_limit_holds_with_the_collector_on_a_cpu_a_busy_thread_shares() {
     .join()
     .unwrap();
 }
+
+#[derive(loam_runtime::Trace)]
+struct Link<'gc> {
+    next: Option<Gc<'gc, Link<'gc>>>,
+}
+
+type Chain = Rootable!['gc => Link<'gc>];
+
+/// A call that begins during a ragged mark, after the mark's window
+/// closed, and meets the limit waits for that mark's cycle, which frees
+/// what the calls before it left, instead of failing at once (a stopped
+/// mark ends in a pause, which waits for the call: there it cannot wait).
+/// 24 MiB live in 32-byte links, so that each mark takes a while, under a
+/// 64 MiB limit; each such call allocates 30 MiB of garbage, which fits
+/// once the garbage before it is swept.
+#[test]
+fn a_call_in_a_ragged_mark_waits_for_its_cycle_at_the_limit() {
+    let rt = Runtime::builder()
+        .gc_threads(2)
+        .ignore_env()
+        .heap_limit(64 << 20)
+        .ragged_handshakes(true)
+        .build();
+    let mut m = rt.attach();
+    let _live: Root<Chain> = m.mutate(|mc| {
+        let mut head = mc.alloc(Link { next: None });
+        for _ in 0..(24 << 20) / 32 {
+            head = mc.alloc(Link { next: Some(head) });
+        }
+        mc.root(head)
+    });
+    let (mut met, mut failed) = (0, 0);
+    for _ in 0..100_000 {
+        if met == 10 {
+            break;
+        }
+        let outcome = m.mutate(|mc| {
+            if !mc.is_marking() || mc.began_in_window() {
+                // Garbage in small calls, so that cycles come.
+                for k in 0..64_u64 {
+                    let _ = mc.try_alloc([k; 512]);
+                }
+                return None;
+            }
+            let ok = (0..(30 << 20) / 4096_u64).all(|k| mc.try_alloc([k; 512]).is_ok());
+            Some(ok)
+        });
+        if let Some(ok) = outcome {
+            met += 1;
+            failed += usize::from(!ok);
+        }
+    }
+    assert_eq!(
+        met, 10,
+        "calls that began in a ragged mark after its window"
+    );
+    assert_eq!(
+        failed, 0,
+        "calls of 30 MiB that began in a ragged mark failed at a 64 MiB limit with 24 MiB live"
+    );
+}

@@ -92,7 +92,11 @@ impl<'a> Cycle<'a> {
         let before = shared.calls_now();
         let remember = before.remember + 1;
         shared.live_seen.store(0, Ordering::Relaxed);
-        shared.control.lock().phase = Phase::Mark;
+        {
+            let mut c = shared.control.lock();
+            c.phase = Phase::Mark;
+            c.ragged_epoch = epoch;
+        }
         // Release: a call that sees it sees the epochs and the seal.
         shared.set_calls(CallState {
             marking: true,

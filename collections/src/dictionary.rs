@@ -630,10 +630,11 @@ where
         let _moving = Moving::start(self, mc);
         let len = self.obj.len.get();
         let entries = self.obj.entries.get();
-        self.obj.len.set(mc, 0);
+        // Shaded before the cut (`list.rs`, module docs).
         for e in &entries[..len.min(entries.len())] {
             e.shade_cut(mc);
         }
+        self.obj.len.set(mc, 0);
         for s in self.obj.indices.get().iter() {
             s.set(mc, 0);
         }

@@ -14,8 +14,12 @@
 //! reader on another thread may have loaded it first and keep it). Values
 //! overwritten in place go through the cell barrier; values cut off by a
 //! shorter `len` are stored again into their own slots while a mark is
-//! under way ([`shade_cut`]), which shades them. Between marks a cut needs
-//! nothing: the list no longer reaches them, and nothing else records them.
+//! under way ([`shade_cut`]), which shades them, *before* the shorter
+//! `len` is stored: a ragged mark's end waits for the barriers under way,
+//! not for this call, so the shade must be done (or under way) by the
+//! time a marker can read the shorter length (loam-runtime's `barrier.rs`,
+//! "Ragged cycles", 3). Between marks a cut needs nothing: the list no
+//! longer reaches them, and nothing else records them.
 //!
 //! Readers load `len` and then the array: every value a reader can see was
 //! an element of the list at some time after it loaded `len`, or a value
@@ -321,8 +325,9 @@ impl<'a, 'gc, T: CellValue + Trace + 'gc> ListWriter<'a, 'gc, T> {
     pub fn pop(&self) -> Option<T> {
         let (_, used) = self.view();
         let value = used.last()?.get();
-        self.set_len(used.len() - 1);
+        // Shaded before the cut (module docs).
         shade_cut(self.mc, &used[used.len() - 1..]);
+        self.set_len(used.len() - 1);
         Some(value)
     }
 
@@ -821,8 +826,9 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
         if len >= used.len() {
             return;
         }
-        w.set_len(len);
+        // Shaded before the cut (module docs).
         shade_cut(mc, &used[len..]);
+        w.set_len(len);
     }
 
     /// Keeps the elements for which `keep` is true, in order.

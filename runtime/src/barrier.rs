@@ -91,33 +91,45 @@
 //!    only inside a fresh object is shaded with that object, whenever that
 //!    one is handed out.
 //! 3. *The end.* The markers drain everything shaded; the collector then
-//!    waits and looks again. The calls that may have begun in the window
-//!    are listed as it closes, once the roots are read
-//!    (`Handshake::calls_under_way`), and the end's first wait outlasts
-//!    each of them: what each handed out was shaded before it ended, so
-//!    the first look must find nothing at all, and what it found is
-//!    traced whole before the next. Every other call under way began
-//!    after the window closed, and is not waited for: it holds only
-//!    objects read from the roots or the heap after T, or allocated after
-//!    T (young: this cycle does not sweep them). Every wait, the first
-//!    included, waits for the *shading brackets* under way instead
-//!    (`Mutation::shading`, `Handshake::wait_for_shades`): a barrier opens
-//!    one, with a fence, before it reads the value it overwrites, and
-//!    closes it once what it shaded is in `gray`. Why that is enough: take
-//!    an object X of the snapshot that some call can reach at the look.
-//!    X was reachable at T; follow a path to it from what the mark began
-//!    with. If every edge of it was still there when the markers read its
-//!    source, the markers marked X (and they had run dry before the
-//!    wait's fence). Otherwise take the first edge overwritten before the
-//!    markers read it: the barrier that overwrote it read X (the first
-//!    store over a value of T reads it, `GcCell::set`'s load then store,
-//!    and a lock's writer shades its contents first) and shaded it. If
-//!    its bracket opened before the wait's fence, the wait saw it and X
-//!    is in `gray` by the look; if after, its read followed the fence in
-//!    the fences' total order, so the markers, which read the source
-//!    before the fence, read the edge itself, a contradiction. So every
-//!    such X is marked and traced once a look finds no object of the
-//!    snapshot in `gray` (`Snapshot::holds`). The young objects that calls
+//!    waits and looks again. The calls that began in the window are
+//!    listed as it closes, once the roots are read: a call that read the
+//!    window open says so in its slot and reads it again
+//!    (`Handshake::confirm_window`, Dekker with `calls_under_way`), and
+//!    runs as a later call if it has closed meanwhile (it has read nothing
+//!    yet). The end's first wait outlasts each listed call: what each
+//!    handed out was shaded before it ended, so the first look must find
+//!    nothing at all, and what it found is traced whole before the next.
+//!    Every other call under way began after the window closed, and is
+//!    not waited for: it holds only objects read from the roots or the
+//!    heap after T, or allocated after T (young: this cycle does not sweep
+//!    them). Every wait, the first included, waits for the *shading
+//!    brackets* under way instead (`Mutation::shading`,
+//!    `Handshake::wait_for_shades`): a barrier opens one, with a fence,
+//!    before it reads the value it overwrites (a `GcLog`'s record, before
+//!    it reads the owner), and closes it once what it shaded is in `gray`.
+//!    A cut that is not a store over the value (a collection's shorter
+//!    length) shades the values first, through the cells' barrier, and
+//!    cuts after. Why that is enough: take an object X of the snapshot
+//!    that some call can reach at the look. X was reachable at T; follow
+//!    a path to it from what the mark began with. If every edge of it was
+//!    still there when the markers read its source, the markers marked X
+//!    (and they had run dry before the wait's first fence). Otherwise take
+//!    the first edge cut before the markers read it: the barrier that cut
+//!    it read X (the first store over a value of T reads it: a later
+//!    call's load follows T, a window call swaps, a lock's writer shades
+//!    its contents first, a collection shades what it cuts) and shaded it.
+//!    If its bracket opened after the wait's first fence, its read
+//!    followed that fence in the fences' total order, so the markers, which
+//!    read the source before it, read the edge itself: a contradiction. So
+//!    it opened before, and the wait's first round saw it and waited for
+//!    it to close. Its shade either set X's mark bit and pushed X, or
+//!    found the bit set: by a marker (X traced), or by another bracket,
+//!    which pushes X but may not have yet. That bracket set the bit before
+//!    the first one's failed mark, which the first round waited for, so
+//!    its fence precedes the second round's, and the second round sees it
+//!    open and waits, or sees it closed, its push done. So every such X is
+//!    marked and traced once a look after the two rounds finds no object
+//!    of the snapshot in `gray` (`Snapshot::holds`). The young objects that calls
 //!    shade meanwhile are not traced by this cycle: they stay in `gray`,
 //!    marked, and so do the shades of calls that began before `marking`
 //!    was lowered and run on after it. The next cycle traces them (its

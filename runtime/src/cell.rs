@@ -261,7 +261,7 @@ impl<'gc, T: CellValue + Trace + 'gc> GcCell<'gc, T> {
     #[inline]
     pub fn replace(&self, mc: &Mutation<'gc>, value: T) -> T {
         // From before the read of the old value until it is shaded.
-        let _bracket = mc.shading();
+        let _bracket = T::NEEDS_TRACE.then(|| mc.shading());
         let old = self.value.swap(value);
         mc.barrier_store(&old, &value);
         old

@@ -96,6 +96,10 @@ pub(crate) struct Slot {
     /// A ragged mark's end waits for the brackets under way instead of
     /// the calls (`wait_for_shades`).
     shading: AtomicU64,
+    /// Written by the mutator only: the sequence of its call under way if
+    /// that call began in a ragged start's window (`confirm_window`), so
+    /// the mark's end waits for it; anything else otherwise.
+    window_seq: AtomicU64,
 }
 
 /// What the gate's mutex protects.
@@ -348,17 +352,46 @@ impl Handshake {
     /// Used by the ragged mark start and termination (`cycle.rs`,
     /// `docs/handshakes.md`).
     pub(crate) fn wait_for_calls<S: AsRef<Slot>>(&self, slots: &[S]) {
-        let under_way = self.calls_under_way(slots);
-        self.wait_for_listed(slots, &under_way);
+        let under_way = self.calls_under_way(slots, false);
+        self.wait_for_listed(slots, &under_way, false);
+    }
+
+    /// A call that read a ragged start's window open as it began
+    /// (`Mutation::window`) tells the mark's end to wait for it, then
+    /// reads the window again (`still_open`): if it has closed meanwhile,
+    /// the call has read nothing from the heap yet, so it takes back what
+    /// it told and runs as a call that began after the window (false).
+    /// The fence pairs with the one in
+    /// [`calls_under_way`](Self::calls_under_way) (Dekker): a call that
+    /// the window's close does not list reads it closed here. Rare (calls
+    /// that begin while a mark waits for older ones); a take-back wakes
+    /// the end, which may be waiting for this call.
+    pub(crate) fn confirm_window(&self, slot: &Slot, still_open: impl FnOnce() -> bool) -> bool {
+        let seq = slot.seq.load(Ordering::Relaxed);
+        slot.window_seq.store(seq, Ordering::Relaxed);
+        fence(Ordering::SeqCst);
+        if still_open() {
+            return true;
+        }
+        slot.window_seq.store(0, Ordering::Release);
+        let _g = lock(&self.lock);
+        self.left.notify_all();
+        false
     }
 
     /// The calls under way after a fence that follows the caller's last
     /// store, as `(index in slots, sequence)`: each call that began before
     /// the fence is listed, and every other one reads, after its own entry
-    /// fence, what the caller stored before (Dekker). The ragged mark
-    /// takes this list as it closes its window (the calls that may have
-    /// begun in it), and waits for them later (`wait_for_listed`).
-    pub(crate) fn calls_under_way<S: AsRef<Slot>>(&self, slots: &[S]) -> Vec<(usize, u64)> {
+    /// fence, what the caller stored before (Dekker). With `windowed`,
+    /// only the calls that told they began in the window
+    /// ([`confirm_window`](Self::confirm_window)): the ragged mark takes
+    /// this list as it closes its window, and waits for them later
+    /// (`wait_for_listed`).
+    pub(crate) fn calls_under_way<S: AsRef<Slot>>(
+        &self,
+        slots: &[S],
+        windowed: bool,
+    ) -> Vec<(usize, u64)> {
         fence(Ordering::SeqCst);
         slots
             .iter()
@@ -366,15 +399,28 @@ impl Handshake {
             .enumerate()
             .filter_map(|(i, s)| {
                 let seq = s.seq.load(Ordering::Acquire);
-                (seq & 1 == 1).then_some((i, seq))
+                (seq & 1 == 1 && (!windowed || s.window_seq.load(Ordering::Relaxed) == seq))
+                    .then_some((i, seq))
             })
             .collect()
     }
 
     /// Waits until each call of `listed` (from
-    /// [`calls_under_way`](Self::calls_under_way) over the same `slots`)
-    /// has ended, as [`wait_for_calls`](Self::wait_for_calls) does.
-    pub(crate) fn wait_for_listed<S: AsRef<Slot>>(&self, slots: &[S], listed: &[(usize, u64)]) {
+    /// [`calls_under_way`](Self::calls_under_way) over the same `slots`,
+    /// with the same `windowed`) has ended, or with `windowed` has taken
+    /// back that it began in the window, as
+    /// [`wait_for_calls`](Self::wait_for_calls) does.
+    pub(crate) fn wait_for_listed<S: AsRef<Slot>>(
+        &self,
+        slots: &[S],
+        listed: &[(usize, u64)],
+        windowed: bool,
+    ) {
+        // Still the listed call, and (with `windowed`) still a window call.
+        let listed_still = |s: &Slot, seq: u64| {
+            s.seq.load(Ordering::Acquire) == seq
+                && (!windowed || s.window_seq.load(Ordering::Acquire) == seq)
+        };
         // Before the fence: a call that leaves after our read of its
         // sequence sees `WATCH` and wakes us; one that left before it is
         // seen to have left, by the reads below or under the mutex.
@@ -383,7 +429,7 @@ impl Handshake {
         let under_way: Vec<(&Slot, u64)> = listed
             .iter()
             .map(|&(i, seq)| (slots[i].as_ref(), seq))
-            .filter(|&(s, seq)| s.seq.load(Ordering::Acquire) == seq)
+            .filter(|&(s, seq)| listed_still(s, seq))
             .collect();
         if !under_way.is_empty() {
             let mut g = lock(&self.lock);
@@ -391,9 +437,7 @@ impl Handshake {
             // A leave stores its sequence, fences, sees `WATCH` and
             // notifies under the mutex: after this check, or it is seen.
             loop {
-                let still = under_way
-                    .iter()
-                    .filter(|&&(s, seq)| s.seq.load(Ordering::Acquire) == seq);
+                let still = under_way.iter().filter(|&&(s, seq)| listed_still(s, seq));
                 // Mutators attached after the oldest call still under way
                 // began may be its scoped threads, waiting for the
                 // collector between their calls (pacing, the heap limit):
@@ -426,39 +470,47 @@ impl Handshake {
 
     /// Waits until every shading bracket under way after a fence that
     /// follows the caller's last read of the markers' results has closed
-    /// ([`Slot::begin_shading`]): then whatever those brackets shaded is
-    /// in `gray`, and a bracket the wait did not see read the value it
-    /// overwrites after this fence, so after every marker's read of that
-    /// value (`barrier.rs`, "Ragged cycles", 3). A bracket lasts a
-    /// barrier's shade, so this spins, then yields, then sleeps briefly.
+    /// ([`Slot::begin_shading`]), twice over. After the first round,
+    /// whatever those brackets shaded is in `gray`, unless its mark bit
+    /// had been set by a bracket that opened after the first fence and has
+    /// not pushed yet (only the shade that sets a bit pushes): that
+    /// bracket's fence precedes the second round's (its bit was set
+    /// before the first-round bracket's failed mark, which the first round
+    /// waited for), so the second round sees it. A bracket neither round
+    /// saw read the value it overwrites after the first fence, so after
+    /// every marker's read of that value (`barrier.rs`, "Ragged cycles",
+    /// 3). A bracket lasts a barrier's shade, so this spins, then yields,
+    /// then sleeps briefly.
     pub(crate) fn wait_for_shades<S: AsRef<Slot>>(&self, slots: &[S]) {
-        fence(Ordering::SeqCst);
-        let mut open: Vec<(&Slot, u64)> = slots
-            .iter()
-            .map(AsRef::as_ref)
-            .filter_map(|s| {
-                let seq = s.shading.load(Ordering::Acquire);
-                (seq & 1 == 1).then_some((s, seq))
-            })
-            .collect();
-        let mut tries = 0u32;
-        loop {
-            // Acquire: a closed bracket's pushes are seen by the drain
-            // that follows.
-            open.retain(|&(s, seq)| s.shading.load(Ordering::Acquire) == seq);
-            if open.is_empty() {
-                return;
-            }
-            tries += 1;
-            #[cfg(loom)]
-            loom::thread::yield_now();
-            #[cfg(not(loom))]
-            if tries < 64 {
-                std::hint::spin_loop();
-            } else if tries < 128 {
-                std::thread::yield_now();
-            } else {
-                std::thread::sleep(Duration::from_micros(50));
+        for _round in 0..2 {
+            fence(Ordering::SeqCst);
+            let mut open: Vec<(&Slot, u64)> = slots
+                .iter()
+                .map(AsRef::as_ref)
+                .filter_map(|s| {
+                    let seq = s.shading.load(Ordering::Acquire);
+                    (seq & 1 == 1).then_some((s, seq))
+                })
+                .collect();
+            let mut tries = 0u32;
+            loop {
+                // Acquire: a closed bracket's pushes are seen by the drain
+                // that follows.
+                open.retain(|&(s, seq)| s.shading.load(Ordering::Acquire) == seq);
+                if open.is_empty() {
+                    break;
+                }
+                tries += 1;
+                #[cfg(loom)]
+                loom::thread::yield_now();
+                #[cfg(not(loom))]
+                if tries < 64 {
+                    std::hint::spin_loop();
+                } else if tries < 128 {
+                    std::thread::yield_now();
+                } else {
+                    std::thread::sleep(Duration::from_micros(50));
+                }
             }
         }
     }

@@ -113,6 +113,12 @@ impl<'gc> GcLog<'gc> {
         // The stores it covers may free memory (a collection's writes skip
         // the cell barriers).
         mc.note_write();
+        // During a mark that may be ragged, from before the read of the
+        // owner until it is shaded: a marker may set the owner to
+        // `SHARED_OWNER` and the mark end meanwhile, and an owner read
+        // before the end's wait missed the bracket would be shaded after
+        // the sweep freed it (`barrier.rs`, "Ragged cycles", 3).
+        let _bracket = mc.shading();
         let owner = self.owner.load(Ordering::Relaxed);
         // `owner == 0`: young, nothing to record. Recorded this cycle (the
         // epoch cannot move during the call) with no mark to shade for:

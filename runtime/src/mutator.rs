@@ -333,6 +333,10 @@ impl Mutator {
                 break (calls, epoch);
             }
         };
+        // A call that read the window open tells the mark's end to wait
+        // for it, unless the window has closed since (it has read nothing
+        // yet, so it then runs as a call that began after the window).
+        let window = calls.window && shared.handshake.confirm_window(&self.me.slot, || shared.calls_now().window);
         // A runtime without generations records nothing, and `u64::MAX`
         // is what a log that never recorded holds (`log.rs`).
         let remember = if shared.config.generational {
@@ -340,11 +344,11 @@ impl Mutator {
         } else {
             u64::MAX
         };
-        self.call_mark.set(if calls.window { 0 } else { marking });
+        self.call_mark.set(if window { 0 } else { marking });
         let mc = Mutation {
             mutator: self as *const Mutator,
             marking,
-            window: calls.window,
+            window,
             brackets: marking != 0 && shared.config.ragged,
             remember,
             at_limit: shared.at_limit.load(Ordering::Relaxed) != 0,
@@ -558,6 +562,9 @@ impl Mutator {
             .iter()
             .all(|m| std::ptr::eq(&m.slot, &self.me.slot) || m.detached.load(Ordering::Relaxed));
         if !alone {
+            return;
+        }
+        if !shared.calls_now().window {
             return;
         }
         let start = Instant::now();

@@ -26,7 +26,22 @@
 //!    markers' acquire load order the bracket before any read of the new
 //!    value. The fence is for a marker that reads a later writer's value,
 //!    `Handshake::wait_for_shades`.)
-//! 4. `an_upgrade_never_hands_out_what_the_sweep_frees`: an upgrade of a
+//! 4. `a_shade_a_later_bracket_absorbed_is_waited_for`: one call cuts
+//!    the only pointer to an object and shades it; another call, which
+//!    read the object before the cut, stores it (shading it too), its
+//!    bracket opening after the end's first fence. Only the shade that
+//!    sets the mark bit pushes, so the cutting call's shade may push
+//!    nothing while the other's push is still to come. The end's second
+//!    round of waiting sees that bracket; with one round it fails (with
+//!    its own preemption bound of 5: the failing schedule needs four).
+//! 5. `a_window_call_is_waited_for_or_reads_the_window_closed`: the end's
+//!    first wait is for the calls that began in the window, listed as it
+//!    closes (`calls_under_way`, `Handshake::confirm_window`): a call that
+//!    read the window open either is waited for, or reads it closed as it
+//!    confirms and runs as a later call. Listing every call inside
+//!    instead (a call that began after the close may be inside as the list
+//!    is taken) made a test's long later call hold the end for ever.
+//! 6. `an_upgrade_never_hands_out_what_the_sweep_frees`: an upgrade of a
 //!    weak cell whose target nothing else reaches, against the end (last
 //!    look, clearing the cell, lowering `marking`, all under the gate's
 //!    write lock) and the sweep. The upgrade returns the target only if it
@@ -156,6 +171,100 @@ fn an_overwrite_under_way_at_the_end_is_seen_or_waited_for() {
                 "the mark ended while a call held an object it had not seen"
             );
         }
+    });
+}
+
+#[test]
+fn a_shade_a_later_bracket_absorbed_is_waited_for() {
+    // The failing schedule of the one-round wait needs four preemptions:
+    // a bound of its own, whatever `LOOM_MAX_PREEMPTIONS` says (5 s).
+    let mut model = loom::model::Builder::new();
+    model.preemption_bound = Some(5);
+    model.check(|| {
+        let hs = Arc::new(Handshake::default());
+        let slots = Arc::new([Slot::default(), Slot::default()]);
+        let st = Arc::new(State::default());
+        st.marking.store(true, Ordering::Relaxed);
+        // The only pointer to the object (1), in a cell of a traced object.
+        let cell = Arc::new(AtomicUsize::new(1));
+        let cutter = {
+            let (slots, st, cell) = (slots.clone(), st.clone(), cell.clone());
+            loom::thread::spawn(move || {
+                // `GcCell::replace(None)`.
+                slots[0].begin_shading();
+                if cell.swap(0, Ordering::AcqRel) != 0 {
+                    st.shade();
+                }
+                slots[0].end_shading();
+            })
+        };
+        let holder = {
+            let (slots, st) = (slots.clone(), st.clone());
+            loom::thread::spawn(move || {
+                // Read the object before the cut; stores it now (the
+                // barrier shades the new value).
+                slots[1].begin_shading();
+                st.shade();
+                slots[1].end_shading();
+            })
+        };
+        // The markers trace the cell's owner.
+        if cell.load(Ordering::Acquire) != 0 && !st.marked.swap(true, Ordering::AcqRel) {
+            st.traced.store(true, Ordering::Release);
+        }
+        let mut ended = false;
+        for _ in 0..2 {
+            hs.wait_for_shades(&[&slots[0], &slots[1]]);
+            if !st.drain_and_trace() {
+                ended = true;
+                break;
+            }
+        }
+        let marked = st.marked.load(Ordering::Acquire);
+        let traced = st.traced.load(Ordering::Acquire);
+        cutter.join().unwrap();
+        holder.join().unwrap();
+        if ended {
+            assert!(
+                marked && traced,
+                "the mark ended with a held object unmarked or untraced"
+            );
+        }
+    });
+}
+
+#[test]
+fn a_window_call_is_waited_for_or_reads_the_window_closed() {
+    loom::model(|| {
+        let hs = Arc::new(Handshake::default());
+        let slots = Arc::new([Slot::default()]);
+        hs.attach(&slots[0]);
+        let window = Arc::new(AtomicBool::new(true));
+        let waited = Arc::new(AtomicBool::new(false));
+        let mutator = {
+            let (hs, slots, window, waited) =
+                (hs.clone(), slots.clone(), window.clone(), waited.clone());
+            loom::thread::spawn(move || {
+                hs.enter(&slots[0]);
+                let in_window = window.load(Ordering::Acquire)
+                    && hs.confirm_window(&slots[0], || window.load(Ordering::Acquire));
+                if in_window {
+                    // Its last step as a window call: the end has not
+                    // passed its first wait.
+                    assert!(
+                        !waited.load(Ordering::Acquire),
+                        "the end's first wait passed a window call under way"
+                    );
+                }
+                hs.leave(&slots[0]);
+            })
+        };
+        // The window closes; the end's first wait.
+        window.store(false, Ordering::Release);
+        let listed = hs.calls_under_way(&[&slots[0]], true);
+        hs.wait_for_listed(&[&slots[0]], &listed, true);
+        waited.store(true, Ordering::Release);
+        mutator.join().unwrap();
     });
 }
 

@@ -320,78 +320,95 @@ fn a_long_call_does_not_hold_another_threads_calls() {
 
 /// A ragged mark ends while a call that began after its window runs on:
 /// the end waits for the barriers under way (their shading brackets), not
-/// for the calls. The long call overwrites a cell through the barrier
-/// throughout, holding each old chain it cuts out and checking it. (Only
-/// the mark under way as it began can end: the next cycle's start waits
-/// for it, as for every call that began before that cycle. And verify
-/// mode is off: its check stops the world.)
+/// for the calls. The long call keeps overwriting a cell through the
+/// barrier, swapping two chains in and out and checking the one it cut
+/// out. Only the mark under way as it began can end meanwhile (the next
+/// cycle's start waits for it, as for every call that began before that
+/// cycle); a mark whose end falls back to a stop (`RAGGED_TRIES`) waits
+/// for it too, so the call returns when a collection is pending and the
+/// round is tried again. Verify mode is off: its check stops the world.
 #[test]
 fn a_mark_ends_while_a_call_that_began_after_its_window_runs() {
     let _serial = serial();
     let _guard = watchdog("a ragged mark's end waited for a call that began after its window");
-    // Room for the other thread's garbage while the mark ends: pacing
-    // would wait for the next cycle, which waits for the long call.
     let rt = ragged(false, 32 << 20);
-    let head: GlobalRoot<NodeRoot> = rt.attach().mutate(|mc| {
-        mc.global_root(mc.alloc(Node {
-            value: 0,
-            next: GcCell::new(Some(chain(mc, 1, LEN))),
-        }))
-    });
-    let inside = AtomicBool::new(false);
-    let ended = AtomicBool::new(false);
-    let cycles_before = AtomicU64::new(0);
+    type Pair = Rootable!['gc => [Gc<'gc, Node<'gc>>; 2]];
     let mut b = rt.attach();
-    std::thread::scope(|s| {
-        let long = s.spawn(|| {
-            let mut a = rt.attach();
-            let mut stamp = LEN + 1;
-            loop {
-                // Before the call: the mark it meets is not counted yet.
-                let before = rt.stats().cycles;
-                let held = a.mutate(|mc| {
-                    if !mc.is_marking() || mc.began_in_window() {
-                        return false;
-                    }
-                    cycles_before.store(before, Ordering::Relaxed);
-                    inside.store(true, Ordering::Release);
-                    let node = head.get(mc);
-                    while !ended.load(Ordering::Acquire) {
-                        let fresh = chain(mc, stamp, LEN);
-                        stamp += LEN;
-                        let old = node.next.replace(mc, Some(fresh)).expect("a chain");
-                        std::thread::yield_now();
-                        check(old, LEN);
-                    }
-                    true
-                });
-                if held {
-                    break;
-                }
-                std::thread::yield_now();
-            }
+    let (head, spare): (GlobalRoot<NodeRoot>, GlobalRoot<Pair>) = b.mutate(|mc| {
+        let head = mc.alloc(Node {
+            value: 0,
+            next: GcCell::new(Some(chain(mc, 100, LEN))),
         });
-        // Garbage in short calls, so that cycles come: first one that the
-        // long call begins in, then its end.
-        let garbage = |b: &mut loam_runtime::Mutator| {
-            b.mutate(|mc| {
-                for k in 0..256_u64 {
-                    mc.alloc([k; 8]);
-                }
-            })
-        };
-        while !inside.load(Ordering::Acquire) {
-            garbage(&mut b);
-        }
-        while rt.stats().cycles <= cycles_before.load(Ordering::Relaxed) {
-            garbage(&mut b);
-        }
-        ended.store(true, Ordering::Release);
-        long.join().unwrap();
+        let spare = [chain(mc, 200, LEN), chain(mc, 300, LEN)];
+        (mc.global_root(head), mc.global_root(mc.alloc(spare)))
     });
+    let mut ended_inside = 0;
+    for _round in 0..20 {
+        if ended_inside == 3 {
+            break;
+        }
+        let inside = AtomicBool::new(false);
+        let stop = AtomicBool::new(false);
+        let outcome = std::thread::scope(|s| {
+            let long = s.spawn(|| {
+                let mut a = rt.attach();
+                loop {
+                    // Completed cycles before the call and as it began:
+                    // if they are the same, the mark the call began in is
+                    // not among them.
+                    let before = rt.stats().cycles;
+                    let held = a.mutate(|mc| {
+                        if !mc.is_marking() || mc.began_in_window() || rt.stats().cycles != before {
+                            return None;
+                        }
+                        inside.store(true, Ordering::Release);
+                        let node = head.get(mc);
+                        let pair = spare.get(mc);
+                        let mut ended = false;
+                        let mut i = 0;
+                        while !mc.collection_pending() && !stop.load(Ordering::Acquire) {
+                            if !ended && rt.stats().cycles > before {
+                                // The mark ended, and its cycle, while this
+                                // call ran: go on a little, then leave.
+                                ended = true;
+                                stop.store(true, Ordering::Release);
+                            }
+                            let cut = node.next.replace(mc, Some(pair[i % 2])).expect("a chain");
+                            check(cut, LEN);
+                            i += 1;
+                            std::thread::yield_now();
+                        }
+                        Some(ended)
+                    });
+                    if let Some(ended) = held {
+                        stop.store(true, Ordering::Release);
+                        break ended;
+                    }
+                    std::thread::yield_now();
+                }
+            });
+            // Garbage in short calls until the long call is inside a
+            // mark; then nothing (the mark ends on the GC threads).
+            while !inside.load(Ordering::Acquire) && !stop.load(Ordering::Acquire) {
+                b.mutate(|mc| {
+                    for k in 0..256_u64 {
+                        mc.alloc([k; 8]);
+                    }
+                });
+            }
+            long.join().unwrap()
+        });
+        if outcome {
+            ended_inside += 1;
+        }
+    }
     b.collect();
     b.mutate(|mc| check(head.get(mc).next.get().expect("a chain"), LEN));
-    assert!(rt.stats().ragged_cycles >= 1);
+    assert_eq!(
+        ended_inside, 3,
+        "rounds whose mark ended while a later call ran"
+    );
+    assert!(rt.stats().ragged_cycles >= 3);
 }
 
 /// The lost-object race of the handshake window, made to happen: a call

@@ -192,12 +192,13 @@ impl<'a> Cycle<'a> {
             window: false,
             ..shared.calls_now()
         });
-        // The calls that may have begun in the window: the end's first
-        // look waits for them (`terminate_ragged`). Every other call reads
-        // the window closed (Dekker, `calls_under_way`); the registry's
-        // mutex orders a later attach after this read.
+        // The calls that began in the window: the end's first look waits
+        // for them (`terminate_ragged`). Every other call read the window
+        // closed, or reads it closed as it confirms (Dekker,
+        // `Handshake::confirm_window`); the registry's mutex orders a
+        // later attach after this read.
         let registry = shared.mutators.lock().clone();
-        let window_calls = shared.handshake.calls_under_way(&registry);
+        let window_calls = shared.handshake.calls_under_way(&registry, true);
         // As in `mark_concurrently`: the work expected over the headroom
         // (in a minor cycle, what survives of the young heap is unknown:
         // a quarter of it, guessed).
@@ -309,7 +310,7 @@ impl<'a> Cycle<'a> {
                     // A window call may still hold an object it has not
                     // handed out; once each has ended, whatever it handed
                     // out was shaded into `gray`.
-                    shared.handshake.wait_for_listed(registry, window_calls);
+                    shared.handshake.wait_for_listed(registry, window_calls, true);
                 }
                 // Every other call under way began after the window
                 // closed: what it overwrites after the markers read it

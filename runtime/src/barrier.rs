@@ -123,7 +123,9 @@
 //!    read the source before it, read the edge itself: a contradiction. So
 //!    it opened before, and the wait's first round saw it and waited for
 //!    it to close. Its shade either set X's mark bit and pushed X, or
-//!    found the bit set: by a marker (X traced), or by another bracket,
+//!    found the bit set: by a marker (X traced), by an earlier cycle (in a
+//!    minor cycle an old object's mark stays: what it points to is marked
+//!    or remembered, the minor cycles' invariant), or by another bracket,
 //!    which pushes X but may not have yet. That bracket set the bit before
 //!    the first one's failed mark, which the first round waited for, so
 //!    its fence precedes the second round's, and the second round sees it

@@ -152,6 +152,14 @@ fn coordinator(shared: &Shared, pool: &ThreadPool) {
             hold_freed_memory(start - prev);
         }
         let event = cycle(shared, pool, forced || last, &mut gen, &mut snap);
+        {
+            // Swept: a call that waits for this ragged cycle at the heap
+            // limit may go on, before the hook runs (user code, which
+            // might want what that call holds).
+            let mut c = shared.control.lock();
+            c.ragged_epoch = 0;
+            shared.control_cv.notify_all();
+        }
         // After the cycle released the cycle lock, before it counts as
         // complete (so that whoever waited for it sees its event): a hook
         // may collect another runtime, or panic, without stopping this one.
@@ -167,7 +175,6 @@ fn coordinator(shared: &Shared, pool: &ThreadPool) {
         }
         let mut c = shared.control.lock();
         c.phase = Phase::Idle;
-        c.ragged_epoch = 0;
         c.completed += 1;
         shared.control_cv.notify_all();
         if last {

@@ -150,9 +150,11 @@ impl Slot {
     /// (the value a barrier overwrites) follows the wait's fence.
     #[inline]
     pub(crate) fn begin_shading(&self) {
-        let s = self.shading.load(Ordering::Relaxed);
+        // A read-modify-write, not a store: it continues the release
+        // sequence of the last bracket's close, so a wait that reads this
+        // opening instead of that close still sees the close's pushes.
+        let s = self.shading.fetch_add(1, Ordering::Relaxed);
         debug_assert!(s & 1 == 0, "loam: a shading bracket opened twice");
-        self.shading.store(s | 1, Ordering::Relaxed);
         fence(Ordering::SeqCst);
     }
 
@@ -335,6 +337,14 @@ impl Handshake {
         lock(&self.lock).waiting.len()
     }
 
+    /// Whether the collector has waited past its patience for a call
+    /// under way (the gate hint is out, `wait_for_listed`, `stop_world`):
+    /// a call that waits for the collector must give up, since the call
+    /// waited for may be waiting for it (relaxed: polled).
+    pub(crate) fn stuck(&self) -> bool {
+        self.admit_hint.load(Ordering::Relaxed) != u64::MAX
+    }
+
     /// Whether a stop is requested (relaxed: a hint for mutators that may
     /// want to return from `mutate` early).
     #[inline]
@@ -349,7 +359,7 @@ impl Handshake {
     /// is waited for) or reads, after its own entry fence, what the caller
     /// stored before (Dekker, as for a stop). So a flag the collector sets
     /// before this call is seen by every call under way when it returns.
-    /// Used by the ragged mark start and termination (`cycle.rs`,
+    /// Used by the ragged mark's start (`cycle/ragged.rs`,
     /// `docs/handshakes.md`).
     pub(crate) fn wait_for_calls<S: AsRef<Slot>>(&self, slots: &[S]) {
         let under_way = self.calls_under_way(slots, false);
@@ -361,6 +371,9 @@ impl Handshake {
     /// reads the window again (`still_open`): if it has closed meanwhile,
     /// the call has read nothing from the heap yet, so it takes back what
     /// it told and runs as a call that began after the window (false).
+    /// `still_open` reads the whole word the call began with, not only
+    /// the window bit: a call whose first read was of an earlier mark
+    /// must not count as a window call of the next one.
     /// The fence pairs with the one in
     /// [`calls_under_way`](Self::calls_under_way) (Dekker): a call that
     /// the window's close does not list reads it closed here. Rare (calls
@@ -371,6 +384,12 @@ impl Handshake {
         slot.window_seq.store(seq, Ordering::Relaxed);
         fence(Ordering::SeqCst);
         if still_open() {
+            if self.state.load(Ordering::Relaxed) & WATCH != 0 {
+                // The start's wait, which may have listed this call as
+                // one that began before the mark, need not wait for it.
+                let _g = lock(&self.lock);
+                self.left.notify_all();
+            }
             return true;
         }
         slot.window_seq.store(0, Ordering::Release);
@@ -386,7 +405,11 @@ impl Handshake {
     /// only the calls that told they began in the window
     /// ([`confirm_window`](Self::confirm_window)): the ragged mark takes
     /// this list as it closes its window, and waits for them later
-    /// (`wait_for_listed`).
+    /// (`wait_for_listed`). Without, the others: a call that told it
+    /// began in the window of the mark under way began after `marking`
+    /// was set, and a window call of an earlier mark has ended (that
+    /// mark's end waited for it), so the ragged start need not wait for
+    /// those.
     pub(crate) fn calls_under_way<S: AsRef<Slot>>(
         &self,
         slots: &[S],
@@ -399,7 +422,7 @@ impl Handshake {
             .enumerate()
             .filter_map(|(i, s)| {
                 let seq = s.seq.load(Ordering::Acquire);
-                (seq & 1 == 1 && (!windowed || s.window_seq.load(Ordering::Relaxed) == seq))
+                (seq & 1 == 1 && (s.window_seq.load(Ordering::Relaxed) == seq) == windowed)
                     .then_some((i, seq))
             })
             .collect()
@@ -417,9 +440,12 @@ impl Handshake {
         windowed: bool,
     ) {
         // Still the listed call, and (with `windowed`) still a window call.
+        // Still the listed call, and with `windowed` still a window call;
+        // without, not a window call (one of this mark, the start's wait:
+        // it began after `marking` was set).
         let listed_still = |s: &Slot, seq: u64| {
             s.seq.load(Ordering::Acquire) == seq
-                && (!windowed || s.window_seq.load(Ordering::Acquire) == seq)
+                && (s.window_seq.load(Ordering::Acquire) == seq) == windowed
         };
         // Before the fence: a call that leaves after our read of its
         // sequence sees `WATCH` and wakes us; one that left before it is

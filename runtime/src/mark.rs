@@ -185,9 +185,13 @@ const PROGRESS_BYTES: usize = 1 << 20;
 ///    The objects it found locked by a writer go to the runtime's `gray`
 ///    queue, to be traced again later (`cell.rs`).
 ///
-/// The assist runs inside a `mutate` call, so the mark's last pause, which
-/// empties `gray` and every leftover, waits for it. `assist_model.rs`
-/// checks this with loom (it fails if the hand-back follows the leave).
+/// The assist runs inside a `mutate` call, so a stopped mark's last pause,
+/// which empties `gray` and every leftover, waits for it. A ragged mark's
+/// end waits for no call: there the count covers it, since an assist that
+/// joined hands back before it leaves, [`parallel`] returns only once the
+/// count has been zero, and a later assist cannot join (1), so no assist
+/// runs during the end's waits and looks. `assist_model.rs` checks the
+/// protocol with loom (it fails if the hand-back follows the leave).
 #[derive(Debug)]
 pub(crate) struct Share {
     injector: Injector<usize>,

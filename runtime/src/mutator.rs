@@ -336,7 +336,7 @@ impl Mutator {
         // A call that read the window open tells the mark's end to wait
         // for it, unless the window has closed since (it has read nothing
         // yet, so it then runs as a call that began after the window).
-        let window = calls.window && shared.handshake.confirm_window(&self.me.slot, || shared.calls_now().window);
+        let window = calls.window && shared.handshake.confirm_window(&self.me.slot, || shared.calls_now() == calls);
         // A runtime without generations records nothing, and `u64::MAX`
         // is what a log that never recorded holds (`log.rs`).
         let remember = if shared.config.generational {
@@ -655,7 +655,7 @@ impl Mutator {
                         let waiting = Instant::now();
                         let epoch = self.call_mark.get();
                         if shared.wait_for_sweep()
-                            || (epoch != 0 && shared.wait_for_ragged_cycle(&self.me.slot, epoch))
+                            || (epoch != 0 && shared.wait_for_ragged_cycle(epoch))
                         {
                             self.held(Hold::Memory, waiting.elapsed());
                             continue;

@@ -46,7 +46,7 @@ pub(crate) struct Control {
     pub(crate) completed: u64,
     pub(crate) shutdown: bool,
     /// The mark epoch of the ragged cycle under way, from its start until
-    /// it completes (0 otherwise): a call that began in that mark after
+    /// it has swept (0 otherwise): a call that began in that mark after
     /// its window closed may wait for it (`wait_for_ragged_cycle`).
     pub(crate) ragged_epoch: u64,
 }
@@ -246,28 +246,29 @@ impl Shared {
 
     /// A call that began in the ragged mark of epoch `epoch`, after its
     /// window closed, met the heap limit: waits for that mark's cycle to
-    /// complete, which frees what it found dead. Neither the mark's end
-    /// (it waits for window calls and for shading brackets, `ragged.rs`)
-    /// nor its sweep waits for such a call; the next cycle's start does,
-    /// so the wait is for this cycle only, and only while it is under way.
-    /// Gives up if a stop is requested (a mark that did not converge, or
-    /// verify mode's check, stops the world, which waits for this call),
-    /// or if the gate opens for this mutator (a window call may be joining
-    /// it: `handshake.rs`). True if the cycle completed.
-    pub(crate) fn wait_for_ragged_cycle(&self, slot: &crate::handshake::Slot, epoch: u64) -> bool {
-        let seen = {
-            let c = self.control.lock();
-            if c.ragged_epoch != epoch || c.shutdown {
-                return false;
-            }
-            c.completed
-        };
-        let mut completed = false;
-        self.wait_control(Some(slot), |c| {
-            completed = c.completed != seen;
-            completed || c.shutdown || self.handshake.stop_requested()
+    /// sweep, which frees what it found dead. Neither the mark's end (it
+    /// waits for window calls and for shading brackets, `ragged.rs`) nor
+    /// its sweep waits for such a call; the next cycle's start does, so
+    /// the wait is for this cycle only, and only while it is under way.
+    /// Gives up, and the allocation fails as before:
+    /// - if a stop is requested (a mark that did not converge, or verify
+    ///   mode's check, stops the world, which waits for this call);
+    /// - if the end has waited past its patience for a window call
+    ///   (`Handshake::stuck`): that call may wait for this one, for a lock
+    ///   it holds (a collection's writer lock, a `GcLock`), or be joining
+    ///   it, whatever the order they attached in.
+    ///
+    /// True if the cycle swept.
+    pub(crate) fn wait_for_ragged_cycle(&self, epoch: u64) -> bool {
+        if self.control.lock().ragged_epoch != epoch {
+            return false;
+        }
+        let mut swept = false;
+        self.wait_control(None, |c| {
+            swept = c.ragged_epoch != epoch;
+            swept || c.shutdown || self.handshake.stop_requested() || self.handshake.stuck()
         });
-        completed
+        swept
     }
 
     /// Waits until `done` holds of the control block. With `yield_to_gate`

@@ -228,6 +228,10 @@ fn a_call_in_a_ragged_mark_waits_for_its_cycle_at_the_limit() {
         met, 10,
         "calls that began in a ragged mark after its window"
     );
+    assert!(
+        rt.stats().held_for_memory > std::time::Duration::ZERO,
+        "no call waited at the limit: the case was not met"
+    );
     assert_eq!(
         failed, 0,
         "calls of 30 MiB that began in a ragged mark failed at a 64 MiB limit with 24 MiB live"

@@ -558,3 +558,104 @@ fn a_paced_scoped_thread_does_not_deadlock_a_ragged_start() {
     m.collect();
     assert!(rt.stats().ragged_cycles >= 1);
 }
+
+/// A call at the heap limit that waits for the ragged cycle under way
+/// (it began after the window) while holding a lock, and a window call
+/// that waits for that lock, which the mark's end waits for: the call at
+/// the limit gives up once the end has waited past its patience, its
+/// allocation fails, the lock goes, and all of it ends.
+#[test]
+fn a_call_waiting_at_the_limit_gives_way_to_a_window_call_it_blocks() {
+    let _serial = serial();
+    let _guard = watchdog("a call waiting at the heap limit deadlocked a ragged mark's end");
+    type Locked = Rootable!['gc => GcLock<'gc, Vec<Gc<'gc, Node<'gc>>>>];
+    let rt = Runtime::builder()
+        .ignore_env()
+        .gc_threads(2)
+        .ragged_handshakes(true)
+        .min_heap(4 << 20)
+        .heap_limit(24 << 20)
+        .build();
+    let lock: GlobalRoot<Locked> = rt
+        .attach()
+        .mutate(|mc| mc.global_root(mc.alloc(GcLock::new(Vec::new()))));
+    let window_in = AtomicBool::new(false);
+    let old_out = AtomicBool::new(false);
+    let locked = AtomicBool::new(false);
+    let failed = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        // The old call: inside as the cycle starts (it allocates past the
+        // goal), and out once the window call is in.
+        s.spawn(|| {
+            let mut c = rt.attach();
+            c.mutate(|mc| {
+                for k in 0..80_000_u64 {
+                    mc.alloc([k; 8]);
+                }
+                while !window_in.load(Ordering::Acquire) {
+                    std::thread::yield_now();
+                }
+            });
+            old_out.store(true, Ordering::Release);
+        });
+        // The window call: waits for the lock once the call at the limit
+        // holds it.
+        s.spawn(|| {
+            let mut b = rt.attach();
+            loop {
+                let done = b.mutate(|mc| {
+                    if !mc.began_in_window() {
+                        return false;
+                    }
+                    window_in.store(true, Ordering::Release);
+                    while !locked.load(Ordering::Acquire) {
+                        std::thread::yield_now();
+                    }
+                    lock.get(mc).write(mc, |v| v.clear());
+                    true
+                });
+                if done {
+                    break;
+                }
+                std::thread::yield_now();
+            }
+        });
+        // The call at the limit: begins after the window, takes the lock,
+        // allocates until the limit.
+        let mut a = rt.attach();
+        while !old_out.load(Ordering::Acquire) {
+            std::thread::yield_now();
+        }
+        loop {
+            let done = a.mutate(|mc| {
+                if !mc.is_marking() || mc.began_in_window() {
+                    return false;
+                }
+                lock.get(mc).write(mc, |v| {
+                    locked.store(true, Ordering::Release);
+                    for k in 0..(64 << 20) / 4096_u64 {
+                        match mc.try_alloc([k; 512]) {
+                            Ok(_) => {}
+                            Err(_) => {
+                                failed.store(true, Ordering::Relaxed);
+                                break;
+                            }
+                        }
+                    }
+                    v.clear();
+                });
+                true
+            });
+            if done {
+                break;
+            }
+            std::thread::yield_now();
+        }
+    });
+    assert!(
+        failed.load(Ordering::Relaxed),
+        "64 MiB fitted under a 24 MiB limit"
+    );
+    rt.attach()
+        .mutate(|mc| assert!(lock.get(mc).read().is_empty()));
+}

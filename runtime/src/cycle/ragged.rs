@@ -241,8 +241,9 @@ impl<'a> Cycle<'a> {
         m
     }
 
-    /// Step 3: traces what was shaded, waits for the calls under way, and
-    /// ends the mark if nothing that matters was shaded meanwhile. True
+    /// Step 3: traces what was shaded, waits for the window's calls (the
+    /// first time) and for the shading brackets under way (every time),
+    /// and ends the mark if nothing that matters was shaded meanwhile. True
     /// when it ended (`marking` off, the weak cells cleared, the world
     /// running); false after `RAGGED_TRIES` waits, with `rest` holding
     /// what is left.

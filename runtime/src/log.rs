@@ -113,25 +113,35 @@ impl<'gc> GcLog<'gc> {
         // The stores it covers may free memory (a collection's writes skip
         // the cell barriers).
         mc.note_write();
-        // During a mark that may be ragged, from before the read of the
-        // owner until it is shaded: a marker may set the owner to
-        // `SHARED_OWNER` and the mark end meanwhile, and an owner read
-        // before the end's wait missed the bracket would be shaded after
-        // the sweep freed it (`barrier.rs`, "Ragged cycles", 3).
-        let _bracket = mc.shading();
+        if mc.marking != 0 {
+            self.record_marking(mc);
+            return;
+        }
         let owner = self.owner.load(Ordering::Relaxed);
         // `owner == 0`: young, nothing to record. Recorded this cycle (the
-        // epoch cannot move during the call) with no mark to shade for:
-        // nothing more to do (`mc.remember` is `u64::MAX` without
-        // generations, which `logged` then always holds).
-        if owner == 0
-            || (owner != SHARED_OWNER
-                && mc.marking == 0
-                && self.logged.load(Ordering::Relaxed) == mc.remember)
-        {
+        // epoch cannot move during the call): nothing more to do
+        // (`mc.remember` is `u64::MAX` without generations, which
+        // `logged` then always holds).
+        if owner == 0 || (owner != SHARED_OWNER && self.logged.load(Ordering::Relaxed) == mc.remember) {
             return;
         }
         self.record_slow(mc, owner);
+    }
+
+    /// `record` during a concurrent mark, which also shades the owner.
+    /// From before the read of the owner until it is shaded, in a shading
+    /// bracket (if the mark may be ragged): a marker may set the owner to
+    /// `SHARED_OWNER` and the mark end meanwhile, and an owner read before
+    /// an end's wait that missed the bracket would be shaded after the
+    /// sweep freed it (`barrier.rs`, "Ragged cycles", 3).
+    #[cold]
+    #[inline(never)]
+    fn record_marking(&self, mc: &Mutation<'gc>) {
+        let _bracket = mc.shading();
+        let owner = self.owner.load(Ordering::Relaxed);
+        if owner != 0 {
+            self.record_slow(mc, owner);
+        }
     }
 
     #[cold]

@@ -16,7 +16,7 @@ use loam_runtime::{
 };
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 #[derive(Trace)]
 struct Node<'gc> {
@@ -54,6 +54,10 @@ fn check<'gc>(head: Gc<'gc, Node<'gc>>, len: u64) {
 }
 
 const LEN: u64 = 6;
+
+/// Yields a window call makes while it holds what it read, for a broken
+/// mark's end to overtake it (`the_lost_object_race_of_the_handshake_window`).
+const HOLD_STEPS: u32 = 100_000;
 
 /// The tests run one at a time: two of them make a call wait for another
 /// thread's calls, and cycles are serialized across the process (a cycle
@@ -477,13 +481,16 @@ fn the_lost_object_race_of_the_handshake_window() {
                     while !old_left.load(Ordering::Acquire) {
                         std::thread::yield_now();
                     }
-                    // Long enough for a mark that did not wait for this
-                    // call to end (with a correct collector none does, so
-                    // this always waits it out: a bound on the wait, not
-                    // an assertion)
-                    // call to end, and its sweep.
-                    let until = Instant::now() + Duration::from_millis(100);
-                    while rt.stats().cycles == cycles && Instant::now() < until {
+                    // Room for a mark that did not wait for this call to
+                    // end, and its sweep, to finish first (a correct
+                    // collector's cannot, so this always runs out). A
+                    // bound in steps, not a clock: nothing here depends
+                    // on how fast the machine is, only how likely a
+                    // broken collector is to be caught.
+                    for _ in 0..HOLD_STEPS {
+                        if rt.stats().cycles != cycles {
+                            break;
+                        }
                         std::thread::yield_now();
                     }
                     // Into an array the markers traced, into a root made

@@ -221,8 +221,9 @@ impl<'a> Cycle<'a> {
         let marked = unsafe {
             mark::parallel(&shared.space, self.pool, &roots, remembered, concurrently(shared), &mut rest)
         };
+        // (What it found live, its GC threads and assists have reported
+        // as they went: `Shared::saw_live`, via `concurrently`.)
         self.marked.add(marked);
-        shared.saw_live(marked.bytes);
         self.snapshot(snap, false);
         let mut m = Marking {
             mutators,
@@ -303,8 +304,8 @@ impl<'a> Cycle<'a> {
                     let marked = unsafe {
                         mark::parallel(&shared.space, self.pool, &[], &work, concurrently(shared), rest)
                     };
+                    // Reported as found, as above.
                     self.marked.add(marked);
-                    shared.saw_live(marked.bytes);
                 }
                 let wait = Instant::now();
                 if first_look {

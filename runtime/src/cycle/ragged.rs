@@ -210,14 +210,31 @@ impl<'a> Cycle<'a> {
         .max(1 << 20);
         let ratio = super::set_assist_ratio(shared, gen, expected);
         let mut rest = Vec::new();
+        // What the window's calls shaded so far is traced in this round
+        // too (taken as remembered: traced though marked). It is often
+        // most of the mark: a structure built in the window and rooted
+        // there is shaded whole by its root, and its root's mark then
+        // keeps the roots' pass from tracing it. Left to the rounds
+        // below, it waited for the snapshot's walk, and a mutator paced
+        // at the window's close waited with it (1.3 ms, binary-trees at
+        // depth 21).
+        let mut shaded = Vec::new();
+        mark::drain(&shared.gray, &mut shaded);
+        let remembered = if shaded.is_empty() {
+            remembered
+        } else {
+            shaded.extend_from_slice(remembered);
+            &shaded[..]
+        };
         // Every object a marked object points to is marked, or queued by
-        // this call (roots, `remembered`), or in `shared.gray` (shaded by
-        // the window's calls, or after the last cycle's mark ended), which
-        // the rounds below trace; in a full cycle the marks phase 0 left
-        // are those of remembered and shaded objects (`barrier.rs`).
-        // SAFETY: no sweep runs until this cycle's; roots and remembered
-        // objects are allocated (rooted, or reachable since the last
-        // cycle); every call under way shades (T has passed).
+        // this call (roots, `remembered`, what was shaded), or in
+        // `shared.gray` (shaded since), which the rounds below trace; in a
+        // full cycle the marks phase 0 left are those of remembered and
+        // shaded objects (`barrier.rs`).
+        // SAFETY: no sweep runs until this cycle's; roots, remembered and
+        // shaded objects are allocated (rooted, reachable since the last
+        // cycle, or reachable when shaded); every call under way shades
+        // (T has passed).
         let marked = unsafe {
             mark::parallel(&shared.space, self.pool, &roots, remembered, concurrently(shared), &mut rest)
         };

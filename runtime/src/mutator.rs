@@ -421,7 +421,9 @@ impl Mutator {
         // The debt, computed once a mark (what is left after a slice is
         // owed exactly, not rounded up to an assist's worth again), and the
         // cycles completed as pacing began (one cycle at most).
-        let mut owing: Option<(u64, usize)> = None;
+        // Whether it is only the minimum (below) is kept with it: a
+        // minimum partly paid is still forgiven when there is no work.
+        let mut owing: Option<(u64, usize, bool)> = None;
         let seen = shared.completed();
         while shared.over_pace() {
             let offered = crate::mark::offered(&shared.assist);
@@ -457,12 +459,13 @@ impl Mutator {
             // `minimum`: this mutator owes nothing for what it allocated
             // during this mark, only the least a paced call pays.
             let (debt, minimum) = match owing {
-                Some((m, d)) if m == mark => (d, false),
+                Some((m, d, minimum)) if m == mark => (d, minimum),
                 _ => {
                     let owed = self.owed();
                     (owed.max(ASSIST_MIN), owed == 0)
                 }
             };
+            held = true;
             // Inside, as a `mutate` call: the mark's last pause waits for
             // the slice, and no sweep can start meanwhile. (A wait here is
             // part of this hold.) And marked inside as a call is, so that a
@@ -506,14 +509,26 @@ impl Mutator {
                     self.assist_debt.set(0);
                     break;
                 }
-                // Wait a slice's length for them to hand some back, then
-                // try again; the debt is off if the cycle ends meanwhile.
-                // (Waiting for the whole cycle here held both mutators of
-                // binary-trees at depth 21 for 200 ms.)
-                if shared.pace_briefly(&self.me.slot, seen, PACED_SLICE) {
+                // Wait a slice's length for them to hand some back, or for
+                // them to mark what this mutator owes, then try again; the
+                // debt is off if the cycle ends meanwhile. (Waiting for the
+                // whole cycle here held both mutators of binary-trees at
+                // depth 21 for 200 ms; waiting out the slice whatever the
+                // GC threads did, 1.4 ms at the start of a ragged mark
+                // that found the long-lived tree, the longest hold of the
+                // run.)
+                if shared.pace_briefly(&self.me.slot, seen, PACED_SLICE, &share, debt) {
                     self.assist_debt.set(0);
                     break;
                 }
+                // What they marked meanwhile pays first (`mark::Share`,
+                // "Background credit").
+                let debt = debt - share.take_credit(debt);
+                self.assist_debt.set(debt);
+                if debt == 0 {
+                    break;
+                }
+                owing = Some((mark, debt, minimum));
                 continue;
             }
             let left = debt.saturating_sub(m.bytes);
@@ -521,7 +536,7 @@ impl Mutator {
             if left == 0 {
                 break;
             }
-            owing = Some((mark, left));
+            owing = Some((mark, left, minimum));
         }
         if !held {
             // The heap came under twice the goal before the first look.

@@ -447,19 +447,38 @@ impl Shared {
     }
 
     /// A paced mutator's assist found nothing to take: the GC threads hold
-    /// the rest of the mark. Waits until they may have handed some back
-    /// (`d`), or a cycle has completed since `seen`, or the heap is under
-    /// where pacing begins again, or the runtime shuts down; true in all but
-    /// the first case (and when the gate opens: the mutator must go on).
+    /// the rest of the mark of `share`. Waits until they may have handed
+    /// some back (`d`), or have marked enough to pay `debt` (or a report's
+    /// worth of it) as credit (`mark::Share`, "Background credit"), or
+    /// another round of the mark is offered, or a cycle has completed since
+    /// `seen`, or the heap is under where pacing begins again, or the
+    /// runtime shuts down; true in the last three cases (and when the gate
+    /// opens: the mutator must go on), false when it should try again.
     /// Go's assists park the same way until the background workers have
     /// done the work, not for the whole cycle.
-    pub(crate) fn pace_briefly(&self, slot: &crate::handshake::Slot, seen: u64, d: std::time::Duration) -> bool {
+    pub(crate) fn pace_briefly(
+        &self,
+        slot: &crate::handshake::Slot,
+        seen: u64,
+        d: std::time::Duration,
+        share: &crate::mark::Share,
+        debt: usize,
+    ) -> bool {
         let until = std::time::Instant::now() + d;
+        let want = debt.min(crate::mark::PROGRESS_BYTES);
         let mut over = false;
+        // Counted before the first read of the credit (`mark::Share`,
+        // "Why a wake is never lost for long").
+        share.wait_for_credit(true);
         let waited = self.wait_control(Some(slot), |c| {
             over = c.completed != seen || c.shutdown || !self.over_pace();
-            over || std::time::Instant::now() >= until
+            // A round ends when its work runs out, and the next one (what
+            // the barriers shaded meanwhile) is offered anew: 1.3 ms later
+            // at the start of a ragged mark, after the snapshot's walk.
+            let next_round = || crate::mark::offered(&self.assist).is_some_and(|s| !std::ptr::eq(&*s, share));
+            over || share.credit() >= want || next_round() || std::time::Instant::now() >= until
         });
+        share.wait_for_credit(false);
         over || !waited
     }
 

@@ -13,6 +13,9 @@
 //! that drain (none lost, none twice), and the assist hands nothing back
 //! after the drain. Moving the hand-back after the count's decrement makes
 //! the model fail.
+//!
+//! A second model checks the wake of a paced mutator waiting for the GC
+//! threads' credit (`mark::Share`, "Background credit").
 
 use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use loom::sync::{Arc, Mutex};
@@ -143,5 +146,72 @@ fn an_assist_never_ends_a_mark_with_work_in_hand() {
         for o in 1..=OBJECTS {
             assert_eq!(mark.traced[o].load(Ordering::Relaxed), 1, "object {o}");
         }
+    });
+}
+
+/// The credit's wake (`mark::Share`, "Why a wake is never lost for long"):
+/// a paced mutator counts itself among the waiters, then reads the credit
+/// under the control mutex and waits on the control condition variable
+/// from that same hold; a GC thread at a report reads the count and, if it
+/// sees the waiter, adds credit and notifies under the mutex. A GC thread
+/// that saw no waiter stands here for the end of the waiter's slice (it
+/// sets `slice_over` and notifies): the waiter is paid at a later report
+/// or goes on at its slice's end, so only a GC thread that saw it must pay
+/// it. In every interleaving the waiter is paid exactly when the GC thread
+/// saw it, and never sleeps through the credit (loom reports a waiter left
+/// waiting as a deadlock). Notifying without the mutex fails the model: the
+/// notify can fall between the waiter's read and its wait.
+#[test]
+fn a_waiter_the_gc_thread_sees_is_paid_and_woken() {
+    use loom::sync::Condvar;
+    struct Credit {
+        credit: AtomicUsize,
+        waiters: AtomicUsize,
+        /// The control mutex, guarding the stand-in for the slice's end.
+        slice_over: Mutex<bool>,
+        cv: Condvar,
+    }
+    loom::model(|| {
+        let c = Arc::new(Credit {
+            credit: AtomicUsize::new(0),
+            waiters: AtomicUsize::new(0),
+            slice_over: Mutex::new(false),
+            cv: Condvar::new(),
+        });
+        let gc = {
+            let c = c.clone();
+            loom::thread::spawn(move || {
+                // `Share::add_credit`.
+                if c.waiters.load(Ordering::SeqCst) > 0 {
+                    c.credit.fetch_add(1, Ordering::SeqCst);
+                    let _g = c.slice_over.lock().unwrap();
+                    c.cv.notify_all();
+                    true
+                } else {
+                    *c.slice_over.lock().unwrap() = true;
+                    c.cv.notify_all();
+                    false
+                }
+            })
+        };
+        // `Shared::pace_briefly`.
+        c.waiters.fetch_add(1, Ordering::SeqCst);
+        let mut g = c.slice_over.lock().unwrap();
+        let paid = loop {
+            if c.credit.load(Ordering::SeqCst) > 0 {
+                break true;
+            }
+            if *g {
+                break false;
+            }
+            g = c.cv.wait(g).unwrap();
+        };
+        drop(g);
+        c.waiters.fetch_sub(1, Ordering::SeqCst);
+        let saw = gc.join().unwrap();
+        assert_eq!(
+            paid, saw,
+            "paid {paid}, the GC thread saw the waiter: {saw}"
+        );
     });
 }

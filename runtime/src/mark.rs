@@ -200,18 +200,24 @@ pub(crate) const PROGRESS_BYTES: usize = 256 << 10;
 /// Past twice the goal a mutator owes the mark sixteen bytes of marking
 /// for each byte it allocates (`Mutator::pace`). When the GC threads hold
 /// all the mark's work, it has nothing to trace and waits; while it waits,
-/// the GC threads' marking pays its debt: every byte they mark while a
-/// paced mutator waits goes into `credit`, and the waiter wakes when
-/// there is some and takes what it owes. Without it the waiter slept out
+/// the GC threads' marking pays its debt: a GC thread that finds a paced
+/// mutator waiting at one of its reports (every [`PROGRESS_BYTES`])
+/// credits what it marked since its last report to `credit`, and the
+/// waiter wakes and takes what it owes. Without it the waiter slept out
 /// a whole slice (1 ms) whatever the GC threads did. Go's parked assists
-/// are paid the same way (`bgScanCredit`).
+/// are paid the same way (`bgScanCredit`). So a waiter may be paid for
+/// marking done just before it began to wait, and what one waiter leaves
+/// of a report is there for the next, in the same round; each byte is
+/// still taken once. A thread's last part of a round, under a report's
+/// worth, is never credited: the waiter then waits for the next round or
+/// the end of its slice.
 ///
 /// Only waiters are paid so. Crediting all the GC threads' marking to
 /// every assist (as Go does) was measured and not kept: at binary-trees
 /// depth 21, one mutator, the held time fell from 1.5% to 1.1%, but the
 /// mutator, marking less, allocated more during each mark, so pacing held
-/// it more often and longer (longest hold 0.2 - 0.4 ms against 1.8 ms,
-/// p99 0.06 against 0.17 ms) and the peak RSS rose by 11%.
+/// it more often and longer (longest hold 1.8 ms against 0.2 - 0.4 ms,
+/// p99 0.17 against 0.06 ms) and the peak RSS rose by 11%.
 ///
 /// # Why the bound holds
 /// Each byte the GC threads mark is credited at most once, and taken at
@@ -231,7 +237,8 @@ pub(crate) const PROGRESS_BYTES: usize = 256 << 10;
 /// notifies under that mutex: a waiter it saw either reads the credit or
 /// is woken. One that it did not see (its count came after the read) is
 /// paid at the next report, a quarter MiB of marking later, or its wait
-/// ends with the slice.
+/// ends with the slice. `assist_model.rs` checks the wake with loom (it
+/// fails if the GC thread notifies without the mutex).
 #[derive(Debug)]
 pub(crate) struct Share {
     injector: Injector<usize>,

@@ -465,7 +465,6 @@ impl Mutator {
                     (owed.max(ASSIST_MIN), owed == 0)
                 }
             };
-            held = true;
             // Inside, as a `mutate` call: the mark's last pause waits for
             // the slice, and no sweep can start meanwhile. (A wait here is
             // part of this hold.) And marked inside as a call is, so that a

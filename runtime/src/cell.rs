@@ -362,6 +362,22 @@ impl<'gc, T: CellValue + Trace + 'gc> GcCell<'gc, T> {
             mc.shade(&value);
         }
     }
+
+    /// [`fill_recorded`](Self::fill_recorded) without its shade, which
+    /// the caller hands to [`GcLog::after_unreported_stores`] once the
+    /// owner reports the cell: an object no marker has met needs none
+    /// (see there).
+    ///
+    /// # Safety
+    /// As [`fill_recorded`](Self::fill_recorded); and in this `mutate`
+    /// call, after the owner starts reporting the cell, the caller calls
+    /// `after_unreported_stores` on the owner's log with a `shade` that
+    /// shades this value (stores it again with
+    /// [`set_recorded`](Self::set_recorded)).
+    #[inline]
+    pub unsafe fn fill_unshaded(&self, value: T) {
+        self.value.store(value);
+    }
 }
 
 impl<T: CellValue + fmt::Debug> fmt::Debug for GcCell<'_, T> {

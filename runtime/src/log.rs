@@ -144,6 +144,67 @@ impl<'gc> GcLog<'gc> {
         }
     }
 
+    /// During a concurrent mark, after stores into cells that the
+    /// object's `Trace` did not report before them (a collection's spare
+    /// slots past its length, written plainly) and that it reports now (the
+    /// length that covers them stored after them): runs `shade`, which must
+    /// shade what those stores stored (storing each value into its cell
+    /// again with [`GcCell::set_recorded`](crate::GcCell::set_recorded)
+    /// does), unless no marker has met the object yet. Then whichever
+    /// marker traces the object later reads the stores, and they need no
+    /// shade, neither for this mark nor for the next minor cycle. Between
+    /// marks it does nothing.
+    ///
+    /// # Why
+    /// A store during a concurrent mark shades what it stores so that a
+    /// marked object never points to an unmarked one the next minor cycle
+    /// would miss (`barrier.rs`, 2). That marks what a young collection
+    /// holds: its elements survive the cycle and, with sticky marks, are
+    /// old, so minor cycles stop freeing the garbage of short-lived
+    /// collections filled during marks (a ragged mark is concurrent from
+    /// its first object: the GC speed tester lost 60% of its throughput).
+    /// A collection no marker has met is young, unmarked or waiting to be
+    /// traced, and its trace will read what it holds then.
+    ///
+    /// # Why the order makes it safe
+    /// The stores, then a sequentially consistent fence, then the read of
+    /// the owner; a marker sets the owner (`GcLog`'s `trace`, first of the
+    /// object's trace), fences, then reads the object's cells. Of the two
+    /// fences one comes first: if this one, the marker reads the stores;
+    /// if the marker's, this read sees its owner and the values are
+    /// shaded. A marker that finds the owner already set did not fence,
+    /// but then the one that set it did, and traced the object after.
+    /// Inside a shading bracket, so that a ragged mark's end waits for the
+    /// shade (`barrier.rs`, "Ragged cycles", 3). A window call's stores
+    /// need nothing more: what it stores into a collection no marker has
+    /// met reaches the heap only through that collection, which is shaded
+    /// when the call hands it out, and traced, reading the stores, before
+    /// the mark can end (the end waits for the window's calls).
+    /// `collections/src/list_model.rs` checks the pair with loom.
+    ///
+    /// # Safety
+    /// The stores were made in this `mutate` call, after [`record`](Self::record),
+    /// into cells of the object holding this log, which its `Trace` did
+    /// not report before them and reports now; nothing shaded them.
+    #[inline]
+    pub unsafe fn after_unreported_stores(&self, mc: &Mutation<'gc>, shade: impl FnOnce()) {
+        if mc.marking != 0 {
+            self.after_unreported_stores_marking(mc, shade);
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn after_unreported_stores_marking(&self, mc: &Mutation<'gc>, shade: impl FnOnce()) {
+        let _bracket = mc.shading();
+        std::sync::atomic::fence(Ordering::SeqCst);
+        let owner = self.owner.load(Ordering::Relaxed);
+        if owner != 0 {
+            self.record_slow(mc, owner);
+            shade();
+        }
+    }
+
     #[cold]
     #[inline(never)]
     fn record_slow(&self, mc: &Mutation<'gc>, owner: usize) {
@@ -155,7 +216,9 @@ impl<'gc> GcLog<'gc> {
     }
 
     /// A marker tracing object `obj` met this log: `obj` is its owner,
-    /// unless another object was before.
+    /// unless another object was before. The first owner is followed by a
+    /// sequentially consistent fence before the marker reads the object's
+    /// cells ([`after_unreported_stores`](Self::after_unreported_stores)).
     #[inline]
     pub(crate) fn adopt(&self, obj: usize) {
         let o = self.owner.load(Ordering::Relaxed);
@@ -167,7 +230,10 @@ impl<'gc> GcLog<'gc> {
                 .owner
                 .compare_exchange(0, obj, Ordering::Relaxed, Ordering::Relaxed)
             {
-                Ok(_) => return,
+                Ok(_) => {
+                    std::sync::atomic::fence(Ordering::SeqCst);
+                    return;
+                }
                 Err(x) if x == obj || x == SHARED_OWNER => return,
                 Err(_) => {}
             }

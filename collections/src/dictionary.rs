@@ -486,14 +486,30 @@ where
         let e = &entries[len];
         // SAFETY: the log recorded (`write_lock`); entry `len` is past the
         // length, which the dictionary's trace does not report, and the
-        // length grows over it only below, under the writer lock.
+        // length grows over it only below, under the writer lock; the key
+        // and the value are shaded below, once it has.
         unsafe {
             e.hash.fill_recorded(mc, h);
-            e.key.fill_recorded(mc, key);
-            e.value.fill_recorded(mc, value);
+            e.key.fill_unshaded(key);
+            e.value.fill_unshaded(value);
         }
         Self::place(mc, indices, h, len);
         self.obj.len.set(mc, len + 1);
+        if K::NEEDS_TRACE || V::NEEDS_TRACE {
+            // During a concurrent mark, the key and the value are shaded
+            // unless no marker has met the dictionary yet (its trace reads
+            // them then): a young dictionary's entries stay young.
+            // SAFETY: stored above by `fill_unshaded`, in this call after
+            // the record, and the length covers them now.
+            unsafe {
+                self.obj.log.after_unreported_stores(mc, || {
+                    // SAFETY: reported now (the length covers them), the
+                    // log recorded in this call.
+                    e.key.set_recorded(mc, e.key.get());
+                    e.value.set_recorded(mc, e.value.get());
+                })
+            };
+        }
         Ok(())
     }
 

@@ -97,6 +97,46 @@ impl<'gc, T: CellValue + Trace + 'gc> Slot<'gc, T> {
             unsafe { (*cell).fill_recorded(mc, value) };
         }
     }
+
+    /// [`write_first`](Self::write_first) without the shade: for a push,
+    /// whose caller stores the length over the slot and then hands the
+    /// shade to [`shade_pushed`] (a list no marker has met needs none).
+    ///
+    /// # Safety
+    /// As `write_first`; the caller calls `shade_pushed` for this slot
+    /// once the length covers it, in this `mutate` call.
+    #[inline(always)]
+    unsafe fn write_first_unshaded(&self, value: T) {
+        let cell = self.0.as_ptr().cast_mut();
+        // SAFETY: as the caller vouches: nobody else reads or writes it.
+        unsafe { cell.write(GcCell::new(value)) };
+    }
+}
+
+/// After a push that wrote `slot` plainly (`Slot::write_first_unshaded`)
+/// and then stored the length over it: during a concurrent mark, shades
+/// the value unless no marker has met the list yet
+/// (`GcLog::after_unreported_stores`: a young list's elements then stay
+/// young, where shading them promoted them).
+///
+/// # Safety
+/// The slot was written by `write_first_unshaded` in this `mutate` call,
+/// under the writer lock, after `log` (the list's) was recorded, and the
+/// length stored since covers it.
+#[inline(always)]
+unsafe fn shade_pushed<'gc, T: CellValue + Trace + 'gc>(mc: &Mutation<'gc>, log: &GcLog<'gc>, slot: &Slot<'gc, T>) {
+    if T::NEEDS_TRACE {
+        // SAFETY: the slot's first store, then the length over it, in
+        // this call after the record (caller); nothing shaded it.
+        unsafe {
+            log.after_unreported_stores(mc, || {
+                let cell = &*slot.0.as_ptr();
+                // SAFETY: written (caller), reported now (the length
+                // covers it), the log recorded in this call.
+                cell.set_recorded(mc, cell.get());
+            })
+        };
+    }
 }
 
 // SAFETY: reports nothing (3: `NEEDS_TRACE` false), so the array of slots
@@ -300,10 +340,15 @@ impl<'a, 'gc, T: CellValue + Trace + 'gc> ListWriter<'a, 'gc, T> {
         // `fill`'s first store into a slot, without its checks: slot `len`
         // is past the length and at `filled`, and in bounds.
         // SAFETY: `len < items.len()`; at `filled`, under the lock, the log
-        // recorded (`new`).
-        unsafe { (*Gc::get(items).as_ptr().add(len)).write_first(self.mc, value) };
+        // recorded (`new`); shaded below once the length covers it.
+        let slot = unsafe { &*Gc::get(items).as_ptr().add(len) };
+        // SAFETY: as just said.
+        unsafe { slot.write_first_unshaded(value) };
         self.list.obj.len.set(self.mc, len + 1);
         self.len.set(len + 1);
+        // SAFETY: written above, under the lock, after the record, and
+        // the length covers it now.
+        unsafe { shade_pushed(self.mc, &self.list.obj.log, slot) };
         Ok(())
     }
 
@@ -724,9 +769,15 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
         if len < items.len() && len >= obj.high.load(MemOrder::Acquire) {
             // Slot `len` is in bounds and at `filled` (`max(len, high)`).
             // SAFETY: `len < items.len()`; at `filled`, under the lock, the
-            // log recorded just above.
-            unsafe { (*Gc::get(items).as_ptr().add(len)).write_first(mc, value) };
+            // log recorded just above; shaded below once the length covers
+            // it.
+            let slot = unsafe { &*Gc::get(items).as_ptr().add(len) };
+            // SAFETY: as just said.
+            unsafe { slot.write_first_unshaded(value) };
             obj.len.set(mc, len + 1);
+            // SAFETY: written above, under the lock, after the record, and
+            // the length covers it now.
+            unsafe { shade_pushed(mc, &obj.log, slot) };
             drop(guard);
             return Ok(());
         }

@@ -24,6 +24,9 @@
 //! variants that publish the length before the write, grow an array that
 //! is not full, or forget the high mark (writing a popped slot plainly
 //! while a reader holding the longer length may read it), fail.
+//!
+//! A second model checks that a push during a concurrent mark is traced
+//! by the marker or shaded by the pusher (`shade_pushed`).
 
 use loom::cell::UnsafeCell;
 use loom::sync::atomic::{AtomicUsize, Ordering};
@@ -218,4 +221,79 @@ fn growing_an_array_that_is_not_full_fails() {
 #[should_panic(expected = "Causality violation")]
 fn writing_a_popped_slot_plainly_fails() {
     model(Variant::NoHigh);
+}
+
+/// A push during a concurrent mark into a list no marker may have met
+/// (`shade_pushed`, `GcLog::after_unreported_stores`) against a marker
+/// tracing the list: the pusher writes the slot, stores the length
+/// (release), fences and reads the log's owner, and shades the value only
+/// if it finds one; the marker sets the owner, fences, and reads the
+/// length (acquire) and the slot, as the list's trace does after the log's.
+/// In every interleaving the marker reads the value or the pusher shades
+/// it. Without either fence, an interleaving does neither.
+fn push_against_a_marker(writer_fence: bool, marker_fence: bool) {
+    use loom::sync::atomic::{fence, AtomicBool};
+    struct Pushed {
+        owner: AtomicUsize,
+        len: AtomicUsize,
+        slot: AtomicUsize,
+        shaded: AtomicBool,
+    }
+    loom::model(move || {
+        let p = Arc::new(Pushed {
+            owner: AtomicUsize::new(0),
+            len: AtomicUsize::new(0),
+            slot: AtomicUsize::new(0),
+            shaded: AtomicBool::new(false),
+        });
+        let marker = {
+            let p = p.clone();
+            loom::thread::spawn(move || {
+                let _ = p
+                    .owner
+                    .compare_exchange(0, 1, Ordering::Relaxed, Ordering::Relaxed);
+                if marker_fence {
+                    fence(Ordering::SeqCst);
+                }
+                let len = p.len.load(Ordering::Acquire);
+                len > 0 && p.slot.load(Ordering::Relaxed) == 7
+            })
+        };
+        let pusher = {
+            let p = p.clone();
+            loom::thread::spawn(move || {
+                p.slot.store(7, Ordering::Relaxed);
+                p.len.store(1, Ordering::Release);
+                if writer_fence {
+                    fence(Ordering::SeqCst);
+                }
+                if p.owner.load(Ordering::Relaxed) != 0 {
+                    p.shaded.store(true, Ordering::Relaxed);
+                }
+            })
+        };
+        let read = marker.join().unwrap();
+        pusher.join().unwrap();
+        assert!(
+            read || p.shaded.load(Ordering::Relaxed),
+            "a value pushed during a mark was neither traced nor shaded"
+        );
+    });
+}
+
+#[test]
+fn a_push_is_traced_or_shaded() {
+    push_against_a_marker(true, true);
+}
+
+#[test]
+#[should_panic(expected = "neither traced nor shaded")]
+fn a_push_without_the_pushers_fence_fails() {
+    push_against_a_marker(false, true);
+}
+
+#[test]
+#[should_panic(expected = "neither traced nor shaded")]
+fn a_push_without_the_markers_fence_fails() {
+    push_against_a_marker(true, false);
 }

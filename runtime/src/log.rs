@@ -26,9 +26,13 @@
 //! [`GcCell::fill_recorded`](crate::GcCell::fill_recorded) into cells that
 //! the object's `Trace` reports, in the same `mutate` call, after the
 //! record. During a concurrent mark those stores shade as `set` does (the
-//! mark's snapshot needs them whatever the owner is); between marks they
-//! do nothing more, because the record (or the object's youth) makes the
-//! next minor cycle trace the object, and so what the cells hold then.
+//! mark's snapshot needs the values they overwrite whatever the owner
+//! is); stores into cells the object did not report before
+//! ([`GcCell::fill_unshaded`](crate::GcCell::fill_unshaded)) may leave
+//! their shade to [`GcLog::after_unreported_stores`], which skips it while
+//! no marker has met the object. Between marks they do nothing more,
+//! because the record (or the object's youth) makes the next minor cycle
+//! trace the object, and so what the cells hold then.
 
 use crate::mutator::Mutation;
 use crate::trace::{Trace, Tracer};

@@ -46,7 +46,13 @@
 //!    which may be old. Objects allocated during the mark are not in the
 //!    sweep's copy of the allocated bits, so this cycle never frees them;
 //!    the shade is for the next minor cycle, whose invariant says a marked
-//!    object points only to marked or remembered ones.
+//!    object points only to marked or remembered ones. A store into a
+//!    cell that an object with a `GcLog` no marker has met did not report
+//!    yet (a push into a young collection) skips it, unless the call began
+//!    in a ragged start's window: the marker that first meets the log
+//!    fences before it reads the cells, the store fences before it reads
+//!    the log's owner, so the marker reads the store or the store sees
+//!    the owner and shades (`GcLog::after_unreported_stores`).
 //! 3. *A lock's old contents*, once per mark: a write may change any number
 //!    of pointers, and the first write of a mark saw the contents as they
 //!    were at the snapshot (writes of one lock are serial). A marker never

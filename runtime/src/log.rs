@@ -154,10 +154,11 @@ impl<'gc> GcLog<'gc> {
     /// length that covers them stored after them): runs `shade`, which must
     /// shade what those stores stored (storing each value into its cell
     /// again with [`GcCell::set_recorded`](crate::GcCell::set_recorded)
-    /// does), unless no marker has met the object yet. Then whichever
-    /// marker traces the object later reads the stores, and they need no
-    /// shade, neither for this mark nor for the next minor cycle. Between
-    /// marks it does nothing.
+    /// does), unless no marker has met the object yet and the call did
+    /// not begin in a ragged start's window. Then whichever marker traces
+    /// the object reads the stores, and they need no shade, neither for
+    /// this mark nor for the next minor cycle. Between marks it does
+    /// nothing.
     ///
     /// # Why
     /// A store during a concurrent mark shades what it stores so that a
@@ -179,17 +180,27 @@ impl<'gc> GcLog<'gc> {
     /// shaded. A marker that finds the owner already set did not fence,
     /// but then the one that set it did, and traced the object after.
     /// Inside a shading bracket, so that a ragged mark's end waits for the
-    /// shade (`barrier.rs`, "Ragged cycles", 3). A window call's stores
-    /// need nothing more: what it stores into a collection no marker has
-    /// met reaches the heap only through that collection, which is shaded
-    /// when the call hands it out, and traced, reading the stores, before
-    /// the mark can end (the end waits for the window's calls).
+    /// shade (`barrier.rs`, "Ragged cycles", 3). What a call stores is
+    /// then marked by this mark, or young (never swept by it), or
+    /// reachable at the snapshot's point, which the deletion barrier keeps
+    /// marked-to-be: except in a window call, which may hold an object
+    /// unreachable at T (`barrier.rs`, "Ragged cycles", 2). A window call
+    /// therefore always shades. Without that (found by review): a window
+    /// call pushed such an object into a young list Y, Y into a young list
+    /// Z, and stored Z into the heap; a later call stored Y elsewhere after
+    /// the end's first look, which marks a young object and leaves it in
+    /// `gray` for the next cycle untraced (`Cycle::terminate_ragged`); the
+    /// markers tracing Z then found Y marked and did not trace it, and the
+    /// sweep freed the object Y held.
     /// `collections/src/list_model.rs` checks the pair with loom.
     ///
     /// # Safety
     /// The stores were made in this `mutate` call, after [`record`](Self::record),
     /// into cells of the object holding this log, which its `Trace` did
-    /// not report before them and reports now; nothing shaded them.
+    /// not report before them and reports now; nothing shaded them; and
+    /// the object's `Trace` traces this log before it reads those cells
+    /// or what reports them (a length): a marker's fence must come
+    /// between (with `#[derive(Trace)]`, declare the log first).
     #[inline]
     pub unsafe fn after_unreported_stores(&self, mc: &Mutation<'gc>, shade: impl FnOnce()) {
         if mc.marking != 0 {
@@ -205,6 +216,8 @@ impl<'gc> GcLog<'gc> {
         let owner = self.owner.load(Ordering::Relaxed);
         if owner != 0 {
             self.record_slow(mc, owner);
+        }
+        if owner != 0 || mc.window {
             shade();
         }
     }

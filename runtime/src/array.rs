@@ -229,7 +229,11 @@ impl<'gc> Mutation<'gc> {
         drop(fill); // publishes, with the length cut to what was written
         // SAFETY: a published `[T]` object, live for `'gc`: no mark can
         // start before this `mutate` call returns.
-        unsafe { Gc::from_addr(addr) }
+        let gc: Gc<'gc, [T]> = unsafe { Gc::from_addr(addr) };
+        if T::NEEDS_TRACE && self.window {
+            self.shade_fresh(&*gc);
+        }
+        gc
     }
 
     /// Allocates a managed array holding the items of `iter`, or fails at
@@ -390,7 +394,11 @@ impl<'gc> Mutation<'gc> {
         r.publish(len);
         // SAFETY: a published `[T]` object with `len` elements written, live
         // for `'gc`.
-        Ok(unsafe { Gc::from_addr(r.addr) })
+        let gc: Gc<'gc, [T]> = unsafe { Gc::from_addr(r.addr) };
+        if T::NEEDS_TRACE && self.window {
+            self.shade_fresh(&*gc);
+        }
+        Ok(gc)
     }
 
     /// Allocates a managed array holding `parts` one after another: one

@@ -92,10 +92,16 @@
 //!    be unreachable at T. A call's stack is never scanned, so everything
 //!    it hands out is shaded while `marking` is set: the new value of every
 //!    cell store (2 above), roots (`barrier_root`), weak cells and their
-//!    targets (`GcWeak::new`), and a window call's lock writes shade the
-//!    contents after `f` as well (`GcLock::write`). An object it hands out
-//!    only inside a fresh object is shaded with that object, whenever that
-//!    one is handed out.
+//!    targets (`GcWeak::new`), a window call's lock writes shade the
+//!    contents after `f` as well (`GcLock::write`), its pushes into
+//!    collections shade whatever their owner (`GcLog::after_unreported_stores`),
+//!    and what it makes a fresh object with is shaded as the object is
+//!    made (`Mutation::shade_fresh`). Not as the fresh object is handed
+//!    out: the object is young, and after the end's first look a young
+//!    object a later call shades is marked but left untraced until the
+//!    next cycle (3), so nothing the fresh object holds may wait for its
+//!    trace (found by review: an object a window call put into a fresh
+//!    object, which a later call then shaded, was swept).
 //! 3. *The end.* The markers drain everything shaded; the collector then
 //!    waits and looks again. The calls that began in the window are
 //!    listed as it closes, once the roots are read: a call that read the

@@ -992,7 +992,25 @@ impl<'gc> Mutation<'gc> {
         bit.set();
         // SAFETY: a live `GcBox<T>`, live for `'gc`: no mark can start before
         // this `mutate` call returns.
-        Ok(unsafe { Gc::from_addr(p as usize) })
+        let gc = unsafe { Gc::from_addr(p as usize) };
+        if T::NEEDS_TRACE && self.window {
+            self.shade_fresh(&*gc);
+        }
+        Ok(gc)
+    }
+
+    /// In a ragged start's window call: shades what a fresh object was
+    /// made with. Such a call may hold an object unreachable at T, and a
+    /// fresh object is young: once the mark's end has made its first look,
+    /// a young object a later call shades is marked but left untraced for
+    /// the next cycle (`Cycle::terminate_ragged`), so what it holds must
+    /// not wait for its trace (`barrier.rs`, "Ragged cycles", 2; found by
+    /// review: the sweep freed an object a window call had put into a
+    /// fresh object that a later call then shaded).
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn shade_fresh<T: Trace + ?Sized>(&self, fresh: &T) {
+        self.shade(fresh);
     }
 
     /// [`try_alloc`](Self::try_alloc) in a `GlobalAlloc` space.

@@ -101,7 +101,11 @@
 //!    object a later call shades is marked but left untraced until the
 //!    next cycle (3), so nothing the fresh object holds may wait for its
 //!    trace (found by review: an object a window call put into a fresh
-//!    object, which a later call then shaded, was swept).
+//!    object, which a later call then shaded, was swept). Arrays whose
+//!    elements report nothing (a list's slots, a dictionary's entries)
+//!    are covered by their owner: the collection's object is made after
+//!    its array is filled, and its `Trace` reports the elements, so its
+//!    shade reaches them; later stores into them shade as above.
 //! 3. *The end.* The markers drain everything shaded; the collector then
 //!    waits and looks again. The calls that began in the window are
 //!    listed as it closes, once the roots are read: a call that read the

@@ -499,8 +499,9 @@ where
             // During a concurrent mark, the key and the value are shaded
             // unless no marker has met the dictionary yet (its trace reads
             // them then): a young dictionary's entries stay young.
-            // SAFETY: stored above by `fill_unshaded`, in this call after
-            // the record, and the length covers them now.
+            // Stored above by `fill_unshaded`, in this call after the
+            // record, and the length covers them now.
+            // SAFETY: as just said.
             unsafe {
                 self.obj.log.after_unreported_stores(mc, || {
                     // SAFETY: reported now (the length covers them), the

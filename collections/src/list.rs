@@ -126,13 +126,14 @@ impl<'gc, T: CellValue + Trace + 'gc> Slot<'gc, T> {
 #[inline(always)]
 unsafe fn shade_pushed<'gc, T: CellValue + Trace + 'gc>(mc: &Mutation<'gc>, log: &GcLog<'gc>, slot: &Slot<'gc, T>) {
     if T::NEEDS_TRACE {
-        // SAFETY: the slot's first store, then the length over it, in
-        // this call after the record (caller); nothing shaded it.
+        // The slot's first store, then the length over it, in this call
+        // after the record (caller); nothing shaded it. The shade: the
+        // cell is written (caller) and reported now (the length covers
+        // it), and the log was recorded in this call.
+        // SAFETY: as just said.
         unsafe {
             log.after_unreported_stores(mc, || {
                 let cell = &*slot.0.as_ptr();
-                // SAFETY: written (caller), reported now (the length
-                // covers it), the log recorded in this call.
                 cell.set_recorded(mc, cell.get());
             })
         };
@@ -212,6 +213,34 @@ unsafe impl<'gc, T: CellValue + Trace + 'gc> Trace for ListObj<'gc, T> {
                 cell.get().trace(tracer);
             }
         }
+    }
+}
+
+impl<'gc, T: CellValue + Trace + 'gc> ListObj<'gc, T> {
+    /// A push into slot `len`, the list's length, which is at `filled`:
+    /// the slot written plainly, the length stored over it, then the
+    /// shade, skipped while no marker has met the list (`shade_pushed`).
+    /// The one fast push both `GcList::try_push` and
+    /// `ListWriter::try_push` make.
+    ///
+    /// # Safety
+    /// `len` is the list's length, `len < items.len()` and `len >=
+    /// high` (so slot `len` is at `filled`), `items` is the list's array,
+    /// the caller holds the writer lock, and the log was recorded in this
+    /// `mutate` call.
+    #[inline(always)]
+    unsafe fn push_at_filled(&self, mc: &Mutation<'gc>, items: Items<'gc, T>, len: usize, value: T) {
+        // SAFETY: `len < items.len()` (caller).
+        let slot = unsafe { Gc::get(items).get_unchecked(len) };
+        // At `filled`, under the lock, after the record (caller); shaded
+        // below once the length covers it.
+        // SAFETY: as just said.
+        unsafe { slot.write_first_unshaded(value) };
+        self.len.set(mc, len + 1);
+        // Written just above, under the lock, after the record; the length
+        // covers it now.
+        // SAFETY: as just said.
+        unsafe { shade_pushed(mc, &self.log, slot) };
     }
 }
 
@@ -337,18 +366,13 @@ impl<'a, 'gc, T: CellValue + Trace + 'gc> ListWriter<'a, 'gc, T> {
         if len >= items.len() || len < self.high.get() {
             return self.push_slow(value);
         }
-        // `fill`'s first store into a slot, without its checks: slot `len`
-        // is past the length and at `filled`, and in bounds.
-        // SAFETY: `len < items.len()`; at `filled`, under the lock, the log
-        // recorded (`new`); shaded below once the length covers it.
-        let slot = unsafe { &*Gc::get(items).as_ptr().add(len) };
+        // `fill`'s first store into a slot, without its checks.
+        // Slot `len` is in bounds and at `filled` (`len < items.len()`,
+        // `len >= high`, just checked); the lock is held and the log
+        // recorded (`new`).
         // SAFETY: as just said.
-        unsafe { slot.write_first_unshaded(value) };
-        self.list.obj.len.set(self.mc, len + 1);
+        unsafe { self.list.obj.push_at_filled(self.mc, items, len, value) };
         self.len.set(len + 1);
-        // SAFETY: written above, under the lock, after the record, and
-        // the length covers it now.
-        unsafe { shade_pushed(self.mc, &self.list.obj.log, slot) };
         Ok(())
     }
 
@@ -767,17 +791,11 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
         let items = obj.items.get();
         let len = obj.len.get();
         if len < items.len() && len >= obj.high.load(MemOrder::Acquire) {
-            // Slot `len` is in bounds and at `filled` (`max(len, high)`).
-            // SAFETY: `len < items.len()`; at `filled`, under the lock, the
-            // log recorded just above; shaded below once the length covers
-            // it.
-            let slot = unsafe { &*Gc::get(items).as_ptr().add(len) };
+            // Slot `len` is in bounds and at `filled` (`len < items.len()`,
+            // `len >= high`, just checked); the lock is held and the log
+            // recorded just above.
             // SAFETY: as just said.
-            unsafe { slot.write_first_unshaded(value) };
-            obj.len.set(mc, len + 1);
-            // SAFETY: written above, under the lock, after the record, and
-            // the length covers it now.
-            unsafe { shade_pushed(mc, &obj.log, slot) };
+            unsafe { obj.push_at_filled(mc, items, len, value) };
             drop(guard);
             return Ok(());
         }

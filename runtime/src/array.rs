@@ -227,8 +227,9 @@ impl<'gc> Mutation<'gc> {
             fill.written += 1;
         });
         drop(fill); // publishes, with the length cut to what was written
-        // SAFETY: a published `[T]` object, live for `'gc`: no mark can
-        // start before this `mutate` call returns.
+        // A published `[T]` object, live for `'gc`: no mark can start
+        // before this `mutate` call returns.
+        // SAFETY: as just said.
         let gc: Gc<'gc, [T]> = unsafe { Gc::from_addr(addr) };
         if T::NEEDS_TRACE && self.window {
             self.shade_fresh(&*gc);
@@ -392,8 +393,9 @@ impl<'gc> Mutation<'gc> {
             }
         }
         r.publish(len);
-        // SAFETY: a published `[T]` object with `len` elements written, live
-        // for `'gc`.
+        // A published `[T]` object with `len` elements written, live for
+        // `'gc`.
+        // SAFETY: as just said.
         let gc: Gc<'gc, [T]> = unsafe { Gc::from_addr(r.addr) };
         if T::NEEDS_TRACE && self.window {
             self.shade_fresh(&*gc);

@@ -993,8 +993,9 @@ impl<'gc> Mutation<'gc> {
         // carry a mark (freed blocks were unmarked when freed).
         check_fresh(p);
         bit.set();
-        // SAFETY: a live `GcBox<T>`, live for `'gc`: no mark can start before
-        // this `mutate` call returns.
+        // A live `GcBox<T>`, live for `'gc`: no mark can start before this
+        // `mutate` call returns.
+        // SAFETY: as just said.
         let gc = unsafe { Gc::from_addr(p as usize) };
         if T::NEEDS_TRACE && self.window {
             self.shade_fresh(&*gc);

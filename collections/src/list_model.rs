@@ -309,7 +309,7 @@ fn a_push_without_the_markers_fence_fails() {
 /// sets the owner, fences and reads both slots; the end then fences and
 /// waits while the bracket is open (`Handshake::wait_for_shades`). What is
 /// marked when the mark ends, read or shaded, holds both elements in every
-/// interleaving. Without either fence of the sorter, or with the bracket
+/// interleaving. Without the sorter's fence or the marker's, or with the bracket
 /// opened after the moves instead of before, an interleaving marks one
 /// element only (the marker read a slot before the swap and the other
 /// after it).

@@ -773,7 +773,8 @@ fn a_young_list_sorted_during_a_mark_marks_nothing() {
             calls += 1;
             m.mutate(|mc| {
                 let marking = mc.is_marking();
-                let l = GcList::new(mc);
+                // Made at its size: growth's arrays would be shaded.
+                let l = GcList::with_capacity(mc, ELEMENTS as usize);
                 for i in (0..ELEMENTS).rev() {
                     l.push(mc, mc.alloc(i));
                 }

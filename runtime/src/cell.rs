@@ -384,10 +384,10 @@ impl<'gc, T: CellValue + Trace + 'gc> GcCell<'gc, T> {
     /// what the moves need (see there).
     ///
     /// # Safety
-    /// Called from the `moves` of a [`GcLog::moving`] on the log of the
-    /// object holding this cell, under that call's contract: the cell is
-    /// reported by the object's `Trace`, and `value` is one that the
-    /// object's reported cells held when `moves` began.
+    /// Called from the `moves` of a [`GcLog::moving`], under that call's
+    /// contract: the cell is one that the `Trace` of the log's object
+    /// reports (and no other object's), and `value` is one that those
+    /// cells held when `moves` began.
     #[inline]
     pub unsafe fn set_moved(&self, value: T) {
         self.value.store(value);

@@ -505,8 +505,9 @@ impl Handshake {
     /// waited for), so the second round sees it. A bracket neither round
     /// saw read the value it overwrites after the first fence, so after
     /// every marker's read of that value (`barrier.rs`, "Ragged cycles",
-    /// 3). A bracket lasts a barrier's shade, so this spins, then yields,
-    /// then sleeps briefly.
+    /// 3). A bracket lasts a barrier's shade (or a sort's moves and shade,
+    /// `GcLog::moving`, which neither allocate nor wait), so this spins,
+    /// then yields, then sleeps briefly.
     pub(crate) fn wait_for_shades<S: AsRef<Slot>>(&self, slots: &[S]) {
         for _round in 0..2 {
             fence(Ordering::SeqCst);

@@ -246,14 +246,16 @@ impl<'gc> GcLog<'gc> {
     ///     b: GcCell<'gc, Gc<'gc, u64>>,
     /// }
     ///
-    /// // (One writer at a time: the caller's own exclusion, in this sketch
-    /// // a pair that only this call reaches.)
-    /// fn swap<'gc>(mc: &Mutation<'gc>, p: Gc<'gc, Pair<'gc>>) {
+    /// /// # Safety
+    /// /// No other thread writes `p` meanwhile (a real collection takes its
+    /// /// writer lock here).
+    /// unsafe fn swap<'gc>(mc: &Mutation<'gc>, p: Gc<'gc, Pair<'gc>>) {
     ///     p.log.record(mc);
     ///     let (a, b) = (p.a.get(), p.b.get());
     ///     // SAFETY: the log was recorded in this call (declared first, so
     ///     // traced before the cells); `a` and `b` are reported cells, and
-    ///     // the moves store the values they held; no other writer.
+    ///     // the moves store the values they held and cannot unwind; no
+    ///     // other writer (the caller).
     ///     unsafe {
     ///         p.log.moving(
     ///             mc,
@@ -273,7 +275,8 @@ impl<'gc> GcLog<'gc> {
     /// let mut m = rt.attach();
     /// m.mutate(|mc| {
     ///     let p = mc.alloc(Pair { log: GcLog::new(), a: GcCell::new(mc.alloc(1)), b: GcCell::new(mc.alloc(2)) });
-    ///     swap(mc, p);
+    ///     // SAFETY: `p` is this call's alone.
+    ///     unsafe { swap(mc, p) };
     ///     assert_eq!((*p.a.get(), *p.b.get()), (2, 1));
     /// });
     /// ```
@@ -304,15 +307,28 @@ impl<'gc> GcLog<'gc> {
     /// a ragged end waits for it (`barrier.rs`, "Ragged cycles", 3). A
     /// window call always shades, as for pushes.
     ///
+    /// Unlike `after_unreported_stores` it does not record the owner it
+    /// finds: [`record`](Self::record) did, if a marker had met the object
+    /// by then; if one met it since, it marked the object, and `shade`
+    /// marks every value the object holds, so no marked object points to
+    /// an unmarked one.
+    ///
     /// # Safety
-    /// [`record`](Self::record) was called in this `mutate` call; the
-    /// stores `moves` makes without a barrier are into cells of the object
-    /// holding this log that its `Trace` reports, each storing a value the
-    /// object's reported cells held before `moves` began, and after `moves`
-    /// every such value is still held by a reported cell (a permutation);
-    /// no other thread stores into those cells meanwhile (the caller's
-    /// writer lock); and the object's `Trace` traces this log before it
-    /// reads its cells (with `#[derive(Trace)]`, declare the log first).
+    /// - [`record`](Self::record) was called in this `mutate` call.
+    /// - The stores `moves` makes without a barrier are into cells that
+    ///   the `Trace` of the object holding this log reports (they may lie
+    ///   in another object, as a list's slots lie in its array, if no
+    ///   other object's `Trace` reports them), each storing a value those
+    ///   cells held before `moves` began; after `moves` every such value
+    ///   is still held by one of them (a permutation).
+    /// - `moves` does not unwind (a permutation left half done may have
+    ///   dropped a value without the deletion barrier), and neither it nor
+    ///   `shade` allocates or waits for the collector: a shading bracket is
+    ///   open meanwhile, and a ragged mark's end waits for it.
+    /// - No other thread stores into those cells meanwhile (the caller's
+    ///   writer lock).
+    /// - The object's `Trace` traces this log before it reads those cells
+    ///   (with `#[derive(Trace)]`, declare the log first).
     #[inline]
     pub unsafe fn moving<R>(&self, mc: &Mutation<'gc>, moves: impl FnOnce() -> R, shade: impl FnOnce()) -> R {
         if mc.marking == 0 {

@@ -335,7 +335,8 @@ impl<'a> Cycle<'a> {
                 // closed: what it overwrites after the markers read it
                 // is shaded, and a shade begun before this wait is in
                 // `gray` after it (`barrier.rs`, "Ragged cycles", 3). A
-                // bracket lasts one barrier, not a call.
+                // bracket lasts one barrier (or one sort's moves and
+                // shade, `GcLog::moving`), not a call.
                 let mutators = shared.mutators.lock().clone();
                 shared.handshake.wait_for_shades(&mutators);
                 self.stop_time += wait.elapsed();

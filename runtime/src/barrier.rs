@@ -6,7 +6,11 @@
 //! # The invariants
 //! Objects are white (unmarked), gray (marked, not yet traced: in a mark
 //! queue, the runtime's `gray` queue, a remembered list or an assist's
-//! deque) or black (marked and traced).
+//! deque) or black (marked and traced). A barrier's shade goes onto its
+//! mutator's own shade queue (`Mutator::shade_queue`), which the
+//! collector takes with the runtime's queue wherever it takes `gray`
+//! (`Shared::drain_shaded`): below, "`gray`" means the two together, and
+//! a push onto it a push onto the mutator's queue.
 //! - *Between cycles* (minor cycles' sticky marks): every object a marked
 //!   object points to is marked, or remembered. Minor cycles start from the
 //!   roots and the remembered objects and stop at marked ones.
@@ -353,7 +357,7 @@ impl<'gc> Mutation<'gc> {
         // SAFETY: `addr` is reachable by this call, so allocated, and the
         // sweep frees no object a call can reach; the mark bit is atomic
         // and the markers expect it set by others (`mark::shade`).
-        unsafe { crate::mark::shade(&shared.space, &shared.gray, addr) };
+        unsafe { crate::mark::shade_to(&shared.space, &self.mutator().shade_queue, addr) };
     }
 
     /// The epoch of the concurrent mark under way (0: none).
@@ -382,13 +386,14 @@ impl<'gc> Mutation<'gc> {
     pub(crate) fn shade<T: Trace + ?Sized>(&self, value: &T) {
         let _bracket = self.shading();
         let shared = self.shared();
+        let queue = &self.mutator().shade_queue;
         self.each_edge(value, |e| {
             // SAFETY: `e` is reachable by this call, so allocated, and no
             // sweep frees what a call can reach (a call that shades after
             // a ragged mark ended reaches only marked or young objects:
             // "Ragged cycles", 3); the mark bit is atomic and the markers
             // expect it set by others (`mark::shade`).
-            unsafe { crate::mark::shade(&shared.space, &shared.gray, e) };
+            unsafe { crate::mark::shade_to(&shared.space, queue, e) };
         });
     }
 
@@ -442,7 +447,7 @@ impl<'gc> Mutation<'gc> {
             // object the last mark that met the lock marked, or a survivor
             // of it), and marked, so the sweep under way, if any (this call
             // began before a ragged mark ended), keeps it.
-            unsafe { crate::mark::shade(&shared.space, &shared.gray, owner) };
+            unsafe { crate::mark::shade_to(&shared.space, &self.mutator().shade_queue, owner) };
         }
         let epoch = self.remember;
         if logged.load(Ordering::Relaxed) != epoch {

@@ -345,6 +345,9 @@ fn stop_world(shared: &Shared, mut gone: Option<&mut Vec<usize>>) -> Vec<Arc<Mut
                 let gone = m.detached.load(Ordering::Acquire) && Arc::strong_count(m) == 1;
                 if gone {
                     m.take_remembered(remembered);
+                    // Shaded after a ragged mark ended, as `gray` is taken
+                    // at the start below.
+                    m.take_shaded(remembered);
                 }
                 !gone
             });
@@ -571,7 +574,7 @@ impl<'a> Cycle<'a> {
         }
         // And what calls shaded after a ragged cycle's mark had ended
         // (`Cycle::terminate_ragged`): marked, not yet traced.
-        mark::drain(&shared.gray, &mut remembered);
+        shared.drain_shaded(&mut remembered);
         // What locks record from here on is the next cycle's (`cell.rs`);
         // no mark runs until the pause says so.
         let calls = shared.calls_now();
@@ -775,7 +778,8 @@ impl<'a> Cycle<'a> {
         let mut rest = Vec::new();
         // `parallel`'s marks invariant holds in its concurrent form: every
         // object a marked object points to is marked, queued here, or
-        // shaded into `shared.gray`, which later rounds and the last pause
+        // shaded into `shared.gray` or a mutator's shade queue
+        // (`Shared::drain_shaded`), which later rounds and the last pause
         // trace.
         // SAFETY: `gray` holds marked, allocated objects the pause did not
         // trace; no sweep runs until this cycle's; mutators run behind the
@@ -823,7 +827,7 @@ impl<'a> Cycle<'a> {
         let mut tries = 0;
         loop {
             for _ in 0..SHADED_ROUNDS {
-                mark::drain(&shared.gray, &mut shaded);
+                shared.drain_shaded(&mut shaded);
                 // Objects whose lock a writer held as a marker met it:
                 // traced again, as the writer may store what its owner was
                 // never recorded for (`cell.rs`, "Recording the object
@@ -847,7 +851,7 @@ impl<'a> Cycle<'a> {
             m.mutators = stop_world(shared, None);
             self.stop_time += stop.elapsed();
             let end = Instant::now();
-            mark::drain(&shared.gray, &mut shaded);
+            shared.drain_shaded(&mut shaded);
             shaded.append(&mut rest);
             tries += 1;
             let deadline = (tries < TERMINATION_TRIES)

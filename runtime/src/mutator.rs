@@ -9,6 +9,7 @@ use crate::held::{Hold, MutatorHolds};
 use crate::root::{GlobalRoot, Root, RootTable, Rootable};
 use crate::runtime::{Handle, Shared};
 use crate::trace::{Trace, Tracer};
+use crossbeam_deque::{Steal, Stealer, Worker};
 use parking_lot::Mutex;
 use std::alloc::Layout;
 use std::cell::{Cell, RefCell};
@@ -56,7 +57,7 @@ const PACED_CHUNK: usize = CHUNK / 4;
 const WINDOW_WAIT: Duration = Duration::from_millis(1);
 
 /// What the collector sees of a mutator.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct MutatorShared {
     pub(crate) slot: Slot,
     pub(crate) roots: Mutex<RootTable>,
@@ -72,9 +73,53 @@ pub(crate) struct MutatorShared {
     remembered: [Mutex<Vec<usize>>; 2],
     /// Every interval the collector held this mutator (`held.rs`).
     pub(crate) holds: MutatorHolds,
+    /// The collector's end of the mutator's shade queue
+    /// (`Mutator::shade_queue`): objects its barriers marked for the
+    /// concurrent mark, not yet traced. It outlives the `Mutator`, and
+    /// what it holds then is drained like the rest.
+    shaded: Stealer<usize>,
 }
 
 impl MutatorShared {
+    fn new(shaded: Stealer<usize>) -> Self {
+        MutatorShared {
+            slot: Slot::default(),
+            roots: Mutex::default(),
+            detached: AtomicBool::new(false),
+            remembered: Default::default(),
+            holds: MutatorHolds::default(),
+            shaded,
+        }
+    }
+
+    /// Moves what the mutator's barriers shaded into `out` (with the
+    /// mutator running: a shade pushed before a release that the caller
+    /// acquired is taken).
+    pub(crate) fn take_shaded(&self, out: &mut Vec<usize>) {
+        if self.shaded.is_empty() {
+            return;
+        }
+        // In batches (about half of what is left each time): a `steal` per
+        // object pinned the epoch per object, 9% of the collector's time.
+        let batch = Worker::new_fifo();
+        loop {
+            match self.shaded.steal_batch_with_limit(&batch, usize::MAX) {
+                Steal::Success(()) => {
+                    while let Some(x) = batch.pop() {
+                        out.push(x);
+                    }
+                }
+                Steal::Retry => {}
+                Steal::Empty => return,
+            }
+        }
+    }
+
+    /// Whether the shade queue is empty (as `take_shaded` would find it).
+    pub(crate) fn shaded_is_empty(&self) -> bool {
+        self.shaded.is_empty()
+    }
+
     /// The remembered list of calls that began in remember epoch `epoch`.
     #[inline]
     pub(crate) fn remembered_in(&self, epoch: u64) -> &Mutex<Vec<usize>> {
@@ -148,6 +193,9 @@ pub struct Mutator {
     credit: Cell<usize>,
     /// The write barrier's buffer for a stored value's edges.
     pub(crate) barrier_edges: RefCell<Tracer>,
+    /// Objects this mutator's barriers shaded, for the collector to take
+    /// (`mark::shade_to`; the other end is `MutatorShared::shaded`).
+    pub(crate) shade_queue: Worker<usize>,
     /// An allocation failed at the heap limit during the last `mutate`: run
     /// a forced collection before the next.
     limit_hit: Cell<bool>,
@@ -227,7 +275,8 @@ impl Mutator {
             );
             a.push(id);
         });
-        let me = Arc::new(MutatorShared::default());
+        let shade_queue = Worker::new_fifo();
+        let me = Arc::new(MutatorShared::new(shade_queue.stealer()));
         let alloc_space = handle.shared.space.alloc_space().map(std::ptr::NonNull::from);
         handle.shared.handshake.attach(&me.slot);
         handle.shared.mutators.lock().push(me.clone());
@@ -236,6 +285,7 @@ impl Mutator {
             me,
             credit: Cell::new(0),
             barrier_edges: RefCell::new(Tracer::new()),
+            shade_queue,
             limit_hit: Cell::new(false),
             limit_roots: Cell::new(None),
             assist_debt: Cell::new(0),

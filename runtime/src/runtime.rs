@@ -129,8 +129,11 @@ pub(crate) struct Shared {
     /// Weak upgrades that shade take it to read, a ragged cycle's end to
     /// write (`weak.rs`, `GcWeak::upgrade`).
     pub(crate) weak_gate: parking_lot::RwLock<()>,
-    /// Objects the barriers shaded during a concurrent mark, for the markers
-    /// to trace; empty outside one.
+    /// Objects shaded during a concurrent mark, for the markers to trace,
+    /// by weak upgrades and assists (the barriers shade into their
+    /// mutators' own queues, `Mutator::shade_queue`). The docs' `gray` is
+    /// this queue and those together: [`drain_shaded`](Self::drain_shaded)
+    /// takes both.
     pub(crate) gray: Injector<usize>,
     /// Counts concurrent marks: a `GcLock` shades its contents once per
     /// mark, and records the mark it did it for.
@@ -192,6 +195,20 @@ impl Shared {
             | if s.marking { MARKING } else { 0 }
             | if s.window { WINDOW } else { 0 };
         self.calls.store(w, Ordering::Release);
+    }
+
+    /// Moves every shaded object not yet traced into `out`: `gray`, then
+    /// each mutator's shade queue (detached mutators' included: a queue
+    /// outlives its `Mutator`, and the registry keeps it until it is
+    /// empty). A shade pushed before a release that the caller acquired
+    /// (a call's end that a stop saw, a shading bracket's close that
+    /// `Handshake::wait_for_shades` saw, a weak upgrade's gate) is taken.
+    pub(crate) fn drain_shaded(&self, out: &mut Vec<usize>) {
+        crate::mark::drain(&self.gray, out);
+        let mutators = self.mutators.lock().clone();
+        for m in &mutators {
+            m.take_shaded(out);
+        }
     }
 
     /// The statistics as of now (`Runtime::stats`).

@@ -264,6 +264,79 @@ fn chains_moved_across_the_handshake_window_are_kept() {
     );
 }
 
+/// Threads whose `Mutator` lives for one call move chains between the
+/// board's slots: a barrier's shades go onto its mutator's own queue
+/// (`Mutator::shade_queue`), which must be taken after the mutator is
+/// gone (a forgotten queue leaves a moved chain marked-to-be but never
+/// traced, and verify mode aborts). Ragged cycles, and stopped cycles
+/// whose marks all run concurrently.
+#[test]
+fn moves_by_mutators_that_detach_at_once_are_kept() {
+    let _serial = serial();
+    let _watchdog = watchdog("moves_by_mutators_that_detach_at_once_are_kept hung");
+    for ragged_cycles in [true, false] {
+        let rt = Runtime::builder()
+            .ignore_env()
+            .gc_threads(2)
+            .verify(true)
+            .ragged_handshakes(ragged_cycles)
+            .mark_pause_budget(Duration::ZERO)
+            .min_heap(256 << 10)
+            .build();
+        let board: GlobalRoot<BoardRoot> = rt.attach().mutate(|mc| {
+            let slots = mc.alloc_slice_fill(SLOTS, GcCell::new(None));
+            for (i, s) in slots.iter().enumerate() {
+                s.set(mc, Some(chain(mc, i as u64 * 1000, LEN)));
+            }
+            mc.global_root(mc.alloc(Board {
+                slots,
+                kept: GcLock::new(Vec::new()),
+            }))
+        });
+        rt.collect(); // the board is old now
+        let stamp = AtomicU64::new(1 << 20);
+        let marking = AtomicU64::new(0);
+        std::thread::scope(|s| {
+            for t in 0..2_u64 {
+                let (rt, board, stamp, marking) = (&rt, &board, &stamp, &marking);
+                s.spawn(move || {
+                    let mut rng = (t + 7).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+                    for _ in 0..rounds() {
+                        rng ^= rng << 13;
+                        rng ^= rng >> 7;
+                        rng ^= rng << 17;
+                        let (a, b) = (rng as usize % SLOTS, (rng >> 20) as usize % SLOTS);
+                        let fresh = stamp.fetch_add(1000, Ordering::Relaxed);
+                        // A mutator for this call alone, dropped after it.
+                        rt.attach().mutate(|mc| {
+                            marking.fetch_add(u64::from(mc.is_marking()), Ordering::Relaxed);
+                            let board = board.get(mc);
+                            let held = board.slots[a].get();
+                            for k in 0..(rng >> 40) % 64 {
+                                mc.alloc([k; 16]);
+                            }
+                            board.slots[b].set(mc, held);
+                            board.slots[a].set(mc, Some(chain(mc, fresh, LEN)));
+                            if let Some(h) = held {
+                                check(h, LEN);
+                            }
+                        });
+                    }
+                });
+            }
+        });
+        rt.attach().mutate(|mc| {
+            for c in board.get(mc).slots.iter().filter_map(|s| s.get()) {
+                check(c, LEN);
+            }
+        });
+        assert!(
+            marking.load(Ordering::Relaxed) > 0,
+            "no move ran during a mark (ragged: {ragged_cycles})"
+        );
+    }
+}
+
 /// A thread inside a long `mutate` call while a cycle begins: another
 /// thread's calls go on, and see the cycle's mark under way (with a
 /// stopped world they would wait at their entry until the long call

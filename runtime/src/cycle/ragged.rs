@@ -146,7 +146,7 @@ impl<'a> Cycle<'a> {
                 // any more. Forgotten once its new epoch's list, which is
                 // the next cycle's, is empty too.
                 let gone = m.detached.load(Ordering::Acquire) && Arc::strong_count(m) == 1;
-                !(gone && m.remembered_in(remember).lock().is_empty())
+                !(gone && m.remembered_in(remember).lock().is_empty() && m.shaded_is_empty())
             });
             list.clone()
         };
@@ -219,7 +219,7 @@ impl<'a> Cycle<'a> {
         // at the window's close waited with it (1.3 ms, binary-trees at
         // depth 21).
         let mut shaded = Vec::new();
-        mark::drain(&shared.gray, &mut shaded);
+        shared.drain_shaded(&mut shaded);
         let remembered = if shaded.is_empty() {
             remembered
         } else {
@@ -228,7 +228,8 @@ impl<'a> Cycle<'a> {
         };
         // Every object a marked object points to is marked, or queued by
         // this call (roots, `remembered`, what was shaded), or in
-        // `shared.gray` (shaded since), which the rounds below trace; in a
+        // `shared.gray` or a mutator's shade queue (shaded since; both
+        // taken by `Shared::drain_shaded`), which the rounds below trace; in a
         // full cycle the marks phase 0 left are those of remembered and
         // shaded objects (`barrier.rs`).
         // SAFETY: no sweep runs until this cycle's; roots, remembered and
@@ -300,7 +301,7 @@ impl<'a> Cycle<'a> {
         let ended = 'tries: {
             for _ in 0..RAGGED_TRIES {
                 for _ in 0..SHADED_ROUNDS {
-                    mark::drain(&shared.gray, &mut batch);
+                    shared.drain_shaded(&mut batch);
                     if !first_look {
                         // Shaded after the first look, so by calls that
                         // began after the window closed. (What the first
@@ -343,7 +344,7 @@ impl<'a> Cycle<'a> {
                 let gate = shared.weak_gate.write();
                 // Under the gate: no upgrade shades between this look and
                 // the clearing below.
-                mark::drain(&shared.gray, &mut batch);
+                shared.drain_shaded(&mut batch);
                 let done = rest.is_empty()
                     && if first_look {
                         batch.is_empty()

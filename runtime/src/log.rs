@@ -140,9 +140,22 @@ impl<'gc> GcLog<'gc> {
     /// `SHARED_OWNER` and the mark end meanwhile, and an owner read before
     /// an end's wait that missed the bracket would be shaded after the
     /// sweep freed it (`barrier.rs`, "Ragged cycles", 3).
+    #[inline]
+    fn record_marking(&self, mc: &Mutation<'gc>) {
+        // A log no marker has met needs nothing, and a bracket that shades
+        // nothing is nothing to a mark's end: the owner is read first
+        // without one (a collection made in this call, the common case,
+        // pays no fence). A marker that sets the owner after this read
+        // finds the stores this record covers, or they shade (each covered
+        // store re-reads the owner after a fence, or shades anyway).
+        if self.owner.load(Ordering::Relaxed) != 0 {
+            self.record_met(mc);
+        }
+    }
+
     #[cold]
     #[inline(never)]
-    fn record_marking(&self, mc: &Mutation<'gc>) {
+    fn record_met(&self, mc: &Mutation<'gc>) {
         let _bracket = mc.shading();
         let owner = self.owner.load(Ordering::Relaxed);
         if owner != 0 {
@@ -210,18 +223,33 @@ impl<'gc> GcLog<'gc> {
         }
     }
 
+    #[inline]
+    fn after_unreported_stores_marking(&self, mc: &Mutation<'gc>, shade: impl FnOnce()) {
+        // The Dekker pair's fence, then the owner. Nothing to shade (no
+        // marker has met the object, and the call began after the
+        // window): no shading bracket either, since one that shades
+        // nothing is nothing to a mark's end (a push into a young
+        // collection, the common case, pays one fence, not a bracket's
+        // read-modify-write and fence besides).
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if self.owner.load(Ordering::Relaxed) == 0 && !mc.window {
+            return;
+        }
+        self.after_unreported_stores_met(mc, shade);
+    }
+
     #[cold]
     #[inline(never)]
-    fn after_unreported_stores_marking(&self, mc: &Mutation<'gc>, shade: impl FnOnce()) {
+    fn after_unreported_stores_met(&self, mc: &Mutation<'gc>, shade: impl FnOnce()) {
+        // The bracket before the owner is read again: an owner read
+        // outside one could be shaded after an end that missed it, and
+        // the sweep freed it (`record_marking`'s docs).
         let _bracket = mc.shading();
-        std::sync::atomic::fence(Ordering::SeqCst);
         let owner = self.owner.load(Ordering::Relaxed);
         if owner != 0 {
             self.record_slow(mc, owner);
         }
-        if owner != 0 || mc.window {
-            shade();
-        }
+        shade();
     }
 
     /// Runs `moves`, stores that only move values among the cells the

@@ -344,11 +344,24 @@ struct Report {
     p50_pause_us: u64,
     pauses: u64,
     held_ms: f64,
+    /// `held_ms` by cause, as `GcStats` splits it.
+    #[serde(default)]
+    held_by: HeldBy,
     /// The collector's own longest pause (stopped world only).
     gc_max_pause_us: u64,
     peak_rss_kb: u64,
     user_cpu_s: f64,
     system_cpu_s: f64,
+}
+
+/// What held the workers, in milliseconds (`GcStats::held_at_safepoint`
+/// and the rest).
+#[derive(Serialize, Deserialize, Debug, Clone, Default)]
+struct HeldBy {
+    safepoint_ms: f64,
+    pacing_ms: f64,
+    memory_ms: f64,
+    assisting_ms: f64,
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, Default)]
@@ -588,6 +601,12 @@ fn run(cli: &Cli, seconds: f64) -> Result<Report, String> {
         p50_pause_us: us(stats.mutator_pauses.p50()),
         pauses: stats.mutator_pauses.count(),
         held_ms: stats.mutator_pauses.total().as_secs_f64() * 1e3,
+        held_by: HeldBy {
+            safepoint_ms: stats.held_at_safepoint.as_secs_f64() * 1e3,
+            pacing_ms: stats.held_by_pacing.as_secs_f64() * 1e3,
+            memory_ms: stats.held_for_memory.as_secs_f64() * 1e3,
+            assisting_ms: stats.held_assisting.as_secs_f64() * 1e3,
+        },
         gc_max_pause_us: us(stats.pauses.max()),
         peak_rss_kb,
         user_cpu_s,
@@ -605,11 +624,16 @@ fn print_report(r: &Report) {
         r.ops_per_sec, r.ops, r.tests.list, r.tests.dictionary, r.tests.string
     );
     println!(
-        "  {} GC cycles; workers held {} times, {:.1} ms in all, max {:.3} / p99 {:.3} / p50 {:.3} ms \
+        "  {} GC cycles; workers held {} times, {:.1} ms in all ({:.1} at safepoints, {:.1} pacing, \
+         {:.1} for memory, {:.1} assisting), max {:.3} / p99 {:.3} / p50 {:.3} ms \
          (the collector's longest stop {:.3} ms)",
         r.gc_cycles,
         r.pauses,
         r.held_ms,
+        r.held_by.safepoint_ms,
+        r.held_by.pacing_ms,
+        r.held_by.memory_ms,
+        r.held_by.assisting_ms,
         r.max_pause_us as f64 / 1e3,
         r.p99_pause_us as f64 / 1e3,
         r.p50_pause_us as f64 / 1e3,

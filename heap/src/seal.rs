@@ -204,6 +204,50 @@ fn allocated_less_pending(p: PageRef<'_>, mut f: impl FnMut(u64)) {
 }
 
 impl PageRef<'_> {
+    /// Whether the block at `p`, one in use that the caller reached, was
+    /// certainly allocated after the stop that raised `seal`: true only if
+    /// its page's owner sealed the page for `seal` (its image is in the
+    /// page) and the image lacks the block. False when it cannot tell (a
+    /// page the walk claimed, whose copy is the walk's; a seal under way;
+    /// a page set up again since), and for blocks allocated before the
+    /// stop. A collector's barrier asks it to skip the deletion barrier's
+    /// shade of an object its sweep will not free anyway (its copy lacks
+    /// the block: the walk's copy of a page its owner sealed is the
+    /// image). The loom model is `seal_model.rs`, `ask_model`.
+    ///
+    /// # Examples
+    /// ```
+    /// use loam_heap::{alloc_object, PageRef, SealEpoch};
+    /// # // Leaked: a block with its allocated bit set goes back through a page run.
+    /// let (a, bit) = alloc_object(48, 8, 0);
+    /// bit.unwrap().set();
+    /// // A collector's stop. SAFETY: no other collector in this program.
+    /// let e = unsafe { SealEpoch::raise() };
+    /// // An allocation after the stop, in the same page: its owner seals it.
+    /// let (b, bit) = alloc_object(48, 8, 0);
+    /// bit.unwrap().set();
+    /// // SAFETY: `a` and `b` stay live.
+    /// let (pa, pb) = unsafe { (PageRef::of(a), PageRef::of(b)) };
+    /// assert!(!pa.allocated_since(a, e));
+    /// assert!(pb.allocated_since(b, e));
+    /// ```
+    pub fn allocated_since(&self, p: *const u8, seal: SealEpoch) -> bool {
+        // SAFETY: a PageRef names a live descriptor.
+        let sealed = unsafe { &(*self.raw()).sealed };
+        // Acquire: an owner's image is published by its release of `s`.
+        let s = sealed.load(Ordering::Acquire);
+        let len = (s & LEN) as usize;
+        // A seal under way (`BUSY`, no length yet), another epoch's seal
+        // (below `seal`: nothing allocated since the stop; above: a later
+        // stop's image, not this one's), a walk's claim (no length), or a
+        // page set up again with another geometry.
+        if s & BUSY != 0 || s & !LEN != seal.0 || len == 0 || len != self.bitmap_words() {
+            return false;
+        }
+        let i = self.block_index(p);
+        self.bitmap(Bitmap::Seal)[i / 64].load(Ordering::Relaxed) & (1 << (i % 64)) == 0
+    }
+
     /// Appends to `out` the page's allocated bits as of the stop that
     /// raised `seal`, less the blocks of page runs out (one word per
     /// 64 blocks, [`bitmap_words`](Self::bitmap_words) of them), and

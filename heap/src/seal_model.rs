@@ -25,6 +25,16 @@
 //! In every interleaving the copy is bit 0 alone. The variants that publish
 //! `E` before the owner's copy, allocate before sealing, or keep the walk's
 //! copy when its CAS failed, fail.
+//!
+//! A second model adds a mutator's barrier asking whether a block it
+//! reached was allocated after the stop (`PageRef::allocated_since`), to
+//! skip the deletion barrier's shade of such a block: it reads `sealed`
+//! (acquire) and answers yes only if the page is sealed for `E` by its
+//! owner (an image, `IMG` here; the real word's image length) and the
+//! image lacks the block. It must never say yes of a block in the walk's
+//! copy. The variant that takes a walk's claim (no image) for an empty
+//! image fails. (A seal under way shows no image either, `E | BUSY`, so
+//! the same check covers it.)
 
 use loom::sync::atomic::{AtomicU64, Ordering};
 use loom::sync::Arc;
@@ -34,6 +44,9 @@ use loom::thread;
 const E: u64 = 2;
 /// Set in `sealed` while the owner copies.
 const BUSY: u64 = 1 << 63;
+/// Set in `sealed` by an owner's seal (its image is in `seal_bits`); a
+/// walk's claim stores `E` alone (the real word: a nonzero image length).
+const IMG: u64 = 1 << 62;
 /// The object allocated before the stop.
 const OLD: u64 = 1;
 /// The block the owner allocates after the stop.
@@ -64,7 +77,7 @@ fn settled(p: &Page) -> u64 {
     loop {
         let s = p.sealed.load(Ordering::Acquire);
         if s != E | BUSY {
-            return s;
+            return s & !IMG;
         }
         thread::yield_now();
     }
@@ -86,11 +99,11 @@ fn owner(p: &Page, bug: Bug) {
         {
             let bits = p.allocated.load(Ordering::Relaxed);
             if bug == Bug::PublishFirst {
-                p.sealed.store(E, Ordering::Release);
+                p.sealed.store(E | IMG, Ordering::Release);
                 p.seal_bits.store(bits, Ordering::Relaxed);
             } else {
                 p.seal_bits.store(bits, Ordering::Relaxed);
-                p.sealed.store(E, Ordering::Release);
+                p.sealed.store(E | IMG, Ordering::Release);
             }
             break;
         }
@@ -156,7 +169,7 @@ fn model(bug: Bug) {
             "the copy holds a block allocated after the stop"
         );
         // Whoever sealed, the page ends sealed for this epoch.
-        assert_eq!(p.sealed.load(Ordering::Relaxed), E);
+        assert_eq!(p.sealed.load(Ordering::Relaxed) & !IMG, E);
     });
 }
 
@@ -181,4 +194,82 @@ fn allocating_before_sealing_puts_a_new_block_in_the_copy() {
 #[should_panic(expected = "the copy holds a block allocated after the stop")]
 fn keeping_the_walks_copy_after_a_failed_cas_races_the_owners_allocation() {
     model(Bug::KeepStaleCopy);
+}
+
+/// Which step of the barrier's question the model gets wrong, if any.
+#[derive(Clone, Copy, PartialEq)]
+enum Ask {
+    Right,
+    /// Takes a page the walk claimed (no image) as sealed with an empty one.
+    IgnoreClaim,
+}
+
+/// `PageRef::allocated_since`: whether `block` was certainly allocated
+/// after the stop. "No" is always safe (the barrier shades).
+fn allocated_since(p: &Page, block: u64, ask: Ask) -> bool {
+    let s = p.sealed.load(Ordering::Acquire);
+    if s & BUSY != 0 {
+        return false;
+    }
+    if s & !IMG != E {
+        // Not sealed for this stop: nothing in it was allocated since.
+        return false;
+    }
+    if s & IMG == 0 && ask != Ask::IgnoreClaim {
+        // A walk's claim: its copy is not in the page.
+        return false;
+    }
+    p.seal_bits.load(Ordering::Relaxed) & block == 0
+}
+
+/// The owner, the walk and a mutator that asks about the block allocated
+/// before the stop (which it may reach at any time) and the one allocated
+/// after (once it sees it allocated: acquire on the bit, as the object's
+/// publication would order it).
+fn ask_model(ask: Ask) {
+    loom::model(move || {
+        let p = Arc::new(Page {
+            sealed: AtomicU64::new(E - 1),
+            allocated: AtomicU64::new(OLD),
+            seal_bits: AtomicU64::new(0),
+        });
+        let o = {
+            let p = p.clone();
+            thread::spawn(move || owner(&p, Bug::None))
+        };
+        let w = {
+            let p = p.clone();
+            thread::spawn(move || walk(&p, Bug::None))
+        };
+        let m = {
+            let p = p.clone();
+            thread::spawn(move || {
+                let old = allocated_since(&p, OLD, ask);
+                let new = if p.allocated.load(Ordering::Acquire) & NEW != 0 {
+                    allocated_since(&p, NEW, ask)
+                } else {
+                    false
+                };
+                (old, new)
+            })
+        };
+        let copy = w.join().unwrap();
+        o.join().unwrap();
+        let (old, new) = m.join().unwrap();
+        assert!(
+            !(old && copy & OLD != 0) && !(new && copy & NEW != 0),
+            "a block of the copy was taken for one allocated after the stop"
+        );
+    });
+}
+
+#[test]
+fn only_blocks_outside_the_copy_are_allocated_since() {
+    ask_model(Ask::Right);
+}
+
+#[test]
+#[should_panic(expected = "taken for one allocated after the stop")]
+fn taking_a_claim_for_an_empty_image_fails() {
+    ask_model(Ask::IgnoreClaim);
 }

@@ -57,12 +57,12 @@ unsafe impl<'gc, K: CellValue + Trace + 'gc, V: CellValue + Trace + 'gc> Trace
 }
 
 impl<'gc, K: CellValue + Trace + 'gc, V: CellValue + Trace + 'gc> Entry<'gc, K, V> {
-    /// During a concurrent mark, stores the key and value again, which
-    /// shades them: the entry is being cut off (see `list.rs`, `shade_cut`).
+    /// During a concurrent mark, the deletion barrier for the key and the
+    /// value: the entry is being cut off (see `list.rs`, `shade_cut`).
     fn shade_cut(&self, mc: &Mutation<'gc>) {
         if (K::NEEDS_TRACE || V::NEEDS_TRACE) && mc.is_marking() {
-            self.key.set(mc, self.key.get());
-            self.value.set(mc, self.value.get());
+            self.key.cut(mc);
+            self.value.cut(mc);
         }
     }
 
@@ -587,13 +587,38 @@ where
                 p = (p + 1) & mask;
             }
             indices[p].set(mc, slot(h, e));
-            // SAFETY: the log recorded (`write_lock`, which the caller
-            // holds); entry `e` is in use, reported by the trace.
+            // The removed key and value go: the deletion barrier (which
+            // passes over young ones). The last entry's move into `e` is
+            // then a move within the dictionary, which shades nothing
+            // while no marker has met it (`GcLog::moving`): its key and
+            // value were reported before (entry `last`, below the length)
+            // and are after (entry `e`).
+            entries[e].shade_cut(mc);
+            let to = &entries[e];
+            // The log was recorded (`write_lock`, which the caller holds);
+            // the stores are into entry `e`, below the length, whose key
+            // and value only the dictionary's trace reports (after its
+            // log; the entries array's `Entry`s report nothing), and store
+            // the values of entry `last`, also reported, which keeps them
+            // until the length drops below it; the values they overwrite
+            // were cut just above; atomic stores, which neither unwind nor
+            // allocate, and `shade` only stores entry `e`'s values again
+            // through the barrier; the writer lock is held.
+            // SAFETY: as just said.
             unsafe {
-                entries[e].hash.set_recorded(mc, h);
-                entries[e].key.set_recorded(mc, k);
-                entries[e].value.set_recorded(mc, v);
-            }
+                self.obj.log.moving(
+                    mc,
+                    || {
+                        to.hash.set_moved(h);
+                        to.key.set_moved(k);
+                        to.value.set_moved(v);
+                    },
+                    || {
+                        to.key.set_recorded(mc, to.key.get());
+                        to.value.set_recorded(mc, to.value.get());
+                    },
+                )
+            };
         }
         self.obj.len.set(mc, last);
         removed

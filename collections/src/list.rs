@@ -13,8 +13,9 @@
 //! marked even if the list lets go of it before a marker reads the list (a
 //! reader on another thread may have loaded it first and keep it). Values
 //! overwritten in place go through the cell barrier; values cut off by a
-//! shorter `len` are stored again into their own slots while a mark is
-//! under way ([`shade_cut`]), which shades them, *before* the shorter
+//! shorter `len` are shaded while a mark is under way ([`shade_cut`],
+//! `GcCell::cut`: unless allocated after the mark began, which this
+//! cycle's sweep does not free), *before* the shorter
 //! `len` is stored: a ragged mark's end waits for the barriers under way,
 //! not for this call, so the shade must be done (or under way) by the
 //! time a marker can read the shorter length (loam-runtime's `barrier.rs`,
@@ -247,12 +248,12 @@ impl<'gc, T: CellValue + Trace + 'gc> ListObj<'gc, T> {
     }
 }
 
-/// During a concurrent mark, stores the values of `cells` (cut off the end
-/// of a list) into them again, which shades them (module docs).
+/// During a concurrent mark, the deletion barrier for the values of
+/// `cells`, cut off the end of a list (module docs; `GcCell::cut`).
 fn shade_cut<'gc, T: CellValue + Trace + 'gc>(mc: &Mutation<'gc>, cells: &[GcCell<'gc, T>]) {
     if T::NEEDS_TRACE && mc.is_marking() {
         for c in cells {
-            c.set(mc, c.get());
+            c.cut(mc);
         }
     }
 }

@@ -284,7 +284,7 @@ impl<'gc> Mutation<'gc> {
             return;
         }
         if self.marking != 0 {
-            self.shade(old);
+            self.shade_old(old);
             self.shade(new);
         } else if self.shared().config.generational {
             self.remember(new);
@@ -393,6 +393,42 @@ impl<'gc> Mutation<'gc> {
             // a ragged mark ended reaches only marked or young objects:
             // "Ragged cycles", 3); the mark bit is atomic and the markers
             // expect it set by others (`mark::shade`).
+            unsafe { crate::mark::shade_to(&shared.space, queue, e) };
+        });
+    }
+
+    /// The deletion barrier's shade of a value overwritten or cut during a
+    /// concurrent mark: [`shade`](Self::shade), less the objects allocated
+    /// after the mark's stop. The snapshot is of the objects reachable at
+    /// the stop; one allocated since is not in it, and not in the sweep's
+    /// copy either, so this cycle frees it whether marked or not; marking
+    /// it only promoted it (with sticky marks) and made the markers trace
+    /// it. (Its being reachable, if it is, is the insertion barrier's
+    /// business: every store of it during the mark shades it, as before.)
+    /// Not in a window call of a ragged start: such a call may have begun
+    /// before the stop's epoch was raised, and overwritten the value before
+    /// the stop, so the epoch it reads now need not be the one its store
+    /// answers to (`barrier.rs`, "Ragged cycles"). Every other call of a
+    /// mark began after its stop's raise (a stopped mark raises it in the
+    /// pause; a ragged one before its window closes), and the epoch can
+    /// only have risen since, which makes the question stricter: an object
+    /// allocated after a later stop was allocated after this one.
+    #[inline(never)]
+    pub(crate) fn shade_old<T: Trace + ?Sized>(&self, old: &T) {
+        if self.window {
+            return self.shade(old);
+        }
+        let _bracket = self.shading();
+        let shared = self.shared();
+        let queue = &self.mutator().shade_queue;
+        let seal = loam_heap::SealEpoch::current();
+        self.each_edge(old, |e| {
+            // SAFETY: as in `shade`: `e` is reachable by this call, so
+            // allocated, and its page live.
+            if unsafe { shared.space.allocated_since(e, seal) } {
+                return;
+            }
+            // SAFETY: as in `shade`.
             unsafe { crate::mark::shade_to(&shared.space, queue, e) };
         });
     }

@@ -257,6 +257,43 @@ impl<'gc, T: CellValue + Trace + 'gc> GcCell<'gc, T> {
         }
     }
 
+    /// The write barrier for the value this cell holds as its object stops
+    /// reporting the cell (a collection cutting an element off its end):
+    /// during a concurrent mark, the value is shaded unless it was
+    /// allocated after the mark began, as a store over it would shade it;
+    /// outside a mark, nothing. Storing the value again with
+    /// [`set`](Self::set) did the same, and shaded it as the stored value
+    /// too: a young element popped off a list during a mark was marked,
+    /// and with sticky marks old.
+    ///
+    /// # Examples
+    /// ```
+    /// use loam_runtime::{Gc, GcCell};
+    ///
+    /// let rt = loam_runtime::Runtime::builder().gc_threads(1).build();
+    /// let mut m = rt.attach();
+    /// m.mutate(|mc| {
+    ///     let cell = GcCell::new(Some(mc.alloc(7_u64)));
+    ///     cell.cut(mc); // a container would stop reporting `cell` now
+    ///     assert_eq!(cell.get().map(|g| *g), Some(7));
+    /// });
+    /// ```
+    #[inline]
+    pub fn cut(&self, mc: &Mutation<'gc>) {
+        if T::NEEDS_TRACE && mc.mark_epoch() != 0 {
+            self.cut_marking(mc);
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn cut_marking(&self, mc: &Mutation<'gc>) {
+        // From before the read until the value is shaded, as a store's
+        // barrier (`set_marking`).
+        let _bracket = mc.shading();
+        mc.shade_old(&self.value.load());
+    }
+
     /// Stores `value` and returns the old one, through the write barrier.
     #[inline]
     pub fn replace(&self, mc: &Mutation<'gc>, value: T) -> T {

@@ -347,8 +347,12 @@ impl<'gc> GcLog<'gc> {
     ///   the `Trace` of the object holding this log reports (they may lie
     ///   in another object, as a list's slots lie in its array, if no
     ///   other object's `Trace` reports them), each storing a value those
-    ///   cells held before `moves` began; after `moves` every such value
-    ///   is still held by one of them (a permutation).
+    ///   cells held before `moves` began. Each value they overwrite is
+    ///   still held by one of those cells after `moves` (a permutation),
+    ///   or had the deletion barrier before `moves` began
+    ///   ([`GcCell::cut`](crate::GcCell::cut): a dictionary's removal
+    ///   cuts the removed entry, then moves its last entry into its
+    ///   place).
     /// - `moves` does not unwind (a permutation left half done may have
     ///   dropped a value without the deletion barrier), and neither it nor
     ///   `shade` allocates or waits for the collector: a shading bracket is

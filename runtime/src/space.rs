@@ -65,6 +65,25 @@ impl Space {
         }
     }
 
+    /// Whether the object at `addr` was certainly allocated after the stop
+    /// that raised `seal` (`loam_heap::PageRef::allocated_since`): no
+    /// sweep of that cycle frees it. False when the space cannot tell (a
+    /// `GlobalAlloc` space keeps no seal).
+    ///
+    /// # Safety
+    /// As [`mark`](Self::mark).
+    #[inline]
+    pub(crate) unsafe fn allocated_since(&self, addr: usize, seal: loam_heap::SealEpoch) -> bool {
+        match self {
+            Space::Pages => {
+                // SAFETY: as in `mark`.
+                let page = unsafe { loam_heap::PageRef::of(addr as *const u8) };
+                page.allocated_since(addr as *const u8, seal)
+            }
+            Space::Alloc(_) => false,
+        }
+    }
+
     /// The `GlobalAlloc` space, if this is one.
     #[inline]
     pub(crate) fn alloc_space(&self) -> Option<&AllocSpace> {

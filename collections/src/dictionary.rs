@@ -465,9 +465,15 @@ where
                         None => Entry::new(h, key, value),
                     },
                 ))?;
-            // SAFETY: the log recorded (`write_lock`, which the caller
-            // holds); the cell is reported by the dictionary's trace.
-            unsafe { self.obj.entries.set_recorded(mc, grown) };
+            let cell = &self.obj.entries;
+            // The log recorded (`write_lock`, which the caller holds); the
+            // cell is reported by the dictionary's trace, after its log;
+            // the new array is shaded just below unless no marker has met
+            // the dictionary.
+            // SAFETY: as just said.
+            unsafe { cell.set_unshaded(mc, grown) };
+            // SAFETY: the store just above.
+            unsafe { self.obj.log.after_unreported_stores(mc, || cell.set_recorded(mc, cell.get())) };
             entries = grown;
         }
         let mut indices = self.obj.indices.get();
@@ -479,8 +485,11 @@ where
             for (i, e) in entries[..len].iter().enumerate() {
                 Self::place(mc, fresh, e.hash.get(), i);
             }
-            // SAFETY: as above.
-            unsafe { self.obj.indices.set_recorded(mc, fresh) };
+            let cell = &self.obj.indices;
+            // SAFETY: as for the entries above.
+            unsafe { cell.set_unshaded(mc, fresh) };
+            // SAFETY: the store just above.
+            unsafe { self.obj.log.after_unreported_stores(mc, || cell.set_recorded(mc, cell.get())) };
             indices = fresh;
         }
         let e = &entries[len];

@@ -14,7 +14,7 @@
 //! reader on another thread may have loaded it first and keep it). Values
 //! overwritten in place go through the cell barrier; values cut off by a
 //! shorter `len` are shaded while a mark is under way ([`shade_cut`],
-//! `GcCell::cut`: unless allocated after the mark began, which this
+//! `GcCell::cut`: unless allocated after the mark's stop, which this
 //! cycle's sweep does not free), *before* the shorter
 //! `len` is stored: a ragged mark's end waits for the barriers under way,
 //! not for this call, so the shade must be done (or under way) by the
@@ -457,7 +457,9 @@ impl<'a, 'gc, T: CellValue + Trace + 'gc> ListWriter<'a, 'gc, T> {
 
     /// Stores the items of `values` into the spare slots from the length
     /// on, as many as there are slots, and returns how many it stored; the
-    /// length is the caller's to grow over them.
+    /// length is the caller's to grow over them, and the shade of what was
+    /// stored its to hand to `GcLog::after_unreported_stores` after that
+    /// (`shade_run`).
     fn fill_run(&self, values: impl Iterator<Item = T>) -> usize {
         let (items, len, filled) = (self.items.get(), self.len.get(), self.filled());
         let spare = &Gc::get(items)[len..];
@@ -469,9 +471,11 @@ impl<'a, 'gc, T: CellValue + Trace + 'gc> ListWriter<'a, 'gc, T> {
         let mut values = values.take(spare.len()).fuse();
         let mut n = 0;
         for x in values.by_ref().take(written) {
-            // SAFETY: `n < written <= spare.len()`: a spare slot below
-            // `filled`, as in `fill`.
-            unsafe { (*(*base.add(n)).0.as_ptr()).fill_recorded(self.mc, x) };
+            // `n < written <= spare.len()`: a spare slot below `filled`, as
+            // in `fill`, past the length (not reported); the caller grows
+            // the length over it, then shades it (`shade_run`).
+            // SAFETY: as just said.
+            unsafe { (*(*base.add(n)).0.as_ptr()).fill_unshaded(x) };
             n += 1;
         }
         // `for_each`: a chain of iterators runs each part as its own loop,
@@ -482,26 +486,48 @@ impl<'a, 'gc, T: CellValue + Trace + 'gc> ListWriter<'a, 'gc, T> {
             unsafe { (*base.add(n)).0.as_ptr().cast_mut().write(GcCell::new(x)) };
             n += 1;
         });
-        if n > written && T::NEEDS_TRACE && self.mc.is_marking() {
-            for slot in &spare[written..n] {
-                // SAFETY: written just above, and not yet reported (past
-                // the length).
-                let cell = unsafe { &*slot.0.as_ptr() };
-                // SAFETY: as in `fill`: stored again to shade the value.
-                unsafe { cell.fill_recorded(self.mc, cell.get()) };
-            }
-        }
         n
+    }
+
+    /// After a `fill_run` of `n` slots from `from` and the length grown
+    /// over them: their shade, skipped while no marker has met the list
+    /// (`GcLog::after_unreported_stores`, as a push's `shade_pushed`).
+    fn shade_run(&self, from: usize, n: usize) {
+        if !T::NEEDS_TRACE || n == 0 {
+            return;
+        }
+        let items = self.items.get();
+        // The slots were written by `fill_run` in this call, after the
+        // record (`new`), unreported until the length just grown over
+        // them, and nothing shaded them; the shade reads each (below the
+        // length, so written) and stores it again through the barrier;
+        // the list's trace reads its log first.
+        // SAFETY: as just said.
+        unsafe {
+            self.list.obj.log.after_unreported_stores(self.mc, || {
+                for slot in &Gc::get(items)[from..from + n] {
+                    let cell = &*slot.0.as_ptr();
+                    cell.set_recorded(self.mc, cell.get());
+                }
+            })
+        };
     }
 
     /// Installs a new backing array whose first `len` slots (the length)
     /// hold the elements in use, and nothing else is written.
     fn set_items(&self, array: Items<'gc, T>) {
         self.set_high(0);
-        // SAFETY: the log was recorded (`new`); the array cell is reported
-        // by the list's trace.
-        unsafe { self.list.obj.items.set_recorded(self.mc, array) };
+        let cell = &self.list.obj.items;
+        // The log was recorded (`new`); the array cell is reported by the
+        // list's trace, after its log; the writer lock is held; and the
+        // new array is shaded below unless no marker has met the list (a
+        // young list's grown arrays are not promoted).
+        // SAFETY: as just said.
+        unsafe { cell.set_unshaded(self.mc, array) };
         self.items.set(array);
+        // SAFETY: the store just above, with `set_unshaded`, in this call
+        // after the record; the list's trace reads its log first.
+        unsafe { self.list.obj.log.after_unreported_stores(self.mc, || cell.set_recorded(self.mc, cell.get())) };
     }
 
     fn set_high(&self, high: usize) {
@@ -984,6 +1010,7 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
             let room = items.len() - len;
             let n = w.fill_run(std::iter::once(first).chain(iter.by_ref().take(room - 1)));
             w.set_len(len + n);
+            w.shade_run(len, n);
         }
     }
 

@@ -845,6 +845,32 @@ fn young_elements_cut_during_a_mark_are_not_marked() {
     });
 }
 
+/// The arrays a young list or dictionary grows into during a concurrent
+/// mark are not marked (`GcCell::set_unshaded`, then the shade only if a
+/// marker has met the collection): the elements are counted in the
+/// allowance, the arrays would be 40 or so objects a call, and their
+/// elements are not marked either.
+#[test]
+fn young_collections_grown_during_a_mark_are_not_marked() {
+    let _serial = serial();
+    assert_marks_nothing("list growth", |mc| {
+        let l = GcList::new(mc);
+        for i in 0..ELEMENTS {
+            l.push(mc, mc.alloc(i));
+        }
+        let m = GcList::new(mc);
+        m.extend(mc, (0..ELEMENTS / 4).map(|i| mc.alloc(i)));
+        assert_eq!(l.len() + m.len(), (ELEMENTS + ELEMENTS / 4) as usize);
+    });
+    assert_marks_nothing("dictionary growth", |mc| {
+        let d = GcDictionary::new(mc);
+        for i in 0..ELEMENTS / 2 {
+            d.insert(mc, i, mc.alloc(i));
+        }
+        assert_eq!(d.len(), (ELEMENTS / 2) as usize);
+    });
+}
+
 /// Two threads change a shared list and dictionary of managed values
 /// (pushes, pops, removals, retains, sorts, growth) while a third forces
 /// cycles whose marks all run concurrently (a zero pause budget), in

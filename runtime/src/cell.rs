@@ -260,7 +260,7 @@ impl<'gc, T: CellValue + Trace + 'gc> GcCell<'gc, T> {
     /// The write barrier for the value this cell holds as its object stops
     /// reporting the cell (a collection cutting an element off its end):
     /// during a concurrent mark, the value is shaded unless it was
-    /// allocated after the mark began, as a store over it would shade it;
+    /// allocated after the mark's stop, as a store over it would shade it;
     /// outside a mark, nothing. Storing the value again with
     /// [`set`](Self::set) did the same, and shaded it as the stored value
     /// too: a young element popped off a list during a mark was marked,
@@ -352,6 +352,48 @@ impl<'gc, T: CellValue + Trace + 'gc> GcCell<'gc, T> {
         } else {
             self.value.store(value);
         }
+    }
+
+    /// [`set_recorded`](Self::set_recorded) without the shade of the
+    /// stored value, which the caller leaves to
+    /// [`GcLog::after_unreported_stores`]: during a concurrent mark the
+    /// value overwritten gets the deletion barrier (as
+    /// [`cut`](Self::cut)), and the new one is shaded only if a marker
+    /// has met the object by then. A collection installing a grown array
+    /// made in this call uses it: the array is young, and shading it
+    /// promoted it.
+    ///
+    /// # Safety
+    /// As [`set_recorded`](Self::set_recorded), with the object's
+    /// [`GcLog`] recorded (an object allocated in this call does not
+    /// do); no other thread stores into the cell meanwhile (a store that
+    /// overwrote this value without reading it would not shade it); and in
+    /// this call, after the store, the caller calls
+    /// [`GcLog::after_unreported_stores`] on that log with a `shade` that
+    /// shades the value (stores it again with `set_recorded`).
+    #[inline]
+    pub unsafe fn set_unshaded(&self, mc: &Mutation<'gc>, value: T) {
+        if T::NEEDS_TRACE && mc.mark_epoch() != 0 {
+            self.set_unshaded_marking(mc, value);
+        } else {
+            self.value.store(value);
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn set_unshaded_marking(&self, mc: &Mutation<'gc>, value: T) {
+        // As `set_marking`, less the stored value's shade.
+        let _bracket = mc.shading();
+        let old = if mc.window {
+            self.value.swap(value)
+        } else {
+            let old = self.value.load();
+            self.value.store(value);
+            old
+        };
+        mc.note_write();
+        mc.shade_old(&old);
     }
 
     /// A store during a concurrent mark, through the snapshot barrier: a

@@ -166,7 +166,9 @@ impl<'gc> GcLog<'gc> {
     /// During a concurrent mark, after stores into cells that the
     /// object's `Trace` did not report before them (a collection's spare
     /// slots past its length, written plainly) and that it reports now (the
-    /// length that covers them stored after them): runs `shade`, which must
+    /// length that covers them stored after them), or stores made with
+    /// [`GcCell::set_unshaded`](crate::GcCell::set_unshaded) (the values
+    /// they overwrote had the deletion barrier): runs `shade`, which must
     /// shade what those stores stored (storing each value into its cell
     /// again with [`GcCell::set_recorded`](crate::GcCell::set_recorded)
     /// does), unless no marker has met the object yet and the call did
@@ -212,7 +214,9 @@ impl<'gc> GcLog<'gc> {
     /// # Safety
     /// The stores were made in this `mutate` call, after [`record`](Self::record),
     /// into cells of the object holding this log, which its `Trace` did
-    /// not report before them and reports now; nothing shaded them; and
+    /// not report before them and reports now, or with
+    /// [`GcCell::set_unshaded`](crate::GcCell::set_unshaded) into cells
+    /// it reports; nothing shaded them; and
     /// the object's `Trace` traces this log before it reads those cells
     /// or what reports them (a length): a marker's fence must come
     /// between (with `#[derive(Trace)]`, declare the log first).
@@ -326,7 +330,8 @@ impl<'gc> GcLog<'gc> {
     /// against a marker's owner store, fence, and reads of the cells. If
     /// the owner read is 0, the marker that traces the object (if any)
     /// reads the cells after every move, and finds every value the object
-    /// held before them. Otherwise a marker may have read the cells in the
+    /// held before them, less those cut before them (which had the deletion
+    /// barrier then). Otherwise a marker may have read the cells in the
     /// middle of the moves and missed a value moved from a cell it had not
     /// read into one it had; `shade` then marks every value. Unlike a push,
     /// a value it missed can be one reachable at the snapshot's point that

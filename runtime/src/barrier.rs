@@ -401,7 +401,7 @@ impl<'gc> Mutation<'gc> {
     /// concurrent mark: [`shade`](Self::shade), less the objects allocated
     /// after the mark's stop. The snapshot is of the objects reachable at
     /// the stop; one allocated since is not in it, and not in the sweep's
-    /// copy either, so this cycle frees it whether marked or not; marking
+    /// copy either, so this cycle does not free it, marked or not; marking
     /// it only promoted it (with sticky marks) and made the markers trace
     /// it. (Its being reachable, if it is, is the insertion barrier's
     /// business: every store of it during the mark shades it, as before.)

@@ -17,8 +17,9 @@
 //! once `active` is zero. Work is only ever pushed by an active thread, which
 //! checks the queues again after it goes idle, so when `active` reads zero
 //! every queue is empty for good. (In a concurrent mark the mutators'
-//! barriers shade too, into the runtime's `gray` queue, which is not one of
-//! these: the collector hands it to later marks, see `cycle.rs`.)
+//! barriers shade too, into their own shade queues, which are not among
+//! these: the collector hands what they hold to later marks, with the
+//! runtime's `gray` queue, `Shared::drain_shaded` and `cycle.rs`.)
 //!
 //! A mark may be given a deadline (the first pause's budget): past it, every
 //! thread stops and hands back what its deque still holds, gray objects the
@@ -75,8 +76,28 @@ pub(crate) unsafe fn shade_to(space: &Space, queue: &Worker<usize>, addr: usize)
 }
 
 /// Objects the calling thread traces alone before [`parallel`] wakes the
-/// GC threads.
+/// GC threads, in a pause.
 const SERIAL_BUDGET: usize = 4096;
+
+/// The same, in a concurrent mark's round. A round on the GC threads
+/// (`ThreadPool::broadcast`) ends only once every one of them has run,
+/// and with the mutators holding the CPUs a woken GC thread waits for a
+/// scheduler slice: on the 2-core VM with two mutators, a ragged minor
+/// mark's rounds took 5 – 9 ms each whatever they traced (218 objects in
+/// 8.7 ms), the marks 13 – 30 ms, and the heap passed its pace point
+/// meanwhile (the GC speed tester's workers were held 540 – 620 ms of a
+/// 3 s run, all of it pacing). The coordinator now traces a round alone
+/// for up to 64 Ki objects or [`CONCURRENT_SERIAL_TIME`], whichever comes
+/// first, and only what is left goes to the GC threads. Speed tester,
+/// ragged: held 0.1 – 2 ms in all, about 24,000 ops/s against 17,000
+/// (`docs/perf-log.md`, session 18).
+const CONCURRENT_SERIAL_BUDGET: usize = 64 << 10;
+
+/// How long the coordinator traces a concurrent round alone at most: the
+/// round is offered to assists only once it goes to the GC threads, and a
+/// paced mutator waits until then (a mark of objects slow to trace held
+/// one for the whole mark, `tests/pacing.rs`). Checked every 64 objects.
+const CONCURRENT_SERIAL_TIME: std::time::Duration = std::time::Duration::from_millis(1);
 
 /// What marking found.
 #[derive(Clone, Copy, Debug, Default)]
@@ -454,24 +475,43 @@ pub(crate) unsafe fn parallel(
     };
     // A minor cycle often finds little to trace (the roots are old): the
     // calling thread starts alone, and wakes the GC threads only if the work
-    // outgrows `SERIAL_BUDGET` objects. (Waking them for nothing took about
-    // 0.1 ms a pause: binary-trees' pause p50 went from 0.26 to 0.15 ms.)
+    // outgrows its budget. (Waking them for nothing took about 0.1 ms a
+    // pause: binary-trees' pause p50 went from 0.26 to 0.15 ms; with the
+    // mutators running, a round's wake took milliseconds,
+    // `CONCURRENT_SERIAL_BUDGET`.)
     let mut out = Marked::default();
     let mut tracer = Tracer::new();
     let expired = |d: Option<Instant>| d.is_some_and(|d| Instant::now() >= d);
-    let mut budget = SERIAL_BUDGET;
-    if limits.concurrent {
-        budget = 0;
-    }
+    let mut budget = if limits.concurrent {
+        CONCURRENT_SERIAL_BUDGET
+    } else {
+        SERIAL_BUDGET
+    };
+    // What the calling thread marks alone is reported as the GC threads
+    // report theirs (a concurrent mark's live data counts as it is found,
+    // `Shared::saw_live`).
+    let report = |out: &Marked| {
+        if let Some(shared) = limits.progress {
+            shared.saw_live(out.bytes);
+        }
+    };
+    let serial_until = limits
+        .concurrent
+        .then(|| Instant::now() + CONCURRENT_SERIAL_TIME);
     while budget > 0 {
+        if budget % 64 == 0 && expired(serial_until) {
+            break;
+        }
         if budget % 256 == 0 && expired(limits.deadline) {
             leftover.append(&mut gray);
             leave_remembered(leftover);
             tracer.take_deferred(leftover);
+            report(&out);
             return out;
         }
         let Some(addr) = gray.pop().or_else(take_remembered) else {
             tracer.take_deferred(leftover);
+            report(&out);
             return out;
         };
         // SAFETY: gray objects are marked and allocated; no sweep runs
@@ -479,6 +519,7 @@ pub(crate) unsafe fn parallel(
         unsafe { scan(space, addr, &mut tracer, &mut out, |e| gray.push(e)) };
         budget -= 1;
     }
+    report(&out);
     tracer.take_deferred(leftover);
     if expired(limits.deadline) {
         leftover.append(&mut gray);

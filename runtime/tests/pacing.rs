@@ -182,18 +182,23 @@ struct Traced<'gc> {
 unsafe impl<'gc> Trace for Traced<'gc> {
     fn trace(&self, tracer: &mut Tracer) {
         let me = std::thread::current();
+        let Some(name) = me.name().filter(|n| n.starts_with("loam-gc-")) else {
+            return self.kids.trace(tracer);
+        };
+        // Slow on the coordinator too, which traces a concurrent round
+        // alone for its first millisecond (`mark.rs`,
+        // `CONCURRENT_SERIAL_BUDGET`): the rest goes to the pool.
+        for i in 0..2_000_u32 {
+            std::hint::black_box(i);
+        }
         // The pool's threads (`loam-gc-{runtime}-{i}`), not the
         // coordinator (`loam-gc-{runtime}`).
-        let pool_thread = |n: &&str| n.starts_with("loam-gc-") && n.matches('-').count() == 3;
-        if let Some(name) = me.name().filter(pool_thread) {
+        if name.matches('-').count() == 3 {
             TRACERS
                 .lock()
                 .unwrap()
                 .get_or_insert_with(HashSet::new)
                 .insert(name.to_owned());
-            for i in 0..2_000_u32 {
-                std::hint::black_box(i);
-            }
         }
         self.kids.trace(tracer)
     }

@@ -457,8 +457,9 @@ impl<'a, 'gc, T: CellValue + Trace + 'gc> ListWriter<'a, 'gc, T> {
 
     /// Stores the items of `values` into the spare slots from the length
     /// on, as many as there are slots, and returns how many it stored; the
-    /// length is the caller's to grow over them, and the shade of what was
-    /// stored its to hand to `GcLog::after_unreported_stores` after that
+    /// length is the caller's to grow over them, and the shade of what it
+    /// stored from `filled` on (slots no reader can reach before that
+    /// length) its to hand to `GcLog::after_unreported_stores` after that
     /// (`shade_run`).
     fn fill_run(&self, values: impl Iterator<Item = T>) -> usize {
         let (items, len, filled) = (self.items.get(), self.len.get(), self.filled());
@@ -472,10 +473,12 @@ impl<'a, 'gc, T: CellValue + Trace + 'gc> ListWriter<'a, 'gc, T> {
         let mut n = 0;
         for x in values.by_ref().take(written) {
             // `n < written <= spare.len()`: a spare slot below `filled`, as
-            // in `fill`, past the length (not reported); the caller grows
-            // the length over it, then shades it (`shade_run`).
+            // in `fill`. Shaded at once, not by `shade_run`: a reader
+            // holding an older length may read it before the length grows
+            // over it, or never if the iterator panics first (found by
+            // review).
             // SAFETY: as just said.
-            unsafe { (*(*base.add(n)).0.as_ptr()).fill_unshaded(x) };
+            unsafe { (*(*base.add(n)).0.as_ptr()).fill_recorded(self.mc, x) };
             n += 1;
         }
         // `for_each`: a chain of iterators runs each part as its own loop,
@@ -489,16 +492,18 @@ impl<'a, 'gc, T: CellValue + Trace + 'gc> ListWriter<'a, 'gc, T> {
         n
     }
 
-    /// After a `fill_run` of `n` slots from `from` and the length grown
-    /// over them: their shade, skipped while no marker has met the list
-    /// (`GcLog::after_unreported_stores`, as a push's `shade_pushed`).
+    /// After a `fill_run` and the length grown over its slots: the shade of
+    /// the `n` from `from`, which were at or past `filled` (never written
+    /// before, so no reader reached them before that length), skipped while
+    /// no marker has met the list (`GcLog::after_unreported_stores`, as a
+    /// push's `shade_pushed`).
     fn shade_run(&self, from: usize, n: usize) {
         if !T::NEEDS_TRACE || n == 0 {
             return;
         }
         let items = self.items.get();
-        // The slots were written by `fill_run` in this call, after the
-        // record (`new`), unreported until the length just grown over
+        // The slots were written first by `fill_run` in this call, after
+        // the record (`new`), unreachable until the length just grown over
         // them, and nothing shaded them; the shade reads each (below the
         // length, so written) and stores it again through the barrier;
         // the list's trace reads its log first.
@@ -1008,9 +1013,12 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
             // published once after it: a reader sees the list before the
             // run or after it.
             let room = items.len() - len;
+            let filled = w.filled();
             let n = w.fill_run(std::iter::once(first).chain(iter.by_ref().take(room - 1)));
             w.set_len(len + n);
-            w.shade_run(len, n);
+            // The slots `fill_run` wrote first, from `filled` on (it shaded
+            // those below as it wrote them).
+            w.shade_run(filled, (len + n).saturating_sub(filled));
         }
     }
 

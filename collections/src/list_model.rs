@@ -225,6 +225,16 @@ fn writing_a_popped_slot_plainly_fails() {
     model(Variant::NoHigh);
 }
 
+/// A marker meeting the list's log (`GcLog::adopt`): it sets the owner,
+/// then fences (or not, in the variants that fail) before it reads the
+/// list.
+fn adopt(owner: &AtomicUsize, with_fence: bool) {
+    let _ = owner.compare_exchange(0, 1, Ordering::Relaxed, Ordering::Relaxed);
+    if with_fence {
+        loom::sync::atomic::fence(Ordering::SeqCst);
+    }
+}
+
 /// A push during a concurrent mark into a list no marker may have met
 /// (`shade_pushed`, `GcLog::after_unreported_stores`) against a marker
 /// tracing the list: the pusher writes the slot, stores the length
@@ -251,12 +261,7 @@ fn push_against_a_marker(writer_fence: bool, marker_fence: bool) {
         let marker = {
             let p = p.clone();
             loom::thread::spawn(move || {
-                let _ = p
-                    .owner
-                    .compare_exchange(0, 1, Ordering::Relaxed, Ordering::Relaxed);
-                if marker_fence {
-                    fence(Ordering::SeqCst);
-                }
+                adopt(&p.owner, marker_fence);
                 let len = p.len.load(Ordering::Acquire);
                 len > 0 && p.slot.load(Ordering::Relaxed) == 7
             })
@@ -331,12 +336,7 @@ fn sort_against_a_marker(mover_fence: bool, marker_fence: bool, bracket_first: b
         let marker = {
             let p = p.clone();
             loom::thread::spawn(move || {
-                let _ = p
-                    .owner
-                    .compare_exchange(0, 1, Ordering::Relaxed, Ordering::Relaxed);
-                if marker_fence {
-                    fence(Ordering::SeqCst);
-                }
+                adopt(&p.owner, marker_fence);
                 let read = [
                     p.slots[0].load(Ordering::Relaxed),
                     p.slots[1].load(Ordering::Relaxed),

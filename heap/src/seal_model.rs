@@ -135,13 +135,18 @@ fn walk(p: &Page, bug: Bug) -> u64 {
     }
 }
 
+/// The page as the stop left it: block 0 allocated, sealed for `E - 1`.
+fn page() -> Arc<Page> {
+    Arc::new(Page {
+        sealed: AtomicU64::new(E - 1),
+        allocated: AtomicU64::new(OLD),
+        seal_bits: AtomicU64::new(0),
+    })
+}
+
 fn model(bug: Bug) {
     loom::model(move || {
-        let p = Arc::new(Page {
-            sealed: AtomicU64::new(E - 1),
-            allocated: AtomicU64::new(OLD),
-            seal_bits: AtomicU64::new(0),
-        });
+        let p = page();
         let o = {
             let p = p.clone();
             thread::spawn(move || owner(&p, bug))
@@ -228,11 +233,7 @@ fn allocated_since(p: &Page, block: u64, ask: Ask) -> bool {
 /// publication would order it).
 fn ask_model(ask: Ask) {
     loom::model(move || {
-        let p = Arc::new(Page {
-            sealed: AtomicU64::new(E - 1),
-            allocated: AtomicU64::new(OLD),
-            seal_bits: AtomicU64::new(0),
-        });
+        let p = page();
         let o = {
             let p = p.clone();
             thread::spawn(move || owner(&p, Bug::None))

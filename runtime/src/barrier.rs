@@ -44,7 +44,11 @@
 //!    marker reads it, because the cut goes through a barrier store, which
 //!    shades what it overwrites. At a safepoint no mutator holds an
 //!    unrooted pointer, so the roots the first pause read are the whole of
-//!    what the snapshot reaches: there are no stacks to rescan.
+//!    what the snapshot reaches: there are no stacks to rescan. An old
+//!    value allocated after the mark's stop is not in the snapshot, and
+//!    not in the sweep's copy either: calls that began after the stop's
+//!    raise skip its shade (`Mutation::shade_old`, "allocated since" the
+//!    page's seal, `loam_heap::PageRef::allocated_since`).
 //! 2. *The new value* (Dijkstra's insertion barrier): it may be white
 //!    (allocated during the mark) and stored into an object already black,
 //!    which may be old. Objects allocated during the mark are not in the
@@ -56,7 +60,10 @@
 //!    in a ragged start's window: the marker that first meets the log
 //!    fences before it reads the cells, the store fences before it reads
 //!    the log's owner, so the marker reads the store or the store sees
-//!    the owner and shades (`GcLog::after_unreported_stores`).
+//!    the owner and shades (`GcLog::after_unreported_stores`). So does a
+//!    grown array stored over the old one (`GcCell::set_unshaded`, the old
+//!    one shaded as in 1), and stores that only move values within such an
+//!    object (`GcLog::moving`, which also skips 1 for the values moved).
 //! 3. *A lock's old contents*, once per mark: a write may change any number
 //!    of pointers, and the first write of a mark saw the contents as they
 //!    were at the snapshot (writes of one lock are serial). A marker never

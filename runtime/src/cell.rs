@@ -366,8 +366,9 @@ impl<'gc, T: CellValue + Trace + 'gc> GcCell<'gc, T> {
     /// # Safety
     /// As [`set_recorded`](Self::set_recorded), with the object's
     /// [`GcLog`] recorded (an object allocated in this call does not
-    /// do); no other thread stores into the cell meanwhile (a store that
-    /// overwrote this value without reading it would not shade it); and in
+    /// do); no other thread stores into the cell until that
+    /// `after_unreported_stores` returns (a store that overwrote this value
+    /// without reading it would not shade it); and in
     /// this call, after the store, the caller calls
     /// [`GcLog::after_unreported_stores`] on that log with a `shade` that
     /// shades the value (stores it again with `set_recorded`).
@@ -385,13 +386,7 @@ impl<'gc, T: CellValue + Trace + 'gc> GcCell<'gc, T> {
     fn set_unshaded_marking(&self, mc: &Mutation<'gc>, value: T) {
         // As `set_marking`, less the stored value's shade.
         let _bracket = mc.shading();
-        let old = if mc.window {
-            self.value.swap(value)
-        } else {
-            let old = self.value.load();
-            self.value.store(value);
-            old
-        };
+        let old = self.store_marking(mc, value);
         mc.note_write();
         mc.shade_old(&old);
     }
@@ -410,7 +405,16 @@ impl<'gc, T: CellValue + Trace + 'gc> GcCell<'gc, T> {
         // mark's end that missed the bracket has every marker's read of
         // this cell before the load (`barrier.rs`, "Ragged cycles", 3).
         let _bracket = mc.shading();
-        let old = if mc.window {
+        let old = self.store_marking(mc, value);
+        mc.barrier_store(&old, &value);
+    }
+
+    /// Stores `value` during a concurrent mark and returns what it
+    /// overwrote, for the barrier to shade (in a bracket the caller opened
+    /// before).
+    #[inline]
+    fn store_marking(&self, mc: &Mutation<'gc>, value: T) -> T {
+        if mc.window {
             // A window call may have begun before T, and an old call store
             // into this cell, unshaded, between the load and the store: a
             // value of T that the store would overwrite without having
@@ -421,8 +425,7 @@ impl<'gc, T: CellValue + Trace + 'gc> GcCell<'gc, T> {
             let old = self.value.load();
             self.value.store(value);
             old
-        };
-        mc.barrier_store(&old, &value);
+        }
     }
 
     /// [`set_recorded`](Self::set_recorded) for a cell its owner does not

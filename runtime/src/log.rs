@@ -28,9 +28,12 @@
 //! record. During a concurrent mark those stores shade as `set` does (the
 //! mark's snapshot needs the values they overwrite whatever the owner
 //! is); stores into cells the object did not report before
-//! ([`GcCell::fill_unshaded`](crate::GcCell::fill_unshaded)) may leave
-//! their shade to [`GcLog::after_unreported_stores`], which skips it while
-//! no marker has met the object; stores that only move values among the
+//! ([`GcCell::fill_unshaded`](crate::GcCell::fill_unshaded)), and stores
+//! whose overwritten value had the deletion barrier alone
+//! ([`GcCell::set_unshaded`](crate::GcCell::set_unshaded), a grown array
+//! installed), may leave the stored value's shade to
+//! [`GcLog::after_unreported_stores`], which skips it while no marker has
+//! met the object; stores that only move values among the
 //! reported cells (a sort) may skip both shades inside
 //! [`GcLog::moving`], on the same condition. Between marks they do nothing more,
 //! because the record (or the object's youth) makes the next minor cycle

@@ -177,8 +177,10 @@ unsafe fn scan(
 /// How a [`parallel`] mark runs, and when it must stop.
 #[derive(Clone, Copy, Default)]
 pub(crate) struct Limits<'a> {
-    /// The mutators run: go to the GC threads at once (the calling
-    /// thread's core is theirs now).
+    /// The mutators run: the calling thread traces alone for at most
+    /// `CONCURRENT_SERIAL_BUDGET` objects or `CONCURRENT_SERIAL_TIME`, and
+    /// the rest goes to the GC threads (whose wake waits for the mutators'
+    /// CPUs).
     pub(crate) concurrent: bool,
     /// Stop here, leaving the rest in `leftover`.
     pub(crate) deadline: Option<Instant>,
@@ -190,9 +192,10 @@ pub(crate) struct Limits<'a> {
     /// run (`Config::concurrent_gc_threads`).
     pub(crate) threads: usize,
     /// Where the GC threads report what they mark as they go, every
-    /// [`PROGRESS_BYTES`] or so (`Shared::saw_live`: pacing follows it),
-    /// and whose paced mutators are woken when the mark is offered to
-    /// assists (`Shared::wake_pacers`).
+    /// [`PROGRESS_BYTES`] or so, and the calling thread what it marked
+    /// alone, once (`Shared::saw_live`: pacing follows it); and whose
+    /// paced mutators are woken when the mark is offered to assists
+    /// (`Shared::wake_pacers`).
     pub(crate) progress: Option<&'a crate::runtime::Shared>,
 }
 

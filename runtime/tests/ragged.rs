@@ -118,6 +118,22 @@ fn ragged(verify: bool, min_heap: usize) -> Runtime {
         .build()
 }
 
+/// A board of `SLOTS` chains, rooted globally and made old by a cycle.
+fn old_board(rt: &Runtime) -> GlobalRoot<BoardRoot> {
+    let board = rt.attach().mutate(|mc| {
+        let slots = mc.alloc_slice_fill(SLOTS, GcCell::new(None));
+        for (i, s) in slots.iter().enumerate() {
+            s.set(mc, Some(chain(mc, i as u64 * 1000, LEN)));
+        }
+        mc.global_root(mc.alloc(Board {
+            slots,
+            kept: GcLock::new(Vec::new()),
+        }))
+    });
+    rt.collect();
+    board
+}
+
 fn rounds() -> u64 {
     std::env::var("LOAM_RAGGED_ROUNDS")
         .ok()
@@ -136,17 +152,7 @@ fn rounds() -> u64 {
 fn chains_moved_across_the_handshake_window_are_kept() {
     let _serial = serial();
     let rt = ragged(true, 256 << 10);
-    let board: GlobalRoot<BoardRoot> = rt.attach().mutate(|mc| {
-        let slots = mc.alloc_slice_fill(SLOTS, GcCell::new(None));
-        for (i, s) in slots.iter().enumerate() {
-            s.set(mc, Some(chain(mc, i as u64 * 1000, LEN)));
-        }
-        mc.global_root(mc.alloc(Board {
-            slots,
-            kept: GcLock::new(Vec::new()),
-        }))
-    });
-    rt.collect(); // the board is old now
+    let board = old_board(&rt);
     let stamp = AtomicU64::new(1 << 20);
     std::thread::scope(|s| {
         for t in 0..4_u64 {
@@ -283,17 +289,7 @@ fn moves_by_mutators_that_detach_at_once_are_kept() {
             .mark_pause_budget(Duration::ZERO)
             .min_heap(256 << 10)
             .build();
-        let board: GlobalRoot<BoardRoot> = rt.attach().mutate(|mc| {
-            let slots = mc.alloc_slice_fill(SLOTS, GcCell::new(None));
-            for (i, s) in slots.iter().enumerate() {
-                s.set(mc, Some(chain(mc, i as u64 * 1000, LEN)));
-            }
-            mc.global_root(mc.alloc(Board {
-                slots,
-                kept: GcLock::new(Vec::new()),
-            }))
-        });
-        rt.collect(); // the board is old now
+        let board = old_board(&rt);
         let stamp = AtomicU64::new(1 << 20);
         let marking = AtomicU64::new(0);
         std::thread::scope(|s| {

@@ -239,8 +239,8 @@ impl<'a> Cycle<'a> {
         let marked = unsafe {
             mark::parallel(&shared.space, self.pool, &roots, remembered, concurrently(shared), &mut rest)
         };
-        // (What it found live, its GC threads and assists have reported
-        // as they went: `Shared::saw_live`, via `concurrently`.)
+        // (What it found live, it and its GC threads and assists have
+        // reported as they went: `Shared::saw_live`, via `concurrently`.)
         self.marked.add(marked);
         self.snapshot(snap, false);
         let mut m = Marking {

@@ -32,8 +32,9 @@
 //! (acquire) and answers yes only if the page is sealed for `E` by its
 //! owner (an image, `IMG` here; the real word's image length) and the
 //! image lacks the block. It must never say yes of a block in the walk's
-//! copy. The variant that takes a walk's claim (no image) for an empty
-//! image fails. (A seal under way shows no image either, `E | BUSY`, so
+//! copy, and must say yes of the block allocated after the stop once its
+//! owner has sealed the page. The variant that takes a walk's claim (no
+//! image) for an empty image fails, and so does one that never says yes. (A seal under way shows no image either, `E | BUSY`, so
 //! the same check covers it.)
 
 use loom::sync::atomic::{AtomicU64, Ordering};
@@ -205,6 +206,8 @@ fn keeping_the_walks_copy_after_a_failed_cas_races_the_owners_allocation() {
 #[derive(Clone, Copy, PartialEq)]
 enum Ask {
     Right,
+    /// Never says yes (safe, and useless).
+    AlwaysNo,
     /// Takes a page the walk claimed (no image) as sealed with an empty one.
     IgnoreClaim,
 }
@@ -213,7 +216,7 @@ enum Ask {
 /// after the stop. "No" is always safe (the barrier shades).
 fn allocated_since(p: &Page, block: u64, ask: Ask) -> bool {
     let s = p.sealed.load(Ordering::Acquire);
-    if s & BUSY != 0 {
+    if s & BUSY != 0 || ask == Ask::AlwaysNo {
         return false;
     }
     if s & !IMG != E {
@@ -261,7 +264,22 @@ fn ask_model(ask: Ask) {
             !(old && copy & OLD != 0) && !(new && copy & NEW != 0),
             "a block of the copy was taken for one allocated after the stop"
         );
+        // And the question is worth asking: once the owner sealed the page
+        // with its image, the block it allocated after the stop is known
+        // as such (an answer of "no" throughout would pass the above).
+        if p.sealed.load(Ordering::Acquire) & IMG != 0 {
+            assert!(
+                allocated_since(&p, NEW, ask),
+                "a block allocated after the stop, on a page its owner sealed, was not known"
+            );
+        }
     });
+}
+
+#[test]
+#[should_panic(expected = "was not known")]
+fn answering_no_throughout_fails() {
+    ask_model(Ask::AlwaysNo);
 }
 
 #[test]

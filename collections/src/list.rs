@@ -530,8 +530,9 @@ impl<'a, 'gc, T: CellValue + Trace + 'gc> ListWriter<'a, 'gc, T> {
         // SAFETY: as just said.
         unsafe { cell.set_unshaded(self.mc, array) };
         self.items.set(array);
-        // SAFETY: the store just above, with `set_unshaded`, in this call
-        // after the record; the list's trace reads its log first.
+        // The store just above, with `set_unshaded`, in this call after
+        // the record; the list's trace reads its log first.
+        // SAFETY: as just said.
         unsafe { self.list.obj.log.after_unreported_stores(self.mc, || cell.set_recorded(self.mc, cell.get())) };
     }
 
@@ -1036,8 +1037,9 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
         v.sort_by(&mut compare);
         if !T::NEEDS_TRACE {
             for (cell, x) in used.iter().zip(v) {
-                // SAFETY: the log was recorded (`ListWriter::new`) and the
-                // cell is in use; no value to shade.
+                // The log was recorded (`ListWriter::new`) and the cell is
+                // in use; no value to shade.
+                // SAFETY: as just said.
                 unsafe { cell.set_recorded(mc, x) };
             }
             return;
@@ -1048,9 +1050,9 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
         // report nothing); they are atomic stores, which neither unwind nor
         // allocate, and `shade` only stores each element again through the
         // barrier; the writer lock is held. A young list sorted during a
-        // mark then promotes nothing (`GcLog::moving`).
-        // SAFETY: as just said; `set_moved` stores the values `v` took
-        // from those slots.
+        // mark then promotes nothing (`GcLog::moving`). `set_moved` stores
+        // the values `v` took from those slots.
+        // SAFETY: as just said.
         unsafe {
             self.obj.log.moving(
                 mc,

@@ -361,9 +361,10 @@ impl<'gc> Mutation<'gc> {
     pub(crate) fn shade_addr(&self, addr: usize) {
         let _bracket = self.shading();
         let shared = self.shared();
-        // SAFETY: `addr` is reachable by this call, so allocated, and the
+        // `addr` is reachable by this call, so allocated, and the
         // sweep frees no object a call can reach; the mark bit is atomic
         // and the markers expect it set by others (`mark::shade`).
+        // SAFETY: as just said.
         unsafe { crate::mark::shade_to(&shared.space, &self.mutator().shade_queue, addr) };
     }
 
@@ -395,11 +396,12 @@ impl<'gc> Mutation<'gc> {
         let shared = self.shared();
         let queue = &self.mutator().shade_queue;
         self.each_edge(value, |e| {
-            // SAFETY: `e` is reachable by this call, so allocated, and no
+            // `e` is reachable by this call, so allocated, and no
             // sweep frees what a call can reach (a call that shades after
             // a ragged mark ended reaches only marked or young objects:
             // "Ragged cycles", 3); the mark bit is atomic and the markers
             // expect it set by others (`mark::shade`).
+            // SAFETY: as just said.
             unsafe { crate::mark::shade_to(&shared.space, queue, e) };
         });
     }
@@ -430,8 +432,9 @@ impl<'gc> Mutation<'gc> {
         let queue = &self.mutator().shade_queue;
         let seal = loam_heap::SealEpoch::current();
         self.each_edge(old, |e| {
-            // SAFETY: as in `shade`: `e` is reachable by this call, so
+            // As in `shade`: `e` is reachable by this call, so
             // allocated, and its page live.
+            // SAFETY: as just said.
             if unsafe { shared.space.allocated_since(e, seal) } {
                 return;
             }
@@ -486,10 +489,11 @@ impl<'gc> Mutation<'gc> {
         }
         if self.marking != 0 {
             let _bracket = self.shading();
-            // SAFETY: `owner` is allocated (`cell.rs`: a lock's owner is an
+            // `owner` is allocated (`cell.rs`: a lock's owner is an
             // object the last mark that met the lock marked, or a survivor
             // of it), and marked, so the sweep under way, if any (this call
             // began before a ragged mark ended), keeps it.
+            // SAFETY: as just said.
             unsafe { crate::mark::shade_to(&shared.space, &self.mutator().shade_queue, owner) };
         }
         let epoch = self.remember;

@@ -30,8 +30,9 @@
 //!   the collector has freed; it is never read as an element, and the
 //!   store that brings it back into use does not shade what it overwrites
 //!   (`GcCell::set_unreported`).
-//! - Elements cut off the end during a concurrent mark are stored again
-//!   into their own slots, which shades them for the mark's snapshot.
+//! - Elements cut off the end during a concurrent mark get the deletion
+//!   barrier (`GcCell::cut`), which shades them for the mark's snapshot
+//!   unless they were allocated after the mark's stop.
 //! - Every change takes the collection's writer lock (`lock.rs`), allocates
 //!   first and changes state after, so a heap-limit `Err` from a `try_`
 //!   method leaves the collection as it was.

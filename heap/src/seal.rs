@@ -221,7 +221,8 @@ impl PageRef<'_> {
     /// # // Leaked: a block with its allocated bit set goes back through a page run.
     /// let (a, bit) = alloc_object(48, 8, 0);
     /// bit.unwrap().set();
-    /// // A collector's stop. SAFETY: no other collector in this program.
+    /// // A collector's stop.
+    /// // SAFETY: no other collector in this program.
     /// let e = unsafe { SealEpoch::raise() };
     /// // An allocation after the stop, in the same page: its owner seals it.
     /// let (b, bit) = alloc_object(48, 8, 0);
@@ -264,7 +265,8 @@ impl PageRef<'_> {
     /// # // Leaked: a block with its allocated bit set goes back through a page run.
     /// let (a, bit) = alloc_object(48, 8, 0);
     /// bit.unwrap().set();
-    /// // A collector's stop. SAFETY: no other collector in this program.
+    /// // A collector's stop.
+    /// // SAFETY: no other collector in this program.
     /// let e = unsafe { SealEpoch::raise() };
     /// // An allocation after the stop, in the same page: it seals first.
     /// let (b, bit) = alloc_object(48, 8, 0);

@@ -34,8 +34,9 @@
 //! image lacks the block. It must never say yes of a block in the walk's
 //! copy, and must say yes of the block allocated after the stop once its
 //! owner has sealed the page. The variant that takes a walk's claim (no
-//! image) for an empty image fails, and so does one that never says yes. (A seal under way shows no image either, `E | BUSY`, so
-//! the same check covers it.)
+//! image) for an empty image fails, and so does one that never says yes.
+//! (A seal under way shows no image either, `E | BUSY`, so the same check
+//! covers it.)
 
 use loom::sync::atomic::{AtomicU64, Ordering};
 use loom::sync::Arc;

@@ -365,8 +365,8 @@ impl<'gc, T: CellValue + Trace + 'gc> GcCell<'gc, T> {
     ///
     /// # Safety
     /// As [`set_recorded`](Self::set_recorded), with the object's
-    /// [`GcLog`] recorded (an object allocated in this call does not
-    /// do); no other thread stores into the cell until that
+    /// [`GcLog`] recorded (being allocated in this call is not enough); no
+    /// other thread stores into the cell until that
     /// `after_unreported_stores` returns (a store that overwrote this value
     /// without reading it would not shade it); and in
     /// this call, after the store, the caller calls

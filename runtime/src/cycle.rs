@@ -336,7 +336,7 @@ const TERMINATION_TRIES: u32 = 8;
 /// Raises the stop flag and waits for every mutator inside `mutate` to
 /// leave; returns the mutators. With `gone`, first forgets the mutators
 /// that are gone (detached, no root left), taking their remembered objects
-/// into it.
+/// and what their shade queues hold into it.
 fn stop_world(shared: &Shared, mut gone: Option<&mut Vec<usize>>) -> Vec<Arc<MutatorShared>> {
     shared.handshake.stop_world(|| {
         let mut list = shared.mutators.lock();

@@ -92,7 +92,8 @@ pub(crate) struct Slot {
     call_began: AtomicU64,
     /// Written by the mutator only: odd while it shades for a concurrent
     /// mark (a barrier's read of the value it overwrites, the mark bit and
-    /// the push onto `gray`), one more at each bracket's start and end.
+    /// the push onto its shade queue), one more at each bracket's start and
+    /// end.
     /// A ragged mark's end waits for the brackets under way instead of
     /// the calls (`wait_for_shades`).
     shading: AtomicU64,
@@ -159,7 +160,8 @@ impl Slot {
     }
 
     /// Closes the bracket. Release: a wait that sees it closed sees the
-    /// objects it pushed onto `gray`.
+    /// objects it pushed onto its mutator's shade queue
+    /// (`Shared::drain_shaded` takes them).
     #[inline]
     pub(crate) fn end_shading(&self) {
         let s = self.shading.load(Ordering::Relaxed);
@@ -497,7 +499,8 @@ impl Handshake {
     /// Waits until every shading bracket under way after a fence that
     /// follows the caller's last read of the markers' results has closed
     /// ([`Slot::begin_shading`]), twice over. After the first round,
-    /// whatever those brackets shaded is in `gray`, unless its mark bit
+    /// whatever those brackets shaded is in their mutators' shade queues
+    /// (`Shared::drain_shaded`), unless its mark bit
     /// had been set by a bracket that opened after the first fence and has
     /// not pushed yet (only the shade that sets a bit pushes): that
     /// bracket's fence precedes the second round's (its bit was set

@@ -287,10 +287,11 @@ impl<'gc> GcLog<'gc> {
     /// unsafe fn swap<'gc>(mc: &Mutation<'gc>, p: Gc<'gc, Pair<'gc>>) {
     ///     p.log.record(mc);
     ///     let (a, b) = (p.a.get(), p.b.get());
-    ///     // SAFETY: the log was recorded in this call (declared first, so
-    ///     // traced before the cells); `a` and `b` are reported cells, and
-    ///     // the moves store the values they held and cannot unwind; no
-    ///     // other writer (the caller).
+    ///     // The log was recorded in this call (declared first, so traced
+    ///     // before the cells); `a` and `b` are reported cells, and the
+    ///     // moves store the values they held and cannot unwind; no other
+    ///     // writer (the caller).
+    ///     // SAFETY: as just said.
     ///     unsafe {
     ///         p.log.moving(
     ///             mc,
@@ -321,9 +322,10 @@ impl<'gc> GcLog<'gc> {
     /// snapshot's deletion barrier) and the one it stores (`barrier.rs`,
     /// 2). Sorting a young list during a mark therefore marked every
     /// element: all of them survived the cycle and, with sticky marks, were
-    /// old (the GC speed tester's list test sorts its lists; in ragged
-    /// cycles, concurrent from the first object, its sorts marked most of
-    /// what the minor cycles marked). A move takes no value out of the
+    /// old (the GC speed tester's list test sorts its lists: in ragged
+    /// cycles, concurrent from the first object, sorts were among the
+    /// largest sources of what the minor cycles marked, `docs/handshakes.md`,
+    /// the census). A move takes no value out of the
     /// object and puts none in, so the object's trace needs neither shade
     /// if it reads the cells after the moves.
     ///

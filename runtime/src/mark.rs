@@ -44,8 +44,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 /// Shades the object at `addr` for a concurrent mark: marks it and, if this
-/// call set the mark, queues it in `gray` for the markers to trace (the
-/// barriers and weak upgrades of mutators, while the mark runs).
+/// call set the mark, queues it in `gray` for the markers to trace (weak
+/// upgrades, which have no `Mutation`; the barriers use [`shade_to`]).
 ///
 /// # Safety
 /// As [`Space::mark`].
@@ -85,12 +85,12 @@ const SERIAL_BUDGET: usize = 4096;
 /// scheduler slice: on the 2-core VM with two mutators, a ragged minor
 /// mark's rounds took 5 – 9 ms each whatever they traced (218 objects in
 /// 8.7 ms), the marks 13 – 30 ms, and the heap passed its pace point
-/// meanwhile (the GC speed tester's workers were held 540 – 620 ms of a
+/// meanwhile (the GC speed tester's workers were held 440 – 630 ms of a
 /// 3 s run, all of it pacing). The coordinator now traces a round alone
 /// for up to 64 Ki objects or [`CONCURRENT_SERIAL_TIME`], whichever comes
 /// first, and only what is left goes to the GC threads. Speed tester,
-/// ragged: held 0.1 – 2 ms in all, about 24,000 ops/s against 17,000
-/// (`docs/perf-log.md`, session 18).
+/// ragged: held 0.3 – 3.5 ms in all, 23,100 – 24,100 ops/s against
+/// 16,800 – 18,000 (`docs/perf-log.md`, session 18).
 const CONCURRENT_SERIAL_BUDGET: usize = 64 << 10;
 
 /// How long the coordinator traces a concurrent round alone at most: the

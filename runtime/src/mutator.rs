@@ -1166,8 +1166,8 @@ impl<'gc> Mutation<'gc> {
 
     /// Opens a shading bracket for as long as the guard lives, if this
     /// call shades for a mark that may be ragged (`brackets`): a barrier opens it before it reads the
-    /// value it overwrites, and it closes once what it shaded is in
-    /// `gray`. A ragged mark's end waits for open brackets, not for the
+    /// value it overwrites, and it closes once what it shaded is in the
+    /// mutator's shade queue. A ragged mark's end waits for open brackets, not for the
     /// calls under way (`barrier.rs`, "Ragged cycles", 3). Nested
     /// brackets (a barrier whose shade is bracketed too) touch the slot
     /// once.

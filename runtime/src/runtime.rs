@@ -130,7 +130,8 @@ pub(crate) struct Shared {
     /// write (`weak.rs`, `GcWeak::upgrade`).
     pub(crate) weak_gate: parking_lot::RwLock<()>,
     /// Objects shaded during a concurrent mark, for the markers to trace,
-    /// by weak upgrades and assists (the barriers shade into their
+    /// by weak upgrades and assists, and the young objects a ragged end
+    /// leaves for the next cycle (the barriers shade into their
     /// mutators' own queues, `Mutator::shade_queue`). The docs' `gray` is
     /// this queue and those together: [`drain_shaded`](Self::drain_shaded)
     /// takes both.

@@ -186,8 +186,9 @@ unsafe impl<'gc> Trace for Traced<'gc> {
             return self.kids.trace(tracer);
         };
         // Slow on the coordinator too, which traces a concurrent round
-        // alone for its first millisecond (`mark.rs`,
-        // `CONCURRENT_SERIAL_BUDGET`): the rest goes to the pool.
+        // alone for up to 64 Ki objects or 1 ms (`mark.rs`,
+        // `CONCURRENT_SERIAL_BUDGET`, `CONCURRENT_SERIAL_TIME`): the rest
+        // goes to the pool.
         for i in 0..2_000_u32 {
             std::hint::black_box(i);
         }

@@ -144,7 +144,7 @@ impl<'a> Cycle<'a> {
                 remembered.append(&mut m.remembered_in(before.remember).lock());
                 // Gone (detached, no root left): nothing adds to its lists
                 // any more. Forgotten once its new epoch's list, which is
-                // the next cycle's, is empty too.
+                // the next cycle's, and its shade queue are empty too.
                 let gone = m.detached.load(Ordering::Acquire) && Arc::strong_count(m) == 1;
                 !(gone && m.remembered_in(remember).lock().is_empty() && m.shaded_is_empty())
             });
@@ -329,13 +329,14 @@ impl<'a> Cycle<'a> {
                 if first_look {
                     // A window call may still hold an object it has not
                     // handed out; once each has ended, whatever it handed
-                    // out was shaded into `gray`.
+                    // out was shaded (into its mutator's shade queue).
                     shared.handshake.wait_for_listed(registry, window_calls, true);
                 }
                 // Every other call under way began after the window
                 // closed: what it overwrites after the markers read it
-                // is shaded, and a shade begun before this wait is in
-                // `gray` after it (`barrier.rs`, "Ragged cycles", 3). A
+                // is shaded, and a shade begun before this wait is in its
+                // mutator's shade queue after it (`Shared::drain_shaded`;
+                // `barrier.rs`, "Ragged cycles", 3). A
                 // bracket lasts one barrier (or one sort's moves and
                 // shade, `GcLog::moving`), not a call.
                 let mutators = shared.mutators.lock().clone();

@@ -892,6 +892,15 @@ fn collections_changed_during_concurrent_marks_lose_nothing() {
             )
         })
     };
+    // Old data for each mark to spend a while on: a mark of a few objects
+    // ends in microseconds (the coordinator traces small rounds alone),
+    // and the changes below must meet marks under way.
+    type Ballast = Rootable!['gc => GcList<'gc, Gc<'gc, u64>>];
+    let _ballast: GlobalRoot<Ballast> = rt.attach().mutate(|mc| {
+        let l = GcList::new(mc);
+        l.extend(mc, (0..100_000).map(|i| mc.alloc(i)));
+        mc.global_root(mc.alloc(l))
+    });
     type Values = Rootable!['gc => [u64]];
     // A value checks itself: [k, k + 1, k + 2].
     fn value<'gc>(mc: &loam_runtime::Mutation<'gc>, k: u64) -> Gc<'gc, [u64]> {
@@ -921,12 +930,12 @@ fn collections_changed_during_concurrent_marks_lose_nothing() {
                     // the mark is not read by it.
                     let mut held: Vec<Root<Values>> = Vec::new();
                     // 3,000 rounds, and more until a change ran during a
-                    // mark or the collecting thread ran 50 cycles (on a busy
-                    // machine it may not have run at all by then).
+                    // mark or the collecting thread ran 500 cycles (on a
+                    // busy machine it may not have run at all by then).
                     let mut round = 0_u64;
                     while round < 3000
                         || (marking.load(Ordering::Relaxed) == 0
-                            && cycles.load(Ordering::Relaxed) < 50)
+                            && cycles.load(Ordering::Relaxed) < 500)
                     {
                         round += 1;
                         m.mutate(|mc| {

@@ -297,7 +297,14 @@ fn moves_by_mutators_that_detach_at_once_are_kept() {
                 let (rt, board, stamp, marking) = (&rt, &board, &stamp, &marking);
                 s.spawn(move || {
                     let mut rng = (t + 7).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-                    for _ in 0..rounds() {
+                    // `rounds()`, and more until a move ran during a mark
+                    // (marks of this small heap are short), up to twenty
+                    // times as many.
+                    let mut round = 0;
+                    while round < rounds()
+                        || (marking.load(Ordering::Relaxed) == 0 && round < 20 * rounds())
+                    {
+                        round += 1;
                         rng ^= rng << 13;
                         rng ^= rng >> 7;
                         rng ^= rng << 17;

@@ -88,7 +88,8 @@ const SERIAL_BUDGET: usize = 4096;
 /// meanwhile (the GC speed tester's workers were held 440 – 630 ms of a
 /// 3 s run, all of it pacing). The coordinator now traces a round alone
 /// for up to 64 Ki objects or [`CONCURRENT_SERIAL_TIME`], whichever comes
-/// first, and only what is left goes to the GC threads. Speed tester,
+/// first, and only what is left goes to the GC threads; not while the
+/// heap is at the pace point, when the mutators pay by assisting. Speed tester,
 /// ragged: held 0.3 – 3.5 ms in all, 23,100 – 24,100 ops/s against
 /// 16,800 – 18,000 (`docs/perf-log.md`, session 18).
 const CONCURRENT_SERIAL_BUDGET: usize = 64 << 10;

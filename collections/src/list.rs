@@ -1035,15 +1035,6 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
         // A panicking `compare` leaves the list as it was: nothing is
         // stored before the sort returns.
         v.sort_by(&mut compare);
-        if !T::NEEDS_TRACE {
-            for (cell, x) in used.iter().zip(v) {
-                // The log was recorded (`ListWriter::new`) and the cell is
-                // in use; no value to shade.
-                // SAFETY: as just said.
-                unsafe { cell.set_recorded(mc, x) };
-            }
-            return;
-        }
         // The log was recorded (`ListWriter::new`). The stores move the
         // elements among the slots in use, which the list's trace reports
         // (after its log), and no other object's (the array's `Slot`s

@@ -392,16 +392,26 @@ impl<'gc> Mutation<'gc> {
     /// markers of the concurrent mark under way.
     #[inline(never)]
     pub(crate) fn shade<T: Trace + ?Sized>(&self, value: &T) {
+        self.shade_edges(value, None);
+    }
+
+    /// [`shade`](Self::shade), passing over the objects allocated after the
+    /// stop that raised `since` (if given).
+    fn shade_edges<T: Trace + ?Sized>(&self, value: &T, since: Option<loam_heap::SealEpoch>) {
         let _bracket = self.shading();
         let shared = self.shared();
         let queue = &self.mutator().shade_queue;
         self.each_edge(value, |e| {
-            // `e` is reachable by this call, so allocated, and no
-            // sweep frees what a call can reach (a call that shades after
-            // a ragged mark ended reaches only marked or young objects:
-            // "Ragged cycles", 3); the mark bit is atomic and the markers
-            // expect it set by others (`mark::shade`).
+            // `e` is reachable by this call, so allocated (its page live),
+            // and no sweep frees what a call can reach (a call that shades
+            // after a ragged mark ended reaches only marked or young
+            // objects: "Ragged cycles", 3); the mark bit is atomic and the
+            // markers expect it set by others (`mark::shade`).
             // SAFETY: as just said.
+            if since.is_some_and(|seal| unsafe { shared.space.allocated_since(e, seal) }) {
+                return;
+            }
+            // SAFETY: as above.
             unsafe { crate::mark::shade_to(&shared.space, queue, e) };
         });
     }
@@ -424,23 +434,8 @@ impl<'gc> Mutation<'gc> {
     /// allocated after a later stop was allocated after this one.
     #[inline(never)]
     pub(crate) fn shade_old<T: Trace + ?Sized>(&self, old: &T) {
-        if self.window {
-            return self.shade(old);
-        }
-        let _bracket = self.shading();
-        let shared = self.shared();
-        let queue = &self.mutator().shade_queue;
-        let seal = loam_heap::SealEpoch::current();
-        self.each_edge(old, |e| {
-            // As in `shade`: `e` is reachable by this call, so
-            // allocated, and its page live.
-            // SAFETY: as just said.
-            if unsafe { shared.space.allocated_since(e, seal) } {
-                return;
-            }
-            // SAFETY: as in `shade`.
-            unsafe { crate::mark::shade_to(&shared.space, queue, e) };
-        });
+        let since = (!self.window).then(loam_heap::SealEpoch::current);
+        self.shade_edges(old, since);
     }
 
     #[inline(never)]

@@ -487,13 +487,15 @@ pub(crate) unsafe fn parallel(
     let mut tracer = Tracer::new();
     let expired = |d: Option<Instant>| d.is_some_and(|d| Instant::now() >= d);
     // Not while the heap is at the pace point (twice the goal, or less
-    // under a heap limit): the mutators then pay for what they allocate
-    // by assisting, which needs the round offered, and a round traced
-    // alone let them allocate unchecked for its millisecond (a 16 MiB
-    // limit was met in one run in ten, `tests/limit.rs`).
+    // under a heap limit), checked before the round and with the clock:
+    // the mutators then pay for what they allocate by assisting, which
+    // needs the round offered, and a round traced alone let them allocate
+    // unchecked for its millisecond (a 16 MiB limit was met in one run in
+    // ten, `tests/limit.rs`).
+    let paced = || limits.progress.is_some_and(|shared| shared.over_pace());
     let mut budget = if !limits.concurrent {
         SERIAL_BUDGET
-    } else if limits.progress.is_some_and(|shared| shared.over_pace()) {
+    } else if paced() {
         0
     } else {
         CONCURRENT_SERIAL_BUDGET
@@ -510,7 +512,7 @@ pub(crate) unsafe fn parallel(
         .concurrent
         .then(|| Instant::now() + CONCURRENT_SERIAL_TIME);
     while budget > 0 {
-        if budget % 64 == 0 && expired(serial_until) {
+        if budget % 64 == 0 && (expired(serial_until) || (limits.concurrent && paced())) {
             break;
         }
         if budget % 256 == 0 && expired(limits.deadline) {

@@ -206,8 +206,10 @@ impl Shared {
     /// `Handshake::wait_for_shades` saw, a weak upgrade's gate) is taken.
     pub(crate) fn drain_shaded(&self, out: &mut Vec<usize>) {
         crate::mark::drain(&self.gray, out);
-        let mutators = self.mutators.lock().clone();
-        for m in &mutators {
+        // Under the registry's lock (steals never wait), not a copy of
+        // the list: a copy's references would also make the gone
+        // mutators' pruning, which counts them, skip a cycle.
+        for m in self.mutators.lock().iter() {
             m.take_shaded(out);
         }
     }

@@ -240,7 +240,10 @@ impl<'gc, T: CellValue + Trace + 'gc> ListObj<'gc, T> {
         // below once the length covers it.
         // SAFETY: as just said.
         unsafe { slot.write_first_unshaded(value) };
-        self.len.set(mc, len + 1);
+        // A longer length frees nothing (no `note_write`), and the log
+        // was recorded in this call (caller).
+        // SAFETY: as just said.
+        unsafe { self.len.set_recorded(mc, len + 1) };
         // Written just above, under the lock, after the record; the length
         // covers it now.
         // SAFETY: as just said.
@@ -368,7 +371,7 @@ impl<'a, 'gc, T: CellValue + Trace + 'gc> ListWriter<'a, 'gc, T> {
     pub fn try_push(&self, value: T) -> Result<(), AllocError<T>> {
         let (items, len) = (self.items.get(), self.len.get());
         if len >= items.len() || len < self.high.get() {
-            return self.push_slow(value);
+            return self.push_cold(value);
         }
         // `fill`'s first store into a slot, without its checks.
         // Slot `len` is in bounds and at `filled` (`len < items.len()`,
@@ -380,10 +383,51 @@ impl<'a, 'gc, T: CellValue + Trace + 'gc> ListWriter<'a, 'gc, T> {
         Ok(())
     }
 
-    /// A push that grows the array first, or stores into a slot written
-    /// before (after a pop).
+    /// `push_slow` on a copy of this writer's state, handed back when it
+    /// returns: the copy's address, not this writer's, is what the
+    /// out-of-line call receives. A writer whose address no call takes
+    /// is split into registers, so a push loop keeps its length in one;
+    /// `self.push_slow` from here kept the length, the array and `high` in
+    /// memory, reloaded after every push's release store of the length
+    /// (a million pushes took 1.3 ms against 0.9 – 1.0 ms now, `Vec` 0.6).
+    #[inline(always)]
+    fn push_cold(&self, value: T) -> Result<(), AllocError<T>> {
+        let (r, len, items, high) = Self::push_slow_on(
+            self.list,
+            self.mc,
+            (self.len.get(), self.items.get(), self.high.get()),
+            value,
+        );
+        self.len.set(len);
+        self.items.set(items);
+        self.high.set(high);
+        r
+    }
+
     #[cold]
     #[inline(never)]
+    fn push_slow_on(
+        list: &'a GcList<'gc, T>,
+        mc: &'a Mutation<'gc>,
+        (len, items, high): (usize, Items<'gc, T>, usize),
+        value: T,
+    ) -> (Result<(), AllocError<T>>, usize, Items<'gc, T>, usize) {
+        let w = std::mem::ManuallyDrop::new(ListWriter {
+            list,
+            mc,
+            len: Cell::new(len),
+            items: Cell::new(items),
+            high: Cell::new(high),
+            // SAFETY: our caller's writer holds the lock; `w` is never dropped.
+            _guard: std::mem::ManuallyDrop::into_inner(unsafe { WriterGuard::held(&list.obj.writer) }),
+        });
+        let r = w.push_slow(value);
+        (r, w.len.get(), w.items.get(), w.high.get())
+    }
+
+    /// A push that grows the array first, or stores into a slot written
+    /// before (after a pop).
+    #[inline]
     fn push_slow(&self, value: T) -> Result<(), AllocError<T>> {
         let len = self.len.get();
         self.list

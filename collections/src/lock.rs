@@ -256,6 +256,19 @@ pub(crate) struct WriterGuard<'a> {
     biased: bool,
 }
 
+impl<'a> WriterGuard<'a> {
+    /// A second guard of `lock`, which the caller holds through another
+    /// guard: for a cold path that needs a guard of its own for a moment.
+    /// Dropping it would release the lock, so the caller forgets it.
+    ///
+    /// # Safety
+    /// The calling thread holds `lock` for as long as the result lives,
+    /// and never drops the result.
+    pub(crate) unsafe fn held(lock: &'a WriterLock) -> std::mem::ManuallyDrop<Self> {
+        std::mem::ManuallyDrop::new(WriterGuard { lock, biased: true })
+    }
+}
+
 impl Drop for WriterGuard<'_> {
     #[inline]
     fn drop(&mut self) {

@@ -51,6 +51,8 @@ enum ListOp {
     SortByKeyRev,
     Extend(Vec<u64>),
     Clear,
+    /// Through one `ListWriter`: `Some` pushes, `None` pops.
+    WriterRun(Vec<Option<u64>>),
 }
 
 fn list_op() -> impl Strategy<Value = ListOp> {
@@ -67,6 +69,7 @@ fn list_op() -> impl Strategy<Value = ListOp> {
         1 => Just(ListOp::SortByKeyRev),
         1 => proptest::collection::vec(any::<u64>(), 0..20).prop_map(ListOp::Extend),
         1 => Just(ListOp::Clear),
+        2 => proptest::collection::vec(proptest::option::weighted(0.7, any::<u64>()), 0..40).prop_map(ListOp::WriterRun),
     ]
 }
 
@@ -108,6 +111,17 @@ proptest! {
                         model.extend(v);
                     }
                     ListOp::Clear => { l.clear(mc); model.clear(); }
+                    ListOp::WriterRun(run) => {
+                        let w = l.writer(mc);
+                        for x in run {
+                            match x {
+                                Some(v) => { w.push(mc.alloc(v)); model.push(v); }
+                                None => assert_eq!(w.pop().map(|g| *g), model.pop()),
+                            }
+                            assert_eq!(w.len(), model.len());
+                        }
+                        assert_eq!(w.get(model.len().wrapping_sub(1)).map(|g| *g), model.last().copied());
+                    }
                     // Out of range: the list panics as a Vec does, and is unchanged.
                     ListOp::Insert(i, v) => {
                         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| l.insert(mc, i, mc.alloc(v))));

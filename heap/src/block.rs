@@ -194,6 +194,51 @@ pub(crate) unsafe fn on_reuse(p: *mut u8, size: usize) {
     }
 }
 
+/// The first word of a block the thread cache keeps, in checked builds:
+/// the freed tag turned, so that it differs from the second word's.
+#[inline(always)]
+fn kept_tag(p: *const u8) -> u64 {
+    freed_tag(p).rotate_left(32)
+}
+
+/// Called when the thread cache keeps free block `p` (through
+/// [`on_free`]): in checked builds its first word, which no list links
+/// through while the block is kept, gets the kept tag, which
+/// [`check_kept`] reads when the block is handed out again.
+///
+/// # Safety
+/// `p` is a free block of at least 8 bytes that the caller owns.
+#[inline(always)]
+pub(crate) unsafe fn on_keep(p: *mut u8) {
+    if CHECKED {
+        unpoison(p, 8);
+        // SAFETY: the caller owns the free block, at least 8 bytes.
+        unsafe { p.cast::<u64>().write_unaligned(kept_tag(p)) };
+        poison(p, 8);
+    }
+}
+
+/// Called when the thread cache hands kept block `p` out again: in
+/// checked builds, stops with a `heap:` message if its first word no
+/// longer holds the kept tag ([`on_keep`]).
+///
+/// # Safety
+/// `p` is a free block of at least 8 bytes that the caller owns.
+#[inline(always)]
+pub(crate) unsafe fn check_kept(p: *mut u8) {
+    if CHECKED {
+        unpoison(p, 8);
+        // SAFETY: the caller owns the free block, at least 8 bytes.
+        let w = unsafe { p.cast::<u64>().read_unaligned() };
+        poison(p, 8);
+        if w != kept_tag(p) {
+            crate::fatal(
+                "block written after it was freed (its first word, while the thread cache kept it)",
+            );
+        }
+    }
+}
+
 /// Called when block `p` of `size` bytes is handed out: overwrites the
 /// freed tag, so that a free can tell it from a free block
 /// ([`check_not_free`]). (A block fresh from zeroed memory holds no tag

@@ -58,14 +58,16 @@
 //! - **ThreadCache** (`thread_cache.rs`): per class, the small blocks this
 //!   thread freed lately (its own or other heaps'), which its next plain
 //!   allocations of the class take first, last in first out, as jemalloc's
-//!   and TCMalloc's thread caches do; bounded (128 blocks or 16 KiB a class)
-//!   and sent back every purge delay, on `flush`, `collect` and exit.
+//!   and TCMalloc's thread caches do: an array of pointers per class, so
+//!   that keeping a block and handing it out again touch none of its
+//!   memory; bounded (128 blocks or 16 KiB a class) and sent back every
+//!   purge delay, on `flush`, `collect` and exit.
 //! - [`LoamAlloc`] (`global_alloc.rs`): the heap as a `GlobalAlloc`.
 //!
 //! # Allocation
 //! 1. Fast path (`LocalHeap::alloc_class`): read the thread-local heap
 //!    pointer, look the size class up in a table, pop the thread cache's
-//!    list of the class, else the current page's `free` list, else bump its
+//!    stack of the class, else the current page's `free` list, else bump its
 //!    pointer. No atomic read-modify-write, no lock. (`alloc_object`, for a
 //!    collector's objects, skips the thread cache: an object's allocated
 //!    bit is its page owner's to write.)
@@ -128,8 +130,9 @@
 //! freed tag (its address, encoded, in a freed block's second word,
 //! `block.rs`), else the process stops with `heap: free of 0x…: …`; a free
 //! block's link is stored encoded (mixed with its block's address and a
-//! per-process key) and must decode to a block of its page (or, in the
-//! thread cache, of a page of its class) before it is followed. Release builds do not check by
+//! per-process key) and must decode to a block of its page before it is
+//! followed; a block the thread cache keeps carries a tag in its first
+//! word too, checked when it is handed out. Release builds do not check by
 //! default: it costs larson 40% (`block.rs`, `CHECKED`). With `secure` (or
 //! `LOAM_GUARD_PAGES=1`) every page and span ends in an inaccessible guard
 //! page, which no block reaches into (`guard.rs`).

@@ -60,12 +60,3 @@ pub(crate) fn contains(seg: usize) -> bool {
     }
 }
 
-/// Whether `seg` is a live segment of ours as far as the map knows: false
-/// past the range it covers. For checking a value that may be anything (a
-/// free block's decoded link), where [`contains`]'s benefit of the doubt
-/// would send the check to read an unmapped header. The kernel maps above
-/// 128 TiB only where a program asks for it, and the heap never does.
-#[inline(always)]
-pub(crate) fn contains_known(seg: usize) -> bool {
-    slot(seg).is_some_and(|(w, bit)| MAP[w].load(Ordering::Relaxed) & bit != 0)
-}

@@ -20,8 +20,9 @@
 //!   been through `block::on_free`, and its page still counts it as used
 //!   (nobody told the page it was freed), so the page stays live, with its
 //!   geometry, while the block is here.
-//! - `lists[c]` holds `counts[c] <= limit(c)` blocks of class `c`, linked
-//!   through their first word; only this thread touches them.
+//! - `counts[c] <= LIMIT[c]` blocks of class `c` are held, in `c`'s run of
+//!   `slots`; only this thread touches them, and the cache never reads or
+//!   writes a block's memory (the allocator's checks aside).
 //! - Served only to plain allocations (`LocalHeap::alloc_class`), never to
 //!   `alloc_object`, whose allocated bit is written without atomics and
 //!   belongs to the page's owner alone; a collector's sweep frees through
@@ -37,7 +38,7 @@
 //!   (it no longer reaches the slow path) holds what it kept, at most the
 //!   bound below, until it calls `flush` or exits.
 
-use crate::block::{self, Block};
+use crate::block;
 use crate::size_class::{class_of, CLASS_SIZE, NUM_CLASSES};
 use std::ptr;
 
@@ -68,8 +69,28 @@ const LIMIT: [u32; NUM_CLASSES] = {
     l
 };
 
+/// Where class `c`'s slots begin in `ThreadCache::slots`; the last entry
+/// is the number of slots (2,101 with the limits above: 16 KiB a heap).
+const OFFSET: [u16; NUM_CLASSES + 1] = {
+    let mut o = [0; NUM_CLASSES + 1];
+    let mut c = 0;
+    while c < NUM_CLASSES {
+        o[c + 1] = o[c] + LIMIT[c] as u16;
+        c += 1;
+    }
+    o
+};
+const SLOTS: usize = OFFSET[NUM_CLASSES] as usize;
+
 pub(crate) struct ThreadCache {
-    lists: [*mut Block; NUM_CLASSES],
+    /// Class `c`'s blocks are `slots[OFFSET[c]..OFFSET[c] + counts[c]]`,
+    /// the last freed last. An array of pointers, not a list linked
+    /// through the blocks: a block another thread wrote last (larson's
+    /// blocks, and those sharing its lines) is neither written when it is
+    /// kept nor read when it is handed out again, as in jemalloc's and
+    /// TCMalloc's caches. Linked through their first word, the link's
+    /// write and read were where two-thread larson spent its time.
+    slots: [*mut u8; SLOTS],
     counts: [u32; NUM_CLASSES],
     /// Blocks held, over all classes (0: nothing to flush).
     held: u32,
@@ -79,16 +100,17 @@ pub(crate) struct ThreadCache {
     allocates: bool,
 }
 
-/// Blocks a thread cache gave up, to be sent back to their pages (in the
-/// order of `lists`).
+/// Blocks a thread cache gave up, to be sent back to their pages (class
+/// by class).
 pub(crate) struct Drained {
-    lists: [*mut Block; NUM_CLASSES],
+    slots: [*mut u8; SLOTS],
+    counts: [u32; NUM_CLASSES],
 }
 
 impl ThreadCache {
     pub(crate) const fn new() -> ThreadCache {
         ThreadCache {
-            lists: [ptr::null_mut(); NUM_CLASSES],
+            slots: [ptr::null_mut(); SLOTS],
             counts: [0; NUM_CLASSES],
             held: 0,
             allocates: false,
@@ -136,38 +158,42 @@ impl ThreadCache {
     ///
     /// # Safety
     /// `p` is a dead block of a small page of class `class`, ours to hand
-    /// over, already through `block::on_free`.
+    /// over, already through `block::on_free`; `class` has room.
     #[inline(always)]
     pub(crate) unsafe fn push(&mut self, class: usize, p: *mut u8) {
-        let b = p.cast::<Block>();
-        // SAFETY: the block is ours (caller) and at least 8 bytes.
-        unsafe { block::set_next(b, self.lists[class]) };
-        self.lists[class] = b;
-        self.counts[class] += 1;
+        // SAFETY: a dead block of ours (caller), at least 8 bytes.
+        unsafe { block::on_keep(p) };
+        let n = self.counts[class];
+        debug_assert!(n < LIMIT[class], "heap: a thread cache class over its limit");
+        // `n < LIMIT[class]` (the caller checked for room), so the slot is
+        // in the class's run, below `OFFSET[class + 1] <= SLOTS`.
+        // SAFETY: as just said.
+        unsafe { *self.slots.get_unchecked_mut(OFFSET[class] as usize + n as usize) = p };
+        self.counts[class] = n + 1;
         self.held += 1;
     }
 
     /// The block of class `class` freed last, or null.
     #[inline(always)]
     pub(crate) fn take(&mut self, class: usize) -> *mut u8 {
-        let b = self.lists[class];
-        if b.is_null() {
-            return b.cast();
+        let n = self.counts[class];
+        if n == 0 {
+            return ptr::null_mut();
         }
-        // SAFETY: a block on our list (invariant), of its class's size.
-        unsafe {
-            let next = block::next(b);
-            if block::CHECKED && !next.is_null() && !is_kept_block(next.cast(), class) {
-                crate::fatal(
-                    "a free block's link was overwritten (a write after free, or a double free)",
-                );
-            }
-            self.lists[class] = next;
-            block::on_reuse(b.cast(), CLASS_SIZE[class] as usize);
-        }
-        self.counts[class] -= 1;
+        // `0 < n <= LIMIT[class]` (invariant): slot `n - 1` of the class's
+        // run, below `OFFSET[class + 1] <= SLOTS`.
+        // SAFETY: as just said.
+        let b = unsafe { *self.slots.get_unchecked(OFFSET[class] as usize + n as usize - 1) };
+        self.counts[class] = n - 1;
         self.held -= 1;
-        b.cast()
+        // A block this cache kept (invariant), of its class's size, dead
+        // and ours.
+        // SAFETY: as just said.
+        unsafe {
+            block::check_kept(b);
+            block::on_reuse(b, CLASS_SIZE[class] as usize);
+        }
+        b
     }
 
     /// Whether any block is held.
@@ -178,38 +204,23 @@ impl ThreadCache {
 
     /// Gives up every block, for the caller to send back.
     pub(crate) fn drain(&mut self) -> Drained {
-        self.counts = [0; NUM_CLASSES];
         self.held = 0;
         Drained {
-            lists: std::mem::replace(&mut self.lists, [ptr::null_mut(); NUM_CLASSES]),
+            slots: self.slots,
+            counts: std::mem::replace(&mut self.counts, [0; NUM_CLASSES]),
         }
     }
 }
 
 impl Drained {
     /// Calls `f` on every block given up (each still dead, through
-    /// `on_free`), reading its link before `f` takes it.
+    /// `on_free`).
     pub(crate) fn for_each(self, mut f: impl FnMut(*mut u8)) {
-        for mut b in self.lists {
-            while !b.is_null() {
-                // SAFETY: a block given up by the cache, ours until `f`.
-                let next = unsafe { block::next(b) };
-                f(b.cast());
-                b = next;
+        for (c, &n) in self.counts.iter().enumerate() {
+            let from = OFFSET[c] as usize;
+            for &b in &self.slots[from..from + n as usize] {
+                f(b);
             }
         }
     }
-}
-
-/// Whether `p` can be a block of class `class` this cache kept: in a live
-/// segment, in a page of that block size (checked builds read a link with
-/// it before following it; the full block-start check here halved larson's
-/// speed in `secure` builds, and a link overwritten by a program's data
-/// rarely points into a page of the right class).
-fn is_kept_block(p: *const u8, class: usize) -> bool {
-    let seg = crate::segment::segment_of(p);
-    // SAFETY: `p` lies in a live segment of ours when the map says so
-    // (and `p` may be anything: a link a write after free changed).
-    crate::segment_map::contains_known(seg as usize)
-        && unsafe { crate::segment::block_size_of(p) } == CLASS_SIZE[class] as usize
 }

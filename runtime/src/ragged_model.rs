@@ -47,6 +47,12 @@
 //!    write lock) and the sweep. The upgrade returns the target only if it
 //!    was kept, and a kept target was traced. Shading without the gate, or
 //!    not reading the cell again under it, makes it fail.
+//! 7. `a_window_call_trusts_only_this_starts_raise`: a window call passes
+//!    over what was allocated since the seal epoch it reads only once it
+//!    has read `raised_at_t` raised (`Mutation::shade_fresh`); left raised
+//!    by the last cycle, the flag is lowered before `marking` is raised.
+//!    The epoch the call then reads is this start's raise, never the last
+//!    one's. Lowering the flag after `marking` is raised makes it fail.
 
 use crate::handshake::{Handshake, Slot};
 use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -333,5 +339,36 @@ fn an_upgrade_never_hands_out_what_the_sweep_frees() {
                 "a shaded target was left untraced"
             );
         }
+    });
+}
+
+#[test]
+fn a_window_call_trusts_only_this_starts_raise() {
+    loom::model(|| {
+        // As the last cycle left them: its raise made epoch 1.
+        let epoch = Arc::new(AtomicUsize::new(1));
+        let raised = Arc::new(AtomicBool::new(true));
+        let marking = Arc::new(AtomicBool::new(false));
+        let call = {
+            let (epoch, raised, marking) = (epoch.clone(), raised.clone(), marking.clone());
+            loom::thread::spawn(move || {
+                // A call that reads `marking` raised is a window call (or
+                // later); its `shade_fresh`:
+                if marking.load(Ordering::Acquire) && raised.load(Ordering::Acquire) {
+                    assert_eq!(
+                        epoch.load(Ordering::Acquire),
+                        2,
+                        "a window call trusted the last cycle's seal epoch"
+                    );
+                }
+            })
+        };
+        // `Cycle::start_ragged`: lower, raise `marking`, (wait for the old
+        // calls: T), raise the seal epoch, then the flag.
+        raised.store(false, Ordering::Relaxed);
+        marking.store(true, Ordering::Release);
+        epoch.fetch_add(1, Ordering::AcqRel);
+        raised.store(true, Ordering::Release);
+        call.join().unwrap();
     });
 }

@@ -139,6 +139,12 @@ pub(crate) struct Shared {
     /// Counts concurrent marks: a `GcLock` shades its contents once per
     /// mark, and records the mark it did it for.
     pub(crate) mark_epoch: AtomicU64,
+    /// Whether the ragged start under way has raised the seal epoch at T
+    /// (`Cycle::start_ragged`): from then until its sweep,
+    /// `SealEpoch::current()` is the epoch of its sweep's copy, which
+    /// window calls read to pass over the objects outside the copy
+    /// (`Mutation::shade_fresh`). Lowered before `marking` is raised.
+    pub(crate) raised_at_t: AtomicBool,
     /// The concurrent mark under way offers its queues here to mutators
     /// that assist (`mark::Share`).
     pub(crate) assist: crate::mark::AssistSlot,
@@ -1132,6 +1138,7 @@ impl RuntimeBuilder {
             weak_gate: parking_lot::RwLock::new(()),
             gray: Injector::new(),
             mark_epoch: AtomicU64::new(0),
+            raised_at_t: AtomicBool::new(false),
             assist: Default::default(),
             assist_ratio: Default::default(),
             finalizer: Default::default(),

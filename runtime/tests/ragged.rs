@@ -147,7 +147,7 @@ fn rounds() -> u64 {
 /// the marks' starts and ends: a chain read from a slot is held while
 /// other threads' calls overwrite that slot (with the barrier off if they
 /// began before the mark), then stored elsewhere, rooted, or made weak and
-/// upgraded later.
+/// upgraded later, or made the tail of a fresh head.
 #[test]
 fn chains_moved_across_the_handshake_window_are_kept() {
     let _serial = serial();
@@ -174,7 +174,7 @@ fn chains_moved_across_the_handshake_window_are_kept() {
                     let (a, b, op, garbage) = (
                         next() as usize % SLOTS,
                         next() as usize % SLOTS,
-                        next() % 6,
+                        next() % 7,
                         if next() % 16 == 0 { 4096 } else { next() % 64 },
                     );
                     let fresh = stamp.fetch_add(1000, Ordering::Relaxed);
@@ -232,6 +232,22 @@ fn chains_moved_across_the_handshake_window_are_kept() {
                                         check(o, LEN);
                                         board.slots[b].set(mc, Some(o));
                                     }
+                                }
+                            }
+                            // A fresh head over what was read: a fresh
+                            // object made with an old one (in a window
+                            // call, shaded as it is made; objects made
+                            // since the start's raise, not), stored, and
+                            // the old head cut.
+                            5 => {
+                                if let Some(h) = held {
+                                    let head = mc.alloc(Node {
+                                        value: h.value,
+                                        next: GcCell::new(h.next.get()),
+                                    });
+                                    board.slots[a].set(mc, None);
+                                    board.slots[b].set(mc, Some(head));
+                                    check(head, LEN);
                                 }
                             }
                             // Walk everything.
@@ -495,7 +511,8 @@ fn a_mark_ends_while_a_call_that_began_after_its_window_runs() {
 /// that began before a mark (barrier off) cuts the only path to a chain
 /// after a call that began in the mark's window read it; the window call
 /// holds the chain past the time the mark could end and then stores it
-/// into an object the markers traced before. The chain and the array are
+/// into an object the markers traced before (or makes it the tail of a
+/// fresh node, which it stores there). The chain and the array are
 /// young and were never stored through a barrier, so nothing but this
 /// cycle's mark keeps them. The chain must be kept: the mark's start waits
 /// for the old call, its end for the window call, and the window call's
@@ -510,7 +527,7 @@ fn the_lost_object_race_of_the_handshake_window() {
     let rt = ragged(true, 1 << 20);
     let mut raced = 0;
     for round in 0..12_u64 {
-        let stamp = round * 1000;
+        let stamp = (round + 1) * 1000;
         // Built whole, no store through a barrier: young and unremembered.
         let (slots, lock): (GlobalRoot<Slots>, GlobalRoot<LockRoot>) = rt.attach().mutate(|mc| {
             let x = chain(mc, stamp, LEN);
@@ -570,16 +587,29 @@ fn the_lost_object_race_of_the_handshake_window() {
                         std::thread::yield_now();
                     }
                     // Into an array the markers traced, into a root made
-                    // after the root tables were read, or into a lock the
-                    // markers traced.
-                    let root = match round % 3 {
+                    // after the root tables were read, into a lock the
+                    // markers traced, or as the tail of a fresh node (made
+                    // after the raise at T, so young: a young object the
+                    // window call shades stays untraced this cycle, and
+                    // only the shade of what it was made with keeps the
+                    // chain, `Mutation::shade_fresh`) stored into the array.
+                    let root = match round % 4 {
                         0 => {
                             slots.get(mc)[1].set(mc, Some(held));
                             None
                         }
                         1 => Some(mc.root(held)),
-                        _ => {
+                        2 => {
                             lock.get(mc).write(mc, |v| v.push(held));
+                            None
+                        }
+                        _ => {
+                            let head = mc.alloc(Node {
+                                value: stamp - 1,
+                                next: GcCell::new(Some(held)),
+                            });
+                            slots.get(mc)[1].set(mc, Some(head));
+                            check(head, LEN + 1);
                             None
                         }
                     };
@@ -600,9 +630,14 @@ fn the_lost_object_race_of_the_handshake_window() {
         rt.collect();
         rt.attach().mutate(|mc| {
             if in_window {
-                let kept = match (&rooted, round % 3) {
+                let kept = match (&rooted, round % 4) {
                     (Some(r), _) => r.get(mc),
                     (None, 2) => *lock.get(mc).read().first().expect("the chain was pushed"),
+                    (None, 3) => {
+                        let head = slots.get(mc)[1].get().expect("the fresh head was stored");
+                        check(head, LEN + 1);
+                        head.next.get().expect("the chain under the fresh head")
+                    }
                     (None, _) => slots.get(mc)[1].get().expect("the chain was stored"),
                 };
                 check(kept, LEN);

@@ -85,6 +85,9 @@ impl<'a> Cycle<'a> {
             // next cycle's business.
             shared.lock_written.store(false, Ordering::Relaxed);
         }
+        // Ordered before the calls see `marking` (the release below): a
+        // window call reads it lowered until the raise at T.
+        shared.raised_at_t.store(false, Ordering::Relaxed);
         let epoch = shared.mark_epoch.load(Ordering::Relaxed) + 1;
         // Release: a call that reads it reads `calls` as set below or
         // later (`Mutator::mutate` reads both, and again if they moved).
@@ -122,6 +125,10 @@ impl<'a> Cycle<'a> {
         // SAFETY: under the process-wide cycle lock, which this cycle
         // holds until its sweep, after its walk: no other walk runs.
         let seal = unsafe { loam_heap::SealEpoch::raise() };
+        // Release: a window call that reads it reads `seal` as the current
+        // epoch (or a later one, which no raise makes before this cycle's
+        // sweep, and every window call ends before the mark does).
+        shared.raised_at_t.store(true, Ordering::Release);
         let heap_at_stop = shared.heap_used.load(Ordering::Relaxed);
         if !full && shared.lock_written.load(Ordering::Relaxed) {
             // A write of a lock whose object is unknown, by a call that

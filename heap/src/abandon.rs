@@ -54,13 +54,18 @@ pub(crate) unsafe fn abandon(heap: *mut LocalHeap) {
     crate::stats::COUNTERS
         .pages_abandoned
         .fetch_add(h.page_count as u64, Ordering::Relaxed);
-    crate::stats::COUNTERS
-        .heaps_abandoned
-        .fetch_add(1, Ordering::Relaxed);
     let mut list = ORPHANS.lock();
     h.orphan_next = list.head;
     list.head = heap;
     ORPHAN_COUNT.fetch_add(1, Ordering::Relaxed);
+    // Counted on the list, under its lock: a thread that reads the count
+    // and then takes the lock (`collect` visits the orphans) finds the
+    // heap there. Counted before it, a test that waited for the count and
+    // collected missed a heap still on its way, once in about sixty runs
+    // under load (its blocks were not back).
+    crate::stats::COUNTERS
+        .heaps_abandoned
+        .fetch_add(1, Ordering::Relaxed);
 }
 
 /// Takes a whole orphan heap for a new thread, if any. Its queue is drained

@@ -251,6 +251,10 @@ impl<'gc, T: CellValue + Trace + 'gc> ListObj<'gc, T> {
     }
 }
 
+/// What `ListWriter::push_slow_on` hands back: the push's outcome (or its
+/// panic) and the writer's length, array and `high` as it left them.
+type SlowPush<'gc, T> = (std::thread::Result<Result<(), AllocError<T>>>, usize, Items<'gc, T>, usize);
+
 /// During a concurrent mark, the deletion barrier for the values of
 /// `cells`, cut off the end of a list (module docs; `GcCell::cut`).
 fn shade_cut<'gc, T: CellValue + Trace + 'gc>(mc: &Mutation<'gc>, cells: &[GcCell<'gc, T>]) {
@@ -401,9 +405,18 @@ impl<'a, 'gc, T: CellValue + Trace + 'gc> ListWriter<'a, 'gc, T> {
         self.len.set(len);
         self.items.set(items);
         self.high.set(high);
-        r
+        match r {
+            Ok(r) => r,
+            Err(payload) => std::panic::resume_unwind(payload),
+        }
     }
 
+    /// `push_slow` on a writer made of `len`, `items` and `high`; returns
+    /// them as it left them, an unwind included: a panic after the growth
+    /// installed a new array must not leave the caller's writer on the old
+    /// one, where a caller that caught the panic would write on (found by
+    /// review; nothing in the slow path unwinds today but a broken
+    /// invariant's assertion).
     #[cold]
     #[inline(never)]
     fn push_slow_on(
@@ -411,7 +424,7 @@ impl<'a, 'gc, T: CellValue + Trace + 'gc> ListWriter<'a, 'gc, T> {
         mc: &'a Mutation<'gc>,
         (len, items, high): (usize, Items<'gc, T>, usize),
         value: T,
-    ) -> (Result<(), AllocError<T>>, usize, Items<'gc, T>, usize) {
+    ) -> SlowPush<'gc, T> {
         let w = std::mem::ManuallyDrop::new(ListWriter {
             list,
             mc,
@@ -421,7 +434,7 @@ impl<'a, 'gc, T: CellValue + Trace + 'gc> ListWriter<'a, 'gc, T> {
             // SAFETY: our caller's writer holds the lock; `w` is never dropped.
             _guard: std::mem::ManuallyDrop::into_inner(unsafe { WriterGuard::held(&list.obj.writer) }),
         });
-        let r = w.push_slow(value);
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| w.push_slow(value)));
         (r, w.len.get(), w.items.get(), w.high.get())
     }
 

@@ -484,7 +484,11 @@ impl LocalHeap {
             return;
         }
         let me: *mut LocalHeap = self;
-        self.tcache.drain().for_each(|b| {
+        let drained = self.tcache.drain();
+        for (class, k) in drained.blocks() {
+            // Read before anything is kept again: sending blocks back
+            // keeps none in the cache.
+            let b = self.tcache.given_up(class, k);
             // SAFETY: a dead block whose page counts it as used (the
             // cache's invariant), so the segment and page are live.
             unsafe {
@@ -496,7 +500,7 @@ impl LocalHeap {
                     self.cache.push(ptr::addr_of!((*owner).queue), b, size);
                 }
             }
-        });
+        }
     }
 
     /// Frees a block that came back through our remote queue (its sender

@@ -100,10 +100,11 @@ pub(crate) struct ThreadCache {
     allocates: bool,
 }
 
-/// Blocks a thread cache gave up, to be sent back to their pages (class
-/// by class).
+/// What a thread cache gave up, to be sent back to the blocks' pages: how
+/// many of each class's slots hold one. The slots are read in place
+/// ([`ThreadCache::given_up`]) rather than copied: a copy was 16 KiB on
+/// the stack of an allocation's slow path (found by review).
 pub(crate) struct Drained {
-    slots: [*mut u8; SLOTS],
     counts: [u32; NUM_CLASSES],
 }
 
@@ -202,25 +203,34 @@ impl ThreadCache {
         self.held == 0
     }
 
-    /// Gives up every block, for the caller to send back.
+    /// Gives up every block, for the caller to send back: the cache is
+    /// empty on return, and each block given up is read with
+    /// [`given_up`](Self::given_up).
     pub(crate) fn drain(&mut self) -> Drained {
         self.held = 0;
         Drained {
-            slots: self.slots,
             counts: std::mem::replace(&mut self.counts, [0; NUM_CLASSES]),
         }
+    }
+
+    /// Block `k` of class `class` that the last [`drain`](Self::drain)
+    /// gave up (`(class, k)` from [`Drained::blocks`]), still dead and
+    /// through `on_free`. Read it before this cache keeps another block
+    /// of the class, which would take its slot.
+    #[inline]
+    pub(crate) fn given_up(&self, class: usize, k: u32) -> *mut u8 {
+        debug_assert!(k < LIMIT[class], "heap: not a slot of the class");
+        self.slots[OFFSET[class] as usize + k as usize]
     }
 }
 
 impl Drained {
-    /// Calls `f` on every block given up (each still dead, through
-    /// `on_free`).
-    pub(crate) fn for_each(self, mut f: impl FnMut(*mut u8)) {
-        for (c, &n) in self.counts.iter().enumerate() {
-            let from = OFFSET[c] as usize;
-            for &b in &self.slots[from..from + n as usize] {
-                f(b);
-            }
-        }
+    /// Every block given up, as `(class, k)` for
+    /// [`ThreadCache::given_up`].
+    pub(crate) fn blocks(&self) -> impl Iterator<Item = (usize, u32)> + '_ {
+        self.counts
+            .iter()
+            .enumerate()
+            .flat_map(|(c, &n)| (0..n).map(move |k| (c, k)))
     }
 }

@@ -184,12 +184,13 @@
 //!    their objects in the copy are covered by 2, and those outside it
 //!    reach post-window calls only through what 2 shaded and the first
 //!    look traced. Those need no shade as a fresh object is made with
-//!    them: this cycle sweeps none of them, and a marked object left
-//!    untraced that holds one (a young object shaded after the first
-//!    look, 3) is traced by the next cycle, which takes `gray` at its
-//!    start. So `shade_fresh` passes over the objects allocated since the
-//!    raise once it has read the raise done (`Shared::raised_at_t`,
-//!    lowered before `marking` is raised: `ragged_model.rs`, 7). Marking
+//!    them: this cycle sweeps none of them, and a fresh object that holds
+//!    one reaches another call only through a barrier of its window call
+//!    that shades it, before that call ends and so before the first look,
+//!    which traces it whole. So `shade_fresh` passes over the objects
+//!    allocated since the raise once it has read the raise done
+//!    (`Shared::raised_at_t`, lowered before `marking` is raised:
+//!    `ragged_model.rs`, 7). Marking
 //!    them promoted every tree a window call built: at binary-trees depth
 //!    21, two threads, peak RSS 1,709 MiB against 874 MiB since.
 //! 7. *`GcLock`s.* A lock records the mark whose old contents it shaded

@@ -140,10 +140,12 @@ pub(crate) struct Shared {
     /// mark, and records the mark it did it for.
     pub(crate) mark_epoch: AtomicU64,
     /// Whether the ragged start under way has raised the seal epoch at T
-    /// (`Cycle::start_ragged`): from then until its sweep,
-    /// `SealEpoch::current()` is the epoch of its sweep's copy, which
-    /// window calls read to pass over the objects outside the copy
-    /// (`Mutation::shade_fresh`). Lowered before `marking` is raised.
+    /// (`Cycle::start_ragged`): from then until the last window call
+    /// ends, `SealEpoch::current()` is the epoch of that raise, which
+    /// window calls read to pass over the objects allocated since
+    /// (`Mutation::shade_fresh`). Lowered before `marking` is raised;
+    /// left raised after the cycle, and when a start falls back to a stop
+    /// (which raises again), with no window call left to read it.
     pub(crate) raised_at_t: AtomicBool,
     /// The concurrent mark under way offers its queues here to mutators
     /// that assist (`mark::Share`).

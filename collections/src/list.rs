@@ -251,9 +251,13 @@ impl<'gc, T: CellValue + Trace + 'gc> ListObj<'gc, T> {
     }
 }
 
-/// What `ListWriter::push_slow_on` hands back: the push's outcome (or its
-/// panic) and the writer's length, array and `high` as it left them.
-type SlowPush<'gc, T> = (std::thread::Result<Result<(), AllocError<T>>>, usize, Items<'gc, T>, usize);
+/// A `ListWriter`'s own copy of the list's length, array and `high`, as
+/// its cold path takes and hands it back.
+struct WriterState<'gc, T: CellValue + Trace + 'gc> {
+    len: usize,
+    items: Items<'gc, T>,
+    high: usize,
+}
 
 /// During a concurrent mark, the deletion barrier for the values of
 /// `cells`, cut off the end of a list (module docs; `GcCell::cut`).
@@ -396,46 +400,55 @@ impl<'a, 'gc, T: CellValue + Trace + 'gc> ListWriter<'a, 'gc, T> {
     /// (a million pushes took 1.3 ms against 0.9 – 1.0 ms now, `Vec` 0.6).
     #[inline(always)]
     fn push_cold(&self, value: T) -> Result<(), AllocError<T>> {
-        let (r, len, items, high) = Self::push_slow_on(
-            self.list,
-            self.mc,
-            (self.len.get(), self.items.get(), self.high.get()),
-            value,
-        );
-        self.len.set(len);
-        self.items.set(items);
-        self.high.set(high);
+        let state = WriterState {
+            len: self.len.get(),
+            items: self.items.get(),
+            high: self.high.get(),
+        };
+        // Our guard holds the lock until this writer is dropped, after
+        // the call returns; the copy lives in a `ManuallyDrop` there.
+        // SAFETY: as just said.
+        let guard = unsafe { self._guard.second() };
+        let (r, state) = Self::push_slow_on(self.list, self.mc, guard, state, value);
+        self.len.set(state.len);
+        self.items.set(state.items);
+        self.high.set(state.high);
         match r {
             Ok(r) => r,
             Err(payload) => std::panic::resume_unwind(payload),
         }
     }
 
-    /// `push_slow` on a writer made of `len`, `items` and `high`; returns
-    /// them as it left them, an unwind included: a panic after the growth
-    /// installed a new array must not leave the caller's writer on the old
-    /// one, where a caller that caught the panic would write on (found by
-    /// review; nothing in the slow path unwinds today but a broken
-    /// invariant's assertion).
+    /// `push_slow` on a writer made of `state` and `guard` (a copy of the
+    /// caller's, never dropped); returns the state as it left it, an
+    /// unwind included: a panic after the growth installed a new array
+    /// must not leave the caller's writer on the old one, where a caller
+    /// that caught the panic would write on (nothing in the slow path
+    /// unwinds today but a broken invariant's assertion).
     #[cold]
     #[inline(never)]
     fn push_slow_on(
         list: &'a GcList<'gc, T>,
         mc: &'a Mutation<'gc>,
-        (len, items, high): (usize, Items<'gc, T>, usize),
+        guard: WriterGuard<'a>,
+        state: WriterState<'gc, T>,
         value: T,
-    ) -> SlowPush<'gc, T> {
+    ) -> (std::thread::Result<Result<(), AllocError<T>>>, WriterState<'gc, T>) {
         let w = std::mem::ManuallyDrop::new(ListWriter {
             list,
             mc,
-            len: Cell::new(len),
-            items: Cell::new(items),
-            high: Cell::new(high),
-            // SAFETY: our caller's writer holds the lock; `w` is never dropped.
-            _guard: std::mem::ManuallyDrop::into_inner(unsafe { WriterGuard::held(&list.obj.writer) }),
+            len: Cell::new(state.len),
+            items: Cell::new(state.items),
+            high: Cell::new(state.high),
+            _guard: guard,
         });
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| w.push_slow(value)));
-        (r, w.len.get(), w.items.get(), w.high.get())
+        let state = WriterState {
+            len: w.len.get(),
+            items: w.items.get(),
+            high: w.high.get(),
+        };
+        (r, state)
     }
 
     /// A push that grows the array first, or stores into a slot written

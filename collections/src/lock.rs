@@ -257,15 +257,21 @@ pub(crate) struct WriterGuard<'a> {
 }
 
 impl<'a> WriterGuard<'a> {
-    /// A second guard of `lock`, which the caller holds through another
-    /// guard: for a cold path that needs a guard of its own for a moment.
-    /// Dropping it would release the lock, so the caller forgets it.
+    /// A copy of this guard, for a cold path that needs a guard of its own
+    /// for a moment while this one holds the lock. Dropping the copy would
+    /// release the lock under this guard, so the caller never drops it.
     ///
     /// # Safety
-    /// The calling thread holds `lock` for as long as the result lives,
-    /// and never drops the result.
-    pub(crate) unsafe fn held(lock: &'a WriterLock) -> std::mem::ManuallyDrop<Self> {
-        std::mem::ManuallyDrop::new(WriterGuard { lock, biased: true })
+    /// This guard outlives the result, and the result is never dropped
+    /// (forgotten, or kept in a `ManuallyDrop` that is never dropped).
+    // Always inlined: a `ListWriter`'s push loop keeps its state in
+    // registers only while no call takes the address of any of its parts.
+    #[inline(always)]
+    pub(crate) unsafe fn second(&self) -> Self {
+        WriterGuard {
+            lock: self.lock,
+            biased: self.biased,
+        }
     }
 }
 

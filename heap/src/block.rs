@@ -67,8 +67,8 @@ pub(crate) unsafe fn set_next(b: *mut Block, n: *mut Block) {
 /// and mixed with the address of a static, which ASLR places anew in each
 /// process (mimalloc's secure mode encodes its links likewise). A write
 /// after free over a link then decodes to an address that is no block of
-/// the list's page (the checks in `Page::try_alloc` and
-/// `ThreadCache::take` stop the process), not to where a forged pointer
+/// the list's page (the check in `Page::try_alloc` stops the process),
+/// not to where a forged pointer
 /// aimed, and a link zeroed by the program is no longer the end of the
 /// list (it decodes to garbage too), where it silently cut the list off.
 #[inline(always)]
@@ -146,7 +146,8 @@ fn freed_tag(p: *const u8) -> u64 {
 }
 
 /// Called when the user gives block `p` of `size` bytes back: fills it in debug
-/// builds and poisons it for ASan. The link is written afterwards by the list.
+/// builds and poisons it for ASan. The first word is written afterwards:
+/// a list's link, or the thread cache's kept tag ([`on_keep`]).
 /// Also restores the fill of a free block whose words a message overwrote
 /// (a page run's header), so the block may be poisoned already.
 ///

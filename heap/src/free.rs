@@ -63,7 +63,8 @@ unsafe fn free_remote(heap: *mut LocalHeap, owner: *mut LocalHeap, p: *mut u8) {
         debug_assert_eq!(size, page_size, "heap: slice block size out of step");
     }
     // SAFETY: `p` is dead and ours to hand over (caller); heaps are never
-    // unmapped, so `owner`'s queue outlives the push.
+    // unmapped, so `owner`'s queue outlives the push; the thread cache
+    // keeps it only in a class `room` found room in.
     unsafe {
         block::on_free(p, size);
         let queue = ptr::addr_of!((*owner).queue);

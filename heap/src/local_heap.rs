@@ -456,7 +456,9 @@ impl LocalHeap {
     #[inline(always)]
     pub(crate) unsafe fn free_owned(&mut self, p: *mut u8) {
         // SAFETY: `p` is a live block of ours (caller), so its page is a
-        // live page of ours, whose descriptor this thread writes anyway.
+        // live page of ours, whose descriptor this thread writes anyway;
+        // the thread cache keeps it only in a class `room_in` found room
+        // in.
         unsafe {
             let page = segment::page_of(p);
             if block::CHECKED && !(*page).is_block_start(p) {
@@ -492,6 +494,7 @@ impl LocalHeap {
             // SAFETY: a dead block whose page counts it as used (the
             // cache's invariant), so the segment and page are live.
             unsafe {
+                block::check_kept(b);
                 let owner = (*segment::segment_of(b)).owner.load(Ordering::Relaxed);
                 if owner == me {
                     self.free_drained(segment::page_of(b), b);

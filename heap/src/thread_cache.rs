@@ -102,8 +102,8 @@ pub(crate) struct ThreadCache {
 
 /// What a thread cache gave up, to be sent back to the blocks' pages: how
 /// many of each class's slots hold one. The slots are read in place
-/// ([`ThreadCache::given_up`]) rather than copied: a copy was 16 KiB on
-/// the stack of an allocation's slow path (found by review).
+/// ([`ThreadCache::given_up`]) rather than copied: a copy is 16 KiB on
+/// the stack of an allocation's slow path.
 pub(crate) struct Drained {
     counts: [u32; NUM_CLASSES],
 }

@@ -1,5 +1,6 @@
 //! A free of a pointer the heap never handed out, a second free, or a
-//! write after free over a free block's link stops the process with a
+//! write after free over a free block's first word (a page list's link,
+//! or the tag of a block the thread cache keeps) stops the process with a
 //! `heap:` message (as glibc's "free(): invalid pointer" does) instead of
 //! a fault inside the allocator or a block handed out twice: in debug
 //! builds, and in release builds with the `secure` feature. Each case runs
@@ -21,9 +22,9 @@ const CASES: [(&str, &str); 12] = [
     ("double_remote", "freed twice"),
     ("double_large", "freed twice"),
     ("write_over_link", "link was overwritten"),
-    ("write_over_link_kept", "while the thread cache kept it"),
+    ("write_over_kept", "while the thread cache kept it"),
     ("zero_over_link", "link was overwritten"),
-    ("zero_over_link_kept", "while the thread cache kept it"),
+    ("zero_over_kept", "while the thread cache kept it"),
 ];
 
 static STATIC_BYTES: [u8; 64] = [0; 64];
@@ -41,8 +42,9 @@ fn of_a_live_thread(l: Layout) -> *mut u8 {
     rx.recv().unwrap() as *mut u8
 }
 
-/// What a write after free puts over a free block's link.
-fn over_link(case: &str) -> usize {
+/// What a write after free puts over a free block's first word (a page
+/// list's link, or a kept block's tag).
+fn over_first_word(case: &str) -> usize {
     if case.starts_with("zero") {
         0
     } else {
@@ -99,19 +101,19 @@ fn bad_free(case: &str) {
                 }
                 // A zero was the end of the list before links were
                 // encoded: the list was cut off, silently.
-                blocks[12].cast::<usize>().write(over_link(case));
+                blocks[12].cast::<usize>().write(over_first_word(case));
                 for _ in 0..128 {
                     LoamAlloc.alloc(big);
                 }
             }
-            "write_over_link_kept" | "zero_over_link_kept" => {
+            "write_over_kept" | "zero_over_kept" => {
                 // Blocks of 48 bytes in the thread cache; a write over a
-                // kept block's first word (a link once, a tag now).
+                // kept block's first word (its kept tag).
                 let blocks: Vec<*mut u8> = (0..3).map(|_| LoamAlloc.alloc(l)).collect();
                 for &b in &blocks {
                     LoamAlloc.dealloc(b, l);
                 }
-                blocks[2].cast::<usize>().write(over_link(case));
+                blocks[2].cast::<usize>().write(over_first_word(case));
                 for _ in 0..3 {
                     LoamAlloc.alloc(l);
                 }

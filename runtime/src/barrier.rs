@@ -184,15 +184,15 @@
 //!    their objects in the copy are covered by 2, and those outside it
 //!    reach post-window calls only through what 2 shaded and the first
 //!    look traced. Those need no shade as a fresh object is made with
-//!    them: this cycle sweeps none of them, and a fresh object that holds
-//!    one reaches another call only through a barrier of its window call
-//!    that shades it, before that call ends and so before the first look,
-//!    which traces it whole. So `shade_fresh` passes over the objects
-//!    allocated since the raise once it has read the raise done
-//!    (`Shared::raised_at_t`, lowered before `marking` is raised:
-//!    `ragged_model.rs`, 7). Marking
-//!    them promoted every tree a window call built: at binary-trees depth
-//!    21, two threads, peak RSS 1,709 MiB against 874 MiB since.
+//!    them: this cycle sweeps none of them, and a marked object left
+//!    untraced that holds one (a young object shaded after the first
+//!    look, 2 and 3) is traced by the next cycle, which takes `gray` at
+//!    its start (its stop takes it as remembered, its ragged start traces
+//!    it). So `shade_fresh` passes over the objects allocated since the
+//!    raise once it has read the raise done (`Shared::raised_at_t`,
+//!    lowered before `marking` is raised: `ragged_model.rs`, 7); shading
+//!    them promoted every tree a window call built (`docs/perf-log.md`,
+//!    session 19).
 //! 7. *`GcLock`s.* A lock records the mark whose old contents it shaded
 //!    (`shaded`), and skips the shade on later writes of that mark. A
 //!    window call shades without recording it: an old call may still write
@@ -407,7 +407,7 @@ impl<'gc> Mutation<'gc> {
 
     /// [`shade`](Self::shade), passing over the objects allocated after the
     /// stop that raised `since` (if given).
-    pub(crate) fn shade_edges<T: Trace + ?Sized>(&self, value: &T, since: Option<loam_heap::SealEpoch>) {
+    fn shade_edges<T: Trace + ?Sized>(&self, value: &T, since: Option<loam_heap::SealEpoch>) {
         let _bracket = self.shading();
         let shared = self.shared();
         let queue = &self.mutator().shade_queue;
@@ -446,6 +446,32 @@ impl<'gc> Mutation<'gc> {
     pub(crate) fn shade_old<T: Trace + ?Sized>(&self, old: &T) {
         let since = (!self.window).then(loam_heap::SealEpoch::current);
         self.shade_edges(old, since);
+    }
+
+    /// In a ragged start's window call: shades what a fresh object was
+    /// made with. Such a call may hold an object unreachable at T, and a
+    /// fresh object is young: once the mark's end has made its first look,
+    /// a young object a later call shades is marked but left untraced for
+    /// the next cycle (`Cycle::terminate_ragged`), so what it holds must
+    /// not wait for its trace (module docs, "Ragged cycles", 2).
+    ///
+    /// Less what was allocated since the start raised the seal epoch at
+    /// T, once this call has read the raise done: such an object is
+    /// outside the sweep's copy, so this cycle does not free it, and
+    /// whatever marked object is left untraced holding it is traced by
+    /// the next cycle, which takes `gray` at its start ("Ragged cycles",
+    /// 6). Shading it only promoted it and had the markers trace it: every
+    /// tree a window call built was marked whole.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn shade_fresh<T: Trace + ?Sized>(&self, fresh: &T) {
+        // Acquire: the raise, hence the epoch of this cycle's copy.
+        let since = self
+            .shared()
+            .raised_at_t
+            .load(Ordering::Acquire)
+            .then(loam_heap::SealEpoch::current);
+        self.shade_edges(fresh, since);
     }
 
     #[inline(never)]

@@ -1053,36 +1053,6 @@ impl<'gc> Mutation<'gc> {
         Ok(gc)
     }
 
-    /// In a ragged start's window call: shades what a fresh object was
-    /// made with. Such a call may hold an object unreachable at T, and a
-    /// fresh object is young: once the mark's end has made its first look,
-    /// a young object a later call shades is marked but left untraced for
-    /// the next cycle (`Cycle::terminate_ragged`), so what it holds must
-    /// not wait for its trace (`barrier.rs`, "Ragged cycles", 2; found by
-    /// review: the sweep freed an object a window call had put into a
-    /// fresh object that a later call then shaded).
-    ///
-    /// Passed over, once the start has raised the seal epoch at T: what
-    /// the fresh object holds that was allocated since (outside the
-    /// sweep's copy, so not freed by this cycle). Such an object reaches
-    /// a later call only through what this call hands out, which is
-    /// shaded and traced whole by the end's first look, the markers
-    /// marking it then (`barrier.rs`, "Ragged cycles", 2 and 6). Shading
-    /// it here only promoted it and had the markers trace it: a tree a
-    /// window call built was marked whole, and at binary-trees depth 21
-    /// the window calls' trees filled the old generation.
-    #[cold]
-    #[inline(never)]
-    pub(crate) fn shade_fresh<T: Trace + ?Sized>(&self, fresh: &T) {
-        // Acquire: the raise, hence the epoch of this cycle's copy.
-        let since = self
-            .shared()
-            .raised_at_t
-            .load(Ordering::Acquire)
-            .then(loam_heap::SealEpoch::current);
-        self.shade_edges(fresh, since);
-    }
-
     /// [`try_alloc`](Self::try_alloc) in a `GlobalAlloc` space.
     #[inline(never)]
     fn try_alloc_in<T: Trace + 'gc>(

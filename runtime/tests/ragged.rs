@@ -588,11 +588,11 @@ fn the_lost_object_race_of_the_handshake_window() {
                     }
                     // Into an array the markers traced, into a root made
                     // after the root tables were read, into a lock the
-                    // markers traced, or as the tail of a fresh node (made
-                    // after the raise at T, so young: a young object the
-                    // window call shades stays untraced this cycle, and
-                    // only the shade of what it was made with keeps the
-                    // chain, `Mutation::shade_fresh`) stored into the array.
+                    // markers traced, or as the tail of a fresh node
+                    // (young, made after the raise at T: `shade_fresh`
+                    // shades the chain, which is in the sweep's copy, and
+                    // the store shades the node, which the end's first
+                    // look traces) stored into the array.
                     let root = match round % 4 {
                         0 => {
                             slots.get(mc)[1].set(mc, Some(held));

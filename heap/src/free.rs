@@ -62,9 +62,10 @@ unsafe fn free_remote(heap: *mut LocalHeap, owner: *mut LocalHeap, p: *mut u8) {
         let page_size = unsafe { (*crate::segment::page_of(p)).block_size() };
         debug_assert_eq!(size, page_size, "heap: slice block size out of step");
     }
-    // SAFETY: `p` is dead and ours to hand over (caller); heaps are never
+    // `p` is dead and ours to hand over (caller); heaps are never
     // unmapped, so `owner`'s queue outlives the push; the thread cache
     // keeps it only in a class `room` found room in.
+    // SAFETY: as just said.
     unsafe {
         block::on_free(p, size);
         let queue = ptr::addr_of!((*owner).queue);

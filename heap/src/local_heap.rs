@@ -455,10 +455,10 @@ impl LocalHeap {
     /// As [`LocalHeap::free_local`]; `p`'s segment is owned by this heap.
     #[inline(always)]
     pub(crate) unsafe fn free_owned(&mut self, p: *mut u8) {
-        // SAFETY: `p` is a live block of ours (caller), so its page is a
-        // live page of ours, whose descriptor this thread writes anyway;
-        // the thread cache keeps it only in a class `room_in` found room
-        // in.
+        // `p` is a live block of ours (caller), so its page is a live
+        // page of ours, whose descriptor this thread writes anyway; the
+        // thread cache keeps it only in a class `room_in` found room in.
+        // SAFETY: as just said.
         unsafe {
             let page = segment::page_of(p);
             if block::CHECKED && !(*page).is_block_start(p) {
@@ -491,8 +491,9 @@ impl LocalHeap {
             // Read before anything is kept again: sending blocks back
             // keeps none in the cache.
             let b = self.tcache.given_up(class, k);
-            // SAFETY: a dead block whose page counts it as used (the
-            // cache's invariant), so the segment and page are live.
+            // A dead block whose page counts it as used (the cache's
+            // invariant), so the segment and page are live.
+            // SAFETY: as just said.
             unsafe {
                 block::check_kept(b);
                 let owner = (*segment::segment_of(b)).owner.load(Ordering::Relaxed);

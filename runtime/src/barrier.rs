@@ -135,6 +135,9 @@
 //!    `Handshake::wait_for_shades`): a barrier opens one, with a fence,
 //!    before it reads the value it overwrites (a `GcLog`'s record, before
 //!    it reads the owner), and closes it once what it shaded is in `gray`.
+//!    (A window call's barriers open none: the first wait outlasts the
+//!    whole call, so its shades are all in `gray` before the first look,
+//!    and no later wait has a window call to wait for.)
 //!    A cut that is not a store over the value (a collection's shorter
 //!    length) shades the values first, through the cells' barrier, and
 //!    cuts after. Why that is enough: take an object X of the snapshot

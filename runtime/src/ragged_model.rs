@@ -13,7 +13,8 @@
 //!    and looks again. Whenever the mark ends, the object is marked only
 //!    if traced. Dropping the wait makes it fail.
 //!    (That is the first look's wait, for the calls that began in the
-//!    window.)
+//!    window; their barriers open no bracket, `Mutation::brackets`, and
+//!    this wait is what covers them.)
 //! 3. `an_overwrite_under_way_at_the_end_is_seen_or_waited_for`: a call
 //!    that began after the window closed overwrites the only pointer to
 //!    an object through the snapshot barrier (a shading bracket around
@@ -53,6 +54,11 @@
 //!    by the last cycle, the flag is lowered before `marking` is raised.
 //!    The epoch the call then reads is this start's raise, never the last
 //!    one's. Lowering the flag after `marking` is raised makes it fail.
+//! 8. `a_window_calls_unbracketed_shade_is_waited_for`: model 4 with the
+//!    holder a call of the start's window, whose barriers open no bracket
+//!    (`Mutation::brackets`): the end's first round waits for that call
+//!    to end before it waits for the brackets, and either shade may set
+//!    the mark bit first. Dropping the wait for the call makes it fail.
 
 use crate::handshake::{Handshake, Slot};
 use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -370,5 +376,65 @@ fn a_window_call_trusts_only_this_starts_raise() {
         epoch.fetch_add(1, Ordering::AcqRel);
         raised.store(true, Ordering::Release);
         call.join().unwrap();
+    });
+}
+
+#[test]
+fn a_window_calls_unbracketed_shade_is_waited_for() {
+    let mut model = loom::model::Builder::new();
+    model.preemption_bound = Some(4);
+    model.check(|| {
+        let hs = Arc::new(Handshake::default());
+        let slots = Arc::new([Slot::default(), Slot::default()]);
+        hs.attach(&slots[1]);
+        let st = Arc::new(State::default());
+        st.marking.store(true, Ordering::Relaxed);
+        let cell = Arc::new(AtomicUsize::new(1));
+        // The holder's call began in the window: inside, and listed.
+        hs.enter(&slots[1]);
+        let cutter = {
+            let (slots, st, cell) = (slots.clone(), st.clone(), cell.clone());
+            loom::thread::spawn(move || {
+                // A later call's `GcCell::replace(None)`, bracketed.
+                slots[0].begin_shading();
+                if cell.swap(0, Ordering::AcqRel) != 0 {
+                    st.shade();
+                }
+                slots[0].end_shading();
+            })
+        };
+        let holder = {
+            let (hs, slots, st) = (hs.clone(), slots.clone(), st.clone());
+            loom::thread::spawn(move || {
+                // Stores what it read, shading it with no bracket, and
+                // leaves.
+                st.shade();
+                hs.leave(&slots[1]);
+            })
+        };
+        if cell.load(Ordering::Acquire) != 0 && !st.marked.swap(true, Ordering::AcqRel) {
+            st.traced.store(true, Ordering::Release);
+        }
+        let mut ended = false;
+        for round in 0..2 {
+            if round == 0 {
+                hs.wait_for_calls(&[&slots[1]]);
+            }
+            hs.wait_for_shades(&[&slots[0], &slots[1]]);
+            if !st.drain_and_trace() {
+                ended = true;
+                break;
+            }
+        }
+        let marked = st.marked.load(Ordering::Acquire);
+        let traced = st.traced.load(Ordering::Acquire);
+        cutter.join().unwrap();
+        holder.join().unwrap();
+        if ended {
+            assert!(
+                marked && traced,
+                "the mark ended with a held object unmarked or untraced"
+            );
+        }
     });
 }

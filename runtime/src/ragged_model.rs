@@ -188,21 +188,35 @@ fn an_overwrite_under_way_at_the_end_is_seen_or_waited_for() {
 
 #[test]
 fn a_shade_a_later_bracket_absorbed_is_waited_for() {
+    absorbed_shade(false);
+}
+
+/// Model 4, and with `window` model 8: one call cuts the only pointer to
+/// an object and shades it, bracketed; another, which read the object
+/// before the cut, stores it and shades it, bracketed, or (`window`) as a
+/// call of the start's window, with no bracket, which the end's first
+/// round waits for.
+fn absorbed_shade(window: bool) {
     // The failing schedule of the one-round wait needs four preemptions:
     // a bound of its own, whatever `LOOM_MAX_PREEMPTIONS` says (5 s).
     let mut model = loom::model::Builder::new();
-    model.preemption_bound = Some(5);
-    model.check(|| {
+    model.preemption_bound = Some(if window { 4 } else { 5 });
+    model.check(move || {
         let hs = Arc::new(Handshake::default());
         let slots = Arc::new([Slot::default(), Slot::default()]);
         let st = Arc::new(State::default());
         st.marking.store(true, Ordering::Relaxed);
+        if window {
+            // The holder's call began in the window: inside, and listed.
+            hs.attach(&slots[1]);
+            hs.enter(&slots[1]);
+        }
         // The only pointer to the object (1), in a cell of a traced object.
         let cell = Arc::new(AtomicUsize::new(1));
         let cutter = {
             let (slots, st, cell) = (slots.clone(), st.clone(), cell.clone());
             loom::thread::spawn(move || {
-                // `GcCell::replace(None)`.
+                // A later call's `GcCell::replace(None)`.
                 slots[0].begin_shading();
                 if cell.swap(0, Ordering::AcqRel) != 0 {
                     st.shade();
@@ -211,13 +225,18 @@ fn a_shade_a_later_bracket_absorbed_is_waited_for() {
             })
         };
         let holder = {
-            let (slots, st) = (slots.clone(), st.clone());
+            let (hs, slots, st) = (hs.clone(), slots.clone(), st.clone());
             loom::thread::spawn(move || {
                 // Read the object before the cut; stores it now (the
                 // barrier shades the new value).
-                slots[1].begin_shading();
-                st.shade();
-                slots[1].end_shading();
+                if window {
+                    st.shade();
+                    hs.leave(&slots[1]);
+                } else {
+                    slots[1].begin_shading();
+                    st.shade();
+                    slots[1].end_shading();
+                }
             })
         };
         // The markers trace the cell's owner.
@@ -225,7 +244,10 @@ fn a_shade_a_later_bracket_absorbed_is_waited_for() {
             st.traced.store(true, Ordering::Release);
         }
         let mut ended = false;
-        for _ in 0..2 {
+        for round in 0..2 {
+            if window && round == 0 {
+                hs.wait_for_calls(&[&slots[1]]);
+            }
             hs.wait_for_shades(&[&slots[0], &slots[1]]);
             if !st.drain_and_trace() {
                 ended = true;
@@ -381,60 +403,5 @@ fn a_window_call_trusts_only_this_starts_raise() {
 
 #[test]
 fn a_window_calls_unbracketed_shade_is_waited_for() {
-    let mut model = loom::model::Builder::new();
-    model.preemption_bound = Some(4);
-    model.check(|| {
-        let hs = Arc::new(Handshake::default());
-        let slots = Arc::new([Slot::default(), Slot::default()]);
-        hs.attach(&slots[1]);
-        let st = Arc::new(State::default());
-        st.marking.store(true, Ordering::Relaxed);
-        let cell = Arc::new(AtomicUsize::new(1));
-        // The holder's call began in the window: inside, and listed.
-        hs.enter(&slots[1]);
-        let cutter = {
-            let (slots, st, cell) = (slots.clone(), st.clone(), cell.clone());
-            loom::thread::spawn(move || {
-                // A later call's `GcCell::replace(None)`, bracketed.
-                slots[0].begin_shading();
-                if cell.swap(0, Ordering::AcqRel) != 0 {
-                    st.shade();
-                }
-                slots[0].end_shading();
-            })
-        };
-        let holder = {
-            let (hs, slots, st) = (hs.clone(), slots.clone(), st.clone());
-            loom::thread::spawn(move || {
-                // Stores what it read, shading it with no bracket, and
-                // leaves.
-                st.shade();
-                hs.leave(&slots[1]);
-            })
-        };
-        if cell.load(Ordering::Acquire) != 0 && !st.marked.swap(true, Ordering::AcqRel) {
-            st.traced.store(true, Ordering::Release);
-        }
-        let mut ended = false;
-        for round in 0..2 {
-            if round == 0 {
-                hs.wait_for_calls(&[&slots[1]]);
-            }
-            hs.wait_for_shades(&[&slots[0], &slots[1]]);
-            if !st.drain_and_trace() {
-                ended = true;
-                break;
-            }
-        }
-        let marked = st.marked.load(Ordering::Acquire);
-        let traced = st.traced.load(Ordering::Acquire);
-        cutter.join().unwrap();
-        holder.join().unwrap();
-        if ended {
-            assert!(
-                marked && traced,
-                "the mark ended with a held object unmarked or untraced"
-            );
-        }
-    });
+    absorbed_shade(true);
 }

@@ -21,7 +21,10 @@
 //! attach and enter `mutate` themselves while the spawning call joins them.
 //! If entering simply waited for the stop, the stop would wait for the
 //! spawning call, which waits for the scoped thread, which waits for the
-//! stop. So a stop that has waited `patience` for calls under way *opens
+//! stop. So a stop that has waited `patience` for calls under way, and
+//! finds one of them on a thread that is not running (the kernel's word:
+//! a thread that waits for another sleeps; `thread_state.rs`), or has
+//! found them all running for a long while, *opens
 //! the gate* to the mutators that may be such threads: those attached after
 //! the oldest call still inside began (a scoped thread's `Mutator` is made
 //! inside the call that spawned it: a `Mutator` cannot be moved to another
@@ -52,6 +55,7 @@
 //! wait when the gate opens for it. `loom` checks the handshake
 //! (`handshake_model`).
 
+use crate::thread_state::Running;
 #[cfg(loom)]
 use loom::sync::{
     atomic::{fence, AtomicU32, AtomicU64, Ordering},
@@ -101,6 +105,11 @@ pub(crate) struct Slot {
     /// that call began in a ragged start's window (`confirm_window`), so
     /// the mark's end waits for it; anything else otherwise.
     window_seq: AtomicU64,
+    /// The kernel id of the mutator's thread, set once by
+    /// [`Handshake::attach`] (a `Mutator` never leaves its thread): a wait
+    /// past its patience looks up whether the call it waits for is running
+    /// before it opens the gate (`thread_state.rs`). 0: unknown.
+    thread: AtomicU32,
 }
 
 /// What the gate's mutex protects.
@@ -123,6 +132,11 @@ impl Gate {
 }
 
 impl Slot {
+    /// The kernel id of the mutator's thread (0: unknown).
+    fn thread(&self) -> u32 {
+        self.thread.load(Ordering::Relaxed)
+    }
+
     /// Marks the slot inside (its owner only, outside).
     #[inline]
     fn set_inside(&self) {
@@ -245,6 +259,8 @@ impl Handshake {
     pub(crate) fn attach(&self, slot: &Slot) {
         let n = self.attaches.fetch_add(1, Ordering::Relaxed) + 1;
         slot.attached.store(n, Ordering::Relaxed);
+        slot.thread
+            .store(crate::thread_state::current(), Ordering::Relaxed);
     }
 
     /// Marks `slot` inside, first waiting out any stop in progress (or
@@ -462,10 +478,11 @@ impl Handshake {
         if !under_way.is_empty() {
             let mut g = lock(&self.lock);
             let mut patience = PATIENCE;
+            let mut running = Running::default();
             // A leave stores its sequence, fences, sees `WATCH` and
             // notifies under the mutex: after this check, or it is seen.
             loop {
-                let still = under_way.iter().filter(|&&(s, seq)| listed_still(s, seq));
+                let still = || under_way.iter().filter(|&&(s, seq)| listed_still(s, seq));
                 // Mutators attached after the oldest call still under way
                 // began may be its scoped threads, waiting for the
                 // collector between their calls (pacing, the heap limit):
@@ -473,7 +490,9 @@ impl Handshake {
                 // (`gate_admits`), as a stop's gate does, or the call
                 // would wait for them and they for this wait. Nobody is
                 // held at entry here, so nothing else is needed.
-                let Some(after) = still
+                // Not while each of those calls runs on a running
+                // thread, which waits for nobody (`thread_state.rs`).
+                let Some(after) = still()
                     .map(|&(s, _)| s.call_began.load(Ordering::Relaxed))
                     .min()
                 else {
@@ -486,7 +505,7 @@ impl Handshake {
                 }
                 let (g2, timed_out) = wait_for(&self.left, g, patience);
                 g = g2;
-                if timed_out {
+                if timed_out && !running.all(still().map(|&(s, _)| s.thread())) {
                     self.admit_hint.store(after, Ordering::Relaxed);
                     patience = patience.saturating_mul(2).min(Duration::from_secs(1));
                 }
@@ -556,6 +575,7 @@ impl Handshake {
         self.state.fetch_or(STOP, Ordering::Relaxed);
         fence(Ordering::SeqCst);
         let mut patience = PATIENCE;
+        let mut running = Running::default();
         loop {
             // The gate is closed here (it is only open below).
             let slots = registry();
@@ -574,7 +594,9 @@ impl Handshake {
                     break;
                 }
                 // Mutators attached after the oldest call still inside
-                // began may be its scoped threads (module docs).
+                // began may be its scoped threads (module docs), unless
+                // every call inside runs on a running thread, which waits
+                // for nobody (`thread_state.rs`).
                 let after = still
                     .iter()
                     .map(|s| s.call_began.load(Ordering::Relaxed))
@@ -584,7 +606,10 @@ impl Handshake {
                 if candidates && !g.open {
                     let (g2, timed_out) = wait_for(&self.left, g, patience);
                     g = g2;
-                    if timed_out && g.waiting.iter().any(|&n| n > after) {
+                    if timed_out
+                        && g.waiting.iter().any(|&n| n > after)
+                        && !running.all(still.iter().map(|s| s.thread()))
+                    {
                         g.open = true;
                         g.admit_after = after;
                         self.admit_hint.store(after, Ordering::Relaxed);
@@ -766,5 +791,88 @@ mod handshake_model {
             tracing.store(true, Ordering::Relaxed);
             mutator.join().unwrap();
         });
+    }
+}
+
+#[cfg(all(test, not(loom), target_os = "linux"))]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicBool;
+    use std::time::Instant;
+
+    /// A stop waits for a call while a mutator attached after that call
+    /// began waits at the gate. `spin`: the call runs until it has seen
+    /// the waiter for 50 ms; otherwise it sleeps until the waiter is in.
+    /// Returns whether the waiter entered before the call left.
+    fn waiter_admitted_before_the_call_left(spin: bool) -> bool {
+        let hs = Handshake::default();
+        let (call, waiter) = (Slot::default(), Slot::default());
+        let (entered, left, stopped) = (
+            AtomicBool::new(false),
+            AtomicBool::new(false),
+            AtomicBool::new(false),
+        );
+        let mut admitted_early = false;
+        std::thread::scope(|s| {
+            let (hs, call, waiter) = (&hs, &call, &waiter);
+            let (entered, left, stopped) = (&entered, &left, &stopped);
+            hs.attach(call);
+            assert_eq!(hs.enter(call), None);
+            // The waiter attaches after the call began (it could be the
+            // call's scoped thread) and enters once the stop is up.
+            let w = s.spawn(move || {
+                hs.attach(waiter);
+                while !hs.stop_requested() {
+                    std::thread::yield_now();
+                }
+                hs.enter(waiter);
+                let early = !left.load(Ordering::Acquire);
+                entered.store(true, Ordering::Release);
+                hs.leave(waiter);
+                early
+            });
+            let c = s.spawn(move || {
+                hs.stop_world(|| vec![call, waiter]);
+                stopped.store(true, Ordering::Release);
+                hs.resume();
+            });
+            // The call: on this thread, which stays running while it spins.
+            while hs.waiting() == 0 {
+                std::thread::yield_now();
+            }
+            if spin {
+                let until = Instant::now() + Duration::from_millis(50);
+                while Instant::now() < until && !entered.load(Ordering::Acquire) {
+                    std::hint::spin_loop();
+                }
+            } else {
+                while !entered.load(Ordering::Acquire) {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
+            left.store(true, Ordering::Release);
+            hs.leave(call);
+            admitted_early = w.join().unwrap();
+            c.join().unwrap();
+        });
+        assert!(stopped.load(Ordering::Acquire));
+        admitted_early
+    }
+
+    /// The gate opens for a call whose thread sleeps (it may be joining
+    /// the waiter), and stays shut for one whose thread runs, which is
+    /// only slow: the waiter is then held until the call has left, so a
+    /// stop pending on a slow call lets nobody past pacing or the heap
+    /// limit (`thread_state.rs`).
+    #[test]
+    fn the_gate_opens_for_a_sleeping_call_and_not_for_a_running_one() {
+        assert!(
+            waiter_admitted_before_the_call_left(false),
+            "a call that sleeps until the waiter is in would never leave"
+        );
+        assert!(
+            !waiter_admitted_before_the_call_left(true),
+            "the gate opened while the call it waited for was running"
+        );
     }
 }

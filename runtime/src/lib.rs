@@ -223,8 +223,9 @@
 //! - One wait stays the program's to avoid: a thread that a `mutate` call
 //!   waits for (a scoped thread) must not call `collect` or
 //!   `wait_for_drops`, which wait for every call under way. Entering
-//!   `mutate` there is fine: a stop that waits past its patience lets
-//!   waiting mutators in (`handshake.rs`, "The gate").
+//!   `mutate` there is fine: a stop that waits past its patience for a
+//!   call whose thread sleeps lets waiting mutators in (`handshake.rs`,
+//!   "The gate").
 //!
 //! # Object spaces
 //! The above is the default object space, loam's pages. A runtime built
@@ -307,6 +308,7 @@ mod ragged_model;
 mod registry;
 #[cfg(all(test, loom))]
 mod snapshot_model;
+mod thread_state;
 mod trace;
 
 not_under_loom! {

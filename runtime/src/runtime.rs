@@ -281,8 +281,9 @@ impl Shared {
     /// Gives up, and the allocation fails as before:
     /// - if a stop is requested (a mark that did not converge, or verify
     ///   mode's check, stops the world, which waits for this call);
-    /// - if the end has waited past its patience for a window call
-    ///   (`Handshake::stuck`): that call may wait for this one, for a lock
+    /// - if the end has waited past its patience for a window call on a
+    ///   thread that is not running (`Handshake::stuck`,
+    ///   `thread_state.rs`): that call may wait for this one, for a lock
     ///   it holds (a collection's writer lock, a `GcLock`), or be joining
     ///   it, whatever the order they attached in.
     ///

@@ -68,15 +68,20 @@
 //! 1. Fast path (`LocalHeap::alloc_class`): read the thread-local heap
 //!    pointer, look the size class up in a table, pop the thread cache's
 //!    stack of the class, else the current page's `free` list, else bump its
-//!    pointer. No atomic read-modify-write, no lock. (`alloc_object`, for a
-//!    collector's objects, skips the thread cache: an object's allocated
-//!    bit is its page owner's to write.)
-//! 2. Slow path (`alloc_class_slow`), when the current page is exhausted:
+//!    pointer up to the page's bump limit. No atomic read-modify-write, no
+//!    lock. (`alloc_object`, for a collector's objects, skips the thread
+//!    cache: an object's allocated bit is its page owner's to write.)
+//! 2. At the bump limit, if the page has no frees of its own waiting and is
+//!    its class's only page with room: the limit moves a step (4 KiB, or
+//!    four blocks) on, and that is all. Blocks freed are handed out again
+//!    before memory no block has used is touched (`Page::extend_bump`).
+//! 3. Slow path (`alloc_class_slow`), otherwise:
 //!    send this thread's outgoing batches; drain its inbox (one swap per
 //!    non-empty lane, the lanes' chains walked interleaved);
 //!    now and then visit orphaned heaps; purge slices idle for the purge
-//!    delay; then move the next page of the class with room (after merging
-//!    its `local_free`) to the front, parking full pages on the full list;
+//!    delay; then move the first page of the class with frees (after
+//!    merging its `local_free`) to the front, or else the first with bump
+//!    room left, its limit a step on, parking full pages on the full list;
 //!    else cut a page from a segment's free slices (adopting an exited
 //!    thread's segments, or mapping a new one, if none has room).
 //!

@@ -191,27 +191,57 @@ impl LocalHeap {
     #[cold]
     #[inline(never)]
     fn alloc_class_slow(&mut self, c: usize) -> *mut u8 {
+        // The current page's bump region a step further (`Page::
+        // extend_bump`), if no block of the class waits to be handed out
+        // again: the page has no frees of its own, and it is the class's
+        // only page with room (full pages are parked until a block comes
+        // back). No housekeeping for that: it runs when the page's blocks
+        // have all been handed out, as before the steps.
+        let page = self.current[c];
+        if !page.is_null()
+            // SAFETY: `current[c]` is a live page of ours (invariant).
+            && unsafe {
+                (*page).local_free.is_null()
+                    && (*page).next.is_null()
+                    && self.queues[c].first == page
+                    && (*page).extend_bump()
+            }
+        {
+            // SAFETY: as above; the step left it a block.
+            return unsafe { (*page).try_alloc() };
+        }
         self.tcache.note_allocating();
         self.housekeeping();
+        // Blocks freed on any page of the class first; else the first page
+        // with bump room left, a step further; else a new page.
+        let mut bumpable: *mut Page = ptr::null_mut();
         let mut page = self.queues[c].first;
         while !page.is_null() {
             // SAFETY: pages in our queues are live and ours (invariant).
             unsafe {
                 let next = (*page).next;
                 (*page).collect();
-                if (*page).has_room() {
-                    if page != self.queues[c].first {
-                        self.queues[c].remove(page);
-                        self.queues[c].push_front(page);
-                    }
-                    self.current[c] = page;
-                    return (*page).try_alloc();
+                if !(*page).free.is_null() {
+                    return self.allocate_from(c, page);
                 }
-                // Full: park it until one of its blocks comes back.
-                self.queues[c].remove(page);
-                (*page).in_full = true;
-                self.full.push_back(page);
+                if (*page).bump < (*page).bump_end {
+                    if bumpable.is_null() {
+                        bumpable = page;
+                    }
+                } else {
+                    // Full: park it until one of its blocks comes back.
+                    self.queues[c].remove(page);
+                    (*page).in_full = true;
+                    self.full.push_back(page);
+                }
                 page = next;
+            }
+        }
+        if !bumpable.is_null() {
+            // SAFETY: a page of our queue, with bump room left.
+            unsafe {
+                (*bumpable).extend_bump();
+                return self.allocate_from(c, bumpable);
             }
         }
         let slices = slices_for_class(c);
@@ -231,6 +261,24 @@ impl LocalHeap {
         // SAFETY: a fresh page of ours, in no queue.
         unsafe {
             self.queues[c].push_front(page);
+            self.current[c] = page;
+            (*page).try_alloc()
+        }
+    }
+
+    /// Makes `page`, of class `c`'s queue, the class's current page (at
+    /// the queue's front) and takes a block from it.
+    ///
+    /// # Safety
+    /// `page` is a live page of ours in the queue of class `c`, and
+    /// `try_alloc` finds a block on it.
+    unsafe fn allocate_from(&mut self, c: usize, page: *mut Page) -> *mut u8 {
+        // SAFETY: the caller's: `page` is live, ours, in this queue.
+        unsafe {
+            if page != self.queues[c].first {
+                self.queues[c].remove(page);
+                self.queues[c].push_front(page);
+            }
             self.current[c] = page;
             (*page).try_alloc()
         }
@@ -673,6 +721,7 @@ impl LocalHeap {
             (*page).slice_count.store(want as u32, Ordering::Relaxed);
             (*page).bump_end = (*page).start + block;
             (*page).bump = (*page).bump_end;
+            (*page).bump_limit = (*page).bump_end;
             block::unpoison(p, block);
             true
         }

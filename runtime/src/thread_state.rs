@@ -12,7 +12,7 @@
 //! descheduled, and the gate opened for them all the same: a mutator that
 //! attached while another's first call ran was let in call after call
 //! during one pending stop, past pacing, and allocated up to the heap
-//! limit (`tests/limit.rs` failed 3 times in 40 beside two busy loops),
+//! limit (`tests/limit.rs` failed 10 times in 110 beside two busy loops),
 //! and a call at the limit gave up its wait for a ragged cycle because the
 //! mark's end had waited past its patience for the same thread's previous
 //! call.

@@ -45,7 +45,9 @@
 //!    swinging; and the patience doubles each time.
 //! 3. A call that waits for a scoped thread's call stays inside until that
 //!    call ends, and the scoped thread attached after it began, so the gate
-//!    opens for it (after the patience) however deep the nesting. A thread
+//!    opens for it (after the patience, once the waiting call's thread is
+//!    seen asleep, or after `RUNNING_PATIENCE` if it spins) however deep
+//!    the nesting. A thread
 //!    attached *before* the waiting call began (a pool worker that keeps
 //!    its `Mutator` from task to task) is not admitted: a call must not
 //!    wait for such a thread's `mutate` call (README, known problems).
@@ -108,8 +110,9 @@ pub(crate) struct Slot {
     /// The kernel id of the mutator's thread, set once by
     /// [`Handshake::attach`] (a `Mutator` never leaves its thread): a wait
     /// past its patience looks up whether the call it waits for is running
-    /// before it opens the gate (`thread_state.rs`). 0: unknown.
-    thread: AtomicU32,
+    /// before it opens the gate (`thread_state.rs`). 0: unknown. A std
+    /// atomic under loom too: the models have no threads to look up.
+    thread: std::sync::atomic::AtomicU32,
 }
 
 /// What the gate's mutex protects.
@@ -241,6 +244,41 @@ fn wait_for<'a>(_: &Condvar, g: MutexGuard<'a, Gate>, _: Duration) -> (MutexGuar
     (g, true)
 }
 
+/// How long a wait for calls under way has been patient, by the clock: a
+/// condition variable's timed wait is woken by every mutator that leaves
+/// a call (under `WATCH`), so a quiet timeout alone never comes while
+/// other mutators come and go.
+struct Patience {
+    /// The current patience: [`PATIENCE`] at first, doubling to a second.
+    length: Duration,
+    deadline: std::time::Instant,
+}
+
+impl Patience {
+    fn new() -> Self {
+        Patience {
+            length: PATIENCE,
+            deadline: std::time::Instant::now() + PATIENCE,
+        }
+    }
+
+    /// Waits on `c` until notified or the patience runs out; true if it
+    /// has run out (under loom, at once: see `wait_for`).
+    fn wait<'a>(&self, c: &Condvar, g: MutexGuard<'a, Gate>) -> (MutexGuard<'a, Gate>, bool) {
+        let left = self
+            .deadline
+            .saturating_duration_since(std::time::Instant::now());
+        let (g, timed_out) = wait_for(c, g, left);
+        (g, timed_out || std::time::Instant::now() >= self.deadline)
+    }
+
+    /// Twice the patience from now, up to a second.
+    fn double(&mut self) {
+        self.length = self.length.saturating_mul(2).min(Duration::from_secs(1));
+        self.deadline = std::time::Instant::now() + self.length;
+    }
+}
+
 impl Default for Handshake {
     fn default() -> Self {
         Handshake {
@@ -356,9 +394,10 @@ impl Handshake {
     }
 
     /// Whether the collector has waited past its patience for a call
-    /// under way (the gate hint is out, `wait_for_listed`, `stop_world`):
-    /// a call that waits for the collector must give up, since the call
-    /// waited for may be waiting for it (relaxed: polled).
+    /// under way on a thread that is not running (the gate hint is out,
+    /// `wait_for_listed`, `stop_world`): a call that waits for the
+    /// collector must give up, since the call waited for may be waiting
+    /// for it (relaxed: polled).
     pub(crate) fn stuck(&self) -> bool {
         self.admit_hint.load(Ordering::Relaxed) != u64::MAX
     }
@@ -477,7 +516,7 @@ impl Handshake {
             .collect();
         if !under_way.is_empty() {
             let mut g = lock(&self.lock);
-            let mut patience = PATIENCE;
+            let mut patience = Patience::new();
             let mut running = Running::default();
             // A leave stores its sequence, fences, sees `WATCH` and
             // notifies under the mutex: after this check, or it is seen.
@@ -490,8 +529,6 @@ impl Handshake {
                 // (`gate_admits`), as a stop's gate does, or the call
                 // would wait for them and they for this wait. Nobody is
                 // held at entry here, so nothing else is needed.
-                // Not while each of those calls runs on a running
-                // thread, which waits for nobody (`thread_state.rs`).
                 let Some(after) = still()
                     .map(|&(s, _)| s.call_began.load(Ordering::Relaxed))
                     .min()
@@ -503,12 +540,19 @@ impl Handshake {
                     g = wait(&self.left, g);
                     continue;
                 }
-                let (g2, timed_out) = wait_for(&self.left, g, patience);
+                let (g2, out) = patience.wait(&self.left, g);
                 g = g2;
-                if timed_out && !running.all(still().map(|&(s, _)| s.thread())) {
-                    self.admit_hint.store(after, Ordering::Relaxed);
-                    patience = patience.saturating_mul(2).min(Duration::from_secs(1));
+                if !out {
+                    continue;
                 }
+                // Not while each of those calls runs on a running thread,
+                // which waits for nobody (`thread_state.rs`); the look
+                // is taken again after twice the patience.
+                let threads: Vec<u32> = still().map(|&(s, _)| s.thread()).collect();
+                if !threads.is_empty() && !running.all(threads) {
+                    self.admit_hint.store(after, Ordering::Relaxed);
+                }
+                patience.double();
             }
             self.admit_hint.store(u64::MAX, Ordering::Relaxed);
         }
@@ -574,8 +618,7 @@ impl Handshake {
     ) -> Vec<S> {
         self.state.fetch_or(STOP, Ordering::Relaxed);
         fence(Ordering::SeqCst);
-        let mut patience = PATIENCE;
-        let mut running = Running::default();
+        let mut patience = Patience::new();
         loop {
             // The gate is closed here (it is only open below).
             let slots = registry();
@@ -588,34 +631,37 @@ impl Handshake {
                 return slots;
             }
             let mut g = lock(&self.lock);
+            // This round's look at the threads of the calls inside.
+            let mut running = Running::default();
             loop {
-                let still: Vec<&Slot> = inside.iter().copied().filter(|s| s.is_inside()).collect();
-                if still.is_empty() {
-                    break;
-                }
+                let still = || inside.iter().copied().filter(|s| s.is_inside());
                 // Mutators attached after the oldest call still inside
-                // began may be its scoped threads (module docs), unless
-                // every call inside runs on a running thread, which waits
-                // for nobody (`thread_state.rs`).
-                let after = still
-                    .iter()
-                    .map(|s| s.call_began.load(Ordering::Relaxed))
-                    .min()
-                    .unwrap_or(u64::MAX);
+                // began may be its scoped threads (module docs).
+                let Some(after) = still().map(|s| s.call_began.load(Ordering::Relaxed)).min()
+                else {
+                    break;
+                };
                 let candidates = g.waiting.iter().any(|&n| n > after);
                 if candidates && !g.open {
-                    let (g2, timed_out) = wait_for(&self.left, g, patience);
+                    let (g2, out) = patience.wait(&self.left, g);
                     g = g2;
-                    if timed_out
+                    if !out {
+                        continue;
+                    }
+                    // Unless every call inside runs on a running thread,
+                    // which waits for nobody (`thread_state.rs`); the look
+                    // is taken again after twice the patience.
+                    let threads: Vec<u32> = still().map(Slot::thread).collect();
+                    if !threads.is_empty()
                         && g.waiting.iter().any(|&n| n > after)
-                        && !running.all(still.iter().map(|s| s.thread()))
+                        && !running.all(threads)
                     {
                         g.open = true;
                         g.admit_after = after;
                         self.admit_hint.store(after, Ordering::Relaxed);
                         self.resumed.notify_all();
-                        patience = patience.saturating_mul(2).min(Duration::from_secs(1));
                     }
+                    patience.double();
                 } else {
                     g = wait(&self.left, g);
                 }
@@ -802,7 +848,7 @@ mod tests {
 
     /// A stop waits for a call while a mutator attached after that call
     /// began waits at the gate. `spin`: the call runs until it has seen
-    /// the waiter for 50 ms; otherwise it sleeps until the waiter is in.
+    /// the waiter for 20 ms; otherwise it sleeps until the waiter is in.
     /// Returns whether the waiter entered before the call left.
     fn waiter_admitted_before_the_call_left(spin: bool) -> bool {
         let hs = Handshake::default();
@@ -841,7 +887,7 @@ mod tests {
                 std::thread::yield_now();
             }
             if spin {
-                let until = Instant::now() + Duration::from_millis(50);
+                let until = Instant::now() + Duration::from_millis(20);
                 while Instant::now() < until && !entered.load(Ordering::Acquire) {
                     std::hint::spin_loop();
                 }

@@ -18,8 +18,10 @@
 //! call.
 //!
 //! A call that waits for another thread (a join, a lock, a condition
-//! variable, a channel) sleeps in the kernel after at most a short spin;
-//! a thread that is running or runnable is not waiting in any of those.
+//! variable, a channel, a collection's writer lock) sleeps in the kernel
+//! after at most a short spin; a thread that is running or runnable is
+//! not waiting in any of those. (A call may also sleep for its own
+//! reasons, I/O say: the gate then opens as it did without this.)
 //! So while every call waited for is on a thread the kernel reports as
 //! running or runnable, the gate stays shut and no waiter is told to give
 //! up, for at most [`RUNNING_PATIENCE`]: a call that spins for another
@@ -84,8 +86,9 @@ impl Running {
     /// [`RUNNING_PATIENCE`]: then none of those calls is waiting for
     /// another thread, and the wait goes on without opening the gate.
     /// False if any thread's state is unknown or not running. Reads one
-    /// small file per thread (tens of microseconds), so it is asked only
-    /// past a patience, under the gate's mutex.
+    /// small file per thread (tens of microseconds), under the gate's
+    /// mutex: it is asked only past a patience, which doubles after each
+    /// look, so a few times in a wait.
     pub(crate) fn all(&mut self, threads: impl IntoIterator<Item = u32>) -> bool {
         let mut any = false;
         for tid in threads {

@@ -235,15 +235,27 @@ impl WriterLock {
     }
 }
 
+/// Spins, then yields, then sleeps 50 µs at a time. The sleep matters
+/// beyond the CPU it spares: a thread that waits here for a writer reads
+/// as asleep to the collector, which then knows its call may be waiting
+/// for another thread (one that waits for the collector, say: the
+/// handshake's gate, `loam-runtime`'s `thread_state.rs`); a thread that
+/// yields for ever reads as running, and the collector would take its
+/// call for one that is merely slow for a quarter of a second.
 fn backoff(spins: &mut u32) {
     if *spins < 64 {
         #[cfg(not(loom))]
         std::hint::spin_loop();
         #[cfg(loom)]
         loom::thread::yield_now();
-    } else {
+    } else if *spins < 128 {
         #[cfg(not(loom))]
         std::thread::yield_now();
+        #[cfg(loom)]
+        loom::thread::yield_now();
+    } else {
+        #[cfg(not(loom))]
+        std::thread::sleep(std::time::Duration::from_micros(50));
         #[cfg(loom)]
         loom::thread::yield_now();
     }

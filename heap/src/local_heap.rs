@@ -191,12 +191,15 @@ impl LocalHeap {
     #[cold]
     #[inline(never)]
     fn alloc_class_slow(&mut self, c: usize) -> *mut u8 {
-        // The current page's bump region a step further (`Page::
-        // extend_bump`), if no block of the class waits to be handed out
-        // again: the page has no frees of its own, and it is the class's
-        // only page with room (full pages are parked until a block comes
-        // back). No housekeeping for that: it runs when the page's blocks
-        // have all been handed out, as before the steps.
+        // The class's lone page with room (full pages are parked until a
+        // block comes back), with none of its own frees waiting: its bump
+        // region a step further (`Page::extend_bump`), without
+        // housekeeping, which runs when a page's blocks have all been
+        // handed out, as before the steps. (A block coming back to the
+        // page through the inbox or a page run waits for that
+        // housekeeping.) Or a block the fast path did not take (a
+        // collector's allocation comes here when the page is not sealed
+        // for its epoch).
         let page = self.current[c];
         if !page.is_null()
             // SAFETY: `current[c]` is a live page of ours (invariant).
@@ -204,19 +207,26 @@ impl LocalHeap {
                 (*page).local_free.is_null()
                     && (*page).next.is_null()
                     && self.queues[c].first == page
-                    && (*page).extend_bump()
+                    && ((*page).has_ready() || (*page).extend_bump())
             }
         {
-            // SAFETY: as above; the step left it a block.
+            // SAFETY: as above; it has a block ready, or the step left it
+            // one.
             return unsafe { (*page).try_alloc() };
         }
         self.tcache.note_allocating();
         self.housekeeping();
         // Blocks freed on any page of the class first; else the first page
-        // with bump room left, a step further; else a new page.
+        // with bump room left, a step further unless it has blocks below
+        // its limit (touched already); else a new page. Pages with room
+        // but no frees are looked at up to `SEARCH` of them: a queue of
+        // pages a collector emptied (`runs.rs` keeps them) would otherwise
+        // be walked whole at every step.
+        const SEARCH: usize = 8;
         let mut bumpable: *mut Page = ptr::null_mut();
+        let mut looked = 0;
         let mut page = self.queues[c].first;
-        while !page.is_null() {
+        while !page.is_null() && looked < SEARCH {
             // SAFETY: pages in our queues are live and ours (invariant).
             unsafe {
                 let next = (*page).next;
@@ -228,6 +238,7 @@ impl LocalHeap {
                     if bumpable.is_null() {
                         bumpable = page;
                     }
+                    looked += 1;
                 } else {
                     // Full: park it until one of its blocks comes back.
                     self.queues[c].remove(page);
@@ -238,9 +249,12 @@ impl LocalHeap {
             }
         }
         if !bumpable.is_null() {
-            // SAFETY: a page of our queue, with bump room left.
+            // SAFETY: a page of our queue with bump room left, which the
+            // step (if it needs one) hands out.
             unsafe {
-                (*bumpable).extend_bump();
+                if !(*bumpable).has_ready() {
+                    (*bumpable).extend_bump();
+                }
                 return self.allocate_from(c, bumpable);
             }
         }
@@ -267,11 +281,11 @@ impl LocalHeap {
     }
 
     /// Makes `page`, of class `c`'s queue, the class's current page (at
-    /// the queue's front) and takes a block from it.
+    /// the queue's front) and takes a block from it (null if it has none
+    /// ready, which the callers have made sure it has).
     ///
     /// # Safety
-    /// `page` is a live page of ours in the queue of class `c`, and
-    /// `try_alloc` finds a block on it.
+    /// `page` is a live page of ours in the queue of class `c`.
     unsafe fn allocate_from(&mut self, c: usize, page: *mut Page) -> *mut u8 {
         // SAFETY: the caller's: `page` is live, ours, in this queue.
         unsafe {

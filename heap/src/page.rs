@@ -44,7 +44,8 @@ pub(crate) struct Page {
     /// step at a time (`extend_bump`), so that the blocks
     /// the owner freed are handed out again before memory no block has
     /// used yet is touched. Kept when the page is emptied (`reset_empty`):
-    /// everything below it has been touched already.
+    /// what is below it was touched already, all but the last step at
+    /// most.
     pub(crate) bump_limit: usize,
     /// Blocks freed by the owner (owner only). Kept apart from `free` so that
     /// `free` runs dry at least every `capacity` allocations: that is when the
@@ -247,6 +248,13 @@ impl Page {
             return p as *mut u8;
         }
         ptr::null_mut()
+    }
+
+    /// Whether `try_alloc` finds a block: one on `free`, or below the bump
+    /// limit.
+    #[inline]
+    pub(crate) fn has_ready(&self) -> bool {
+        !self.free.is_null() || self.bump < self.bump_limit
     }
 
     /// Moves the bump region's limit a step on, if the region has blocks

@@ -244,38 +244,69 @@ fn wait_for<'a>(_: &Condvar, g: MutexGuard<'a, Gate>, _: Duration) -> (MutexGuar
     (g, true)
 }
 
-/// How long a wait for calls under way has been patient, by the clock: a
+/// A wait's patience for the calls under way, kept by the clock: a
 /// condition variable's timed wait is woken by every mutator that leaves
 /// a call (under `WATCH`), so a quiet timeout alone never comes while
 /// other mutators come and go.
 struct Patience {
-    /// The current patience: [`PATIENCE`] at first, doubling to a second.
+    /// How long a wait lasts before the gate opens (or the hint goes
+    /// out): [`PATIENCE`], doubling each time it does, up to a second.
     length: Duration,
-    deadline: std::time::Instant,
+    /// While every call waited for runs on a running thread: how long
+    /// until the next look at them, doubling after each.
+    look: Duration,
+    /// When the timed wait under way runs out. `None`: none is under way
+    /// (no candidate waits, or the calls waited for changed); the clock
+    /// starts at the next [`wait`](Self::wait).
+    deadline: Option<std::time::Instant>,
 }
 
 impl Patience {
     fn new() -> Self {
         Patience {
             length: PATIENCE,
-            deadline: std::time::Instant::now() + PATIENCE,
+            look: PATIENCE,
+            deadline: None,
         }
     }
 
     /// Waits on `c` until notified or the patience runs out; true if it
     /// has run out (under loom, at once: see `wait_for`).
-    fn wait<'a>(&self, c: &Condvar, g: MutexGuard<'a, Gate>) -> (MutexGuard<'a, Gate>, bool) {
-        let left = self
+    fn wait<'a>(&mut self, c: &Condvar, g: MutexGuard<'a, Gate>) -> (MutexGuard<'a, Gate>, bool) {
+        let length = self.length;
+        let deadline = *self
             .deadline
-            .saturating_duration_since(std::time::Instant::now());
+            .get_or_insert_with(|| std::time::Instant::now() + length);
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
         let (g, timed_out) = wait_for(c, g, left);
-        (g, timed_out || std::time::Instant::now() >= self.deadline)
+        (g, timed_out || std::time::Instant::now() >= deadline)
     }
 
-    /// Twice the patience from now, up to a second.
-    fn double(&mut self) {
+    /// The gate opened (or the hint went out): the next wait is twice as
+    /// patient, from its start.
+    fn opened(&mut self) {
         self.length = self.length.saturating_mul(2).min(Duration::from_secs(1));
-        self.deadline = std::time::Instant::now() + self.length;
+        self.look = PATIENCE;
+        self.deadline = None;
+    }
+
+    /// Every call waited for runs: the next look after `look` (which
+    /// doubles), and no later than `until` (the end of
+    /// [`RUNNING_PATIENCE`](crate::thread_state::RUNNING_PATIENCE)).
+    fn held_shut(&mut self, until: Option<std::time::Instant>) {
+        let now = std::time::Instant::now();
+        let mut next = now + self.look;
+        if let Some(until) = until {
+            next = next.min(until.max(now));
+        }
+        self.look = self.look.saturating_mul(2).min(Duration::from_secs(1));
+        self.deadline = Some(next);
+    }
+
+    /// No timed wait now: the clock starts afresh at the next one.
+    fn restart(&mut self) {
+        self.look = PATIENCE;
+        self.deadline = None;
     }
 }
 
@@ -394,7 +425,8 @@ impl Handshake {
     }
 
     /// Whether the collector has waited past its patience for a call
-    /// under way on a thread that is not running (the gate hint is out,
+    /// under way on a thread that is not running, or for calls that have
+    /// all kept running for `RUNNING_PATIENCE` (the gate hint is out,
     /// `wait_for_listed`, `stop_world`): a call that waits for the
     /// collector must give up, since the call waited for may be waiting
     /// for it (relaxed: polled).
@@ -496,7 +528,6 @@ impl Handshake {
         listed: &[(usize, u64)],
         windowed: bool,
     ) {
-        // Still the listed call, and (with `windowed`) still a window call.
         // Still the listed call, and with `windowed` still a window call;
         // without, not a window call (one of this mark, the start's wait:
         // it began after `marking` was set).
@@ -518,41 +549,59 @@ impl Handshake {
             let mut g = lock(&self.lock);
             let mut patience = Patience::new();
             let mut running = Running::default();
-            // A leave stores its sequence, fences, sees `WATCH` and
-            // notifies under the mutex: after this check, or it is seen.
-            loop {
-                let still = || under_way.iter().filter(|&&(s, seq)| listed_still(s, seq));
-                // Mutators attached after the oldest call still under way
-                // began may be its scoped threads, waiting for the
-                // collector between their calls (pacing, the heap limit):
-                // past the patience they are told to stop waiting
-                // (`gate_admits`), as a stop's gate does, or the call
-                // would wait for them and they for this wait. Nobody is
-                // held at entry here, so nothing else is needed.
-                let Some(after) = still()
+            let still = || under_way.iter().filter(|&&(s, seq)| listed_still(s, seq));
+            // Mutators attached after the oldest call still under way
+            // began may be its scoped threads, waiting for the collector
+            // between their calls (pacing, the heap limit): past the
+            // patience they are told to stop waiting (`gate_admits`), as
+            // a stop's gate does, or the call would wait for them and they
+            // for this wait. Nobody is held at entry here, so nothing else
+            // is needed. Not while each of those calls runs on a running
+            // thread, which waits for nobody (`thread_state.rs`).
+            let oldest = || {
+                still()
                     .map(|&(s, _)| s.call_began.load(Ordering::Relaxed))
                     .min()
-                else {
-                    break;
-                };
-                if self.admit_hint.load(Ordering::Relaxed) == after {
+            };
+            let mut judged = None;
+            // A leave stores its sequence, fences, sees `WATCH` and
+            // notifies under the mutex: after this check, or it is seen.
+            while let Some(after) = oldest() {
+                let hint = self.admit_hint.load(Ordering::Relaxed);
+                if hint == after {
                     // Told already: wait for a leave.
                     g = wait(&self.left, g);
                     continue;
+                }
+                if judged != Some(after) {
+                    // The oldest call changed (or this is the first): a
+                    // hint for one that has left is taken back, and the
+                    // calls now waited for get a patience and a look of
+                    // their own.
+                    if hint != u64::MAX {
+                        self.admit_hint.store(u64::MAX, Ordering::Relaxed);
+                    }
+                    judged = Some(after);
+                    running = Running::default();
+                    patience.restart();
                 }
                 let (g2, out) = patience.wait(&self.left, g);
                 g = g2;
                 if !out {
                     continue;
                 }
-                // Not while each of those calls runs on a running thread,
-                // which waits for nobody (`thread_state.rs`); the look
-                // is taken again after twice the patience.
-                let threads: Vec<u32> = still().map(|&(s, _)| s.thread()).collect();
-                if !threads.is_empty() && !running.all(threads) {
-                    self.admit_hint.store(after, Ordering::Relaxed);
+                // One look after the wait: the oldest call, and the
+                // threads of all.
+                if oldest() != Some(after) {
+                    continue;
                 }
-                patience.double();
+                let threads: Vec<u32> = still().map(|&(s, _)| s.thread()).collect();
+                if running.all(threads) {
+                    patience.held_shut(running.until());
+                } else {
+                    self.admit_hint.store(after, Ordering::Relaxed);
+                    patience.opened();
+                }
             }
             self.admit_hint.store(u64::MAX, Ordering::Relaxed);
         }
@@ -631,39 +680,44 @@ impl Handshake {
                 return slots;
             }
             let mut g = lock(&self.lock);
-            // This round's look at the threads of the calls inside.
+            // This round's look at the threads of the calls inside, and
+            // its own clock (the patience's length carries over).
             let mut running = Running::default();
-            loop {
-                let still = || inside.iter().copied().filter(|s| s.is_inside());
-                // Mutators attached after the oldest call still inside
-                // began may be its scoped threads (module docs).
-                let Some(after) = still().map(|s| s.call_began.load(Ordering::Relaxed)).min()
-                else {
-                    break;
-                };
+            let mut judged = None;
+            patience.restart();
+            let still = || inside.iter().copied().filter(|s| s.is_inside());
+            // Mutators attached after the oldest call still inside began
+            // may be its scoped threads (module docs).
+            let oldest = || still().map(|s| s.call_began.load(Ordering::Relaxed)).min();
+            while let Some(after) = oldest() {
                 let candidates = g.waiting.iter().any(|&n| n > after);
-                if candidates && !g.open {
-                    let (g2, out) = patience.wait(&self.left, g);
-                    g = g2;
-                    if !out {
-                        continue;
-                    }
-                    // Unless every call inside runs on a running thread,
-                    // which waits for nobody (`thread_state.rs`); the look
-                    // is taken again after twice the patience.
-                    let threads: Vec<u32> = still().map(Slot::thread).collect();
-                    if !threads.is_empty()
-                        && g.waiting.iter().any(|&n| n > after)
-                        && !running.all(threads)
-                    {
-                        g.open = true;
-                        g.admit_after = after;
-                        self.admit_hint.store(after, Ordering::Relaxed);
-                        self.resumed.notify_all();
-                    }
-                    patience.double();
-                } else {
+                if !candidates || g.open {
+                    patience.restart();
                     g = wait(&self.left, g);
+                    continue;
+                }
+                if judged != Some(after) {
+                    judged = Some(after);
+                    running = Running::default();
+                    patience.restart();
+                }
+                let (g2, out) = patience.wait(&self.left, g);
+                g = g2;
+                if !out || oldest() != Some(after) || !g.waiting.iter().any(|&n| n > after) {
+                    continue;
+                }
+                // Unless every call inside runs on a running thread,
+                // which waits for nobody (`thread_state.rs`): then the
+                // next look comes later.
+                let threads: Vec<u32> = still().map(Slot::thread).collect();
+                if running.all(threads) {
+                    patience.held_shut(running.until());
+                } else {
+                    g.open = true;
+                    g.admit_after = after;
+                    self.admit_hint.store(after, Ordering::Relaxed);
+                    self.resumed.notify_all();
+                    patience.opened();
                 }
             }
             // Closed under the mutex: admissions before this are visible to

@@ -87,8 +87,8 @@ impl Running {
     /// another thread, and the wait goes on without opening the gate.
     /// False if any thread's state is unknown or not running. Reads one
     /// small file per thread (tens of microseconds), under the gate's
-    /// mutex: it is asked only past a patience, which doubles after each
-    /// look, so a few times in a wait.
+    /// mutex: it is asked only past a patience, and again after 2, 4, 8
+    /// ... ms while the threads run, so a few times in a wait.
     pub(crate) fn all(&mut self, threads: impl IntoIterator<Item = u32>) -> bool {
         let mut any = false;
         for tid in threads {
@@ -102,6 +102,12 @@ impl Running {
         }
         let since = *self.since.get_or_insert_with(Instant::now);
         since.elapsed() < RUNNING_PATIENCE
+    }
+
+    /// When this judgement's [`RUNNING_PATIENCE`] runs out, if it has
+    /// found every thread running.
+    pub(crate) fn until(&self) -> Option<Instant> {
+        self.since.map(|since| since + RUNNING_PATIENCE)
     }
 }
 

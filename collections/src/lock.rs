@@ -67,8 +67,11 @@
 //! comparator, a `retain` predicate, a key's `Hash` impl) would wait for
 //! itself; the owner's `busy`, and `shared`'s holder token, turn that into
 //! a panic that says so. A writer holds the lock only for one operation
-//! (or one `ListWriter`), which never waits for the collector, so waiting
-//! spins, then yields.
+//! (or one `ListWriter`), which waits for the collector at most at the heap
+//! limit, for a ragged cycle that gives up when its end is stuck on a call
+//! (a call waiting for this lock, say: `loam-runtime`'s
+//! `wait_for_ragged_cycle`). So waiting spins, then yields, then sleeps
+//! (`backoff`), and reads as asleep to that end.
 
 #[cfg(loom)]
 use loom::sync::atomic::{fence, AtomicBool, AtomicUsize, Ordering};
@@ -219,7 +222,7 @@ impl WriterLock {
         }
     }
 
-    /// Takes `shared`, spinning then yielding.
+    /// Takes `shared`, with `backoff` between tries.
     fn lock_shared(&self, me: usize, what: &'static str) {
         let mut spins = 0_u32;
         loop {
@@ -243,23 +246,17 @@ impl WriterLock {
 /// yields for ever reads as running, and the collector would take its
 /// call for one that is merely slow for a quarter of a second.
 fn backoff(spins: &mut u32) {
-    if *spins < 64 {
-        #[cfg(not(loom))]
-        std::hint::spin_loop();
-        #[cfg(loom)]
-        loom::thread::yield_now();
-    } else if *spins < 128 {
-        #[cfg(not(loom))]
-        std::thread::yield_now();
-        #[cfg(loom)]
-        loom::thread::yield_now();
-    } else {
-        #[cfg(not(loom))]
-        std::thread::sleep(std::time::Duration::from_micros(50));
-        #[cfg(loom)]
-        loom::thread::yield_now();
-    }
     *spins = spins.saturating_add(1);
+    #[cfg(loom)]
+    loom::thread::yield_now();
+    #[cfg(not(loom))]
+    if *spins <= 64 {
+        std::hint::spin_loop();
+    } else if *spins <= 128 {
+        std::thread::yield_now();
+    } else {
+        std::thread::sleep(std::time::Duration::from_micros(50));
+    }
 }
 
 /// Holds a [`WriterLock`]; releases it when dropped, a panic included.

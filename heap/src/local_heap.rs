@@ -216,12 +216,14 @@ impl LocalHeap {
         }
         self.tcache.note_allocating();
         self.housekeeping();
-        // Blocks freed on any page of the class first; else the first page
-        // with bump room left, a step further unless it has blocks below
-        // its limit (touched already); else a new page. Pages with room
-        // but no frees are looked at up to `SEARCH` of them: a queue of
-        // pages a collector emptied (`runs.rs` keeps them) would otherwise
-        // be walked whole at every step.
+        // A page of the class with a block ready, its frees merged (or
+        // room below its bump limit: touched already, as on a page a
+        // collector emptied); else the first page with bump room left, a
+        // step further; else a new page. Pages with room but nothing
+        // ready are looked at up to `SEARCH` of them, and those passed
+        // over go to the back of the queue, so that frees on the pages
+        // behind them are found next time and the queue is not walked
+        // whole at every step.
         const SEARCH: usize = 8;
         let mut bumpable: *mut Page = ptr::null_mut();
         let mut looked = 0;
@@ -231,14 +233,17 @@ impl LocalHeap {
             unsafe {
                 let next = (*page).next;
                 (*page).collect();
-                if !(*page).free.is_null() {
+                if (*page).has_ready() {
                     return self.allocate_from(c, page);
                 }
                 if (*page).bump < (*page).bump_end {
+                    looked += 1;
                     if bumpable.is_null() {
                         bumpable = page;
+                    } else if !next.is_null() {
+                        self.queues[c].remove(page);
+                        self.queues[c].push_back(page);
                     }
-                    looked += 1;
                 } else {
                     // Full: park it until one of its blocks comes back.
                     self.queues[c].remove(page);
@@ -250,11 +255,9 @@ impl LocalHeap {
         }
         if !bumpable.is_null() {
             // SAFETY: a page of our queue with bump room left, which the
-            // step (if it needs one) hands out.
+            // step hands out.
             unsafe {
-                if !(*bumpable).has_ready() {
-                    (*bumpable).extend_bump();
-                }
+                (*bumpable).extend_bump();
                 return self.allocate_from(c, bumpable);
             }
         }

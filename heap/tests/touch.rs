@@ -31,8 +31,10 @@ fn freed_blocks_are_reused_before_fresh_memory_is_touched() {
     // Transparent huge pages (`always`, or `LOAM_HUGE_PAGES=1`) would back
     // the segment's first write with 2 MiB: off for this process, which
     // runs this test alone.
-    // SAFETY: a plain prctl with integer arguments.
-    let r = unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) };
+    let (on, unused): (libc::c_ulong, libc::c_ulong) = (1, 0);
+    // SAFETY: a plain prctl; the kernel reads its arguments as unsigned
+    // longs.
+    let r = unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, on, unused, unused, unused) };
     assert_eq!(r, 0, "prctl: {}", std::io::Error::last_os_error());
     let sizes: Vec<usize> = (16..=64).step_by(8).chain((80..=128).step_by(16)).collect();
     let live: usize = sizes.iter().map(|s| s * 300).sum();

@@ -70,8 +70,10 @@
 //! (or one `ListWriter`), which waits for the collector at most at the heap
 //! limit, for a ragged cycle that gives up when its end is stuck on a call
 //! (a call waiting for this lock, say: `loam-runtime`'s
-//! `wait_for_ragged_cycle`). So waiting spins, then yields, then sleeps
-//! (`backoff`), and reads as asleep to that end.
+//! `wait_for_ragged_cycle`). So waiting spins, then yields, then naps
+//! (`backoff`); that end takes a napping waiter for a running one and
+//! gives up on it after its running patience (250 ms), as for a spinning
+//! one.
 
 #[cfg(loom)]
 use loom::sync::atomic::{fence, AtomicBool, AtomicUsize, Ordering};
@@ -238,13 +240,8 @@ impl WriterLock {
     }
 }
 
-/// Spins, then yields, then sleeps 50 µs at a time. The sleep matters
-/// beyond the CPU it spares: a thread that waits here for a writer reads
-/// as asleep to the collector, which then knows its call may be waiting
-/// for another thread (one that waits for the collector, say: the
-/// handshake's gate, `loam-runtime`'s `thread_state.rs`); a thread that
-/// yields for ever reads as running, and the collector would take its
-/// call for one that is merely slow for a quarter of a second.
+/// Spins, then yields, then sleeps 50 µs at a time, which spares the CPU
+/// a writer that is descheduled, or waits at the heap limit, needs.
 fn backoff(spins: &mut u32) {
     *spins = spins.saturating_add(1);
     #[cfg(loom)]

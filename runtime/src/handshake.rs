@@ -22,9 +22,10 @@
 //! If entering simply waited for the stop, the stop would wait for the
 //! spawning call, which waits for the scoped thread, which waits for the
 //! stop. So a stop that has waited `patience` for calls under way, and
-//! finds one of them on a thread that is not running (the kernel's word:
-//! a thread that waits for another sleeps; `thread_state.rs`), or has
-//! found them all running for a long while, *opens
+//! finds one of them on a thread blocked (the kernel's word: asleep at two
+//! looks with no wake-up between; a thread that waits for another stays
+//! asleep; `thread_state.rs`), or has found none blocked for a long
+//! while, *opens
 //! the gate* to the mutators that may be such threads: those attached after
 //! the oldest call still inside began (a scoped thread's `Mutator` is made
 //! inside the call that spawned it: a `Mutator` cannot be moved to another
@@ -46,7 +47,7 @@
 //! 3. A call that waits for a scoped thread's call stays inside until that
 //!    call ends, and the scoped thread attached after it began, so the gate
 //!    opens for it (after the patience, once the waiting call's thread is
-//!    seen asleep, or after `RUNNING_PATIENCE` if it spins) however deep
+//!    seen blocked, or after `RUNNING_PATIENCE` if it spins) however deep
 //!    the nesting. A thread
 //!    attached *before* the waiting call began (a pool worker that keeps
 //!    its `Mutator` from task to task) is not admitted: a call must not
@@ -425,8 +426,8 @@ impl Handshake {
     }
 
     /// Whether the collector has waited past its patience for a call
-    /// under way on a thread that is not running, or for calls that have
-    /// all kept running for `RUNNING_PATIENCE` (the gate hint is out,
+    /// under way on a thread that is blocked, or for calls none of which
+    /// was blocked for `RUNNING_PATIENCE` (the gate hint is out,
     /// `wait_for_listed`, `stop_world`): a call that waits for the
     /// collector must give up, since the call waited for may be waiting
     /// for it (relaxed: polled).
@@ -596,7 +597,7 @@ impl Handshake {
                     continue;
                 }
                 let threads: Vec<u32> = still().map(|&(s, _)| s.thread()).collect();
-                if running.all(threads) {
+                if running.none_waits(threads) {
                     patience.held_shut(running.until());
                 } else {
                     self.admit_hint.store(after, Ordering::Relaxed);
@@ -710,7 +711,7 @@ impl Handshake {
                 // which waits for nobody (`thread_state.rs`): then the
                 // next look comes later.
                 let threads: Vec<u32> = still().map(Slot::thread).collect();
-                if running.all(threads) {
+                if running.none_waits(threads) {
                     patience.held_shut(running.until());
                 } else {
                     g.open = true;
@@ -902,7 +903,8 @@ mod tests {
 
     /// A stop waits for a call while a mutator attached after that call
     /// began waits at the gate. `spin`: the call runs until it has seen
-    /// the waiter for 20 ms; otherwise it sleeps until the waiter is in.
+    /// the waiter for 20 ms; otherwise it blocks on a channel the waiter
+    /// signals once it is in (as a call joining it would).
     /// Returns whether the waiter entered before the call left.
     fn waiter_admitted_before_the_call_left(spin: bool) -> bool {
         let hs = Handshake::default();
@@ -913,6 +915,7 @@ mod tests {
             AtomicBool::new(false),
         );
         let mut admitted_early = false;
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
         std::thread::scope(|s| {
             let (hs, call, waiter) = (&hs, &call, &waiter);
             let (entered, left, stopped) = (&entered, &left, &stopped);
@@ -929,6 +932,7 @@ mod tests {
                 let early = !left.load(Ordering::Acquire);
                 entered.store(true, Ordering::Release);
                 hs.leave(waiter);
+                tx.send(()).unwrap();
                 early
             });
             let c = s.spawn(move || {
@@ -946,9 +950,7 @@ mod tests {
                     std::hint::spin_loop();
                 }
             } else {
-                while !entered.load(Ordering::Acquire) {
-                    std::thread::sleep(Duration::from_millis(1));
-                }
+                rx.recv().unwrap();
             }
             left.store(true, Ordering::Release);
             hs.leave(call);
@@ -959,16 +961,16 @@ mod tests {
         admitted_early
     }
 
-    /// The gate opens for a call whose thread sleeps (it may be joining
-    /// the waiter), and stays shut for one whose thread runs, which is
-    /// only slow: the waiter is then held until the call has left, so a
-    /// stop pending on a slow call lets nobody past pacing or the heap
-    /// limit (`thread_state.rs`).
+    /// The gate opens for a call whose thread is blocked (it may be
+    /// joining the waiter), and stays shut for one whose thread runs,
+    /// which is only slow: the waiter is then held until the call has
+    /// left, so a stop pending on a slow call lets nobody past pacing or
+    /// the heap limit (`thread_state.rs`).
     #[test]
-    fn the_gate_opens_for_a_sleeping_call_and_not_for_a_running_one() {
+    fn the_gate_opens_for_a_blocked_call_and_not_for_a_running_one() {
         assert!(
             waiter_admitted_before_the_call_left(false),
-            "a call that sleeps until the waiter is in would never leave"
+            "a call blocked until the waiter is in would never leave"
         );
         assert!(
             !waiter_admitted_before_the_call_left(true),

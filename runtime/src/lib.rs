@@ -224,7 +224,7 @@
 //!   waits for (a scoped thread) must not call `collect` or
 //!   `wait_for_drops`, which wait for every call under way. Entering
 //!   `mutate` there is fine: a stop that waits past its patience for a
-//!   call whose thread sleeps lets waiting mutators in (`handshake.rs`,
+//!   call whose thread is blocked lets waiting mutators in (`handshake.rs`,
 //!   "The gate").
 //!
 //! # Object spaces

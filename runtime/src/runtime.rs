@@ -282,7 +282,7 @@ impl Shared {
     /// - if a stop is requested (a mark that did not converge, or verify
     ///   mode's check, stops the world, which waits for this call);
     /// - if the end has waited past its patience for a window call on a
-    ///   thread that is not running (`Handshake::stuck`,
+    ///   thread that is blocked (`Handshake::stuck`,
     ///   `thread_state.rs`): that call may wait for this one, for a lock
     ///   it holds (a collection's writer lock, a `GcLock`), or be joining
     ///   it, whatever the order they attached in.

@@ -18,20 +18,26 @@
 //! call.
 //!
 //! A call that waits for another thread (a join, a lock, a condition
-//! variable, a channel, a collection's writer lock) sleeps in the kernel
-//! after at most a short spin; a thread that is running or runnable is
-//! not waiting in any of those. (A call may also sleep for its own
-//! reasons, I/O say: the gate then opens as it did without this.)
-//! So while every call waited for is on a thread the kernel reports as
-//! running or runnable, the gate stays shut and no waiter is told to give
-//! up, for at most [`RUNNING_PATIENCE`]: a call that spins for another
-//! thread's `mutate` call is let through after that, as before.
+//! variable, a channel) sleeps in the kernel, after at most a short spin,
+//! and stays asleep until that thread wakes it; a thread that is running
+//! or runnable is not waiting in any of those. One look is not enough: a
+//! call blocks for a moment on an internal mutex, or faults a page in,
+//! and reads as asleep if the look falls there (`tests/limit.rs` failed
+//! once in a CI run so: the gate let the other mutator through pacing).
+//! So a call is taken to wait only if its thread is asleep at two looks
+//! in a row with no wake-up between them: its count of voluntary context
+//! switches has not moved. While no call waited for is seen waiting, the
+//! gate stays shut and no waiter is told to give up, for at most
+//! [`RUNNING_PATIENCE`]: a call that spins for another thread's `mutate`
+//! call, or polls for it with short sleeps, is let through after that, as
+//! before. (A call may also sleep for its own reasons, long I/O say: the
+//! gate then opens as it did without this.)
 //!
 //! # Where it is known
-//! Linux reports each thread's state in `/proc/self/task/<tid>/stat`
-//! (`R`: running or runnable). Elsewhere, under loom, or where the file
-//! cannot be read, the state is unknown and the gate behaves as it did
-//! without this: it opens after the patience.
+//! Linux reports each thread's state and its voluntary context switches in
+//! `/proc/self/task/<tid>/status`. Elsewhere, under loom, or where the
+//! file cannot be read, the state is unknown and the gate behaves as it
+//! did without this: it opens after the patience.
 
 use std::time::{Duration, Instant};
 
@@ -58,46 +64,64 @@ pub(crate) fn current() -> u32 {
     }
 }
 
-/// Whether thread `tid` of this process is running or runnable; `None`
-/// where that is not known (see the module docs).
-fn running(tid: u32) -> Option<bool> {
+/// Thread `tid`'s state as one look finds it: whether it is running or
+/// runnable, and how many times it has given up the CPU to wait (its
+/// voluntary context switches). `None` where that is not known (see the
+/// module docs).
+fn look(tid: u32) -> Option<(bool, u64)> {
     if tid == 0 || cfg!(loom) || !cfg!(target_os = "linux") {
         return None;
     }
-    let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).ok()?;
-    // "tid (name) S ...": the name may hold spaces and parentheses, the
-    // state follows the last ')'.
-    let state = stat[stat.rfind(')')? + 1..].trim_start().chars().next()?;
-    Some(state == 'R')
+    let status = std::fs::read_to_string(format!("/proc/self/task/{tid}/status")).ok()?;
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .map(str::trim)
+    };
+    // "State:\tS (sleeping)", "voluntary_ctxt_switches:\t12".
+    let running = field("State:")?.starts_with('R');
+    let switches = field("voluntary_ctxt_switches:")?.parse().ok()?;
+    Some((running, switches))
 }
 
-/// One wait's judgement of the calls it waits for, kept across its
-/// timeouts.
+/// One wait's judgement of the calls it waits for, kept across its looks.
 #[derive(Debug, Default)]
 pub(crate) struct Running {
-    /// When the wait first found every call it waits for running.
+    /// When the wait first found no call waiting.
     since: Option<Instant>,
+    /// The threads the last look found asleep, with their voluntary
+    /// context switches then.
+    asleep: Vec<(u32, u64)>,
 }
 
 impl Running {
-    /// Whether every thread of `threads` (those of the calls a wait still
-    /// waits for, as [`current`] gave them) is running or runnable, and
-    /// this wait has not yet held the gate shut for that longer than
-    /// [`RUNNING_PATIENCE`]: then none of those calls is waiting for
-    /// another thread, and the wait goes on without opening the gate.
-    /// False if any thread's state is unknown or not running. Reads one
-    /// small file per thread (tens of microseconds), under the gate's
-    /// mutex: it is asked only past a patience, and again after 2, 4, 8
-    /// ... ms while the threads run, so a few times in a wait.
-    pub(crate) fn all(&mut self, threads: impl IntoIterator<Item = u32>) -> bool {
+    /// Whether no thread of `threads` (those of the calls a wait still
+    /// waits for, as [`current`] gave them) is waiting, and this wait has
+    /// not yet held the gate shut for that longer than
+    /// [`RUNNING_PATIENCE`]: then the wait goes on without opening the
+    /// gate. A thread waits if this look and the last both found it
+    /// asleep, and it has not woken in between. False if any thread's
+    /// state is unknown, or if there is none. Reads one small file per
+    /// thread (tens of microseconds), under the gate's mutex: it is asked
+    /// only past a patience, and again after 1, 2, 4 ... ms while none
+    /// waits, so a few times in a wait.
+    pub(crate) fn none_waits(&mut self, threads: impl IntoIterator<Item = u32>) -> bool {
+        let mut asleep = Vec::new();
+        let mut waits = false;
         let mut any = false;
         for tid in threads {
             any = true;
-            if running(tid) != Some(true) {
+            let Some((running, switches)) = look(tid) else {
                 return false;
+            };
+            if !running {
+                waits |= self.asleep.contains(&(tid, switches));
+                asleep.push((tid, switches));
             }
         }
-        if !any {
+        self.asleep = asleep;
+        if waits || !any {
             return false;
         }
         let since = *self.since.get_or_insert_with(Instant::now);
@@ -105,7 +129,7 @@ impl Running {
     }
 
     /// When this judgement's [`RUNNING_PATIENCE`] runs out, if it has
-    /// found every thread running.
+    /// found no call waiting.
     pub(crate) fn until(&self) -> Option<Instant> {
         self.since.map(|since| since + RUNNING_PATIENCE)
     }
@@ -115,25 +139,33 @@ impl Running {
 mod tests {
     use super::*;
     use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-    use std::sync::{Arc, Barrier};
+    use std::sync::{mpsc, Arc};
 
-    /// A thread that spins reads as running; one that waits on a barrier
-    /// (sleeping in the kernel) does not, and a judgement that found only
-    /// running threads runs out after its patience.
+    /// A thread that spins is not waiting; one blocked on a channel is,
+    /// from the second look that finds it asleep; one that sleeps in short
+    /// naps (waking between looks) is not; and a judgement that found none
+    /// waiting runs out after its patience.
     #[test]
-    fn a_spinning_thread_runs_and_a_waiting_one_does_not() {
-        assert_eq!(running(current()), Some(true), "the calling thread runs");
+    fn a_blocked_thread_waits_and_a_spinning_or_napping_one_does_not() {
+        assert!(
+            matches!(look(current()), Some((true, _))),
+            "the calling thread runs"
+        );
         let tid = Arc::new(AtomicU32::new(0));
         let stop = Arc::new(AtomicBool::new(false));
-        let barrier = Arc::new(Barrier::new(2));
+        let (tx, rx) = mpsc::channel::<()>();
         let t = {
-            let (tid, stop, barrier) = (tid.clone(), stop.clone(), barrier.clone());
+            let (tid, stop) = (tid.clone(), stop.clone());
             std::thread::spawn(move || {
                 tid.store(current(), Ordering::Release);
                 while !stop.load(Ordering::Acquire) {
                     std::hint::spin_loop();
                 }
-                barrier.wait();
+                // Blocked until the channel speaks, then naps.
+                rx.recv().unwrap();
+                while rx.try_recv().is_err() {
+                    std::thread::sleep(Duration::from_micros(200));
+                }
             })
         };
         let tid = loop {
@@ -143,21 +175,40 @@ mod tests {
             }
         };
         let mut judged = Running::default();
-        assert!(judged.all([tid, current()]), "a spinning thread runs");
+        assert!(
+            judged.none_waits([tid, current()]),
+            "a spinning thread does not wait"
+        );
         judged.since = Some(Instant::now() - RUNNING_PATIENCE);
-        assert!(!judged.all([tid]), "past the patience, the gate opens");
+        assert!(
+            !judged.none_waits([tid]),
+            "past the patience, the gate opens"
+        );
         stop.store(true, Ordering::Release);
-        // Asleep in the barrier once its state says so (the spin it ends
-        // with is short).
-        let asleep = (0..10_000).any(|_| {
-            std::thread::sleep(Duration::from_micros(100));
-            running(tid) == Some(false)
+        // Blocked on the channel once two looks a moment apart say so.
+        let mut judged = Running::default();
+        let blocked = (0..10_000).any(|_| {
+            std::thread::sleep(Duration::from_millis(1));
+            !judged.none_waits([tid])
         });
-        assert!(asleep, "a thread waiting on a barrier reads as running");
-        assert!(!Running::default().all([tid, current()]));
-        barrier.wait();
+        assert!(
+            blocked,
+            "a thread blocked on a channel never read as waiting"
+        );
+        // Napping: awake between looks, so not waiting.
+        tx.send(()).unwrap();
+        std::thread::sleep(Duration::from_millis(5));
+        let mut judged = Running::default();
+        for _ in 0..20 {
+            std::thread::sleep(Duration::from_millis(1));
+            assert!(
+                judged.none_waits([tid]),
+                "a thread that naps read as waiting"
+            );
+        }
+        tx.send(()).unwrap();
         t.join().unwrap();
-        assert_eq!(running(0), None);
-        assert!(!Running::default().all([]));
+        assert_eq!(look(0), None);
+        assert!(!Running::default().none_waits([]));
     }
 }

@@ -207,6 +207,11 @@ pub(crate) struct Handshake {
     /// The collector waits here for inside mutators to leave, or for one to
     /// start waiting at the gate.
     left: Condvar,
+    /// How long a wait keeps the gate shut while no call it waits for is
+    /// blocked: [`RUNNING_PATIENCE`](crate::thread_state::RUNNING_PATIENCE)
+    /// (tests make it long, to tell a blocked call's admission from the
+    /// patience running out).
+    running_patience: Duration,
 }
 
 #[cfg(not(loom))]
@@ -253,8 +258,8 @@ struct Patience {
     /// How long a wait lasts before the gate opens (or the hint goes
     /// out): [`PATIENCE`], doubling each time it does, up to a second.
     length: Duration,
-    /// While every call waited for runs on a running thread: how long
-    /// until the next look at them, doubling after each.
+    /// While no call waited for is seen blocked: how long until the next
+    /// look at their threads, doubling after each.
     look: Duration,
     /// When the timed wait under way runs out. `None`: none is under way
     /// (no candidate waits, or the calls waited for changed); the clock
@@ -291,9 +296,9 @@ impl Patience {
         self.deadline = None;
     }
 
-    /// Every call waited for runs: the next look after `look` (which
-    /// doubles), and no later than `until` (the end of
-    /// [`RUNNING_PATIENCE`](crate::thread_state::RUNNING_PATIENCE)).
+    /// No call waited for is blocked: the next look after `look` (which
+    /// doubles), and no later than `until` (the end of the running
+    /// patience, [`Running::until`]).
     fn held_shut(&mut self, until: Option<std::time::Instant>) {
         let now = std::time::Instant::now();
         let mut next = now + self.look;
@@ -320,6 +325,7 @@ impl Default for Handshake {
             lock: Mutex::new(Gate::default()),
             resumed: Condvar::new(),
             left: Condvar::new(),
+            running_patience: crate::thread_state::RUNNING_PATIENCE,
         }
     }
 }
@@ -549,7 +555,7 @@ impl Handshake {
         if !under_way.is_empty() {
             let mut g = lock(&self.lock);
             let mut patience = Patience::new();
-            let mut running = Running::default();
+            let mut running = Running::new(self.running_patience);
             let still = || under_way.iter().filter(|&&(s, seq)| listed_still(s, seq));
             // Mutators attached after the oldest call still under way
             // began may be its scoped threads, waiting for the collector
@@ -557,8 +563,9 @@ impl Handshake {
             // patience they are told to stop waiting (`gate_admits`), as
             // a stop's gate does, or the call would wait for them and they
             // for this wait. Nobody is held at entry here, so nothing else
-            // is needed. Not while each of those calls runs on a running
-            // thread, which waits for nobody (`thread_state.rs`).
+            // is needed. Not while none of those calls is on a blocked
+            // thread: a call that waits for another thread is
+            // (`thread_state.rs`).
             let oldest = || {
                 still()
                     .map(|&(s, _)| s.call_began.load(Ordering::Relaxed))
@@ -583,7 +590,7 @@ impl Handshake {
                         self.admit_hint.store(u64::MAX, Ordering::Relaxed);
                     }
                     judged = Some(after);
-                    running = Running::default();
+                    running = Running::new(self.running_patience);
                     patience.restart();
                 }
                 let (g2, out) = patience.wait(&self.left, g);
@@ -683,7 +690,7 @@ impl Handshake {
             let mut g = lock(&self.lock);
             // This round's look at the threads of the calls inside, and
             // its own clock (the patience's length carries over).
-            let mut running = Running::default();
+            let mut running = Running::new(self.running_patience);
             let mut judged = None;
             patience.restart();
             let still = || inside.iter().copied().filter(|s| s.is_inside());
@@ -693,13 +700,16 @@ impl Handshake {
             while let Some(after) = oldest() {
                 let candidates = g.waiting.iter().any(|&n| n > after);
                 if !candidates || g.open {
+                    // The clock and the judgement start afresh when a
+                    // candidate waits again.
                     patience.restart();
+                    running = Running::new(self.running_patience);
                     g = wait(&self.left, g);
                     continue;
                 }
                 if judged != Some(after) {
                     judged = Some(after);
-                    running = Running::default();
+                    running = Running::new(self.running_patience);
                     patience.restart();
                 }
                 let (g2, out) = patience.wait(&self.left, g);
@@ -707,9 +717,9 @@ impl Handshake {
                 if !out || oldest() != Some(after) || !g.waiting.iter().any(|&n| n > after) {
                     continue;
                 }
-                // Unless every call inside runs on a running thread,
-                // which waits for nobody (`thread_state.rs`): then the
-                // next look comes later.
+                // Unless no call inside is on a blocked thread (a call
+                // that waits for another thread is, `thread_state.rs`):
+                // then the next look comes later.
                 let threads: Vec<u32> = still().map(Slot::thread).collect();
                 if running.none_waits(threads) {
                     patience.held_shut(running.until());
@@ -907,7 +917,12 @@ mod tests {
     /// signals once it is in (as a call joining it would).
     /// Returns whether the waiter entered before the call left.
     fn waiter_admitted_before_the_call_left(spin: bool) -> bool {
-        let hs = Handshake::default();
+        // An hour's running patience: only a call seen blocked lets the
+        // waiter in before the call leaves.
+        let hs = Handshake {
+            running_patience: Duration::from_secs(3600),
+            ..Handshake::default()
+        };
         let (call, waiter) = (Slot::default(), Slot::default());
         let (entered, left, stopped) = (
             AtomicBool::new(false),
@@ -950,7 +965,9 @@ mod tests {
                     std::hint::spin_loop();
                 }
             } else {
-                rx.recv().unwrap();
+                // Ten seconds at most: a waiter never let in fails the
+                // test instead of hanging it.
+                let _ = rx.recv_timeout(Duration::from_secs(10));
             }
             left.store(true, Ordering::Release);
             hs.leave(call);

@@ -41,11 +41,11 @@
 
 use std::time::{Duration, Instant};
 
-/// How long a wait may keep the gate shut because every call it waits for
-/// is on a running thread. Long against a scheduler's slice under load (a
+/// How long a wait may keep the gate shut because no call it waits for is
+/// on a blocked thread. Long against a scheduler's slice under load (a
 /// runnable thread gets the CPU within tens of milliseconds), short
-/// against the hang it undoes: a call that spins, rather than sleeps,
-/// while it waits for another thread's `mutate` call.
+/// against the hang it undoes: a call that spins (or naps), rather than
+/// blocks, while it waits for another thread's `mutate` call.
 pub(crate) const RUNNING_PATIENCE: Duration = Duration::from_millis(250);
 
 /// The calling thread's kernel id, for [`Running`] to look up later; 0
@@ -64,10 +64,11 @@ pub(crate) fn current() -> u32 {
     }
 }
 
-/// Thread `tid`'s state as one look finds it: whether it is running or
-/// runnable, and how many times it has given up the CPU to wait (its
-/// voluntary context switches). `None` where that is not known (see the
-/// module docs).
+/// Thread `tid`'s state as one look finds it: whether it is asleep in an
+/// interruptible wait (`S`: a join, a futex, a condition variable; not
+/// `D`, a disk read or a page fault, which no other thread ends), and how
+/// many times it has given up the CPU to wait (its voluntary context
+/// switches). `None` where that is not known (see the module docs).
 fn look(tid: u32) -> Option<(bool, u64)> {
     if tid == 0 || cfg!(loom) || !cfg!(target_os = "linux") {
         return None;
@@ -80,14 +81,17 @@ fn look(tid: u32) -> Option<(bool, u64)> {
             .map(str::trim)
     };
     // "State:\tS (sleeping)", "voluntary_ctxt_switches:\t12".
-    let running = field("State:")?.starts_with('R');
+    let asleep = field("State:")?.starts_with('S');
     let switches = field("voluntary_ctxt_switches:")?.parse().ok()?;
-    Some((running, switches))
+    Some((asleep, switches))
 }
 
 /// One wait's judgement of the calls it waits for, kept across its looks.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Running {
+    /// How long it may find no call waiting before it gives up
+    /// ([`RUNNING_PATIENCE`] but in tests).
+    patience: Duration,
     /// When the wait first found no call waiting.
     since: Option<Instant>,
     /// The threads the last look found asleep, with their voluntary
@@ -96,10 +100,18 @@ pub(crate) struct Running {
 }
 
 impl Running {
+    pub(crate) fn new(patience: Duration) -> Self {
+        Running {
+            patience,
+            since: None,
+            asleep: Vec::new(),
+        }
+    }
+
     /// Whether no thread of `threads` (those of the calls a wait still
     /// waits for, as [`current`] gave them) is waiting, and this wait has
     /// not yet held the gate shut for that longer than
-    /// [`RUNNING_PATIENCE`]: then the wait goes on without opening the
+    /// its patience: then the wait goes on without opening the
     /// gate. A thread waits if this look and the last both found it
     /// asleep, and it has not woken in between. False if any thread's
     /// state is unknown, or if there is none. Reads one small file per
@@ -112,10 +124,10 @@ impl Running {
         let mut any = false;
         for tid in threads {
             any = true;
-            let Some((running, switches)) = look(tid) else {
+            let Some((asleep_now, switches)) = look(tid) else {
                 return false;
             };
-            if !running {
+            if asleep_now {
                 waits |= self.asleep.contains(&(tid, switches));
                 asleep.push((tid, switches));
             }
@@ -125,13 +137,13 @@ impl Running {
             return false;
         }
         let since = *self.since.get_or_insert_with(Instant::now);
-        since.elapsed() < RUNNING_PATIENCE
+        since.elapsed() < self.patience
     }
 
-    /// When this judgement's [`RUNNING_PATIENCE`] runs out, if it has
-    /// found no call waiting.
+    /// When this judgement's patience runs out, if it has found no call
+    /// waiting.
     pub(crate) fn until(&self) -> Option<Instant> {
-        self.since.map(|since| since + RUNNING_PATIENCE)
+        self.since.map(|since| since + self.patience)
     }
 }
 
@@ -144,12 +156,14 @@ mod tests {
     /// A thread that spins is not waiting; one blocked on a channel is,
     /// from the second look that finds it asleep; one that sleeps in short
     /// naps (waking between looks) is not; and a judgement that found none
-    /// waiting runs out after its patience.
+    /// waiting runs out after its patience. (An hour's patience where the
+    /// patience must not be what decides.)
     #[test]
     fn a_blocked_thread_waits_and_a_spinning_or_napping_one_does_not() {
+        const HOUR: Duration = Duration::from_secs(3600);
         assert!(
-            matches!(look(current()), Some((true, _))),
-            "the calling thread runs"
+            matches!(look(current()), Some((false, _))),
+            "the calling thread is not asleep"
         );
         let tid = Arc::new(AtomicU32::new(0));
         let stop = Arc::new(AtomicBool::new(false));
@@ -161,10 +175,12 @@ mod tests {
                 while !stop.load(Ordering::Acquire) {
                     std::hint::spin_loop();
                 }
-                // Blocked until the channel speaks, then naps.
-                rx.recv().unwrap();
-                while rx.try_recv().is_err() {
-                    std::thread::sleep(Duration::from_micros(200));
+                // Blocked until the channel speaks, then naps until it
+                // speaks again (or is gone).
+                if rx.recv().is_ok() {
+                    while let Err(mpsc::TryRecvError::Empty) = rx.try_recv() {
+                        std::thread::sleep(Duration::from_micros(200));
+                    }
                 }
             })
         };
@@ -174,19 +190,19 @@ mod tests {
                 tid => break tid,
             }
         };
-        let mut judged = Running::default();
+        let mut judged = Running::new(HOUR);
         assert!(
             judged.none_waits([tid, current()]),
             "a spinning thread does not wait"
         );
-        judged.since = Some(Instant::now() - RUNNING_PATIENCE);
+        judged.since = Some(Instant::now() - HOUR);
         assert!(
             !judged.none_waits([tid]),
             "past the patience, the gate opens"
         );
         stop.store(true, Ordering::Release);
         // Blocked on the channel once two looks a moment apart say so.
-        let mut judged = Running::default();
+        let mut judged = Running::new(HOUR);
         let blocked = (0..10_000).any(|_| {
             std::thread::sleep(Duration::from_millis(1));
             !judged.none_waits([tid])
@@ -198,7 +214,7 @@ mod tests {
         // Napping: awake between looks, so not waiting.
         tx.send(()).unwrap();
         std::thread::sleep(Duration::from_millis(5));
-        let mut judged = Running::default();
+        let mut judged = Running::new(HOUR);
         for _ in 0..20 {
             std::thread::sleep(Duration::from_millis(1));
             assert!(
@@ -209,6 +225,6 @@ mod tests {
         tx.send(()).unwrap();
         t.join().unwrap();
         assert_eq!(look(0), None);
-        assert!(!Running::default().none_waits([]));
+        assert!(!Running::new(HOUR).none_waits([]));
     }
 }

@@ -250,35 +250,66 @@ fn wait_for<'a>(_: &Condvar, g: MutexGuard<'a, Gate>, _: Duration) -> (MutexGuar
     (g, true)
 }
 
-/// A wait's patience for the calls under way, kept by the clock: a
-/// condition variable's timed wait is woken by every mutator that leaves
-/// a call (under `WATCH`), so a quiet timeout alone never comes while
+/// A wait's patience with the calls under way, and its judgement of them:
+/// when to take a look at their threads, and whether that look opens the
+/// gate (or sets the hint). One per stop or wait; both waits use it the
+/// same way: [`wait`](Self::wait) until a look is due, then
+/// [`opens`](Self::opens). The clock is the clock's, not a quiet timeout:
+/// a condition variable's timed wait is woken by every mutator that
+/// leaves a call (under `WATCH`), so a timeout alone never comes while
 /// other mutators come and go.
-struct Patience {
-    /// How long a wait lasts before the gate opens (or the hint goes
-    /// out): [`PATIENCE`], doubling each time it does, up to a second.
+struct GateClock {
+    /// How long a wait lasts before the first look: [`PATIENCE`],
+    /// doubling each time the gate opens, up to a second.
     length: Duration,
     /// While no call waited for is seen blocked: how long until the next
-    /// look at their threads, doubling after each.
+    /// look, doubling after each.
     look: Duration,
     /// When the timed wait under way runs out. `None`: none is under way
     /// (no candidate waits, or the calls waited for changed); the clock
     /// starts at the next [`wait`](Self::wait).
     deadline: Option<std::time::Instant>,
+    /// The oldest call (its `call_began`) the judgement is of.
+    judged: Option<u64>,
+    running_patience: Duration,
+    running: Running,
 }
 
-impl Patience {
-    fn new() -> Self {
-        Patience {
+impl GateClock {
+    fn new(running_patience: Duration) -> Self {
+        GateClock {
             length: PATIENCE,
             look: PATIENCE,
             deadline: None,
+            judged: None,
+            running_patience,
+            running: Running::new(running_patience),
         }
     }
 
-    /// Waits on `c` until notified or the patience runs out; true if it
-    /// has run out (under loom, at once: see `wait_for`).
-    fn wait<'a>(&mut self, c: &Condvar, g: MutexGuard<'a, Gate>) -> (MutexGuard<'a, Gate>, bool) {
+    /// Starts afresh at the next wait: the clock and the judgement (the
+    /// length carries over).
+    fn restart(&mut self) {
+        self.look = PATIENCE;
+        self.deadline = None;
+        self.judged = None;
+        self.running = Running::new(self.running_patience);
+    }
+
+    /// Waits on `c` for calls whose oldest began at `after`, until
+    /// notified or a look is due (true; under loom at once: see
+    /// `wait_for`). Calls of another oldest get a clock and a judgement
+    /// of their own.
+    fn wait<'a>(
+        &mut self,
+        after: u64,
+        c: &Condvar,
+        g: MutexGuard<'a, Gate>,
+    ) -> (MutexGuard<'a, Gate>, bool) {
+        if self.judged != Some(after) {
+            self.restart();
+            self.judged = Some(after);
+        }
         let length = self.length;
         let deadline = *self
             .deadline
@@ -288,31 +319,26 @@ impl Patience {
         (g, timed_out || std::time::Instant::now() >= deadline)
     }
 
-    /// The gate opened (or the hint went out): the next wait is twice as
-    /// patient, from its start.
-    fn opened(&mut self) {
-        self.length = self.length.saturating_mul(2).min(Duration::from_secs(1));
-        self.look = PATIENCE;
-        self.deadline = None;
-    }
-
-    /// No call waited for is blocked: the next look after `look` (which
-    /// doubles), and no later than `until` (the end of the running
-    /// patience, [`Running::until`]).
-    fn held_shut(&mut self, until: Option<std::time::Instant>) {
+    /// The look: whether the gate opens now, for the calls on `threads`
+    /// (a call on a blocked thread may wait for a candidate, or the
+    /// running patience is over, `thread_state.rs`). If it does, the next
+    /// wait is twice as patient; if not, the next look comes after `look`,
+    /// which doubles, and no later than the running patience's end.
+    fn opens(&mut self, threads: Vec<u32>) -> bool {
+        if !self.running.none_waits(threads) {
+            self.length = self.length.saturating_mul(2).min(Duration::from_secs(1));
+            self.look = PATIENCE;
+            self.deadline = None;
+            return true;
+        }
         let now = std::time::Instant::now();
         let mut next = now + self.look;
-        if let Some(until) = until {
+        if let Some(until) = self.running.until() {
             next = next.min(until.max(now));
         }
         self.look = self.look.saturating_mul(2).min(Duration::from_secs(1));
         self.deadline = Some(next);
-    }
-
-    /// No timed wait now: the clock starts afresh at the next one.
-    fn restart(&mut self) {
-        self.look = PATIENCE;
-        self.deadline = None;
+        false
     }
 }
 
@@ -554,8 +580,7 @@ impl Handshake {
             .collect();
         if !under_way.is_empty() {
             let mut g = lock(&self.lock);
-            let mut patience = Patience::new();
-            let mut running = Running::new(self.running_patience);
+            let mut clock = GateClock::new(self.running_patience);
             let still = || under_way.iter().filter(|&&(s, seq)| listed_still(s, seq));
             // Mutators attached after the oldest call still under way
             // began may be its scoped threads, waiting for the collector
@@ -571,7 +596,6 @@ impl Handshake {
                     .map(|&(s, _)| s.call_began.load(Ordering::Relaxed))
                     .min()
             };
-            let mut judged = None;
             // A leave stores its sequence, fences, sees `WATCH` and
             // notifies under the mutex: after this check, or it is seen.
             while let Some(after) = oldest() {
@@ -581,34 +605,19 @@ impl Handshake {
                     g = wait(&self.left, g);
                     continue;
                 }
-                if judged != Some(after) {
-                    // The oldest call changed (or this is the first): a
-                    // hint for one that has left is taken back, and the
-                    // calls now waited for get a patience and a look of
-                    // their own.
-                    if hint != u64::MAX {
-                        self.admit_hint.store(u64::MAX, Ordering::Relaxed);
-                    }
-                    judged = Some(after);
-                    running = Running::new(self.running_patience);
-                    patience.restart();
+                if hint != u64::MAX {
+                    // Told for a call that has left since: taken back.
+                    self.admit_hint.store(u64::MAX, Ordering::Relaxed);
                 }
-                let (g2, out) = patience.wait(&self.left, g);
+                let (g2, due) = clock.wait(after, &self.left, g);
                 g = g2;
-                if !out {
-                    continue;
-                }
                 // One look after the wait: the oldest call, and the
                 // threads of all.
-                if oldest() != Some(after) {
-                    continue;
-                }
-                let threads: Vec<u32> = still().map(|&(s, _)| s.thread()).collect();
-                if running.none_waits(threads) {
-                    patience.held_shut(running.until());
-                } else {
+                if due
+                    && oldest() == Some(after)
+                    && clock.opens(still().map(|&(s, _)| s.thread()).collect())
+                {
                     self.admit_hint.store(after, Ordering::Relaxed);
-                    patience.opened();
                 }
             }
             self.admit_hint.store(u64::MAX, Ordering::Relaxed);
@@ -675,7 +684,8 @@ impl Handshake {
     ) -> Vec<S> {
         self.state.fetch_or(STOP, Ordering::Relaxed);
         fence(Ordering::SeqCst);
-        let mut patience = Patience::new();
+        // The clock's length carries over from round to round.
+        let mut clock = GateClock::new(self.running_patience);
         loop {
             // The gate is closed here (it is only open below).
             let slots = registry();
@@ -688,47 +698,33 @@ impl Handshake {
                 return slots;
             }
             let mut g = lock(&self.lock);
-            // This round's look at the threads of the calls inside, and
-            // its own clock (the patience's length carries over).
-            let mut running = Running::new(self.running_patience);
-            let mut judged = None;
-            patience.restart();
+            clock.restart();
             let still = || inside.iter().copied().filter(|s| s.is_inside());
             // Mutators attached after the oldest call still inside began
             // may be its scoped threads (module docs).
             let oldest = || still().map(|s| s.call_began.load(Ordering::Relaxed)).min();
             while let Some(after) = oldest() {
-                let candidates = g.waiting.iter().any(|&n| n > after);
-                if !candidates || g.open {
+                let candidates = |g: &Gate| g.waiting.iter().any(|&n| n > after);
+                if !candidates(&g) || g.open {
                     // The clock and the judgement start afresh when a
                     // candidate waits again.
-                    patience.restart();
-                    running = Running::new(self.running_patience);
+                    clock.restart();
                     g = wait(&self.left, g);
                     continue;
                 }
-                if judged != Some(after) {
-                    judged = Some(after);
-                    running = Running::new(self.running_patience);
-                    patience.restart();
-                }
-                let (g2, out) = patience.wait(&self.left, g);
+                let (g2, due) = clock.wait(after, &self.left, g);
                 g = g2;
-                if !out || oldest() != Some(after) || !g.waiting.iter().any(|&n| n > after) {
-                    continue;
-                }
                 // Unless no call inside is on a blocked thread (a call
-                // that waits for another thread is, `thread_state.rs`):
-                // then the next look comes later.
-                let threads: Vec<u32> = still().map(Slot::thread).collect();
-                if running.none_waits(threads) {
-                    patience.held_shut(running.until());
-                } else {
+                // that waits for another thread is, `thread_state.rs`).
+                if due
+                    && oldest() == Some(after)
+                    && candidates(&g)
+                    && clock.opens(still().map(Slot::thread).collect())
+                {
                     g.open = true;
                     g.admit_after = after;
                     self.admit_hint.store(after, Ordering::Relaxed);
                     self.resumed.notify_all();
-                    patience.opened();
                 }
             }
             // Closed under the mutex: admissions before this are visible to

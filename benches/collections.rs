@@ -10,6 +10,9 @@
 //! - `writer_push`: the same pushes through one `GcList::writer` (the
 //!   list's writer lock taken once, not per push);
 //! - `extend_iter`: one `extend` of 1,000,000, against `Vec::extend`;
+//! - `refill`: clear a list kept across rounds and push 1,000,000 `u64`
+//!   into it one `push` at a time, then sum (its array is reused: no
+//!   growth, no fresh memory), against a kept `Vec`;
 //! - `random_get`: 1,000,000 random reads of a 1,000,000-element list;
 //! - `sort_records`: allocate 100,000 records {u64 key, i32 index, i32 tag}
 //!   (managed `Gc`s against `Box`es), push them, sort by key (stable);
@@ -95,6 +98,25 @@ fn loam_writer_iter(m: &mut Mutator) -> u64 {
         drop(w);
         l.iter().sum()
     })
+}
+
+fn loam_refill(m: &mut Mutator, list: &Root<U64List>) -> u64 {
+    m.mutate(|mc| {
+        let l = *list.get(mc);
+        l.clear(mc);
+        for i in 0..PUSHES {
+            l.push(mc, i);
+        }
+        l.iter().sum()
+    })
+}
+
+fn std_refill(v: &mut Vec<u64>) -> u64 {
+    v.clear();
+    for i in 0..PUSHES {
+        v.push(i);
+    }
+    v.iter().sum()
 }
 
 fn std_extend_iter() -> u64 {
@@ -550,6 +572,7 @@ fn cases<'a>(
     m: &'a std::cell::RefCell<Mutator>,
     locks: &'a (Root<Buckets>, std::cell::RefCell<Vec<Vec<Box<u64>>>>),
     list: &'a Root<U64List>,
+    refill: &'a (Root<U64List>, std::cell::RefCell<Vec<u64>>),
     v: &'a [u64],
     keys: &'a [String],
 ) -> Vec<(&'static str, Contenders<'a>)> {
@@ -572,6 +595,19 @@ fn cases<'a>(
                     Box::new(move || loam_writer_iter(&mut m.borrow_mut())),
                 ),
                 ("std", Box::new(std_push_iter)),
+            ],
+        ),
+        (
+            "refill",
+            vec![
+                (
+                    "loam",
+                    Box::new(move || loam_refill(&mut m.borrow_mut(), &refill.0)),
+                ),
+                (
+                    "std",
+                    Box::new(move || std_refill(&mut refill.1.borrow_mut())),
+                ),
             ],
         ),
         (
@@ -649,8 +685,8 @@ fn cases<'a>(
     all.into_iter().filter(|(c, _)| wanted(c)).collect()
 }
 
-/// The shared inputs: a rooted 1,000,000-element list and its `Vec`, and
-/// the dictionary's key texts; each left empty when `LOAM_BENCH_CASES`
+/// The shared inputs: a rooted 1,000,000-element list and its `Vec`, the
+/// refilled list and `Vec`, and the dictionary's key texts; each left empty when `LOAM_BENCH_CASES`
 /// leaves out the case that reads it (making a million keys is a third of
 /// a profile of another case).
 type Inputs = (
@@ -658,6 +694,7 @@ type Inputs = (
     Vec<u64>,
     Vec<String>,
     (Root<Buckets>, std::cell::RefCell<Vec<Vec<Box<u64>>>>),
+    (Root<U64List>, std::cell::RefCell<Vec<u64>>),
 );
 
 fn inputs(m: &mut Mutator) -> Inputs {
@@ -669,15 +706,20 @@ fn inputs(m: &mut Mutator) -> Inputs {
         .collect();
     let locks = (make_buckets(m), std::cell::RefCell::new(std_buckets));
     let keys = if wanted("dict") { keys() } else { Vec::new() };
-    (list, v, keys, locks)
+    let room = if wanted("refill") { PUSHES as usize } else { 0 };
+    let refill = (
+        m.mutate(|mc| mc.root(mc.alloc(GcList::with_capacity(mc, room)))),
+        std::cell::RefCell::new(Vec::with_capacity(room)),
+    );
+    (list, v, keys, locks, refill)
 }
 
 fn benches(c: &mut Criterion) {
     let rt = Runtime::new();
     let mut m = rt.attach();
-    let (list, v, keys, locks) = inputs(&mut m);
+    let (list, v, keys, locks, refill) = inputs(&mut m);
     let m = std::cell::RefCell::new(m);
-    for (case, contenders) in cases(&m, &locks, &list, &v, &keys) {
+    for (case, contenders) in cases(&m, &locks, &list, &refill, &v, &keys) {
         let mut g = c.benchmark_group(case);
         g.sample_size(10);
         for (name, mut run) in contenders {
@@ -702,7 +744,7 @@ criterion_group!(collections, benches);
 fn paired(rounds: usize) {
     let rt = Runtime::new();
     let mut m = rt.attach();
-    let (list, v, keys, locks) = inputs(&mut m);
+    let (list, v, keys, locks, refill) = inputs(&mut m);
     let m = std::cell::RefCell::new(m);
     let warmup = std::time::Duration::from_millis(
         std::env::var("LOAM_BENCH_WARMUP_MS")
@@ -714,7 +756,7 @@ fn paired(rounds: usize) {
         "{rounds} rounds after {} ms of warm-up; median ms, median per-round ratio loam/std (lower is better)",
         warmup.as_millis()
     );
-    for (case, mut contenders) in cases(&m, &locks, &list, &v, &keys) {
+    for (case, mut contenders) in cases(&m, &locks, &list, &refill, &v, &keys) {
         let n = contenders.len();
         let mut times = vec![Vec::new(); n];
         let start = Instant::now();

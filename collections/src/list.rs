@@ -501,6 +501,7 @@ impl<'a, 'gc, T: CellValue + Trace + 'gc> ListWriter<'a, 'gc, T> {
     }
 
     /// Removes and returns the last element.
+    #[inline]
     pub fn pop(&self) -> Option<T> {
         let (_, used) = self.view();
         let value = used.last()?.get();
@@ -514,6 +515,7 @@ impl<'a, 'gc, T: CellValue + Trace + 'gc> ListWriter<'a, 'gc, T> {
     ///
     /// # Panics
     /// If `index >= len()`.
+    #[inline]
     pub fn set(&self, index: usize, value: T) -> T {
         let (_, used) = self.view();
         let Some(cell) = used.get(index) else {
@@ -642,6 +644,7 @@ impl<'a, 'gc, T: CellValue + Trace + 'gc> ListWriter<'a, 'gc, T> {
         unsafe { self.list.obj.log.after_unreported_stores(self.mc, || cell.set_recorded(self.mc, cell.get())) };
     }
 
+    #[inline]
     fn set_high(&self, high: usize) {
         self.list.obj.high.store(high, MemOrder::Release);
         self.high.set(high);
@@ -860,6 +863,9 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
     ///
     /// # Panics
     /// If `index >= len()`.
+    // Always inlined, as `try_push`: a writer made and dropped around one
+    // store is split into registers only where it is inlined.
+    #[inline(always)]
     pub fn set(&self, mc: &Mutation<'gc>, index: usize, value: T) -> T {
         ListWriter::new(self, mc).set(index, value)
     }
@@ -972,6 +978,8 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
     }
 
     /// Removes and returns the last element.
+    // Always inlined, as `set`.
+    #[inline(always)]
     pub fn pop(&self, mc: &Mutation<'gc>) -> Option<T> {
         ListWriter::new(self, mc).pop()
     }

@@ -137,7 +137,7 @@ impl Gate {
 
 impl Slot {
     /// The kernel id of the mutator's thread (0: unknown).
-    fn thread(&self) -> u32 {
+    pub(crate) fn thread(&self) -> u32 {
         self.thread.load(Ordering::Relaxed)
     }
 
@@ -465,6 +465,13 @@ impl Handshake {
     /// for it (relaxed: polled).
     pub(crate) fn stuck(&self) -> bool {
         self.admit_hint.load(Ordering::Relaxed) != u64::MAX
+    }
+
+    /// Whether the collector waits for calls under way: a stop, or a
+    /// ragged mark's start or end (relaxed: polled by a program's wait
+    /// for a cycle, `thread_state::Stall`).
+    pub(crate) fn awaits_calls(&self) -> bool {
+        self.state.load(Ordering::Relaxed) & (STOP | WATCH) != 0
     }
 
     /// Whether a stop is requested (relaxed: a hint for mutators that may

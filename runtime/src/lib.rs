@@ -220,12 +220,15 @@
 //!   `collect` inside `mutate` or on a GC thread, building a runtime inside
 //!   `mutate` or on a GC thread. Dropping a runtime's last handle inside
 //!   `mutate` or on a collector thread does not wait for its collector.
-//! - One wait stays the program's to avoid: a thread that a `mutate` call
-//!   waits for (a scoped thread) must not call `collect` or
-//!   `wait_for_drops`, which wait for every call under way. Entering
-//!   `mutate` there is fine: a stop that waits past its patience for a
-//!   call whose thread is blocked lets waiting mutators in (`handshake.rs`,
-//!   "The gate").
+//! - A thread that a `mutate` call waits for (a scoped thread it joins, a
+//!   thread holding a lock it wants) must not call `collect`,
+//!   `wait_for_cycle` or `wait_for_drops`: they wait for a cycle, which
+//!   waits for every call under way, so that wait cannot end. It panics
+//!   instead, once the calls under way have all slept without waking for
+//!   10 s while the collector waits for them (`thread_state.rs`, `Stall`):
+//!   a clear message rather than a hang. Entering `mutate` there is fine:
+//!   a stop that waits past its patience for a call whose thread is
+//!   blocked lets waiting mutators in (`handshake.rs`, "The gate").
 //!
 //! # Object spaces
 //! The above is the default object space, loam's pages. A runtime built

@@ -13,7 +13,7 @@ use crossbeam_deque::Injector;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// The per-cycle hook's type.
 pub(crate) type Hook = Box<dyn Fn(&CycleEvent) + Send + Sync>;
@@ -52,6 +52,23 @@ pub(crate) struct Control {
 }
 
 /// Everything the mutators, roots and collector share.
+/// Who waits for the collector in [`Shared::wait_control`], which decides
+/// what the wait does when the cycle is stuck on the calls under way.
+enum Waiter<'a> {
+    /// A mutator between its own calls: gives up when the gate opens.
+    Gate(&'a crate::handshake::Slot),
+    /// A call at the heap limit, whose `done` gives up on a stuck cycle.
+    Call,
+    /// A thread with no call of its own to go on with (the program's
+    /// `collect`, `wait_for_cycle`, `wait_for_drops`, named): panics if
+    /// the cycle stalls.
+    Program(&'static str),
+}
+
+/// How often a program's wait for a cycle looks at the calls under way
+/// for a stall.
+const STALL_LOOKS: Duration = Duration::from_millis(100);
+
 pub(crate) struct Shared {
     pub(crate) id: u16,
     pub(crate) config: Config,
@@ -293,42 +310,60 @@ impl Shared {
             return false;
         }
         let mut swept = false;
-        self.wait_control(None, |c| {
+        self.wait_control(Waiter::Call, |c| {
             swept = c.ragged_epoch != epoch;
             swept || c.shutdown || self.handshake.stop_requested() || self.handshake.stuck()
         });
         swept
     }
 
-    /// Waits until `done` holds of the control block. With `yield_to_gate`
-    /// (a mutator waiting between its own calls), gives up when the
-    /// handshake's gate opens, and returns false: the cycle waited for is
-    /// stuck on a call that may be waiting for this very thread (a scoped
-    /// thread's parent), which must go on (`handshake.rs`, "The gate").
-    fn wait_control(
-        &self,
-        yield_to_gate: Option<&crate::handshake::Slot>,
-        mut done: impl FnMut(&Control) -> bool,
-    ) -> bool {
+    /// Waits until `done` holds of the control block.
+    ///
+    /// A call at the heap limit (`Waiter::Call`) just waits: its `done`
+    /// gives up when the collector is stuck (`wait_for_ragged_cycle`).
+    ///
+    /// A mutator waiting between its own calls (`Waiter::Gate`) gives up
+    /// when the handshake's gate opens, and this returns false: the cycle
+    /// waited for is stuck on a call that may be waiting for this very
+    /// thread (a scoped thread's parent), which must go on (`handshake.rs`,
+    /// "The gate"). A program's wait (`Waiter::Program`) has no calls of
+    /// its own to go on with: it panics, naming itself, if the cycle stays
+    /// stuck on calls whose threads all sleep without waking for
+    /// [`STALL_PATIENCE`](crate::thread_state::STALL_PATIENCE)
+    /// (`thread_state::Stall`).
+    fn wait_control(&self, waiter: Waiter<'_>, mut done: impl FnMut(&Control) -> bool) -> bool {
         // The cycle's sweep and finalizer may send page runs to this thread
         // meanwhile: it takes them back as it waits, so that it can reuse
         // the blocks (nothing waits for that: a page with runs out is swept
         // all the same).
         let reclaim = loam_heap::reclaim_runs;
-        let Some(slot) = yield_to_gate else {
-            let mut c = self.control.lock();
-            while !done(&c) {
-                drop(c);
-                reclaim();
-                c = self.control.lock();
-                if done(&c) {
-                    break;
-                }
-                self.control_cv
-                    .wait_for(&mut c, std::time::Duration::from_millis(1));
-            }
-            return true;
+        let what = match waiter {
+            Waiter::Gate(slot) => return self.wait_at_gate(slot, done),
+            Waiter::Call => None,
+            Waiter::Program(what) => Some(what),
         };
+        let mut stall = crate::thread_state::Stall::new(crate::thread_state::STALL_PATIENCE);
+        let mut next_look = Instant::now() + STALL_LOOKS;
+        let mut c = self.control.lock();
+        while !done(&c) {
+            drop(c);
+            reclaim();
+            if let Some(what) = what.filter(|_| Instant::now() >= next_look) {
+                next_look = Instant::now() + STALL_LOOKS;
+                self.panic_if_stalled(&mut stall, what);
+            }
+            c = self.control.lock();
+            if done(&c) {
+                break;
+            }
+            self.control_cv.wait_for(&mut c, Duration::from_millis(1));
+        }
+        true
+    }
+
+    /// `wait_control` for a mutator between its own calls.
+    fn wait_at_gate(&self, slot: &crate::handshake::Slot, mut done: impl FnMut(&Control) -> bool) -> bool {
+        let reclaim = loam_heap::reclaim_runs;
         self.handshake.begin_wait(slot);
         let r = {
             let mut c = self.control.lock();
@@ -351,6 +386,29 @@ impl Shared {
         };
         self.handshake.end_wait(slot);
         r
+    }
+
+    /// One look of a program's wait for a cycle at the calls under way
+    /// (`wait_control`); panics if they have stalled the cycle for the
+    /// patience.
+    fn panic_if_stalled(&self, stall: &mut crate::thread_state::Stall, what: &str) {
+        let threads: Vec<u32> = self
+            .mutators
+            .lock()
+            .iter()
+            .filter(|m| m.slot.is_inside())
+            .map(|m| m.slot.thread())
+            .collect();
+        if stall.stalled(self.handshake.awaits_calls(), threads) {
+            panic!(
+                "loam: {what} waited {} s for a cycle held up by mutate calls whose \
+                 threads all sleep and have not woken: the calls wait for this \
+                 thread, which waits for them. A thread that a mutate call waits \
+                 for (a scoped thread it joins, or a thread holding a lock it \
+                 wants) must not call collect or wait_for_cycle.",
+                crate::thread_state::STALL_PATIENCE.as_secs()
+            );
+        }
     }
 
     /// The mark under way found `bytes` more (its GC threads, its
@@ -458,7 +516,7 @@ impl Shared {
             }
         }
         let mut progress = false;
-        self.wait_control(Some(slot), |c| {
+        self.wait_control(Waiter::Gate(slot), |c| {
             progress = c.completed != seen
                 || c.shutdown
                 || !self.over_pace()
@@ -499,7 +557,7 @@ impl Shared {
         // Counted before the first read of the credit (`mark::Share`,
         // "Why a wake is never lost for long").
         share.wait_for_credit(true);
-        let waited = self.wait_control(Some(slot), |c| {
+        let waited = self.wait_control(Waiter::Gate(slot), |c| {
             over = c.completed != seen || c.shutdown || !self.over_pace();
             // A round ends when its work runs out, and the next one (what
             // the barriers shaded meanwhile) is offered anew: 1.3 ms later
@@ -521,7 +579,9 @@ impl Shared {
             }
             c.completed + 1
         };
-        self.wait_control(None, |c| c.completed >= target || c.shutdown);
+        self.wait_control(Waiter::Program("wait_for_cycle"), |c| {
+            c.completed >= target || c.shutdown
+        });
     }
 
     /// Panics where waiting for a cycle would wait for itself.
@@ -548,7 +608,11 @@ impl Shared {
     /// as [`wait_control`](Self::wait_control) says.
     pub(crate) fn collect(&self, yield_to_gate: Option<&crate::handshake::Slot>) {
         self.refuse_waits("collect");
-        if !self.wait_control(yield_to_gate, |c| c.phase == Phase::Idle) {
+        let waiter = || match yield_to_gate {
+            Some(slot) => Waiter::Gate(slot),
+            None => Waiter::Program("collect"),
+        };
+        if !self.wait_control(waiter(), |c| c.phase == Phase::Idle) {
             return;
         }
         // Blocks earlier sweeps sent this thread (or an exited thread's heap
@@ -565,7 +629,7 @@ impl Shared {
             self.control_cv.notify_all();
             target
         };
-        self.wait_control(yield_to_gate, |c| c.completed >= target || c.shutdown);
+        self.wait_control(waiter(), |c| c.completed >= target || c.shutdown);
     }
 }
 
@@ -711,7 +775,11 @@ impl Runtime {
     /// for: this panics instead).
     ///
     /// # Panics
-    /// Inside a `mutate` call of any runtime.
+    /// Inside a `mutate` call of any runtime. On a thread that a `mutate`
+    /// call of this runtime waits for (a scoped thread it joins, or a
+    /// thread holding a lock it wants), whose cycle would wait for that
+    /// call: once the calls under way have all slept without waking for
+    /// 10 s while the collector waits for them, rather than hang.
     pub fn collect(&self) {
         self.handle.shared.collect(None);
     }
@@ -752,7 +820,9 @@ impl Runtime {
     ///
     /// # Panics
     /// Inside a `mutate` call (a cycle under way may be waiting for it), or
-    /// in a destructor of this runtime (it would wait for itself).
+    /// in a destructor of this runtime (it would wait for itself); on a
+    /// thread that a `mutate` call waits for, as
+    /// [`collect`](Self::collect).
     pub fn wait_for_drops(&self) {
         let shared = &*self.handle.shared;
         assert!(
@@ -769,12 +839,9 @@ impl Runtime {
             "loam: wait_for_drops called from a destructor of the same runtime: \
              it would wait for itself"
         );
-        {
-            let mut c = shared.control.lock();
-            while c.phase != Phase::Idle && !c.shutdown {
-                shared.control_cv.wait(&mut c);
-            }
-        }
+        shared.wait_control(Waiter::Program("wait_for_drops"), |c| {
+            c.phase == Phase::Idle || c.shutdown
+        });
         shared.finalizer.wait_idle();
     }
 
@@ -827,7 +894,8 @@ impl Runtime {
     ///
     /// # Panics
     /// As [`collect`](Self::collect): inside a `mutate` call, on a GC
-    /// thread, or in this runtime's `on_cycle` hook.
+    /// thread, in this runtime's `on_cycle` hook, or on a thread that a
+    /// `mutate` call waits for.
     pub fn wait_for_cycle(&self) {
         self.handle.shared.wait_for_cycle();
     }

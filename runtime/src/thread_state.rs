@@ -147,6 +147,89 @@ impl Running {
     }
 }
 
+/// How long a program's wait for a cycle (`collect`, `wait_for_cycle`)
+/// watches the cycle held up by calls that all sleep without waking before
+/// it panics ([`Stall`]).
+pub(crate) const STALL_PATIENCE: Duration = Duration::from_secs(10);
+
+/// A program's wait for a cycle, watching for the one wait that cannot
+/// end: the cycle waits for every `mutate` call under way (its stop, or a
+/// ragged mark's start or end), and a call under way waits for the thread
+/// that waits for the cycle (a scoped thread it joins, or a lock the
+/// waiting thread holds). Nothing can undo that, and a hang tells the
+/// program nothing, so the wait panics with the reason instead.
+///
+/// # When it is taken to be that
+/// For [`patience`](Self::new) on end, at looks a while apart: the
+/// collector waits for calls under way (a stop, or a ragged mark's start
+/// or end: `Handshake::awaits_calls`), the same calls are under way on the
+/// same threads, and each of those threads is asleep and has not woken
+/// since the first look (its voluntary context switches have not moved).
+/// Every call under way, not only those the collector waits for: a call
+/// that runs may yet end what the others wait for. A call that
+/// waits for anything else (I/O, a lock that another thread will release,
+/// a sleep) wakes within that time in any program that runs at all, and
+/// one that keeps the collector waiting that long holds up every
+/// allocation past pacing as it is (README, "Known problems"). Where
+/// thread states are unknown (not Linux, loom) nothing is taken for a
+/// stall, and the wait hangs as before.
+#[derive(Debug)]
+pub(crate) struct Stall {
+    patience: Duration,
+    /// The first look of the current stretch: when, and the threads of the
+    /// calls under way with their voluntary context switches then.
+    first: Option<(Instant, Vec<(u32, u64)>)>,
+}
+
+impl Stall {
+    pub(crate) fn new(patience: Duration) -> Self {
+        Stall {
+            patience,
+            first: None,
+        }
+    }
+
+    /// One look: `awaited` (the collector waits for calls under way) and
+    /// `threads` (the threads of the calls under way, as [`current`] gave
+    /// them). True once the stretch of looks that found the same threads
+    /// asleep, none woken, the collector waiting, has lasted the patience.
+    pub(crate) fn stalled(
+        &mut self,
+        awaited: bool,
+        threads: impl IntoIterator<Item = u32>,
+    ) -> bool {
+        let now = self.look(awaited, threads);
+        match (&self.first, now) {
+            (Some((since, first)), Some(now)) if *first == now => since.elapsed() >= self.patience,
+            (_, now) => {
+                self.first = now.map(|now| (Instant::now(), now));
+                false
+            }
+        }
+    }
+
+    /// The threads with their switches, sorted, if the collector waits
+    /// and every one is asleep; `None` otherwise (or if there is none).
+    fn look(
+        &self,
+        awaited: bool,
+        threads: impl IntoIterator<Item = u32>,
+    ) -> Option<Vec<(u32, u64)>> {
+        if !awaited {
+            return None;
+        }
+        let mut seen = Vec::new();
+        for tid in threads {
+            match look(tid)? {
+                (true, switches) => seen.push((tid, switches)),
+                (false, _) => return None,
+            }
+        }
+        seen.sort_unstable();
+        (!seen.is_empty()).then_some(seen)
+    }
+}
+
 #[cfg(all(test, target_os = "linux", not(loom)))]
 mod tests {
     use super::*;
@@ -226,5 +309,60 @@ mod tests {
         t.join().unwrap();
         assert_eq!(look(0), None);
         assert!(!Running::new(HOUR).none_waits([]));
+    }
+
+    /// A program's wait takes a stall only while the collector waits and
+    /// the same threads sleep, none waking, for the whole patience: the
+    /// collector no longer waiting, a thread that wakes, or one that runs
+    /// starts the stretch afresh.
+    #[test]
+    fn a_stall_is_the_same_threads_asleep_and_unwoken_for_the_patience() {
+        const PATIENCE: Duration = Duration::from_millis(50);
+        let (tx, rx) = mpsc::channel::<()>();
+        let (tid_tx, tid_rx) = mpsc::channel();
+        let t = std::thread::spawn(move || {
+            tid_tx.send(current()).unwrap();
+            while rx.recv().is_ok() {}
+        });
+        let tid = tid_rx.recv().unwrap();
+        let stalled_within = |st: &mut Stall, threads: &[u32]| {
+            let start = Instant::now();
+            while !st.stalled(true, threads.iter().copied()) {
+                if start.elapsed() > Duration::from_secs(10) {
+                    return None;
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            Some(start.elapsed())
+        };
+        let mut st = Stall::new(PATIENCE);
+        assert!(!st.stalled(false, [tid]), "the collector does not wait");
+        let took = stalled_within(&mut st, &[tid]).expect("a blocked thread never stalled");
+        assert!(took >= PATIENCE, "stalled after {took:?}");
+        // The collector no longer waits: the next stretch starts afresh.
+        assert!(!st.stalled(false, [tid]));
+        assert!(!st.stalled(true, [tid]));
+        // The thread wakes (and sleeps again): afresh as well.
+        std::thread::sleep(PATIENCE);
+        tx.send(()).unwrap();
+        std::thread::sleep(Duration::from_millis(5));
+        assert!(
+            !st.stalled(true, [tid]),
+            "a thread that woke counted as stalled"
+        );
+        assert!(stalled_within(&mut st, &[tid]).is_some());
+        // A running thread (this one) is never part of a stall, nor are no
+        // threads at all.
+        let me = current();
+        let mut st = Stall::new(Duration::ZERO);
+        for _ in 0..20 {
+            assert!(
+                !st.stalled(true, [tid, me]),
+                "a running thread counted as stalled"
+            );
+        }
+        assert!(!Stall::new(Duration::ZERO).stalled(true, []));
+        drop(tx);
+        t.join().unwrap();
     }
 }

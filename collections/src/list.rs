@@ -175,7 +175,8 @@ unsafe fn in_use<'gc, T: CellValue + Trace + 'gc>(items: Items<'gc, T>, len: usi
 ///   which the list's trace reports; slots `len..filled` hold values
 ///   nothing reports (stale, possibly freed), slots `filled..` were never
 ///   written; both are written only by `ListWriter::fill` /
-///   `ListWriter::fill_run` before `len` grows over them.
+///   `ListWriter::fill_run` and the fast pushes (`push_at_filled`,
+///   `push_at_written`) before `len` grows over them.
 /// - Every array but `items` is initialised throughout (module docs).
 /// - Every store happens under the writer lock, after `log.record` in the
 ///   same `mutate` call (`ListWriter`).
@@ -221,8 +222,8 @@ impl<'gc, T: CellValue + Trace + 'gc> ListObj<'gc, T> {
     /// A push into slot `len`, the list's length, which is at `filled`:
     /// the slot written plainly, the length stored over it, then the
     /// shade, skipped while no marker has met the list (`shade_pushed`).
-    /// The one fast push both `GcList::try_push` and
-    /// `ListWriter::try_push` make.
+    /// One of the two fast pushes (with `push_at_written`) that both
+    /// `GcList::try_push` and `ListWriter::try_push` make.
     ///
     /// # Safety
     /// `len` is the list's length, `len < items.len()` and `len >=
@@ -487,8 +488,8 @@ impl<'a, 'gc, T: CellValue + Trace + 'gc> ListWriter<'a, 'gc, T> {
         (r, state)
     }
 
-    /// A push that grows the array first, or stores into a slot written
-    /// before (after a pop).
+    /// A push that grows the array first (`try_push` takes it only when
+    /// the array is full).
     #[inline]
     fn push_slow(&self, value: T) -> Result<(), AllocError<T>> {
         let len = self.len.get();

@@ -223,10 +223,12 @@
 //! - A thread that a `mutate` call waits for (a scoped thread it joins, a
 //!   thread holding a lock it wants) must not call `collect`,
 //!   `wait_for_cycle` or `wait_for_drops`: they wait for a cycle, which
-//!   waits for every call under way, so that wait cannot end. It panics
-//!   instead, once the calls under way have all slept without waking for
-//!   10 s while the collector waits for them (`thread_state.rs`, `Stall`):
-//!   a clear message rather than a hang. Entering `mutate` there is fine:
+//!   waits for every call under way, so that wait cannot end. On Linux it
+//!   panics instead, a clear message rather than a hang, once the
+//!   collector has waited 10 s for calls that all sleep in waits for
+//!   other threads, none waking, while no other thread of the process
+//!   runs (`thread_state.rs`, `Stall`; a call that waits that long for a
+//!   thread blocked on I/O reads the same). Entering `mutate` there is fine:
 //!   a stop that waits past its patience for a call whose thread is
 //!   blocked lets waiting mutators in (`handshake.rs`, "The gate").
 //!

@@ -51,7 +51,6 @@ pub(crate) struct Control {
     pub(crate) ragged_epoch: u64,
 }
 
-/// Everything the mutators, roots and collector share.
 /// Who waits for the collector in [`Shared::wait_control`], which decides
 /// what the wait does when the cycle is stuck on the calls under way.
 enum Waiter<'a> {
@@ -69,6 +68,7 @@ enum Waiter<'a> {
 /// for a stall.
 const STALL_LOOKS: Duration = Duration::from_millis(100);
 
+/// Everything the mutators, roots and collector share.
 pub(crate) struct Shared {
     pub(crate) id: u16,
     pub(crate) config: Config,
@@ -401,11 +401,13 @@ impl Shared {
             .collect();
         if stall.stalled(self.handshake.awaits_calls(), threads) {
             panic!(
-                "loam: {what} waited {} s for a cycle held up by mutate calls whose \
-                 threads all sleep and have not woken: the calls wait for this \
-                 thread, which waits for them. A thread that a mutate call waits \
-                 for (a scoped thread it joins, or a thread holding a lock it \
-                 wants) must not call collect or wait_for_cycle.",
+                "loam: {what} waited {} s for a cycle held up by mutate calls \
+                 whose threads all wait for other threads and have not woken, \
+                 while no other thread of the process ran: most likely the calls \
+                 wait for this thread, which waits for them. A thread that a \
+                 mutate call waits for (a scoped thread it joins, or a thread \
+                 holding a lock it wants) must not call collect, wait_for_cycle \
+                 or wait_for_drops.",
                 crate::thread_state::STALL_PATIENCE.as_secs()
             );
         }
@@ -778,8 +780,11 @@ impl Runtime {
     /// Inside a `mutate` call of any runtime. On a thread that a `mutate`
     /// call of this runtime waits for (a scoped thread it joins, or a
     /// thread holding a lock it wants), whose cycle would wait for that
-    /// call: once the calls under way have all slept without waking for
-    /// 10 s while the collector waits for them, rather than hang.
+    /// call, rather than hang: on Linux, once the collector has waited 10
+    /// s for calls that all sleep in waits for other threads, none
+    /// waking, while no other thread of the process runs. (A call that
+    /// waits that long for a thread which itself waits on I/O reads the
+    /// same, and gets the same panic.)
     pub fn collect(&self) {
         self.handle.shared.collect(None);
     }

@@ -147,10 +147,48 @@ impl Running {
     }
 }
 
-/// How long a program's wait for a cycle (`collect`, `wait_for_cycle`)
-/// watches the cycle held up by calls that all sleep without waking before
-/// it panics ([`Stall`]).
+/// How long a program's wait for a cycle (`collect`, `wait_for_cycle`,
+/// `wait_for_drops`) watches a stall before it panics ([`Stall`]).
 pub(crate) const STALL_PATIENCE: Duration = Duration::from_secs(10);
+
+/// Whether thread `tid` sleeps in a futex wait with no timeout (a join, a
+/// lock, a condition variable, a channel: what one thread waits in for
+/// another), from `/proc/self/task/<tid>/syscall` ("202 0x... 0x80 0x2
+/// 0x0 ...": the call's number, then its arguments, the fourth the
+/// timeout). `None` where unknown.
+fn waits_for_a_thread(tid: u32) -> Option<bool> {
+    if tid == 0 || cfg!(loom) || !cfg!(target_os = "linux") {
+        return None;
+    }
+    let call = std::fs::read_to_string(format!("/proc/self/task/{tid}/syscall")).ok()?;
+    let mut words = call.split_whitespace();
+    let nr: i64 = words.next()?.parse().ok()?;
+    let timeout = words.nth(3)?;
+    #[cfg(target_os = "linux")]
+    let futex = nr == libc::SYS_futex;
+    #[cfg(not(target_os = "linux"))]
+    let futex = false;
+    Some(futex && timeout == "0x0")
+}
+
+/// CPU time (clock ticks) the process's other threads have used: the
+/// process's user and system time less the calling thread's. `None` where
+/// unknown.
+fn others_cpu() -> Option<u64> {
+    if cfg!(loom) || !cfg!(target_os = "linux") {
+        return None;
+    }
+    // "pid (comm) state ppid ... utime stime ...": fields 14 and 15, the
+    // 12th and 13th after the name (which may hold spaces).
+    let ticks = |path: &str| -> Option<u64> {
+        let stat = std::fs::read_to_string(path).ok()?;
+        let mut after = stat.get(stat.rfind(')')? + 1..)?.split_whitespace();
+        let utime: u64 = after.nth(11)?.parse().ok()?;
+        let stime: u64 = after.next()?.parse().ok()?;
+        Some(utime + stime)
+    };
+    Some(ticks("/proc/self/stat")?.saturating_sub(ticks("/proc/thread-self/stat")?))
+}
 
 /// A program's wait for a cycle, watching for the one wait that cannot
 /// end: the cycle waits for every `mutate` call under way (its stop, or a
@@ -160,25 +198,54 @@ pub(crate) const STALL_PATIENCE: Duration = Duration::from_secs(10);
 /// program nothing, so the wait panics with the reason instead.
 ///
 /// # When it is taken to be that
-/// For [`patience`](Self::new) on end, at looks a while apart: the
-/// collector waits for calls under way (a stop, or a ragged mark's start
-/// or end: `Handshake::awaits_calls`), the same calls are under way on the
-/// same threads, and each of those threads is asleep and has not woken
-/// since the first look (its voluntary context switches have not moved).
-/// Every call under way, not only those the collector waits for: a call
-/// that runs may yet end what the others wait for. A call that
-/// waits for anything else (I/O, a lock that another thread will release,
-/// a sleep) wakes within that time in any program that runs at all, and
-/// one that keeps the collector waiting that long holds up every
-/// allocation past pacing as it is (README, "Known problems"). Where
-/// thread states are unknown (not Linux, loom) nothing is taken for a
-/// stall, and the wait hangs as before.
+/// For [`patience`](Self::new) on end, at looks a while apart, all of:
+/// - the collector waits for calls under way (`Handshake::awaits_calls`);
+/// - the same calls are under way on the same threads, each asleep in a
+///   futex wait with no timeout (what a join, a lock, a condition variable
+///   or a channel waits in; not I/O, not a sleep, which end by
+///   themselves), and none has woken since the first look (its voluntary
+///   context switches have not moved): every call under way, not only
+///   those awaited, since a call that runs may yet end what the others
+///   wait for;
+/// - the process's other threads together have used under 1% of a CPU
+///   meanwhile: a call that joins a thread which computes (and would end)
+///   is not a stall.
+///
+/// What is left is a program whose every call under way waits for another
+/// thread, while no thread of the process computes: the calls wait for
+/// this one, or for threads that wait for I/O (a channel whose sender
+/// reads a socket) longer than the patience, which such a wait then
+/// takes for a stall too. Where thread states are unknown (not Linux,
+/// loom) nothing is taken for a stall, and the wait hangs as before.
 #[derive(Debug)]
 pub(crate) struct Stall {
     patience: Duration,
-    /// The first look of the current stretch: when, and the threads of the
-    /// calls under way with their voluntary context switches then.
-    first: Option<(Instant, Vec<(u32, u64)>)>,
+    /// The first look of the current stretch: when, and what it saw.
+    first: Option<(Instant, Sight)>,
+}
+
+/// What one look of a [`Stall`] saw: the threads of the calls under way
+/// with their voluntary context switches (sorted), and the CPU time of
+/// the process's other threads.
+#[derive(Debug)]
+struct Sight {
+    threads: Vec<(u32, u64)>,
+    cpu: u64,
+}
+
+/// Clock ticks a second, as `/proc` counts CPU time (`USER_HZ`).
+fn ticks_per_second() -> u64 {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: `sysconf` reads a constant of the system; no memory of
+        // ours is touched.
+        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+        u64::try_from(hz).ok().filter(|&hz| hz > 0).unwrap_or(100)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        100
+    }
 }
 
 impl Stall {
@@ -191,16 +258,36 @@ impl Stall {
 
     /// One look: `awaited` (the collector waits for calls under way) and
     /// `threads` (the threads of the calls under way, as [`current`] gave
-    /// them). True once the stretch of looks that found the same threads
-    /// asleep, none woken, the collector waiting, has lasted the patience.
+    /// them). True once a stretch of looks that found the same threads
+    /// waiting for other threads, none woken, the collector waiting and
+    /// the rest of the process idle, has lasted the patience.
     pub(crate) fn stalled(
         &mut self,
         awaited: bool,
         threads: impl IntoIterator<Item = u32>,
     ) -> bool {
-        let now = self.look(awaited, threads);
+        let now = Self::look(awaited, threads);
+        self.judge(now)
+    }
+
+    /// [`stalled`](Self::stalled) on what a look saw.
+    fn judge(&mut self, now: Option<Sight>) -> bool {
         match (&self.first, now) {
-            (Some((since, first)), Some(now)) if *first == now => since.elapsed() >= self.patience,
+            (Some((since, first)), Some(now)) if first.threads == now.threads => {
+                let elapsed = since.elapsed();
+                // Under 1% of one CPU over the patience (or the stretch,
+                // if longer) since the first look: `/proc` counts in
+                // ticks, and charges a whole one to a thread that ran in
+                // it for a moment, so not a share of the stretch so far.
+                let window =
+                    u64::try_from(elapsed.max(self.patience).as_millis()).unwrap_or(u64::MAX);
+                let allowed = window.saturating_mul(ticks_per_second()) / 100_000;
+                if now.cpu.saturating_sub(first.cpu) > allowed {
+                    self.first = Some((Instant::now(), now));
+                    return false;
+                }
+                elapsed >= self.patience
+            }
             (_, now) => {
                 self.first = now.map(|now| (Instant::now(), now));
                 false
@@ -208,25 +295,22 @@ impl Stall {
         }
     }
 
-    /// The threads with their switches, sorted, if the collector waits
-    /// and every one is asleep; `None` otherwise (or if there is none).
-    fn look(
-        &self,
-        awaited: bool,
-        threads: impl IntoIterator<Item = u32>,
-    ) -> Option<Vec<(u32, u64)>> {
+    /// What a look sees, if the collector waits and every thread sleeps in
+    /// a wait for another thread; `None` otherwise (or if there is none).
+    fn look(awaited: bool, threads: impl IntoIterator<Item = u32>) -> Option<Sight> {
         if !awaited {
             return None;
         }
         let mut seen = Vec::new();
         for tid in threads {
             match look(tid)? {
-                (true, switches) => seen.push((tid, switches)),
-                (false, _) => return None,
+                (true, switches) if waits_for_a_thread(tid)? => seen.push((tid, switches)),
+                _ => return None,
             }
         }
         seen.sort_unstable();
-        (!seen.is_empty()).then_some(seen)
+        let cpu = others_cpu()?;
+        (!seen.is_empty()).then_some(Sight { threads: seen, cpu })
     }
 }
 
@@ -311,58 +395,95 @@ mod tests {
         assert!(!Running::new(HOUR).none_waits([]));
     }
 
-    /// A program's wait takes a stall only while the collector waits and
-    /// the same threads sleep, none waking, for the whole patience: the
-    /// collector no longer waiting, a thread that wakes, or one that runs
-    /// starts the stretch afresh.
+    /// A look sees a stall's makings only while the collector waits and
+    /// every thread given sleeps in a wait for another thread: one blocked
+    /// on a channel does; one that sleeps (it ends by itself), one that
+    /// runs, or none at all do not.
     #[test]
-    fn a_stall_is_the_same_threads_asleep_and_unwoken_for_the_patience() {
-        const PATIENCE: Duration = Duration::from_millis(50);
+    fn a_look_sees_threads_that_wait_for_other_threads() {
         let (tx, rx) = mpsc::channel::<()>();
         let (tid_tx, tid_rx) = mpsc::channel();
-        let t = std::thread::spawn(move || {
+        let blocked = std::thread::spawn(move || {
             tid_tx.send(current()).unwrap();
             while rx.recv().is_ok() {}
         });
         let tid = tid_rx.recv().unwrap();
-        let stalled_within = |st: &mut Stall, threads: &[u32]| {
-            let start = Instant::now();
-            while !st.stalled(true, threads.iter().copied()) {
-                if start.elapsed() > Duration::from_secs(10) {
-                    return None;
-                }
-                std::thread::sleep(Duration::from_millis(2));
+        let (stop_tx, stop_rx) = mpsc::channel::<()>();
+        let (sleeper_tx, sleeper_rx) = mpsc::channel();
+        let sleeper = std::thread::spawn(move || {
+            sleeper_tx.send(current()).unwrap();
+            while stop_rx.try_recv().is_err() {
+                std::thread::sleep(Duration::from_secs(1));
             }
-            Some(start.elapsed())
-        };
-        let mut st = Stall::new(PATIENCE);
-        assert!(!st.stalled(false, [tid]), "the collector does not wait");
-        let took = stalled_within(&mut st, &[tid]).expect("a blocked thread never stalled");
-        assert!(took >= PATIENCE, "stalled after {took:?}");
-        // The collector no longer waits: the next stretch starts afresh.
-        assert!(!st.stalled(false, [tid]));
-        assert!(!st.stalled(true, [tid]));
-        // The thread wakes (and sleeps again): afresh as well.
-        std::thread::sleep(PATIENCE);
-        tx.send(()).unwrap();
-        std::thread::sleep(Duration::from_millis(5));
+        });
+        let sleeper_tid = sleeper_rx.recv().unwrap();
+        let seen = (0..10_000).find_map(|_| {
+            std::thread::sleep(Duration::from_millis(1));
+            Stall::look(true, [tid])
+        });
+        let seen = seen.expect("a thread blocked on a channel was never seen waiting");
+        assert_eq!(seen.threads.len(), 1);
+        assert_eq!(seen.threads[0].0, tid);
         assert!(
-            !st.stalled(true, [tid]),
-            "a thread that woke counted as stalled"
+            Stall::look(false, [tid]).is_none(),
+            "the collector does not wait"
         );
-        assert!(stalled_within(&mut st, &[tid]).is_some());
-        // A running thread (this one) is never part of a stall, nor are no
-        // threads at all.
-        let me = current();
-        let mut st = Stall::new(Duration::ZERO);
+        assert!(Stall::look(true, []).is_none());
+        assert!(
+            Stall::look(true, [tid, current()]).is_none(),
+            "this thread runs"
+        );
         for _ in 0..20 {
             assert!(
-                !st.stalled(true, [tid, me]),
-                "a running thread counted as stalled"
+                Stall::look(true, [sleeper_tid]).is_none(),
+                "a sleeping thread was taken for one waiting for another"
             );
+            std::thread::sleep(Duration::from_millis(1));
         }
-        assert!(!Stall::new(Duration::ZERO).stalled(true, []));
         drop(tx);
-        t.join().unwrap();
+        blocked.join().unwrap();
+        stop_tx.send(()).unwrap();
+        sleeper.join().unwrap();
+    }
+
+    /// A stall is the same threads, none woken, with the rest of the
+    /// process idle, for the whole patience: a change of threads, a
+    /// wake-up, another thread's CPU time or a look that saw nothing
+    /// starts the stretch afresh.
+    #[test]
+    fn a_stall_is_the_same_sight_for_the_patience() {
+        const PATIENCE: Duration = Duration::from_millis(30);
+        let sight = |threads: &[(u32, u64)], cpu| {
+            Some(Sight {
+                threads: threads.to_vec(),
+                cpu,
+            })
+        };
+        let stalled_after = |st: &mut Stall, threads: &[(u32, u64)], cpu| {
+            let start = Instant::now();
+            while !st.judge(sight(threads, cpu)) {
+                assert!(start.elapsed() < Duration::from_secs(10), "never stalled");
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            start.elapsed()
+        };
+        let mut st = Stall::new(PATIENCE);
+        assert!(stalled_after(&mut st, &[(7, 3)], 100) >= PATIENCE);
+        // A look that saw nothing, then the stretch anew.
+        assert!(!st.judge(None));
+        assert!(!st.judge(sight(&[(7, 3)], 100)));
+        // Woken (switches moved), or another thread.
+        for changed in [sight(&[(7, 4)], 100), sight(&[(7, 4), (9, 1)], 100)] {
+            assert!(!st.judge(changed));
+        }
+        // Other threads' CPU time: ten seconds of it, far past 1% of any
+        // stretch this test can take.
+        std::thread::sleep(PATIENCE);
+        let busy = 100 + 10 * ticks_per_second();
+        assert!(
+            !st.judge(sight(&[(7, 4), (9, 1)], busy)),
+            "the process computed"
+        );
+        assert!(stalled_after(&mut st, &[(7, 4), (9, 1)], busy) >= PATIENCE);
     }
 }

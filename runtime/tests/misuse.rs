@@ -31,16 +31,6 @@ fn within<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static)
     }
 }
 
-/// The text of a panic's payload (`panic!` with arguments gives a
-/// `String`, without a `&str`).
-fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
-    payload
-        .downcast_ref::<String>()
-        .map(String::as_str)
-        .or_else(|| payload.downcast_ref::<&str>().copied())
-        .unwrap_or("")
-}
-
 fn rt() -> RuntimeBuilder {
     Runtime::builder().gc_threads(2).ignore_env().verify(true)
 }
@@ -313,54 +303,6 @@ fn a_scoped_thread_may_enter_mutate_while_a_stop_is_pending() {
         total
     });
     assert_eq!(total, (0..100).sum::<u64>() + 500);
-}
-
-/// Finding 7, the other half: threads that a `mutate` call joins call
-/// `collect`, `wait_for_cycle` and `wait_for_drops`, whose cycle waits for
-/// that very call. Those waits cannot end: once the call's thread has
-/// slept without waking for the stall patience (10 s), each panics saying
-/// why, the call's join returns, and the runtime goes on: the cycle the
-/// first one asked for completes once the call returns, and so does the
-/// next collection.
-#[test]
-fn waits_for_a_cycle_from_threads_a_mutate_call_joins_panic_rather_than_hang() {
-    let rt = rt().build();
-    let rt2 = rt.clone();
-    let messages = within("waits for a cycle from scoped threads", move || {
-        let mut m = rt2.attach();
-        let wait = |name: &'static str, f: &(dyn Fn() + Sync)| {
-            let payload = catch_unwind(AssertUnwindSafe(f)).expect_err(name);
-            panic_message(payload.as_ref()).to_string()
-        };
-        m.mutate(|mc| {
-            let _x = mc.alloc(1_u64);
-            std::thread::scope(|s| {
-                let collect = s.spawn(|| wait("collect", &|| rt2.collect()));
-                // The others wait for the cycle that `collect` asked for.
-                while !mc.collection_pending() {
-                    std::thread::yield_now();
-                }
-                let cycle = s.spawn(|| wait("wait_for_cycle", &|| rt2.wait_for_cycle()));
-                let drops = s.spawn(|| wait("wait_for_drops", &|| rt2.wait_for_drops()));
-                [collect, cycle, drops].map(|t| t.join().unwrap())
-            })
-        })
-    });
-    for (name, msg) in ["collect", "wait_for_cycle", "wait_for_drops"]
-        .iter()
-        .zip(&messages)
-    {
-        assert!(
-            msg.contains(&format!("loam: {name} waited")) && msg.contains("must not call collect"),
-            "{name}: {msg}"
-        );
-    }
-    let before = rt.stats().cycles;
-    within("a collection after the stall", {
-        let rt = rt.clone();
-        move || rt.collect()
-    });
-    assert!(rt.stats().cycles > before);
 }
 
 type Inner<'gc> = Arc<GcLock<'gc, Vec<Gc<'gc, u64>>>>;

@@ -110,7 +110,11 @@ pub(crate) fn start(shared: Arc<Shared>) -> JoinHandle<()> {
         .name(format!("loam-gc-{id}"))
         .spawn(move || {
             COORDINATOR_OF.with(|c| c.set(id));
+            // It looks at the calls it waits for now and then (the gate's
+            // clock): out of a program wait's look for a stall.
+            let aside = crate::thread_state::aside();
             coordinator(&shared, &pool);
+            drop(aside);
             // The last cycle has swept: the finalizer runs what is left.
             shared.finalizer.close();
             let _ = finalizer.join();

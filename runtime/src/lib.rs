@@ -225,10 +225,10 @@
 //!   `wait_for_cycle` or `wait_for_drops`: they wait for a cycle, which
 //!   waits for every call under way, so that wait cannot end. On Linux it
 //!   panics instead, a clear message rather than a hang, once the
-//!   collector has waited 10 s for calls that all sleep in waits for
-//!   other threads, none waking, while no other thread of the process
-//!   runs (`thread_state.rs`, `Stall`; a call that waits that long for a
-//!   thread blocked on I/O reads the same). Entering `mutate` there is fine:
+//!   collector has waited 10 s for calls that wait for other threads
+//!   while no thread of the process can wake another: all wait for
+//!   threads, none runs or waits on I/O, a sleep or a child, none wakes
+//!   (Go's deadlock rule; `thread_state.rs`, `Stall`). Entering `mutate` there is fine:
 //!   a stop that waits past its patience for a call whose thread is
 //!   blocked lets waiting mutators in (`handshake.rs`, "The gate").
 //!

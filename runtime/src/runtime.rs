@@ -328,7 +328,8 @@ impl Shared {
     /// thread (a scoped thread's parent), which must go on (`handshake.rs`,
     /// "The gate"). A program's wait (`Waiter::Program`) has no calls of
     /// its own to go on with: it panics, naming itself, if the cycle stays
-    /// stuck on calls whose threads all sleep without waking for
+    /// stuck on calls that wait for other threads while no thread of the
+    /// process can wake another, for
     /// [`STALL_PATIENCE`](crate::thread_state::STALL_PATIENCE)
     /// (`thread_state::Stall`).
     fn wait_control(&self, waiter: Waiter<'_>, mut done: impl FnMut(&Control) -> bool) -> bool {
@@ -343,6 +344,9 @@ impl Shared {
             Waiter::Program(what) => Some(what),
         };
         let mut stall = crate::thread_state::Stall::new(crate::thread_state::STALL_PATIENCE);
+        // This thread polls: out of every program wait's look at the
+        // process, its own and others'.
+        let _aside = what.map(|_| crate::thread_state::aside());
         let mut next_look = Instant::now() + STALL_LOOKS;
         let mut c = self.control.lock();
         while !done(&c) {
@@ -402,9 +406,9 @@ impl Shared {
         if stall.stalled(self.handshake.awaits_calls(), threads) {
             panic!(
                 "loam: {what} waited {} s for a cycle held up by mutate calls \
-                 whose threads all wait for other threads and have not woken, \
-                 while no other thread of the process ran: most likely the calls \
-                 wait for this thread, which waits for them. A thread that a \
+                 that wait for other threads, while every other thread of the \
+                 process waited too and none woke: the calls can only be waiting \
+                 for this thread (or for each other). A thread that a \
                  mutate call waits for (a scoped thread it joins, or a thread \
                  holding a lock it wants) must not call collect, wait_for_cycle \
                  or wait_for_drops.",
@@ -781,10 +785,10 @@ impl Runtime {
     /// call of this runtime waits for (a scoped thread it joins, or a
     /// thread holding a lock it wants), whose cycle would wait for that
     /// call, rather than hang: on Linux, once the collector has waited 10
-    /// s for calls that all sleep in waits for other threads, none
-    /// waking, while no other thread of the process runs. (A call that
-    /// waits that long for a thread which itself waits on I/O reads the
-    /// same, and gets the same panic.)
+    /// s for calls that wait for other threads (a join, a lock, a
+    /// channel) while every other thread of the process waits in the
+    /// same way or on a timeout longer than that, and none wakes. (A
+    /// program whose long timed wait would have ended it reads the same.)
     pub fn collect(&self) {
         self.handle.shared.collect(None);
     }

@@ -151,43 +151,78 @@ impl Running {
 /// `wait_for_drops`) watches a stall before it panics ([`Stall`]).
 pub(crate) const STALL_PATIENCE: Duration = Duration::from_secs(10);
 
-/// Whether thread `tid` sleeps in a futex wait with no timeout (a join, a
-/// lock, a condition variable, a channel: what one thread waits in for
-/// another), from `/proc/self/task/<tid>/syscall` ("202 0x... 0x80 0x2
-/// 0x0 ...": the call's number, then its arguments, the fourth the
-/// timeout). `None` where unknown.
-fn waits_for_a_thread(tid: u32) -> Option<bool> {
+/// What a sleeping thread sleeps in, from `/proc/self/task/<tid>/syscall`
+/// ("202 0x... 0x80 0x2 0x0 ...": the call's number, then its arguments,
+/// the fourth a futex wait's timeout). `None` where unknown.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Sleep {
+    /// A futex wait with no timeout: a join, a lock, a condition
+    /// variable, a channel; only another thread ends it.
+    Futex,
+    /// A futex wait with a timeout, which ends by itself (if it has not
+    /// within a stall's patience, its timeout is longer).
+    TimedFutex,
+    /// Anything else: I/O, a sleep, a child process, which end from
+    /// outside the process or by themselves.
+    Other,
+}
+
+fn sleep_of(tid: u32) -> Option<Sleep> {
     if tid == 0 || cfg!(loom) || !cfg!(target_os = "linux") {
         return None;
     }
     let call = std::fs::read_to_string(format!("/proc/self/task/{tid}/syscall")).ok()?;
     let mut words = call.split_whitespace();
+    // "running", or "-1 sp pc" outside a system call: not asleep in one.
     let nr: i64 = words.next()?.parse().ok()?;
     let timeout = words.nth(3)?;
-    #[cfg(target_os = "linux")]
-    let futex = nr == libc::SYS_futex;
-    #[cfg(not(target_os = "linux"))]
-    let futex = false;
-    Some(futex && timeout == "0x0")
+    Some(if !is_futex(nr) {
+        Sleep::Other
+    } else if timeout == "0x0" {
+        Sleep::Futex
+    } else {
+        Sleep::TimedFutex
+    })
 }
 
-/// CPU time (clock ticks) the process's other threads have used: the
-/// process's user and system time less the calling thread's. `None` where
-/// unknown.
-fn others_cpu() -> Option<u64> {
-    if cfg!(loom) || !cfg!(target_os = "linux") {
-        return None;
+/// Whether system call `nr` is a futex wait (`futex`, or `futex_time64`
+/// where `futex` takes a 32-bit time).
+fn is_futex(nr: i64) -> bool {
+    // `c_long`, so `i32` on 32-bit targets.
+    #[cfg(target_os = "linux")]
+    #[allow(clippy::useless_conversion)]
+    {
+        nr == i64::from(libc::SYS_futex) || (cfg!(target_pointer_width = "32") && nr == 422)
     }
-    // "pid (comm) state ppid ... utime stime ...": fields 14 and 15, the
-    // 12th and 13th after the name (which may hold spaces).
-    let ticks = |path: &str| -> Option<u64> {
-        let stat = std::fs::read_to_string(path).ok()?;
-        let mut after = stat.get(stat.rfind(')')? + 1..)?.split_whitespace();
-        let utime: u64 = after.nth(11)?.parse().ok()?;
-        let stime: u64 = after.next()?.parse().ok()?;
-        Some(utime + stime)
-    };
-    Some(ticks("/proc/self/stat")?.saturating_sub(ticks("/proc/thread-self/stat")?))
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = nr;
+        false
+    }
+}
+
+/// Threads a [`Stall`] leaves out of its look at the process: each
+/// program wait's own (it polls) and each collector's coordinator (it
+/// looks at the calls it waits for now and then).
+static ASIDE: std::sync::Mutex<Vec<u32>> = std::sync::Mutex::new(Vec::new());
+
+/// The calling thread left out of stall looks until this is dropped.
+pub(crate) struct Aside(u32);
+
+/// Leaves the calling thread out of stall looks while the result lives.
+pub(crate) fn aside() -> Aside {
+    let tid = current();
+    ASIDE.lock().unwrap_or_else(|e| e.into_inner()).push(tid);
+    Aside(tid)
+}
+
+impl Drop for Aside {
+    fn drop(&mut self) {
+        let mut aside = ASIDE.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(i) = aside.iter().position(|&t| t == self.0) {
+            aside.swap_remove(i);
+        }
+    }
 }
 
 /// A program's wait for a cycle, watching for the one wait that cannot
@@ -198,24 +233,25 @@ fn others_cpu() -> Option<u64> {
 /// program nothing, so the wait panics with the reason instead.
 ///
 /// # When it is taken to be that
-/// For [`patience`](Self::new) on end, at looks a while apart, all of:
+/// As Go's runtime finds a deadlock (every goroutine blocked, none on a
+/// timer or I/O): for [`patience`](Self::new) on end, at looks a while
+/// apart, all of:
 /// - the collector waits for calls under way (`Handshake::awaits_calls`);
-/// - the same calls are under way on the same threads, each asleep in a
-///   futex wait with no timeout (what a join, a lock, a condition variable
-///   or a channel waits in; not I/O, not a sleep, which end by
-///   themselves), and none has woken since the first look (its voluntary
-///   context switches have not moved): every call under way, not only
-///   those awaited, since a call that runs may yet end what the others
-///   wait for;
-/// - the process's other threads together have used under 1% of a CPU
-///   meanwhile: a call that joins a thread which computes (and would end)
-///   is not a stall.
+/// - each call under way is on a thread asleep in a futex wait with no
+///   timeout (what a join, a lock, a condition variable or a channel
+///   waits in), which only another thread can end;
+/// - every other thread of the process, but the program waits' own and
+///   the collectors' coordinators ([`aside`]), is asleep in a futex wait
+///   too (with a timeout longer than the stretch so far): none runs, none
+///   sleeps on I/O, a timer or a child process, which could end from
+///   outside and wake the rest;
+/// - no thread has woken since the first look (its voluntary context
+///   switches have not moved), and the threads are the same.
 ///
-/// What is left is a program whose every call under way waits for another
-/// thread, while no thread of the process computes: the calls wait for
-/// this one, or for threads that wait for I/O (a channel whose sender
-/// reads a socket) longer than the patience, which such a wait then
-/// takes for a stall too. Where thread states are unknown (not Linux,
+/// So no thread can wake another, and only a timed wait ending (after
+/// the patience) or another process could change that: a timed wait
+/// that then ends what the calls wait for is the one program this takes
+/// for a stall wrongly. Where thread states are unknown (not Linux,
 /// loom) nothing is taken for a stall, and the wait hangs as before.
 #[derive(Debug)]
 pub(crate) struct Stall {
@@ -224,29 +260,10 @@ pub(crate) struct Stall {
     first: Option<(Instant, Sight)>,
 }
 
-/// What one look of a [`Stall`] saw: the threads of the calls under way
-/// with their voluntary context switches (sorted), and the CPU time of
-/// the process's other threads.
-#[derive(Debug)]
-struct Sight {
-    threads: Vec<(u32, u64)>,
-    cpu: u64,
-}
-
-/// Clock ticks a second, as `/proc` counts CPU time (`USER_HZ`).
-fn ticks_per_second() -> u64 {
-    #[cfg(target_os = "linux")]
-    {
-        // SAFETY: `sysconf` reads a constant of the system; no memory of
-        // ours is touched.
-        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-        u64::try_from(hz).ok().filter(|&hz| hz > 0).unwrap_or(100)
-    }
-    #[cfg(not(target_os = "linux"))]
-    {
-        100
-    }
-}
+/// What one look of a [`Stall`] saw: every thread looked at, with its
+/// voluntary context switches, sorted.
+#[derive(Debug, PartialEq, Eq)]
+struct Sight(Vec<(u32, u64)>);
 
 impl Stall {
     pub(crate) fn new(patience: Duration) -> Self {
@@ -257,37 +274,22 @@ impl Stall {
     }
 
     /// One look: `awaited` (the collector waits for calls under way) and
-    /// `threads` (the threads of the calls under way, as [`current`] gave
-    /// them). True once a stretch of looks that found the same threads
-    /// waiting for other threads, none woken, the collector waiting and
-    /// the rest of the process idle, has lasted the patience.
-    pub(crate) fn stalled(
-        &mut self,
-        awaited: bool,
-        threads: impl IntoIterator<Item = u32>,
-    ) -> bool {
-        let now = Self::look(awaited, threads);
+    /// `calls` (the threads of the calls under way, as [`current`] gave
+    /// them). True once a stretch of looks that saw the same stalled
+    /// process has lasted the patience.
+    pub(crate) fn stalled(&mut self, awaited: bool, calls: impl IntoIterator<Item = u32>) -> bool {
+        let now = if awaited {
+            Self::look(calls, process_threads)
+        } else {
+            None
+        };
         self.judge(now)
     }
 
     /// [`stalled`](Self::stalled) on what a look saw.
     fn judge(&mut self, now: Option<Sight>) -> bool {
         match (&self.first, now) {
-            (Some((since, first)), Some(now)) if first.threads == now.threads => {
-                let elapsed = since.elapsed();
-                // Under 1% of one CPU over the patience (or the stretch,
-                // if longer) since the first look: `/proc` counts in
-                // ticks, and charges a whole one to a thread that ran in
-                // it for a moment, so not a share of the stretch so far.
-                let window =
-                    u64::try_from(elapsed.max(self.patience).as_millis()).unwrap_or(u64::MAX);
-                let allowed = window.saturating_mul(ticks_per_second()) / 100_000;
-                if now.cpu.saturating_sub(first.cpu) > allowed {
-                    self.first = Some((Instant::now(), now));
-                    return false;
-                }
-                elapsed >= self.patience
-            }
+            (Some((since, first)), Some(now)) if *first == now => since.elapsed() >= self.patience,
             (_, now) => {
                 self.first = now.map(|now| (Instant::now(), now));
                 false
@@ -295,23 +297,53 @@ impl Stall {
         }
     }
 
-    /// What a look sees, if the collector waits and every thread sleeps in
-    /// a wait for another thread; `None` otherwise (or if there is none).
-    fn look(awaited: bool, threads: impl IntoIterator<Item = u32>) -> Option<Sight> {
-        if !awaited {
+    /// What a look sees, if every call's thread sleeps in a futex wait
+    /// with no timeout and every other thread (`others`, less those
+    /// aside) in a futex wait; `None` otherwise (or with no call).
+    fn look(
+        calls: impl IntoIterator<Item = u32>,
+        others: impl FnOnce() -> Option<Vec<u32>>,
+    ) -> Option<Sight> {
+        let mut seen = Vec::new();
+        for tid in calls {
+            match look(tid)? {
+                (true, switches) if sleep_of(tid)? == Sleep::Futex => seen.push((tid, switches)),
+                _ => return None,
+            }
+        }
+        if seen.is_empty() {
             return None;
         }
-        let mut seen = Vec::new();
-        for tid in threads {
-            match look(tid)? {
-                (true, switches) if waits_for_a_thread(tid)? => seen.push((tid, switches)),
+        let aside = ASIDE.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let me = current();
+        for tid in others()? {
+            if tid == me || aside.contains(&tid) || seen.iter().any(|&(t, _)| t == tid) {
+                continue;
+            }
+            match look(tid) {
+                Some((true, switches)) if sleep_of(tid)? != Sleep::Other => {
+                    seen.push((tid, switches))
+                }
+                // Gone since the listing: the next look sees the change.
+                None if !std::path::Path::new(&format!("/proc/self/task/{tid}")).exists() => {}
                 _ => return None,
             }
         }
         seen.sort_unstable();
-        let cpu = others_cpu()?;
-        (!seen.is_empty()).then_some(Sight { threads: seen, cpu })
+        Some(Sight(seen))
     }
+}
+
+/// The kernel ids of the process's threads (`/proc/self/task`).
+fn process_threads() -> Option<Vec<u32>> {
+    if cfg!(loom) || !cfg!(target_os = "linux") {
+        return None;
+    }
+    let dir = std::fs::read_dir("/proc/self/task").ok()?;
+    Some(
+        dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+            .collect(),
+    )
 }
 
 #[cfg(all(test, target_os = "linux", not(loom)))]
@@ -395,95 +427,122 @@ mod tests {
         assert!(!Running::new(HOUR).none_waits([]));
     }
 
-    /// A look sees a stall's makings only while the collector waits and
-    /// every thread given sleeps in a wait for another thread: one blocked
-    /// on a channel does; one that sleeps (it ends by itself), one that
-    /// runs, or none at all do not.
-    #[test]
-    fn a_look_sees_threads_that_wait_for_other_threads() {
-        let (tx, rx) = mpsc::channel::<()>();
-        let (tid_tx, tid_rx) = mpsc::channel();
-        let blocked = std::thread::spawn(move || {
-            tid_tx.send(current()).unwrap();
-            while rx.recv().is_ok() {}
-        });
-        let tid = tid_rx.recv().unwrap();
+    /// A thread that runs `f` once it has sent its kernel id, until told
+    /// to stop; `f` is given the stop channel to wait on (or poll).
+    fn helper(
+        f: impl FnOnce(mpsc::Receiver<()>) + Send + 'static,
+    ) -> (u32, mpsc::Sender<()>, std::thread::JoinHandle<()>) {
         let (stop_tx, stop_rx) = mpsc::channel::<()>();
-        let (sleeper_tx, sleeper_rx) = mpsc::channel();
-        let sleeper = std::thread::spawn(move || {
-            sleeper_tx.send(current()).unwrap();
-            while stop_rx.try_recv().is_err() {
-                std::thread::sleep(Duration::from_secs(1));
+        let (tid_tx, tid_rx) = mpsc::channel();
+        let t = std::thread::spawn(move || {
+            tid_tx.send(current()).unwrap();
+            f(stop_rx)
+        });
+        (tid_rx.recv().unwrap(), stop_tx, t)
+    }
+
+    /// A look sees a stall's makings only where a call's thread waits for
+    /// another thread (a futex wait with no timeout) and every other
+    /// thread looked at waits in a futex too: a call in a timed wait, a
+    /// sleep or running, another thread asleep on a timer or running, or
+    /// no call at all, is no stall. Threads aside, this one and threads
+    /// gone are passed over.
+    #[test]
+    fn a_look_sees_calls_waiting_for_threads_none_of_which_can_wake_them() {
+        let (blocked, b_stop, b) = helper(|rx| while rx.recv().is_ok() {});
+        let (timed, t_stop, t) = helper(|rx| {
+            while let Err(mpsc::RecvTimeoutError::Timeout) =
+                rx.recv_timeout(Duration::from_secs(3600))
+            {}
+        });
+        let (sleeper, s_stop, s) = helper(|rx| {
+            while rx.try_recv().is_err() {
+                std::thread::sleep(Duration::from_millis(500));
             }
         });
-        let sleeper_tid = sleeper_rx.recv().unwrap();
-        let seen = (0..10_000).find_map(|_| {
-            std::thread::sleep(Duration::from_millis(1));
-            Stall::look(true, [tid])
+        let (spinner, p_stop, p) = helper(|rx| while rx.try_recv().is_err() {});
+        let (aside_spinner, a_stop, a) = helper(|rx| {
+            let _aside = aside();
+            while rx.try_recv().is_err() {}
         });
-        let seen = seen.expect("a thread blocked on a channel was never seen waiting");
-        assert_eq!(seen.threads.len(), 1);
-        assert_eq!(seen.threads[0].0, tid);
-        assert!(
-            Stall::look(false, [tid]).is_none(),
-            "the collector does not wait"
-        );
-        assert!(Stall::look(true, []).is_none());
-        assert!(
-            Stall::look(true, [tid, current()]).is_none(),
-            "this thread runs"
-        );
-        for _ in 0..20 {
+        let gone = helper(|_| {}).0;
+        let none = || Some(Vec::new());
+        // Until the helpers are asleep where they are going.
+        let start = Instant::now();
+        while Stall::look([blocked], || Some(vec![timed, aside_spinner, gone])).is_none() {
             assert!(
-                Stall::look(true, [sleeper_tid]).is_none(),
-                "a sleeping thread was taken for one waiting for another"
+                start.elapsed() < Duration::from_secs(10),
+                "a call blocked on a channel was never seen"
             );
             std::thread::sleep(Duration::from_millis(1));
         }
-        drop(tx);
-        blocked.join().unwrap();
-        stop_tx.send(()).unwrap();
-        sleeper.join().unwrap();
+        let seen = Stall::look([blocked], || {
+            Some(vec![timed, current(), aside_spinner, gone])
+        })
+        .expect("a blocked call, with a timed wait beside it");
+        let tids: Vec<u32> = seen.0.iter().map(|&(t, _)| t).collect();
+        let mut want = vec![blocked, timed];
+        want.sort_unstable();
+        assert_eq!(tids, want);
+        assert!(Stall::look([], none).is_none(), "no call");
+        for _ in 0..20 {
+            assert!(
+                Stall::look([timed], none).is_none(),
+                "a call in a timed wait"
+            );
+            assert!(
+                Stall::look([sleeper], none).is_none(),
+                "a call asleep on a timer"
+            );
+            assert!(Stall::look([spinner], none).is_none(), "a call that runs");
+            assert!(
+                Stall::look([blocked], || Some(vec![sleeper])).is_none(),
+                "a thread asleep on a timer beside the call"
+            );
+            assert!(
+                Stall::look([blocked], || Some(vec![spinner])).is_none(),
+                "a thread that runs beside the call"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        for (stop, t) in [
+            (b_stop, b),
+            (t_stop, t),
+            (s_stop, s),
+            (p_stop, p),
+            (a_stop, a),
+        ] {
+            let _ = stop.send(());
+            drop(stop);
+            t.join().unwrap();
+        }
     }
 
-    /// A stall is the same threads, none woken, with the rest of the
-    /// process idle, for the whole patience: a change of threads, a
-    /// wake-up, another thread's CPU time or a look that saw nothing
-    /// starts the stretch afresh.
+    /// A stall is the same sight (the same threads, none woken) for the
+    /// whole patience: a wake-up, a thread more or a look that saw
+    /// nothing starts the stretch afresh.
     #[test]
     fn a_stall_is_the_same_sight_for_the_patience() {
         const PATIENCE: Duration = Duration::from_millis(30);
-        let sight = |threads: &[(u32, u64)], cpu| {
-            Some(Sight {
-                threads: threads.to_vec(),
-                cpu,
-            })
-        };
-        let stalled_after = |st: &mut Stall, threads: &[(u32, u64)], cpu| {
+        let sight = |threads: &[(u32, u64)]| Some(Sight(threads.to_vec()));
+        let stalled_after = |st: &mut Stall, threads: &[(u32, u64)]| {
             let start = Instant::now();
-            while !st.judge(sight(threads, cpu)) {
+            while !st.judge(sight(threads)) {
                 assert!(start.elapsed() < Duration::from_secs(10), "never stalled");
                 std::thread::sleep(Duration::from_millis(2));
             }
             start.elapsed()
         };
         let mut st = Stall::new(PATIENCE);
-        assert!(stalled_after(&mut st, &[(7, 3)], 100) >= PATIENCE);
+        assert!(stalled_after(&mut st, &[(7, 3)]) >= PATIENCE);
         // A look that saw nothing, then the stretch anew.
         assert!(!st.judge(None));
-        assert!(!st.judge(sight(&[(7, 3)], 100)));
-        // Woken (switches moved), or another thread.
-        for changed in [sight(&[(7, 4)], 100), sight(&[(7, 4), (9, 1)], 100)] {
-            assert!(!st.judge(changed));
-        }
-        // Other threads' CPU time: ten seconds of it, far past 1% of any
-        // stretch this test can take.
+        assert!(!st.judge(sight(&[(7, 3)])));
+        // Woken (switches moved), or a thread more.
         std::thread::sleep(PATIENCE);
-        let busy = 100 + 10 * ticks_per_second();
-        assert!(
-            !st.judge(sight(&[(7, 4), (9, 1)], busy)),
-            "the process computed"
-        );
-        assert!(stalled_after(&mut st, &[(7, 4), (9, 1)], busy) >= PATIENCE);
+        assert!(!st.judge(sight(&[(7, 4)])));
+        std::thread::sleep(PATIENCE);
+        assert!(!st.judge(sight(&[(7, 4), (9, 1)])));
+        assert!(stalled_after(&mut st, &[(7, 4), (9, 1)]) >= PATIENCE);
     }
 }

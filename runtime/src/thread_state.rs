@@ -33,11 +33,17 @@
 //! before. (A call may also sleep for its own reasons, long I/O say: the
 //! gate then opens as it did without this.)
 //!
+//! The same looks tell a program's wait for a cycle that can never come
+//! from one that is only long ([`Stall`]): a thread that a `mutate` call
+//! joins and that calls `collect` would otherwise wait forever.
+//!
 //! # Where it is known
 //! Linux reports each thread's state and its voluntary context switches in
-//! `/proc/self/task/<tid>/status`. Elsewhere, under loom, or where the
-//! file cannot be read, the state is unknown and the gate behaves as it
-//! did without this: it opens after the patience.
+//! `/proc/self/task/<tid>/status`, what a sleeping thread sleeps in
+//! (`/proc/self/task/<tid>/syscall`), and the process's threads
+//! (`/proc/self/task`). Elsewhere, under loom, or where the files cannot
+//! be read, the state is unknown: the gate behaves as it did without
+//! this (it opens after the patience), and no stall is found.
 
 use std::time::{Duration, Instant};
 

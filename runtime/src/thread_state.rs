@@ -70,16 +70,22 @@ pub(crate) fn current() -> u32 {
     }
 }
 
+/// The text of `/proc/self/task/<tid>/<name>`; `None` where unknown (see
+/// the module docs).
+fn task_file(tid: u32, name: &str) -> Option<String> {
+    if tid == 0 || cfg!(loom) || !cfg!(target_os = "linux") {
+        return None;
+    }
+    std::fs::read_to_string(format!("/proc/self/task/{tid}/{name}")).ok()
+}
+
 /// Thread `tid`'s state as one look finds it: whether it is asleep in an
 /// interruptible wait (`S`: a join, a futex, a condition variable; not
 /// `D`, a disk read or a page fault, which no other thread ends), and how
 /// many times it has given up the CPU to wait (its voluntary context
 /// switches). `None` where that is not known (see the module docs).
 fn look(tid: u32) -> Option<(bool, u64)> {
-    if tid == 0 || cfg!(loom) || !cfg!(target_os = "linux") {
-        return None;
-    }
-    let status = std::fs::read_to_string(format!("/proc/self/task/{tid}/status")).ok()?;
+    let status = task_file(tid, "status")?;
     let field = |name: &str| {
         status
             .lines()
@@ -174,10 +180,7 @@ enum Sleep {
 }
 
 fn sleep_of(tid: u32) -> Option<Sleep> {
-    if tid == 0 || cfg!(loom) || !cfg!(target_os = "linux") {
-        return None;
-    }
-    let call = std::fs::read_to_string(format!("/proc/self/task/{tid}/syscall")).ok()?;
+    let call = task_file(tid, "syscall")?;
     let mut words = call.split_whitespace();
     // "running", or "-1 sp pc" outside a system call: not asleep in one.
     let nr: i64 = words.next()?.parse().ok()?;
@@ -289,15 +292,18 @@ impl Stall {
         } else {
             None
         };
-        self.judge(now)
+        self.judge(Instant::now(), now)
     }
 
-    /// [`stalled`](Self::stalled) on what a look saw.
-    fn judge(&mut self, now: Option<Sight>) -> bool {
+    /// [`stalled`](Self::stalled) on what a look saw at `at` (the tests
+    /// give their own times).
+    fn judge(&mut self, at: Instant, now: Option<Sight>) -> bool {
         match (&self.first, now) {
-            (Some((since, first)), Some(now)) if *first == now => since.elapsed() >= self.patience,
+            (Some((since, first)), Some(now)) if *first == now => {
+                at.saturating_duration_since(*since) >= self.patience
+            }
             (_, now) => {
-                self.first = now.map(|now| (Instant::now(), now));
+                self.first = now.map(|now| (at, now));
                 false
             }
         }
@@ -473,15 +479,13 @@ mod tests {
         });
         let gone = helper(|_| {}).0;
         let none = || Some(Vec::new());
-        // Until the helpers are asleep where they are going.
-        let start = Instant::now();
-        while Stall::look([blocked], || Some(vec![timed, aside_spinner, gone])).is_none() {
-            assert!(
-                start.elapsed() < Duration::from_secs(10),
-                "a call blocked on a channel was never seen"
-            );
+        // Until the helpers are asleep where they are going (counted
+        // looks, not a time: a busy machine only takes more of them).
+        let asleep = (0..10_000).any(|_| {
             std::thread::sleep(Duration::from_millis(1));
-        }
+            Stall::look([blocked], || Some(vec![timed, aside_spinner, gone])).is_some()
+        });
+        assert!(asleep, "a call blocked on a channel was never seen");
         let seen = Stall::look([blocked], || {
             Some(vec![timed, current(), aside_spinner, gone])
         })
@@ -526,29 +530,25 @@ mod tests {
 
     /// A stall is the same sight (the same threads, none woken) for the
     /// whole patience: a wake-up, a thread more or a look that saw
-    /// nothing starts the stretch afresh.
+    /// nothing starts the stretch afresh. Times are given, not waited.
     #[test]
     fn a_stall_is_the_same_sight_for_the_patience() {
-        const PATIENCE: Duration = Duration::from_millis(30);
+        const PATIENCE: Duration = Duration::from_secs(10);
+        let t0 = Instant::now();
+        let at = |secs: u64| t0 + Duration::from_secs(secs);
         let sight = |threads: &[(u32, u64)]| Some(Sight(threads.to_vec()));
-        let stalled_after = |st: &mut Stall, threads: &[(u32, u64)]| {
-            let start = Instant::now();
-            while !st.judge(sight(threads)) {
-                assert!(start.elapsed() < Duration::from_secs(10), "never stalled");
-                std::thread::sleep(Duration::from_millis(2));
-            }
-            start.elapsed()
-        };
         let mut st = Stall::new(PATIENCE);
-        assert!(stalled_after(&mut st, &[(7, 3)]) >= PATIENCE);
+        assert!(!st.judge(at(0), sight(&[(7, 3)])));
+        assert!(!st.judge(at(9), sight(&[(7, 3)])), "before the patience");
+        assert!(st.judge(at(10), sight(&[(7, 3)])));
         // A look that saw nothing, then the stretch anew.
-        assert!(!st.judge(None));
-        assert!(!st.judge(sight(&[(7, 3)])));
-        // Woken (switches moved), or a thread more.
-        std::thread::sleep(PATIENCE);
-        assert!(!st.judge(sight(&[(7, 4)])));
-        std::thread::sleep(PATIENCE);
-        assert!(!st.judge(sight(&[(7, 4), (9, 1)])));
-        assert!(stalled_after(&mut st, &[(7, 4), (9, 1)]) >= PATIENCE);
+        assert!(!st.judge(at(11), None));
+        assert!(!st.judge(at(12), sight(&[(7, 3)])));
+        assert!(!st.judge(at(21), sight(&[(7, 3)])));
+        // Woken (switches moved), or a thread more: anew each time.
+        assert!(!st.judge(at(23), sight(&[(7, 4)])));
+        assert!(!st.judge(at(30), sight(&[(7, 4), (9, 1)])));
+        assert!(!st.judge(at(39), sight(&[(7, 4), (9, 1)])));
+        assert!(st.judge(at(40), sight(&[(7, 4), (9, 1)])));
     }
 }

@@ -5,6 +5,8 @@
 //! (The compile-time half, writes through a foreign `Mutation`, is in
 //! `tests/ui/fail_foreign_mutation_*.rs`.)
 
+mod support;
+
 use loam_runtime::{Gc, GcCell, GcLock, Root, Rootable, Runtime, RuntimeBuilder, Trace};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -235,10 +237,7 @@ fn dropping_a_runtime_inside_another_ones_mutate_does_not_deadlock() {
                 drop(a);
                 match catch_unwind(|| Runtime::builder().ignore_env().build()) {
                     Ok(_) => panic!("a runtime was built inside mutate"),
-                    Err(e) => e
-                        .downcast_ref::<&str>()
-                        .map(|s| s.to_string())
-                        .unwrap_or_default(),
+                    Err(e) => support::panic_message(e.as_ref()),
                 }
             })
         },

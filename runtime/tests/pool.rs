@@ -4,6 +4,8 @@
 //! the workers exit), panics reach their waiters and the workers stay
 //! attached, and misuse panics with a message instead of deadlocking.
 
+mod support;
+
 use loam_runtime::{
     Gc, GcCell, GlobalRoot, ManagedPool, Mutator, Root, Rootable, Runtime, RuntimeBuilder, Trace,
 };
@@ -318,13 +320,7 @@ fn waiting_on_a_pool_inside_mutate_panics_instead_of_deadlocking() {
     let _serial = serial();
     let rt = rt().build();
     let pool = ManagedPool::builder(&rt).num_threads(2).build().unwrap();
-    let message = |r: std::thread::Result<()>| -> String {
-        let payload = r.unwrap_err();
-        payload
-            .downcast_ref::<String>()
-            .cloned()
-            .unwrap_or_else(|| payload.downcast_ref::<&str>().unwrap().to_string())
-    };
+    let message = |r: std::thread::Result<()>| support::panic_message(r.unwrap_err().as_ref());
     // A worker inside `mutate` forking with the plain pool calls.
     let r = pool.install(|m| {
         catch_unwind(AssertUnwindSafe(|| {

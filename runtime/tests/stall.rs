@@ -9,25 +9,18 @@
 
 #![cfg(target_os = "linux")]
 
+mod support;
+
 use loam_runtime::Runtime;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{channel, RecvTimeoutError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use support::panic_message;
 
 /// How long the test may take before it counts as hung: the waits panic
 /// after 10 s of stall.
 const WATCHDOG: Duration = Duration::from_secs(120);
-
-/// The text of a panic's payload (`panic!` with arguments gives a
-/// `String`, without a `&str`).
-fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
-    payload
-        .downcast_ref::<String>()
-        .cloned()
-        .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
-        .unwrap_or_default()
-}
 
 #[test]
 fn waits_for_a_cycle_from_threads_a_mutate_call_joins_panic_rather_than_hang() {
@@ -44,17 +37,16 @@ fn waits_for_a_cycle_from_threads_a_mutate_call_joins_panic_rather_than_hang() {
             let _x = mc.alloc(1_u64);
             let (last_tx, last_rx) = channel::<()>();
             let left = AtomicUsize::new(3);
-            // Each wait's panic, and how long it waited; the last one to
-            // finish wakes this call (once: a wake-up restarts the
-            // others' count).
+            // Each wait's panic; the last one to finish wakes this call
+            // (once: a wake-up starts the others' stretch afresh). That no
+            // stall is taken before the patience is `thread_state`'s unit
+            // test, on given times.
             let wait = |f: &(dyn Fn() + Sync)| {
-                let start = Instant::now();
                 let r = catch_unwind(AssertUnwindSafe(f));
-                let took = start.elapsed();
                 if left.fetch_sub(1, Ordering::AcqRel) == 1 {
                     last_tx.send(()).unwrap();
                 }
-                (r.err().map(|p| panic_message(p.as_ref())), took)
+                r.err().map(|p| panic_message(p.as_ref()))
             };
             std::thread::scope(|s| {
                 let collect = s.spawn(|| wait(&|| rt2.collect()));
@@ -75,7 +67,7 @@ fn waits_for_a_cycle_from_threads_a_mutate_call_joins_panic_rather_than_hang() {
         Err(RecvTimeoutError::Timeout) => panic!("the waits hung for {WATCHDOG:?}"),
         Err(RecvTimeoutError::Disconnected) => panic!("the mutator thread panicked"),
     };
-    for (name, (msg, took)) in ["collect", "wait_for_cycle", "wait_for_drops"]
+    for (name, msg) in ["collect", "wait_for_cycle", "wait_for_drops"]
         .iter()
         .zip(&results)
     {
@@ -83,11 +75,6 @@ fn waits_for_a_cycle_from_threads_a_mutate_call_joins_panic_rather_than_hang() {
         assert!(
             msg.contains(&format!("loam: {name} waited")) && msg.contains("must not call"),
             "{name}: {msg}"
-        );
-        // Not before the patience: a stall is ten seconds of it.
-        assert!(
-            *took >= Duration::from_secs(10),
-            "{name} gave up after {took:?}"
         );
     }
     // The runtime goes on: a collection completes (the cycle `collect`

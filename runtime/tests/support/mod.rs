@@ -1,5 +1,8 @@
 //! Helpers shared by the runtime's integration tests.
 
+// Each test binary takes the helpers it needs.
+#![allow(dead_code)]
+
 /// `sched_setaffinity` for the calling thread: it and the threads it starts
 /// afterwards (a runtime's GC threads included) run on CPU `cpu` only.
 #[cfg(target_os = "linux")]
@@ -38,4 +41,14 @@ pub fn first_allowed_cpu() -> usize {
             .find(|&c| libc::CPU_ISSET(c, &set))
             .expect("the calling thread may run on some CPU")
     }
+}
+
+/// The text of a panic's payload: `panic!` with arguments gives a
+/// `String`, without them a `&str`.
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_default()
 }

@@ -70,10 +70,16 @@ pub(crate) fn current() -> u32 {
     }
 }
 
+/// Whether this process's `/proc/self/task` may be read (see the module
+/// docs).
+fn tasks_known() -> bool {
+    !cfg!(loom) && cfg!(target_os = "linux")
+}
+
 /// The text of `/proc/self/task/<tid>/<name>`; `None` where unknown (see
 /// the module docs).
 fn task_file(tid: u32, name: &str) -> Option<String> {
-    if tid == 0 || cfg!(loom) || !cfg!(target_os = "linux") {
+    if tid == 0 || !tasks_known() {
         return None;
     }
     std::fs::read_to_string(format!("/proc/self/task/{tid}/{name}")).ok()
@@ -348,7 +354,7 @@ impl Stall {
 
 /// The kernel ids of the process's threads (`/proc/self/task`).
 fn process_threads() -> Option<Vec<u32>> {
-    if cfg!(loom) || !cfg!(target_os = "linux") {
+    if !tasks_known() {
         return None;
     }
     let dir = std::fs::read_dir("/proc/self/task").ok()?;

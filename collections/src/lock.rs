@@ -42,8 +42,9 @@
 //! The owner's store to `busy` and load of `bias`, and the revoker's store
 //! to `bias` and load of `busy`, are Dekker's pattern: with a full fence on
 //! both sides one of them sees the other's store. The heavy fence
-//! (`membarrier(PRIVATE_EXPEDITED)`) runs a full fence on every thread of
-//! the process that is running, and the light fence (a compiler fence)
+//! (`loam_runtime::fence::heavy`: `membarrier(PRIVATE_EXPEDITED)`) runs a
+//! full fence on every thread of the process that is running, and the
+//! light fence (a compiler fence)
 //! keeps the owner's two accesses in program order, so the pair together
 //! is a full fence between them wherever the owner was interrupted. Either
 //! the owner sees `REVOKED` (and goes to `shared`, which the revoker
@@ -76,7 +77,7 @@
 //! one.
 
 #[cfg(loom)]
-use loom::sync::atomic::{fence, AtomicBool, AtomicUsize, Ordering};
+use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 #[cfg(not(loom))]
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
@@ -292,20 +293,15 @@ impl Drop for WriterGuard<'_> {
     }
 }
 
-/// The asymmetric fence pair, and whether biasing is on.
+/// The asymmetric fence pair (`loam_runtime::fence`), and whether biasing
+/// is on.
 mod fences {
+    pub(super) use loam_runtime::fence::light;
     #[cfg(not(loom))]
     pub(super) use real::*;
 
     #[cfg(loom)]
-    pub(super) fn light() {
-        super::fence(super::Ordering::SeqCst);
-    }
-
-    #[cfg(loom)]
-    pub(super) fn heavy() {
-        super::fence(super::Ordering::SeqCst);
-    }
+    pub(super) use loam_runtime::fence::heavy;
 
     #[cfg(loom)]
     loom::thread_local!(pub(super) static BIASING: std::cell::Cell<bool> = std::cell::Cell::new(true));
@@ -319,15 +315,9 @@ mod fences {
 
     #[cfg(not(loom))]
     mod real {
-        use std::sync::atomic::{compiler_fence, AtomicU64, AtomicU8, Ordering};
+        use loam_runtime::fence;
+        use std::sync::atomic::{AtomicU64, Ordering};
         use std::time::Instant;
-
-        /// The owner's side: keeps its store of `busy` before its load of
-        /// `bias` in program order; `heavy` supplies the hardware fence.
-        #[inline(always)]
-        pub(crate) fn light() {
-            compiler_fence(Ordering::SeqCst);
-        }
 
         /// Revocations in the current window, and when it began (ms since
         /// `now_ms`'s epoch); past `STORM` in one window, biasing is off
@@ -347,23 +337,11 @@ mod fences {
             EPOCH.get_or_init(Instant::now).elapsed().as_millis() as u64
         }
 
-        /// Every thread's full fence, before the revoker reads `busy`.
+        /// Every thread's full fence, before the revoker reads `busy`
+        /// (`fence::available`: `biasing` checked it before any bias was
+        /// set); counts the revocation towards a storm.
         pub(crate) fn heavy() {
-            #[cfg(target_os = "linux")]
-            {
-                // SAFETY: `membarrier` takes no pointers; registered for
-                // this process (`available`, which `biasing` checked
-                // before any bias was set).
-                let r = unsafe {
-                    libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0)
-                };
-                // It cannot fail once registered; if it ever did, no bias
-                // could be trusted: stop the process rather than race.
-                if r != 0 {
-                    eprintln!("loam-collections: membarrier failed after registration");
-                    std::process::abort();
-                }
-            }
+            fence::heavy();
             let now = now_ms();
             let start = WINDOW_START.load(Ordering::Relaxed);
             if now.saturating_sub(start) >= WINDOW_MS {
@@ -371,37 +349,6 @@ mod fences {
                 IN_WINDOW.store(1, Ordering::Relaxed);
             } else if IN_WINDOW.fetch_add(1, Ordering::Relaxed) + 1 >= STORM {
                 OFF_UNTIL.store(now + OFF_MS, Ordering::Relaxed);
-            }
-        }
-
-        #[cfg(target_os = "linux")]
-        const MEMBARRIER_CMD_PRIVATE_EXPEDITED: libc::c_int = 1 << 3;
-        #[cfg(target_os = "linux")]
-        const MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED: libc::c_int = 1 << 4;
-
-        /// Whether the heavy fence works here: registered once, the first
-        /// time a collection is written (0 not asked, 1 yes, 2 no).
-        fn available() -> bool {
-            static STATE: AtomicU8 = AtomicU8::new(0);
-            match STATE.load(Ordering::Acquire) {
-                1 => true,
-                2 => false,
-                _ => {
-                    #[cfg(target_os = "linux")]
-                    // SAFETY: as in `heavy`.
-                    let ok = unsafe {
-                        libc::syscall(
-                            libc::SYS_membarrier,
-                            MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED,
-                            0,
-                            0,
-                        )
-                    } == 0;
-                    #[cfg(not(target_os = "linux"))]
-                    let ok = false;
-                    STATE.store(if ok { 1 } else { 2 }, Ordering::Release);
-                    ok
-                }
             }
         }
 
@@ -416,7 +363,7 @@ mod fences {
                 // Back on, unless another storm set a new deadline since.
                 let _ = OFF_UNTIL.compare_exchange(until, 0, Ordering::Relaxed, Ordering::Relaxed);
             }
-            available()
+            fence::available()
         }
     }
 }

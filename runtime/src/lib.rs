@@ -354,6 +354,7 @@ not_under_loom! {
     pub use weak::GcWeak;
 }
 
+pub mod fence;
 pub use loam_derive::Trace;
 #[doc(hidden)]
 pub use trace::__private;

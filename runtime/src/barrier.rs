@@ -105,11 +105,12 @@
 //!    cell store (2 above), roots (`barrier_root`), weak cells and their
 //!    targets (`GcWeak::new`), a window call's lock writes shade the
 //!    contents after `f` as well (`GcLock::write`), its pushes into
-//!    collections shade whatever their owner (`GcLog::after_unreported_stores`),
-//!    and what it makes a fresh object with is shaded as the object is
-//!    made (`Mutation::shade_fresh`; less what is outside the sweep's
-//!    copy, 6). Not as the fresh object is handed
-//!    out: the object is young, and after the end's first look a young
+//!    collections shade whatever their owner
+//!    (`GcLog::after_unreported_stores`), and what it makes a fresh
+//!    object with is shaded as the object is made
+//!    (`Mutation::shade_fresh`; less what is outside the sweep's copy,
+//!    and not for a fresh object inside it, 6). Not as the fresh object
+//!    is handed out: the object is young, and after the end's first look a young
 //!    object a later call shades is marked but left untraced until the
 //!    next cycle (3), so nothing the fresh object holds may wait for its
 //!    trace (found by review: an object a window call put into a fresh
@@ -192,10 +193,32 @@
 //!    look, 2 and 3) is traced by the next cycle, which takes `gray` at
 //!    its start (its stop takes it as remembered, its ragged start traces
 //!    it). So `shade_fresh` passes over the objects allocated since the
-//!    raise once it has read the raise done (`Shared::raised_at_t`,
-//!    lowered before `marking` is raised: `ragged_model.rs`, 7); shading
+//!    raise once it has read the epoch raised (`Shared::window_seal`,
+//!    stored before `marking` is raised: `ragged_model.rs`, 7); shading
 //!    them promoted every tree a window call built (`docs/perf-log.md`,
 //!    session 19).
+//!    Nor does a fresh object F made *before* the raise need its shade:
+//!    F is in the copy, so the end's looks trace it whole whenever it is
+//!    shaded, the looks after the first included (only objects outside
+//!    the copy go untraced then). F reaches anything beyond its call only
+//!    through what the call hands out, and each way of handing it out
+//!    shades it before the call ends, hence before the first look: the
+//!    ways of 2, or a fresh object made with it, which is in the copy too
+//!    (the same argument, one level up) or young, and then its own
+//!    `shade_fresh` shades F (in the copy, not passed over). Once shaded,
+//!    F is traced, and what it was made with is marked. The call tells F
+//!    by reading the epoch still unraised after F's allocated bit, with a
+//!    light fence between, and the start runs a heavy fence after its
+//!    raise and before its walk (`crate::fence`): either the call's load
+//!    follows the heavy fence and reads the raise, or its bit store
+//!    precedes the fence's return and the walk copies it (or the call's
+//!    own later seal does). A walk's claim before the allocation is
+//!    acquired by its check of `sealed`, which then reads the raise too.
+//!    The epoch alone, without the fences, is not enough: the bit is a
+//!    release store and the load a read of the older value, so the walk
+//!    may copy the page without the bit (store buffering; found by
+//!    review). `ragged_model.rs`, 9; measured in `docs/perf-log.md`,
+//!    session 23.
 //! 7. *`GcLock`s.* A lock records the mark whose old contents it shaded
 //!    (`shaded`), and skips the shade on later writes of that mark. A
 //!    window call shades without recording it: an old call may still write
@@ -458,23 +481,41 @@ impl<'gc> Mutation<'gc> {
     /// the next cycle (`Cycle::terminate_ragged`), so what it holds must
     /// not wait for its trace (module docs, "Ragged cycles", 2).
     ///
-    /// Less what was allocated since the start raised the seal epoch at
-    /// T, once this call has read the raise done: such an object is
-    /// outside the sweep's copy, so this cycle does not free it, and
-    /// whatever marked object is left untraced holding it is traced by
-    /// the next cycle, which takes `gray` at its start ("Ragged cycles",
-    /// 6). Shading it only promoted it and had the markers trace it: every
-    /// tree a window call built was marked whole.
+    /// Not for an object made before the start raised the seal epoch at T:
+    /// it is in the sweep's copy, so the end's looks trace it whole
+    /// whenever it is shaded, and every way of handing it out shades it
+    /// ("Ragged cycles", 6). The call tells one by reading the epoch
+    /// unraised after making it (`Shared::window_seal`), with a light fence
+    /// between: the start raises the epoch before its heavy fence, and
+    /// walks the pages after it (`crate::fence`). Where there is no heavy
+    /// fence, it shades.
+    ///
+    /// Less what was allocated since the raise, once this call has read
+    /// the epoch raised: such an object is outside the sweep's copy, so
+    /// this cycle does not free it, and whatever marked object is left
+    /// untraced holding it is traced by the next cycle, which takes `gray`
+    /// at its start ("Ragged cycles", 6). Shading it only promoted it and
+    /// had the markers trace it: every tree a window call built was marked
+    /// whole.
     #[cold]
     #[inline(never)]
     pub(crate) fn shade_fresh<T: Trace + ?Sized>(&self, fresh: &T) {
-        // Acquire: the raise, hence the epoch of this cycle's copy.
-        let since = self
-            .shared()
-            .raised_at_t
-            .load(Ordering::Acquire)
-            .then(loam_heap::SealEpoch::current);
-        self.shade_edges(fresh, since);
+        // The fresh object's allocated bit (stored by our caller) before
+        // the epoch's load, in program order.
+        crate::fence::light();
+        let now = loam_heap::SealEpoch::current();
+        // Stored before `marking` was raised, which this call read.
+        let before = self.shared().window_seal.load();
+        if now == before {
+            if crate::fence::available() {
+                return;
+            }
+            self.shade(fresh);
+        } else {
+            // Not the last start's raise: `before` is this start's epoch
+            // (`ragged_model.rs`, 7), and the epoch can only be its raise.
+            self.shade_edges(fresh, Some(now));
+        }
     }
 
     #[inline(never)]

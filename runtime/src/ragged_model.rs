@@ -50,15 +50,26 @@
 //!    not reading the cell again under it, makes it fail.
 //! 7. `a_window_call_trusts_only_this_starts_raise`: a window call passes
 //!    over what was allocated since the seal epoch it reads only once it
-//!    has read `raised_at_t` raised (`Mutation::shade_fresh`); left raised
-//!    by the last cycle, the flag is lowered before `marking` is raised.
-//!    The epoch the call then reads is this start's raise, never the last
-//!    one's. Lowering the flag after `marking` is raised makes it fail.
+//!    reads an epoch other than the one the start stored before its raise
+//!    (`Shared::window_seal`, `Mutation::shade_fresh`). The start stores
+//!    it before `marking` is raised, so the epoch the call then reads is
+//!    this start's raise, never the last one's. Storing it after
+//!    `marking` is raised makes it fail.
 //! 8. `a_window_calls_unbracketed_shade_is_waited_for`: model 4 with the
 //!    holder a call of the start's window, whose barriers open no bracket
 //!    (`Mutation::brackets`): the end's first round waits for that call
 //!    to end before it waits for the brackets, and either shade may set
 //!    the mark bit first. Dropping the wait for the call makes it fail.
+//! 9. `an_object_made_before_the_raise_is_in_the_walks_copy`: a window
+//!    call makes an object in a page (the sealing check, the allocated
+//!    bit) and reads the seal epoch after it, while the start raises the
+//!    epoch and walks the page (its copy and claim, or the owner's image).
+//!    A call that reads the epoch unraised leaves the object's edges
+//!    unshaded (`Mutation::shade_fresh`), which is sound only if the
+//!    copy holds the object. It does, with the asymmetric fence pair
+//!    (`crate::fence`, `SeqCst` fences under loom); without them the walk
+//!    may copy the page without the bit (store buffering), and the model
+//!    fails.
 
 use crate::handshake::{Handshake, Slot};
 use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -372,31 +383,46 @@ fn an_upgrade_never_hands_out_what_the_sweep_frees() {
 
 #[test]
 fn a_window_call_trusts_only_this_starts_raise() {
-    loom::model(|| {
-        // As the last cycle left them: its raise made epoch 1.
+    trusts_only_this_starts_raise(false);
+}
+
+#[test]
+#[should_panic(expected = "a window call trusted the last cycle's seal epoch")]
+fn storing_the_window_epoch_after_marking_trusts_the_last_raise() {
+    trusts_only_this_starts_raise(true);
+}
+
+fn trusts_only_this_starts_raise(late: bool) {
+    loom::model(move || {
+        // As the last cycle left them: it found epoch 0 and raised 1.
         let epoch = Arc::new(AtomicUsize::new(1));
-        let raised = Arc::new(AtomicBool::new(true));
+        let window_seal = Arc::new(AtomicUsize::new(0));
         let marking = Arc::new(AtomicBool::new(false));
         let call = {
-            let (epoch, raised, marking) = (epoch.clone(), raised.clone(), marking.clone());
+            let (epoch, window_seal, marking) =
+                (epoch.clone(), window_seal.clone(), marking.clone());
             loom::thread::spawn(move || {
                 // A call that reads `marking` raised is a window call (or
                 // later); its `shade_fresh`:
-                if marking.load(Ordering::Acquire) && raised.load(Ordering::Acquire) {
-                    assert_eq!(
-                        epoch.load(Ordering::Acquire),
-                        2,
-                        "a window call trusted the last cycle's seal epoch"
-                    );
+                if marking.load(Ordering::Acquire) {
+                    let now = epoch.load(Ordering::Acquire);
+                    if now != window_seal.load(Ordering::Relaxed) {
+                        assert_eq!(now, 2, "a window call trusted the last cycle's seal epoch");
+                    }
                 }
             })
         };
-        // `Cycle::start_ragged`: lower, raise `marking`, (wait for the old
-        // calls: T), raise the seal epoch, then the flag.
-        raised.store(false, Ordering::Relaxed);
+        // `Cycle::start_ragged`: store the epoch found, raise `marking`,
+        // (wait for the old calls: T), raise the seal epoch.
+        let found = epoch.load(Ordering::Relaxed);
+        if !late {
+            window_seal.store(found, Ordering::Relaxed);
+        }
         marking.store(true, Ordering::Release);
+        if late {
+            window_seal.store(found, Ordering::Relaxed);
+        }
         epoch.fetch_add(1, Ordering::AcqRel);
-        raised.store(true, Ordering::Release);
         call.join().unwrap();
     });
 }
@@ -404,4 +430,105 @@ fn a_window_call_trusts_only_this_starts_raise() {
 #[test]
 fn a_window_calls_unbracketed_shade_is_waited_for() {
     absorbed_shade(true);
+}
+
+/// The seal epochs of model 9: the one the start found, and its raise.
+const E0: usize = 1;
+const E1: usize = 2;
+/// A page's `sealed` word in model 9: the epoch times 4, with `BUSY`
+/// while the owner copies its image and `IMAGE` once it has one (a walk's
+/// claim has none).
+const BUSY: usize = 1;
+const IMAGE: usize = 2;
+/// The fresh object's allocated bit.
+const F: usize = 1;
+
+#[test]
+fn an_object_made_before_the_raise_is_in_the_walks_copy() {
+    made_before_the_raise(true, E0 * 4 | IMAGE);
+    // A page the call seals first, for whichever epoch it reads.
+    made_before_the_raise(true, 0);
+}
+
+#[test]
+#[should_panic(expected = "passed over an object the walk's copy lacks")]
+fn without_the_fence_pair_the_walk_may_miss_an_object_made_before_the_raise() {
+    made_before_the_raise(false, E0 * 4 | IMAGE);
+}
+
+/// `loam_heap`'s sealing (`seal.rs`) reduced to one page and one block,
+/// against a window call's `alloc` and `shade_fresh`, and a ragged
+/// start's raise, heavy fence and walk. `sealed` is the page's word as
+/// the start finds it: sealed for its epoch by an earlier allocation, or
+/// for an older one.
+fn made_before_the_raise(fences: bool, sealed: usize) {
+    loom::model(move || {
+        let epoch = Arc::new(AtomicUsize::new(E0));
+        let sealed = Arc::new(AtomicUsize::new(sealed));
+        let bits = Arc::new(AtomicUsize::new(0));
+        let image = Arc::new(AtomicUsize::new(0));
+        let call = {
+            let (epoch, sealed, bits, image) =
+                (epoch.clone(), sealed.clone(), bits.clone(), image.clone());
+            loom::thread::spawn(move || {
+                // `alloc_object`: `seal_before_alloc`, then the bit.
+                let s = sealed.load(Ordering::Acquire);
+                let e = epoch.load(Ordering::Relaxed);
+                if s < e * 4 {
+                    // The owner seals: claim, copy, publish. (Only this
+                    // thread allocates here; the walk may have claimed.)
+                    if sealed
+                        .compare_exchange(s, e * 4 | BUSY, Ordering::Acquire, Ordering::Relaxed)
+                        .is_ok()
+                    {
+                        image.store(bits.load(Ordering::Relaxed), Ordering::Relaxed);
+                        sealed.store(e * 4 | IMAGE, Ordering::Release);
+                    }
+                }
+                bits.fetch_or(F, Ordering::Release);
+                // `shade_fresh`: passes over the object's edges if the
+                // epoch is still the one the start found.
+                if fences {
+                    crate::fence::light();
+                }
+                epoch.load(Ordering::Acquire) == E0
+            })
+        };
+        // `Cycle::start_ragged`: the raise at T, the heavy fence.
+        epoch.fetch_add(1, Ordering::AcqRel);
+        if fences {
+            crate::fence::heavy();
+        }
+        // The walk (`PageRef::sealed_words`): the owner's image if it
+        // sealed for this epoch, else a copy of the page and a claim.
+        let copy = loop {
+            let s = sealed.load(Ordering::Acquire);
+            if s & BUSY != 0 {
+                loom::thread::yield_now();
+                continue;
+            }
+            if s >= E1 * 4 {
+                break if s & IMAGE != 0 {
+                    image.load(Ordering::Relaxed)
+                } else {
+                    0
+                };
+            }
+            let copy = bits.load(Ordering::Acquire);
+            if sealed
+                .compare_exchange(s, E1 * 4, Ordering::Release, Ordering::Relaxed)
+                .is_ok()
+            {
+                break copy;
+            }
+        };
+        let passed_over = call.join().unwrap();
+        if passed_over {
+            assert_ne!(
+                copy & F,
+                0,
+                "a window call passed over an object the walk's copy lacks"
+            );
+        }
+    });
 }

@@ -10,6 +10,7 @@ use crate::stats::{CycleEvent, FinalStats, GcStats, StatsHandle};
 use parking_lot::{Condvar, Mutex};
 use std::fmt;
 use crossbeam_deque::Injector;
+use crossbeam_utils::atomic::AtomicCell;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -156,14 +157,15 @@ pub(crate) struct Shared {
     /// Counts concurrent marks: a `GcLock` shades its contents once per
     /// mark, and records the mark it did it for.
     pub(crate) mark_epoch: AtomicU64,
-    /// Whether the ragged start under way has raised the seal epoch at T
-    /// (`Cycle::start_ragged`): from then until the last window call
-    /// ends, `SealEpoch::current()` is the epoch of that raise, which
-    /// window calls read to pass over the objects allocated since
-    /// (`Mutation::shade_fresh`). Lowered before `marking` is raised;
-    /// left raised after the cycle, and when a start falls back to a stop
-    /// (which raises again), with no window call left to read it.
-    pub(crate) raised_at_t: AtomicBool,
+    /// The seal epoch as the ragged start under way found it, before its
+    /// raise at T (`Cycle::start_ragged`): stored before `marking` is
+    /// raised, and until the last window call ends the epoch is this or
+    /// the start's raise (the cycle lock keeps other raises out). A window
+    /// call that reads it still current after making an object, with the
+    /// asymmetric fence pair between (`crate::fence`: a light fence in the
+    /// call, the start's heavy fence after its raise), made it before the
+    /// raise (`Mutation::shade_fresh`); without the pair it cannot tell.
+    pub(crate) window_seal: AtomicCell<loam_heap::SealEpoch>,
     /// The concurrent mark under way offers its queues here to mutators
     /// that assist (`mark::Share`).
     pub(crate) assist: crate::mark::AssistSlot,
@@ -1181,6 +1183,10 @@ impl RuntimeBuilder {
         let id = take_id();
         let goal = crate::cycle::goal_under_limit(config.min_heap, 0, &config);
         let pace_cap = config.pace_cap();
+        // Registers the asymmetric fence now, not in a ragged start's
+        // window (where a first registration could wait out a kernel
+        // grace period while new calls wait for the window to close).
+        crate::fence::available();
         let shared = Arc::new(Shared {
             id,
             handshake: Handshake::default(),
@@ -1218,7 +1224,7 @@ impl RuntimeBuilder {
             weak_gate: parking_lot::RwLock::new(()),
             gray: Injector::new(),
             mark_epoch: AtomicU64::new(0),
-            raised_at_t: AtomicBool::new(false),
+            window_seal: AtomicCell::new(loam_heap::SealEpoch::current()),
             assist: Default::default(),
             assist_ratio: Default::default(),
             finalizer: Default::default(),

@@ -512,7 +512,9 @@ fn a_mark_ends_while_a_call_that_began_after_its_window_runs() {
 /// after a call that began in the mark's window read it; the window call
 /// holds the chain past the time the mark could end and then stores it
 /// into an object the markers traced before (or makes it the tail of a
-/// fresh node, which it stores there). The chain and the array are
+/// fresh node, which it stores there, directly or through a node it made
+/// before the start's raise at T, whose edges `shade_fresh` leaves
+/// unshaded as it is made). The chain and the array are
 /// young and were never stored through a barrier, so nothing but this
 /// cycle's mark keeps them. The chain must be kept: the mark's start waits
 /// for the old call, its end for the window call, and the window call's
@@ -524,9 +526,11 @@ fn the_lost_object_race_of_the_handshake_window() {
     let _guard = watchdog("the lost-object race waited for ever (no cycle, or a call held)");
     type Slots = Rootable!['gc => [GcCell<'gc, Option<Gc<'gc, Node<'gc>>>>]];
     type LockRoot = Rootable!['gc => GcLock<'gc, Vec<Gc<'gc, Node<'gc>>>>];
+    // Five ways of handing the chain out, three rounds each.
+    const ROUNDS: u64 = 15;
     let rt = ragged(true, 1 << 20);
     let mut raced = 0;
-    for round in 0..12_u64 {
+    for round in 0..ROUNDS {
         let stamp = (round + 1) * 1000;
         // Built whole, no store through a barrier: young and unremembered.
         let (slots, lock): (GlobalRoot<Slots>, GlobalRoot<LockRoot>) = rt.attach().mutate(|mc| {
@@ -570,6 +574,16 @@ fn the_lost_object_race_of_the_handshake_window() {
                         return (false, None);
                     }
                     let held = slots.get(mc)[0].get().expect("the chain");
+                    // Made before the raise at T (the old call is still
+                    // inside): in the sweep's copy, its edges unshaded as
+                    // it is made (`shade_fresh`); the fresh node made
+                    // with it below shades it.
+                    let before = (round % 5 == 4).then(|| {
+                        mc.alloc(Node {
+                            value: stamp - 1,
+                            next: GcCell::new(Some(held)),
+                        })
+                    });
                     window_read.store(true, Ordering::Release);
                     while !old_left.load(Ordering::Acquire) {
                         std::thread::yield_now();
@@ -593,7 +607,7 @@ fn the_lost_object_race_of_the_handshake_window() {
                     // shades the chain, which is in the sweep's copy, and
                     // the store shades the node, which the end's first
                     // look traces) stored into the array.
-                    let root = match round % 4 {
+                    let root = match round % 5 {
                         0 => {
                             slots.get(mc)[1].set(mc, Some(held));
                             None
@@ -603,13 +617,24 @@ fn the_lost_object_race_of_the_handshake_window() {
                             lock.get(mc).write(mc, |v| v.push(held));
                             None
                         }
-                        _ => {
+                        3 => {
                             let head = mc.alloc(Node {
                                 value: stamp - 1,
                                 next: GcCell::new(Some(held)),
                             });
                             slots.get(mc)[1].set(mc, Some(head));
                             check(head, LEN + 1);
+                            None
+                        }
+                        // A fresh node made after the raise with one made
+                        // before it, which holds the chain.
+                        _ => {
+                            let head = mc.alloc(Node {
+                                value: stamp - 2,
+                                next: GcCell::new(before),
+                            });
+                            slots.get(mc)[1].set(mc, Some(head));
+                            check(head, LEN + 2);
                             None
                         }
                     };
@@ -630,13 +655,19 @@ fn the_lost_object_race_of_the_handshake_window() {
         rt.collect();
         rt.attach().mutate(|mc| {
             if in_window {
-                let kept = match (&rooted, round % 4) {
+                let kept = match (&rooted, round % 5) {
                     (Some(r), _) => r.get(mc),
                     (None, 2) => *lock.get(mc).read().first().expect("the chain was pushed"),
                     (None, 3) => {
                         let head = slots.get(mc)[1].get().expect("the fresh head was stored");
                         check(head, LEN + 1);
                         head.next.get().expect("the chain under the fresh head")
+                    }
+                    (None, 4) => {
+                        let head = slots.get(mc)[1].get().expect("the fresh head was stored");
+                        check(head, LEN + 2);
+                        let before = head.next.get().expect("the node made before the raise");
+                        before.next.get().expect("the chain under it")
                     }
                     (None, _) => slots.get(mc)[1].get().expect("the chain was stored"),
                 };
@@ -645,7 +676,10 @@ fn the_lost_object_race_of_the_handshake_window() {
             }
         });
     }
-    assert!(raced >= 10, "only {raced} of 12 rounds raced in the window");
+    assert!(
+        raced >= ROUNDS - 2,
+        "only {raced} of {ROUNDS} rounds raced in the window"
+    );
 }
 
 /// A call that joins a scoped thread, which outruns the collector and is

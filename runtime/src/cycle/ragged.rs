@@ -86,8 +86,10 @@ impl<'a> Cycle<'a> {
             shared.lock_written.store(false, Ordering::Relaxed);
         }
         // Ordered before the calls see `marking` (the release below): a
-        // window call reads it lowered until the raise at T.
-        shared.raised_at_t.store(false, Ordering::Relaxed);
+        // window call compares the epoch with this one, not the last
+        // start's (`ragged_model.rs`, 7). The cycle lock keeps other
+        // runtimes' raises out until this cycle's sweep.
+        shared.window_seal.store(loam_heap::SealEpoch::current());
         let epoch = shared.mark_epoch.load(Ordering::Relaxed) + 1;
         // Release: a call that reads it reads `calls` as set below or
         // later (`Mutator::mutate` reads both, and again if they moved).
@@ -125,10 +127,15 @@ impl<'a> Cycle<'a> {
         // SAFETY: under the process-wide cycle lock, which this cycle
         // holds until its sweep, after its walk: no other walk runs.
         let seal = unsafe { loam_heap::SealEpoch::raise() };
-        // Release: a window call that reads it reads `seal` as the current
-        // epoch (or a later one, which no raise makes before this cycle's
-        // sweep, and every window call ends before the mark does).
-        shared.raised_at_t.store(true, Ordering::Release);
+        // Every thread's full fence, between the raise and the walk (in
+        // `mark_ragged`): a window call that reads the epoch unraised after
+        // making an object (`Mutation::shade_fresh`, a light fence between)
+        // made it before this fence reached its thread, so the walk's copy
+        // holds it, and the call may leave its edges unshaded (`barrier.rs`,
+        // "Ragged cycles", 6; `ragged_model.rs`, 9).
+        if crate::fence::available() {
+            crate::fence::heavy();
+        }
         let heap_at_stop = shared.heap_used.load(Ordering::Relaxed);
         if !full && shared.lock_written.load(Ordering::Relaxed) {
             // A write of a lock whose object is unknown, by a call that

@@ -682,6 +682,179 @@ fn the_lost_object_race_of_the_handshake_window() {
     );
 }
 
+/// What a window call makes a young node with, when a later call cuts the
+/// node out of the only object that holds it before the markers reach it
+/// (found by review as the reason `shade_fresh` shades young objects'
+/// edges). An old call cuts a chain's only path after a window call read
+/// it; the window call, once a later call is inside (so after the raise
+/// at T), makes a young node with the chain and an outer node with that,
+/// and stores the outer node in an array (its barrier shades the outer
+/// node only). The later call then takes the inner node out, with a store
+/// whose deletion barrier passes over young objects, and holds it until
+/// the cycle has swept and the old call's thread, the chain's owner, has
+/// allocated nodes over whatever the sweep freed; the chain under it must
+/// be whole. Verify
+/// mode is off: its check stops the world, and the later call waits
+/// inside for the cycle to end.
+#[test]
+fn a_young_nodes_contents_survive_a_later_calls_cut() {
+    let _serial = serial();
+    let _guard = watchdog("a young node's race waited for ever (no cycle, or a call held)");
+    type Slots = Rootable!['gc => [GcCell<'gc, Option<Gc<'gc, Node<'gc>>>>]];
+    let rt = ragged(false, 4 << 20);
+    let mut swept_while_held = 0;
+    for round in 0..4_u64 {
+        let stamp = (round + 1) * 1000;
+        // Made by the old call, so that no mark has met the chain: a
+        // minor cycle frees it only if it is unmarked.
+        let slots: std::sync::OnceLock<GlobalRoot<Slots>> = std::sync::OnceLock::new();
+        let slots = &slots;
+        let old_inside = AtomicBool::new(false);
+        let window_read = AtomicBool::new(false);
+        let old_left = AtomicBool::new(false);
+        let later_inside = AtomicBool::new(false);
+        let stored = AtomicBool::new(false);
+        let cut = AtomicBool::new(false);
+        let swept = AtomicBool::new(false);
+        let churned = AtomicBool::new(false);
+        let held_through = std::thread::scope(|s| {
+            // The old call: begins with no mark under way (so the next
+            // cycle's start waits for it), makes the chain (built whole: no
+            // barrier marks it), and cuts it once the window call read it.
+            // Once the cycle has swept, its thread, which the sweep gives
+            // the chain's blocks back to if it freed them, makes nodes.
+            s.spawn(|| {
+                let mut m = rt.attach();
+                while !m.mutate(|mc| {
+                    if mc.is_marking() {
+                        return false;
+                    }
+                    let x = chain(mc, stamp, LEN);
+                    let made = mc
+                        .global_root(mc.alloc_from_iter([GcCell::new(Some(x)), GcCell::new(None)]));
+                    assert!(slots.set(made).is_ok());
+                    old_inside.store(true, Ordering::Release);
+                    while !window_read.load(Ordering::Acquire) {
+                        std::thread::yield_now();
+                    }
+                    slots.get().expect("made").get(mc)[0].set(mc, None);
+                    true
+                }) {
+                    std::thread::yield_now();
+                }
+                old_left.store(true, Ordering::Release);
+                while !swept.load(Ordering::Acquire) {
+                    std::thread::yield_now();
+                }
+                m.mutate(|mc| {
+                    for _ in 0..4096 {
+                        mc.alloc(Node {
+                            value: u64::MAX,
+                            next: GcCell::new(None),
+                        });
+                    }
+                });
+                churned.store(true, Ordering::Release);
+            });
+            while !old_inside.load(Ordering::Acquire) {
+                std::thread::yield_now();
+            }
+            let slots = slots.get().expect("made by the old call");
+            // The later call: begins once the window is closed, takes the
+            // inner node out of the outer one, and holds it past the sweep.
+            let later = s.spawn(|| {
+                let mut m = rt.attach();
+                while !window_read.load(Ordering::Acquire) {
+                    std::thread::yield_now();
+                }
+                loop {
+                    let cycles = rt.stats().cycles;
+                    let done = m.mutate(|mc| {
+                        if !mc.is_marking() || mc.began_in_window() {
+                            return None;
+                        }
+                        later_inside.store(true, Ordering::Release);
+                        while !stored.load(Ordering::Acquire) {
+                            std::thread::yield_now();
+                        }
+                        let outer = slots.get(mc)[1].get().expect("the outer node");
+                        let inner = outer.next.replace(mc, None).expect("the inner node");
+                        cut.store(true, Ordering::Release);
+                        // Until the cycle has swept (a bound in steps, as
+                        // in the lost-object race), and the chain's owner
+                        // has allocated over what it freed.
+                        let mut ended = false;
+                        for _ in 0..HOLD_STEPS {
+                            if rt.stats().cycles != cycles {
+                                ended = true;
+                                break;
+                            }
+                            std::thread::yield_now();
+                        }
+                        swept.store(true, Ordering::Release);
+                        while !churned.load(Ordering::Acquire) {
+                            std::thread::yield_now();
+                        }
+                        check(inner, LEN + 1);
+                        assert_eq!(inner.value, stamp - 1);
+                        Some(ended)
+                    });
+                    if let Some(ended) = done {
+                        break ended;
+                    }
+                    std::thread::yield_now();
+                }
+            });
+            // The window call, as in the lost-object race.
+            let mut m = rt.attach();
+            loop {
+                let done = m.mutate(|mc| {
+                    if !mc.is_marking() {
+                        for k in 0..2048_u64 {
+                            mc.alloc([k; 8]);
+                        }
+                        return false;
+                    }
+                    let held = slots.get(mc)[0].get().expect("the chain");
+                    window_read.store(true, Ordering::Release);
+                    while !old_left.load(Ordering::Acquire) || !later_inside.load(Ordering::Acquire)
+                    {
+                        std::thread::yield_now();
+                    }
+                    let inner = mc.alloc(Node {
+                        value: stamp - 1,
+                        next: GcCell::new(Some(held)),
+                    });
+                    let outer = mc.alloc(Node {
+                        value: stamp - 2,
+                        next: GcCell::new(Some(inner)),
+                    });
+                    slots.get(mc)[1].set(mc, Some(outer));
+                    stored.store(true, Ordering::Release);
+                    while !cut.load(Ordering::Acquire) {
+                        std::thread::yield_now();
+                    }
+                    true
+                });
+                if done {
+                    break;
+                }
+            }
+            later.join().unwrap()
+        });
+        if held_through {
+            swept_while_held += 1;
+        }
+    }
+    // A correct collector's cycle always ends while the later call holds
+    // the node (nothing waits for that call); a round without the ending
+    // tested nothing.
+    assert!(
+        swept_while_held >= 3,
+        "only {swept_while_held} of 4 cycles ended while the node was held"
+    );
+}
+
 /// A call that joins a scoped thread, which outruns the collector and is
 /// held by pacing while a ragged cycle waits for the joining call: the
 /// wait tells the scoped thread to stop waiting, as a stop's gate does

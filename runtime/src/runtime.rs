@@ -165,6 +165,8 @@ pub(crate) struct Shared {
     /// asymmetric fence pair between (`crate::fence`: a light fence in the
     /// call, the start's heavy fence after its raise), made it before the
     /// raise (`Mutation::shade_fresh`); without the pair it cannot tell.
+    /// The call reads it after `marking` (acquire), which the start
+    /// raised after this store (release), so never the last start's.
     pub(crate) window_seal: AtomicCell<loam_heap::SealEpoch>,
     /// The concurrent mark under way offers its queues here to mutators
     /// that assist (`mark::Share`).

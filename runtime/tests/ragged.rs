@@ -10,6 +10,9 @@
 //!   process if a reachable object is left unmarked; each chain's values
 //!   are checked as well, so a block freed and reused shows up too.
 //!   `LOAM_RAGGED_ROUNDS` makes it longer by hand.
+//! - What a window call makes a young object with survives a later call
+//!   that cuts the object out before the mark's end looks
+//!   (`Mutation::shade_fresh`).
 
 use loam_runtime::{
     Gc, GcCell, GcLock, GcWeak, GlobalRoot, Mutation, Root, Rootable, Runtime, Trace,
@@ -542,6 +545,9 @@ fn the_lost_object_race_of_the_handshake_window() {
         });
         let old_inside = AtomicBool::new(false);
         let window_read = AtomicBool::new(false);
+        // The call that read the chain began in the window (not in a
+        // mark the old call did not hold up): the round raced.
+        let began_in_window = AtomicBool::new(false);
         let old_left = AtomicBool::new(false);
         let in_window = std::thread::scope(|s| {
             // The old call: inside before the mark begins; cuts the chain's
@@ -584,6 +590,7 @@ fn the_lost_object_race_of_the_handshake_window() {
                             next: GcCell::new(Some(held)),
                         })
                     });
+                    began_in_window.store(mc.began_in_window(), Ordering::Relaxed);
                     window_read.store(true, Ordering::Release);
                     while !old_left.load(Ordering::Acquire) {
                         std::thread::yield_now();
@@ -643,7 +650,7 @@ fn the_lost_object_race_of_the_handshake_window() {
                     (true, root)
                 });
                 if done {
-                    break (window_read.load(Ordering::Acquire), root);
+                    break (began_in_window.load(Ordering::Relaxed), root);
                 }
             }
         });
@@ -690,20 +697,26 @@ fn the_lost_object_race_of_the_handshake_window() {
 /// at T), makes a young node with the chain and an outer node with that,
 /// and stores the outer node in an array (its barrier shades the outer
 /// node only). The later call then takes the inner node out, with a store
-/// whose deletion barrier passes over young objects, and holds it until
-/// the cycle has swept and the old call's thread, the chain's owner, has
-/// allocated nodes over whatever the sweep freed; the chain under it must
-/// be whole. Verify
-/// mode is off: its check stops the world, and the later call waits
-/// inside for the cycle to end.
+/// whose deletion barrier passes over objects allocated since the raise,
+/// and holds it until the cycle has swept, makes nodes over whatever the
+/// sweep freed, and checks that the chain under it is whole (with
+/// `shade_fresh` returning early it is not, every run). Verify mode is
+/// off: its check stops the world, and the later call waits inside for
+/// the cycle to end.
 #[test]
 fn a_young_nodes_contents_survive_a_later_calls_cut() {
     let _serial = serial();
     let _guard = watchdog("a young node's race waited for ever (no cycle, or a call held)");
     type Slots = Rootable!['gc => [GcCell<'gc, Option<Gc<'gc, Node<'gc>>>>]];
     let rt = ragged(false, 4 << 20);
-    let mut swept_while_held = 0;
-    for round in 0..4_u64 {
+    // Rounds whose cycle ended while the later call held the inner node;
+    // a round whose mark's end fell back to a stop (which waits for that
+    // call, so it leaves first) tested nothing, and is tried again.
+    let mut ended_while_held = 0;
+    for round in 0..12_u64 {
+        if ended_while_held == 4 {
+            break;
+        }
         let stamp = (round + 1) * 1000;
         // Made by the old call, so that no mark has met the chain: a
         // minor cycle frees it only if it is unmarked.
@@ -715,14 +728,10 @@ fn a_young_nodes_contents_survive_a_later_calls_cut() {
         let later_inside = AtomicBool::new(false);
         let stored = AtomicBool::new(false);
         let cut = AtomicBool::new(false);
-        let swept = AtomicBool::new(false);
-        let churned = AtomicBool::new(false);
         let held_through = std::thread::scope(|s| {
             // The old call: begins with no mark under way (so the next
             // cycle's start waits for it), makes the chain (built whole: no
             // barrier marks it), and cuts it once the window call read it.
-            // Once the cycle has swept, its thread, which the sweep gives
-            // the chain's blocks back to if it freed them, makes nodes.
             s.spawn(|| {
                 let mut m = rt.attach();
                 while !m.mutate(|mc| {
@@ -743,18 +752,6 @@ fn a_young_nodes_contents_survive_a_later_calls_cut() {
                     std::thread::yield_now();
                 }
                 old_left.store(true, Ordering::Release);
-                while !swept.load(Ordering::Acquire) {
-                    std::thread::yield_now();
-                }
-                m.mutate(|mc| {
-                    for _ in 0..4096 {
-                        mc.alloc(Node {
-                            value: u64::MAX,
-                            next: GcCell::new(None),
-                        });
-                    }
-                });
-                churned.store(true, Ordering::Release);
             });
             while !old_inside.load(Ordering::Acquire) {
                 std::thread::yield_now();
@@ -780,20 +777,23 @@ fn a_young_nodes_contents_survive_a_later_calls_cut() {
                         let outer = slots.get(mc)[1].get().expect("the outer node");
                         let inner = outer.next.replace(mc, None).expect("the inner node");
                         cut.store(true, Ordering::Release);
-                        // Until the cycle has swept (a bound in steps, as
-                        // in the lost-object race), and the chain's owner
-                        // has allocated over what it freed.
-                        let mut ended = false;
-                        for _ in 0..HOLD_STEPS {
+                        // Until the cycle has swept (nothing waits for this
+                        // call; a stop would, and is let through), then
+                        // nodes made over whatever it freed.
+                        let ended = loop {
                             if rt.stats().cycles != cycles {
-                                ended = true;
-                                break;
+                                break true;
+                            }
+                            if mc.collection_pending() {
+                                break false;
                             }
                             std::thread::yield_now();
-                        }
-                        swept.store(true, Ordering::Release);
-                        while !churned.load(Ordering::Acquire) {
-                            std::thread::yield_now();
+                        };
+                        for _ in 0..4096 {
+                            mc.alloc(Node {
+                                value: u64::MAX,
+                                next: GcCell::new(None),
+                            });
                         }
                         check(inner, LEN + 1);
                         assert_eq!(inner.value, stamp - 1);
@@ -843,15 +843,12 @@ fn a_young_nodes_contents_survive_a_later_calls_cut() {
             later.join().unwrap()
         });
         if held_through {
-            swept_while_held += 1;
+            ended_while_held += 1;
         }
     }
-    // A correct collector's cycle always ends while the later call holds
-    // the node (nothing waits for that call); a round without the ending
-    // tested nothing.
-    assert!(
-        swept_while_held >= 3,
-        "only {swept_while_held} of 4 cycles ended while the node was held"
+    assert_eq!(
+        ended_while_held, 4,
+        "rounds whose cycle ended while the node was held, of 12 tried"
     );
 }
 

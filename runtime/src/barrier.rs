@@ -506,16 +506,12 @@ impl<'gc> Mutation<'gc> {
         let now = loam_heap::SealEpoch::current();
         // Stored before `marking` was raised, which this call read.
         let before = self.shared().window_seal.load();
-        if now == before {
-            if crate::fence::available() {
-                return;
-            }
-            self.shade(fresh);
-        } else {
-            // Not the last start's raise: `before` is this start's epoch
-            // (`ragged_model.rs`, 7), and the epoch can only be its raise.
-            self.shade_edges(fresh, Some(now));
+        if now == before && crate::fence::available() {
+            return;
         }
+        // An epoch other than `before` (this start's, not the last one's:
+        // `ragged_model.rs`, 7) can only be this start's raise.
+        self.shade_edges(fresh, (now != before).then_some(now));
     }
 
     #[inline(never)]

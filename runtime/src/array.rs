@@ -231,9 +231,6 @@ impl<'gc> Mutation<'gc> {
         // before this `mutate` call returns.
         // SAFETY: as just said.
         let gc: Gc<'gc, [T]> = unsafe { Gc::from_addr(addr) };
-        if T::NEEDS_TRACE && self.window {
-            self.shade_fresh(&*gc);
-        }
         gc
     }
 
@@ -397,9 +394,6 @@ impl<'gc> Mutation<'gc> {
         // `'gc`.
         // SAFETY: as just said.
         let gc: Gc<'gc, [T]> = unsafe { Gc::from_addr(r.addr) };
-        if T::NEEDS_TRACE && self.window {
-            self.shade_fresh(&*gc);
-        }
         Ok(gc)
     }
 

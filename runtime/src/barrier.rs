@@ -106,15 +106,11 @@
 //!    targets (`GcWeak::new`), a window call's lock writes shade the
 //!    contents after `f` as well (`GcLock::write`), its pushes into
 //!    collections shade whatever their owner
-//!    (`GcLog::after_unreported_stores`), and what it makes a fresh
-//!    object with is shaded as the object is made
-//!    (`Mutation::shade_fresh`; less what is outside the sweep's copy,
-//!    and not for a fresh object inside it, 6). Not as the fresh object
-//!    is handed out: the object is young, and after the end's first look a young
-//!    object a later call shades is marked but left untraced until the
-//!    next cycle (3), so nothing the fresh object holds may wait for its
-//!    trace (found by review: an object a window call put into a fresh
-//!    object, which a later call then shaded, was swept). Arrays whose
+//!    (`GcLog::after_unreported_stores`). Not what it makes a fresh
+//!    object with: the fresh object reaches beyond the call only inside
+//!    something the call hands out, which is shaded, and the markers
+//!    trace from there before the end's first look, through young
+//!    objects too, while every cut of the way is shaded (6). Arrays whose
 //!    elements report nothing (a list's slots, a dictionary's entries)
 //!    are covered by their owner: the collection's object is made after
 //!    its array is filled, and its `Trace` reports the elements, so its
@@ -162,9 +158,10 @@
 //!    the first one's failed mark, which the first round waited for, so
 //!    its fence precedes the second round's, and the second round sees it
 //!    open and waits, or sees it closed, its push done. So every such X is
-//!    marked and traced once a look after the two rounds finds no object
-//!    of the snapshot in `gray` (`Snapshot::holds`). The young objects that calls
-//!    shade meanwhile are not traced by this cycle: they stay in `gray`,
+//!    marked and traced once a look after the two rounds finds in `gray`
+//!    nothing but objects allocated after the end's second raise (6). Those
+//!    objects, which calls shade meanwhile, are not traced by this cycle:
+//!    they stay in `gray`,
 //!    marked, and so do the shades of calls that began before `marking`
 //!    was lowered and run on after it. The next cycle traces them (its
 //!    stop takes them as remembered, its ragged start traces them), which
@@ -181,44 +178,45 @@
 //!    remember epoch it began in (`MutatorShared::remembered_in`), read in
 //!    one word with `marking` (`Shared::calls`): the old calls' lists are
 //!    complete at T, and what window calls record is the next cycle's.
-//! 6. *The sweep's snapshot.* The seal epoch rises at T, with no old call
-//!    left: everything old calls allocated is in the sweep's copy, so an
-//!    object missing from it (young) was allocated by a call with the
-//!    barrier on. Window calls may allocate on either side of the raise:
-//!    their objects in the copy are covered by 2, and those outside it
-//!    reach post-window calls only through what 2 shaded and the first
-//!    look traced. Those need no shade as a fresh object is made with
-//!    them: this cycle sweeps none of them, and a marked object left
-//!    untraced that holds one (a young object shaded after the first
-//!    look, 2 and 3) is traced by the next cycle, which takes `gray` at
-//!    its start (its stop takes it as remembered, its ragged start traces
-//!    it). So `shade_fresh` passes over the objects allocated since the
-//!    raise once it has read the epoch raised (`Shared::window_seal`,
-//!    stored before `marking` is raised: `ragged_model.rs`, 7); shading
-//!    them promoted every tree a window call built (`docs/perf-log.md`,
-//!    session 19).
-//!    Nor does a fresh object F made *before* the raise need its shade:
-//!    F is in the copy, so the end's looks trace it whole whenever it is
-//!    shaded, the looks after the first included (only objects outside
-//!    the copy go untraced then). F reaches anything beyond its call only
-//!    through what the call hands out, and each way of handing it out
-//!    shades it before the call ends, hence before the first look: the
-//!    ways of 2, or a fresh object made with it, which is in the copy too
-//!    (the same argument, one level up) or young, and then its own
-//!    `shade_fresh` shades F (in the copy, not passed over). Once shaded,
-//!    F is traced, and what it was made with is marked. The call tells F
-//!    by reading the epoch still unraised after F's allocated bit, with a
-//!    light fence between, and the start runs a heavy fence after its
-//!    raise and before its walk (`crate::fence`): either the call's load
-//!    follows the heavy fence and reads the raise, or its bit store
-//!    precedes the fence's return and the walk copies it (or the call's
-//!    own later seal does). A walk's claim before the allocation is
-//!    acquired by its check of `sealed`, which then reads the raise too.
-//!    The epoch alone, without the fences, is not enough: the bit is a
-//!    release store and the load a read of the older value, so the walk
-//!    may copy the page without the bit (store buffering; found by
-//!    review). `ragged_model.rs`, 9; measured in `docs/perf-log.md`,
-//!    session 23.
+//! 6. *The sweep's snapshot, and what window calls make.* The seal epoch
+//!    rises at T, with no old call left: everything old calls allocated
+//!    is in the sweep's copy, so an object missing from it (young) was
+//!    allocated by a call with the barrier on. Window calls may allocate
+//!    on either side of the raise, and shade nothing as they make an
+//!    object (the shade of what each fresh object was made with marked,
+//!    and promoted, most of every tree a window call built partly before
+//!    T: `docs/perf-log.md`, session 24). Why that is enough: take an
+//!    object X of the copy that a call or the heap reaches at the end but
+//!    that nothing reached at T (so 1 does not cover it). Only window
+//!    calls held it at T (old calls have ended; later calls read only
+//!    what the roots and the heap reach), so it reached the heap through
+//!    something a window call W handed out, after T: a value S that W
+//!    shaded (2), with a chain of objects W made or read from S to X.
+//!    S is traced before the first look ends, and the markers follow the
+//!    chain from it, young objects included, unless an edge of it is
+//!    cut first. A cut by W shades what it cuts (window calls pass over
+//!    nothing, `shade_old`). A cut by a later call shades it too while
+//!    the epoch is still T's (`Shared::no_pass`): such a call passes
+//!    over nothing then. If the first look finds something, the end
+//!    raises the epoch again (every window call has ended: the first
+//!    wait), and from then on a later call passes over only objects
+//!    allocated since this second raise, which later calls made, never
+//!    W. So every object on the chain is marked and traced, or shaded by
+//!    its cut; and what the looks after the first find shaded is traced
+//!    unless it was certainly allocated after the second raise
+//!    (`PageRef::allocated_since`), so an object of W's that a later
+//!    call shades by storing it (which marks it, and keeps the markers
+//!    from tracing it through the chain) is traced all the same. An
+//!    object allocated after the second raise that is left untraced
+//!    holds what a later call had: read from the heap or a root after
+//!    the first look (where every object of the copy still reachable is
+//!    marked, and every object W made that reaches one is traced or on
+//!    its way), or made by it. The copy's objects that W made before T
+//!    are covered the same way, whether or not the walk's copy holds
+//!    them (if it does not, this cycle does not free them). The lost
+//!    object race of `runtime/tests/ragged.rs`, and
+//!    `a_young_nodes_contents_survive_a_later_calls_cut`, which fails at
+//!    every run if later calls pass over young objects at T's epoch.
 //! 7. *`GcLock`s.* A lock records the mark whose old contents it shaded
 //!    (`shaded`), and skips the shade on later writes of that mark. A
 //!    window call shades without recording it: an old call may still write
@@ -468,50 +466,27 @@ impl<'gc> Mutation<'gc> {
     /// pause; a ragged one before its window closes), and the epoch can
     /// only have risen since, which makes the question stricter: an object
     /// allocated after a later stop was allocated after this one.
+    ///
+    /// Nor while a ragged mark's epoch is still the one its start raised
+    /// at T (`Shared::no_pass`): what the call cuts may be an object a
+    /// window call made after T, inside one it handed out that no marker
+    /// has traced yet, and such an object's contents are shaded by no one
+    /// else ("Ragged cycles", 6). Once every window call has ended, the end
+    /// raises the epoch again, and what was allocated since then was made
+    /// by calls like this one; once the mark has ended, nothing it cuts
+    /// matters to it.
     #[inline(never)]
     pub(crate) fn shade_old<T: Trace + ?Sized>(&self, old: &T) {
-        let since = (!self.window).then(loam_heap::SealEpoch::current);
+        let since = if self.window {
+            None
+        } else {
+            let shared = self.shared();
+            let now = loam_heap::SealEpoch::current();
+            // (Relaxed, both: a stale answer only shades more. A call that
+            // runs on after its mark ended has nothing left to keep.)
+            (now != shared.no_pass.load() || !shared.calls_now().marking).then_some(now)
+        };
         self.shade_edges(old, since);
-    }
-
-    /// In a ragged start's window call: shades what a fresh object was
-    /// made with. Such a call may hold an object unreachable at T, and a
-    /// fresh object is young: once the mark's end has made its first look,
-    /// a young object a later call shades is marked but left untraced for
-    /// the next cycle (`Cycle::terminate_ragged`), so what it holds must
-    /// not wait for its trace (module docs, "Ragged cycles", 2).
-    ///
-    /// Not for an object made before the start raised the seal epoch at T:
-    /// it is in the sweep's copy, so the end's looks trace it whole
-    /// whenever it is shaded, and every way of handing it out shades it
-    /// ("Ragged cycles", 6). The call tells one by reading the epoch
-    /// unraised after making it (`Shared::window_seal`), with a light fence
-    /// between: the start raises the epoch before its heavy fence, and
-    /// walks the pages after it (`crate::fence`). Where there is no heavy
-    /// fence, it shades.
-    ///
-    /// Less what was allocated since the raise, once this call has read
-    /// the epoch raised: such an object is outside the sweep's copy, so
-    /// this cycle does not free it, and whatever marked object is left
-    /// untraced holding it is traced by the next cycle, which takes `gray`
-    /// at its start ("Ragged cycles", 6). Shading it only promoted it and
-    /// had the markers trace it: every tree a window call built was marked
-    /// whole.
-    #[cold]
-    #[inline(never)]
-    pub(crate) fn shade_fresh<T: Trace + ?Sized>(&self, fresh: &T) {
-        // The fresh object's allocated bit (stored by our caller) before
-        // the epoch's load, in program order.
-        crate::fence::light();
-        let now = loam_heap::SealEpoch::current();
-        // Stored before `marking` was raised, which this call read.
-        let before = self.shared().window_seal.load();
-        if now == before && crate::fence::available() {
-            return;
-        }
-        // An epoch other than `before` (this start's, not the last one's:
-        // `ragged_model.rs`, 7) can only be this start's raise.
-        self.shade_edges(fresh, (now != before).then_some(now));
     }
 
     #[inline(never)]

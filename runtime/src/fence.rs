@@ -5,8 +5,8 @@
 //! needs a full fence on both sides, between the store and the load: with
 //! either missing, both loads may miss both stores (the store buffer).
 //! When one side runs millions of times a second (a collection's owner
-//! taking its biased lock, a mutator making an object) and the other
-//! seldom (revoking the bias, a collector raising its epoch), the hot side
+//! taking its biased lock) and the other seldom (revoking the bias), the
+//! hot side
 //! can leave the hardware fence to the rare one:
 //!
 //! - [`light`] on the hot side is a compiler fence: it keeps the store and

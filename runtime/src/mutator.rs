@@ -957,10 +957,7 @@ impl<'gc> Mutation<'gc> {
     ///
     /// # Panics
     /// At the heap limit (see [`try_alloc`](Self::try_alloc)) or when the OS
-    /// has no memory left; and if `T`'s `Trace` impl panics while this call
-    /// shades what the object was made with (only in a ragged start's
-    /// window, [`began_in_window`](Self::began_in_window)): the object is
-    /// then made but unreachable, and freed by a later cycle.
+    /// has no memory left.
     #[inline(always)]
     pub fn alloc<T: Trace + 'gc>(&self, value: T) -> Gc<'gc, T> {
         match self.try_alloc(value) {
@@ -1053,9 +1050,6 @@ impl<'gc> Mutation<'gc> {
         // `mutate` call returns.
         // SAFETY: as just said.
         let gc = unsafe { Gc::from_addr(p as usize) };
-        if T::NEEDS_TRACE && self.window {
-            self.shade_fresh(&*gc);
-        }
         Ok(gc)
     }
 

@@ -48,28 +48,28 @@
 //!    write lock) and the sweep. The upgrade returns the target only if it
 //!    was kept, and a kept target was traced. Shading without the gate, or
 //!    not reading the cell again under it, makes it fail.
-//! 7. `a_window_call_trusts_only_this_starts_raise`: a window call passes
-//!    over what was allocated since the seal epoch it reads only once it
-//!    reads an epoch other than the one the start stored before its raise
-//!    (`Shared::window_seal`, `Mutation::shade_fresh`). The start stores
-//!    it before `marking` is raised, so the epoch the call then reads is
-//!    this start's raise, never the last one's. Storing it after
-//!    `marking` is raised makes it fail.
+//! 7. `what_a_window_calls_fresh_object_holds_is_marked`: a window call
+//!    made `N` after T, with an object of the copy `X` that only `N`
+//!    reaches, put `N` into `S` and handed `S` out (shaded) before it
+//!    ended; the end's first look drains `S`. A later call reaches `N`
+//!    through `S`, cutting it (a deletion barrier that reads the seal
+//!    epoch and `Shared::no_pass`) or storing it elsewhere (an insertion
+//!    shade, which marks `N` before any marker traces it), and holds it,
+//!    while the end traces, waits for the brackets, looks, and raises the
+//!    epoch again after a first look that found something. If the mark
+//!    ends while the call holds `N`, `X` is marked. Passing over young
+//!    objects at T's epoch fails it (the cut), and so does leaving every
+//!    young object shaded after the first look untraced (the store): the
+//!    two rules that let window calls' fresh objects shade nothing
+//!    (`barrier.rs`, "Ragged cycles", 6). That `allocated_since` is false
+//!    for the window call's objects after the second raise is the seal
+//!    protocol's (`loam_heap`'s `seal_model.rs`: every window call's
+//!    allocations precede the raise, through the end's wait for it).
 //! 8. `a_window_calls_unbracketed_shade_is_waited_for`: model 4 with the
 //!    holder a call of the start's window, whose barriers open no bracket
 //!    (`Mutation::brackets`): the end's first round waits for that call
 //!    to end before it waits for the brackets, and either shade may set
 //!    the mark bit first. Dropping the wait for the call makes it fail.
-//! 9. `an_object_made_before_the_raise_is_in_the_walks_copy`: a window
-//!    call makes an object in a page (the sealing check, the allocated
-//!    bit) and reads the seal epoch after it, while the start raises the
-//!    epoch and walks the page (its copy and claim, or the owner's image).
-//!    A call that reads the epoch unraised leaves the object's edges
-//!    unshaded (`Mutation::shade_fresh`), which is sound only if the
-//!    copy holds the object. It does, with the asymmetric fence pair
-//!    (`crate::fence`, `SeqCst` fences under loom); without them the walk
-//!    may copy the page without the bit (store buffering), and the model
-//!    fails.
 
 use crate::handshake::{Handshake, Slot};
 use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -381,154 +381,176 @@ fn an_upgrade_never_hands_out_what_the_sweep_frees() {
     });
 }
 
-#[test]
-fn a_window_call_trusts_only_this_starts_raise() {
-    trusts_only_this_starts_raise(false);
+/// How model 7's later call reaches the window call's object.
+#[derive(Clone, Copy, PartialEq)]
+enum Reach {
+    /// Cuts it out of the object that holds it (a deletion barrier) and
+    /// holds it past the end.
+    Cut,
+    /// Reads it without a cut and stores it elsewhere (an insertion
+    /// barrier's shade, which marks it), then holds it past the end.
+    Copy,
+}
+
+/// What model 7's end and barrier do: as built, or as they did before
+/// the window calls' fresh objects stopped shading what they were made
+/// with (each of those fails).
+#[derive(Clone, Copy, PartialEq)]
+enum Rules {
+    AsBuilt,
+    /// The later call passes over young objects whatever the epoch.
+    PassOverAtT,
+    /// The looks after the first leave every young object untraced.
+    YoungLeftAfterFirstLook,
 }
 
 #[test]
-#[should_panic(expected = "a window call trusted the last cycle's seal epoch")]
-fn storing_the_window_epoch_after_marking_trusts_the_last_raise() {
-    trusts_only_this_starts_raise(true);
+fn what_a_window_calls_fresh_object_holds_is_marked() {
+    window_calls_fresh_object(Reach::Cut, Rules::AsBuilt);
+    window_calls_fresh_object(Reach::Copy, Rules::AsBuilt);
 }
 
-fn trusts_only_this_starts_raise(late: bool) {
+#[test]
+#[should_panic(expected = "held by a later call, unmarked")]
+fn passing_over_young_objects_at_ts_epoch_loses_a_window_calls_object() {
+    window_calls_fresh_object(Reach::Cut, Rules::PassOverAtT);
+}
+
+#[test]
+#[should_panic(expected = "held by a later call, unmarked")]
+fn leaving_every_young_object_untraced_loses_a_window_calls_object() {
+    window_calls_fresh_object(Reach::Copy, Rules::YoungLeftAfterFirstLook);
+}
+
+/// Model 7's objects: `S`, which a window call handed out (shaded, so in
+/// `gray` as the end begins; the call has ended), `N`, a fresh object the
+/// call made after T and put in `S` (young: outside the sweep's copy, but
+/// made before any second raise), and `X`, an object of the copy that
+/// only `N` reaches (an old call cut every other path before T).
+const S: usize = 0;
+const N: usize = 1;
+const X: usize = 2;
+/// Model 7's seal epochs: T's raise (`Shared::no_pass`), and the end's
+/// second.
+const T_RAISE: usize = 1;
+const SECOND: usize = 2;
+
+/// Model 7: a later call reaches `N` through `S` while the end traces,
+/// waits for the brackets under way, looks, and raises the epoch again
+/// if the first look found something (`Cycle::terminate_ragged`). If the
+/// mark ends while the call holds `N`, `X` must be marked.
+fn window_calls_fresh_object(reach: Reach, rules: Rules) {
     loom::model(move || {
-        // As the last cycle left them: it found epoch 0 and raised 1.
-        let epoch = Arc::new(AtomicUsize::new(1));
-        let window_seal = Arc::new(AtomicUsize::new(0));
-        let marking = Arc::new(AtomicBool::new(false));
+        let hs = Arc::new(Handshake::default());
+        let slots = Arc::new([Slot::default()]);
+        let marked: Arc<[AtomicBool; 3]> = Arc::new(Default::default());
+        let gray = Arc::new(Mutex::new(Vec::new()));
+        // Shaded by the window call's store, which the first look drains
+        // (the call shaded it during the end's first wait, and ended).
+        marked[S].store(true, Ordering::Relaxed);
+        // `S`'s cell holding `N` (0: cut).
+        let cell = Arc::new(AtomicUsize::new(1));
+        let epoch = Arc::new(AtomicUsize::new(T_RAISE));
+        let shade = |marked: &[AtomicBool; 3], gray: &Mutex<Vec<usize>>, o: usize| {
+            if !marked[o].swap(true, Ordering::AcqRel) {
+                gray.lock().unwrap().push(o);
+            }
+        };
         let call = {
-            let (epoch, window_seal, marking) =
-                (epoch.clone(), window_seal.clone(), marking.clone());
+            let (slots, marked, gray, cell, epoch) = (
+                slots.clone(),
+                marked.clone(),
+                gray.clone(),
+                cell.clone(),
+                epoch.clone(),
+            );
             loom::thread::spawn(move || {
-                // A call that reads `marking` raised is a window call (or
-                // later); its `shade_fresh`:
-                if marking.load(Ordering::Acquire) {
-                    let now = epoch.load(Ordering::Acquire);
-                    if now != window_seal.load(Ordering::Relaxed) {
-                        assert_eq!(now, 2, "a window call trusted the last cycle's seal epoch");
+                slots[0].begin_shading();
+                let held = match reach {
+                    Reach::Cut => {
+                        // `shade_old`: `N` is young at T's epoch, and
+                        // allocated before the second raise.
+                        let now = epoch.load(Ordering::Acquire);
+                        let allocated_since_now = now == T_RAISE;
+                        let passes = now != T_RAISE || rules == Rules::PassOverAtT;
+                        let pass = passes && allocated_since_now;
+                        let old = cell.swap(0, Ordering::AcqRel);
+                        if old != 0 && !pass {
+                            shade(&marked, &gray, N);
+                        }
+                        old != 0
                     }
-                }
+                    Reach::Copy => {
+                        let n = cell.load(Ordering::Acquire);
+                        if n != 0 {
+                            // Stored into another cell: the new value's shade.
+                            shade(&marked, &gray, N);
+                        }
+                        n != 0
+                    }
+                };
+                slots[0].end_shading();
+                held
             })
         };
-        // `Cycle::start_ragged`: store the epoch found, raise `marking`,
-        // (wait for the old calls: T), raise the seal epoch.
-        let found = epoch.load(Ordering::Relaxed);
-        if !late {
-            window_seal.store(found, Ordering::Relaxed);
+        // Left untraced by the looks after the first: young objects (`N`),
+        // or (as built) those allocated since the second raise (none here).
+        let left =
+            |o: usize, second: bool| second && rules == Rules::YoungLeftAfterFirstLook && o == N;
+        let trace = |o: usize, rest: &mut Vec<usize>| {
+            let child = match o {
+                S if cell.load(Ordering::Acquire) != 0 => Some(N),
+                N => Some(X),
+                _ => None,
+            };
+            if let Some(c) = child {
+                if !marked[c].swap(true, Ordering::AcqRel) {
+                    rest.push(c);
+                }
+            }
+        };
+        let mut rest = Vec::new();
+        let mut second = false;
+        let mut ended = false;
+        for _ in 0..3 {
+            loop {
+                let mut batch = std::mem::take(&mut *gray.lock().unwrap());
+                batch.retain(|&o| !left(o, second));
+                batch.append(&mut rest);
+                if batch.is_empty() {
+                    break;
+                }
+                for o in batch {
+                    trace(o, &mut rest);
+                }
+            }
+            hs.wait_for_shades(&[&slots[0]]);
+            let mut batch = std::mem::take(&mut *gray.lock().unwrap());
+            if !second {
+                batch.push(S);
+            }
+            if batch.iter().all(|&o| left(o, second)) {
+                ended = true;
+                break;
+            }
+            if !second {
+                epoch.store(SECOND, Ordering::Release);
+                second = true;
+            }
+            rest.extend(batch);
         }
-        marking.store(true, Ordering::Release);
-        if late {
-            window_seal.store(found, Ordering::Relaxed);
+        let x = marked[X].load(Ordering::Acquire);
+        let held = call.join().unwrap();
+        if ended && held {
+            assert!(
+                x,
+                "the mark ended with an object held by a later call, unmarked"
+            );
         }
-        epoch.fetch_add(1, Ordering::AcqRel);
-        call.join().unwrap();
     });
 }
 
 #[test]
 fn a_window_calls_unbracketed_shade_is_waited_for() {
     absorbed_shade(true);
-}
-
-/// The seal epochs of model 9: the one the start found, and its raise.
-const E0: usize = 1;
-const E1: usize = 2;
-/// A page's `sealed` word in model 9: the epoch times 4, with `BUSY`
-/// while the owner copies its image and `IMAGE` once it has one (a walk's
-/// claim has none).
-const BUSY: usize = 1;
-const IMAGE: usize = 2;
-/// The fresh object's allocated bit.
-const F: usize = 1;
-
-#[test]
-fn an_object_made_before_the_raise_is_in_the_walks_copy() {
-    made_before_the_raise(true, E0 * 4 | IMAGE);
-    // A page the call seals first, for whichever epoch it reads.
-    made_before_the_raise(true, 0);
-}
-
-#[test]
-#[should_panic(expected = "passed over an object the walk's copy lacks")]
-fn without_the_fence_pair_the_walk_may_miss_an_object_made_before_the_raise() {
-    made_before_the_raise(false, E0 * 4 | IMAGE);
-}
-
-/// `loam_heap`'s sealing (`seal.rs`) reduced to one page and one block,
-/// against a window call's `alloc` and `shade_fresh`, and a ragged
-/// start's raise, heavy fence and walk. `sealed` is the page's word as
-/// the start finds it: sealed for its epoch by an earlier allocation, or
-/// for an older one.
-fn made_before_the_raise(fences: bool, sealed: usize) {
-    loom::model(move || {
-        let epoch = Arc::new(AtomicUsize::new(E0));
-        let sealed = Arc::new(AtomicUsize::new(sealed));
-        let bits = Arc::new(AtomicUsize::new(0));
-        let image = Arc::new(AtomicUsize::new(0));
-        let call = {
-            let (epoch, sealed, bits, image) =
-                (epoch.clone(), sealed.clone(), bits.clone(), image.clone());
-            loom::thread::spawn(move || {
-                // `alloc_object`: `seal_before_alloc`, then the bit.
-                let s = sealed.load(Ordering::Acquire);
-                let e = epoch.load(Ordering::Relaxed);
-                if s < e * 4 {
-                    // The owner seals: claim, copy, publish. (Only this
-                    // thread allocates here; the walk may have claimed.)
-                    if sealed
-                        .compare_exchange(s, e * 4 | BUSY, Ordering::Acquire, Ordering::Relaxed)
-                        .is_ok()
-                    {
-                        image.store(bits.load(Ordering::Relaxed), Ordering::Relaxed);
-                        sealed.store(e * 4 | IMAGE, Ordering::Release);
-                    }
-                }
-                bits.fetch_or(F, Ordering::Release);
-                // `shade_fresh`: passes over the object's edges if the
-                // epoch is still the one the start found.
-                if fences {
-                    crate::fence::light();
-                }
-                epoch.load(Ordering::Acquire) == E0
-            })
-        };
-        // `Cycle::start_ragged`: the raise at T, the heavy fence.
-        epoch.fetch_add(1, Ordering::AcqRel);
-        if fences {
-            crate::fence::heavy();
-        }
-        // The walk (`PageRef::sealed_words`): the owner's image if it
-        // sealed for this epoch, else a copy of the page and a claim.
-        let copy = loop {
-            let s = sealed.load(Ordering::Acquire);
-            if s & BUSY != 0 {
-                loom::thread::yield_now();
-                continue;
-            }
-            if s >= E1 * 4 {
-                break if s & IMAGE != 0 {
-                    image.load(Ordering::Relaxed)
-                } else {
-                    0
-                };
-            }
-            let copy = bits.load(Ordering::Acquire);
-            if sealed
-                .compare_exchange(s, E1 * 4, Ordering::Release, Ordering::Relaxed)
-                .is_ok()
-            {
-                break copy;
-            }
-        };
-        let passed_over = call.join().unwrap();
-        if passed_over {
-            assert_ne!(
-                copy & F,
-                0,
-                "a window call passed over an object the walk's copy lacks"
-            );
-        }
-    });
 }

@@ -157,17 +157,17 @@ pub(crate) struct Shared {
     /// Counts concurrent marks: a `GcLock` shades its contents once per
     /// mark, and records the mark it did it for.
     pub(crate) mark_epoch: AtomicU64,
-    /// The seal epoch as the ragged start under way found it, before its
-    /// raise at T (`Cycle::start_ragged`): stored before `marking` is
-    /// raised, and until the last window call ends the epoch is this or
-    /// the start's raise (the cycle lock keeps other raises out). A window
-    /// call that reads it still current after making an object, with the
-    /// asymmetric fence pair between (`crate::fence`: a light fence in the
-    /// call, the start's heavy fence after its raise), made it before the
-    /// raise (`Mutation::shade_fresh`); without the pair it cannot tell.
-    /// The call reads it after `marking` (acquire), which the start
-    /// raised after this store (release), so never the last start's.
-    pub(crate) window_seal: AtomicCell<loam_heap::SealEpoch>,
+    /// The seal epoch a ragged start raised at T, stored before its window
+    /// closes: a call that began after the window and reads the epoch
+    /// still at this value passes over nothing in its deletion barrier
+    /// (`Mutation::shade_old`), since what it cuts may be an object a
+    /// window call made after T and handed out inside one that no marker
+    /// has traced yet. The end raises the epoch again once every window
+    /// call has ended (`Cycle::terminate_ragged`); from then on the barrier
+    /// passes over what was allocated since that second raise only
+    /// (`barrier.rs`, "Ragged cycles", 6). Any other value (a stopped
+    /// cycle's raise, a later one) changes nothing.
+    pub(crate) no_pass: AtomicCell<loam_heap::SealEpoch>,
     /// The concurrent mark under way offers its queues here to mutators
     /// that assist (`mark::Share`).
     pub(crate) assist: crate::mark::AssistSlot,
@@ -1185,9 +1185,9 @@ impl RuntimeBuilder {
         let id = take_id();
         let goal = crate::cycle::goal_under_limit(config.min_heap, 0, &config);
         let pace_cap = config.pace_cap();
-        // Registers the asymmetric fence now, not in a ragged start's
-        // window (where a first registration could wait out a kernel
-        // grace period while new calls wait for the window to close).
+        // Registers the asymmetric fence now, not in the first `GcList`
+        // written by a second thread inside a call (a first registration
+        // can wait out a kernel grace period).
         crate::fence::available();
         let shared = Arc::new(Shared {
             id,
@@ -1226,7 +1226,8 @@ impl RuntimeBuilder {
             weak_gate: parking_lot::RwLock::new(()),
             gray: Injector::new(),
             mark_epoch: AtomicU64::new(0),
-            window_seal: AtomicCell::new(loam_heap::SealEpoch::current()),
+            // No ragged start has raised yet: an epoch no call reads.
+            no_pass: AtomicCell::new(loam_heap::SealEpoch::current()),
             assist: Default::default(),
             assist_ratio: Default::default(),
             finalizer: Default::default(),

@@ -11,8 +11,8 @@
 //!   are checked as well, so a block freed and reused shows up too.
 //!   `LOAM_RAGGED_ROUNDS` makes it longer by hand.
 //! - What a window call makes a young object with survives a later call
-//!   that cuts the object out before the mark's end looks
-//!   (`Mutation::shade_fresh`).
+//!   that cuts the object out before the mark's end looks (such calls'
+//!   deletion barriers pass over nothing at T's epoch: `Shared::no_pass`).
 
 use loam_runtime::{
     Gc, GcCell, GcLock, GcWeak, GlobalRoot, Mutation, Root, Rootable, Runtime, Trace,
@@ -238,10 +238,9 @@ fn chains_moved_across_the_handshake_window_are_kept() {
                                 }
                             }
                             // A fresh head over what was read: a fresh
-                            // object made with an old one (in a window
-                            // call, shaded as it is made; objects made
-                            // since the start's raise, not), stored, and
-                            // the old head cut.
+                            // object made with an old one (shading
+                            // nothing as it is made), stored, and the old
+                            // head cut.
                             5 => {
                                 if let Some(h) = held {
                                     let head = mc.alloc(Node {
@@ -516,8 +515,8 @@ fn a_mark_ends_while_a_call_that_began_after_its_window_runs() {
 /// holds the chain past the time the mark could end and then stores it
 /// into an object the markers traced before (or makes it the tail of a
 /// fresh node, which it stores there, directly or through a node it made
-/// before the start's raise at T, whose edges `shade_fresh` leaves
-/// unshaded as it is made). The chain and the array are
+/// before the start's raise at T; fresh nodes shade nothing as they are
+/// made). The chain and the array are
 /// young and were never stored through a barrier, so nothing but this
 /// cycle's mark keeps them. The chain must be kept: the mark's start waits
 /// for the old call, its end for the window call, and the window call's
@@ -581,9 +580,9 @@ fn the_lost_object_race_of_the_handshake_window() {
                     }
                     let held = slots.get(mc)[0].get().expect("the chain");
                     // Made before the raise at T (the old call is still
-                    // inside): in the sweep's copy, its edges unshaded as
-                    // it is made (`shade_fresh`); the fresh node made
-                    // with it below shades it.
+                    // inside): in the sweep's copy; the markers reach it
+                    // through the fresh node made with it below, which
+                    // the store shades.
                     let before = (round % 5 == 4).then(|| {
                         mc.alloc(Node {
                             value: stamp - 1,
@@ -610,10 +609,9 @@ fn the_lost_object_race_of_the_handshake_window() {
                     // Into an array the markers traced, into a root made
                     // after the root tables were read, into a lock the
                     // markers traced, or as the tail of a fresh node
-                    // (young, made after the raise at T: `shade_fresh`
-                    // shades the chain, which is in the sweep's copy, and
-                    // the store shades the node, which the end's first
-                    // look traces) stored into the array.
+                    // (young, made after the raise at T: the store shades
+                    // the node, which the end's first look traces, and
+                    // the chain with it) stored into the array.
                     let root = match round % 5 {
                         0 => {
                             slots.get(mc)[1].set(mc, Some(held));
@@ -691,16 +689,17 @@ fn the_lost_object_race_of_the_handshake_window() {
 
 /// What a window call makes a young node with, when a later call cuts the
 /// node out of the only object that holds it before the markers reach it
-/// (found by review as the reason `shade_fresh` shades young objects'
-/// edges). An old call cuts a chain's only path after a window call read
+/// (found by review as the reason a window call's fresh objects once
+/// shaded their edges as they were made). An old call cuts a chain's only path after a window call read
 /// it; the window call, once a later call is inside (so after the raise
 /// at T), makes a young node with the chain and an outer node with that,
 /// and stores the outer node in an array (its barrier shades the outer
 /// node only). The later call then takes the inner node out, with a store
-/// whose deletion barrier passes over objects allocated since the raise,
-/// and holds it until the cycle has swept, makes nodes over whatever the
-/// sweep freed, and checks that the chain under it is whole (with
-/// `shade_fresh` returning early it is not, every run). Verify mode is
+/// whose deletion barrier must not pass over objects allocated since the
+/// raise while the epoch is still T's (`Shared::no_pass`), and holds it
+/// until the cycle has swept, makes nodes over whatever the sweep freed,
+/// and checks that the chain under it is whole (with the barrier passing
+/// over them it is not, every run). Verify mode is
 /// off: its check stops the world, and the later call waits inside for
 /// the cycle to end.
 #[test]

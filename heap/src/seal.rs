@@ -98,10 +98,7 @@ impl SealEpoch {
 
     /// Raises the epoch and returns it: for a collector, with its mutators
     /// stopped (no call of theirs under way) and before any of them enters
-    /// again, once per cycle; or, as loam's ragged cycles do, at a point
-    /// the collector's own handshakes order after every call that began
-    /// before it, and a second time after its walk, to tell what was
-    /// allocated after that second point (`allocated_since`).
+    /// again, once per cycle.
     ///
     /// # Safety
     /// No walk for an earlier epoch ([`PageRef::sealed_words`]) is under

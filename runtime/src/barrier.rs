@@ -159,7 +159,7 @@
 //!    its fence precedes the second round's, and the second round sees it
 //!    open and waits, or sees it closed, its push done. So every such X is
 //!    marked and traced once a look after the two rounds finds in `gray`
-//!    nothing but objects allocated after the end's second raise (6). Those
+//!    nothing but young objects without the window's flag (6). Those
 //!    objects, which calls shade meanwhile, are not traced by this cycle:
 //!    they stay in `gray`,
 //!    marked, and so do the shades of calls that began before `marking`
@@ -185,38 +185,37 @@
 //!    on either side of the raise, and shade nothing as they make an
 //!    object (the shade of what each fresh object was made with marked,
 //!    and promoted, most of every tree a window call built partly before
-//!    T: `docs/perf-log.md`, session 24). Why that is enough: take an
-//!    object X of the copy that a call or the heap reaches at the end but
-//!    that nothing reached at T (so 1 does not cover it). Only window
-//!    calls held it at T (old calls have ended; later calls read only
-//!    what the roots and the heap reach), so it reached the heap through
-//!    something a window call W handed out, after T: a value S that W
-//!    shaded (2), with a chain of objects W made or read from S to X.
-//!    S is traced before the first look ends, and the markers follow the
-//!    chain from it, young objects included, unless an edge of it is
-//!    cut first. A cut by W shades what it cuts (window calls pass over
-//!    nothing, `shade_old`). A cut by a later call shades it too while
-//!    the epoch is still T's (`Shared::no_pass`): such a call passes
-//!    over nothing then. If the first look finds something, the end
-//!    raises the epoch again (every window call has ended: the first
-//!    wait), and from then on a later call passes over only objects
-//!    allocated since this second raise, which later calls made, never
-//!    W. So every object on the chain is marked and traced, or shaded by
-//!    its cut; and what the looks after the first find shaded is traced
-//!    unless it was certainly allocated after the second raise
-//!    (`PageRef::allocated_since`), so an object of W's that a later
-//!    call shades by storing it (which marks it, and keeps the markers
-//!    from tracing it through the chain) is traced all the same. An
-//!    object allocated after the second raise that is left untraced
-//!    holds what a later call had: read from the heap or a root after
-//!    the first look (where every object of the copy still reachable is
-//!    marked, and every object W made that reaches one is traced or on
-//!    its way), or made by it. The copy's objects that W made before T
-//!    are covered the same way, whether or not the walk's copy holds
-//!    them (if it does not, this cycle does not free them). The lost
-//!    object race of `runtime/tests/ragged.rs`, and
-//!    `a_young_nodes_contents_survive_a_later_calls_cut`, which fails at
-//!    every run if later calls pass over young objects at T's epoch.
+//!    T: `docs/perf-log.md`, session 24). Instead, every object a window
+//!    call makes carries `gc::WINDOW_MADE` in its header. Why that is
+//!    enough: take an object X of the copy that a call or the heap reaches
+//!    at the end but that nothing reached at T (so 1 does not cover it).
+//!    Only window calls held it at T (old calls have ended; later calls
+//!    read only what the roots and the heap reach), so it reached the heap
+//!    through something a window call W handed out after T: a value S that
+//!    W shaded (2), with a chain of objects from S to X that W made or
+//!    read. S is traced before the first look ends, and the markers follow
+//!    the chain from it, young objects included, unless an edge of it is
+//!    cut first, or an object on it is marked by a shade that does not
+//!    trace it. Every object on the chain is in the copy, or young and
+//!    made by W (anything else W read from the heap or a root after T,
+//!    where 1 applies). A cut shades what it cuts: window calls pass over
+//!    nothing (`shade_old`), and other calls pass over only young objects
+//!    without the flag. A shade marks an object and queues it, and the
+//!    end traces what it finds queued unless it is young and without the
+//!    flag: at the first look everything, after it (3) the copy's objects
+//!    and the flagged ones. So every object on the chain is marked and
+//!    traced, and X is marked. A young object without the flag that is
+//!    left untraced after the first look was made by a call that began
+//!    after the window closed, with what it read from the heap or a root
+//!    (where what W made is flagged and traced when shaded) or made. The
+//!    objects W made before T are covered the same way, whether or not
+//!    the walk's copy holds them (if it does not, this cycle does not free
+//!    them). The flagged objects are a fixed set once the window calls
+//!    have ended, before the first look, so the looks converge as before.
+//!    Checked by `ragged_model.rs`, 7, and
+//!    `a_young_nodes_contents_survive_a_later_calls_cut` in
+//!    `runtime/tests/ragged.rs`, which fails at every run if later calls
+//!    pass over flagged objects.
 //! 7. *`GcLock`s.* A lock records the mark whose old contents it shaded
 //!    (`shaded`), and skips the shade on later writes of that mark. A
 //!    window call shades without recording it: an old call may still write
@@ -430,7 +429,7 @@ impl<'gc> Mutation<'gc> {
     }
 
     /// [`shade`](Self::shade), passing over the objects allocated after the
-    /// stop that raised `since` (if given).
+    /// stop that raised `since` (if given) by calls other than its window's.
     fn shade_edges<T: Trace + ?Sized>(&self, value: &T, since: Option<loam_heap::SealEpoch>) {
         let _bracket = self.shading();
         let shared = self.shared();
@@ -442,7 +441,9 @@ impl<'gc> Mutation<'gc> {
             // objects: "Ragged cycles", 3); the mark bit is atomic and the
             // markers expect it set by others (`mark::shade`).
             // SAFETY: as just said.
-            if since.is_some_and(|seal| unsafe { shared.space.allocated_since(e, seal) }) {
+            if since.is_some_and(|seal| unsafe {
+                shared.space.allocated_since(e, seal) && !crate::gc::made_in_window(e)
+            }) {
                 return;
             }
             // SAFETY: as above.
@@ -467,25 +468,13 @@ impl<'gc> Mutation<'gc> {
     /// only have risen since, which makes the question stricter: an object
     /// allocated after a later stop was allocated after this one.
     ///
-    /// Nor while a ragged mark's epoch is still the one its start raised
-    /// at T (`Shared::no_pass`): what the call cuts may be an object a
-    /// window call made after T, inside one it handed out that no marker
-    /// has traced yet, and such an object's contents are shaded by no one
-    /// else ("Ragged cycles", 6). Once every window call has ended, the end
-    /// raises the epoch again, and what was allocated since then was made
-    /// by calls like this one; once the mark has ended, nothing it cuts
-    /// matters to it.
+    /// Nor over an object a window call made (`gc::WINDOW_MADE`): it may
+    /// hold an object of the sweep's copy that only that call reached,
+    /// inside one the call handed out that no marker has traced yet, and
+    /// no one else shades what it holds ("Ragged cycles", 6).
     #[inline(never)]
     pub(crate) fn shade_old<T: Trace + ?Sized>(&self, old: &T) {
-        let since = if self.window {
-            None
-        } else {
-            let shared = self.shared();
-            let now = loam_heap::SealEpoch::current();
-            // (Relaxed, both: a stale answer only shades more. A call that
-            // runs on after its mark ended has nothing left to keep.)
-            (now != shared.no_pass.load() || !shared.calls_now().marking).then_some(now)
-        };
+        let since = (!self.window).then(loam_heap::SealEpoch::current);
         self.shade_edges(old, since);
     }
 

@@ -35,9 +35,31 @@ pub(crate) struct TypeDesc {
 /// The header word: the descriptor's address in the low 48 bits, the owning
 /// runtime's id in the high 16. Several runtimes share the heap's pages (and
 /// their side bitmaps); the id is how a sweep tells its objects from
-/// another runtime's.
+/// another runtime's. Descriptors are aligned to 8, so the address's bit 0
+/// is free: [`WINDOW_MADE`].
 pub(crate) const ID_SHIFT: u32 = 48;
-const DESC_MASK: usize = (1 << ID_SHIFT) - 1;
+const DESC_MASK: usize = (1 << ID_SHIFT) - 1 - WINDOW_MADE;
+
+/// Set in the header of an object made by a call that began in a ragged
+/// start's window (`Mutation::window`): such an object may hold an object
+/// of the sweep's copy that only that call reached, so the barriers never
+/// pass over it and the mark's end traces it whenever it is shaded
+/// (`barrier.rs`, "Ragged cycles", 6). Written with the header, before the
+/// object is published; read by whoever reached the object.
+pub(crate) const WINDOW_MADE: usize = 1;
+const _: () = assert!(std::mem::align_of::<TypeDesc>() > WINDOW_MADE);
+
+/// Whether the object at `addr` was made by a window call
+/// ([`WINDOW_MADE`]).
+///
+/// # Safety
+/// `addr` is an allocated managed object that the caller reached.
+#[inline]
+pub(crate) unsafe fn made_in_window(addr: usize) -> bool {
+    // SAFETY: the first word of an allocated object is its header, written
+    // before the object was published (caller).
+    unsafe { *(addr as *const usize) & WINDOW_MADE != 0 }
+}
 
 /// An object in the managed heap: header, then payload.
 #[repr(C)]

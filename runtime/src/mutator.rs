@@ -399,6 +399,7 @@ impl Mutator {
             mutator: self as *const Mutator,
             marking,
             window,
+            window_made: if window { crate::gc::WINDOW_MADE } else { 0 },
             brackets: marking != 0 && shared.config.ragged && !window,
             remember,
             at_limit: shared.at_limit.load(Ordering::Relaxed) != 0,
@@ -920,6 +921,9 @@ pub struct Mutation<'gc> {
     /// it hands out of its own stack, not only what it overwrites
     /// (`barrier.rs`, "Ragged cycles"). Constant for the call.
     pub(crate) window: bool,
+    /// `gc::WINDOW_MADE` if `window`, else 0: or-ed into the header of
+    /// every object the call makes.
+    pub(crate) window_made: usize,
     /// The call's barriers open shading brackets (`shading`): a mark is
     /// under way and may be ragged, whose end waits for brackets, not for
     /// calls. (A stopped end waits for every call, and a ragged end's
@@ -1030,7 +1034,7 @@ impl<'gc> Mutation<'gc> {
         // `GcBox<T>`, ours alone.
         unsafe {
             p.cast::<GcBox<T>>()
-                .write(GcBox::new(GcBox::<T>::header(shared.id), value))
+                .write(GcBox::new(GcBox::<T>::header(shared.id) | self.window_made, value))
         };
         // The header is written before the (release) allocated bit. White,
         // even during a concurrent mark: a sweep works from its copy of the

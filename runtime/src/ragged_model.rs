@@ -49,22 +49,18 @@
 //!    was kept, and a kept target was traced. Shading without the gate, or
 //!    not reading the cell again under it, makes it fail.
 //! 7. `what_a_window_calls_fresh_object_holds_is_marked`: a window call
-//!    made `N` after T, with an object of the copy `X` that only `N`
-//!    reaches, put `N` into `S` and handed `S` out (shaded) before it
-//!    ended; the end's first look drains `S`. A later call reaches `N`
-//!    through `S`, cutting it (a deletion barrier that reads the seal
-//!    epoch and `Shared::no_pass`) or storing it elsewhere (an insertion
-//!    shade, which marks `N` before any marker traces it), and holds it,
-//!    while the end traces, waits for the brackets, looks, and raises the
-//!    epoch again after a first look that found something. If the mark
-//!    ends while the call holds `N`, `X` is marked. Passing over young
-//!    objects at T's epoch fails it (the cut), and so does leaving every
-//!    young object shaded after the first look untraced (the store): the
-//!    two rules that let window calls' fresh objects shade nothing
-//!    (`barrier.rs`, "Ragged cycles", 6). That `allocated_since` is false
-//!    for the window call's objects after the second raise is the seal
-//!    protocol's (`loam_heap`'s `seal_model.rs`: every window call's
-//!    allocations precede the raise, through the end's wait for it).
+//!    made `N` after T (young, flagged `WINDOW_MADE`), with an object of
+//!    the copy `X` that only `N` reaches, put `N` into `S` and handed `S`
+//!    out (shaded) before it ended; the end's first look drains `S`. A
+//!    later call reaches `N` through `S`, cutting it (a deletion barrier)
+//!    or storing it elsewhere (an insertion shade, which marks `N` before
+//!    any marker traces it), and holds it, while the end traces, waits for
+//!    the brackets and looks. If the mark ends while the call holds `N`,
+//!    `X` is marked. Passing over young objects whatever their flag fails
+//!    it (the cut), and so does leaving every young object shaded after
+//!    the first look untraced (the store): the two rules that let window
+//!    calls' fresh objects shade nothing (`barrier.rs`, "Ragged cycles",
+//!    6).
 //! 8. `a_window_calls_unbracketed_shade_is_waited_for`: model 4 with the
 //!    holder a call of the start's window, whose barriers open no bracket
 //!    (`Mutation::brackets`): the end's first round waits for that call
@@ -392,14 +388,13 @@ enum Reach {
     Copy,
 }
 
-/// What model 7's end and barrier do: as built, or as they did before
-/// the window calls' fresh objects stopped shading what they were made
-/// with (each of those fails).
+/// What model 7's end and barrier do: as built, or without one of the
+/// two rules (each fails).
 #[derive(Clone, Copy, PartialEq)]
 enum Rules {
     AsBuilt,
-    /// The later call passes over young objects whatever the epoch.
-    PassOverAtT,
+    /// The later call passes over young objects, flagged or not.
+    PassOverFlagged,
     /// The looks after the first leave every young object untraced.
     YoungLeftAfterFirstLook,
 }
@@ -412,8 +407,8 @@ fn what_a_window_calls_fresh_object_holds_is_marked() {
 
 #[test]
 #[should_panic(expected = "held by a later call, unmarked")]
-fn passing_over_young_objects_at_ts_epoch_loses_a_window_calls_object() {
-    window_calls_fresh_object(Reach::Cut, Rules::PassOverAtT);
+fn passing_over_a_window_calls_young_object_loses_what_it_holds() {
+    window_calls_fresh_object(Reach::Cut, Rules::PassOverFlagged);
 }
 
 #[test]
@@ -422,60 +417,42 @@ fn leaving_every_young_object_untraced_loses_a_window_calls_object() {
     window_calls_fresh_object(Reach::Copy, Rules::YoungLeftAfterFirstLook);
 }
 
-/// Model 7's objects: `S`, which a window call handed out (shaded, so in
-/// `gray` as the end begins; the call has ended), `N`, a fresh object the
-/// call made after T and put in `S` (young: outside the sweep's copy, but
-/// made before any second raise), and `X`, an object of the copy that
-/// only `N` reaches (an old call cut every other path before T).
+/// Model 7's objects: `S`, which a window call handed out (shaded; the
+/// first look drains it, the call having ended), `N`, a fresh object the
+/// call made after T and put in `S` (young: outside the sweep's copy, and
+/// flagged), and `X`, an object of the copy that only `N` reaches (an old
+/// call cut every other path before T).
 const S: usize = 0;
 const N: usize = 1;
 const X: usize = 2;
-/// Model 7's seal epochs: T's raise (`Shared::no_pass`), and the end's
-/// second.
-const T_RAISE: usize = 1;
-const SECOND: usize = 2;
 
 /// Model 7: a later call reaches `N` through `S` while the end traces,
-/// waits for the brackets under way, looks, and raises the epoch again
-/// if the first look found something (`Cycle::terminate_ragged`). If the
-/// mark ends while the call holds `N`, `X` must be marked.
+/// waits for the brackets under way and looks (`Cycle::terminate_ragged`).
+/// If the mark ends while the call holds `N`, `X` must be marked.
 fn window_calls_fresh_object(reach: Reach, rules: Rules) {
     loom::model(move || {
         let hs = Arc::new(Handshake::default());
         let slots = Arc::new([Slot::default()]);
         let marked: Arc<[AtomicBool; 3]> = Arc::new(Default::default());
         let gray = Arc::new(Mutex::new(Vec::new()));
-        // Shaded by the window call's store, which the first look drains
-        // (the call shaded it during the end's first wait, and ended).
         marked[S].store(true, Ordering::Relaxed);
         // `S`'s cell holding `N` (0: cut).
         let cell = Arc::new(AtomicUsize::new(1));
-        let epoch = Arc::new(AtomicUsize::new(T_RAISE));
         let shade = |marked: &[AtomicBool; 3], gray: &Mutex<Vec<usize>>, o: usize| {
             if !marked[o].swap(true, Ordering::AcqRel) {
                 gray.lock().unwrap().push(o);
             }
         };
         let call = {
-            let (slots, marked, gray, cell, epoch) = (
-                slots.clone(),
-                marked.clone(),
-                gray.clone(),
-                cell.clone(),
-                epoch.clone(),
-            );
+            let (slots, marked, gray, cell) =
+                (slots.clone(), marked.clone(), gray.clone(), cell.clone());
             loom::thread::spawn(move || {
                 slots[0].begin_shading();
                 let held = match reach {
                     Reach::Cut => {
-                        // `shade_old`: `N` is young at T's epoch, and
-                        // allocated before the second raise.
-                        let now = epoch.load(Ordering::Acquire);
-                        let allocated_since_now = now == T_RAISE;
-                        let passes = now != T_RAISE || rules == Rules::PassOverAtT;
-                        let pass = passes && allocated_since_now;
+                        // `shade_old`: `N` is young, and flagged.
                         let old = cell.swap(0, Ordering::AcqRel);
-                        if old != 0 && !pass {
+                        if old != 0 && rules != Rules::PassOverFlagged {
                             shade(&marked, &gray, N);
                         }
                         old != 0
@@ -493,10 +470,10 @@ fn window_calls_fresh_object(reach: Reach, rules: Rules) {
                 held
             })
         };
-        // Left untraced by the looks after the first: young objects (`N`),
-        // or (as built) those allocated since the second raise (none here).
+        // Left untraced by the looks after the first: as built, young
+        // objects without the flag (none here).
         let left =
-            |o: usize, second: bool| second && rules == Rules::YoungLeftAfterFirstLook && o == N;
+            |o: usize, first: bool| !first && rules == Rules::YoungLeftAfterFirstLook && o == N;
         let trace = |o: usize, rest: &mut Vec<usize>| {
             let child = match o {
                 S if cell.load(Ordering::Acquire) != 0 => Some(N),
@@ -510,12 +487,12 @@ fn window_calls_fresh_object(reach: Reach, rules: Rules) {
             }
         };
         let mut rest = Vec::new();
-        let mut second = false;
+        let mut first = true;
         let mut ended = false;
         for _ in 0..3 {
             loop {
                 let mut batch = std::mem::take(&mut *gray.lock().unwrap());
-                batch.retain(|&o| !left(o, second));
+                batch.retain(|&o| !left(o, first));
                 batch.append(&mut rest);
                 if batch.is_empty() {
                     break;
@@ -526,16 +503,18 @@ fn window_calls_fresh_object(reach: Reach, rules: Rules) {
             }
             hs.wait_for_shades(&[&slots[0]]);
             let mut batch = std::mem::take(&mut *gray.lock().unwrap());
-            if !second {
+            if first {
                 batch.push(S);
             }
-            if batch.iter().all(|&o| left(o, second)) {
+            let done = if first {
+                batch.is_empty()
+            } else {
+                batch.iter().all(|&o| left(o, first))
+            };
+            first = false;
+            if done {
                 ended = true;
                 break;
-            }
-            if !second {
-                epoch.store(SECOND, Ordering::Release);
-                second = true;
             }
             rest.extend(batch);
         }

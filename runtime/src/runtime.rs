@@ -10,7 +10,6 @@ use crate::stats::{CycleEvent, FinalStats, GcStats, StatsHandle};
 use parking_lot::{Condvar, Mutex};
 use std::fmt;
 use crossbeam_deque::Injector;
-use crossbeam_utils::atomic::AtomicCell;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -157,17 +156,6 @@ pub(crate) struct Shared {
     /// Counts concurrent marks: a `GcLock` shades its contents once per
     /// mark, and records the mark it did it for.
     pub(crate) mark_epoch: AtomicU64,
-    /// The seal epoch a ragged start raised at T, stored before its window
-    /// closes: a call that began after the window and reads the epoch
-    /// still at this value passes over nothing in its deletion barrier
-    /// (`Mutation::shade_old`), since what it cuts may be an object a
-    /// window call made after T and handed out inside one that no marker
-    /// has traced yet. The end raises the epoch again once every window
-    /// call has ended (`Cycle::terminate_ragged`); from then on the barrier
-    /// passes over what was allocated since that second raise only
-    /// (`barrier.rs`, "Ragged cycles", 6). Any other value (a stopped
-    /// cycle's raise, a later one) changes nothing.
-    pub(crate) no_pass: AtomicCell<loam_heap::SealEpoch>,
     /// The concurrent mark under way offers its queues here to mutators
     /// that assist (`mark::Share`).
     pub(crate) assist: crate::mark::AssistSlot,
@@ -1226,8 +1214,6 @@ impl RuntimeBuilder {
             weak_gate: parking_lot::RwLock::new(()),
             gray: Injector::new(),
             mark_epoch: AtomicU64::new(0),
-            // No ragged start has raised yet: an epoch no call reads.
-            no_pass: AtomicCell::new(loam_heap::SealEpoch::current()),
             assist: Default::default(),
             assist_ratio: Default::default(),
             finalizer: Default::default(),

@@ -11,8 +11,8 @@
 //!   are checked as well, so a block freed and reused shows up too.
 //!   `LOAM_RAGGED_ROUNDS` makes it longer by hand.
 //! - What a window call makes a young object with survives a later call
-//!   that cuts the object out before the mark's end looks (such calls'
-//!   deletion barriers pass over nothing at T's epoch: `Shared::no_pass`).
+//!   that cuts the object out before the mark's end looks (deletion
+//!   barriers never pass over what a window call made: `gc::WINDOW_MADE`).
 
 use loam_runtime::{
     Gc, GcCell, GcLock, GcWeak, GlobalRoot, Mutation, Root, Rootable, Runtime, Trace,
@@ -695,8 +695,9 @@ fn the_lost_object_race_of_the_handshake_window() {
 /// at T), makes a young node with the chain and an outer node with that,
 /// and stores the outer node in an array (its barrier shades the outer
 /// node only). The later call then takes the inner node out, with a store
-/// whose deletion barrier must not pass over objects allocated since the
-/// raise while the epoch is still T's (`Shared::no_pass`), and holds it
+/// whose deletion barrier must not pass over the inner node, though it was
+/// allocated since the raise, since a window call made it
+/// (`gc::WINDOW_MADE`), and holds it
 /// until the cycle has swept, makes nodes over whatever the sweep freed,
 /// and checks that the chain under it is whole (with the barrier passing
 /// over them it is not, every run). Verify mode is

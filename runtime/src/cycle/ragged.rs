@@ -24,17 +24,14 @@
 //!    window to end (the first time), and for the barriers under way to
 //!    finish shading (every time: a bracket lasts one barrier, not a
 //!    call); look at what they shaded meanwhile: nothing at the first
-//!    look, nothing of the snapshot at a later one, and the mark is
-//!    complete. If the first look finds something, raise the seal epoch
-//!    again: from then on, what the looks find shaded is traced unless it
-//!    was allocated since that second raise (so by a call that began
-//!    after the window closed), and such calls' deletion barriers, which
-//!    passed over nothing until then, pass over only that (window calls'
-//!    fresh objects shade nothing as they are made: `barrier.rs`, "Ragged
-//!    cycles", 6). A call that began after the window closed runs on
-//!    through the end. The look happens under the weak gate's write lock, which
-//!    also clears the weak cells and `marking`, so an upgrade shades
-//!    before the look or sees the mark over.
+//!    look, and at a later one nothing but young objects that calls which
+//!    began after the window closed made, and the mark is complete. (The
+//!    objects window calls make carry a flag in their headers, and shade
+//!    nothing as they are made: `barrier.rs`, "Ragged cycles", 6.) A call
+//!    that began after the window closed runs on through the end. The
+//!    look happens under the weak gate's write lock, which also clears
+//!    the weak cells and `marking`, so an upgrade shades before the look
+//!    or sees the mark over.
 //!
 //! Each wait tells the mutators that may be the scoped threads of a call
 //! it waits for to stop waiting for the collector (pacing, the heap
@@ -142,10 +139,6 @@ impl<'a> Cycle<'a> {
             });
             return None;
         }
-        // Calls that begin after the window closes (the release in
-        // `mark_ragged`) read it: until the end raises the epoch again,
-        // their deletion barriers pass over nothing (`Shared::no_pass`).
-        shared.no_pass.store(seal);
         let mut remembered = Vec::new();
         let mutators = {
             let mut list = shared.mutators.lock();
@@ -259,7 +252,7 @@ impl<'a> Cycle<'a> {
             gray: Vec::new(),
             end_start: None,
         };
-        let pause_mark = if self.terminate_ragged(&mut rest, (&registry, &window_calls)) {
+        let pause_mark = if self.terminate_ragged(&mut rest, snap, (&registry, &window_calls)) {
             Duration::ZERO
         } else {
             // Not converged: end it as a stopped cycle does.
@@ -279,41 +272,37 @@ impl<'a> Cycle<'a> {
     ///
     /// What matters: at the first look, anything (the window's calls may
     /// have handed out, during the first wait, what no marker has seen).
-    /// If that look finds something, the end raises the seal epoch again
-    /// (every window call has ended by then), and from then on what
-    /// matters is every object not certainly allocated since that second
-    /// raise (`PageRef::allocated_since`): the snapshot's objects, and the
-    /// young objects made before it, window calls' among them, whose
-    /// contents may be objects of the snapshot that only they reach (a
-    /// window call's fresh objects shade nothing as they are made).
-    /// Objects allocated after the second raise come from calls that began
-    /// after the window closed, which shade young objects whenever they
+    /// From then on, the objects of the snapshot (`Snapshot::holds`), and
+    /// the objects window calls made (`gc::WINDOW_MADE`), whose contents
+    /// may be objects of the snapshot that only they reach (a window
+    /// call's fresh objects shade nothing as they are made). Calls that
+    /// began after the window closed shade young objects whenever they
     /// store one (the barrier's new value), so a look that waited for none
     /// of those would seldom end the mark while a mutator stores, and
     /// tracing them could keep the markers busy for as long as it does.
     /// Such an object is not swept by this cycle, and what it points to is
-    /// marked or on its way to `gray`, or allocated before the second
-    /// raise and then traced if shaded, or young too (the call read it
-    /// from a root or the heap after the first look, or allocated it): it
-    /// goes back to `gray`, marked, for the next cycle to trace
-    /// (`barrier.rs`, "Ragged cycles", 3 and 6). The objects allocated
-    /// before the second raise are a fixed set, so the looks converge as
-    /// before.
+    /// marked or on its way to `gray`, or made by a window call and then
+    /// traced when shaded, or young too (the call read it from a root or
+    /// the heap, where nothing unmarked of the snapshot is left but through
+    /// what the barriers shade, or allocated it): it goes back to `gray`,
+    /// marked, for the next cycle to trace (`barrier.rs`, "Ragged cycles",
+    /// 3 and 6). The window calls have all ended by the first look, so
+    /// what they made is a fixed set, and the looks converge as before.
     fn terminate_ragged(
         &mut self,
         rest: &mut Vec<usize>,
+        snap: &super::Snapshot,
         (registry, window_calls): (&[Arc<MutatorShared>], &[(usize, u64)]),
     ) -> bool {
         let shared = self.shared;
-        // The second raise, once the first look has found something.
-        let mut since: Option<loam_heap::SealEpoch> = None;
-        let later_made = |o: &usize, since: Option<loam_heap::SealEpoch>| {
-            // SAFETY: shaded objects are allocated (their pages live), in
-            // loam's pages (a ragged cycle's space), and no sweep runs.
-            since.is_some_and(|seal| unsafe { shared.space.allocated_since(*o, seal) })
+        let index = snap.index();
+        let later_made = |o: &usize| {
+            // SAFETY: shaded objects are allocated, in loam's pages (a
+            // ragged cycle's space), and no sweep runs.
+            !unsafe { snap.holds(&index, *o) || crate::gc::made_in_window(*o) }
         };
-        // Objects shaded after the first look and allocated after the
-        // second raise: marked, left for the next cycle.
+        // Objects shaded after the first look that calls which began after
+        // the window closed made since T: marked, left for the next cycle.
         let mut later = Vec::new();
         let mut first_look = true;
         let mut batch = Vec::new();
@@ -321,13 +310,12 @@ impl<'a> Cycle<'a> {
             for _ in 0..RAGGED_TRIES {
                 for _ in 0..SHADED_ROUNDS {
                     shared.drain_shaded(&mut batch);
-                    if since.is_some() {
+                    if !first_look {
                         // Shaded after the first look, so by calls that
                         // began after the window closed. (What the first
                         // look found, and what tracing it left in `rest`,
                         // is traced whole.)
-                        let (y, old): (Vec<usize>, Vec<usize>) =
-                            batch.drain(..).partition(|o| later_made(o, since));
+                        let (y, old): (Vec<usize>, Vec<usize>) = batch.drain(..).partition(later_made);
                         later.extend(y);
                         batch = old;
                     }
@@ -366,23 +354,15 @@ impl<'a> Cycle<'a> {
                 // Under the gate: no upgrade shades between this look and
                 // the clearing below.
                 shared.drain_shaded(&mut batch);
-                let done = rest.is_empty() && batch.iter().all(|o| later_made(o, since));
+                let done = rest.is_empty()
+                    && if first_look {
+                        batch.is_empty()
+                    } else {
+                        batch.iter().all(later_made)
+                    };
+                first_look = false;
                 if !done {
                     drop(gate);
-                    if first_look {
-                        // Every window call has ended (the wait above), so
-                        // whatever is allocated from now on was made by a
-                        // call that began after the window closed; what
-                        // they made before is traced when shaded, and
-                        // their deletion barriers stop passing over it
-                        // (`Shared::no_pass`).
-                        // SAFETY: under the process-wide cycle lock, which
-                        // this cycle holds until its sweep, after its walk
-                        // (`mark_ragged`): no walk runs, now or before the
-                        // next cycle's raise.
-                        since = Some(unsafe { loam_heap::SealEpoch::raise() });
-                    }
-                    first_look = false;
                     rest.append(&mut batch);
                     continue;
                 }

@@ -109,8 +109,10 @@
 //!    (`GcLog::after_unreported_stores`). Not what it makes a fresh
 //!    object with: the fresh object reaches beyond the call only inside
 //!    something the call hands out, which is shaded, and the markers
-//!    trace from there before the end's first look, through young
-//!    objects too, while every cut of the way is shaded (6). Arrays whose
+//!    trace from there once the end has found it (at the latest the
+//!    first look finds it, and what that look finds is traced whole),
+//!    through young objects too, while every cut of the way is shaded
+//!    (6). Arrays whose
 //!    elements report nothing (a list's slots, a dictionary's entries)
 //!    are covered by their owner: the collection's object is made after
 //!    its array is filled, and its `Trace` reports the elements, so its
@@ -193,7 +195,9 @@
 //!    read only what the roots and the heap reach), so it reached the heap
 //!    through something a window call W handed out after T: a value S that
 //!    W shaded (2), with a chain of objects from S to X that W made or
-//!    read. S is traced before the first look ends, and the markers follow
+//!    read. S is traced once the end finds it (at the first look at the
+//!    latest: W has ended by then, and what that look finds is traced
+//!    whole), and the markers follow
 //!    the chain from it, young objects included, unless an edge of it is
 //!    cut first, or an object on it is marked by a shade that does not
 //!    trace it. Every object on the chain is in the copy, or young and

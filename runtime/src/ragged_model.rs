@@ -52,13 +52,15 @@
 //!    made `N` after T (young, flagged `WINDOW_MADE`), with an object of
 //!    the copy `X` that only `N` reaches, put `N` into `S` and handed `S`
 //!    out (shaded) before it ended; the end's first look drains `S`. A
-//!    later call reaches `N` through `S`, cutting it (a deletion barrier)
-//!    or storing it elsewhere (an insertion shade, which marks `N` before
-//!    any marker traces it), and holds it, while the end traces, waits for
-//!    the brackets and looks. If the mark ends while the call holds `N`,
-//!    `X` is marked. Passing over young objects whatever their flag fails
-//!    it (the cut), and so does leaving every young object shaded after
-//!    the first look untraced (the store): the two rules that let window
+//!    later call reaches `N` through `S`, cutting it (a deletion barrier),
+//!    storing it elsewhere (an insertion shade, which marks `N` before any
+//!    marker traces it), or making a fresh object `Y` of its own with it
+//!    (young, not flagged, so left untraced by the looks after the first)
+//!    and cutting it, and holds it, while the end traces, waits for the
+//!    brackets and looks. If the mark ends while the call holds `N`, `X`
+//!    is marked. Passing over young objects whatever their flag fails it
+//!    (the cuts), and so does leaving every young object shaded after the
+//!    first look untraced (the store): the two rules that let window
 //!    calls' fresh objects shade nothing (`barrier.rs`, "Ragged cycles",
 //!    6).
 //! 8. `a_window_calls_unbracketed_shade_is_waited_for`: model 4 with the
@@ -386,6 +388,11 @@ enum Reach {
     /// Reads it without a cut and stores it elsewhere (an insertion
     /// barrier's shade, which marks it), then holds it past the end.
     Copy,
+    /// Reads it, makes a fresh object `Y` of its own with it (young, not
+    /// flagged: the end leaves it untraced after the first look), cuts it
+    /// out of `S`, stores `Y` elsewhere (shading `Y` only), and holds `Y`
+    /// past the end.
+    Wrap,
 }
 
 /// What model 7's end and barrier do: as built, or without one of the
@@ -403,6 +410,13 @@ enum Rules {
 fn what_a_window_calls_fresh_object_holds_is_marked() {
     window_calls_fresh_object(Reach::Cut, Rules::AsBuilt);
     window_calls_fresh_object(Reach::Copy, Rules::AsBuilt);
+    window_calls_fresh_object(Reach::Wrap, Rules::AsBuilt);
+}
+
+#[test]
+#[should_panic(expected = "held by a later call, unmarked")]
+fn passing_over_a_window_calls_young_object_loses_it_under_a_later_calls_own() {
+    window_calls_fresh_object(Reach::Wrap, Rules::PassOverFlagged);
 }
 
 #[test]
@@ -425,6 +439,8 @@ fn leaving_every_young_object_untraced_loses_a_window_calls_object() {
 const S: usize = 0;
 const N: usize = 1;
 const X: usize = 2;
+/// The later call's own fresh object (`Reach::Wrap`).
+const Y: usize = 3;
 
 /// Model 7: a later call reaches `N` through `S` while the end traces,
 /// waits for the brackets under way and looks (`Cycle::terminate_ragged`).
@@ -433,12 +449,12 @@ fn window_calls_fresh_object(reach: Reach, rules: Rules) {
     loom::model(move || {
         let hs = Arc::new(Handshake::default());
         let slots = Arc::new([Slot::default()]);
-        let marked: Arc<[AtomicBool; 3]> = Arc::new(Default::default());
+        let marked: Arc<[AtomicBool; 4]> = Arc::new(Default::default());
         let gray = Arc::new(Mutex::new(Vec::new()));
         marked[S].store(true, Ordering::Relaxed);
         // `S`'s cell holding `N` (0: cut).
         let cell = Arc::new(AtomicUsize::new(1));
-        let shade = |marked: &[AtomicBool; 3], gray: &Mutex<Vec<usize>>, o: usize| {
+        let shade = |marked: &[AtomicBool; 4], gray: &Mutex<Vec<usize>>, o: usize| {
             if !marked[o].swap(true, Ordering::AcqRel) {
                 gray.lock().unwrap().push(o);
             }
@@ -465,19 +481,34 @@ fn window_calls_fresh_object(reach: Reach, rules: Rules) {
                         }
                         n != 0
                     }
+                    Reach::Wrap => {
+                        // `Y` is made with what was read: no shade.
+                        let n = cell.load(Ordering::Acquire);
+                        if n != 0 {
+                            let old = cell.swap(0, Ordering::AcqRel);
+                            if old != 0 && rules != Rules::PassOverFlagged {
+                                shade(&marked, &gray, N);
+                            }
+                            // `Y` stored: the new value's shade.
+                            shade(&marked, &gray, Y);
+                        }
+                        n != 0
+                    }
                 };
                 slots[0].end_shading();
                 held
             })
         };
         // Left untraced by the looks after the first: as built, young
-        // objects without the flag (none here).
-        let left =
-            |o: usize, first: bool| !first && rules == Rules::YoungLeftAfterFirstLook && o == N;
+        // objects without the flag (`Y`).
+        let left = |o: usize, first: bool| {
+            !first && (o == Y || (rules == Rules::YoungLeftAfterFirstLook && o == N))
+        };
         let trace = |o: usize, rest: &mut Vec<usize>| {
             let child = match o {
                 S if cell.load(Ordering::Acquire) != 0 => Some(N),
                 N => Some(X),
+                Y => Some(N),
                 _ => None,
             };
             if let Some(c) = child {

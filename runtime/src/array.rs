@@ -190,7 +190,7 @@ impl<'gc> Mutation<'gc> {
         // SAFETY: `p` is a fresh block of `bytes >= 16` bytes, aligned to at
         // least a word, ours alone until published.
         unsafe {
-            p.cast::<usize>().write(header | self.window_made);
+            p.cast::<usize>().write(header | self.window_made());
             p.cast::<usize>().add(1).write(len);
         }
         Ok(Reserved {

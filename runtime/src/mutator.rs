@@ -399,7 +399,6 @@ impl Mutator {
             mutator: self as *const Mutator,
             marking,
             window,
-            window_made: if window { crate::gc::WINDOW_MADE } else { 0 },
             brackets: marking != 0 && shared.config.ragged && !window,
             remember,
             at_limit: shared.at_limit.load(Ordering::Relaxed) != 0,
@@ -921,9 +920,6 @@ pub struct Mutation<'gc> {
     /// it hands out of its own stack, not only what it overwrites
     /// (`barrier.rs`, "Ragged cycles"). Constant for the call.
     pub(crate) window: bool,
-    /// `gc::WINDOW_MADE` if `window`, else 0: or-ed into the header of
-    /// every object the call makes.
-    pub(crate) window_made: usize,
     /// The call's barriers open shading brackets (`shading`): a mark is
     /// under way and may be ragged, whose end waits for brackets, not for
     /// calls. (A stopped end waits for every call, and a ragged end's
@@ -955,6 +951,13 @@ impl fmt::Debug for Mutation<'_> {
 impl<'gc> Mutation<'gc> {
     pub(crate) fn shared(&self) -> &Shared {
         self.mutator().shared()
+    }
+
+    /// `gc::WINDOW_MADE` in a window call, else 0: or-ed into the header
+    /// of every object the call makes.
+    #[inline(always)]
+    pub(crate) fn window_made(&self) -> usize {
+        usize::from(self.window) * crate::gc::WINDOW_MADE
     }
 
     /// Allocates `value` in the managed heap.
@@ -1034,7 +1037,7 @@ impl<'gc> Mutation<'gc> {
         // `GcBox<T>`, ours alone.
         unsafe {
             p.cast::<GcBox<T>>()
-                .write(GcBox::new(GcBox::<T>::header(shared.id) | self.window_made, value))
+                .write(GcBox::new(GcBox::<T>::header(shared.id) | self.window_made(), value))
         };
         // The header is written before the (release) allocated bit. White,
         // even during a concurrent mark: a sweep works from its copy of the

@@ -61,7 +61,12 @@ impl Default for Config {
             // adds to it; 250 µs gave 0.27 - 0.30 ms there), with the same
             // run time (docs/perf-log.md).
             mark_pause_budget: Duration::from_micros(150),
-            ragged: false,
+            // On: no mutator waits at a safepoint for another's call, and
+            // binary-trees and the speed tester run as fast or faster than
+            // with stops; the price is memory where calls are long (the
+            // heap grows for two calls' length, not one: README, "Known
+            // problems"; docs/perf-log.md has the figures).
+            ragged: true,
         }
     }
 }

@@ -1054,12 +1054,15 @@ impl RuntimeBuilder {
     }
 
     /// Whether cycles begin and end their marks with per-mutator
-    /// handshakes instead of stopping the world (default off;
-    /// `LOAM_GC_RAGGED`). A ragged cycle waits for each `mutate` call under
-    /// way to end once, while every mutator keeps entering and leaving
-    /// `mutate`: no mutator waits for another's call. Forced collections,
-    /// verify mode's checks and `GlobalAlloc` spaces still stop the world.
-    /// Experimental: see the README's known problems.
+    /// handshakes instead of stopping the world (default on;
+    /// `LOAM_GC_RAGGED=0` turns it off). A ragged cycle waits for each
+    /// `mutate` call under way to end once, while every mutator keeps
+    /// entering and leaving `mutate`: no mutator waits for another's call.
+    /// Forced collections, verify mode's checks and `GlobalAlloc` spaces
+    /// still stop the world. Off, every cycle stops the world to begin
+    /// and end its mark, which waits for every call under way; its heap
+    /// grows for one call's length where a ragged cycle's grows for two
+    /// (see the README's known problems).
     pub fn ragged_handshakes(mut self, on: bool) -> Self {
         self.config.ragged = on;
         self

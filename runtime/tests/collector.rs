@@ -1,7 +1,10 @@
-//! The collector tests (`cases/collector.rs`) over loam's own pages.
+//! The collector tests (`cases/collector.rs`) over loam's own pages, with
+//! stopped cycles: every mark begins and ends with the world stopped
+//! (`collector_ragged.rs` runs the same cases with the default, ragged
+//! handshakes).
 
 fn space(builder: loam_runtime::RuntimeBuilder) -> loam_runtime::RuntimeBuilder {
-    builder
+    builder.ragged_handshakes(false)
 }
 
 /// Heap blocks: a 4104-byte object takes a 5120-byte one.

@@ -25,6 +25,14 @@
 //! from one CPU to all, loam's ratio to each heap, peak RSS and pauses
 //! (`--svg FILE` draws it).
 //!
+//! The runtime's cycles over loam's pages begin and end their marks with
+//! per-mutator handshakes (ragged cycles, the default); over a
+//! `GlobalAlloc` space they always stop the world. So that the table
+//! compares memory managers behind one collector, it also runs loam's
+//! pages with stopped cycles (`--stopped-cycles`, the row "loam, stopped
+//! cycles"): that row against the others is the memory manager's share,
+//! `loam` against it the cycles'.
+//!
 //! ```text
 //! cargo run --release --example gc_speed_tester                     # the compare table
 //! cargo run --release --example gc_speed_tester -- --heap system    # one run, live line
@@ -88,10 +96,13 @@ impl Heap {
 
     /// A runtime whose objects live in this heap: loam's pages, or the
     /// same collector over another memory manager as its object space
-    /// (every object allocated by its worker through it, freed through it
-    /// by the GC threads).
-    fn runtime(self) -> Runtime {
-        let builder = Runtime::builder();
+    /// by the GC threads). `stopped`: every mark begins and ends with the
+    /// world stopped (a `GlobalAlloc` space's always do).
+    fn runtime(self, stopped: bool) -> Runtime {
+        let mut builder = Runtime::builder();
+        if stopped {
+            builder = builder.ragged_handshakes(false);
+        }
         match self {
             Heap::Loam => builder,
             Heap::System => builder.global_alloc(std::alloc::System),
@@ -122,6 +133,11 @@ struct Cli {
     /// The memory manager behind the collector.
     #[arg(long, value_enum, default_value_t = Heap::Loam)]
     heap: Heap,
+    /// Stop the world to begin and end every mark
+    /// (`RuntimeBuilder::ragged_handshakes(false)`), as the `GlobalAlloc`
+    /// heaps always do; by default loam's pages use ragged cycles.
+    #[arg(long)]
+    stopped_cycles: bool,
     /// Run exactly N tests on one worker with a fixed seed and print a
     /// checksum, to check a build against a reference.
     #[arg(long, value_name = "N")]
@@ -330,6 +346,9 @@ fn run_test(mc: &Mutation<'_>, kind: Kind, rng: &mut Rng) -> Outcome {
 #[derive(Serialize, Deserialize, Debug, Clone)]
 struct Report {
     heap: String,
+    /// Whether `--stopped-cycles` was given.
+    #[serde(default)]
+    stopped_cycles: bool,
     workers: usize,
     cpus: String,
     seconds: f64,
@@ -337,6 +356,10 @@ struct Report {
     ops_per_sec: f64,
     tests: Tests,
     gc_cycles: u64,
+    /// Of them, cycles that began and ended their marks without stopping
+    /// the world (`GcStats::ragged_cycles`).
+    #[serde(default)]
+    ragged_cycles: u64,
     /// Pauses as the mutators saw them (`GcStats::mutator_pauses`): every
     /// interval a worker was held, time-to-safepoint included.
     max_pause_us: u64,
@@ -507,7 +530,7 @@ fn run(cli: &Cli, seconds: f64) -> Result<Report, String> {
     let workers = cli.workers.unwrap_or(cpus.len()).max(1);
     // SAFETY: the handler only stores to an atomic (async-signal-safe).
     unsafe { libc::signal(libc::SIGINT, on_sigint as *const () as libc::sighandler_t) };
-    let rt = cli.heap.runtime();
+    let rt = cli.heap.runtime(cli.stopped_cycles);
     let counts: [AtomicU64; 3] = Default::default();
     let failed: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
     let stop = AtomicBool::new(false);
@@ -585,6 +608,7 @@ fn run(cli: &Cli, seconds: f64) -> Result<Report, String> {
     let us = |d: Duration| d.as_micros() as u64;
     Ok(Report {
         heap: cli.heap.name().into(),
+        stopped_cycles: cli.stopped_cycles,
         workers,
         cpus: cpu_list(&cpus),
         seconds: elapsed,
@@ -596,6 +620,7 @@ fn run(cli: &Cli, seconds: f64) -> Result<Report, String> {
             string: n(2),
         },
         gc_cycles: stats.cycles,
+        ragged_cycles: stats.ragged_cycles,
         max_pause_us: us(stats.mutator_pauses.max()),
         p99_pause_us: us(stats.mutator_pauses.p99()),
         p50_pause_us: us(stats.mutator_pauses.p50()),
@@ -616,18 +641,27 @@ fn run(cli: &Cli, seconds: f64) -> Result<Report, String> {
 
 fn print_report(r: &Report) {
     println!(
-        "heap {}, {} workers on CPUs {}, {:.1} s",
-        r.heap, r.workers, r.cpus, r.seconds
+        "heap {}{}, {} workers on CPUs {}, {:.1} s",
+        r.heap,
+        if r.stopped_cycles {
+            ", stopped cycles"
+        } else {
+            ""
+        },
+        r.workers,
+        r.cpus,
+        r.seconds
     );
     println!(
         "  {:.0} ops/s ({} tests: {} list, {} dictionary, {} string)",
         r.ops_per_sec, r.ops, r.tests.list, r.tests.dictionary, r.tests.string
     );
     println!(
-        "  {} GC cycles; workers held {} times, {:.1} ms in all ({:.1} at safepoints, {:.1} pacing, \
+        "  {} GC cycles ({} ragged); workers held {} times, {:.1} ms in all ({:.1} at safepoints, {:.1} pacing, \
          {:.1} for memory, {:.1} assisting), max {:.3} / p99 {:.3} / p50 {:.3} ms \
          (the collector's longest stop {:.3} ms)",
         r.gc_cycles,
+        r.ragged_cycles,
         r.pauses,
         r.held_ms,
         r.held_by.safepoint_ms,
@@ -651,8 +685,8 @@ fn print_report(r: &Report) {
 
 /// Exactly `n` tests on one worker of a managed pool, from a fixed seed:
 /// the checksum of their results.
-fn verify(n: u64, heap: Heap) -> Result<u64, String> {
-    let rt = heap.runtime();
+fn verify(n: u64, heap: Heap, stopped: bool) -> Result<u64, String> {
+    let rt = heap.runtime(stopped);
     let pool = ManagedPool::builder(&rt)
         .num_threads(1)
         .build()
@@ -673,17 +707,50 @@ fn verify(n: u64, heap: Heap) -> Result<u64, String> {
 
 // ---- --compare
 
+/// A row of the compare table: a heap, and whether its cycles stop the
+/// world (`--stopped-cycles`).
+#[derive(Clone, Copy)]
+struct Setup {
+    heap: Heap,
+    stopped: bool,
+}
+
+impl Setup {
+    /// The table's rows: loam as it comes (ragged cycles), then every heap
+    /// with stopped cycles, loam's pages first (a `GlobalAlloc` space's
+    /// cycles stop the world either way; the flag says so).
+    fn all() -> Vec<Setup> {
+        let mut rows = vec![Setup {
+            heap: Heap::Loam,
+            stopped: false,
+        }];
+        rows.extend(Heap::ALL.iter().map(|&heap| Setup {
+            heap,
+            stopped: true,
+        }));
+        rows
+    }
+
+    fn name(self) -> String {
+        match (self.heap, self.stopped) {
+            (Heap::Loam, true) => "loam, stopped cycles".into(),
+            (heap, _) => heap.name().into(),
+        }
+    }
+}
+
 /// One child run of this program, its JSON report.
-fn child(heap: Heap, cpus: &[usize], seconds: f64) -> Result<Report, String> {
+fn child(setup: Setup, cpus: &[usize], seconds: f64) -> Result<Report, String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let out = std::process::Command::new(exe)
         .args([
             "--heap",
-            heap.name(),
+            setup.heap.name(),
             "--json",
             "--seconds",
             &seconds.to_string(),
         ])
+        .args(setup.stopped.then_some("--stopped-cycles"))
         .args([
             "--cpus",
             &cpu_list(cpus),
@@ -695,7 +762,7 @@ fn child(heap: Heap, cpus: &[usize], seconds: f64) -> Result<Report, String> {
     if !out.status.success() {
         return Err(format!(
             "a child run ({}, CPUs {cpus:?}) failed: {}",
-            heap.name(),
+            setup.name(),
             String::from_utf8_lossy(&out.stderr).trim()
         ));
     }
@@ -705,12 +772,12 @@ fn child(heap: Heap, cpus: &[usize], seconds: f64) -> Result<Report, String> {
 fn compare(cli: &Cli, seconds: f64) -> Result<(), String> {
     let all = allowed_cpus();
     let cpu_sets = [all[..1].to_vec(), all.clone()];
-    // One configuration per heap and CPU set; `reports[h][c]` its runs.
-    let configs: Vec<(usize, usize)> = (0..Heap::ALL.len())
+    // One configuration per row and CPU set; `reports[h][c]` its runs.
+    let setups = Setup::all();
+    let configs: Vec<(usize, usize)> = (0..setups.len())
         .flat_map(|h| (0..cpu_sets.len()).map(move |c| (h, c)))
         .collect();
-    let mut reports: Vec<Vec<Vec<Report>>> =
-        vec![vec![Vec::new(); cpu_sets.len()]; Heap::ALL.len()];
+    let mut reports: Vec<Vec<Vec<Report>>> = vec![vec![Vec::new(); cpu_sets.len()]; setups.len()];
     let rounds = cli.rounds.max(1);
     for round in 0..rounds {
         for k in 0..configs.len() {
@@ -719,11 +786,11 @@ fn compare(cli: &Cli, seconds: f64) -> Result<(), String> {
                 eprint!(
                     "\rround {}/{rounds}: {} on {} ...          ",
                     round + 1,
-                    Heap::ALL[h].name(),
+                    setups[h].name(),
                     if c == 0 { "1 CPU" } else { "all CPUs" }
                 );
             }
-            reports[h][c].push(child(Heap::ALL[h], &cpu_sets[c], seconds)?);
+            reports[h][c].push(child(setups[h], &cpu_sets[c], seconds)?);
         }
     }
     if cli.json {
@@ -755,7 +822,7 @@ fn compare(cli: &Cli, seconds: f64) -> Result<(), String> {
     println!("| heap | ops/s, 1 CPU | ops/s, all CPUs | all / 1 CPU | loam / heap, all CPUs | peak RSS MiB (1 / all) | longest a worker was held, ms (1 / all) |");
     println!("|---|---|---|---|---|---|---|");
     let mut rows = Vec::new();
-    for (h, heap) in Heap::ALL.iter().enumerate() {
+    for (h, setup) in setups.iter().enumerate() {
         let ops = [med(h, 0, &|r| r.ops_per_sec), med(h, 1, &|r| r.ops_per_sec)];
         let scaling = per_round(&reports[h][1], &reports[h][0]);
         let vs = per_round(&reports[0][1], &reports[h][1]);
@@ -763,7 +830,7 @@ fn compare(cli: &Cli, seconds: f64) -> Result<(), String> {
         let pause = |c| med(h, c, &|r| r.max_pause_us as f64) / 1e3;
         println!(
             "| {} | {:.0} | {:.0} | {scaling:.2}x | {vs:.2}x | {:.1} / {:.1} | {:.2} / {:.2} |",
-            heap.name(),
+            setup.name(),
             ops[0],
             ops[1],
             rss(0),
@@ -771,8 +838,13 @@ fn compare(cli: &Cli, seconds: f64) -> Result<(), String> {
             pause(0),
             pause(1)
         );
-        rows.push((heap.name(), ops));
+        rows.push((setup.name(), ops));
     }
+    println!(
+        "loam: the runtime's default, ragged cycles; every other row stops the world to begin and \
+         end its marks (a GlobalAlloc heap's cycles always do), so \"loam, stopped cycles\" \
+         against them compares the memory managers alone"
+    );
     if let Some(path) = &cli.svg {
         std::fs::write(path, svg_chart(&rows, all.len()))
             .map_err(|e| format!("writing {}: {e}", path.display()))?;
@@ -782,8 +854,8 @@ fn compare(cli: &Cli, seconds: f64) -> Result<(), String> {
 }
 
 /// The compare table as a bar chart: ops/s per heap, one CPU and all.
-fn svg_chart(rows: &[(&str, [f64; 2])], cpus: usize) -> String {
-    let (w, h, left, top, bar) = (640.0, 60.0 + rows.len() as f64 * 56.0, 90.0, 40.0, 20.0);
+fn svg_chart(rows: &[(String, [f64; 2])], cpus: usize) -> String {
+    let (w, h, left, top, bar) = (640.0, 60.0 + rows.len() as f64 * 56.0, 150.0, 40.0, 20.0);
     let max = rows.iter().flat_map(|r| r.1).fold(1.0_f64, f64::max);
     let scale = (w - left - 80.0) / max;
     let mut out = format!(
@@ -824,7 +896,7 @@ fn main() -> ExitCode {
         return bad_input(e);
     }
     let result = if let Some(n) = cli.verify {
-        verify(n, cli.heap).map(|c| println!("{n} tests, checksum {c:016x}"))
+        verify(n, cli.heap, cli.stopped_cycles).map(|c| println!("{n} tests, checksum {c:016x}"))
     } else if cli.compare || cli.svg.is_some() || no_flags {
         compare(&cli, cli.seconds.unwrap_or(1.5))
     } else {

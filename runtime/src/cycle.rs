@@ -410,6 +410,8 @@ struct Cycle<'a> {
     end_pauses: Vec<Duration>,
     concurrent_mark: Duration,
     sweep_time: Duration,
+    /// What mutators swept of it (`sweep::Work::help`).
+    swept_by_mutators: usize,
 }
 
 /// The mark's state between its phases.
@@ -664,6 +666,7 @@ impl<'a> Cycle<'a> {
             end_pauses: Vec::new(),
             concurrent_mark: Duration::ZERO,
             sweep_time: Duration::ZERO,
+            swept_by_mutators: 0,
         }
     }
 
@@ -998,36 +1001,46 @@ impl<'a> Cycle<'a> {
             (Space::Alloc(space), Some(objects)) => unsafe {
                 space.sweep(self.pool, objects, shared.id, shared.config.verify)
             },
-            // SAFETY: the snapshot's pages, with their allocated words as
-            // of the pause (less the runs out); marks complete; under
-            // the cycle lock (which also keeps `alone` true throughout, see
-            // `RUNTIMES`).
-            _ => unsafe {
-                sweep::parallel(
-                    self.pool,
-                    &snap.pages,
-                    &snap.ranges,
-                    &snap.bits,
-                    shared.id,
-                    alone,
-                    shared.config.verify,
-                )
-            },
+            _ => {
+                // SAFETY: the snapshot's pages, with their allocated words
+                // as of the pause (less the runs out); marks complete;
+                // under the cycle lock (which also keeps `alone` true
+                // throughout, see `RUNTIMES`); swept only through `work`.
+                let work = Arc::new(unsafe {
+                    sweep::Work::new(
+                        std::mem::take(&mut snap.pages),
+                        std::mem::take(&mut snap.ranges),
+                        std::mem::take(&mut snap.bits),
+                        shared.id,
+                        alone,
+                        shared.config.verify,
+                    )
+                });
+                // Mutators that pacing holds sweep too (`Mutator::pace`).
+                shared.offer_sweep(&work);
+                let (mut swept, mut finalizing) =
+                    sweep::parallel(self.pool, &work, &|bytes| shared.sweep_freed(bytes));
+                shared.withdraw_sweep();
+                let (helped, mut helpers_finalizing, vecs) = work.wait_for_helpers();
+                self.swept_by_mutators = helped.bytes;
+                swept.bytes += helped.bytes;
+                swept.objects += helped.objects;
+                finalizing.append(&mut helpers_finalizing);
+                if let Some((pages, ranges, bits)) = vecs {
+                    (snap.pages, snap.ranges, snap.bits) = (pages, ranges, bits);
+                }
+                (swept, finalizing)
+            }
         };
         self.sweep_time = sweep_start.elapsed();
         shared.finalizer.submit(finalizing);
-        // Before the heap drops: pacing never counts the freed bytes twice.
+        // The pages' sweep took what it freed off the heap as it went; a
+        // `GlobalAlloc` space's does so now.
+        if matches!(shared.space, Space::Alloc(_)) {
+            shared.sweep_freed(swept.bytes);
+        }
         shared.sweep_frees.store(0, Ordering::Relaxed);
-        // Saturating, defensively: a miscount must not wrap (a reused
-        // runtime id meets no object of an earlier runtime, `release_id`).
-        let heap_after = shared
-            .heap_used
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |u| {
-                Some(u.saturating_sub(swept.bytes))
-            })
-            .unwrap_or(0)
-            .saturating_sub(swept.bytes);
-        (swept, heap_after)
+        (swept, shared.heap_used.load(Ordering::Relaxed))
     }
 
     /// The statistics and the event: under the cycle lock still, so that
@@ -1063,6 +1076,7 @@ impl<'a> Cycle<'a> {
             stats.bytes_marked += self.marked.bytes as u64;
             stats.bytes_freed += swept.bytes as u64;
             stats.objects_freed += swept.objects;
+            stats.bytes_swept_by_mutators += self.swept_by_mutators as u64;
             stats.live_size = gen.live;
             stats.next_goal = goal;
             let held = shared.holds.take_since_event();
@@ -1089,6 +1103,7 @@ impl<'a> Cycle<'a> {
                 objects_marked: self.marked.objects,
                 bytes_freed: swept.bytes,
                 objects_freed: swept.objects,
+                bytes_swept_by_mutators: self.swept_by_mutators,
                 next_goal: goal,
                 pace_goal: shared.pace_goal.load(Ordering::Relaxed),
                 old_bytes: gen.old,

@@ -313,6 +313,8 @@ mod ragged_model;
 mod registry;
 #[cfg(all(test, loom))]
 mod snapshot_model;
+#[cfg(all(test, loom))]
+mod sweep_help_model;
 mod thread_state;
 mod trace;
 

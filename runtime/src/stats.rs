@@ -80,6 +80,9 @@ pub struct CycleEvent {
     pub bytes_freed: usize,
     /// Objects freed by the sweep.
     pub objects_freed: u64,
+    /// Of `bytes_freed`, what mutators swept: a mutator that pacing holds
+    /// while the sweep runs sweeps pages of it rather than wait for it.
+    pub bytes_swept_by_mutators: usize,
     /// The heap size that triggers the next cycle.
     pub next_goal: usize,
     /// The goal pacing counts from after the cycle: a mutator helps or
@@ -109,7 +112,8 @@ pub struct CycleEvent {
 /// `gc 12 minor conc @1.234s: pause 0.210+0.050 ms (stop 0.120, snapshot 0.030
 /// concurrent, mark 3.100, 2.900 concurrent), sweep 1.200 ms, 40.0->12.5 MB, 2.1 MB marked,
 /// 10.2 MB old, 24.0 MB goal, 51234 objects freed, 2 T; held 3x, max 0.400 ms,
-/// 0.700 ms in all`, then ` (forced)` for a forced cycle. A full cycle that
+/// 0.700 ms in all`, then ` (forced)` for a forced cycle. A sweep that
+/// mutators helped has ` (1.5 MB by mutators)` after its time. A full cycle that
 /// cleared its marks before the stop has `clear 0.300 concurrent, ` before
 /// `stop`; a pace goal above the goal follows it: `24.0 MB goal (pace 64.0)`.
 impl fmt::Display for CycleEvent {
@@ -150,8 +154,13 @@ impl fmt::Display for CycleEvent {
         }
         write!(
             f,
-            "), sweep {:.3} ms, {:.1}->{:.1} MB, {:.1} MB marked, {:.1} MB old, ",
+            "), sweep {:.3} ms{}, {:.1}->{:.1} MB, {:.1} MB marked, {:.1} MB old, ",
             ms(self.sweep),
+            if self.bytes_swept_by_mutators > 0 {
+                format!(" ({:.1} MB by mutators)", mb(self.bytes_swept_by_mutators))
+            } else {
+                String::new()
+            },
             mb(self.heap_before),
             mb(self.heap_after),
             mb(self.bytes_marked),
@@ -216,10 +225,12 @@ pub struct GcStats {
     pub held_by_pacing: Duration,
     /// at the heap limit, waiting for memory,
     pub held_for_memory: Duration,
-    /// and marking for the collector: a mutator that allocates while a
-    /// concurrent mark runs pays for it in marking work, in slices of at
-    /// most 100 µs (1 ms past twice the heap goal; Go's mark assists),
-    /// instead of waiting for the cycle.
+    /// and marking or sweeping for the collector: a mutator that
+    /// allocates while a concurrent mark runs pays for it in marking work,
+    /// in slices of at most 100 µs (1 ms past twice the heap goal; Go's
+    /// mark assists), and one past twice the goal while the sweep runs
+    /// sweeps pages of it, in slices of 1 ms, instead of waiting for the
+    /// cycle.
     pub held_assisting: Duration,
     /// Cycles whose mark went on concurrently, past the first pause.
     pub concurrent_cycles: u64,
@@ -236,6 +247,9 @@ pub struct GcStats {
     pub bytes_freed: u64,
     /// Total objects freed, over all cycles.
     pub objects_freed: u64,
+    /// Of `bytes_freed`, what mutators swept while pacing held them
+    /// ([`CycleEvent::bytes_swept_by_mutators`]).
+    pub bytes_swept_by_mutators: u64,
     /// Managed bytes allocated and not yet freed, now (allocation is counted
     /// in chunks per mutator, so this is at most 64 KiB per mutator high).
     pub heap_size: usize,

@@ -26,8 +26,10 @@ use crate::finalize::PageWork;
 use crate::gc::{header_of, poison, TypeDesc};
 use loam_heap::{FreeBatch, PageRef};
 use loam_threadpool::ThreadPool;
+use parking_lot::Mutex;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
 
 /// Bitmap words of the largest page: no page has more than 8192 blocks.
 const MAX_WORDS: usize = 128;
@@ -62,112 +64,261 @@ pub(crate) struct Swept {
     pub(crate) objects: u64,
 }
 
-/// Sweeps `pages` (start addresses from the cycle's snapshot) on the threads
-/// of `pool`. Returns what it freed, counting the pages it leaves to the
-/// finalizer (returned too: dead objects with drop glue among them).
+/// A sweep's pages, claimed [`CLAIM`] at a time by the GC threads
+/// ([`parallel`]) and by mutators that pacing holds until the sweep has
+/// freed enough ([`Work::help`], offered by `Shared::offer_sweep`): a
+/// mutator that would wait for the sweep sweeps instead, as Go's
+/// allocating goroutines sweep spans.
 ///
-/// # Safety
-/// The pages are in this cycle's snapshot (their allocated bits as of its
-/// stop) with an allocated bit set, their marks were cleared before this cycle's mark, and the mark is
-/// complete. No other sweep runs (the process-wide cycle lock).
-pub(crate) unsafe fn parallel(
-    pool: &ThreadPool,
-    pages: &[usize],
-    ranges: &[(usize, usize)],
-    bits: &[u64],
+/// # Helpers
+/// A mutator registers as a helper (`helpers`) under the control mutex,
+/// and only while the work is offered there; the cycle withdraws the offer
+/// under the same mutex once its GC threads have claimed every page, then
+/// waits until no helper is registered ([`Work::wait_for_helpers`]). So
+/// every claim, and the helper's report of it, ends before the cycle reads
+/// the sweep's totals or its pages' words are reused; a helper that comes
+/// later finds nothing offered.
+pub(crate) struct Work {
+    /// Start addresses of the pages (from the cycle's snapshot).
+    pages: Vec<usize>,
+    /// Each page's allocated words in `bits`.
+    ranges: Vec<(usize, usize)>,
+    bits: Vec<u64>,
     id: u16,
     alone: bool,
     verify: bool,
-) -> (Swept, Vec<PageWork>) {
-    let next = AtomicUsize::new(0);
-    let results = pool.broadcast(|_| {
-        let mut batch = FreeBatch::new();
-        let mut dead: Vec<Dead> = Vec::new();
-        let mut run: Vec<NonNull<u8>> = Vec::new();
-        let mut finalizing: Vec<PageWork> = Vec::new();
-        let mut out = Swept::default();
-        loop {
-            let i = next.fetch_add(CLAIM, Ordering::Relaxed);
-            if i >= pages.len() {
+    /// The next page to claim.
+    next: AtomicUsize,
+    /// Mutators helping now (see above).
+    pub(crate) helpers: AtomicUsize,
+    /// What the helpers freed, and their pages for the finalizer.
+    helped: Mutex<(Swept, Vec<PageWork>)>,
+}
+
+impl Work {
+    /// The sweep of `pages` (start addresses from the cycle's snapshot,
+    /// with their allocated words), for runtime `id`.
+    ///
+    /// # Safety
+    /// The pages are in this cycle's snapshot (their allocated bits as of
+    /// its stop) with an allocated bit set, their marks were cleared before
+    /// this cycle's mark, and the mark is complete. No other sweep runs
+    /// (the process-wide cycle lock), and none of the pages is swept but
+    /// through this work. `alone`: no other runtime is alive.
+    pub(crate) unsafe fn new(
+        pages: Vec<usize>,
+        ranges: Vec<(usize, usize)>,
+        bits: Vec<u64>,
+        id: u16,
+        alone: bool,
+        verify: bool,
+    ) -> Work {
+        Work {
+            pages,
+            ranges,
+            bits,
+            id,
+            alone,
+            verify,
+            next: AtomicUsize::new(0),
+            helpers: AtomicUsize::new(0),
+            helped: Mutex::new((Swept::default(), Vec::new())),
+        }
+    }
+
+    /// Whether pages are left to claim.
+    pub(crate) fn has_pages(&self) -> bool {
+        self.next.load(Ordering::Relaxed) < self.pages.len()
+    }
+
+    /// As a registered helper (type docs): sweeps claims of pages until
+    /// none is left, `until` has passed or `enough` says so (both looked
+    /// at between claims). Reports each claim's bytes to `freed`. Returns
+    /// whether it claimed any.
+    pub(crate) fn help(&self, until: Instant, enough: &dyn Fn() -> bool, freed: &dyn Fn(usize)) -> bool {
+        debug_assert!(self.helpers.load(Ordering::Relaxed) > 0, "sweep: a helper not registered");
+        let mut done = Done::default();
+        let mut any = false;
+        while Instant::now() < until && !enough() {
+            // SAFETY: the work's pages (its constructor's contract), each
+            // claim once; the cycle waits for this registered helper.
+            if !unsafe { self.claim(&mut done, freed) } {
                 break;
             }
-            for k in i..(i + CLAIM).min(pages.len()) {
-                let (start, (from, to)) = (pages[k], ranges[k]);
-                // SAFETY: the caller's contract; each page is swept once.
-                let (bs, all) =
-                    unsafe { sweep_page(start, &bits[from..to], id, alone, verify, &mut dead) };
-                if let Some(cap) = all {
-                    // Every block of the page is a dead object of ours with
-                    // no drop glue (and verify mode off): hand the page back
-                    // whole, without touching its blocks.
-                    // SAFETY: block 0 is one of them, live until this call.
-                    let block = unsafe { NonNull::new_unchecked(start as *mut u8) };
-                    // SAFETY: every block is dead and ours (sweep_page).
-                    if unsafe { batch.push_whole_page(block) } {
-                        out.bytes += cap * bs;
-                        out.objects += cap as u64;
-                        continue;
-                    }
-                    // Some block not in use after all: list them.
-                    dead.extend((0..cap).map(|b| (start + b * bs, None)));
-                }
-                // Accounting is in blocks (see `Mutation::try_alloc`); a
-                // span's block is its object's size.
-                let size_of = |addr: usize, desc: Option<&TypeDesc>| match desc {
-                    // SAFETY: a dead object of ours, not yet freed, whose
-                    // header named `d`.
-                    Some(d) if bs > loam_heap::SMALL_MAX => unsafe { d.object_size(addr) },
-                    _ => bs,
-                };
-                if dead.iter().any(|(_, d)| d.is_some_and(|d| d.drop.is_some())) {
-                    // Destructors to run: the page's dead objects go to the
-                    // finalizer, which sends their blocks back after them
-                    // (`finalize.rs`). Held as a run first (pending, counted
-                    // out), so that no later cycle's snapshot copies them,
-                    // while it sweeps the page's other blocks.
-                    run.extend(dead.iter().map(|&(addr, _)| {
-                        // SAFETY: live blocks are never at address 0.
-                        unsafe { NonNull::new_unchecked(addr as *mut u8) }
-                    }));
-                    // SAFETY: dead objects of ours, of this page (a
-                    // snapshot page, live), each once; the finalizer owns
-                    // them from here and sends the run.
-                    let held = unsafe { FreeBatch::hold_page_run(&run) };
-                    run.clear();
-                    let dead: Vec<_> = dead
-                        .drain(..)
-                        .map(|(addr, desc)| (addr, desc, size_of(addr, desc)))
-                        .collect();
-                    out.bytes += dead.iter().map(|d| d.2).sum::<usize>();
-                    out.objects += dead.len() as u64;
-                    finalizing.push(PageWork {
-                        dead,
-                        run: Some(held),
-                    });
+            any = true;
+        }
+        done.batch.flush();
+        let mut h = self.helped.lock();
+        h.0.bytes += done.out.bytes;
+        h.0.objects += done.out.objects;
+        h.1.append(&mut done.finalizing);
+        any
+    }
+
+    /// After withdrawing the offer (type docs): waits for the helpers that
+    /// registered before, then returns what they freed and the pages'
+    /// vectors, for the next cycle's snapshot to reuse.
+    pub(crate) fn wait_for_helpers(self: std::sync::Arc<Self>) -> (Swept, Vec<PageWork>, Option<PageVecs>) {
+        // A helper's claim is at most `CLAIM` pages: a short spin.
+        while self.helpers.load(Ordering::Acquire) != 0 {
+            std::thread::yield_now();
+        }
+        let helped = std::mem::take(&mut *self.helped.lock());
+        // A helper that has deregistered may still hold its reference a
+        // moment: then the vectors are not reused.
+        let vecs = std::sync::Arc::try_unwrap(self).ok().map(|w| (w.pages, w.ranges, w.bits));
+        (helped.0, helped.1, vecs)
+    }
+
+    /// Claims the next [`CLAIM`] pages and sweeps them into `done`; false
+    /// if none was left.
+    ///
+    /// # Safety
+    /// The caller is one of the sweep's GC threads or a registered helper.
+    unsafe fn claim(&self, done: &mut Done, freed: &dyn Fn(usize)) -> bool {
+        let Work {
+            pages,
+            ranges,
+            bits,
+            id,
+            alone,
+            verify,
+            ..
+        } = self;
+        let (id, alone, verify) = (*id, *alone, *verify);
+        let Done {
+            batch,
+            dead,
+            run,
+            finalizing,
+            out,
+        } = done;
+        let i = self.next.fetch_add(CLAIM, Ordering::Relaxed);
+        if i >= pages.len() {
+            return false;
+        }
+        let before = out.bytes;
+        for k in i..(i + CLAIM).min(pages.len()) {
+            let (start, (from, to)) = (pages[k], ranges[k]);
+            // SAFETY: the constructor's contract; each page is swept once
+            // (claimed by one thread).
+            let (bs, all) = unsafe { sweep_page(start, &bits[from..to], id, alone, verify, dead) };
+            if let Some(cap) = all {
+                // Every block of the page is a dead object of ours with
+                // no drop glue (and verify mode off): hand the page back
+                // whole, without touching its blocks.
+                // SAFETY: block 0 is one of them, live until this call.
+                let block = unsafe { NonNull::new_unchecked(start as *mut u8) };
+                // SAFETY: every block is dead and ours (sweep_page).
+                if unsafe { batch.push_whole_page(block) } {
+                    out.bytes += cap * bs;
+                    out.objects += cap as u64;
                     continue;
                 }
-                for (addr, desc) in dead.drain(..) {
-                    let size = size_of(addr, desc);
-                    // SAFETY: `addr` is dead and now ours alone (no thread
-                    // can reach it, and its block goes back only in the run
-                    // below, whose owner clears its allocated bit).
-                    unsafe { finalize(addr, desc, size, id, verify, &crate::panics::CYCLE_LOG) };
-                    // SAFETY: live blocks are never at address 0.
-                    run.push(unsafe { NonNull::new_unchecked(addr as *mut u8) });
-                    out.bytes += size;
-                    out.objects += 1;
-                }
-                // The page's dead objects go back as one run: when they are
-                // all its owner has in use there, the owner resets the page
-                // whole instead of walking them.
-                // SAFETY: dead blocks of one page from `LoamAlloc`, each once,
-                // never touched again by us.
-                unsafe { batch.push_page_run(&run) };
-                run.clear();
+                // Some block not in use after all: list them.
+                dead.extend((0..cap).map(|b| (start + b * bs, None)));
             }
+            // Accounting is in blocks (see `Mutation::try_alloc`); a
+            // span's block is its object's size.
+            let size_of = |addr: usize, desc: Option<&TypeDesc>| match desc {
+                // SAFETY: a dead object of ours, not yet freed, whose
+                // header named `d`.
+                Some(d) if bs > loam_heap::SMALL_MAX => unsafe { d.object_size(addr) },
+                _ => bs,
+            };
+            if dead.iter().any(|(_, d)| d.is_some_and(|d| d.drop.is_some())) {
+                // Destructors to run: the page's dead objects go to the
+                // finalizer, which sends their blocks back after them
+                // (`finalize.rs`). Held as a run first (pending, counted
+                // out), so that no later cycle's snapshot copies them,
+                // while it sweeps the page's other blocks.
+                run.extend(dead.iter().map(|&(addr, _)| {
+                    // SAFETY: live blocks are never at address 0.
+                    unsafe { NonNull::new_unchecked(addr as *mut u8) }
+                }));
+                // SAFETY: dead objects of ours, of this page (a
+                // snapshot page, live), each once; the finalizer owns
+                // them from here and sends the run.
+                let held = unsafe { FreeBatch::hold_page_run(run) };
+                run.clear();
+                let dead: Vec<_> = dead
+                    .drain(..)
+                    .map(|(addr, desc)| (addr, desc, size_of(addr, desc)))
+                    .collect();
+                out.bytes += dead.iter().map(|d| d.2).sum::<usize>();
+                out.objects += dead.len() as u64;
+                finalizing.push(PageWork {
+                    dead,
+                    run: Some(held),
+                });
+                continue;
+            }
+            for (addr, desc) in dead.drain(..) {
+                let size = size_of(addr, desc);
+                // SAFETY: `addr` is dead and now ours alone (no thread
+                // can reach it, and its block goes back only in the run
+                // below, whose owner clears its allocated bit). No drop
+                // glue (above): nothing of the program's runs here, on a
+                // GC thread or a helping mutator.
+                unsafe { finalize(addr, desc, size, id, verify, &crate::panics::CYCLE_LOG) };
+                // SAFETY: live blocks are never at address 0.
+                run.push(unsafe { NonNull::new_unchecked(addr as *mut u8) });
+                out.bytes += size;
+                out.objects += 1;
+            }
+            // The page's dead objects go back as one run: when they are
+            // all its owner has in use there, the owner resets the page
+            // whole instead of walking them.
+            // SAFETY: dead blocks of one page from `LoamAlloc`, each once,
+            // never touched again by us.
+            unsafe { batch.push_page_run(run) };
+            run.clear();
         }
-        batch.flush();
-        (out, finalizing)
+        freed(out.bytes - before);
+        true
+    }
+}
+
+impl std::fmt::Debug for Work {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("sweep::Work")
+            .field("pages", &self.pages.len())
+            .field("next", &self.next)
+            .field("helpers", &self.helpers)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A sweep's vectors (`Work::new`'s pages, ranges and words), given back
+/// for the next snapshot to reuse.
+pub(crate) type PageVecs = (Vec<usize>, Vec<(usize, usize)>, Vec<u64>);
+
+/// One sweeping thread's state across its claims.
+#[derive(Default)]
+struct Done {
+    batch: FreeBatch,
+    dead: Vec<Dead>,
+    run: Vec<NonNull<u8>>,
+    finalizing: Vec<PageWork>,
+    out: Swept,
+}
+
+/// Sweeps `work` on the threads of `pool` until every page is claimed.
+/// Returns what they freed, counting the pages they leave to the finalizer
+/// (returned too: dead objects with drop glue among them), and reports it
+/// as it goes: `freed` is called with the bytes of each claim of pages
+/// once they are freed (or handed to the finalizer), so that the heap's
+/// count falls as the sweep goes rather than at its end (pacing waits for
+/// it: `Shared::sweep_freed`). Helpers' claims are theirs to report
+/// ([`Work::help`], [`Work::wait_for_helpers`]).
+pub(crate) fn parallel(pool: &ThreadPool, work: &Work, freed: &(dyn Fn(usize) + Sync)) -> (Swept, Vec<PageWork>) {
+    let results = pool.broadcast(|_| {
+        let mut done = Done::default();
+        // SAFETY: one of the sweep's GC threads (`Work::new`'s contract
+        // covers the pages).
+        while unsafe { work.claim(&mut done, freed) } {}
+        done.batch.flush();
+        (done.out, done.finalizing)
     });
     let mut swept = Swept::default();
     let mut finalizing = Vec::new();
@@ -186,7 +337,7 @@ pub(crate) unsafe fn parallel(
 /// each), it lists none and returns the page's capacity instead.
 ///
 /// # Safety
-/// As [`parallel`].
+/// As [`Work::new`].
 unsafe fn sweep_page(
     start: usize,
     allocated: &[u64],

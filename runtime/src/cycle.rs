@@ -410,7 +410,7 @@ struct Cycle<'a> {
     end_pauses: Vec<Duration>,
     concurrent_mark: Duration,
     sweep_time: Duration,
-    /// What mutators swept of it (`sweep::Work::help`).
+    /// What mutators swept of it (`sweep::Helper::help`).
     swept_by_mutators: usize,
 }
 
@@ -920,9 +920,13 @@ impl<'a> Cycle<'a> {
         let goal = gen.goal;
         // Until the sweep has taken its garbage off `heap_used`, the
         // trigger counts from the heap as the mark ended: the next cycle
-        // starts when `goal - live` bytes were allocated since, as it will
-        // after the sweep. (Setting `goal` itself here would start a second
-        // cycle at once whenever mutators allocate during the sweep.)
+        // is asked for once `goal - live` bytes were allocated since, as it
+        // would be after the sweep. (Setting `goal` itself here would ask
+        // for a second cycle at once whenever mutators allocate during the
+        // sweep.) The sweep takes its garbage off as it goes, claim by
+        // claim (`Shared::sweep_freed`), so during the sweep this asks a
+        // little later than that; no cycle can begin before the sweep
+        // ends anyway, and then the trigger is the goal (`event`).
         let heap_at_end = shared.heap_used.load(Ordering::Relaxed);
         shared.next_goal.store(
             heap_at_end.saturating_add(goal.saturating_sub(gen.old)),

@@ -20,7 +20,9 @@
 //!   [`ASSIST_SLICE`](crate::mutator) (a millisecond once the heap has
 //!   reached twice its goal; before a call, the slices that pay what the
 //!   last call owes are one hold), in payment for what it allocated
-//!   during a concurrent mark (Go's mark assists).
+//!   during a concurrent mark (Go's mark assists); or, past twice the goal
+//!   while the cycle sweeps, sweeping its pages in slices of a
+//!   millisecond instead of waiting for it (`sweep::Helper`).
 //!
 //! A `collect` the program asks for is not a hold: the program chose to
 //! wait (other mutators held by that cycle's stops are, as always).

@@ -184,6 +184,9 @@ pub(crate) fn inside_mutate() -> bool {
 /// }
 /// let last = m.mutate(|mc| *acc.get(mc).last.get().unwrap());
 /// assert_eq!(last, 19_999);
+/// // The last cycle may still be sweeping (its pages' helpers go on once
+/// // it will bring the heap under the pace point): wait for it.
+/// rt.wait_for_cycle();
 /// assert!(rt.stats().cycles > 0);
 /// ```
 pub struct Mutator {
@@ -455,8 +458,10 @@ impl Mutator {
     /// owes only the minimum (nothing allocated during this mark). Never
     /// past the end of one cycle, and not through a sweep that will take
     /// the heap back under the pace point (`Shared::sweep_frees`): the
-    /// mutator goes on without it, once a cycle. One hold, whatever its
-    /// parts.
+    /// mutator goes on without it, once a cycle for free, and otherwise
+    /// after a slice of sweeping (sweeping does not change what the sweep
+    /// will leave, so a later call in the cycle pays that slice as a
+    /// toll). One hold, whatever its parts.
     ///
     /// It used to help the mark until the heap came under twice the goal
     /// again, which is a whole cycle when the live data has outgrown the
@@ -493,9 +498,12 @@ impl Mutator {
             // sweeping, and the sweep's pages run out (holds of several
             // slices in a row were the longest left at depth 16 with two
             // threads, 4 ms).
-            let may_pass = self.sweep_pass.get() != seen || swept;
+            let pass_left = self.sweep_pass.get() != seen;
+            let may_pass = pass_left || swept;
             if offered.is_none() && may_pass && shared.sweep_brings_under_pace() {
-                self.sweep_pass.set(seen);
+                if pass_left {
+                    self.sweep_pass.set(seen);
+                }
                 break;
             }
             held = true;
@@ -508,7 +516,7 @@ impl Mutator {
                 // quarter of a millisecond at binary-trees depth 16 with
                 // two and three threads, up to 5 ms.)
                 let t = Instant::now();
-                if shared.help_sweep(t + PACED_SLICE) {
+                if shared.help_sweep(seen, t + PACED_SLICE) {
                     assisting += t.elapsed();
                     swept = true;
                     continue;
@@ -522,7 +530,8 @@ impl Mutator {
                 // Whatever ended the wait, this cycle's pass is used: the
                 // sweep's condition may have ended it and be false again
                 // by now (a cycle that completed changes `seen` anyway).
-                if may_pass {
+                // Not a pass that only a slice of sweeping gave.
+                if pass_left {
                     self.sweep_pass.set(seen);
                 }
                 self.assist_debt.set(0);

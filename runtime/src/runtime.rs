@@ -91,11 +91,14 @@ pub(crate) struct Shared {
     /// allocates in marking, or waits for the cycle when there is no mark
     /// to help (`Mutator::pace`). Relaxed: a threshold.
     pub(crate) pace_goal: AtomicUsize,
-    /// While a sweep runs: the bytes it is set to free, known once the mark
-    /// is complete (the heap as the world stopped, less what the mark
-    /// kept); 0 otherwise. A paced mutator that this sweep will bring
-    /// under the pace point goes on without waiting for it, one call a
-    /// cycle (`Mutator::pace`). Relaxed: a threshold.
+    /// While a sweep runs: the bytes it has yet to free, at least (set
+    /// once the mark is complete, from the heap as the world stopped less
+    /// what the mark kept, and lowered by each claim of pages as the
+    /// sweep takes it off the heap, `sweep_freed`); 0 otherwise. A paced
+    /// mutator that this sweep will bring under the pace point goes on
+    /// without waiting for it, one call a cycle, or after each slice of
+    /// the sweep it took (`Mutator::pace`). Lowered before the heap is,
+    /// and read after it (`sweep_brings_under_pace`).
     pub(crate) sweep_frees: AtomicUsize,
     /// While a mark counts what it finds as live data (`saw_live`): a full
     /// cycle's, or a minor one's that began with nothing remembered.
@@ -467,7 +470,8 @@ impl Shared {
     }
 
     /// Wakes the mutators that pacing holds (`pace`): a mark has been
-    /// offered to help with (`mark::parallel`). Under the
+    /// offered to help with (`mark::parallel`), or a sweep has taken the
+    /// heap under the pace point (`sweep_freed`). Under the
     /// control mutex, which a waiter holds from its check to its wait, so
     /// that none misses it (they would otherwise sleep out their 1 ms poll).
     pub(crate) fn wake_pacers(&self) {
@@ -504,25 +508,29 @@ impl Shared {
     }
 
     /// A mutator that pacing holds, with no mark to help: sweeps pages of
-    /// the sweep under way, if any are left, until `until` or until the
-    /// heap is under the pace point. Returns whether it swept any.
-    pub(crate) fn help_sweep(&self, until: Instant) -> bool {
-        let work = {
+    /// the sweep under way, if any are left and no cycle has completed
+    /// since `seen`, until `until` or until the heap is under the pace
+    /// point. Returns whether it swept any.
+    ///
+    /// The cycle waits for it to finish its claim of pages (at most
+    /// `sweep::CLAIM`) before the sweep ends: the one wait of the
+    /// collector for a mutator outside a call, as short as a claim unless
+    /// the mutator's thread is descheduled meanwhile.
+    pub(crate) fn help_sweep(&self, seen: u64, until: Instant) -> bool {
+        let helper = {
             let c = self.control.lock();
             match &c.sweep {
-                Some(w) if w.has_pages() => {
-                    // Registered under the mutex, while offered
-                    // (`sweep::Work`, "Helpers").
-                    w.helpers.fetch_add(1, Ordering::Relaxed);
-                    w.clone()
+                // Registered under the mutex, while offered (`sweep::Work`,
+                // "Helpers").
+                Some(w) if w.has_pages() && c.completed == seen => {
+                    // SAFETY: under the control mutex, with `w` offered
+                    // there.
+                    unsafe { crate::sweep::Helper::register(w) }
                 }
                 _ => return false,
             }
         };
-        let any = work.help(until, &|| !self.over_pace(), &|bytes| self.sweep_freed(bytes));
-        // Release: the cycle's wait reads what this helper reported after.
-        work.helpers.fetch_sub(1, Ordering::Release);
-        any
+        helper.help(until, &|| !self.over_pace(), &|bytes| self.sweep_freed(bytes))
     }
 
     /// The sweep freed `bytes` (a claim of pages, or a `GlobalAlloc`

@@ -1,12 +1,14 @@
 //! The concurrent sweep: GC threads free this runtime's dead objects while
-//! the mutators run.
+//! the mutators run, helped by mutators that pacing would otherwise hold
+//! until it ends ([`Work`], "Helpers").
 //!
 //! A page's dead objects are `allocated & !marked` with this runtime's id in
 //! their header, where `allocated` is the copy of the page's allocated bits
 //! as of the cycle's stop (`cycle.rs`, `snapshot_pages`): objects allocated
 //! since are not in it, so mutators allocate plain white, with no atomic write to the mark bitmap.
-//! The sweeper runs the dead objects' drop glue and sends the page's dead
-//! blocks to their owning thread heap as one *page run*
+//! The sweeper sends the page's dead blocks (after their drop glue, which
+//! the finalizer thread runs for pages that have any) to their owning
+//! thread heap as one *page run*
 //! (`FreeBatch::push_page_run`, one atomic operation): when they are all the
 //! page has in use, the owner resets the whole page in O(1) and hands its
 //! blocks out again in address order. The owner, the only writer of a page's
@@ -26,16 +28,17 @@ use crate::finalize::PageWork;
 use crate::gc::{header_of, poison, TypeDesc};
 use loam_heap::{FreeBatch, PageRef};
 use loam_threadpool::ThreadPool;
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
 
 /// Bitmap words of the largest page: no page has more than 8192 blocks.
 const MAX_WORDS: usize = 128;
 
 /// Pages a GC thread claims at a time.
-const CLAIM: usize = 16;
+pub(crate) const CLAIM: usize = 16;
 
 /// Page flag: some object allocated in the page has drop glue. Without it,
 /// and with one runtime alive, the sweep frees a page's dead objects from the
@@ -66,7 +69,7 @@ pub(crate) struct Swept {
 
 /// A sweep's pages, claimed [`CLAIM`] at a time by the GC threads
 /// ([`parallel`]) and by mutators that pacing holds until the sweep has
-/// freed enough ([`Work::help`], offered by `Shared::offer_sweep`): a
+/// freed enough ([`Helper::help`], offered by `Shared::offer_sweep`): a
 /// mutator that would wait for the sweep sweeps instead, as Go's
 /// allocating goroutines sweep spans.
 ///
@@ -90,9 +93,11 @@ pub(crate) struct Work {
     /// The next page to claim.
     next: AtomicUsize,
     /// Mutators helping now (see above).
-    pub(crate) helpers: AtomicUsize,
+    helpers: AtomicUsize,
     /// What the helpers freed, and their pages for the finalizer.
     helped: Mutex<(Swept, Vec<PageWork>)>,
+    /// Notified, under `helped`, by the last helper to leave.
+    gone: Condvar,
 }
 
 impl Work {
@@ -123,6 +128,7 @@ impl Work {
             next: AtomicUsize::new(0),
             helpers: AtomicUsize::new(0),
             helped: Mutex::new((Swept::default(), Vec::new())),
+            gone: Condvar::new(),
         }
     }
 
@@ -131,42 +137,24 @@ impl Work {
         self.next.load(Ordering::Relaxed) < self.pages.len()
     }
 
-    /// As a registered helper (type docs): sweeps claims of pages until
-    /// none is left, `until` has passed or `enough` says so (both looked
-    /// at between claims). Reports each claim's bytes to `freed`. Returns
-    /// whether it claimed any.
-    pub(crate) fn help(&self, until: Instant, enough: &dyn Fn() -> bool, freed: &dyn Fn(usize)) -> bool {
-        debug_assert!(self.helpers.load(Ordering::Relaxed) > 0, "sweep: a helper not registered");
-        let mut done = Done::default();
-        let mut any = false;
-        while Instant::now() < until && !enough() {
-            // SAFETY: the work's pages (its constructor's contract), each
-            // claim once; the cycle waits for this registered helper.
-            if !unsafe { self.claim(&mut done, freed) } {
-                break;
-            }
-            any = true;
-        }
-        done.batch.flush();
-        let mut h = self.helped.lock();
-        h.0.bytes += done.out.bytes;
-        h.0.objects += done.out.objects;
-        h.1.append(&mut done.finalizing);
-        any
-    }
-
     /// After withdrawing the offer (type docs): waits for the helpers that
-    /// registered before, then returns what they freed and the pages'
+    /// registered before (each finishes the claim it holds, at most
+    /// [`CLAIM`] pages), then returns what they freed and the pages'
     /// vectors, for the next cycle's snapshot to reuse.
-    pub(crate) fn wait_for_helpers(self: std::sync::Arc<Self>) -> (Swept, Vec<PageWork>, Option<PageVecs>) {
-        // A helper's claim is at most `CLAIM` pages: a short spin.
-        while self.helpers.load(Ordering::Acquire) != 0 {
-            std::thread::yield_now();
-        }
-        let helped = std::mem::take(&mut *self.helped.lock());
+    pub(crate) fn wait_for_helpers(self: Arc<Self>) -> (Swept, Vec<PageWork>, Option<PageVecs>) {
+        let helped = {
+            let mut h = self.helped.lock();
+            // Acquire: with the helpers' release, what they reported is
+            // in `helped`. The last one notifies under the mutex, after its
+            // decrement, so the wake is not lost.
+            while self.helpers.load(Ordering::Acquire) != 0 {
+                self.gone.wait(&mut h);
+            }
+            std::mem::take(&mut *h)
+        };
         // A helper that has deregistered may still hold its reference a
         // moment: then the vectors are not reused.
-        let vecs = std::sync::Arc::try_unwrap(self).ok().map(|w| (w.pages, w.ranges, w.bits));
+        let vecs = Arc::try_unwrap(self).ok().map(|w| (w.pages, w.ranges, w.bits));
         (helped.0, helped.1, vecs)
     }
 
@@ -289,6 +277,60 @@ impl std::fmt::Debug for Work {
     }
 }
 
+/// A mutator registered as a helper of a sweep ([`Work`], "Helpers"),
+/// until dropped: it may claim the work's pages.
+pub(crate) struct Helper {
+    work: Arc<Work>,
+}
+
+impl Helper {
+    /// Registers as a helper of `work`.
+    ///
+    /// # Safety
+    /// Under the control mutex, with `work` offered there
+    /// (`Shared::offer_sweep`, not yet withdrawn).
+    pub(crate) unsafe fn register(work: &Arc<Work>) -> Helper {
+        // Ordered before the withdrawal by the mutex.
+        work.helpers.fetch_add(1, Ordering::Relaxed);
+        Helper { work: work.clone() }
+    }
+
+    /// Sweeps claims of pages until none is left, `until` has passed or
+    /// `enough` says so (both looked at between claims), reporting each
+    /// claim's bytes to `freed`. Returns whether it claimed any.
+    pub(crate) fn help(&self, until: Instant, enough: &dyn Fn() -> bool, freed: &dyn Fn(usize)) -> bool {
+        let work = &*self.work;
+        let mut done = Done::default();
+        let mut any = false;
+        while Instant::now() < until && !enough() {
+            // SAFETY: a registered helper (`register`); the cycle waits for
+            // it before the sweep ends.
+            if !unsafe { work.claim(&mut done, freed) } {
+                break;
+            }
+            any = true;
+        }
+        done.batch.flush();
+        let mut h = work.helped.lock();
+        h.0.bytes += done.out.bytes;
+        h.0.objects += done.out.objects;
+        h.1.append(&mut done.finalizing);
+        any
+    }
+}
+
+impl Drop for Helper {
+    /// Deregisters (a panic too: the cycle must not wait for ever), waking
+    /// the cycle's wait if this was the last helper.
+    fn drop(&mut self) {
+        // Release: the cycle's wait reads what this helper reported after.
+        if self.work.helpers.fetch_sub(1, Ordering::Release) == 1 {
+            let _h = self.work.helped.lock();
+            self.work.gone.notify_all();
+        }
+    }
+}
+
 /// A sweep's vectors (`Work::new`'s pages, ranges and words), given back
 /// for the next snapshot to reuse.
 pub(crate) type PageVecs = (Vec<usize>, Vec<(usize, usize)>, Vec<u64>);
@@ -310,7 +352,7 @@ struct Done {
 /// once they are freed (or handed to the finalizer), so that the heap's
 /// count falls as the sweep goes rather than at its end (pacing waits for
 /// it: `Shared::sweep_freed`). Helpers' claims are theirs to report
-/// ([`Work::help`], [`Work::wait_for_helpers`]).
+/// ([`Helper::help`], [`Work::wait_for_helpers`]).
 pub(crate) fn parallel(pool: &ThreadPool, work: &Work, freed: &(dyn Fn(usize) + Sync)) -> (Swept, Vec<PageWork>) {
     let results = pool.broadcast(|_| {
         let mut done = Done::default();

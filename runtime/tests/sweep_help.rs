@@ -3,9 +3,10 @@
 //! garbage.
 //!
 //! One test in its own binary: it moves every GC thread of the process to
-//! `SCHED_IDLE`, which must not slow other tests' runtimes.
+//! `SCHED_IDLE`, which must not slow other tests' runtimes. Linux only
+//! (`sched_setscheduler`, `/proc/self/task`).
+#![cfg(target_os = "linux")]
 
-#[cfg(target_os = "linux")]
 mod support;
 
 use loam_runtime::{Gc, Root, Rootable, Runtime, Trace, Tracer};
@@ -28,7 +29,6 @@ unsafe impl<'gc> Trace for Node<'gc> {
 /// (`loam-gc-<runtime>` and `loam-gc-<runtime>-<i>`) moves to `SCHED_IDLE`:
 /// it runs only when the CPU it shares with the mutator has nothing else
 /// to run, so the mutator does most of the collector's work.
-#[cfg(target_os = "linux")]
 fn idle_gc_threads() -> usize {
     let mut moved = 0;
     for task in std::fs::read_dir("/proc/self/task").expect("/proc/self/task") {
@@ -57,7 +57,6 @@ fn idle_gc_threads() -> usize {
     moved
 }
 
-#[cfg(target_os = "linux")]
 #[test]
 fn mutators_held_by_pacing_sweep_and_free_only_garbage() {
     let t = std::thread::spawn(|| {

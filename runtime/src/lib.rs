@@ -2,11 +2,13 @@
 //! collector.
 //!
 //! A managed heap on `loam-heap`'s pages, with sound rooting enforced by the
-//! borrow checker, dedicated GC threads that mark in parallel (in a short
-//! pause, and past its budget concurrently with the mutators, behind a
-//! snapshot barrier), and a concurrent parallel sweep that hands free blocks
-//! back to their owning threads. This header is the design and its reasons;
-//! each module's docs hold the details (`handshake`, `mark`, `sweep`,
+//! borrow checker, dedicated GC threads that mark in parallel (concurrently
+//! with the mutators, behind a snapshot barrier, the mark begun and ended
+//! with per-mutator handshakes that stop no one by default, `cycle/ragged.rs`,
+//! or with short stops of the world), and a concurrent parallel sweep that
+//! hands free blocks back to their owning threads (mutators that pacing
+//! holds sweep too). This header is the design and its reasons; each
+//! module's docs hold the details (`handshake`, `mark`, `sweep`,
 //! `collector`, `weak`).
 //!
 //! ```

@@ -1012,9 +1012,11 @@ impl<'a> Cycle<'a> {
                 // throughout, see `RUNTIMES`); swept only through `work`.
                 let work = Arc::new(unsafe {
                     sweep::Work::new(
-                        std::mem::take(&mut snap.pages),
-                        std::mem::take(&mut snap.ranges),
-                        std::mem::take(&mut snap.bits),
+                        (
+                            std::mem::take(&mut snap.pages),
+                            std::mem::take(&mut snap.ranges),
+                            std::mem::take(&mut snap.bits),
+                        ),
                         shared.id,
                         alone,
                         shared.config.verify,

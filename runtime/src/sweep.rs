@@ -102,7 +102,8 @@ pub(crate) struct Work {
 
 impl Work {
     /// The sweep of `pages` (start addresses from the cycle's snapshot,
-    /// with their allocated words), for runtime `id`.
+    /// each with its range of allocated words in `bits`), for runtime
+    /// `id`.
     ///
     /// # Safety
     /// The pages are in this cycle's snapshot (their allocated bits as of
@@ -110,14 +111,7 @@ impl Work {
     /// this cycle's mark, and the mark is complete. No other sweep runs
     /// (the process-wide cycle lock), and none of the pages is swept but
     /// through this work. `alone`: no other runtime is alive.
-    pub(crate) unsafe fn new(
-        pages: Vec<usize>,
-        ranges: Vec<(usize, usize)>,
-        bits: Vec<u64>,
-        id: u16,
-        alone: bool,
-        verify: bool,
-    ) -> Work {
+    pub(crate) unsafe fn new((pages, ranges, bits): PageVecs, id: u16, alone: bool, verify: bool) -> Work {
         Work {
             pages,
             ranges,
@@ -164,16 +158,8 @@ impl Work {
     /// # Safety
     /// The caller is one of the sweep's GC threads or a registered helper.
     unsafe fn claim(&self, done: &mut Done, freed: &dyn Fn(usize)) -> bool {
-        let Work {
-            pages,
-            ranges,
-            bits,
-            id,
-            alone,
-            verify,
-            ..
-        } = self;
-        let (id, alone, verify) = (*id, *alone, *verify);
+        let (pages, ranges, bits) = (&self.pages, &self.ranges, &self.bits);
+        let (id, alone, verify) = (self.id, self.alone, self.verify);
         let Done {
             batch,
             dead,

@@ -184,8 +184,8 @@ pub(crate) fn inside_mutate() -> bool {
 /// }
 /// let last = m.mutate(|mc| *acc.get(mc).last.get().unwrap());
 /// assert_eq!(last, 19_999);
-/// // The last cycle may still be sweeping (its pages' helpers go on once
-/// // it will bring the heap under the pace point): wait for it.
+/// // The last cycle may still be sweeping (a mutator that helped its sweep
+/// // goes on before the sweep ends): wait for it.
 /// rt.wait_for_cycle();
 /// assert!(rt.stats().cycles > 0);
 /// ```
@@ -449,8 +449,9 @@ impl Mutator {
     /// concurrent mark under way, in slices of [`PACED_SLICE`], and lets
     /// the call go, which pays for what it allocates as it goes
     /// ([`assist`](Self::assist), paced). With no mark to help but a sweep
-    /// under way, sweeps its pages until the heap is under twice the goal
-    /// (`Shared::help_sweep`); with neither (the cycle has not begun, or
+    /// under way, sweeps its pages a slice at a time (`Shared::help_sweep`)
+    /// until the heap is under twice the goal or the rest of the sweep
+    /// will take it there; with neither (the cycle has not begun, or
     /// the GC threads hold every page of the sweep), waits for the cycle
     /// to end or for a mark or a sweep to help; with none of the mark's
     /// work left to take (the GC threads hold the rest, until the mark

@@ -227,13 +227,13 @@ impl Work {
                 });
                 continue;
             }
+            // No drop glue (above): nothing of the program's runs here, on
+            // a GC thread or a helping mutator.
             for (addr, desc) in dead.drain(..) {
                 let size = size_of(addr, desc);
                 // SAFETY: `addr` is dead and now ours alone (no thread
                 // can reach it, and its block goes back only in the run
-                // below, whose owner clears its allocated bit). No drop
-                // glue (above): nothing of the program's runs here, on a
-                // GC thread or a helping mutator.
+                // below, whose owner clears its allocated bit).
                 unsafe { finalize(addr, desc, size, id, verify, &crate::panics::CYCLE_LOG) };
                 // SAFETY: live blocks are never at address 0.
                 run.push(unsafe { NonNull::new_unchecked(addr as *mut u8) });

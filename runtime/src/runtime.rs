@@ -253,6 +253,7 @@ impl Shared {
             stats.held_for_memory,
             stats.held_assisting,
         ] = self.holds.by_kind();
+        stats.held_descheduled = self.holds.descheduled();
         stats
     }
 

@@ -116,7 +116,8 @@ pub struct CycleEvent {
 /// concurrent, mark 3.100, 2.900 concurrent), sweep 1.200 ms, 40.0->12.5 MB, 2.1 MB marked,
 /// 10.2 MB old, 24.0 MB goal, 51234 objects freed, 2 T; held 3x, max 0.400 ms,
 /// 0.700 ms in all`, then ` (0.050 descheduled)` if the holds' work slices
-/// spent time off the CPU ([`GcStats::held_descheduled`]), then ` (forced)`
+/// spent a microsecond or more off the CPU ([`GcStats::held_descheduled`]),
+/// then ` (forced)`
 /// for a forced cycle. A sweep that
 /// mutators helped has ` (1.5 MB by mutators)` after its time. A full cycle that
 /// cleared its marks before the stop has `clear 0.300 concurrent, ` before
@@ -187,7 +188,7 @@ impl fmt::Display for CycleEvent {
             self.mutator_pauses,
             ms(self.mutator_pause_max),
             ms(self.mutator_pause_total),
-            if self.mutator_pause_descheduled.is_zero() {
+            if self.mutator_pause_descheduled < Duration::from_micros(1) {
                 String::new()
             } else {
                 format!(" ({:.3} descheduled)", ms(self.mutator_pause_descheduled))
@@ -243,9 +244,10 @@ pub struct GcStats {
     /// cycle.
     pub held_assisting: Duration,
     /// Of `held_assisting`: the time the mutators' threads did not run
-    /// while they marked or swept, the OS running other threads on their
-    /// CPUs (the slices' wall-clock time less the threads' CPU time; zero
-    /// where the OS keeps no per-thread CPU clock). It is part of the
+    /// while they marked or swept, nearly always the OS running other
+    /// threads on their CPUs (a sweep help may also wait a moment for the
+    /// cycle's lock): the slices' wall-clock time less the threads' CPU time
+    /// (zero where the OS keeps no per-thread CPU clock). It is part of the
     /// holds, since the mutator was held whoever ran meanwhile; with more
     /// runnable threads than CPUs, a slice in which the thread is
     /// preempted lasts a scheduler tick (4 ms on many Linux kernels), and

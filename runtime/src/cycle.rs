@@ -1117,7 +1117,6 @@ impl<'a> Cycle<'a> {
                 mutator_pauses: held.count,
                 mutator_pause_max: held.max,
                 mutator_pause_total: held.total,
-                mutator_pause_descheduled: held.descheduled,
             };
             stats.last = Some(event.clone());
             event

@@ -27,22 +27,6 @@
 //! A `collect` the program asks for is not a hold: the program chose to
 //! wait (other mutators held by that cycle's stops are, as always).
 //!
-//! # Descheduled
-//! A slice of work for the collector (an assist's marking, a sweep help's
-//! pages) is timed on the wall clock, as every hold is, and also on the
-//! thread's CPU clock ([`WorkClock`]): the difference is time the thread
-//! did not run, nearly always because the OS ran other threads on its CPU
-//! (a sweep help also takes the cycle's lock for a moment, and may wait
-//! for it). It is part of the hold (the mutator
-//! was held, whoever ran meanwhile), and reported apart
-//! ([`GcStats::held_descheduled`](crate::GcStats::held_descheduled)), because
-//! with more runnable threads than CPUs it is most of the longest holds: at
-//! binary-trees depth 21, two mutators and a GC thread on two CPUs, each of
-//! the 35 holds over 2 ms in two runs was one slice of marking that traced
-//! under 100 KB, in which the thread was preempted (the 33 measured had one
-//! or two involuntary context switches), for about the scheduler's 4 ms
-//! tick.
-//!
 //! Each mutator keeps its own histogram (the figures for one thread); the
 //! runtime adds up all of them, those of mutators gone included, and the
 //! cycle's event gets the holds that ended since the previous event.
@@ -50,7 +34,7 @@
 use crate::histogram::PauseHistogram;
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Why a mutator was held (module docs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -80,57 +64,6 @@ pub(crate) struct SinceEvent {
     pub(crate) max: Duration,
     pub(crate) total: Duration,
     pub(crate) count: u64,
-    /// Of `total`: work slices' time off the CPU ("Descheduled").
-    pub(crate) descheduled: Duration,
-}
-
-/// A slice of work a held mutator does for the collector, timed on the
-/// wall clock and on the thread's CPU clock ("Descheduled" above).
-pub(crate) struct WorkClock {
-    wall: Instant,
-    cpu: Option<Duration>,
-}
-
-impl WorkClock {
-    pub(crate) fn start() -> Self {
-        // The CPU clock read outside the wall clock (first here, last in
-        // `read`), so that the clocks' own reads never show as time off
-        // the CPU.
-        let cpu = thread_cpu_time();
-        WorkClock {
-            wall: Instant::now(),
-            cpu,
-        }
-    }
-
-    /// The slice's time so far, and the part of it the thread did not run
-    /// (zero where the OS gives no thread CPU clock).
-    pub(crate) fn read(&self) -> (Duration, Duration) {
-        let wall = self.wall.elapsed();
-        let off = match (self.cpu, thread_cpu_time()) {
-            (Some(a), Some(b)) => wall.saturating_sub(b.saturating_sub(a)),
-            _ => Duration::ZERO,
-        };
-        (wall, off)
-    }
-}
-
-/// The calling thread's CPU time, where the OS keeps one (one system call:
-/// read on the holds' slow paths only).
-fn thread_cpu_time() -> Option<Duration> {
-    #[cfg(unix)]
-    {
-        // SAFETY: a timespec is integers (and padding, on some targets),
-        // for which all zeroes is a value.
-        let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
-        // SAFETY: `ts` is a valid, writable timespec for the call.
-        let r = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-        (r == 0).then(|| Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32))
-    }
-    #[cfg(not(unix))]
-    {
-        None
-    }
 }
 
 /// A runtime's record of every mutator's holds.
@@ -142,8 +75,6 @@ pub(crate) struct HoldLog {
     departed: Mutex<PauseHistogram>,
     /// Nanoseconds held, by [`Hold`] (relaxed: totals read by `stats`).
     by_kind: [AtomicU64; 4],
-    /// Nanoseconds of work slices off the CPU ("Descheduled").
-    descheduled: AtomicU64,
     since_event: Mutex<SinceEvent>,
 }
 
@@ -151,34 +82,22 @@ impl HoldLog {
     /// `mine` was held for `d`, for `why`.
     #[cold]
     pub(crate) fn record(&self, mine: &MutatorHolds, why: Hold, d: Duration) {
-        self.record_parts(mine, d, &[(why, d)], Duration::ZERO);
+        self.record_parts(mine, d, &[(why, d)]);
     }
 
     /// `mine` was held once, for `total`, made of `parts` (the time by
-    /// cause; parts of zero are left out), of which its work slices spent
-    /// `descheduled` off the CPU.
+    /// cause; parts of zero are left out).
     #[cold]
-    pub(crate) fn record_parts(
-        &self,
-        mine: &MutatorHolds,
-        total: Duration,
-        parts: &[(Hold, Duration)],
-        descheduled: Duration,
-    ) {
+    pub(crate) fn record_parts(&self, mine: &MutatorHolds, total: Duration, parts: &[(Hold, Duration)]) {
         mine.hist.lock().record(total);
-        let ns = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
         for &(why, d) in parts {
-            self.by_kind[why as usize].fetch_add(ns(d), Ordering::Relaxed);
+            let ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+            self.by_kind[why as usize].fetch_add(ns, Ordering::Relaxed);
         }
-        // Release, after the parts: a reader that loads this first
-        // (Acquire, `descheduled`) sees at least the parts it is of, so
-        // that it never reads more descheduled than assisting.
-        self.descheduled.fetch_add(ns(descheduled), Ordering::Release);
         let mut s = self.since_event.lock();
         s.max = s.max.max(total);
         s.total = s.total.saturating_add(total);
         s.count += 1;
-        s.descheduled = s.descheduled.saturating_add(descheduled);
     }
 
     /// The mutator of `mine` detaches: its holds move to the runtime's.
@@ -203,13 +122,6 @@ impl HoldLog {
         self.by_kind
             .each_ref()
             .map(|a| Duration::from_nanos(a.load(Ordering::Relaxed)))
-    }
-
-    /// Time work slices spent off the CPU ("Descheduled"). Read it before
-    /// [`by_kind`](Self::by_kind): it is then at most the assisting time
-    /// read after it (see `record_parts`).
-    pub(crate) fn descheduled(&self) -> Duration {
-        Duration::from_nanos(self.descheduled.load(Ordering::Acquire))
     }
 
     /// The holds that ended since the last call.
@@ -292,30 +204,5 @@ mod tests {
         // one's counts it.
         rt.collect();
         assert_eq!(seen_by_events.load(Ordering::Relaxed), 1);
-        assert_eq!(rt.stats().held_descheduled, Duration::ZERO, "a wait is no work slice");
-    }
-
-    /// A work slice's clock counts a sleep (the thread off the CPU) as
-    /// descheduled, and time the thread ran as not.
-    #[cfg(unix)]
-    #[test]
-    fn the_work_clock_tells_time_off_the_cpu_from_time_on_it() {
-        let clock = super::WorkClock::start();
-        std::thread::sleep(Duration::from_millis(20));
-        let (wall, off) = clock.read();
-        assert!(wall >= Duration::from_millis(20), "{wall:?}");
-        assert!(off <= wall, "{off:?} of {wall:?}");
-        // However busy the machine, the thread ran for little of a sleep.
-        assert!(off >= Duration::from_millis(15), "{off:?} of {wall:?}");
-
-        let clock = super::WorkClock::start();
-        let cpu = super::thread_cpu_time().unwrap();
-        while super::thread_cpu_time().unwrap() - cpu < Duration::from_millis(5) {
-            std::hint::spin_loop();
-        }
-        let (wall, off) = clock.read();
-        assert!(off <= wall, "{off:?} of {wall:?}");
-        // (The two clocks' rates may differ a little.)
-        assert!(wall - off >= Duration::from_millis(4), "ran {:?} of {wall:?}", wall - off);
     }
 }

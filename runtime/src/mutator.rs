@@ -5,7 +5,7 @@
 use crate::alloc_space::AllocSpace;
 use crate::gc::{Gc, GcBox, Managed};
 use crate::handshake::Slot;
-use crate::held::{Hold, MutatorHolds, WorkClock};
+use crate::held::{Hold, MutatorHolds};
 use crate::root::{GlobalRoot, Root, RootTable, Rootable};
 use crate::runtime::{Handle, Shared};
 use crate::trace::{Trace, Tracer};
@@ -476,9 +476,6 @@ impl Mutator {
         let shared = self.shared();
         let start = Instant::now();
         let mut assisting = Duration::ZERO;
-        // Of `assisting`: the slices' time off the CPU (`held.rs`,
-        // "Descheduled").
-        let mut descheduled = Duration::ZERO;
         let mut held = false;
         // The debt, computed once a mark (what is left after a slice is
         // owed exactly, not rounded up to an assist's worth again), and the
@@ -519,11 +516,9 @@ impl Mutator {
                 // (Waiting for the sweep to end was every hold over a
                 // quarter of a millisecond at binary-trees depth 16 with
                 // two and three threads, up to 5 ms.)
-                let clock = WorkClock::start();
-                if shared.help_sweep(seen, Instant::now() + PACED_SLICE) {
-                    let (took, off) = clock.read();
-                    assisting += took;
-                    descheduled += off;
+                let t = Instant::now();
+                if shared.help_sweep(seen, t + PACED_SLICE) {
+                    assisting += t.elapsed();
                     swept = true;
                     continue;
                 }
@@ -560,7 +555,6 @@ impl Mutator {
             // the message `mutate` gives, instead of waiting for a cycle
             // that waits for this slot.
             let _ = shared.handshake.enter(&self.me.slot);
-            let clock = WorkClock::start();
             let slice = Instant::now();
             let m = {
                 let _inside = Inside {
@@ -579,9 +573,7 @@ impl Mutator {
                 shared.saw_live(m.bytes);
                 m
             };
-            let (took, off) = clock.read();
-            assisting += took;
-            descheduled += off;
+            assisting += slice.elapsed();
             if m.objects == 0 {
                 // Nothing to take: the GC threads hold the rest of the
                 // mark (or the mark is between its rounds, or has just
@@ -637,7 +629,6 @@ impl Mutator {
             &self.me.holds,
             total,
             &[(Hold::Assist, assisting), (Hold::Pacing, total.saturating_sub(assisting))],
-            descheduled,
         );
     }
 
@@ -819,16 +810,14 @@ impl Mutator {
             return;
         };
         let slice = if paced { PACED_SLICE } else { ASSIST_SLICE };
-        let clock = WorkClock::start();
         let start = Instant::now();
         // SAFETY: inside a `mutate` call (allocation happens only there) of
         // the runtime whose mark `share` is, with its gray queue.
         let m = unsafe { crate::mark::assist(&shared.space, &share, &shared.gray, debt, start + slice) };
         shared.saw_live(m.bytes);
-        let (took, off) = clock.read();
+        let took = start.elapsed();
         if m.objects > 0 {
-            let holds = &shared.holds;
-            holds.record_parts(&self.me.holds, took, &[(Hold::Assist, took)], off);
+            self.held(Hold::Assist, took);
         }
         let left = debt.saturating_sub(m.bytes);
         self.assist_debt.set(if paced {

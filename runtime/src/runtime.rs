@@ -247,8 +247,6 @@ impl Shared {
             let mutators = self.mutators.lock();
             stats.mutator_pauses = self.holds.all(mutators.iter().map(|m| &m.holds));
         }
-        // First: then it is at most the assisting time (`HoldLog`).
-        stats.held_descheduled = self.holds.descheduled();
         [
             stats.held_at_safepoint,
             stats.held_by_pacing,

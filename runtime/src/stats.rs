@@ -103,11 +103,8 @@ pub struct CycleEvent {
     pub mutator_pauses: u64,
     /// the longest,
     pub mutator_pause_max: Duration,
-    /// and their sum,
+    /// and their sum.
     pub mutator_pause_total: Duration,
-    /// of which this much was work slices' time off the CPU (see
-    /// [`GcStats::held_descheduled`]).
-    pub mutator_pause_descheduled: Duration,
 }
 
 /// The `LOAM_GCTRACE` line: one per cycle, on stderr.
@@ -115,10 +112,7 @@ pub struct CycleEvent {
 /// `gc 12 minor conc @1.234s: pause 0.210+0.050 ms (stop 0.120, snapshot 0.030
 /// concurrent, mark 3.100, 2.900 concurrent), sweep 1.200 ms, 40.0->12.5 MB, 2.1 MB marked,
 /// 10.2 MB old, 24.0 MB goal, 51234 objects freed, 2 T; held 3x, max 0.400 ms,
-/// 0.700 ms in all`, then ` (0.050 descheduled)` if the holds' work slices
-/// spent a microsecond or more off the CPU ([`GcStats::held_descheduled`]),
-/// then ` (forced)`
-/// for a forced cycle. A sweep that
+/// 0.700 ms in all`, then ` (forced)` for a forced cycle. A sweep that
 /// mutators helped has ` (1.5 MB by mutators)` after its time. A full cycle that
 /// cleared its marks before the stop has `clear 0.300 concurrent, ` before
 /// `stop`; a pace goal above the goal follows it: `24.0 MB goal (pace 64.0)`.
@@ -182,17 +176,12 @@ impl fmt::Display for CycleEvent {
         }
         write!(
             f,
-            ", {} objects freed, {} T; held {}x, max {:.3} ms, {:.3} ms in all{}{}",
+            ", {} objects freed, {} T; held {}x, max {:.3} ms, {:.3} ms in all{}",
             self.objects_freed,
             self.gc_threads,
             self.mutator_pauses,
             ms(self.mutator_pause_max),
             ms(self.mutator_pause_total),
-            if self.mutator_pause_descheduled < Duration::from_micros(1) {
-                String::new()
-            } else {
-                format!(" ({:.3} descheduled)", ms(self.mutator_pause_descheduled))
-            },
             if self.forced { " (forced)" } else { "" },
         )
     }
@@ -243,16 +232,6 @@ pub struct GcStats {
     /// sweeps pages of it, in slices of 1 ms, instead of waiting for the
     /// cycle.
     pub held_assisting: Duration,
-    /// Of `held_assisting`: the time the mutators' threads did not run
-    /// while they marked or swept, nearly always the OS running other
-    /// threads on their CPUs (a sweep help may also wait a moment for the
-    /// cycle's lock): the slices' wall-clock time less the threads' CPU time
-    /// (zero where the OS keeps no per-thread CPU clock). It is part of the
-    /// holds, since the mutator was held whoever ran meanwhile; with more
-    /// runnable threads than CPUs, a slice in which the thread is
-    /// preempted lasts a scheduler tick (4 ms on many Linux kernels), and
-    /// such slices are most of the longest holds.
-    pub held_descheduled: Duration,
     /// Cycles whose mark went on concurrently, past the first pause.
     pub concurrent_cycles: u64,
     /// Cycles whose mark began with per-mutator handshakes instead of a

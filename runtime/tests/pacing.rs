@@ -105,10 +105,6 @@ fn mutators_finish_a_mark_the_gc_threads_are_too_slow_for() {
         s.held_assisting > Duration::ZERO,
         "the mutator never helped a slow mark: {s:?}"
     );
-    assert!(
-        s.held_descheduled <= s.held_assisting,
-        "more time off the CPU than in work slices: {s:?}"
-    );
     let goal = s.next_goal.max(4 << 20);
     let bound = 2 * goal + slack(64 * block(1024), s.live_size);
     assert!(

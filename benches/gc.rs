@@ -10,7 +10,9 @@
 //! mutator of its own).
 //!
 //! The loam version builds and checks each tree in one `mutate` call (its
-//! collections run between calls) and keeps the long-lived tree in a root.
+//! collections run between calls) and keeps the long-lived tree in a root;
+//! with more than one thread, the main thread waits for the workers in
+//! `Mutator::blocking`, which gives back what its heap holds freed.
 //! Its runtime is built once with default settings, so pacing decides when
 //! cycles run; the pause histogram is printed at the end.
 //!
@@ -196,11 +198,15 @@ fn run_loam(rt: &Runtime, max: u32, threads: usize) -> u64 {
                 .map(|_| m.mutate(|mc| gc_check(&gc_tree(mc, d))))
                 .sum()
         } else {
-            split(threads, n, d, &|d, n| {
-                let mut m = rt.attach();
-                (0..n)
-                    .map(|_| m.mutate(|mc| gc_check(&gc_tree(mc, d))))
-                    .sum()
+            // This thread waits for the workers: `blocking` gives back what
+            // its heap holds freed (the stretch tree's memory) meanwhile.
+            m.blocking(|| {
+                split(threads, n, d, &|d, n| {
+                    let mut m = rt.attach();
+                    (0..n)
+                        .map(|_| m.mutate(|mc| gc_check(&gc_tree(mc, d))))
+                        .sum()
+                })
             })
         };
     }

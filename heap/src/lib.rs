@@ -334,6 +334,33 @@ pub fn collect() {
     segment::purge_huge_cache();
 }
 
+/// Gives back what the calling thread's heap holds freed, now: sends its
+/// cached and batched frees, takes back the blocks and page runs other
+/// threads sent it, releases its empty pages and decommits its free memory
+/// without waiting for the purge delay. Unlike [`collect`], it leaves other
+/// threads' heaps (exited ones included) alone, so a thread can call it as
+/// it goes idle without costing the others their warm memory.
+///
+/// Only a heap's own thread does any of this (the heap does it on its own
+/// slow paths as it runs): a thread that waits a long time after others
+/// freed its blocks keeps them resident unless it calls this first.
+///
+/// # Examples
+/// ```
+/// # #[global_allocator] static A: loam_heap::LoamAlloc = loam_heap::LoamAlloc;
+/// let big: Vec<Box<[u8; 64]>> = (0..10_000).map(|_| Box::new([1; 64])).collect();
+/// drop(big);
+/// loam_heap::release();
+/// ```
+#[cfg(not(loom))]
+pub fn release() {
+    let heap = alloc::current_heap();
+    if alloc::is_live(heap) {
+        // SAFETY: the calling thread's own heap.
+        unsafe { (*heap).tidy(true) };
+    }
+}
+
 /// Checks every invariant of the calling thread's heap and of the orphaned
 /// heaps, aborting with a `heap:` message on the first broken one. Walks all
 /// metadata: for tests and debugging.

@@ -1,6 +1,7 @@
 //! Memory goes back to the OS: after a program frees what it allocated, its
 //! resident size falls back, by the purge delay on a running thread, at thread
-//! exit, and at once with `collect`.
+//! exit, and at once with `collect`, or with `release` for what the calling
+//! thread's heap holds.
 //!
 //! One test per concern, run in sequence in one process (RSS is per process).
 
@@ -101,4 +102,29 @@ fn resident_size_falls_back() {
         after - base < 32.0 + shadow_mib(128 * MIB),
         "thread exit returned the memory: base {base:.0} after {after:.0} MiB"
     );
+
+    // 4. Blocks another thread freed stay with their owner, resident, until
+    //    the owner comes back for them; `release` takes them back and gives
+    //    the memory to the OS at once, whatever the purge delay.
+    loam_heap::set_purge_delay(Duration::from_secs(3600));
+    let base = rss_mib();
+    let blocks = fill(128 * MIB, 64);
+    std::thread::spawn(move || {
+        free_all(blocks, 64);
+        loam_heap::flush();
+    })
+    .join()
+    .unwrap();
+    let freed = rss_mib();
+    assert!(
+        freed - base > 100.0,
+        "the blocks another thread freed wait for their owner: base {base:.0} after {freed:.0} MiB"
+    );
+    loam_heap::release();
+    let after = rss_mib();
+    assert!(
+        after - base < 32.0 + shadow_mib(128 * MIB),
+        "release gave them back: base {base:.0} freed {freed:.0} after {after:.0} MiB"
+    );
+    loam_heap::set_purge_delay(Duration::from_millis(10));
 }

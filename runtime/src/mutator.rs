@@ -681,7 +681,34 @@ impl Mutator {
     /// other threads), with the mutator blocked: the collector acts without
     /// waiting for it. Every mutator outside `mutate` is blocked; this names
     /// the state where it matters.
+    ///
+    /// Over loam's pages, it first gives back the memory this thread's
+    /// heap holds freed ([`loam_heap::release`]): the page runs the
+    /// collector's sweeps sent it, and the pages they emptied, which only
+    /// this thread can take back or return to the OS and which it would
+    /// otherwise keep for as long as `f` runs (README, "Memory a sweep
+    /// frees waits for the thread that allocated it"). Binary-trees at
+    /// depth 21, whose main thread waits for two worker threads so: peak
+    /// RSS 437 – 448 MiB against 682 – 693. That costs system calls when
+    /// there is memory to give back: use it around waits, not around short
+    /// work.
+    ///
+    /// # Examples
+    /// ```
+    /// let rt = loam_runtime::Runtime::new();
+    /// let mut m = rt.attach();
+    /// m.mutate(|mc| {
+    ///     for i in 0..1000_u64 {
+    ///         mc.alloc(i);
+    ///     }
+    /// });
+    /// let answer = m.blocking(|| std::thread::spawn(|| 6 * 7).join().unwrap());
+    /// assert_eq!(answer, 42);
+    /// ```
     pub fn blocking<R>(&mut self, f: impl FnOnce() -> R) -> R {
+        if self.shared().space.alloc_space().is_none() {
+            loam_heap::release();
+        }
         f()
     }
 

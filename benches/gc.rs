@@ -198,8 +198,8 @@ fn run_loam(rt: &Runtime, max: u32, threads: usize) -> u64 {
                 .map(|_| m.mutate(|mc| gc_check(&gc_tree(mc, d))))
                 .sum()
         } else {
-            // This thread waits for the workers: `blocking` gives back what
-            // its heap holds freed (the stretch tree's memory) meanwhile.
+            // This thread waits for the workers: `blocking` first gives back
+            // what its heap holds freed (the stretch tree's memory).
             m.blocking(|| {
                 split(threads, n, d, &|d, n| {
                     let mut m = rt.attach();

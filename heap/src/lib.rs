@@ -336,10 +336,14 @@ pub fn collect() {
 
 /// Gives back what the calling thread's heap holds freed, now: sends its
 /// cached and batched frees, takes back the blocks and page runs other
-/// threads sent it, releases its empty pages and decommits its free memory
+/// threads sent it, releases its empty pages and decommits its free slices
 /// without waiting for the purge delay. Unlike [`collect`], it leaves other
 /// threads' heaps (exited ones included) alone, so a thread can call it as
-/// it goes idle without costing the others their warm memory.
+/// it goes idle without costing the others their warm memory; and it leaves
+/// the process's cache of freed huge blocks to the purge delay. A thread
+/// with no heap (none allocated yet, or past its exit) has nothing to give.
+/// The pages it releases are faulted in again when the thread allocates
+/// there next.
 ///
 /// Only a heap's own thread does any of this (the heap does it on its own
 /// slow paths as it runs): a thread that waits a long time after others

@@ -106,6 +106,7 @@ fn resident_size_falls_back() {
     // 4. Blocks another thread freed stay with their owner, resident, until
     //    the owner comes back for them; `release` takes them back and gives
     //    the memory to the OS at once, whatever the purge delay.
+    let delay = loam_heap::purge_delay();
     loam_heap::set_purge_delay(Duration::from_secs(3600));
     let base = rss_mib();
     let blocks = fill(128 * MIB, 64);
@@ -126,5 +127,5 @@ fn resident_size_falls_back() {
         after - base < 32.0 + shadow_mib(128 * MIB),
         "release gave them back: base {base:.0} freed {freed:.0} after {after:.0} MiB"
     );
-    loam_heap::set_purge_delay(Duration::from_millis(10));
+    loam_heap::set_purge_delay(delay);
 }

@@ -686,8 +686,9 @@ impl Mutator {
     /// heap holds freed ([`loam_heap::release`]): the page runs the
     /// collector's sweeps sent it, and the pages they emptied, which only
     /// this thread can take back or return to the OS and which it would
-    /// otherwise keep for as long as `f` runs (README, "Memory a sweep
-    /// frees waits for the thread that allocated it"). Binary-trees at
+    /// otherwise keep while `f` runs (README, "Memory a sweep frees waits
+    /// for the thread that allocated it"). Once, on entry: what sweeps send
+    /// it during `f` waits for its next call. Binary-trees at
     /// depth 21, whose main thread waits for two worker threads so: peak
     /// RSS 437 – 448 MiB against 682 – 693. That costs system calls when
     /// there is memory to give back: use it around waits, not around short

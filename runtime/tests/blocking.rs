@@ -10,7 +10,9 @@ const MIB: u64 = 1 << 20;
 fn blocking_gives_back_what_the_sweeps_freed_for_this_thread() {
     let rt = Runtime::builder().ignore_env().gc_threads(1).build();
     let mut m = rt.attach();
-    // About 48 MiB of garbage in this thread's pages.
+    // About 40 MiB of garbage in this thread's pages (a header word and
+    // 32 bytes an object). This binary's one test: the heap's figures are
+    // the process's.
     m.mutate(|mc| {
         for i in 0..(1_u64 << 20) {
             mc.alloc([i; 4]);
@@ -22,7 +24,7 @@ fn blocking_gives_back_what_the_sweeps_freed_for_this_thread() {
     let before = loam_heap::stats().committed_bytes;
     let during = m.blocking(|| loam_heap::stats().committed_bytes);
     assert!(
-        before >= during + 32 * MIB,
+        before >= during + 24 * MIB,
         "committed {} MiB before, {} MiB inside blocking",
         before / MIB,
         during / MIB

@@ -688,11 +688,10 @@ impl Mutator {
     /// this thread can take back or return to the OS and which it would
     /// otherwise keep while `f` runs (README, "Memory a sweep frees waits
     /// for the thread that allocated it"). Once, on entry: what sweeps send
-    /// it during `f` waits for its next call. Binary-trees at
-    /// depth 21, whose main thread waits for two worker threads so: peak
-    /// RSS 437 – 448 MiB against 682 – 693. That costs system calls when
-    /// there is memory to give back: use it around waits, not around short
-    /// work.
+    /// it during `f` waits for its next call. Binary-trees at depth 21,
+    /// whose main thread waits for two worker threads so: peak RSS 437 –
+    /// 448 MiB against 682 – 693. That costs system calls when there is
+    /// memory to give back: use it around waits, not around short work.
     ///
     /// # Examples
     /// ```

@@ -96,6 +96,7 @@ impl Heap {
 
     /// A runtime whose objects live in this heap: loam's pages, or the
     /// same collector over another memory manager as its object space
+    /// (every object allocated by its worker through it, freed through it
     /// by the GC threads). `stopped`: every mark begins and ends with the
     /// world stopped (a `GlobalAlloc` space's always do).
     fn runtime(self, stopped: bool) -> Runtime {

@@ -8,8 +8,11 @@
 //! block's segment was adopted meanwhile, forwards it to the new owner. Each
 //! block is on exactly one list at every moment, so none is lost or freed twice.
 //!
-//! Lock order: the orphan lock, then the segment registry lock (releasing a
-//! huge segment while draining an orphan). Nothing takes them the other way.
+//! Lock order: the orphan lock, then the free-segment cache's lock (an
+//! orphan's tidy gives its wholly free segments there) or the segment
+//! registry lock (releasing a segment while draining an orphan). Nothing
+//! takes them the other way, and the cache's lock is never held while
+//! another is taken.
 
 use crate::local_heap::LocalHeap;
 use crate::spin::SpinLock;
@@ -45,11 +48,13 @@ pub(crate) fn orphan_count() -> usize {
 pub(crate) unsafe fn abandon(heap: *mut LocalHeap) {
     // SAFETY: the caller owns the heap until it is published below.
     let h = unsafe { &mut *heap };
-    // Free slices stay committed for the purge delay, as a running thread's
-    // do: the next thread to start takes this heap whole and reuses them
-    // without page faults (threads started per task made the GC benchmark
-    // fault in 30,000 pages a run when this purged at once). Later orphan
-    // visits decommit what stays idle.
+    // Free memory stays committed, as a running thread's does: wholly free
+    // segments go to the process-wide cache, which any thread takes from
+    // before it maps memory, and the free slices of the others stay for
+    // the purge delay, for the next thread to take this heap whole (threads
+    // started per task made the GC benchmark fault in 30,000 pages a run
+    // when this purged at once). Later orphan visits decommit what stays
+    // idle.
     h.tidy(false);
     crate::stats::COUNTERS
         .pages_abandoned

@@ -83,7 +83,8 @@
 //!    merging its `local_free`) to the front, or else the first with bump
 //!    room left, its limit a step on, parking full pages on the full list;
 //!    else cut a page from a segment's free slices (adopting an exited
-//!    thread's segments, or mapping a new one, if none has room).
+//!    thread's segments, taking a wholly free segment another thread gave
+//!    up, or mapping a new one, if none has room).
 //!
 //! # Free
 //! 0. A block of 1 KiB or less goes to the thread cache if its class has
@@ -118,8 +119,15 @@
 //!   thread's heap keeps its free slices for the delay too, so that the next
 //!   thread reuses them without faulting them in; orphan visits (at least
 //!   every half delay on any slow path) decommit them after it.
-//! - The five global spin locks (orphan list, fallback heap, segment
-//!   registry, huge-segment cache, aligned spans) are taken around `fork` by
+//! - A heap whose thread exits, or goes idle through [`hand_over`], gives
+//!   its wholly free segments, still resident, to a process-wide cache
+//!   under one lock (`segment_cache.rs`), which every heap takes from
+//!   before it maps a segment: a thread's freed memory serves the others
+//!   instead of waiting with it. What nobody takes goes back to the OS
+//!   after ten purge delays (at most a second), on any slow path or
+//!   [`trim`].
+//! - The six global spin locks (orphan list, fallback heap, free-segment
+//!   cache, segment registry, huge-segment cache, aligned spans) are taken around `fork` by
 //!   `pthread_atfork` handlers (`fork.rs`), so a child of a multithreaded
 //!   program inherits them free and can allocate.
 //!
@@ -179,6 +187,7 @@ not_under_loom! {
     mod page;
     mod seal;
     mod segment;
+    mod segment_cache;
     mod segment_map;
     mod size_class;
     mod stats;
@@ -331,6 +340,7 @@ pub fn collect() {
             break;
         }
     }
+    segment_cache::expire(true);
     segment::purge_huge_cache();
 }
 
@@ -363,6 +373,68 @@ pub fn release() {
         // SAFETY: the calling thread's own heap.
         unsafe { (*heap).tidy(true) };
     }
+}
+
+/// Hands what the calling thread's heap holds freed over to the other
+/// threads, as the thread goes idle: sends its cached frees, takes back
+/// the blocks and page runs other threads sent it and releases its empty
+/// pages, as [`release`] does; then gives its wholly free segments, still
+/// resident, to a process-wide cache that every thread takes from before
+/// it maps new memory, and decommits its other free slices (which no
+/// other thread can use) at once. What nobody takes goes back to the OS
+/// after ten purge delays (at most a second), on any thread's slow path
+/// or [`trim`].
+///
+/// For a thread about to wait while others allocate: they reuse its
+/// memory instead of faulting in their own (loam's `Mutator::blocking`
+/// calls it). A thread that goes idle with nobody left allocating
+/// returns its memory sooner with [`release`].
+///
+/// # Examples
+/// ```
+/// # #[global_allocator] static A: loam_heap::LoamAlloc = loam_heap::LoamAlloc;
+/// let big: Vec<Box<[u8; 64]>> = (0..100_000).map(|_| Box::new([1; 64])).collect();
+/// drop(big);
+/// loam_heap::hand_over();
+/// assert!(loam_heap::stats().segment_cached_bytes > 0);
+/// let mapped = loam_heap::stats().segments_mapped_total;
+/// std::thread::spawn(|| drop(vec![[0u8; 64]; 10_000])).join().unwrap();
+/// assert_eq!(loam_heap::stats().segments_mapped_total, mapped);
+/// ```
+#[cfg(not(loom))]
+pub fn hand_over() {
+    let heap = alloc::current_heap();
+    if alloc::is_live(heap) {
+        // SAFETY: the calling thread's own heap.
+        unsafe { (*heap).hand_over() };
+    }
+}
+
+/// Gives back to the OS what the process-wide caches have held past their
+/// delay, from any thread: wholly free segments that threads gave up as
+/// they went idle ([`hand_over`]) or exited, which wait for another thread's
+/// need for ten purge delays (at most a second) from their last free, and
+/// freed huge mappings, which wait for one purge delay. Every thread's heap
+/// does this on its own slow paths; a program whose threads may all sit
+/// idle calls it now and then so that the memory still goes back (loam's
+/// garbage collector does, after each cycle and while anything is cached).
+///
+/// Returns whether the caches still hold memory: call again after about a
+/// [`purge_delay`] to give it back too.
+///
+/// # Examples
+/// ```
+/// # #[global_allocator] static A: loam_heap::LoamAlloc = loam_heap::LoamAlloc;
+/// let t = std::thread::spawn(|| drop(vec![1u8; 1 << 20]));
+/// t.join().unwrap();
+/// loam_heap::set_purge_delay(std::time::Duration::ZERO);
+/// assert!(!loam_heap::trim());
+/// ```
+#[cfg(not(loom))]
+pub fn trim() -> bool {
+    segment_cache::expire(false);
+    segment::expire_huge_cache();
+    segment_cache::cached_bytes() > 0 || segment::huge_cached_count() > 0
 }
 
 /// Checks every invariant of the calling thread's heap and of the orphaned

@@ -390,8 +390,9 @@ impl LocalHeap {
         page
     }
 
-    /// Takes `slices` free slices from our segments (adopting an orphan's or
-    /// mapping a new segment if none has room) and sets them up as a page.
+    /// Takes `slices` free slices from our segments (adopting an orphan's,
+    /// taking a cached one or mapping a new segment if none has room) and
+    /// sets them up as a page.
     fn page_alloc(&mut self, spec: PageSpec) -> *mut Page {
         let mut tried_orphans = false;
         loop {
@@ -414,11 +415,15 @@ impl LocalHeap {
             tried_orphans = true;
             self.visit_orphans(true, false);
         }
-        let seg = Segment::create(self, SegmentKind::Normal, SEGMENT_SIZE);
+        // A segment another heap gave up, still resident; else a new one.
+        let mut seg = self.take_cached_segment();
         if seg.is_null() {
-            return ptr::null_mut();
+            seg = Segment::create(self, SegmentKind::Normal, SEGMENT_SIZE);
+            if seg.is_null() {
+                return ptr::null_mut();
+            }
+            self.link_segment(seg);
         }
-        self.link_segment(seg);
         self.page_init_in(seg, HEADER_SLICES, spec)
     }
 

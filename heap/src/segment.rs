@@ -360,6 +360,11 @@ pub(crate) fn expire_huge_cache() {
     unmap_all(&out);
 }
 
+/// Mappings the cache holds now (a hint: read without the lock).
+pub(crate) fn huge_cached_count() -> usize {
+    HUGE_CACHED.load(Ordering::Relaxed)
+}
+
 /// Bytes the cache holds now.
 pub(crate) fn huge_cached_bytes() -> usize {
     if HUGE_CACHED.load(Ordering::Relaxed) == 0 {

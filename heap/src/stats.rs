@@ -95,6 +95,10 @@ pub struct HeapStats {
     /// `mapped_bytes`; given back after the purge delay, or by
     /// [`crate::collect`]).
     pub huge_cached_bytes: u64,
+    /// Bytes of wholly free segments that threads gave up as they went idle
+    /// or exited, waiting for another thread's need (in `mapped_bytes`;
+    /// their resident slices are in `committed_bytes`).
+    pub segment_cached_bytes: u64,
 }
 
 /// Takes a [`HeapStats`] snapshot of the whole heap.
@@ -135,6 +139,7 @@ pub fn stats() -> HeapStats {
         bytes_decommitted_total: COUNTERS.bytes_decommitted.load(Ordering::Relaxed),
         fallback_allocs: COUNTERS.fallback_allocs.load(Ordering::Relaxed),
         huge_cached_bytes: crate::segment::huge_cached_bytes() as u64,
+        segment_cached_bytes: crate::segment_cache::cached_bytes() as u64,
     };
     for (c, cs) in s.classes.iter_mut().enumerate() {
         cs.block_size = u64::from(CLASS_SIZE[c]);

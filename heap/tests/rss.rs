@@ -1,7 +1,7 @@
 //! Memory goes back to the OS: after a program frees what it allocated, its
 //! resident size falls back, by the purge delay on a running thread, at thread
 //! exit, and at once with `collect`, or with `release` for what the calling
-//! thread's heap holds.
+//! thread's heap holds; `hand_over` gives it to the other threads first.
 //!
 //! One test per concern, run in sequence in one process (RSS is per process).
 
@@ -83,10 +83,11 @@ fn resident_size_falls_back() {
     );
     drop(kept);
 
-    // 3. A thread that exits leaves nothing resident behind once the purge
-    //    delay has passed: a running thread's next slow path visits the
-    //    orphan and decommits it. (Until then it stays resident, for the
-    //    next thread to reuse without faulting it in.)
+    // 3. A thread that exits leaves nothing resident behind once its
+    //    memory has waited long enough: a running thread's next slow path
+    //    gives the cached segments back and visits the orphan. (Until then
+    //    it stays resident, for the next thread to reuse without faulting
+    //    it in.)
     let base = rss_mib();
     std::thread::spawn(|| {
         let blocks = fill(128 * MIB, 200);
@@ -94,7 +95,9 @@ fn resident_size_falls_back() {
     })
     .join()
     .unwrap();
-    std::thread::sleep(Duration::from_millis(60));
+    // Its wholly free segments wait in the process-wide cache for ten
+    // purge delays: 200 ms.
+    std::thread::sleep(Duration::from_millis(250));
     let kept: Vec<usize> = (0..4).flat_map(|k| fill(64 * 1024, 56 + 8 * k)).collect();
     drop(kept);
     let after = rss_mib();
@@ -126,6 +129,43 @@ fn resident_size_falls_back() {
     assert!(
         after - base < 32.0 + shadow_mib(128 * MIB),
         "release gave them back: base {base:.0} freed {freed:.0} after {after:.0} MiB"
+    );
+
+    // 5. `hand_over` gives them to the other threads instead: a thread that
+    //    allocates next takes them, resident, before it maps memory, and
+    //    `trim` gives back what nobody took once it has waited long enough.
+    let blocks = fill(128 * MIB, 64);
+    free_all(blocks, 64);
+    let before = loam_heap::stats();
+    loam_heap::hand_over();
+    let cached = loam_heap::stats().segment_cached_bytes as usize;
+    assert!(
+        cached >= 100 * MIB,
+        "hand_over cached {} MiB of 128 freed",
+        cached / MIB
+    );
+    let mapped = std::thread::spawn(|| {
+        let blocks = fill(64 * MIB, 64);
+        let mapped = loam_heap::stats().segments_mapped_total;
+        free_all(blocks, 64);
+        mapped
+    })
+    .join()
+    .unwrap();
+    assert!(
+        mapped <= before.segments_mapped_total + 1,
+        "the other thread mapped {} segments with {} MiB cached",
+        mapped - before.segments_mapped_total,
+        cached / MIB
+    );
+    assert!(loam_heap::trim(), "an hour's purge delay: still cached");
+    let held = rss_mib();
+    loam_heap::set_purge_delay(Duration::ZERO);
+    assert!(!loam_heap::trim(), "no delay: nothing left cached");
+    let after = rss_mib();
+    assert!(
+        held - after > 50.0,
+        "trim gave the cached segments back: {held:.0} -> {after:.0} MiB"
     );
     loam_heap::set_purge_delay(delay);
 }

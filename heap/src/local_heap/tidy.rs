@@ -7,7 +7,8 @@
 use super::{run_mask, LocalHeap};
 use crate::options;
 use crate::os;
-use crate::segment::{self, Segment, SLICES, SLICE_SHIFT, USABLE_MASK};
+use crate::segment::{self, Segment, SegmentKind, SLICES, SLICE_SHIFT, USABLE_MASK};
+use crate::segment_cache;
 use crate::size_class::NUM_CLASSES;
 use crate::sync::Ordering;
 use std::ptr;
@@ -38,6 +39,7 @@ impl LocalHeap {
     /// them when `force`), and unmaps segments left entirely free.
     pub(crate) fn purge(&mut self, force: bool) {
         segment::expire_huge_cache();
+        segment_cache::expire(false);
         if self.dirty_segments == 0 {
             return;
         }
@@ -88,18 +90,92 @@ impl LocalHeap {
         drained
     }
 
-    /// Drains, sends, and gives back what is empty (used on abandon and on
-    /// orphan visits); decommits free slices idle for the purge delay, or
-    /// all of them with `force` (`collect`).
+    /// Drains, sends, and gives back what is empty (used on abandon, on
+    /// orphan visits, by `release` and `collect`); decommits free slices
+    /// idle for the purge delay, or all of them with `force`. Without
+    /// `force` (the heap's thread is gone), its wholly free segments go
+    /// to the process-wide cache for any heap to take; with it they go
+    /// back to the OS.
     /// Returns how many queued blocks it drained.
     pub(crate) fn tidy(&mut self, force: bool) -> u64 {
+        let drained = self.take_back();
+        if !force {
+            // After `purge` would unmap those idle past the delay; the
+            // rest wait in the cache instead of with a heap nobody runs.
+            self.purge(false);
+            self.give_empty_segments();
+        } else {
+            self.purge(true);
+        }
+        drained
+    }
+
+    /// As the heap's thread goes idle (`crate::hand_over`): takes back and
+    /// gives back as `tidy` does, its wholly free segments to the cache
+    /// for the threads still running, and decommits its other free
+    /// slices, which no other heap can use, at once.
+    pub(crate) fn hand_over(&mut self) {
+        self.take_back();
+        self.give_empty_segments();
+        self.purge(true);
+    }
+
+    /// Sends the frees this heap holds for others, takes back what others
+    /// sent it, and releases its empty pages. Returns how many queued
+    /// blocks it drained.
+    fn take_back(&mut self) -> u64 {
         self.flush_thread_cache();
         self.cache.flush();
         let drained = self.drain_remote();
         self.cache.flush();
         self.retire_empty_pages();
-        self.purge(force);
         drained
+    }
+
+    /// Gives every wholly free segment of ours to the process-wide cache
+    /// (`segment_cache.rs`), as resident as it is: this heap is going idle
+    /// or away, and another may need the memory soon.
+    fn give_empty_segments(&mut self) {
+        let mut seg = self.segments;
+        while !seg.is_null() {
+            // SAFETY: segments on our list are ours; one with every usable
+            // slice free holds no page, so no queue or `current` names it,
+            // and unlinked it is ours alone to give.
+            unsafe {
+                let next = (*seg).next;
+                if (*seg).kind == SegmentKind::Normal
+                    && (*seg).free_slices.load(Ordering::Relaxed) == USABLE_MASK
+                {
+                    self.unlink_segment(seg);
+                    if (*seg).dirty.load(Ordering::Relaxed) != 0 {
+                        self.dirty_segments -= 1;
+                    }
+                    segment_cache::put(seg);
+                }
+                seg = next;
+            }
+        }
+    }
+
+    /// Takes a wholly free segment from the process-wide cache into our
+    /// list, or returns null if it holds none.
+    pub(super) fn take_cached_segment(&mut self) -> *mut Segment {
+        let seg = segment_cache::take(self);
+        if !seg.is_null() {
+            self.link_segment(seg);
+            // SAFETY: the cache gave it to us.
+            unsafe {
+                if (*seg).dirty.load(Ordering::Relaxed) != 0 {
+                    self.dirty_segments += 1;
+                }
+                // Its resident slices are this heap's to use for a purge
+                // delay from now, not from when another heap freed them:
+                // else the next purge would decommit every slice but the
+                // page about to be set up, and this heap fault them in.
+                (*seg).last_free_ms = os::now_ms();
+            }
+        }
+        seg
     }
 
     /// Takes every segment and page of abandoned heap `o`.

@@ -12,7 +12,7 @@
 use crate::cycle::{cycle, Generations, Snapshot};
 use crate::runtime::{release_id, Phase, Shared};
 use loam_threadpool::{ThreadPool, ThreadPoolBuilder};
-use parking_lot::Mutex;
+use parking_lot::{Mutex, MutexGuard};
 use std::cell::Cell;
 use std::io::Write;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -140,7 +140,20 @@ fn coordinator(shared: &Shared, pool: &ThreadPool) {
         let (forced, last) = {
             let mut c = shared.control.lock();
             while !c.requested && !c.shutdown {
-                shared.control_cv.wait(&mut c);
+                match c.trim_at {
+                    None => shared.control_cv.wait(&mut c),
+                    Some(at) if Instant::now() < at => {
+                        shared.control_cv.wait_until(&mut c, at);
+                    }
+                    Some(_) => {
+                        // Cleared first: a thread that caches memory while
+                        // this trims sets it again.
+                        c.trim_at = None;
+                        if MutexGuard::unlocked(&mut c, loam_heap::trim) {
+                            c.trim_at.get_or_insert_with(next_trim);
+                        }
+                    }
+                }
             }
             let forced = c.forced;
             c.requested = false;
@@ -177,7 +190,11 @@ fn coordinator(shared: &Shared, pool: &ThreadPool) {
                 );
             }
         }
+        let cached = loam_heap::trim();
         let mut c = shared.control.lock();
+        if cached {
+            c.trim_at.get_or_insert_with(next_trim);
+        }
         c.phase = Phase::Idle;
         c.completed += 1;
         shared.control_cv.notify_all();
@@ -186,6 +203,12 @@ fn coordinator(shared: &Shared, pool: &ThreadPool) {
             return;
         }
     }
+}
+
+/// When an idle coordinator next gives back what loam's heap caches
+/// (`Control::trim_at`): a purge delay (at least a millisecond) from now.
+pub(crate) fn next_trim() -> Instant {
+    Instant::now() + loam_heap::purge_delay().max(Duration::from_millis(1))
 }
 
 /// Asks the heap to keep what a sweep frees resident until the mutators

@@ -682,16 +682,23 @@ impl Mutator {
     /// waiting for it. Every mutator outside `mutate` is blocked; this names
     /// the state where it matters.
     ///
-    /// Over loam's pages, it first gives back the memory this thread's
-    /// heap holds freed ([`loam_heap::release`]): the page runs the
-    /// collector's sweeps sent it, and the pages they emptied, which only
-    /// this thread can take back or return to the OS and which it would
+    /// Over loam's pages, it first hands the memory this thread's heap
+    /// holds freed over to the other threads ([`loam_heap::hand_over`]):
+    /// the page runs the collector's sweeps sent it, and the pages they
+    /// emptied, which only this thread can take back and which it would
     /// otherwise keep while `f` runs (README, "Memory a sweep frees waits
-    /// for the thread that allocated it"). Once, on entry: what sweeps send
-    /// it during `f` waits for its next call. Binary-trees at depth 21,
-    /// whose main thread waits for two worker threads so: peak RSS 437 –
-    /// 448 MiB against 682 – 693. That costs system calls when there is
-    /// memory to give back: use it around waits, not around short work.
+    /// for the thread that allocated it"). Its wholly free segments go,
+    /// still resident, to the heap's cache, where the threads `f` waits
+    /// for take them before they map memory of their own; the collector
+    /// gives back to the OS what nobody takes (after ten purge delays, at
+    /// most a second), and its other free slices are decommitted at once.
+    /// Once, on entry: what sweeps send it during `f` waits for its next
+    /// call. Binary-trees at depth 21, whose main thread waits for two
+    /// worker threads so: peak RSS 425 – 455 MiB against 682 – 693 with
+    /// no hand-over; at depth 16 the workers fault in a third fewer pages
+    /// than when it gave the segments to the OS (docs/perf-log.md). That
+    /// costs a lock and system calls when there is memory to hand over:
+    /// use it around waits, not around short work.
     ///
     /// # Examples
     /// ```
@@ -707,7 +714,10 @@ impl Mutator {
     /// ```
     pub fn blocking<R>(&mut self, f: impl FnOnce() -> R) -> R {
         if self.shared().space.alloc_space().is_none() {
-            loam_heap::release();
+            loam_heap::hand_over();
+            if loam_heap::trim() {
+                self.shared().trim_later();
+            }
         }
         f()
     }

@@ -52,6 +52,13 @@ pub(crate) struct Control {
     /// The sweep under way, while its GC threads are claiming pages: a
     /// mutator that pacing holds helps it (`Shared::help_sweep`).
     pub(crate) sweep: Option<Arc<crate::sweep::Work>>,
+    /// Set while loam's heap holds memory in its process-wide caches
+    /// (segments its threads gave up as they went idle in
+    /// `Mutator::blocking`, or exited): when the coordinator, idle, next
+    /// gives back what has waited there long enough (`loam_heap::trim`),
+    /// since a thread that waits runs no slow path that would. A deadline,
+    /// not a flag, so that other wake-ups do not put it off.
+    pub(crate) trim_at: Option<Instant>,
 }
 
 /// Who waits for the collector in [`Shared::wait_control`], which decides
@@ -505,6 +512,17 @@ impl Shared {
     /// from here on (`sweep::Work`, "Helpers").
     pub(crate) fn withdraw_sweep(&self) {
         self.control.lock().sweep = None;
+    }
+
+    /// loam's heap caches memory a thread gave up as it went idle: the
+    /// coordinator gives it back after the purge delay unless another
+    /// thread takes it first (`Control::trim_at`).
+    pub(crate) fn trim_later(&self) {
+        let mut c = self.control.lock();
+        if c.trim_at.is_none() {
+            c.trim_at = Some(crate::collector::next_trim());
+            self.control_cv.notify_all();
+        }
     }
 
     /// A mutator that pacing holds, with no mark to help: sweeps pages of
@@ -1292,6 +1310,7 @@ impl RuntimeBuilder {
                 shutdown: false,
                 ragged_epoch: 0,
                 sweep: None,
+                trim_at: None,
             }),
             control_cv: Condvar::new(),
             stats: Mutex::new(GcStats {

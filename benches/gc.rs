@@ -12,7 +12,8 @@
 //! The loam version builds and checks each tree in one `mutate` call (its
 //! collections run between calls) and keeps the long-lived tree in a root;
 //! with more than one thread, the main thread waits for the workers in
-//! `Mutator::blocking`, which gives back what its heap holds freed.
+//! `Mutator::blocking`, which hands what its heap holds freed over to the
+//! workers.
 //! Its runtime is built once with default settings, so pacing decides when
 //! cycles run; the pause histogram is printed at the end.
 //!
@@ -198,8 +199,8 @@ fn run_loam(rt: &Runtime, max: u32, threads: usize) -> u64 {
                 .map(|_| m.mutate(|mc| gc_check(&gc_tree(mc, d))))
                 .sum()
         } else {
-            // This thread waits for the workers: `blocking` first gives back
-            // what its heap holds freed (the stretch tree's memory).
+            // This thread waits for the workers: `blocking` first hands what
+            // its heap holds freed (the stretch tree's memory) over to them.
             m.blocking(|| {
                 split(threads, n, d, &|d, n| {
                     let mut m = rt.attach();

@@ -116,9 +116,10 @@
 //! - Free slices are decommitted (`madvise`) after the purge delay
 //!   ([`set_purge_delay`], raised by [`hold_freed_memory`] for a client
 //!   that frees in bursts); entirely free segments are unmapped. An exited
-//!   thread's heap keeps its free slices for the delay too, so that the next
-//!   thread reuses them without faulting them in; orphan visits (at least
-//!   every half delay on any slow path) decommit them after it.
+//!   thread's heap keeps the free slices of its other segments for the
+//!   delay too, so that the next thread reuses them without faulting them
+//!   in; orphan visits (at least every half delay on any slow path)
+//!   decommit them after it.
 //! - A heap whose thread exits, or goes idle through [`hand_over`], gives
 //!   its wholly free segments, still resident, to a process-wide cache
 //!   under one lock (`segment_cache.rs`), which every heap takes from
@@ -382,8 +383,8 @@ pub fn release() {
 /// resident, to a process-wide cache that every thread takes from before
 /// it maps new memory, and decommits its other free slices (which no
 /// other thread can use) at once. What nobody takes goes back to the OS
-/// after ten purge delays (at most a second), on any thread's slow path
-/// or [`trim`].
+/// after ten purge delays (at most a second), on the next slow path of
+/// any thread that purges, or [`trim`].
 ///
 /// For a thread about to wait while others allocate: they reuse its
 /// memory instead of faulting in their own (loam's `Mutator::blocking`
@@ -411,16 +412,16 @@ pub fn hand_over() {
 }
 
 /// Gives back to the OS what the process-wide caches have held past their
-/// delay, from any thread: wholly free segments that threads gave up as
-/// they went idle ([`hand_over`]) or exited, which wait for another thread's
-/// need for ten purge delays (at most a second) from their last free, and
-/// freed huge mappings, which wait for one purge delay. Every thread's heap
-/// does this on its own slow paths; a program whose threads may all sit
-/// idle calls it now and then so that the memory still goes back (loam's
-/// garbage collector does, after each cycle and while anything is cached).
+/// time, from any thread: wholly free segments that threads gave up as
+/// they went idle ([`hand_over`]) or exited, which wait for another
+/// thread's need for ten purge delays (at most a second) from their last
+/// free, and freed huge mappings, which wait for one purge delay. Heaps do
+/// this on their own slow paths that purge; a program whose threads may
+/// all sit idle calls it so that the memory still goes back (loam's
+/// garbage collector does, after each cycle and `Mutator::blocking`).
 ///
-/// Returns whether the caches still hold memory: call again after about a
-/// [`purge_delay`] to give it back too.
+/// Returns how long until the next of what is left is due, if anything
+/// is left: call again then.
 ///
 /// # Examples
 /// ```
@@ -428,13 +429,18 @@ pub fn hand_over() {
 /// let t = std::thread::spawn(|| drop(vec![1u8; 1 << 20]));
 /// t.join().unwrap();
 /// loam_heap::set_purge_delay(std::time::Duration::ZERO);
-/// assert!(!loam_heap::trim());
+/// assert_eq!(loam_heap::trim(), None);
 /// ```
 #[cfg(not(loom))]
-pub fn trim() -> bool {
-    segment_cache::expire(false);
+pub fn trim() -> Option<std::time::Duration> {
+    let segments = segment_cache::expire(false);
     segment::expire_huge_cache();
-    segment_cache::cached_bytes() > 0 || segment::huge_cached_count() > 0
+    let huge = segment::huge_cache_due_in();
+    segments
+        .into_iter()
+        .chain(huge)
+        .min()
+        .map(std::time::Duration::from_millis)
 }
 
 /// Checks every invariant of the calling thread's heap and of the orphaned

@@ -68,9 +68,12 @@ pub(crate) enum SegmentKind {
 /// - `dirty ⊆ free_slices`: a dirty slice is free but may still be resident.
 pub(crate) struct Segment {
     /// The heap that owns every page here. Writers: the creating heap
-    /// (before publication) and an adopter holding the orphan lock (Release).
-    /// Readers: every `free` (Relaxed: it only picks a queue; a stale owner
-    /// is an abandoned heap whose queue is still drained, see `abandon.rs`).
+    /// (before publication), an adopter holding the orphan lock, and a
+    /// heap taking the segment from the free-segment cache under its lock
+    /// (Release). Readers: every `free` (Relaxed: it only picks a queue; a
+    /// stale owner is an abandoned heap whose queue is still drained, see
+    /// `abandon.rs`; a cached segment's names the heap that gave it up,
+    /// and no block of it is live to be freed).
     pub(crate) owner: AtomicPtr<LocalHeap>,
     pub(crate) kind: SegmentKind,
     /// Bytes mapped (immutable).
@@ -80,13 +83,15 @@ pub(crate) struct Segment {
     pub(crate) free_slices: AtomicU64,
     /// Bit `i` set: free slice `i` may be resident (not yet decommitted).
     pub(crate) dirty: AtomicU64,
-    /// When a slice of this segment was last freed (owner only).
+    /// When a slice of this segment was last freed (the owner's; the
+    /// free-segment cache's, under its lock, while it holds the segment).
     pub(crate) last_free_ms: u64,
     /// Bit `i` set: the last OS page of slice `i` is a guard page,
     /// inaccessible (owner only; `guard.rs`). Zero in a huge segment, whose
     /// guard is always its mapping's last page.
     pub(crate) guarded: u64,
-    /// Owner's segment list (owner only).
+    /// Owner's segment list (owner only), or the free-segment cache's list
+    /// (under its lock).
     pub(crate) next: *mut Segment,
     pub(crate) prev: *mut Segment,
     /// Registry of all segments (under `REGISTRY`).
@@ -360,9 +365,21 @@ pub(crate) fn expire_huge_cache() {
     unmap_all(&out);
 }
 
-/// Mappings the cache holds now (a hint: read without the lock).
-pub(crate) fn huge_cached_count() -> usize {
-    HUGE_CACHED.load(Ordering::Relaxed)
+/// In how many milliseconds the first cached mapping is due to go back
+/// to the OS, if the cache holds any.
+pub(crate) fn huge_cache_due_in() -> Option<u64> {
+    if HUGE_CACHED.load(Ordering::Relaxed) == 0 {
+        return None;
+    }
+    let now = os::now_ms();
+    let delay = crate::options::purge_delay_ms();
+    HUGE_CACHE
+        .lock()
+        .slots
+        .iter()
+        .filter(|s| s.base != 0)
+        .map(|s| s.freed_ms.saturating_add(delay).saturating_sub(now))
+        .min()
 }
 
 /// Bytes the cache holds now.

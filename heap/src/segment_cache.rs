@@ -10,15 +10,16 @@
 //! to wait and segments exited workers left empty (docs/perf-log.md).
 //!
 //! So a heap that goes idle or away gives its wholly free segments here:
-//! on [`crate::release`] (a thread about to wait), when its thread exits,
-//! and when an orphan is tidied. They stay mapped, registered and as
+//! on [`crate::hand_over`] (a thread about to wait), when its thread
+//! exits, and when an orphan is tidied. They stay mapped, registered and as
 //! resident as they were, and a heap that finds no room in its own
 //! segments (nor an orphan to adopt) takes the newest before it maps one.
 //! A segment waits here until ten purge delays from its last free have
 //! passed (at most a second, `expiry_ms`), then goes back to the OS: any
-//! heap's purge looks (a relaxed load when the cache is empty), as does
-//! [`crate::trim`], which a client with idle threads calls (the runtime's
-//! collector does); [`crate::collect`] empties it. A running heap keeps its own empty segments for the purge
+//! heap's purge looks (a relaxed load and a clock read while none is
+//! due), as does [`crate::trim`], which a client with idle threads calls
+//! (loam's collector does, after each cycle and `Mutator::blocking`);
+//! [`crate::collect`] empties it. A running heap keeps its own empty segments for the purge
 //! delay as before: taking a lock to give one away and take it back on
 //! every large block freed and allocated again would put every thread
 //! that does so behind one lock.
@@ -32,14 +33,15 @@
 //!   cache's alone while it is here, under the lock); its `owner` still
 //!   names the heap that gave it up (no block of it is live, so no free
 //!   reads it) until a heap takes it and stores itself there.
-//! - `CACHED` counts the cached segments (changed under the lock, read
-//!   without it only as a hint).
+//! - `CACHED` counts the cached segments and `OLDEST_FREE_MS` is no later
+//!   than the earliest of their last frees (both changed under the lock,
+//!   read without it only as hints).
 
 use crate::local_heap::LocalHeap;
 use crate::os;
 use crate::segment::{Segment, SegmentKind, SEGMENT_SIZE, USABLE_MASK};
 use crate::spin::SpinLock;
-use crate::sync::{AtomicUsize, Ordering};
+use crate::sync::{AtomicU64, AtomicUsize, Ordering};
 use std::ptr;
 
 pub(crate) struct SegmentCache {
@@ -55,6 +57,12 @@ pub(crate) static SEGMENT_CACHE: SpinLock<SegmentCache> = SpinLock::new(SegmentC
 });
 
 static CACHED: AtomicUsize = AtomicUsize::new(0);
+
+/// The earliest last free (`os::now_ms`) of the cached segments, as of
+/// the last `put` or `expire` (written under the lock; `u64::MAX` for
+/// none): the first is due `expiry_ms` after it, whatever the purge delay
+/// is by then. A segment taken since only makes `expire` walk early.
+static OLDEST_FREE_MS: AtomicU64 = AtomicU64::new(u64::MAX);
 
 /// Takes `seg` into the cache.
 ///
@@ -75,6 +83,8 @@ pub(crate) unsafe fn put(seg: *mut Segment) {
     }
     cache.head = seg;
     CACHED.fetch_add(1, Ordering::Relaxed);
+    // SAFETY: as above.
+    OLDEST_FREE_MS.fetch_min(unsafe { (*seg).last_free_ms }, Ordering::Relaxed);
 }
 
 /// Takes the newest cached segment for `owner`, or null if there is none.
@@ -97,19 +107,30 @@ pub(crate) fn take(owner: *mut LocalHeap) -> *mut Segment {
             (*seg).owner.store(owner, Ordering::Release);
         }
         CACHED.fetch_sub(1, Ordering::Relaxed);
+        if cache.head.is_null() {
+            OLDEST_FREE_MS.store(u64::MAX, Ordering::Relaxed);
+        }
     }
     seg
 }
 
-/// Gives back to the OS the cached segments whose last free is older than
-/// the purge delay (all of them with `force`).
-pub(crate) fn expire(force: bool) {
+/// Gives back to the OS the cached segments that have waited their time
+/// (`expiry_ms` from their last free; all of them with `force`). Returns
+/// in how many milliseconds the next of those left is due, if any is left.
+/// Costs a relaxed load and a clock read while none is due, so every
+/// heap's purge may call it.
+pub(crate) fn expire(force: bool) -> Option<u64> {
     if CACHED.load(Ordering::Relaxed) == 0 {
-        return;
+        return None;
     }
     let now = os::now_ms();
     let delay = expiry_ms();
+    let due = OLDEST_FREE_MS.load(Ordering::Relaxed).saturating_add(delay);
+    if !force && now < due {
+        return Some(due - now);
+    }
     let mut expired: *mut Segment = ptr::null_mut();
+    let mut oldest = u64::MAX;
     {
         let mut cache = SEGMENT_CACHE.lock();
         let mut link: *mut *mut Segment = &mut cache.head;
@@ -118,16 +139,19 @@ pub(crate) fn expire(force: bool) {
         unsafe {
             while !(*link).is_null() {
                 let seg = *link;
-                if force || now.saturating_sub((*seg).last_free_ms) >= delay {
+                let freed = (*seg).last_free_ms;
+                if force || now >= freed.saturating_add(delay) {
                     *link = (*seg).next;
                     (*seg).next = expired;
                     expired = seg;
                     CACHED.fetch_sub(1, Ordering::Relaxed);
                 } else {
+                    oldest = oldest.min(freed);
                     link = &mut (*seg).next;
                 }
             }
         }
+        OLDEST_FREE_MS.store(oldest, Ordering::Relaxed);
     }
     // Outside the cache's lock: `destroy` takes the registry's.
     while !expired.is_null() {
@@ -139,6 +163,7 @@ pub(crate) fn expire(force: bool) {
             expired = next;
         }
     }
+    (oldest != u64::MAX).then(|| oldest.saturating_add(delay) - now)
 }
 
 /// Bytes the cache holds mapped now.
@@ -146,19 +171,17 @@ pub(crate) fn cached_bytes() -> usize {
     CACHED.load(Ordering::Relaxed) * SEGMENT_SIZE
 }
 
-
 /// How long a segment waits here after its last free: ten purge delays,
 /// at most a second (and never less than the purge delay itself).
 ///
-/// Longer than a heap keeps its own free slices, at no cost to the peak: a
-/// heap takes from here before it maps a segment, so while anything waits
-/// here the mapped total does not grow, and what waits here was in use at
-/// a moment when the total was at least as large. What it costs is
-/// resident memory after a program's demand fell, for that long. At one
-/// purge delay (20 ms under the collector's hold at depth 16), most
-/// segments went back to the OS between one worker's exit and the next
-/// thread's need: 102,000 page faults in ten rounds against 74,000 at 100
-/// ms and 167,000 with no cache (docs/perf-log.md).
+/// Longer than a heap keeps its own free slices: a heap takes from here
+/// before it maps a segment, so while anything waits here the heaps map
+/// nothing new; what it costs is resident memory after a program's demand
+/// fell, for that long. At one purge delay (20 ms under the collector's
+/// hold at binary-trees depth 16), most segments went back to the OS
+/// between one worker's exit and the next thread's need: 102,000 page
+/// faults in ten rounds against 74,000 at 100 ms and 167,000 with no
+/// cache (docs/perf-log.md).
 fn expiry_ms() -> u64 {
     let delay = crate::options::purge_delay_ms();
     (delay.saturating_mul(10)).min(1000).max(delay)

@@ -10,7 +10,7 @@
 //! a cycle clears marks that another runtime's objects carry too.
 
 use crate::cycle::{cycle, Generations, Snapshot};
-use crate::runtime::{release_id, Phase, Shared};
+use crate::runtime::{release_id, Control, Phase, Shared};
 use loam_threadpool::{ThreadPool, ThreadPoolBuilder};
 use parking_lot::{Mutex, MutexGuard};
 use std::cell::Cell;
@@ -137,8 +137,14 @@ fn coordinator(shared: &Shared, pool: &ThreadPool) {
     // milliseconds of a pause; figures in docs/perf-log.md).
     let mut snap = Snapshot::default();
     loop {
+        // After each cycle (outside the control lock, and after the cycle
+        // counts as complete for whoever waits for it): what the heap's
+        // caches hold past their time goes back to the OS, and the rest
+        // when it is due, unless a thread takes it first.
+        let due = loam_heap::trim();
         let (forced, last) = {
             let mut c = shared.control.lock();
+            trim_within(&mut c, due);
             while !c.requested && !c.shutdown {
                 match c.trim_at {
                     None => shared.control_cv.wait(&mut c),
@@ -149,9 +155,8 @@ fn coordinator(shared: &Shared, pool: &ThreadPool) {
                         // Cleared first: a thread that caches memory while
                         // this trims sets it again.
                         c.trim_at = None;
-                        if MutexGuard::unlocked(&mut c, loam_heap::trim) {
-                            c.trim_at.get_or_insert_with(next_trim);
-                        }
+                        let due = MutexGuard::unlocked(&mut c, loam_heap::trim);
+                        trim_within(&mut c, due);
                     }
                 }
             }
@@ -190,11 +195,7 @@ fn coordinator(shared: &Shared, pool: &ThreadPool) {
                 );
             }
         }
-        let cached = loam_heap::trim();
         let mut c = shared.control.lock();
-        if cached {
-            c.trim_at.get_or_insert_with(next_trim);
-        }
         c.phase = Phase::Idle;
         c.completed += 1;
         shared.control_cv.notify_all();
@@ -205,10 +206,20 @@ fn coordinator(shared: &Shared, pool: &ThreadPool) {
     }
 }
 
-/// When an idle coordinator next gives back what loam's heap caches
-/// (`Control::trim_at`): a purge delay (at least a millisecond) from now.
-pub(crate) fn next_trim() -> Instant {
-    Instant::now() + loam_heap::purge_delay().max(Duration::from_millis(1))
+/// Makes the coordinator give back what loam's heap caches once `due`
+/// has passed (`loam_heap::trim`'s answer: none if nothing is cached),
+/// or sooner if an earlier deadline is set (`Control::trim_at`). Returns
+/// whether the deadline moved.
+pub(crate) fn trim_within(c: &mut Control, due: Option<Duration>) -> bool {
+    let Some(due) = due else { return false };
+    // At least a millisecond: what is due has just been given back, so
+    // the next is at least that far off, but clocks round.
+    let at = Instant::now() + due.max(Duration::from_millis(1));
+    if c.trim_at.is_some_and(|t| t <= at) {
+        return false;
+    }
+    c.trim_at = Some(at);
+    true
 }
 
 /// Asks the heap to keep what a sweep frees resident until the mutators

@@ -715,9 +715,7 @@ impl Mutator {
     pub fn blocking<R>(&mut self, f: impl FnOnce() -> R) -> R {
         if self.shared().space.alloc_space().is_none() {
             loam_heap::hand_over();
-            if loam_heap::trim() {
-                self.shared().trim_later();
-            }
+            self.shared().trim_later(loam_heap::trim());
         }
         f()
     }

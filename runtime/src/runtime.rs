@@ -52,12 +52,14 @@ pub(crate) struct Control {
     /// The sweep under way, while its GC threads are claiming pages: a
     /// mutator that pacing holds helps it (`Shared::help_sweep`).
     pub(crate) sweep: Option<Arc<crate::sweep::Work>>,
-    /// Set while loam's heap holds memory in its process-wide caches
-    /// (segments its threads gave up as they went idle in
-    /// `Mutator::blocking`, or exited): when the coordinator, idle, next
-    /// gives back what has waited there long enough (`loam_heap::trim`),
-    /// since a thread that waits runs no slow path that would. A deadline,
-    /// not a flag, so that other wake-ups do not put it off.
+    /// Set while loam's heap holds memory in its process-wide caches, as
+    /// of the last cycle or `Mutator::blocking` (segments its threads gave
+    /// up as they went idle or exited, huge mappings freed): when the
+    /// coordinator, idle, next gives back what has waited there long
+    /// enough (`loam_heap::trim`), since a thread that waits runs no slow
+    /// path that would. A deadline, not a flag, so that other wake-ups do
+    /// not put it off. Memory cached after the last cycle by a thread's
+    /// exit waits for a heap's purge or the next cycle.
     pub(crate) trim_at: Option<Instant>,
 }
 
@@ -514,13 +516,13 @@ impl Shared {
         self.control.lock().sweep = None;
     }
 
-    /// loam's heap caches memory a thread gave up as it went idle: the
-    /// coordinator gives it back after the purge delay unless another
-    /// thread takes it first (`Control::trim_at`).
-    pub(crate) fn trim_later(&self) {
+    /// loam's heap caches memory a thread gave up as it went idle, due to
+    /// go back to the OS in `due` (`loam_heap::trim`): the coordinator
+    /// gives it back then unless another thread takes it first
+    /// (`Control::trim_at`).
+    pub(crate) fn trim_later(&self, due: Option<Duration>) {
         let mut c = self.control.lock();
-        if c.trim_at.is_none() {
-            c.trim_at = Some(crate::collector::next_trim());
+        if crate::collector::trim_within(&mut c, due) {
             self.control_cv.notify_all();
         }
     }

@@ -28,7 +28,10 @@ fn blocking_gives_what_the_sweeps_freed_here_to_the_other_threads() {
     let rt = Runtime::builder().ignore_env().gc_threads(1).build();
     let mut m = rt.attach();
 
-    // Another thread that needs memory while this one waits takes it.
+    // Another thread that needs memory while this one waits takes it. An
+    // hour's purge delay: nothing goes back to the OS meanwhile, however
+    // slowly the other thread runs.
+    loam_heap::set_purge_delay(Duration::from_secs(3600));
     garbage_here(&rt, &mut m);
     let mapped_before = loam_heap::stats().segments_mapped_total;
     let (cached, mapped) = m.blocking(|| {
@@ -61,6 +64,7 @@ fn blocking_gives_what_the_sweeps_freed_here_to_the_other_threads() {
 
     // With nobody to take it, it goes back to the OS: the collector gives
     // back what has waited ten purge delays (at most a second).
+    loam_heap::set_purge_delay(Duration::from_millis(10));
     garbage_here(&rt, &mut m);
     let before = loam_heap::stats().committed_bytes;
     let during = m.blocking(|| {

@@ -39,7 +39,7 @@ impl LocalHeap {
     /// them when `force`), and unmaps segments left entirely free.
     pub(crate) fn purge(&mut self, force: bool) {
         segment::expire_huge_cache();
-        segment_cache::expire(false);
+        let _ = segment_cache::expire(false);
         if self.dirty_segments == 0 {
             return;
         }

@@ -693,10 +693,11 @@ impl Mutator {
     /// gives back to the OS what nobody takes (after ten purge delays, at
     /// most a second), and its other free slices are decommitted at once.
     /// Once, on entry: what sweeps send it during `f` waits for its next
-    /// call. Binary-trees at depth 21, whose main thread waits for two
-    /// worker threads so: peak RSS 425 – 455 MiB against 682 – 693 with
-    /// no hand-over; at depth 16 the workers fault in a third fewer pages
-    /// than when it gave the segments to the OS (docs/perf-log.md). That
+    /// call. Binary-trees, whose main thread waits for its worker threads
+    /// so: at depth 21, peak RSS 425 – 469 MiB against 682 – 693 with no
+    /// hand-over; at depth 16 with two threads, 1.05x – 1.15x box's time
+    /// against 1.23x – 1.46x when this gave the segments back to the OS,
+    /// which the workers then faulted in again (docs/perf-log.md). That
     /// costs a lock and system calls when there is memory to hand over:
     /// use it around waits, not around short work.
     ///

@@ -871,6 +871,12 @@ mod xmalloc {
         blocks: [Block; BATCH],
     }
 
+    // Never inlined, here or in `collect`: inlined into the thread's entry
+    // for one allocator and not another, the harness's own channel code
+    // (a 4 KiB batch moved by value) cost that allocator's producers up to
+    // a third of their rate (loam at two producers: 31 – 37 Mops/s with
+    // `Channel::send` 12% of the profile, 46 – 56 with it at 2%).
+    #[inline(never)]
     fn produce<A: GlobalAlloc>(alloc: &A, ops: u64, seed: u64, tx: mpsc::SyncSender<Batch>) {
         let sizes = SizeDist::new(&GETMEM);
         let mut rng = Rng::new(seed);
@@ -896,6 +902,7 @@ mod xmalloc {
     }
 
     /// Frees everything it receives; returns (freed, bad stamps).
+    #[inline(never)]
     fn collect<A: GlobalAlloc>(alloc: &A, rx: mpsc::Receiver<Batch>) -> (u64, u64) {
         let (mut freed, mut bad) = (0, 0);
         for batch in rx {
@@ -912,12 +919,23 @@ mod xmalloc {
         let start = Instant::now();
         let (freed, bad) = thread::scope(|s| {
             let collector = s.spawn(move || collect(alloc, rx));
-            for t in 0..threads {
-                let share = total / threads as u64 + u64::from((t as u64) < total % threads as u64);
-                let tx = tx.clone();
-                s.spawn(move || produce(alloc, share, 1000 + t as u64, tx));
-            }
+            let producers: Vec<_> = (0..threads)
+                .map(|t| {
+                    let share =
+                        total / threads as u64 + u64::from((t as u64) < total % threads as u64);
+                    let tx = tx.clone();
+                    s.spawn(move || produce(alloc, share, 1000 + t as u64, tx))
+                })
+                .collect();
             drop(tx);
+            // Joined, not left to the scope: a scope returns once its
+            // threads' closures have, before their thread-local destructors
+            // run (where an allocator gives back an exiting thread's
+            // memory), and the release call and RSS reading after the run
+            // raced them (kept memory of 3 – 4 MB now and then).
+            for p in producers {
+                p.join().expect("xmalloc: a producer panicked");
+            }
             collector.join().expect("xmalloc: collector panicked")
         });
         let seconds = start.elapsed().as_secs_f64();
@@ -1027,6 +1045,8 @@ mod larson {
         }
     }
 
+    // Never inlined into the thread's entry, as xmalloc's `produce`.
+    #[inline(never)]
     fn worker<A: GlobalAlloc>(alloc: &A, t: usize, epochs: u64, ring: &Ring) -> u64 {
         let mut rng = Rng::new(7000 + t as u64);
         let mut slots = Slots(

@@ -125,7 +125,8 @@
 //!   under one lock (`segment_cache.rs`), which every heap takes from
 //!   before it maps a segment: a thread's freed memory serves the others
 //!   instead of waiting with it. What nobody takes goes back to the OS
-//!   after ten purge delays (at most a second), on any slow path or
+//!   after ten purge delays (at most a second, or one purge delay if that
+//!   is longer), on any slow path that purges or
 //!   [`trim`].
 //! - The six global spin locks (orphan list, fallback heap, free-segment
 //!   cache, segment registry, huge-segment cache, aligned spans) are taken around `fork` by
@@ -383,7 +384,8 @@ pub fn release() {
 /// resident, to a process-wide cache that every thread takes from before
 /// it maps new memory, and decommits its other free slices (which no
 /// other thread can use) at once. What nobody takes goes back to the OS
-/// after ten purge delays (at most a second), on the next slow path of
+/// after ten purge delays (at most a second, or one purge delay if that
+/// is longer), on the next slow path of
 /// any thread that purges, or [`trim`].
 ///
 /// For a thread about to wait while others allocate: they reuse its
@@ -394,6 +396,8 @@ pub fn release() {
 /// # Examples
 /// ```
 /// # #[global_allocator] static A: loam_heap::LoamAlloc = loam_heap::LoamAlloc;
+/// // Nothing goes back to the OS before the other thread has run.
+/// loam_heap::set_purge_delay(std::time::Duration::from_secs(3600));
 /// let big: Vec<Box<[u8; 64]>> = (0..100_000).map(|_| Box::new([1; 64])).collect();
 /// drop(big);
 /// loam_heap::hand_over();
@@ -414,7 +418,8 @@ pub fn hand_over() {
 /// Gives back to the OS what the process-wide caches have held past their
 /// time, from any thread: wholly free segments that threads gave up as
 /// they went idle ([`hand_over`]) or exited, which wait for another
-/// thread's need for ten purge delays (at most a second) from their last
+/// thread's need for ten purge delays (at most a second, or one purge
+/// delay if that is longer) from their last
 /// free, and freed huge mappings, which wait for one purge delay. Heaps do
 /// this on their own slow paths that purge; a program whose threads may
 /// all sit idle calls it so that the memory still goes back (loam's

@@ -5,9 +5,10 @@
 //! owner gives them back to the OS after the purge delay. Where threads
 //! come and go, or one waits while others allocate, that is a page fault
 //! per 4 KiB on both sides of every hand-over: binary-trees at depth 16
-//! with two threads faulted in 54 MiB a round (about a tenth of its CPU
-//! time), nearly all of it segments its main thread gave back as it began
-//! to wait and segments exited workers left empty (docs/perf-log.md).
+//! with two threads faulted in 8,500 – 17,000 pages a round after its
+//! first (18.5% of its samples were page faults), most of them segments
+//! its main thread gave back as it began to wait and segments exited
+//! workers left empty (docs/perf-log.md).
 //!
 //! So a heap that goes idle or away gives its wholly free segments here:
 //! on [`crate::hand_over`] (a thread about to wait), when its thread
@@ -15,7 +16,8 @@
 //! resident as they were, and a heap that finds no room in its own
 //! segments (nor an orphan to adopt) takes the newest before it maps one.
 //! A segment waits here until ten purge delays from its last free have
-//! passed (at most a second, `expiry_ms`), then goes back to the OS: any
+//! passed (at most a second, or one purge delay if that is longer:
+//! `expiry_ms`), then goes back to the OS: any
 //! heap's purge looks (a relaxed load and a clock read while none is
 //! due), as does [`crate::trim`], which a client with idle threads calls
 //! (loam's collector does, after each cycle and `Mutator::blocking`);
@@ -125,8 +127,11 @@ pub(crate) fn expire(force: bool) -> Option<u64> {
     }
     let now = os::now_ms();
     let delay = expiry_ms();
-    let due = OLDEST_FREE_MS.load(Ordering::Relaxed).saturating_add(delay);
-    if !force && now < due {
+    let oldest = OLDEST_FREE_MS.load(Ordering::Relaxed);
+    let due = oldest.saturating_add(delay);
+    // A hint of none with segments counted is a `put` or `take` under way
+    // (the count changes first): walk.
+    if !force && oldest != u64::MAX && now < due {
         return Some(due - now);
     }
     let mut expired: *mut Segment = ptr::null_mut();

@@ -214,7 +214,10 @@ pub(crate) fn trim_within(c: &mut Control, due: Option<Duration>) -> bool {
     let Some(due) = due else { return false };
     // At least a millisecond: what is due has just been given back, so
     // the next is at least that far off, but clocks round.
-    let at = Instant::now() + due.max(Duration::from_millis(1));
+    // A purge delay too long to add to a clock: no deadline at all.
+    let Some(at) = Instant::now().checked_add(due.max(Duration::from_millis(1))) else {
+        return false;
+    };
     if c.trim_at.is_some_and(|t| t <= at) {
         return false;
     }

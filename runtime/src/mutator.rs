@@ -691,11 +691,12 @@ impl Mutator {
     /// still resident, to the heap's cache, where the threads `f` waits
     /// for take them before they map memory of their own; the collector
     /// gives back to the OS what nobody takes (after ten purge delays, at
-    /// most a second), and its other free slices are decommitted at once.
+    /// most a second or one purge delay if that is longer), and its other
+    /// free slices are decommitted at once.
     /// Once, on entry: what sweeps send it during `f` waits for its next
     /// call. Binary-trees, whose main thread waits for its worker threads
-    /// so: at depth 21, peak RSS 425 – 469 MiB against 682 – 693 with no
-    /// hand-over; at depth 16 with two threads, 1.05x – 1.15x box's time
+    /// so: at depth 21, peak RSS 434 – 469 MiB against 682 – 710 when it
+    /// waited outside `blocking`; at depth 16 with two threads, 1.05x – 1.15x box's time
     /// against 1.23x – 1.46x when this gave the segments back to the OS,
     /// which the workers then faulted in again (docs/perf-log.md). That
     /// costs a lock and system calls when there is memory to hand over:

@@ -521,6 +521,9 @@ impl Shared {
     /// gives it back then unless another thread takes it first
     /// (`Control::trim_at`).
     pub(crate) fn trim_later(&self, due: Option<Duration>) {
+        if due.is_none() {
+            return;
+        }
         let mut c = self.control.lock();
         if crate::collector::trim_within(&mut c, due) {
             self.control_cv.notify_all();

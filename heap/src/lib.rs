@@ -439,8 +439,7 @@ pub fn hand_over() {
 #[cfg(not(loom))]
 pub fn trim() -> Option<std::time::Duration> {
     let segments = segment_cache::expire(false);
-    segment::expire_huge_cache();
-    let huge = segment::huge_cache_due_in();
+    let huge = segment::expire_huge_cache();
     segments
         .into_iter()
         .chain(huge)

@@ -269,7 +269,7 @@ type Evicted = [HugeSlot; HUGE_CACHE_SLOTS + 1];
 fn huge_cache_take(map_size: usize) -> Option<(usize, usize)> {
     let mut out = [EMPTY_SLOT; HUGE_CACHE_SLOTS + 1];
     let mut cache = HUGE_CACHE.lock();
-    expire(&mut cache, false, &mut out);
+    let _ = expire(&mut cache, false, &mut out);
     let best = cache
         .slots
         .iter_mut()
@@ -298,7 +298,7 @@ fn huge_cache_put(base: usize, size: usize) {
         return;
     }
     let mut cache = HUGE_CACHE.lock();
-    expire(&mut cache, false, &mut out);
+    let _ = expire(&mut cache, false, &mut out);
     // Make room: the oldest mappings go until a slot is free and the
     // budget holds this one. Each goes to its own index of `out`.
     loop {
@@ -330,16 +330,25 @@ fn huge_cache_put(base: usize, size: usize) {
 }
 
 /// Moves the cached mappings older than the purge delay (all of them with
-/// `force`) into `out`, for the caller to unmap outside the lock.
-fn expire(cache: &mut HugeCache, force: bool, out: &mut Evicted) {
+/// `force`) into `out`, for the caller to unmap outside the lock. Returns
+/// in how many milliseconds the first of those left is due, if any is.
+fn expire(cache: &mut HugeCache, force: bool, out: &mut Evicted) -> Option<u64> {
     let now = os::now_ms();
     let delay = crate::options::purge_delay_ms();
+    let mut next = None::<u64>;
     for (i, s) in cache.slots.iter_mut().enumerate() {
-        if s.base != 0 && (force || now.saturating_sub(s.freed_ms) >= delay) {
+        if s.base == 0 {
+            continue;
+        }
+        let due = s.freed_ms.saturating_add(delay);
+        if force || now >= due {
             out[i] = std::mem::replace(s, EMPTY_SLOT);
             HUGE_CACHED.fetch_sub(1, Ordering::Relaxed);
+        } else {
+            next = Some(next.map_or(due - now, |n| n.min(due - now)));
         }
     }
+    next
 }
 
 /// Unmaps the mappings taken out of the cache (empty slots skipped).
@@ -355,31 +364,16 @@ fn unmap_all(maps: &Evicted) {
 }
 
 /// Gives the cached huge mappings older than the purge delay back to the
-/// OS, if there are any (the thread heaps' purge calls this).
-pub(crate) fn expire_huge_cache() {
-    if HUGE_CACHED.load(Ordering::Relaxed) == 0 {
-        return;
-    }
-    let mut out = [EMPTY_SLOT; HUGE_CACHE_SLOTS + 1];
-    expire(&mut HUGE_CACHE.lock(), false, &mut out);
-    unmap_all(&out);
-}
-
-/// In how many milliseconds the first cached mapping is due to go back
-/// to the OS, if the cache holds any.
-pub(crate) fn huge_cache_due_in() -> Option<u64> {
+/// OS, if there are any (the thread heaps' purge calls this). Returns in
+/// how many milliseconds the first of those left is due, if any is left.
+pub(crate) fn expire_huge_cache() -> Option<u64> {
     if HUGE_CACHED.load(Ordering::Relaxed) == 0 {
         return None;
     }
-    let now = os::now_ms();
-    let delay = crate::options::purge_delay_ms();
-    HUGE_CACHE
-        .lock()
-        .slots
-        .iter()
-        .filter(|s| s.base != 0)
-        .map(|s| s.freed_ms.saturating_add(delay).saturating_sub(now))
-        .min()
+    let mut out = [EMPTY_SLOT; HUGE_CACHE_SLOTS + 1];
+    let next = expire(&mut HUGE_CACHE.lock(), false, &mut out);
+    unmap_all(&out);
+    next
 }
 
 /// Bytes the cache holds now.
@@ -393,7 +387,7 @@ pub(crate) fn huge_cached_bytes() -> usize {
 /// Gives every cached huge mapping back to the OS (`loam_heap::collect`).
 pub(crate) fn purge_huge_cache() {
     let mut out = [EMPTY_SLOT; HUGE_CACHE_SLOTS + 1];
-    expire(&mut HUGE_CACHE.lock(), true, &mut out);
+    let _ = expire(&mut HUGE_CACHE.lock(), true, &mut out);
     unmap_all(&out);
 }
 

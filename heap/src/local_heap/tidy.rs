@@ -38,7 +38,7 @@ impl LocalHeap {
     /// Decommits free slices that have been idle for the purge delay (all of
     /// them when `force`), and unmaps segments left entirely free.
     pub(crate) fn purge(&mut self, force: bool) {
-        segment::expire_huge_cache();
+        let _ = segment::expire_huge_cache();
         let _ = segment_cache::expire(false);
         if self.dirty_segments == 0 {
             return;

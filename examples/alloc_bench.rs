@@ -114,7 +114,7 @@ use std::alloc::{handle_alloc_error, GlobalAlloc, Layout, System};
 use std::collections::{BTreeMap, VecDeque};
 use std::ptr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -861,23 +861,94 @@ mod xmalloc {
 
     /// Objects per message from a producer to the collector.
     const BATCH: usize = 256;
-    /// Batches the channel holds before producers block.
-    const CHANNEL_BATCHES: usize = 64;
+    /// Batches the pipe holds before producers wait.
+    const PIPE_BATCHES: usize = 64;
 
-    /// A full (or final) batch, moved by value through the channel so the
+    /// A full (or final) batch, moved by value through the pipe so the
     /// harness allocates nothing per batch.
     struct Batch {
         len: usize,
         blocks: [Block; BATCH],
     }
 
-    // Never inlined, here or in `collect`: inlined into the thread's entry
-    // for one allocator and not another, the harness's own channel code
-    // (a 4 KiB batch moved by value) cost that allocator's producers up to
-    // a third of their rate (loam at two producers: 31 – 37 Mops/s with
-    // `Channel::send` 12% of the profile, 46 – 56 with it at 2%).
+    /// The producers' bounded queue to the collector: a mutex and two
+    /// condition variables, as xmalloc-test's bins are, so that a thread
+    /// that must wait sleeps. Not `std::sync::mpsc`: its sender spins
+    /// (`pause`) on a full channel before it sleeps, and with more threads
+    /// than cores producers that outran the collector spun away the CPU
+    /// the collector needed: an allocator whose producers were faster
+    /// measured slower (loam at two producers: `Channel::send` 15% of the
+    /// profile, nearly all of it `pause`, and 31 – 34 Mops/s against 55 –
+    /// 62 for a build whose producers were slower).
+    struct Pipe {
+        state: Mutex<PipeState>,
+        not_empty: Condvar,
+        not_full: Condvar,
+    }
+
+    struct PipeState {
+        batches: VecDeque<Batch>,
+        producers: usize,
+    }
+
+    impl Pipe {
+        fn new(producers: usize) -> Pipe {
+            Pipe {
+                state: Mutex::new(PipeState {
+                    batches: VecDeque::with_capacity(PIPE_BATCHES),
+                    producers,
+                }),
+                not_empty: Condvar::new(),
+                not_full: Condvar::new(),
+            }
+        }
+
+        fn send(&self, batch: Batch) {
+            let mut st = self.state.lock().unwrap();
+            while st.batches.len() == PIPE_BATCHES {
+                st = self.not_full.wait(st).unwrap();
+            }
+            st.batches.push_back(batch);
+            drop(st);
+            self.not_empty.notify_one();
+        }
+
+        /// The next batch; `None` once every producer is done and the pipe
+        /// is empty.
+        fn recv(&self) -> Option<Batch> {
+            let mut st = self.state.lock().unwrap();
+            loop {
+                if let Some(b) = st.batches.pop_front() {
+                    drop(st);
+                    self.not_full.notify_one();
+                    return Some(b);
+                }
+                if st.producers == 0 {
+                    return None;
+                }
+                st = self.not_empty.wait(st).unwrap();
+            }
+        }
+
+        fn producer_done(&self) {
+            self.state.lock().unwrap().producers -= 1;
+            self.not_empty.notify_all();
+        }
+    }
+
+    // Never inlined, here or in `collect`: the harness's own code is then
+    // laid out alike for every allocator.
     #[inline(never)]
-    fn produce<A: GlobalAlloc>(alloc: &A, ops: u64, seed: u64, tx: mpsc::SyncSender<Batch>) {
+    fn produce<A: GlobalAlloc>(alloc: &A, ops: u64, seed: u64, pipe: &Pipe) {
+        /// Counts the producer out however it ends, so that the collector
+        /// never waits for a producer that panicked.
+        struct Done<'a>(&'a Pipe);
+        impl Drop for Done<'_> {
+            fn drop(&mut self) {
+                self.0.producer_done();
+            }
+        }
+        let _done = Done(pipe);
         let sizes = SizeDist::new(&GETMEM);
         let mut rng = Rng::new(seed);
         let mut batch = Batch {
@@ -889,7 +960,7 @@ mod xmalloc {
             batch.blocks[batch.len] = Block::alloc(alloc, size);
             batch.len += 1;
             if batch.len == BATCH {
-                tx.send(batch).expect("xmalloc: collector gone");
+                pipe.send(batch);
                 batch = Batch {
                     len: 0,
                     blocks: [Block::EMPTY; BATCH],
@@ -897,15 +968,15 @@ mod xmalloc {
             }
         }
         if batch.len > 0 {
-            tx.send(batch).expect("xmalloc: collector gone");
+            pipe.send(batch);
         }
     }
 
     /// Frees everything it receives; returns (freed, bad stamps).
     #[inline(never)]
-    fn collect<A: GlobalAlloc>(alloc: &A, rx: mpsc::Receiver<Batch>) -> (u64, u64) {
+    fn collect<A: GlobalAlloc>(alloc: &A, pipe: &Pipe) -> (u64, u64) {
         let (mut freed, mut bad) = (0, 0);
-        for batch in rx {
+        while let Some(batch) = pipe.recv() {
             for block in &batch.blocks[..batch.len] {
                 bad += u64::from(!block.free(alloc));
             }
@@ -915,19 +986,17 @@ mod xmalloc {
     }
 
     pub(super) fn run<A: GlobalAlloc + Sync>(alloc: &A, total: u64, threads: usize) -> Outcome {
-        let (tx, rx) = mpsc::sync_channel::<Batch>(CHANNEL_BATCHES);
+        let pipe = &Pipe::new(threads);
         let start = Instant::now();
         let (freed, bad) = thread::scope(|s| {
-            let collector = s.spawn(move || collect(alloc, rx));
+            let collector = s.spawn(move || collect(alloc, pipe));
             let producers: Vec<_> = (0..threads)
                 .map(|t| {
                     let share =
                         total / threads as u64 + u64::from((t as u64) < total % threads as u64);
-                    let tx = tx.clone();
-                    s.spawn(move || produce(alloc, share, 1000 + t as u64, tx))
+                    s.spawn(move || produce(alloc, share, 1000 + t as u64, pipe))
                 })
                 .collect();
-            drop(tx);
             // Joined, not left to the scope: a scope returns once its
             // threads' closures have, before their thread-local destructors
             // run (where an allocator gives back an exiting thread's

@@ -8,7 +8,8 @@
 use crate::block;
 use crate::block::Block;
 use crate::page::{Page, PageState};
-use crate::remote::{RemoteCache, RunKind, MIN_RUN_BLOCK, REMOTE};
+use crate::remote::{RunKind, MIN_RUN_BLOCK, REMOTE};
+use crate::remote_cache::{page_key, RemoteCache};
 use crate::segment;
 use crate::segment::{block_size_of, segment_of};
 use crate::sync::Ordering;
@@ -110,7 +111,8 @@ impl FreeBatch {
             let owner = (*segment_of(p)).owner.load(Ordering::Relaxed);
             let size = block_size_of(p);
             block::on_free(p, size);
-            self.cache.push(ptr::addr_of!((*owner).queue), p, size);
+            self.cache
+                .push(ptr::addr_of!((*owner).queue), page_key(p), p, size);
         }
         self.pending += 1;
     }
@@ -321,7 +323,7 @@ impl FreeBatch {
         // forever.
         unsafe {
             let owner = (*segment_of(run.cast())).owner.load(Ordering::Relaxed);
-            (*owner).runs.push(run, kind);
+            (*owner).queue.runs.push(run, kind);
         }
         self.cache.batches_sent += 1;
         REMOTE.sent.fetch_add(len as u64, Ordering::Relaxed);

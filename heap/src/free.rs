@@ -6,6 +6,7 @@ use crate::alloc::{current_heap, is_live, thread_init};
 use crate::block;
 use crate::local_heap::LocalHeap;
 use crate::remote::REMOTE;
+use crate::remote_cache::page_key;
 use crate::segment::{block_size_of, segment_of};
 use crate::sync::Ordering;
 use std::ptr;
@@ -80,7 +81,7 @@ unsafe fn free_remote(heap: *mut LocalHeap, owner: *mut LocalHeap, p: *mut u8) {
         if is_live(heap) {
             match (*heap).tcache.room(size) {
                 Some(class) => (*heap).tcache.push(class, p),
-                None => (*heap).cache.push(queue, p, size),
+                None => (*heap).cache.push(queue, page_key(p), p, size),
             }
         } else {
             (*queue).push(0, p.cast(), p.cast());

@@ -31,10 +31,17 @@
 //!   address alone (no block of a segment starts on a 4 MiB boundary).
 //! - **LocalHeap** (`local_heap.rs`): one per thread: a page queue per class,
 //!   its segments, its inbox of remote frees and its outgoing batches.
-//! - **Inbox / RemoteQueue / RemoteCache** (`remote.rs`): the owner's inbox
-//!   of blocks freed elsewhere, eight lock-free MPSC queues (lanes) so the
-//!   owner can walk several returned chains at once; the sender's per-owner
-//!   batches, spread over the lanes.
+//! - **Inbox / RemoteQueue / RunQueue** (`remote.rs`): the owner's inbox
+//!   of blocks freed elsewhere: eight lock-free MPSC queues (lanes) of
+//!   block chains, so that the owner can walk several at once, and a queue
+//!   of *runs*, each one page's blocks, which the owner applies without
+//!   walking them.
+//! - **RemoteCache** (`remote_cache.rs`): the sender's side. Blocks of one
+//!   page gather and go as one *freed run* (up to 128 blocks), which the
+//!   owner splices onto the page's free list in O(1), snmalloc's message
+//!   per slab; pages a thread frees only a few blocks of, and blocks too
+//!   small for a run's header (8 bytes), go in per-owner chains, spread
+//!   over the lanes.
 //! - [`FreeBatch`] (`batch.rs`): the same batching for a collector's sweeper,
 //!   and *page runs*: a page's dead blocks sent as one message to the owner's
 //!   `RunQueue` (`remote.rs`), which resets a page the run empties in O(1);
@@ -76,7 +83,8 @@
 //!    four blocks) on, and that is all. Blocks freed are handed out again
 //!    before memory no block has used is touched (`Page::extend_bump`).
 //! 3. Slow path (`alloc_class_slow`), otherwise:
-//!    send this thread's outgoing batches; drain its inbox (one swap per
+//!    send this thread's outgoing batches; drain its inbox (one swap for
+//!    the runs, each spliced onto its page's free list, and one per
 //!    non-empty lane, the lanes' chains walked interleaved);
 //!    now and then visit orphaned heaps; purge slices idle for the purge
 //!    delay; then move the first page of the class with frees (after
@@ -94,10 +102,14 @@
 //!    owner: push on the page's `local_free`, decrement `used`. An emptied
 //!    page goes back to its segment (unless it is the class's current page);
 //!    a page on the full list goes back to its class queue.
-//! 2. Remote (`free_remote`): batch the block for its owner in this thread's
-//!    `RemoteCache`; a batch of 128 blocks, or 256 KiB in all, is pushed on
-//!    one lane of the owner's inbox with one CAS. A thread that only frees
-//!    (a collector's) gets a heap for its batches on its first foreign free.
+//! 2. Remote (`free_remote`): batch the block in this thread's
+//!    `RemoteCache`, with the other blocks of its page; a page's 128
+//!    blocks go as one run on the owner's run queue with one CAS, and so
+//!    does a page's batch when another page takes its slot (four blocks or
+//!    more; fewer join the owner's chain, sent at 128 blocks to one lane of
+//!    its inbox), and everything at 256 KiB in all. A thread that only
+//!    frees (a collector's) gets a heap for its batches on its first
+//!    foreign free.
 //!
 //! # Who owns what across threads
 //! - A page's lists and a heap's queues are touched only by the owning thread.
@@ -170,6 +182,7 @@ macro_rules! not_under_loom {
 
 mod block;
 mod remote;
+mod remote_cache;
 mod spin;
 mod sync;
 
@@ -260,7 +273,8 @@ pub fn flush() {
 }
 
 /// Takes back the page runs other threads sent to this thread's heap
-/// ([`FreeBatch::push_page_run`]): one relaxed load when there are none. A
+/// ([`FreeBatch::push_page_run`], and the runs of one page's blocks that
+/// their frees gather): one relaxed load when there are none. A
 /// collector's mutator calls it between steps, so that the blocks its
 /// sweeper freed are reused soon (a page whose run is out is swept all the
 /// same: its blocks are pending, see [`PageRef::pending_words`]).

@@ -13,7 +13,8 @@ use crate::options;
 use crate::os;
 use crate::page::{Page, PageQueue, PageState};
 use crate::thread_cache::ThreadCache;
-use crate::remote::{route_chains, Inbox, RemoteCache, RunQueue, REMOTE};
+use crate::remote::{route_chains, Inbox, REMOTE};
+use crate::remote_cache::{page_key, RemoteCache};
 use crate::segment::{
     self, Segment, SegmentKind, HEADER_SLICES, SEGMENT_SIZE, SLICES, SLICE_SHIFT, SLICE_SIZE,
     USABLE_SLICES,
@@ -36,12 +37,9 @@ use std::ptr;
 ///   or by whoever holds it exclusively once abandoned (the orphan lock).
 #[repr(C)]
 pub(crate) struct LocalHeap {
-    /// Where other threads send this heap's blocks back (the only field other
-    /// threads write).
+    /// Where other threads send this heap's blocks back, as chains and as
+    /// page runs (the only field other threads write).
     pub(crate) queue: Inbox,
-    /// Where sweepers send whole page runs (see `RunQueue`); written by
-    /// other threads too.
-    pub(crate) runs: RunQueue,
     /// Indexed by class; the extra last entry (the class of large spans)
     /// stays null.
     current: [*mut Page; NUM_CLASSES + 1],
@@ -84,7 +82,6 @@ impl LocalHeap {
         unsafe {
             heap.write(LocalHeap {
                 queue: Inbox::new(),
-                runs: RunQueue::new(),
                 current: [ptr::null_mut(); NUM_CLASSES + 1],
                 queues: [PageQueue::NEW; NUM_CLASSES],
                 full: PageQueue::NEW,
@@ -571,7 +568,8 @@ impl LocalHeap {
                     self.free_drained(segment::page_of(b), b);
                 } else {
                     let size = segment::block_size_of(b);
-                    self.cache.push(ptr::addr_of!((*owner).queue), b, size);
+                    self.cache
+                        .push(ptr::addr_of!((*owner).queue), page_key(b), b, size);
                 }
             }
         }
@@ -792,7 +790,6 @@ impl LocalHeap {
             return runs;
         }
         let me = ptr::addr_of!(self.queue);
-        let mut cache = std::mem::replace(&mut self.cache, RemoteCache::for_thread());
         // SAFETY: the chain came from our queue; heaps (hence queues) live
         // forever; each block is dead and its segment mapped.
         let n = unsafe {
@@ -803,13 +800,13 @@ impl LocalHeap {
                     let seg = segment::segment_of(b.cast());
                     ptr::addr_of!((*(*seg).owner.load(Ordering::Relaxed)).queue)
                 },
-                |b| segment::block_size_of(b.cast()),
                 |b| self.free_drained(segment::page_of(b.cast()), b.cast()),
-                &mut cache,
+                // Rare (a block sent just before its segment was adopted):
+                // one push each, no batch, so that the cache stays out of
+                // this walk.
+                |owner, b| (*owner).push(0, b, b),
             )
         };
-        let fresh = std::mem::replace(&mut self.cache, cache);
-        debug_assert!(fresh.is_empty());
         REMOTE.drained.fetch_add(n, Ordering::Relaxed);
         n + runs
     }

@@ -229,6 +229,7 @@ impl Page {
                     );
                 }
                 self.free = next;
+                crate::block::prefetch(next);
                 block::on_reuse(b.cast(), self.block_size());
             }
             self.set_used(self.used() + 1);
@@ -337,6 +338,22 @@ impl Page {
         unsafe { block::set_next(b.cast(), self.local_free) };
         self.local_free = b.cast();
         self.set_used(self.used().wrapping_sub(1));
+    }
+
+    /// Splices a freed run, the chain `head ..= tail` of `count` blocks of
+    /// this page (filled and poisoned by their sender), onto the local free
+    /// list without walking it: one write, to the tail's link.
+    ///
+    /// # Safety
+    /// The caller is the page's owner and the chain a well-formed chain of
+    /// dead blocks of this page that it owns, each counted in `used`.
+    #[inline]
+    pub(crate) unsafe fn push_freed_run(&mut self, head: *mut Block, tail: *mut Block, count: u32) {
+        debug_assert!(self.used() >= count, "heap: a freed run of more blocks than are in use");
+        // SAFETY: the tail is a dead block of this page, ours (caller).
+        unsafe { block::set_next(tail, self.local_free) };
+        self.local_free = head;
+        self.set_used(self.used() - count);
     }
 
     /// Makes the page fresh again: every block free, handed out from the

@@ -1,6 +1,9 @@
-//! Remote frees: the owner's multi-producer, single-consumer [`RemoteQueue`],
-//! and the sender-side [`RemoteCache`] that batches blocks per owner so one
-//! atomic operation hands over many.
+//! Remote frees, the owner's side: its [`Inbox`] of multi-producer,
+//! single-consumer queues (chains of blocks in [`RemoteQueue`] lanes, and
+//! runs of one page's blocks in a [`RunQueue`]), and the routing rules that
+//! apply what arrives or forward it to a segment's new owner
+//! ([`route_chains`], [`route_runs`]). The senders' batching is
+//! `remote_cache.rs`.
 //!
 //! The queue is a Treiber stack whose consumer only ever takes everything at
 //! once (`swap` to null). Producers push a whole pre-linked chain with one CAS;
@@ -85,9 +88,14 @@ fn take_all(head: &AtomicPtr<Block>) -> *mut Block {
 /// run's [`RunKind`]: one block; or a whole page, every block of a page that
 /// had all of them in use, sent without links (the owner resets the page,
 /// so it never walks them); or else a linked run whose length is the second
-/// block's word 1. Runs therefore need blocks of [`MIN_RUN_BLOCK`] bytes. The stack
-/// is a Treiber stack taken whole, as [`RemoteQueue`], with the same
-/// argument against ABA.
+/// block's word 1 (with its last block's address, for a freed run). Runs
+/// therefore need blocks of [`MIN_RUN_BLOCK`] bytes. The stack is a Treiber
+/// stack taken whole, as [`RemoteQueue`], with the same argument against
+/// ABA.
+pub(crate) struct RunQueue {
+    head: CachePadded<AtomicPtr<Block>>,
+}
+
 /// What a run is, tagged in its first block's word 1.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum RunKind {
@@ -97,10 +105,12 @@ pub(crate) enum RunKind {
     Single = 1,
     /// Every block of its page, unlinked.
     WholePage = 2,
-}
-
-pub(crate) struct RunQueue {
-    head: CachePadded<AtomicPtr<Block>>,
+    /// Blocks a program freed (not a collector's objects: no pending bits,
+    /// no count out), two or more, linked; the second block's word 1 holds
+    /// the length above bit 48 and the last block's address below
+    /// (`remote_cache.rs`), so that the owner splices the run onto its
+    /// page's free list without walking it.
+    Freed = 3,
 }
 
 /// Smallest block a page run can be made of (two words).
@@ -147,6 +157,7 @@ impl RunQueue {
                 1 => (next, RunKind::Single, 1),
                 // The length is the page's capacity: the caller knows it.
                 2 => (next, RunKind::WholePage, 0),
+                3 => (next, RunKind::Freed, crate::remote_cache::freed_len(run)),
                 _ => (next, RunKind::Linked, block::word(block::next(run), 1)),
             }
         }
@@ -160,7 +171,8 @@ pub(crate) const LANES: usize = 8;
 #[cfg(loom)]
 pub(crate) const LANES: usize = 2;
 
-/// A heap's incoming remote frees: a few independent [`RemoteQueue`] lanes.
+/// A heap's incoming remote frees: a few independent [`RemoteQueue`] lanes
+/// of block chains, and the [`RunQueue`] of page runs.
 ///
 /// Why lanes: draining walks each queued chain through the blocks' link
 /// words, and every link is a cache miss on memory another core last wrote.
@@ -170,12 +182,16 @@ pub(crate) const LANES: usize = 2;
 /// single-producer xmalloc run, 92% of it on the link load).
 pub(crate) struct Inbox {
     lanes: [RemoteQueue; LANES],
+    /// Page runs: a sweeper's (`FreeBatch::push_page_run`) and the freed
+    /// runs of senders' caches.
+    pub(crate) runs: RunQueue,
 }
 
 impl Inbox {
     pub(crate) fn new() -> Self {
         Self {
             lanes: std::array::from_fn(|_| RemoteQueue::new()),
+            runs: RunQueue::new(),
         }
     }
 
@@ -197,21 +213,21 @@ impl Inbox {
 /// Walks the chains taken from inbox `me`, interleaved (one block of each
 /// chain in turn, so that their cache misses overlap): each block whose owner
 /// (per `owner_of`) is still `me` goes to `local`; any other block belongs to
-/// a segment that was adopted by another heap since it was sent, and is
-/// forwarded to that heap through `cache`. Returns how many blocks it walked.
-/// This is the one routing rule behind draining and adoption, and the loom
-/// model of the handoff runs it.
+/// a segment that was adopted by another heap since it was sent, and goes
+/// to `forward` with its new owner's inbox. Returns how many blocks went to
+/// `local` (a forwarded block is counted where it is applied). This is the one routing rule behind draining and adoption, and
+/// the loom model of the handoff runs it.
 ///
 /// # Safety
 /// `chains` came from `me.take_all()` (so their blocks are ours), `owner_of`
-/// returns inboxes that live forever, and `local` takes ownership of a block.
+/// returns inboxes that live forever, and `local` and `forward` take
+/// ownership of a block.
 pub(crate) unsafe fn route_chains(
     mut chains: [*mut Block; LANES],
     me: *const Inbox,
     owner_of: impl Fn(*mut Block) -> *const Inbox,
-    size_of: impl Fn(*mut Block) -> usize,
     mut local: impl FnMut(*mut Block),
-    cache: &mut RemoteCache,
+    mut forward: impl FnMut(*const Inbox, *mut Block),
 ) -> u64 {
     let mut n = 0;
     loop {
@@ -228,15 +244,47 @@ pub(crate) unsafe fn route_chains(
             let owner = owner_of(b);
             if owner == me {
                 local(b);
+                n += 1;
             } else {
-                // SAFETY: the block is ours and its owner's inbox lives forever.
-                unsafe { cache.push(owner, b.cast(), size_of(b)) };
+                forward(owner, b);
             }
-            n += 1;
         }
         if !live {
             return n;
         }
+    }
+}
+
+/// Walks the runs linked from `run`, taken from inbox `me`'s run queue:
+/// each run whose page's owner (per `owner_of`, given the run's first
+/// block) is still `me` goes to `local` with its kind and length (0 for a
+/// whole page); any other run's segment was adopted by another heap since
+/// the run was sent, and the run goes on, untouched, to the new owner's run
+/// queue. The rule of [`route_chains`], for runs; the loom model of the
+/// handoff runs it too.
+///
+/// # Safety
+/// `run` came from `me.runs.take_all()`, `owner_of` returns inboxes that
+/// live forever, and `local` takes ownership of a run.
+pub(crate) unsafe fn route_runs(
+    mut run: *mut Block,
+    me: *const Inbox,
+    owner_of: impl Fn(*mut Block) -> *const Inbox,
+    mut local: impl FnMut(*mut Block, RunKind, usize),
+) {
+    while !run.is_null() {
+        // SAFETY: the run is ours (caller), its header as its sender wrote
+        // it; read before the run changes hands.
+        let (next, kind, len) = unsafe { RunQueue::header(run) };
+        let owner = owner_of(run);
+        if owner == me {
+            local(run, kind, len);
+        } else {
+            // SAFETY: ours to hand on; only the first block's word 1, the
+            // link to the next run, is rewritten, so the run stays intact.
+            unsafe { (*owner).runs.push(run, kind) };
+        }
+        run = next;
     }
 }
 
@@ -254,139 +302,10 @@ pub(crate) static REMOTE: RemoteCounters = RemoteCounters {
     batches: CachePadded::new(AtomicU64::new(0)),
 };
 
-const SLOTS: usize = 8;
-
-#[derive(Clone, Copy)]
-struct Slot {
-    inbox: *const Inbox,
-    head: *mut Block,
-    tail: *mut Block,
-    count: u32,
-    bytes: usize,
-}
-
-const EMPTY_SLOT: Slot = Slot {
-    inbox: ptr::null(),
-    head: ptr::null_mut(),
-    tail: ptr::null_mut(),
-    count: 0,
-    bytes: 0,
-};
-
-/// Per-sender batches of blocks bound for other heaps, keyed by destination
-/// queue in a small direct-mapped table (a collision sends the older batch).
-///
-/// # Invariants
-/// Each slot's chain `head ..= tail` holds `count` blocks totalling `bytes`,
-/// all addressed to `queue`; `bytes_total` is the sum over slots. A batch is
-/// sent when it reaches `max_count` blocks or the cache `max_bytes`.
-pub(crate) struct RemoteCache {
-    slots: [Slot; SLOTS],
-    bytes_total: usize,
-    max_count: u32,
-    max_bytes: usize,
-    /// Batches this cache has sent.
-    pub(crate) batches_sent: u64,
-}
-
-impl RemoteCache {
-    /// The cache a thread heap uses: small batches, so memory returns soon.
-    pub(crate) const fn for_thread() -> Self {
-        Self {
-            slots: [EMPTY_SLOT; SLOTS],
-            bytes_total: 0,
-            max_count: 128,
-            max_bytes: 256 * 1024,
-            batches_sent: 0,
-        }
-    }
-
-    /// The cache a [`crate::FreeBatch`] uses: large batches, sent on flush.
-    pub(crate) const fn for_sweeper() -> Self {
-        Self {
-            slots: [EMPTY_SLOT; SLOTS],
-            bytes_total: 0,
-            max_count: 4096,
-            max_bytes: 8 << 20,
-            batches_sent: 0,
-        }
-    }
-
-    #[inline(always)]
-    fn slot_of(queue: *const Inbox) -> usize {
-        // Heaps are page-aligned mappings: the bits above the page offset differ.
-        ((queue as usize >> 12) ^ (queue as usize >> 18)) % SLOTS
-    }
-
-    /// Adds free block `b` of `size` bytes, bound for `queue`.
-    ///
-    /// # Safety
-    /// `b` is a free block the caller owns, addressed to `queue`'s heap, and
-    /// `queue` lives forever (heaps are never unmapped).
-    #[inline]
-    pub(crate) unsafe fn push(&mut self, queue: *const Inbox, b: *mut u8, size: usize) {
-        let i = Self::slot_of(queue);
-        if self.slots[i].inbox != queue {
-            if self.slots[i].count > 0 {
-                self.flush_slot(i);
-            }
-            self.slots[i].inbox = queue;
-        }
-        let s = &mut self.slots[i];
-        let b = b.cast::<Block>();
-        // SAFETY: `b` is a free block the caller owns (at least 8 bytes).
-        unsafe { block::set_next(b, s.head) };
-        if s.head.is_null() {
-            s.tail = b;
-        }
-        s.head = b;
-        s.count += 1;
-        s.bytes += size;
-        self.bytes_total += size;
-        if s.count >= self.max_count {
-            self.flush_slot(i);
-        } else if self.bytes_total >= self.max_bytes {
-            self.flush();
-        }
-    }
-
-    fn flush_slot(&mut self, i: usize) {
-        let s = std::mem::replace(&mut self.slots[i], EMPTY_SLOT);
-        if s.count == 0 {
-            return;
-        }
-        self.bytes_total -= s.bytes;
-        // SAFETY: the chain is well formed and ours (slot invariant), and the
-        // queue lives forever (`push`'s contract).
-        // Consecutive batches go to consecutive lanes.
-        unsafe { (*s.inbox).push(self.batches_sent as usize, s.head, s.tail) };
-        self.batches_sent += 1;
-        #[cfg(not(loom))]
-        {
-            REMOTE.sent.fetch_add(u64::from(s.count), Ordering::Relaxed);
-            REMOTE.batches.fetch_add(1, Ordering::Relaxed);
-        }
-    }
-
-    /// Whether no batch is pending.
-    pub(crate) fn is_empty(&self) -> bool {
-        self.slots.iter().all(|s| s.count == 0)
-    }
-
-    /// Sends every batch.
-    pub(crate) fn flush(&mut self) {
-        if self.bytes_total == 0 && self.slots.iter().all(|s| s.count == 0) {
-            return;
-        }
-        for i in 0..SLOTS {
-            self.flush_slot(i);
-        }
-    }
-}
-
 #[cfg(all(test, loom))]
 mod loom_tests {
     use super::*;
+    use crate::remote_cache::RemoteCache;
     use loom::sync::Arc;
     use loom::thread;
 
@@ -549,7 +468,7 @@ mod loom_tests {
         assert!(seen.len() >= 3, "explored only {seen:?}");
     }
 
-    /// A sender's cache batches blocks per destination; a flush hands each
+    /// A sender's cache batches blocks too small for runs per destination; a flush hands each
     /// batch over with one push, and the consumers see every block once.
     #[test]
     fn remote_cache_batches_per_owner() {
@@ -580,9 +499,9 @@ mod loom_tests {
                 let mut cache = RemoteCache::for_thread();
                 // SAFETY: the sender owns its blocks; the queues outlive the model.
                 unsafe {
-                    cache.push(c1, sent[0] as *mut u8, 8);
-                    cache.push(c2, sent[1] as *mut u8, 8);
-                    cache.push(c1, sent[2] as *mut u8, 8);
+                    cache.push(c1, 0, sent[0] as *mut u8, 8);
+                    cache.push(c2, 0, sent[1] as *mut u8, 8);
+                    cache.push(c1, 0, sent[2] as *mut u8, 8);
                 }
                 cache.flush();
             });

@@ -1,13 +1,16 @@
-//! Taking back page runs: the dead blocks a collector's sweeper sends to
-//! a page's owner in one message (`FreeBatch::push_page_run`, queued on
-//! `LocalHeap::runs`). The owner is the only writer of its pages'
-//! allocated bits and lists, so it applies the run itself, the next time
-//! it passes a slow path (or enters `mutate`): a run that accounts for every block its
-//! page has in use resets the page in O(1); any other is walked and freed
-//! block by block; a run whose segment was adopted by another heap since
-//! it was sent is forwarded to the new owner, never applied twice.
+//! Taking back page runs: the dead blocks of one page that a collector's
+//! sweeper (`FreeBatch::push_page_run`) or another thread's frees
+//! (`remote_cache.rs`, a *freed run*) send to the page's owner in one
+//! message, queued on its inbox's run queue. The owner is the only writer
+//! of its pages' allocated bits and lists, so it applies the run itself,
+//! the next time it passes a slow path (or enters `mutate`): a freed run is
+//! spliced onto the page's free list in O(1); a sweeper's run that
+//! accounts for every block its page has in use resets the page in O(1),
+//! any other is walked and freed block by block; a run whose segment was
+//! adopted by another heap since it was sent is forwarded to the new owner,
+//! never applied twice.
 //!
-//! Until then the run's blocks are *pending*: their bits in the page's
+//! Until then a sweeper's run's blocks are *pending*: their bits in the page's
 //! pending bitmap are set (by the sender, before it counts the run out in
 //! `Page::runs_out`), so a sweeper can tell them from allocated objects
 //! and sweep the page's other blocks meanwhile, sending further runs. The
@@ -19,16 +22,18 @@ use super::LocalHeap;
 use crate::block::{self, Block};
 use crate::inspect::{pending_bitmap, AllocatedBit};
 use crate::page::{Page, PageState};
-use crate::remote::{RunKind, RunQueue, REMOTE};
+use crate::remote::{route_runs, RunKind, REMOTE};
+use crate::remote_cache::freed_tail;
 use crate::segment;
 use crate::sync::Ordering;
+use std::ptr;
 
 impl LocalHeap {
     /// Takes back the page runs queued for us, if any; returns the blocks
     /// taken.
     #[inline]
     pub(crate) fn reclaim_runs(&mut self) -> u64 {
-        let runs = self.runs.take_all();
+        let runs = self.queue.runs.take_all();
         if runs.is_null() {
             return 0;
         }
@@ -38,111 +43,125 @@ impl LocalHeap {
         n
     }
 
-    /// Takes back the page runs linked from `run`: a run that accounts for
-    /// every block its page has in use resets the page in O(1); any other is
-    /// walked and freed block by block (or forwarded, if its segment has
-    /// been adopted by another heap since it was sent). Returns the blocks
-    /// taken.
+    /// Takes back the page runs linked from `run`: a freed run is spliced
+    /// onto its page's free list; a sweeper's run that accounts for every
+    /// block its page has in use resets the page in O(1), any other is
+    /// walked and freed block by block; a run whose segment has been
+    /// adopted by another heap since it was sent is forwarded
+    /// (`route_runs`). Returns the blocks taken.
     ///
     /// # Safety
-    /// `run` came from `self.runs.take_all()`.
-    unsafe fn drain_runs(&mut self, mut run: *mut Block) -> u64 {
-        let me: *mut LocalHeap = self;
+    /// `run` came from `self.queue.runs.take_all()`.
+    unsafe fn drain_runs(&mut self, run: *mut Block) -> u64 {
+        let me = ptr::addr_of!(self.queue);
         let mut n = 0;
-        while !run.is_null() {
-            // SAFETY: a queued run is ours, its blocks dead blocks of one live
-            // page (the run holds them in use), of at least MIN_RUN_BLOCK bytes.
-            unsafe {
-                let (next_run, kind, len) = RunQueue::header(run);
-                let page = segment::page_of(run.cast());
-                let len = if kind == RunKind::WholePage {
-                    (*page).capacity()
-                } else {
-                    len
-                };
-                let size = (*page).block_size();
-                let owner = (*segment::segment_of(run.cast())).owner.load(Ordering::Relaxed);
-                let small = (*page).state() == PageState::Small;
-                if kind == RunKind::WholePage && owner == me && (*page).used() as usize != len {
-                    crate::fatal("a whole-page run found blocks of its page in use");
-                }
-                if owner == me && small && (*page).used() as usize == len {
-                    // Every block in use is this run's, so no other run is
-                    // out: the allocated bits, then the pending bits, then
-                    // the count (release each: a sweeper that reads the
-                    // count, then pending, then allocated, sees them in
-                    // that order, `PageRef::pending_words`).
-                    AllocatedBit::clear_page(page);
-                    for w in pending_bitmap(page, (*page).capacity().div_ceil(64)) {
-                        w.store(0, Ordering::Release);
-                    }
-                    let out = (*page).runs_out.fetch_sub(1, Ordering::Release);
-                    debug_assert_eq!(out, 1, "a page reset with another run out");
-                    (*page).reset_empty();
-                    (*page).user_flags.store(0, Ordering::Release);
-                    // Keep the page in its class queue, not released: a
-                    // collector empties pages wholesale and the mutator
-                    // refills them at once (releasing would decommit them
-                    // after the purge delay, and the refill would fault the
-                    // memory back in). `tidy` and `collect` still release it.
-                    self.requeue_full(page);
-                } else if kind == RunKind::WholePage {
-                    // Adopted since it was sent (a whole-page run always
-                    // resets its page otherwise): the new owner takes it.
-                    (*owner).runs.push(run, kind);
-                } else {
-                    // Words 1 of the first two blocks overwrote the debug
-                    // fill: restore it.
-                    block::on_free(run.cast(), size);
-                    if len > 1 {
-                        block::on_free(block::next(run).cast(), size);
-                    }
-                    let mut b = run;
-                    if owner == me {
-                        // Allocated bits, then pending bits, then the count,
-                        // as above; other runs of the page may still be out.
-                        // One pass, one atomic AND per pending word when the
-                        // blocks come in address order (a sweeper's do), each
-                        // after the allocated bits of the blocks it covers.
-                        let pending = pending_bitmap(page, (*page).capacity().div_ceil(64));
-                        let (mut word, mut mask) = (usize::MAX, 0u64);
-                        while !b.is_null() {
-                            let i = (*page).block_index(b.cast());
-                            AllocatedBit::at(page, i).clear();
-                            if i / 64 != word {
-                                if mask != 0 {
-                                    pending[word].fetch_and(!mask, Ordering::Release);
-                                }
-                                (word, mask) = (i / 64, 0);
-                            }
-                            mask |= 1u64 << (i % 64);
-                            b = block::next(b);
-                        }
-                        if mask != 0 {
-                            pending[word].fetch_and(!mask, Ordering::Release);
-                        }
-                        (*page).runs_out.fetch_sub(1, Ordering::Release);
-                        b = run;
-                        while !b.is_null() {
-                            let next = block::next(b);
-                            self.free_drained(page, b.cast());
-                            b = next;
-                        }
-                    } else {
-                        // Adopted since it was sent: the new owner takes it
-                        // as a run.
-                        block::set_word(run, 1, 0);
-                        if len > 1 {
-                            block::set_word(block::next(run), 1, len);
-                        }
-                        (*owner).runs.push(run, kind);
-                    }
-                }
-                n += len as u64;
-                run = next_run;
-            }
+        // SAFETY: the runs came from our queue (caller); heaps (hence
+        // queues) live forever; a run's blocks are dead blocks of one live
+        // page (the run holds them in use), so its segment is mapped.
+        unsafe {
+            route_runs(
+                run,
+                me,
+                |run| {
+                    let seg = segment::segment_of(run.cast());
+                    ptr::addr_of!((*(*seg).owner.load(Ordering::Relaxed)).queue)
+                },
+                |run, kind, len| n += self.take_run(run, kind, len) as u64,
+            );
         }
         n
+    }
+
+    /// Applies run `run` of `kind` and `len` blocks (0 for a whole page),
+    /// of one of our pages; returns the blocks it held.
+    ///
+    /// # Safety
+    /// The run came from our queue, and its page is ours.
+    unsafe fn take_run(&mut self, run: *mut Block, kind: RunKind, len: usize) -> usize {
+        // SAFETY: a queued run is ours, its blocks dead blocks of one live
+        // page of ours (caller), of at least MIN_RUN_BLOCK bytes.
+        unsafe {
+            let page = segment::page_of(run.cast());
+            let size = (*page).block_size();
+            if kind == RunKind::Freed {
+                // A program's frees: no allocated or pending bits, nothing
+                // counted out. Words 1 of the first two blocks (the header)
+                // overwrote the debug fill: restore it.
+                let tail = freed_tail(run);
+                block::on_free(run.cast(), size);
+                block::on_free(block::next(run).cast(), size);
+                (*page).push_freed_run(run, tail, len as u32);
+                self.after_local_free(page);
+                return len;
+            }
+            let len = if kind == RunKind::WholePage {
+                (*page).capacity()
+            } else {
+                len
+            };
+            if (*page).used() as usize == len && (*page).state() == PageState::Small {
+                // Every block in use is this run's, so no other run is
+                // out: the allocated bits, then the pending bits, then
+                // the count (release each: a sweeper that reads the
+                // count, then pending, then allocated, sees them in
+                // that order, `PageRef::pending_words`).
+                AllocatedBit::clear_page(page);
+                for w in pending_bitmap(page, (*page).capacity().div_ceil(64)) {
+                    w.store(0, Ordering::Release);
+                }
+                let out = (*page).runs_out.fetch_sub(1, Ordering::Release);
+                debug_assert_eq!(out, 1, "a page reset with another run out");
+                (*page).reset_empty();
+                (*page).user_flags.store(0, Ordering::Release);
+                // Keep the page in its class queue, not released: a
+                // collector empties pages wholesale and the mutator
+                // refills them at once (releasing would decommit them
+                // after the purge delay, and the refill would fault the
+                // memory back in). `tidy` and `collect` still release it.
+                self.requeue_full(page);
+                return len;
+            }
+            if kind == RunKind::WholePage {
+                crate::fatal("a whole-page run found blocks of its page in use");
+            }
+            // Words 1 of the first two blocks overwrote the debug fill:
+            // restore it.
+            block::on_free(run.cast(), size);
+            if len > 1 {
+                block::on_free(block::next(run).cast(), size);
+            }
+            // Allocated bits, then pending bits, then the count, as above;
+            // other runs of the page may still be out. One pass, one
+            // atomic AND per pending word when the blocks come in address
+            // order (a sweeper's do), each after the allocated bits of the
+            // blocks it covers.
+            let pending = pending_bitmap(page, (*page).capacity().div_ceil(64));
+            let (mut word, mut mask) = (usize::MAX, 0u64);
+            let mut b = run;
+            while !b.is_null() {
+                let i = (*page).block_index(b.cast());
+                AllocatedBit::at(page, i).clear();
+                if i / 64 != word {
+                    if mask != 0 {
+                        pending[word].fetch_and(!mask, Ordering::Release);
+                    }
+                    (word, mask) = (i / 64, 0);
+                }
+                mask |= 1u64 << (i % 64);
+                b = block::next(b);
+            }
+            if mask != 0 {
+                pending[word].fetch_and(!mask, Ordering::Release);
+            }
+            (*page).runs_out.fetch_sub(1, Ordering::Release);
+            b = run;
+            while !b.is_null() {
+                let next = block::next(b);
+                self.free_drained(page, b.cast());
+                b = next;
+            }
+            len
+        }
     }
 
     /// Moves `page` from the full list back to its class queue, if it is

@@ -1,5 +1,6 @@
 //! [`FreeBatch`]: the public way to hand many dead blocks back to their owners
-//! at once, one atomic operation per owner per batch. The collector's sweeper
+//! at once, one atomic operation per page's batch (or per owner's, for pages
+//! it frees only a few blocks of). The collector's sweeper
 //! uses it so that the thread freeing is never the thread whose lists change.
 //! Page runs are for blocks of pages ([`crate::alloc_object`]'s), never for a
 //! block aligned above 2 MiB, which has a mapping of its own and no page
@@ -18,9 +19,14 @@ use std::ptr::{self, NonNull};
 
 /// A batch of dead blocks bound for their owning threads' remote queues.
 ///
-/// Blocks are grouped by owner; each group is sent with one atomic operation
-/// when it reaches 4096 blocks, when the batch holds 8 MiB, on [`flush`], and
-/// on drop. Owners take the blocks back on their next slow path. Use it to
+/// Blocks are grouped by page, as a thread's remote frees are
+/// (`remote_cache.rs`): a page's group goes as one run, which its owner
+/// splices onto the page's free list without walking it, when it reaches
+/// 4096 blocks, when a block of another page takes its place, when the
+/// batch holds 8 MiB, on [`flush`], and on drop; a group of fewer than four
+/// blocks joins its owner's chain instead, sent at 4096 blocks. Each
+/// message is one atomic operation. Owners take the blocks back on their
+/// next slow path. Use it to
 /// free a page's dead blocks, or a whole page's worth, from a thread that does
 /// not own them.
 ///

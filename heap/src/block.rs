@@ -128,10 +128,7 @@ pub(crate) unsafe fn set_word(b: *mut Block, i: usize, v: usize) {
 /// in all: a block handed out again must still hold both (else it was
 /// written after it was freed), and a block being freed must not hold the
 /// tag (else it is being freed twice). Handing a block out overwrites the
-/// tag. While a run of one page's blocks travels to its owner, the header
-/// in its first two blocks' second words stands where their tags were
-/// (`remote_cache.rs`): a second free of either in that window is not
-/// caught. A constant byte fill is not enough to tell a freed block: programs
+/// tag. A constant byte fill is not enough to tell a freed block: programs
 /// fill their own buffers with constants too (`vec![0xDD; n]` read as freed).
 ///
 /// `free` checks its pointer under the same switch (a block start in a

@@ -4,8 +4,9 @@
 //! `route_runs`; a segment is reduced to its atomic owner field.
 
 use crate::block::{self, Block};
-use crate::remote::{route_chains, route_runs, Inbox, RunKind};
-use crate::remote_cache::{freed_tail, RemoteCache};
+use crate::freed_run::{FreedRun, RUN_SPAN};
+use crate::remote::{route_chains, route_runs, Inbox};
+use crate::remote_cache::RemoteCache;
 use crate::sync::{AtomicPtr, Ordering};
 use loom::sync::Arc;
 use loom::thread;
@@ -24,36 +25,44 @@ fn new_block() -> *mut Block {
     }))
 }
 
-/// Two-word blocks, which page runs need.
-fn new_run_block() -> *mut Block {
-    Box::into_raw(Box::new([0usize; 2])).cast()
-}
+/// A page of 8-byte blocks for freed runs, whose blocks must start in one
+/// span aligned to its size (a slice, in the heap).
+#[repr(C, align(65536))]
+struct Span([usize; 4]);
+const _: () = assert!(std::mem::align_of::<Span>() == RUN_SPAN);
 
 /// Drains inbox `q` with the real routing rules, as `LocalHeap::drain_remote`
-/// does (runs, then chains), recording local frees: a run's blocks are
-/// walked from its head to the tail its header names, and must be as many
-/// as its length.
-fn drain(w: &World, q: &Inbox, freed: &mut Vec<usize>) {
+/// does (freed runs, then chains), recording local frees: a run is unsealed
+/// and walked from its first block to the tail its header names, which must
+/// end it, and must be as many blocks as its length. Returns how many runs
+/// and blocks it forwarded.
+fn drain(w: &World, q: &Inbox, freed: &mut Vec<usize>) -> u64 {
     let owner_of = |_| w.owner.load(Ordering::Relaxed).cast_const();
+    let mut forwarded = 0;
     // SAFETY: the runs came from `q`; the queues live as long as `w`.
-    unsafe {
-        route_runs(q.runs.take_all(), q, owner_of, |run, kind, len| {
-            assert_eq!(kind, RunKind::Freed, "only freed runs are sent here");
-            let tail = freed_tail(run);
-            let mut b = run;
-            let mut walked = 0;
-            loop {
-                freed.push(b as usize);
-                walked += 1;
-                if b == tail {
-                    break;
+    forwarded += unsafe {
+        route_runs(
+            q.freed.take_all(),
+            q,
+            |run| FreedRun::read(run),
+            owner_of,
+            |_, run: FreedRun| {
+                run.unseal();
+                let mut b = run.first;
+                let mut walked = 1;
+                while b != run.tail {
+                    freed.push(b as usize);
+                    b = block::next(b);
+                    walked += 1;
+                    assert!(walked <= run.len, "the run is longer than its length");
                 }
-                b = block::next(b);
-            }
-            assert!(block::next(tail).is_null(), "the tail ends the run");
-            assert_eq!(walked, len, "a freed run's length is its blocks'");
-        });
-    }
+                freed.push(b as usize);
+                assert!(block::next(run.tail).is_null(), "the tail ends the run");
+                assert_eq!(walked, run.len, "a freed run's length is its blocks'");
+            },
+            |owner, _, run| (*owner).freed.push(&run),
+        )
+    };
     let chains = q.take_all();
     // SAFETY: the chain came from `q`; the queues live as long as `w`.
     unsafe {
@@ -62,9 +71,13 @@ fn drain(w: &World, q: &Inbox, freed: &mut Vec<usize>) {
             q,
             owner_of,
             |b| freed.push(b as usize),
-            |owner, b| (*owner).push(0, b, b),
+            |owner, b| {
+                forwarded += 1;
+                (*owner).push(0, b, b)
+            },
         );
     }
+    forwarded
 }
 
 /// Thread F frees two blocks of the segment (reading its owner, one batch
@@ -144,9 +157,13 @@ fn remote_free_racing_adoption_is_applied_exactly_once() {
     );
 }
 
-/// Thread F frees three blocks of the segment: two of one page, sent as a
-/// freed run, then one of another page, alone, so sent as a chain; each
+/// Thread F frees three 8-byte blocks of the segment: two of one page, then
+/// one of another page whose slot is the first's, which evicts the first
+/// two as a freed run, and is sent alone, as a chain, by the flush; each
 /// reads the owner as it is freed. Thread B adopts the abandoned heap
+/// meanwhile (drains it, re-owns the segment, and drains it again, so that
+/// its forwarding races the freer's sends), and later holders drain
+/// both heaps. Thread B adopts the abandoned heap
 /// meanwhile (drains it, then re-owns the segment), and later holders drain
 /// both heaps. Every block must be freed exactly once, and the run must
 /// arrive whole (its header's tail and length those of its chain), whether
@@ -163,25 +180,27 @@ fn freed_run_racing_adoption_is_applied_exactly_once() {
         });
         w.owner
             .store(ptr::addr_of!(w.abandoned).cast_mut(), Ordering::Relaxed);
+        // The run's two blocks lie in one span (a page), the third apart.
+        let span = Box::into_raw(Box::new(Span([0; 4])));
+        // SAFETY: a fresh allocation, freed at the end of the model.
+        let words = unsafe { ptr::addr_of_mut!((*span).0) }.cast::<usize>();
         let blocks = [
-            new_run_block() as usize,
-            new_run_block() as usize,
-            new_run_block() as usize,
+            words as usize,
+            words.wrapping_add(2) as usize,
+            new_block() as usize,
         ];
 
         let wf = w.clone();
         let freer = thread::spawn(move || {
             let mut cache = RemoteCache::for_thread();
-            // (page key, block): the first two share a page.
-            for (key, b) in [(1, blocks[0]), (1, blocks[1]), (2, blocks[2])] {
+            // (page key, block): the first two share a page; pages 1 and
+            // 64 share a slot.
+            for (key, b) in [(1, blocks[0]), (1, blocks[1]), (64, blocks[2])] {
                 let owner = wf.owner.load(Ordering::Relaxed);
-                // SAFETY: the freer owns the dead two-word block; queues
-                // outlive `wf`.
-                unsafe { cache.push(owner, key, b as *mut u8, 16) };
-                if key == 2 {
-                    cache.flush();
-                }
+                // SAFETY: the freer owns the dead block; queues outlive `wf`.
+                unsafe { cache.push(owner, key, b as *mut u8, 8) };
             }
+            cache.flush();
         });
 
         let wb = w.clone();
@@ -190,39 +209,47 @@ fn freed_run_racing_adoption_is_applied_exactly_once() {
             drain(&wb, &wb.abandoned, &mut freed_by_abandoned);
             wb.owner
                 .store(ptr::addr_of!(wb.adopter).cast_mut(), Ordering::Release);
-            freed_by_abandoned
+            let mut after = Vec::new();
+            let forwarded = drain(&wb, &wb.abandoned, &mut after);
+            assert!(after.is_empty(), "once re-owned, the husk only forwards");
+            (freed_by_abandoned, forwarded)
         });
 
         freer.join().unwrap();
-        let mut freed = adopter.join().unwrap();
+        let (mut freed, forwarded_early) = adopter.join().unwrap();
         let before_adoption = freed.len();
         let mut late = Vec::new();
-        drain(&w, &w.abandoned, &mut late);
+        let forwarded_late = drain(&w, &w.abandoned, &mut late);
         assert!(
             late.is_empty(),
             "the husk no longer owns the segment, so it only forwards"
         );
         assert!(
-            w.abandoned.runs.take_all().is_null()
+            w.abandoned.freed.take_all().is_null()
                 && w.abandoned.take_all().iter().all(|c| c.is_null()),
             "forwarding empties the husk's queues"
         );
         drain(&w, &w.adopter, &mut freed);
-        seen.lock().unwrap().insert(before_adoption);
+        seen.lock()
+            .unwrap()
+            .insert((before_adoption, forwarded_early > 0, forwarded_late > 0));
         freed.sort_unstable();
         let mut want = blocks.to_vec();
         want.sort_unstable();
         assert_eq!(freed, want, "each block freed exactly once");
-        for b in blocks {
-            // SAFETY: allocated by `new_run_block` and freed exactly once above.
-            drop(unsafe { Box::from_raw(b as *mut [usize; 2]) });
+        // SAFETY: allocated above, each once, and no longer in any queue.
+        unsafe {
+            drop(Box::from_raw(span));
+            drop(Box::from_raw(blocks[2] as *mut Block));
         }
     });
-    // Explored: nothing drained before adoption (all forwarded or sent to
-    // the adopter), and the run and the chain both drained by the husk.
+    // Explored: the run and the chain both applied by the husk before
+    // adoption; nothing applied there; and sends that reached the husk
+    // after adoption forwarded both while the freer ran and after.
     let outcomes = outcomes.lock().unwrap();
+    let found = |f: &dyn Fn(&(usize, bool, bool)) -> bool| outcomes.iter().any(f);
     assert!(
-        outcomes.contains(&0) && outcomes.contains(&3),
+        found(&|o| o.0 == 3) && found(&|o| o.0 == 0) && found(&|o| o.1) && found(&|o| o.2),
         "explored only {outcomes:?}"
     );
 }

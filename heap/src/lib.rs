@@ -113,7 +113,7 @@
 //!
 //! # Who owns what across threads
 //! - A page's lists and a heap's queues are touched only by the owning thread.
-//!   Other threads write only a heap's inbox and run queue (and read a
+//!   Other threads write only a heap's inbox, its queues (and read a
 //!   segment's `owner` and a page's immutable-while-live geometry); a
 //!   collector also sets mark bits, and a run's sender its pending bits and
 //!   count (`local_heap/runs.rs`). A page's allocated bits are the owner's
@@ -181,6 +181,7 @@ macro_rules! not_under_loom {
 }
 
 mod block;
+mod freed_run;
 mod remote;
 mod remote_cache;
 mod spin;

@@ -64,6 +64,17 @@ pub(crate) struct LocalHeap {
     pub(crate) all_next: *mut LocalHeap,
 }
 
+/// The inbox of the heap that owns the segment holding `p`.
+///
+/// # Safety
+/// `p` is in a live segment: a live block, or a dead one its page still
+/// counts as used.
+#[inline(always)]
+pub(crate) unsafe fn owner_inbox(p: *const u8) -> *const Inbox {
+    // SAFETY: the segment is mapped (caller); heaps are never unmapped.
+    unsafe { ptr::addr_of!((*(*segment::segment_of(p)).owner.load(Ordering::Relaxed)).queue) }
+}
+
 /// Every heap ever created, newest first. Heaps are never unmapped, so a
 /// walker needs no lock: it follows `all_next` links written before each
 /// heap was published with a Release CAS.
@@ -780,9 +791,10 @@ impl LocalHeap {
         }
     }
 
-    /// Takes every block other threads sent us and frees it locally; a block
-    /// whose segment has meanwhile been adopted by another heap is forwarded.
-    /// Returns how many blocks it took.
+    /// Takes every block and run other threads sent us and frees it
+    /// locally; one whose segment has meanwhile been adopted by another heap
+    /// is forwarded. Returns how many blocks it took (forwarded runs count
+    /// one each): zero when the queues were empty.
     pub(crate) fn drain_remote(&mut self) -> u64 {
         let runs = self.reclaim_runs();
         let chains = self.queue.take_all();
@@ -790,25 +802,29 @@ impl LocalHeap {
             return runs;
         }
         let me = ptr::addr_of!(self.queue);
-        // SAFETY: the chain came from our queue; heaps (hence queues) live
-        // forever; each block is dead and its segment mapped.
-        let n = unsafe {
+        let mut applied = 0;
+        // SAFETY: the chains came from our queue; heaps (hence queues) live
+        // forever; each block is dead and its segment mapped. A block
+        // forwarded is addressed to its segment's owner now, the heap
+        // `owner_inbox` read.
+        let walked = unsafe {
             route_chains(
                 chains,
                 me,
+                |b| owner_inbox(b.cast()),
                 |b| {
-                    let seg = segment::segment_of(b.cast());
-                    ptr::addr_of!((*(*seg).owner.load(Ordering::Relaxed)).queue)
+                    applied += 1;
+                    self.free_drained(segment::page_of(b.cast()), b.cast());
                 },
-                |b| self.free_drained(segment::page_of(b.cast()), b.cast()),
                 // Rare (a block sent just before its segment was adopted):
                 // one push each, no batch, so that the cache stays out of
                 // this walk.
                 |owner, b| (*owner).push(0, b, b),
             )
         };
-        REMOTE.drained.fetch_add(n, Ordering::Relaxed);
-        n + runs
+        // Counted where applied: a forwarded block counts at its new owner.
+        REMOTE.drained.fetch_add(applied, Ordering::Relaxed);
+        walked + runs
     }
 
     /// Calls `f` on every page this heap owns.

@@ -1,9 +1,9 @@
 //! Remote frees, the owner's side: its [`Inbox`] of multi-producer,
-//! single-consumer queues (chains of blocks in [`RemoteQueue`] lanes, and
-//! runs of one page's blocks in a [`RunQueue`]), and the routing rules that
-//! apply what arrives or forward it to a segment's new owner
-//! ([`route_chains`], [`route_runs`]). The senders' batching is
-//! `remote_cache.rs`.
+//! single-consumer queues (chains of blocks in [`RemoteQueue`] lanes, a
+//! sweeper's page runs in a [`RunQueue`], and the freed runs of
+//! `freed_run.rs`), and the routing rules that apply what arrives or
+//! forward it to a segment's new owner ([`route_chains`], [`route_runs`]).
+//! The senders' batching is `remote_cache.rs`.
 //!
 //! The queue is a Treiber stack whose consumer only ever takes everything at
 //! once (`swap` to null). Producers push a whole pre-linked chain with one CAS;
@@ -12,6 +12,7 @@
 //! which moved `head` through null. Order does not matter for frees.
 
 use crate::block::{self, Block};
+use crate::freed_run::FreedQueue;
 use crate::sync::{AtomicPtr, AtomicU64, Ordering};
 use crossbeam_utils::CachePadded;
 use std::ptr;
@@ -58,7 +59,11 @@ impl RemoteQueue {
 ///
 /// # Safety
 /// `link` writes only into blocks the caller owns until the CAS succeeds.
-unsafe fn push_linked(head: &AtomicPtr<Block>, first: *mut Block, link: impl Fn(*mut Block)) {
+pub(crate) unsafe fn push_linked(
+    head: &AtomicPtr<Block>,
+    first: *mut Block,
+    link: impl Fn(*mut Block),
+) {
     let mut h = head.load(Ordering::Relaxed);
     loop {
         link(h);
@@ -72,7 +77,7 @@ unsafe fn push_linked(head: &AtomicPtr<Block>, first: *mut Block, link: impl Fn(
 /// Takes a whole Treiber stack (null when empty): one relaxed load when
 /// empty, one Acquire swap otherwise, which sees every link written before
 /// the pushes it takes (the CASes form a release sequence).
-fn take_all(head: &AtomicPtr<Block>) -> *mut Block {
+pub(crate) fn take_all(head: &AtomicPtr<Block>) -> *mut Block {
     if head.load(Ordering::Relaxed).is_null() {
         return ptr::null_mut();
     }
@@ -88,10 +93,9 @@ fn take_all(head: &AtomicPtr<Block>) -> *mut Block {
 /// run's [`RunKind`]: one block; or a whole page, every block of a page that
 /// had all of them in use, sent without links (the owner resets the page,
 /// so it never walks them); or else a linked run whose length is the second
-/// block's word 1 (with its last block's address, for a freed run). Runs
-/// therefore need blocks of [`MIN_RUN_BLOCK`] bytes. The stack is a Treiber
-/// stack taken whole, as [`RemoteQueue`], with the same argument against
-/// ABA.
+/// block's word 1. Runs therefore need blocks of [`MIN_RUN_BLOCK`] bytes.
+/// The stack is a Treiber stack taken whole, as [`RemoteQueue`], with the
+/// same argument against ABA.
 pub(crate) struct RunQueue {
     head: CachePadded<AtomicPtr<Block>>,
 }
@@ -105,12 +109,6 @@ pub(crate) enum RunKind {
     Single = 1,
     /// Every block of its page, unlinked.
     WholePage = 2,
-    /// Blocks a program freed (not a collector's objects: no pending bits,
-    /// no count out), two or more, linked; the second block's word 1 holds
-    /// the length above bit 48 and the last block's address below
-    /// (`remote_cache.rs`), so that the owner splices the run onto its
-    /// page's free list without walking it.
-    Freed = 3,
 }
 
 /// Smallest block a page run can be made of (two words).
@@ -157,7 +155,6 @@ impl RunQueue {
                 1 => (next, RunKind::Single, 1),
                 // The length is the page's capacity: the caller knows it.
                 2 => (next, RunKind::WholePage, 0),
-                3 => (next, RunKind::Freed, crate::remote_cache::freed_len(run)),
                 _ => (next, RunKind::Linked, block::word(block::next(run), 1)),
             }
         }
@@ -172,7 +169,8 @@ pub(crate) const LANES: usize = 8;
 pub(crate) const LANES: usize = 2;
 
 /// A heap's incoming remote frees: a few independent [`RemoteQueue`] lanes
-/// of block chains, and the [`RunQueue`] of page runs.
+/// of block chains, the [`RunQueue`] of a sweeper's page runs, and the
+/// [`FreedQueue`] of other threads' freed runs.
 ///
 /// Why lanes: draining walks each queued chain through the blocks' link
 /// words, and every link is a cache miss on memory another core last wrote.
@@ -182,9 +180,10 @@ pub(crate) const LANES: usize = 2;
 /// single-producer xmalloc run, 92% of it on the link load).
 pub(crate) struct Inbox {
     lanes: [RemoteQueue; LANES],
-    /// Page runs: a sweeper's (`FreeBatch::push_page_run`) and the freed
-    /// runs of senders' caches.
+    /// A sweeper's page runs (`FreeBatch::push_page_run`).
     pub(crate) runs: RunQueue,
+    /// Other threads' freed runs (`remote_cache.rs`).
+    pub(crate) freed: FreedQueue,
 }
 
 impl Inbox {
@@ -192,6 +191,7 @@ impl Inbox {
         Self {
             lanes: std::array::from_fn(|_| RemoteQueue::new()),
             runs: RunQueue::new(),
+            freed: FreedQueue::new(),
         }
     }
 
@@ -214,8 +214,8 @@ impl Inbox {
 /// chain in turn, so that their cache misses overlap): each block whose owner
 /// (per `owner_of`) is still `me` goes to `local`; any other block belongs to
 /// a segment that was adopted by another heap since it was sent, and goes
-/// to `forward` with its new owner's inbox. Returns how many blocks went to
-/// `local` (a forwarded block is counted where it is applied). This is the one routing rule behind draining and adoption, and
+/// to `forward` with its new owner's inbox. Returns how many blocks it
+/// walked, applied or forwarded. This is the one routing rule behind draining and adoption, and
 /// the loom model of the handoff runs it.
 ///
 /// # Safety
@@ -244,10 +244,10 @@ pub(crate) unsafe fn route_chains(
             let owner = owner_of(b);
             if owner == me {
                 local(b);
-                n += 1;
             } else {
                 forward(owner, b);
             }
+            n += 1;
         }
         if !live {
             return n;
@@ -255,37 +255,40 @@ pub(crate) unsafe fn route_chains(
     }
 }
 
-/// Walks the runs linked from `run`, taken from inbox `me`'s run queue:
-/// each run whose page's owner (per `owner_of`, given the run's first
-/// block) is still `me` goes to `local` with its kind and length (0 for a
-/// whole page); any other run's segment was adopted by another heap since
-/// the run was sent, and the run goes on, untouched, to the new owner's run
-/// queue. The rule of [`route_chains`], for runs; the loom model of the
-/// handoff runs it too.
+/// Walks a stack of runs taken from one of inbox `me`'s run queues, from
+/// `run`: `read` gives a run's header and the next run (read before the run
+/// changes hands). Each run whose page's owner (per `owner_of`, given the
+/// run's first block) is still `me` goes to `local` with its header; any
+/// other run's segment was adopted by another heap since the run was sent,
+/// and the run goes on, untouched, to `forward` with the new owner's
+/// inbox. The rule of [`route_chains`], for runs; the loom model of the
+/// handoff runs it too. Returns how many runs it forwarded.
 ///
 /// # Safety
-/// `run` came from `me.runs.take_all()`, `owner_of` returns inboxes that
-/// live forever, and `local` takes ownership of a run.
-pub(crate) unsafe fn route_runs(
+/// `run` came from the queue `read` reads the headers of, `owner_of`
+/// returns inboxes that live forever, and `local` and `forward` take
+/// ownership of a run.
+pub(crate) unsafe fn route_runs<H: Copy>(
     mut run: *mut Block,
     me: *const Inbox,
+    read: impl Fn(*mut Block) -> (H, *mut Block),
     owner_of: impl Fn(*mut Block) -> *const Inbox,
-    mut local: impl FnMut(*mut Block, RunKind, usize),
-) {
+    mut local: impl FnMut(*mut Block, H),
+    mut forward: impl FnMut(*const Inbox, *mut Block, H),
+) -> u64 {
+    let mut forwarded = 0;
     while !run.is_null() {
-        // SAFETY: the run is ours (caller), its header as its sender wrote
-        // it; read before the run changes hands.
-        let (next, kind, len) = unsafe { RunQueue::header(run) };
+        let (header, next) = read(run);
         let owner = owner_of(run);
         if owner == me {
-            local(run, kind, len);
+            local(run, header);
         } else {
-            // SAFETY: ours to hand on; only the first block's word 1, the
-            // link to the next run, is rewritten, so the run stays intact.
-            unsafe { (*owner).runs.push(run, kind) };
+            forward(owner, run, header);
+            forwarded += 1;
         }
         run = next;
     }
+    forwarded
 }
 
 /// Global counters of remote traffic (one relaxed add per batch, not per block).
@@ -468,7 +471,8 @@ mod loom_tests {
         assert!(seen.len() >= 3, "explored only {seen:?}");
     }
 
-    /// A sender's cache batches blocks too small for runs per destination; a flush hands each
+    /// A sender's cache batches blocks of pages it frees too few of for a run
+    /// per destination (one page each here); a flush hands each
     /// batch over with one push, and the consumers see every block once.
     #[test]
     fn remote_cache_batches_per_owner() {
@@ -499,9 +503,9 @@ mod loom_tests {
                 let mut cache = RemoteCache::for_thread();
                 // SAFETY: the sender owns its blocks; the queues outlive the model.
                 unsafe {
-                    cache.push(c1, 0, sent[0] as *mut u8, 8);
-                    cache.push(c2, 0, sent[1] as *mut u8, 8);
-                    cache.push(c1, 0, sent[2] as *mut u8, 8);
+                    cache.push(c1, 1, sent[0] as *mut u8, 8);
+                    cache.push(c2, 2, sent[1] as *mut u8, 8);
+                    cache.push(c1, 3, sent[2] as *mut u8, 8);
                 }
                 cache.flush();
             });

@@ -6,21 +6,16 @@
 //! - **Page slots.** Blocks of one page gather in a slot of their own (keyed
 //!   by the block's slice, which belongs to exactly one page). When the slot
 //!   fills, is flushed, or is evicted by a block of another page, its blocks
-//!   go as one *freed run* ([`RunKind::Freed`]) onto the owner's run queue,
-//!   with their count and last block in the run's header, and the owner
-//!   splices the run onto the page's free list in O(1), never reading the
-//!   blocks between: each read would be a cache miss on memory this thread
-//!   wrote last. (Walking every returned block was 21% of a
-//!   single-producer xmalloc run, 88% of that on the link load.) This is
-//!   snmalloc's idea of a message per slab.
+//!   go as one *freed run* (`freed_run.rs`) onto the owner's queue of them,
+//!   and the owner splices the run onto the page's free list in O(1),
+//!   never reading the blocks between.
 //! - **Owner slots.** A page slot evicted with fewer than [`MIN_RUN`] blocks
 //!   joins its owner's slot instead, a chain of blocks of any of that heap's
 //!   pages, sent to a lane of its [`Inbox`] and walked by the owner
 //!   (`route_chains`): scattered frees, a few to a page, still cost one
-//!   atomic operation a batch, not one a block, and the owner three misses
-//!   a run (its header, its tail) only where a run saves more. Blocks under
-//!   [`MIN_RUN_BLOCK`] bytes cannot carry a run's header and always go
-//!   this way.
+//!   atomic operation a batch, not one a block. A run costs its owner three
+//!   cache misses (its two header blocks and its tail) and a chain one a
+//!   block, hence the threshold.
 //!
 //! # Invariants
 //! Each slot's chain `head ..= tail` (linked through the blocks' link words,
@@ -30,9 +25,10 @@
 //! `bytes_total` is the sum over all slots.
 
 use crate::block::{self, Block};
+use crate::freed_run::{self, FreedRun};
+use crate::remote::Inbox;
 #[cfg(not(loom))]
 use crate::remote::REMOTE;
-use crate::remote::{Inbox, RunKind, MIN_RUN_BLOCK};
 #[cfg(not(loom))]
 use crate::sync::Ordering;
 use std::ptr;
@@ -51,11 +47,11 @@ pub(crate) const MIN_RUN: u32 = 4;
 #[cfg(loom)]
 pub(crate) const MIN_RUN: u32 = 2;
 
-/// The key of `p`'s page slot: its slice's number.
-#[cfg(not(loom))]
+/// The key of `p`'s page slot: the number of its slice (the span all
+/// blocks of a freed run start in).
 #[inline(always)]
 pub(crate) fn page_key(p: *const u8) -> usize {
-    p as usize >> crate::segment::SLICE_SHIFT
+    p as usize / freed_run::RUN_SPAN
 }
 
 #[derive(Clone, Copy)]
@@ -165,32 +161,17 @@ impl RemoteCache {
     pub(crate) unsafe fn push(&mut self, inbox: *const Inbox, key: usize, b: *mut u8, size: usize) {
         let b = b.cast::<Block>();
         self.bytes_total += size;
-        if size >= MIN_RUN_BLOCK {
-            let i = Self::page_slot_of(key);
-            let s = &mut self.pages[i];
-            if s.key == key && s.count > 0 {
-                // SAFETY: the caller's block, of `key`'s page like the slot's.
-                unsafe { s.push(b, size) };
-                if s.count >= self.max_count {
-                    self.evict(i);
-                }
-            } else {
-                // SAFETY: the caller's block.
-                unsafe { self.open_page_slot(i, inbox, key, b, size) };
+        let i = Self::page_slot_of(key);
+        let s = &mut self.pages[i];
+        if s.key == key && s.count > 0 {
+            // SAFETY: the caller's block, of `key`'s page like the slot's.
+            unsafe { s.push(b, size) };
+            if s.count >= self.max_count {
+                self.evict(i);
             }
         } else {
-            let j = Self::owner_slot_of(inbox);
-            let o = &mut self.owners[j];
-            if o.inbox == inbox {
-                // SAFETY: the caller's block, bound for the slot's inbox.
-                unsafe { o.push(b, size) };
-                if o.count >= self.max_count {
-                    self.flush_owner(j);
-                }
-            } else {
-                // SAFETY: a one-block chain of the caller's, bound for `inbox`.
-                unsafe { self.join_owner(inbox, b, b, 1, size) };
-            }
+            // SAFETY: the caller's block.
+            unsafe { self.open_page_slot(i, inbox, key, b, size) };
         }
         if self.bytes_total >= self.max_bytes {
             self.flush();
@@ -202,7 +183,7 @@ impl RemoteCache {
     ///
     /// # Safety
     /// As [`RemoteCache::push`].
-    #[cold]
+    // Not cold: scattered frees (larson's) come here on most blocks.
     #[inline(never)]
     unsafe fn open_page_slot(
         &mut self,
@@ -230,20 +211,14 @@ impl RemoteCache {
         if s.count == 0 {
             return;
         }
-        // The header packs the tail's address under bit 48 (as every
-        // user-space address on the platforms served), the count above.
-        if s.count >= MIN_RUN && (s.tail as usize) >> 48 == 0 {
+        if s.count >= MIN_RUN && freed_run::can_head(s.head) {
             self.bytes_total -= s.bytes;
-            // SAFETY: a well-formed chain of `count >= 2` blocks of at least
-            // MIN_RUN_BLOCK bytes, all of one live page, ours (slot
+            // SAFETY: a well-formed chain of `count >= 2` blocks that start
+            // in one slice (the slot's key), of one live page, ours (slot
             // invariant); the inbox lives forever (`push`'s contract).
             unsafe {
-                block::set_word(
-                    block::next(s.head),
-                    1,
-                    s.tail as usize | (s.count as usize) << 48,
-                );
-                (*s.inbox).runs.push(s.head, RunKind::Freed);
+                let run = FreedRun::seal(s.head, s.tail, s.count as usize);
+                (*s.inbox).freed.push(&run);
             }
             self.sent(s.count);
         } else {
@@ -335,23 +310,4 @@ impl RemoteCache {
     }
 }
 
-/// The tail of freed run `run` (its last block), as its sender wrote it.
-///
-/// # Safety
-/// `run` is a freed run the caller took from a run queue.
-pub(crate) unsafe fn freed_tail(run: *mut Block) -> *mut Block {
-    // SAFETY: a freed run has two blocks or more; the second's word 1 is the
-    // header `evict` wrote.
-    unsafe { (block::word(block::next(run), 1) & ((1 << 48) - 1)) as *mut Block }
-}
-
-/// The count of freed run `run`, as its sender wrote it.
-///
-/// # Safety
-/// As [`freed_tail`].
-pub(crate) unsafe fn freed_len(run: *mut Block) -> usize {
-    // SAFETY: as in `freed_tail`.
-    unsafe { block::word(block::next(run), 1) >> 48 }
-}
-
-const _: () = assert!(MIN_RUN >= 2, "a freed run's header needs two blocks");
+const _: () = assert!(MIN_RUN >= 2, "a freed run has two blocks or more");

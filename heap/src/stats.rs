@@ -67,11 +67,14 @@ pub struct HeapStats {
     pub large_bytes: u64,
     /// Large and huge spans handed out.
     pub large_count: u64,
-    /// Blocks freed by a thread that did not own them (sent to a remote queue).
+    /// Blocks freed by a thread that did not own them (sent to the owner's
+    /// inbox, in a chain or a run).
     pub remote_frees_sent: u64,
-    /// Remote frees taken back by their owners.
+    /// Remote frees taken back by their owners (a block forwarded to a
+    /// segment's new owner counts once, where it is applied).
     pub remote_frees_drained: u64,
-    /// Batches sent (one atomic operation each).
+    /// Batches (chains and runs) sent, one atomic operation each; blocks
+    /// and runs forwarded to a segment's new owner are not counted.
     pub remote_batches: u64,
     /// Pages left behind by exiting threads.
     pub pages_abandoned: u64,

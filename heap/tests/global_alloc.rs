@@ -143,8 +143,10 @@ fn free_batch_returns_blocks_to_their_owner() {
     let blocks: Vec<usize> =
         // SAFETY: non-zero size.
         (0..10_000).map(|_| unsafe { LoamAlloc.alloc(layout) } as usize).collect();
-    // Blocks of one page go as one run (a page is at least a slice, and
-    // holds fewer than a sweeper's 4,096-block batch of 48-byte blocks).
+    // Blocks of one slice go as one run (a slice holds fewer than a
+    // sweeper's 4,096-block batch of 48-byte blocks); a slice with fewer
+    // than four of them (at either end of the range) joins the owner's
+    // chain instead.
     let pages = blocks
         .iter()
         .map(|p| p / loam_heap::SLICE_SIZE)
@@ -159,8 +161,12 @@ fn free_batch_returns_blocks_to_their_owner() {
         }
         assert_eq!(batch.len(), 10_000);
         batch.flush();
-        // One atomic operation a page, not 10,000.
-        assert_eq!(batch.batches_sent(), pages as u64);
+        // About one atomic operation a slice, not 10,000.
+        let sent = batch.batches_sent() as usize;
+        assert!(
+            pages.saturating_sub(2) <= sent && sent <= pages + 1,
+            "{sent} messages for blocks on {pages} slices"
+        );
         assert!(pages <= 16, "10,000 blocks of 48 bytes on {pages} pages");
     })
     .join()

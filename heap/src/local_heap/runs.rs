@@ -1,7 +1,7 @@
 //! Taking back page runs: the dead blocks of one page that a collector's
-//! sweeper (`FreeBatch::push_page_run`) or another thread's frees
-//! (`remote_cache.rs`, a *freed run*) send to the page's owner in one
-//! message, queued on its inbox's run queue. The owner is the only writer
+//! sweeper (`FreeBatch::push_page_run`, queued on the inbox's run queue)
+//! or another thread's frees (a *freed run*, `freed_run.rs`, on its own
+//! queue) send to the page's owner in one message. The owner is the only writer
 //! of its pages' allocated bits and lists, so it applies the run itself,
 //! the next time it passes a slow path (or enters `mutate`): a freed run is
 //! spliced onto the page's free list in O(1); a sweeper's run that
@@ -18,37 +18,70 @@
 //! the count back, each step a release, and a reader goes the other way
 //! (`PageRef::pending_words`).
 
-use super::LocalHeap;
+use super::{owner_inbox, LocalHeap};
 use crate::block::{self, Block};
 use crate::inspect::{pending_bitmap, AllocatedBit};
 use crate::page::{Page, PageState};
-use crate::remote::{route_runs, RunKind, REMOTE};
-use crate::remote_cache::freed_tail;
+use crate::freed_run::FreedRun;
+use crate::remote::{route_runs, RunKind, RunQueue, REMOTE};
 use crate::segment;
 use crate::sync::Ordering;
 use std::ptr;
 
 impl LocalHeap {
-    /// Takes back the page runs queued for us, if any; returns the blocks
-    /// taken.
+    /// Takes back the page runs and freed runs queued for us, if any;
+    /// returns the blocks taken (forwarded runs count one each).
     #[inline]
     pub(crate) fn reclaim_runs(&mut self) -> u64 {
-        let runs = self.queue.runs.take_all();
-        if runs.is_null() {
+        let (runs, freed) = (self.queue.runs.take_all(), self.queue.freed.take_all());
+        if runs.is_null() && freed.is_null() {
             return 0;
         }
-        // SAFETY: the runs came from our queue.
-        let n = unsafe { self.drain_runs(runs) };
-        REMOTE.drained.fetch_add(n, Ordering::Relaxed);
-        n
+        // SAFETY: the runs came from our queues.
+        unsafe { self.drain_runs(runs) + self.drain_freed(freed) }
     }
 
-    /// Takes back the page runs linked from `run`: a freed run is spliced
-    /// onto its page's free list; a sweeper's run that accounts for every
-    /// block its page has in use resets the page in O(1), any other is
-    /// walked and freed block by block; a run whose segment has been
-    /// adopted by another heap since it was sent is forwarded
-    /// (`route_runs`). Returns the blocks taken.
+    /// Splices the freed runs linked from `run` onto their pages' free
+    /// lists, or forwards those whose segment has been adopted by another
+    /// heap since they were sent (`route_runs`). Returns the blocks applied
+    /// and the runs forwarded.
+    ///
+    /// # Safety
+    /// `run` came from `self.queue.freed.take_all()`.
+    unsafe fn drain_freed(&mut self, run: *mut Block) -> u64 {
+        let me = ptr::addr_of!(self.queue);
+        let mut n = 0;
+        // SAFETY: the runs came from our queue (caller); heaps (hence
+        // queues) live forever; a run's blocks are dead blocks of one live
+        // page (the run holds them in use), so its segment is mapped.
+        // `route_runs` gives `local` only runs whose page is ours, and
+        // forwards the others to their segment's owner now.
+        let forwarded = unsafe {
+            route_runs(
+                run,
+                me,
+                |run| FreedRun::read(run),
+                |run| owner_inbox(run.cast()),
+                |_, run: FreedRun| {
+                    let page = segment::page_of(run.first.cast());
+                    run.unseal();
+                    (*page).push_freed_run(run.first, run.tail, run.len as u32);
+                    self.after_local_free(page);
+                    n += run.len as u64;
+                },
+                |owner, _, run| (*owner).freed.push(&run),
+            )
+        };
+        REMOTE.drained.fetch_add(n, Ordering::Relaxed);
+        n + forwarded
+    }
+
+    /// Takes back a sweeper's page runs linked from `run`: a run that
+    /// accounts for every block its page has in use resets the page in
+    /// O(1), any other is walked and freed block by block; a run whose
+    /// segment has been adopted by another heap since it was sent is
+    /// forwarded (`route_runs`). Returns the blocks applied and the runs
+    /// forwarded.
     ///
     /// # Safety
     /// `run` came from `self.queue.runs.take_all()`.
@@ -58,18 +91,23 @@ impl LocalHeap {
         // SAFETY: the runs came from our queue (caller); heaps (hence
         // queues) live forever; a run's blocks are dead blocks of one live
         // page (the run holds them in use), so its segment is mapped.
-        unsafe {
+        // `route_runs` gives `local` only runs whose page is ours, and
+        // forwards the others to their segment's owner now.
+        let forwarded = unsafe {
             route_runs(
                 run,
                 me,
                 |run| {
-                    let seg = segment::segment_of(run.cast());
-                    ptr::addr_of!((*(*seg).owner.load(Ordering::Relaxed)).queue)
+                    let (next, kind, len) = RunQueue::header(run);
+                    ((kind, len), next)
                 },
-                |run, kind, len| n += self.take_run(run, kind, len) as u64,
-            );
-        }
-        n
+                |run| owner_inbox(run.cast()),
+                |run, (kind, len)| n += self.take_run(run, kind, len) as u64,
+                |owner, run, (kind, _)| (*owner).runs.push(run, kind),
+            )
+        };
+        REMOTE.drained.fetch_add(n, Ordering::Relaxed);
+        n + forwarded
     }
 
     /// Applies run `run` of `kind` and `len` blocks (0 for a whole page),
@@ -83,17 +121,6 @@ impl LocalHeap {
         unsafe {
             let page = segment::page_of(run.cast());
             let size = (*page).block_size();
-            if kind == RunKind::Freed {
-                // A program's frees: no allocated or pending bits, nothing
-                // counted out. Words 1 of the first two blocks (the header)
-                // overwrote the debug fill: restore it.
-                let tail = freed_tail(run);
-                block::on_free(run.cast(), size);
-                block::on_free(block::next(run).cast(), size);
-                (*page).push_freed_run(run, tail, len as u32);
-                self.after_local_free(page);
-                return len;
-            }
             let len = if kind == RunKind::WholePage {
                 (*page).capacity()
             } else {

@@ -73,7 +73,8 @@ impl LocalHeap {
     /// Walks orphaned heaps: drains each one's queue (freeing into its pages
     /// or forwarding), releases what became empty, and with `adopt` takes the
     /// segments of the first orphan that has any.
-    /// Returns how many queued blocks it drained.
+    /// Returns what it took off queues (`drain_remote`): zero when they were
+    /// all empty.
     pub(crate) fn visit_orphans(&mut self, adopt: bool, force: bool) -> u64 {
         let mut adopted = !adopt;
         let mut drained = 0;
@@ -96,7 +97,8 @@ impl LocalHeap {
     /// `force` (the heap's thread is gone), its wholly free segments go
     /// to the process-wide cache for any heap to take; with it they go
     /// back to the OS.
-    /// Returns how many queued blocks it drained.
+    /// Returns what it took off queues (`drain_remote`): zero when they were
+    /// all empty.
     pub(crate) fn tidy(&mut self, force: bool) -> u64 {
         let drained = self.take_back();
         if !force {
@@ -127,7 +129,6 @@ impl LocalHeap {
         self.flush_thread_cache();
         self.cache.flush();
         let drained = self.drain_remote();
-        self.cache.flush();
         self.retire_empty_pages();
         drained
     }

@@ -5,6 +5,7 @@
 use crate::alloc::{current_heap, is_live, thread_init};
 use crate::block;
 use crate::local_heap::LocalHeap;
+use crate::remote::Inbox;
 use crate::remote::REMOTE;
 use crate::remote_cache::page_key;
 use crate::segment::{block_size_of, segment_of};
@@ -81,7 +82,7 @@ unsafe fn free_remote(heap: *mut LocalHeap, owner: *mut LocalHeap, p: *mut u8) {
         if is_live(heap) {
             match (*heap).tcache.room(size) {
                 Some(class) => (*heap).tcache.push(class, p),
-                None => (*heap).cache.push(queue, page_key(p), p, size),
+                None => send(&mut *heap, queue, p, size),
             }
         } else {
             (*queue).push(0, p.cast(), p.cast());
@@ -89,4 +90,19 @@ unsafe fn free_remote(heap: *mut LocalHeap, owner: *mut LocalHeap, p: *mut u8) {
             REMOTE.batches.fetch_add(1, Ordering::Relaxed);
         }
     }
+}
+
+/// Batches `p` for `queue`'s heap in `heap`'s outgoing cache. Out of line:
+/// inlined, the cache's page-slot code made `free_remote`'s own prologue
+/// and registers heavier on every free, the thread cache's too (larson at
+/// two threads, where most remote frees stay in the thread cache, 6%
+/// slower).
+///
+/// # Safety
+/// As [`RemoteCache::push`](crate::remote_cache::RemoteCache::push), with
+/// `p` of `size` bytes.
+#[inline(never)]
+unsafe fn send(heap: &mut LocalHeap, queue: *const Inbox, p: *mut u8, size: usize) {
+    // SAFETY: the caller's.
+    unsafe { heap.cache.push(queue, page_key(p), p, size) }
 }

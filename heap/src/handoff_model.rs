@@ -107,7 +107,7 @@ fn remote_free_racing_adoption_is_applied_exactly_once() {
             for b in blocks {
                 let owner = wf.owner.load(Ordering::Relaxed);
                 // SAFETY: the freer owns the dead block; queues outlive `wf`.
-                // (Eight bytes: too small for a run, so it goes as a chain.)
+                // (Flushed alone: too few for a run, so it goes as a chain.)
                 unsafe { cache.push(owner, 0, b as *mut u8, 8) };
                 // One batch per block: the two batches take two inbox lanes.
                 cache.flush();

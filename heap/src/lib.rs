@@ -33,15 +33,16 @@
 //!   its segments, its inbox of remote frees and its outgoing batches.
 //! - **Inbox / RemoteQueue / RunQueue** (`remote.rs`): the owner's inbox
 //!   of blocks freed elsewhere: eight lock-free MPSC queues (lanes) of
-//!   block chains, so that the owner can walk several at once, and a queue
-//!   of *runs*, each one page's blocks, which the owner applies without
-//!   walking them.
-//! - **RemoteCache** (`remote_cache.rs`): the sender's side. Blocks of one
-//!   page gather and go as one *freed run* (up to 128 blocks), which the
-//!   owner splices onto the page's free list in O(1), snmalloc's message
-//!   per slab; pages a thread frees only a few blocks of, and blocks too
-//!   small for a run's header (8 bytes), go in per-owner chains, spread
-//!   over the lanes.
+//!   block chains, so that the owner can walk several at once, and two
+//!   queues of *runs*, each one page's blocks, which the owner applies
+//!   without walking them: a sweeper's page runs and other threads' freed
+//!   runs.
+//! - **RemoteCache** (`remote_cache.rs`) and **freed runs**
+//!   (`freed_run.rs`): the sender's side. Blocks of one page gather and go
+//!   as one *freed run* (up to 128 blocks, a header in the first words of
+//!   two of them), which the owner splices onto the page's free list in
+//!   O(1), snmalloc's message per slab; pages a thread frees only a few
+//!   blocks of go in per-owner chains, spread over the lanes.
 //! - [`FreeBatch`] (`batch.rs`): the same batching for a collector's sweeper,
 //!   and *page runs*: a page's dead blocks sent as one message to the owner's
 //!   `RunQueue` (`remote.rs`), which resets a page the run empties in O(1);
@@ -104,7 +105,7 @@
 //!    a page on the full list goes back to its class queue.
 //! 2. Remote (`free_remote`): batch the block in this thread's
 //!    `RemoteCache`, with the other blocks of its page; a page's 128
-//!    blocks go as one run on the owner's run queue with one CAS, and so
+//!    blocks go as one freed run to the owner with one CAS, and so
 //!    does a page's batch when another page takes its slot (four blocks or
 //!    more; fewer join the owner's chain, sent at 128 blocks to one lane of
 //!    its inbox), and everything at 256 KiB in all. A thread that only

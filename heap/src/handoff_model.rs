@@ -19,6 +19,30 @@ struct World {
     owner: AtomicPtr<Inbox>,
 }
 
+impl World {
+    /// Two heaps, the segment owned by the one about to be abandoned.
+    fn new() -> Arc<World> {
+        let w = Arc::new(World {
+            abandoned: Inbox::new(),
+            adopter: Inbox::new(),
+            owner: AtomicPtr::new(ptr::null_mut()),
+        });
+        w.owner
+            .store(ptr::addr_of!(w.abandoned).cast_mut(), Ordering::Relaxed);
+        w
+    }
+
+    /// What an adopter does: drains the abandoned heap (returning what it
+    /// freed there), then re-owns the segment.
+    fn adopt(&self) -> Vec<usize> {
+        let mut freed = Vec::new();
+        drain(self, &self.abandoned, &mut freed);
+        self.owner
+            .store(ptr::addr_of!(self.adopter).cast_mut(), Ordering::Release);
+        freed
+    }
+}
+
 fn new_block() -> *mut Block {
     Box::into_raw(Box::new(Block {
         next: ptr::null_mut(),
@@ -92,13 +116,7 @@ fn remote_free_racing_adoption_is_applied_exactly_once() {
     let outcomes = std::sync::Arc::new(std::sync::Mutex::new(std::collections::HashSet::new()));
     let seen = outcomes.clone();
     loom::model(move || {
-        let w = Arc::new(World {
-            abandoned: Inbox::new(),
-            adopter: Inbox::new(),
-            owner: AtomicPtr::new(ptr::null_mut()),
-        });
-        w.owner
-            .store(ptr::addr_of!(w.abandoned).cast_mut(), Ordering::Relaxed);
+        let w = World::new();
         let blocks = [new_block() as usize, new_block() as usize];
 
         let wf = w.clone();
@@ -116,10 +134,7 @@ fn remote_free_racing_adoption_is_applied_exactly_once() {
 
         let wb = w.clone();
         let adopter = thread::spawn(move || {
-            let mut freed_by_abandoned = Vec::new();
-            drain(&wb, &wb.abandoned, &mut freed_by_abandoned);
-            wb.owner
-                .store(ptr::addr_of!(wb.adopter).cast_mut(), Ordering::Release);
+            let freed_by_abandoned = wb.adopt();
             freed_by_abandoned
         });
 
@@ -163,8 +178,6 @@ fn remote_free_racing_adoption_is_applied_exactly_once() {
 /// reads the owner as it is freed. Thread B adopts the abandoned heap
 /// meanwhile (drains it, re-owns the segment, and drains it again, so that
 /// its forwarding races the freer's sends), and later holders drain
-/// both heaps. Thread B adopts the abandoned heap
-/// meanwhile (drains it, then re-owns the segment), and later holders drain
 /// both heaps. Every block must be freed exactly once, and the run must
 /// arrive whole (its header's tail and length those of its chain), whether
 /// the husk applied it or forwarded it.
@@ -173,13 +186,7 @@ fn freed_run_racing_adoption_is_applied_exactly_once() {
     let outcomes = std::sync::Arc::new(std::sync::Mutex::new(std::collections::HashSet::new()));
     let seen = outcomes.clone();
     loom::model(move || {
-        let w = Arc::new(World {
-            abandoned: Inbox::new(),
-            adopter: Inbox::new(),
-            owner: AtomicPtr::new(ptr::null_mut()),
-        });
-        w.owner
-            .store(ptr::addr_of!(w.abandoned).cast_mut(), Ordering::Relaxed);
+        let w = World::new();
         // The run's two blocks lie in one span (a page), the third apart.
         let span = Box::into_raw(Box::new(Span([0; 4])));
         // SAFETY: a fresh allocation, freed at the end of the model.
@@ -205,10 +212,7 @@ fn freed_run_racing_adoption_is_applied_exactly_once() {
 
         let wb = w.clone();
         let adopter = thread::spawn(move || {
-            let mut freed_by_abandoned = Vec::new();
-            drain(&wb, &wb.abandoned, &mut freed_by_abandoned);
-            wb.owner
-                .store(ptr::addr_of!(wb.adopter).cast_mut(), Ordering::Release);
+            let freed_by_abandoned = wb.adopt();
             let mut after = Vec::new();
             let forwarded = drain(&wb, &wb.abandoned, &mut after);
             assert!(after.is_empty(), "once re-owned, the husk only forwards");

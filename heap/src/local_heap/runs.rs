@@ -23,7 +23,7 @@ use crate::block::{self, Block};
 use crate::inspect::{pending_bitmap, AllocatedBit};
 use crate::page::{Page, PageState};
 use crate::freed_run::FreedRun;
-use crate::remote::{route_runs, RunKind, RunQueue, REMOTE};
+use crate::remote::{route_runs, Inbox, RunKind, RunQueue, REMOTE};
 use crate::segment;
 use crate::sync::Ordering;
 use std::ptr;
@@ -37,77 +37,90 @@ impl LocalHeap {
         if runs.is_null() && freed.is_null() {
             return 0;
         }
-        // SAFETY: the runs came from our queues.
-        unsafe { self.drain_runs(runs) + self.drain_freed(freed) }
+        // SAFETY: taken from our queues just now.
+        unsafe { self.reclaim_taken(runs, freed) }
     }
 
-    /// Splices the freed runs linked from `run` onto their pages' free
-    /// lists, or forwards those whose segment has been adopted by another
-    /// heap since they were sent (`route_runs`). Returns the blocks applied
-    /// and the runs forwarded.
+    /// The body of [`LocalHeap::reclaim_runs`] once something came, out of
+    /// the line of its every caller (`mutate` entries among them).
     ///
     /// # Safety
-    /// `run` came from `self.queue.freed.take_all()`.
-    unsafe fn drain_freed(&mut self, run: *mut Block) -> u64 {
-        let me = ptr::addr_of!(self.queue);
-        let mut n = 0;
-        // SAFETY: the runs came from our queue (caller); heaps (hence
-        // queues) live forever; a run's blocks are dead blocks of one live
-        // page (the run holds them in use), so its segment is mapped.
-        // `route_runs` gives `local` only runs whose page is ours, and
-        // forwards the others to their segment's owner now.
-        let forwarded = unsafe {
-            route_runs(
-                run,
-                me,
-                |run| FreedRun::read(run),
-                |run| owner_inbox(run.cast()),
-                |_, run: FreedRun| {
-                    let page = segment::page_of(run.first.cast());
-                    run.unseal();
-                    (*page).push_freed_run(run.first, run.tail, run.len as u32);
-                    self.after_local_free(page);
-                    n += run.len as u64;
-                },
-                |owner, _, run| (*owner).freed.push(&run),
-            )
-        };
-        REMOTE.drained.fetch_add(n, Ordering::Relaxed);
-        n + forwarded
-    }
-
-    /// Takes back a sweeper's page runs linked from `run`: a run that
-    /// accounts for every block its page has in use resets the page in
-    /// O(1), any other is walked and freed block by block; a run whose
-    /// segment has been adopted by another heap since it was sent is
-    /// forwarded (`route_runs`). Returns the blocks applied and the runs
-    /// forwarded.
-    ///
-    /// # Safety
-    /// `run` came from `self.queue.runs.take_all()`.
-    unsafe fn drain_runs(&mut self, run: *mut Block) -> u64 {
-        let me = ptr::addr_of!(self.queue);
-        let mut n = 0;
-        // SAFETY: the runs came from our queue (caller); heaps (hence
-        // queues) live forever; a run's blocks are dead blocks of one live
-        // page (the run holds them in use), so its segment is mapped.
-        // `route_runs` gives `local` only runs whose page is ours, and
-        // forwards the others to their segment's owner now.
-        let forwarded = unsafe {
-            route_runs(
-                run,
-                me,
+    /// `runs` and `freed` came from our run queue and freed-run queue.
+    #[inline(never)]
+    unsafe fn reclaim_taken(&mut self, runs: *mut Block, freed: *mut Block) -> u64 {
+        // SAFETY: the stacks came from our queues (caller), read and
+        // forwarded as their queues' runs.
+        unsafe {
+            self.drain_stack(
+                runs,
                 |run| {
                     let (next, kind, len) = RunQueue::header(run);
                     ((kind, len), next)
                 },
-                |run| owner_inbox(run.cast()),
-                |run, (kind, len)| n += self.take_run(run, kind, len) as u64,
+                |heap, run, (kind, len)| heap.take_run(run, kind, len) as u64,
                 |owner, run, (kind, _)| (*owner).runs.push(run, kind),
+            ) + self.drain_stack(
+                freed,
+                |run| FreedRun::read(run),
+                |heap, _, run| heap.take_freed(run),
+                |owner, _, run| (*owner).freed.push(&run),
+            )
+        }
+    }
+
+    /// Routes the stack of runs linked from `run` (`route_runs`): `apply`
+    /// takes back each run whose segment is still ours and returns its
+    /// blocks; `forward` hands the others on to the heap that adopted their
+    /// segment since they were sent. Returns the blocks applied and the
+    /// runs forwarded.
+    ///
+    /// # Safety
+    /// `run` came from one of our inbox's run queues, whose headers `read`
+    /// reads and whose queue `forward` pushes on; `apply` and `forward`
+    /// take ownership of a run.
+    unsafe fn drain_stack<H: Copy>(
+        &mut self,
+        run: *mut Block,
+        read: impl Fn(*mut Block) -> (H, *mut Block),
+        mut apply: impl FnMut(&mut Self, *mut Block, H) -> u64,
+        forward: impl FnMut(*const Inbox, *mut Block, H),
+    ) -> u64 {
+        let me = ptr::addr_of!(self.queue);
+        let mut n = 0;
+        // SAFETY: the runs came from our queue (caller); heaps (hence
+        // queues) live forever; a run's blocks are dead blocks of one live
+        // page (the run holds them in use), so its segment is mapped.
+        // `route_runs` gives `local` only runs whose page is ours, and
+        // forwards the others to their segment's owner now.
+        let forwarded = unsafe {
+            route_runs(
+                run,
+                me,
+                read,
+                |run| owner_inbox(run.cast()),
+                |run, header| n += apply(self, run, header),
+                forward,
             )
         };
         REMOTE.drained.fetch_add(n, Ordering::Relaxed);
         n + forwarded
+    }
+
+    /// Splices freed run `run` onto its page's free list; returns its
+    /// length.
+    ///
+    /// # Safety
+    /// The run came from our queue, and its page is ours.
+    unsafe fn take_freed(&mut self, run: FreedRun) -> u64 {
+        // SAFETY: a queued run is ours, its blocks dead blocks of one live
+        // page of ours (caller), each counted in its `used`.
+        unsafe {
+            let page = segment::page_of(run.first.cast());
+            run.unseal();
+            (*page).push_freed_run(run.first, run.tail, run.len as u32);
+            self.after_local_free(page);
+        }
+        run.len as u64
     }
 
     /// Applies run `run` of `kind` and `len` blocks (0 for a whole page),

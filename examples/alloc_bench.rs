@@ -114,7 +114,7 @@ use std::alloc::{handle_alloc_error, GlobalAlloc, Layout, System};
 use std::collections::{BTreeMap, VecDeque};
 use std::ptr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -889,6 +889,9 @@ mod xmalloc {
     struct PipeState {
         batches: VecDeque<Batch>,
         producers: usize,
+        /// The collector is gone (it panicked): a producer must not wait
+        /// for room that will never come.
+        closed: bool,
     }
 
     impl Pipe {
@@ -897,6 +900,7 @@ mod xmalloc {
                 state: Mutex::new(PipeState {
                     batches: VecDeque::with_capacity(PIPE_BATCHES),
                     producers,
+                    closed: false,
                 }),
                 not_empty: Condvar::new(),
                 not_full: Condvar::new(),
@@ -904,10 +908,14 @@ mod xmalloc {
         }
 
         fn send(&self, batch: Batch) {
-            let mut st = self.state.lock().unwrap();
-            while st.batches.len() == PIPE_BATCHES {
-                st = self.not_full.wait(st).unwrap();
+            let mut st = self.lock();
+            while st.batches.len() == PIPE_BATCHES && !st.closed {
+                st = self
+                    .not_full
+                    .wait(st)
+                    .unwrap_or_else(PoisonError::into_inner);
             }
+            assert!(!st.closed, "xmalloc: collector gone");
             st.batches.push_back(batch);
             drop(st);
             self.not_empty.notify_one();
@@ -916,7 +924,7 @@ mod xmalloc {
         /// The next batch; `None` once every producer is done and the pipe
         /// is empty.
         fn recv(&self) -> Option<Batch> {
-            let mut st = self.state.lock().unwrap();
+            let mut st = self.lock();
             loop {
                 if let Some(b) = st.batches.pop_front() {
                     drop(st);
@@ -926,13 +934,28 @@ mod xmalloc {
                 if st.producers == 0 {
                     return None;
                 }
-                st = self.not_empty.wait(st).unwrap();
+                st = self
+                    .not_empty
+                    .wait(st)
+                    .unwrap_or_else(PoisonError::into_inner);
             }
         }
 
         fn producer_done(&self) {
-            self.state.lock().unwrap().producers -= 1;
+            self.lock().producers -= 1;
             self.not_empty.notify_all();
+        }
+
+        fn collector_gone(&self) {
+            self.lock().closed = true;
+            self.not_full.notify_all();
+        }
+
+        /// The state, even after a panic elsewhere: the pipe's counts stay
+        /// consistent (no panic happens while they are half updated), and
+        /// the guards that count threads out run while unwinding.
+        fn lock(&self) -> MutexGuard<'_, PipeState> {
+            self.state.lock().unwrap_or_else(PoisonError::into_inner)
         }
     }
 
@@ -975,6 +998,15 @@ mod xmalloc {
     /// Frees everything it receives; returns (freed, bad stamps).
     #[inline(never)]
     fn collect<A: GlobalAlloc>(alloc: &A, pipe: &Pipe) -> (u64, u64) {
+        /// Closes the pipe however the collector ends, so that a producer
+        /// waiting for room panics instead of waiting forever.
+        struct Gone<'a>(&'a Pipe);
+        impl Drop for Gone<'_> {
+            fn drop(&mut self) {
+                self.0.collector_gone();
+            }
+        }
+        let _gone = Gone(pipe);
         let (mut freed, mut bad) = (0, 0);
         while let Some(batch) = pipe.recv() {
             for block in &batch.blocks[..batch.len] {

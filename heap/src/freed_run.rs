@@ -136,6 +136,20 @@ impl FreedRun {
         }
     }
 
+    /// Whether the header is one its sender could have written for
+    /// `page`: every block it names a block start of the page, and a length
+    /// from two to the page's blocks in use. Checked builds check it
+    /// before the splice writes through it.
+    #[cfg(not(loom))]
+    pub(crate) fn fits(&self, page: &crate::page::Page) -> bool {
+        let start = |b: *mut Block| page.is_block_start(b.cast());
+        (2..=page.used() as usize).contains(&self.len)
+            && start(self.first)
+            && start(self.second)
+            && start(self.tail)
+            && (self.third.is_null() || start(self.third))
+    }
+
     /// Turns the header back into links: the run is then a plain chain
     /// `first ..= tail`, the tail's link null.
     ///
@@ -189,5 +203,82 @@ impl FreedQueue {
     /// none).
     pub(crate) fn take_all(&self) -> *mut Block {
         crate::remote::take_all(&self.head)
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    /// A span of 8-byte blocks, aligned as a slice is.
+    #[repr(C, align(65536))]
+    struct Span([u64; RUN_SPAN / 8]);
+
+    /// Links the blocks at `indices` of `span` into a chain, in order, the
+    /// last one's link null, as a sender's slot does.
+    fn chain(span: &mut Span, indices: &[usize]) -> Vec<*mut Block> {
+        let base = span.0.as_mut_ptr();
+        let blocks: Vec<*mut Block> = indices
+            .iter()
+            .map(|&i| base.wrapping_add(i).cast())
+            .collect();
+        for (k, &b) in blocks.iter().enumerate() {
+            let next = blocks.get(k + 1).copied().unwrap_or(ptr::null_mut());
+            // SAFETY: words of `span`, ours.
+            unsafe { block::set_next(b, next) };
+        }
+        blocks
+    }
+
+    /// Seals, pushes, takes, reads and unseals runs of 2, 3 and 128 blocks,
+    /// from the span's first word to its last: the header names the run's
+    /// blocks and length, the queue links the runs, and unsealed, each run
+    /// is its chain again, in order, the tail's link null.
+    #[test]
+    fn a_run_reads_back_as_sealed_and_unseals_into_its_chain() {
+        let last = RUN_SPAN / 8 - 1;
+        let layouts: [Vec<usize>; 3] = [
+            vec![0, last],
+            vec![last, 0, 17],
+            (0..128)
+                .map(|k| if k == 127 { last } else { k * 60 })
+                .collect(),
+        ];
+        let mut spans: Vec<Box<Span>> = (0..3).map(|_| Box::new(Span([0; RUN_SPAN / 8]))).collect();
+        let queue = FreedQueue::new();
+        let mut chains = Vec::new();
+        for (span, indices) in spans.iter_mut().zip(&layouts) {
+            let blocks = chain(span, indices);
+            let (first, tail) = (blocks[0], *blocks.last().unwrap());
+            assert!(can_head(first));
+            // SAFETY: a chain of ours, in one span.
+            let run = unsafe { FreedRun::seal(first, tail, blocks.len()) };
+            // SAFETY: sealed and ours; `can_head` holds.
+            unsafe { queue.push(&run) };
+            chains.push(blocks);
+        }
+        // Taken newest first.
+        let mut run = queue.take_all();
+        for blocks in chains.iter().rev() {
+            // SAFETY: taken from the queue.
+            let (read, next) = unsafe { FreedRun::read(run) };
+            assert_eq!(read.first, blocks[0]);
+            assert_eq!(read.tail, *blocks.last().unwrap());
+            assert_eq!(read.len, blocks.len());
+            // SAFETY: ours, read.
+            unsafe { read.unseal() };
+            let mut walked = vec![read.first];
+            while *walked.last().unwrap() != read.tail {
+                // SAFETY: the unsealed chain's blocks are ours.
+                walked.push(unsafe { block::next(*walked.last().unwrap()) });
+                assert!(walked.len() <= blocks.len(), "the chain runs past its tail");
+            }
+            assert_eq!(&walked, blocks, "the run unseals into its chain");
+            // SAFETY: as above.
+            let after_tail = unsafe { block::next(read.tail) };
+            assert!(after_tail.is_null(), "the tail ends it");
+            run = next;
+        }
+        assert!(run.is_null(), "three runs, then the end of the stack");
     }
 }

@@ -1,7 +1,12 @@
 //! Loom models of the abandon/adopt handoff: a remote free races with the
 //! adoption of the abandoned heap it is addressed to. The models run the real
-//! `Inbox` (lanes and run queue), `RemoteCache`, `route_chains` and
-//! `route_runs`; a segment is reduced to its atomic owner field.
+//! `Inbox` (lanes and freed-run queue), `RemoteCache`, `FreedRun`,
+//! `route_chains` and `route_runs`, but apply what arrives with their own
+//! closures (recording blocks, not splicing them), and a segment is reduced
+//! to its atomic owner field. The blocks' words are plain memory, not loom
+//! cells: the models check the routing and the queues' atomics, not the
+//! ordering of the link and header words, which the queues' Release CAS
+//! and Acquire swap publish (`remote.rs`).
 
 use crate::block::{self, Block};
 use crate::freed_run::{FreedRun, RUN_SPAN};
@@ -59,12 +64,12 @@ const _: () = assert!(std::mem::align_of::<Span>() == RUN_SPAN);
 /// does (freed runs, then chains), recording local frees: a run is unsealed
 /// and walked from its first block to the tail its header names, which must
 /// end it, and must be as many blocks as its length. Returns how many runs
-/// and blocks it forwarded.
-fn drain(w: &World, q: &Inbox, freed: &mut Vec<usize>) -> u64 {
+/// and how many chain blocks it forwarded.
+fn drain(w: &World, q: &Inbox, freed: &mut Vec<usize>) -> (u64, u64) {
     let owner_of = |_| w.owner.load(Ordering::Relaxed).cast_const();
     let mut forwarded = 0;
     // SAFETY: the runs came from `q`; the queues live as long as `w`.
-    forwarded += unsafe {
+    let runs = unsafe {
         route_runs(
             q.freed.take_all(),
             q,
@@ -101,7 +106,7 @@ fn drain(w: &World, q: &Inbox, freed: &mut Vec<usize>) -> u64 {
             },
         );
     }
-    forwarded
+    (runs, forwarded)
 }
 
 /// Thread F frees two blocks of the segment (reading its owner, one batch
@@ -112,7 +117,7 @@ fn drain(w: &World, q: &Inbox, freed: &mut Vec<usize>) -> u64 {
 /// holder while it still owned the segment.
 #[test]
 fn remote_free_racing_adoption_is_applied_exactly_once() {
-    // (blocks freed into the abandoned heap's pages, blocks forwarded late)
+    // Blocks freed into the abandoned heap's pages before adoption.
     let outcomes = std::sync::Arc::new(std::sync::Mutex::new(std::collections::HashSet::new()));
     let seen = outcomes.clone();
     loom::model(move || {
@@ -149,8 +154,8 @@ fn remote_free_racing_adoption_is_applied_exactly_once() {
             late.is_empty(),
             "the husk no longer owns the segment, so it only forwards"
         );
-        let forwarded = w.abandoned.take_all().iter().any(|c| !c.is_null());
-        assert!(!forwarded, "forwarding empties the husk's queue");
+        let left = w.abandoned.take_all().iter().any(|c| !c.is_null());
+        assert!(!left, "forwarding empties the husk's queue");
         drain(&w, &w.adopter, &mut freed);
         seen.lock().unwrap().insert(before_adoption);
         freed.sort_unstable();
@@ -214,16 +219,16 @@ fn freed_run_racing_adoption_is_applied_exactly_once() {
         let adopter = thread::spawn(move || {
             let freed_by_abandoned = wb.adopt();
             let mut after = Vec::new();
-            let forwarded = drain(&wb, &wb.abandoned, &mut after);
+            let (runs, _) = drain(&wb, &wb.abandoned, &mut after);
             assert!(after.is_empty(), "once re-owned, the husk only forwards");
-            (freed_by_abandoned, forwarded)
+            (freed_by_abandoned, runs)
         });
 
         freer.join().unwrap();
         let (mut freed, forwarded_early) = adopter.join().unwrap();
         let before_adoption = freed.len();
         let mut late = Vec::new();
-        let forwarded_late = drain(&w, &w.abandoned, &mut late);
+        let (forwarded_late, _) = drain(&w, &w.abandoned, &mut late);
         assert!(
             late.is_empty(),
             "the husk no longer owns the segment, so it only forwards"
@@ -248,8 +253,8 @@ fn freed_run_racing_adoption_is_applied_exactly_once() {
         }
     });
     // Explored: the run and the chain both applied by the husk before
-    // adoption; nothing applied there; and sends that reached the husk
-    // after adoption forwarded both while the freer ran and after.
+    // adoption; nothing applied there; and the run, reaching the husk
+    // after adoption, forwarded both while the freer ran and after.
     let outcomes = outcomes.lock().unwrap();
     let found = |f: &dyn Fn(&(usize, bool, bool)) -> bool| outcomes.iter().any(f);
     assert!(

@@ -256,7 +256,7 @@ impl<'a> PageRef<'a> {
     /// and the pending bit after (release), so a word read here (acquire)
     /// before the allocated word covers every block whose allocated bit
     /// that read can still see from its run. A page of blocks under 16
-    /// bytes has no runs and no pending bitmap: it yields no words.
+    /// bytes has no page runs and no pending bitmap: it yields no words.
     #[inline]
     pub fn pending_words(&self) -> impl Iterator<Item = u64> + 'a {
         let words = if self.block_size() < crate::remote::MIN_RUN_BLOCK {

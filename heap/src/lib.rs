@@ -39,10 +39,11 @@
 //!   runs.
 //! - **RemoteCache** (`remote_cache.rs`) and **freed runs**
 //!   (`freed_run.rs`): the sender's side. Blocks of one page gather and go
-//!   as one *freed run* (up to 128 blocks, a header in the first words of
-//!   two of them), which the owner splices onto the page's free list in
-//!   O(1), snmalloc's message per slab; pages a thread frees only a few
-//!   blocks of go in per-owner chains, spread over the lanes.
+//!   as one *freed run* (up to 128 blocks, 4,096 from a `FreeBatch`; a
+//!   header in the first words of two of them), which the owner splices
+//!   onto the page's free list in O(1), snmalloc's message per slab;
+//!   pages a thread frees only a few blocks of go in per-owner chains,
+//!   spread over the lanes.
 //! - [`FreeBatch`] (`batch.rs`): the same batching for a collector's sweeper,
 //!   and *page runs*: a page's dead blocks sent as one message to the owner's
 //!   `RunQueue` (`remote.rs`), which resets a page the run empties in O(1);
@@ -84,8 +85,9 @@
 //!    four blocks) on, and that is all. Blocks freed are handed out again
 //!    before memory no block has used is touched (`Page::extend_bump`).
 //! 3. Slow path (`alloc_class_slow`), otherwise:
-//!    send this thread's outgoing batches; drain its inbox (one swap for
-//!    the runs, each spliced onto its page's free list, and one per
+//!    send this thread's outgoing batches; drain its inbox (one swap each
+//!    for a sweeper's page runs, each resetting or walked into its page,
+//!    and for freed runs, each spliced onto its page's free list; one per
 //!    non-empty lane, the lanes' chains walked interleaved);
 //!    now and then visit orphaned heaps; purge slices idle for the purge
 //!    delay; then move the first page of the class with frees (after
@@ -148,8 +150,8 @@
 //!
 //! # Invariants
 //! Stated on each struct (`Segment`, `Page`, `LocalHeap`, `RemoteQueue`,
-//! `RemoteCache`) and checked by their `assert_valid` under the
-//! `expensive-checks` feature and in tests; corrupted metadata aborts with a
+//! `RemoteCache`, `FreedQueue`), and for the first three checked by their
+//! `assert_valid` under the `expensive-checks` feature and in tests; corrupted metadata aborts with a
 //! `heap:` message. Debug builds fill freed blocks and check the fill when a
 //! block is reused; the `asan` feature tells AddressSanitizer which blocks
 //! are free. Debug builds, and release builds with the `secure` feature,

@@ -296,6 +296,8 @@ pub(crate) struct RemoteCounters {
     pub(crate) sent: CachePadded<AtomicU64>,
     pub(crate) drained: CachePadded<AtomicU64>,
     pub(crate) batches: CachePadded<AtomicU64>,
+    /// Of `batches`, the freed runs.
+    pub(crate) freed_runs: CachePadded<AtomicU64>,
 }
 
 #[cfg(not(loom))]
@@ -303,6 +305,7 @@ pub(crate) static REMOTE: RemoteCounters = RemoteCounters {
     sent: CachePadded::new(AtomicU64::new(0)),
     drained: CachePadded::new(AtomicU64::new(0)),
     batches: CachePadded::new(AtomicU64::new(0)),
+    freed_runs: CachePadded::new(AtomicU64::new(0)),
 };
 
 #[cfg(all(test, loom))]

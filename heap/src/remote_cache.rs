@@ -10,7 +10,8 @@
 //!   and the owner splices the run onto the page's free list in O(1),
 //!   never reading the blocks between.
 //! - **Owner slots.** A page slot evicted with fewer than [`MIN_RUN`] blocks
-//!   joins its owner's slot instead, a chain of blocks of any of that heap's
+//!   (or whose newest block's address is beyond a run header's 48 bits, on
+//!   no platform served today) joins its owner's slot instead, a chain of blocks of any of that heap's
 //!   pages, sent to a lane of its [`Inbox`] and walked by the owner
 //!   (`route_chains`): scattered frees, a few to a page, still cost one
 //!   atomic operation a batch, not one a block. A run costs its owner three
@@ -93,8 +94,9 @@ impl Slot {
 }
 
 /// A sender's batches of blocks bound for other heaps: see the module
-/// documentation. Batches go when a slot reaches `max_count` blocks or the
-/// cache `max_bytes`, and on [`RemoteCache::flush`].
+/// documentation. Batches go when a slot reaches `max_count` blocks, when a
+/// block of another page takes a page slot, when the cache reaches
+/// `max_bytes`, and on [`RemoteCache::flush`].
 pub(crate) struct RemoteCache {
     pages: [Slot; PAGE_SLOTS],
     owners: [Slot; OWNER_SLOTS],
@@ -221,6 +223,8 @@ impl RemoteCache {
                 (*s.inbox).freed.push(&run);
             }
             self.sent(s.count);
+            #[cfg(not(loom))]
+            REMOTE.freed_runs.fetch_add(1, Ordering::Relaxed);
         } else {
             // SAFETY: as above.
             unsafe { self.join_owner(s.inbox, s.head, s.tail, s.count, s.bytes) };

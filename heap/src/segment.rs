@@ -41,8 +41,8 @@ pub(crate) const SEAL_OFFSET: usize = 3 * SLICE_SIZE;
 /// `PageRef::pending_words`): the second half of the header's slice.
 pub(crate) const PENDING_OFFSET: usize = SLICE_SIZE / 2;
 /// Bytes of pending bitmap per slice: one bit per block of a page whose
-/// blocks are at least `MIN_RUN_BLOCK` (16) bytes, the only pages runs are
-/// made of (at most 4,096 blocks).
+/// blocks are at least `MIN_RUN_BLOCK` (16) bytes, the only pages a
+/// sweeper's page runs are made of (at most 4,096 blocks).
 pub(crate) const PENDING_BYTES_PER_SLICE: usize = SLICE_SIZE / crate::remote::MIN_RUN_BLOCK / 8;
 
 /// What a segment holds.

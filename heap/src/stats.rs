@@ -76,6 +76,10 @@ pub struct HeapStats {
     /// Batches (chains and runs) sent, one atomic operation each; blocks
     /// and runs forwarded to a segment's new owner are not counted.
     pub remote_batches: u64,
+    /// Of `remote_batches`, the runs of one page's blocks that the owner
+    /// splices without walking them (a thread's frees, and `FreeBatch::push`);
+    /// the rest are chains the owner walks, and a sweeper's page runs.
+    pub remote_freed_runs: u64,
     /// Pages left behind by exiting threads.
     pub pages_abandoned: u64,
     /// Pages taken over from exited threads, by live or new threads.
@@ -133,6 +137,7 @@ pub fn stats() -> HeapStats {
         remote_frees_sent: REMOTE.sent.load(Ordering::Relaxed),
         remote_frees_drained: REMOTE.drained.load(Ordering::Relaxed),
         remote_batches: REMOTE.batches.load(Ordering::Relaxed),
+        remote_freed_runs: REMOTE.freed_runs.load(Ordering::Relaxed),
         pages_abandoned: COUNTERS.pages_abandoned.load(Ordering::Relaxed),
         pages_adopted: COUNTERS.pages_adopted.load(Ordering::Relaxed),
         heaps_abandoned: COUNTERS.heaps_abandoned.load(Ordering::Relaxed),

@@ -1,8 +1,7 @@
 //! Blocks that another thread frees come home whichever way they travel:
 //! as runs of one page (the freeing thread's blocks of a page, spliced onto
-//! the page's free list whole), as chains (blocks too small for a run's
-//! header, and pages a thread frees only a few blocks of), and as large
-//! blocks. One test in its own process, so that the global counters are
+//! the page's free list whole), as chains (pages a thread frees only a few
+//! blocks of at a time), and as large blocks. One test in its own process, so that the global counters are
 //! this test's alone.
 
 use loam_heap::LoamAlloc;
@@ -11,8 +10,9 @@ use std::collections::HashSet;
 
 /// Blocks of each size: several pages' worth of the small ones.
 const N: usize = 4000;
-/// 8 bytes: chains only; 16, 48, 200: runs; 1,000: a small class of few
-/// blocks a page; 40,000: large spans, one block each.
+/// 8 – 200 bytes: runs when freed in order, chains when shuffled; 1,000: a
+/// small class of few blocks a page; 40,000: large spans, one block each
+/// (chains only).
 const SIZES: [usize; 6] = [8, 16, 48, 200, 1000, 40_000];
 
 fn layout(size: usize) -> Layout {
@@ -102,9 +102,14 @@ fn blocks_freed_by_another_thread_come_home_exactly_once() {
         after.allocated_bytes, before.allocated_bytes,
         "nothing is still counted as in use: {after:#?}"
     );
+    let batches = after.remote_batches - before.remote_batches;
+    let runs = after.remote_freed_runs - before.remote_freed_runs;
     assert!(
-        after.remote_batches - before.remote_batches < count / 8,
-        "batched: {} messages for {count} blocks",
-        after.remote_batches - before.remote_batches
+        batches < count / 8,
+        "batched: {batches} messages for {count} blocks"
+    );
+    assert!(
+        runs > 0 && runs < batches,
+        "both ways home: {runs} runs of {batches} messages"
     );
 }

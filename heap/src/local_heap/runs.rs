@@ -102,7 +102,9 @@ impl LocalHeap {
                 forward,
             )
         };
-        REMOTE.drained.fetch_add(n, Ordering::Relaxed);
+        if n != 0 {
+            REMOTE.drained.fetch_add(n, Ordering::Relaxed);
+        }
         n + forwarded
     }
 
@@ -116,6 +118,11 @@ impl LocalHeap {
         // page of ours (caller), each counted in its `used`.
         unsafe {
             let page = segment::page_of(run.first.cast());
+            if block::CHECKED && !run.fits(&*page) {
+                // Its header words are raw: a write after free into a
+                // block in flight would have the splice write anywhere.
+                crate::fatal("a freed run's header was overwritten (a write after free)");
+            }
             run.unseal();
             (*page).push_freed_run(run.first, run.tail, run.len as u32);
             self.after_local_free(page);

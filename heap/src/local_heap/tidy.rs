@@ -123,8 +123,8 @@ impl LocalHeap {
     }
 
     /// Sends the frees this heap holds for others, takes back what others
-    /// sent it, and releases its empty pages. Returns how many queued
-    /// blocks it drained.
+    /// sent it, and releases its empty pages. Returns what it took off its
+    /// queues (`drain_remote`): zero when they were all empty.
     fn take_back(&mut self) -> u64 {
         self.flush_thread_cache();
         self.cache.flush();

@@ -11,9 +11,9 @@
 //!   never reading the blocks between.
 //! - **Owner slots.** A page slot evicted with fewer than [`MIN_RUN`] blocks
 //!   (or whose newest block's address is beyond a run header's 48 bits, on
-//!   no platform served today) joins its owner's slot instead, a chain of blocks of any of that heap's
-//!   pages, sent to a lane of its [`Inbox`] and walked by the owner
-//!   (`route_chains`): scattered frees, a few to a page, still cost one
+//!   no platform served today) joins its owner's slot instead, a chain of
+//!   blocks of any of that heap's pages, sent to a lane of its [`Inbox`]
+//!   and walked by the owner (`route_chains`): scattered frees, a few to a page, still cost one
 //!   atomic operation a batch, not one a block. A run costs its owner three
 //!   cache misses (its two header blocks and its tail) and a chain one a
 //!   block, hence the threshold.
@@ -151,9 +151,9 @@ impl RemoteCache {
     /// segment adopted since goes to the old owner, which forwards it.
     ///
     /// Every free of another heap's block passes here, on a collector's
-    /// thread for each of them: the common cases (the block's page slot, or
-    /// its owner slot, already open) are a few instructions inline, and
-    /// everything else is out of line.
+    /// thread for each of them: the common case (the block's page slot
+    /// already open) is a few instructions inline, and everything else is
+    /// out of line.
     ///
     /// # Safety
     /// `b` is a free block the caller owns, addressed to `inbox`'s heap, of

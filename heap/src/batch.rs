@@ -8,11 +8,12 @@
 
 use crate::block;
 use crate::block::Block;
+use crate::local_heap::owner_inbox;
 use crate::page::{Page, PageState};
 use crate::remote::{RunKind, MIN_RUN_BLOCK, REMOTE};
 use crate::remote_cache::{page_key, RemoteCache};
 use crate::segment;
-use crate::segment::{block_size_of, segment_of};
+use crate::segment::block_size_of;
 use crate::sync::Ordering;
 use std::fmt;
 use std::ptr::{self, NonNull};
@@ -114,11 +115,9 @@ impl FreeBatch {
         // SAFETY: `p` is a live block (caller): its segment and page are
         // mapped and its block size fixed; heaps (hence queues) live forever.
         unsafe {
-            let owner = (*segment_of(p)).owner.load(Ordering::Relaxed);
             let size = block_size_of(p);
             block::on_free(p, size);
-            self.cache
-                .push(ptr::addr_of!((*owner).queue), page_key(p), p, size);
+            self.cache.push(owner_inbox(p), page_key(p), p, size);
         }
         self.pending += 1;
     }
@@ -327,10 +326,7 @@ impl FreeBatch {
         debug_assert!(page.runs_out.load(Ordering::Relaxed) > 0, "heap: a run sent uncounted");
         // SAFETY: the page is live (caller), so its segment is; heaps live
         // forever.
-        unsafe {
-            let owner = (*segment_of(run.cast())).owner.load(Ordering::Relaxed);
-            (*owner).queue.runs.push(run, kind);
-        }
+        unsafe { (*owner_inbox(run.cast())).runs.push(run, kind) };
         self.cache.batches_sent += 1;
         REMOTE.sent.fetch_add(len as u64, Ordering::Relaxed);
         REMOTE.batches.fetch_add(1, Ordering::Relaxed);

@@ -229,7 +229,7 @@ impl Page {
                     );
                 }
                 self.free = next;
-                crate::block::prefetch(next);
+                block::prefetch(next);
                 block::on_reuse(b.cast(), self.block_size());
             }
             self.set_used(self.used() + 1);

@@ -87,11 +87,11 @@ impl LocalHeap {
     ) -> u64 {
         let me = ptr::addr_of!(self.queue);
         let mut n = 0;
+        // `route_runs` gives `apply` only runs whose page is ours, and
+        // forwards the others to their segment's owner now.
         // SAFETY: the runs came from our queue (caller); heaps (hence
         // queues) live forever; a run's blocks are dead blocks of one live
         // page (the run holds them in use), so its segment is mapped.
-        // `route_runs` gives `local` only runs whose page is ours, and
-        // forwards the others to their segment's owner now.
         let forwarded = unsafe {
             route_runs(
                 run,

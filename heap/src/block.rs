@@ -50,15 +50,17 @@ pub(crate) unsafe fn next(b: *mut Block) -> *mut Block {
     ((n as usize) ^ link_key(b)) as *mut Block
 }
 
-/// Asks the CPU to fetch free block `b`'s line (a hint; `b` may be null).
+/// Asks the CPU to fetch the line at `p`: a free block about to be handed
+/// out, or memory ahead of a page's bump pointer. A hint: any address will
+/// do, null or unmapped included.
 #[inline(always)]
-pub(crate) fn prefetch(b: *mut Block) {
+pub(crate) fn prefetch(p: *const u8) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: a prefetch never faults, whatever the address.
     unsafe {
-        core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(b as *const i8)
+        core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(p.cast())
     };
-    let _ = b;
+    let _ = p;
 }
 
 /// Writes the link of free block `b`.

@@ -807,13 +807,18 @@ fn paired(rounds: usize) {
         );
     }
     let s = rt.stats();
+    let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
     println!(
-        "loam: {} cycles ({} minor), pauses p50 {:.3} ms, p99 {:.3} ms, max {:.3} ms",
+        "loam: {} cycles ({} minor); mutators held p50 {:.3} ms, p99 {:.3} ms, max {:.3} ms, {} times; \
+         the collector's stops p99 {:.3} ms, max {:.3} ms",
         s.cycles,
         s.minor_cycles,
-        s.pauses.p50().as_secs_f64() * 1e3,
-        s.pauses.p99().as_secs_f64() * 1e3,
-        s.pauses.max().as_secs_f64() * 1e3,
+        ms(s.mutator_pauses.p50()),
+        ms(s.mutator_pauses.p99()),
+        ms(s.mutator_pauses.max()),
+        s.mutator_pauses.count(),
+        ms(s.pauses.p99()),
+        ms(s.pauses.max()),
     );
 }
 

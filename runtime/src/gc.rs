@@ -26,6 +26,10 @@ pub(crate) struct TypeDesc {
     /// Calls `Trace::trace` on the payload of the object at the address.
     /// `None` when the type cannot hold a managed pointer.
     pub(crate) trace: Option<unsafe fn(*const u8, &mut Tracer)>,
+    /// Of an array whose elements are traced: calls `Trace::trace` on the
+    /// elements in the range only, so that the mark traces a long array a
+    /// chunk at a time (`mark.rs`, "Long arrays"). `None` otherwise.
+    pub(crate) trace_elems: Option<unsafe fn(*const u8, std::ops::Range<usize>, &mut Tracer)>,
     /// Runs the payload's drop glue; `None` when it has none.
     pub(crate) drop: Option<unsafe fn(*mut u8)>,
     /// The type's name, for diagnostics.
@@ -82,6 +86,7 @@ impl TypeDesc {
             size,
             elem_size,
             trace: if T::NEEDS_TRACE { Some(trace) } else { None },
+            trace_elems: None,
             drop: if std::mem::needs_drop::<T>() {
                 Some(drop)
             } else {
@@ -174,13 +179,20 @@ pub(crate) unsafe fn array_len(addr: usize) -> usize {
 pub(crate) struct ArrayDesc<T>(PhantomData<T>);
 
 impl<T: Trace> ArrayDesc<T> {
-    const DESC: TypeDesc = TypeDesc::of::<T>(
-        array_offset::<T>(),
-        std::mem::size_of::<T>(),
-        Self::trace_erased,
-        Self::drop_erased,
-        std::any::type_name::<[T]>,
-    );
+    const DESC: TypeDesc = TypeDesc {
+        trace_elems: if T::NEEDS_TRACE {
+            Some(Self::trace_elems_erased)
+        } else {
+            None
+        },
+        ..TypeDesc::of::<T>(
+            array_offset::<T>(),
+            std::mem::size_of::<T>(),
+            Self::trace_erased,
+            Self::drop_erased,
+            std::any::type_name::<[T]>,
+        )
+    };
 
     /// The header word for a `[T]` object of runtime `id`.
     #[inline]
@@ -188,11 +200,25 @@ impl<T: Trace> ArrayDesc<T> {
         header_word(&Self::DESC, id)
     }
 
+    /// The descriptor itself.
+    #[cfg(test)]
+    pub(crate) fn desc() -> &'static TypeDesc {
+        &Self::DESC
+    }
+
     /// # Safety
     /// `p` is a live `[T]` object.
     unsafe fn trace_erased(p: *const u8, tracer: &mut Tracer) {
         // SAFETY: a live array (caller), read shared as in `GcBox`.
         unsafe { <[T]>::payload(p as usize).trace(tracer) }
+    }
+
+    /// # Safety
+    /// `p` is a live `[T]` object with at least `elems.end` elements.
+    unsafe fn trace_elems_erased(p: *const u8, elems: std::ops::Range<usize>, tracer: &mut Tracer) {
+        // SAFETY: a live array (caller), read shared as in `GcBox`.
+        let all = unsafe { <[T]>::payload(p as usize) };
+        all[elems].trace(tracer)
     }
 
     /// # Safety
@@ -212,6 +238,7 @@ pub(crate) static STR_DESC: TypeDesc = TypeDesc {
     size: array_offset::<u8>(),
     elem_size: 1,
     trace: None,
+    trace_elems: None,
     drop: None,
     name: || "str",
 };
@@ -315,6 +342,7 @@ pub(crate) static FREED: TypeDesc = TypeDesc {
     size: 0,
     elem_size: 0,
     trace: None,
+    trace_elems: None,
     drop: None,
     name: || "<freed object>",
 };

@@ -25,6 +25,25 @@
 //! thread stops and hands back what its deque still holds, gray objects the
 //! concurrent phase goes on from.
 //!
+//! # Long arrays
+//! A deadline, an assist's slice and a GC thread's look at its stop flag
+//! are checked between objects, so one object traced whole is a step the
+//! mark cannot cut: a rooted array of four million `Gc`s made a stopped
+//! cycle's first pause 87 ms long and an assist hold its mutator for 25
+//! ms, whatever the budgets said. An array of more than two chunks
+//! ([`CHUNK_BYTES`] of elements each) is traced a chunk at a time, as Go
+//! traces its oblets: a queue entry is an object's address, or an array's
+//! address with a chunk number in its top 16 bits ([`Entry`]). The thread
+//! that traces chunk 0 (the entry the mark bit queued, as for any object)
+//! queues the others, which any thread may steal; each chunk counts its
+//! elements' bytes (the first the header's too) and the first counts the
+//! object. An entry is never more than a part of the gray set: chunks
+//! are traced, left over and handed back like objects, within one mark,
+//! and only [`scan`] and the remembered objects' take read them. Tracing
+//! a marked array later, a chunk at a time, is what the snapshot barrier
+//! allows of any gray object: what a mutator overwrites meanwhile was
+//! shaded.
+//!
 //! Marking with the mutators running reads objects they may be using. That
 //! is sound because an object changes after its allocation only through the
 //! barrier cells, whose `Trace` reads them atomically (`GcCell`) or under
@@ -32,13 +51,14 @@
 //! published, and the markers reach a new object only through a cell or a
 //! root table, both of which publish with release ordering.
 
-use crate::gc::{header_of, is_freed};
+use crate::gc::{array_len, header_of, is_freed, TypeDesc};
 use crate::space::Space;
 use crate::trace::Tracer;
 use crossbeam_deque::{Injector, Steal, Stealer, Worker};
 use loam_threadpool::ThreadPool;
 use parking_lot::Mutex;
 use std::collections::HashSet;
+use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
@@ -115,19 +135,82 @@ impl Marked {
     }
 }
 
-/// Traces the object at `addr` (already marked), marking and pushing what it
-/// points to.
+/// Bytes of elements an array's chunk covers (256 pointers): about what a
+/// few small objects take to trace, the step between two looks at a
+/// deadline.
+const CHUNK_BYTES: usize = 2 << 10;
+
+/// The chunk number's place in an [`Entry`]: above every address of the
+/// 48-bit user space (a header word makes the same assumption of its
+/// descriptor's address); an array above it is traced whole.
+const CHUNK_SHIFT: u32 = 48;
+
+/// A mark queue's entry: an object's address, or, with a chunk number `k`
+/// in the top 16 bits, chunk `k` of a long array's elements ("Long
+/// arrays" above).
+struct Entry(usize);
+
+impl Entry {
+    /// The object the entry is of.
+    #[inline(always)]
+    fn object(&self) -> usize {
+        self.0 & ((1 << CHUNK_SHIFT) - 1)
+    }
+
+    /// The chunk: 0 for a whole object, or an array's first chunk.
+    #[inline(always)]
+    fn chunk(&self) -> usize {
+        self.0 >> CHUNK_SHIFT
+    }
+}
+
+/// The elements chunk `k` of the array at `addr` covers, if it is long
+/// enough to be traced in chunks (else `None`, and `k` is 0). For chunk 0,
+/// queues the others with `push`. Chunks are [`CHUNK_BYTES`] of elements,
+/// or more where that would take more than the 16 bits' worth of chunks.
 ///
 /// # Safety
-/// `addr` is an allocated, marked managed object; no sweep runs.
+/// `addr` is an allocated array of `desc`.
+#[inline]
+unsafe fn chunk(desc: &TypeDesc, addr: usize, k: usize, push: &mut impl FnMut(usize)) -> Option<Range<usize>> {
+    if addr >> CHUNK_SHIFT != 0 {
+        return None;
+    }
+    // SAFETY: an array (caller), whose length never changes once it is
+    // published: every chunk of it finds the same geometry.
+    let len = unsafe { array_len(addr) };
+    let per = (CHUNK_BYTES / desc.elem_size.max(1))
+        .max(1)
+        .max(len.div_ceil(u16::MAX as usize));
+    if len <= 2 * per {
+        debug_assert_eq!(k, 0, "mark: a chunk of an array too short for chunks");
+        return None;
+    }
+    if k == 0 {
+        for j in 1..len.div_ceil(per) {
+            push(addr | j << CHUNK_SHIFT);
+        }
+    }
+    let start = k * per;
+    Some(start..(start + per).min(len))
+}
+
+/// Traces the object of `entry` (already marked), or the chunk of an array
+/// it names, marking and pushing what it points to; returns how many
+/// edges it traced.
+///
+/// # Safety
+/// The entry's object is an allocated, marked managed object; no sweep
+/// runs.
 #[inline]
 unsafe fn scan(
     space: &Space,
-    addr: usize,
+    entry: usize,
     tracer: &mut Tracer,
     out: &mut Marked,
     mut push: impl FnMut(usize),
-) {
+) -> usize {
+    let (addr, k) = (Entry(entry).object(), Entry(entry).chunk());
     // SAFETY: allocated (caller).
     let (desc, _) = unsafe { header_of(addr) };
     if is_freed(desc) {
@@ -135,43 +218,89 @@ unsafe fn scan(
             "verify: the reachable object at {addr:#x} was already freed"
         ));
     }
-    // SAFETY: allocated, of this descriptor (caller).
-    out.bytes += unsafe { desc.object_size(addr) };
-    out.objects += 1;
-    if let Some(trace) = desc.trace {
-        // Caught here without `panics::contain` (which quiets the panic
-        // hook through a thread local, twice per object: 20 ms more mark
-        // time on binary-trees): the hook prints a panicking `Trace` impl's
-        // message as usual, and the cycle reports it once more. The locks
-        // and logs inside learn that they live in `addr` (`log.rs`); the
-        // tracer is a marker's alone, and every scan sets it anew, so it is
-        // not reset after.
-        tracer.set_current(addr);
-        // SAFETY: a live object of the descriptor's type. Mutators running
-        // meanwhile change it only through barrier cells, which trace
-        // without a data race (module docs).
-        let traced = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| unsafe {
-            trace(addr as *const u8, tracer)
-        }));
-        if let Err(payload) = traced {
-            // A user's `Trace` impl panicked: what it reported may be
-            // partial, so this cycle's marks cannot be trusted. The
-            // collector frees nothing this cycle (see `cycle::cycle`);
-            // mark on, so that the mark still ends.
-            let msg = crate::panics::dispose(payload);
-            crate::panics::CYCLE_LOG.record(crate::panics::Kind::Trace, (desc.name)(), msg);
-            tracer.clear();
-            return;
+    let chunked = match (desc.trace, desc.trace_elems) {
+        // SAFETY: allocated, of this descriptor (caller).
+        (Some(_), Some(trace_elems)) => unsafe { chunk(desc, addr, k, &mut push) }.map(|r| (r, trace_elems)),
+        _ => None,
+    };
+    // A chunk counts its elements' bytes, the first its header's too: the
+    // chunks of an array add up to its size.
+    out.bytes += match &chunked {
+        Some((elems, _)) => elems.len() * desc.elem_size + if k == 0 { desc.size } else { 0 },
+        // SAFETY: allocated, of this descriptor (caller).
+        None => unsafe { desc.object_size(addr) },
+    };
+    if k == 0 {
+        out.objects += 1;
+    }
+    let Some(trace) = desc.trace else {
+        return 0;
+    };
+    // Caught here without `panics::contain` (which quiets the panic hook
+    // through a thread local, twice per object: 20 ms more mark time on
+    // binary-trees): the hook prints a panicking `Trace` impl's message as
+    // usual, and the cycle reports it once more. The locks and logs inside
+    // learn that they live in `addr` (`log.rs`); the tracer is a marker's
+    // alone, and every scan sets it anew, so it is not reset after.
+    tracer.set_current(addr);
+    // SAFETY: a live object of the descriptor's type (with the chunk's
+    // elements in it). Mutators running meanwhile change it only through
+    // barrier cells, which trace without a data race (module docs).
+    let traced = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| unsafe {
+        match chunked {
+            Some((elems, trace_elems)) => trace_elems(addr as *const u8, elems, tracer),
+            None => trace(addr as *const u8, tracer),
         }
-        for &e in tracer.edges() {
-            // SAFETY: an edge of a live object is an allocated object
-            // (Trace's contract 1: everything reachable was reported, so
-            // nothing reachable was freed).
-            if unsafe { space.mark(e) } {
-                push(e);
-            }
-        }
+    }));
+    if let Err(payload) = traced {
+        // A user's `Trace` impl panicked: what it reported may be
+        // partial, so this cycle's marks cannot be trusted. The
+        // collector frees nothing this cycle (see `cycle::cycle`);
+        // mark on, so that the mark still ends.
+        let msg = crate::panics::dispose(payload);
+        crate::panics::CYCLE_LOG.record(crate::panics::Kind::Trace, (desc.name)(), msg);
         tracer.clear();
+        return 0;
+    }
+    let edges = tracer.edges().len();
+    for &e in tracer.edges() {
+        // SAFETY: an edge of a live object is an allocated object
+        // (Trace's contract 1: everything reachable was reported, so
+        // nothing reachable was freed).
+        if unsafe { space.mark(e) } {
+            push(e);
+        }
+    }
+    tracer.clear();
+    edges
+}
+
+/// When a marking loop looks at its clock (and its other reasons to stop):
+/// every 64 units of work, a unit being an object traced or 16 edges of
+/// one, so that a long array's chunk counts as the objects it costs. (A
+/// count of objects alone let an assist trace 64 chunks of 256 edges
+/// between looks, 0.5 ms where its slice is 100 µs.)
+#[derive(Default)]
+struct Looks {
+    work: usize,
+    next: usize,
+}
+
+impl Looks {
+    /// Counts a scan that traced `edges` edges.
+    #[inline]
+    fn add(&mut self, edges: usize) {
+        self.work += 1 + edges / 16;
+    }
+
+    /// Whether it is time to look; the first call says yes.
+    #[inline]
+    fn due(&mut self) -> bool {
+        if self.work < self.next {
+            return false;
+        }
+        self.next = self.work + 64;
+        true
     }
 }
 
@@ -382,15 +511,14 @@ pub(crate) unsafe fn assist(
     // 2. Steal and trace.
     let local = Worker::new_lifo();
     let mut tracer = Tracer::new();
-    let mut scanned = 0u32;
-    while out.bytes < budget && !(scanned % 64 == 63 && Instant::now() >= deadline) {
+    let mut looks = Looks::default();
+    while out.bytes < budget && !(looks.due() && Instant::now() >= deadline) {
         let Some(addr) = local.pop().or_else(|| steal_any(&local, &share.injector, &share.stealers)) else {
             break;
         };
         // SAFETY: queued objects are marked and allocated; no sweep runs
         // (caller).
-        unsafe { scan(space, addr, &mut tracer, &mut out, |e| local.push(e)) };
-        scanned = scanned.wrapping_add(1);
+        looks.add(unsafe { scan(space, addr, &mut tracer, &mut out, |e| local.push(e)) });
     }
     // 3. Hand back, then leave.
     while let Some(x) = local.pop() {
@@ -467,8 +595,10 @@ pub(crate) unsafe fn parallel(
     let take_remembered = || {
         let i = pending.fetch_add(1, Ordering::Relaxed);
         let r = *remembered.get(i)?;
+        // (A chunk of an array left over by a deadline is passed back
+        // here too; it is the array that is marked.)
         // SAFETY: allocated (caller).
-        unsafe { space.mark(r) };
+        unsafe { space.mark(Entry(r).object()) };
         Some(r)
     };
     let leave_remembered = |out: &mut Vec<usize>| {
@@ -493,7 +623,7 @@ pub(crate) unsafe fn parallel(
     // unchecked for its millisecond (a 16 MiB limit was met in one run in
     // ten, `tests/limit.rs`).
     let paced = || limits.progress.is_some_and(|shared| shared.over_pace());
-    let mut budget = if !limits.concurrent {
+    let budget = if !limits.concurrent {
         SERIAL_BUDGET
     } else if paced() {
         0
@@ -511,16 +641,19 @@ pub(crate) unsafe fn parallel(
     let serial_until = limits
         .concurrent
         .then(|| Instant::now() + CONCURRENT_SERIAL_TIME);
-    while budget > 0 {
-        if budget % 64 == 0 && (expired(serial_until) || (limits.concurrent && paced())) {
-            break;
-        }
-        if budget % 256 == 0 && expired(limits.deadline) {
-            leftover.append(&mut gray);
-            leave_remembered(leftover);
-            tracer.take_deferred(leftover);
-            report(&out);
-            return out;
+    let mut looks = Looks::default();
+    for _ in 0..budget {
+        if looks.due() {
+            if expired(serial_until) || (limits.concurrent && paced()) {
+                break;
+            }
+            if expired(limits.deadline) {
+                leftover.append(&mut gray);
+                leave_remembered(leftover);
+                tracer.take_deferred(leftover);
+                report(&out);
+                return out;
+            }
         }
         let Some(addr) = gray.pop().or_else(take_remembered) else {
             tracer.take_deferred(leftover);
@@ -529,8 +662,7 @@ pub(crate) unsafe fn parallel(
         };
         // SAFETY: gray objects are marked and allocated; no sweep runs
         // (caller).
-        unsafe { scan(space, addr, &mut tracer, &mut out, |e| gray.push(e)) };
-        budget -= 1;
+        looks.add(unsafe { scan(space, addr, &mut tracer, &mut out, |e| gray.push(e)) });
     }
     report(&out);
     tracer.take_deferred(leftover);
@@ -589,7 +721,7 @@ pub(crate) unsafe fn parallel(
         let local = slots[me].lock().take().expect("one worker per GC thread");
         let mut tracer = Tracer::new();
         let mut out = Marked::default();
-        let mut scanned = 0u32;
+        let mut looks = Looks::default();
         let mut reported = 0;
         loop {
             if let Some(shared) = limits.progress {
@@ -601,14 +733,11 @@ pub(crate) unsafe fn parallel(
                     reported = out.bytes;
                 }
             }
-            if limits.deadline.is_some() {
-                scanned = scanned.wrapping_add(1);
-                if stop.load(Ordering::Relaxed)
-                    || (scanned % 64 == 0 && expired(limits.deadline))
-                {
-                    stop.store(true, Ordering::Relaxed);
-                    break;
-                }
+            if limits.deadline.is_some()
+                && (stop.load(Ordering::Relaxed) || (looks.due() && expired(limits.deadline)))
+            {
+                stop.store(true, Ordering::Relaxed);
+                break;
             }
             let next = local
                 .pop()
@@ -617,7 +746,7 @@ pub(crate) unsafe fn parallel(
             match next {
                 // SAFETY: queued and taken remembered objects are marked
                 // and allocated; no sweep runs (caller).
-                Some(addr) => unsafe { scan(space, addr, &mut tracer, &mut out, |e| local.push(e)) },
+                Some(addr) => looks.add(unsafe { scan(space, addr, &mut tracer, &mut out, |e| local.push(e)) }),
                 None => {
                     let more = || pending.load(Ordering::Relaxed) < remembered.len();
                     if idle(active, injector, stealers, &stop, more) {
@@ -770,4 +899,75 @@ pub(crate) unsafe fn reachable(roots: &[usize]) -> HashSet<usize> {
         }
     }
     seen
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gc::{ArrayDesc, Gc};
+
+    /// The descriptor of `[Gc<u64>]` arrays: 8-byte elements, traced.
+    fn desc() -> &'static TypeDesc {
+        ArrayDesc::<Option<Gc<'static, u64>>>::desc()
+    }
+
+    /// The chunks `chunk` makes of an array of `len` elements of `desc`
+    /// (its header and length word in a buffer: `chunk` reads nothing
+    /// else), checked to cover every element once, in order.
+    fn chunks_of(desc: &TypeDesc, len: usize) -> Vec<Range<usize>> {
+        let array = [0_usize, len];
+        let addr = array.as_ptr() as usize;
+        let mut queued = Vec::new();
+        // SAFETY: `chunk` reads the length word only, which `array` holds.
+        let Some(first) = (unsafe { chunk(desc, addr, 0, &mut |e| queued.push(e)) }) else {
+            assert!(queued.is_empty(), "an array traced whole queues no chunks");
+            return std::iter::once(0..len).collect();
+        };
+        let mut all = vec![first];
+        for (j, &e) in queued.iter().enumerate() {
+            assert_eq!(Entry(e).object(), addr, "a chunk entry names its array");
+            assert_eq!(Entry(e).chunk(), j + 1, "chunks are queued in order");
+            // SAFETY: as above.
+            let r = unsafe { chunk(desc, addr, Entry(e).chunk(), &mut |_| panic!("only chunk 0 queues")) };
+            all.push(r.expect("a queued chunk has elements"));
+        }
+        let mut next = 0;
+        for r in &all {
+            assert_eq!(r.start, next, "chunks of {len} elements: {all:?}");
+            assert!(r.start < r.end, "an empty chunk of {len} elements");
+            next = r.end;
+        }
+        assert_eq!(next, len, "chunks of {len} elements end at the array's end");
+        all
+    }
+
+    #[test]
+    fn long_arrays_are_traced_in_chunks_that_cover_each_element_once() {
+        let per = CHUNK_BYTES / 8;
+        // Up to two chunks' worth: whole.
+        for len in [0, 1, per, 2 * per] {
+            assert_eq!(chunks_of(desc(), len).len(), 1, "{len} elements");
+        }
+        // Longer: chunks of `per`, the last one shorter.
+        assert_eq!(chunks_of(desc(), 2 * per + 1).len(), 3);
+        let c = chunks_of(desc(), 4_000_000);
+        assert_eq!(c.len(), 4_000_000_usize.div_ceil(per));
+        assert!(c.iter().all(|r| r.len() <= per));
+        // So long that chunks of `per` would not fit 16 bits: larger ones.
+        let len = (u16::MAX as usize) * per * 3 + 5;
+        let c = chunks_of(desc(), len);
+        assert!(c.len() <= u16::MAX as usize, "{} chunks", c.len());
+        // Elements larger than a chunk: one each.
+        let wide = ArrayDesc::<[Option<Gc<'static, u64>>; 512]>::desc();
+        assert_eq!(chunks_of(wide, 3).len(), 3);
+    }
+
+    #[test]
+    fn an_array_above_the_entry_address_space_is_traced_whole() {
+        let mut queued = 0;
+        let high = 1_usize << CHUNK_SHIFT;
+        // SAFETY: `chunk` returns before it reads the array.
+        let r = unsafe { chunk(desc(), high, 0, &mut |_| queued += 1) };
+        assert!(r.is_none() && queued == 0);
+    }
 }

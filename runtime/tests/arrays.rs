@@ -467,3 +467,101 @@ fn a_failed_huge_array_leaves_the_accounting_as_it_was() {
     assert!(heap < 1 << 30, "the heap counts {heap} bytes");
     m.mutate(|mc| assert_eq!(mc.alloc_slice(&[3_u8])[0], 3));
 }
+
+/// An item holding `value`, and a leaf holding it again.
+fn item<'gc>(
+    mc: &Mutation<'gc>,
+    value: u64,
+    drops: &Arc<AtomicUsize>,
+) -> Option<Gc<'gc, Item<'gc>>> {
+    Some(mc.alloc(Item {
+        value,
+        leaf: Some(mc.alloc(value)),
+        _drops: Counted(drops.clone()),
+    }))
+}
+
+/// A long array is marked a chunk at a time (`mark.rs`, "Long arrays"),
+/// by the GC threads and by assists, while two threads overwrite its cells:
+/// every full mark, stopped or ragged, reaches each element's value as it
+/// stands (verify mode re-marks single-threaded and aborts on a
+/// difference), and what was overwritten is freed.
+#[test]
+fn a_long_array_marked_in_chunks_keeps_what_its_cells_hold() {
+    for ragged in [true, false] {
+        let _serial = serial();
+        let drops = Arc::new(AtomicUsize::new(0));
+        let cycles = Cycles::default();
+        let rt = rt()
+            .min_heap(1 << 20)
+            .gc_percent(50)
+            .generational(false)
+            .ragged_handshakes(ragged)
+            .mark_pause_budget(std::time::Duration::ZERO)
+            .on_cycle(cycles.hook())
+            .build();
+        type Cells = Rootable!['gc => [GcCell<'gc, Option<Gc<'gc, Item<'gc>>>>]];
+        const N: usize = 50_000;
+        let root = {
+            let mut m = rt.attach();
+            m.mutate(|mc| {
+                let cells =
+                    mc.alloc_from_iter((0..N).map(|i| GcCell::new(item(mc, i as u64, &drops))));
+                mc.global_root::<Cells>(cells)
+            })
+        };
+        const ROUNDS: u64 = 1500;
+        const WRITES: u64 = 16;
+        std::thread::scope(|s| {
+            for t in 0..2_u64 {
+                let (rt, root, drops) = (&rt, &root, &drops);
+                s.spawn(move || {
+                    let mut m = rt.attach();
+                    let mut rng = 0x9e37_79b9_7f4a_7c15_u64 ^ t;
+                    for round in 0..ROUNDS {
+                        m.mutate(|mc| {
+                            let cells = root.get(mc);
+                            for _ in 0..WRITES {
+                                rng ^= rng << 13;
+                                rng ^= rng >> 7;
+                                rng ^= rng << 17;
+                                let i = (rng % N as u64) as usize;
+                                // The index stays in the value's low bits.
+                                cells[i]
+                                    .set(mc, item(mc, (round + 1) * N as u64 + i as u64, drops));
+                            }
+                            for _ in 0..256 {
+                                mc.alloc([round; 8]);
+                            }
+                        });
+                    }
+                });
+            }
+        });
+        let mut m = rt.attach();
+        m.collect();
+        m.mutate(|mc| {
+            for (i, cell) in root.get(mc).iter().enumerate() {
+                let it = cell.get().expect("every cell holds an item");
+                assert_eq!(it.value % N as u64, i as u64, "cell {i}");
+                assert_eq!(*it.leaf.expect("a leaf"), it.value, "cell {i}'s leaf");
+            }
+        });
+        let (_, full) = cycles.get();
+        assert!(full >= 3, "ragged {ragged}: {full} full cycles");
+        assert!(
+            rt.stats().concurrent_cycles > 0,
+            "ragged {ragged}: marks ran concurrently"
+        );
+        // Every item made but the N the cells hold now was overwritten.
+        m.collect();
+        m.collect();
+        let made = N + 2 * (ROUNDS * WRITES) as usize;
+        assert_eq!(
+            drops.load(Ordering::Relaxed),
+            made - N,
+            "ragged {ragged}: overwritten items freed"
+        );
+        drop(root);
+    }
+}

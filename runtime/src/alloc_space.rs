@@ -154,6 +154,12 @@ impl AllocSpace {
         if base.is_null() {
             return base;
         }
+        if (base as usize + layout.size()) >> crate::mark::CHUNK_SHIFT != 0 {
+            // SAFETY: allocated just above with `layout`, and handed to
+            // nobody.
+            unsafe { self.alloc.dealloc(base, layout) };
+            address_out_of_range(base as usize);
+        }
         // SAFETY: `base` has `pre + bytes` bytes, aligned to `align >= 8`
         // (so both prefix words are aligned: `pre` is a multiple of 8).
         let addr = unsafe {
@@ -419,6 +425,15 @@ impl std::fmt::Debug for AllocSpace {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AllocSpace").field("alloc", &self.name).finish_non_exhaustive()
     }
+}
+
+/// An object above the 48 bits of address the mark's queue entries keep
+/// (`mark.rs`, "Long arrays"): refused with a clear message rather than
+/// traced at the wrong address.
+#[cold]
+#[inline(never)]
+fn address_out_of_range(addr: usize) -> ! {
+    panic!("loam: the memory manager returned {addr:#x}, above the 48-bit range the collector's mark queues encode")
 }
 
 #[cfg(test)]

@@ -2,7 +2,8 @@
 //! re-mark.
 //!
 //! The calling thread marks alone first, and hands what is left to the GC
-//! threads only past a budget (a minor cycle's mark is often tiny).
+//! threads only past a budget (a minor cycle's mark is often tiny), and
+//! not in a pause whose deadline is near (waking them would outlast it).
 //! Each GC thread that traces (all of them with the world stopped, a
 //! quarter while the mutators run: `Limits::threads`) drains its own LIFO
 //! deque (crossbeam-deque) and steals from the roots' injector and from
@@ -95,9 +96,14 @@ pub(crate) unsafe fn shade_to(space: &Space, queue: &Worker<usize>, addr: usize)
     }
 }
 
-/// Objects the calling thread traces alone before [`parallel`] wakes the
-/// GC threads, in a pause.
+/// Scans (an object, or a chunk of a long array) the calling thread
+/// traces alone before [`parallel`] wakes the GC threads, in a pause
+/// whose deadline is not within [`WAKE_TIME`].
 const SERIAL_BUDGET: usize = 4096;
+
+/// How long waking the GC threads for a round may take: a pause with less
+/// time than this left before its deadline traces on alone instead.
+const WAKE_TIME: std::time::Duration = std::time::Duration::from_millis(1);
 
 /// The same, in a concurrent mark's round. A round on the GC threads
 /// (`ThreadPool::broadcast`) ends only once every one of them has run,
@@ -107,7 +113,7 @@ const SERIAL_BUDGET: usize = 4096;
 /// 8.7 ms), the marks 13 – 30 ms, and the heap passed its pace point
 /// meanwhile (the GC speed tester's workers were held 440 – 630 ms of a
 /// 3 s run, all of it pacing). The coordinator now traces a round alone
-/// for up to 64 Ki objects or [`CONCURRENT_SERIAL_TIME`], whichever comes
+/// for up to 64 Ki scans or [`CONCURRENT_SERIAL_TIME`], whichever comes
 /// first, and only what is left goes to the GC threads; not while the
 /// heap is at the pace point, when the mutators pay by assisting. Speed tester,
 /// ragged: held 0.3 – 3.5 ms in all, 23,100 – 24,100 ops/s against
@@ -117,7 +123,8 @@ const CONCURRENT_SERIAL_BUDGET: usize = 64 << 10;
 /// How long the coordinator traces a concurrent round alone at most: the
 /// round is offered to assists only once it goes to the GC threads, and a
 /// paced mutator waits until then (a mark of objects slow to trace held
-/// one for the whole mark, `tests/pacing.rs`). Checked every 64 objects.
+/// one for the whole mark, `tests/pacing.rs`). Checked every 64 units of
+/// work ([`Looks`]).
 const CONCURRENT_SERIAL_TIME: std::time::Duration = std::time::Duration::from_millis(1);
 
 /// What marking found.
@@ -141,9 +148,10 @@ impl Marked {
 const CHUNK_BYTES: usize = 2 << 10;
 
 /// The chunk number's place in an [`Entry`]: above every address of the
-/// 48-bit user space (a header word makes the same assumption of its
-/// descriptor's address); an array above it is traced whole.
-const CHUNK_SHIFT: u32 = 48;
+/// 48-bit user space, where every object is (loam's pages are, and
+/// `AllocSpace::alloc` refuses memory above; a header word makes the same
+/// assumption of its descriptor's address).
+pub(crate) const CHUNK_SHIFT: u32 = 48;
 
 /// A mark queue's entry: an object's address, or, with a chunk number `k`
 /// in the top 16 bits, chunk `k` of a long array's elements ("Long
@@ -164,18 +172,23 @@ impl Entry {
     }
 }
 
+/// Chunks a chunk queues at most: chunk 0 queues chunks 1 to 64, chunk 64
+/// the next 64, and so on, so that no one step queues the thousands of a
+/// long array's chunks (15,625 for four million pointers) and thieves
+/// still find work.
+const CHUNK_FANOUT: usize = 64;
+
 /// The elements chunk `k` of the array at `addr` covers, if it is long
-/// enough to be traced in chunks (else `None`, and `k` is 0). For chunk 0,
-/// queues the others with `push`. Chunks are [`CHUNK_BYTES`] of elements,
-/// or more where that would take more than the 16 bits' worth of chunks.
+/// enough to be traced in chunks (else `None`, and `k` is 0). Chunk `k`
+/// queues chunks `k + 1 ..= k + CHUNK_FANOUT` with `push` if `k` is a
+/// multiple of [`CHUNK_FANOUT`], so each chunk is queued once. Chunks are
+/// [`CHUNK_BYTES`] of elements, or more where that would take more than
+/// the 16 bits' worth of chunks.
 ///
 /// # Safety
 /// `addr` is an allocated array of `desc`.
 #[inline]
 unsafe fn chunk(desc: &TypeDesc, addr: usize, k: usize, push: &mut impl FnMut(usize)) -> Option<Range<usize>> {
-    if addr >> CHUNK_SHIFT != 0 {
-        return None;
-    }
     // SAFETY: an array (caller), whose length never changes once it is
     // published: every chunk of it finds the same geometry.
     let len = unsafe { array_len(addr) };
@@ -186,8 +199,8 @@ unsafe fn chunk(desc: &TypeDesc, addr: usize, k: usize, push: &mut impl FnMut(us
         debug_assert_eq!(k, 0, "mark: a chunk of an array too short for chunks");
         return None;
     }
-    if k == 0 {
-        for j in 1..len.div_ceil(per) {
+    if k % CHUNK_FANOUT == 0 {
+        for j in k + 1..len.div_ceil(per).min(k + CHUNK_FANOUT + 1) {
             push(addr | j << CHUNK_SHIFT);
         }
     }
@@ -210,7 +223,10 @@ unsafe fn scan(
     out: &mut Marked,
     mut push: impl FnMut(usize),
 ) -> usize {
-    let (addr, k) = (Entry(entry).object(), Entry(entry).chunk());
+    let (addr, k) = {
+        let e = Entry(entry);
+        (e.object(), e.chunk())
+    };
     // SAFETY: allocated (caller).
     let (desc, _) = unsafe { header_of(addr) };
     if is_freed(desc) {
@@ -218,10 +234,11 @@ unsafe fn scan(
             "verify: the reachable object at {addr:#x} was already freed"
         ));
     }
-    let chunked = match (desc.trace, desc.trace_elems) {
+    // (`trace_elems` is set only where `trace` is.)
+    let chunked = match desc.trace_elems {
         // SAFETY: allocated, of this descriptor (caller).
-        (Some(_), Some(trace_elems)) => unsafe { chunk(desc, addr, k, &mut push) }.map(|r| (r, trace_elems)),
-        _ => None,
+        Some(trace_elems) => unsafe { chunk(desc, addr, k, &mut push) }.map(|r| (r, trace_elems)),
+        None => None,
     };
     // A chunk counts its elements' bytes, the first its header's too: the
     // chunks of an array add up to its size.
@@ -242,7 +259,7 @@ unsafe fn scan(
     // usual, and the cycle reports it once more. The locks and logs inside
     // learn that they live in `addr` (`log.rs`); the tracer is a marker's
     // alone, and every scan sets it anew, so it is not reset after.
-    tracer.set_current(addr);
+    tracer.set_current(addr, entry);
     // SAFETY: a live object of the descriptor's type (with the chunk's
     // elements in it). Mutators running meanwhile change it only through
     // barrier cells, which trace without a data race (module docs).
@@ -308,7 +325,7 @@ impl Looks {
 #[derive(Clone, Copy, Default)]
 pub(crate) struct Limits<'a> {
     /// The mutators run: the calling thread traces alone for at most
-    /// `CONCURRENT_SERIAL_BUDGET` objects or `CONCURRENT_SERIAL_TIME`, and
+    /// `CONCURRENT_SERIAL_BUDGET` scans or `CONCURRENT_SERIAL_TIME`, and
     /// the rest goes to the GC threads (whose wake waits for the mutators'
     /// CPUs).
     pub(crate) concurrent: bool,
@@ -527,7 +544,9 @@ pub(crate) unsafe fn assist(
     let mut deferred = Vec::new();
     tracer.take_deferred(&mut deferred);
     for x in deferred {
-        gray.push(x);
+        // `gray` takes objects only (the ragged end reads their headers):
+        // a chunk deferred here is traced again whole.
+        gray.push(Entry(x).object());
     }
     share.assisted_bytes.fetch_add(out.bytes, Ordering::Relaxed);
     share.assisted_objects.fetch_add(out.objects, Ordering::Relaxed);
@@ -623,13 +642,7 @@ pub(crate) unsafe fn parallel(
     // unchecked for its millisecond (a 16 MiB limit was met in one run in
     // ten, `tests/limit.rs`).
     let paced = || limits.progress.is_some_and(|shared| shared.over_pace());
-    let budget = if limits.deadline.is_some() {
-        // A pause with a budget (150 µs by default) traces alone to its
-        // deadline: waking the GC threads and waiting for each to check
-        // in took 0.4 - 0.5 ms past it on the 2-core VM, when the first
-        // 4,096 objects were done early.
-        usize::MAX
-    } else if !limits.concurrent {
+    let mut budget = if !limits.concurrent {
         SERIAL_BUDGET
     } else if paced() {
         0
@@ -648,7 +661,20 @@ pub(crate) unsafe fn parallel(
         .concurrent
         .then(|| Instant::now() + CONCURRENT_SERIAL_TIME);
     let mut looks = Looks::default();
-    for _ in 0..budget {
+    let mut scans = 0;
+    loop {
+        if scans == budget {
+            // A pause whose deadline is near traces alone to it: waking
+            // the GC threads and waiting for each to check in took the
+            // first pause 0.4 – 0.5 ms past its 150 µs deadline on the
+            // 2-core VM, when its first 4,096 objects were done early.
+            let near = |d: Instant| d.saturating_duration_since(Instant::now()) < WAKE_TIME;
+            if !limits.deadline.is_some_and(near) {
+                break;
+            }
+            budget = usize::MAX;
+        }
+        scans += 1;
         if looks.due() {
             if expired(serial_until) || (limits.concurrent && paced()) {
                 break;
@@ -919,27 +945,36 @@ mod tests {
 
     /// The chunks `chunk` makes of an array of `len` elements of `desc`
     /// (its header and length word in a buffer: `chunk` reads nothing
-    /// else), checked to cover every element once, in order.
+    /// else), tracing each queued chunk in turn as a marker would; checked
+    /// to queue each chunk once, at most [`CHUNK_FANOUT`] a step, and to
+    /// cover every element once.
     fn chunks_of(desc: &TypeDesc, len: usize) -> Vec<Range<usize>> {
         let array = [0_usize, len];
         let addr = array.as_ptr() as usize;
-        let mut queued = Vec::new();
-        // SAFETY: `chunk` reads the length word only, which `array` holds.
-        let Some(first) = (unsafe { chunk(desc, addr, 0, &mut |e| queued.push(e)) }) else {
-            assert!(queued.is_empty(), "an array traced whole queues no chunks");
-            return std::iter::once(0..len).collect();
-        };
-        let mut all = vec![first];
-        for (j, &e) in queued.iter().enumerate() {
+        let mut queue = vec![addr];
+        let mut all = Vec::new();
+        while let Some(e) = queue.pop() {
             assert_eq!(Entry(e).object(), addr, "a chunk entry names its array");
-            assert_eq!(Entry(e).chunk(), j + 1, "chunks are queued in order");
-            // SAFETY: as above.
-            let r = unsafe { chunk(desc, addr, Entry(e).chunk(), &mut |_| panic!("only chunk 0 queues")) };
-            all.push(r.expect("a queued chunk has elements"));
+            let mut queued = Vec::new();
+            // SAFETY: `chunk` reads the length word only, which `array`
+            // holds.
+            let r = unsafe { chunk(desc, addr, Entry(e).chunk(), &mut |q| queued.push(q)) };
+            let Some(r) = r else {
+                assert!(queued.is_empty() && all.is_empty(), "an array traced whole queues nothing");
+                return std::iter::once(0..len).collect();
+            };
+            assert!(queued.len() <= CHUNK_FANOUT, "{} chunks queued at once", queued.len());
+            all.push((Entry(e).chunk(), r));
+            queue.extend(queued);
         }
+        all.sort_by_key(|(k, _)| *k);
+        for (i, (k, _)) in all.iter().enumerate() {
+            assert_eq!(*k, i, "each chunk traced once: {:?}", all.iter().map(|(k, _)| k).collect::<Vec<_>>());
+        }
+        let all: Vec<Range<usize>> = all.into_iter().map(|(_, r)| r).collect();
         let mut next = 0;
         for r in &all {
-            assert_eq!(r.start, next, "chunks of {len} elements: {all:?}");
+            assert_eq!(r.start, next, "chunks of {len} elements");
             assert!(r.start < r.end, "an empty chunk of {len} elements");
             next = r.end;
         }
@@ -966,14 +1001,5 @@ mod tests {
         // Elements larger than a chunk: one each.
         let wide = ArrayDesc::<[Option<Gc<'static, u64>>; 512]>::desc();
         assert_eq!(chunks_of(wide, 3).len(), 3);
-    }
-
-    #[test]
-    fn an_array_above_the_entry_address_space_is_traced_whole() {
-        let mut queued = 0;
-        let high = 1_usize << CHUNK_SHIFT;
-        // SAFETY: `chunk` returns before it reads the array.
-        let r = unsafe { chunk(desc(), high, 0, &mut |_| queued += 1) };
-        assert!(r.is_none() && queued == 0);
     }
 }

@@ -148,7 +148,12 @@ pub struct Tracer {
     /// from it (`cell.rs`).
     #[cfg_attr(loom, allow(dead_code))]
     current: usize,
-    /// Objects to trace again: a lock inside was held by a writer.
+    /// The mark-queue entry being traced: `current`, or one chunk of it
+    /// (`mark.rs`, "Long arrays"). What `defer_current` asks to trace
+    /// again.
+    #[cfg_attr(loom, allow(dead_code))]
+    entry: usize,
+    /// Entries to trace again: a lock inside was held by a writer.
     #[cfg_attr(loom, allow(dead_code))]
     deferred: Vec<usize>,
 }
@@ -159,14 +164,17 @@ impl Tracer {
         Self {
             edges: Vec::new(),
             current: 0,
+            entry: 0,
             deferred: Vec::new(),
         }
     }
 
-    /// Names the object whose payload is traced next (0: none).
+    /// Names the object whose payload is traced next (0: none), and the
+    /// mark-queue entry that traces it (the object, or a chunk of it).
     #[inline]
-    pub(crate) fn set_current(&mut self, addr: usize) {
+    pub(crate) fn set_current(&mut self, addr: usize, entry: usize) {
         self.current = addr;
+        self.entry = entry;
     }
 
     /// The object being traced (0: none).
@@ -175,14 +183,16 @@ impl Tracer {
         self.current
     }
 
-    /// Asks for the object being traced to be traced again later.
+    /// Asks for the entry being traced (the object, or the chunk of it
+    /// being traced) to be traced again later.
     pub(crate) fn defer_current(&mut self) {
-        if self.current != 0 && self.deferred.last() != Some(&self.current) {
-            self.deferred.push(self.current);
+        if self.current != 0 && self.deferred.last() != Some(&self.entry) {
+            self.deferred.push(self.entry);
         }
     }
 
-    /// Moves the objects to trace again into `out`.
+    /// Moves the entries to trace again into `out`: mark-queue entries,
+    /// which only a mark's queues and `remembered` take.
     pub(crate) fn take_deferred(&mut self, out: &mut Vec<usize>) {
         out.append(&mut self.deferred);
     }

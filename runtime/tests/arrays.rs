@@ -556,6 +556,7 @@ fn a_long_array_marked_in_chunks_keeps_what_its_cells_hold() {
         // Every item made but the N the cells hold now was overwritten.
         m.collect();
         m.collect();
+        rt.wait_for_drops();
         let made = N + 2 * (ROUNDS * WRITES) as usize;
         assert_eq!(
             drops.load(Ordering::Relaxed),

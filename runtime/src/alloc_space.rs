@@ -159,6 +159,7 @@ impl AllocSpace {
             // nobody.
             unsafe { self.alloc.dealloc(base, layout) };
             address_out_of_range(base as usize);
+            return std::ptr::null_mut();
         }
         // SAFETY: `base` has `pre + bytes` bytes, aligned to `align >= 8`
         // (so both prefix words are aligned: `pre` is a multiple of 8).
@@ -427,13 +428,24 @@ impl std::fmt::Debug for AllocSpace {
     }
 }
 
-/// An object above the 48 bits of address the mark's queue entries keep
-/// (`mark.rs`, "Long arrays"): refused with a clear message rather than
-/// traced at the wrong address.
+/// Memory above the 48 bits of address the mark's queue entries keep
+/// (`mark.rs`, "Long arrays"): refused, so the allocation fails as out of
+/// memory (an `Err` from the `try_` calls, the caller's credit given
+/// back) rather than being traced at the wrong address; said once on
+/// stderr.
 #[cold]
 #[inline(never)]
-fn address_out_of_range(addr: usize) -> ! {
-    panic!("loam: the memory manager returned {addr:#x}, above the 48-bit range the collector's mark queues encode")
+fn address_out_of_range(addr: usize) {
+    static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        use std::io::Write;
+        // Not `eprintln!`, which panics when stderr is gone.
+        let _ = writeln!(
+            std::io::stderr(),
+            "loam: the memory manager returned {addr:#x}, above the 48-bit range the collector's \
+             mark queues encode; such allocations fail as out of memory"
+        );
+    }
 }
 
 #[cfg(test)]

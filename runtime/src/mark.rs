@@ -34,11 +34,12 @@
 //! ms, whatever the budgets said. An array of more than two chunks
 //! ([`CHUNK_BYTES`] of elements each) is traced a chunk at a time, as Go
 //! traces its oblets: a queue entry is an object's address, or an array's
-//! address with a chunk number in its top 16 bits ([`Entry`]). The thread
-//! that traces chunk 0 (the entry the mark bit queued, as for any object)
-//! queues the others, which any thread may steal; each chunk counts its
-//! elements' bytes (the first the header's too) and the first counts the
-//! object. An entry is never more than a part of the gray set: chunks
+//! address with a chunk number in its top bits ([`Entry`]). Chunk 0 is the
+//! entry the mark bit queued, as for any object; it queues chunks 1 to 64,
+//! chunk 64 the next 64, and so on ([`CHUNK_FANOUT`]), for any thread to
+//! steal. Each chunk counts its elements' bytes (the first the header's
+//! too) and the first counts the object. A chunk a writer's lock made the
+//! tracer defer is traced again alone ([`AGAIN`]). An entry is never more than a part of the gray set: chunks
 //! are traced, left over and handed back like objects, within one mark,
 //! and only [`scan`] and the remembered objects' take read them. Tracing
 //! a marked array later, a chunk at a time, is what the snapshot barrier
@@ -153,9 +154,14 @@ const CHUNK_BYTES: usize = 2 << 10;
 /// assumption of its descriptor's address).
 pub(crate) const CHUNK_SHIFT: u32 = 48;
 
+/// Set in an entry traced again because a writer held a lock inside it
+/// (`Tracer::defer_current`): its object and bytes were counted the first
+/// time, and a chunk queues no others the second.
+const AGAIN: usize = 1 << 63;
+
 /// A mark queue's entry: an object's address, or, with a chunk number `k`
-/// in the top 16 bits, chunk `k` of a long array's elements ("Long
-/// arrays" above).
+/// in bits 48 – 62, chunk `k` of a long array's elements ("Long arrays"
+/// above); [`AGAIN`] in bit 63.
 struct Entry(usize);
 
 impl Entry {
@@ -168,7 +174,13 @@ impl Entry {
     /// The chunk: 0 for a whole object, or an array's first chunk.
     #[inline(always)]
     fn chunk(&self) -> usize {
-        self.0 >> CHUNK_SHIFT
+        (self.0 & !AGAIN) >> CHUNK_SHIFT
+    }
+
+    /// Whether the entry is traced again ([`AGAIN`]).
+    #[inline(always)]
+    fn again(&self) -> bool {
+        self.0 & AGAIN != 0
     }
 }
 
@@ -183,7 +195,7 @@ const CHUNK_FANOUT: usize = 64;
 /// queues chunks `k + 1 ..= k + CHUNK_FANOUT` with `push` if `k` is a
 /// multiple of [`CHUNK_FANOUT`], so each chunk is queued once. Chunks are
 /// [`CHUNK_BYTES`] of elements, or more where that would take more than
-/// the 16 bits' worth of chunks.
+/// the 15 bits' worth of chunks.
 ///
 /// # Safety
 /// `addr` is an allocated array of `desc`.
@@ -194,7 +206,7 @@ unsafe fn chunk(desc: &TypeDesc, addr: usize, k: usize, push: &mut impl FnMut(us
     let len = unsafe { array_len(addr) };
     let per = (CHUNK_BYTES / desc.elem_size.max(1))
         .max(1)
-        .max(len.div_ceil(u16::MAX as usize));
+        .max(len.div_ceil(i16::MAX as usize));
     if len <= 2 * per {
         debug_assert_eq!(k, 0, "mark: a chunk of an array too short for chunks");
         return None;
@@ -223,9 +235,9 @@ unsafe fn scan(
     out: &mut Marked,
     mut push: impl FnMut(usize),
 ) -> usize {
-    let (addr, k) = {
+    let (addr, k, again) = {
         let e = Entry(entry);
-        (e.object(), e.chunk())
+        (e.object(), e.chunk(), e.again())
     };
     // SAFETY: allocated (caller).
     let (desc, _) = unsafe { header_of(addr) };
@@ -237,18 +249,22 @@ unsafe fn scan(
     // (`trace_elems` is set only where `trace` is.)
     let chunked = match desc.trace_elems {
         // SAFETY: allocated, of this descriptor (caller).
-        Some(trace_elems) => unsafe { chunk(desc, addr, k, &mut push) }.map(|r| (r, trace_elems)),
+        Some(trace_elems) => unsafe { chunk(desc, addr, k, &mut |c| if !again { push(c) }) }
+            .map(|r| (r, trace_elems)),
         None => None,
     };
     // A chunk counts its elements' bytes, the first its header's too: the
-    // chunks of an array add up to its size.
-    out.bytes += match &chunked {
-        Some((elems, _)) => elems.len() * desc.elem_size + if k == 0 { desc.size } else { 0 },
-        // SAFETY: allocated, of this descriptor (caller).
-        None => unsafe { desc.object_size(addr) },
-    };
-    if k == 0 {
-        out.objects += 1;
+    // chunks of an array add up to its size. What is traced again was
+    // counted the first time.
+    if !again {
+        out.bytes += match &chunked {
+            Some((elems, _)) => elems.len() * desc.elem_size + if k == 0 { desc.size } else { 0 },
+            // SAFETY: allocated, of this descriptor (caller).
+            None => unsafe { desc.object_size(addr) },
+        };
+        if k == 0 {
+            out.objects += 1;
+        }
     }
     let Some(trace) = desc.trace else {
         return 0;
@@ -259,7 +275,7 @@ unsafe fn scan(
     // usual, and the cycle reports it once more. The locks and logs inside
     // learn that they live in `addr` (`log.rs`); the tracer is a marker's
     // alone, and every scan sets it anew, so it is not reset after.
-    tracer.set_current(addr, entry);
+    tracer.set_current(addr, entry | AGAIN);
     // SAFETY: a live object of the descriptor's type (with the chunk's
     // elements in it). Mutators running meanwhile change it only through
     // barrier cells, which trace without a data race (module docs).
@@ -994,10 +1010,10 @@ mod tests {
         let c = chunks_of(desc(), 4_000_000);
         assert_eq!(c.len(), 4_000_000_usize.div_ceil(per));
         assert!(c.iter().all(|r| r.len() <= per));
-        // So long that chunks of `per` would not fit 16 bits: larger ones.
+        // So long that chunks of `per` would not fit 15 bits: larger ones.
         let len = (u16::MAX as usize) * per * 3 + 5;
         let c = chunks_of(desc(), len);
-        assert!(c.len() <= u16::MAX as usize, "{} chunks", c.len());
+        assert!(c.len() <= i16::MAX as usize, "{} chunks", c.len());
         // Elements larger than a chunk: one each.
         let wide = ArrayDesc::<[Option<Gc<'static, u64>>; 512]>::desc();
         assert_eq!(chunks_of(wide, 3).len(), 3);

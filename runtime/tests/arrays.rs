@@ -566,3 +566,80 @@ fn a_long_array_marked_in_chunks_keeps_what_its_cells_hold() {
         drop(root);
     }
 }
+
+/// The elements of a long array are locks, written by two threads while
+/// full marks trace the array a chunk at a time, the locks learning their
+/// owner from a chunk's trace: every mark reaches what each lock holds
+/// (verify mode). (A chunk met while a writer held one of its locks is
+/// traced again alone; that window is too narrow for this test to hit at
+/// will: `snapshot_model.rs` models the retrace.)
+#[test]
+fn a_long_array_of_locks_keeps_what_its_writers_store() {
+    for ragged in [true, false] {
+        let _serial = serial();
+        let rt = rt()
+            .min_heap(1 << 20)
+            .gc_percent(50)
+            .generational(false)
+            .ragged_handshakes(ragged)
+            .mark_pause_budget(std::time::Duration::ZERO)
+            .build();
+        type Locks = Rootable!['gc => [GcLock<'gc, Vec<Gc<'gc, u64>>>]];
+        const N: usize = 20_000;
+        let root = {
+            let mut m = rt.attach();
+            m.mutate(|mc| {
+                let locks =
+                    mc.alloc_from_iter((0..N).map(|i| GcLock::new(vec![mc.alloc(i as u64)])));
+                mc.global_root::<Locks>(locks)
+            })
+        };
+        std::thread::scope(|s| {
+            for t in 0..2_u64 {
+                let (rt, root) = (&rt, &root);
+                s.spawn(move || {
+                    let mut m = rt.attach();
+                    let mut rng = 0x2545_f491_4f6c_dd1d_u64 ^ t;
+                    for round in 0..1500_u64 {
+                        m.mutate(|mc| {
+                            let locks = root.get(mc);
+                            for _ in 0..8 {
+                                rng ^= rng << 13;
+                                rng ^= rng >> 7;
+                                rng ^= rng << 17;
+                                let i = (rng % N as u64) as usize;
+                                locks[i].write(mc, |v| {
+                                    // Room made, then a fresh value: the
+                                    // index stays in its low bits.
+                                    if v.len() >= 3 {
+                                        v.remove(0);
+                                    }
+                                    v.push(mc.alloc((round + 1) * N as u64 + i as u64));
+                                });
+                            }
+                            for _ in 0..256 {
+                                mc.alloc([round; 8]);
+                            }
+                        });
+                    }
+                });
+            }
+        });
+        let mut m = rt.attach();
+        m.collect();
+        m.mutate(|mc| {
+            for (i, lock) in root.get(mc).iter().enumerate() {
+                let v = lock.read();
+                assert!(!v.is_empty() && v.len() <= 3, "lock {i} holds {}", v.len());
+                for x in v.iter() {
+                    assert_eq!(**x % N as u64, i as u64, "lock {i}");
+                }
+            }
+        });
+        assert!(
+            rt.stats().concurrent_cycles > 0,
+            "ragged {ragged}: marks ran concurrently"
+        );
+        drop(root);
+    }
+}

@@ -468,6 +468,53 @@ fn a_failed_huge_array_leaves_the_accounting_as_it_was() {
     m.mutate(|mc| assert_eq!(mc.alloc_slice(&[3_u8])[0], 3));
 }
 
+/// A runtime whose every cycle is full and marks concurrently from its
+/// start (no pause budget), ragged or stopped, cycling often.
+fn full_marks(ragged: bool) -> RuntimeBuilder {
+    rt().min_heap(1 << 20)
+        .gc_percent(50)
+        .generational(false)
+        .ragged_handshakes(ragged)
+        .mark_pause_budget(std::time::Duration::ZERO)
+}
+
+/// Calls per thread of [`write_from_two_threads`].
+const ROUNDS: u64 = 1500;
+
+/// Two threads, each in [`ROUNDS`] calls: `write(mc, i, value)` at
+/// `writes` random indices `i` below `n`, `value` fresh and holding `i` in
+/// its remainder by `n`, then 256 small objects of garbage.
+fn write_from_two_threads(
+    rt: &Runtime,
+    n: usize,
+    writes: u64,
+    write: impl Fn(&Mutation<'_>, usize, u64) + Sync,
+) {
+    std::thread::scope(|s| {
+        for t in 0..2_u64 {
+            let write = &write;
+            s.spawn(move || {
+                let mut m = rt.attach();
+                let mut rng = 0x9e37_79b9_7f4a_7c15_u64 ^ t;
+                for round in 0..ROUNDS {
+                    m.mutate(|mc| {
+                        for _ in 0..writes {
+                            rng ^= rng << 13;
+                            rng ^= rng >> 7;
+                            rng ^= rng << 17;
+                            let i = (rng % n as u64) as usize;
+                            write(mc, i, (round + 1) * n as u64 + i as u64);
+                        }
+                        for _ in 0..256 {
+                            mc.alloc([round; 8]);
+                        }
+                    });
+                }
+            });
+        }
+    });
+}
+
 /// An item holding `value`, and a leaf holding it again.
 fn item<'gc>(
     mc: &Mutation<'gc>,
@@ -492,14 +539,7 @@ fn a_long_array_marked_in_chunks_keeps_what_its_cells_hold() {
         let _serial = serial();
         let drops = Arc::new(AtomicUsize::new(0));
         let cycles = Cycles::default();
-        let rt = rt()
-            .min_heap(1 << 20)
-            .gc_percent(50)
-            .generational(false)
-            .ragged_handshakes(ragged)
-            .mark_pause_budget(std::time::Duration::ZERO)
-            .on_cycle(cycles.hook())
-            .build();
+        let rt = full_marks(ragged).on_cycle(cycles.hook()).build();
         type Cells = Rootable!['gc => [GcCell<'gc, Option<Gc<'gc, Item<'gc>>>>]];
         const N: usize = 50_000;
         let root = {
@@ -510,33 +550,9 @@ fn a_long_array_marked_in_chunks_keeps_what_its_cells_hold() {
                 mc.global_root::<Cells>(cells)
             })
         };
-        const ROUNDS: u64 = 1500;
         const WRITES: u64 = 16;
-        std::thread::scope(|s| {
-            for t in 0..2_u64 {
-                let (rt, root, drops) = (&rt, &root, &drops);
-                s.spawn(move || {
-                    let mut m = rt.attach();
-                    let mut rng = 0x9e37_79b9_7f4a_7c15_u64 ^ t;
-                    for round in 0..ROUNDS {
-                        m.mutate(|mc| {
-                            let cells = root.get(mc);
-                            for _ in 0..WRITES {
-                                rng ^= rng << 13;
-                                rng ^= rng >> 7;
-                                rng ^= rng << 17;
-                                let i = (rng % N as u64) as usize;
-                                // The index stays in the value's low bits.
-                                cells[i]
-                                    .set(mc, item(mc, (round + 1) * N as u64 + i as u64, drops));
-                            }
-                            for _ in 0..256 {
-                                mc.alloc([round; 8]);
-                            }
-                        });
-                    }
-                });
-            }
+        write_from_two_threads(&rt, N, WRITES, |mc, i, value| {
+            root.get(mc)[i].set(mc, item(mc, value, &drops));
         });
         let mut m = rt.attach();
         m.collect();
@@ -577,13 +593,7 @@ fn a_long_array_marked_in_chunks_keeps_what_its_cells_hold() {
 fn a_long_array_of_locks_keeps_what_its_writers_store() {
     for ragged in [true, false] {
         let _serial = serial();
-        let rt = rt()
-            .min_heap(1 << 20)
-            .gc_percent(50)
-            .generational(false)
-            .ragged_handshakes(ragged)
-            .mark_pause_budget(std::time::Duration::ZERO)
-            .build();
+        let rt = full_marks(ragged).build();
         type Locks = Rootable!['gc => [GcLock<'gc, Vec<Gc<'gc, u64>>>]];
         const N: usize = 20_000;
         let root = {
@@ -594,36 +604,14 @@ fn a_long_array_of_locks_keeps_what_its_writers_store() {
                 mc.global_root::<Locks>(locks)
             })
         };
-        std::thread::scope(|s| {
-            for t in 0..2_u64 {
-                let (rt, root) = (&rt, &root);
-                s.spawn(move || {
-                    let mut m = rt.attach();
-                    let mut rng = 0x2545_f491_4f6c_dd1d_u64 ^ t;
-                    for round in 0..1500_u64 {
-                        m.mutate(|mc| {
-                            let locks = root.get(mc);
-                            for _ in 0..8 {
-                                rng ^= rng << 13;
-                                rng ^= rng >> 7;
-                                rng ^= rng << 17;
-                                let i = (rng % N as u64) as usize;
-                                locks[i].write(mc, |v| {
-                                    // Room made, then a fresh value: the
-                                    // index stays in its low bits.
-                                    if v.len() >= 3 {
-                                        v.remove(0);
-                                    }
-                                    v.push(mc.alloc((round + 1) * N as u64 + i as u64));
-                                });
-                            }
-                            for _ in 0..256 {
-                                mc.alloc([round; 8]);
-                            }
-                        });
-                    }
-                });
-            }
+        write_from_two_threads(&rt, N, 8, |mc, i, value| {
+            root.get(mc)[i].write(mc, |v| {
+                // Room made, then the fresh value.
+                if v.len() >= 3 {
+                    v.remove(0);
+                }
+                v.push(mc.alloc(value));
+            });
         });
         let mut m = rt.attach();
         m.collect();

@@ -324,8 +324,8 @@ impl FreeBatch {
     /// counted the run out on the page.
     unsafe fn queue_run(&mut self, page: &Page, run: *mut Block, kind: RunKind, len: usize) {
         debug_assert!(page.runs_out.load(Ordering::Relaxed) > 0, "heap: a run sent uncounted");
-        // SAFETY: the page is live (caller), so its segment is; heaps live
-        // forever.
+        // The page is live (caller), so its segment is; heaps live forever.
+        // SAFETY: as just said.
         unsafe { (*owner_inbox(run.cast())).runs.push(run, kind) };
         self.cache.batches_sent += 1;
         REMOTE.sent.fetch_add(len as u64, Ordering::Relaxed);

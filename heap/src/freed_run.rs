@@ -115,8 +115,9 @@ impl FreedRun {
     /// # Safety
     /// `first` heads a run the caller took from a [`FreedQueue`].
     pub(crate) unsafe fn read(first: *mut Block) -> (FreedRun, *mut Block) {
-        // SAFETY: the caller's run; its header words are as `seal` and
+        // The caller's run; its header words are as `seal` and
         // `FreedQueue::push` wrote them.
+        // SAFETY: as just said.
         unsafe {
             let w = block::word(first, 0);
             let second = at(first, w >> ADDRESS_BITS);
@@ -156,8 +157,9 @@ impl FreedRun {
     /// # Safety
     /// The run is the caller's, read by [`FreedRun::read`].
     pub(crate) unsafe fn unseal(&self) {
-        // SAFETY: the caller's blocks. (In a run of two, `second` is the
+        // The caller's blocks. (In a run of two, `second` is the
         // tail and `third` null.)
+        // SAFETY: as just said.
         unsafe {
             block::set_next(self.first, self.second);
             block::set_next(self.second, self.third);

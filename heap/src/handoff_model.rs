@@ -129,8 +129,9 @@ fn remote_free_racing_adoption_is_applied_exactly_once() {
             let mut cache = RemoteCache::for_thread();
             for b in blocks {
                 let owner = wf.owner.load(Ordering::Relaxed);
-                // SAFETY: the freer owns the dead block; queues outlive `wf`.
+                // The freer owns the dead block; queues outlive `wf`.
                 // (Flushed alone: too few for a run, so it goes as a chain.)
+                // SAFETY: as just said.
                 unsafe { cache.push(owner, 0, b as *mut u8, 8) };
                 // One batch per block: the two batches take two inbox lanes.
                 cache.flush();

@@ -803,10 +803,11 @@ impl LocalHeap {
         }
         let me = ptr::addr_of!(self.queue);
         let mut applied = 0;
-        // SAFETY: the chains came from our queue; heaps (hence queues) live
+        // The chains came from our queue; heaps (hence queues) live
         // forever; each block is dead and its segment mapped. A block
         // forwarded is addressed to its segment's owner now, the heap
         // `owner_inbox` read.
+        // SAFETY: as just said.
         let walked = unsafe {
             route_chains(
                 chains,

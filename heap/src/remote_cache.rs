@@ -215,9 +215,10 @@ impl RemoteCache {
         }
         if s.count >= MIN_RUN && freed_run::can_head(s.head) {
             self.bytes_total -= s.bytes;
-            // SAFETY: a well-formed chain of `count >= 2` blocks that start
+            // A well-formed chain of `count >= 2` blocks that start
             // in one slice (the slot's key), of one live page, ours (slot
             // invariant); the inbox lives forever (`push`'s contract).
+            // SAFETY: as just said.
             unsafe {
                 let run = FreedRun::seal(s.head, s.tail, s.count as usize);
                 (*s.inbox).freed.push(&run);
@@ -274,9 +275,10 @@ impl RemoteCache {
             return;
         }
         self.bytes_total -= o.bytes;
-        // SAFETY: the chain is well formed and ours (slot invariant), and
+        // The chain is well formed and ours (slot invariant), and
         // the inbox lives forever (`push`'s contract). Consecutive batches
         // go to consecutive lanes.
+        // SAFETY: as just said.
         unsafe { (*o.inbox).push(self.batches_sent as usize, o.head, o.tail) };
         self.sent(o.count);
     }

@@ -155,8 +155,9 @@ impl AllocSpace {
             return base;
         }
         if (base as usize + layout.size()) >> crate::mark::CHUNK_SHIFT != 0 {
-            // SAFETY: allocated just above with `layout`, and handed to
+            // Allocated just above with `layout`, and handed to
             // nobody.
+            // SAFETY: as just said.
             unsafe { self.alloc.dealloc(base, layout) };
             address_out_of_range(base as usize);
             return std::ptr::null_mut();

@@ -201,8 +201,9 @@ const CHUNK_FANOUT: usize = 64;
 /// `addr` is an allocated array of `desc`.
 #[inline]
 unsafe fn chunk(desc: &TypeDesc, addr: usize, k: usize, push: &mut impl FnMut(usize)) -> Option<Range<usize>> {
-    // SAFETY: an array (caller), whose length never changes once it is
+    // An array (caller), whose length never changes once it is
     // published: every chunk of it finds the same geometry.
+    // SAFETY: as just said.
     let len = unsafe { array_len(addr) };
     let per = (CHUNK_BYTES / desc.elem_size.max(1))
         .max(1)
@@ -276,9 +277,10 @@ unsafe fn scan(
     // learn that they live in `addr` (`log.rs`); the tracer is a marker's
     // alone, and every scan sets it anew, so it is not reset after.
     tracer.set_current(addr, entry | AGAIN);
-    // SAFETY: a live object of the descriptor's type (with the chunk's
+    // A live object of the descriptor's type (with the chunk's
     // elements in it). Mutators running meanwhile change it only through
     // barrier cells, which trace without a data race (module docs).
+    // SAFETY: as just said.
     let traced = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| unsafe {
         match chunked {
             Some((elems, trace_elems)) => trace_elems(addr as *const u8, elems, tracer),
@@ -297,9 +299,10 @@ unsafe fn scan(
     }
     let edges = tracer.edges().len();
     for &e in tracer.edges() {
-        // SAFETY: an edge of a live object is an allocated object
+        // An edge of a live object is an allocated object
         // (Trace's contract 1: everything reachable was reported, so
         // nothing reachable was freed).
+        // SAFETY: as just said.
         if unsafe { space.mark(e) } {
             push(e);
         }
@@ -549,8 +552,9 @@ pub(crate) unsafe fn assist(
         let Some(addr) = local.pop().or_else(|| steal_any(&local, &share.injector, &share.stealers)) else {
             break;
         };
-        // SAFETY: queued objects are marked and allocated; no sweep runs
+        // Queued objects are marked and allocated; no sweep runs
         // (caller).
+        // SAFETY: as just said.
         looks.add(unsafe { scan(space, addr, &mut tracer, &mut out, |e| local.push(e)) });
     }
     // 3. Hand back, then leave.
@@ -708,8 +712,9 @@ pub(crate) unsafe fn parallel(
             report(&out);
             return out;
         };
-        // SAFETY: gray objects are marked and allocated; no sweep runs
+        // Gray objects are marked and allocated; no sweep runs
         // (caller).
+        // SAFETY: as just said.
         looks.add(unsafe { scan(space, addr, &mut tracer, &mut out, |e| gray.push(e)) });
     }
     report(&out);
@@ -792,8 +797,9 @@ pub(crate) unsafe fn parallel(
                 .or_else(|| find_work(me, &local, injector, stealers))
                 .or_else(take_remembered);
             match next {
-                // SAFETY: queued and taken remembered objects are marked
+                // Queued and taken remembered objects are marked
                 // and allocated; no sweep runs (caller).
+                // SAFETY: as just said.
                 Some(addr) => looks.add(unsafe { scan(space, addr, &mut tracer, &mut out, |e| local.push(e)) }),
                 None => {
                     let more = || pending.load(Ordering::Relaxed) < remembered.len();
@@ -972,8 +978,9 @@ mod tests {
         while let Some(e) = queue.pop() {
             assert_eq!(Entry(e).object(), addr, "a chunk entry names its array");
             let mut queued = Vec::new();
-            // SAFETY: `chunk` reads the length word only, which `array`
+            // `chunk` reads the length word only, which `array`
             // holds.
+            // SAFETY: as just said.
             let r = unsafe { chunk(desc, addr, Entry(e).chunk(), &mut |q| queued.push(q)) };
             let Some(r) = r else {
                 assert!(queued.is_empty() && all.is_empty(), "an array traced whole queues nothing");

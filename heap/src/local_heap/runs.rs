@@ -48,8 +48,9 @@ impl LocalHeap {
     /// `runs` and `freed` came from our run queue and freed-run queue.
     #[inline(never)]
     unsafe fn reclaim_taken(&mut self, runs: *mut Block, freed: *mut Block) -> u64 {
-        // SAFETY: the stacks came from our queues (caller), read and
+        // The stacks came from our queues (caller), read and
         // forwarded as their queues' runs.
+        // SAFETY: as just said.
         unsafe {
             self.drain_stack(
                 runs,
@@ -89,9 +90,10 @@ impl LocalHeap {
         let mut n = 0;
         // `route_runs` gives `apply` only runs whose page is ours, and
         // forwards the others to their segment's owner now.
-        // SAFETY: the runs came from our queue (caller); heaps (hence
+        // The runs came from our queue (caller); heaps (hence
         // queues) live forever; a run's blocks are dead blocks of one live
         // page (the run holds them in use), so its segment is mapped.
+        // SAFETY: as just said.
         let forwarded = unsafe {
             route_runs(
                 run,
@@ -114,8 +116,9 @@ impl LocalHeap {
     /// # Safety
     /// The run came from our queue, and its page is ours.
     unsafe fn take_freed(&mut self, run: FreedRun) -> u64 {
-        // SAFETY: a queued run is ours, its blocks dead blocks of one live
+        // A queued run is ours, its blocks dead blocks of one live
         // page of ours (caller), each counted in its `used`.
+        // SAFETY: as just said.
         unsafe {
             let page = segment::page_of(run.first.cast());
             if block::CHECKED && !run.fits(&*page) {
@@ -136,8 +139,9 @@ impl LocalHeap {
     /// # Safety
     /// The run came from our queue, and its page is ours.
     unsafe fn take_run(&mut self, run: *mut Block, kind: RunKind, len: usize) -> usize {
-        // SAFETY: a queued run is ours, its blocks dead blocks of one live
+        // A queued run is ours, its blocks dead blocks of one live
         // page of ours (caller), of at least MIN_RUN_BLOCK bytes.
+        // SAFETY: as just said.
         unsafe {
             let page = segment::page_of(run.cast());
             let size = (*page).block_size();

@@ -30,15 +30,39 @@ fn object(size: usize) -> usize {
     p as usize
 }
 
-/// The walk's copy of every page, by page start.
+/// The walk's copy of every page, by page start, taken as the runtime's
+/// walk takes it: a page whose owner is writing its image is passed by
+/// (`try_sealed_words`) and read in a second walk, which waits for it.
 fn walk(seal: SealEpoch) -> HashMap<usize, Vec<u64>> {
     let mut copies = HashMap::new();
-    // SAFETY: the closure keeps no PageRef and reads through
-    // `sealed_words`; it allocates, which the walk allows.
+    let mut busy = Vec::new();
+    // SAFETY: the closure keeps no PageRef (only a busy page's start, met
+    // again as a page of the second walk) and reads through
+    // `try_sealed_words` and `sealed_words`; it allocates, which the walk
+    // allows.
     unsafe {
         for_each_page(|p| {
             let mut words = Vec::new();
-            if p.used() > 0 && p.sealed_words(seal, &mut words) {
+            if p.used() == 0 {
+                return;
+            }
+            match p.try_sealed_words(seal, &mut words) {
+                Some(true) => {
+                    copies.insert(p.start() as usize, words);
+                }
+                Some(false) => {}
+                None => {
+                    assert!(words.is_empty(), "a busy page's copy appended words");
+                    busy.push(p.start() as usize);
+                }
+            }
+        });
+        for_each_page(|p| {
+            let mut words = Vec::new();
+            if busy.contains(&(p.start() as usize))
+                && p.used() > 0
+                && p.sealed_words(seal, &mut words)
+            {
                 copies.insert(p.start() as usize, words);
             }
         })

@@ -234,41 +234,68 @@ fn snapshot_pages(snap: &mut Snapshot, full: bool, clear_marks: bool, seal: loam
         bits,
         objects: _,
     } = &mut *snap;
-    // The closure may allocate (the vectors grow): the walk holds no lock.
-    // SAFETY: the closure keeps no PageRef; it reads only atomics
-    // (`sealed_words` is built for a walk beside running mutators), and the
-    // geometry of pages whose blocks in the copy keep them live (above).
-    unsafe {
-        loam_heap::for_each_page(|p| {
-            if p.used() == 0 {
+    // Pages whose owner was writing its image as the walk came by
+    // (`try_sealed_words`): a second walk comes back to them, and only
+    // then waits for the owner. Waiting at once was waiting for as long
+    // as the OS kept a preempted owner off its CPU, with this thread
+    // spinning on the other one.
+    let mut busy: Vec<usize> = Vec::new();
+    let mut visit = |p: loam_heap::PageRef<'_>, busy: &mut Vec<usize>, again: bool| {
+        if p.used() == 0 || (again && busy.binary_search(&(p.start() as usize)).is_err()) {
+            return;
+        }
+        let flags = p.flags();
+        if flags & sweep::OLD != 0 {
+            if !full {
+                // Every block marked until a full cycle: nothing for
+                // a minor cycle to sweep (see `sweep::OLD`).
                 return;
             }
-            let flags = p.flags();
-            if flags & sweep::OLD != 0 {
-                if !full {
-                    // Every block marked until a full cycle: nothing for
-                    // a minor cycle to sweep (see `sweep::OLD`).
+            p.clear_flags(sweep::OLD);
+        }
+        let from = bits.len();
+        let copied = if again {
+            p.sealed_words(seal, bits)
+        } else {
+            match p.try_sealed_words(seal, bits) {
+                Some(copied) => copied,
+                None => {
+                    busy.push(p.start() as usize);
                     return;
                 }
-                p.clear_flags(sweep::OLD);
             }
-            let from = bits.len();
-            if !p.sealed_words(seal, bits) {
-                // Released and set up again meanwhile: nothing of the
-                // stop's is in it.
-                return;
-            }
-            if bits[from..].iter().all(|&w| w == 0) {
-                bits.truncate(from);
-                return;
-            }
-            if clear_marks {
-                p.clear_marks();
-            }
-            pages.push(p.start() as usize);
-            ranges.push((from, bits.len()));
-        })
+        };
+        if !copied {
+            // Released and set up again meanwhile: nothing of the
+            // stop's is in it.
+            return;
+        }
+        if bits[from..].iter().all(|&w| w == 0) {
+            bits.truncate(from);
+            return;
+        }
+        if clear_marks {
+            p.clear_marks();
+        }
+        pages.push(p.start() as usize);
+        ranges.push((from, bits.len()));
     };
+    // The closure may allocate (the vectors grow): the walk holds no lock.
+    // The closure keeps no PageRef (only the starts of the busy pages, which
+    // the second walk meets again as pages of its own); it reads only
+    // atomics (`sealed_words` is built for a walk beside running mutators),
+    // and the geometry of pages whose blocks in the copy keep them live
+    // (above). A page met again at a busy page's start may have been
+    // released and set up again in between: its copy says so, as in the
+    // first walk.
+    // SAFETY: as just said.
+    unsafe { loam_heap::for_each_page(|p| visit(p, &mut busy, false)) };
+    if !busy.is_empty() {
+        // Pushed in the walk's order, which is not sorted by address.
+        busy.sort_unstable();
+        // SAFETY: as for the first walk.
+        unsafe { loam_heap::for_each_page(|p| visit(p, &mut busy, true)) };
+    }
 }
 
 /// Whether the cycle about to stop the world will be full, as `Cycle::stop`

@@ -306,7 +306,14 @@ impl<'a> PageRef<'a> {
     /// Clears every mark bit of the page.
     pub fn clear_marks(&self) {
         for w in self.marks() {
-            w.store(0, Ordering::Relaxed);
+            // Words already clear are left unwritten: a page whose objects
+            // were never marked (young garbage) has its bitmap's memory
+            // read from the shared zero page, not faulted in. The same as
+            // storing zero: a mark set after the load is one set after the
+            // clear.
+            if w.load(Ordering::Relaxed) != 0 {
+                w.store(0, Ordering::Relaxed);
+            }
         }
     }
 }

@@ -51,11 +51,16 @@
 //!    the nesting. A thread
 //!    attached *before* the waiting call began (a pool worker that keeps
 //!    its `Mutator` from task to task) is not admitted: a call must not
-//!    wait for such a thread's `mutate` call (README, known problems).
+//!    wait for such a thread's `mutate` call while a stop may be pending
+//!    (README, known problems).
 //!
 //! A mutator that waits for the collector between its calls (pacing, the
 //! heap-limit retry) counts as waiting at the gate too, and gives up its
-//! wait when the gate opens for it. `loom` checks the handshake
+//! wait when the gate opens for it. One that pacing holds gives up also
+//! when the collector is [`stuck`](Handshake::stuck), whenever it
+//! attached: pacing is no part of soundness, and giving up lets a ragged
+//! cycle's wait for a call end when that call waits for this thread.
+//! `loom` checks the handshake
 //! (`handshake_model`).
 
 use crate::thread_state::Running;

@@ -68,6 +68,9 @@ pub(crate) struct Control {
 enum Waiter<'a> {
     /// A mutator between its own calls: gives up when the gate opens.
     Gate(&'a crate::handshake::Slot),
+    /// A mutator that pacing holds between its calls: gives up when the
+    /// gate opens, and whenever the collector is stuck on a call.
+    Pacing(&'a crate::handshake::Slot),
     /// A call at the heap limit, whose `done` gives up on a stuck cycle.
     Call,
     /// A thread with no call of its own to go on with (the program's
@@ -333,7 +336,14 @@ impl Shared {
     /// when the handshake's gate opens, and this returns false: the cycle
     /// waited for is stuck on a call that may be waiting for this very
     /// thread (a scoped thread's parent), which must go on (`handshake.rs`,
-    /// "The gate"). A program's wait (`Waiter::Program`) has no calls of
+    /// "The gate"). One that pacing holds (`Waiter::Pacing`) gives up
+    /// as well once the collector has waited past its patience for any
+    /// call on a blocked thread (`Handshake::stuck`), whenever it
+    /// attached: pacing only bounds the heap, which a cycle that cannot
+    /// go on does not shrink, and the call waited for may be waiting for
+    /// this thread's next call (a worker attached before it; a stop's gate
+    /// still holds such a thread back, README, known problems). A
+    /// program's wait (`Waiter::Program`) has no calls of
     /// its own to go on with: it panics, naming itself, if the cycle stays
     /// stuck on calls that wait for other threads while no thread of the
     /// process can wake another, for
@@ -346,7 +356,8 @@ impl Shared {
         // all the same).
         let reclaim = loam_heap::reclaim_runs;
         let what = match waiter {
-            Waiter::Gate(slot) => return self.wait_at_gate(slot, done),
+            Waiter::Gate(slot) => return self.wait_at_gate(slot, false, done),
+            Waiter::Pacing(slot) => return self.wait_at_gate(slot, true, done),
             Waiter::Call => None,
             Waiter::Program(what) => Some(what),
         };
@@ -372,8 +383,14 @@ impl Shared {
         true
     }
 
-    /// `wait_control` for a mutator between its own calls.
-    fn wait_at_gate(&self, slot: &crate::handshake::Slot, mut done: impl FnMut(&Control) -> bool) -> bool {
+    /// `wait_control` for a mutator between its own calls; `pacing`, for
+    /// one that pacing holds.
+    fn wait_at_gate(
+        &self,
+        slot: &crate::handshake::Slot,
+        pacing: bool,
+        mut done: impl FnMut(&Control) -> bool,
+    ) -> bool {
         let reclaim = loam_heap::reclaim_runs;
         self.handshake.begin_wait(slot);
         let r = {
@@ -388,7 +405,7 @@ impl Shared {
                 if done(&c) {
                     break true;
                 }
-                if self.handshake.gate_admits(slot) {
+                if self.handshake.gate_admits(slot) || (pacing && self.handshake.stuck()) {
                     break false;
                 }
                 self.control_cv
@@ -620,7 +637,7 @@ impl Shared {
             crate::mark::offered(&self.assist).is_some() || c.sweep.as_ref().is_some_and(|w| w.has_pages())
         };
         let mut help = false;
-        self.wait_control(Waiter::Gate(slot), |c| {
+        self.wait_control(Waiter::Pacing(slot), |c| {
             progress = c.completed != seen
                 || c.shutdown
                 || !self.over_pace()
@@ -663,7 +680,7 @@ impl Shared {
         // Counted before the first read of the credit (`mark::Share`,
         // "Why a wake is never lost for long").
         share.wait_for_credit(true);
-        let waited = self.wait_control(Waiter::Gate(slot), |c| {
+        let waited = self.wait_control(Waiter::Pacing(slot), |c| {
             over = c.completed != seen || c.shutdown || !self.over_pace();
             // A round ends when its work runs out, and the next one (what
             // the barriers shaded meanwhile) is offered anew: 1.3 ms later

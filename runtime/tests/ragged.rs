@@ -888,6 +888,57 @@ fn a_paced_scoped_thread_does_not_deadlock_a_ragged_start() {
     assert!(rt.stats().ragged_cycles >= 1);
 }
 
+/// A call that waits for another thread's calls, the other thread
+/// attached before the call began (as a pool worker that keeps its
+/// `Mutator`), and held by pacing while a ragged start waits for the
+/// waiting call: once the start has waited past its patience for a call
+/// on a blocked thread, every paced mutator stops waiting, whenever it
+/// attached, and all of it ends. (A stopped cycle still holds such a
+/// thread at its entry: README, known problems.)
+#[test]
+fn a_paced_thread_attached_before_a_call_that_waits_for_it_does_not_deadlock_a_ragged_start() {
+    let _serial = serial();
+    let rt = ragged(false, 256 << 10);
+    let _guard = watchdog(
+        "a paced thread attached before a call that waited for it deadlocked a ragged start",
+    );
+    let (ask, asked) = std::sync::mpsc::channel::<u64>();
+    let (answer, answered) = std::sync::mpsc::channel::<u64>();
+    let (ready, attached) = std::sync::mpsc::channel::<()>();
+    std::thread::scope(|s| {
+        let rt = &rt;
+        s.spawn(move || {
+            let mut worker = rt.attach();
+            ready.send(()).unwrap();
+            for n in asked {
+                // 2 MiB of garbage a call against a 256 KiB goal: the heap
+                // passes twice the goal, and the next call is paced.
+                let sum = worker.mutate(|mc| {
+                    (0..32_768_u64)
+                        .map(|k| mc.alloc([k + n; 8])[0] - n)
+                        .sum::<u64>()
+                });
+                answer.send(sum).unwrap();
+            }
+        });
+        attached.recv().unwrap();
+        let mut m = rt.attach();
+        for round in 0..20 {
+            let got = m.mutate(|_| {
+                // The first answer's call starts a cycle, whose start waits
+                // for this call; the second call waits at pacing.
+                ask.send(round).unwrap();
+                let first = answered.recv().unwrap();
+                ask.send(round).unwrap();
+                first + answered.recv().unwrap()
+            });
+            assert_eq!(got, 2 * (0..32_768_u64).sum::<u64>());
+        }
+        drop(ask);
+    });
+    assert!(rt.stats().ragged_cycles >= 1, "{:?}", rt.stats());
+}
+
 /// A call at the heap limit that waits for the ragged cycle under way
 /// (it began after the window) while holding a lock, and a window call
 /// that waits for that lock, which the mark's end waits for: the call at

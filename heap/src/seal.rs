@@ -409,13 +409,19 @@ mod tests {
         assert_eq!(page.try_sealed_words(e, &mut copy), None);
         assert_eq!(copy, [7], "a busy page's copy appended words");
         let start = page.start() as usize;
+        let (walking, walks) = std::sync::mpsc::channel();
         let walker = std::thread::spawn(move || {
             // SAFETY: `a`'s page stays live (above).
             let page = unsafe { PageRef::of(start as *const u8) };
             let mut copy = Vec::new();
+            walking.send(()).unwrap();
             let copied = page.sealed_words(e, &mut copy);
             (copied, copy)
         });
+        // Most likely the walker is waiting by the end of the nap (its
+        // spins, yields and naps); the outcome is the same either way.
+        walks.recv().unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(5));
         // The owner resumes: its seal ends, as `seal_slow` ends it, with
         // the image and its length (here from the top, the copy undone).
         sealed.store(before, Ordering::Release);

@@ -36,10 +36,10 @@ fn object(size: usize) -> usize {
 fn walk(seal: SealEpoch) -> HashMap<usize, Vec<u64>> {
     let mut copies = HashMap::new();
     let mut busy = Vec::new();
-    // SAFETY: the closure keeps no PageRef (only a busy page's start, met
-    // again as a page of the second walk) and reads through
-    // `try_sealed_words` and `sealed_words`; it allocates, which the walk
-    // allows.
+    // The closures keep no PageRef (only a busy page's start, met again
+    // as a page of the second walk) and read through `try_sealed_words`
+    // and `sealed_words`; they allocate, which the walk allows.
+    // SAFETY: as just said.
     unsafe {
         for_each_page(|p| {
             let mut words = Vec::new();

@@ -254,7 +254,10 @@
 //!    `fetch_or` that found it clear, and the `remember` that made it
 //!    pushed the object. (A `remember` that finds the bit set changes and
 //!    pushes nothing; a bit set before phase 0 reached its word and not
-//!    changed since was cleared by phase 0.) The stop clears the mark of
+//!    changed since was cleared by phase 0, which reads each word and
+//!    stores zero over it unless it read zero: a word read as zero had no
+//!    bit set at that read, and any set since was set by a `fetch_or`
+//!    that found it clear.) The stop clears the mark of
 //!    every remembered object, one bit with a `fetch_and`, since other
 //!    runtimes' mutators may be setting bits in the same word; the
 //!    handshake orders this runtime's `fetch_or`s before it. Then none is

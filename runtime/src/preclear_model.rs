@@ -4,9 +4,10 @@
 //! running").
 //!
 //! One mark word holds the bits of objects 0 and 1 (the heap's side
-//! bitmap: one atomic word for 64 blocks). The clearer stores a zero word,
-//! as `PageRef::clear_marks` does (a swap here, for loom's sake: see
-//! `run`). Each mutator runs the between-marks
+//! bitmap: one atomic word for 64 blocks). The clearer loads the word and,
+//! if it is not zero, stores a zero word, as `PageRef::clear_marks` does
+//! (a swap here, for loom's sake: see `run`); a word it reads as zero it
+//! leaves alone. Each mutator runs the between-marks
 //! barrier on one object, as `remember` does through `loam_heap::mark_block`:
 //! a relaxed load that returns if the bit is set, else a `fetch_or`, and a
 //! push onto its remembered list if the `fetch_or` found the bit clear.
@@ -40,7 +41,9 @@ fn run(start: u64, objects: [u32; 2], skip_stop_clear: bool) -> u64 {
         // reports a word that no real execution can end with. A swap gets
         // the constraint the standard already gives the store.
         loom::thread::spawn(move || {
-            word.swap(0, Ordering::Relaxed);
+            if word.load(Ordering::Relaxed) != 0 {
+                word.swap(0, Ordering::Relaxed);
+            }
         })
     };
     let mutators: Vec<_> = objects

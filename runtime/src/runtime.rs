@@ -338,8 +338,9 @@ impl Shared {
     /// thread (a scoped thread's parent), which must go on (`handshake.rs`,
     /// "The gate"). One that pacing holds (`Waiter::Pacing`) gives up
     /// as well once the collector has waited past its patience for any
-    /// call on a blocked thread (`Handshake::stuck`), whenever it
-    /// attached: pacing only bounds the heap, which a cycle that cannot
+    /// call on a blocked thread, or 250 ms for calls none of which it saw
+    /// blocked (`Handshake::stuck`; in a stop, only while a thread attached
+    /// after the oldest call waits), whenever it attached: pacing only bounds the heap, which a cycle that cannot
     /// go on does not shrink, and the call waited for may be waiting for
     /// this thread's next call (a worker attached before it; a stop's gate
     /// still holds such a thread back, README, known problems). A
@@ -645,7 +646,8 @@ impl Shared {
             help = work(c);
             progress || help
         });
-        // Gave up for the gate, or progress: the caller goes on.
+        // Gave up (the gate opened, or the collector is stuck on a call),
+        // or progress: the caller goes on.
         !progress && help
     }
 
@@ -663,7 +665,8 @@ impl Shared {
     /// cycle has completed since
     /// `seen`, or the heap is under where pacing begins again, or the
     /// runtime shuts down; true in the last three cases (and when the gate
-    /// opens: the mutator must go on), false when it should try again.
+    /// opens or the collector is stuck on a call: the mutator must go on),
+    /// false when it should try again.
     /// Go's assists park the same way until the background workers have
     /// done the work, not for the whole cycle.
     pub(crate) fn pace_briefly(

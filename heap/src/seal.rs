@@ -294,10 +294,10 @@ impl PageRef<'_> {
             // was preempted in the middle, when spinning here only keeps
             // a CPU from it. Spin a little, then give the CPU up.
             waits += 1;
-            if cfg!(loom) || (64..128).contains(&waits) {
-                crate::sync::yield_now();
-            } else if waits < 64 {
+            if waits < 64 && !cfg!(loom) {
                 std::hint::spin_loop();
+            } else if waits < 128 || cfg!(loom) {
+                crate::sync::yield_now();
             } else {
                 std::thread::sleep(std::time::Duration::from_micros(20));
             }

@@ -205,6 +205,13 @@ unsafe fn chunk(desc: &TypeDesc, addr: usize, k: usize, push: &mut impl FnMut(us
     // published: every chunk of it finds the same geometry.
     // SAFETY: as just said.
     let len = unsafe { array_len(addr) };
+    // Most arrays are short: they are told apart with a multiplication,
+    // before the divisions below (the mark scans every array through
+    // here). Consistent for every chunk of an array: each asks the same.
+    if len.saturating_mul(desc.elem_size) <= 2 * CHUNK_BYTES {
+        debug_assert_eq!(k, 0, "mark: a chunk of an array too short for chunks");
+        return None;
+    }
     let per = (CHUNK_BYTES / desc.elem_size.max(1))
         .max(1)
         .max(len.div_ceil(i16::MAX as usize));

@@ -18,52 +18,59 @@
 //!
 //! # The gate: a stop never deadlocks with a call that waits for another
 //! A `mutate` call may wait for another thread's call: scoped threads that
-//! attach and enter `mutate` themselves while the spawning call joins them.
-//! If entering simply waited for the stop, the stop would wait for the
-//! spawning call, which waits for the scoped thread, which waits for the
-//! stop. So a stop that has waited `patience` for calls under way, and
-//! finds one of them on a thread blocked (the kernel's word: asleep at two
-//! looks with no wake-up between; a thread that waits for another stays
-//! asleep; `thread_state.rs`), or has found none blocked for a long
-//! while, *opens
-//! the gate* to the mutators that may be such threads: those attached after
-//! the oldest call still inside began (a scoped thread's `Mutator` is made
-//! inside the call that spawned it: a `Mutator` cannot be moved to another
-//! thread). They enter while the calls the stop waits for are still
-//! inside, and the gate closes again once those have left; then the stop
-//! waits for the admitted ones, with twice the patience. Why this is sound
-//! and ends:
+//! attach and enter `mutate` themselves while the spawning call joins them,
+//! or a worker that keeps its `Mutator` and answers the call's requests
+//! from calls of its own. If entering simply waited for the stop, the stop
+//! would wait for the waiting call, which waits for the other thread, which
+//! waits for the stop. So a stop that has waited `patience` for calls under
+//! way, while mutators wait to enter, takes a look at the calls' threads
+//! (`thread_state.rs`) and *opens the gate*:
+//! - to every waiter, if a call's thread waits on another thread (asleep
+//!   in a futex wait, a join, a lock, a condition variable, a channel, at
+//!   two looks with no wake-up between): any mutator may be the one it
+//!   waits for;
+//! - to the waiters attached after the oldest call still inside began, if
+//!   a call's thread is blocked otherwise (I/O, a sleep), or none has been
+//!   seen blocked for a long while (it may spin for the other thread): a
+//!   scoped thread's `Mutator` is made inside the call that spawned it (a
+//!   `Mutator` cannot be moved to another thread).
+//!
+//! They enter while the calls the stop waits for are still inside, and the
+//! gate closes again once those have left; then the stop waits for the
+//! admitted ones, with twice the patience. Why this is sound and ends:
 //! 1. The world is stopped only when, with the gate closed, every slot reads
 //!    outside after a fence: the same Dekker argument as without a gate. An
 //!    admitted mutator marks itself inside *under the gate's mutex*, while
 //!    it reads the gate open; the collector closes the gate under that
 //!    mutex before it looks at the slots, so it sees the admission, or the
-//!    mutator sees the gate closed and waits.
+//!    mutator sees the gate closed and waits. Who is admitted plays no part.
 //! 2. A mutator is admitted only while a call the stop waits for is still
-//!    inside, so admitting it delays nothing that was not delayed already;
-//!    threads attached before every call under way began are never
-//!    admitted, so long calls of independent threads do not keep the gate
-//!    swinging; and the patience doubles each time.
-//! 3. A call that waits for a scoped thread's call stays inside until that
-//!    call ends, and the scoped thread attached after it began, so the gate
-//!    opens for it (after the patience, once the waiting call's thread is
-//!    seen blocked, or after `RUNNING_PATIENCE` if it spins) however deep
-//!    the nesting. A thread
-//!    attached *before* the waiting call began (a pool worker that keeps
-//!    its `Mutator` from task to task) is not admitted: a call must not
-//!    wait for such a thread's `mutate` call while a stop may be pending
-//!    (README, known problems).
+//!    inside, so admitting it delays nothing that was not delayed already,
+//!    and the patience doubles each time (up to a second). Long calls of
+//!    independent threads that only run or sleep do not keep the gate
+//!    swinging: threads attached before every call under way began are
+//!    admitted only past a call waiting on another thread. Independent
+//!    calls that each wait on other threads for over a second at a time,
+//!    overlapping without end, could keep a stop from ending; that is the
+//!    price of never deadlocking with a call that waits for a mutator.
+//! 3. A call that waits for another mutator's call stays inside until that
+//!    call ends; if it blocks for it (a join, a channel, a lock), the gate
+//!    opens for every waiter after the patience, however deep the nesting
+//!    and whenever the other attached. A call that *spins* (or naps) for a
+//!    mutator attached before it began is not seen waiting, and the gate
+//!    opens only for younger mutators after `RUNNING_PATIENCE`: that still
+//!    deadlocks a stop (README, known problems).
 //!
 //! A mutator that waits for the collector between its calls (pacing, the
 //! heap-limit retry) counts as waiting at the gate too, and gives up its
 //! wait when the gate opens for it. One that pacing holds gives up also
 //! when the collector is [`stuck`](Handshake::stuck), whenever it
 //! attached: pacing is no part of soundness, and giving up lets a ragged
-//! cycle's wait for a call end when that call waits for this thread.
+//! cycle's wait for a call end when that call spins for this thread.
 //! `loom` checks the handshake
 //! (`handshake_model`).
 
-use crate::thread_state::Running;
+use crate::thread_state::{Running, Verdict};
 #[cfg(loom)]
 use loom::sync::{
     atomic::{fence, AtomicU32, AtomicU64, Ordering},
@@ -124,8 +131,8 @@ pub(crate) struct Slot {
 /// What the gate's mutex protects.
 #[derive(Debug, Default)]
 struct Gate {
-    /// Waiting mutators attached after `admit_after` may enter although
-    /// `stop` is up (module docs).
+    /// While open, waiting mutators attached after `admit_after` may enter
+    /// although `stop` is up: 0 admits every one (module docs).
     open: bool,
     admit_after: u64,
     /// The attach numbers of the mutators waiting to enter (or waiting for
@@ -259,7 +266,8 @@ fn wait_for<'a>(_: &Condvar, g: MutexGuard<'a, Gate>, _: Duration) -> (MutexGuar
 /// when to take a look at their threads, and whether that look opens the
 /// gate (or sets the hint). One per stop or wait; both waits use it the
 /// same way: [`wait`](Self::wait) until a look is due, then
-/// [`opens`](Self::opens). The clock is the clock's, not a quiet timeout:
+/// [`look`](Self::look), and tell it whether the gate
+/// [`opened`](Self::opened) or stays as it was ([`later`](Self::later)). The clock is the clock's, not a quiet timeout:
 /// a condition variable's timed wait is woken by every mutator that
 /// leaves a call (under `WATCH`), so a timeout alone never comes while
 /// other mutators come and go.
@@ -324,18 +332,23 @@ impl GateClock {
         (g, timed_out || std::time::Instant::now() >= deadline)
     }
 
-    /// The look: whether the gate opens now, for the calls on `threads`
-    /// (a call on a blocked thread may wait for a candidate, or the
-    /// running patience is over, `thread_state.rs`). If it does, the next
-    /// wait is twice as patient; if not, the next look comes after `look`,
-    /// which doubles, and no later than the running patience's end.
-    fn opens(&mut self, threads: Vec<u32>) -> bool {
-        if !self.running.none_waits(threads) {
-            self.length = self.length.saturating_mul(2).min(Duration::from_secs(1));
-            self.look = PATIENCE;
-            self.deadline = None;
-            return true;
-        }
+    /// The look, at the calls on `threads`: what the gate should do
+    /// (`thread_state.rs`). The caller then tells the clock what it did:
+    /// [`opened`](Self::opened) or [`later`](Self::later).
+    fn look(&mut self, threads: Vec<u32>) -> Verdict {
+        self.running.judge(threads)
+    }
+
+    /// The gate opened (or widened): the next wait is twice as patient.
+    fn opened(&mut self) {
+        self.length = self.length.saturating_mul(2).min(Duration::from_secs(1));
+        self.look = PATIENCE;
+        self.deadline = None;
+    }
+
+    /// The gate stays as it was: the next look comes after `look`, which
+    /// doubles, and no later than the running patience's end.
+    fn later(&mut self) {
         let now = std::time::Instant::now();
         let mut next = now + self.look;
         if let Some(until) = self.running.until() {
@@ -343,7 +356,6 @@ impl GateClock {
         }
         self.look = self.look.saturating_mul(2).min(Duration::from_secs(1));
         self.deadline = Some(next);
-        false
     }
 }
 
@@ -599,37 +611,54 @@ impl Handshake {
             // between their calls (pacing, the heap limit): past the
             // patience they are told to stop waiting (`gate_admits`), as
             // a stop's gate does, or the call would wait for them and they
-            // for this wait. Nobody is held at entry here, so nothing else
-            // is needed. Not while none of those calls is on a blocked
-            // thread: a call that waits for another thread is
+            // for this wait; every mutator is, once a call is seen waiting
+            // on another thread. Nobody is held at entry here, so nothing
+            // else is needed. Not while none of those calls is on a
+            // blocked thread: a call that waits for another thread is
             // (`thread_state.rs`).
             let oldest = || {
                 still()
                     .map(|&(s, _)| s.call_began.load(Ordering::Relaxed))
                     .min()
             };
+            // What the hint says: for which oldest call, admitting whom.
+            let mut told: Option<(u64, u64)> = None;
             // A leave stores its sequence, fences, sees `WATCH` and
             // notifies under the mutex: after this check, or it is seen.
             while let Some(after) = oldest() {
-                let hint = self.admit_hint.load(Ordering::Relaxed);
-                if hint == after {
-                    // Told already: wait for a leave.
-                    g = wait(&self.left, g);
-                    continue;
-                }
-                if hint != u64::MAX {
+                match told {
+                    // Every mutator told: wait for a leave.
+                    Some((call, 0)) if call == after => {
+                        g = wait(&self.left, g);
+                        continue;
+                    }
                     // Told for a call that has left since: taken back.
-                    self.admit_hint.store(u64::MAX, Ordering::Relaxed);
+                    Some((call, _)) if call != after => {
+                        self.admit_hint.store(u64::MAX, Ordering::Relaxed);
+                        told = None;
+                    }
+                    // Untold, or only the younger mutators told: look on.
+                    _ => {}
                 }
                 let (g2, due) = clock.wait(after, &self.left, g);
                 g = g2;
                 // One look after the wait: the oldest call, and the
                 // threads of all.
-                if due
-                    && oldest() == Some(after)
-                    && clock.opens(still().map(|&(s, _)| s.thread()).collect())
-                {
-                    self.admit_hint.store(after, Ordering::Relaxed);
+                if !due || oldest() != Some(after) {
+                    continue;
+                }
+                let admit = match clock.look(still().map(|&(s, _)| s.thread()).collect()) {
+                    Verdict::Anyone => Some(0),
+                    Verdict::Younger if told.is_none() => Some(after),
+                    _ => None,
+                };
+                match admit {
+                    Some(admit) => {
+                        self.admit_hint.store(admit, Ordering::Relaxed);
+                        told = Some((after, admit));
+                        clock.opened();
+                    }
+                    None => clock.later(),
                 }
             }
             self.admit_hint.store(u64::MAX, Ordering::Relaxed);
@@ -713,30 +742,42 @@ impl Handshake {
             clock.restart();
             let still = || inside.iter().copied().filter(|s| s.is_inside());
             // Mutators attached after the oldest call still inside began
-            // may be its scoped threads (module docs).
+            // may be its scoped threads; any mutator may be the thread a
+            // call waits on (module docs).
             let oldest = || still().map(|s| s.call_began.load(Ordering::Relaxed)).min();
+            // Waiters the gate holds: any while it is shut; the older ones
+            // while it is open to the younger only.
+            let held = |g: &Gate| g.waiting.iter().any(|&n| !g.admits(n));
             while let Some(after) = oldest() {
-                let candidates = |g: &Gate| g.waiting.iter().any(|&n| n > after);
-                if !candidates(&g) || g.open {
+                if !held(&g) {
                     // The clock and the judgement start afresh when a
-                    // candidate waits again.
+                    // waiter is held again.
                     clock.restart();
                     g = wait(&self.left, g);
                     continue;
                 }
                 let (g2, due) = clock.wait(after, &self.left, g);
                 g = g2;
+                if !due || oldest() != Some(after) || !held(&g) {
+                    continue;
+                }
                 // Unless no call inside is on a blocked thread (a call
                 // that waits for another thread is, `thread_state.rs`).
-                if due
-                    && oldest() == Some(after)
-                    && candidates(&g)
-                    && clock.opens(still().map(Slot::thread).collect())
-                {
-                    g.open = true;
-                    g.admit_after = after;
-                    self.admit_hint.store(after, Ordering::Relaxed);
-                    self.resumed.notify_all();
+                let younger = |g: &Gate| !g.open && g.waiting.iter().any(|&n| n > after);
+                let admit = match clock.look(still().map(Slot::thread).collect()) {
+                    Verdict::Anyone => Some(0),
+                    Verdict::Younger if younger(&g) => Some(after),
+                    _ => None,
+                };
+                match admit {
+                    Some(admit) => {
+                        g.open = true;
+                        g.admit_after = admit;
+                        self.admit_hint.store(admit, Ordering::Relaxed);
+                        self.resumed.notify_all();
+                        clock.opened();
+                    }
+                    None => clock.later(),
                 }
             }
             // Closed under the mutex: admissions before this are visible to
@@ -826,20 +867,27 @@ mod handshake_model {
     }
 
     /// A mutator inside waits for a second one to enter and leave (a scoped
-    /// thread), while the collector stops the world: the gate lets the
-    /// second in, so everything ends (loom reports a deadlock otherwise),
-    /// and the stopped world still has nobody inside.
-    #[test]
-    fn a_call_that_waits_for_another_call_does_not_deadlock_a_stop() {
-        loom::model(|| {
+    /// thread, attached inside the call; or with `waiter_first` a worker
+    /// attached before it), while the collector stops the world: the gate
+    /// lets the second in (under loom, where thread states are unknown,
+    /// the look opens it to every waiter: the widest gate), so everything
+    /// ends (loom reports a deadlock otherwise), and the stopped world
+    /// still has nobody inside.
+    fn a_call_that_waits_for_another_call(waiter_first: bool) {
+        loom::model(move || {
             let hs = Arc::new(Handshake::default());
             let slots = Arc::new([Slot::default(), Slot::default()]);
             let inner_done = Arc::new(AtomicBool::new(false));
             let world_stopped = Arc::new(AtomicBool::new(false));
+            if waiter_first {
+                hs.attach(&slots[1]);
+            }
             hs.attach(&slots[0]);
             hs.enter(&slots[0]); // the outer call, on this thread
-                                 // The scoped thread's mutator is made inside the outer call.
-            hs.attach(&slots[1]);
+            if !waiter_first {
+                // The scoped thread's mutator is made inside the outer call.
+                hs.attach(&slots[1]);
+            }
             let collector = {
                 let (hs, slots, stopped) = (hs.clone(), slots.clone(), world_stopped.clone());
                 loom::thread::spawn(move || {
@@ -851,7 +899,7 @@ mod handshake_model {
                     hs.resume();
                 })
             };
-            let scoped = {
+            let other = {
                 let (hs, slots, done, stopped) = (
                     hs.clone(),
                     slots.clone(),
@@ -865,12 +913,22 @@ mod handshake_model {
                     done.store(true, Ordering::SeqCst);
                 })
             };
-            // The outer call joins its scoped thread before it returns.
-            scoped.join().unwrap();
+            // The outer call waits for the other thread before it returns.
+            other.join().unwrap();
             assert!(inner_done.load(Ordering::SeqCst));
             hs.leave(&slots[0]);
             collector.join().unwrap();
         });
+    }
+
+    #[test]
+    fn a_call_that_waits_for_a_scoped_threads_call_does_not_deadlock_a_stop() {
+        a_call_that_waits_for_another_call(false);
+    }
+
+    #[test]
+    fn a_call_that_waits_for_an_older_mutators_call_does_not_deadlock_a_stop() {
+        a_call_that_waits_for_another_call(true);
     }
 
     /// The ragged wait: the collector sets a flag (a mark's `marking`) and
@@ -919,12 +977,25 @@ mod tests {
     use std::sync::atomic::AtomicBool;
     use std::time::Instant;
 
-    /// A stop waits for a call while a mutator attached after that call
-    /// began waits at the gate. `spin`: the call runs until it has seen
-    /// the waiter for 20 ms; otherwise it blocks on a channel the waiter
-    /// signals once it is in (as a call joining it would).
-    /// Returns whether the waiter entered before the call left.
-    fn waiter_admitted_before_the_call_left(spin: bool) -> bool {
+    /// What the call a stop waits for does meanwhile.
+    #[derive(Clone, Copy)]
+    enum Call {
+        /// Blocks on a channel the waiter signals once it is in (as a
+        /// call joining it, or waiting for its answer, would).
+        Blocks,
+        /// Runs until it has seen the waiter in, for 20 ms at most.
+        Spins,
+        /// Sleeps 20 ms (I/O would read the same), unless the waiter is
+        /// in by then.
+        Sleeps,
+    }
+
+    /// A stop waits for a call while a mutator waits at the gate; the
+    /// mutator attached after the call began (it could be the call's
+    /// scoped thread), or before it (a worker that keeps its `Mutator`)
+    /// with `waiter_first`. Returns whether the waiter entered before the
+    /// call left.
+    fn waiter_admitted_before_the_call_left(call_does: Call, waiter_first: bool) -> bool {
         // An hour's running patience: only a call seen blocked lets the
         // waiter in before the call leaves.
         let hs = Handshake {
@@ -939,15 +1010,13 @@ mod tests {
         );
         let mut admitted_early = false;
         let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let (attached_tx, attached_rx) = std::sync::mpsc::channel::<()>();
         std::thread::scope(|s| {
             let (hs, call, waiter) = (&hs, &call, &waiter);
             let (entered, left, stopped) = (&entered, &left, &stopped);
-            hs.attach(call);
-            assert_eq!(hs.enter(call), None);
-            // The waiter attaches after the call began (it could be the
-            // call's scoped thread) and enters once the stop is up.
             let w = s.spawn(move || {
                 hs.attach(waiter);
+                attached_tx.send(()).unwrap();
                 while !hs.stop_requested() {
                     std::thread::yield_now();
                 }
@@ -958,24 +1027,33 @@ mod tests {
                 tx.send(()).unwrap();
                 early
             });
+            if waiter_first {
+                attached_rx.recv().unwrap();
+            }
+            hs.attach(call);
+            assert_eq!(hs.enter(call), None);
             let c = s.spawn(move || {
                 hs.stop_world(|| vec![call, waiter]);
                 stopped.store(true, Ordering::Release);
                 hs.resume();
             });
-            // The call: on this thread, which stays running while it spins.
+            // The call, on this thread.
             while hs.waiting() == 0 {
                 std::thread::yield_now();
             }
-            if spin {
-                let until = Instant::now() + Duration::from_millis(20);
-                while Instant::now() < until && !entered.load(Ordering::Acquire) {
-                    std::hint::spin_loop();
+            match call_does {
+                Call::Blocks => {
+                    // Ten seconds at most: a waiter never let in fails the
+                    // test instead of hanging it.
+                    let _ = rx.recv_timeout(Duration::from_secs(10));
                 }
-            } else {
-                // Ten seconds at most: a waiter never let in fails the
-                // test instead of hanging it.
-                let _ = rx.recv_timeout(Duration::from_secs(10));
+                Call::Spins => {
+                    let until = Instant::now() + Duration::from_millis(20);
+                    while Instant::now() < until && !entered.load(Ordering::Acquire) {
+                        std::hint::spin_loop();
+                    }
+                }
+                Call::Sleeps => std::thread::sleep(Duration::from_millis(20)),
             }
             left.store(true, Ordering::Release);
             hs.leave(call);
@@ -994,12 +1072,32 @@ mod tests {
     #[test]
     fn the_gate_opens_for_a_blocked_call_and_not_for_a_running_one() {
         assert!(
-            waiter_admitted_before_the_call_left(false),
+            waiter_admitted_before_the_call_left(Call::Blocks, false),
             "a call blocked until the waiter is in would never leave"
         );
         assert!(
-            !waiter_admitted_before_the_call_left(true),
+            !waiter_admitted_before_the_call_left(Call::Spins, false),
             "the gate opened while the call it waited for was running"
+        );
+    }
+
+    /// A mutator attached before the call began (a worker that keeps its
+    /// `Mutator`) is let in when the call waits on another thread, which
+    /// may be that worker, and held while the call runs or sleeps, which
+    /// end by themselves.
+    #[test]
+    fn the_gate_opens_to_an_older_mutator_only_for_a_call_waiting_on_another_thread() {
+        assert!(
+            waiter_admitted_before_the_call_left(Call::Blocks, true),
+            "a call blocked until an older waiter is in would never leave"
+        );
+        assert!(
+            !waiter_admitted_before_the_call_left(Call::Spins, true),
+            "the gate opened to an older waiter while the call ran"
+        );
+        assert!(
+            !waiter_admitted_before_the_call_left(Call::Sleeps, true),
+            "the gate opened to an older waiter while the call slept"
         );
     }
 }

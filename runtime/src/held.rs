@@ -157,11 +157,14 @@ mod tests {
         let (b_attached, b_ready) = mpsc::channel();
         let (go_b, b_go) = mpsc::channel::<()>();
         let (a_in, a_inside) = mpsc::channel();
-        let (go_a, a_go) = mpsc::channel::<()>();
-        let rt = &rt;
+        // A's call spins until told to go: a call that waits on another
+        // thread (a channel) would open the stop's gate to B.
+        let a_go = std::sync::atomic::AtomicBool::new(false);
+        let (rt, a_go) = (&rt, &a_go);
         std::thread::scope(|s| {
-            // B attaches before A's call begins: the stop's gate never
-            // admits it (`handshake.rs`), so it waits for A's call.
+            // B attaches before A's call begins, and A's call runs: the
+            // stop's gate does not admit B (`handshake.rs`), so it waits
+            // for A's call.
             let b = s.spawn(move || {
                 let mut m = rt.attach();
                 b_attached.send(()).unwrap();
@@ -174,7 +177,9 @@ mod tests {
                 let mut m = rt.attach();
                 m.mutate(|_| {
                     a_in.send(()).unwrap();
-                    a_go.recv().unwrap();
+                    while !a_go.load(Ordering::Acquire) {
+                        std::thread::yield_now();
+                    }
                 });
             });
             a_inside.recv().unwrap();
@@ -189,7 +194,7 @@ mod tests {
             let waiting_since = Instant::now();
             std::thread::sleep(Duration::from_millis(20));
             let a_leaves = Instant::now();
-            go_a.send(()).unwrap();
+            a_go.store(true, Ordering::Release);
             let held = b.join().unwrap();
             collect.join().unwrap();
             assert_eq!(held.count(), 1, "{held:?}");

@@ -333,17 +333,17 @@ impl Shared {
     /// gives up when the collector is stuck (`wait_for_ragged_cycle`).
     ///
     /// A mutator waiting between its own calls (`Waiter::Gate`) gives up
-    /// when the handshake's gate opens, and this returns false: the cycle
-    /// waited for is stuck on a call that may be waiting for this very
-    /// thread (a scoped thread's parent), which must go on (`handshake.rs`,
-    /// "The gate"). One that pacing holds (`Waiter::Pacing`) gives up
-    /// as well once the collector has waited past its patience for any
-    /// call on a blocked thread, or 250 ms for calls none of which it saw
-    /// blocked (`Handshake::stuck`; in a stop, only while a thread attached
-    /// after the oldest call waits), whenever it attached: pacing only bounds the heap, which a cycle that cannot
-    /// go on does not shrink, and the call waited for may be waiting for
-    /// this thread's next call (a worker attached before it; a stop's gate
-    /// still holds such a thread back, README, known problems). A
+    /// when the handshake's gate opens for it, and this returns false: the
+    /// cycle waited for is stuck on a call that may be waiting for this
+    /// very thread (a scoped thread's parent, or a call waiting for a
+    /// worker's answer), which must go on (`handshake.rs`, "The gate").
+    /// One that pacing holds (`Waiter::Pacing`) gives up as well once the
+    /// collector has waited past its patience for any call on a blocked
+    /// thread, or 250 ms for calls none of which it saw blocked
+    /// (`Handshake::stuck`; in a stop, only while a waiter the gate holds
+    /// waits), whenever it attached: pacing only bounds the heap, which a
+    /// cycle that cannot go on does not shrink, and the call waited for
+    /// may be spinning for this thread's next call. A
     /// program's wait (`Waiter::Program`) has no calls of
     /// its own to go on with: it panics, naming itself, if the cycle stays
     /// stuck on calls that wait for other threads while no thread of the

@@ -33,6 +33,15 @@
 //! before. (A call may also sleep for its own reasons, long I/O say: the
 //! gate then opens as it did without this.)
 //!
+//! What a blocked call sleeps in tells more ([`Verdict`]). A futex wait
+//! (a join, a lock, a condition variable, a channel) ends only when
+//! another thread of the process wakes it, and that thread may be any
+//! mutator, a worker attached long before the call began included: the
+//! gate then opens to every waiter. A call asleep in I/O or a sleep ends
+//! by itself, so the gate opens only to the mutators attached after the
+//! call began, as for a call that runs past the running patience:
+//! admitting older ones would only make the stop wait for their calls too.
+//!
 //! The same looks tell a program's wait for a cycle that can never come
 //! from one that is only long ([`Stall`]): a thread that a `mutate` call
 //! joins and that calls `collect` would otherwise wait forever.
@@ -43,7 +52,9 @@
 //! (`/proc/self/task/<tid>/syscall`), and the process's threads
 //! (`/proc/self/task`). Elsewhere, under loom, or where the files cannot
 //! be read, the state is unknown: the gate behaves as it did without
-//! this (it opens after the patience), and no stall is found.
+//! this (it opens after the patience, to the younger waiters; under loom
+//! to every waiter, the widest gate, for the models to check), and no
+//! stall is found.
 
 use std::time::{Duration, Instant};
 
@@ -104,6 +115,27 @@ fn look(tid: u32) -> Option<(bool, u64)> {
     Some((asleep, switches))
 }
 
+/// What a look at the calls a wait waits for tells the gate
+/// (`handshake.rs`, "The gate").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    /// Stay as it is: no call is seen waiting, and the wait has not yet
+    /// held the gate shut for that longer than its running patience.
+    Shut,
+    /// Open to the mutators attached after the oldest call began, which
+    /// may be its scoped threads: a call waits, though not on another
+    /// thread (in I/O or a sleep, which end by themselves), or the running
+    /// patience is over (a call that spins for another thread), or there
+    /// is no call, or a call's thread state is unknown (not Linux).
+    Younger,
+    /// Open to every waiter, whenever it attached: a call waits on another
+    /// thread of the process, and any mutator may be that thread (a pool
+    /// worker that keeps its `Mutator`, answering the call over a
+    /// channel). Under loom, where states are unknown, always: the widest
+    /// gate is the one the models check.
+    Anyone,
+}
+
 /// One wait's judgement of the calls it waits for, kept across its looks.
 #[derive(Debug)]
 pub(crate) struct Running {
@@ -126,36 +158,48 @@ impl Running {
         }
     }
 
-    /// Whether no thread of `threads` (those of the calls a wait still
-    /// waits for, as [`current`] gave them) is waiting, and this wait has
-    /// not yet held the gate shut for that longer than
-    /// its patience: then the wait goes on without opening the
-    /// gate. A thread waits if this look and the last both found it
-    /// asleep, and it has not woken in between. False if any thread's
-    /// state is unknown, or if there is none. Reads one small file per
-    /// thread (tens of microseconds), under the gate's mutex: it is asked
-    /// only past a patience, and again after 1, 2, 4 ... ms while none
-    /// waits, so a few times in a wait.
-    pub(crate) fn none_waits(&mut self, threads: impl IntoIterator<Item = u32>) -> bool {
+    /// What the gate should do about the calls on `threads` (those a wait
+    /// still waits for, as [`current`] gave them). A thread waits if this
+    /// look and the last both found it asleep, and it has not woken in
+    /// between; it waits *on another thread* if it sleeps in a futex wait
+    /// as well (a join, a lock, a condition variable, a channel), which
+    /// only another thread of the process ends. Reads one or two small
+    /// files per thread (tens of microseconds), under the gate's mutex: it
+    /// is asked only past a patience, and again after 1, 2, 4 ... ms while
+    /// the gate stays as it is, so a few times in a wait.
+    pub(crate) fn judge(&mut self, threads: impl IntoIterator<Item = u32>) -> Verdict {
         let mut asleep = Vec::new();
-        let mut waits = false;
-        let mut any = false;
+        let (mut waits, mut on_thread, mut any) = (false, false, false);
         for tid in threads {
             any = true;
             let Some((asleep_now, switches)) = look(tid) else {
-                return false;
+                return if cfg!(loom) {
+                    Verdict::Anyone
+                } else {
+                    Verdict::Younger
+                };
             };
             if asleep_now {
-                waits |= self.asleep.contains(&(tid, switches));
+                if self.asleep.contains(&(tid, switches)) {
+                    waits = true;
+                    on_thread |= matches!(sleep_of(tid), Some(Sleep::Futex | Sleep::TimedFutex));
+                }
                 asleep.push((tid, switches));
             }
         }
         self.asleep = asleep;
+        if on_thread {
+            return Verdict::Anyone;
+        }
         if waits || !any {
-            return false;
+            return Verdict::Younger;
         }
         let since = *self.since.get_or_insert_with(Instant::now);
-        since.elapsed() < self.patience
+        if since.elapsed() < self.patience {
+            Verdict::Shut
+        } else {
+            Verdict::Younger
+        }
     }
 
     /// When this judgement's patience runs out, if it has found no call
@@ -370,11 +414,12 @@ mod tests {
     use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
     use std::sync::{mpsc, Arc};
 
-    /// A thread that spins is not waiting; one blocked on a channel is,
-    /// from the second look that finds it asleep; one that sleeps in short
-    /// naps (waking between looks) is not; and a judgement that found none
-    /// waiting runs out after its patience. (An hour's patience where the
-    /// patience must not be what decides.)
+    /// A thread that spins is not waiting; one blocked on a channel waits
+    /// on another thread, from the second look that finds it asleep; one
+    /// that sleeps in short naps (waking between looks) is not waiting;
+    /// one in a long sleep waits, but not on another thread; and a
+    /// judgement that found none waiting runs out after its patience. (An
+    /// hour's patience where the patience must not be what decides.)
     #[test]
     fn a_blocked_thread_waits_and_a_spinning_or_napping_one_does_not() {
         const HOUR: Duration = Duration::from_secs(3600);
@@ -393,12 +438,12 @@ mod tests {
                     std::hint::spin_loop();
                 }
                 // Blocked until the channel speaks, then naps until it
-                // speaks again (or is gone).
-                if rx.recv().is_ok() {
-                    while let Err(mpsc::TryRecvError::Empty) = rx.try_recv() {
-                        std::thread::sleep(Duration::from_micros(200));
-                    }
+                // speaks again, then sleeps long.
+                rx.recv().unwrap();
+                while let Err(mpsc::TryRecvError::Empty) = rx.try_recv() {
+                    std::thread::sleep(Duration::from_micros(200));
                 }
+                std::thread::sleep(Duration::from_millis(500));
             })
         };
         let tid = loop {
@@ -408,25 +453,27 @@ mod tests {
             }
         };
         let mut judged = Running::new(HOUR);
-        assert!(
-            judged.none_waits([tid, current()]),
+        assert_eq!(
+            judged.judge([tid, current()]),
+            Verdict::Shut,
             "a spinning thread does not wait"
         );
         judged.since = Some(Instant::now() - HOUR);
-        assert!(
-            !judged.none_waits([tid]),
-            "past the patience, the gate opens"
+        assert_eq!(
+            judged.judge([tid]),
+            Verdict::Younger,
+            "past the patience, the gate opens to the younger waiters"
         );
         stop.store(true, Ordering::Release);
         // Blocked on the channel once two looks a moment apart say so.
         let mut judged = Running::new(HOUR);
         let blocked = (0..10_000).any(|_| {
             std::thread::sleep(Duration::from_millis(1));
-            !judged.none_waits([tid])
+            judged.judge([tid]) == Verdict::Anyone
         });
         assert!(
             blocked,
-            "a thread blocked on a channel never read as waiting"
+            "a thread blocked on a channel never read as waiting on another"
         );
         // Napping: awake between looks, so not waiting.
         tx.send(()).unwrap();
@@ -434,15 +481,29 @@ mod tests {
         let mut judged = Running::new(HOUR);
         for _ in 0..20 {
             std::thread::sleep(Duration::from_millis(1));
-            assert!(
-                judged.none_waits([tid]),
+            assert_eq!(
+                judged.judge([tid]),
+                Verdict::Shut,
                 "a thread that naps read as waiting"
             );
         }
+        // A long sleep: waiting, but for no other thread. (It may end
+        // before two looks fall in it on a busy machine: then the looks
+        // find the thread gone, which reads as unknown.)
         tx.send(()).unwrap();
+        let mut judged = Running::new(HOUR);
+        let mut verdicts = Vec::new();
+        while verdicts.last() != Some(&Verdict::Younger) && !t.is_finished() {
+            std::thread::sleep(Duration::from_millis(1));
+            verdicts.push(judged.judge([tid]));
+        }
+        assert!(
+            !verdicts.contains(&Verdict::Anyone),
+            "a sleeping thread read as waiting on another: {verdicts:?}"
+        );
         t.join().unwrap();
         assert_eq!(look(0), None);
-        assert!(!Running::new(HOUR).none_waits([]));
+        assert_eq!(Running::new(HOUR).judge([]), Verdict::Younger);
     }
 
     /// A thread that runs `f` once it has sent its kernel id, until told

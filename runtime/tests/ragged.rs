@@ -15,7 +15,7 @@
 //!   barriers never pass over what a window call made: `gc::WINDOW_MADE`).
 
 use loam_runtime::{
-    Gc, GcCell, GcLock, GcWeak, GlobalRoot, Mutation, Root, Rootable, Runtime, Trace,
+    Gc, GcCell, GcLock, GcStats, GcWeak, GlobalRoot, Mutation, Root, Rootable, Runtime, Trace,
 };
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -890,33 +890,28 @@ fn a_paced_scoped_thread_does_not_deadlock_a_ragged_start() {
 
 /// A call that waits for another thread's calls, the other thread
 /// attached before the call began (as a pool worker that keeps its
-/// `Mutator`), and held by pacing while a ragged start waits for the
-/// waiting call: once the start has waited past its patience for a call
-/// on a blocked thread, every paced mutator stops waiting, whenever it
-/// attached, and all of it ends. (A stopped cycle still holds such a
-/// thread at its entry: README, known problems.)
-#[test]
-fn a_paced_thread_attached_before_a_call_that_waits_for_it_does_not_deadlock_a_ragged_start() {
-    let _serial = serial();
-    let rt = ragged(false, 256 << 10);
-    let _guard = watchdog(
-        "a paced thread attached before a call that waited for it deadlocked a ragged start",
-    );
+/// `Mutator`), while the heap runs past twice its goal: each call asks the
+/// worker twice, and each answer is 2 MiB of garbage against a 256 KiB
+/// goal, so the first answer's call starts a cycle, which waits for the
+/// asking call, and the worker's second call meets that cycle at its
+/// entry. Twenty rounds; returns the runtime's stats and how many answers
+/// met the heap limit (the worker allocates with `try_alloc`, and stops
+/// an answer at its first `Err`).
+fn ask_a_worker_attached_first(rt: &Runtime) -> (GcStats, u64) {
+    const WHOLE: u64 = 32_768 * 32_767 / 2;
     let (ask, asked) = std::sync::mpsc::channel::<u64>();
-    let (answer, answered) = std::sync::mpsc::channel::<u64>();
+    let (answer, answered) = std::sync::mpsc::channel::<Option<u64>>();
     let (ready, attached) = std::sync::mpsc::channel::<()>();
+    let mut at_limit = 0;
     std::thread::scope(|s| {
-        let rt = &rt;
         s.spawn(move || {
             let mut worker = rt.attach();
             ready.send(()).unwrap();
             for n in asked {
-                // 2 MiB of garbage a call against a 256 KiB goal: the heap
-                // passes twice the goal, and the next call is paced.
                 let sum = worker.mutate(|mc| {
                     (0..32_768_u64)
-                        .map(|k| mc.alloc([k + n; 8])[0] - n)
-                        .sum::<u64>()
+                        .map(|k| mc.try_alloc([k + n; 8]).ok().map(|a| a[0] - n))
+                        .sum::<Option<u64>>()
                 });
                 answer.send(sum).unwrap();
             }
@@ -925,18 +920,89 @@ fn a_paced_thread_attached_before_a_call_that_waits_for_it_does_not_deadlock_a_r
         let mut m = rt.attach();
         for round in 0..20 {
             let got = m.mutate(|_| {
-                // The first answer's call starts a cycle, whose start waits
-                // for this call; the second call waits at pacing.
                 ask.send(round).unwrap();
                 let first = answered.recv().unwrap();
                 ask.send(round).unwrap();
-                first + answered.recv().unwrap()
+                [first, answered.recv().unwrap()]
             });
-            assert_eq!(got, 2 * (0..32_768_u64).sum::<u64>());
+            for sum in got {
+                match sum {
+                    Some(sum) => assert_eq!(sum, WHOLE),
+                    None => at_limit += 1,
+                }
+            }
         }
         drop(ask);
     });
-    assert!(rt.stats().ragged_cycles >= 1, "{:?}", rt.stats());
+    (rt.stats(), at_limit)
+}
+
+/// With ragged cycles, the worker's second call is held by pacing while
+/// the start waits for the asking call: once the start has waited past
+/// its patience for a call on a blocked thread, every paced mutator stops
+/// waiting, whenever it attached, and all of it ends.
+#[test]
+fn a_paced_thread_attached_before_a_call_that_waits_for_it_does_not_deadlock_a_ragged_start() {
+    let _serial = serial();
+    let rt = ragged(false, 256 << 10);
+    let _guard = watchdog(
+        "a paced thread attached before a call that waited for it deadlocked a ragged start",
+    );
+    let (stats, at_limit) = ask_a_worker_attached_first(&rt);
+    assert_eq!(at_limit, 0, "no limit, and the heap-limit Err");
+    assert!(stats.ragged_cycles >= 1, "{stats:?}");
+}
+
+/// With stopped cycles, the stop holds the worker at its entry while it
+/// waits for the asking call: once it has waited past its patience for
+/// that call, seen waiting on another thread (a channel), the gate lets
+/// every waiter in, whenever it attached, and all of it ends.
+#[test]
+fn a_thread_attached_before_a_call_that_waits_for_it_does_not_deadlock_a_stop() {
+    let _serial = serial();
+    let rt = Runtime::builder()
+        .ignore_env()
+        .gc_threads(2)
+        .ragged_handshakes(false)
+        .min_heap(256 << 10)
+        .build();
+    let _guard = watchdog("a thread attached before a call that waited for it deadlocked a stop");
+    let (stats, at_limit) = ask_a_worker_attached_first(&rt);
+    assert_eq!(at_limit, 0, "no limit, and the heap-limit Err");
+    assert!(stats.cycles >= 1, "{stats:?}");
+    assert_eq!(stats.ragged_cycles, 0, "{stats:?}");
+}
+
+/// As above with a 3 MiB heap limit: the worker's second answer in a
+/// round meets the limit while the stop waits for the asking call. It
+/// gets the heap-limit `Err` instead of waiting for a collection that
+/// cannot begin before the asking call returns (and its retry before the
+/// next call gives way at the stop's gate), and all of it ends. After
+/// each round the stop collects, so the next round's first answer fits.
+#[test]
+fn a_thread_attached_before_a_call_that_waits_for_it_meets_the_limit_with_an_err() {
+    let _serial = serial();
+    for ragged in [false, true] {
+        let rt = Runtime::builder()
+            .ignore_env()
+            .gc_threads(2)
+            .ragged_handshakes(ragged)
+            .min_heap(256 << 10)
+            .heap_limit(3 << 20)
+            .build();
+        let _guard = watchdog(
+            "a thread attached before a call that waited for it deadlocked at the heap limit",
+        );
+        let (stats, at_limit) = ask_a_worker_attached_first(&rt);
+        assert!(
+            at_limit >= 1,
+            "ragged {ragged}: never met the limit: {stats:?}"
+        );
+        assert!(
+            at_limit < 40,
+            "ragged {ragged}: every answer met the limit: {stats:?}"
+        );
+    }
 }
 
 /// A call at the heap limit that waits for the ragged cycle under way

@@ -49,9 +49,10 @@
 //!    and the patience doubles each time (up to a second). Long calls of
 //!    independent threads that only run or sleep do not keep the gate
 //!    swinging: threads attached before every call under way began are
-//!    admitted only past a call waiting on another thread. Independent
-//!    calls that each wait on other threads for over a second at a time,
-//!    overlapping without end, could keep a stop from ending; that is the
+//!    admitted only past a call waiting on another thread. Calls that
+//!    each wait on other threads for long at a time, over and over
+//!    (workers whose calls block waiting for work), could keep a stop
+//!    from ending, each admitted mutator's call one more to wait for: the
 //!    price of never deadlocking with a call that waits for a mutator.
 //! 3. A call that waits for another mutator's call stays inside until that
 //!    call ends; if it blocks for it (a join, a channel, a lock), the gate
@@ -224,6 +225,13 @@ pub(crate) struct Handshake {
     /// (tests make it long, to tell a blocked call's admission from the
     /// patience running out).
     running_patience: Duration,
+    /// The gate's verdict where thread states are unknown (always, under
+    /// loom): `Younger`, the gate as it was without the looks. Under loom
+    /// `Anyone` by default, the widest gate: a `Younger` verdict while an
+    /// older waiter is held looks again at the next deadline, which a
+    /// model's timed wait reaches at once, so a model that holds one
+    /// would spin; the scoped thread's model checks `Younger` too.
+    unknown_verdict: Verdict,
 }
 
 #[cfg(not(loom))]
@@ -267,10 +275,11 @@ fn wait_for<'a>(_: &Condvar, g: MutexGuard<'a, Gate>, _: Duration) -> (MutexGuar
 /// gate (or sets the hint). One per stop or wait; both waits use it the
 /// same way: [`wait`](Self::wait) until a look is due, then
 /// [`look`](Self::look), and tell it whether the gate
-/// [`opened`](Self::opened) or stays as it was ([`later`](Self::later)). The clock is the clock's, not a quiet timeout:
-/// a condition variable's timed wait is woken by every mutator that
-/// leaves a call (under `WATCH`), so a timeout alone never comes while
-/// other mutators come and go.
+/// [`opened`](Self::opened) or stays as it was ([`later`](Self::later)).
+/// The clock is the clock's, not a quiet timeout: a condition variable's
+/// timed wait is woken by every mutator that leaves a call (under
+/// `WATCH`), so a timeout alone never comes while other mutators come and
+/// go.
 struct GateClock {
     /// How long a wait lasts before the first look: [`PATIENCE`],
     /// doubling each time the gate opens, up to a second.
@@ -286,17 +295,19 @@ struct GateClock {
     judged: Option<u64>,
     running_patience: Duration,
     running: Running,
+    unknown: Verdict,
 }
 
 impl GateClock {
-    fn new(running_patience: Duration) -> Self {
+    fn new(running_patience: Duration, unknown: Verdict) -> Self {
         GateClock {
             length: PATIENCE,
             look: PATIENCE,
             deadline: None,
             judged: None,
             running_patience,
-            running: Running::new(running_patience),
+            running: Running::new(running_patience, unknown),
+            unknown,
         }
     }
 
@@ -306,7 +317,7 @@ impl GateClock {
         self.look = PATIENCE;
         self.deadline = None;
         self.judged = None;
-        self.running = Running::new(self.running_patience);
+        self.running = Running::new(self.running_patience, self.unknown);
     }
 
     /// Waits on `c` for calls whose oldest began at `after`, until
@@ -347,12 +358,17 @@ impl GateClock {
     }
 
     /// The gate stays as it was: the next look comes after `look`, which
-    /// doubles, and no later than the running patience's end.
+    /// doubles, and no later than the running patience's end if that is
+    /// still to come. (Once it is past, a look whose verdict changes
+    /// nothing, `Younger` with no younger waiter or with the younger ones
+    /// told already, is followed by the next after `look`: a deadline at
+    /// the patience's end would be now, every time, and the wait would
+    /// spin on the thread files.)
     fn later(&mut self) {
         let now = std::time::Instant::now();
         let mut next = now + self.look;
-        if let Some(until) = self.running.until() {
-            next = next.min(until.max(now));
+        if let Some(until) = self.running.until().filter(|&until| until > now) {
+            next = next.min(until);
         }
         self.look = self.look.saturating_mul(2).min(Duration::from_secs(1));
         self.deadline = Some(next);
@@ -369,6 +385,11 @@ impl Default for Handshake {
             resumed: Condvar::new(),
             left: Condvar::new(),
             running_patience: crate::thread_state::RUNNING_PATIENCE,
+            unknown_verdict: if cfg!(loom) {
+                Verdict::Anyone
+            } else {
+                Verdict::Younger
+            },
         }
     }
 }
@@ -604,7 +625,7 @@ impl Handshake {
             .collect();
         if !under_way.is_empty() {
             let mut g = lock(&self.lock);
-            let mut clock = GateClock::new(self.running_patience);
+            let mut clock = GateClock::new(self.running_patience, self.unknown_verdict);
             let still = || under_way.iter().filter(|&&(s, seq)| listed_still(s, seq));
             // Mutators attached after the oldest call still under way
             // began may be its scoped threads, waiting for the collector
@@ -726,7 +747,7 @@ impl Handshake {
         self.state.fetch_or(STOP, Ordering::Relaxed);
         fence(Ordering::SeqCst);
         // The clock's length carries over from round to round.
-        let mut clock = GateClock::new(self.running_patience);
+        let mut clock = GateClock::new(self.running_patience, self.unknown_verdict);
         loop {
             // The gate is closed here (it is only open below).
             let slots = registry();
@@ -761,8 +782,10 @@ impl Handshake {
                 if !due || oldest() != Some(after) || !held(&g) {
                     continue;
                 }
-                // Unless no call inside is on a blocked thread (a call
-                // that waits for another thread is, `thread_state.rs`).
+                // Opened to every waiter once a call inside waits on
+                // another thread; to the younger ones once one is blocked
+                // otherwise, or none has been for the running patience
+                // (`thread_state.rs`).
                 let younger = |g: &Gate| !g.open && g.waiting.iter().any(|&n| n > after);
                 let admit = match clock.look(still().map(Slot::thread).collect()) {
                     Verdict::Anyone => Some(0),
@@ -869,13 +892,16 @@ mod handshake_model {
     /// A mutator inside waits for a second one to enter and leave (a scoped
     /// thread, attached inside the call; or with `waiter_first` a worker
     /// attached before it), while the collector stops the world: the gate
-    /// lets the second in (under loom, where thread states are unknown,
-    /// the look opens it to every waiter: the widest gate), so everything
-    /// ends (loom reports a deadlock otherwise), and the stopped world
-    /// still has nobody inside.
-    fn a_call_that_waits_for_another_call(waiter_first: bool) {
+    /// lets the second in (the look's verdict, which thread states cannot
+    /// give under loom, is `unknown_verdict`), so everything ends (loom
+    /// reports a deadlock otherwise), and the stopped world still has
+    /// nobody inside.
+    fn a_call_that_waits_for_another_call(waiter_first: bool, unknown_verdict: Verdict) {
         loom::model(move || {
-            let hs = Arc::new(Handshake::default());
+            let hs = Arc::new(Handshake {
+                unknown_verdict,
+                ..Handshake::default()
+            });
             let slots = Arc::new([Slot::default(), Slot::default()]);
             let inner_done = Arc::new(AtomicBool::new(false));
             let world_stopped = Arc::new(AtomicBool::new(false));
@@ -923,12 +949,13 @@ mod handshake_model {
 
     #[test]
     fn a_call_that_waits_for_a_scoped_threads_call_does_not_deadlock_a_stop() {
-        a_call_that_waits_for_another_call(false);
+        a_call_that_waits_for_another_call(false, Verdict::Younger);
+        a_call_that_waits_for_another_call(false, Verdict::Anyone);
     }
 
     #[test]
     fn a_call_that_waits_for_an_older_mutators_call_does_not_deadlock_a_stop() {
-        a_call_that_waits_for_another_call(true);
+        a_call_that_waits_for_another_call(true, Verdict::Anyone);
     }
 
     /// The ragged wait: the collector sets a flag (a mark's `marking`) and
@@ -985,8 +1012,8 @@ mod tests {
         Blocks,
         /// Runs until it has seen the waiter in, for 20 ms at most.
         Spins,
-        /// Sleeps 20 ms (I/O would read the same), unless the waiter is
-        /// in by then.
+        /// Sleeps 200 ms in one sleep (I/O would read the same): long
+        /// for the looks, on a busy machine too.
         Sleeps,
     }
 
@@ -1053,7 +1080,7 @@ mod tests {
                         std::hint::spin_loop();
                     }
                 }
-                Call::Sleeps => std::thread::sleep(Duration::from_millis(20)),
+                Call::Sleeps => std::thread::sleep(Duration::from_millis(200)),
             }
             left.store(true, Ordering::Release);
             hs.leave(call);
@@ -1079,6 +1106,10 @@ mod tests {
             !waiter_admitted_before_the_call_left(Call::Spins, false),
             "the gate opened while the call it waited for was running"
         );
+        assert!(
+            waiter_admitted_before_the_call_left(Call::Sleeps, false),
+            "a call asleep kept a younger waiter out"
+        );
     }
 
     /// A mutator attached before the call began (a worker that keeps its
@@ -1098,6 +1129,108 @@ mod tests {
         assert!(
             !waiter_admitted_before_the_call_left(Call::Sleeps, true),
             "the gate opened to an older waiter while the call slept"
+        );
+    }
+
+    /// This thread's CPU time so far.
+    fn thread_cpu() -> Duration {
+        // SAFETY: `getrusage` writes the struct it is given, which is
+        // ours and large enough, and reads nothing else.
+        let usage = unsafe {
+            let mut u = std::mem::zeroed::<libc::rusage>();
+            libc::getrusage(libc::RUSAGE_THREAD, &mut u);
+            u
+        };
+        let t = |tv: libc::timeval| Duration::new(tv.tv_sec as u64, tv.tv_usec as u32 * 1000);
+        t(usage.ru_utime) + t(usage.ru_stime)
+    }
+
+    /// A stop waits 300 ms for a call that runs, past a running patience
+    /// of 5 ms, while a mutator attached before the call began waits at
+    /// the gate: the look's verdict (`Younger`, no younger waiter) changes
+    /// nothing, and the stop looks again after a doubling pause, not at
+    /// once (it spun on the thread files, the whole 300 ms, when the next
+    /// look was due at the patience's end, long past).
+    #[test]
+    fn a_stop_does_not_spin_while_it_holds_an_older_waiter() {
+        let hs = Handshake {
+            running_patience: Duration::from_millis(5),
+            ..Handshake::default()
+        };
+        let (call, waiter) = (Slot::default(), Slot::default());
+        let left = AtomicBool::new(false);
+        let mut cpu = Duration::ZERO;
+        std::thread::scope(|s| {
+            let (hs, call, waiter, left, cpu) = (&hs, &call, &waiter, &left, &mut cpu);
+            hs.attach(waiter);
+            hs.attach(call);
+            assert_eq!(hs.enter(call), None);
+            let w = s.spawn(move || {
+                while !hs.stop_requested() {
+                    std::thread::yield_now();
+                }
+                hs.enter(waiter);
+                assert!(left.load(Ordering::Acquire), "an older waiter was let in");
+                hs.leave(waiter);
+            });
+            let c = s.spawn(move || {
+                let before = thread_cpu();
+                hs.stop_world(|| vec![call, waiter]);
+                *cpu = thread_cpu() - before;
+                hs.resume();
+            });
+            while hs.waiting() == 0 {
+                std::thread::yield_now();
+            }
+            let until = Instant::now() + Duration::from_millis(300);
+            while Instant::now() < until {
+                std::hint::spin_loop();
+            }
+            left.store(true, Ordering::Release);
+            hs.leave(call);
+            w.join().unwrap();
+            c.join().unwrap();
+        });
+        assert!(
+            cpu < Duration::from_millis(50),
+            "the stop spent {cpu:?} of CPU waiting"
+        );
+    }
+
+    /// The ragged wait the same way: past its running patience it tells
+    /// the younger mutators to stop waiting (the hint), then looks on at a
+    /// doubling pause for a call that may yet wait on another thread, not
+    /// at once.
+    #[test]
+    fn a_ragged_wait_does_not_spin_on_a_running_call() {
+        let hs = Handshake {
+            running_patience: Duration::from_millis(5),
+            ..Handshake::default()
+        };
+        let call = Slot::default();
+        let mut cpu = Duration::ZERO;
+        let mut hinted = false;
+        std::thread::scope(|s| {
+            let (hs, call, cpu) = (&hs, &call, &mut cpu);
+            hs.attach(call);
+            assert_eq!(hs.enter(call), None);
+            let c = s.spawn(move || {
+                let before = thread_cpu();
+                hs.wait_for_calls(&[call]);
+                *cpu = thread_cpu() - before;
+            });
+            let until = Instant::now() + Duration::from_millis(300);
+            while Instant::now() < until {
+                hinted |= hs.stuck();
+                std::hint::spin_loop();
+            }
+            hs.leave(call);
+            c.join().unwrap();
+        });
+        assert!(hinted, "the wait never told the younger mutators to go on");
+        assert!(
+            cpu < Duration::from_millis(50),
+            "the wait spent {cpu:?} of CPU"
         );
     }
 }

@@ -340,8 +340,9 @@ impl Shared {
     /// One that pacing holds (`Waiter::Pacing`) gives up as well once the
     /// collector has waited past its patience for any call on a blocked
     /// thread, or 250 ms for calls none of which it saw blocked
-    /// (`Handshake::stuck`; in a stop, only while a waiter the gate holds
-    /// waits), whenever it attached: pacing only bounds the heap, which a
+    /// (`Handshake::stuck`; in a stop, for running calls only while a
+    /// mutator attached after the oldest call began waits), whenever it
+    /// attached: pacing only bounds the heap, which a
     /// cycle that cannot go on does not shrink, and the call waited for
     /// may be spinning for this thread's next call. A
     /// program's wait (`Waiter::Program`) has no calls of

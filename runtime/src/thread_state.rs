@@ -53,8 +53,9 @@
 //! (`/proc/self/task`). Elsewhere, under loom, or where the files cannot
 //! be read, the state is unknown: the gate behaves as it did without
 //! this (it opens after the patience, to the younger waiters; under loom
-//! to every waiter, the widest gate, for the models to check), and no
-//! stall is found.
+//! as the model says), and no stall is found. Where `status` can be read
+//! and `syscall` cannot (a `ptrace` policy, some sandboxes), a blocked
+//! call opens the gate to the younger waiters only.
 
 use std::time::{Duration, Instant};
 
@@ -126,13 +127,17 @@ pub(crate) enum Verdict {
     /// may be its scoped threads: a call waits, though not on another
     /// thread (in I/O or a sleep, which end by themselves), or the running
     /// patience is over (a call that spins for another thread), or there
-    /// is no call, or a call's thread state is unknown (not Linux).
+    /// is no call, or a call's thread state is unknown (not Linux, or
+    /// `/proc` unreadable: a call that waits for an older mutator then
+    /// still deadlocks a stop, as it did before the looks read what a
+    /// thread sleeps in).
     Younger,
     /// Open to every waiter, whenever it attached: a call waits on another
     /// thread of the process, and any mutator may be that thread (a pool
     /// worker that keeps its `Mutator`, answering the call over a
-    /// channel). Under loom, where states are unknown, always: the widest
-    /// gate is the one the models check.
+    /// channel). Under loom, where states are unknown, the models choose
+    /// between this, the widest gate, and `Younger`
+    /// (`Handshake::unknown_verdict`).
     Anyone,
 }
 
@@ -147,14 +152,21 @@ pub(crate) struct Running {
     /// The threads the last look found asleep, with their voluntary
     /// context switches then.
     asleep: Vec<(u32, u64)>,
+    /// The verdict where a thread's state is unknown ([`Verdict`]).
+    unknown: Verdict,
 }
 
 impl Running {
-    pub(crate) fn new(patience: Duration) -> Self {
+    /// A judgement with `patience` for calls that run, and `unknown` for
+    /// its verdict where thread states are unknown: `Younger` (the gate
+    /// as it was without the looks), or under loom whichever gate a model
+    /// checks.
+    pub(crate) fn new(patience: Duration, unknown: Verdict) -> Self {
         Running {
             patience,
             since: None,
             asleep: Vec::new(),
+            unknown,
         }
     }
 
@@ -173,11 +185,7 @@ impl Running {
         for tid in threads {
             any = true;
             let Some((asleep_now, switches)) = look(tid) else {
-                return if cfg!(loom) {
-                    Verdict::Anyone
-                } else {
-                    Verdict::Younger
-                };
+                return self.unknown;
             };
             if asleep_now {
                 if self.asleep.contains(&(tid, switches)) {
@@ -452,7 +460,7 @@ mod tests {
                 tid => break tid,
             }
         };
-        let mut judged = Running::new(HOUR);
+        let mut judged = Running::new(HOUR, Verdict::Younger);
         assert_eq!(
             judged.judge([tid, current()]),
             Verdict::Shut,
@@ -466,7 +474,7 @@ mod tests {
         );
         stop.store(true, Ordering::Release);
         // Blocked on the channel once two looks a moment apart say so.
-        let mut judged = Running::new(HOUR);
+        let mut judged = Running::new(HOUR, Verdict::Younger);
         let blocked = (0..10_000).any(|_| {
             std::thread::sleep(Duration::from_millis(1));
             judged.judge([tid]) == Verdict::Anyone
@@ -478,7 +486,7 @@ mod tests {
         // Napping: awake between looks, so not waiting.
         tx.send(()).unwrap();
         std::thread::sleep(Duration::from_millis(5));
-        let mut judged = Running::new(HOUR);
+        let mut judged = Running::new(HOUR, Verdict::Younger);
         for _ in 0..20 {
             std::thread::sleep(Duration::from_millis(1));
             assert_eq!(
@@ -491,7 +499,7 @@ mod tests {
         // before two looks fall in it on a busy machine: then the looks
         // find the thread gone, which reads as unknown.)
         tx.send(()).unwrap();
-        let mut judged = Running::new(HOUR);
+        let mut judged = Running::new(HOUR, Verdict::Younger);
         let mut verdicts = Vec::new();
         while verdicts.last() != Some(&Verdict::Younger) && !t.is_finished() {
             std::thread::sleep(Duration::from_millis(1));
@@ -503,7 +511,10 @@ mod tests {
         );
         t.join().unwrap();
         assert_eq!(look(0), None);
-        assert_eq!(Running::new(HOUR).judge([]), Verdict::Younger);
+        assert_eq!(
+            Running::new(HOUR, Verdict::Younger).judge([]),
+            Verdict::Younger
+        );
     }
 
     /// A thread that runs `f` once it has sent its kernel id, until told

@@ -949,7 +949,7 @@ fn a_paced_thread_attached_before_a_call_that_waits_for_it_does_not_deadlock_a_r
         "a paced thread attached before a call that waited for it deadlocked a ragged start",
     );
     let (stats, at_limit) = ask_a_worker_attached_first(&rt);
-    assert_eq!(at_limit, 0, "no limit, and the heap-limit Err");
+    assert_eq!(at_limit, 0, "an answer met a heap limit that was never set");
     assert!(stats.ragged_cycles >= 1, "{stats:?}");
 }
 
@@ -968,7 +968,7 @@ fn a_thread_attached_before_a_call_that_waits_for_it_does_not_deadlock_a_stop() 
         .build();
     let _guard = watchdog("a thread attached before a call that waited for it deadlocked a stop");
     let (stats, at_limit) = ask_a_worker_attached_first(&rt);
-    assert_eq!(at_limit, 0, "no limit, and the heap-limit Err");
+    assert_eq!(at_limit, 0, "an answer met a heap limit that was never set");
     assert!(stats.cycles >= 1, "{stats:?}");
     assert_eq!(stats.ragged_cycles, 0, "{stats:?}");
 }

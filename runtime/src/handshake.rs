@@ -274,9 +274,8 @@ fn wait_for<'a>(_: &Condvar, g: MutexGuard<'a, Gate>, _: Duration) -> (MutexGuar
 /// when to take a look at their threads, and whether that look opens the
 /// gate (or sets the hint). One per stop or wait; both waits use it the
 /// same way: [`wait`](Self::wait) until a look is due, then
-/// [`look`](Self::look), and tell it whether the gate
-/// [`opened`](Self::opened) or stays as it was ([`later`](Self::later)).
-/// The clock is the clock's, not a quiet timeout: a condition variable's
+/// [`admits`](Self::admits), which says whom the gate lets in now, if
+/// anyone. The clock is the clock's, not a quiet timeout: a condition variable's
 /// timed wait is woken by every mutator that leaves a call (under
 /// `WATCH`), so a timeout alone never comes while other mutators come and
 /// go.
@@ -293,9 +292,7 @@ struct GateClock {
     deadline: Option<std::time::Instant>,
     /// The oldest call (its `call_began`) the judgement is of.
     judged: Option<u64>,
-    running_patience: Duration,
     running: Running,
-    unknown: Verdict,
 }
 
 impl GateClock {
@@ -305,9 +302,7 @@ impl GateClock {
             look: PATIENCE,
             deadline: None,
             judged: None,
-            running_patience,
             running: Running::new(running_patience, unknown),
-            unknown,
         }
     }
 
@@ -317,7 +312,7 @@ impl GateClock {
         self.look = PATIENCE;
         self.deadline = None;
         self.judged = None;
-        self.running = Running::new(self.running_patience, self.unknown);
+        self.running.restart();
     }
 
     /// Waits on `c` for calls whose oldest began at `after`, until
@@ -343,35 +338,40 @@ impl GateClock {
         (g, timed_out || std::time::Instant::now() >= deadline)
     }
 
-    /// The look, at the calls on `threads`: what the gate should do
-    /// (`thread_state.rs`). The caller then tells the clock what it did:
-    /// [`opened`](Self::opened) or [`later`](Self::later).
-    fn look(&mut self, threads: Vec<u32>) -> Verdict {
-        self.running.judge(threads)
-    }
-
-    /// The gate opened (or widened): the next wait is twice as patient.
-    fn opened(&mut self) {
-        self.length = self.length.saturating_mul(2).min(Duration::from_secs(1));
-        self.look = PATIENCE;
-        self.deadline = None;
-    }
-
-    /// The gate stays as it was: the next look comes after `look`, which
-    /// doubles, and no later than the running patience's end if that is
-    /// still to come. (Once it is past, a look whose verdict changes
-    /// nothing, `Younger` with no younger waiter or with the younger ones
-    /// told already, is followed by the next after `look`: a deadline at
-    /// the patience's end would be now, every time, and the wait would
-    /// spin on the thread files.)
-    fn later(&mut self) {
+    /// The look, at the calls on `threads`, whose oldest began at
+    /// `after` (`thread_state.rs`): whom the gate lets in now, as the
+    /// attach number they must be past (0: every waiter), or `None`. Every
+    /// waiter once a call waits on another thread; the younger ones,
+    /// where `younger` (some wait, and none has been let in yet), once a
+    /// call is blocked otherwise or none has been for the running
+    /// patience. If the gate opens (or widens), the next wait is twice as
+    /// patient. If not, the next look comes after `look`, which doubles,
+    /// and no later than the running patience's end if that is still to
+    /// come. (Once it is past, a verdict that lets nobody new in, `Younger`
+    /// with no younger waiter or with the younger ones let in already, is
+    /// followed by the next look after `look`: one due at the patience's
+    /// end would be due now, every time, and the wait would spin on the
+    /// thread files.)
+    fn admits(&mut self, threads: Vec<u32>, after: u64, younger: bool) -> Option<u64> {
+        let admit = match self.running.judge(threads) {
+            Verdict::Anyone => Some(0),
+            Verdict::Younger if younger => Some(after),
+            _ => None,
+        };
         let now = std::time::Instant::now();
-        let mut next = now + self.look;
-        if let Some(until) = self.running.until().filter(|&until| until > now) {
-            next = next.min(until);
+        if admit.is_some() {
+            self.length = self.length.saturating_mul(2).min(Duration::from_secs(1));
+            self.look = PATIENCE;
+            self.deadline = None;
+        } else {
+            let mut next = now + self.look;
+            if let Some(until) = self.running.until().filter(|&until| until > now) {
+                next = next.min(until);
+            }
+            self.look = self.look.saturating_mul(2).min(Duration::from_secs(1));
+            self.deadline = Some(next);
         }
-        self.look = self.look.saturating_mul(2).min(Duration::from_secs(1));
-        self.deadline = Some(next);
+        admit
     }
 }
 
@@ -668,18 +668,10 @@ impl Handshake {
                 if !due || oldest() != Some(after) {
                     continue;
                 }
-                let admit = match clock.look(still().map(|&(s, _)| s.thread()).collect()) {
-                    Verdict::Anyone => Some(0),
-                    Verdict::Younger if told.is_none() => Some(after),
-                    _ => None,
-                };
-                match admit {
-                    Some(admit) => {
-                        self.admit_hint.store(admit, Ordering::Relaxed);
-                        told = Some((after, admit));
-                        clock.opened();
-                    }
-                    None => clock.later(),
+                let threads = still().map(|&(s, _)| s.thread()).collect();
+                if let Some(admit) = clock.admits(threads, after, told.is_none()) {
+                    self.admit_hint.store(admit, Ordering::Relaxed);
+                    told = Some((after, admit));
                 }
             }
             self.admit_hint.store(u64::MAX, Ordering::Relaxed);
@@ -782,25 +774,14 @@ impl Handshake {
                 if !due || oldest() != Some(after) || !held(&g) {
                     continue;
                 }
-                // Opened to every waiter once a call inside waits on
-                // another thread; to the younger ones once one is blocked
-                // otherwise, or none has been for the running patience
-                // (`thread_state.rs`).
-                let younger = |g: &Gate| !g.open && g.waiting.iter().any(|&n| n > after);
-                let admit = match clock.look(still().map(Slot::thread).collect()) {
-                    Verdict::Anyone => Some(0),
-                    Verdict::Younger if younger(&g) => Some(after),
-                    _ => None,
-                };
-                match admit {
-                    Some(admit) => {
-                        g.open = true;
-                        g.admit_after = admit;
-                        self.admit_hint.store(admit, Ordering::Relaxed);
-                        self.resumed.notify_all();
-                        clock.opened();
-                    }
-                    None => clock.later(),
+                let younger = !g.open && g.waiting.iter().any(|&n| n > after);
+                if let Some(admit) =
+                    clock.admits(still().map(Slot::thread).collect(), after, younger)
+                {
+                    g.open = true;
+                    g.admit_after = admit;
+                    self.admit_hint.store(admit, Ordering::Relaxed);
+                    self.resumed.notify_all();
                 }
             }
             // Closed under the mutex: admissions before this are visible to

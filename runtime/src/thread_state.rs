@@ -170,6 +170,12 @@ impl Running {
         }
     }
 
+    /// Forgets what it has seen: the next look is a first one.
+    pub(crate) fn restart(&mut self) {
+        self.since = None;
+        self.asleep.clear();
+    }
+
     /// What the gate should do about the calls on `threads` (those a wait
     /// still waits for, as [`current`] gave them). A thread waits if this
     /// look and the last both found it asleep, and it has not woken in

@@ -888,6 +888,21 @@ fn a_paced_scoped_thread_does_not_deadlock_a_ragged_start() {
     assert!(rt.stats().ragged_cycles >= 1);
 }
 
+/// The runtime of the worker tests below: a 256 KiB goal, ragged or
+/// stopped cycles, and a heap limit if given.
+fn worker_runtime(ragged: bool, limit: Option<usize>) -> Runtime {
+    let builder = Runtime::builder()
+        .ignore_env()
+        .gc_threads(2)
+        .ragged_handshakes(ragged)
+        .min_heap(256 << 10);
+    match limit {
+        Some(limit) => builder.heap_limit(limit),
+        None => builder,
+    }
+    .build()
+}
+
 /// A call that waits for another thread's calls, the other thread
 /// attached before the call began (as a pool worker that keeps its
 /// `Mutator`), while the heap runs past twice its goal: each call asks the
@@ -944,7 +959,7 @@ fn ask_a_worker_attached_first(rt: &Runtime) -> (GcStats, u64) {
 #[test]
 fn a_paced_thread_attached_before_a_call_that_waits_for_it_does_not_deadlock_a_ragged_start() {
     let _serial = serial();
-    let rt = ragged(false, 256 << 10);
+    let rt = worker_runtime(true, None);
     let _guard = watchdog(
         "a paced thread attached before a call that waited for it deadlocked a ragged start",
     );
@@ -960,12 +975,7 @@ fn a_paced_thread_attached_before_a_call_that_waits_for_it_does_not_deadlock_a_r
 #[test]
 fn a_thread_attached_before_a_call_that_waits_for_it_does_not_deadlock_a_stop() {
     let _serial = serial();
-    let rt = Runtime::builder()
-        .ignore_env()
-        .gc_threads(2)
-        .ragged_handshakes(false)
-        .min_heap(256 << 10)
-        .build();
+    let rt = worker_runtime(false, None);
     let _guard = watchdog("a thread attached before a call that waited for it deadlocked a stop");
     let (stats, at_limit) = ask_a_worker_attached_first(&rt);
     assert_eq!(at_limit, 0, "an answer met a heap limit that was never set");
@@ -983,13 +993,7 @@ fn a_thread_attached_before_a_call_that_waits_for_it_does_not_deadlock_a_stop() 
 fn a_thread_attached_before_a_call_that_waits_for_it_meets_the_limit_with_an_err() {
     let _serial = serial();
     for ragged in [false, true] {
-        let rt = Runtime::builder()
-            .ignore_env()
-            .gc_threads(2)
-            .ragged_handshakes(ragged)
-            .min_heap(256 << 10)
-            .heap_limit(3 << 20)
-            .build();
+        let rt = worker_runtime(ragged, Some(3 << 20));
         let _guard = watchdog(
             "a thread attached before a call that waited for it deadlocked at the heap limit",
         );

@@ -24,7 +24,7 @@
 //! store(cell, new):                       // GcCell::set / replace
 //!     old = cell.load()
 //!     if call.marking:  shade(old); shade(new)
-//!     elif generational: for e in edges(new): if mark(e): remember(e)
+//!     elif call.remembers: for e in edges(new): if mark(e): remember(e)
 //!     cell.store(new)
 //! write(lock, f):                         // GcLock::write
 //!     take the write lock
@@ -36,7 +36,9 @@
 //! `call.marking` is read once, as the `mutate` call begins, and the call
 //! keeps what it read to its end: a stopped cycle changes the flag with
 //! the world stopped, a ragged one waits for the calls that read the old
-//! value (below).
+//! value (below). So is `call.remembers`: generations on, and no full
+//! cycle's phase 0 begun ("Clearing the marks with the mutators running",
+//! 5).
 //!
 //! # One argument per shade
 //! 1. *The old value* (Yuasa's deletion barrier): an object reachable at the
@@ -270,6 +272,22 @@
 //!    runtimes' objects (they become young, as a full cycle in the pause
 //!    always did to them), nor of a page released and set up again while
 //!    phase 0 read it.
+//! 4. *A ragged start keeps the marks instead.* It cannot clear a bit
+//!    after T: a window call's shade may have found it set and left the
+//!    object to whoever set it. So it traces the remembered objects whose
+//!    bit it reads set, as remembered (traced though marked), and drops
+//!    the others: a clear bit is one nobody set since phase 0, so nobody
+//!    relies on it, and any shade that sets it later pushes the object.
+//!    No phase 0 runs during a mark, so a bit read set stays set. Traced
+//!    whole, the others kept every structure stored into a cell since the
+//!    last cycle, however soon cut off again, and counted it as live
+//!    (`runtime/tests/misuse.rs`). The loom model is `preclear_model.rs`.
+//! 5. *Calls that begin once phase 0 has begun remember nothing*
+//!    (`runtime::CLEARING`, cleared by the cycle's start): the cycle is
+//!    full, so the minor cycles' invariant is not needed before its end,
+//!    and a mark set now would keep what it marks. Calls that began
+//!    before still remember, and 2 and 4 cover them; calls that read the
+//!    flag have all ended at the stop or at T, before the mark begins.
 //!
 //! A cycle that turns full only at its stop (a `GcLock` write since phase
 //! 0 decided, `full_ahead`) clears the marks in the pause, as every full
@@ -333,7 +351,7 @@ impl<'gc> Mutation<'gc> {
         if self.marking != 0 {
             self.shade_old(old);
             self.shade(new);
-        } else if self.shared().config.generational {
+        } else if self.remembers {
             self.remember(new);
         }
     }
@@ -344,7 +362,7 @@ impl<'gc> Mutation<'gc> {
     pub(crate) fn barrier_store_new<T: Trace + ?Sized>(&self, new: &T) {
         debug_assert!(!T::NEEDS_TRACE || self.marking == 0);
         self.note_write();
-        if T::NEEDS_TRACE && self.shared().config.generational {
+        if T::NEEDS_TRACE && self.remembers {
             self.remember(new);
         }
     }
@@ -361,7 +379,7 @@ impl<'gc> Mutation<'gc> {
         }
         if self.marking != 0 {
             self.shade(new);
-        } else if self.shared().config.generational {
+        } else if self.remembers {
             self.remember(new);
         }
     }

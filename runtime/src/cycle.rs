@@ -492,8 +492,15 @@ pub(crate) fn cycle(
     // 0. A full cycle in loam's pages clears the marks before it stops the
     // world, with the mutators running (`barrier.rs`, "Clearing the marks
     // with the mutators running").
-    let mark_clear = (matches!(shared.space, Space::Pages) && full_ahead(shared, forced, gen))
-        .then(clear_marks_running);
+    // Calls that begin from here on remember nothing: this cycle is full
+    // (`runtime::CLEARING`).
+    let mark_clear = (matches!(shared.space, Space::Pages) && full_ahead(shared, forced, gen)).then(|| {
+        shared.set_calls(CallState {
+            clearing: true,
+            ..shared.calls_now()
+        });
+        clear_marks_running()
+    });
     // 1 – 3, raggedly where it may (`ragged.rs`), or with the world
     // stopped at the mark's start and end.
     let ragged = if ragged::eligible(shared, forced) {
@@ -610,6 +617,7 @@ impl<'a> Cycle<'a> {
         shared.set_calls(CallState {
             marking: false,
             window: false,
+            clearing: false,
             remember: calls.remember + 1,
         });
         // Full or minor: a `GcLock` write since the last pause forces a

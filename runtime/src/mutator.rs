@@ -404,6 +404,9 @@ impl Mutator {
             window,
             brackets: marking != 0 && shared.config.ragged && !window,
             remember,
+            // A full cycle's phase 0 has begun: that cycle traces
+            // everything from the roots (`runtime::CLEARING`).
+            remembers: shared.config.generational && !calls.clearing,
             at_limit: shared.at_limit.load(Ordering::Relaxed) != 0,
             _brand: PhantomData,
         };
@@ -1004,6 +1007,10 @@ pub struct Mutation<'gc> {
     /// generations): a `GcLog` whose `logged` equals it needs no record.
     /// Constant for the call, like `marking`.
     pub(crate) remember: u64,
+    /// The generational barrier marks and remembers what it stores: the
+    /// runtime has generations, and no full cycle's phase 0 had begun as
+    /// the call began (`runtime::CLEARING`). Constant for the call.
+    pub(crate) remembers: bool,
     /// A mutator was at the heap limit as this call began: the call's
     /// writes count as memory perhaps freed (`note_write`).
     pub(crate) at_limit: bool,

@@ -15,6 +15,14 @@
 //! remembered object's bit with a `fetch_and`. In every interleaving, and
 //! from every starting word, no bit is left set. Skipping the stop's
 //! clear fails: a `remember` after the clearer's store leaves its bit.
+//!
+//! A ragged start cannot clear those bits: a window call's shade may
+//! have found one set and left the object to whoever set it. It keeps the
+//! remembered objects whose bit it reads set instead, and traces them
+//! (`cycle/ragged.rs`). The second model has a window call shade an
+//! object while the start reads the bits: every object marked at the end
+//! is traced, kept by the start or pushed by the shade. Keeping none of
+//! them fails.
 
 use loom::sync::atomic::{AtomicU64, Ordering};
 use loom::sync::Arc;
@@ -28,10 +36,10 @@ fn mark(word: &AtomicU64, o: u32) -> bool {
     word.fetch_or(bit, Ordering::AcqRel) & bit == 0
 }
 
-/// Runs phase 0 against two mutators remembering `objects` (one each)
-/// from the word `start`; returns the word after the stop, which clears
-/// the remembered objects' bits unless `skip_stop_clear`.
-fn run(start: u64, objects: [u32; 2], skip_stop_clear: bool) -> u64 {
+/// Phase 0 against two mutators remembering `objects` (one each) from
+/// the word `start`; returns the word and the remembered objects once the
+/// mutators' calls have ended (the joins: a stop, or a ragged start's T).
+fn clear_and_remember(start: u64, objects: [u32; 2]) -> (Arc<AtomicU64>, Vec<u32>) {
     let word = Arc::new(AtomicU64::new(start));
     let clearer = {
         let word = word.clone();
@@ -58,6 +66,13 @@ fn run(start: u64, objects: [u32; 2], skip_stop_clear: bool) -> u64 {
         .into_iter()
         .filter_map(|m| m.join().unwrap())
         .collect();
+    (word, remembered)
+}
+
+/// Runs phase 0 and the stop; returns the word after the stop, which
+/// clears the remembered objects' bits unless `skip_stop_clear`.
+fn run(start: u64, objects: [u32; 2], skip_stop_clear: bool) -> u64 {
+    let (word, remembered) = clear_and_remember(start, objects);
     if !skip_stop_clear {
         for o in remembered {
             word.fetch_and(!(1u64 << o), Ordering::AcqRel);
@@ -86,5 +101,53 @@ fn no_mark_is_left_at_the_stop() {
 fn without_the_stops_clear_a_mark_is_left() {
     loom::model(|| {
         assert_eq!(run(0, [0, 1], true), 0, "a mark left");
+    });
+}
+
+/// Runs phase 0 and a ragged start: after T, a window call shades
+/// `shaded` (pushing it if its mark set the bit) while the start keeps the
+/// remembered objects whose bit it reads set (none if `keep_none`).
+/// Returns the marked objects that
+/// nobody traces.
+fn run_ragged(start: u64, objects: [u32; 2], shaded: u32, keep_none: bool) -> Vec<u32> {
+    let (word, remembered) = clear_and_remember(start, objects);
+    let window_call = {
+        let word = word.clone();
+        loom::thread::spawn(move || mark(&word, shaded).then_some(shaded))
+    };
+    let kept: Vec<u32> = remembered
+        .into_iter()
+        .filter(|&o| !keep_none && word.load(Ordering::Relaxed) & (1 << o) != 0)
+        .collect();
+    let gray = window_call.join().unwrap();
+    let end = word.load(Ordering::Relaxed);
+    (0..2)
+        .filter(|&o| end & (1 << o) != 0 && !kept.contains(&o) && gray != Some(o))
+        .collect()
+}
+
+#[test]
+fn a_ragged_start_traces_every_mark_it_does_not_clear() {
+    for start in 0..4 {
+        for objects in [[0, 1], [0, 0], [1, 1]] {
+            for shaded in 0..2 {
+                loom::model(move || {
+                    let untraced = run_ragged(start, objects, shaded, false);
+                    assert!(
+                        untraced.is_empty(),
+                        "from {start:#b}, {objects:?}: {untraced:?}"
+                    );
+                });
+            }
+        }
+    }
+}
+
+#[test]
+#[should_panic(expected = "marked, untraced")]
+fn a_ragged_start_that_keeps_no_remembered_object_leaves_one_untraced() {
+    loom::model(|| {
+        let untraced = run_ragged(0, [0, 1], 1, true);
+        assert!(untraced.is_empty(), "marked, untraced: {untraced:?}");
     });
 }

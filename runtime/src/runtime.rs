@@ -154,7 +154,9 @@ pub(crate) struct Shared {
     /// sees one cycle's values together ([`Shared::calls_now`]): bit 0, a concurrent mark runs and the
     /// barriers shade (`Mutation::barrier_store`); bit 1, the mark's
     /// ragged start is waiting for the calls that began before it
-    /// (`cycle.rs`, "Ragged cycles"); bits 2 and up, the remember epoch,
+    /// (`cycle.rs`, "Ragged cycles"); bit 2, a full cycle's phase 0 has
+    /// begun and calls remember nothing (`CLEARING`); bits 3 and up, the
+    /// remember epoch,
     /// which counts the cycles' starts: a `GcLock` records its owning
     /// object at most once per value of it, into the remembered list of
     /// that epoch's parity (`MutatorShared::remembered`). Written by the
@@ -192,14 +194,23 @@ pub(crate) const MARKING: u64 = 1;
 /// `Shared::calls`: a ragged start waits for the calls that began before
 /// its mark (they run with the barrier off).
 pub(crate) const WINDOW: u64 = 2;
+/// `Shared::calls`: a full cycle's phase 0 is clearing the marks, or has
+/// cleared them, and the cycle has not started: calls that begin now skip
+/// the generational barrier's `remember`. The cycle to come is full and
+/// traces everything from the roots, so what they would mark and remember
+/// for the next minor cycle is nothing it needs; marked, a stored object
+/// would be kept by that full cycle as if live (`barrier.rs`, "Clearing
+/// the marks with the mutators running").
+pub(crate) const CLEARING: u64 = 4;
 /// `Shared::calls`: the remember epoch's lowest bit.
-const EPOCH_SHIFT: u32 = 2;
+const EPOCH_SHIFT: u32 = 3;
 
 /// What one `mutate` call read of `Shared::calls` as it began.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct CallState {
     pub(crate) marking: bool,
     pub(crate) window: bool,
+    pub(crate) clearing: bool,
     pub(crate) remember: u64,
 }
 
@@ -212,6 +223,7 @@ impl Shared {
         CallState {
             marking: w & MARKING != 0,
             window: w & WINDOW != 0,
+            clearing: w & CLEARING != 0,
             remember: w >> EPOCH_SHIFT,
         }
     }
@@ -229,7 +241,8 @@ impl Shared {
     pub(crate) fn set_calls(&self, s: CallState) {
         let w = (s.remember << EPOCH_SHIFT)
             | if s.marking { MARKING } else { 0 }
-            | if s.window { WINDOW } else { 0 };
+            | if s.window { WINDOW } else { 0 }
+            | if s.clearing { CLEARING } else { 0 };
         self.calls.store(w, Ordering::Release);
     }
 

@@ -104,6 +104,7 @@ impl<'a> Cycle<'a> {
         shared.set_calls(CallState {
             marking: true,
             window: true,
+            clearing: false,
             remember,
         });
         // Read after the store (the registry's mutex orders it before a
@@ -135,6 +136,7 @@ impl<'a> Cycle<'a> {
             shared.set_calls(CallState {
                 marking: false,
                 window: false,
+                clearing: false,
                 remember,
             });
             return None;
@@ -153,6 +155,20 @@ impl<'a> Cycle<'a> {
             });
             list.clone()
         };
+        if full {
+            // A full cycle traces a remembered object only for its mark: a
+            // marked object is not traced again, so what it points to
+            // would be missed. The marks phase 0 cleared are nothing the
+            // mark needs, and one traced anyway keeps everything it
+            // reaches, often garbage by now (the lists stored over each
+            // other since the last cycle). A stopped cycle clears these
+            // marks in its pause instead (`barrier.rs`, "Clearing the
+            // marks with the mutators running", 4).
+            // SAFETY: a remembered object is allocated (reachable after the
+            // last cycle's mark, and no sweep has run since), so its page
+            // is live.
+            remembered.retain(|&o| unsafe { shared.space.is_marked(o) });
+        }
         shared
             .live_counting
             .store(full || remembered.is_empty(), Ordering::Relaxed);

@@ -96,6 +96,10 @@
 //! });
 //! ```
 
+// Under `--cfg loom` the crate is reduced to its models and what they use
+// (`not_under_loom!`): the rest of what those modules hold is dead there.
+#![cfg_attr(loom, allow(dead_code))]
+
 /// Items compiled only outside loom: under `--cfg loom` (where
 /// `loam-runtime` is reduced to its own models) the crate is the writer
 /// lock and its model.

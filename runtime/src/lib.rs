@@ -295,6 +295,10 @@
 //! pauses still wait for `mutate` calls to return, so a mutator that stays
 //! inside one for long delays a cycle's start (not its pauses).
 
+// Under `--cfg loom` the crate is reduced to its models and what they use
+// (`not_under_loom!`): the rest of what those modules hold is dead there.
+#![cfg_attr(loom, allow(dead_code, unused_variables, unused_assignments))]
+
 // Lets `#[derive(Trace)]`, whose output names `::loam_runtime`, be used inside
 // this crate too.
 extern crate self as loam_runtime;

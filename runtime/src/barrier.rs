@@ -276,18 +276,25 @@
 //!    after T: a window call's shade may have found it set and left the
 //!    object to whoever set it. So it traces the remembered objects whose
 //!    bit it reads set, as remembered (traced though marked), and drops
-//!    the others: a clear bit is one nobody set since phase 0, so nobody
-//!    relies on it, and any shade that sets it later pushes the object.
-//!    No phase 0 runs during a mark, so a bit read set stays set. Traced
+//!    the others; so too with what it drains from `gray` (shades from
+//!    before phase 0, the last ragged cycle's young objects left for this
+//!    one, beside the window calls' shades). A clear bit is one nobody
+//!    set since phase 0 (or never set: a lock's or a log's owner is
+//!    recorded without a mark), so nobody relies on it, and any shade
+//!    that sets it later pushes the object. A bit read set stays set: the
+//!    process-wide cycle lock, held from phase 0 to the sweep, keeps out
+//!    every other clearing (another runtime's phase 0 or pause). Traced
 //!    whole, the others kept every structure stored into a cell since the
 //!    last cycle, however soon cut off again, and counted it as live
 //!    (`runtime/tests/misuse.rs`). The loom model is `preclear_model.rs`.
-//! 5. *Calls that begin once phase 0 has begun remember nothing*
+//! 5. *Calls that begin once phase 0 has begun do not `remember`*
 //!    (`runtime::CLEARING`, cleared by the cycle's start): the cycle is
 //!    full, so the minor cycles' invariant is not needed before its end,
-//!    and a mark set now would keep what it marks. Calls that began
-//!    before still remember, and 2 and 4 cover them; calls that read the
-//!    flag have all ended at the stop or at T, before the mark begins.
+//!    and a mark set now would keep what it marks. (They still record a
+//!    lock's or a log's owner, unmarked: 2 and 4 hold for those as for
+//!    any entry.) Calls that began before still remember, and 2 and 4
+//!    cover them; calls that read the flag have all ended at the stop or
+//!    at T, before the mark begins.
 //!
 //! A cycle that turns full only at its stop (a `GcLock` write since phase
 //! 0 decided, `full_ahead`) clears the marks in the pause, as every full

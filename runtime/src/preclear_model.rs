@@ -18,11 +18,13 @@
 //!
 //! A ragged start cannot clear those bits: a window call's shade may
 //! have found one set and left the object to whoever set it. It keeps the
-//! remembered objects whose bit it reads set instead, and traces them
-//! (`cycle/ragged.rs`). The second model has a window call shade an
-//! object while the start reads the bits: every object marked at the end
-//! is traced, kept by the start or pushed by the shade. Keeping none of
-//! them fails.
+//! remembered (and earlier shaded) objects whose bit it reads set
+//! instead, and traces them (`cycle/ragged.rs`). The second model has a
+//! window call shade an object from the start's store on, racing the old
+//! calls' `remember`s and the start's reads of the bits, and an object
+//! shaded before phase 0 waiting in `gray`: every object marked at the
+//! end is traced, kept by the start or pushed by the shade. Keeping none
+//! of them fails.
 
 use loom::sync::atomic::{AtomicU64, Ordering};
 use loom::sync::Arc;
@@ -104,18 +106,50 @@ fn without_the_stops_clear_a_mark_is_left() {
     });
 }
 
-/// Runs phase 0 and a ragged start: after T, a window call shades
-/// `shaded` (pushing it if its mark set the bit) while the start keeps the
-/// remembered objects whose bit it reads set (none if `keep_none`).
-/// Returns the marked objects that
-/// nobody traces.
-fn run_ragged(start: u64, objects: [u32; 2], shaded: u32, keep_none: bool) -> Vec<u32> {
-    let (word, remembered) = clear_and_remember(start, objects);
+/// Runs phase 0 and a ragged start. Two old calls remember `objects`
+/// (one each) from before phase 0 to T; once phase 0 has cleared the
+/// word, the start's store lets a window call begin, which shades
+/// `shaded` (pushing it if its mark set the bit) while the old calls may
+/// still run. `gray_before`, if given, was shaded before phase 0 (its bit
+/// is set in `start`) and waits in `gray`. At T (the old calls joined) the
+/// start keeps the remembered and gray objects whose bit it reads set
+/// (none if `keep_none`), while the window call may still run. Returns
+/// the marked objects that nobody traces.
+fn run_ragged(
+    start: u64,
+    objects: [u32; 2],
+    gray_before: Option<u32>,
+    shaded: u32,
+    keep_none: bool,
+) -> Vec<u32> {
+    let word = Arc::new(AtomicU64::new(start | gray_before.map_or(0, |o| 1 << o)));
+    let old_calls: Vec<_> = objects
+        .into_iter()
+        .map(|o| {
+            let word = word.clone();
+            loom::thread::spawn(move || mark(&word, o).then_some(o))
+        })
+        .collect();
+    let clearer = {
+        let word = word.clone();
+        // A swap where the heap stores, as in `run`.
+        loom::thread::spawn(move || {
+            if word.load(Ordering::Relaxed) != 0 {
+                word.swap(0, Ordering::Relaxed);
+            }
+        })
+    };
+    clearer.join().unwrap();
     let window_call = {
         let word = word.clone();
         loom::thread::spawn(move || mark(&word, shaded).then_some(shaded))
     };
-    let kept: Vec<u32> = remembered
+    let entries: Vec<u32> = old_calls
+        .into_iter()
+        .filter_map(|m| m.join().unwrap())
+        .chain(gray_before)
+        .collect();
+    let kept: Vec<u32> = entries
         .into_iter()
         .filter(|&o| !keep_none && word.load(Ordering::Relaxed) & (1 << o) != 0)
         .collect();
@@ -128,16 +162,20 @@ fn run_ragged(start: u64, objects: [u32; 2], shaded: u32, keep_none: bool) -> Ve
 
 #[test]
 fn a_ragged_start_traces_every_mark_it_does_not_clear() {
-    for start in 0..4 {
-        for objects in [[0, 1], [0, 0], [1, 1]] {
-            for shaded in 0..2 {
-                loom::model(move || {
-                    let untraced = run_ragged(start, objects, shaded, false);
-                    assert!(
-                        untraced.is_empty(),
-                        "from {start:#b}, {objects:?}: {untraced:?}"
-                    );
-                });
+    // Four threads a model: the starting words and pairs the first model
+    // tries one by one, less those that only rename the objects.
+    for start in [0b00, 0b01, 0b11] {
+        for objects in [[0, 1], [0, 0]] {
+            for gray_before in [None, Some(0), Some(1)] {
+                for shaded in 0..2 {
+                    loom::model(move || {
+                        let untraced = run_ragged(start, objects, gray_before, shaded, false);
+                        assert!(
+                            untraced.is_empty(),
+                            "from {start:#b}, {objects:?}, {gray_before:?}, {shaded}: {untraced:?}"
+                        );
+                    });
+                }
             }
         }
     }
@@ -147,7 +185,7 @@ fn a_ragged_start_traces_every_mark_it_does_not_clear() {
 #[should_panic(expected = "marked, untraced")]
 fn a_ragged_start_that_keeps_no_remembered_object_leaves_one_untraced() {
     loom::model(|| {
-        let untraced = run_ragged(0, [0, 1], 1, true);
+        let untraced = run_ragged(0, [0, 1], None, 1, true);
         assert!(untraced.is_empty(), "marked, untraced: {untraced:?}");
     });
 }

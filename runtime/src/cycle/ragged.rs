@@ -239,6 +239,17 @@ impl<'a> Cycle<'a> {
         // depth 21).
         let mut shaded = Vec::new();
         shared.drain_shaded(&mut shaded);
+        if self.full {
+            // The queues may also hold what was shaded before phase 0 (the
+            // last ragged cycle's young objects left for this one, shades
+            // of calls that ran on after its mark ended): phase 0 cleared
+            // those marks, and they go as the remembered objects whose bit
+            // reads clear do (`start_ragged`). Whatever a shade pushed
+            // since, it marked first.
+            // SAFETY: shaded objects are allocated (reachable when shaded,
+            // and no sweep has run since), in loam's pages.
+            shaded.retain(|&o| unsafe { shared.space.is_marked(o) });
+        }
         let remembered = if shaded.is_empty() {
             remembered
         } else {

@@ -38,43 +38,48 @@ fn mark(word: &AtomicU64, o: u32) -> bool {
     word.fetch_or(bit, Ordering::AcqRel) & bit == 0
 }
 
-/// Phase 0 against two mutators remembering `objects` (one each) from
-/// the word `start`; returns the word and the remembered objects once the
-/// mutators' calls have ended (the joins: a stop, or a ragged start's T).
-fn clear_and_remember(start: u64, objects: [u32; 2]) -> (Arc<AtomicU64>, Vec<u32>) {
-    let word = Arc::new(AtomicU64::new(start));
-    let clearer = {
-        let word = word.clone();
-        // A swap where the heap stores: loom lets a plain store land
-        // between the read and the write of another thread's `fetch_or`
-        // (tokio-rs/loom#254), which C++'s RMW atomicity forbids, and then
-        // reports a word that no real execution can end with. A swap gets
-        // the constraint the standard already gives the store.
-        loom::thread::spawn(move || {
-            if word.load(Ordering::Relaxed) != 0 {
-                word.swap(0, Ordering::Relaxed);
-            }
-        })
-    };
-    let mutators: Vec<_> = objects
+/// Phase 0's clearer of the word (`PageRef::clear_marks`).
+fn spawn_clearer(word: &Arc<AtomicU64>) -> loom::thread::JoinHandle<()> {
+    let word = word.clone();
+    // A swap where the heap stores: loom lets a plain store land between
+    // the read and the write of another thread's `fetch_or`
+    // (tokio-rs/loom#254), which C++'s RMW atomicity forbids, and then
+    // reports a word that no real execution can end with. A swap gets the
+    // constraint the standard already gives the store.
+    loom::thread::spawn(move || {
+        if word.load(Ordering::Relaxed) != 0 {
+            word.swap(0, Ordering::Relaxed);
+        }
+    })
+}
+
+/// Mutators' calls remembering `objects`, one each: each joins to the
+/// object it pushed onto its remembered list, if it pushed it.
+fn spawn_remembering(
+    word: &Arc<AtomicU64>,
+    objects: [u32; 2],
+) -> Vec<loom::thread::JoinHandle<Option<u32>>> {
+    objects
         .into_iter()
         .map(|o| {
             let word = word.clone();
             loom::thread::spawn(move || mark(&word, o).then_some(o))
         })
-        .collect();
-    clearer.join().unwrap();
-    let remembered: Vec<u32> = mutators
-        .into_iter()
-        .filter_map(|m| m.join().unwrap())
-        .collect();
-    (word, remembered)
+        .collect()
 }
 
 /// Runs phase 0 and the stop; returns the word after the stop, which
 /// clears the remembered objects' bits unless `skip_stop_clear`.
 fn run(start: u64, objects: [u32; 2], skip_stop_clear: bool) -> u64 {
-    let (word, remembered) = clear_and_remember(start, objects);
+    let word = Arc::new(AtomicU64::new(start));
+    let clearer = spawn_clearer(&word);
+    let mutators = spawn_remembering(&word, objects);
+    clearer.join().unwrap();
+    // The stop.
+    let remembered: Vec<u32> = mutators
+        .into_iter()
+        .filter_map(|m| m.join().unwrap())
+        .collect();
     if !skip_stop_clear {
         for o in remembered {
             word.fetch_and(!(1u64 << o), Ordering::AcqRel);
@@ -123,23 +128,8 @@ fn run_ragged(
     keep_none: bool,
 ) -> Vec<u32> {
     let word = Arc::new(AtomicU64::new(start | gray_before.map_or(0, |o| 1 << o)));
-    let old_calls: Vec<_> = objects
-        .into_iter()
-        .map(|o| {
-            let word = word.clone();
-            loom::thread::spawn(move || mark(&word, o).then_some(o))
-        })
-        .collect();
-    let clearer = {
-        let word = word.clone();
-        // A swap where the heap stores, as in `run`.
-        loom::thread::spawn(move || {
-            if word.load(Ordering::Relaxed) != 0 {
-                word.swap(0, Ordering::Relaxed);
-            }
-        })
-    };
-    clearer.join().unwrap();
+    let old_calls = spawn_remembering(&word, objects);
+    spawn_clearer(&word).join().unwrap();
     let window_call = {
         let word = word.clone();
         loom::thread::spawn(move || mark(&word, shaded).then_some(shaded))

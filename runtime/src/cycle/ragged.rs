@@ -164,9 +164,10 @@ impl<'a> Cycle<'a> {
             // other since the last cycle). A stopped cycle clears these
             // marks in its pause instead (`barrier.rs`, "Clearing the
             // marks with the mutators running", 4).
-            // SAFETY: a remembered object is allocated (reachable after the
-            // last cycle's mark, and no sweep has run since), so its page
-            // is live.
+            // SAFETY: a remembered object is allocated, so its page is
+            // live: it was reachable after the last cycle's mark, so that
+            // cycle's sweep kept it (marked, or allocated after its stop),
+            // and only this cycle's sweep frees again.
             remembered.retain(|&o| unsafe { shared.space.is_marked(o) });
         }
         shared
@@ -246,8 +247,10 @@ impl<'a> Cycle<'a> {
             // those marks, and they go as the remembered objects whose bit
             // reads clear do (`start_ragged`). Whatever a shade pushed
             // since, it marked first.
-            // SAFETY: shaded objects are allocated (reachable when shaded,
-            // and no sweep has run since), in loam's pages.
+            // SAFETY: shaded objects are allocated, in loam's pages: they
+            // were reachable when shaded, during or after the last cycle's
+            // mark, so that cycle's sweep kept them (marked, or allocated
+            // after its stop), and only this cycle's sweep frees again.
             shaded.retain(|&o| unsafe { shared.space.is_marked(o) });
         }
         let remembered = if shaded.is_empty() {

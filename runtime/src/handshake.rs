@@ -1079,18 +1079,29 @@ mod tests {
     /// the heap limit (`thread_state.rs`).
     #[test]
     fn the_gate_opens_for_a_blocked_call_and_not_for_a_running_one() {
-        assert!(
-            waiter_admitted_before_the_call_left(Call::Blocks, false),
-            "a call blocked until the waiter is in would never leave"
-        );
-        assert!(
-            !waiter_admitted_before_the_call_left(Call::Spins, false),
-            "the gate opened while the call it waited for was running"
-        );
-        assert!(
-            waiter_admitted_before_the_call_left(Call::Sleeps, false),
-            "a call asleep kept a younger waiter out"
-        );
+        for (call, admitted, what) in [
+            (
+                Call::Blocks,
+                true,
+                "a call blocked until the waiter is in would never leave",
+            ),
+            (
+                Call::Spins,
+                false,
+                "the gate opened while the call it waited for was running",
+            ),
+            (
+                Call::Sleeps,
+                true,
+                "a call asleep kept a younger waiter out",
+            ),
+        ] {
+            assert_eq!(
+                waiter_admitted_before_the_call_left(call, false),
+                admitted,
+                "{what}"
+            );
+        }
     }
 
     /// A mutator attached before the call began (a worker that keeps its
@@ -1099,18 +1110,29 @@ mod tests {
     /// end by themselves.
     #[test]
     fn the_gate_opens_to_an_older_mutator_only_for_a_call_waiting_on_another_thread() {
-        assert!(
-            waiter_admitted_before_the_call_left(Call::Blocks, true),
-            "a call blocked until an older waiter is in would never leave"
-        );
-        assert!(
-            !waiter_admitted_before_the_call_left(Call::Spins, true),
-            "the gate opened to an older waiter while the call ran"
-        );
-        assert!(
-            !waiter_admitted_before_the_call_left(Call::Sleeps, true),
-            "the gate opened to an older waiter while the call slept"
-        );
+        for (call, admitted, what) in [
+            (
+                Call::Blocks,
+                true,
+                "a call blocked until an older waiter is in would never leave",
+            ),
+            (
+                Call::Spins,
+                false,
+                "the gate opened to an older waiter while the call ran",
+            ),
+            (
+                Call::Sleeps,
+                false,
+                "the gate opened to an older waiter while the call slept",
+            ),
+        ] {
+            assert_eq!(
+                waiter_admitted_before_the_call_left(call, true),
+                admitted,
+                "{what}"
+            );
+        }
     }
 
     /// This thread's CPU time so far.

@@ -155,21 +155,6 @@ impl<'a> Cycle<'a> {
             });
             list.clone()
         };
-        if full {
-            // A full cycle traces a remembered object only for its mark: a
-            // marked object is not traced again, so what it points to
-            // would be missed. The marks phase 0 cleared are nothing the
-            // mark needs, and one traced anyway keeps everything it
-            // reaches, often garbage by now (the lists stored over each
-            // other since the last cycle). A stopped cycle clears these
-            // marks in its pause instead (`barrier.rs`, "Clearing the
-            // marks with the mutators running", 4).
-            // SAFETY: a remembered object is allocated, so its page is
-            // live: it was reachable after the last cycle's mark, so that
-            // cycle's sweep kept it (marked, or allocated after its stop),
-            // and only this cycle's sweep frees again.
-            remembered.retain(|&o| unsafe { shared.space.is_marked(o) });
-        }
         shared
             .live_counting
             .store(full || remembered.is_empty(), Ordering::Relaxed);
@@ -240,20 +225,27 @@ impl<'a> Cycle<'a> {
         // depth 21).
         let mut shaded = Vec::new();
         shared.drain_shaded(&mut shaded);
-        if self.full {
-            // The queues may also hold what was shaded before phase 0 (the
-            // last ragged cycle's young objects left for this one, shades
-            // of calls that ran on after its mark ended): phase 0 cleared
-            // those marks, and they go as the remembered objects whose bit
-            // reads clear do (`start_ragged`). Whatever a shade pushed
-            // since, it marked first.
-            // SAFETY: shaded objects are allocated, in loam's pages: they
-            // were reachable when shaded, during or after the last cycle's
-            // mark, so that cycle's sweep kept them (marked, or allocated
-            // after its stop), and only this cycle's sweep frees again.
+        let remembered = if self.full {
+            // A full cycle traces a remembered or shaded object only for
+            // its mark: a marked object is not traced again, so what it
+            // points to would be missed. The marks phase 0 cleared are
+            // nothing the mark needs (the lists stored over each other
+            // since the last cycle, the last ragged cycle's young objects
+            // left for this one, shades of calls that ran on after its
+            // mark ended), and one traced anyway keeps everything it
+            // reaches, counted as live. Whatever a shade pushed since, it
+            // marked first. A stopped cycle clears these marks in its
+            // pause instead (`barrier.rs`, "Clearing the marks with the
+            // mutators running", 4).
+            shaded.extend_from_slice(remembered);
+            // SAFETY: remembered and shaded objects are allocated, in
+            // loam's pages: they were reachable when remembered or shaded,
+            // during or after the last cycle's mark, so that cycle's sweep
+            // kept them (marked, or allocated after its stop), and only
+            // this cycle's sweep frees again.
             shaded.retain(|&o| unsafe { shared.space.is_marked(o) });
-        }
-        let remembered = if shaded.is_empty() {
+            &shaded[..]
+        } else if shaded.is_empty() {
             remembered
         } else {
             shaded.extend_from_slice(remembered);

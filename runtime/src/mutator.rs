@@ -510,6 +510,11 @@ impl Mutator {
                 }
                 break;
             }
+            // The mark has traced through: what is left of it does not
+            // go faster for this wait (`Shared::outruns_mark_end`).
+            if offered.is_none() && shared.outruns_mark_end() {
+                break;
+            }
             held = true;
             let Some(share) = offered else {
                 // No concurrent mark to help. The cycle may be sweeping:

@@ -435,7 +435,8 @@ fn store_fresh_lists(rt: &Runtime, calls: usize) -> (usize, u64, u64) {
 /// Finding 9: a program with a few KB live that stores a fresh list over
 /// the last one in every call once grew to 1.5 GB (minor cycles promoted
 /// every list the barrier had marked, and re-based the goal on them). The
-/// heap stays within twice the goal (pacing) plus one allocation chunk.
+/// heap stays within twice the goal (pacing), a quarter of it more while a
+/// mark ends (README, "Pacing"), plus one allocation chunk.
 #[test]
 fn storing_fresh_structures_over_old_ones_keeps_the_heap_bounded() {
     let min_heap = 4 << 20;
@@ -443,7 +444,7 @@ fn storing_fresh_structures_over_old_ones_keeps_the_heap_bounded() {
     let (max_heap, full, minor) = store_fresh_lists(&rt, 6_000);
     assert!(full + minor >= 4, "{full} full, {minor} minor cycles");
     assert!(
-        max_heap <= 2 * min_heap + (1 << 20),
+        max_heap <= 2 * min_heap + min_heap / 4 + (1 << 20),
         "heap reached {max_heap} bytes with a {min_heap}-byte goal ({full} full, {minor} minor cycles)"
     );
 }

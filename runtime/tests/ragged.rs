@@ -516,6 +516,95 @@ fn a_mark_ends_while_a_call_that_began_after_its_window_runs() {
     assert!(rt.stats().ragged_cycles >= 3);
 }
 
+/// A mutator past twice the heap goal goes on once a mark has traced
+/// through, while its end waits for another mutator's window call: the
+/// wait would not bring the call's end nearer. (It waited for the whole
+/// call, or for the 250 ms the collector gives a running call before paced
+/// mutators give up on it: at binary-trees depth 21 with two threads, holds
+/// of 30 - 177 ms in a run in four.)
+#[test]
+fn a_paced_mutator_does_not_wait_for_a_window_call() {
+    let _serial = serial();
+    let _guard =
+        watchdog("a paced mutator waited for a window call, or a call never began in the window");
+    // A 16 MiB goal: pacing begins at 32 MiB, and a paced mutator goes on
+    // up to 36 MiB while the mark ends.
+    const MIB: usize = 1 << 20;
+    let rt = ragged(false, 16 * MIB);
+    const CALLS: u32 = 20_000;
+    let old_inside = AtomicBool::new(false);
+    let window_inside = AtomicBool::new(false);
+    let calls = std::sync::atomic::AtomicU32::new(0);
+    let fill = |mc: &Mutation<'_>, to: usize| {
+        while rt.stats().heap_size < to {
+            for k in 0..256_u64 {
+                mc.alloc([k; 8]);
+            }
+        }
+    };
+    let paced = std::thread::scope(|s| {
+        // The old call: past the goal (a cycle begins and waits for this
+        // call to end), then, once the window call is inside, past twice
+        // the goal; its calls after that are paced.
+        let old = s.spawn(|| {
+            let mut m = rt.attach();
+            m.mutate(|mc| {
+                fill(mc, 20 * MIB);
+                old_inside.store(true, Ordering::Release);
+                while !window_inside.load(Ordering::Acquire) {
+                    std::thread::yield_now();
+                }
+                fill(mc, 33 * MIB);
+            });
+            let before = rt.stats().held_by_pacing;
+            for _ in 0..CALLS {
+                m.mutate(|mc| {
+                    mc.alloc([0_u64; 8]);
+                });
+                calls.fetch_add(1, Ordering::Release);
+            }
+            rt.stats().held_by_pacing - before
+        });
+        while !old_inside.load(Ordering::Acquire) {
+            std::thread::yield_now();
+        }
+        // The window call: the first call that sees the mark (the old
+        // call is still inside, waiting for it). It stays inside, running,
+        // until the paced calls are done.
+        let mut m = rt.attach();
+        loop {
+            let entered = m.mutate(|mc| {
+                if !mc.is_marking() {
+                    return false;
+                }
+                assert!(
+                    mc.began_in_window(),
+                    "the first call in the mark began after its window"
+                );
+                window_inside.store(true, Ordering::Release);
+                while calls.load(Ordering::Acquire) < CALLS {
+                    std::thread::yield_now();
+                }
+                true
+            });
+            if entered {
+                break;
+            }
+            std::thread::yield_now();
+        }
+        old.join().unwrap()
+    });
+    // Waiting for the window call, the first paced call would wait for 250
+    // ms at least (the patience); a call that goes on waits for at most the
+    // slices of marking it owes before the mark has traced through.
+    assert!(
+        paced < Duration::from_millis(100),
+        "paced calls waited {paced:?} for a window call"
+    );
+    rt.wait_for_cycle();
+    assert!(rt.stats().ragged_cycles >= 1);
+}
+
 /// The lost-object race of the handshake window, made to happen: a call
 /// that began before a mark (barrier off) cuts the only path to a chain
 /// after a call that began in the mark's window read it; the window call

@@ -60,6 +60,24 @@ use std::time::{Duration, Instant};
 /// finding something.
 const RAGGED_TRIES: u32 = 8;
 
+/// Sets `Shared::marked_through` and wakes the paced mutators; clears it
+/// when dropped (the mark's end, or an unwind).
+struct MarkedThrough<'a>(&'a Shared);
+
+impl<'a> MarkedThrough<'a> {
+    fn set(shared: &'a Shared) -> Self {
+        shared.marked_through.store(true, Ordering::Relaxed);
+        shared.wake_pacers();
+        MarkedThrough(shared)
+    }
+}
+
+impl Drop for MarkedThrough<'_> {
+    fn drop(&mut self) {
+        self.0.marked_through.store(false, Ordering::Relaxed);
+    }
+}
+
 /// Whether a cycle may be ragged (module docs).
 pub(super) fn eligible(shared: &Shared, forced: bool) -> bool {
     shared.config.ragged
@@ -267,6 +285,9 @@ impl<'a> Cycle<'a> {
         // (What it found live, it and its GC threads and assists have
         // reported as they went: `Shared::saw_live`, via `concurrently`.)
         self.marked.add(marked);
+        // Traced through: paced mutators go on until the end
+        // (`Shared::outruns_mark_end`), whichever way it ends.
+        let _through = MarkedThrough::set(shared);
         self.snapshot(snap, false);
         let mut m = Marking {
             mutators,

@@ -465,7 +465,9 @@ impl Mutator {
     /// mutator goes on without it, once a cycle for free, and otherwise
     /// after a slice of sweeping (sweeping does not change what the sweep
     /// will leave, so a later call in the cycle pays that slice as a
-    /// toll). One hold, whatever its parts.
+    /// toll). Nor while a ragged mark that has traced through ends, within
+    /// a room past the pace point (`Shared::outruns_mark_end`): the mutator
+    /// goes on. One hold, whatever its parts.
     ///
     /// It used to help the mark until the heap came under twice the goal
     /// again, which is a whole cycle when the live data has outgrown the

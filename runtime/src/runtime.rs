@@ -116,11 +116,13 @@ pub(crate) struct Shared {
     /// it ends (`Cycle::mark_ragged`): what is left is the snapshot's walk,
     /// tracing what the barriers shade (offered to assists like any of the
     /// mark's work) and the end's waits for the calls that began in its
-    /// window and for the barriers under way. None of that goes faster for
-    /// a paced mutator's wait, so paced mutators go on meanwhile, up to a
-    /// quarter of the pace goal past the pace point (`outruns_mark_end`). Relaxed: read
-    /// under the control mutex, which the collector takes to wake them
-    /// after setting it.
+    /// window and for the barriers under way. A paced mutator can help with
+    /// none of it but the shaded rounds, so paced mutators go on meanwhile,
+    /// up to a quarter of the pace goal past the pace point
+    /// (`outruns_mark_end`). Relaxed, a hint: read as a paced call begins
+    /// and in its wait, which the collector wakes (under the control
+    /// mutex) after setting it; cleared without a wake, so a stale read
+    /// lets a call go on just after the end, within the room.
     pub(crate) marked_through: AtomicBool,
     /// While a mark counts what it finds as live data (`saw_live`): a full
     /// cycle's, or a minor one's that began with nothing remembered.
@@ -547,13 +549,15 @@ impl Shared {
     /// Whether a paced mutator goes on instead of waiting: a ragged mark
     /// has traced through and has only its end left (`marked_through`),
     /// and the heap is under a quarter of the pace goal past the pace point
-    /// (under a heap limit, under the pace cap too). A call that begins now
-    /// begins after the mark's window closed, so the end does not wait for
-    /// it. At binary-trees depth 21 with two threads, one run in four held
-    /// both mutators here for 30 - 177 ms, the longest holds of those runs:
-    /// waiting for the snapshot's walk (10 - 90 ms at a 380 MB heap,
-    /// single-threaded), for the other mutator's window call, or for a
-    /// barrier. The room keeps a bound on the heap however long the end
+    /// (under a heap limit, under the pace cap: no room past it). A call
+    /// that begins now begins after the mark's window closed, so a ragged
+    /// end does not wait for it (a stopped termination, past
+    /// `RAGGED_TRIES`, does: the mutator is then held at the gate instead
+    /// of by pacing). At binary-trees depth 21 with two threads, one run in
+    /// four held both mutators here for 30 - 177 ms, the longest holds of
+    /// those runs: waiting for the snapshot's walk (10 - 90 ms at a 380 MB
+    /// heap, single-threaded), for the other mutator's window call, or for
+    /// a barrier. The room keeps a bound on the heap however long the end
     /// takes: with half the pace goal, mutators that ran on took CPU from
     /// the walk, and two runs in ten peaked at 660 MiB against 430 - 540.
     pub(crate) fn outruns_mark_end(&self) -> bool {

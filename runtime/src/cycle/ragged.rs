@@ -286,7 +286,8 @@ impl<'a> Cycle<'a> {
         // reported as they went: `Shared::saw_live`, via `concurrently`.)
         self.marked.add(marked);
         // Traced through: paced mutators go on until the end
-        // (`Shared::outruns_mark_end`), whichever way it ends.
+        // (`Shared::outruns_mark_end`), and are held at the gate if it
+        // falls back to a stopped termination.
         let _through = MarkedThrough::set(shared);
         self.snapshot(snap, false);
         let mut m = Marking {

@@ -512,8 +512,8 @@ impl Mutator {
                 }
                 break;
             }
-            // The mark has traced through: what is left of it does not
-            // go faster for this wait (`Shared::outruns_mark_end`).
+            // The mark has traced through, and nothing left of it is work
+            // this mutator could help with (`Shared::outruns_mark_end`).
             if offered.is_none() && shared.outruns_mark_end() {
                 break;
             }

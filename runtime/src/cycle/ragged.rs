@@ -256,12 +256,14 @@ impl<'a> Cycle<'a> {
             // pause instead (`barrier.rs`, "Clearing the marks with the
             // mutators running", 4).
             shaded.extend_from_slice(remembered);
-            // SAFETY: remembered and shaded objects are allocated, in
-            // loam's pages: they were reachable when remembered or shaded,
-            // during or after the last cycle's mark, so that cycle's sweep
-            // kept them (marked, or allocated after its stop), and only
-            // this cycle's sweep frees again.
-            shaded.retain(|&o| unsafe { shared.space.is_marked(o) });
+            shaded.retain(|&o| {
+                // SAFETY: remembered and shaded objects are allocated, in
+                // loam's pages: they were reachable when remembered or
+                // shaded, during or after the last cycle's mark, so that
+                // cycle's sweep kept them (marked, or allocated after its
+                // stop), and only this cycle's sweep frees again.
+                unsafe { shared.space.is_marked(o) }
+            });
             &shaded[..]
         } else if shaded.is_empty() {
             remembered

@@ -29,7 +29,9 @@
 //! collector over the system allocator, mimalloc and jemalloc
 //! (`loam-system`, `loam-mimalloc`, `loam-jemalloc`: every object allocated
 //! by the mutator through that allocator and freed through it by the GC
-//! threads, the seeds' experiment).
+//! threads, the seeds' experiment). `loam-set` is loam on its pages with
+//! each node made empty and its children stored with `GcCell::set`, as a
+//! program that changes its trees writes them (stores into young objects).
 
 // `criterion_group!` generates an undocumented `pub fn`.
 #![allow(missing_docs)]
@@ -40,7 +42,7 @@ mod support;
 use support::median;
 
 use criterion::{criterion_group, BenchmarkId, Criterion};
-use loam::runtime::{Gc, Mutation, Root, Rootable, Runtime, Trace};
+use loam::runtime::{Gc, GcCell, Mutation, Root, Rootable, Runtime, Trace};
 use std::hint::black_box;
 use std::sync::Arc;
 use std::time::Instant;
@@ -218,6 +220,57 @@ fn runtime() -> Runtime {
     Runtime::new()
 }
 
+// ------------------------------------------------------- loam, with `set`
+
+/// The tree as a program that changes its nodes writes it: children in
+/// barrier cells, each node made empty and its children stored into it
+/// with `GcCell::set` (stores into young objects: `loam-set`).
+#[derive(Trace)]
+struct SetTree<'gc> {
+    l: GcCell<'gc, Option<Gc<'gc, SetTree<'gc>>>>,
+    r: GcCell<'gc, Option<Gc<'gc, SetTree<'gc>>>>,
+}
+
+fn set_tree<'gc>(mc: &Mutation<'gc>, d: u32) -> Gc<'gc, SetTree<'gc>> {
+    let node = mc.alloc(SetTree {
+        l: GcCell::new(None),
+        r: GcCell::new(None),
+    });
+    if d > 0 {
+        node.l.set(mc, Some(set_tree(mc, d - 1)));
+        node.r.set(mc, Some(set_tree(mc, d - 1)));
+    }
+    node
+}
+
+fn set_check(t: &SetTree<'_>) -> u64 {
+    1 + t.l.get().map_or(0, |c| set_check(&c)) + t.r.get().map_or(0, |c| set_check(&c))
+}
+
+fn run_loam_set(rt: &Runtime, max: u32, threads: usize) -> u64 {
+    let mut m = rt.attach();
+    let mut sum = m.mutate(|mc| set_check(&set_tree(mc, max + 1)));
+    let long: Root<Rootable!['gc => SetTree<'gc>]> = m.mutate(|mc| mc.root(set_tree(mc, max)));
+    for d in (MIN_DEPTH..=max).step_by(2) {
+        let n = 1u64 << (max - d + MIN_DEPTH);
+        sum += if threads == 1 {
+            (0..n)
+                .map(|_| m.mutate(|mc| set_check(&set_tree(mc, d))))
+                .sum()
+        } else {
+            m.blocking(|| {
+                split(threads, n, d, &|d, n| {
+                    let mut m = rt.attach();
+                    (0..n)
+                        .map(|_| m.mutate(|mc| set_check(&set_tree(mc, d))))
+                        .sum()
+                })
+            })
+        };
+    }
+    sum + m.mutate(|mc| set_check(&long.get(mc)))
+}
+
 fn print_pauses(rt: &Runtime) {
     let s = rt.stats();
     let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
@@ -271,11 +324,13 @@ type Contender<'a> = (&'static str, Box<dyn Fn() -> u64 + 'a>);
 
 /// The object spaces loam's versions run on: its own pages, and the
 /// collector over other memory managers (`RuntimeBuilder::global_alloc`);
-/// only those `only` lists are built (each has GC threads of its own).
-fn spaces(only: Option<&str>) -> Vec<(&'static str, Runtime)> {
+/// and `loam-set`, loam's pages with the tree built through `GcCell::set`.
+/// Only those `only` lists are built (each has GC threads of its own).
+fn spaces(only: Option<&str>) -> Vec<(&'static str, Runtime, Runner)> {
     type Make = fn() -> Runtime;
-    let all: [(&'static str, Make); 4] = [
+    let all: [(&'static str, Make); 5] = [
         ("loam", runtime),
+        ("loam-set", runtime),
         ("loam-system", || {
             Runtime::builder().global_alloc(std::alloc::System).build()
         }),
@@ -290,9 +345,20 @@ fn spaces(only: Option<&str>) -> Vec<(&'static str, Runtime)> {
     ];
     all.into_iter()
         .filter(|(name, _)| listed(only, name))
-        .map(|(name, make)| (name, make()))
+        .map(|(name, make)| {
+            let run: Runner = if name == "loam-set" {
+                run_loam_set
+            } else {
+                run_loam
+            };
+            (name, make(), run)
+        })
         .collect()
 }
+
+/// One binary-trees run of a loam version on a runtime: `run_loam`, or
+/// `run_loam_set` for `loam-set`.
+type Runner = fn(&Runtime, u32, usize) -> u64;
 
 /// `LOAM_BENCH_PAIRED=<rounds>`: box, arc and loam on each object space
 /// back to back, rotating which goes first, `rounds` times per thread
@@ -318,8 +384,8 @@ fn paired(rounds: usize) {
             ("box", Box::new(move || run_box(max, threads))),
             ("arc", Box::new(move || run_arc(max, threads))),
         ];
-        for (name, rt) in &spaces {
-            runs.push((name, Box::new(move || run_loam(rt, max, threads))));
+        for (name, rt, run) in &spaces {
+            runs.push((name, Box::new(move || run(rt, max, threads))));
         }
         let n = runs.len();
         let mut times = vec![Vec::new(); n];
@@ -387,7 +453,7 @@ fn paired(rounds: usize) {
                 rss.join("  ")
             );
         }
-        for (k, (name, rt)) in spaces.iter().enumerate() {
+        for (k, (name, rt, _)) in spaces.iter().enumerate() {
             if listed(name) {
                 let held = rt.stats().mutator_pauses.total().as_secs_f64() * 1e3;
                 print!(

@@ -102,6 +102,65 @@ impl<'a> PageRef<'a> {
         }
     }
 
+    /// The page and the index of the block that holds address `p` (any
+    /// byte of the block), or `None` if this allocator cannot say: `p` is
+    /// in none of its segments (the stack, a static, another allocator, a
+    /// span of `aligned.rs`), or past the first slice of a huge block
+    /// (whose side tables only its first slice fills). The block may be
+    /// any block of the page, an object's or a `malloc`'s: its allocated
+    /// bit tells (set only through [`alloc_object`]).
+    ///
+    /// # Safety
+    /// If `p` lies in a segment of this allocator, it lies in a block that
+    /// stays allocated (so its page stays live) for `'a`.
+    ///
+    /// # Examples
+    /// ```
+    /// use std::alloc::{GlobalAlloc, Layout};
+    /// let layout = Layout::from_size_align(48, 8).unwrap();
+    /// let local = 7_u64;
+    /// // SAFETY: `p` stays live while `page` is used, then is freed once;
+    /// // `local` is not in the heap.
+    /// unsafe {
+    ///     let p = loam_heap::LoamAlloc.alloc(layout);
+    ///     let (page, i) = loam_heap::PageRef::holding(p.add(20)).unwrap();
+    ///     assert_eq!(page.block(i), p);
+    ///     assert!(loam_heap::PageRef::holding((&local as *const u64).cast()).is_none());
+    ///     loam_heap::LoamAlloc.dealloc(p, layout);
+    /// }
+    /// ```
+    #[inline]
+    pub unsafe fn holding(p: *const u8) -> Option<(PageRef<'a>, usize)> {
+        let seg = segment::segment_of(p);
+        if !crate::segment_map::contains_tracked(seg as usize) {
+            return None;
+        }
+        let idx = ((p as usize) - (seg as usize)) >> SLICE_SHIFT;
+        // SAFETY: the segment is registered, so mapped: `p` lies in one of
+        // its blocks (caller), which keeps it registered; `idx < SLICES`.
+        let (size, first) = unsafe {
+            (
+                (*seg).slice_block_size[idx].load(Ordering::Relaxed),
+                (*seg).slice_first[idx].load(Ordering::Relaxed) as usize,
+            )
+        };
+        // A slice no page covers reads zero (fresh, or a cached huge
+        // segment's zeroed header), as do a huge block's later slices.
+        if size == 0 || idx < HEADER_SLICES || first > idx {
+            return None;
+        }
+        // The tables of a slice of a live block name its page's first
+        // slice, whose descriptor is the page's (written before the
+        // block was handed out, which the caller's hold is ordered after).
+        // SAFETY: as just said; the page stays live with the block.
+        let page = unsafe { PageRef::of(((seg as usize) + (first << SLICE_SHIFT)) as *const u8) };
+        if (p as usize) < page.start() as usize {
+            return None; // a huge page's offset, before its block
+        }
+        let i = page.block_index(p);
+        (i < page.capacity()).then_some((page, i))
+    }
+
     fn page(&self) -> &'a Page {
         // SAFETY: a PageRef names a descriptor inside a segment header, which
         // stays mapped while any of its blocks is live.

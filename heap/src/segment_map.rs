@@ -60,3 +60,14 @@ pub(crate) fn contains(seg: usize) -> bool {
     }
 }
 
+
+/// Whether `seg` is a live segment of ours, answering no above the
+/// tracked range (where [`contains`] answers yes): for callers that fall
+/// back to something safe when the heap cannot vouch for an address.
+#[inline(always)]
+pub(crate) fn contains_tracked(seg: usize) -> bool {
+    match slot(seg) {
+        Some((w, bit)) => MAP[w].load(Ordering::Relaxed) & bit != 0,
+        None => false,
+    }
+}

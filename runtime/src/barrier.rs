@@ -24,7 +24,8 @@
 //! store(cell, new):                       // GcCell::set / replace
 //!     old = cell.load()
 //!     if call.marking:  shade(old); shade(new)
-//!     elif call.remembers: for e in edges(new): if mark(e): remember(e)
+//!     elif call.remembers and not young(object holding cell):
+//!                       for e in edges(new): if mark(e): remember(e)
 //!     cell.store(new)
 //! write(lock, f):                         // GcLock::write
 //!     take the write lock
@@ -74,6 +75,48 @@
 //!    path the snapshot may not have had; shading the target covers it.
 //! 5. *Between marks*, a store marks and remembers what it stores (the
 //!    generational barrier): an old object may now point to a young one.
+//!    Not a store into a young object's cell (below).
+//!
+//! # A young object's cells
+//! A store between marks into a cell of an unmarked object `Y` of this
+//! runtime in loam's pages (`Mutation::in_young_object`) marks and
+//! remembers nothing: the value stays young, and dies in the next minor
+//! cycle if `Y` does (marking it promoted every node of a structure built
+//! with `GcCell::set`, to wait for a full cycle). Why nothing is lost:
+//! 1. *No cycle traces during the call.* The call read `marking == 0`, so
+//!    the next trace begins after it has ended: a stopped cycle stops the
+//!    world, a ragged one waits for the calls that began before its raise
+//!    (T, "Ragged cycles"). So the trace reads `Y` as it is after the
+//!    store.
+//! 2. *`Y` is traced by that cycle if it is reachable then.* The minor
+//!    cycles' invariant (every object a marked object points to is marked
+//!    or remembered) has no premise about unmarked objects, so it holds
+//!    after the store. If `Y` is unmarked when the cycle begins, the cycle
+//!    traces it wherever it reaches it (a full cycle traces every reachable
+//!    object; a minor one every reachable unmarked object). If `Y` was
+//!    marked after our look, whoever marked it pushed it where the next
+//!    cycle traces it whole: a `remember` onto its remembered list, the
+//!    shade of a call that read `marking` set (a window call, or one that
+//!    began before a mark's end and runs on) onto `gray`, which the next
+//!    cycle takes ("Ragged cycles", 3). Those are the only marks set while
+//!    a call with `marking == 0` runs: no marker runs, by 1; phase 0 and
+//!    the stop only clear marks, which 3 of "Clearing the marks" allows.
+//!    (A minor cycle reaches every reachable unmarked object: a path to
+//!    it from the roots, the remembered objects and the recorded ones
+//!    runs through unmarked objects only, by the invariant.) Either way
+//!    the trace reads the value stored, and the invariant holds for `Y`
+//!    from then on.
+//! 3. *The look itself.* The allocated bit, set only for managed objects
+//!    and cleared by the owner before a block is handed out again, tells a
+//!    managed object from a `malloc` block of the same page (a cell in a
+//!    `Vec` inside an old object's `GcLock` must still remember); the
+//!    header's runtime id tells this runtime's. A bit read stale (not yet
+//!    seen set, an object another thread made) answers no, and the store
+//!    remembers as before; so does a cell the heap cannot place.
+//!    `minor_cycles_free_structures_built_with_set` and
+//!    `young_chains_stored_into_an_old_holder_survive` in
+//!    `runtime/tests/cases/collector.rs` are the tests (the first fails
+//!    without the skip, the second with a skip that ignores the mark).
 //!
 //! # What has to hold before the first object is traced
 //! Every `mutate` call under way began with `marking` set, or there is
@@ -349,8 +392,11 @@ impl<'gc> Mutation<'gc> {
     /// may be old: shading it keeps the minor cycles' invariant (every
     /// object a marked object points to is marked). Shaded objects go to
     /// the markers.
+    ///
+    /// `cell` is the address of the cell written, which tells `remember`
+    /// whether the object holding it is young (`in_young_object`).
     #[inline]
-    pub(crate) fn barrier_store<T: Trace + ?Sized>(&self, old: &T, new: &T) {
+    pub(crate) fn barrier_store<T: Trace + ?Sized>(&self, cell: *const u8, old: &T, new: &T) {
         self.note_write();
         if !T::NEEDS_TRACE {
             return;
@@ -359,18 +405,18 @@ impl<'gc> Mutation<'gc> {
             self.shade_old(old);
             self.shade(new);
         } else if self.remembers {
-            self.remember(new);
+            self.remember(Some(cell), new);
         }
     }
 
     /// [`barrier_store`](Self::barrier_store) outside a concurrent mark,
     /// which needs only the stored value.
     #[inline]
-    pub(crate) fn barrier_store_new<T: Trace + ?Sized>(&self, new: &T) {
+    pub(crate) fn barrier_store_new<T: Trace + ?Sized>(&self, cell: *const u8, new: &T) {
         debug_assert!(!T::NEEDS_TRACE || self.marking == 0);
         self.note_write();
         if T::NEEDS_TRACE && self.remembers {
-            self.remember(new);
+            self.remember(Some(cell), new);
         }
     }
 
@@ -387,7 +433,8 @@ impl<'gc> Mutation<'gc> {
         if self.marking != 0 {
             self.shade(new);
         } else if self.remembers {
-            self.remember(new);
+            // The cell is not reported yet: what holds it says nothing.
+            self.remember(None, new);
         }
     }
 
@@ -510,10 +557,27 @@ impl<'gc> Mutation<'gc> {
         self.shade_edges(old, since);
     }
 
+    /// The generational barrier of a store of `value` between marks (5 in
+    /// the module docs): marks each unmarked object it points to and
+    /// remembers it for the next minor cycle, unless the store is into a
+    /// cell of a young object (`cell`, when known: see
+    /// [`in_young_object`](Self::in_young_object)), which the next cycle
+    /// traces anyway.
     #[inline(never)]
-    fn remember<T: Trace + ?Sized>(&self, value: &T) {
+    fn remember<T: Trace + ?Sized>(&self, cell: Option<*const u8>, value: &T) {
         let remembered = self.mutator().me.remembered_in(self.remember);
+        // Asked once, and only for a value not marked yet: a store of an
+        // old object marks and remembers nothing either way.
+        let mut young = None;
         self.each_edge(value, |e| {
+            if let Some(cell) = cell {
+                // SAFETY: `e` is allocated and its page live (below).
+                if !unsafe { self.shared().space.is_marked(e) }
+                    && *young.get_or_insert_with(|| self.in_young_object(cell))
+                {
+                    return;
+                }
+            }
             // `e` is an object this call reached: it was marked at the last
             // pause or allocated after it (roots and reachable objects are
             // marked, weak references to unmarked objects were cleared), so
@@ -541,6 +605,41 @@ impl<'gc> Mutation<'gc> {
                 remembered.lock().push(e);
             }
         });
+    }
+
+    /// Whether the cell at `cell` lies in a young (unmarked) object of this
+    /// runtime in loam's pages, so that a store into it between marks need
+    /// not mark and remember what it stores ("A young object's cells" in
+    /// the module docs has the argument). False whenever that cannot be
+    /// told: a `GlobalAlloc` space, a cell outside loam's segments (on the
+    /// stack, in a `Box` of another allocator) or past a huge block's
+    /// first slice, a block that is not a managed object (a `malloc`'s,
+    /// when loam is the global allocator), another runtime's object.
+    #[inline(never)]
+    fn in_young_object(&self, cell: *const u8) -> bool {
+        let shared = self.shared();
+        if !matches!(shared.space, crate::space::Space::Pages) {
+            return false;
+        }
+        // The cell is borrowed by this call, so the memory holding it stays
+        // allocated while we look: a block of ours if it lies in one of our
+        // segments.
+        // SAFETY: as just said.
+        let Some((page, i)) = (unsafe { loam_heap::PageRef::holding(cell) }) else {
+            return false;
+        };
+        // A live block with its allocated bit set holds a managed object
+        // (only `alloc_object` sets the bit, and its owner clears it before
+        // the block can be handed out again; the sweep relies on the same).
+        // A bit not yet seen set (an object another thread made) reads as
+        // "not an object", which only remembers as before.
+        if !page.is_allocated(i) || page.is_marked(i) {
+            return false;
+        }
+        // The first word of a managed object is its header.
+        // SAFETY: as just said.
+        let (_, owner) = unsafe { crate::gc::header_of(page.block(i) as usize) };
+        owner == shared.id
     }
 
     /// The write barrier of a `GcLock` found inside object `owner`, whose

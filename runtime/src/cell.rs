@@ -236,6 +236,12 @@ impl<'gc, T: CellValue> GcCell<'gc, T> {
     pub fn get(&self) -> T {
         self.value.load()
     }
+
+    /// Where the cell is, for the barrier to find the object holding it.
+    #[inline]
+    fn addr(&self) -> *const u8 {
+        (self as *const Self).cast()
+    }
 }
 
 // `T: 'gc`: the value's own brand must outlive the cell's, so a cell made
@@ -253,7 +259,7 @@ impl<'gc, T: CellValue + Trace + 'gc> GcCell<'gc, T> {
             // Between marks the barrier needs only the new value: a plain
             // store, no read-modify-write.
             self.value.store(value);
-            mc.barrier_store_new(&value);
+            mc.barrier_store_new(self.addr(), &value);
         }
     }
 
@@ -300,7 +306,7 @@ impl<'gc, T: CellValue + Trace + 'gc> GcCell<'gc, T> {
         // From before the read of the old value until it is shaded.
         let _bracket = T::NEEDS_TRACE.then(|| mc.shading());
         let old = self.value.swap(value);
-        mc.barrier_store(&old, &value);
+        mc.barrier_store(self.addr(), &old, &value);
         old
     }
 
@@ -406,7 +412,7 @@ impl<'gc, T: CellValue + Trace + 'gc> GcCell<'gc, T> {
         // this cell before the load (`barrier.rs`, "Ragged cycles", 3).
         let _bracket = mc.shading();
         let old = self.store_marking(mc, value);
-        mc.barrier_store(&old, &value);
+        mc.barrier_store(self.addr(), &old, &value);
     }
 
     /// Stores `value` during a concurrent mark and returns what it

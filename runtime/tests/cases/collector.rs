@@ -697,6 +697,128 @@ fn minor_cycles_keep_old_objects_and_what_cells_store_into_them() {
     assert_eq!(drops.load(Ordering::Relaxed), allocated);
 }
 
+/// A chain of `n` nodes built as a user builds one with `GcCell::set`:
+/// each node made empty, then stored into the one before it.
+fn chain_by_set<'gc>(
+    mc: &loam_runtime::Mutation<'gc>,
+    first: u64,
+    n: u64,
+    drops: &Arc<AtomicUsize>,
+) -> Gc<'gc, Node<'gc>> {
+    let node = |value| {
+        mc.alloc(Node {
+            value,
+            next: GcCell::new(None),
+            _drops: Counted(drops.clone()),
+        })
+    };
+    let head = node(first);
+    let mut tail = head;
+    for value in first + 1..first + n {
+        let next = node(value);
+        tail.next.set(mc, Some(next));
+        tail = next;
+    }
+    head
+}
+
+/// Stores into a young object's cells promote nothing (`barrier.rs`, "A
+/// young object's cells"): a structure built with `GcCell::set` and then
+/// dropped dies in minor cycles, where marking every stored node left all
+/// but the head of each chain to a full cycle. Of the objects freed here,
+/// minor cycles freed 95 – 98% (81 – 85% with ragged cycles, whose window
+/// calls shade what they store), against 5% (6 – 9%) when every store
+/// marked.
+#[test]
+fn minor_cycles_free_structures_built_with_set() {
+    let drops = Arc::new(AtomicUsize::new(0));
+    // (minor, objects freed) of each cycle.
+    let freed = Arc::new(Mutex::new(Vec::new()));
+    let rt = {
+        let freed = freed.clone();
+        rt(2)
+            .min_heap(256 << 10)
+            .on_cycle(move |e| freed.lock().unwrap().push((e.minor, e.objects_freed)))
+            .build()
+    };
+    let mut m = rt.attach();
+    let (calls, n) = (40_000_u64, 16_u64);
+    for i in 0..calls {
+        let head = m.mutate(|mc| sum(Some(chain_by_set(mc, i, n, &drops))));
+        assert_eq!(head, (n * i + n * (n - 1) / 2, n));
+    }
+    let (minor, full) = freed
+        .lock()
+        .unwrap()
+        .iter()
+        .fold((0, 0), |(mi, fu), &(is_minor, f)| {
+            if is_minor {
+                (mi + f, fu)
+            } else {
+                (mi, fu + f)
+            }
+        });
+    assert!(rt.stats().minor_cycles >= 3, "{:?}", rt.stats());
+    if SPACE == "loam pages" {
+        // A `GlobalAlloc` space cannot tell a young object's cell, and
+        // remembers every store as before.
+        assert!(
+            minor * 2 >= minor + full,
+            "minor cycles freed {minor} objects, full ones {full}: the chains were promoted"
+        );
+    }
+    drop(m);
+    drop(rt);
+    assert_eq!(drops.load(Ordering::Relaxed), (calls * n) as usize);
+}
+
+/// The other side of the skip: a chain built with `GcCell::set` and stored
+/// into an old object, before or after it grows, survives minor cycles
+/// whole (verify mode on). Skipping for the old holder too frees the
+/// chains.
+#[test]
+fn young_chains_stored_into_an_old_holder_survive() {
+    let drops = Arc::new(AtomicUsize::new(0));
+    let rt = rt(2).min_heap(256 << 10).build();
+    let mut m = rt.attach();
+    let holder: Root<Rootable!['gc => Holder<'gc>]> = m.mutate(|mc| {
+        mc.root(mc.alloc(Holder {
+            slots: Default::default(),
+        }))
+    });
+    m.collect();
+    let rounds = 20_000_u64;
+    for i in 0..rounds {
+        m.mutate(|mc| {
+            let slot = &holder.get(mc).slots[(i % 16) as usize];
+            if i % 2 == 0 {
+                // Grown young, then stored into the old holder.
+                slot.set(mc, Some(chain_by_set(mc, i, 8, &drops)));
+            } else {
+                // Stored first, then grown through its (now old) head, and
+                // through young nodes stored after it.
+                let head = chain_by_set(mc, i, 1, &drops);
+                slot.set(mc, Some(head));
+                let rest = chain_by_set(mc, i + 1, 7, &drops);
+                head.next.set(mc, Some(rest));
+            }
+            // Young garbage built the same way, to bring cycles on.
+            chain_by_set(mc, 0, 8, &drops);
+        });
+    }
+    assert!(rt.stats().minor_cycles >= 3, "{:?}", rt.stats());
+    m.mutate(|mc| {
+        for (k, slot) in holder.get(mc).slots.iter().enumerate() {
+            let last = rounds - 16 + k as u64;
+            assert_eq!(sum(slot.get()), (8 * last + 28, 8), "slot {k}");
+        }
+    });
+    drop(holder);
+    drop(m);
+    drop(rt);
+    assert_eq!(drops.load(Ordering::Relaxed), rounds as usize * 16);
+}
+
 /// Pages whose every block is marked are left out of minor cycles (the
 /// sweep flags them old); a full cycle must still look at them, and free
 /// what died there meanwhile.

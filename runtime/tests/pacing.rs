@@ -275,13 +275,16 @@ fn node_tree<'gc>(mc: &loam_runtime::Mutation<'gc>, depth: u32) -> Gc<'gc, Node<
 }
 
 type TreeRoot = Rootable!['gc => Node<'gc>];
-type Cell = Rootable!['gc => loam_runtime::GcCell<'gc, Option<Gc<'gc, Node<'gc>>>>];
+type Cell = Rootable!['gc => loam_runtime::GcLock<'gc, Option<Gc<'gc, Node<'gc>>>>];
 
 /// Builds a 12 MiB tree in one call on a runtime with a 4 MiB minimum
 /// heap, after a full cycle (so the cycle that marks the tree is a minor
 /// one, which does not re-base the goal); with `store`, that call also
-/// stores a fresh node into a cell made before the full cycle (an old
-/// object), so the cycle begins with something remembered. Returns the
+/// stores a fresh node into a lock made before the full cycle (an old
+/// object), so the cycle begins with something remembered: the lock's
+/// object, recorded whatever its mark. (A `GcCell` store into an object
+/// whose mark another test's full cycle cleared remembers nothing: the
+/// object is young again, `barrier.rs`, "A young object's cells".) Returns the
 /// event of the cycle that marked the tree, and that of a full cycle after
 /// the tree was let go. With `ragged`, the cycles begin and end their
 /// marks without stopping the world.
@@ -296,19 +299,17 @@ fn burst(store: bool, ragged: bool) -> (loam_runtime::CycleEvent, loam_runtime::
         .on_cycle(move |e| log.lock().unwrap().push(e.clone()))
         .build();
     let mut m = rt.attach();
-    let cell: Root<Cell> = m.mutate(|mc| mc.root(mc.alloc(loam_runtime::GcCell::new(None))));
+    let cell: Root<Cell> = m.mutate(|mc| mc.root(mc.alloc(loam_runtime::GcLock::new(None))));
     m.collect();
     let before = events.lock().unwrap().len();
     let tree: Root<TreeRoot> = m.mutate(|mc| {
         let t = node_tree(mc, 18);
         if store {
-            cell.get(mc).set(
-                mc,
-                Some(mc.alloc(Node {
-                    left: None,
-                    right: None,
-                })),
-            );
+            let node = mc.alloc(Node {
+                left: None,
+                right: None,
+            });
+            cell.get(mc).write(mc, |v| *v = Some(node));
         }
         mc.root(t)
     });

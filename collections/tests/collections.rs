@@ -5,7 +5,7 @@
 
 use loam_collections::{gc_format, GcDictionary, GcList, GcString, GcStringBuilder};
 use loam_runtime::{Gc, GlobalRoot, Root, Rootable, Runtime, RuntimeBuilder, Trace};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// One runtime at a time: drop counts after `collect` (see the runtime's
@@ -518,6 +518,31 @@ fn a_heap_limit_err_leaves_the_collection_unchanged() {
     m.mutate(|mc| GcList::from_slice(mc, &[1_u64; 1000]).len());
 }
 
+/// Holds the marker that traces it, while armed, until the test says a
+/// call has met the mark (or two seconds pass): a concurrent mark then
+/// lasts until a mutator's call begins inside it, however the scheduler
+/// treats the threads. Without it, on a busy 2-core machine, the marks
+/// often ended before the mutator ran again: a test that needed a push
+/// inside one failed in 3 – 6 runs of 12 beside a busy loop.
+struct MarkGate;
+
+static GATE_ARMED: AtomicBool = AtomicBool::new(false);
+static GATE_MET: AtomicBool = AtomicBool::new(false);
+
+// SAFETY: holds no managed pointer, so it reports nothing (1, 2); traced
+// (3) only to hold its marker for a while; no `Drop` (4).
+unsafe impl Trace for MarkGate {
+    fn trace(&self, _: &mut loam_runtime::Tracer) {
+        let start = std::time::Instant::now();
+        while GATE_ARMED.load(Ordering::Acquire)
+            && !GATE_MET.load(Ordering::Acquire)
+            && start.elapsed() < std::time::Duration::from_secs(2)
+        {
+            std::thread::yield_now();
+        }
+    }
+}
+
 /// A push into a slot whose old value the collector has freed, during a
 /// concurrent mark: the old value must not be shaded (verify mode aborts on
 /// a freed object reached; without it, the mark would read a free block).
@@ -534,6 +559,8 @@ fn a_push_into_a_freed_slot_during_a_mark_does_not_touch_the_old_value() {
     // Live objects, so that every mark has work to do concurrently.
     let _big: Root<Big> =
         m.mutate(|mc| mc.root(mc.alloc_from_iter((0..20_000_u64).map(|i| mc.alloc(i)))));
+    // Keeps each mark of the pushing phase open until a push has met it.
+    let _gate: Root<Rootable![MarkGate]> = m.mutate(|mc| mc.root(mc.alloc(MarkGate)));
     let keep: Root<L> = m.mutate(|mc| mc.root(mc.alloc(GcList::new(mc))));
     let mut pushed_over_freed = 0;
     for _ in 0..50 {
@@ -562,6 +589,8 @@ fn a_push_into_a_freed_slot_during_a_mark_does_not_touch_the_old_value() {
         // number of tries ran out before it did).
         let stop = std::sync::atomic::AtomicBool::new(false);
         let cycles = std::sync::atomic::AtomicU32::new(0);
+        GATE_MET.store(false, Ordering::Release);
+        GATE_ARMED.store(true, Ordering::Release);
         std::thread::scope(|s| {
             s.spawn(|| {
                 while !stop.load(Ordering::Relaxed) {
@@ -587,8 +616,10 @@ fn a_push_into_a_freed_slot_during_a_mark_does_not_touch_the_old_value() {
                     break;
                 }
             }
+            GATE_MET.store(true, Ordering::Release);
             stop.store(true, Ordering::Relaxed);
         });
+        GATE_ARMED.store(false, Ordering::Release);
     }
     assert!(
         pushed_over_freed > 0,

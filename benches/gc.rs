@@ -42,7 +42,7 @@ mod support;
 use support::median;
 
 use criterion::{criterion_group, BenchmarkId, Criterion};
-use loam::runtime::{Gc, GcCell, Mutation, Root, Rootable, Runtime, Trace};
+use loam::runtime::{Gc, GcCell, Mutation, Mutator, Root, Rootable, Runtime, Trace};
 use std::hint::black_box;
 use std::sync::Arc;
 use std::time::Instant;
@@ -194,26 +194,39 @@ fn run_loam(rt: &Runtime, max: u32, threads: usize) -> u64 {
     let mut m = rt.attach();
     let mut sum = m.mutate(|mc| gc_check(&gc_tree(mc, max + 1)));
     let long: Root<Rootable!['gc => GcTree<'gc>]> = m.mutate(|mc| mc.root(gc_tree(mc, max)));
+    sum += loam_iterations(rt, &mut m, max, threads, &|m, d| {
+        m.mutate(|mc| gc_check(&gc_tree(mc, d)))
+    });
+    sum + m.mutate(|mc| gc_check(&long.get(mc)))
+}
+
+/// The trees of every depth, `tree(m, d)` building and checking one of
+/// depth `d` in a call of mutator `m`; split between `threads` mutators of
+/// `rt` (each a thread of its own) when there are more than one.
+fn loam_iterations(
+    rt: &Runtime,
+    m: &mut Mutator,
+    max: u32,
+    threads: usize,
+    tree: &(dyn Fn(&mut Mutator, u32) -> u64 + Sync),
+) -> u64 {
+    let mut sum = 0;
     for d in (MIN_DEPTH..=max).step_by(2) {
         let n = 1u64 << (max - d + MIN_DEPTH);
         sum += if threads == 1 {
-            (0..n)
-                .map(|_| m.mutate(|mc| gc_check(&gc_tree(mc, d))))
-                .sum()
+            (0..n).map(|_| tree(m, d)).sum()
         } else {
             // This thread waits for the workers: `blocking` first hands what
             // its heap holds freed (the stretch tree's memory) over to them.
             m.blocking(|| {
                 split(threads, n, d, &|d, n| {
                     let mut m = rt.attach();
-                    (0..n)
-                        .map(|_| m.mutate(|mc| gc_check(&gc_tree(mc, d))))
-                        .sum()
+                    (0..n).map(|_| tree(&mut m, d)).sum()
                 })
             })
         };
     }
-    sum + m.mutate(|mc| gc_check(&long.get(mc)))
+    sum
 }
 
 fn runtime() -> Runtime {
@@ -251,23 +264,9 @@ fn run_loam_set(rt: &Runtime, max: u32, threads: usize) -> u64 {
     let mut m = rt.attach();
     let mut sum = m.mutate(|mc| set_check(&set_tree(mc, max + 1)));
     let long: Root<Rootable!['gc => SetTree<'gc>]> = m.mutate(|mc| mc.root(set_tree(mc, max)));
-    for d in (MIN_DEPTH..=max).step_by(2) {
-        let n = 1u64 << (max - d + MIN_DEPTH);
-        sum += if threads == 1 {
-            (0..n)
-                .map(|_| m.mutate(|mc| set_check(&set_tree(mc, d))))
-                .sum()
-        } else {
-            m.blocking(|| {
-                split(threads, n, d, &|d, n| {
-                    let mut m = rt.attach();
-                    (0..n)
-                        .map(|_| m.mutate(|mc| set_check(&set_tree(mc, d))))
-                        .sum()
-                })
-            })
-        };
-    }
+    sum += loam_iterations(rt, &mut m, max, threads, &|m, d| {
+        m.mutate(|mc| set_check(&set_tree(mc, d)))
+    });
     sum + m.mutate(|mc| set_check(&long.get(mc)))
 }
 

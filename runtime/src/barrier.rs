@@ -12,8 +12,10 @@
 //! (`Shared::drain_shaded`): below, "`gray`" means the two together, and
 //! a push onto it a push onto the mutator's queue.
 //! - *Between cycles* (minor cycles' sticky marks): every object a marked
-//!   object points to is marked, or remembered. Minor cycles start from the
-//!   roots and the remembered objects and stop at marked ones.
+//!   object points to is marked, or remembered, or the marked object is
+//!   recorded (a `GcLock`'s or a `GcLog`'s owner, which the next minor
+//!   cycle traces again). Minor cycles start from the roots and the
+//!   remembered and recorded objects, and stop at marked ones.
 //! - *During a concurrent mark* (snapshot at the beginning): every object
 //!   reachable at the first pause is marked by the end of the mark, and
 //!   every object a black object points to is marked or gray (the weak
@@ -567,7 +569,9 @@ impl<'gc> Mutation<'gc> {
     fn remember<T: Trace + ?Sized>(&self, cell: Option<*const u8>, value: &T) {
         let remembered = self.mutator().me.remembered_in(self.remember);
         // Asked once, and only for a value not marked yet: a store of an
-        // old object marks and remembers nothing either way.
+        // old object marks and remembers nothing either way. Never in a
+        // `GlobalAlloc` space, which cannot tell (`in_young_object`).
+        let cell = cell.filter(|_| matches!(self.shared().space, crate::space::Space::Pages));
         let mut young = None;
         self.each_edge(value, |e| {
             if let Some(cell) = cell {

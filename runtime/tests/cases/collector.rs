@@ -727,8 +727,9 @@ fn chain_by_set<'gc>(
 /// dropped dies in minor cycles, where marking every stored node left all
 /// but the head of each chain to a full cycle. Of the objects freed here,
 /// minor cycles freed 95 – 98% (81 – 85% with ragged cycles, whose window
-/// calls shade what they store), against 5% (6 – 9%) when every store
-/// marked.
+/// calls shade what they store; 60 – 62% with two processes beside a busy
+/// loop), against 5% (6 – 9%) when every store marked. The bound asked is a
+/// third.
 #[test]
 fn minor_cycles_free_structures_built_with_set() {
     let drops = Arc::new(AtomicUsize::new(0));
@@ -763,7 +764,7 @@ fn minor_cycles_free_structures_built_with_set() {
         // A `GlobalAlloc` space cannot tell a young object's cell, and
         // remembers every store as before.
         assert!(
-            minor * 2 >= minor + full,
+            minor * 3 >= minor + full,
             "minor cycles freed {minor} objects, full ones {full}: the chains were promoted"
         );
     }

@@ -614,17 +614,16 @@ impl<'gc> Mutation<'gc> {
     /// Whether the cell at `cell` lies in a young (unmarked) object of this
     /// runtime in loam's pages, so that a store into it between marks need
     /// not mark and remember what it stores ("A young object's cells" in
-    /// the module docs has the argument). False whenever that cannot be
-    /// told: a `GlobalAlloc` space, a cell outside loam's segments (on the
+    /// the module docs has the argument). Asked only of a runtime in loam's
+    /// pages (`remember`: a `GlobalAlloc` space cannot tell). False
+    /// whenever that cannot be told: a cell outside loam's segments (on the
     /// stack, in a `Box` of another allocator) or past a huge block's
     /// first slice, a block that is not a managed object (a `malloc`'s,
     /// when loam is the global allocator), another runtime's object.
     #[inline(never)]
     fn in_young_object(&self, cell: *const u8) -> bool {
         let shared = self.shared();
-        if !matches!(shared.space, crate::space::Space::Pages) {
-            return false;
-        }
+        debug_assert!(matches!(shared.space, crate::space::Space::Pages));
         // The cell is borrowed by this call, so the memory holding it stays
         // allocated while we look: a block of ours if it lies in one of our
         // segments.

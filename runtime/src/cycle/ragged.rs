@@ -257,11 +257,12 @@ impl<'a> Cycle<'a> {
             // mutators running", 4).
             shaded.extend_from_slice(remembered);
             shaded.retain(|&o| {
-                // SAFETY: remembered and shaded objects are allocated, in
-                // loam's pages: they were reachable when remembered or
-                // shaded, during or after the last cycle's mark, so that
-                // cycle's sweep kept them (marked, or allocated after its
-                // stop), and only this cycle's sweep frees again.
+                // Remembered and shaded objects are allocated, in loam's
+                // pages: they were reachable when remembered or shaded,
+                // during or after the last cycle's mark, so that cycle's
+                // sweep kept them (marked, or allocated after its stop),
+                // and only this cycle's sweep frees again.
+                // SAFETY: as just said.
                 unsafe { shared.space.is_marked(o) }
             });
             &shaded[..]

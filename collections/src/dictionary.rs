@@ -39,7 +39,7 @@ pub type SipHash = std::collections::hash_map::RandomState;
 /// the value. The entries array does not trace its entries: the dictionary
 /// traces those in use (as a list traces its slots, `list.rs`), so an entry
 /// cut off the end needs no overwriting to let its key and value go.
-struct Entry<'gc, K: CellValue + Trace + 'gc, V: CellValue + Trace + 'gc> {
+pub(crate) struct Entry<'gc, K: CellValue + Trace + 'gc, V: CellValue + Trace + 'gc> {
     hash: GcCell<'gc, u64>,
     key: GcCell<'gc, K>,
     value: GcCell<'gc, V>,

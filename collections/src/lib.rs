@@ -124,3 +124,25 @@ not_under_loom! {
     pub use list::{GcList, Iter as ListIter, ListWriter};
     pub use string::GcString;
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use std::mem::needs_drop;
+
+    /// The collections' objects and arrays have no drop glue (with
+    /// `u64` and managed values), so the sweep frees them without running
+    /// any: a dictionary's entries array needed it per entry while a
+    /// `GcCell` had `AtomicCell`'s `Drop` impl.
+    #[test]
+    fn collection_objects_need_no_drop() {
+        type G = loam_runtime::Gc<'static, u64>;
+        assert!(!needs_drop::<crate::list::ListObj<'static, u64>>());
+        assert!(!needs_drop::<crate::list::ListObj<'static, G>>());
+        assert!(!needs_drop::<crate::list::Slot<'static, G>>());
+        assert!(!needs_drop::<
+            crate::dictionary::DictObj<'static, u64, G, crate::FastHash>,
+        >());
+        assert!(!needs_drop::<crate::dictionary::Entry<'static, G, G>>());
+        assert!(!needs_drop::<crate::builder::BuilderObj<'static>>());
+    }
+}

@@ -93,6 +93,7 @@ impl<'a> PageRef<'a> {
     ///     loam_heap::LoamAlloc.dealloc(p, layout);
     /// }
     /// ```
+    #[inline]
     pub unsafe fn of(p: *const u8) -> PageRef<'a> {
         // SAFETY: `p` is live (caller).
         let page = unsafe { segment::page_of(p) };
@@ -161,6 +162,7 @@ impl<'a> PageRef<'a> {
         (i < page.capacity()).then_some((page, i))
     }
 
+    #[inline]
     fn page(&self) -> &'a Page {
         // SAFETY: a PageRef names a descriptor inside a segment header, which
         // stays mapped while any of its blocks is live.
@@ -168,11 +170,13 @@ impl<'a> PageRef<'a> {
     }
 
     /// Bytes per block.
+    #[inline]
     pub fn block_size(&self) -> usize {
         self.page().block_size()
     }
 
     /// Blocks the page holds.
+    #[inline]
     pub fn capacity(&self) -> usize {
         self.page().capacity()
     }
@@ -183,6 +187,7 @@ impl<'a> PageRef<'a> {
     }
 
     /// Address of block 0.
+    #[inline]
     pub fn start(&self) -> *mut u8 {
         self.page().start as *mut u8
     }
@@ -207,6 +212,7 @@ impl<'a> PageRef<'a> {
     }
 
     /// Address of block `i`.
+    #[inline]
     pub fn block(&self, i: usize) -> *mut u8 {
         assert!(i < self.capacity(), "heap: block index {i} out of range");
         (self.page().start + i * self.block_size()) as *mut u8
@@ -230,6 +236,7 @@ impl<'a> PageRef<'a> {
 
     /// One of the page's side bitmaps laid out alike (mark, allocated,
     /// seal), `bitmap_words()` words.
+    #[inline]
     pub(crate) fn bitmap(&self, which: Bitmap) -> &'a [AtomicU64] {
         let seg = segment::segment_of(self.page.cast());
         let i = (self.page as usize - seg as usize - std::mem::offset_of!(Segment, pages))
@@ -247,6 +254,7 @@ impl<'a> PageRef<'a> {
         unsafe { std::slice::from_raw_parts(base, words) }
     }
 
+    #[inline]
     fn marks(&self) -> &'a [AtomicU64] {
         self.bitmap(Bitmap::Mark)
     }
@@ -257,11 +265,13 @@ impl<'a> PageRef<'a> {
     }
 
     /// Word `w` of the mark bitmap (bit `b` is block `64 * w + b`).
+    #[inline]
     pub fn mark_word(&self, w: usize) -> u64 {
         self.marks()[w].load(Ordering::Acquire)
     }
 
     /// Word `w` of the allocated bitmap.
+    #[inline]
     pub fn allocated_word(&self, w: usize) -> u64 {
         self.bitmap(Bitmap::Allocated)[w].load(Ordering::Acquire)
     }
@@ -281,6 +291,7 @@ impl<'a> PageRef<'a> {
     }
 
     /// Whether block `i`'s allocated bit is set.
+    #[inline]
     pub fn is_allocated(&self, i: usize) -> bool {
         self.allocated_word(i / 64) & (1u64 << (i % 64)) != 0
     }
@@ -345,6 +356,7 @@ impl<'a> PageRef<'a> {
     }
 
     /// Sets block `i`'s mark bit; returns whether it was already set.
+    #[inline]
     pub fn set_mark(&self, i: usize) -> bool {
         let bit = 1u64 << (i % 64);
         self.marks()[i / 64].fetch_or(bit, Ordering::AcqRel) & bit != 0
@@ -352,12 +364,14 @@ impl<'a> PageRef<'a> {
 
     /// Clears block `i`'s mark bit (an atomic `fetch_and`: marks set beside
     /// it in the same word stay).
+    #[inline]
     pub fn clear_mark(&self, i: usize) {
         let bit = 1u64 << (i % 64);
         self.marks()[i / 64].fetch_and(!bit, Ordering::AcqRel);
     }
 
     /// Whether block `i` is marked.
+    #[inline]
     pub fn is_marked(&self, i: usize) -> bool {
         self.marks()[i / 64].load(Ordering::Acquire) & (1u64 << (i % 64)) != 0
     }

@@ -25,10 +25,12 @@
 //! ```text
 //! store(cell, new):                       // GcCell::set / replace
 //!     old = cell.load()
-//!     if call.marking:  shade(old); shade(new)
+//!     cell.store(new)
+//!     if call.marking:  shade(old)
+//!                       fence; if call.window or not young(object holding cell):
+//!                           shade(new)
 //!     elif call.remembers and not young(object holding cell):
 //!                       for e in edges(new): if mark(e): remember(e)
-//!     cell.store(new)
 //! write(lock, f):                         // GcLock::write
 //!     take the write lock
 //!     if call.marking and lock.shaded != epoch: shade(contents); lock.shaded = epoch
@@ -59,7 +61,9 @@
 //!    which may be old. Objects allocated during the mark are not in the
 //!    sweep's copy of the allocated bits, so this cycle never frees them;
 //!    the shade is for the next minor cycle, whose invariant says a marked
-//!    object points only to marked or remembered ones. A store into a
+//!    object points only to marked or remembered ones. So a store into a
+//!    young object's cell skips it (below, 4), except in a window call. A
+//!    store into a
 //!    cell that an object with a `GcLog` no marker has met did not report
 //!    yet (a push into a young collection) skips it, unless the call began
 //!    in a ragged start's window: the marker that first meets the log
@@ -119,6 +123,36 @@
 //!    `young_chains_stored_into_an_old_holder_survive` in
 //!    `runtime/tests/cases/collector.rs` are the tests (the first fails
 //!    without the skip, the second with a skip that ignores the mark).
+//! 4. *During a concurrent mark* (a call that read `marking` set, not a
+//!    window call: `Mutation::shade_stored`), a store into `Y`'s cell
+//!    shades the overwritten value as ever (the snapshot), and skips the
+//!    stored value's shade if a look at `Y` after the store finds it
+//!    young as in 3. That shade only ever served the next minor cycle (2
+//!    of "One argument per shade": what a call that is not a window call
+//!    holds was reachable at the snapshot, or allocated after it and not
+//!    swept). The danger is a marker that traces `Y` between the store and
+//!    the look, reads the old value and marks `Y`: `Y` would end old,
+//!    pointing to an unmarked value nobody remembered. So the store
+//!    fences (`SeqCst`) before the look, and a marker sets a mark with a
+//!    sequentially consistent `fetch_or` (`loam_heap::mark_block`) and
+//!    reads cells with sequentially consistent loads (`GcCell::trace`).
+//!    Either the fence precedes the `fetch_or` in the total order, and
+//!    the marker's later load (later in that order: it follows the
+//!    `fetch_or` in its thread, or through the mark queues' release and
+//!    acquire) reads the store or a later value; or the `fetch_or`
+//!    precedes the fence, and the look reads the bit set, and shades. A
+//!    later trace of `Y` by anyone who marks it after the look (a shade,
+//!    a `remember`, the next cycle) reads the store the same way; if
+//!    nobody marks `Y` this cycle, `Y` is young or garbage, and the next
+//!    cycle begins after the call has ended (1, 2: a stopped cycle stops
+//!    the world, a ragged one waits for the calls that read `marking` of
+//!    the mark before). The look relies on `Y`'s own `Trace` reporting the
+//!    cell (`Trace`'s contract, 1): a marker tracing another object that
+//!    reads `Y`'s cells would not mark `Y` first. A collection whose
+//!    object reports its array's slots stores into them with
+//!    `GcCell::set_recorded`, which shades as before. The loom model is
+//!    `young_store_model.rs`; `stores_during_marks_into_young_holders_…`
+//!    in `runtime/tests/cases/collector.rs` the test.
 //!
 //! # What has to hold before the first object is traced
 //! Every `mutate` call under way began with `marking` set, or there is
@@ -392,8 +426,10 @@ impl<'gc> Mutation<'gc> {
     /// marker reads it. The new one may be white (allocated during the
     /// mark) and stored into an object the markers already traced, which
     /// may be old: shading it keeps the minor cycles' invariant (every
-    /// object a marked object points to is marked). Shaded objects go to
-    /// the markers.
+    /// object a marked object points to is marked); into a young object,
+    /// whose trace will read it, the new one is not shaded
+    /// ([`shade_stored`](Self::shade_stored)). Shaded objects go to the
+    /// markers. The caller has stored `new` into the cell already.
     ///
     /// `cell` is the address of the cell written, which tells `remember`
     /// whether the object holding it is young (`in_young_object`).
@@ -405,9 +441,23 @@ impl<'gc> Mutation<'gc> {
         }
         if self.marking != 0 {
             self.shade_old(old);
-            self.shade(new);
+            self.shade_stored(cell, new);
         } else if self.remembers {
             self.remember(Some(cell), new);
+        }
+    }
+
+    /// [`barrier_store`](Self::barrier_store) during a concurrent mark,
+    /// for a cell that an object other than the one it lies in may report
+    /// (`GcCell::set_recorded`): both values are shaded, whatever holds
+    /// the cell.
+    #[inline]
+    pub(crate) fn barrier_store_reported_elsewhere<T: Trace + ?Sized>(&self, old: &T, new: &T) {
+        debug_assert!(self.marking != 0);
+        self.note_write();
+        if T::NEEDS_TRACE {
+            self.shade_old(old);
+            self.shade(new);
         }
     }
 
@@ -532,6 +582,43 @@ impl<'gc> Mutation<'gc> {
         });
     }
 
+    /// The insertion barrier's shade of `value`, just stored during a
+    /// concurrent mark into the cell at `cell`, which the object holding
+    /// it reports: [`shade`](Self::shade), less the unmarked objects when
+    /// that object is a young (unmarked) object of this runtime, looked at
+    /// after a fence ("A young object's cells", 4). Not in a window call
+    /// (everything it hands out is shaded: "Ragged cycles", 2), nor in a
+    /// `GlobalAlloc` space, which cannot tell what holds a cell.
+    #[inline(never)]
+    fn shade_stored<T: Trace + ?Sized>(&self, cell: *const u8, value: &T) {
+        let shared = self.shared();
+        if self.window || !matches!(shared.space, crate::space::Space::Pages) {
+            return self.shade(value);
+        }
+        let _bracket = self.shading();
+        let queue = &self.mutator().shade_queue;
+        let mut young = None;
+        self.each_edge(value, |e| {
+            // `e` is reachable by this call, so allocated and not freed by
+            // a sweep under way (as in `shade_edges`).
+            // SAFETY: as just said.
+            if !unsafe { shared.space.is_marked(e) }
+                && *young.get_or_insert_with(|| {
+                    // The store is before this fence, the look at the
+                    // holder's mark after it: a marker that marks the
+                    // holder later reads the store (`GcCell::get_seq_cst`).
+                    std::sync::atomic::fence(Ordering::SeqCst);
+                    self.in_young_object(cell)
+                })
+            {
+                return;
+            }
+            // SAFETY: as above; the mark bit is atomic and the markers
+            // expect it set by others (`mark::shade`).
+            unsafe { crate::mark::shade_to(&shared.space, queue, e) };
+        });
+    }
+
     /// The deletion barrier's shade of a value overwritten or cut during a
     /// concurrent mark: [`shade`](Self::shade), less the objects allocated
     /// after the mark's stop. The snapshot is of the objects reachable at
@@ -613,9 +700,10 @@ impl<'gc> Mutation<'gc> {
 
     /// Whether the cell at `cell` lies in a young (unmarked) object of this
     /// runtime in loam's pages, so that a store into it between marks need
-    /// not mark and remember what it stores ("A young object's cells" in
-    /// the module docs has the argument). Asked only of a runtime in loam's
-    /// pages (`remember`: a `GlobalAlloc` space cannot tell). False
+    /// not mark and remember what it stores, nor one during a mark (asked
+    /// after a fence) shade it ("A young object's cells" in the module
+    /// docs has the argument). Asked only of a runtime in loam's pages
+    /// (`remember`, `shade_stored`: a `GlobalAlloc` space cannot tell). False
     /// whenever that cannot be told: a cell outside loam's segments (on the
     /// stack, in a `Box` of another allocator) or past a huge block's
     /// first slice, a block that is not a managed object (a `malloc`'s,

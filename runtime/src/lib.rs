@@ -323,6 +323,8 @@ mod snapshot_model;
 mod sweep_help_model;
 mod thread_state;
 mod trace;
+#[cfg(all(test, loom))]
+mod young_store_model;
 
 not_under_loom! {
     mod alloc_space;

@@ -54,7 +54,12 @@ use std::time::Duration;
 /// 1. visit, in [`trace`](Trace::trace), every managed pointer the value owns,
 ///    directly or through data it owns (a field, a box, a collection element),
 ///    by calling `trace` on the field that holds it (`Gc`'s own impl reports
-///    the pointer);
+///    the pointer); a [`GcCell`](crate::GcCell) inside another managed object
+///    is that object's to report, never this one's (the barrier of a store
+///    into a young object's cell relies on it: `barrier.rs`; a collection
+///    whose object reports its array's slots stores into them with
+///    [`GcCell::set_recorded`](crate::GcCell::set_recorded), under that
+///    method's contract);
 /// 2. report the same pointers for the same value for as long as the
 ///    collector runs: `trace` may not mutate, and must not allocate managed
 ///    objects or touch managed state except through the `tracer`;

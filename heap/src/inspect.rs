@@ -211,6 +211,34 @@ impl<'a> PageRef<'a> {
         self.page().block_index(p)
     }
 
+    /// Index of the block of this page that holds address `p`, or `None`
+    /// if `p` lies outside the page's blocks: [`holding`](Self::holding)
+    /// without the segment map and the slice tables, for an address
+    /// likely to be near a block already in hand.
+    ///
+    /// # Examples
+    /// ```
+    /// use std::alloc::{GlobalAlloc, Layout};
+    /// let layout = Layout::from_size_align(48, 8).unwrap();
+    /// let local = 7_u64;
+    /// // SAFETY: `p` stays live while `page` is used, then is freed once.
+    /// unsafe {
+    ///     let p = loam_heap::LoamAlloc.alloc(layout);
+    ///     let page = loam_heap::PageRef::of(p);
+    ///     assert_eq!(page.index_of(p.add(20)), Some(page.block_index(p)));
+    ///     assert_eq!(page.index_of((&local as *const u64).cast()), None);
+    ///     loam_heap::LoamAlloc.dealloc(p, layout);
+    /// }
+    /// ```
+    #[inline]
+    pub fn index_of(&self, p: *const u8) -> Option<usize> {
+        let start = self.page().start;
+        let end = start + self.capacity() * self.block_size();
+        (start..end)
+            .contains(&(p as usize))
+            .then(|| self.block_index(p))
+    }
+
     /// Address of block `i`.
     #[inline]
     pub fn block(&self, i: usize) -> *mut u8 {

@@ -600,15 +600,16 @@ impl<'gc> Mutation<'gc> {
         let mut young = None;
         self.each_edge(value, |e| {
             // `e` is reachable by this call, so allocated and not freed by
-            // a sweep under way (as in `shade_edges`).
+            // a sweep under way (as in `shade_edges`), in loam's pages.
             // SAFETY: as just said.
-            if !unsafe { shared.space.is_marked(e) }
+            let page = unsafe { loam_heap::PageRef::of(e as *const u8) };
+            if !page.is_marked(page.block_index(e as *const u8))
                 && *young.get_or_insert_with(|| {
                     // The store is before this fence, the look at the
                     // holder's mark after it: a marker that marks the
                     // holder later reads the store (`GcCell::get_seq_cst`).
                     std::sync::atomic::fence(Ordering::SeqCst);
-                    self.in_young_object(cell)
+                    self.in_young_object(cell, page)
                 })
             {
                 return;
@@ -662,9 +663,12 @@ impl<'gc> Mutation<'gc> {
         let mut young = None;
         self.each_edge(value, |e| {
             if let Some(cell) = cell {
-                // SAFETY: `e` is allocated and its page live (below).
-                if !unsafe { self.shared().space.is_marked(e) }
-                    && *young.get_or_insert_with(|| self.in_young_object(cell))
+                // `e` is allocated and its page live (below); the space is
+                // loam's pages (`cell` is only kept there).
+                // SAFETY: as just said.
+                let page = unsafe { loam_heap::PageRef::of(e as *const u8) };
+                if !page.is_marked(page.block_index(e as *const u8))
+                    && *young.get_or_insert_with(|| self.in_young_object(cell, page))
                 {
                     return;
                 }
@@ -708,15 +712,21 @@ impl<'gc> Mutation<'gc> {
     /// stack, in a `Box` of another allocator) or past a huge block's
     /// first slice, a block that is not a managed object (a `malloc`'s,
     /// when loam is the global allocator), another runtime's object.
+    /// `near` is the page of the object stored, where the cell often lies
+    /// too (a node, and the child made just after it): looked at first.
     #[inline(never)]
-    fn in_young_object(&self, cell: *const u8) -> bool {
+    fn in_young_object(&self, cell: *const u8, near: loam_heap::PageRef<'_>) -> bool {
         let shared = self.shared();
         debug_assert!(matches!(shared.space, crate::space::Space::Pages));
         // The cell is borrowed by this call, so the memory holding it stays
-        // allocated while we look: a block of ours if it lies in one of our
-        // segments.
-        // SAFETY: as just said.
-        let Some((page, i)) = (unsafe { loam_heap::PageRef::holding(cell) }) else {
+        // allocated while we look: a block of `near` if it lies among its
+        // blocks, else a block of ours if it lies in one of our segments.
+        let found = match near.index_of(cell) {
+            Some(i) => Some((near, i)),
+            // SAFETY: as just said.
+            None => unsafe { loam_heap::PageRef::holding(cell) },
+        };
+        let Some((page, i)) = found else {
             return false;
         };
         // A live block with its allocated bit set holds a managed object

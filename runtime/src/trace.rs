@@ -202,7 +202,9 @@ impl Tracer {
         out.append(&mut self.deferred);
     }
 
-    /// Records an edge to the managed object at `addr`.
+    /// Records an edge to the managed object at `addr`. Inline: every
+    /// `Gc`'s `trace` calls it, from the crate that instantiates it.
+    #[inline]
     pub(crate) fn visit_raw(&mut self, addr: usize) {
         self.edges.push(addr);
     }

@@ -146,9 +146,19 @@
 //!    nobody marks `Y` this cycle, `Y` is young or garbage, and the next
 //!    cycle begins after the call has ended (1, 2: a stopped cycle stops
 //!    the world, a ragged one waits for the calls that read `marking` of
-//!    the mark before). The look relies on `Y`'s own `Trace` reporting the
-//!    cell (`Trace`'s contract, 1): a marker tracing another object that
-//!    reads `Y`'s cells would not mark `Y` first. A collection whose
+//!    the mark before). Some traces read an object whose bit another
+//!    thread set, learnt otherwise than from that thread's queue: the
+//!    remembered objects a minor cycle traces whether or not its own mark
+//!    sets their bit, what a ragged start keeps because it reads the bit
+//!    set, a lock's or a log's owner recorded without a mark. Such a trace
+//!    may not follow the `fetch_or` in that order, and may read the cell
+//!    stale; but every `fetch_or` that sets a bit (of a root, a marker's
+//!    scan, a shade, a `remember`, a lock's owner) also pushes the object,
+//!    or its thread traces it itself, so a trace that does follow it comes
+//!    too: in this cycle, or in the next, which begins after the call has
+//!    ended. The look relies on `Y`'s own `Trace` reporting the cell
+//!    through `GcCell`'s `trace` (`Trace`'s contract, 1): a marker tracing
+//!    another object that reads `Y`'s cells would not mark `Y` first. A collection whose
 //!    object reports its array's slots stores into them with
 //!    `GcCell::set_recorded`, which shades as before. The loom model is
 //!    `young_store_model.rs`; `stores_during_marks_into_young_holders_…`
@@ -396,8 +406,12 @@
 //! word, at least release/acquire; see `cell.rs` for the larger types):
 //! a marker that loads a pointer from a cell sees the object it points to
 //! as published, since the object's fields were written before the `Gc`
-//! existed and the store into the cell releases them. A `GcLock`'s contents are read under
-//! its read lock. `marking` lives in `Shared::calls`, which the collector
+//! existed and the store into the cell releases them. A marker's read of
+//! a cell, in `GcCell`'s `trace`, is sequentially consistent, and so is
+//! the `fetch_or` that sets a mark: with the fence a store during a mark
+//! makes before it looks at its holder's mark, either the marker reads the
+//! store or the store sees the mark ("A young object's cells", 4). A
+//! `GcLock`'s contents are read under its read lock. `marking` lives in `Shared::calls`, which the collector
 //! stores with release (after the mark epoch, and in a ragged cycle with
 //! the mutators running) and a call loads with acquire after its entry
 //! fence; the fences pair with the collector's (Dekker), so a call either

@@ -17,8 +17,9 @@
 //! may now point to them); a [`GcLock`] write records the object the lock is
 //! in, for the next minor cycle to trace again (below). During a concurrent
 //! mark it keeps the snapshot: a [`GcCell`] store shades the old value and
-//! the new one, a [`GcLock`] write shades the old contents (once per mark)
-//! before it writes (the barrier and its proof: `barrier.rs`). Both cells are also what makes
+//! the new one (not the new one when the cell lies in a young object), a
+//! [`GcLock`] write shades the old contents (once per mark) before it
+//! writes (the barrier and its proof: `barrier.rs`). Both cells are also what makes
 //! a concurrent mark free of data races: a marker reads a `GcCell`
 //! atomically and a `GcLock` under its read lock.
 //!

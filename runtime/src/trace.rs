@@ -54,12 +54,15 @@ use std::time::Duration;
 /// 1. visit, in [`trace`](Trace::trace), every managed pointer the value owns,
 ///    directly or through data it owns (a field, a box, a collection element),
 ///    by calling `trace` on the field that holds it (`Gc`'s own impl reports
-///    the pointer); a [`GcCell`](crate::GcCell) inside another managed object
-///    is that object's to report, never this one's (the barrier of a store
-///    into a young object's cell relies on it: `barrier.rs`; a collection
-///    whose object reports its array's slots stores into them with
-///    [`GcCell::set_recorded`](crate::GcCell::set_recorded), under that
-///    method's contract);
+///    the pointer). A [`GcCell`](crate::GcCell) is reported through its own
+///    `trace` (not `cell.get().trace(..)`: the cell's `trace` reads it as the
+///    barrier needs), by the object it lies in. Cells of another managed
+///    object may be reported only if every store into them goes through
+///    [`GcCell::set_recorded`](crate::GcCell::set_recorded) or its kin, under
+///    their contracts, as the collections' arrays do: a store with
+///    [`GcCell::set`](crate::GcCell::set) into a young object's cell
+///    relies on that object's own trace reading it (`barrier.rs`, "A young
+///    object's cells");
 /// 2. report the same pointers for the same value for as long as the
 ///    collector runs: `trace` may not mutate, and must not allocate managed
 ///    objects or touch managed state except through the `tracer`;

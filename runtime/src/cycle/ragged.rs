@@ -324,9 +324,10 @@ impl<'a> Cycle<'a> {
     /// may be objects of the snapshot that only they reach (a window
     /// call's fresh objects shade nothing as they are made). Calls that
     /// began after the window closed shade young objects whenever they
-    /// store one (the barrier's new value), so a look that waited for none
-    /// of those would seldom end the mark while a mutator stores, and
-    /// tracing them could keep the markers busy for as long as it does.
+    /// store one into an old object (the barrier's new value), so a look
+    /// that waited for none of those would seldom end the mark while a
+    /// mutator stores, and tracing them could keep the markers busy for
+    /// as long as it does.
     /// Such an object is not swept by this cycle, and what it points to is
     /// marked or on its way to `gray`, or made by a window call and then
     /// traced when shaded, or young too (the call read it from a root or

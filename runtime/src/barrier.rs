@@ -628,8 +628,9 @@ impl<'gc> Mutation<'gc> {
             {
                 return;
             }
-            // SAFETY: as above; the mark bit is atomic and the markers
-            // expect it set by others (`mark::shade`).
+            // As above; the mark bit is atomic and the markers expect it
+            // set by others (`mark::shade`).
+            // SAFETY: as just said.
             unsafe { crate::mark::shade_to(&shared.space, queue, e) };
         });
     }

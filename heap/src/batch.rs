@@ -213,9 +213,9 @@ impl FreeBatch {
     /// use loam_heap::{FreeBatch, PageRef, RUN_PENDING};
     ///
     /// // Kept live so that the page stays.
-    /// let (keep, keep_bit) = loam_heap::alloc_object(32, 8, 0);
+    /// let (keep, keep_bit) = loam_heap::alloc_object(32, 8, 0, 0);
     /// keep_bit.unwrap().set();
-    /// let (p, bit) = loam_heap::alloc_object(32, 8, 0);
+    /// let (p, bit) = loam_heap::alloc_object(32, 8, 0, 0);
     /// bit.unwrap().set();
     /// // SAFETY: `keep` is live while the page is read.
     /// let page = unsafe { PageRef::of(keep) };

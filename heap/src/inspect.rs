@@ -11,6 +11,10 @@ use crate::sync::{AtomicU64, Ordering};
 use std::fmt;
 use std::marker::PhantomData;
 
+/// [`PageRef::tag`] of a page whose collector objects were allocated
+/// with more than one tag.
+pub const TAG_MIXED: u16 = u16::MAX;
+
 /// Page flag, in [`PageRef::flags`] while a page run sent by
 /// [`crate::FreeBatch::push_page_run`] (or held,
 /// [`crate::FreeBatch::hold_page_run`]) is out (not yet taken back by the
@@ -398,6 +402,35 @@ impl<'a> PageRef<'a> {
         self.marks()[i / 64].fetch_and(!bit, Ordering::AcqRel);
     }
 
+    /// The tag of every collector object allocated in the page since it was
+    /// set up ([`alloc_object`]'s `tag`), if they all had one and the same:
+    /// 0 if none was tagged yet (or only with 0), [`TAG_MIXED`] if two
+    /// tags met (0 among them, once another was noted). It reads as one
+    /// tag `t` only if every allocated object of the page was allocated with
+    /// `t`: whoever sees an object's allocated bit (acquire) and then reads
+    /// the tag sees the object's tag noted. It goes back to 0 only when the
+    /// page is set up again, which no allocated object outlives.
+    ///
+    /// # Examples
+    /// ```
+    /// let (a, bit) = loam_heap::alloc_object(48, 8, 0, 3);
+    /// bit.unwrap().set();
+    /// // SAFETY: `a` is live while its page is read.
+    /// let page = unsafe { loam_heap::PageRef::of(a) };
+    /// let (b, bit) = loam_heap::alloc_object(48, 8, 0, 4);
+    /// bit.unwrap().set();
+    /// // The same page (the thread's current one for the class): now mixed.
+    /// // SAFETY: `b` is live while its page is read.
+    /// if unsafe { loam_heap::PageRef::of(b) }.start() == page.start() {
+    ///     assert_eq!(page.tag(), loam_heap::TAG_MIXED);
+    /// }
+    /// # // Leaked: blocks with their allocated bit set go back through page runs.
+    /// ```
+    #[inline]
+    pub fn tag(&self) -> u16 {
+        self.page().user_tag.load(Ordering::Acquire)
+    }
+
     /// Whether block `i` is marked.
     #[inline]
     pub fn is_marked(&self, i: usize) -> bool {
@@ -597,7 +630,9 @@ pub unsafe fn mark_block(p: *const u8) -> bool {
 
 /// Allocates a block for a collector's object, as [`crate::LoamAlloc`]
 /// would, and returns it with its [`AllocatedBit`] (null on failure). Set
-/// `flags` on the block's page first ([`PageRef::set_flags`]). The caller
+/// `flags` on the block's page first ([`PageRef::set_flags`]), and note
+/// `tag` there ([`PageRef::tag`]: a collector's own number, such as the id
+/// of the runtime the object belongs to; 0 for none). The caller
 /// writes the object, then sets the bit: a sweeper that sees the bit sees the
 /// object. An alignment above 2 MiB gets null: such a block has a mapping
 /// of its own and no page to keep its bit.
@@ -611,7 +646,9 @@ pub unsafe fn mark_block(p: *const u8) -> bool {
 /// let layout = Layout::from_size_align(48, 8).unwrap();
 /// // SAFETY: a non-zero-sized layout. Kept live so the page stays.
 /// let keep = unsafe { loam_heap::LoamAlloc.alloc(layout) };
-/// let (p, bit) = loam_heap::alloc_object(48, 8, 0);
+/// let (p, bit) = loam_heap::alloc_object(48, 8, 0, 7);
+/// // SAFETY: `p` is live while its page is read.
+/// assert_eq!(unsafe { loam_heap::PageRef::of(p) }.tag(), 7);
 /// assert!(!p.is_null());
 /// // SAFETY: a fresh 48-byte block; freed once below.
 /// unsafe { p.cast::<u64>().write(7) };
@@ -640,7 +677,7 @@ pub unsafe fn mark_block(p: *const u8) -> bool {
 // allocation, whose tuple came back through the stack; inlined, a million
 // small managed strings cost 7% less.
 #[inline(always)]
-pub fn alloc_object(size: usize, align: usize, flags: u8) -> (*mut u8, Option<AllocatedBit>) {
+pub fn alloc_object(size: usize, align: usize, flags: u8, tag: u16) -> (*mut u8, Option<AllocatedBit>) {
     let (p, page) = crate::alloc::alloc_with_page(size, align);
     if p.is_null() {
         return (p, None);
@@ -652,6 +689,7 @@ pub fn alloc_object(size: usize, align: usize, flags: u8) -> (*mut u8, Option<Al
         if flags != 0 {
             (*page).set_user_flags(flags);
         }
+        (*page).note_user_tag(tag);
         (p, Some(AllocatedBit::of(page, p)))
     }
 }
@@ -666,7 +704,7 @@ pub fn alloc_object(size: usize, align: usize, flags: u8) -> (*mut u8, Option<Al
 /// let class = C.unwrap();
 /// assert_eq!(class.size(), 24);
 /// assert!(loam_heap::ObjectClass::of(1 << 20, 8).is_none()); // a span, not a class
-/// let (p, bit) = loam_heap::alloc_object_in(class, 0);
+/// let (p, bit) = loam_heap::alloc_object_in(class, 0, 0);
 /// assert!(!p.is_null());
 /// // SAFETY: a fresh 24-byte block.
 /// unsafe { p.cast::<u64>().write(7) };
@@ -730,7 +768,7 @@ impl ObjectClass {
 /// thread's current page of the class has a free block) is inlined whole,
 /// with no class lookup and no division; anything else goes out of line.
 #[inline(always)]
-pub fn alloc_object_in(class: ObjectClass, flags: u8) -> (*mut u8, Option<AllocatedBit>) {
+pub fn alloc_object_in(class: ObjectClass, flags: u8, tag: u16) -> (*mut u8, Option<AllocatedBit>) {
     let (p, page) = match crate::alloc::alloc_class_fast(class.class) {
         Some(hit) => hit,
         None => {
@@ -748,6 +786,7 @@ pub fn alloc_object_in(class: ObjectClass, flags: u8) -> (*mut u8, Option<Alloca
         if flags != 0 {
             (*page).set_user_flags(flags);
         }
+        (*page).note_user_tag(tag);
         (p, Some(AllocatedBit::of_class(page, p, class.recip)))
     }
 }

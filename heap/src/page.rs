@@ -2,7 +2,7 @@
 //! object) for one owning heap, with its bump region and its two free lists.
 
 use crate::block::{self, Block};
-use crate::sync::{AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use crate::sync::{AtomicU16, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::ptr;
 
 /// How far past a bumped block its allocation asks for the line ahead: 8
@@ -98,6 +98,14 @@ pub(crate) struct Page {
     /// Bits a collector keeps per page (`PageRef::set_flags`); cleared when
     /// the page is set up.
     pub(crate) user_flags: AtomicU8,
+    /// The tag of the collector objects allocated in the page since it was
+    /// set up (`alloc_object`'s `tag`): 0 for none, [`TAG_MIXED`] once two
+    /// tags met. Written by the owner only, before the object's (release)
+    /// allocated bit; it only moves from 0 to a tag and from a tag to
+    /// `TAG_MIXED` until the page is set up again.
+    ///
+    /// [`TAG_MIXED`]: crate::TAG_MIXED
+    pub(crate) user_tag: AtomicU16,
     /// Page runs out of the page's use and not yet taken back by the owner
     /// (`runs.rs`), sent or held (`FreeBatch::hold_page_run`): incremented
     /// by the sender (or holder) after it set the run's pending bits,
@@ -157,6 +165,26 @@ impl Page {
         if self.user_flags.load(Ordering::Relaxed) & bits != bits {
             self.user_flags.fetch_or(bits, Ordering::Release);
         }
+    }
+
+    /// Notes a collector object of tag `tag` allocated in the page (owner
+    /// only; a load first: most calls find the page tagged so already).
+    #[inline(always)]
+    pub(crate) fn note_user_tag(&self, tag: u16) {
+        if self.user_tag.load(Ordering::Relaxed) != tag {
+            self.note_user_tag_slow(tag);
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn note_user_tag_slow(&self, tag: u16) {
+        // Only the owner writes the tag, so a load and a store suffice.
+        let now = match self.user_tag.load(Ordering::Relaxed) {
+            0 => tag,
+            _ => crate::TAG_MIXED,
+        };
+        self.user_tag.store(now, Ordering::Release);
     }
 
     #[inline(always)]
@@ -220,6 +248,7 @@ impl Page {
         self.next = ptr::null_mut();
         self.prev = ptr::null_mut();
         self.user_flags.store(0, Ordering::Relaxed);
+        self.user_tag.store(0, Ordering::Relaxed);
         debug_assert_eq!(self.runs_out.load(Ordering::Relaxed), 0);
         self.set_state(state);
     }

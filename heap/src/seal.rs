@@ -222,13 +222,13 @@ impl PageRef<'_> {
     /// ```
     /// use loam_heap::{alloc_object, PageRef, SealEpoch};
     /// # // Leaked: a block with its allocated bit set goes back through a page run.
-    /// let (a, bit) = alloc_object(48, 8, 0);
+    /// let (a, bit) = alloc_object(48, 8, 0, 0);
     /// bit.unwrap().set();
     /// // A collector's stop.
     /// // SAFETY: no other collector in this program.
     /// let e = unsafe { SealEpoch::raise() };
     /// // An allocation after the stop, in the same page: its owner seals it.
-    /// let (b, bit) = alloc_object(48, 8, 0);
+    /// let (b, bit) = alloc_object(48, 8, 0, 0);
     /// bit.unwrap().set();
     /// // SAFETY: `a` and `b` stay live.
     /// let (pa, pb) = unsafe { (PageRef::of(a), PageRef::of(b)) };
@@ -266,13 +266,13 @@ impl PageRef<'_> {
     /// ```
     /// use loam_heap::{alloc_object, PageRef, SealEpoch};
     /// # // Leaked: a block with its allocated bit set goes back through a page run.
-    /// let (a, bit) = alloc_object(48, 8, 0);
+    /// let (a, bit) = alloc_object(48, 8, 0, 0);
     /// bit.unwrap().set();
     /// // A collector's stop.
     /// // SAFETY: no other collector in this program.
     /// let e = unsafe { SealEpoch::raise() };
     /// // An allocation after the stop, in the same page: it seals first.
-    /// let (b, bit) = alloc_object(48, 8, 0);
+    /// let (b, bit) = alloc_object(48, 8, 0, 0);
     /// bit.unwrap().set();
     /// // SAFETY: `a` stays live.
     /// let page = unsafe { PageRef::of(a) };
@@ -320,7 +320,7 @@ impl PageRef<'_> {
     /// ```
     /// use loam_heap::{alloc_object, PageRef, SealEpoch};
     /// # // Leaked: a block with its allocated bit set goes back through a page run.
-    /// let (a, bit) = alloc_object(48, 8, 0);
+    /// let (a, bit) = alloc_object(48, 8, 0, 0);
     /// bit.unwrap().set();
     /// // SAFETY: no other collector in this program.
     /// let e = unsafe { SealEpoch::raise() };
@@ -392,7 +392,7 @@ mod tests {
     /// half-sealed.
     #[test]
     fn a_walk_passes_a_page_being_sealed_and_waits_for_it_only_when_asked() {
-        let (a, bit) = crate::alloc_object(48, 8, 0);
+        let (a, bit) = crate::alloc_object(48, 8, 0, 0);
         bit.expect("an object block").set();
         // The only collector of this test binary: no other test raises.
         // SAFETY: as just said.

@@ -212,7 +212,7 @@ fn a_free_batch_takes_an_aligned_block() {
 #[test]
 fn an_object_allocation_aligned_past_a_segment_is_refused() {
     let _serial = serial();
-    let (p, bit) = loam_heap::alloc_object(64, 4 * MIB, 0);
+    let (p, bit) = loam_heap::alloc_object(64, 4 * MIB, 0, 0);
     assert!(p.is_null() && bit.is_none());
 }
 

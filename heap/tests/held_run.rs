@@ -8,7 +8,7 @@ use std::ptr::NonNull;
 fn objects(n: usize) -> Vec<NonNull<u8>> {
     let mut blocks: Vec<NonNull<u8>> = Vec::new();
     while blocks.len() < n {
-        let (p, bit) = loam_heap::alloc_object(32, 8, 0);
+        let (p, bit) = loam_heap::alloc_object(32, 8, 0, 0);
         bit.expect("an object block").set();
         let p = NonNull::new(p).unwrap();
         // SAFETY: live blocks (never freed here).
@@ -49,13 +49,13 @@ fn a_held_run_sent_with_other_blocks_panics() {
 #[test]
 fn a_run_taken_back_beside_a_held_one_leaves_the_held_blocks_pending() {
     std::thread::spawn(|| {
-        let (keep, keep_bit) = loam_heap::alloc_object(48, 8, 0);
+        let (keep, keep_bit) = loam_heap::alloc_object(48, 8, 0, 0);
         keep_bit.unwrap().set();
         // SAFETY: `keep` stays live for the test: the page with it.
         let page = unsafe { loam_heap::PageRef::of(keep) };
         let mut mine = Vec::new();
         while mine.len() < 6 {
-            let (p, bit) = loam_heap::alloc_object(48, 8, 0);
+            let (p, bit) = loam_heap::alloc_object(48, 8, 0, 0);
             bit.unwrap().set();
             // SAFETY: live.
             if unsafe { loam_heap::PageRef::of(p) } == page {

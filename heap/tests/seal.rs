@@ -25,7 +25,7 @@ fn rounds() -> usize {
 /// An object block of `size` bytes with its allocated bit set (leaked: a
 /// block with its bit set goes back through a page run only).
 fn object(size: usize) -> usize {
-    let (p, bit) = alloc_object(size, 8, 0);
+    let (p, bit) = alloc_object(size, 8, 0, 0);
     bit.expect("an object block").set();
     p as usize
 }

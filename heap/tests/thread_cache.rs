@@ -186,7 +186,7 @@ fn alloc_object_never_takes_a_cached_block() {
                 p
             };
             // Leaked: an object's block goes back through a page run.
-            let (obj, _bit) = loam_heap::alloc_object(size, align, 0);
+            let (obj, _bit) = loam_heap::alloc_object(size, align, 0, 0);
             assert_ne!(obj, cached, "{size} bytes at {align}: a cached block");
             assert_eq!(obj as usize % align, 0);
             // The cached block is still the next plain allocation's.

@@ -165,8 +165,8 @@ impl<'gc> Mutation<'gc> {
         let (p, bit) = match space {
             None => {
                 let (p, bit) = match class {
-                    Some(class) => loam_heap::alloc_object_in(class, flags),
-                    None => loam_heap::alloc_object(bytes, align, flags),
+                    Some(class) => loam_heap::alloc_object_in(class, flags, m.shared().id),
+                    None => loam_heap::alloc_object(bytes, align, flags, m.shared().id),
                 };
                 (p, bit.map(Some))
             }

@@ -1110,8 +1110,8 @@ impl<'gc> Mutation<'gc> {
             return Err(over_limit(m, value, size));
         }
         let (p, bit) = match class {
-            Some(class) => loam_heap::alloc_object_in(class, flags),
-            None => loam_heap::alloc_object(bytes, align, flags),
+            Some(class) => loam_heap::alloc_object_in(class, flags, m.shared().id),
+            None => loam_heap::alloc_object(bytes, align, flags, m.shared().id),
         };
         let Some(bit) = bit else {
             return Err(out_of_memory(m, value, size));

@@ -864,8 +864,10 @@ pub(crate) fn take_id() -> u16 {
         return id;
     }
     let id = ids.0;
-    assert!(id != 0, "loam: more than 65535 runtimes alive at once");
-    ids.0 = ids.0.wrapping_add(1);
+    // Not `u16::MAX`, which the heap's page tags keep for "mixed"
+    // (`loam_heap::TAG_MIXED`, `sweep.rs`).
+    assert!(id != loam_heap::TAG_MIXED, "loam: more than 65534 runtimes alive at once");
+    ids.0 += 1;
     id
 }
 

@@ -360,7 +360,8 @@ pub(crate) fn parallel(pool: &ThreadPool, work: &Work, freed: &(dyn Fn(usize) + 
 
 /// Collects the dead objects of runtime `id` in the page at `start` into
 /// `dead` and returns the page's block size. With `alone` (no other runtime
-/// alive) and no drop glue in the page, it reads no object header; if then
+/// alive), or a page whose objects are all this runtime's (its tag), and
+/// no drop glue in the page, it reads no object header; if then
 /// every block of the page is a dead object (and not `verify`, which poisons
 /// each), it lists none and returns the page's capacity instead.
 ///
@@ -388,6 +389,14 @@ unsafe fn sweep_page(
         crate::collector::fatal("sweep: a snapshot page changed under the sweep");
     }
     let large = bs > loam_heap::SMALL_MAX;
+    // Whose objects the page holds (`PageRef::tag`: every object allocated
+    // in it since it was set up, if all of one runtime). Read after the
+    // snapshot's copy of the allocated bits (acquire), so it counts every
+    // object of the copy. Only another runtime's: none of ours to free.
+    let tag = page.tag();
+    if tag != id && tag != 0 && tag != loam_heap::TAG_MIXED {
+        return (bs, None);
+    }
     // The marks, read once. Those of the snapshot's objects no longer
     // change: the barrier marks only what a mutator can reach, and the
     // snapshot's unmarked objects are unreachable.
@@ -415,7 +424,10 @@ unsafe fn sweep_page(
     // the snapshot read the bits after that (the walk acquires each bit, or
     // the owner's release of its seal, which came after), so it covers
     // every object in them.
-    let read_headers = !alone || large || page.flags() & HAS_DROP != 0;
+    // Another runtime's objects may lie among ours unless the tag is ours
+    // (then every allocated object of the page is ours: ids are reused
+    // only once no object carries them).
+    let read_headers = (!alone && tag != id) || large || page.flags() & HAS_DROP != 0;
     if !read_headers && !verify {
         // All garbage? (The common case for young pages.)
         let (mut allocated_n, mut dead_n) = (0, 0);

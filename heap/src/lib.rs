@@ -57,7 +57,10 @@
 //!   until its owner takes it back ([`PageRef::pending_words`], with the
 //!   [`RUN_PENDING`] flag and [`PageRef::runs_out`] count), which a sweeper
 //!   subtracts from the allocated bits so that it can sweep the page's
-//!   other blocks meanwhile.
+//!   other blocks meanwhile; and a page's *tag* ([`PageRef::tag`]: the one
+//!   tag, such as a runtime's id, of every object allocated in it since it
+//!   was set up, or [`TAG_MIXED`]), which tells a sweeper whose objects a
+//!   page holds without reading them.
 //! - **Seal** (`seal.rs`): a collector's copy of the allocated bits as of
 //!   its stop, taken with the mutators running: a [`SealEpoch`] raised at
 //!   the stop, which each allocation after it checks (one load), the owner

@@ -403,9 +403,10 @@ impl<'a> PageRef<'a> {
     }
 
     /// The tag of every collector object allocated in the page since it was
-    /// set up ([`alloc_object`]'s `tag`), if they all had one and the same:
-    /// 0 if none was tagged yet (or only with 0), [`TAG_MIXED`] if two
-    /// tags met (0 among them, once another was noted). It reads as one
+    /// set up ([`alloc_object`]'s `tag`), if they all had one and the same;
+    /// [`TAG_MIXED`] if two tags met; 0 also if none was allocated yet (so
+    /// a collector that reads 0 cannot tell, and should use tags other
+    /// than 0 and `TAG_MIXED`). It reads as one
     /// tag `t` only if every allocated object of the page was allocated with
     /// `t`: whoever sees an object's allocated bit (acquire) and then reads
     /// the tag sees the object's tag noted. It goes back to 0 only when the
@@ -424,11 +425,22 @@ impl<'a> PageRef<'a> {
     /// if unsafe { loam_heap::PageRef::of(b) }.start() == page.start() {
     ///     assert_eq!(page.tag(), loam_heap::TAG_MIXED);
     /// }
+    /// // A tag of 0 is a tag like another: 0 then 5 is mixed (another class,
+    /// // another page).
+    /// let (c, bit) = loam_heap::alloc_object(112, 8, 0, 0);
+    /// bit.unwrap().set();
+    /// let (d, bit) = loam_heap::alloc_object(112, 8, 0, 5);
+    /// bit.unwrap().set();
+    /// // SAFETY: `c` and `d` are live while their pages are read.
+    /// let (pc, pd) = unsafe { (loam_heap::PageRef::of(c), loam_heap::PageRef::of(d)) };
+    /// if pc.start() == pd.start() {
+    ///     assert_eq!(pd.tag(), loam_heap::TAG_MIXED);
+    /// }
     /// # // Leaked: blocks with their allocated bit set go back through page runs.
     /// ```
     #[inline]
     pub fn tag(&self) -> u16 {
-        self.page().user_tag.load(Ordering::Acquire)
+        self.page().user_tag()
     }
 
     /// Whether block `i` is marked.
@@ -535,7 +547,11 @@ impl AllocatedBit {
         unsafe {
             let w = (*self.alloc).load(Ordering::Relaxed);
             if w & self.bit != 0 {
-                (*self.alloc).store(w & !self.bit, Ordering::Relaxed);
+                // Release, as `set`'s: a sweeper that acquires the word
+                // then sees what the owner wrote before every store to it
+                // (a plain store would break `set`'s release sequence; the
+                // same instruction on x86-64).
+                (*self.alloc).store(w & !self.bit, Ordering::Release);
             }
         }
     }
@@ -555,7 +571,8 @@ impl AllocatedBit {
             // SAFETY: the page's bitmap has `words` words (see `bitmap`).
             let a = unsafe { &*first.alloc.add(w) };
             if a.load(Ordering::Relaxed) != 0 {
-                a.store(0, Ordering::Relaxed);
+                // Release, as in `clear`.
+                a.store(0, Ordering::Release);
             }
         }
     }
@@ -647,9 +664,9 @@ pub unsafe fn mark_block(p: *const u8) -> bool {
 /// // SAFETY: a non-zero-sized layout. Kept live so the page stays.
 /// let keep = unsafe { loam_heap::LoamAlloc.alloc(layout) };
 /// let (p, bit) = loam_heap::alloc_object(48, 8, 0, 7);
+/// assert!(!p.is_null());
 /// // SAFETY: `p` is live while its page is read.
 /// assert_eq!(unsafe { loam_heap::PageRef::of(p) }.tag(), 7);
-/// assert!(!p.is_null());
 /// // SAFETY: a fresh 48-byte block; freed once below.
 /// unsafe { p.cast::<u64>().write(7) };
 /// bit.unwrap().set();
@@ -682,9 +699,10 @@ pub fn alloc_object(size: usize, align: usize, flags: u8, tag: u16) -> (*mut u8,
     if p.is_null() {
         return (p, None);
     }
-    // SAFETY: `page` holds the fresh block `p`, which the caller holds.
-    // (Sealed: every path of `alloc_with_page` returns a page sealed for
-    // the current epoch, `seal.rs`.)
+    // SAFETY: `page` holds the fresh block `p`, which the caller holds, and
+    // is this thread's own (the tag's writer). (Sealed: every path of
+    // `alloc_with_page` returns a page sealed for the current epoch,
+    // `seal.rs`.)
     unsafe {
         if flags != 0 {
             (*page).set_user_flags(flags);
@@ -780,8 +798,9 @@ pub fn alloc_object_in(class: ObjectClass, flags: u8, tag: u16) -> (*mut u8, Opt
         }
     };
     // SAFETY: `page` holds the fresh block `p` of class `class`, which the
-    // caller holds. (Sealed: the fast path allocates only from a page
-    // sealed for the current epoch, and the slow one seals.)
+    // caller holds, and is this thread's own (the tag's writer). (Sealed:
+    // the fast path allocates only from a page sealed for the current
+    // epoch, and the slow one seals.)
     unsafe {
         if flags != 0 {
             (*page).set_user_flags(flags);

@@ -2,7 +2,7 @@
 //! object) for one owning heap, with its bump region and its two free lists.
 
 use crate::block::{self, Block};
-use crate::sync::{AtomicU16, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use crate::sync::{AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::ptr;
 
 /// How far past a bumped block its allocation asks for the line ahead: 8
@@ -99,13 +99,12 @@ pub(crate) struct Page {
     /// the page is set up.
     pub(crate) user_flags: AtomicU8,
     /// The tag of the collector objects allocated in the page since it was
-    /// set up (`alloc_object`'s `tag`): 0 for none, [`TAG_MIXED`] once two
-    /// tags met. Written by the owner only, before the object's (release)
-    /// allocated bit; it only moves from 0 to a tag and from a tag to
-    /// `TAG_MIXED` until the page is set up again.
-    ///
-    /// [`TAG_MIXED`]: crate::TAG_MIXED
-    pub(crate) user_tag: AtomicU16,
+    /// set up (`alloc_object`'s `tag`), stored as the tag plus one: 0 for
+    /// none yet, [`TAG_MIXED_WORD`] once two tags met (a tag of 0 is a tag
+    /// like any other). Written by the owner only, before the object's
+    /// (release) allocated bit; it only moves from 0 to a tag and from a
+    /// tag to mixed until the page is set up again.
+    pub(crate) user_tag: AtomicU32,
     /// Page runs out of the page's use and not yet taken back by the owner
     /// (`runs.rs`), sent or held (`FreeBatch::hold_page_run`): incremented
     /// by the sender (or holder) after it set the run's pending bits,
@@ -113,6 +112,10 @@ pub(crate) struct Page {
     /// whenever the page is set up: a run holds its blocks in use.
     pub(crate) runs_out: AtomicU32,
 }
+
+/// `Page::user_tag` of a page whose objects were allocated with more than
+/// one tag (no tag plus one reaches it).
+pub(crate) const TAG_MIXED_WORD: u32 = u32::MAX;
 
 impl Page {
     #[inline(always)]
@@ -167,24 +170,35 @@ impl Page {
         }
     }
 
-    /// Notes a collector object of tag `tag` allocated in the page (owner
-    /// only; a load first: most calls find the page tagged so already).
+    /// Notes a collector object of tag `tag` allocated in the page. Owner
+    /// only (a load and a store, no read-modify-write), before the object's
+    /// allocated bit is set: a sweeper relies on it to know whose objects
+    /// the page holds. A load first: most calls find the page tagged so
+    /// already, or mixed.
     #[inline(always)]
     pub(crate) fn note_user_tag(&self, tag: u16) {
-        if self.user_tag.load(Ordering::Relaxed) != tag {
-            self.note_user_tag_slow(tag);
+        let want = u32::from(tag) + 1;
+        let now = self.user_tag.load(Ordering::Relaxed);
+        if now != want && now != TAG_MIXED_WORD {
+            self.note_user_tag_slow(now, want);
         }
     }
 
     #[cold]
     #[inline(never)]
-    fn note_user_tag_slow(&self, tag: u16) {
-        // Only the owner writes the tag, so a load and a store suffice.
-        let now = match self.user_tag.load(Ordering::Relaxed) {
-            0 => tag,
-            _ => crate::TAG_MIXED,
-        };
-        self.user_tag.store(now, Ordering::Release);
+    fn note_user_tag_slow(&self, now: u32, want: u32) {
+        let next = if now == 0 { want } else { TAG_MIXED_WORD };
+        self.user_tag.store(next, Ordering::Release);
+    }
+
+    /// The tag as [`crate::PageRef::tag`] reports it.
+    #[inline]
+    pub(crate) fn user_tag(&self) -> u16 {
+        match self.user_tag.load(Ordering::Acquire) {
+            0 => 0,
+            TAG_MIXED_WORD => crate::TAG_MIXED,
+            t => (t - 1) as u16,
+        }
     }
 
     #[inline(always)]

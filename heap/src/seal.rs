@@ -43,7 +43,7 @@
 //! read an older epoch are other runtimes' (their calls began before the
 //! stop; calls of two runtimes do not nest on a thread) or plain threads'
 //! (which set no allocated bit): a copy may hold the former, which the
-//! sweep tells apart by their headers. Any seal for `E`, by whichever
+//! sweep tells apart by their pages' tags or their headers. Any seal for `E`, by whichever
 //! allocation, comes after the stop and before the page's first bit set
 //! after it by an allocation that read `E`: that is all it needs.
 //!

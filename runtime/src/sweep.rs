@@ -41,7 +41,8 @@ const MAX_WORDS: usize = 128;
 pub(crate) const CLAIM: usize = 16;
 
 /// Page flag: some object allocated in the page has drop glue. Without it,
-/// and with one runtime alive, the sweep frees a page's dead objects from the
+/// and with one runtime alive or a page whose tag is the sweeping
+/// runtime's (`sweep_page`), the sweep frees a page's dead objects from the
 /// bitmaps alone, never touching the objects until it links them into a
 /// free batch.
 pub(crate) const HAS_DROP: u8 = 1;

@@ -170,7 +170,8 @@
 //!    A mark that outlasts the pause budget (150 µs by default) goes on
 //!    concurrently: the mutators resume, every `mutate` call that begins
 //!    then sees `marking` and runs the barrier cells as a snapshot barrier
-//!    (a store shades the value it overwrites, and the one it stores; a
+//!    (a store shades the value it overwrites, and the one it stores
+//!    unless the cell lies in a young object, whose trace will read it; a
 //!    `GcLock` write shades the old contents once per mark; a weak upgrade
 //!    shades its target). The markers trace from the pause's gray objects,
 //!    then from what the barriers shaded, in a few rounds; then the world

@@ -270,10 +270,7 @@ impl<'a> PageRef<'a> {
     /// seal), `bitmap_words()` words.
     #[inline]
     pub(crate) fn bitmap(&self, which: Bitmap) -> &'a [AtomicU64] {
-        let seg = segment::segment_of(self.page.cast());
-        let i = (self.page as usize - seg as usize - std::mem::offset_of!(Segment, pages))
-            / std::mem::size_of::<Page>();
-        let words = self.capacity().div_ceil(64).min(MARK_BYTES_PER_SLICE / 8);
+        let (seg, i, words) = self.bitmap_place();
         let base = match which {
             Bitmap::Mark => Segment::mark_words(seg, i),
             Bitmap::Allocated => Segment::alloc_words(seg, i),
@@ -284,6 +281,51 @@ impl<'a> PageRef<'a> {
         // mmap), and cover one bit per block of any page starting at slice
         // `i` (no page has more than 8192 blocks).
         unsafe { std::slice::from_raw_parts(base, words) }
+    }
+
+    /// Where the page's side bitmaps lie: its segment, the slice it starts
+    /// at, and the words each bitmap has.
+    #[inline]
+    fn bitmap_place(&self) -> (*mut Segment, usize, usize) {
+        let seg = segment::segment_of(self.page.cast());
+        let i = (self.page as usize - seg as usize - std::mem::offset_of!(Segment, pages))
+            / std::mem::size_of::<Page>();
+        let words = self.capacity().div_ceil(64).min(MARK_BYTES_PER_SLICE / 8);
+        (seg, i, words)
+    }
+
+    /// Whether block `i` holds a young collector object: its allocated bit
+    /// set and its mark bit clear, read in that order (acquire), with one
+    /// look-up of the page's bitmaps for both (a write barrier asks it on
+    /// every store of an unmarked value).
+    ///
+    /// # Examples
+    /// ```
+    /// let (p, bit) = loam_heap::alloc_object(48, 8, 0, 0);
+    /// // SAFETY: `p` is live while its page is read.
+    /// let page = unsafe { loam_heap::PageRef::of(p) };
+    /// let i = page.block_index(p);
+    /// assert!(!page.is_allocated_unmarked(i)); // not published yet
+    /// bit.unwrap().set();
+    /// page.clear_mark(i);
+    /// assert!(page.is_allocated_unmarked(i));
+    /// page.set_mark(i);
+    /// assert!(!page.is_allocated_unmarked(i));
+    /// # // Leaked: a block with its allocated bit set goes back through a page run.
+    /// ```
+    #[inline]
+    pub fn is_allocated_unmarked(&self, i: usize) -> bool {
+        let (seg, s, words) = self.bitmap_place();
+        // SAFETY: as in `bitmap`.
+        let (allocated, marks) = unsafe {
+            (
+                std::slice::from_raw_parts(Segment::alloc_words(seg, s), words),
+                std::slice::from_raw_parts(Segment::mark_words(seg, s), words),
+            )
+        };
+        let bit = 1u64 << (i % 64);
+        allocated[i / 64].load(Ordering::Acquire) & bit != 0
+            && marks[i / 64].load(Ordering::Acquire) & bit == 0
     }
 
     #[inline]
@@ -388,10 +430,13 @@ impl<'a> PageRef<'a> {
     }
 
     /// Sets block `i`'s mark bit; returns whether it was already set.
+    /// Sequentially consistent, as [`mark_block`]'s (which this is, for a
+    /// caller that has the page and the index already, less its first
+    /// load).
     #[inline]
     pub fn set_mark(&self, i: usize) -> bool {
         let bit = 1u64 << (i % 64);
-        self.marks()[i / 64].fetch_or(bit, Ordering::AcqRel) & bit != 0
+        self.marks()[i / 64].fetch_or(bit, Ordering::SeqCst) & bit != 0
     }
 
     /// Clears block `i`'s mark bit (an atomic `fetch_and`: marks set beside

@@ -617,8 +617,9 @@ impl<'gc> Mutation<'gc> {
             // a sweep under way (as in `shade_edges`), in loam's pages.
             // SAFETY: as just said.
             let page = unsafe { loam_heap::PageRef::of(e as *const u8) };
-            if !page.is_marked(page.block_index(e as *const u8))
-                && *young.get_or_insert_with(|| {
+            let i = page.block_index(e as *const u8);
+            if page.is_marked(i)
+                || *young.get_or_insert_with(|| {
                     // The store is before this fence, the look at the
                     // holder's mark after it: a marker that marks the
                     // holder later reads the store (`GcCell::get_seq_cst`).
@@ -628,10 +629,11 @@ impl<'gc> Mutation<'gc> {
             {
                 return;
             }
-            // As above; the mark bit is atomic and the markers expect it
-            // set by others (`mark::shade`).
-            // SAFETY: as just said.
-            unsafe { crate::mark::shade_to(&shared.space, queue, e) };
+            // `mark::shade_to` with the page in hand: the mark bit is atomic
+            // and the markers expect it set by others (`mark::shade`).
+            if !page.set_mark(i) {
+                queue.push(e);
+            }
         });
     }
 
@@ -677,17 +679,6 @@ impl<'gc> Mutation<'gc> {
         let cell = cell.filter(|_| matches!(self.shared().space, crate::space::Space::Pages));
         let mut young = None;
         self.each_edge(value, |e| {
-            if let Some(cell) = cell {
-                // `e` is allocated and its page live (below); the space is
-                // loam's pages (`cell` is only kept there).
-                // SAFETY: as just said.
-                let page = unsafe { loam_heap::PageRef::of(e as *const u8) };
-                if !page.is_marked(page.block_index(e as *const u8))
-                    && *young.get_or_insert_with(|| self.in_young_object(cell, page))
-                {
-                    return;
-                }
-            }
             // `e` is an object this call reached: it was marked at the last
             // pause or allocated after it (roots and reachable objects are
             // marked, weak references to unmarked objects were cleared), so
@@ -709,9 +700,25 @@ impl<'gc> Mutation<'gc> {
                     "loam: a barrier of one runtime met an object of another"
                 );
             }
-            // SAFETY: `e` is allocated and its page live (above); a mark bit
-            // set outside the pause is sound (above).
-            if unsafe { self.shared().space.mark(e) } {
+            let Some(cell) = cell else {
+                // SAFETY: `e` is allocated and its page live (above); a mark
+                // bit set outside the pause is sound (above).
+                if unsafe { self.shared().space.mark(e) } {
+                    remembered.lock().push(e);
+                }
+                return;
+            };
+            // `e` is allocated and its page live (above); the space is
+            // loam's pages (`cell` is only kept there).
+            // SAFETY: as just said.
+            let page = unsafe { loam_heap::PageRef::of(e as *const u8) };
+            let i = page.block_index(e as *const u8);
+            if page.is_marked(i) || *young.get_or_insert_with(|| self.in_young_object(cell, page)) {
+                return;
+            }
+            // The page in hand sets the bit (`mark` would find it again);
+            // sound as above.
+            if !page.set_mark(i) {
                 remembered.lock().push(e);
             }
         });
@@ -749,7 +756,7 @@ impl<'gc> Mutation<'gc> {
         // the block can be handed out again; the sweep relies on the same).
         // A bit not yet seen set (an object another thread made) reads as
         // "not an object", which only remembers as before.
-        if !page.is_allocated(i) || page.is_marked(i) {
+        if !page.is_allocated_unmarked(i) {
             return false;
         }
         // The first word of a managed object is its header.

@@ -287,11 +287,44 @@ impl<'a> PageRef<'a> {
     /// at, and the words each bitmap has.
     #[inline]
     fn bitmap_place(&self) -> (*mut Segment, usize, usize) {
+        let (seg, i) = self.first_slice();
+        let words = self.capacity().div_ceil(64).min(MARK_BYTES_PER_SLICE / 8);
+        (seg, i, words)
+    }
+
+    /// The page's segment and the slice it starts at.
+    #[inline]
+    fn first_slice(&self) -> (*mut Segment, usize) {
         let seg = segment::segment_of(self.page.cast());
         let i = (self.page as usize - seg as usize - std::mem::offset_of!(Segment, pages))
             / std::mem::size_of::<Page>();
-        let words = self.capacity().div_ceil(64).min(MARK_BYTES_PER_SLICE / 8);
-        (seg, i, words)
+        (seg, i)
+    }
+
+    /// The word of the `which` bitmap that holds block `i`'s bit, and the
+    /// bit: the single-bit look-ups' way in, which reads no capacity (an
+    /// atomic load each time, where a barrier asks several bits of one
+    /// page in a row). The bound is the room each bitmap has per slice,
+    /// which covers every block of any page (8192 at most); an index past
+    /// the page's blocks but within it reads or writes a bit no block
+    /// uses, as an index within the last word did before.
+    #[inline]
+    fn bit(&self, which: Bitmap, i: usize) -> (&'a AtomicU64, u64) {
+        assert!(
+            i < MARK_BYTES_PER_SLICE * 8,
+            "heap: block index {i} out of range"
+        );
+        debug_assert!(i < self.capacity(), "heap: block index {i} out of range");
+        let (seg, s) = self.first_slice();
+        let base = match which {
+            Bitmap::Mark => Segment::mark_words(seg, s),
+            Bitmap::Allocated => Segment::alloc_words(seg, s),
+            Bitmap::Seal => Segment::seal_words(seg, s),
+        };
+        // SAFETY: slice `s`'s bitmaps lie in the segment header,
+        // `MARK_BYTES_PER_SLICE` bytes of atomics each (as in `bitmap`),
+        // and word `i / 64` is within them (just checked).
+        (unsafe { &*base.add(i / 64) }, 1u64 << (i % 64))
     }
 
     /// Whether block `i` holds a young collector object: its allocated bit
@@ -315,17 +348,12 @@ impl<'a> PageRef<'a> {
     /// ```
     #[inline]
     pub fn is_allocated_unmarked(&self, i: usize) -> bool {
-        let (seg, s, words) = self.bitmap_place();
-        // SAFETY: as in `bitmap`.
-        let (allocated, marks) = unsafe {
-            (
-                std::slice::from_raw_parts(Segment::alloc_words(seg, s), words),
-                std::slice::from_raw_parts(Segment::mark_words(seg, s), words),
-            )
-        };
-        let bit = 1u64 << (i % 64);
-        allocated[i / 64].load(Ordering::Acquire) & bit != 0
-            && marks[i / 64].load(Ordering::Acquire) & bit == 0
+        let (allocated, bit) = self.bit(Bitmap::Allocated, i);
+        // The mark word sits at a fixed distance from the allocated one
+        // (same slice, same word): `bit` again finds it without a second
+        // walk once inlined.
+        let (mark, _) = self.bit(Bitmap::Mark, i);
+        allocated.load(Ordering::Acquire) & bit != 0 && mark.load(Ordering::Acquire) & bit == 0
     }
 
     #[inline]
@@ -435,8 +463,8 @@ impl<'a> PageRef<'a> {
     /// load).
     #[inline]
     pub fn set_mark(&self, i: usize) -> bool {
-        let bit = 1u64 << (i % 64);
-        self.marks()[i / 64].fetch_or(bit, Ordering::SeqCst) & bit != 0
+        let (word, bit) = self.bit(Bitmap::Mark, i);
+        word.fetch_or(bit, Ordering::SeqCst) & bit != 0
     }
 
     /// Clears block `i`'s mark bit (an atomic `fetch_and`: marks set beside
@@ -491,7 +519,8 @@ impl<'a> PageRef<'a> {
     /// Whether block `i` is marked.
     #[inline]
     pub fn is_marked(&self, i: usize) -> bool {
-        self.marks()[i / 64].load(Ordering::Acquire) & (1u64 << (i % 64)) != 0
+        let (word, bit) = self.bit(Bitmap::Mark, i);
+        word.load(Ordering::Acquire) & bit != 0
     }
 
     /// Clears every mark bit of the page.

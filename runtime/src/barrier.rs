@@ -504,6 +504,18 @@ impl<'gc> Mutation<'gc> {
         }
     }
 
+    /// [`barrier_store_new`](Self::barrier_store_new) of a value that is
+    /// one pointer, to object `e` (0: none), which a trace would report
+    /// alone (`CellValue::__edge`): no walk of the value.
+    #[inline]
+    pub(crate) fn barrier_store_edge(&self, cell: *const u8, e: usize) {
+        debug_assert!(self.marking == 0);
+        self.note_write();
+        if e != 0 && self.remembers {
+            self.remember_edge(cell, e);
+        }
+    }
+
     /// A write that may free memory (it may overwrite the last pointer to
     /// an object): while a mutator is at the heap limit, it makes that
     /// mutator's next call collect before it retries
@@ -577,23 +589,26 @@ impl<'gc> Mutation<'gc> {
     /// stop that raised `since` (if given) by calls other than its window's.
     fn shade_edges<T: Trace + ?Sized>(&self, value: &T, since: Option<loam_heap::SealEpoch>) {
         let _bracket = self.shading();
+        self.each_edge(value, |e| self.shade_one(since, e));
+    }
+
+    /// `shade_edges`' work for object `e`, in the caller's bracket.
+    #[inline(always)]
+    fn shade_one(&self, since: Option<loam_heap::SealEpoch>, e: usize) {
         let shared = self.shared();
-        let queue = &self.mutator().shade_queue;
-        self.each_edge(value, |e| {
-            // `e` is reachable by this call, so allocated (its page live),
-            // and no sweep frees what a call can reach (a call that shades
-            // after a ragged mark ended reaches only marked or young
-            // objects: "Ragged cycles", 3); the mark bit is atomic and the
-            // markers expect it set by others (`mark::shade`).
-            // SAFETY: as just said.
-            if since.is_some_and(|seal| unsafe {
-                shared.space.allocated_since(e, seal) && !crate::gc::made_in_window(e)
-            }) {
-                return;
-            }
-            // SAFETY: as above.
-            unsafe { crate::mark::shade_to(&shared.space, queue, e) };
-        });
+        // `e` is reachable by this call, so allocated (its page live),
+        // and no sweep frees what a call can reach (a call that shades
+        // after a ragged mark ended reaches only marked or young
+        // objects: "Ragged cycles", 3); the mark bit is atomic and the
+        // markers expect it set by others (`mark::shade`).
+        // SAFETY: as just said.
+        if since.is_some_and(|seal| unsafe {
+            shared.space.allocated_since(e, seal) && !crate::gc::made_in_window(e)
+        }) {
+            return;
+        }
+        // SAFETY: as above.
+        unsafe { crate::mark::shade_to(&shared.space, &self.mutator().shade_queue, e) };
     }
 
     /// The insertion barrier's shade of `value`, just stored during a
@@ -610,31 +625,71 @@ impl<'gc> Mutation<'gc> {
             return self.shade(value);
         }
         let _bracket = self.shading();
-        let queue = &self.mutator().shade_queue;
         let mut young = None;
-        self.each_edge(value, |e| {
-            // `e` is reachable by this call, so allocated and not freed by
-            // a sweep under way (as in `shade_edges`), in loam's pages.
-            // SAFETY: as just said.
-            let page = unsafe { loam_heap::PageRef::of(e as *const u8) };
-            let i = page.block_index(e as *const u8);
-            if page.is_marked(i)
-                || *young.get_or_insert_with(|| {
-                    // The store is before this fence, the look at the
-                    // holder's mark after it: a marker that marks the
-                    // holder later reads the store (`GcCell::get_seq_cst`).
-                    std::sync::atomic::fence(Ordering::SeqCst);
-                    self.in_young_object(cell, page)
-                })
-            {
-                return;
-            }
-            // `mark::shade_to` with the page in hand: the mark bit is atomic
-            // and the markers expect it set by others (`mark::shade`).
-            if !page.set_mark(i) {
-                queue.push(e);
-            }
-        });
+        self.each_edge(value, |e| self.shade_stored_one(cell, &mut young, e));
+    }
+
+    /// `shade_stored`'s work for object `e`, one of the stored value's, in
+    /// the caller's bracket; `young` is the answer of `in_young_object`
+    /// for `cell` once asked.
+    #[inline(always)]
+    fn shade_stored_one(&self, cell: *const u8, young: &mut Option<bool>, e: usize) {
+        // `e` is reachable by this call, so allocated and not freed by
+        // a sweep under way (as in `shade_edges`), in loam's pages.
+        // SAFETY: as just said.
+        let page = unsafe { loam_heap::PageRef::of(e as *const u8) };
+        let i = page.block_index(e as *const u8);
+        if page.is_marked(i)
+            || *young.get_or_insert_with(|| {
+                // The store is before this fence, the look at the
+                // holder's mark after it: a marker that marks the
+                // holder later reads the store (`GcCell::get_seq_cst`).
+                std::sync::atomic::fence(Ordering::SeqCst);
+                self.in_young_object(cell, page)
+            })
+        {
+            return;
+        }
+        // `mark::shade_to` with the page in hand: the mark bit is atomic
+        // and the markers expect it set by others (`mark::shade`).
+        if !page.set_mark(i) {
+            self.mutator().shade_queue.push(e);
+        }
+    }
+
+    /// [`barrier_store`](Self::barrier_store) of values that are one
+    /// pointer each (`CellValue::__edge`): `old` and `new` the objects
+    /// they point to (0: none), which their traces would report alone.
+    #[inline]
+    pub(crate) fn barrier_store_edges(&self, cell: *const u8, old: usize, new: usize) {
+        self.note_write();
+        if self.marking != 0 {
+            self.shade_edges_stored(cell, old, new);
+        } else if self.remembers && new != 0 {
+            self.remember_edge(cell, new);
+        }
+    }
+
+    /// The marking branch of [`barrier_store_edges`](Self::barrier_store_edges):
+    /// `shade_old` of `old`, then `shade_stored` of `new`, each as those
+    /// decide, with no walk of either value.
+    #[inline(never)]
+    fn shade_edges_stored(&self, cell: *const u8, old: usize, new: usize) {
+        if old != 0 {
+            let since = (!self.window).then(loam_heap::SealEpoch::current);
+            let _bracket = self.shading();
+            self.shade_one(since, old);
+        }
+        if new == 0 {
+            return;
+        }
+        let shared = self.shared();
+        let _bracket = self.shading();
+        if self.window || !matches!(shared.space, crate::space::Space::Pages) {
+            self.shade_one(None, new);
+        } else {
+            self.shade_stored_one(cell, &mut None, new);
+        }
     }
 
     /// The deletion barrier's shade of a value overwritten or cut during a
@@ -672,56 +727,69 @@ impl<'gc> Mutation<'gc> {
     /// traces anyway.
     #[inline(never)]
     fn remember<T: Trace + ?Sized>(&self, cell: Option<*const u8>, value: &T) {
-        let remembered = self.mutator().me.remembered_in(self.remember);
         // Asked once, and only for a value not marked yet: a store of an
         // old object marks and remembers nothing either way. Never in a
         // `GlobalAlloc` space, which cannot tell (`in_young_object`).
         let cell = cell.filter(|_| matches!(self.shared().space, crate::space::Space::Pages));
         let mut young = None;
-        self.each_edge(value, |e| {
-            // `e` is an object this call reached: it was marked at the last
-            // pause or allocated after it (roots and reachable objects are
-            // marked, weak references to unmarked objects were cleared), so
-            // the sweep under way, which frees only objects that pause left
-            // unmarked, does not free it, and no other sweep runs before the
-            // next pause. Setting its mark bit meanwhile changes nothing the
-            // sweep decides: it frees only unmarked objects of its copy of
-            // the allocated bits as of that pause's stop, and `e` is not one. (`mark` loads
-            // the bit before it writes: an old object, the common store,
-            // costs no atomic write.)
-            // The brands keep other runtimes' objects out of this call.
-            #[cfg(debug_assertions)]
-            {
-                // SAFETY: `e` is allocated (above).
-                let (_, owner) = unsafe { crate::gc::header_of(e) };
-                assert_eq!(
-                    owner,
-                    self.shared().id,
-                    "loam: a barrier of one runtime met an object of another"
-                );
+        self.each_edge(value, |e| self.remember_one(cell, &mut young, e));
+    }
+
+    /// [`remember`](Self::remember) of a value that is one pointer, to
+    /// object `e`, stored into the cell at `cell`.
+    #[inline(never)]
+    fn remember_edge(&self, cell: *const u8, e: usize) {
+        let cell = Some(cell).filter(|_| matches!(self.shared().space, crate::space::Space::Pages));
+        self.remember_one(cell, &mut None, e);
+    }
+
+    /// `remember`'s work for object `e`, one of the stored value's;
+    /// `young` is the answer of `in_young_object` for `cell` once asked.
+    #[inline(always)]
+    fn remember_one(&self, cell: Option<*const u8>, young: &mut Option<bool>, e: usize) {
+        // `e` is an object this call reached: it was marked at the last
+        // pause or allocated after it (roots and reachable objects are
+        // marked, weak references to unmarked objects were cleared), so
+        // the sweep under way, which frees only objects that pause left
+        // unmarked, does not free it, and no other sweep runs before the
+        // next pause. Setting its mark bit meanwhile changes nothing the
+        // sweep decides: it frees only unmarked objects of its copy of
+        // the allocated bits as of that pause's stop, and `e` is not one. (`mark` loads
+        // the bit before it writes: an old object, the common store,
+        // costs no atomic write.)
+        // The brands keep other runtimes' objects out of this call.
+        #[cfg(debug_assertions)]
+        {
+            // SAFETY: `e` is allocated (above).
+            let (_, owner) = unsafe { crate::gc::header_of(e) };
+            assert_eq!(
+                owner,
+                self.shared().id,
+                "loam: a barrier of one runtime met an object of another"
+            );
+        }
+        let remembered = || self.mutator().me.remembered_in(self.remember);
+        let Some(cell) = cell else {
+            // SAFETY: `e` is allocated and its page live (above); a mark
+            // bit set outside the pause is sound (above).
+            if unsafe { self.shared().space.mark(e) } {
+                remembered().lock().push(e);
             }
-            let Some(cell) = cell else {
-                // SAFETY: `e` is allocated and its page live (above); a mark
-                // bit set outside the pause is sound (above).
-                if unsafe { self.shared().space.mark(e) } {
-                    remembered.lock().push(e);
-                }
-                return;
-            };
-            // `e` is allocated and its page live (above); the space is
-            // loam's pages (`cell` is only kept there).
-            // SAFETY: as just said.
-            let page = unsafe { loam_heap::PageRef::of(e as *const u8) };
-            let i = page.block_index(e as *const u8);
-            if page.is_marked(i) || *young.get_or_insert_with(|| self.in_young_object(cell, page)) {
-                return;
-            }
-            // The page in hand sets the bit (`mark` would find it again);
-            // sound as above.
-            if !page.set_mark(i) {
-                remembered.lock().push(e);
-            }
-        });
+            return;
+        };
+        // `e` is allocated and its page live (above); the space is
+        // loam's pages (`cell` is only kept there).
+        // SAFETY: as just said.
+        let page = unsafe { loam_heap::PageRef::of(e as *const u8) };
+        let i = page.block_index(e as *const u8);
+        if page.is_marked(i) || *young.get_or_insert_with(|| self.in_young_object(cell, page)) {
+            return;
+        }
+        // The page in hand sets the bit (`mark` would find it again);
+        // sound as above.
+        if !page.set_mark(i) {
+            remembered().lock().push(e);
+        }
     }
 
     /// Whether the cell at `cell` lies in a young (unmarked) object of this

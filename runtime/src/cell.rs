@@ -136,7 +136,26 @@ type Brand<'gc> = PhantomData<fn(&'gc ()) -> &'gc ()>;
 ///     }
 /// }
 /// ```
-pub unsafe trait CellValue: Copy {}
+pub unsafe trait CellValue: Copy {
+    /// Not public API: the address of the one managed object this value
+    /// points to (0 for none), where the type says so without a trace
+    /// (`Gc`, `Option<Gc>`); `None` otherwise, and the barrier traces the
+    /// value. What it gives is what the value's `trace` reports. The
+    /// argument's type cannot be named outside this crate, so no impl
+    /// elsewhere can override it.
+    #[doc(hidden)]
+    #[inline(always)]
+    fn __edge(&self, _: sealed::Token) -> Option<usize> {
+        None
+    }
+}
+
+/// Keeps [`CellValue::__edge`] this crate's own.
+mod sealed {
+    /// Named only inside this crate.
+    #[derive(Clone, Copy, Debug)]
+    pub struct Token(pub(super) ());
+}
 
 macro_rules! cell_values {
     ($($ty:ty),* $(,)?) => {$(
@@ -151,10 +170,21 @@ cell_values!(
 );
 
 // SAFETY: a `Gc` is one non-null pointer (thin for every `Managed` type),
-// and `Option<Gc>` uses the null niche: one word, no padding.
-unsafe impl<T: ?Sized> CellValue for Gc<'_, T> {}
-// SAFETY: as above.
-unsafe impl<T: ?Sized> CellValue for Option<Gc<'_, T>> {}
+// and `Option<Gc>` uses the null niche: one word, no padding. The edge is
+// the address `Gc`'s `trace` reports (`gc.rs`).
+unsafe impl<T: ?Sized> CellValue for Gc<'_, T> {
+    #[inline(always)]
+    fn __edge(&self, _: sealed::Token) -> Option<usize> {
+        Some(self.addr())
+    }
+}
+// SAFETY: as above; `None` reports nothing.
+unsafe impl<T: ?Sized> CellValue for Option<Gc<'_, T>> {
+    #[inline(always)]
+    fn __edge(&self, _: sealed::Token) -> Option<usize> {
+        Some(self.map_or(0, |g| g.addr()))
+    }
+}
 // SAFETY: a `GcWeak` is one `Gc` (of its weak cell); the same niche.
 unsafe impl<T> CellValue for GcWeak<'_, T> {}
 // SAFETY: as above.
@@ -296,12 +326,16 @@ impl<'gc, T: CellValue + Trace + 'gc> GcCell<'gc, T> {
     #[inline]
     pub fn set(&self, mc: &Mutation<'gc>, value: T) {
         if T::NEEDS_TRACE && mc.mark_epoch() != 0 {
-            self.set_marking(mc, value, true);
+            self.set_marking_cold(mc, value);
         } else {
             // Between marks the barrier needs only the new value: a plain
             // store, no read-modify-write.
             self.value.store(value);
-            mc.barrier_store_new(self.addr(), &value);
+            match value.__edge(sealed::Token(())) {
+                // A pointer: its one object, without a trace.
+                Some(e) => mc.barrier_store_edge(self.addr(), e),
+                None => mc.barrier_store_new(self.addr(), &value),
+            }
         }
     }
 
@@ -455,6 +489,15 @@ impl<'gc, T: CellValue + Trace + 'gc> GcCell<'gc, T> {
     /// in (as `Trace`'s contract has it for every cell stored with
     /// [`set`](Self::set)), so a store into a young object's cell may
     /// leave the value unshaded (`barrier.rs`, "A young object's cells").
+    /// `set` during a concurrent mark, out of line: the store between
+    /// marks, the common one, is then small enough to inline into its
+    /// caller's loop.
+    #[cold]
+    #[inline(never)]
+    fn set_marking_cold(&self, mc: &Mutation<'gc>, value: T) {
+        self.set_marking(mc, value, true);
+    }
+
     #[inline]
     fn set_marking(&self, mc: &Mutation<'gc>, value: T, own: bool) {
         // From before the load until the old value is shaded: a ragged
@@ -463,7 +506,11 @@ impl<'gc, T: CellValue + Trace + 'gc> GcCell<'gc, T> {
         let _bracket = mc.shading();
         let old = self.store_marking(mc, value);
         if own {
-            mc.barrier_store(self.addr(), &old, &value);
+            match (old.__edge(sealed::Token(())), value.__edge(sealed::Token(()))) {
+                // Pointers: their objects, without a trace.
+                (Some(o), Some(n)) => mc.barrier_store_edges(self.addr(), o, n),
+                _ => mc.barrier_store(self.addr(), &old, &value),
+            }
         } else {
             mc.barrier_store_reported_elsewhere(&old, &value);
         }

@@ -415,6 +415,14 @@ impl<T: ?Sized> Clone for Gc<'_, T> {
 
 impl<T: ?Sized> Copy for Gc<'_, T> {}
 
+impl<T: ?Sized> Gc<'_, T> {
+    /// The object's address (its header), the collector's name for it.
+    #[inline]
+    pub(crate) fn addr(self) -> usize {
+        self.ptr.as_ptr() as usize
+    }
+}
+
 impl<'gc, T: ?Sized + Managed> Gc<'gc, T> {
     /// # Safety
     /// `addr` is a live `GcBox<T>` that stays live for `'gc`.
@@ -426,12 +434,6 @@ impl<'gc, T: ?Sized + Managed> Gc<'gc, T> {
             _type: PhantomData,
             _brand: PhantomData,
         }
-    }
-
-    /// The object's address (its header), the collector's name for it.
-    #[inline]
-    pub(crate) fn addr(self) -> usize {
-        self.ptr.as_ptr() as usize
     }
 
     /// Whether `a` and `b` are the same object.

@@ -3,7 +3,8 @@
 //! error (a `Gc` kept across a safepoint, sent to a thread, or written
 //! without a barrier cell; a plain `Drop` on a traced type; brands mixed
 //! between calls; a barrier cell written through another runtime's or
-//! another call's `Mutation`); each opt-in that must keep compiling is a
+//! another call's `Mutation`; a cell value that tells the barrier its
+//! pointer its own way); each opt-in that must keep compiling is a
 //! `pass_*` case.
 
 #[test]

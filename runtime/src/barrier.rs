@@ -222,7 +222,10 @@
 //!    heap after T, or allocated after T (young: this cycle does not sweep
 //!    them). Every wait, the first included, waits for the *shading
 //!    brackets* under way instead (`Mutation::shading`,
-//!    `Handshake::wait_for_shades`): a barrier opens one, with a fence,
+//!    `Handshake::wait_for_shades`): a barrier opens one, with a fence
+//!    (the light side of an asymmetric pair whose heavy side is the
+//!    wait's, where `membarrier` is there: `fence.rs`; the two are a
+//!    sequentially consistent pair, which is all this argument uses),
 //!    before it reads the value it overwrites (a `GcLog`'s record, before
 //!    it reads the owner), and closes it once what it shaded is in `gray`.
 //!    (A window call's barriers open none: the first wait outlasts the

@@ -180,14 +180,32 @@ impl Slot {
     /// one in [`Handshake::wait_for_shades`] (Dekker), so either that wait
     /// sees the bracket, or everything this thread reads after the fence
     /// (the value a barrier overwrites) follows the wait's fence.
+    ///
+    /// Where the asymmetric pair is there (`crate::fence`), this side's
+    /// fence is [`light`](crate::fence::light) and the wait's is
+    /// [`heavy`](crate::fence::heavy): a bracket opens on every barrier
+    /// of a ragged mark (at binary-trees built with `GcCell::set`, two
+    /// mutators, its locked increment and fence were three quarters of
+    /// the marking stores' own time), a wait a few times per cycle. The
+    /// opening is then a release store: a wait that reads it instead of
+    /// the last bracket's close synchronises with it, which follows that
+    /// close's pushes. Elsewhere a read-modify-write continues the release
+    /// sequence of that close to the same effect, and a full fence follows.
+    /// (loom continues a release sequence through its thread's later
+    /// stores, as C++11 did, so its models cannot tell a relaxed opening
+    /// from either; Rust's model, C++20's, does not.)
     #[inline]
     pub(crate) fn begin_shading(&self) {
-        // A read-modify-write, not a store: it continues the release
-        // sequence of the last bracket's close, so a wait that reads this
-        // opening instead of that close still sees the close's pushes.
-        let s = self.shading.fetch_add(1, Ordering::Relaxed);
-        debug_assert!(s & 1 == 0, "loam: a shading bracket opened twice");
-        fence(Ordering::SeqCst);
+        if crate::fence::available() {
+            let s = self.shading.load(Ordering::Relaxed);
+            debug_assert!(s & 1 == 0, "loam: a shading bracket opened twice");
+            self.shading.store(s + 1, Ordering::Release);
+            crate::fence::light();
+        } else {
+            let s = self.shading.fetch_add(1, Ordering::Relaxed);
+            debug_assert!(s & 1 == 0, "loam: a shading bracket opened twice");
+            fence(Ordering::SeqCst);
+        }
     }
 
     /// Closes the bracket. Release: a wait that sees it closed sees the
@@ -696,7 +714,12 @@ impl Handshake {
     /// then yields, then sleeps briefly.
     pub(crate) fn wait_for_shades<S: AsRef<Slot>>(&self, slots: &[S]) {
         for _round in 0..2 {
-            fence(Ordering::SeqCst);
+            // The brackets' side of the pair (`Slot::begin_shading`).
+            if crate::fence::available() {
+                crate::fence::heavy();
+            } else {
+                fence(Ordering::SeqCst);
+            }
             let mut open: Vec<(&Slot, u64)> = slots
                 .iter()
                 .map(AsRef::as_ref)

@@ -476,6 +476,15 @@ impl<'gc, T: CellValue + Trace + 'gc> GcCell<'gc, T> {
         mc.shade_old(&old);
     }
 
+    /// `set` during a concurrent mark, out of line: the store between
+    /// marks, the common one, is then small enough to inline into its
+    /// caller's loop.
+    #[cold]
+    #[inline(never)]
+    fn set_marking_cold(&self, mc: &Mutation<'gc>, value: T) {
+        self.set_marking(mc, value, true);
+    }
+
     /// A store during a concurrent mark, through the snapshot barrier: a
     /// load, then a store, as snapshot barriers do. The store that first
     /// overwrites the value of the mark's start is made by a writer whose
@@ -489,15 +498,6 @@ impl<'gc, T: CellValue + Trace + 'gc> GcCell<'gc, T> {
     /// in (as `Trace`'s contract has it for every cell stored with
     /// [`set`](Self::set)), so a store into a young object's cell may
     /// leave the value unshaded (`barrier.rs`, "A young object's cells").
-    /// `set` during a concurrent mark, out of line: the store between
-    /// marks, the common one, is then small enough to inline into its
-    /// caller's loop.
-    #[cold]
-    #[inline(never)]
-    fn set_marking_cold(&self, mc: &Mutation<'gc>, value: T) {
-        self.set_marking(mc, value, true);
-    }
-
     #[inline]
     fn set_marking(&self, mc: &Mutation<'gc>, value: T, own: bool) {
         // From before the load until the old value is shaded: a ragged

@@ -338,16 +338,41 @@ fn clear_marks_running() -> Duration {
 /// trace `expected` more bytes (`Mutator::assist`): that work over the
 /// headroom left to where pacing begins now (the pace goal, which a mark
 /// that found live data past the goal has raised, `Shared::saw_live`), in
-/// 1/1024ths, from a quarter to sixteen. Returns it.
+/// 1/1024ths, from a quarter to sixteen. Returns it. As the mark finds
+/// live data past the pace goal, the goal rises, and the ratio follows it
+/// down (`Shared::retune_assists`).
 fn set_assist_ratio(shared: &Shared, gen: &Generations, expected: usize) -> u32 {
-    let headroom = shared
-        .pace_at(gen.goal.max(shared.pace_goal.load(Ordering::Relaxed)))
-        .saturating_sub(shared.heap_used.load(Ordering::Relaxed))
-        .max(1 << 20);
-    let ratio = (expected as u128 * 1024 / headroom as u128).clamp(256, 16 << 10) as u32;
+    // What `Shared::retune_assists` counts from, stored first: a report
+    // that reads the new ratio reads these (or later ones) too, or finds
+    // the ratio it read gone.
+    shared.assist_expected.store(expected, Ordering::Relaxed);
+    shared.assist_goal.store(gen.goal, Ordering::Relaxed);
+    let ratio = assist_ratio_for(
+        expected,
+        shared.pace_at(gen.goal.max(shared.pace_goal.load(Ordering::Relaxed))),
+        shared.heap_used.load(Ordering::Relaxed),
+    );
     shared.assist_ratio.store(ratio, Ordering::Relaxed);
     ratio
 }
+
+/// The assists' ratio for `expected` bytes of marking with the heap at
+/// `used` and pacing beginning at `pace_at`: the marking over the headroom
+/// (at least 1 MiB), in 1/1024ths, from a quarter to sixteen.
+pub(crate) fn assist_ratio_for(expected: usize, pace_at: usize, used: usize) -> u32 {
+    let headroom = pace_at.saturating_sub(used).max(1 << 20);
+    (expected as u128 * 1024 / headroom as u128).clamp(256, 16 << 10) as u32
+}
+
+/// `Shared::retune_assists`' decision for a mark whose assists pay
+/// `ratio`: the ratio for `expected` bytes of marking below a pace point
+/// risen to `pace_at`, if it is lower. None for a ratio of zero (no mark,
+/// or one that has ended), and never higher.
+pub(crate) fn retuned_ratio(ratio: u32, expected: usize, pace_at: usize, used: usize) -> Option<u32> {
+    let new = assist_ratio_for(expected, pace_at, used);
+    (ratio != 0 && new < ratio).then_some(new)
+}
+
 
 /// Rounds of marking what the barriers shaded, with the mutators running,
 /// before the last pause takes the rest.
@@ -924,6 +949,8 @@ impl<'a> Cycle<'a> {
             // the gray objects the pause left, marked and untraced).
             m.mutators.clear();
             shared.assist_ratio.store(ratio, Ordering::Relaxed);
+            // As it follows the pace goal (`Shared::retune_assists`).
+            shared.retune_assists(shared.pace_goal.load(Ordering::Relaxed));
             shared.control.lock().phase = Phase::Mark;
             let d = end.elapsed();
             self.mark_end_pause += d;
@@ -1272,5 +1299,28 @@ fn verify(
                 }
             }
         }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    /// A mark that expected 96 MiB of marking, begun with the heap at
+    /// 117 MiB over the pace point of a 32 MiB goal (64 MiB), pays the
+    /// highest ratio; once it has found 96 MiB live (a 192 MiB goal, 384
+    /// MiB pace point) the headroom of 267 MiB asks about a third.
+    #[test]
+    fn the_assist_ratio_follows_the_pace_point_down_only() {
+        let mib = 1 << 20;
+        let start = assist_ratio_for(96 * mib, 64 * mib, 117 * mib);
+        assert_eq!(start, 16 << 10);
+        let now = retuned_ratio(start, 96 * mib, 384 * mib, 117 * mib).unwrap();
+        assert_eq!(now, 368);
+        // A heap that grew since asks for more, which is left to pacing.
+        assert_eq!(retuned_ratio(now, 96 * mib, 384 * mib, 380 * mib), None);
+        // A finished mark's zero stays; the floor is a quarter.
+        assert_eq!(retuned_ratio(0, 96 * mib, 384 * mib, 117 * mib), None);
+        assert_eq!(assist_ratio_for(mib, 1 << 40, 0), 256);
     }
 }

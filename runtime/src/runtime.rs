@@ -195,6 +195,12 @@ pub(crate) struct Shared {
     /// runs (0: no mark, no assists). Set by the coordinator; relaxed: a
     /// rate.
     pub(crate) assist_ratio: std::sync::atomic::AtomicU32,
+    /// The marking the mark under way expected as it set `assist_ratio`,
+    /// in bytes, and the goal it counted the headroom from: what
+    /// [`retune_assists`](Self::retune_assists) sets the ratio again
+    /// from. Relaxed, as the ratio.
+    pub(crate) assist_expected: AtomicUsize,
+    pub(crate) assist_goal: AtomicUsize,
     /// Dead objects with drop glue, for the finalizer thread.
     pub(crate) finalizer: crate::finalize::Finalizer,
     /// Where the objects live (`space.rs`).
@@ -509,8 +515,39 @@ impl Shared {
             return;
         }
         let seen = self.live_seen.fetch_add(bytes, Ordering::Relaxed) + bytes;
-        self.pace_goal
-            .fetch_max(crate::cycle::goal_for(seen, &self.config), Ordering::Relaxed);
+        let goal = crate::cycle::goal_for(seen, &self.config);
+        if self.pace_goal.fetch_max(goal, Ordering::Relaxed) < goal {
+            self.retune_assists(goal);
+        }
+    }
+
+    /// The pace goal rose to `goal` while a mark runs: the assists' ratio,
+    /// set at the mark's start for the headroom below the pace point of
+    /// then, follows the new point (`cycle::assist_ratio_for`), downwards
+    /// only. A mark that finds a large structure built since the last
+    /// one (binary-trees' long-lived tree, built in one call) began with
+    /// the heap far over a pace point counted from a small live size,
+    /// so at the highest ratio; as the mark found the structure, the
+    /// point rose past the heap, and the mutators went on paying sixteen
+    /// bytes of marking for each they allocated, holding them 20 – 50 ms
+    /// per such mark at depth 21 with one thread, most of what pacing
+    /// held them in the run. A compare-and-swap from the ratio read, so
+    /// that the zero the mark's end stores is never overwritten (a late
+    /// report finds zero and leaves it). The bound is kept: the ratio is
+    /// still the expected marking over the headroom now left.
+    pub(crate) fn retune_assists(&self, goal: usize) {
+        let ratio = self.assist_ratio.load(Ordering::Relaxed);
+        let goal = goal.max(self.assist_goal.load(Ordering::Relaxed));
+        if let Some(new) = crate::cycle::retuned_ratio(
+            ratio,
+            self.assist_expected.load(Ordering::Relaxed),
+            self.pace_at(goal),
+            self.heap_used.load(Ordering::Relaxed),
+        ) {
+            let _ = self
+                .assist_ratio
+                .compare_exchange(ratio, new, Ordering::Relaxed, Ordering::Relaxed);
+        }
     }
 
     /// Whether the heap has reached where pacing begins (`pace_at`): a
@@ -1412,6 +1449,8 @@ impl RuntimeBuilder {
             mark_epoch: AtomicU64::new(0),
             assist: Default::default(),
             assist_ratio: Default::default(),
+            assist_expected: AtomicUsize::new(0),
+            assist_goal: AtomicUsize::new(0),
             finalizer: Default::default(),
             space: self.space.unwrap_or(crate::space::Space::Pages),
             config,
@@ -1425,3 +1464,4 @@ impl RuntimeBuilder {
         })
     }
 }
+

@@ -305,9 +305,10 @@ impl<'a> PageRef<'a> {
     /// bit: the single-bit look-ups' way in, which reads no capacity (an
     /// atomic load each time, where a barrier asks several bits of one
     /// page in a row). The bound is the room each bitmap has per slice,
-    /// which covers every block of any page (8192 at most); an index past
-    /// the page's blocks but within it reads or writes a bit no block
-    /// uses, as an index within the last word did before.
+    /// which covers every block of any page (8192 at most): an index past
+    /// the page's blocks but within it reads a bit no block of this page
+    /// uses. Writers check the index against the capacity first
+    /// ([`set_mark`](Self::set_mark)).
     #[inline]
     fn bit(&self, which: Bitmap, i: usize) -> (&'a AtomicU64, u64) {
         assert!(
@@ -323,7 +324,9 @@ impl<'a> PageRef<'a> {
         };
         // SAFETY: slice `s`'s bitmaps lie in the segment header,
         // `MARK_BYTES_PER_SLICE` bytes of atomics each (as in `bitmap`),
-        // and word `i / 64` is within them (just checked).
+        // and word `i / 64` is within them (just checked); the segment
+        // stays mapped while the page is live, which it is for `'a`
+        // (`PageRef`).
         (unsafe { &*base.add(i / 64) }, 1u64 << (i % 64))
     }
 
@@ -461,8 +464,15 @@ impl<'a> PageRef<'a> {
     /// Sequentially consistent, as [`mark_block`]'s (which this is, for a
     /// caller that has the page and the index already, less its first
     /// load).
+    ///
+    /// # Panics
+    /// If `i` is not a block of the page: a bit set past them would
+    /// outlive the page, since [`clear_marks`](Self::clear_marks) clears
+    /// only the words its blocks use, and mark a block of a later page
+    /// with more blocks set up at the same slice.
     #[inline]
     pub fn set_mark(&self, i: usize) -> bool {
+        assert!(i < self.capacity(), "heap: block index {i} out of range");
         let (word, bit) = self.bit(Bitmap::Mark, i);
         word.fetch_or(bit, Ordering::SeqCst) & bit != 0
     }

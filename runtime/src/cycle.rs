@@ -342,9 +342,10 @@ fn clear_marks_running() -> Duration {
 /// live data past the pace goal, the goal rises, and the ratio follows it
 /// down (`Shared::retune_assists`).
 fn set_assist_ratio(shared: &Shared, gen: &Generations, expected: usize) -> u32 {
-    // What `Shared::retune_assists` counts from, stored first: a report
-    // that reads the new ratio reads these (or later ones) too, or finds
-    // the ratio it read gone.
+    // What `Shared::retune_assists` counts from. The mark's reports begin
+    // after the mark is offered to its GC threads and assists (a pool job
+    // published, the assist slot's mutex), which follows these stores, so
+    // they read these; the ratio is zero until the store below.
     shared.assist_expected.store(expected, Ordering::Relaxed);
     shared.assist_goal.store(gen.goal, Ordering::Relaxed);
     let ratio = assist_ratio_for(

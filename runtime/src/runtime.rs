@@ -192,14 +192,17 @@ pub(crate) struct Shared {
     /// that assist (`mark::Share`).
     pub(crate) assist: crate::mark::AssistSlot,
     /// Bytes a mutator marks per 1024 it allocates while a concurrent mark
-    /// runs (0: no mark, no assists). Set by the coordinator; relaxed: a
-    /// rate.
+    /// runs (0: no mark, no assists). Set by the coordinator as a mark
+    /// begins or resumes, and zeroed as it ends; lowered meanwhile by the
+    /// mark's reports of live data ([`retune_assists`](Self::retune_assists)).
+    /// Relaxed: a rate.
     pub(crate) assist_ratio: std::sync::atomic::AtomicU32,
     /// The marking the mark under way expected as it set `assist_ratio`,
-    /// in bytes, and the goal it counted the headroom from: what
-    /// [`retune_assists`](Self::retune_assists) sets the ratio again
-    /// from. Relaxed, as the ratio.
+    /// in bytes: what [`retune_assists`](Self::retune_assists) sets the
+    /// ratio again from. Relaxed, as the ratio.
     pub(crate) assist_expected: AtomicUsize,
+    /// The goal the mark under way counted its headroom from as it set
+    /// `assist_ratio` (`retune_assists` counts from no lower). Relaxed.
     pub(crate) assist_goal: AtomicUsize,
     /// Dead objects with drop glue, for the finalizer thread.
     pub(crate) finalizer: crate::finalize::Finalizer,
@@ -523,31 +526,26 @@ impl Shared {
 
     /// The pace goal rose to `goal` while a mark runs: the assists' ratio,
     /// set at the mark's start for the headroom below the pace point of
-    /// then, follows the new point (`cycle::assist_ratio_for`), downwards
-    /// only. A mark that finds a large structure built since the last
-    /// one (binary-trees' long-lived tree, built in one call) began with
-    /// the heap far over a pace point counted from a small live size,
-    /// so at the highest ratio; as the mark found the structure, the
-    /// point rose past the heap, and the mutators went on paying sixteen
-    /// bytes of marking for each they allocated, holding them 20 – 50 ms
-    /// per such mark at depth 21 with one thread, most of what pacing
-    /// held them in the run. A compare-and-swap from the ratio read, so
-    /// that the zero the mark's end stores is never overwritten (a late
-    /// report finds zero and leaves it). The bound is kept: the ratio is
-    /// still the expected marking over the headroom now left.
+    /// then, follows the new point (`cycle::retuned_ratio`), downwards
+    /// only. A mark that meets a large structure built since the last one
+    /// (binary-trees' long-lived tree, built in one call) begins with the
+    /// heap far past a pace point counted from a small live size, so at
+    /// the highest ratio; as it finds the structure, the point rises past
+    /// the heap, and the ratio set at the start kept the mutators marking
+    /// for a headroom long gone (`docs/perf-log.md`, session 36). An
+    /// atomic update that only lowers a nonzero ratio: a finished mark's
+    /// zero stays (a late report finds it and leaves it), and of two
+    /// reports racing the lower ratio stands. The heap bound does not rest
+    /// on this ratio: past the pace point every allocation pays the paced
+    /// ratio whenever a mark runs (`Mutator::refill`), and this one is
+    /// never below a quarter.
     pub(crate) fn retune_assists(&self, goal: usize) {
-        let ratio = self.assist_ratio.load(Ordering::Relaxed);
         let goal = goal.max(self.assist_goal.load(Ordering::Relaxed));
-        if let Some(new) = crate::cycle::retuned_ratio(
-            ratio,
-            self.assist_expected.load(Ordering::Relaxed),
-            self.pace_at(goal),
-            self.heap_used.load(Ordering::Relaxed),
-        ) {
-            let _ = self
-                .assist_ratio
-                .compare_exchange(ratio, new, Ordering::Relaxed, Ordering::Relaxed);
-        }
+        let (expected, pace_at) = (self.assist_expected.load(Ordering::Relaxed), self.pace_at(goal));
+        let used = self.heap_used.load(Ordering::Relaxed);
+        let _ = self.assist_ratio.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |ratio| {
+            crate::cycle::retuned_ratio(ratio, expected, pace_at, used)
+        });
     }
 
     /// Whether the heap has reached where pacing begins (`pace_at`): a

@@ -70,10 +70,33 @@ pub fn heavy() {
     loom::sync::atomic::fence(loom::sync::atomic::Ordering::SeqCst);
 }
 
-/// Under loom the pair is always there.
+#[cfg(loom)]
+std::thread_local! {
+    /// Whether the models run with the pair (the default) or as a system
+    /// without `membarrier` would (`without_pair`). A thread local of the
+    /// test's thread, which loom's threads share.
+    static PAIR: std::cell::Cell<bool> = const { std::cell::Cell::new(true) };
+}
+
+/// Under loom the pair is there, unless a model runs [`without_pair`].
 #[cfg(loom)]
 pub fn available() -> bool {
-    true
+    PAIR.with(|p| p.get())
+}
+
+/// Under loom: runs `f` (a model) with [`available`] false, so that the
+/// protocols take their path for systems without the pair.
+#[cfg(all(loom, test))]
+pub(crate) fn without_pair<R>(f: impl FnOnce() -> R) -> R {
+    struct Back;
+    impl Drop for Back {
+        fn drop(&mut self) {
+            PAIR.with(|p| p.set(true));
+        }
+    }
+    PAIR.with(|p| p.set(false));
+    let _back = Back;
+    f()
 }
 
 #[cfg(not(loom))]

@@ -68,6 +68,14 @@
 //!    (`Mutation::brackets`): the end's first round waits for that call
 //!    to end before it waits for the brackets, and either shade may set
 //!    the mark bit first. Dropping the wait for the call makes it fail.
+//!
+//! Model 3 runs twice: with the asymmetric fences (a bracket opens with
+//! a release store and the light fence, the end's waits take the heavy
+//! one, `fence.rs`; loom models both as sequentially consistent fences),
+//! and, `_without_membarrier`, on the path a system without them takes
+//! (`fence::without_pair`: a read-modify-write and full fences), so that
+//! both openings meet the waits' logic. Neither run fails without the
+//! fences themselves (see model 3).
 
 use crate::handshake::{Handshake, Slot};
 use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -146,6 +154,17 @@ fn a_shade_in_a_call_under_way_is_traced_before_the_end() {
 
 #[test]
 fn an_overwrite_under_way_at_the_end_is_seen_or_waited_for() {
+    overwrite_under_way();
+}
+
+/// Model 3 where `membarrier` is not there: the brackets open with a
+/// read-modify-write and a full fence, the waits fence in full.
+#[test]
+fn an_overwrite_under_way_at_the_end_is_seen_or_waited_for_without_membarrier() {
+    crate::fence::without_pair(overwrite_under_way);
+}
+
+fn overwrite_under_way() {
     loom::model(|| {
         let hs = Arc::new(Handshake::default());
         let slots = Arc::new([Slot::default()]);

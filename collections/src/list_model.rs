@@ -308,7 +308,9 @@ fn a_push_without_the_markers_fence_fails() {
 /// A sort during a concurrent mark, of a list no marker may have met
 /// (`GcList::sort_by`, `GcLog::moving`), against a marker tracing the
 /// list and the mark's end: the sorter opens a shading bracket (a
-/// read-modify-write and a fence, as `Slot::begin_shading`), swaps the two
+/// read-modify-write and a fence, as `Slot::begin_shading` does without
+/// `membarrier`; with it, a release store and a fence that loom models as
+/// sequentially consistent, the same to this model), swaps the two
 /// elements with plain stores, fences, reads the log's owner, shades both
 /// elements if it finds one, and closes the bracket (release). The marker
 /// sets the owner, fences and reads both slots; the end then fences and

@@ -638,7 +638,7 @@ impl<'gc> Mutation<'gc> {
     #[inline(always)]
     fn shade_stored_one(&self, cell: *const u8, young: &mut Option<bool>, e: usize) {
         // `e` is reachable by this call, so allocated and not freed by
-        // a sweep under way (as in `shade_edges`), in loam's pages.
+        // a sweep under way (as in `shade_one`), in loam's pages.
         // SAFETY: as just said.
         let page = unsafe { loam_heap::PageRef::of(e as *const u8) };
         let i = page.block_index(e as *const u8);

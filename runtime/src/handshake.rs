@@ -184,9 +184,9 @@ impl Slot {
     /// Where the asymmetric pair is there (`crate::fence`), this side's
     /// fence is [`light`](crate::fence::light) and the wait's is
     /// [`heavy`](crate::fence::heavy): a bracket opens on every barrier
-    /// of a ragged mark (at binary-trees built with `GcCell::set`, two
-    /// mutators, its locked increment and fence were three quarters of
-    /// the marking stores' own time), a wait a few times per cycle. The
+    /// of a ragged mark, where a locked increment and a full fence were
+    /// most of a store's barrier (`docs/perf-log.md`, session 36), and a
+    /// wait runs a few times per cycle. The
     /// opening is then a release store: a wait that reads it instead of
     /// the last bracket's close synchronises with it, which follows that
     /// close's pushes. Elsewhere a read-modify-write continues the release

@@ -237,7 +237,7 @@ impl<'gc> GcLog<'gc> {
         // window): no shading bracket either, since one that shades
         // nothing is nothing to a mark's end (a push into a young
         // collection, the common case, pays one fence, not a bracket's
-        // read-modify-write and fence besides).
+        // opening besides).
         std::sync::atomic::fence(Ordering::SeqCst);
         if self.owner.load(Ordering::Relaxed) == 0 && !mc.window {
             return;

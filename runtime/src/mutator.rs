@@ -1006,9 +1006,10 @@ pub struct Mutation<'gc> {
     /// first wait for every call of its start's window, which is listed
     /// (`Handshake::confirm_window`) and whose shades are therefore all
     /// done before the first look: no bracket needed. A bracket's opening
-    /// is a sequentially consistent fence, which made the shades of fresh
-    /// objects in window calls a tenth of binary-trees' time at three
-    /// threads.)
+    /// was a locked increment and a sequentially consistent fence, which
+    /// made the shades of fresh objects in window calls a tenth of
+    /// binary-trees' time at three threads; it is a store and a compiler
+    /// fence where `membarrier` is there, `Slot::begin_shading`.)
     brackets: bool,
     /// The remember epoch as this call began (`u64::MAX` without
     /// generations): a `GcLog` whose `logged` equals it needs no record.

@@ -2,6 +2,8 @@
 // without tracing it: an impl outside the crate that overrode it could
 // hide the pointer it holds from the barrier. The argument's type cannot
 // be named outside the crate (its module is private), so no impl can.
+// (This checks the one path there is to it; a public re-export of the
+// token would need a case of its own.)
 use loam_runtime::{CellValue, Gc, Trace, Tracer};
 
 #[derive(Clone, Copy)]

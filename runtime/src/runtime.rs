@@ -506,13 +506,19 @@ impl Shared {
     ///
     /// # Why relaxed is enough
     /// The pace goal is a threshold: a mutator that reads it late paces a
-    /// little longer. `live_seen` and `live_counting` change only with the
-    /// world stopped, and every report of a mark comes before the stop
-    /// that begins the next one (GC threads before `mark::parallel`
-    /// returns, assists inside a `mutate` call, which that stop waits
-    /// for), so no report counts towards another cycle's mark. A report
-    /// that lands after its cycle ended raises the pace goal to at most
-    /// what the cycle's end set it to, or to what its mark found live.
+    /// little longer. In a stopped cycle `live_seen` and `live_counting`
+    /// change only with the world stopped, and every report of a mark
+    /// comes before the stop that begins the next one (GC threads before
+    /// `mark::parallel` returns, assists inside a `mutate` call, which
+    /// that stop waits for), so no report counts towards another cycle's
+    /// mark. A ragged start sets them with the mutators running
+    /// (`cycle/ragged.rs`): an assist of the last mark whose report comes
+    /// after it left that mark's count, in a call still running at the
+    /// start, may count towards the new mark, at most one assist's
+    /// marking, and raise the pace goal (and lower the assists' ratio,
+    /// `retune_assists`) by that much at most. A report that lands after
+    /// its cycle ended raises the pace goal to at most what the cycle's
+    /// end set it to, or to what its mark found live.
     pub(crate) fn saw_live(&self, bytes: usize) {
         if bytes == 0 || !self.live_counting.load(Ordering::Relaxed) {
             return;

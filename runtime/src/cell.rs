@@ -382,7 +382,11 @@ impl<'gc, T: CellValue + Trace + 'gc> GcCell<'gc, T> {
         // From before the read of the old value until it is shaded.
         let _bracket = T::NEEDS_TRACE.then(|| mc.shading());
         let old = self.value.swap(value);
-        mc.barrier_store(self.addr(), &old, &value);
+        match (old.__edge(sealed::Token(())), value.__edge(sealed::Token(()))) {
+            // Pointers: their objects, without a trace (as `set_marking`).
+            (Some(o), Some(n)) => mc.barrier_store_edges(self.addr(), o, n),
+            _ => mc.barrier_store(self.addr(), &old, &value),
+        }
         old
     }
 

@@ -33,6 +33,19 @@ pub(crate) enum Bitmap {
     Seal,
 }
 
+impl Bitmap {
+    /// The first word of this bitmap for the page whose first slice is
+    /// `s` in segment `seg`.
+    #[inline]
+    fn words(self, seg: *mut Segment, s: usize) -> *const AtomicU64 {
+        match self {
+            Bitmap::Mark => Segment::mark_words(seg, s),
+            Bitmap::Allocated => Segment::alloc_words(seg, s),
+            Bitmap::Seal => Segment::seal_words(seg, s),
+        }
+    }
+}
+
 /// A live page of the heap: `capacity()` blocks of `block_size()` bytes from
 /// `start()`, owned by one thread heap, with a side bitmap of one mark bit
 /// per block.
@@ -159,11 +172,8 @@ impl<'a> PageRef<'a> {
         // block was handed out, which the caller's hold is ordered after).
         // SAFETY: as just said; the page stays live with the block.
         let page = unsafe { PageRef::of(((seg as usize) + (first << SLICE_SHIFT)) as *const u8) };
-        if (p as usize) < page.start() as usize {
-            return None; // a huge page's offset, before its block
-        }
-        let i = page.block_index(p);
-        (i < page.capacity()).then_some((page, i))
+        // `None` also for a huge page's offset, before its block.
+        page.index_of(p).map(|i| (page, i))
     }
 
     #[inline]
@@ -271,11 +281,7 @@ impl<'a> PageRef<'a> {
     #[inline]
     pub(crate) fn bitmap(&self, which: Bitmap) -> &'a [AtomicU64] {
         let (seg, i, words) = self.bitmap_place();
-        let base = match which {
-            Bitmap::Mark => Segment::mark_words(seg, i),
-            Bitmap::Allocated => Segment::alloc_words(seg, i),
-            Bitmap::Seal => Segment::seal_words(seg, i),
-        };
+        let base = which.words(seg, i);
         // SAFETY: the bitmaps of slice `i` lie in the segment header, are
         // `MARK_BYTES_PER_SLICE` bytes of atomics each (zero-initialized by
         // mmap), and cover one bit per block of any page starting at slice
@@ -317,17 +323,15 @@ impl<'a> PageRef<'a> {
         );
         debug_assert!(i < self.capacity(), "heap: block index {i} out of range");
         let (seg, s) = self.first_slice();
-        let base = match which {
-            Bitmap::Mark => Segment::mark_words(seg, s),
-            Bitmap::Allocated => Segment::alloc_words(seg, s),
-            Bitmap::Seal => Segment::seal_words(seg, s),
-        };
-        // SAFETY: slice `s`'s bitmaps lie in the segment header,
+        let base = which.words(seg, s);
+        // Slice `s`'s bitmaps lie in the segment header,
         // `MARK_BYTES_PER_SLICE` bytes of atomics each (as in `bitmap`),
         // and word `i / 64` is within them (just checked); the segment
         // stays mapped while the page is live, which it is for `'a`
         // (`PageRef`).
-        (unsafe { &*base.add(i / 64) }, 1u64 << (i % 64))
+        // SAFETY: as just said.
+        let word = unsafe { &*base.add(i / 64) };
+        (word, 1u64 << (i % 64))
     }
 
     /// Whether block `i` holds a young collector object: its allocated bit
@@ -351,12 +355,9 @@ impl<'a> PageRef<'a> {
     /// ```
     #[inline]
     pub fn is_allocated_unmarked(&self, i: usize) -> bool {
-        let (allocated, bit) = self.bit(Bitmap::Allocated, i);
-        // The mark word sits at a fixed distance from the allocated one
-        // (same slice, same word): `bit` again finds it without a second
-        // walk once inlined.
-        let (mark, _) = self.bit(Bitmap::Mark, i);
-        allocated.load(Ordering::Acquire) & bit != 0 && mark.load(Ordering::Acquire) & bit == 0
+        // Once inlined, the two look-ups share their arithmetic: the
+        // bitmaps sit at fixed distances in the same slice's header.
+        self.is_allocated(i) && !self.is_marked(i)
     }
 
     #[inline]
@@ -398,7 +399,8 @@ impl<'a> PageRef<'a> {
     /// Whether block `i`'s allocated bit is set.
     #[inline]
     pub fn is_allocated(&self, i: usize) -> bool {
-        self.allocated_word(i / 64) & (1u64 << (i % 64)) != 0
+        let (word, bit) = self.bit(Bitmap::Allocated, i);
+        word.load(Ordering::Acquire) & bit != 0
     }
 
     /// The page's flag bits (zero when the page was set up, and when a page

@@ -623,13 +623,27 @@ impl<'gc> Mutation<'gc> {
     /// `GlobalAlloc` space, which cannot tell what holds a cell.
     #[inline(never)]
     fn shade_stored<T: Trace + ?Sized>(&self, cell: *const u8, value: &T) {
-        let shared = self.shared();
-        if self.window || !matches!(shared.space, crate::space::Space::Pages) {
+        if !self.stores_look_at_holders() {
             return self.shade(value);
         }
         let _bracket = self.shading();
         let mut young = None;
         self.each_edge(value, |e| self.shade_stored_one(cell, &mut young, e));
+    }
+
+    /// Whether a store during this call's mark may leave its value
+    /// unshaded when it lies in a young object (`shade_stored`): not in a
+    /// window call, nor in a `GlobalAlloc` space (see there).
+    #[inline]
+    fn stores_look_at_holders(&self) -> bool {
+        !self.window && matches!(self.shared().space, crate::space::Space::Pages)
+    }
+
+    /// The seal epoch past which `shade_old` leaves an overwritten object
+    /// unshaded: none in a window call (see there).
+    #[inline]
+    fn old_shade_since(&self) -> Option<loam_heap::SealEpoch> {
+        (!self.window).then(loam_heap::SealEpoch::current)
     }
 
     /// `shade_stored`'s work for object `e`, one of the stored value's, in
@@ -638,26 +652,51 @@ impl<'gc> Mutation<'gc> {
     #[inline(always)]
     fn shade_stored_one(&self, cell: *const u8, young: &mut Option<bool>, e: usize) {
         // `e` is reachable by this call, so allocated and not freed by
-        // a sweep under way (as in `shade_one`), in loam's pages.
+        // a sweep under way (as in `shade_one`), in loam's pages; the mark
+        // bit is atomic and the markers expect it set by others
+        // (`mark::shade`). The store is before the fence, the look at the
+        // holder's mark after it: a marker that marks the holder later
+        // reads the store (`GcCell::get_seq_cst`).
         // SAFETY: as just said.
+        if unsafe { self.mark_unless_young(cell, young, e, true) } {
+            self.mutator().shade_queue.push(e);
+        }
+    }
+
+    /// What `remember_one` and `shade_stored_one` share: sets `e`'s mark
+    /// bit, through the page in hand, unless it is set already or the cell
+    /// at `cell` lies in a young object of this runtime
+    /// ([`in_young_object`](Self::in_young_object), asked once: `young`
+    /// keeps the answer; after a `SeqCst` fence if `fence_first`). True if
+    /// this call set the bit: the caller hands `e` on.
+    ///
+    /// # Safety
+    /// `e` is an object in loam's pages that stays allocated, its page
+    /// live, while this runs, and setting its mark bit now is sound (the
+    /// callers say why).
+    #[inline(always)]
+    unsafe fn mark_unless_young(
+        &self,
+        cell: *const u8,
+        young: &mut Option<bool>,
+        e: usize,
+        fence_first: bool,
+    ) -> bool {
+        // SAFETY: `e`'s page is live (caller).
         let page = unsafe { loam_heap::PageRef::of(e as *const u8) };
         let i = page.block_index(e as *const u8);
+        // A marked (old) object first: the common store asks no more.
         if page.is_marked(i)
             || *young.get_or_insert_with(|| {
-                // The store is before this fence, the look at the
-                // holder's mark after it: a marker that marks the
-                // holder later reads the store (`GcCell::get_seq_cst`).
-                std::sync::atomic::fence(Ordering::SeqCst);
+                if fence_first {
+                    std::sync::atomic::fence(Ordering::SeqCst);
+                }
                 self.in_young_object(cell, page)
             })
         {
-            return;
+            return false;
         }
-        // `mark::shade_to` with the page in hand: the mark bit is atomic
-        // and the markers expect it set by others (`mark::shade`).
-        if !page.set_mark(i) {
-            self.mutator().shade_queue.push(e);
-        }
+        !page.set_mark(i)
     }
 
     /// [`barrier_store`](Self::barrier_store) of values that are one
@@ -679,19 +718,18 @@ impl<'gc> Mutation<'gc> {
     #[inline(never)]
     fn shade_edges_stored(&self, cell: *const u8, old: usize, new: usize) {
         if old != 0 {
-            let since = (!self.window).then(loam_heap::SealEpoch::current);
+            let since = self.old_shade_since();
             let _bracket = self.shading();
             self.shade_one(since, old);
         }
         if new == 0 {
             return;
         }
-        let shared = self.shared();
         let _bracket = self.shading();
-        if self.window || !matches!(shared.space, crate::space::Space::Pages) {
-            self.shade_one(None, new);
-        } else {
+        if self.stores_look_at_holders() {
             self.shade_stored_one(cell, &mut None, new);
+        } else {
+            self.shade_one(None, new);
         }
     }
 
@@ -718,8 +756,7 @@ impl<'gc> Mutation<'gc> {
     /// no one else shades what it holds ("Ragged cycles", 6).
     #[inline(never)]
     pub(crate) fn shade_old<T: Trace + ?Sized>(&self, old: &T) {
-        let since = (!self.window).then(loam_heap::SealEpoch::current);
-        self.shade_edges(old, since);
+        self.shade_edges(old, self.old_shade_since());
     }
 
     /// The generational barrier of a store of `value` between marks (5 in
@@ -781,16 +818,11 @@ impl<'gc> Mutation<'gc> {
             return;
         };
         // `e` is allocated and its page live (above); the space is
-        // loam's pages (`cell` is only kept there).
+        // loam's pages (`cell` is only kept there); a mark bit set outside
+        // the pause is sound (above). The page in hand sets the bit
+        // (`mark` would find it again).
         // SAFETY: as just said.
-        let page = unsafe { loam_heap::PageRef::of(e as *const u8) };
-        let i = page.block_index(e as *const u8);
-        if page.is_marked(i) || *young.get_or_insert_with(|| self.in_young_object(cell, page)) {
-            return;
-        }
-        // The page in hand sets the bit (`mark` would find it again);
-        // sound as above.
-        if !page.set_mark(i) {
+        if unsafe { self.mark_unless_young(cell, young, e, false) } {
             remembered().lock().push(e);
         }
     }

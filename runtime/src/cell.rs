@@ -382,11 +382,7 @@ impl<'gc, T: CellValue + Trace + 'gc> GcCell<'gc, T> {
         // From before the read of the old value until it is shaded.
         let _bracket = T::NEEDS_TRACE.then(|| mc.shading());
         let old = self.value.swap(value);
-        match (old.__edge(sealed::Token(())), value.__edge(sealed::Token(()))) {
-            // Pointers: their objects, without a trace (as `set_marking`).
-            (Some(o), Some(n)) => mc.barrier_store_edges(self.addr(), o, n),
-            _ => mc.barrier_store(self.addr(), &old, &value),
-        }
+        self.barrier_store(mc, &old, &value);
         old
     }
 
@@ -489,6 +485,17 @@ impl<'gc, T: CellValue + Trace + 'gc> GcCell<'gc, T> {
         self.set_marking(mc, value, true);
     }
 
+    /// `Mutation::barrier_store` for this cell's store of `value` over
+    /// `old`: for pointers, their objects without a trace
+    /// (`CellValue::__edge`).
+    #[inline]
+    fn barrier_store(&self, mc: &Mutation<'gc>, old: &T, value: &T) {
+        match (old.__edge(sealed::Token(())), value.__edge(sealed::Token(()))) {
+            (Some(o), Some(n)) => mc.barrier_store_edges(self.addr(), o, n),
+            _ => mc.barrier_store(self.addr(), old, value),
+        }
+    }
+
     /// A store during a concurrent mark, through the snapshot barrier: a
     /// load, then a store, as snapshot barriers do. The store that first
     /// overwrites the value of the mark's start is made by a writer whose
@@ -510,11 +517,7 @@ impl<'gc, T: CellValue + Trace + 'gc> GcCell<'gc, T> {
         let _bracket = mc.shading();
         let old = self.store_marking(mc, value);
         if own {
-            match (old.__edge(sealed::Token(())), value.__edge(sealed::Token(()))) {
-                // Pointers: their objects, without a trace.
-                (Some(o), Some(n)) => mc.barrier_store_edges(self.addr(), o, n),
-                _ => mc.barrier_store(self.addr(), &old, &value),
-            }
+            self.barrier_store(mc, &old, &value);
         } else {
             mc.barrier_store_reported_elsewhere(&old, &value);
         }

@@ -92,11 +92,11 @@ impl Registry {
     /// if it is broken.
     pub(crate) fn assert_valid(&self) {
         if self.thread_infos.len() != self.sleep.num_workers() || self.thread_infos.is_empty() {
-            eprintln!(
+            unwind::say(format_args!(
                 "pool: registry has {} workers but {} parking spots",
                 self.thread_infos.len(),
                 self.sleep.num_workers()
-            );
+            ));
             std::process::abort();
         }
         self.sleep.assert_valid();
@@ -269,10 +269,10 @@ impl Registry {
                 handler(payload);
                 std::mem::forget(abort);
             }
-            None => eprintln!(
+            None => unwind::say(format_args!(
                 "loam-threadpool: a spawned task panicked ({}); the pool continues",
                 unwind::payload_message(&payload)
-            ),
+            )),
         }
     }
 }

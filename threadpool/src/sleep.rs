@@ -192,10 +192,10 @@ impl Sleep {
     pub(crate) fn assert_valid(&self) {
         let sleepers = self.sleepers.load(Ordering::Relaxed);
         if sleepers > self.workers.len() {
-            eprintln!(
+            crate::unwind::say(format_args!(
                 "pool: sleeper count {sleepers} exceeds worker count {}",
                 self.workers.len()
-            );
+            ));
             std::process::abort();
         }
     }

@@ -162,6 +162,60 @@ fn spawn_panics_without_a_handler_are_reported_and_the_pool_continues() {
     assert_eq!(pool.install(|| 1), 1);
 }
 
+/// As above with stderr gone (its reader closed, as `prog 2>&1 | head`
+/// leaves it): the report is lost and the pool goes on. It was written
+/// with `eprintln!`, which panicked on the worker, out of the job that
+/// was to keep the pool serving. In a child process, whose stderr this
+/// test closes.
+#[test]
+fn spawn_panics_without_a_handler_and_without_stderr_leave_the_pool_serving() {
+    const CHILD: &str = "LOAM_POOL_PANICS_CHILD";
+    if std::env::var_os(CHILD).is_some() {
+        let pool = pool(1);
+        for i in 0..20 {
+            pool.spawn(move || panic!("reported nowhere {i}"));
+        }
+        let (sender, receiver) = mpsc::channel();
+        pool.spawn(move || sender.send("after").unwrap());
+        assert_eq!(receiver.recv().unwrap(), "after");
+        assert_eq!(pool.install(|| 1), 1);
+        println!("the pool served on");
+        return;
+    }
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "spawn_panics_without_a_handler_and_without_stderr_leave_the_pool_serving",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD, "1")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stderr.take());
+    let pid = child.id();
+    let (sender, receiver) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = sender.send(child.wait_with_output());
+    });
+    let Ok(out) = receiver.recv_timeout(std::time::Duration::from_secs(120)) else {
+        let _ = std::process::Command::new("kill")
+            .args(["-9", &pid.to_string()])
+            .status();
+        panic!("the child hung: a worker died reporting a panic");
+    };
+    let out = out.unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "the child failed ({}); stdout:\n{stdout}",
+        out.status
+    );
+    assert!(stdout.contains("the pool served on"), "stdout:\n{stdout}");
+}
+
 #[test]
 fn panics_in_inline_and_boxed_spawned_closures_are_caught() {
     let pool = pool(2);

@@ -70,12 +70,37 @@ pub(crate) fn is_coordinator_of(id: u16) -> bool {
     COORDINATOR_OF.with(|c| c.get() == id)
 }
 
+/// Writes one line on stderr, and goes on if stderr is gone. Not
+/// `eprintln!`, which panics when it cannot write (a closed pipe: `prog
+/// 2>&1 | head`): on the collector's own threads that panic took the
+/// collector down, and the mutators then waited for ever for a cycle
+/// (`LOAM_GCTRACE=1` piped into `head`).
+pub(crate) fn say(line: std::fmt::Arguments<'_>) {
+    let _ = writeln!(std::io::stderr(), "{line}");
+}
+
 /// Aborts with a `loam:` message: the collector found the heap inconsistent.
 #[cold]
 pub(crate) fn fatal(msg: &str) -> ! {
-    // Not `eprintln!`, which panics when stderr is gone.
-    let _ = writeln!(std::io::stderr(), "loam: {msg}");
+    say(format_args!("loam: {msg}"));
     std::process::abort()
+}
+
+/// Runs `body`, the whole work of the collector's thread `thread`; stops
+/// the process if it panics. User code the collector runs is contained
+/// where it runs (`panics.rs`), so a panic that gets this far comes from
+/// the collector itself, whose state (a cycle's phase, the world stopped,
+/// marks half set) nothing can then vouch for. Without this the thread
+/// ended quietly, and every mutator that waits for a cycle, paced or in
+/// `collect`, waited for ever.
+fn or_stop(thread: &str, body: impl FnOnce()) {
+    if let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)) {
+        let msg = crate::panics::dispose(payload);
+        fatal(&format!(
+            "the collector's thread {thread} panicked ({msg}); stopping the process: \
+             its mutators would wait for ever for a cycle"
+        ));
+    }
 }
 
 /// Starts the coordinator thread (which owns the GC threads).
@@ -100,9 +125,11 @@ pub(crate) fn start(shared: Arc<Shared>) -> JoinHandle<()> {
             .name(format!("loam-finalizer-{id}"))
             .spawn(move || {
                 FINALIZER_OF.with(|c| c.set(id));
-                // SAFETY: the sweep queues only this runtime's dead objects,
-                // found by complete marks, held as page runs.
-                unsafe { shared.finalizer.run(id, shared.config.verify, &shared.space) };
+                or_stop(&format!("loam-finalizer-{id}"), || {
+                    // SAFETY: the sweep queues only this runtime's dead
+                    // objects, found by complete marks, held as page runs.
+                    unsafe { shared.finalizer.run(id, shared.config.verify, &shared.space) }
+                });
             })
             .expect("loam: could not start the finalizer thread")
     };
@@ -113,7 +140,7 @@ pub(crate) fn start(shared: Arc<Shared>) -> JoinHandle<()> {
             // It looks at the calls it waits for now and then (the gate's
             // clock): out of a program wait's look for a stall.
             let aside = crate::thread_state::aside();
-            coordinator(&shared, &pool);
+            or_stop(&format!("loam-gc-{id}"), || coordinator(&shared, &pool));
             drop(aside);
             // The last cycle has swept: the finalizer runs what is left.
             shared.finalizer.close();
@@ -173,6 +200,10 @@ fn coordinator(shared: &Shared, pool: &ThreadPool) {
         if let Some(prev) = prev_start.replace(start) {
             hold_freed_memory(start - prev);
         }
+        #[cfg(all(test, not(loom), unix))]
+        if tests::PANIC_IN_NEXT_CYCLE.swap(false, Ordering::Relaxed) {
+            panic!("a test's panic in the collector");
+        }
         let event = cycle(shared, pool, forced || last, &mut gen, &mut snap);
         {
             // Swept: a call that waits for this ragged cycle at the heap
@@ -188,11 +219,10 @@ fn coordinator(shared: &Shared, pool: &ThreadPool) {
         if let Some(hook) = &shared.hook {
             if let Err(msg) = crate::panics::contain(|| hook(&event)) {
                 shared.stats.lock().user_panics += 1;
-                let _ = writeln!(
-                    std::io::stderr(),
+                say(format_args!(
                     "loam: cycle {}: the on_cycle hook panicked (the collector goes on): {msg}",
                     event.cycle
-                );
+                ));
             }
         }
         let mut c = shared.control.lock();
@@ -236,3 +266,68 @@ fn hold_freed_memory(interval: Duration) {
     loam_heap::hold_freed_memory((interval * 2).min(Duration::from_secs(1)));
 }
 
+
+#[cfg(all(test, not(loom), unix))]
+mod tests {
+    use super::*;
+    use std::os::unix::process::ExitStatusExt;
+    use std::process::{Command, Stdio};
+    use std::sync::atomic::AtomicBool;
+    use std::sync::mpsc::channel;
+
+    /// Makes the next coordinator to begin a cycle panic there, as a bug
+    /// of the collector's would. Set only in a child process of its own:
+    /// every runtime of the process would meet it.
+    pub(super) static PANIC_IN_NEXT_CYCLE: AtomicBool = AtomicBool::new(false);
+
+    const CHILD: &str = "LOAM_COLLECTOR_PANIC_CHILD";
+
+    /// A panic of the collector's own (not of user code it runs) stops
+    /// the process with a message naming the thread and the panic. Before,
+    /// the coordinator ended quietly and the `collect` below waited for
+    /// ever.
+    #[test]
+    fn a_panic_of_the_collector_stops_the_process_with_a_message() {
+        if std::env::var_os(CHILD).is_some() {
+            let rt = crate::Runtime::builder().gc_threads(1).ignore_env().build();
+            let mut m = rt.attach();
+            m.mutate(|mc| {
+                mc.alloc(1_u64);
+            });
+            PANIC_IN_NEXT_CYCLE.store(true, Ordering::Relaxed);
+            m.collect();
+            unreachable!("collect returned after its cycle panicked");
+        }
+        let child = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "collector::tests::a_panic_of_the_collector_stops_the_process_with_a_message",
+                "--exact",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(CHILD, "1")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        let (tx, rx) = channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(child.wait_with_output());
+        });
+        let Ok(out) = rx.recv_timeout(Duration::from_secs(120)) else {
+            // SAFETY: `kill` takes no pointers; the child has not been
+            // waited for (its waiter is still waiting), so `pid` is its.
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+            panic!("the child hung: the collector's panic left its mutator waiting");
+        };
+        let out = out.unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.signal(), Some(libc::SIGABRT), "stderr:\n{stderr}");
+        assert!(
+            stderr.contains("loam: the collector's thread loam-gc-")
+                && stderr.contains("panicked (a test's panic in the collector)"),
+            "stderr:\n{stderr}"
+        );
+    }
+}

@@ -1185,7 +1185,7 @@ impl<'a> Cycle<'a> {
             event
         };
         if shared.config.trace {
-            eprintln!("{event}");
+            crate::collector::say(format_args!("{event}"));
         }
         event
     }

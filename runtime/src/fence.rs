@@ -132,8 +132,7 @@ mod real {
             // It cannot fail once registered; if it ever did, no hot side
             // could be trusted: stop the process rather than race.
             if r != 0 {
-                eprintln!("loam: membarrier failed after registration");
-                std::process::abort();
+                crate::collector::fatal("membarrier failed after registration");
             }
         }
     }

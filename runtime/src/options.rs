@@ -113,7 +113,7 @@ fn flag(name: &str, value: &str) -> Option<bool> {
 }
 
 fn warn(name: &str, value: &str, expected: &str) {
-    eprintln!("loam: ignoring {name}={value:?}: {expected}");
+    crate::collector::say(format_args!("loam: ignoring {name}={value:?}: {expected}"));
 }
 
 impl Config {
@@ -157,10 +157,10 @@ impl Config {
     pub(crate) fn cap_gc_threads(&mut self) {
         let max = max_gc_threads();
         if self.gc_threads > max {
-            eprintln!(
+            crate::collector::say(format_args!(
                 "loam: {} GC threads asked for; using {max} ({MAX_GC_THREADS_PER_CPU} per CPU at most)",
                 self.gc_threads
-            );
+            ));
             self.gc_threads = max;
         }
     }

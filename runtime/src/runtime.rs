@@ -1397,11 +1397,11 @@ impl RuntimeBuilder {
         config.cap_gc_threads();
         if let Some(limit) = config.heap_limit {
             if limit < config.min_heap && config.gc_percent != u32::MAX {
-                eprintln!(
+                crate::collector::say(format_args!(
                     "loam: the heap limit ({limit} bytes) is below the minimum heap ({} bytes): \
                      cycles start before the minimum heap, halfway from the live size to the limit",
                     config.min_heap
-                );
+                ));
             }
         }
         let id = take_id();

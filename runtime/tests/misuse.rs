@@ -729,3 +729,66 @@ fn a_retry_after_freeing_succeeds_even_after_a_read_only_call() {
         },
     );
 }
+
+/// `LOAM_GCTRACE` into a pipe its reader has closed (`prog 2>&1 | head`):
+/// the trace's lines are lost and the program runs to its end. The trace
+/// was written with `eprintln!`, which panics when it cannot write: the
+/// collector's thread ended there, and the program's next wait for a
+/// cycle (a `collect`, or pacing) never returned.
+#[test]
+fn a_gc_trace_into_a_closed_pipe_does_not_stop_the_collector() {
+    const CYCLES: u64 = 300;
+    if std::env::var_os("LOAM_MISUSE_CHILD").is_some() {
+        let rt = rt().gc_trace(true).build();
+        let mut m = rt.attach();
+        for i in 0..CYCLES {
+            m.mutate(|mc| {
+                mc.alloc(i);
+            });
+            // Each writes a line: past the first few the reader is gone
+            // (and past 64 KiB they could not fit in the pipe anyway).
+            m.collect();
+        }
+        assert!(rt.stats().cycles >= CYCLES);
+        println!("all {CYCLES} cycles ran");
+        return;
+    }
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "a_gc_trace_into_a_closed_pipe_does_not_stop_the_collector",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("LOAM_MISUSE_CHILD", "1")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The reader of the child's stderr goes away at once.
+    drop(child.stderr.take());
+    let pid = child.id();
+    let (tx, rx) = channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    let out = match rx.recv_timeout(WATCHDOG) {
+        Ok(out) => out.unwrap(),
+        Err(_) => {
+            // SAFETY: `kill` takes no pointers; the child has not been
+            // waited for (its waiter is still waiting), so `pid` is its.
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+            panic!("deadlock: the child's cycles stopped once its stderr was gone");
+        }
+    };
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "the child failed ({}); stdout:\n{stdout}",
+        out.status
+    );
+    assert!(
+        stdout.contains(&format!("all {CYCLES} cycles ran")),
+        "stdout:\n{stdout}"
+    );
+}

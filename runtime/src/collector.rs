@@ -86,6 +86,26 @@ pub(crate) fn fatal(msg: &str) -> ! {
     std::process::abort()
 }
 
+/// Stops the process if dropped while its thread unwinds: held across a
+/// stretch of the collector's work that others wait on without a way out,
+/// where a panic (a bug of the collector's: user code is contained where
+/// it runs) would otherwise leave them waiting, or spinning, for ever. A
+/// GC thread counted in a mark's `active` that panics leaves the others
+/// in `mark::idle` until the count falls to zero, which it never does, and
+/// the coordinator in the broadcast, so `or_stop` never hears of it.
+pub(crate) struct StopIfUnwinding(pub(crate) &'static str);
+
+impl Drop for StopIfUnwinding {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            fatal(&format!(
+                "{} panicked; stopping the process: the collector would wait for it for ever",
+                self.0
+            ));
+        }
+    }
+}
+
 /// Runs `body`, the whole work of the collector's thread `thread`; stops
 /// the process if it panics. User code the collector runs is contained
 /// where it runs (`panics.rs`), so a panic that gets this far comes from
@@ -268,7 +288,7 @@ fn hold_freed_memory(interval: Duration) {
 
 
 #[cfg(all(test, not(loom), unix))]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use std::os::unix::process::ExitStatusExt;
     use std::process::{Command, Stdio};
@@ -279,8 +299,32 @@ mod tests {
     /// of the collector's would. Set only in a child process of its own:
     /// every runtime of the process would meet it.
     pub(super) static PANIC_IN_NEXT_CYCLE: AtomicBool = AtomicBool::new(false);
+    /// Makes the next GC thread to begin marking panic there (as above).
+    pub(crate) static PANIC_IN_NEXT_MARK: AtomicBool = AtomicBool::new(false);
 
     const CHILD: &str = "LOAM_COLLECTOR_PANIC_CHILD";
+
+    /// In a child process (this test binary, running test `name` alone
+    /// with `CHILD` set): a runtime with two GC threads whose next forced
+    /// cycle meets `flag`.
+    fn child_collects_after(flag: &AtomicBool) {
+        let rt = crate::Runtime::builder()
+            .gc_threads(2)
+            .concurrent_gc_threads(2)
+            .ignore_env()
+            .build();
+        let mut m = rt.attach();
+        type Kept = dyn for<'gc> crate::Rootable<'gc, Root = [crate::Gc<'gc, u64>]>;
+        let _keep: crate::Root<Kept> =
+            m.mutate(|mc| mc.root(mc.alloc_from_iter((0..1_000_000_u64).map(|i| mc.alloc(i)))));
+        flag.store(true, Ordering::Relaxed);
+        // A forced cycle's last try at its mark's end traces to the end
+        // with every GC thread and no deadline.
+        for _ in 0..10 {
+            m.collect();
+        }
+        unreachable!("ten cycles ran, the flag's panic in none of them stopped the process");
+    }
 
     /// A panic of the collector's own (not of user code it runs) stops
     /// the process with a message naming the thread and the panic. Before,
@@ -289,22 +333,37 @@ mod tests {
     #[test]
     fn a_panic_of_the_collector_stops_the_process_with_a_message() {
         if std::env::var_os(CHILD).is_some() {
-            let rt = crate::Runtime::builder().gc_threads(1).ignore_env().build();
-            let mut m = rt.attach();
-            m.mutate(|mc| {
-                mc.alloc(1_u64);
-            });
-            PANIC_IN_NEXT_CYCLE.store(true, Ordering::Relaxed);
-            m.collect();
-            unreachable!("collect returned after its cycle panicked");
+            child_collects_after(&PANIC_IN_NEXT_CYCLE);
         }
+        let stderr = child_stops("collector::tests::a_panic_of_the_collector_stops_the_process_with_a_message");
+        assert!(
+            stderr.contains("loam: the collector's thread loam-gc-")
+                && stderr.contains("panicked (a test's panic in the collector)"),
+            "stderr:\n{stderr}"
+        );
+    }
+
+    /// The same on a GC thread in a mark: the others waited in `mark::idle`
+    /// for its count to fall, spinning for ever, and the coordinator in
+    /// the broadcast, so the panic never reached `or_stop`.
+    #[test]
+    fn a_panic_in_a_gc_threads_mark_stops_the_process_with_a_message() {
+        if std::env::var_os(CHILD).is_some() {
+            child_collects_after(&PANIC_IN_NEXT_MARK);
+        }
+        let stderr = child_stops("collector::tests::a_panic_in_a_gc_threads_mark_stops_the_process_with_a_message");
+        assert!(
+            stderr.contains("loam: a GC thread's mark panicked") && stderr.contains("a test's panic in a GC thread's mark"),
+            "stderr:\n{stderr}"
+        );
+    }
+
+    /// Runs test `name` of this binary in a child process with `CHILD`
+    /// set, and returns its stderr once it has stopped on `SIGABRT`; fails
+    /// if it ends otherwise, or is still running after two minutes.
+    fn child_stops(name: &str) -> String {
         let child = Command::new(std::env::current_exe().unwrap())
-            .args([
-                "collector::tests::a_panic_of_the_collector_stops_the_process_with_a_message",
-                "--exact",
-                "--nocapture",
-                "--test-threads=1",
-            ])
+            .args([name, "--exact", "--nocapture", "--test-threads=1"])
             .env(CHILD, "1")
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -322,12 +381,8 @@ mod tests {
             panic!("the child hung: the collector's panic left its mutator waiting");
         };
         let out = out.unwrap();
-        let stderr = String::from_utf8_lossy(&out.stderr);
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
         assert_eq!(out.status.signal(), Some(libc::SIGABRT), "stderr:\n{stderr}");
-        assert!(
-            stderr.contains("loam: the collector's thread loam-gc-")
-                && stderr.contains("panicked (a test's panic in the collector)"),
-            "stderr:\n{stderr}"
-        );
+        stderr
     }
 }

@@ -108,15 +108,7 @@ impl Finalizer {
         // `panics::contain`); a panic of ours here would leave `running`
         // up and every `wait_for_drops` and the runtime's drop waiting for
         // ever, so it ends the process with a message instead.
-        struct AbortOnUnwind;
-        impl Drop for AbortOnUnwind {
-            fn drop(&mut self) {
-                if std::thread::panicking() {
-                    crate::collector::fatal("the finalizer thread panicked");
-                }
-            }
-        }
-        let _abort = AbortOnUnwind;
+        let _abort = crate::collector::StopIfUnwinding("the finalizer thread");
         let mut batch = FreeBatch::new();
         let mut run: Vec<NonNull<u8>> = Vec::new();
         loop {

@@ -551,6 +551,9 @@ pub(crate) unsafe fn assist(
             Err(now) => a = now,
         }
     }
+    // Counted in `active` until 3: the GC threads wait for the count to
+    // fall (`idle`). (A user's `Trace` panic is contained in `scan`.)
+    let unwinding = crate::collector::StopIfUnwinding("a mutator's mark assist");
     // 2. Steal and trace.
     let local = Worker::new_lifo();
     let mut tracer = Tracer::new();
@@ -578,6 +581,7 @@ pub(crate) unsafe fn assist(
     share.assisted_bytes.fetch_add(out.bytes, Ordering::Relaxed);
     share.assisted_objects.fetch_add(out.objects, Ordering::Relaxed);
     share.active.fetch_sub(1, Ordering::SeqCst);
+    drop(unwinding);
     out
 }
 
@@ -777,6 +781,18 @@ pub(crate) unsafe fn parallel(
         let me = ctx.index();
         if me >= n {
             return Marked::default();
+        }
+        // Counted in `active` from the start: the others wait for the
+        // count to fall (`idle`).
+        let _unwinding = crate::collector::StopIfUnwinding("a GC thread's mark");
+        // A test's panic where another GC thread would wait for this one:
+        // two or more of them, and no deadline to stop their wait.
+        #[cfg(all(test, not(loom), unix))]
+        if n >= 2
+            && limits.deadline.is_none()
+            && crate::collector::tests::PANIC_IN_NEXT_MARK.swap(false, Ordering::Relaxed)
+        {
+            panic!("a test's panic in a GC thread's mark");
         }
         let local = slots[me].lock().take().expect("one worker per GC thread");
         let mut tracer = Tracer::new();

@@ -233,6 +233,12 @@ fn coordinator(shared: &Shared, pool: &ThreadPool) {
             c.ragged_epoch = 0;
             shared.control_cv.notify_all();
         }
+        // Here, with no lock held: stderr may block (a pipe nobody reads),
+        // and the cycle lock held meanwhile would stop every runtime's
+        // cycles, not only this one's.
+        if shared.config.trace {
+            say(format_args!("{event}"));
+        }
         // After the cycle released the cycle lock, before it counts as
         // complete (so that whoever waited for it sees its event): a hook
         // may collect another runtime, or panic, without stopping this one.

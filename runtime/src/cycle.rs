@@ -1184,9 +1184,8 @@ impl<'a> Cycle<'a> {
             stats.last = Some(event.clone());
             event
         };
-        if shared.config.trace {
-            crate::collector::say(format_args!("{event}"));
-        }
+        // The trace line is written by the coordinator once this cycle
+        // has let go of the cycle lock (`collector.rs`).
         event
     }
 }

@@ -30,7 +30,7 @@
 
 use crate::gc::TypeDesc;
 use loam_heap::{FreeBatch, HeldRun};
-use parking_lot::{Condvar, Mutex};
+use parking_lot::{Condvar, Mutex, MutexGuard};
 use std::collections::VecDeque;
 use crate::panics::PanicLog;
 use std::ptr::NonNull;
@@ -122,10 +122,8 @@ impl Finalizer {
                     if s.closed {
                         break None;
                     }
-                    // Idle: the runs sent so far go to their owners now,
-                    // and what panicked is told.
-                    batch.flush();
-                    self.report();
+                    // Idle: the end of the last page flushed the batch
+                    // and told what panicked (below).
                     self.changed.notify_all();
                     self.changed.wait(&mut s);
                 }
@@ -155,10 +153,21 @@ impl Finalizer {
                 run.clear();
             }
             let mut s = self.state.lock();
+            if s.queue.is_empty() {
+                // Idle next, most likely: the runs sent so far go to their
+                // owners now, and what panicked is told. Outside the lock,
+                // which the coordinator takes to submit while it holds the
+                // process-wide cycle lock: stderr may block (a pipe nobody
+                // reads). Before `running` falls, so that a wait for the
+                // drops finds both done. Work queued meanwhile is taken
+                // next, and this is done again at its end.
+                MutexGuard::unlocked(&mut s, || {
+                    batch.flush();
+                    self.report();
+                });
+            }
             s.running -= 1;
             if s.queue.is_empty() && s.running == 0 {
-                batch.flush();
-                self.report();
                 self.changed.notify_all();
             }
         }

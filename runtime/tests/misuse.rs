@@ -792,3 +792,96 @@ fn a_gc_trace_into_a_closed_pipe_does_not_stop_the_collector() {
         "stdout:\n{stdout}"
     );
 }
+
+/// One runtime's `LOAM_GCTRACE` into a pipe nobody reads stops that
+/// runtime's collector once the pipe is full, as any program's writes
+/// would block there, but not another runtime's. The line was written
+/// inside the cycle, holding the process-wide cycle lock, so every
+/// runtime's next cycle waited on it.
+#[test]
+fn a_gc_trace_into_a_full_pipe_holds_up_no_other_runtime() {
+    use std::io::BufRead;
+    const CHILD: &str = "LOAM_MISUSE_FULL_PIPE_CHILD";
+    if std::env::var_os(CHILD).is_some() {
+        let traced = Runtime::builder()
+            .gc_threads(1)
+            .ignore_env()
+            .gc_trace(true)
+            .build();
+        let traced_cycles = Arc::new(AtomicUsize::new(0));
+        let counted = traced_cycles.clone();
+        std::thread::spawn(move || {
+            let mut m = traced.attach();
+            loop {
+                m.mutate(|mc| {
+                    mc.alloc(1_u64);
+                });
+                m.collect();
+                counted.fetch_add(1, Ordering::Relaxed);
+            }
+        });
+        let other = Runtime::builder().gc_threads(1).ignore_env().build();
+        let mut m = other.attach();
+        // About 300 bytes a trace line: a 64 KiB pipe takes some two
+        // hundred. Cycles of the other runtime until the traced one has
+        // run no cycle during the last 500 of them (its write blocked),
+        // past its first 100.
+        let (mut last, mut still) = (0, 0);
+        for i in 0..1_000_000_u64 {
+            m.mutate(|mc| {
+                mc.alloc(i);
+            });
+            m.collect();
+            let now = traced_cycles.load(Ordering::Relaxed);
+            still = if now == last { still + 1 } else { 0 };
+            last = now;
+            if now >= 100 && still >= 500 {
+                println!("the other runtime ran its cycles");
+                std::process::exit(0);
+            }
+        }
+        println!("the traced runtime's write never blocked ({last} cycles)");
+        std::process::exit(2);
+    }
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "a_gc_trace_into_a_full_pipe_holds_up_no_other_runtime",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD, "1")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Kept open and never read.
+    let _stderr = child.stderr.take();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = channel();
+    std::thread::spawn(move || {
+        let mut seen = String::new();
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if line.contains("the other runtime ran its cycles") {
+                let _ = tx.send(Ok(()));
+                return;
+            }
+            seen.push_str(&line);
+            seen.push('\n');
+        }
+        let _ = tx.send(Err(seen));
+    });
+    let ran = rx.recv_timeout(WATCHDOG);
+    // SAFETY: `kill` takes no pointers; the child is not waited for yet,
+    // so `pid` is still its (it may have exited: then this does nothing).
+    unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+    let _ = child.wait();
+    match ran {
+        Ok(Ok(())) => {}
+        Ok(Err(stdout)) => panic!("the child ended before it could tell:\n{stdout}"),
+        Err(_) => panic!(
+            "deadlock: the other runtime's cycles stopped behind the traced one's blocked write"
+        ),
+    }
+}

@@ -269,10 +269,13 @@ impl Registry {
                 handler(payload);
                 std::mem::forget(abort);
             }
-            None => unwind::say(format_args!(
-                "loam-threadpool: a spawned task panicked ({}); the pool continues",
-                unwind::payload_message(&payload)
-            )),
+            None => {
+                unwind::say(format_args!(
+                    "loam-threadpool: a spawned task panicked ({}); the pool continues",
+                    unwind::payload_message(&payload)
+                ));
+                unwind::drop_payload(payload);
+            }
         }
     }
 }

@@ -181,7 +181,7 @@ impl<'scope> Scope<'scope> {
         {
             // SAFETY: `boxed` came from `Box::into_raw` just above and was not
             // published.
-            drop(unsafe { Box::from_raw(boxed) });
+            unwind::drop_payload(*unsafe { Box::from_raw(boxed) });
         }
     }
 

@@ -20,6 +20,18 @@ where
     panic::catch_unwind(AssertUnwindSafe(f))
 }
 
+/// Drops a caught panic's payload without unwinding: if its destructor
+/// panics in turn (a `panic_any` payload with a `Drop` that panics), that
+/// second payload is leaked, not dropped, since it could panic again. The
+/// pool drops the payloads it does not pass on where an unwind would
+/// strand a latch (a scope's owner waiting for ever), kill a worker, or
+/// free a frame that other workers still point into.
+pub(crate) fn drop_payload(payload: Payload) {
+    if let Err(again) = panic::catch_unwind(AssertUnwindSafe(move || drop(payload))) {
+        std::mem::forget(again);
+    }
+}
+
 /// Re-raises a caught panic on the current thread.
 pub(crate) fn resume_unwinding(payload: Payload) -> ! {
     panic::resume_unwind(payload)

@@ -216,6 +216,72 @@ fn spawn_panics_without_a_handler_and_without_stderr_leave_the_pool_serving() {
     assert!(stdout.contains("the pool served on"), "stdout:\n{stdout}");
 }
 
+/// A panic payload whose destructor panics too (`panic_any` takes any
+/// type).
+struct Bomb;
+
+impl Drop for Bomb {
+    fn drop(&mut self) {
+        panic!("a payload whose destructor panics");
+    }
+}
+
+/// Runs `f` on a thread of its own; fails if it has not returned within
+/// two minutes (a hang) or panicked.
+fn within(what: &str, f: impl FnOnce() + Send + 'static) {
+    let (sender, receiver) = mpsc::channel();
+    std::thread::spawn(move || {
+        f();
+        let _ = sender.send(());
+    });
+    match receiver.recv_timeout(std::time::Duration::from_secs(120)) {
+        Ok(()) => {}
+        Err(mpsc::RecvTimeoutError::Timeout) => panic!("{what} hung"),
+        Err(mpsc::RecvTimeoutError::Disconnected) => panic!("{what} panicked"),
+    }
+}
+
+/// Three panics in a scope, each payload a `Bomb`: one reaches the caller,
+/// and the two the scope drops do not unwind out of the pool. The loser's
+/// drop panicked inside `record_panic`: in a task, out of the job before
+/// the scope's latch fell (the owner waited for ever); in the owner,
+/// out of the frame the tasks still pointed into.
+#[test]
+fn scope_panics_whose_payloads_panic_when_dropped_leave_the_pool_serving() {
+    within("a scope whose panics' payloads panic when dropped", || {
+        let pool = pool(2);
+        for _ in 0..20 {
+            let r = panic::catch_unwind(AssertUnwindSafe(|| {
+                pool.scope(|s| {
+                    s.spawn(|_| panic::panic_any(Bomb));
+                    s.spawn(|_| panic::panic_any(Bomb));
+                    panic::panic_any(Bomb);
+                })
+            }));
+            let payload = r.expect_err("the scope's panic reaches its caller");
+            assert!(payload.is::<Bomb>());
+            // Not dropped here: it would panic in this test.
+            std::mem::forget(payload);
+        }
+        assert_eq!(pool.install(|| 7), 7);
+    });
+}
+
+/// A spawned task's `Bomb` without a handler: reported, dropped without
+/// an unwind, and the one worker goes on. Its drop panicked out of the
+/// job and ended the worker.
+#[test]
+fn a_spawned_panic_whose_payload_panics_when_dropped_leaves_the_worker_serving() {
+    within("a spawned panic whose payload panics when dropped", || {
+        let pool = pool(1);
+        pool.spawn(|| panic::panic_any(Bomb));
+        let (sender, receiver) = mpsc::channel();
+        pool.spawn(move || sender.send("after").unwrap());
+        assert_eq!(receiver.recv().unwrap(), "after");
+        assert_eq!(pool.install(|| 1), 1);
+    });
+}
+
 #[test]
 fn panics_in_inline_and_boxed_spawned_closures_are_caught() {
     let pool = pool(2);

@@ -1340,7 +1340,12 @@ impl RuntimeBuilder {
     }
 
     /// Calls `hook` on a GC thread after each cycle's sweep. It must not
-    /// block for long or touch this runtime's heap.
+    /// block for long or touch this runtime's heap. Nor may it wait for
+    /// anything a `mutate` call of this runtime may hold (a lock taken
+    /// inside a call, a channel a call fills): the runtime's next cycle
+    /// waits for the hook, and a call at the heap limit, or one that
+    /// pacing holds, waits for that cycle, so the two would wait for each
+    /// other for ever. Hand such work to a thread of your own.
     pub fn on_cycle(mut self, hook: impl Fn(&CycleEvent) + Send + Sync + 'static) -> Self {
         self.hook = Some(Box::new(hook));
         self

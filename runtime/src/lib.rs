@@ -341,6 +341,7 @@ not_under_loom! {
     mod collector;
     mod cycle;
     mod finalize;
+    mod forked;
     mod gc;
     mod held;
     mod histogram;

@@ -269,6 +269,7 @@ impl AsRef<Slot> for Arc<MutatorShared> {
 
 impl Mutator {
     pub(crate) fn attach(handle: Arc<Handle>) -> Mutator {
+        crate::forked::refuse_since(handle.shared.born, "attach");
         let id = handle.shared.id;
         ATTACHED.with(|a| {
             let mut a = a.borrow_mut();
@@ -341,6 +342,7 @@ impl Mutator {
             "loam: mutate calls of two runtimes cannot nest (the write barrier \
              of one would miss the other's objects); finish one call first"
         );
+        crate::forked::refuse_since(self.handle.shared.born, "mutate");
         // Take back the blocks our sweeper freed: they are ready for reuse.
         loam_heap::reclaim_runs();
         self.collect_for_limit();
@@ -910,6 +912,10 @@ impl Mutator {
 impl Drop for Mutator {
     fn drop(&mut self) {
         let shared = &self.handle.shared;
+        // As `Handle::drop`: in a forked child, leak (`forked.rs`).
+        if crate::forked::since(shared.born) {
+            return;
+        }
         shared
             .heap_used
             .fetch_sub(self.credit.replace(0), Ordering::Relaxed);

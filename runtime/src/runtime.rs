@@ -86,6 +86,9 @@ const STALL_LOOKS: Duration = Duration::from_millis(100);
 /// Everything the mutators, roots and collector share.
 pub(crate) struct Shared {
     pub(crate) id: u16,
+    /// The process's fork count as the runtime was built: a child forked
+    /// since has none of its threads (`forked.rs`).
+    pub(crate) born: u64,
     pub(crate) config: Config,
     pub(crate) handshake: Handshake,
     pub(crate) mutators: Mutex<Vec<Arc<MutatorShared>>>,
@@ -808,8 +811,10 @@ impl Shared {
         });
     }
 
-    /// Panics where waiting for a cycle would wait for itself.
+    /// Panics where waiting for a cycle would wait for itself, or for
+    /// threads a forked child does not have.
     fn refuse_waits(&self, what: &str) {
+        crate::forked::refuse_since(self.born, what);
         assert!(
             !crate::mutator::inside_mutate(),
             "loam: {what} called inside a mutate closure; it would wait for \
@@ -866,6 +871,11 @@ pub(crate) struct Handle {
 
 impl Drop for Handle {
     fn drop(&mut self) {
+        // In a forked child there is no collector to stop or wait for, and
+        // a lock another thread held at the fork is held for ever: leak.
+        if crate::forked::since(self.shared.born) {
+            return;
+        }
         // The last cycle frees every object left (pages with runs out
         // included: their other blocks are swept, see `cycle.rs`).
         loam_heap::reclaim_runs();
@@ -1057,6 +1067,7 @@ impl Runtime {
     /// [`collect`](Self::collect).
     pub fn wait_for_drops(&self) {
         let shared = &*self.handle.shared;
+        crate::forked::refuse_since(shared.born, "wait_for_drops");
         assert!(
             !crate::mutator::inside_mutate(),
             "loam: wait_for_drops called inside a mutate closure; call it after mutate returns"
@@ -1418,6 +1429,7 @@ impl RuntimeBuilder {
         crate::fence::available();
         let shared = Arc::new(Shared {
             id,
+            born: crate::forked::generation(),
             handshake: Handshake::default(),
             mutators: Mutex::new(Vec::new()),
             globals: Mutex::new(RootTable::default()),

@@ -885,3 +885,73 @@ fn a_gc_trace_into_a_full_pipe_holds_up_no_other_runtime() {
         ),
     }
 }
+
+/// A forked child has none of the runtime's threads: `mutate` and
+/// `collect` there panic with a message naming fork, and dropping the
+/// mutator and the last handle returns (it leaks). Before, the child's
+/// waits for a cycle, and the drop's join of the coordinator, never
+/// returned.
+#[cfg(unix)]
+#[test]
+fn a_runtime_in_a_forked_child_refuses_with_a_message_and_its_drop_returns() {
+    let rt = rt().build();
+    let mut m = rt.attach();
+    m.mutate(|mc| {
+        mc.alloc(1_u64);
+    });
+    m.collect();
+    // SAFETY: `fork` takes no pointers. The child only runs the code below
+    // (the heap and the system allocator are fork-safe) and leaves with
+    // `_exit`.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork failed");
+    if pid == 0 {
+        let refused = |r: std::thread::Result<()>| match r {
+            Err(p) => p
+                .downcast_ref::<String>()
+                .is_some_and(|s| s.contains("forked after the runtime was built")),
+            Ok(()) => false,
+        };
+        let mutate = refused(catch_unwind(AssertUnwindSafe(|| {
+            m.mutate(|mc| {
+                mc.alloc(2_u64);
+            })
+        })));
+        let collect = refused(catch_unwind(AssertUnwindSafe(|| rt.collect())));
+        drop(m);
+        drop(rt);
+        let code = match (mutate, collect) {
+            (true, true) => 0,
+            (false, _) => 3,
+            (true, false) => 4,
+        };
+        // SAFETY: ends the child at once, running nothing of the parent's.
+        unsafe { libc::_exit(code) };
+    }
+    let mut status = 0;
+    let mut ended = false;
+    for _ in 0..1200 {
+        // SAFETY: `status` is a valid out-pointer; `pid` is our child.
+        let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+        if r == pid {
+            ended = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    if !ended {
+        // SAFETY: `kill` takes no pointers; `pid` is our child, not waited for.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+        panic!("deadlock: the forked child hung");
+    }
+    assert!(
+        libc::WIFEXITED(status),
+        "the child did not exit: status {status:#x}"
+    );
+    match libc::WEXITSTATUS(status) {
+        0 => {}
+        3 => panic!("mutate in the forked child ran instead of refusing"),
+        4 => panic!("collect in the forked child did not refuse"),
+        c => panic!("the forked child exited with {c}"),
+    }
+}

@@ -105,6 +105,8 @@ mod broadcast;
 #[cfg(not(loom))]
 mod builder;
 #[cfg(not(loom))]
+mod forked;
+#[cfg(not(loom))]
 mod job;
 #[cfg(not(loom))]
 mod join;

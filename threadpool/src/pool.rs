@@ -224,6 +224,10 @@ impl ThreadPool {
 
 impl Drop for ThreadPool {
     fn drop(&mut self) {
+        if crate::forked::since(self.registry.born) {
+            // A forked child: no worker to stop or join (`forked.rs`).
+            return;
+        }
         self.registry.terminate();
         if self.registry.current_worker().is_some() || crate::no_wait::waits_forbidden() {
             // Joining our own thread would deadlock, and so may waiting

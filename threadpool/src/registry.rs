@@ -62,6 +62,9 @@ pub(crate) struct Registry {
     /// (`SeqCst`; the sleep mutex orders it with parking).
     terminating: AtomicBool,
     pub(crate) hooks: Hooks,
+    /// The process's fork count as the pool was built: a child forked
+    /// since has none of its workers (`forked.rs`).
+    pub(crate) born: u64,
 }
 
 impl Registry {
@@ -83,6 +86,7 @@ impl Registry {
             spread: crate::spread::Spread::new(num_threads),
             terminating: AtomicBool::new(false),
             hooks,
+            born: crate::forked::generation(),
         };
         registry.assert_valid();
         registry
@@ -123,12 +127,14 @@ impl Registry {
     /// Queues a job any worker may take, and wakes up to two parked workers
     /// (`Sleep::notify_injected`: the second is for the job's first fork).
     pub(crate) fn inject(&self, job: JobRef) {
+        crate::forked::refuse_since(self.born);
         self.injector.push(job);
         self.sleep.notify_injected();
     }
 
     /// Queues a job only worker `index` may run, and wakes that worker.
     pub(crate) fn push_to_inbox(&self, index: usize, job: JobRef) {
+        crate::forked::refuse_since(self.born);
         self.inbox(index).push(job);
         // Locking the worker's sleep mutex orders this push with its re-check.
         self.sleep.wake_specific(index);

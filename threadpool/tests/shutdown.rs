@@ -94,3 +94,59 @@ fn drop_waits_for_a_long_join_tree_in_flight() {
     drop(pool);
     assert_eq!(counter.load(Ordering::Relaxed), 1 << 12);
 }
+
+/// A forked child has none of a pool's workers: `install` there panics
+/// with a message naming fork, and dropping the pool returns (it leaks).
+/// Before, the injected job never ran and `install` waited for ever, as
+/// did the drop's join of the workers.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_pool_in_a_forked_child_refuses_with_a_message_and_its_drop_returns() {
+    let pool = loam_threadpool::ThreadPoolBuilder::new()
+        .num_threads(2)
+        .build()
+        .unwrap();
+    assert_eq!(pool.install(|| 1 + 1), 2);
+    // SAFETY: `fork` takes no pointers. The child only runs the code below
+    // (the system allocator is fork-safe) and leaves with `_exit`.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork failed");
+    if pid == 0 {
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| pool.install(|| 3)));
+        let refused = match r {
+            Err(p) => p
+                .downcast_ref::<&str>()
+                .copied()
+                .or(p.downcast_ref::<String>().map(String::as_str))
+                .is_some_and(|s| s.contains("forked after the pool was built")),
+            Ok(_) => false,
+        };
+        drop(pool);
+        // SAFETY: ends the child at once, running nothing of the parent's.
+        unsafe { libc::_exit(if refused { 0 } else { 3 }) };
+    }
+    let mut status = 0;
+    let mut ended = false;
+    for _ in 0..1200 {
+        // SAFETY: `status` is a valid out-pointer; `pid` is our child.
+        if unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) } == pid {
+            ended = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    if !ended {
+        // SAFETY: `kill` takes no pointers; `pid` is our child, not waited for.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+        panic!("deadlock: the forked child hung");
+    }
+    assert!(
+        libc::WIFEXITED(status),
+        "the child did not exit: status {status:#x}"
+    );
+    assert_eq!(
+        libc::WEXITSTATUS(status),
+        0,
+        "install in the forked child did not refuse"
+    );
+}

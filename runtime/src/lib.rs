@@ -376,4 +376,4 @@ pub mod fence;
 pub use loam_derive::Trace;
 #[doc(hidden)]
 pub use trace::__private;
-pub use trace::{Trace, Tracer};
+pub use trace::{Trace, Tracer, UnsafeDrop};

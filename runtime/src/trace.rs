@@ -16,7 +16,8 @@ use std::time::Duration;
 /// Every type stored in the managed heap implements `Trace`, almost always
 /// through `#[derive(Trace)]`, which checks the rules below for you: each
 /// field must be `Trace`, the type may not implement `Drop` without an
-/// explicit opt-in, and a skipped field must be `'static`. Impls are provided
+/// explicit opt-in and an `unsafe impl` of [`UnsafeDrop`], and a skipped
+/// field must be `'static`. Impls are provided
 /// for the std types that make up object payloads: primitives, `String`,
 /// `Box`, `Vec`, `VecDeque`, `Option`, `Result`, arrays, slices and `str`
 /// (behind a `Box`), tuples up to 8, the std maps and sets, atomics,
@@ -222,6 +223,41 @@ impl Tracer {
         self.edges.clear();
     }
 }
+
+/// The promise, made with `unsafe impl`, that a `#[derive(Trace)]` type's
+/// destructor never dereferences a managed pointer: what
+/// `#[trace(unsafe_drop)]` asks for before the derive lets the type have
+/// an `impl Drop` (`Trace`'s rule 4). The attribute alone took no `unsafe`
+/// keyword, so safe code could write a destructor that read an object the
+/// same sweep had freed.
+///
+/// # Safety
+/// The type's `Drop` impl, and whatever it calls, reads no object through
+/// a `Gc`, `GcCell`, `GcLock`, weak reference or collection of the value
+/// being dropped: destructors run on the finalizer thread after the sweep
+/// that found the value dead, when the objects it points to may have been
+/// freed by the same sweep. (Its own plain fields, and `'static` data, it
+/// may use as it likes.)
+///
+/// # Examples
+/// ```
+/// use loam_runtime::{Trace, UnsafeDrop};
+///
+/// #[derive(Trace)]
+/// #[trace(unsafe_drop)]
+/// struct Logged(u32);
+///
+/// // SAFETY: the destructor reads only the plain field.
+/// unsafe impl UnsafeDrop for Logged {}
+///
+/// impl Drop for Logged {
+///     fn drop(&mut self) {
+///         println!("dropped {}", self.0);
+///     }
+/// }
+/// # drop(Logged(1));
+/// ```
+pub unsafe trait UnsafeDrop {}
 
 /// Not public API: support for the code `#[derive(Trace)]` generates.
 #[doc(hidden)]

@@ -1,7 +1,8 @@
 //! Compile-time guarantees: each misuse of `#[derive(Trace)]` and of the
 //! rooting API that would be unsound is a `fail_*` case with the expected
 //! error (a `Gc` kept across a safepoint, sent to a thread, or written
-//! without a barrier cell; a plain `Drop` on a traced type; brands mixed
+//! without a barrier cell; a plain `Drop` on a traced type, or one opted
+//! in without the `unsafe impl` that promises it; brands mixed
 //! between calls; a barrier cell written through another runtime's or
 //! another call's `Mutation`; a cell value that tells the barrier its
 //! pointer its own way); each opt-in that must keep compiling is a

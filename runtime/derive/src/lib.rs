@@ -36,11 +36,13 @@ use syn::{Attribute, Data, DeriveInput, Fields, Ident, Member, Type};
 /// Unions are rejected.
 ///
 /// # Attributes
-/// - `#[trace(unsafe_drop)]` on the type allows an `impl Drop`. A destructor
-///   runs on a collector thread during sweep, when the objects its managed
-///   pointers name may already be freed by the same sweep; the `Drop` impl must
-///   therefore never dereference a managed pointer. The compiler cannot check
-///   that, hence the `unsafe_` in the name.
+/// - `#[trace(unsafe_drop)]` on the type allows an `impl Drop`, with an
+///   `unsafe impl loam_runtime::UnsafeDrop` for the type beside it (`Trace`
+///   is implemented only where that holds). A destructor runs on a
+///   collector thread after the sweep, when the objects its managed
+///   pointers name may already be freed by the same sweep; the `Drop` impl
+///   must therefore never dereference a managed pointer. The compiler
+///   cannot check that: the `unsafe impl` is the promise.
 /// - `#[trace(skip)]` on a field leaves it out of `trace` and `NEEDS_TRACE`,
 ///   and its type needs no `Trace` impl. It is safe: the derive checks that the
 ///   field's type is `'static`, and no `'static` value can hold a managed
@@ -83,13 +85,16 @@ use syn::{Attribute, Data, DeriveInput, Fields, Ident, Member, Type};
 /// assert!(!<Named as Trace>::NEEDS_TRACE);
 /// ```
 ///
-/// A destructor needs the opt-in:
+/// A destructor needs the opt-in, and the promise:
 /// ```
-/// use loam_runtime::Trace;
+/// use loam_runtime::{Trace, UnsafeDrop};
 ///
 /// #[derive(Trace)]
 /// #[trace(unsafe_drop)]
 /// struct Logged(u32);
+///
+/// // SAFETY: the destructor reads only the plain field.
+/// unsafe impl UnsafeDrop for Logged {}
 ///
 /// impl Drop for Logged {
 ///     // Touches no managed pointer: that is what `unsafe_drop` promises.
@@ -239,6 +244,15 @@ fn expand(input: &DeriveInput) -> syn::Result<TokenStream> {
     let mut trace_generics = input.generics.clone();
     for param in trace_generics.type_params_mut() {
         param.bounds.push(syn::parse_quote!(#rt::Trace));
+    }
+    if unsafe_drop {
+        // The destructor's promise is the user's `unsafe impl UnsafeDrop`:
+        // without it, `Trace` does not hold (an error at the type for a
+        // non-generic one, at its use for a generic one).
+        trace_generics
+            .make_where_clause()
+            .predicates
+            .push(syn::parse_quote!(Self: #rt::UnsafeDrop));
     }
     let (impl_generics, ty_generics, where_clause) = trace_generics.split_for_impl();
     let trace_impl = quote! {

@@ -1,12 +1,16 @@
-// `#[trace(unsafe_drop)]` allows a destructor (which must not dereference a
-// managed pointer), generics included.
-use loam_runtime::Trace;
+// `#[trace(unsafe_drop)]` with an `unsafe impl UnsafeDrop` allows a
+// destructor (which must not dereference a managed pointer), generics
+// included.
+use loam_runtime::{Trace, UnsafeDrop};
 
 #[derive(Trace)]
 #[trace(unsafe_drop)]
 struct Plain {
     value: u32,
 }
+
+// SAFETY: the destructor touches only the plain field.
+unsafe impl UnsafeDrop for Plain {}
 
 impl Drop for Plain {
     fn drop(&mut self) {
@@ -20,6 +24,9 @@ enum Generic<'a, T: Clone> {
     Items(Vec<T>),
     Borrowed(std::marker::PhantomData<&'a ()>),
 }
+
+// SAFETY: the destructor does nothing.
+unsafe impl<'a, T: Clone> UnsafeDrop for Generic<'a, T> {}
 
 impl<'a, T: Clone> Drop for Generic<'a, T> {
     fn drop(&mut self) {}

@@ -6,7 +6,7 @@ use std::borrow::Borrow;
 use std::cell::RefCell;
 use std::fmt;
 use std::hash::{BuildHasher, Hash, Hasher};
-use std::ops::{Bound, Deref, RangeBounds};
+use std::ops::{Deref, RangeBounds};
 
 /// Bytes before the text: the cached hash.
 const HASH_BYTES: usize = 8;
@@ -138,20 +138,14 @@ impl<'gc> GcString<'gc> {
     /// (as `&s[range]` does), or at the heap limit.
     pub fn substring(&self, mc: &Mutation<'gc>, range: impl RangeBounds<usize>) -> Self {
         let s = self.as_str();
-        let start = match range.start_bound() {
-            Bound::Included(&i) => i,
-            Bound::Excluded(&i) => i + 1,
-            Bound::Unbounded => 0,
-        };
-        let end = match range.end_bound() {
-            Bound::Included(&i) => i + 1,
-            Bound::Excluded(&i) => i,
-            Bound::Unbounded => s.len(),
-        };
-        if start == 0 && end == s.len() {
+        // `str`'s own bounds: `Excluded(usize::MAX)` as a start (or
+        // `..=usize::MAX`) is refused there, where `i + 1` wrapped to the
+        // whole string (or to none) in a release build.
+        let piece = &s[(range.start_bound().cloned(), range.end_bound().cloned())];
+        if piece.len() == s.len() {
             return *self;
         }
-        Self::new(mc, &s[start..end])
+        Self::new(mc, piece)
     }
 
     /// The pieces between occurrences of `sep`, as a list of new strings

@@ -445,7 +445,9 @@ where
     }
 
     /// Appends a new entry (the key is absent); the writer lock is held.
-    /// Everything that can fail (the two allocations) comes first.
+    /// Everything that can fail (the two allocations) comes first, before
+    /// either array is installed: a heap-limit `Err` leaves the dictionary
+    /// as it was, its capacity included.
     fn push_entry(
         &self,
         mc: &Mutation<'gc>,
@@ -455,16 +457,33 @@ where
     ) -> Result<(), AllocError<()>> {
         let len = self.obj.len.get();
         let mut entries = self.obj.entries.get();
-        if len == entries.len() {
+        let grown = if len == entries.len() {
             let cap = (len * 2).max(4);
-            let grown =
-                mc.try_alloc_from_iter((0..cap).map(
-                    |i| match entries.get(i).filter(|_| i < len) {
-                        // Spare entries hold the new one (never traced).
-                        Some(e) => Entry::new(e.hash.get(), e.key.get(), e.value.get()),
-                        None => Entry::new(h, key, value),
-                    },
-                ))?;
+            Some(mc.try_alloc_from_iter((0..cap).map(
+                |i| match entries.get(i).filter(|_| i < len) {
+                    // Spare entries hold the new one (never traced).
+                    Some(e) => Entry::new(e.hash.get(), e.key.get(), e.value.get()),
+                    None => Entry::new(h, key, value),
+                },
+            ))?)
+        } else {
+            None
+        };
+        let mut indices = self.obj.indices.get();
+        let fresh = if (len + 1) * 4 > indices.len() * 3 {
+            let size = index_size(len + 1).max(indices.len() * 2);
+            let fresh: Indices<'gc> = mc
+                .try_alloc_slice_fill(size, GcCell::new(0))
+                .map_err(|e| e.map(|_| ()))?;
+            // The first `len` entries' hashes, the same in both arrays.
+            for (i, e) in entries[..len].iter().enumerate() {
+                Self::place(mc, fresh, e.hash.get(), i);
+            }
+            Some(fresh)
+        } else {
+            None
+        };
+        if let Some(grown) = grown {
             let cell = &self.obj.entries;
             // The log recorded (`write_lock`, which the caller holds); the
             // cell is reported by the dictionary's trace, after its log;
@@ -476,15 +495,7 @@ where
             unsafe { self.obj.log.after_unreported_stores(mc, || cell.set_recorded(mc, cell.get())) };
             entries = grown;
         }
-        let mut indices = self.obj.indices.get();
-        if (len + 1) * 4 > indices.len() * 3 {
-            let size = index_size(len + 1).max(indices.len() * 2);
-            let fresh: Indices<'gc> = mc
-                .try_alloc_slice_fill(size, GcCell::new(0))
-                .map_err(|e| e.map(|_| ()))?;
-            for (i, e) in entries[..len].iter().enumerate() {
-                Self::place(mc, fresh, e.hash.get(), i);
-            }
+        if let Some(fresh) = fresh {
             let cell = &self.obj.indices;
             // SAFETY: as for the entries above.
             unsafe { cell.set_unshaded(mc, fresh) };

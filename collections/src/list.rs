@@ -307,7 +307,10 @@ fn shade_cut<'gc, T: CellValue + Trace + 'gc>(mc: &Mutation<'gc>, cells: &[GcCel
 ///
 /// While it lives, other threads' changes to the list wait, and this
 /// thread's own `GcList` methods that change the list panic (reads are
-/// fine).
+/// fine). Like a `MutexGuard`, it must be dropped, not forgotten: a
+/// writer passed to `std::mem::forget` holds the lock for good, and every
+/// other thread's change then waits inside its `mutate` call, which holds
+/// up the runtime's cycles too.
 ///
 /// # Examples
 /// ```

@@ -23,6 +23,10 @@ use std::time::{Duration, Instant};
 /// heap limit are checked once per chunk, not per object.
 pub(crate) const CHUNK: usize = 64 << 10;
 
+/// Gone mutators the list may hold before an attach asks for a cycle to
+/// forget them (`Mutator::attach`).
+const GONE_BEFORE_CYCLE: usize = 64;
+
 /// The longest a mutator marks for the collector at a time (`assist`):
 /// each such slice is a pause as the mutator sees it.
 const ASSIST_SLICE: Duration = Duration::from_micros(100);
@@ -283,7 +287,26 @@ impl Mutator {
         let me = Arc::new(MutatorShared::new(shade_queue.stealer()));
         let alloc_space = handle.shared.space.alloc_space().map(std::ptr::NonNull::from);
         handle.shared.handshake.attach(&me.slot);
-        handle.shared.mutators.lock().push(me.clone());
+        {
+            let mut list = handle.shared.mutators.lock();
+            list.push(me.clone());
+            // Mutators that are gone (detached, no root left) leave the
+            // list at a cycle's start, and only allocation starts cycles:
+            // threads that come and go without allocating (lookups through
+            // global roots) piled up entries of about 3 KiB each for ever.
+            // Once the gone ones are many and at least half the list, a
+            // cycle is asked for; it forgets them (in a ragged cycle, those
+            // whose lists are empty: one or two cycles), so the next ask
+            // waits for as many again.
+            let gone = list
+                .iter()
+                .filter(|m| m.detached.load(Ordering::Relaxed) && Arc::strong_count(m) == 1)
+                .count();
+            if gone >= GONE_BEFORE_CYCLE && gone * 2 >= list.len() {
+                drop(list);
+                handle.shared.request(false);
+            }
+        }
         Mutator {
             handle,
             me,
@@ -1334,4 +1357,33 @@ fn out_of_memory<T>(m: &Mutator, value: T, size: usize) -> AllocError<T> {
 #[inline(never)]
 pub(crate) fn alloc_failed<T>(e: AllocError<T>) -> ! {
     panic!("loam: {e}; use Mutation::try_alloc to handle this")
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::GONE_BEFORE_CYCLE;
+
+    /// Threads that attach and go without allocating leave the runtime's
+    /// list of mutators bounded: past `GONE_BEFORE_CYCLE` gone ones, an
+    /// attach asks for the cycle that forgets them. Before, nothing
+    /// started a cycle, and the list held every mutator ever attached.
+    #[test]
+    fn mutators_that_come_and_go_without_allocating_do_not_pile_up() {
+        let rt = crate::Runtime::builder().gc_threads(1).ignore_env().build();
+        let threads = 20 * GONE_BEFORE_CYCLE;
+        for _ in 0..threads {
+            let rt = rt.clone();
+            std::thread::spawn(move || drop(rt.attach())).join().unwrap();
+        }
+        // The cycle the last attach may have asked for. What is left is
+        // under twice the threshold: the gone ones since the last cycle's
+        // start, and any a cycle under way as they went had listed.
+        rt.wait_for_cycle();
+        let listed = rt.handle.shared.mutators.lock().len();
+        assert!(rt.stats().cycles > 0, "no cycle ran");
+        assert!(
+            listed <= 3 * GONE_BEFORE_CYCLE,
+            "{listed} mutators listed after {threads} came and went"
+        );
+    }
 }

@@ -768,7 +768,10 @@ impl LocalHeap {
             if now >= self.next_tcache_flush_ms {
                 // Kept blocks hold their pages: at most about a purge
                 // delay (`thread_cache.rs`).
-                self.next_tcache_flush_ms = now + options::purge_delay_ms().max(1);
+                // Saturating: a purge delay of "for ever" (`u64::MAX` ms,
+                // what `set_purge_delay(Duration::MAX)` stores) overflowed
+                // here, a panic inside the allocator in a debug build.
+                self.next_tcache_flush_ms = now.saturating_add(options::purge_delay_ms().max(1));
                 self.flush_thread_cache();
             }
         }
@@ -783,7 +786,7 @@ impl LocalHeap {
             // like ours (it keeps it that long so that a thread started next
             // reuses it without faulting it in again, as mimalloc does by
             // default), and only a visit can do it.
-            self.next_orphan_visit_ms = os::now_ms() + (options::purge_delay_ms() / 2).max(1);
+            self.next_orphan_visit_ms = os::now_ms().saturating_add((options::purge_delay_ms() / 2).max(1));
             self.visit_orphans(false, false);
         }
         if self.dirty_segments > 0 {

@@ -48,7 +48,7 @@ impl LocalHeap {
             return;
         }
         let delay = options::purge_delay_ms();
-        self.next_purge_ms = now + (delay / 2).max(1);
+        self.next_purge_ms = now.saturating_add((delay / 2).max(1));
         let mut seg = self.segments;
         while !seg.is_null() {
             // SAFETY: segments on our list are ours.

@@ -216,6 +216,24 @@ fn an_object_allocation_aligned_past_a_segment_is_refused() {
     assert!(p.is_null() && bit.is_none());
 }
 
+/// An alignment that is not a power of two is refused with a message:
+/// 0 divided by zero on the span path, and 24 or 393,216 came back
+/// aligned to something else.
+#[test]
+fn an_object_allocation_with_an_alignment_not_a_power_of_two_panics() {
+    for align in [0, 24, 3 << 17] {
+        for size in [48, 8 * MIB] {
+            let r = std::panic::catch_unwind(|| loam_heap::alloc_object(size, align, 0, 0));
+            let msg = r.expect_err("refused");
+            let msg = msg
+                .downcast_ref::<String>()
+                .map(String::as_str)
+                .unwrap_or("");
+            assert!(msg.contains("not a power of two"), "{size}, {align}: {msg}");
+        }
+    }
+}
+
 const BAD: [&str; 2] = ["never_allocated", "freed_twice"];
 
 /// What the child does: one bad free of a 4 MiB-aligned address (which

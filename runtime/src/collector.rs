@@ -224,7 +224,7 @@ fn coordinator(shared: &Shared, pool: &ThreadPool) {
         if tests::PANIC_IN_NEXT_CYCLE.swap(false, Ordering::Relaxed) {
             panic!("a test's panic in the collector");
         }
-        let event = cycle(shared, pool, forced || last, &mut gen, &mut snap);
+        let (event, panic_lines) = cycle(shared, pool, forced || last, &mut gen, &mut snap);
         {
             // Swept: a call that waits for this ragged cycle at the heap
             // limit may go on, before the hook runs (user code, which
@@ -236,6 +236,9 @@ fn coordinator(shared: &Shared, pool: &ThreadPool) {
         // Here, with no lock held: stderr may block (a pipe nobody reads),
         // and the cycle lock held meanwhile would stop every runtime's
         // cycles, not only this one's.
+        for line in panic_lines {
+            say(format_args!("{line}"));
+        }
         if shared.config.trace {
             say(format_args!("{event}"));
         }
@@ -381,8 +384,10 @@ pub(crate) mod tests {
             let _ = tx.send(child.wait_with_output());
         });
         let Ok(out) = rx.recv_timeout(Duration::from_secs(120)) else {
-            // SAFETY: `kill` takes no pointers; the child has not been
-            // waited for (its waiter is still waiting), so `pid` is its.
+            // SAFETY: `kill` takes no pointers. The child's waiter has not
+            // seen it end, so `pid` is still its, unless it ended in this
+            // very instant (then the signal finds no such process, or, in a
+            // test, a reused pid: no memory is at stake either way).
             unsafe { libc::kill(pid as i32, libc::SIGKILL) };
             panic!("the child hung: the collector's panic left its mutator waiting");
         };

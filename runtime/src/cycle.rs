@@ -502,14 +502,16 @@ fn concurrently(shared: &Shared) -> mark::Limits<'_> {
     }
 }
 
-/// Runs one cycle (module docs), one phase a function.
+/// Runs one cycle (module docs), one phase a function. Returns its event,
+/// and the lines that report what user code panicked in it, which the
+/// caller prints once the cycle lock is let go.
 pub(crate) fn cycle(
     shared: &Shared,
     pool: &ThreadPool,
     forced: bool,
     gen: &mut Generations,
     snap: &mut Snapshot,
-) -> CycleEvent {
+) -> (CycleEvent, Vec<String>) {
     let _one_at_a_time = CYCLE_LOCK.lock();
     // Exited threads' heaps take back the runs earlier sweeps sent them, so
     // that the blocks are reused (live threads do it themselves, at each
@@ -1113,15 +1115,23 @@ impl<'a> Cycle<'a> {
     }
 
     /// The statistics and the event: under the cycle lock still, so that
-    /// the panics logged are this cycle's.
-    fn event(self, gen: &Generations, goal: usize, swept: &sweep::Swept, heap_after: usize) -> CycleEvent {
+    /// the panics logged are this cycle's. Their report's lines come back
+    /// beside the event, for the coordinator to print once it holds no
+    /// lock (stderr may block).
+    fn event(
+        self,
+        gen: &Generations,
+        goal: usize,
+        swept: &sweep::Swept,
+        heap_after: usize,
+    ) -> (CycleEvent, Vec<String>) {
         let shared = self.shared;
         // The garbage is off `heap_used` now (first, so that the lower
         // trigger never meets the unswept count): the trigger is the goal
         // itself.
         shared.next_goal.store(goal, Ordering::Relaxed);
-        let panics =
-            crate::panics::CYCLE_LOG.report(&format!("cycle {}", shared.stats.lock().cycles + 1));
+        let (panics, panic_lines) =
+            crate::panics::CYCLE_LOG.take_report(&format!("cycle {}", shared.stats.lock().cycles + 1));
         let pause = self.mark_start_pause + self.mark_end_pause;
         let event = {
             let mut stats = shared.stats.lock();
@@ -1185,8 +1195,8 @@ impl<'a> Cycle<'a> {
             event
         };
         // The trace line is written by the coordinator once this cycle
-        // has let go of the cycle lock (`collector.rs`).
-        event
+        // has let go of the cycle lock (`collector.rs`), as are these.
+        (event, panic_lines)
     }
 }
 

@@ -14,7 +14,6 @@ use parking_lot::Mutex;
 use std::any::Any;
 use std::cell::Cell;
 use std::fmt;
-use std::io::Write;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Once;
 
@@ -138,26 +137,32 @@ impl PanicLog {
     /// naming `when` (a cycle, or the finalizer), and returns how many
     /// panics there were.
     pub(crate) fn report(&self, when: &str) -> u64 {
+        let (total, lines) = self.take_report(when);
+        for line in lines {
+            crate::collector::say(format_args!("{line}"));
+        }
+        total
+    }
+
+    /// [`report`](Self::report)'s lines and count, for a caller that holds
+    /// a lock another thread may need to print them after letting it go:
+    /// stderr may block (a pipe nobody reads).
+    pub(crate) fn take_report(&self, when: &str) -> (u64, Vec<String>) {
         let entries = std::mem::take(&mut *self.entries.lock());
         let mut total = 0;
+        let mut lines = Vec::with_capacity(entries.len());
         for e in &entries {
             total += e.count;
             let what = match e.kind {
                 Kind::Drop => "the objects were freed all the same",
                 Kind::Trace => "this cycle freed nothing; the next one marks the whole heap",
             };
-            // Not `eprintln!`, which panics when stderr is gone: the
-            // collector's threads must not.
-            let _ = writeln!(
-                std::io::stderr(),
+            lines.push(format!(
                 "loam: {when}: {} {} {} panicked ({what}); the first said: {}",
-                e.count,
-                e.kind,
-                e.type_name,
-                e.first
-            );
+                e.count, e.kind, e.type_name, e.first
+            ));
         }
-        total
+        (total, lines)
     }
 
     /// Whether a `Trace` impl panicked since the last report (the cycle's

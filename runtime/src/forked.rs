@@ -4,50 +4,32 @@
 //! out for, the join of the coordinator when the last handle drops) waited
 //! for ever in the child.
 //!
-//! A `pthread_atfork` child handler counts the forks of the process; each
-//! runtime notes the count when it is built. In a later child the count
+//! A `pthread_atfork` child handler counts the forks of the process (the
+//! pool's, `loam_threadpool`), and each runtime notes the count when it is
+//! built. In a later child the count
 //! differs: `mutate`, `attach`, `collect`, `wait_for_cycle` and
 //! `wait_for_drops` panic with a message saying so, before they take any
 //! of the runtime's locks (another thread may have held one at the fork,
-//! for ever in the child), and dropping the runtime's last handle or a
-//! mutator leaks what they own instead of waiting for the collector. The
+//! for ever in the child), and dropping the runtime's last handle, a
+//! mutator, a `Root` or a `GlobalRoot` leaks what they own instead of
+//! waiting for the collector or taking a lock. Other calls that take the
+//! runtime's locks (`Runtime::stats`) may still wait in the child, if the
+//! fork caught another thread holding one. The
 //! heap itself stays usable in the child (`loam_heap`'s own handlers): a
 //! child may build a runtime of its own. The JVM and Go do not carry
 //! their collectors across `fork` either; `exec` is the way out.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Once;
-
-/// Forks of this process so far, as the children count them: a process
-/// sees the count of its own lineage.
-static FORKS: AtomicU64 = AtomicU64::new(0);
-
-/// In the child, the one thread left: no lock, one atomic add
-/// (async-signal-safe, as a child handler must be).
-extern "C" fn child() {
-    FORKS.fetch_add(1, Ordering::Relaxed);
-}
-
-/// The fork count, for a runtime being built; registers the handler first,
-/// once per process.
+/// The fork count, for a runtime being built (the pool's counter: one
+/// `pthread_atfork` handler serves both, `loam_threadpool`'s `forked.rs`).
 pub(crate) fn generation() -> u64 {
-    static INSTALLED: Once = Once::new();
-    #[cfg(unix)]
-    INSTALLED.call_once(|| {
-        // SAFETY: `child` is an `extern "C" fn()` that touches one atomic.
-        let rc = unsafe { libc::pthread_atfork(None, None, Some(child)) };
-        // It fails only without memory for the registration: a child then
-        // hangs where it waits for a cycle, as before.
-        debug_assert_eq!(rc, 0, "loam: pthread_atfork failed");
-    });
-    FORKS.load(Ordering::Relaxed)
+    loam_threadpool::__fork::generation()
 }
 
 /// Whether this process is a child forked after the runtime whose count
 /// was `born` was built.
 #[inline]
 pub(crate) fn since(born: u64) -> bool {
-    FORKS.load(Ordering::Relaxed) != born
+    loam_threadpool::__fork::since(born)
 }
 
 /// Panics, naming `what`, in a child forked after the runtime whose count

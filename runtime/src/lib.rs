@@ -210,11 +210,12 @@
 //! caught (its payload too, should dropping it panic), counted in
 //! `GcStats::user_panics` and reported on stderr once per type and cycle.
 //! What the collector writes on stderr (the trace, these reports) is lost
-//! if stderr is gone, never a panic. A panic that still reaches the top of
-//! the coordinator or the finalizer thread is the collector's own bug: the
-//! process stops with `loam: the collector's thread … panicked (…)`,
-//! rather than leave its mutators waiting for a cycle that will not come
-//! (`collector.rs`, `or_stop`).
+//! if stderr is gone, never a panic, and is written with no lock held. A
+//! panic that still reaches the top of the coordinator, the finalizer or a
+//! GC thread's part of a mark is the collector's own bug: the process stops
+//! with a `loam:` message naming the thread, rather than leave its
+//! mutators waiting for a cycle that will not come (`collector.rs`,
+//! `or_stop` and `StopIfUnwinding`).
 //! - Destructors run on the finalizer thread, holding no lock a cycle
 //!   needs: they may collect, build or drop runtimes and take locks. They
 //!   must not wait for the finalizer (`wait_for_drops` of their own runtime

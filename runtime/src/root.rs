@@ -249,6 +249,11 @@ impl<R: ?Sized + for<'a> Rootable<'a>> Root<R> {
 
 impl<R: ?Sized + for<'a> Rootable<'a>> Drop for Root<R> {
     fn drop(&mut self) {
+        // A forked child leaks (`forked.rs`): the collector may have held
+        // the table's lock at the fork.
+        if crate::forked::since(self.handle.shared.born) {
+            return;
+        }
         self.owner.roots.lock().remove(self.index);
         self.handle.shared.roots_changed.fetch_add(1, Ordering::Relaxed);
     }
@@ -360,6 +365,10 @@ impl<R: ?Sized + for<'a> Rootable<'a>> Clone for GlobalRoot<R> {
 
 impl<R: ?Sized + for<'a> Rootable<'a>> Drop for GlobalRoot<R> {
     fn drop(&mut self) {
+        // As `Root::drop`: a forked child leaks.
+        if crate::forked::since(self.handle.shared.born) {
+            return;
+        }
         self.handle.shared.globals.lock().remove(self.index);
         self.handle.shared.roots_changed.fetch_add(1, Ordering::Relaxed);
     }

@@ -775,8 +775,10 @@ fn a_gc_trace_into_a_closed_pipe_does_not_stop_the_collector() {
     let out = match rx.recv_timeout(WATCHDOG) {
         Ok(out) => out.unwrap(),
         Err(_) => {
-            // SAFETY: `kill` takes no pointers; the child has not been
-            // waited for (its waiter is still waiting), so `pid` is its.
+            // SAFETY: `kill` takes no pointers. The child's waiter has not
+            // seen it end, so `pid` is still its, unless it ended in this
+            // very instant (then the signal finds no such process, or, in a
+            // test, a reused pid: no memory is at stake either way).
             unsafe { libc::kill(pid as i32, libc::SIGKILL) };
             panic!("deadlock: the child's cycles stopped once its stderr was gone");
         }
@@ -894,6 +896,18 @@ fn a_gc_trace_into_a_full_pipe_holds_up_no_other_runtime() {
 #[cfg(unix)]
 #[test]
 fn a_runtime_in_a_forked_child_refuses_with_a_message_and_its_drop_returns() {
+    const CHILD: &str = "LOAM_MISUSE_FORK_CHILD";
+    if std::env::var_os(CHILD).is_none() {
+        // Alone in a process of its own: `fork` copies only this thread,
+        // and a lock another test's thread held at that instant (a panic
+        // hook's, as several tests here panic on purpose) would stay held
+        // in the forked child, which panics below.
+        in_child(
+            "a_runtime_in_a_forked_child_refuses_with_a_message_and_its_drop_returns",
+            &[(CHILD, "1")],
+        );
+        return;
+    }
     let rt = rt().build();
     let mut m = rt.attach();
     m.mutate(|mc| {

@@ -7,8 +7,9 @@
 //! A `pthread_atfork` child handler counts the forks of the process; each
 //! pool notes the count when it is built. In a later child, handing the
 //! pool a job panics with a message saying so, and dropping the pool
-//! leaks it instead of joining workers that do not exist. (The runtime's
-//! `forked.rs` does the same for its collector.)
+//! leaks it instead of joining workers that do not exist. The runtime's
+//! `forked.rs` reads the same count for its collector (hidden re-export,
+//! `__fork`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -17,15 +18,15 @@ static FORKS: AtomicU64 = AtomicU64::new(0);
 
 /// In the child, the one thread left: one atomic add (async-signal-safe,
 /// as a child handler must be).
-#[cfg(target_os = "linux")]
+#[cfg(unix)]
 extern "C" fn child() {
     FORKS.fetch_add(1, Ordering::Relaxed);
 }
 
-/// The fork count, for a pool being built; registers the handler first,
-/// once per process.
-pub(crate) fn generation() -> u64 {
-    #[cfg(target_os = "linux")]
+/// The fork count, for a pool (or a runtime) being built; registers the
+/// handler first, once per process.
+pub fn generation() -> u64 {
+    #[cfg(unix)]
     {
         static INSTALLED: std::sync::Once = std::sync::Once::new();
         INSTALLED.call_once(|| {
@@ -40,10 +41,10 @@ pub(crate) fn generation() -> u64 {
     FORKS.load(Ordering::Relaxed)
 }
 
-/// Whether this process is a child forked after the pool whose count was
-/// `born` was built.
+/// Whether this process is a child forked after the pool (or runtime)
+/// whose count was `born` was built.
 #[inline]
-pub(crate) fn since(born: u64) -> bool {
+pub fn since(born: u64) -> bool {
     FORKS.load(Ordering::Relaxed) != born
 }
 

@@ -106,6 +106,14 @@ mod broadcast;
 mod builder;
 #[cfg(not(loom))]
 mod forked;
+
+/// Not public API: the fork count the runtime's collector reads too
+/// (`forked.rs`).
+#[cfg(not(loom))]
+#[doc(hidden)]
+pub mod __fork {
+    pub use crate::forked::{generation, since};
+}
 #[cfg(not(loom))]
 mod job;
 #[cfg(not(loom))]

@@ -99,9 +99,31 @@ fn drop_waits_for_a_long_join_tree_in_flight() {
 /// with a message naming fork, and dropping the pool returns (it leaks).
 /// Before, the injected job never ran and `install` waited for ever, as
 /// did the drop's join of the workers.
-#[cfg(target_os = "linux")]
+#[cfg(unix)]
 #[test]
 fn a_pool_in_a_forked_child_refuses_with_a_message_and_its_drop_returns() {
+    const CHILD: &str = "LOAM_POOL_FORK_CHILD";
+    if std::env::var_os(CHILD).is_none() {
+        // Alone in a process of its own: `fork` copies only this thread,
+        // and a lock another test's thread held at that instant would stay
+        // held in the forked child, which panics below.
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "a_pool_in_a_forked_child_refuses_with_a_message_and_its_drop_returns",
+                "--exact",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(CHILD, "1")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "the child failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        return;
+    }
     let pool = loam_threadpool::ThreadPoolBuilder::new()
         .num_threads(2)
         .build()

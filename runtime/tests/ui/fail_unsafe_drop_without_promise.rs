@@ -19,6 +19,16 @@ impl Drop for Reads<'_> {
 
 #[derive(Trace)]
 #[trace(unsafe_drop)]
+struct Plain {
+    value: u32,
+}
+
+impl Drop for Plain {
+    fn drop(&mut self) {}
+}
+
+#[derive(Trace)]
+#[trace(unsafe_drop)]
 struct Generic<T> {
     items: Vec<T>,
 }

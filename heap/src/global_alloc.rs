@@ -86,27 +86,14 @@ unsafe impl GlobalAlloc for LoamAlloc {
 }
 
 /// The size of the block a request of `size` bytes at alignment `align`
-/// gets: its size class, or for a span the whole slices it takes (64 KiB
-/// each, less the guard page if guard pages are on), or for a huge one
-/// `size` rounded up to OS pages (mimalloc's `mi_good_size`). Equal to
-/// [`usable_size`] of the block `alloc` returns for the same layout,
-/// without allocating, except that a huge block that reuses a larger
-/// cached mapping is larger still.
+/// gets: its size class, or `size` itself for a span (mimalloc's
+/// `mi_good_size`). Equal to [`usable_size`] of the block `alloc` returns for
+/// the same layout, without allocating.
 ///
 /// # Examples
 /// ```
-/// use std::alloc::{GlobalAlloc, Layout};
-///
 /// assert_eq!(loam_heap::good_size(20, 8), 24);
-/// // A span: whole 64 KiB slices (four here, less a guard page if on).
-/// let layout = Layout::from_size_align(200_000, 8).unwrap();
-/// assert!(loam_heap::good_size(200_000, 8) > 200_000);
-/// // SAFETY: `p` is live from `alloc` until the `dealloc` with its layout.
-/// unsafe {
-///     let p = loam_heap::LoamAlloc.alloc(layout);
-///     assert_eq!(loam_heap::usable_size(p), loam_heap::good_size(200_000, 8));
-///     loam_heap::LoamAlloc.dealloc(p, layout);
-/// }
+/// assert_eq!(loam_heap::good_size(1 << 20, 8), 1 << 20);
 /// ```
 #[inline]
 pub fn good_size(size: usize, align: usize) -> usize {
@@ -119,27 +106,7 @@ pub fn good_size(size: usize, align: usize) -> usize {
     }
     match class_for_aligned(size, align) {
         Some(c) => CLASS_SIZE[c] as usize,
-        None => span_good_size(size, align),
-    }
-}
-
-/// `good_size` of a block `LocalHeap::alloc_large` serves, by the same
-/// rule: the span's slices less the guard page, or a huge segment's whole
-/// OS pages. Returning `size` itself, as before, undercounted a 200,000-byte
-/// block by 62,144 bytes, and the runtime charges large objects to its
-/// heap limit with this.
-#[cold]
-fn span_good_size(size: usize, align: usize) -> usize {
-    use crate::segment::{SLICE_SHIFT, SLICE_SIZE, USABLE_SLICES};
-    // The guard setting is read with the environment (`options::init`),
-    // which a heap's first use does; here perhaps before any.
-    crate::options::init();
-    let tail = crate::guard::tail();
-    let slices = size.saturating_add(tail).div_ceil(SLICE_SIZE).max(1);
-    if align <= SLICE_SIZE && slices <= USABLE_SLICES {
-        (slices << SLICE_SHIFT) - tail
-    } else {
-        size.checked_next_multiple_of(crate::os::OS_PAGE).unwrap_or(size)
+        None => size,
     }
 }
 

@@ -146,8 +146,9 @@ pub(crate) fn start(shared: Arc<Shared>) -> JoinHandle<()> {
             .spawn(move || {
                 FINALIZER_OF.with(|c| c.set(id));
                 or_stop(&format!("loam-finalizer-{id}"), || {
-                    // SAFETY: the sweep queues only this runtime's dead
+                    // The sweep queues only this runtime's dead
                     // objects, found by complete marks, held as page runs.
+                    // SAFETY: as just said.
                     unsafe { shared.finalizer.run(id, shared.config.verify, &shared.space) }
                 });
             })
@@ -384,10 +385,11 @@ pub(crate) mod tests {
             let _ = tx.send(child.wait_with_output());
         });
         let Ok(out) = rx.recv_timeout(Duration::from_secs(120)) else {
-            // SAFETY: `kill` takes no pointers. The child's waiter has not
+            // `kill` takes no pointers. The child's waiter has not
             // seen it end, so `pid` is still its, unless it ended in this
             // very instant (then the signal finds no such process, or, in a
             // test, a reused pid: no memory is at stake either way).
+            // SAFETY: as just said.
             unsafe { libc::kill(pid as i32, libc::SIGKILL) };
             panic!("the child hung: the collector's panic left its mutator waiting");
         };

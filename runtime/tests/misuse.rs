@@ -775,10 +775,11 @@ fn a_gc_trace_into_a_closed_pipe_does_not_stop_the_collector() {
     let out = match rx.recv_timeout(WATCHDOG) {
         Ok(out) => out.unwrap(),
         Err(_) => {
-            // SAFETY: `kill` takes no pointers. The child's waiter has not
+            // `kill` takes no pointers. The child's waiter has not
             // seen it end, so `pid` is still its, unless it ended in this
             // very instant (then the signal finds no such process, or, in a
             // test, a reused pid: no memory is at stake either way).
+            // SAFETY: as just said.
             unsafe { libc::kill(pid as i32, libc::SIGKILL) };
             panic!("deadlock: the child's cycles stopped once its stderr was gone");
         }
@@ -875,8 +876,9 @@ fn a_gc_trace_into_a_full_pipe_holds_up_no_other_runtime() {
         let _ = tx.send(Err(seen));
     });
     let ran = rx.recv_timeout(WATCHDOG);
-    // SAFETY: `kill` takes no pointers; the child is not waited for yet,
+    // `kill` takes no pointers; the child is not waited for yet,
     // so `pid` is still its (it may have exited: then this does nothing).
+    // SAFETY: as just said.
     unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
     let _ = child.wait();
     match ran {
@@ -914,9 +916,10 @@ fn a_runtime_in_a_forked_child_refuses_with_a_message_and_its_drop_returns() {
         mc.alloc(1_u64);
     });
     m.collect();
-    // SAFETY: `fork` takes no pointers. The child only runs the code below
+    // `fork` takes no pointers. The child only runs the code below
     // (the heap and the system allocator are fork-safe) and leaves with
     // `_exit`.
+    // SAFETY: as just said.
     let pid = unsafe { libc::fork() };
     assert!(pid >= 0, "fork failed");
     if pid == 0 {

@@ -30,8 +30,7 @@ pub fn generation() -> u64 {
     {
         static INSTALLED: std::sync::Once = std::sync::Once::new();
         INSTALLED.call_once(|| {
-            // SAFETY: `child` is an `extern "C" fn()` that touches one
-            // atomic.
+            // SAFETY: `child` is an `extern "C" fn()` that touches one atomic.
             let rc = unsafe { libc::pthread_atfork(None, None, Some(child)) };
             // It fails only without memory for the registration: a child
             // then hangs where it waits for the pool, as before.

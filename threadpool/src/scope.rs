@@ -179,8 +179,9 @@ impl<'scope> Scope<'scope> {
             .compare_exchange(ptr::null_mut(), boxed, Ordering::AcqRel, Ordering::Acquire)
             .is_err()
         {
-            // SAFETY: `boxed` came from `Box::into_raw` just above and was not
+            // `boxed` came from `Box::into_raw` just above and was not
             // published.
+            // SAFETY: as just said.
             unwind::drop_payload(*unsafe { Box::from_raw(boxed) });
         }
     }

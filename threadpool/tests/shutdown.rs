@@ -129,8 +129,9 @@ fn a_pool_in_a_forked_child_refuses_with_a_message_and_its_drop_returns() {
         .build()
         .unwrap();
     assert_eq!(pool.install(|| 1 + 1), 2);
-    // SAFETY: `fork` takes no pointers. The child only runs the code below
-    // (the system allocator is fork-safe) and leaves with `_exit`.
+    // `fork` takes no pointers. The child only runs the code below (the
+    // system allocator is fork-safe) and leaves with `_exit`.
+    // SAFETY: as just said.
     let pid = unsafe { libc::fork() };
     assert!(pid >= 0, "fork failed");
     if pid == 0 {

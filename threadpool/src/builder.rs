@@ -332,7 +332,7 @@ impl ThreadPoolBuilder {
         if let Ok(value) = std::env::var(NUM_THREADS_ENV) {
             match value.trim().parse::<usize>() {
                 Ok(n) if n > 0 => return n,
-                _ => crate::unwind::say(format_args!(
+                _ => crate::say(format_args!(
                     "loam-threadpool: ignoring {NUM_THREADS_ENV}={value:?} (want a positive integer)"
                 )),
             }

@@ -93,6 +93,16 @@
 
 #![cfg_attr(loom, allow(dead_code, unused_imports))]
 
+/// Writes one line on stderr, and goes on if stderr is gone. Not
+/// `eprintln!`, which panics when it cannot write (a closed pipe): a
+/// report of a spawned task's panic then panicked again on the worker, out
+/// of the job that was to keep the pool serving. (Here, not in `unwind`,
+/// so that loom builds, which leave `unwind` out, have it too.)
+pub(crate) fn say(line: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "{line}");
+}
+
 mod latch;
 mod no_wait;
 mod sleep;

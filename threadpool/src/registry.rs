@@ -96,7 +96,7 @@ impl Registry {
     /// if it is broken.
     pub(crate) fn assert_valid(&self) {
         if self.thread_infos.len() != self.sleep.num_workers() || self.thread_infos.is_empty() {
-            unwind::say(format_args!(
+            crate::say(format_args!(
                 "pool: registry has {} workers but {} parking spots",
                 self.thread_infos.len(),
                 self.sleep.num_workers()
@@ -276,7 +276,7 @@ impl Registry {
                 std::mem::forget(abort);
             }
             None => {
-                unwind::say(format_args!(
+                crate::say(format_args!(
                     "loam-threadpool: a spawned task panicked ({}); the pool continues",
                     unwind::payload_message(&payload)
                 ));

@@ -192,15 +192,10 @@ impl Sleep {
     pub(crate) fn assert_valid(&self) {
         let sleepers = self.sleepers.load(Ordering::Relaxed);
         if sleepers > self.workers.len() {
-            // Not `eprintln!`, which panics when stderr is gone (as
-            // `unwind::say`, which loom builds leave out).
-            let _ = std::io::Write::write_fmt(
-                &mut std::io::stderr(),
-                format_args!(
-                    "pool: sleeper count {sleepers} exceeds worker count {}\n",
-                    self.workers.len()
-                ),
-            );
+            crate::say(format_args!(
+                "pool: sleeper count {sleepers} exceeds worker count {}",
+                self.workers.len()
+            ));
             std::process::abort();
         }
     }

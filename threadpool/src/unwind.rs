@@ -37,15 +37,6 @@ pub(crate) fn resume_unwinding(payload: Payload) -> ! {
     panic::resume_unwind(payload)
 }
 
-/// Writes one line on stderr, and goes on if stderr is gone. Not
-/// `eprintln!`, which panics when it cannot write (a closed pipe): a
-/// report of a spawned task's panic then panicked again on the worker, out
-/// of the job that was to keep the pool serving.
-pub(crate) fn say(line: std::fmt::Arguments<'_>) {
-    use std::io::Write;
-    let _ = writeln!(std::io::stderr(), "{line}");
-}
-
 /// The panic message, if the payload is a string (as `panic!` makes it).
 pub(crate) fn payload_message(payload: &Payload) -> &str {
     if let Some(message) = payload.downcast_ref::<&'static str>() {
@@ -65,7 +56,7 @@ pub(crate) struct AbortIfPanic(pub(crate) &'static str);
 
 impl Drop for AbortIfPanic {
     fn drop(&mut self) {
-        say(format_args!("pool: {}; aborting", self.0));
+        crate::say(format_args!("pool: {}; aborting", self.0));
         std::process::abort();
     }
 }

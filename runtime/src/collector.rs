@@ -296,7 +296,6 @@ fn hold_freed_memory(interval: Duration) {
     loam_heap::hold_freed_memory((interval * 2).min(Duration::from_secs(1)));
 }
 
-
 #[cfg(all(test, not(loom), unix))]
 pub(crate) mod tests {
     use super::*;

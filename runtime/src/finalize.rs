@@ -107,8 +107,9 @@ impl Finalizer {
         // User code is contained (`finalize` runs destructors through
         // `panics::contain`); a panic of ours here would leave `running`
         // up and every `wait_for_drops` and the runtime's drop waiting for
-        // ever, so it ends the process with a message instead.
-        let _abort = crate::collector::StopIfUnwinding("the finalizer thread");
+        // ever: the thread's body, this call, is wrapped in
+        // `collector::or_stop`, which ends the process with the panic's
+        // message instead.
         let mut batch = FreeBatch::new();
         let mut run: Vec<NonNull<u8>> = Vec::new();
         loop {

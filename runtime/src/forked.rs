@@ -6,17 +6,16 @@
 //!
 //! A `pthread_atfork` child handler counts the forks of the process (the
 //! pool's, `loam_threadpool`), and each runtime notes the count when it is
-//! built. In a later child the count
-//! differs: `mutate`, `attach`, `collect`, `wait_for_cycle` and
-//! `wait_for_drops` panic with a message saying so, before they take any
-//! of the runtime's locks (another thread may have held one at the fork,
-//! for ever in the child), and dropping the runtime's last handle, a
-//! mutator, a `Root` or a `GlobalRoot` leaks what they own instead of
-//! waiting for the collector or taking a lock. Other calls that take the
-//! runtime's locks (`Runtime::stats`) may still wait in the child, if the
-//! fork caught another thread holding one. The
-//! heap itself stays usable in the child (`loam_heap`'s own handlers): a
-//! child may build a runtime of its own. The JVM and Go do not carry
+//! built. In a later child the count differs: `mutate`, `attach`,
+//! `collect`, `wait_for_cycle` and `wait_for_drops` panic with a message
+//! saying so, before they take any of the runtime's locks (another thread
+//! may have held one at the fork, for ever in the child), and dropping the
+//! runtime's last handle, a mutator, a `Root` or a `GlobalRoot` leaks what
+//! they own instead of waiting for the collector or taking a lock. Other
+//! calls that take the runtime's locks (`Runtime::stats`) may still wait
+//! in the child, if the fork caught another thread holding one. The heap
+//! itself stays usable in the child (`loam_heap`'s own handlers): a child
+//! may build a runtime of its own. The JVM and Go do not carry
 //! their collectors across `fork` either; `exec` is the way out.
 
 /// The fork count, for a runtime being built (the pool's counter: one

@@ -299,13 +299,30 @@ impl Mutator {
             // whose lists are empty: one or two cycles), so the next ask
             // waits for as many again. Not with pacing off (a gc percent
             // of "never"): that program starts its cycles itself.
-            let gone = list
-                .iter()
-                .filter(|m| m.detached.load(Ordering::Relaxed) && Arc::strong_count(m) == 1)
-                .count();
-            if gone >= GONE_BEFORE_CYCLE && gone * 2 >= list.len() && handle.shared.config.gc_percent != u32::MAX {
-                drop(list);
-                handle.shared.request(false);
+            // Counted once per `GONE_BEFORE_CYCLE` attaches, not at each:
+            // a walk of the list under the lock the collector takes too,
+            // with many threads alive, was work for every attach. (After a
+            // cycle shortened the list, the next count is that many
+            // attaches from its new length.)
+            let shared = &handle.shared;
+            let len = list.len();
+            let mut look_at = shared
+                .gone_look_at
+                .load(Ordering::Relaxed)
+                .min(len + GONE_BEFORE_CYCLE);
+            let mut ask = false;
+            if len >= look_at {
+                look_at = len + GONE_BEFORE_CYCLE;
+                let gone = list
+                    .iter()
+                    .filter(|m| m.detached.load(Ordering::Relaxed) && Arc::strong_count(m) == 1)
+                    .count();
+                ask = gone >= GONE_BEFORE_CYCLE && gone * 2 >= len && shared.config.gc_percent != u32::MAX;
+            }
+            shared.gone_look_at.store(look_at, Ordering::Relaxed);
+            drop(list);
+            if ask {
+                shared.request(false);
             }
         }
         Mutator {

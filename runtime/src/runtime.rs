@@ -89,6 +89,9 @@ pub(crate) struct Shared {
     /// The process's fork count as the runtime was built: a child forked
     /// since has none of its threads (`forked.rs`).
     pub(crate) born: u64,
+    /// The length of `mutators` at which an attach next counts the gone
+    /// ones (`Mutator::attach`); read and written under its lock.
+    pub(crate) gone_look_at: AtomicUsize,
     pub(crate) config: Config,
     pub(crate) handshake: Handshake,
     pub(crate) mutators: Mutex<Vec<Arc<MutatorShared>>>,
@@ -1430,6 +1433,7 @@ impl RuntimeBuilder {
         let shared = Arc::new(Shared {
             id,
             born: crate::forked::generation(),
+            gone_look_at: AtomicUsize::new(0),
             handshake: Handshake::default(),
             mutators: Mutex::new(Vec::new()),
             globals: Mutex::new(RootTable::default()),

@@ -374,7 +374,6 @@ pub(crate) fn retuned_ratio(ratio: u32, expected: usize, pace_at: usize, used: u
     (ratio != 0 && new < ratio).then_some(new)
 }
 
-
 /// Rounds of marking what the barriers shaded, with the mutators running,
 /// before the last pause takes the rest.
 const SHADED_ROUNDS: usize = 4;

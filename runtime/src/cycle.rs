@@ -121,7 +121,7 @@ pub(crate) fn goal_for(live: usize, config: &crate::options::Config) -> usize {
     if percent == u32::MAX {
         return usize::MAX;
     }
-    let grow = (live as u128 * percent as u128 / 100) as usize;
+    let grow = usize::try_from(live as u128 * percent as u128 / 100).unwrap_or(usize::MAX);
     goal_under_limit((live.saturating_add(grow)).max(config.min_heap), live, config)
 }
 

@@ -128,7 +128,8 @@ impl PauseHistogram {
         self.quantile(0.99)
     }
 
-    /// Pauses longer than `d`.
+    /// Pauses longer than `d`, to within the histogram's precision (a
+    /// pause less than 1% over `d` may be left out).
     pub fn count_above(&self, d: Duration) -> u64 {
         let ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
         self.count() - self.hist.count_between(0, ns).min(self.count())

@@ -146,6 +146,11 @@ thread_local! {
     static INSIDE: Cell<u16> = const { Cell::new(0) };
 }
 
+/// Whether this thread has a live `Mutator` of runtime `id`.
+pub(crate) fn attached_to(id: u16) -> bool {
+    ATTACHED.try_with(|a| a.borrow().contains(&id)).unwrap_or(false)
+}
+
 /// Whether this thread is inside a `mutate` call (of any runtime).
 pub(crate) fn inside_mutate() -> bool {
     INSIDE.with(|c| c.get() != 0)
@@ -275,6 +280,18 @@ impl Mutator {
     pub(crate) fn attach(handle: Arc<Handle>) -> Mutator {
         crate::forked::refuse_since(handle.shared.born, "attach");
         let id = handle.shared.id;
+        // A mutator there would wait, at its first pace or stop, for the
+        // cycle that is running its caller.
+        assert!(
+            !crate::collector::in_cycle_thread(),
+            "loam: attach called on a GC thread (from a Trace impl the mark \
+             ran): its calls would wait for the cycle that runs it"
+        );
+        assert!(
+            !crate::collector::is_coordinator_of(id),
+            "loam: attach called from this runtime's own on_cycle hook: its \
+             calls would wait for the collector that runs the hook"
+        );
         ATTACHED.with(|a| {
             let mut a = a.borrow_mut();
             assert!(
@@ -470,8 +487,9 @@ impl Mutator {
 
     /// Every interval the collector held this mutator so far: waiting at a
     /// safepoint for a stop to end (the time other mutators' calls took to
-    /// return included), for a cycle when it outran the collector, and for
-    /// memory at the heap limit. [`GcStats::mutator_pauses`] adds up all
+    /// return included), for a cycle when it outran the collector or doing
+    /// a share of its mark (assists), and for memory at the heap limit.
+    /// [`GcStats::mutator_pauses`] adds up all
     /// mutators'.
     ///
     /// [`GcStats::mutator_pauses`]: crate::GcStats::mutator_pauses
@@ -827,24 +845,42 @@ impl Mutator {
         let shared = self.shared();
         // Over twice the goal the debt is settled in smaller steps.
         let paced = shared.over_pace();
-        let chunk = size.max(if paced { PACED_CHUNK } else { CHUNK });
-        for attempt in 0..2 {
+        let mut chunk = size.max(if paced { PACED_CHUNK } else { CHUNK });
+        let mut waited = false;
+        loop {
             let used = shared.heap_used.fetch_add(chunk, Ordering::Relaxed) + chunk;
             if let Some(limit) = shared.config.heap_limit {
                 if used > limit {
                     shared.heap_used.fetch_sub(chunk, Ordering::Relaxed);
+                    // Near the limit only what the object needs: a chunk
+                    // of credit is a convenience, and charging one would
+                    // refuse an object that fits (under a limit below a
+                    // chunk, nothing ever fitted; with many mutators, the
+                    // others' unspent credit counts against the limit).
+                    if chunk > size {
+                        chunk = size;
+                        continue;
+                    }
                     // A sweep under way may free enough; a pause cannot
                     // happen while we are inside `mutate`. Nor can a
                     // cycle begin; but a ragged mark that began before
                     // this call, and whose window had closed, ends and
                     // sweeps without waiting for it.
-                    if attempt == 0 {
+                    if !waited {
+                        waited = true;
                         let waiting = Instant::now();
                         let epoch = self.call_mark.get();
-                        if shared.wait_for_sweep()
-                            || (epoch != 0 && shared.wait_for_ragged_cycle(epoch))
-                        {
+                        let swept_now = shared.wait_for_sweep();
+                        let ragged = if swept_now || epoch == 0 {
+                            None
+                        } else {
+                            shared.wait_for_ragged_cycle(epoch)
+                        };
+                        // A wait that gave up held this thread too.
+                        if swept_now || ragged.is_some() {
                             self.held(Hold::Memory, waiting.elapsed());
+                        }
+                        if swept_now || ragged == Some(true) {
                             continue;
                         }
                     }
@@ -867,7 +903,6 @@ impl Mutator {
             }
             return true;
         }
-        false
     }
 
     /// Inside a `mutate` call, during a concurrent mark: adds `owed` bytes

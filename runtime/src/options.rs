@@ -6,6 +6,10 @@
 
 use std::time::Duration;
 
+/// The smallest minimum heap: four allocation chunks
+/// ([`Config::floor_min_heap`]).
+pub(crate) const MIN_HEAP_FLOOR: usize = 4 * crate::mutator::CHUNK;
+
 /// Settings a [`RuntimeBuilder`](crate::RuntimeBuilder) collects.
 #[derive(Clone, Debug)]
 pub(crate) struct Config {
@@ -153,6 +157,22 @@ impl Config {
         self.apply(|k| std::env::var(k).ok())
     }
 
+    /// Raises a minimum heap below [`MIN_HEAP_FLOOR`] to it, with a
+    /// warning: the heap counts each mutator's unspent allocation credit
+    /// (a chunk, `mutator.rs`), so under a few chunks the heap was over
+    /// its goal at every call's entry, and every call waited for a whole
+    /// cycle, however little was live.
+    pub(crate) fn floor_min_heap(&mut self) {
+        if self.min_heap < MIN_HEAP_FLOOR {
+            crate::collector::say(format_args!(
+                "loam: a minimum heap of {} bytes asked for; using {MIN_HEAP_FLOOR} \
+                 (below it every mutate call would wait for a cycle)",
+                self.min_heap
+            ));
+            self.min_heap = MIN_HEAP_FLOOR;
+        }
+    }
+
     /// Caps the GC thread count at a few per CPU, with a warning.
     pub(crate) fn cap_gc_threads(&mut self) {
         let max = max_gc_threads();
@@ -171,7 +191,7 @@ impl Config {
     pub(crate) fn apply(&mut self, get: impl Fn(&str) -> Option<String>) -> Result<(), ConfigError> {
         if let Some(v) = get("LOAM_GC_PERCENT") {
             match v.trim() {
-                "off" => self.gc_percent = u32::MAX,
+                t if t.eq_ignore_ascii_case("off") => self.gc_percent = u32::MAX,
                 t => match t.parse::<u32>() {
                     Ok(p) => self.gc_percent = p,
                     Err(_) => warn(
@@ -184,7 +204,15 @@ impl Config {
         }
         if let Some(v) = get("LOAM_HEAP_LIMIT") {
             match parse_size(&v) {
-                Some(0) => self.heap_limit = None,
+                Some(0) => {
+                    if let Some(limit) = self.heap_limit {
+                        crate::collector::say(format_args!(
+                            "loam: LOAM_HEAP_LIMIT=0 removes the heap limit of {limit} bytes \
+                             the program set"
+                        ));
+                    }
+                    self.heap_limit = None
+                }
                 Some(n) => self.heap_limit = Some(n),
                 None => {
                     return Err(ConfigError {
@@ -296,6 +324,7 @@ mod tests {
         assert_eq!(c.heap_limit, Some(64 << 20));
         assert!(c.trace && c.verify);
         assert_eq!(with(&[("LOAM_GC_PERCENT", "off")]).unwrap().gc_percent, u32::MAX);
+        assert_eq!(with(&[("LOAM_GC_PERCENT", " OFF")]).unwrap().gc_percent, u32::MAX);
     }
 
     #[test]

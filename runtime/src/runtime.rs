@@ -354,17 +354,18 @@ impl Shared {
     ///   it holds (a collection's writer lock, a `GcLock`), or be joining
     ///   it, whatever the order they attached in.
     ///
-    /// True if the cycle swept.
-    pub(crate) fn wait_for_ragged_cycle(&self, epoch: u64) -> bool {
+    /// `None` if that mark is over (nothing waited for), else whether the
+    /// cycle swept.
+    pub(crate) fn wait_for_ragged_cycle(&self, epoch: u64) -> Option<bool> {
         if self.control.lock().ragged_epoch != epoch {
-            return false;
+            return None;
         }
         let mut swept = false;
         self.wait_control(Waiter::Call, |c| {
             swept = c.ragged_epoch != epoch;
             swept || c.shutdown || self.handshake.stop_requested() || self.handshake.stuck()
         });
-        swept
+        Some(swept)
     }
 
     /// Waits until `done` holds of the control block.
@@ -1123,6 +1124,7 @@ impl Runtime {
         StatsHandle {
             cell: self.handle.shared.final_stats.clone(),
             live: Arc::downgrade(&self.handle.shared),
+            id: self.handle.shared.id,
         }
     }
 
@@ -1155,9 +1157,9 @@ impl Runtime {
 /// Settings for a [`Runtime`]. Each has a default; the environment
 /// variables override the builder: `LOAM_GC_PERCENT`, `LOAM_HEAP_LIMIT`
 /// (`512M`, `2GiB`, `16MB`, `0` for none), `LOAM_MIN_HEAP`,
-/// `LOAM_GC_THREADS`, `LOAM_GCTRACE`, `LOAM_GCVERIFY`,
-/// `LOAM_GC_GENERATIONAL`, `LOAM_GC_CONCURRENT` and
-/// `LOAM_GC_PAUSE_BUDGET_US`. Sizes and flags read as
+/// `LOAM_GC_THREADS`, `LOAM_GC_CONCURRENT_THREADS`, `LOAM_GCTRACE`,
+/// `LOAM_GCVERIFY`, `LOAM_GC_GENERATIONAL`, `LOAM_GC_CONCURRENT`,
+/// `LOAM_GC_RAGGED` and `LOAM_GC_PAUSE_BUDGET_US`. Sizes and flags read as
 /// [`loam_heap::parse_size`] and [`loam_heap::parse_flag`] say. A bad value
 /// is reported on stderr and ignored, except a heap limit, which is an
 /// error ([`try_build`](Self::try_build)).
@@ -1251,14 +1253,18 @@ impl RuntimeBuilder {
     /// from seven eighths of it at the latest, so that cycles, which run
     /// between calls, free garbage before an allocation meets the limit.
     /// With [`gc_percent`](Self::gc_percent) at `u32::MAX` neither applies.
+    /// Zero means no limit, as `LOAM_HEAP_LIMIT=0` does.
     pub fn heap_limit(mut self, bytes: usize) -> Self {
-        self.config.heap_limit = Some(bytes);
+        self.config.heap_limit = (bytes != 0).then_some(bytes);
         self
     }
 
     /// Never start a paced cycle below this heap size, unless a heap limit
     /// needs one sooner (the goal stays at most halfway from the live size
-    /// to the limit, see [`heap_limit`](Self::heap_limit)).
+    /// to the limit, see [`heap_limit`](Self::heap_limit)). At least
+    /// 256 KiB: a smaller value is raised to it, with a warning (the heap
+    /// counts each mutator's unspent allocation credit, 64 KiB, and
+    /// under a few of those every call would wait for a cycle).
     pub fn min_heap(mut self, bytes: usize) -> Self {
         self.config.min_heap = bytes;
         self
@@ -1414,6 +1420,7 @@ impl RuntimeBuilder {
             config.apply_env()?;
         }
         config.cap_gc_threads();
+        config.floor_min_heap();
         if let Some(limit) = config.heap_limit {
             if limit < config.min_heap && config.gc_percent != u32::MAX {
                 crate::collector::say(format_args!(

@@ -15,7 +15,7 @@ pub struct CycleEvent {
     /// When the cycle began, from the runtime's start.
     pub at: Duration,
     /// Started by [`collect`](crate::Runtime::collect) or a heap-limit
-    /// retry, not by pacing.
+    /// retry, or the last cycle of a dropped runtime; not by pacing.
     pub forced: bool,
     /// A minor cycle: it kept the marks of objects earlier cycles found live
     /// and traced only younger ones (see
@@ -213,8 +213,9 @@ pub struct GcStats {
     /// saw it, over all mutators (those detached included): waiting at a
     /// safepoint while a stop was up (the wait for other mutators' calls to
     /// return included, as the JVM's safepoint log counts time-to-safepoint),
-    /// waiting for a cycle when it outran the collector, and waiting for
-    /// memory at the heap limit. A `collect` call is not counted (the
+    /// waiting for a cycle when it outran the collector or doing a share
+    /// of its mark for it (assists), and waiting for memory at the heap
+    /// limit. A `collect` call is not counted (the
     /// program asked to wait); one mutator's are
     /// [`Mutator::pauses`](crate::Mutator::pauses).
     pub mutator_pauses: PauseHistogram,
@@ -295,6 +296,9 @@ pub struct GcStats {
 pub struct StatsHandle {
     pub(crate) cell: std::sync::Arc<FinalStats>,
     pub(crate) live: std::sync::Weak<crate::runtime::Shared>,
+    /// The runtime's id, to refuse a wait from a thread that keeps it
+    /// alive (ids are not reused before the final statistics are set).
+    pub(crate) id: u16,
 }
 
 /// The final statistics of a runtime, set once, after its last cycle.
@@ -333,7 +337,29 @@ impl StatsHandle {
     /// Waits until the runtime is gone and its last cycle has run, and
     /// returns the final statistics. Waits for ever while a handle of the
     /// runtime (a `Runtime`, `Mutator`, root or pool) is alive.
+    ///
+    /// # Panics
+    /// Where the wait could never end: on a thread with a live `Mutator`
+    /// of this runtime, or on one of the collector's threads (its GC
+    /// threads, its coordinator, which runs `on_cycle`, or its finalizer):
+    /// the last cycle waits for those.
     pub fn wait_final(&self) -> GcStats {
+        if self.is_final() {
+            return self.cell.stats.lock().clone().unwrap_or_default();
+        }
+        assert!(
+            !crate::mutator::attached_to(self.id),
+            "loam: StatsHandle::wait_final on a thread with a live Mutator of \
+             the runtime: its final statistics wait for that Mutator to be dropped"
+        );
+        assert!(
+            !crate::collector::in_cycle_thread()
+                && !crate::collector::is_coordinator_of(self.id)
+                && !crate::collector::is_finalizer_of(self.id),
+            "loam: StatsHandle::wait_final on one of the collector's threads \
+             (in a Trace impl, a destructor or the on_cycle hook): the \
+             runtime's last cycle waits for this thread"
+        );
         let mut s = self.cell.stats.lock();
         loop {
             if let Some(stats) = &*s {

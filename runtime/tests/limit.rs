@@ -244,3 +244,33 @@ fn a_call_in_a_ragged_mark_waits_for_its_cycle_at_the_limit() {
         "calls of 20 MiB that began in a ragged mark failed at a 48 MiB limit with 24 MiB live"
     );
 }
+
+/// A limit below one allocation chunk (64 KiB of credit a mutator takes
+/// at once) still serves what fits under it: every call used to ask for a
+/// whole chunk, and a 32 KiB limit refused even 16 bytes.
+#[test]
+fn a_limit_below_a_chunk_serves_what_fits() {
+    let rt = Runtime::builder()
+        .gc_threads(1)
+        .ignore_env()
+        .heap_limit(32 << 10)
+        .build();
+    let mut m = rt.attach();
+    let ok = m.mutate(|mc| (0..64_u64).all(|i| mc.try_alloc(i).is_ok()));
+    assert!(ok, "16-byte objects under a 32 KiB limit");
+    let refused = m.mutate(|mc| mc.try_alloc([0_u64; 8192]).is_err());
+    assert!(refused, "a 64 KiB object under a 32 KiB limit");
+}
+
+/// `heap_limit(0)` is no limit, as `LOAM_HEAP_LIMIT=0` is (it was a
+/// 0-byte limit that refused every allocation).
+#[test]
+fn a_zero_heap_limit_is_none() {
+    let rt = Runtime::builder()
+        .gc_threads(1)
+        .ignore_env()
+        .heap_limit(0)
+        .build();
+    let mut m = rt.attach();
+    assert!(m.mutate(|mc| mc.try_alloc([7_u64; 64]).is_ok()));
+}

@@ -972,3 +972,55 @@ fn a_runtime_in_a_forked_child_refuses_with_a_message_and_its_drop_returns() {
         c => panic!("the forked child exited with {c}"),
     }
 }
+
+/// A mutator attached in the runtime's own `on_cycle` hook would wait, at
+/// its first pace, for the cycle count the hook holds back: `attach`
+/// refuses there, with a message, as `collect` does.
+#[test]
+fn attach_in_the_runtimes_own_hook_panics_with_a_message() {
+    let slot: Arc<Mutex<Option<Runtime>>> = Arc::default();
+    let msg: Arc<Mutex<Option<String>>> = Arc::default();
+    let (s2, m2) = (slot.clone(), msg.clone());
+    let rt = rt()
+        .on_cycle(move |_| {
+            let rt = s2.lock().unwrap().clone();
+            if let Some(rt) = rt {
+                if let Err(e) = catch_unwind(AssertUnwindSafe(|| drop(rt.attach()))) {
+                    *m2.lock().unwrap() = Some(support::panic_message(e.as_ref()));
+                }
+            }
+        })
+        .build();
+    *slot.lock().unwrap() = Some(rt.clone());
+    let rt2 = rt.clone();
+    within("a collection whose hook attaches", move || rt2.collect());
+    slot.lock().unwrap().take();
+    let msg = msg
+        .lock()
+        .unwrap()
+        .take()
+        .expect("attach in the hook did not panic");
+    assert!(msg.contains("own on_cycle hook"), "{msg}");
+}
+
+/// The final statistics wait for every handle of the runtime: a thread
+/// that holds a `Mutator` of it would wait for itself, and is told so.
+#[test]
+fn wait_final_with_a_live_mutator_panics_with_a_message() {
+    let rt = rt().build();
+    let stats = rt.stats_handle();
+    let m = rt.attach();
+    drop(rt);
+    let msg = match catch_unwind(AssertUnwindSafe(|| stats.wait_final())) {
+        Ok(_) => panic!("wait_final returned with a Mutator alive"),
+        Err(e) => support::panic_message(e.as_ref()),
+    };
+    assert!(msg.contains("live Mutator"), "{msg}");
+    drop(m);
+    let last = within("the final statistics", move || stats.wait_final());
+    assert!(
+        last.cycles >= 1,
+        "the last cycle ran: {} cycles",
+        last.cycles
+    );
+}

@@ -381,3 +381,26 @@ fn a_minor_cycle_with_remembered_objects_leaves_the_pace_goal_alone() {
     assert!(e.minor, "the tree's cycle was full: {e}");
     assert_eq!(e.pace_goal, e.next_goal, "{e}");
 }
+
+/// A minimum heap of 0 is raised to the floor: with the goal at 0, the
+/// heap (which counts each mutator's unspent credit) was at its pace point
+/// whenever a call took more credit, and each of these calls, which take
+/// a chunk's worth (64 KiB) each, waited for a whole cycle.
+#[test]
+fn a_minimum_heap_of_zero_does_not_cycle_at_every_call() {
+    let rt = Runtime::builder()
+        .gc_threads(1)
+        .ignore_env()
+        .min_heap(0)
+        .build();
+    let mut m = rt.attach();
+    for i in 0..200_u64 {
+        m.mutate(|mc| {
+            for _ in 0..8 {
+                mc.alloc([i; 1024]);
+            }
+        });
+    }
+    let cycles = rt.stats().cycles;
+    assert!(cycles < 100, "{cycles} cycles for 200 calls of 64 KiB each");
+}

@@ -4,7 +4,7 @@
 use crate::job::StackJob;
 use crate::latch::{CountLatch, CountLatchRef};
 use crate::registry;
-use crate::unwind::AbortIfPanic;
+use crate::unwind::{self, AbortIfPanic};
 use crate::worker::WorkerThread;
 
 /// Where a [`broadcast`] closure is running.
@@ -114,5 +114,21 @@ where
     }
     worker.wait_until(&latch.core);
     std::mem::forget(abort);
-    jobs.into_iter().map(StackJob::into_result).collect()
+    // The first panic is resumed; the others' payloads are dropped first,
+    // one by one (dropped by that unwind, a payload whose `Drop` panics
+    // would abort the process).
+    let mut results = Vec::with_capacity(num_threads);
+    let mut first_panic = None;
+    for job in jobs {
+        match job.into_outcome() {
+            Ok(value) => results.push(value),
+            Err(payload) if first_panic.is_none() => first_panic = Some(payload),
+            Err(payload) => unwind::drop_payload(payload),
+        }
+    }
+    if let Some(payload) = first_panic {
+        drop(results);
+        unwind::resume_unwinding(payload);
+    }
+    results
 }

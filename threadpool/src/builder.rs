@@ -16,6 +16,10 @@ use crate::ThreadPool;
 /// The environment variable that overrides the default thread count.
 const NUM_THREADS_ENV: &str = "LOAM_NUM_THREADS";
 
+/// The most threads a pool starts (rayon caps its pools near there too):
+/// more are asked for only by mistake, and each costs a stack and a queue.
+const MAX_THREADS: usize = 1 << 16;
+
 /// Configures and starts a [`ThreadPool`].
 ///
 /// | option | default | meaning |
@@ -324,8 +328,22 @@ impl ThreadPoolBuilder {
         self
     }
 
-    /// The thread count this builder will use.
+    /// The thread count this builder will use: at most [`MAX_THREADS`],
+    /// with a warning (as rayon caps it), so that a count read from
+    /// somewhere unchecked is not a capacity overflow or an out-of-memory
+    /// abort in the per-thread queues made before any thread starts.
     fn resolved_num_threads(&self) -> usize {
+        let asked = self.asked_num_threads();
+        if asked > MAX_THREADS {
+            crate::say(format_args!(
+                "loam-threadpool: {asked} threads asked for; using {MAX_THREADS}"
+            ));
+            return MAX_THREADS;
+        }
+        asked
+    }
+
+    fn asked_num_threads(&self) -> usize {
         if self.num_threads > 0 {
             return self.num_threads;
         }
@@ -357,16 +375,21 @@ impl ThreadPoolBuilder {
     /// ```
     pub fn build(mut self) -> Result<ThreadPool, ThreadPoolBuildError> {
         let num_threads = self.resolved_num_threads();
+        // Every name first: a `thread_name` that panics then unwinds out
+        // of `build` with no thread started (with threads started, they
+        // stayed parked for the process's life).
+        let names: Vec<String> = (0..num_threads)
+            .map(|index| match &mut self.thread_name {
+                Some(name) => name(index),
+                None => format!("loam-worker-{index}"),
+            })
+            .collect();
         let deques: Vec<Worker<JobRef>> = (0..num_threads).map(|_| Worker::new_lifo()).collect();
         let stealers = deques.iter().map(Worker::stealer).collect();
         let hooks = std::mem::take(&mut self.hooks);
         let registry = Arc::new(Registry::new(stealers, hooks));
         let mut threads = Vec::with_capacity(num_threads);
-        for (index, deque) in deques.into_iter().enumerate() {
-            let name = match &mut self.thread_name {
-                Some(name) => name(index),
-                None => format!("loam-worker-{index}"),
-            };
+        for ((index, deque), name) in deques.into_iter().enumerate().zip(names) {
             let mut builder = thread::Builder::new().name(name);
             if let Some(bytes) = self.stack_size {
                 builder = builder.stack_size(bytes);

@@ -191,6 +191,17 @@ impl<L: Latch, F: FnOnce() -> R, R> StackJob<L, F, R> {
     pub(crate) fn into_result(self) -> R {
         self.result.into_inner().into_return_value()
     }
+
+    /// The result after the latch was seen set, or its panic's payload
+    /// (for a caller that is unwinding with another panic, and drops this
+    /// one with `unwind::drop_payload`).
+    pub(crate) fn into_outcome(self) -> Result<R, Payload> {
+        match self.result.into_inner() {
+            JobResult::Ok(value) => Ok(value),
+            JobResult::Panic(payload) => Err(payload),
+            JobResult::None => unreachable!("pool: job result taken before the job ran"),
+        }
+    }
 }
 
 /// Makes a job of `body`, for work nobody waits on directly (`spawn`, scope

@@ -10,7 +10,7 @@ use crossbeam_utils::CachePadded;
 use crate::job::{JobRef, StackJob};
 use crate::latch::{CrossLatch, LockLatch};
 use crate::sleep::Sleep;
-use crate::sync::{Arc, AtomicBool, Ordering};
+use crate::sync::{Arc, AtomicBool, AtomicUsize, Ordering};
 use crate::unwind::{self, AbortIfPanic, Payload};
 use crate::worker::WorkerThread;
 use crate::ThreadPool;
@@ -46,8 +46,10 @@ struct ThreadInfo {
 ///
 /// `thread_infos.len() == sleep.num_workers() == num_threads >= 1`, fixed
 /// for the pool's life (`assert_valid`, at creation). Every queued `JobRef` is
-/// live until a worker of this pool runs it; once `terminating` is set, a
-/// worker exits only after a look-up found no work, so queued work still runs.
+/// live until a worker of this pool runs it; once `terminating` is set, the
+/// workers exit only once every one of them is out of work at the same
+/// time (`WorkerThread::ready_to_exit`), so queued work still runs, and
+/// so does work a job still running hands a worker that had none.
 pub(crate) struct Registry {
     thread_infos: Box<[CachePadded<ThreadInfo>]>,
     /// Jobs from outside the pool (and `spawn` from non-workers); any worker
@@ -61,6 +63,12 @@ pub(crate) struct Registry {
     /// read by workers after a failed look-up and in the sleep re-check
     /// (`SeqCst`; the sleep mutex orders it with parking).
     terminating: AtomicBool,
+    /// Once terminating: the workers that found no work and have not
+    /// searched since (`WorkerThread::ready_to_exit`).
+    pub(crate) idle_at_exit: AtomicUsize,
+    /// Set by the worker that made `idle_at_exit` reach the thread count:
+    /// every worker exits.
+    pub(crate) all_idle: AtomicBool,
     pub(crate) hooks: Hooks,
     /// The process's fork count as the pool was built: a child forked
     /// since has none of its workers (`forked.rs`).
@@ -85,6 +93,8 @@ impl Registry {
             sleep: Sleep::new(num_threads),
             spread: crate::spread::Spread::new(num_threads),
             terminating: AtomicBool::new(false),
+            idle_at_exit: AtomicUsize::new(0),
+            all_idle: AtomicBool::new(false),
             hooks,
             born: crate::forked::generation(),
         };
@@ -239,11 +249,18 @@ impl Registry {
         })
     }
 
-    /// True if worker `worker` has something to do or must exit: the sleep
-    /// re-check, so it reads every queue a wake-up can be about.
+    /// True if worker `worker` has something to do or must look at
+    /// termination: the idle sleep's re-check, so it reads every queue a
+    /// wake-up can be about.
     pub(crate) fn has_work(&self, worker: &WorkerThread) -> bool {
-        self.is_terminating()
-            || !worker.deque_is_empty()
+        self.is_terminating() || self.has_queued_work(worker)
+    }
+
+    /// True if a queue worker `worker` reads holds a job: the re-check of
+    /// a sleep that termination does not end (a wait on a latch, a wait
+    /// for the other workers to run out of work).
+    pub(crate) fn has_queued_work(&self, worker: &WorkerThread) -> bool {
+        !worker.deque_is_empty()
             || !self.inbox(worker.index()).is_empty()
             || !self.injector.is_empty()
             || self

@@ -10,7 +10,7 @@ use crossbeam_deque::{Steal, Worker};
 use crate::job::JobRef;
 use crate::latch::CoreLatch;
 use crate::registry::{Hook, Registry};
-use crate::sync::Arc;
+use crate::sync::{Arc, Ordering};
 use crate::unwind::AbortIfPanic;
 
 /// Failed look-ups for work (each followed by `yield_now`) before a worker
@@ -188,7 +188,10 @@ impl WorkerThread {
                 run_hook(&self.registry.hooks.between_tasks, self.index);
                 idle_rounds = 0;
             } else if self.registry.is_terminating() {
-                return;
+                if self.ready_to_exit() {
+                    return;
+                }
+                idle_rounds = 0;
             } else if idle_rounds < SPIN_ROUNDS {
                 idle_rounds += 1;
                 thread::yield_now();
@@ -197,6 +200,47 @@ impl WorkerThread {
                 idle_rounds = 0;
             }
         }
+    }
+
+    /// Termination, after a look-up found no work: true once every worker
+    /// is out of work at the same time. A worker that left at its first
+    /// empty look-up missed work that a job still running on another
+    /// worker handed it later (a `broadcast` into its inbox, which waits
+    /// for it): the broadcast, and the pool's drop joining its worker,
+    /// waited for ever (found by review).
+    ///
+    /// Protocol: a worker counts itself in `idle_at_exit` after a look-up
+    /// that found nothing, and counts itself out before it looks again. A
+    /// job is pushed only by a worker not counted (one running a job or
+    /// looking): into its own deque or the injector, where its own next
+    /// look-up finds it before it counts itself, or into another's inbox
+    /// by a broadcast, which stays uncounted until that job has run. So
+    /// when the count reaches the thread count no job is queued and none
+    /// can be: the worker that sees it sets `all_idle` and wakes the rest,
+    /// and all leave. A worker woken before that counts itself out and
+    /// looks again; if the count reached the thread count meanwhile its
+    /// look-up finds nothing and it counts itself back to the same total.
+    #[cold]
+    fn ready_to_exit(&self) -> bool {
+        let registry = &*self.registry;
+        let idle = registry.idle_at_exit.fetch_add(1, Ordering::SeqCst) + 1;
+        if idle == registry.num_threads() {
+            registry.all_idle.store(true, Ordering::SeqCst);
+            registry.sleep.wake_all();
+            return true;
+        }
+        run_hook(&registry.hooks.before_park, self.index);
+        registry.spread.parked(self.index);
+        registry.sleep.sleep(self.index, None, || {
+            registry.all_idle.load(Ordering::SeqCst) || registry.has_queued_work(self)
+        });
+        registry.spread.awake_again(self.index);
+        run_hook(&registry.hooks.after_unpark, self.index);
+        if registry.all_idle.load(Ordering::SeqCst) {
+            return true;
+        }
+        registry.idle_at_exit.fetch_sub(1, Ordering::SeqCst);
+        false
     }
 
     /// Returns once `latch` is set, running other jobs meanwhile (so a worker
@@ -234,9 +278,13 @@ impl WorkerThread {
         let registry = &*self.registry;
         run_hook(&registry.hooks.before_park, self.index);
         registry.spread.parked(self.index);
-        let blocked = registry
-            .sleep
-            .sleep(self.index, latch, || registry.has_work(self));
+        // A latch waiter sleeps through termination (its job is not done);
+        // with the idle loop's re-check it spun instead, termination being
+        // "work" to that check, for as long as the job it waits for ran.
+        let blocked = registry.sleep.sleep(self.index, latch, || match latch {
+            Some(_) => registry.has_queued_work(self),
+            None => registry.has_work(self),
+        });
         if blocked {
             registry.spread.awake(self.index);
         } else {

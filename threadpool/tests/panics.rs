@@ -301,3 +301,32 @@ fn panics_in_inline_and_boxed_spawned_closures_are_caught() {
     assert_eq!(message(caught.unwrap_err()), "boxed 112");
     assert_eq!(pool.install(|| 9), 9);
 }
+
+/// Both halves of a `join` panic, each payload a `Bomb`: `a`'s reaches the
+/// caller, `b`'s is dropped without an unwind. It was dropped by the
+/// unwind of `a`'s panic, and its own panic there aborted the process.
+/// The same for a `broadcast` whose every share panics.
+#[test]
+fn join_and_broadcast_panics_whose_payloads_panic_when_dropped_reach_the_caller() {
+    within(
+        "joins and broadcasts whose panics' payloads panic when dropped",
+        || {
+            let pool = pool(2);
+            for _ in 0..20 {
+                let r = panic::catch_unwind(AssertUnwindSafe(|| {
+                    pool.join(|| panic::panic_any(Bomb), || panic::panic_any(Bomb))
+                }));
+                let payload = r.expect_err("the join's panic reaches its caller");
+                assert!(payload.is::<Bomb>());
+                std::mem::forget(payload);
+                let r = panic::catch_unwind(AssertUnwindSafe(|| {
+                    pool.broadcast(|_| panic::panic_any(Bomb))
+                }));
+                let payload = r.expect_err("the broadcast's panic reaches its caller");
+                assert!(payload.is::<Bomb>());
+                std::mem::forget(payload);
+            }
+            assert_eq!(pool.install(|| 7), 7);
+        },
+    );
+}

@@ -173,3 +173,128 @@ fn a_pool_in_a_forked_child_refuses_with_a_message_and_its_drop_returns() {
         "install in the forked child did not refuse"
     );
 }
+
+/// Drops `pool` on a thread of its own and waits for the drop to return,
+/// failing the test after a minute (a hang, not a slow machine).
+fn drop_within_a_minute(pool: loam_threadpool::ThreadPool, what: &str) {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        drop(pool);
+        let _ = tx.send(());
+    });
+    if rx.recv_timeout(std::time::Duration::from_secs(60)).is_err() {
+        panic!("deadlock: {what}");
+    }
+}
+
+/// A job still running when the pool drops broadcasts after the other
+/// worker ran out of work. That worker used to exit at its first empty
+/// look-up, the broadcast waited for ever for its share, and so did the
+/// drop. The job waits until the other worker's exit handler ran (it did,
+/// before the fix) or 200 ms (the fix keeps the worker for the job).
+#[test]
+fn a_broadcast_while_the_pool_drops_reaches_every_worker() {
+    let exited = Arc::new(AtomicUsize::new(0));
+    let ran = Arc::new(AtomicUsize::new(0));
+    let counter = exited.clone();
+    let pool = ThreadPoolBuilder::new()
+        .num_threads(2)
+        .exit_handler(move |_| {
+            counter.fetch_add(1, Ordering::SeqCst);
+        })
+        .build()
+        .unwrap();
+    let (started_tx, started_rx) = mpsc::channel();
+    let (exited2, ran2) = (exited.clone(), ran.clone());
+    pool.spawn(move || {
+        started_tx.send(()).unwrap();
+        for _ in 0..200 {
+            if exited2.load(Ordering::SeqCst) > 0 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        loam_threadpool::broadcast(|_| {
+            ran2.fetch_add(1, Ordering::SeqCst);
+        });
+    });
+    started_rx.recv().unwrap();
+    drop_within_a_minute(pool, "a broadcast from a job while the pool drops");
+    assert_eq!(
+        ran.load(Ordering::SeqCst),
+        2,
+        "the broadcast ran on both workers"
+    );
+    assert_eq!(exited.load(Ordering::SeqCst), 2);
+}
+
+/// A worker waiting on a join's latch while the pool drops sleeps: it
+/// used to take termination for work and spin (park and wake at once,
+/// for as long as the job it waited for ran). Counted by the park hook:
+/// a handful of parks, not thousands, while the other half blocks.
+#[test]
+fn a_join_waiting_while_the_pool_drops_sleeps() {
+    let parks = Arc::new(AtomicUsize::new(0));
+    let counter = parks.clone();
+    let pool = ThreadPoolBuilder::new()
+        .num_threads(2)
+        .before_park(move |_| {
+            counter.fetch_add(1, Ordering::SeqCst);
+        })
+        .build()
+        .unwrap();
+    let (release_tx, release_rx) = mpsc::channel::<()>();
+    let (blocked_tx, blocked_rx) = mpsc::channel();
+    let (stolen_tx, stolen_rx) = mpsc::channel();
+    let (release_rx, stolen_rx) = (Mutex::new(release_rx), Mutex::new(stolen_rx));
+    pool.spawn(move || {
+        loam_threadpool::join(
+            // Returns once the other worker took the second half: this
+            // worker then waits on the join's latch.
+            move || stolen_rx.lock().unwrap().recv().unwrap(),
+            move || {
+                stolen_tx.send(()).unwrap();
+                blocked_tx.send(()).unwrap();
+                let _ = release_rx.lock().unwrap().recv();
+            },
+        );
+    });
+    blocked_rx.recv().unwrap();
+    let dropper = std::thread::spawn(move || drop(pool));
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    let before = parks.load(Ordering::SeqCst);
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    let during = parks.load(Ordering::SeqCst) - before;
+    release_tx.send(()).unwrap();
+    dropper.join().unwrap();
+    assert!(during < 50, "{during} parks in 100 ms of one join's wait");
+}
+
+/// A `thread_name` that panics unwinds out of `build` before any thread
+/// starts: the names used to be made one per spawn, and the workers
+/// started before the panic stayed parked for the process's life.
+#[test]
+fn a_thread_name_that_panics_starts_no_thread() {
+    let (started_tx, started_rx) = mpsc::channel();
+    let started_tx = Mutex::new(started_tx);
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        ThreadPoolBuilder::new()
+            .num_threads(3)
+            .thread_name(|i| {
+                assert!(i < 2, "no name for worker {i}");
+                format!("named-{i}")
+            })
+            .start_handler(move |i| {
+                let _ = started_tx.lock().unwrap().send(i);
+            })
+            .build()
+    }));
+    assert!(r.is_err(), "the name's panic reaches the caller");
+    // Workers 0 and 1 were started before the panic: each ran its start
+    // handler at once. Half a second is ample for that to show.
+    assert_eq!(
+        started_rx.recv_timeout(std::time::Duration::from_millis(500)),
+        Err(mpsc::RecvTimeoutError::Disconnected),
+        "a worker started"
+    );
+}

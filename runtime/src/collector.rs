@@ -136,7 +136,18 @@ pub(crate) fn start(shared: Arc<Shared>) -> JoinHandle<()> {
     let pool = ThreadPoolBuilder::new()
         .num_threads(shared.config.gc_threads)
         .thread_name(move |i| format!("loam-gc-{id}-{i}"))
-        .start_handler(move |_| GC_THREAD_OF.with(|c| c.set(id)))
+        .start_handler(move |_| {
+            GC_THREAD_OF.with(|c| c.set(id));
+            // For the thread's life: user code runs here only in `Trace`
+            // impls the mark calls, and a pool wait there (a `broadcast`
+            // into the other GC threads, spinning in the same mark; an
+            // `install` into a managed pool whose `mutate` waits for this
+            // pause) would wait for the cycle that is waiting for it.
+            std::mem::forget(loam_threadpool::forbid_waits(
+                "on a GC thread (in a Trace impl the mark ran): the cycle \
+                 running it would wait for the wait",
+            ));
+        })
         .build()
         .expect("loam: could not start the GC threads");
     let finalizer = {

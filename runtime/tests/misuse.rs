@@ -1024,3 +1024,58 @@ fn wait_final_with_a_live_mutator_panics_with_a_message() {
         last.cycles
     );
 }
+
+/// A `Trace` impl that waits on a pool, run by the mark on a GC thread.
+struct PoolWaiter<'gc> {
+    inner: Gc<'gc, u64>,
+}
+
+/// What each pool wait of a `PoolWaiter` on a GC worker came to.
+static POOL_WAITS: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+// SAFETY: reports its one pointer (1); the pool call it makes touches no
+// managed object (2); needs tracing (3); no `Drop` (4).
+unsafe impl Trace for PoolWaiter<'_> {
+    fn trace(&self, tracer: &mut loam_runtime::Tracer) {
+        thread_local!(static TRIED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) });
+        // GC pool workers are `loam-gc-<runtime>-<index>`; once each.
+        let on_gc_worker = std::thread::current()
+            .name()
+            .is_some_and(|n| n.starts_with("loam-gc-") && n.matches('-').count() == 3);
+        if on_gc_worker && !TRIED.with(|t| t.replace(true)) {
+            let r = catch_unwind(|| loam_threadpool::join(|| 1, || 2));
+            POOL_WAITS.lock().unwrap().push(match r {
+                Ok(_) => "allowed".into(),
+                Err(e) => support::panic_message(e.as_ref()),
+            });
+        }
+        self.inner.trace(tracer)
+    }
+}
+
+/// A pool wait on a GC thread (a `broadcast` into the other GC threads,
+/// which spin in the same mark, waited for ever) panics with a message,
+/// as one inside `mutate` does.
+#[test]
+fn a_pool_wait_in_a_trace_impl_on_a_gc_thread_panics_with_a_message() {
+    let rt = rt().build();
+    let mut m = rt.attach();
+    type Waiters = Rootable!['gc => GcLock<'gc, Vec<Gc<'gc, PoolWaiter<'gc>>>>];
+    let _kept: Root<Waiters> = m.mutate(|mc| {
+        // Enough that the mark's first thread hands most of it to the
+        // GC workers.
+        let v = (0..200_000_u64)
+            .map(|i| mc.alloc(PoolWaiter { inner: mc.alloc(i) }))
+            .collect();
+        mc.root(mc.alloc(GcLock::new(v)))
+    });
+    let rt2 = rt.clone();
+    within("a collection whose Trace impls wait on a pool", move || {
+        rt2.collect()
+    });
+    let waits = std::mem::take(&mut *POOL_WAITS.lock().unwrap());
+    assert!(!waits.is_empty(), "no PoolWaiter was traced on a GC worker");
+    for w in &waits {
+        assert!(w.contains("on a GC thread"), "{w}");
+    }
+}

@@ -109,6 +109,9 @@ where
     indices: GcCell<'gc, Indices<'gc>>,
     /// `'static`, so it holds no managed pointer.
     hasher: S,
+    /// The entries the first array holds at least (`with_capacity`): the
+    /// array is made on the first insert, whose entry fills its spare slots.
+    min_capacity: usize,
     writer: WriterLock,
 }
 
@@ -256,16 +259,21 @@ where
         Self::with_hasher(mc, FastHash::default())
     }
 
-    /// An empty dictionary with room for `capacity` entries before it grows.
+    /// An empty dictionary with room for `capacity` entries before it
+    /// grows: its index is made now, its entries on the first insert.
+    ///
+    /// # Examples
+    /// ```
+    /// # use loam_collections::GcDictionary;
+    /// # let rt = loam_runtime::Runtime::new();
+    /// # let mut m = rt.attach();
+    /// m.mutate(|mc| {
+    ///     let d: GcDictionary<u64, u64> = GcDictionary::with_capacity(mc, 1000);
+    ///     assert!(d.capacity() >= 1000);
+    /// });
+    /// ```
     pub fn with_capacity(mc: &Mutation<'gc>, capacity: usize) -> Self {
-        let d = Self::new(mc);
-        if capacity > 0 {
-            let _w = d.write_lock(mc);
-            let indices = mc.alloc_slice_fill(index_size(capacity), GcCell::new(0));
-            // SAFETY: the log recorded (`write_lock`); the cell is reported.
-            unsafe { d.obj.indices.set_recorded(mc, indices) };
-        }
-        d
+        Self::with_capacity_and_hasher(mc, capacity, FastHash::default())
     }
 }
 
@@ -285,9 +293,46 @@ where
                 entries: GcCell::new(mc.alloc_from_iter(std::iter::empty())),
                 indices: GcCell::new(mc.alloc_from_iter(std::iter::empty())),
                 hasher,
+                min_capacity: 0,
                 writer: WriterLock::default(),
             }),
         }
+    }
+
+    /// An empty dictionary hashing with `hasher`, with room for `capacity`
+    /// entries before it grows (see [`with_capacity`]).
+    ///
+    /// [`with_capacity`]: GcDictionary::with_capacity
+    pub fn with_capacity_and_hasher(mc: &Mutation<'gc>, capacity: usize, hasher: S) -> Self {
+        let entry = std::mem::size_of::<Entry<'gc, K, V>>().max(1);
+        assert!(
+            capacity <= isize::MAX as usize / entry,
+            "loam-collections: GcDictionary::with_capacity({capacity}): capacity overflow"
+        );
+        let d = GcDictionary {
+            obj: mc.alloc(DictObj {
+                log: GcLog::new(),
+                moves: GcCell::new(0),
+                len: GcCell::new(0),
+                entries: GcCell::new(mc.alloc_from_iter(std::iter::empty())),
+                indices: GcCell::new(mc.alloc_from_iter(std::iter::empty())),
+                hasher,
+                min_capacity: capacity,
+                writer: WriterLock::default(),
+            }),
+        };
+        if capacity > 0 {
+            let _w = d.write_lock(mc);
+            let indices = mc.alloc_slice_fill(index_size(capacity), GcCell::new(0));
+            // SAFETY: the log recorded (`write_lock`); the cell is reported.
+            unsafe { d.obj.indices.set_recorded(mc, indices) };
+        }
+        d
+    }
+
+    /// How many entries it holds before its entries array grows.
+    pub fn capacity(&self) -> usize {
+        self.obj.entries.get().len().max(self.obj.min_capacity)
     }
 
     /// Takes the writer lock and records the dictionary's log in this call:
@@ -458,7 +503,7 @@ where
         let len = self.obj.len.get();
         let mut entries = self.obj.entries.get();
         let grown = if len == entries.len() {
-            let cap = (len * 2).max(4);
+            let cap = (len * 2).max(4).max(self.obj.min_capacity);
             Some(mc.try_alloc_from_iter((0..cap).map(
                 |i| match entries.get(i).filter(|_| i < len) {
                     // Spare entries hold the new one (never traced).
@@ -1019,6 +1064,14 @@ where
         }
     }
 
+    /// The value, inserting `V::default()` first if the key is absent.
+    pub fn or_default(self) -> V
+    where
+        V: Default,
+    {
+        self.or_insert_with(V::default)
+    }
+
     /// Replaces a present value with `f(value)`.
     pub fn and_modify(self, f: impl FnOnce(V) -> V) -> Self {
         if let DictEntry::Occupied(o) = &self {
@@ -1033,6 +1086,38 @@ where
             DictEntry::Occupied(o) => o.key(),
             DictEntry::Vacant(v) => v.key(),
         }
+    }
+}
+
+/// Its entries as `(key, value)` pairs, in the order [`iter`] gives them.
+///
+/// [`iter`]: GcDictionary::iter
+impl<'gc, K, V, S> IntoIterator for GcDictionary<'gc, K, V, S>
+where
+    K: CellValue + Trace + Hash + Eq + 'gc,
+    V: CellValue + Trace + 'gc,
+    S: BuildHasher + Send + Sync + 'static,
+{
+    type Item = (K, V);
+    type IntoIter = Iter<'gc, K, V>;
+
+    fn into_iter(self) -> Iter<'gc, K, V> {
+        self.iter()
+    }
+}
+
+/// As for the dictionary itself (a handle: `for (k, v) in &d` reads it).
+impl<'gc, K, V, S> IntoIterator for &GcDictionary<'gc, K, V, S>
+where
+    K: CellValue + Trace + Hash + Eq + 'gc,
+    V: CellValue + Trace + 'gc,
+    S: BuildHasher + Send + Sync + 'static,
+{
+    type Item = (K, V);
+    type IntoIter = Iter<'gc, K, V>;
+
+    fn into_iter(self) -> Iter<'gc, K, V> {
+        self.iter()
     }
 }
 

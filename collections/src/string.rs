@@ -6,7 +6,7 @@ use std::borrow::Borrow;
 use std::cell::RefCell;
 use std::fmt;
 use std::hash::{BuildHasher, Hash, Hasher};
-use std::ops::{Deref, RangeBounds};
+use std::ops::{Bound, Deref, RangeBounds};
 
 /// Bytes before the text: the cached hash.
 const HASH_BYTES: usize = 8;
@@ -22,11 +22,14 @@ fn hash_bytes(bytes: &[u8]) -> u64 {
 ///
 /// `GcString` is a handle (`Copy`, one word) that derefs to `str`, so every
 /// `str` method that reads (`find`, `starts_with`, `ends_with`, `parse`,
-/// `chars`, `split` into `&str`s …) works on it directly. The methods here
-/// are the ones that make new managed strings ([`concat`](Self::concat),
+/// `chars`, `lines` …) works on it directly. The methods here are the ones
+/// that make new managed strings ([`concat`](Self::concat),
 /// [`substring`](Self::substring), [`split`](Self::split) into a
 /// [`GcList`], [`trim`](Self::trim), case conversion) and take the call's
-/// `Mutation`. Equality compares the cached hashes first; `Hash` is `str`'s,
+/// `Mutation`. Those hide `str`'s methods of the same names (`split`,
+/// `trim`, `trim_start`, `trim_end`, `to_uppercase`, `to_lowercase`):
+/// for `str`'s, borrowed pieces with no allocation, go through
+/// [`as_str`](Self::as_str): `s.as_str().split(',')`. Equality compares the cached hashes first; `Hash` is `str`'s,
 /// so with [`Borrow<str>`] a dictionary keyed by `GcString` is queried with
 /// a `&str`. [`gc_format!`](crate::gc_format) formats into one.
 ///
@@ -138,10 +141,20 @@ impl<'gc> GcString<'gc> {
     /// (as `&s[range]` does), or at the heap limit.
     pub fn substring(&self, mc: &Mutation<'gc>, range: impl RangeBounds<usize>) -> Self {
         let s = self.as_str();
-        // `str`'s own bounds: `Excluded(usize::MAX)` as a start (or
-        // `..=usize::MAX`) is refused there, where `i + 1` wrapped to the
-        // whole string (or to none) in a release build.
-        let piece = &s[(range.start_bound().cloned(), range.end_bound().cloned())];
+        let (start, end) = (range.start_bound().cloned(), range.end_bound().cloned());
+        // Out of range: the bounds and the length, as `Vec`'s messages
+        // give them (`str`'s quotes the text instead, and not its length).
+        let past = |i: usize| i > s.len();
+        if matches!(start, Bound::Included(i) if past(i))
+            || matches!(end, Bound::Excluded(i) if past(i))
+            || matches!(end, Bound::Included(i) if i >= s.len())
+        {
+            substring_out_of_range(start, end, s.len());
+        }
+        // `str`'s own checks for the rest (char boundaries, a start past
+        // the end): `Excluded(usize::MAX)` as a start is refused there,
+        // where `i + 1` wrapped to the whole string in a release build.
+        let piece = &s[(start, end)];
         if piece.len() == s.len() {
             return *self;
         }
@@ -366,6 +379,48 @@ impl Ord for GcString<'_> {
 impl PartialOrd<str> for GcString<'_> {
     fn partial_cmp(&self, other: &str) -> Option<std::cmp::Ordering> {
         Some(self.as_str().cmp(other))
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn substring_out_of_range(start: Bound<usize>, end: Bound<usize>, len: usize) -> ! {
+    panic!("GcString::substring range ({start:?}, {end:?}) is out of range for a string of length {len}")
+}
+
+impl PartialEq<GcString<'_>> for String {
+    fn eq(&self, other: &GcString<'_>) -> bool {
+        self.as_str() == other.as_str()
+    }
+}
+
+impl PartialOrd<&str> for GcString<'_> {
+    fn partial_cmp(&self, other: &&str) -> Option<std::cmp::Ordering> {
+        Some(self.as_str().cmp(*other))
+    }
+}
+
+impl PartialOrd<String> for GcString<'_> {
+    fn partial_cmp(&self, other: &String) -> Option<std::cmp::Ordering> {
+        Some(self.as_str().cmp(other.as_str()))
+    }
+}
+
+impl PartialOrd<GcString<'_>> for str {
+    fn partial_cmp(&self, other: &GcString<'_>) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other.as_str()))
+    }
+}
+
+impl PartialOrd<GcString<'_>> for &str {
+    fn partial_cmp(&self, other: &GcString<'_>) -> Option<std::cmp::Ordering> {
+        Some((*self).cmp(other.as_str()))
+    }
+}
+
+impl PartialOrd<GcString<'_>> for String {
+    fn partial_cmp(&self, other: &GcString<'_>) -> Option<std::cmp::Ordering> {
+        Some(self.as_str().cmp(other.as_str()))
     }
 }
 

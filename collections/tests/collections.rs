@@ -440,6 +440,45 @@ fn extend_stops_at_the_first_none_of_an_iterator_that_is_not_fused() {
     });
 }
 
+/// An iterator that panics partway: the items it gave before stay in the
+/// list, as `Vec::extend` keeps them (they were written past the length
+/// and lost), into a fresh list, after a truncation (slots written
+/// before), and across a growth; `from_iter`'s list is gone with its
+/// panic. A mark runs over the list after, with verify on.
+#[test]
+fn extend_keeps_what_a_panicking_iterator_gave() {
+    let rt = rt().build();
+    let mut m = rt.attach();
+    m.mutate(|mc| {
+        for (start, cut, fail_at) in [(0, 0, 5), (10, 3, 7), (10, 10, 30), (4, 4, 0)] {
+            let l = GcList::with_capacity(mc, 16);
+            l.extend(mc, 0..start as u64);
+            l.truncate(mc, cut);
+            let mut v: Vec<u64> = (0..start as u64).collect();
+            v.truncate(cut);
+            let failing = || {
+                (100..200_u64)
+                    .inspect(move |&i| assert!(i != 100 + fail_at, "an iterator that panics"))
+            };
+            let r =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| l.extend(mc, failing())));
+            assert!(r.is_err());
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| v.extend(failing())));
+            assert!(r.is_err());
+            assert_eq!(
+                l.to_vec(),
+                v,
+                "start {start}, cut {cut}, failing at {fail_at}"
+            );
+            l.assert_valid();
+            l.push(mc, 7);
+            v.push(7);
+            assert_eq!(l.to_vec(), v);
+        }
+    });
+    m.collect();
+}
+
 #[test]
 fn out_of_range_indices_panic_with_the_index_and_the_length() {
     let rt = rt().build();
@@ -482,9 +521,24 @@ fn out_of_range_indices_panic_with_the_index_and_the_length() {
                 ),
             );
         });
-        msg(&|| {
+        // Past the end: the range and the length (6 bytes).
+        let past = msg(&|| {
             s.substring(mc, ..=usize::MAX);
         });
+        assert!(past.contains("length 6"), "{past}");
+        let past = msg(&|| {
+            s.substring(mc, 3..400);
+        });
+        assert!(
+            past.contains("Excluded(400)") && past.contains("length 6"),
+            "{past}"
+        );
+        assert!(msg(&|| {
+            s.substring(mc, 7..);
+        })
+        .contains("length 6"));
+        assert_eq!(s.substring(mc, 6..), "");
+        assert_eq!(s.substring(mc, ..=5), "héllo");
         // A callback that changes its own collection is refused, not a hang.
         assert!(msg(&|| l.sort_by(mc, |a, b| {
             l.push(mc, 9);
@@ -1152,4 +1206,106 @@ fn readers_racing_pops_and_growth_meet_only_values_the_list_held() {
     let mut m = rt.attach();
     m.collect();
     m.mutate(|mc| assert!(holder.get(mc).list.get().iter().all(|v| whole(&v))));
+}
+
+/// `with_capacity` sizes what the first inserts fill: a dictionary's
+/// entries array as well as its index (the entries grew from 4, nine
+/// times, on the way to 1,000), with either hasher; a capacity no address
+/// space holds panics at once, as `Vec::with_capacity` does.
+#[test]
+fn with_capacity_holds_that_many_before_growing() {
+    let rt = rt().build();
+    let mut m = rt.attach();
+    m.mutate(|mc| {
+        let d: GcDictionary<u64, u64> = GcDictionary::with_capacity(mc, 1000);
+        assert_eq!(d.capacity(), 1000);
+        for i in 0..1000 {
+            d.insert(mc, i, i);
+        }
+        assert_eq!(d.capacity(), 1000, "the entries grew");
+        d.insert(mc, 1000, 0);
+        assert!(d.capacity() > 1000);
+        let sip: GcDictionary<u64, u64, loam_collections::SipHash> =
+            GcDictionary::with_capacity_and_hasher(mc, 100, Default::default());
+        for i in 0..100 {
+            sip.insert(mc, i, i);
+        }
+        assert_eq!(sip.capacity(), 100);
+        assert_eq!(sip.get(&99), Some(99));
+        for huge in [usize::MAX, isize::MAX as usize / 2] {
+            let msg = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                GcList::<u64>::with_capacity(mc, huge)
+            }))
+            .map(|_| ())
+            .expect_err("a list of that capacity");
+            assert!(panic_text(&msg).contains("capacity overflow"));
+            let msg = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                GcDictionary::<u64, u64>::with_capacity(mc, huge)
+            }))
+            .map(|_| ())
+            .expect_err("a dictionary of that capacity");
+            assert!(panic_text(&msg).contains("capacity overflow"));
+        }
+    });
+}
+
+fn panic_text(e: &Box<dyn std::any::Any + Send>) -> String {
+    e.downcast_ref::<String>()
+        .cloned()
+        .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_default()
+}
+
+/// `GcString` compares with `str`, `&str` and `String` both ways, with
+/// `==` and with `<`, as `String` does.
+#[test]
+fn strings_compare_with_str_and_string_both_ways() {
+    let rt = rt().build();
+    let mut m = rt.attach();
+    m.mutate(|mc| {
+        let s = GcString::new(mc, "mid");
+        let owned = String::from("mid");
+        assert!(s == "mid");
+        assert!("mid" == s);
+        assert!(s == owned);
+        assert!(owned == s);
+        assert!(s == *"mid");
+        assert!(*"mid" == s);
+        assert!(s < "zzz");
+        assert!("aaa" < s);
+        let (n, a) = (String::from("n"), String::from("a"));
+        assert!(s < n);
+        assert!(a < s);
+        assert!(*"a" < s);
+        assert!(s > *"a");
+        assert!(s <= owned);
+        assert!(owned >= s);
+    });
+}
+
+/// `for` over a list or a dictionary by reference or by handle, and the
+/// entry API's `or_default`, as with `Vec` and `HashMap`.
+#[test]
+fn lists_and_dictionaries_iterate_in_for_loops() {
+    let rt = rt().build();
+    let mut m = rt.attach();
+    m.mutate(|mc| {
+        let l = GcList::from_slice(mc, &[1_u64, 2, 3]);
+        let mut sum = 0;
+        for x in &l {
+            sum += x;
+        }
+        assert_eq!(sum, 6);
+        let d: GcDictionary<u64, u64> = GcDictionary::new(mc);
+        for k in [5, 6, 5] {
+            let n = d.entry(mc, k).or_default();
+            d.insert(mc, k, n + 1);
+        }
+        let mut pairs: Vec<(u64, u64)> = Vec::new();
+        for (k, v) in &d {
+            pairs.push((k, v));
+        }
+        assert_eq!(pairs, [(5, 2), (6, 1)]);
+        assert_eq!(d.into_iter().count(), 2);
+    });
 }

@@ -47,11 +47,15 @@ const TREE_PAR_DEPTH: u32 = 12;
 /// 0 + 1 + ... + (TREE_NODES - 1): the tree's values.
 const TREE_SUM: u64 = (TREE_NODES as u64) * (TREE_NODES as u64 - 1) / 2;
 
+/// `LOAM_BENCH_THREADS`: the pools' thread count, 1 to 256 (one count:
+/// the gc bench's list form is refused here, not read as 2).
 fn threads() -> usize {
-    std::env::var("LOAM_BENCH_THREADS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(2)
+    support::env(
+        "LOAM_BENCH_THREADS",
+        "one thread count from 1 to 256",
+        |v| v.parse().ok().filter(|n| (1..=256).contains(n)),
+    )
+    .unwrap_or(2)
 }
 
 fn loam_pool() -> loam_threadpool::ThreadPool {

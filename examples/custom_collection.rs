@@ -164,10 +164,19 @@ impl<'gc> Tree<'gc> {
 }
 
 fn main() {
-    let keys: u64 = std::env::args()
-        .nth(1)
-        .map(|a| a.parse().expect("KEYS: a number of keys"))
-        .unwrap_or(200_000);
+    // KEYS: at least one batch of 1,000, at most 100 million (the keys are
+    // drawn from 4 × KEYS).
+    let keys: u64 = match std::env::args().nth(1).map(|a| a.parse::<u64>()) {
+        None => 200_000,
+        Some(Ok(k)) if (1000..=100_000_000).contains(&k) => k,
+        Some(_) => {
+            eprintln!(
+                "error: KEYS must be a number of keys from 1000 to 100000000\n\n\
+                 Usage: custom_collection [KEYS]"
+            );
+            std::process::exit(2)
+        }
+    };
     // A small minimum heap, so that cycles (mostly minor) run between the
     // batches.
     let rt = Runtime::builder().min_heap(2 << 20).build();

@@ -39,9 +39,9 @@ struct Cli {
     /// Fraction of the seed's 47.9 million allocations.
     #[arg(long, default_value_t = 0.1)]
     scale: f64,
-    /// Interleaved rounds; the table gives medians.
-    #[arg(long, default_value_t = 3)]
-    rounds: usize,
+    /// Interleaved rounds, 1 to 1000; the table gives medians.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..=1000))]
+    rounds: u16,
     /// Internal: run one heap in this process and print its figures.
     #[arg(long, hide = true)]
     child: Option<String>,
@@ -182,10 +182,13 @@ fn compile(heap: Heap, allocations: u64) -> u64 {
 }
 
 fn main() {
-    let cli = Cli::parse();
-    if !(cli.scale > 0.0 && cli.scale <= 10.0) {
+    support::quiet_sigpipe();
+    let cli: Cli = support::parse_args();
+    // At least 0.0001 (4,791 allocations): below it a run allocated
+    // nothing and its timings meant nothing.
+    if !(cli.scale >= 1e-4 && cli.scale <= 10.0) {
         eprintln!(
-            "error: --scale must be in (0, 10]\n\n{}",
+            "error: --scale must be in [0.0001, 10]\n\n{}",
             <Cli as clap::CommandFactory>::command().render_usage()
         );
         std::process::exit(2);
@@ -203,7 +206,7 @@ fn main() {
         println!("check {check}");
         return;
     }
-    let rounds = cli.rounds.max(1);
+    let rounds = usize::from(cli.rounds);
     // figures[heap]: (ms, peak KiB, checksum) per round.
     let mut figures = vec![Vec::new(); HEAPS.len()];
     for round in 0..rounds {
@@ -220,11 +223,12 @@ fn main() {
                 eprintln!("\nerror: {e}");
                 std::process::exit(1);
             });
-            let get = |key: &str| {
-                lines
-                    .iter()
-                    .find(|(k, _)| k == key)
-                    .map_or(f64::NAN, |l| l.1)
+            let get = |key: &str| match lines.iter().find(|(k, _)| k == key) {
+                Some(l) => l.1,
+                None => {
+                    eprintln!("\nerror: a child run ({}) printed no {key}", HEAPS[h].name);
+                    std::process::exit(1)
+                }
             };
             figures[h].push((get("ms"), get("peak_kb"), get("check")));
         }
@@ -232,10 +236,10 @@ fn main() {
     eprintln!("\r{:70}", "");
     // Every heap freed the same blocks with the same marks.
     let check = figures[0][0].2;
-    assert!(
-        figures.iter().flatten().all(|f| f.2 == check),
-        "the heaps' checksums differ"
-    );
+    if !figures.iter().flatten().all(|f| f.2 == check) {
+        eprintln!("error: the heaps' checksums differ");
+        std::process::exit(1);
+    }
     let ms = |h: usize| median(figures[h].iter().map(|f| f.0).collect());
     let kb = |h: usize| median(figures[h].iter().map(|f| f.1).collect());
     println!(

@@ -122,14 +122,16 @@ impl Heap {
     about = "Worker threads run managed-collection unit tests while the collector frees their garbage."
 )]
 struct Cli {
-    /// Seconds to run (default: 10 for one run, 1.5 per child run of --compare).
-    #[arg(long)]
+    /// Seconds to run, 0.1 to 1,000,000 (default: 10 for one run, 1.5 per
+    /// child run of --compare).
+    #[arg(long, value_parser = parse_seconds, conflicts_with = "verify")]
     seconds: Option<f64>,
-    /// Worker threads (default: one per CPU the process may run on).
-    #[arg(long)]
-    workers: Option<usize>,
+    /// Worker threads, 1 to 4096 (default: one per CPU the process may run
+    /// on).
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=4096), conflicts_with = "verify")]
+    workers: Option<u16>,
     /// CPUs to run on, as an affinity list: `0`, `0-1`, `0,2`.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "verify")]
     cpus: Option<String>,
     /// The memory manager behind the collector.
     #[arg(long, value_enum, default_value_t = Heap::Loam)]
@@ -141,22 +143,42 @@ struct Cli {
     stopped_cycles: bool,
     /// Run exactly N tests on one worker with a fixed seed and print a
     /// checksum, to check a build against a reference.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", conflicts_with = "json")]
     verify: Option<u64>,
     /// Run every heap on one CPU and on all CPUs as child processes,
     /// interleaved, and print the table (the default when no other flag
-    /// is given).
-    #[arg(long)]
+    /// is given; --svg and --rounds imply it). It runs every heap and
+    /// picks the workers and CPUs itself.
+    #[arg(long, conflicts_with_all = COMPARE_CONFLICTS)]
     compare: bool,
-    /// With --compare: also draw the table as an SVG bar chart in FILE.
-    #[arg(long, value_name = "FILE")]
+    /// Also draw the --compare table as an SVG bar chart in FILE.
+    #[arg(long, value_name = "FILE", conflicts_with_all = COMPARE_CONFLICTS)]
     svg: Option<std::path::PathBuf>,
-    /// Rounds of --compare (each runs every configuration once).
-    #[arg(long, default_value_t = 3)]
-    rounds: usize,
+    /// Rounds of --compare, 1 to 1000 (default 3; each runs every
+    /// configuration once).
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=1000), conflicts_with_all = COMPARE_CONFLICTS)]
+    rounds: Option<u16>,
     /// One JSON object per run (an array with --compare) instead of text.
     #[arg(long)]
     json: bool,
+}
+
+/// What --compare chooses itself: given with it, they were dropped
+/// without a word.
+const COMPARE_CONFLICTS: [&str; 5] = ["heap", "cpus", "workers", "stopped_cycles", "verify"];
+
+/// `--seconds`: a run long enough to finish a test and short enough that
+/// the deadline stays a time this process can compute.
+fn parse_seconds(s: &str) -> Result<f64, String> {
+    let v: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{s}` is not a number"))?;
+    if (0.1..=1e6).contains(&v) {
+        Ok(v)
+    } else {
+        Err(format!("{s} is not between 0.1 and 1000000"))
+    }
 }
 
 // ---- the unit tests
@@ -402,6 +424,19 @@ extern "C" fn on_sigint(_: libc::c_int) {
     INTERRUPTED.store(true, Ordering::Relaxed);
 }
 
+/// `c`, if an affinity set can name it (checked before a range is
+/// expanded: `0-4000000000` was a 32 GB list).
+fn in_range(c: usize) -> Result<usize, String> {
+    if c < libc::CPU_SETSIZE as usize {
+        Ok(c)
+    } else {
+        Err(format!(
+            "--cpus: CPU {c} is out of range (at most {})",
+            libc::CPU_SETSIZE - 1
+        ))
+    }
+}
+
 /// The CPUs of an affinity list (`0`, `0-1`, `0,2`).
 fn parse_cpus(list: &str) -> Result<Vec<usize>, String> {
     let mut cpus = Vec::new();
@@ -414,9 +449,9 @@ fn parse_cpus(list: &str) -> Result<Vec<usize>, String> {
                 if a > b {
                     return Err(bad());
                 }
-                cpus.extend(a..=b);
+                cpus.extend(in_range(a)?..=in_range(b)?);
             }
-            None => cpus.push(part.parse().map_err(|_| bad())?),
+            None => cpus.push(in_range(part.parse().map_err(|_| bad())?)?),
         }
     }
     if cpus.is_empty() {
@@ -528,7 +563,7 @@ fn run(cli: &Cli, seconds: f64) -> Result<Report, String> {
         set_affinity(&parse_cpus(list)?)?;
     }
     let cpus = allowed_cpus();
-    let workers = cli.workers.unwrap_or(cpus.len()).max(1);
+    let workers = cli.workers.map_or(cpus.len(), usize::from).max(1);
     // SAFETY: the handler only stores to an atomic (async-signal-safe).
     unsafe { libc::signal(libc::SIGINT, on_sigint as *const () as libc::sighandler_t) };
     let rt = cli.heap.runtime(cli.stopped_cycles);
@@ -779,9 +814,18 @@ fn compare(cli: &Cli, seconds: f64) -> Result<(), String> {
         .flat_map(|h| (0..cpu_sets.len()).map(move |c| (h, c)))
         .collect();
     let mut reports: Vec<Vec<Vec<Report>>> = vec![vec![Vec::new(); cpu_sets.len()]; setups.len()];
-    let rounds = cli.rounds.max(1);
+    let rounds = cli.rounds.map_or(3, usize::from);
     for round in 0..rounds {
+        // Rotated by one each round, and every other round backwards: a
+        // drift of the machine over the run (warming, another load) then
+        // falls on each configuration alike, where a rotation alone kept
+        // each near the same place in every round.
         for k in 0..configs.len() {
+            let k = if round % 2 == 1 {
+                configs.len() - 1 - k
+            } else {
+                k
+            };
             let (h, c) = configs[(round + k) % configs.len()];
             if !cli.json {
                 eprint!(
@@ -882,7 +926,8 @@ fn svg_chart(rows: &[(String, [f64; 2])], cpus: usize) -> String {
 
 fn main() -> ExitCode {
     let no_flags = std::env::args().len() == 1;
-    let cli = Cli::parse();
+    support::quiet_sigpipe();
+    let cli: Cli = support::parse_args();
     let bad_input = |msg: String| {
         eprintln!(
             "error: {msg}\n\n{}",
@@ -890,15 +935,12 @@ fn main() -> ExitCode {
         );
         ExitCode::from(2)
     };
-    if cli.seconds.is_some_and(|s| !(s > 0.0 && s.is_finite())) {
-        return bad_input("--seconds must be a positive number".into());
-    }
     if let Some(Err(e)) = cli.cpus.as_deref().map(parse_cpus) {
         return bad_input(e);
     }
     let result = if let Some(n) = cli.verify {
         verify(n, cli.heap, cli.stopped_cycles).map(|c| println!("{n} tests, checksum {c:016x}"))
-    } else if cli.compare || cli.svg.is_some() || no_flags {
+    } else if cli.compare || cli.svg.is_some() || cli.rounds.is_some() || no_flags {
         compare(&cli, cli.seconds.unwrap_or(1.5))
     } else {
         run(&cli, cli.seconds.unwrap_or(10.0)).map(|r| {

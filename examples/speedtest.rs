@@ -34,15 +34,17 @@ use support::{heap, median, peak_rss_kb, Heap, HEAPS};
     about = "Lists of small objects created and destroyed, one core and all cores, per memory manager."
 )]
 struct Cli {
-    /// Tasks per run; each creates and destroys one list.
-    #[arg(long, default_value_t = 20_000)]
+    /// Tasks per run; each creates and destroys one list. At most
+    /// 4,000,000,000 objects in all (the ids' sum, which every run checks,
+    /// then fits in 64 bits).
+    #[arg(long, default_value_t = 20_000, value_parser = clap::value_parser!(u64).range(1..=4_000_000_000))]
     tasks: u64,
-    /// Objects per list.
-    #[arg(long, default_value_t = 1_000)]
+    /// Objects per list, 1 to 1,000,000.
+    #[arg(long, default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     objects: u64,
-    /// Interleaved rounds; the table gives medians.
-    #[arg(long, default_value_t = 3)]
-    rounds: usize,
+    /// Interleaved rounds, 1 to 1000; the table gives medians.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..=1000))]
+    rounds: u16,
     /// Internal: run one version in this process and print its figures.
     #[arg(long, hide = true)]
     child: Option<String>,
@@ -174,10 +176,12 @@ fn run_child(cli: &Cli, version: &str) -> Result<(), String> {
 }
 
 fn main() {
-    let cli = Cli::parse();
-    if cli.tasks == 0 || cli.objects == 0 {
+    support::quiet_sigpipe();
+    let cli: Cli = support::parse_args();
+    if cli.tasks.saturating_mul(cli.objects) > 4_000_000_000 {
         eprintln!(
-            "error: --tasks and --objects must be positive\n\n{}",
+            "error: --tasks × --objects must be at most 4,000,000,000 (the ids' sum \
+             then fits in 64 bits)\n\n{}",
             <Cli as clap::CommandFactory>::command().render_usage()
         );
         std::process::exit(2);
@@ -196,7 +200,7 @@ fn main() {
     let runs: Vec<(usize, usize)> = (0..versions.len())
         .flat_map(|v| (0..2).map(move |m| (v, m)))
         .collect();
-    let rounds = cli.rounds.max(1);
+    let rounds = usize::from(cli.rounds);
     for round in 0..rounds {
         for k in 0..runs.len() {
             let (v, m) = runs[(round + k) % runs.len()];

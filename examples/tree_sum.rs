@@ -48,12 +48,12 @@ struct Cli {
     /// Nodes in the tree.
     #[arg(long, default_value_t = 10_000_000)]
     nodes: u64,
-    /// Interleaved rounds; the table gives medians.
-    #[arg(long, default_value_t = 3)]
-    rounds: usize,
-    /// Worker threads (default: one per CPU).
-    #[arg(long)]
-    threads: Option<usize>,
+    /// Interleaved rounds, 1 to 1000; the table gives medians.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..=1000))]
+    rounds: u16,
+    /// Worker threads, 1 to 4096 (default: one per CPU).
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=4096))]
+    threads: Option<u16>,
 }
 
 /// Subtrees below this many nodes are summed serially
@@ -416,7 +416,8 @@ fn ms(start: Instant) -> f64 {
 }
 
 fn main() {
-    let cli = Cli::parse();
+    support::quiet_sigpipe();
+    let cli: Cli = support::parse_args();
     if cli.nodes < 3 {
         eprintln!(
             "error: --nodes must be at least 3\n\n{}",
@@ -426,6 +427,7 @@ fn main() {
     }
     let threads = cli
         .threads
+        .map(usize::from)
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let rt = Runtime::new();
     let managed = ManagedPool::builder(&rt)
@@ -441,13 +443,13 @@ fn main() {
         .collect();
     // times[version][phase]: one figure per round.
     let mut times = vec![vec![Vec::new(); PHASES.len()]; names.len()];
-    for round in 0..cli.rounds.max(1) {
+    for round in 0..usize::from(cli.rounds) {
         for k in 0..names.len() {
             let v = (round + k) % names.len();
             eprint!(
                 "\rround {}/{}: {} ...            ",
                 round + 1,
-                cli.rounds.max(1),
+                usize::from(cli.rounds),
                 names[v]
             );
             let t = if v == 0 {
@@ -464,7 +466,7 @@ fn main() {
     println!(
         "tree_sum: {} nodes, {threads} threads, medians of {} interleaved rounds, ms (ratio to loam heap)",
         cli.nodes,
-        cli.rounds.max(1)
+        usize::from(cli.rounds)
     );
     println!("| phase | {} |", names.join(" | "));
     println!("|---|{}", "---|".repeat(names.len()));

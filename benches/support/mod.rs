@@ -6,10 +6,9 @@
 /// (interleaved rounds, the figures the README quotes), otherwise the
 /// criterion benches `criterion` registers, and criterion's summary.
 pub fn main(paired: impl FnOnce(usize), criterion: impl FnOnce()) {
-    match std::env::var("LOAM_BENCH_PAIRED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-    {
+    match env("LOAM_BENCH_PAIRED", "a round count from 1 to 10000", |v| {
+        v.parse().ok().filter(|r| (1..=10_000).contains(r))
+    }) {
         Some(rounds) => paired(rounds),
         None => {
             criterion();
@@ -20,8 +19,28 @@ pub fn main(paired: impl FnOnce(usize), criterion: impl FnOnce()) {
     }
 }
 
+/// Environment variable `name` read by `parse`, `None` when unset. A value
+/// `parse` refuses stops the bench with a message naming the variable and
+/// `what` it takes: a bench that ran something other than what was asked
+/// (a depth of 16 for `abc`, no thread count for `0`) misled.
+#[allow(dead_code)]
+pub fn env<T>(name: &str, what: &str, parse: impl Fn(&str) -> Option<T>) -> Option<T> {
+    let v = std::env::var(name).ok()?;
+    match parse(v.trim()) {
+        Some(t) => Some(t),
+        None => {
+            eprintln!("error: {name}={v:?}: expected {what}");
+            std::process::exit(2)
+        }
+    }
+}
+
 /// The median of `v` (the upper one of an even count).
+///
+/// # Panics
+/// If `v` is empty, with a message.
 pub fn median(mut v: Vec<f64>) -> f64 {
+    assert!(!v.is_empty(), "the median of no figures");
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
 }

@@ -80,3 +80,26 @@ pub fn child(args: &[String]) -> Result<Vec<(String, f64)>, String> {
         })
         .collect())
 }
+
+/// The command line as `C`, or, where it is wrong, clap's message and the
+/// whole usage on stderr and exit status 2 (clap alone names the usage
+/// only for some mistakes). `--help` and `--version` print as clap does.
+pub fn parse_args<C: clap::Parser>() -> C {
+    match C::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if e.use_stderr() => {
+            let _ = e.print();
+            eprintln!("\n{}", C::command().render_usage());
+            std::process::exit(2)
+        }
+        Err(e) => e.exit(),
+    }
+}
+
+/// Lets a write to a closed stdout end the process quietly, as `head`
+/// expects of the program before it (`prog | head -3`): Rust ignores
+/// SIGPIPE, and `println!` then panics with "failed printing to stdout".
+pub fn quiet_sigpipe() {
+    // SAFETY: restores the default action of one signal; no handler runs.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+}

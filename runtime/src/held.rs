@@ -24,6 +24,11 @@
 //!   while the cycle sweeps, sweeping its pages in slices of a
 //!   millisecond instead of waiting for it (`sweep::Helper`).
 //!
+//! The holds a call meets on its way in (a collection at the limit,
+//! pacing and assists, a stop) are one interval of waiting to run it, and
+//! one hold in the histograms, split by cause in the totals only
+//! (`mutator.rs`, `EntryStall`).
+//!
 //! A `collect` the program asks for is not a hold: the program chose to
 //! wait (other mutators held by that cycle's stops are, as always).
 //!
@@ -79,14 +84,8 @@ pub(crate) struct HoldLog {
 }
 
 impl HoldLog {
-    /// `mine` was held for `d`, for `why`.
-    #[cold]
-    pub(crate) fn record(&self, mine: &MutatorHolds, why: Hold, d: Duration) {
-        self.record_parts(mine, d, &[(why, d)]);
-    }
-
     /// `mine` was held once, for `total`, made of `parts` (the time by
-    /// cause; parts of zero are left out).
+    /// cause).
     #[cold]
     pub(crate) fn record_parts(&self, mine: &MutatorHolds, total: Duration, parts: &[(Hold, Duration)]) {
         mine.hist.lock().record(total);

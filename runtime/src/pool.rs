@@ -530,7 +530,13 @@ impl ManagedPoolBuilder {
     ///
     /// # Errors
     /// If a worker thread cannot be started.
+    ///
+    /// # Panics
+    /// In a child process forked after the runtime was built (checked
+    /// here: a worker's attach refusing it in the start handler, where a
+    /// panic cannot unwind, aborted the process).
     pub fn build(self) -> Result<ManagedPool, ThreadPoolBuildError> {
+        crate::forked::refuse_since(self.runtime.handle.shared.born, "ManagedPool::build");
         let mut inner = self.inner;
         if !self.named {
             inner = inner.thread_name(|i| format!("loam-mutator-{i}"));

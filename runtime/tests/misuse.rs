@@ -935,12 +935,22 @@ fn a_runtime_in_a_forked_child_refuses_with_a_message_and_its_drop_returns() {
             })
         })));
         let collect = refused(catch_unwind(AssertUnwindSafe(|| rt.collect())));
+        // Refused before any worker starts: a worker's attach refusing
+        // in the pool's start handler aborted the child.
+        let pool = refused(catch_unwind(AssertUnwindSafe(|| {
+            drop(
+                loam_runtime::ManagedPool::builder(&rt)
+                    .num_threads(1)
+                    .build(),
+            )
+        })));
         drop(m);
         drop(rt);
-        let code = match (mutate, collect) {
-            (true, true) => 0,
-            (false, _) => 3,
-            (true, false) => 4,
+        let code = match (mutate, collect, pool) {
+            (true, true, true) => 0,
+            (false, _, _) => 3,
+            (true, false, _) => 4,
+            (true, true, false) => 5,
         };
         // SAFETY: ends the child at once, running nothing of the parent's.
         unsafe { libc::_exit(code) };
@@ -969,6 +979,7 @@ fn a_runtime_in_a_forked_child_refuses_with_a_message_and_its_drop_returns() {
         0 => {}
         3 => panic!("mutate in the forked child ran instead of refusing"),
         4 => panic!("collect in the forked child did not refuse"),
+        5 => panic!("ManagedPool::build in the forked child did not refuse"),
         c => panic!("the forked child exited with {c}"),
     }
 }

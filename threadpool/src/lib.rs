@@ -103,6 +103,7 @@ pub(crate) fn say(line: std::fmt::Arguments<'_>) {
     let _ = writeln!(std::io::stderr(), "{line}");
 }
 
+mod exit;
 mod latch;
 mod no_wait;
 mod sleep;

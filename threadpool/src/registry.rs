@@ -7,10 +7,11 @@ use std::sync::OnceLock;
 use crossbeam_deque::{Injector, Stealer};
 use crossbeam_utils::CachePadded;
 
+use crate::exit::ExitCount;
 use crate::job::{JobRef, StackJob};
 use crate::latch::{CrossLatch, LockLatch};
 use crate::sleep::Sleep;
-use crate::sync::{Arc, AtomicBool, AtomicUsize, Ordering};
+use crate::sync::{Arc, AtomicBool, Ordering};
 use crate::unwind::{self, AbortIfPanic, Payload};
 use crate::worker::WorkerThread;
 use crate::ThreadPool;
@@ -48,7 +49,7 @@ struct ThreadInfo {
 /// for the pool's life (`assert_valid`, at creation). Every queued `JobRef` is
 /// live until a worker of this pool runs it; once `terminating` is set, the
 /// workers exit only once every one of them is out of work at the same
-/// time (`WorkerThread::ready_to_exit`), so queued work still runs, and
+/// time (`exit.rs`), so queued work still runs, and
 /// so does work a job still running hands a worker that had none.
 pub(crate) struct Registry {
     thread_infos: Box<[CachePadded<ThreadInfo>]>,
@@ -63,12 +64,8 @@ pub(crate) struct Registry {
     /// read by workers after a failed look-up and in the sleep re-check
     /// (`SeqCst`; the sleep mutex orders it with parking).
     terminating: AtomicBool,
-    /// Once terminating: the workers that found no work and have not
-    /// searched since (`WorkerThread::ready_to_exit`).
-    pub(crate) idle_at_exit: AtomicUsize,
-    /// Set by the worker that made `idle_at_exit` reach the thread count:
-    /// every worker exits.
-    pub(crate) all_idle: AtomicBool,
+    /// Once terminating: when the workers may leave (`exit.rs`).
+    pub(crate) exit: ExitCount,
     pub(crate) hooks: Hooks,
     /// The process's fork count as the pool was built: a child forked
     /// since has none of its workers (`forked.rs`).
@@ -93,8 +90,7 @@ impl Registry {
             sleep: Sleep::new(num_threads),
             spread: crate::spread::Spread::new(num_threads),
             terminating: AtomicBool::new(false),
-            idle_at_exit: AtomicUsize::new(0),
-            all_idle: AtomicBool::new(false),
+            exit: ExitCount::default(),
             hooks,
             born: crate::forked::generation(),
         };

@@ -10,7 +10,7 @@ use crossbeam_deque::{Steal, Worker};
 use crate::job::JobRef;
 use crate::latch::CoreLatch;
 use crate::registry::{Hook, Registry};
-use crate::sync::{Arc, Ordering};
+use crate::sync::Arc;
 use crate::unwind::AbortIfPanic;
 
 /// Failed look-ups for work (each followed by `yield_now`) before a worker
@@ -203,43 +203,26 @@ impl WorkerThread {
     }
 
     /// Termination, after a look-up found no work: true once every worker
-    /// is out of work at the same time. A worker that left at its first
-    /// empty look-up missed work that a job still running on another
-    /// worker handed it later (a `broadcast` into its inbox, which waits
-    /// for it): the broadcast, and the pool's drop joining its worker,
-    /// waited for ever (found by review).
-    ///
-    /// Protocol: a worker counts itself in `idle_at_exit` after a look-up
-    /// that found nothing, and counts itself out before it looks again. A
-    /// job is pushed only by a worker not counted (one running a job or
-    /// looking): into its own deque or the injector, where its own next
-    /// look-up finds it before it counts itself, or into another's inbox
-    /// by a broadcast, which stays uncounted until that job has run. So
-    /// when the count reaches the thread count no job is queued and none
-    /// can be: the worker that sees it sets `all_idle` and wakes the rest,
-    /// and all leave. A worker woken before that counts itself out and
-    /// looks again; if the count reached the thread count meanwhile its
-    /// look-up finds nothing and it counts itself back to the same total.
+    /// is out of work at the same time, false when this one is to look
+    /// again (the protocol and its loom model: `exit.rs`).
     #[cold]
     fn ready_to_exit(&self) -> bool {
         let registry = &*self.registry;
-        let idle = registry.idle_at_exit.fetch_add(1, Ordering::SeqCst) + 1;
-        if idle == registry.num_threads() {
-            registry.all_idle.store(true, Ordering::SeqCst);
+        if registry.exit.count_in(registry.num_threads()) {
             registry.sleep.wake_all();
             return true;
         }
         run_hook(&registry.hooks.before_park, self.index);
         registry.spread.parked(self.index);
         registry.sleep.sleep(self.index, None, || {
-            registry.all_idle.load(Ordering::SeqCst) || registry.has_queued_work(self)
+            registry.exit.all_idle() || registry.has_queued_work(self)
         });
         registry.spread.awake_again(self.index);
         run_hook(&registry.hooks.after_unpark, self.index);
-        if registry.all_idle.load(Ordering::SeqCst) {
+        if registry.exit.all_idle() {
             return true;
         }
-        registry.idle_at_exit.fetch_sub(1, Ordering::SeqCst);
+        registry.exit.count_out();
         false
     }
 

@@ -14,7 +14,8 @@ fn runtime() -> Runtime {
         .gc_threads(2)
         .ignore_env()
         .verify(true)
-        .min_heap(64 << 10)
+        // Below the floor on purpose: cycles between most steps.
+        .__stress_min_heap(64 << 10)
         .build()
 }
 

@@ -20,6 +20,9 @@ pub(crate) struct Config {
     pub(crate) gc_percent: u32,
     pub(crate) heap_limit: Option<usize>,
     pub(crate) min_heap: usize,
+    /// `min_heap` as given, below the floor too (stress tests' tiny
+    /// heaps: `RuntimeBuilder::__stress_min_heap`).
+    pub(crate) min_heap_exact: bool,
     pub(crate) trace: bool,
     pub(crate) verify: bool,
     pub(crate) generational: bool,
@@ -52,6 +55,7 @@ impl Default for Config {
             // and 3 threads on 2 cores (0.89x -> 0.96x, max pause 10.2 ms
             // from the larger snapshot) lose: not a clear win, so 32 MiB.
             min_heap: 32 << 20,
+            min_heap_exact: false,
             trace: false,
             verify: false,
             generational: true,
@@ -163,7 +167,7 @@ impl Config {
     /// its goal at every call's entry, and every call waited for a whole
     /// cycle, however little was live.
     pub(crate) fn floor_min_heap(&mut self) {
-        if self.min_heap < MIN_HEAP_FLOOR {
+        if self.min_heap < MIN_HEAP_FLOOR && !self.min_heap_exact {
             crate::collector::say(format_args!(
                 "loam: a minimum heap of {} bytes asked for; using {MIN_HEAP_FLOOR} \
                  (below it every mutate call would wait for a cycle)",

@@ -1267,6 +1267,16 @@ impl RuntimeBuilder {
     /// under a few of those every call would wait for a cycle).
     pub fn min_heap(mut self, bytes: usize) -> Self {
         self.config.min_heap = bytes;
+        self.config.min_heap_exact = false;
+        self
+    }
+
+    /// Not public API: a minimum heap below the floor, as given, for
+    /// stress tests that want a cycle at nearly every allocation chunk.
+    #[doc(hidden)]
+    pub fn __stress_min_heap(mut self, bytes: usize) -> Self {
+        self.config.min_heap = bytes;
+        self.config.min_heap_exact = true;
         self
     }
 

@@ -240,7 +240,8 @@ fn builder_ragged(
         .verify(verify)
         .generational(generational())
         .ragged_handshakes(ragged)
-        .min_heap(16 << 10)
+        // Below the floor on purpose: a cycle at nearly every chunk.
+        .__stress_min_heap(16 << 10)
         .gc_percent(if locks { 20 } else { 5 })
         .mark_pause_budget(if concurrent {
             Duration::ZERO

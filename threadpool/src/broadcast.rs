@@ -127,7 +127,7 @@ where
         }
     }
     if let Some(payload) = first_panic {
-        drop(results);
+        unwind::drop_quietly(results);
         unwind::resume_unwinding(payload);
     }
     results

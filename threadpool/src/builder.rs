@@ -235,6 +235,10 @@ impl ThreadPoolBuilder {
     /// one to the [`after_unpark`](Self::after_unpark) hook (even if, at the
     /// last moment, work showed up and the worker did not block).
     ///
+    /// Neither hook may queue work (`spawn`): in a pool being dropped a
+    /// worker parks there after it counted itself out of work, and a job
+    /// queued then may never run.
+    ///
     /// # Examples
     ///
     /// ```
@@ -384,6 +388,11 @@ impl ThreadPoolBuilder {
                 None => format!("loam-worker-{index}"),
             })
             .collect();
+        // `thread::Builder::spawn` panics on such a name, with workers
+        // started before it: refused here, before any.
+        if let Some(index) = names.iter().position(|n| n.contains('\0')) {
+            panic!("loam-threadpool: the name of worker {index} contains a NUL byte");
+        }
         let deques: Vec<Worker<JobRef>> = (0..num_threads).map(|_| Worker::new_lifo()).collect();
         let stealers = deques.iter().map(Worker::stealer).collect();
         let hooks = std::mem::take(&mut self.hooks);
@@ -398,7 +407,14 @@ impl ThreadPoolBuilder {
             match builder.spawn(move || WorkerThread::run(thread_registry, index, deque)) {
                 Ok(handle) => threads.push(handle),
                 Err(error) => {
-                    // Dropping the partial pool stops and joins what started.
+                    // Dropping the partial pool stops and joins what started:
+                    // the workers that never will count as out of work.
+                    if registry
+                        .exit
+                        .absent(num_threads - threads.len(), num_threads)
+                    {
+                        registry.sleep.wake_all();
+                    }
                     drop(ThreadPool::from_parts(registry, threads));
                     return Err(ThreadPoolBuildError {
                         kind: ThreadPoolBuildErrorKind::Spawn,

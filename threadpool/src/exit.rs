@@ -46,7 +46,19 @@ impl ExitCount {
     /// the last (every worker is out of work): `all_idle` is set, and the
     /// caller wakes the others and leaves.
     pub(crate) fn count_in(&self, workers: usize) -> bool {
-        let idle = self.idle.fetch_add(1, Ordering::SeqCst) + 1;
+        self.count_in_many(1, workers)
+    }
+
+    /// `n` workers that never started (a build that failed partway): in
+    /// for good, so that the started ones can leave (they waited for ever
+    /// for a count of the whole pool; found by review). True as
+    /// `count_in`.
+    pub(crate) fn absent(&self, n: usize, workers: usize) -> bool {
+        self.count_in_many(n, workers)
+    }
+
+    fn count_in_many(&self, n: usize, workers: usize) -> bool {
+        let idle = self.idle.fetch_add(n, Ordering::SeqCst) + n;
         debug_assert!(
             idle <= workers,
             "pool: {idle} workers counted idle of {workers}"

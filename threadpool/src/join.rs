@@ -72,10 +72,12 @@ where
         Err(payload) => {
             // `b` may be running elsewhere and borrows our stack: wait for it.
             worker.wait_until(&job_b.latch.core);
-            // `b`'s own panic is dropped here, not by the unwind of `a`'s:
-            // a payload whose `Drop` panics would abort the process there.
-            if let Err(payload_b) = job_b.into_outcome() {
-                unwind::drop_payload(payload_b);
+            // `b`'s result, or its own panic, is dropped here, not by the
+            // unwind of `a`'s: a `Drop` that panics would abort the process
+            // there.
+            match job_b.into_outcome() {
+                Ok(result_b) => unwind::drop_quietly(result_b),
+                Err(payload_b) => unwind::drop_payload(payload_b),
             }
             unwind::resume_unwinding(payload)
         }

@@ -87,7 +87,10 @@ impl Sleep {
     /// (the latch the worker waits on, if any) is already set.
     ///
     /// Returns whether the worker actually blocked. `has_work` must read every
-    /// queue a wake-up could be about, and the pool's terminate flag.
+    /// queue a wake-up could be about, and whatever else the wake-ups it
+    /// waits for are about: the terminate flag in the idle loop, the
+    /// termination count's `all_idle` for a worker counted out of work
+    /// (`exit.rs`); a latch waiter's only the queues.
     pub(crate) fn sleep(
         &self,
         index: usize,

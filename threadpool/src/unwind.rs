@@ -32,6 +32,16 @@ pub(crate) fn drop_payload(payload: Payload) {
     }
 }
 
+/// Drops `value` where a panic is already on its way out (a `join` whose
+/// other half panicked): a `Drop` that panics too is caught, and its
+/// payload dropped as `drop_payload` does, instead of aborting the process
+/// as a panic during an unwind would.
+pub(crate) fn drop_quietly<T>(value: T) {
+    if let Err(payload) = panic::catch_unwind(AssertUnwindSafe(move || drop(value))) {
+        drop_payload(payload);
+    }
+}
+
 /// Re-raises a caught panic on the current thread.
 pub(crate) fn resume_unwinding(payload: Payload) -> ! {
     panic::resume_unwind(payload)

@@ -178,7 +178,7 @@ impl WorkerThread {
     }
 
     /// The scheduling loop of an idle worker; returns when the pool
-    /// terminates and this worker found no work.
+    /// terminates and every worker is out of work (`exit.rs`).
     fn main_loop(&self) {
         let mut idle_rounds = 0;
         loop {

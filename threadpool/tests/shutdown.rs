@@ -298,3 +298,79 @@ fn a_thread_name_that_panics_starts_no_thread() {
         "a worker started"
     );
 }
+
+/// The second of four workers cannot start (1 GiB stacks under an address
+/// space limit with room for one): `build` returns the error. The one
+/// started worker used to wait for a termination count of four, for
+/// ever, and so did `build`, joining it. In a child process of its own,
+/// for the limit.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_pool_whose_second_worker_cannot_start_returns_the_error() {
+    const CHILD: &str = "LOAM_POOL_SPAWN_FAIL_CHILD";
+    if std::env::var_os(CHILD).is_none() {
+        let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "a_pool_whose_second_worker_cannot_start_returns_the_error",
+                "--exact",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(CHILD, "1")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        for _ in 0..600 {
+            if let Some(status) = child.try_wait().unwrap() {
+                let mut err = String::new();
+                use std::io::Read;
+                child
+                    .stderr
+                    .take()
+                    .unwrap()
+                    .read_to_string(&mut err)
+                    .unwrap();
+                assert!(status.success(), "the child failed:\n{err}");
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        child.kill().unwrap();
+        panic!("deadlock: build hung after its second worker failed to start");
+    }
+    let vm_kib: u64 = std::fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmSize:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap();
+    let limit = (vm_kib << 10) + (1536 << 20);
+    let rlimit = libc::rlimit {
+        rlim_cur: limit,
+        rlim_max: limit,
+    };
+    // SAFETY: `rlimit` is a valid rlimit for the call to read.
+    assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_AS, &rlimit) }, 0);
+    let started = Arc::new(AtomicUsize::new(0));
+    let counter = started.clone();
+    let r = ThreadPoolBuilder::new()
+        .num_threads(4)
+        .stack_size(1 << 30)
+        .start_handler(move |_| {
+            counter.fetch_add(1, Ordering::SeqCst);
+        })
+        .build();
+    let Err(e) = r else {
+        panic!("four 1 GiB stacks under a limit with room for one all started");
+    };
+    assert!(
+        matches!(e.kind(), loam_threadpool::ThreadPoolBuildErrorKind::Spawn),
+        "{e:?}"
+    );
+    assert_eq!(
+        started.load(Ordering::SeqCst),
+        1,
+        "one worker started, and was joined"
+    );
+}

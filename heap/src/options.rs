@@ -26,14 +26,21 @@ static PURGE_DELAY_MS: AtomicU64 = AtomicU64::new(DEFAULT_PURGE_DELAY_MS);
 static HOLD_MS: AtomicU64 = AtomicU64::new(0);
 static HUGE_PAGES: AtomicBool = AtomicBool::new(false);
 static GUARD_PAGES: AtomicBool = AtomicBool::new(cfg!(feature = "secure"));
-static READ_ENV: AtomicBool = AtomicBool::new(false);
+/// Read once, and every caller returns after the reading: a thread that
+/// came second used to return at once, before the values were stored, and
+/// make its first pages with the defaults (guard pages laid out for a
+/// setting the first thread was about to change; found by review).
+/// `Once` allocates nothing, as this must not (it runs inside the
+/// allocator).
+static READ_ENV: std::sync::Once = std::sync::Once::new();
 
 /// Reads the environment once (the first time a heap is created). Uses
 /// `getenv` because `std::env` allocates, and this runs inside the allocator.
 pub(crate) fn init() {
-    if READ_ENV.swap(true, Ordering::Relaxed) {
-        return;
-    }
+    READ_ENV.call_once(read_env);
+}
+
+fn read_env() {
     if let Some(v) = getenv(c"LOAM_PURGE_DELAY_MS") {
         match v.to_str().ok().and_then(|s| s.trim().parse::<u64>().ok()) {
             Some(ms) => PURGE_DELAY_MS.store(ms, Ordering::Relaxed),
@@ -204,5 +211,7 @@ pub fn set_purge_delay(delay: std::time::Duration) {
 /// The purge delay as set (a [`hold_freed_memory`] may lengthen the one in
 /// effect).
 pub fn purge_delay() -> std::time::Duration {
+    // `LOAM_PURGE_DELAY_MS` too before any heap exists (it read 10 ms).
+    init();
     std::time::Duration::from_millis(PURGE_DELAY_MS.load(Ordering::Relaxed))
 }

@@ -94,13 +94,17 @@ pub(crate) unsafe fn unmap(p: *mut u8, size: usize) {
 
 /// Gives the physical memory behind `p..p+size` back to the OS; the range stays
 /// mapped and reads as zero on next touch (private anonymous mappings).
+/// False if the kernel refused: the range keeps its contents (`EINVAL` on
+/// locked memory, after `mlockall`; a seccomp filter that denies
+/// `madvise`), and must not be taken for zeroed.
 ///
 /// # Safety
 /// The range lies in a live mapping of ours and holds no live data.
-pub(crate) unsafe fn decommit(p: *mut u8, size: usize) {
+#[must_use]
+pub(crate) unsafe fn decommit(p: *mut u8, size: usize) -> bool {
     // SAFETY: the caller guarantees the range is ours and holds nothing live;
     // MADV_DONTNEED on private anonymous memory only drops its contents.
-    unsafe { libc::madvise(p.cast(), size, libc::MADV_DONTNEED) };
+    unsafe { libc::madvise(p.cast(), size, libc::MADV_DONTNEED) == 0 }
 }
 
 /// Makes `p..p+size` inaccessible (`guard`) or read-write again. Returns

@@ -425,7 +425,13 @@ impl Page {
     pub(crate) unsafe fn reset_empty(&mut self) {
         self.free = ptr::null_mut();
         self.local_free = ptr::null_mut();
-        // The limit stays: the page was used that far.
+        // The limit stays: the page was used that far. Its blocks held
+        // data (and, checked, the freed tag): not zero any more, so that
+        // `alloc_zeroed` clears them and `on_alloc` runs (a page first
+        // laid on fresh slices kept `is_zero`, and a re-bumped block kept
+        // its freed tag: a valid free of it stopped the process as a
+        // double free; found by review).
+        self.is_zero = false;
         self.bump = self.start;
         self.set_used(0);
         block::poison(self.start as *mut u8, self.bump_end - self.start);

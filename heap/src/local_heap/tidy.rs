@@ -61,8 +61,14 @@ impl LocalHeap {
                         self.unlink_segment(seg);
                         Segment::destroy(seg);
                     } else {
-                        decommit_runs(seg, dirty);
-                        (*seg).dirty.store(0, Ordering::Relaxed);
+                        // Runs the kernel would not decommit stay dirty
+                        // (not zeroed: `alloc_zeroed` clears them), for the
+                        // next purge to try again.
+                        let left = decommit_runs(seg, dirty);
+                        (*seg).dirty.store(left, Ordering::Relaxed);
+                        if left != 0 {
+                            self.dirty_segments += 1;
+                        }
                     }
                 }
                 seg = next;
@@ -214,20 +220,26 @@ impl LocalHeap {
     }
 }
 
-/// Decommits each run of set bits in `dirty`.
+/// Decommits each run of set bits in `dirty`; returns the runs the kernel
+/// refused (still dirty: their contents stay).
 ///
 /// # Safety
 /// `seg` is ours and every slice in `dirty` is free.
-unsafe fn decommit_runs(seg: *mut Segment, mut dirty: u64) {
+unsafe fn decommit_runs(seg: *mut Segment, mut dirty: u64) -> u64 {
+    let mut left = 0;
     while dirty != 0 {
         let i = dirty.trailing_zeros() as usize;
         let n = (!(dirty >> i)).trailing_zeros() as usize;
         let n = n.min(SLICES - i);
         // SAFETY: free slices of our segment hold nothing live (caller).
-        unsafe { os::decommit(Segment::slice_start(seg, i) as *mut u8, n << SLICE_SHIFT) };
-        crate::stats::COUNTERS
-            .bytes_decommitted
-            .fetch_add((n << SLICE_SHIFT) as u64, Ordering::Relaxed);
+        if unsafe { os::decommit(Segment::slice_start(seg, i) as *mut u8, n << SLICE_SHIFT) } {
+            crate::stats::COUNTERS
+                .bytes_decommitted
+                .fetch_add((n << SLICE_SHIFT) as u64, Ordering::Relaxed);
+        } else {
+            left |= run_mask(i, n);
+        }
         dirty &= !run_mask(i, n);
     }
+    left
 }

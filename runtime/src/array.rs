@@ -158,6 +158,9 @@ impl<'gc> Mutation<'gc> {
             (None, None) => loam_heap::good_size(bytes, align),
             (Some(_), _) => AllocSpace::charge(bytes, align),
         };
+        if space.is_none() && align > crate::mutator::MAX_PAGE_ALIGN {
+            crate::mutator::over_aligned(align);
+        }
         if !m.take_credit(size) {
             let limit = m.shared().config.heap_limit.unwrap_or(usize::MAX);
             return Err(Failure { size, limit });

@@ -679,9 +679,11 @@ impl<'gc, T> GcLock<'gc, T> {
 
 // `T: 'gc`, for the reason given at `GcCell::set`.
 impl<'gc, T: Trace + 'gc> GcLock<'gc, T> {
-    /// Runs `f` with exclusive access, through the write barrier (which
-    /// makes the next cycle a full one: see the comment inside). The
-    /// barrier holds however `f` ends, a panic included.
+    /// Runs `f` with exclusive access, through the write barrier, which
+    /// records the lock's owner object for the next minor cycle in O(1)
+    /// (a lock shared through an `Arc`, with no one owner, makes the next
+    /// cycle a full one: see the comment inside). The barrier holds
+    /// however `f` ends, a panic included.
     pub fn write<R>(&self, mc: &Mutation<'gc>, f: impl FnOnce(&mut T) -> R) -> R {
         let mut g = self.value.write();
         let epoch = mc.mark_epoch();

@@ -909,10 +909,19 @@ impl Mutator {
         let mut chunk = size.max(if paced { PACED_CHUNK } else { CHUNK });
         let mut waited = false;
         loop {
-            let used = shared.heap_used.fetch_add(chunk, Ordering::Relaxed) + chunk;
-            if let Some(limit) = shared.config.heap_limit {
-                if used > limit {
-                    shared.heap_used.fetch_sub(chunk, Ordering::Relaxed);
+            // Under a limit the charge is made only if it fits (a
+            // compare-and-swap): a charge made and taken back was seen by
+            // another mutator's refill in between, which then failed an
+            // object that fitted (found by review).
+            let charged = match shared.config.heap_limit {
+                None => Ok(shared.heap_used.fetch_add(chunk, Ordering::Relaxed)),
+                Some(limit) => shared.heap_used.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |u| {
+                    u.checked_add(chunk).filter(|&n| n <= limit)
+                }),
+            };
+            let used = match charged {
+                Ok(before) => before + chunk,
+                Err(_) => {
                     // Near the limit only what the object needs: a chunk
                     // of credit is a convenience, and charging one would
                     // refuse an object that fits (under a limit below a
@@ -949,7 +958,7 @@ impl Mutator {
                     self.limit_hit.set(true);
                     return false;
                 }
-            }
+            };
             if used >= shared.next_goal.load(Ordering::Relaxed) {
                 shared.request(false);
             }
@@ -1202,10 +1211,11 @@ impl<'gc> Mutation<'gc> {
     }
 
     /// Allocates `value`, or gives it back in `Err` when the heap is at its
-    /// limit (after waiting for a sweep under way) or the OS has no memory.
-    /// During a concurrent mark it cannot wait (the mark's last pause waits
-    /// for this call to return), so at the limit it fails at once, even if
-    /// the cycle under way would have freed enough.
+    /// limit or the OS has no memory. At the limit it first waits for a
+    /// sweep under way, and for a ragged mark that began before this call
+    /// to end and sweep; a mark that stops the world cannot be waited for
+    /// (its last pause waits for this call to return), so then it fails at
+    /// once, even if the cycle under way would have freed enough.
     ///
     /// # Examples
     /// ```
@@ -1244,6 +1254,9 @@ impl<'gc> Mutation<'gc> {
         } else {
             0
         };
+        if align > MAX_PAGE_ALIGN {
+            over_aligned(align);
+        }
         // Heap accounting is in blocks, so the sweep can count what it frees
         // without reading headers.
         let size = match class {
@@ -1452,6 +1465,22 @@ pub(crate) fn check_fresh(p: *mut u8) {
 fn over_limit<T>(m: &Mutator, value: T, size: usize) -> AllocError<T> {
     let limit = m.shared().config.heap_limit.unwrap_or(usize::MAX);
     AllocError { value, size, limit }
+}
+
+/// The largest alignment loam's pages serve a managed object (the heap
+/// serves larger ones to `GlobalAlloc` callers only).
+pub(crate) const MAX_PAGE_ALIGN: usize = loam_heap::SEGMENT_SIZE / 2;
+
+/// A managed object aligned past [`MAX_PAGE_ALIGN`]: refused with its own
+/// message (the heap's null read as "out of memory").
+#[cold]
+#[inline(never)]
+pub(crate) fn over_aligned(align: usize) -> ! {
+    panic!(
+        "loam: a managed object aligned to {align} bytes: loam's pages serve \
+         alignments up to {MAX_PAGE_ALIGN} (a runtime over a GlobalAlloc, \
+         RuntimeBuilder::global_alloc, serves more)"
+    )
 }
 
 /// The error for a `size`-byte object the OS had no memory for; gives back

@@ -1007,7 +1007,10 @@ impl Runtime {
     /// Makes the calling thread a mutator of this runtime.
     ///
     /// # Panics
-    /// If the thread already has a live [`Mutator`] of this runtime.
+    /// If the thread already has a live [`Mutator`] of this runtime; on a
+    /// GC thread or in this runtime's `on_cycle` hook (its calls would wait
+    /// for the cycle running it); in a child process forked after the
+    /// runtime was built.
     pub fn attach(&self) -> Mutator {
         Mutator::attach(self.handle.clone())
     }
@@ -1068,7 +1071,9 @@ impl Runtime {
     /// Inside a `mutate` call (a cycle under way may be waiting for it), or
     /// in a destructor of this runtime (it would wait for itself); on a
     /// thread that a `mutate` call waits for, as
-    /// [`collect`](Self::collect).
+    /// [`collect`](Self::collect). The wait for the destructors themselves
+    /// has no such check: one blocked on something the caller holds (a
+    /// lock) waits with it for ever.
     pub fn wait_for_drops(&self) {
         let shared = &*self.handle.shared;
         crate::forked::refuse_since(shared.born, "wait_for_drops");
@@ -1128,9 +1133,10 @@ impl Runtime {
         }
     }
 
-    /// Waits for the cycle under way, if any, to finish its sweep, without
-    /// asking for another (unlike [`collect`](Self::collect)); returns at
-    /// once when none runs.
+    /// Waits for the cycle under way, or one asked for and not yet begun,
+    /// to finish its sweep, without asking for another (unlike
+    /// [`collect`](Self::collect)); returns at once when none runs or is
+    /// due.
     ///
     /// # Examples
     /// ```
@@ -1408,7 +1414,13 @@ impl RuntimeBuilder {
     ///
     /// # Panics
     /// On a GC thread or inside a `mutate` call, or if the OS refuses to
-    /// start the GC threads.
+    /// start the GC threads. Not checked, and a hang: on a thread that a
+    /// `mutate` call waits for (a scoped thread of the call) while some
+    /// runtime's cycle is stopping the world, since starting a runtime
+    /// waits for the process-wide cycle lock, which that cycle holds while
+    /// it waits for the call. Dropping a runtime's last handle there waits
+    /// the same way (for its last cycle). Build and drop runtimes outside
+    /// such threads.
     pub fn try_build(self) -> Result<Runtime, ConfigError> {
         // Both would wait for the process-wide cycle lock (`collector::start`)
         // that a cycle holds while it runs a destructor, or while it waits

@@ -44,9 +44,9 @@ unsafe impl Trace for WeakCell {
     fn trace(&self, _: &mut Tracer) {}
 }
 
-/// A reference that does not keep its target alive: [`upgrade`](GcWeak::upgrade)
-/// (GcWeak::upgrade) returns `None` once a collection found the target
-/// unreachable.
+/// A reference that does not keep its target alive:
+/// [`upgrade`](GcWeak::upgrade) returns `None` once a collection found the
+/// target unreachable.
 ///
 /// # Examples
 /// ```

@@ -1090,3 +1090,31 @@ fn a_pool_wait_in_a_trace_impl_on_a_gc_thread_panics_with_a_message() {
         assert!(w.contains("on a GC thread"), "{w}");
     }
 }
+
+/// Aligned past what loam's pages serve (2 MiB).
+#[derive(Trace)]
+#[repr(align(4194304))]
+struct OverAligned(u8);
+
+/// A managed object aligned past 2 MiB panics with what is wrong: the
+/// heap's null read as "out of memory allocating a 8388608-byte managed
+/// object".
+#[test]
+fn an_over_aligned_object_panics_with_its_alignment() {
+    let rt = rt().build();
+    let msg = std::thread::Builder::new()
+        .stack_size(64 << 20) // the value itself is 4 MiB
+        .spawn(move || {
+            let mut m = rt.attach();
+            let r = catch_unwind(AssertUnwindSafe(|| {
+                m.mutate(|mc| {
+                    mc.alloc(OverAligned(1));
+                })
+            }));
+            support::panic_message(r.expect_err("an over-aligned object").as_ref())
+        })
+        .unwrap()
+        .join()
+        .unwrap();
+    assert!(msg.contains("aligned to 4194304 bytes"), "{msg}");
+}

@@ -34,6 +34,10 @@ pub(crate) fn install() {
 
 /// Before `fork`: takes every global lock, in nesting order.
 extern "C" fn prepare() {
+    // The environment's settings first: a `Once` another thread was
+    // running at the fork would stay "running" in the child, where every
+    // thread's first heap waited on it for ever.
+    crate::options::init();
     crate::alloc::FALLBACK.lock_for_fork();
     crate::abandon::ORPHANS.lock_for_fork();
     crate::segment_cache::SEGMENT_CACHE.lock_for_fork();

@@ -245,7 +245,12 @@ impl Config {
         }
         if let Some(v) = get("LOAM_MIN_HEAP") {
             match parse_size(&v) {
-                Some(n) => self.min_heap = n,
+                Some(n) => {
+                    // The environment's value gets the floor, whatever the
+                    // program asked for.
+                    self.min_heap = n;
+                    self.min_heap_exact = false;
+                }
                 None => warn("LOAM_MIN_HEAP", &v, "expected a size like 4M or 64MiB"),
             }
         }

@@ -1103,7 +1103,9 @@ struct OverAligned(u8);
 fn an_over_aligned_object_panics_with_its_alignment() {
     let rt = rt().build();
     let msg = std::thread::Builder::new()
-        .stack_size(64 << 20) // the value itself is 4 MiB
+        // The value itself is 4 MiB, and a debug build copies it down
+        // several frames.
+        .stack_size(1 << 30)
         .spawn(move || {
             let mut m = rt.attach();
             let r = catch_unwind(AssertUnwindSafe(|| {

@@ -152,4 +152,44 @@ mod loom_tests {
             assert!(!inbox.load(Ordering::SeqCst), "a job was left queued");
         });
     }
+
+    /// The exit protocol of a worker with nothing to run: count in, and
+    /// sleep until every worker is in.
+    fn leave_idle(index: usize, workers: usize, sleep: &Sleep, exit: &ExitCount) {
+        loop {
+            if exit.count_in(workers) {
+                sleep.wake_all();
+                return;
+            }
+            sleep.sleep(index, None, || exit.all_idle());
+            if exit.all_idle() {
+                return;
+            }
+            exit.count_out();
+        }
+    }
+
+    /// Two idle workers meet in every order (the last one in wakes the
+    /// first, which may be about to sleep or to count itself out), and
+    /// both leave; with a third that never started counted `absent`, as a
+    /// build that failed partway does, the two started ones leave too.
+    #[test]
+    fn idle_workers_all_leave_with_or_without_an_absent_one() {
+        for (started, workers) in [(2, 2), (2, 3)] {
+            loom::model(move || {
+                let sleep = Arc::new(Sleep::new(workers));
+                let exit = Arc::new(ExitCount::default());
+                if workers > started && exit.absent(workers - started, workers) {
+                    sleep.wake_all();
+                }
+                let other = {
+                    let (sleep, exit) = (sleep.clone(), exit.clone());
+                    loom::thread::spawn(move || leave_idle(1, workers, &sleep, &exit))
+                };
+                leave_idle(0, workers, &sleep, &exit);
+                other.join().unwrap();
+                assert!(exit.all_idle());
+            });
+        }
+    }
 }

@@ -86,8 +86,15 @@ where
     while !job_b.latch.probe() {
         match worker.take_local_job() {
             Some(job) if job.is_stack_job(job_b_id) => {
-                let result_b = job_b.run_inline();
-                return (result_a, result_b);
+                // `b`'s panic resumed with `a`'s result dropped quietly
+                // first, as below.
+                return match unwind::halt_unwinding(|| job_b.run_inline()) {
+                    Ok(result_b) => (result_a, result_b),
+                    Err(payload) => {
+                        unwind::drop_quietly(result_a);
+                        unwind::resume_unwinding(payload)
+                    }
+                };
             }
             Some(job) => worker.execute(job),
             None => {
@@ -96,5 +103,13 @@ where
             }
         }
     }
-    (result_a, job_b.into_result())
+    // `b`'s panic is resumed with `a`'s result dropped first, quietly: a
+    // `Drop` of it that panics in that unwind would abort the process.
+    match job_b.into_outcome() {
+        Ok(result_b) => (result_a, result_b),
+        Err(payload) => {
+            unwind::drop_quietly(result_a);
+            unwind::resume_unwinding(payload)
+        }
+    }
 }

@@ -68,6 +68,8 @@ impl LocalHeap {
                         (*seg).dirty.store(left, Ordering::Relaxed);
                         if left != 0 {
                             self.dirty_segments += 1;
+                            // Not again before another purge delay.
+                            (*seg).last_free_ms = now;
                         }
                     }
                 }

@@ -603,8 +603,9 @@ impl<'a, 'gc, T: CellValue + Trace + 'gc> ListWriter<'a, 'gc, T> {
             // `for_each`: a chain of iterators runs each part as its own
             // loop, and a run of plain writes vectorises.
             values.for_each(|x| {
-                // SAFETY: `count < spare.len()` (the `take`), at or past
-                // `filled`: the first store into the slot, as in `fill`.
+                // `count < spare.len()` (the `take`), at or past `filled`:
+                // the first store into the slot, as in `fill`.
+                // SAFETY: as just said.
                 unsafe { (*base.add(count)).0.as_ptr().cast_mut().write(GcCell::new(x)) };
                 count += 1;
             });

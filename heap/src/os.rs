@@ -102,8 +102,9 @@ pub(crate) unsafe fn unmap(p: *mut u8, size: usize) {
 /// The range lies in a live mapping of ours and holds no live data.
 #[must_use]
 pub(crate) unsafe fn decommit(p: *mut u8, size: usize) -> bool {
-    // SAFETY: the caller guarantees the range is ours and holds nothing live;
+    // The caller guarantees the range is ours and holds nothing live;
     // MADV_DONTNEED on private anonymous memory only drops its contents.
+    // SAFETY: as just said.
     unsafe { libc::madvise(p.cast(), size, libc::MADV_DONTNEED) == 0 }
 }
 

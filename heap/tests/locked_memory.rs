@@ -18,8 +18,9 @@ fn a_refused_purge_is_not_taken_for_zeroed_memory() {
     std::thread::spawn(|| {
         let small = Layout::from_size_align(64, 8).unwrap();
         let big = Layout::from_size_align(200_000, 8).unwrap();
-        // SAFETY: valid layouts; each block freed once; the locked range is
-        // the span's own, unlocked before the test ends.
+        // Valid layouts; each block freed once; the locked range is the
+        // span's own, unlocked before the test ends.
+        // SAFETY: as just said.
         unsafe {
             // Keeps the segment, so the purge decommits instead of unmapping.
             let keep = LoamAlloc.alloc(small);

@@ -1044,8 +1044,9 @@ struct PoolWaiter<'gc> {
 /// What each pool wait of a `PoolWaiter` on a GC worker came to.
 static POOL_WAITS: Mutex<Vec<String>> = Mutex::new(Vec::new());
 
-// SAFETY: reports its one pointer (1); the pool call it makes touches no
-// managed object (2); needs tracing (3); no `Drop` (4).
+// Reports its one pointer (1); the pool call it makes touches no managed
+// object (2); needs tracing (3); no `Drop` (4).
+// SAFETY: as just said.
 unsafe impl Trace for PoolWaiter<'_> {
     fn trace(&self, tracer: &mut loam_runtime::Tracer) {
         thread_local!(static TRIED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) });

@@ -7,18 +7,24 @@ use std::sync::{mpsc, Arc, Mutex};
 
 use loam_threadpool::ThreadPoolBuilder;
 
-#[test]
-fn drop_finishes_queued_work_including_work_it_spawns() {
-    let done = Arc::new(AtomicUsize::new(0));
+/// A pool of two whose workers count their exits.
+fn pool_counting_exits() -> (loam_threadpool::ThreadPool, Arc<AtomicUsize>) {
     let exited = Arc::new(AtomicUsize::new(0));
-    let exit_counter = exited.clone();
+    let counter = exited.clone();
     let pool = ThreadPoolBuilder::new()
         .num_threads(2)
         .exit_handler(move |_| {
-            exit_counter.fetch_add(1, Ordering::SeqCst);
+            counter.fetch_add(1, Ordering::SeqCst);
         })
         .build()
         .unwrap();
+    (pool, exited)
+}
+
+#[test]
+fn drop_finishes_queued_work_including_work_it_spawns() {
+    let done = Arc::new(AtomicUsize::new(0));
+    let (pool, exited) = pool_counting_exits();
     for _ in 0..1000 {
         let done = done.clone();
         pool.spawn(move || {
@@ -194,16 +200,8 @@ fn drop_within_a_minute(pool: loam_threadpool::ThreadPool, what: &str) {
 /// before the fix) or 200 ms (the fix keeps the worker for the job).
 #[test]
 fn a_broadcast_while_the_pool_drops_reaches_every_worker() {
-    let exited = Arc::new(AtomicUsize::new(0));
     let ran = Arc::new(AtomicUsize::new(0));
-    let counter = exited.clone();
-    let pool = ThreadPoolBuilder::new()
-        .num_threads(2)
-        .exit_handler(move |_| {
-            counter.fetch_add(1, Ordering::SeqCst);
-        })
-        .build()
-        .unwrap();
+    let (pool, exited) = pool_counting_exits();
     let (started_tx, started_rx) = mpsc::channel();
     let (exited2, ran2) = (exited.clone(), ran.clone());
     pool.spawn(move || {

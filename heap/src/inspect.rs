@@ -89,9 +89,11 @@ impl<'a> PageRef<'a> {
     /// The page holding block `p`.
     ///
     /// # Safety
-    /// `p` is a live block from this allocator, and the page stays live (some
-    /// block of it stays allocated, so neither the page nor a huge segment is
-    /// given back) for `'a`.
+    /// `p` is a live block from this allocator, allocated with an alignment
+    /// of at most 2 MiB (a block aligned past that has a mapping of its own
+    /// and no page: [`holding`](Self::holding) says `None` for it), and the
+    /// page stays live (some block of it stays allocated, so neither the
+    /// page nor a huge segment is given back) for `'a`.
     ///
     /// # Examples
     /// ```
@@ -697,8 +699,11 @@ impl AllocatedBit {
 /// collector reads the store or the writer sees the bit.
 ///
 /// # Safety
-/// `p` points into a live block of this allocator (its page stays live
-/// during the call).
+/// `p` points into a live block of this allocator allocated with an
+/// alignment of at most 2 MiB (a block aligned past that has no page), no
+/// further than its first 64 KiB (a huge block's later slices have no page
+/// descriptor of their own), and its page stays live during the call. The
+/// start of an object a collector allocated meets all three.
 ///
 /// # Examples
 /// ```

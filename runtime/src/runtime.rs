@@ -295,10 +295,13 @@ impl Shared {
         stats.user_panics += self.finalizer.panicked.load(Ordering::Relaxed);
         stats.heap_size = self.heap_used.load(Ordering::Relaxed);
         stats.next_goal = self.next_goal.load(Ordering::Relaxed);
-        {
-            let mutators = self.mutators.lock();
-            stats.mutator_pauses = self.holds.all(mutators.iter().map(|m| &m.holds));
-        }
+        // The list copied, and the histograms merged outside its lock: a
+        // termination's `drain_shaded` takes it, and a program polling
+        // `stats()` with many mutators lengthened that pause. A mutator
+        // that detaches meanwhile has its holds in the departed ones (moved
+        // under that lock, which `all` holds while it merges).
+        let live: Vec<Arc<MutatorShared>> = self.mutators.lock().clone();
+        stats.mutator_pauses = self.holds.all(live.iter().map(|m| &m.holds));
         [
             stats.held_at_safepoint,
             stats.held_by_pacing,

@@ -12,7 +12,7 @@
 //! - `burst`: what a managed pool's tests do all the time: a fresh pool,
 //!   an idle gap long enough for its workers to park (`BURST_IDLE`), then
 //!   one short burst, fib(32) with the cutoff at 20 from `install` (about
-//!   7 ms of work on two cores); only the burst is timed. Paired mode
+//!   2.3 ms on two cores here); only the burst is timed. Paired mode
 //!   prints every round's ratio, as a slow start shows in single rounds.
 //!
 //! Run: `cargo bench --bench threadpool` (append `-- --sample-size 10`, or a

@@ -16,7 +16,7 @@
 //! # Command lines
 //!
 //! ```text
-//! # everything: treesum, xmalloc (1 and 2 threads) and replay, 5 rounds;
+//! # everything: treesum, xmalloc, larson (1 and 2 threads) and replay, 5 rounds;
 //! # about 5 minutes on a busy 2-core machine, most of it in replay
 //! cargo run --release --example alloc_bench
 //! # quick check, about a twentieth of the default sizes
@@ -262,8 +262,9 @@ impl Workload {
     }
 }
 
-/// Benchmarks loam's heap against System, mimalloc and jemalloc on the seed
-/// workloads (treesum, xmalloc, replay), interleaved in one process.
+/// Benchmarks loam's heap against System, mimalloc, jemalloc, snmalloc and
+/// TCMalloc (where the machine has it) on the seed workloads (treesum,
+/// xmalloc, larson, replay), interleaved in one process.
 #[derive(Parser, Debug)]
 #[command(name = "alloc_bench")]
 struct Cli {

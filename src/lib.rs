@@ -10,8 +10,9 @@
 //! - [`runtime`] (`loam-runtime`): managed objects and the collector.
 //! - [`collections`] (`loam-collections`): managed strings, lists, dictionaries.
 //!
-//! The examples (`examples/`) reproduce the seed benchmarks; `tests/` holds the
-//! cross-crate integration and torture tests; `benches/` the criterion benches.
+//! The examples (`examples/`) reproduce the seed benchmarks; each crate's
+//! `tests/` holds its integration and torture tests; `benches/` the
+//! criterion benches.
 
 pub use loam_collections as collections;
 pub use loam_heap as heap;

@@ -84,8 +84,8 @@
 //! ([`GcCell::set_recorded`]), so nothing they store is promoted (`log.rs`). Old garbage waits for a full cycle, which
 //! runs once old objects fill half the headroom the last one left, and on
 //! every `collect`. On binary-trees (3 MB live) this took the mark from 380
-//! to 50 ms over twelve runs and the pause p99 from 8 to 4 ms. Two more
-//! things keep a minor pause small when the old generation is large: a page
+//! to 50 ms over twelve runs and the pause p99 from 8 to 4 ms. One more
+//! thing keeps a minor pause small when the old generation is large: a page
 //! whose every block is marked is flagged old by the sweep and left out of
 //! minor cycles' snapshots and sweeps until the next full cycle (nothing on
 //! it can change until then). What a minor cycle marks only brings the
@@ -155,8 +155,13 @@
 //!    limit keeps it lower: see "Pacing past the heap limit"), or on
 //!    `collect()`. Mutators take heap budget in 64 KiB chunks, so pacing and
 //!    the heap limit cost nothing per object.
-//! 2. The coordinator raises the stop flag and waits for the mutators inside
-//!    `mutate` to return (the handshake; loom-checked). Mutators outside are
+//! 2. (This step and the next describe a stopped cycle: `collect()`, a
+//!    `GlobalAlloc` space, `ragged_handshakes(false)`, or a concurrent mark
+//!    turned off. By default a cycle over loam's pages begins and ends its
+//!    mark with per-mutator handshakes instead, with no stop:
+//!    `cycle/ragged.rs` and `docs/handshakes.md`.) The coordinator raises the
+//!    stop flag and waits for the mutators inside `mutate` to return (the
+//!    handshake; loom-checked). Mutators outside are
 //!    blocked by construction: the collector reads their root tables. It
 //!    raises the heap's seal epoch: from then on, each allocation seals its
 //!    page (copies its allocated bits) before it sets a bit there,

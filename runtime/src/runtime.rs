@@ -1430,8 +1430,8 @@ impl RuntimeBuilder {
         // for the `mutate` call under way to return.
         assert!(
             !collector::in_cycle_thread(),
-            "loam: a runtime cannot be built on a GC thread (in a destructor or \
-             a Trace impl): the cycle running it holds the lock a new runtime needs"
+            "loam: a runtime cannot be built on a GC thread (in a Trace impl): \
+             the cycle running it holds the lock a new runtime needs"
         );
         assert!(
             !crate::mutator::inside_mutate(),

@@ -568,9 +568,9 @@ impl<'a, 'gc, T: CellValue + Trace + 'gc> ListWriter<'a, 'gc, T> {
     }
 
     /// Stores the items of `values` into the spare slots from the length
-    /// on, as many as there are slots, counting them in `*n` as it goes
-    /// (so that a `values` that panics leaves the count of what was
-    /// stored); the length is the caller's to grow over them, and the
+    /// on, as many as there are slots, and sets `*n` to how many it stored,
+    /// also when `values` panics (the panic is resumed after); the length
+    /// is the caller's to grow over them, and the
     /// shade of what it stored from `filled` on (slots no reader can reach
     /// before that length) its to hand to `GcLog::after_unreported_stores`
     /// after that (`shade_run`): both are [`Run`]'s drop.
@@ -697,7 +697,7 @@ struct Run<'w, 'a, 'gc, T: CellValue + Trace + 'gc> {
     w: &'w ListWriter<'a, 'gc, T>,
     len: usize,
     filled: usize,
-    /// Items stored so far, counted by `fill_run`.
+    /// Items stored, set by `fill_run` (on a panic of its iterator too).
     n: usize,
 }
 

@@ -162,11 +162,14 @@ struct Stall {
 /// stall of 2 ms made of a 1.2 ms pace and a 0.8 ms stop read as two
 /// holds, neither over a millisecond (found by review). Records on drop,
 /// so that a panic on the way in loses nothing and leaves no stall open.
+/// On the entry of every call: a flag stored at each end and, on the
+/// fast path (no hold met), one compare; the stall itself is written only
+/// by a hold.
 struct EntryStall<'a>(&'a Mutator);
 
 impl<'a> EntryStall<'a> {
     fn begin(m: &'a Mutator) -> Self {
-        m.entry_stall.set(Some(Stall::default()));
+        m.entering.set(true);
         EntryStall(m)
     }
 }
@@ -174,12 +177,12 @@ impl<'a> EntryStall<'a> {
 impl Drop for EntryStall<'_> {
     fn drop(&mut self) {
         let m = self.0;
-        if let Some(stall) = m.entry_stall.take() {
-            if stall.total > Duration::ZERO {
-                let parts = [Hold::Safepoint, Hold::Pacing, Hold::Memory, Hold::Assist]
-                    .map(|why| (why, stall.parts[why as usize]));
-                m.shared().holds.record_parts(&m.me.holds, stall.total, &parts);
-            }
+        m.entering.set(false);
+        if m.entry_stall.get().total > Duration::ZERO {
+            let stall = m.entry_stall.take();
+            let parts = [Hold::Safepoint, Hold::Pacing, Hold::Memory, Hold::Assist]
+                .map(|why| (why, stall.parts[why as usize]));
+            m.shared().holds.record_parts(&m.me.holds, stall.total, &parts);
         }
     }
 }
@@ -266,10 +269,11 @@ pub struct Mutator {
     /// went on past the pace point without waiting for a sweep that frees
     /// enough (`pace`): once a cycle.
     sweep_pass: Cell<u64>,
-    /// While a call is on its way in (`mutate`, up to the handshake): the
-    /// holds met so far, recorded as one when the call begins
-    /// (`EntryStall`).
-    entry_stall: Cell<Option<Stall>>,
+    /// Whether a call is on its way in (`mutate`, up to the handshake).
+    entering: Cell<bool>,
+    /// The holds met on the way in so far, recorded as one when the call
+    /// begins (`EntryStall`); zero otherwise.
+    entry_stall: Cell<Stall>,
     /// Shading brackets open on this thread (`Mutation::shading`): only
     /// the outermost touches the slot.
     shading_depth: Cell<u32>,
@@ -395,7 +399,8 @@ impl Mutator {
             assist_debt: Cell::new(0),
             assist_mark: Cell::new(0),
             sweep_pass: Cell::new(u64::MAX),
-            entry_stall: Cell::new(None),
+            entering: Cell::new(false),
+            entry_stall: Cell::new(Stall::default()),
             shading_depth: Cell::new(0),
             call_mark: Cell::new(0),
             space_local: Default::default(),
@@ -797,15 +802,15 @@ impl Mutator {
     /// (`EntryStall`).
     #[cold]
     fn held_parts(&self, total: Duration, parts: &[(Hold, Duration)]) {
-        match self.entry_stall.get() {
-            Some(mut stall) => {
-                stall.total += total;
-                for &(why, d) in parts {
-                    stall.parts[why as usize] += d;
-                }
-                self.entry_stall.set(Some(stall));
+        if self.entering.get() {
+            let mut stall = self.entry_stall.get();
+            stall.total += total;
+            for &(why, d) in parts {
+                stall.parts[why as usize] += d;
             }
-            None => self.shared().holds.record_parts(&self.me.holds, total, parts),
+            self.entry_stall.set(stall);
+        } else {
+            self.shared().holds.record_parts(&self.me.holds, total, parts);
         }
     }
 

@@ -344,8 +344,8 @@ impl StatsHandle {
     /// threads, its coordinator, which runs `on_cycle`, or its finalizer):
     /// the last cycle waits for those.
     pub fn wait_final(&self) -> GcStats {
-        if self.is_final() {
-            return self.cell.stats.lock().clone().unwrap_or_default();
+        if let Some(stats) = self.cell.stats.lock().clone() {
+            return stats;
         }
         assert!(
             !crate::mutator::attached_to(self.id),

@@ -551,11 +551,7 @@ fn collect_does_not_wait_for_a_destructor_blocked_on_the_callers_lock() {
 /// environment `env` (where the test does its real work), asserts that it
 /// passed, and returns its stderr.
 fn in_child(name: &str, env: &[(&str, &str)]) -> String {
-    let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([name, "--exact", "--nocapture", "--test-threads=1"])
-        .envs(env.iter().copied())
-        .output()
-        .unwrap();
+    let out = support::alone(name, env).output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(out.status.success(), "the child failed:\n{stderr}");
     stderr
@@ -753,18 +749,14 @@ fn a_gc_trace_into_a_closed_pipe_does_not_stop_the_collector() {
         println!("all {CYCLES} cycles ran");
         return;
     }
-    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "a_gc_trace_into_a_closed_pipe_does_not_stop_the_collector",
-            "--exact",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env("LOAM_MISUSE_CHILD", "1")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = support::alone(
+        "a_gc_trace_into_a_closed_pipe_does_not_stop_the_collector",
+        &[("LOAM_MISUSE_CHILD", "1")],
+    )
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped())
+    .spawn()
+    .unwrap();
     // The reader of the child's stderr goes away at once.
     drop(child.stderr.take());
     let pid = child.id();
@@ -846,18 +838,14 @@ fn a_gc_trace_into_a_full_pipe_holds_up_no_other_runtime() {
         println!("the traced runtime's write never blocked ({last} cycles)");
         std::process::exit(2);
     }
-    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "a_gc_trace_into_a_full_pipe_holds_up_no_other_runtime",
-            "--exact",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(CHILD, "1")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = support::alone(
+        "a_gc_trace_into_a_full_pipe_holds_up_no_other_runtime",
+        &[(CHILD, "1")],
+    )
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped())
+    .spawn()
+    .unwrap();
     // Kept open and never read.
     let _stderr = child.stderr.take();
     let stdout = child.stdout.take().unwrap();

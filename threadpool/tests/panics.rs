@@ -3,6 +3,8 @@
 //! panic handler, and the pool keeps serving either way.
 #![cfg(not(loom))]
 
+mod support;
+
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{mpsc, Mutex};
@@ -182,18 +184,14 @@ fn spawn_panics_without_a_handler_and_without_stderr_leave_the_pool_serving() {
         println!("the pool served on");
         return;
     }
-    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "spawn_panics_without_a_handler_and_without_stderr_leave_the_pool_serving",
-            "--exact",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(CHILD, "1")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = support::alone(
+        "spawn_panics_without_a_handler_and_without_stderr_leave_the_pool_serving",
+        &[(CHILD, "1")],
+    )
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped())
+    .spawn()
+    .unwrap();
     drop(child.stderr.take());
     let pid = child.id();
     let (sender, receiver) = mpsc::channel();
@@ -226,19 +224,9 @@ impl Drop for Bomb {
     }
 }
 
-/// Runs `f` on a thread of its own; fails if it has not returned within
-/// two minutes (a hang) or panicked.
+/// [`support::within`], two minutes.
 fn within(what: &str, f: impl FnOnce() + Send + 'static) {
-    let (sender, receiver) = mpsc::channel();
-    std::thread::spawn(move || {
-        f();
-        let _ = sender.send(());
-    });
-    match receiver.recv_timeout(std::time::Duration::from_secs(120)) {
-        Ok(()) => {}
-        Err(mpsc::RecvTimeoutError::Timeout) => panic!("{what} hung"),
-        Err(mpsc::RecvTimeoutError::Disconnected) => panic!("{what} panicked"),
-    }
+    support::within(what, std::time::Duration::from_secs(120), f);
 }
 
 /// Three panics in a scope, each payload a `Bomb`: one reaches the caller,

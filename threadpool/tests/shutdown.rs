@@ -2,6 +2,8 @@
 //! deadlocks: idle pools, busy pools, pools dropped from their own workers.
 #![cfg(not(loom))]
 
+mod support;
+
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 
@@ -113,16 +115,12 @@ fn a_pool_in_a_forked_child_refuses_with_a_message_and_its_drop_returns() {
         // Alone in a process of its own: `fork` copies only this thread,
         // and a lock another test's thread held at that instant would stay
         // held in the forked child, which panics below.
-        let out = std::process::Command::new(std::env::current_exe().unwrap())
-            .args([
-                "a_pool_in_a_forked_child_refuses_with_a_message_and_its_drop_returns",
-                "--exact",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(CHILD, "1")
-            .output()
-            .unwrap();
+        let out = support::alone(
+            "a_pool_in_a_forked_child_refuses_with_a_message_and_its_drop_returns",
+            &[(CHILD, "1")],
+        )
+        .output()
+        .unwrap();
         assert!(
             out.status.success(),
             "the child failed:\n{}",
@@ -183,14 +181,7 @@ fn a_pool_in_a_forked_child_refuses_with_a_message_and_its_drop_returns() {
 /// Drops `pool` on a thread of its own and waits for the drop to return,
 /// failing the test after a minute (a hang, not a slow machine).
 fn drop_within_a_minute(pool: loam_threadpool::ThreadPool, what: &str) {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        drop(pool);
-        let _ = tx.send(());
-    });
-    if rx.recv_timeout(std::time::Duration::from_secs(60)).is_err() {
-        panic!("deadlock: {what}");
-    }
+    support::within(what, std::time::Duration::from_secs(60), move || drop(pool));
 }
 
 /// A job still running when the pool drops broadcasts after the other
@@ -307,18 +298,14 @@ fn a_thread_name_that_panics_starts_no_thread() {
 fn a_pool_whose_second_worker_cannot_start_returns_the_error() {
     const CHILD: &str = "LOAM_POOL_SPAWN_FAIL_CHILD";
     if std::env::var_os(CHILD).is_none() {
-        let mut child = std::process::Command::new(std::env::current_exe().unwrap())
-            .args([
-                "a_pool_whose_second_worker_cannot_start_returns_the_error",
-                "--exact",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(CHILD, "1")
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
+        let mut child = support::alone(
+            "a_pool_whose_second_worker_cannot_start_returns_the_error",
+            &[(CHILD, "1")],
+        )
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
         for _ in 0..600 {
             if let Some(status) = child.try_wait().unwrap() {
                 let mut err = String::new();

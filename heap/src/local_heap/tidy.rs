@@ -234,7 +234,8 @@ unsafe fn decommit_runs(seg: *mut Segment, mut dirty: u64) -> u64 {
         let n = (!(dirty >> i)).trailing_zeros() as usize;
         let n = n.min(SLICES - i);
         // SAFETY: free slices of our segment hold nothing live (caller).
-        if unsafe { os::decommit(Segment::slice_start(seg, i) as *mut u8, n << SLICE_SHIFT) } {
+        let decommitted = unsafe { os::decommit(Segment::slice_start(seg, i) as *mut u8, n << SLICE_SHIFT) };
+        if decommitted {
             crate::stats::COUNTERS
                 .bytes_decommitted
                 .fetch_add((n << SLICE_SHIFT) as u64, Ordering::Relaxed);

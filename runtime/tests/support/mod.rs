@@ -52,3 +52,16 @@ pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
         .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
         .unwrap_or_default()
 }
+
+/// This test binary again, to run test `name` alone in a child process
+/// (`--exact`, one test thread, its output not captured) with the
+/// environment `env`: the half of a test that needs a process of its own
+/// (a fork, a closed or full pipe, a count of its stderr). The caller
+/// chooses the child's stdio and how long to wait for it.
+pub fn alone(name: &str, env: &[(&str, &str)]) -> std::process::Command {
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap());
+    child
+        .args([name, "--exact", "--nocapture", "--test-threads=1"])
+        .envs(env.iter().copied());
+    child
+}

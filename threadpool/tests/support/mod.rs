@@ -1,0 +1,32 @@
+//! Helpers shared by the pool's integration tests.
+
+// Each test binary takes the helpers it needs.
+#![allow(dead_code)]
+
+/// This test binary again, to run test `name` alone in a child process
+/// (`--exact`, one test thread, its output not captured) with the
+/// environment `env`: the half of a test that needs a process of its own
+/// (a fork, a resource limit, a closed stderr). The caller chooses the
+/// child's stdio and how long to wait for it.
+pub fn alone(name: &str, env: &[(&str, &str)]) -> std::process::Command {
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap());
+    child
+        .args([name, "--exact", "--nocapture", "--test-threads=1"])
+        .envs(env.iter().copied());
+    child
+}
+
+/// Runs `f` on a thread of its own; fails the test if `f` has not
+/// returned within `patience` (a hang, not a slow machine) or panicked.
+pub fn within(what: &str, patience: std::time::Duration, f: impl FnOnce() + Send + 'static) {
+    let (sender, receiver) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        f();
+        let _ = sender.send(());
+    });
+    match receiver.recv_timeout(patience) {
+        Ok(()) => {}
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => panic!("deadlock: {what} hung"),
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => panic!("{what} panicked"),
+    }
+}

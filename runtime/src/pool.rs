@@ -332,7 +332,8 @@ impl fmt::Debug for ManagedScope<'_> {
 /// workers between `mutate` calls never hold a collection up. Dropping the
 /// pool finishes queued tasks and joins the workers (inside a `mutate`
 /// call it does not wait for them: they may be waiting for a pause that
-/// waits for that call).
+/// waits for that call; nor on a worker of any pool, as
+/// [`ThreadPool`](loam_threadpool::ThreadPool)'s drop).
 ///
 /// # Examples
 /// ```

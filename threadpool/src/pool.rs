@@ -17,9 +17,10 @@ use crate::sync::Arc;
 ///
 /// Dropping the pool lets its workers finish every job already queued
 /// (including jobs those jobs spawn), then joins the worker threads, so when
-/// `drop` returns no worker is running. If the last handle is dropped on one
-/// of the pool's own workers (from inside a task), that thread cannot join
-/// itself: the workers are then told to exit but not waited for. The same
+/// `drop` returns no worker is running. If the last handle is dropped on a
+/// worker of any pool (from inside a task), the workers are told to exit but
+/// not waited for: that thread cannot join itself, and one of this pool's
+/// workers may be waiting for the other pool's task that drops it. The same
 /// where waits are forbidden ([`forbid_waits`](crate::forbid_waits): inside
 /// a runtime's `mutate` call).
 ///
@@ -229,11 +230,14 @@ impl Drop for ThreadPool {
             return;
         }
         self.registry.terminate();
-        if self.registry.current_worker().is_some() || crate::no_wait::waits_forbidden() {
-            // Joining our own thread would deadlock, and so may waiting
+        if !crate::worker::WorkerThread::current().is_null() || crate::no_wait::waits_forbidden() {
+            // Joining our own thread would deadlock. So may joining from a
+            // worker of another pool (one of our workers may be waiting in
+            // an `install` for the very job that drops us), and waiting
             // where waits are forbidden (inside a runtime's `mutate`, the
-            // workers may be waiting for a pause that waits for us); the
-            // workers finish the queue and exit anyway.
+            // workers may be waiting for a pause that waits for us). The
+            // workers finish the queue and exit anyway; rayon's drop never
+            // waits for them.
             return;
         }
         for thread in self.threads.drain(..) {

@@ -405,3 +405,40 @@ fn a_thread_name_with_a_nul_byte_starts_no_thread() {
         "a worker started"
     );
 }
+
+/// The last handle of pool A dropped by a job of pool B that a worker of A
+/// waits for (A's job `install`s into B). The drop joined A's workers, one
+/// of which waited for the drop's own thread: a deadlock. On a worker of
+/// any pool the drop now tells the workers to exit and does not wait.
+#[test]
+fn dropping_a_pool_on_a_worker_of_another_pool_it_waits_for_does_not_deadlock() {
+    support::within(
+        "a pool dropped by the other pool's job it waits for",
+        std::time::Duration::from_secs(60),
+        || {
+            let (exit_sender, exit_receiver) = mpsc::channel();
+            let exit_sender = Mutex::new(exit_sender);
+            let a = ThreadPoolBuilder::new()
+                .num_threads(1)
+                .exit_handler(move |i| exit_sender.lock().unwrap().send(i).unwrap())
+                .build()
+                .unwrap();
+            let b = Arc::new(ThreadPoolBuilder::new().num_threads(1).build().unwrap());
+            let slot = Arc::new(Mutex::new(Some(a)));
+            let (done_sender, done_receiver) = mpsc::channel();
+            {
+                // The job's `take` waits for this guard: A is in the slot.
+                let a = slot.lock().unwrap();
+                let slot = slot.clone();
+                let b = b.clone();
+                a.as_ref().unwrap().spawn(move || {
+                    // On A's worker: wait for a job of B that drops A.
+                    b.install(|| drop(slot.lock().unwrap().take()));
+                    done_sender.send(()).unwrap();
+                });
+            }
+            done_receiver.recv().unwrap();
+            assert_eq!(exit_receiver.recv().unwrap(), 0, "A's worker exits");
+        },
+    );
+}

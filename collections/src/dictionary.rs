@@ -747,45 +747,86 @@ where
         }
     }
 
-    /// Keeps the entries for which `keep` is true, in their order.
+    /// Keeps the entries for which `keep` is true, in their order. Like
+    /// `HashMap::retain` it allocates nothing in the managed heap: the
+    /// kept entries move down in place.
     ///
     /// # Panics
-    /// If `keep` changes this dictionary, or at the heap limit (the
-    /// surviving entries are rebuilt into new arrays).
+    /// If `keep` changes this dictionary (it may read it). If `keep`
+    /// panics, the dictionary is unchanged.
     pub fn retain(&self, mc: &Mutation<'gc>, mut keep: impl FnMut(K, V) -> bool) {
         let _w = self.write_lock(mc);
         let entries = self.obj.entries.get();
         let len = self.obj.len.get().min(entries.len());
-        let mut kept: Vec<(u64, K, V)> = Vec::with_capacity(len);
-        for e in &entries[..len] {
-            let (k, v) = (e.key.get(), e.value.get());
-            if keep(k, v) {
-                kept.push((e.hash.get(), k, v));
-            } else {
+        // Every answer first, in a bitmap: `keep` may read the dictionary,
+        // and lookups spin while a move is under way.
+        let mut kept_bits = vec![0_u64; len.div_ceil(64)];
+        let mut kept = 0;
+        for (i, e) in entries[..len].iter().enumerate() {
+            if keep(e.key.get(), e.value.get()) {
+                kept_bits[i / 64] |= 1 << (i % 64);
+                kept += 1;
+            }
+        }
+        if kept == len {
+            return;
+        }
+        // The removed keys and values go: the deletion barrier (which
+        // passes over young ones), before any move.
+        for (i, e) in entries[..len].iter().enumerate() {
+            if kept_bits[i / 64] & (1 << (i % 64)) == 0 {
                 e.shade_cut(mc);
             }
         }
-        if kept.len() == len {
-            return;
-        }
-        // Built before the move begins: allocating may wait (at the heap
-        // limit, for a sweep), and lookups spin while a move is under way.
-        let fresh = mc.alloc_from_iter(kept.iter().map(|&(h, k, v)| Entry::new(h, k, v)));
-        let indices: Indices<'gc> = mc.alloc_slice_fill(index_size(kept.len()), GcCell::new(0));
-        for (i, &(h, _, _)) in kept.iter().enumerate() {
-            Self::place(mc, indices, h, i);
-        }
         let _moving = Moving::start(self, mc);
-        // The arrays first, then the length: a marker (or reader) that
-        // reads the old length with the new entries clamps it to them
-        // (`min`), and so traces every kept entry; the other order would
-        // let it trace the old array's prefix, which need not hold them.
-        // SAFETY: the log recorded (`write_lock`); both cells are reported.
+        let is_kept = |i: usize| kept_bits[i / 64] & (1 << (i % 64)) != 0;
+        // The log was recorded (`write_lock`, which we hold); the stores
+        // are into entries below the old length, whose keys and values
+        // only the dictionary's trace reports (after its log; the entries
+        // array's `Entry`s report nothing); each stores the values of a
+        // kept entry further up, also reported, which keep them until the
+        // length drops; each value they overwrite is a removed entry's,
+        // cut just above, or a kept one's already moved further down (a
+        // compaction writes slot `to` only after reading every slot up to
+        // it); atomic stores and in-range indexing (`i < len <=
+        // entries.len()`), which neither unwind nor allocate, and `shade`
+        // only stores the kept entries' values again through the barrier;
+        // the writer lock is held.
+        // SAFETY: as just said.
         unsafe {
-            self.obj.entries.set_recorded(mc, fresh);
-            self.obj.indices.set_recorded(mc, indices);
+            self.obj.log.moving(
+                mc,
+                || {
+                    let mut to = 0;
+                    for (i, from) in entries[..len].iter().enumerate() {
+                        if !is_kept(i) {
+                            continue;
+                        }
+                        if to != i {
+                            let t = &entries[to];
+                            t.hash.set_moved(from.hash.get());
+                            t.key.set_moved(from.key.get());
+                            t.value.set_moved(from.value.get());
+                        }
+                        to += 1;
+                    }
+                },
+                || {
+                    for t in &entries[..kept] {
+                        t.key.set_recorded(mc, t.key.get());
+                        t.value.set_recorded(mc, t.value.get());
+                    }
+                },
+            )
+        };
+        self.obj.len.set(mc, kept);
+        let indices = self.obj.indices.get();
+        for s in indices.iter() {
+            s.set(mc, 0);
         }
-        self.obj.len.set(mc, kept.len());
+        for (i, e) in entries[..kept].iter().enumerate() {
+            Self::place(mc, indices, e.hash.get(), i);
+        }
     }
 
     /// Checks the dictionary's invariants (see `DictObj`), panicking with

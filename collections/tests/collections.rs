@@ -587,6 +587,49 @@ fn a_heap_limit_err_leaves_the_collection_unchanged() {
     m.mutate(|mc| GcList::from_slice(mc, &[1_u64; 1000]).len());
 }
 
+/// `GcDictionary::retain` at the heap limit: it compacts in place, as
+/// `HashMap::retain` does, where it had rebuilt the kept entries into new
+/// arrays and panicked with the heap full.
+#[test]
+fn retain_needs_no_memory_at_the_heap_limit() {
+    let _serial = serial();
+    let rt = rt().heap_limit(8 << 20).build();
+    let mut m = rt.attach();
+    m.mutate(|mc| {
+        let d = GcDictionary::new(mc);
+        let mut n = 0_u64;
+        while d.try_insert(mc, n, n * 10).is_ok() {
+            n += 1;
+        }
+        // The rest of the heap, to the last small block (kept live by
+        // being allocated in this call).
+        let mut filler = 0;
+        while mc.try_alloc(0_u64).is_ok() {
+            filler += 1;
+        }
+        assert!(filler > 0 && mc.try_alloc(0_u64).is_err());
+        d.retain(mc, |k, v| {
+            assert_eq!(v, k * 10);
+            k % 3 != 0
+        });
+        d.assert_valid();
+        assert_eq!(d.len() as u64, n - n.div_ceil(3));
+        assert!(
+            d.iter().map(|(k, _)| k).eq((0..n).filter(|k| k % 3 != 0)),
+            "kept, in order"
+        );
+        for k in 0..n {
+            assert_eq!(d.get(&k), (k % 3 != 0).then_some(k * 10), "{k}");
+        }
+        // The room it made takes the removed keys back without memory.
+        for k in (0..n).filter(|k| k % 3 == 0) {
+            assert!(d.try_insert(mc, k, k * 10).is_ok(), "{k}");
+        }
+        d.assert_valid();
+        assert_eq!(d.len() as u64, n);
+    });
+}
+
 /// Holds the marker that traces it, while armed, until the test says a
 /// call has met the mark: a concurrent mark then lasts until a mutator's
 /// call begins inside it, however the scheduler treats the threads.

@@ -690,6 +690,10 @@ fn cases<'a>(
             ],
         ),
     ];
+    assert!(
+        all.iter().map(|(c, _)| *c).eq(CASES),
+        "CASES lists every case"
+    );
     all.into_iter().filter(|(c, _)| wanted(c)).collect()
 }
 
@@ -749,16 +753,32 @@ criterion_group!(collections, benches);
 /// after a few cycles (until then every round's arrays are fresh memory,
 /// faulted in, where `Vec` on mimalloc gets last round's buffer back), so
 /// one warm-up round measured a start-up cost instead.
+/// The cases, as `LOAM_BENCH_CASES` names them.
+const CASES: [&str; 9] = [
+    "push_iter",
+    "writer_push",
+    "refill",
+    "extend_iter",
+    "random_get",
+    "sort_records",
+    "dict",
+    "old_locks",
+    "strings",
+];
+
 fn paired(rounds: usize) {
+    support::check_names("LOAM_BENCH_CASES", &CASES);
     let rt = Runtime::new();
     let mut m = rt.attach();
     let (list, v, keys, locks, refill) = inputs(&mut m);
     let m = std::cell::RefCell::new(m);
     let warmup = std::time::Duration::from_millis(
-        std::env::var("LOAM_BENCH_WARMUP_MS")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(300),
+        support::env(
+            "LOAM_BENCH_WARMUP_MS",
+            "milliseconds from 0 to 600000",
+            |v| v.parse().ok().filter(|ms| *ms <= 600_000),
+        )
+        .unwrap_or(300),
     );
     println!(
         "{rounds} rounds after {} ms of warm-up; median ms, median per-round ratio loam/std (lower is better)",

@@ -377,6 +377,18 @@ type Runner = fn(&Runtime, u32, usize) -> u64;
 fn paired(rounds: usize) {
     let max = max_depth();
     let want = expected(max);
+    support::check_names(
+        "LOAM_BT_ONLY",
+        &[
+            "box",
+            "arc",
+            "loam",
+            "loam-set",
+            "loam-system",
+            "loam-mimalloc",
+            "loam-jemalloc",
+        ],
+    );
     let only = std::env::var("LOAM_BT_ONLY").ok();
     let child = only.is_some() && std::env::var_os("LOAM_BENCH_CHILD").is_some();
     if !child {
@@ -484,7 +496,7 @@ fn paired(rounds: usize) {
 
 /// Whether `LOAM_BT_ONLY` (a comma list, or unset for all) lists `name`.
 fn listed(only: Option<&str>, name: &str) -> bool {
-    only.map_or(true, |o| o.split(',').any(|n| n == name))
+    only.map_or(true, |o| o.split(',').any(|n| n.trim() == name))
 }
 
 /// The peak RSS (KiB) of one version run alone in a child process.

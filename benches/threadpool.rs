@@ -20,7 +20,7 @@
 //! count (default 2), and `LOAM_BENCH_PAIRED=<rounds>` for the paired mode
 //! (see `paired`), which suits a noisy shared machine better;
 //! `LOAM_BENCH_CASES=join,tree` keeps the paired workloads whose names start
-//! so (the burst always runs).
+//! so (`burst` for the burst).
 
 // `criterion_group!` generates an undocumented `pub fn`.
 #![allow(missing_docs)]
@@ -362,9 +362,50 @@ type Paired<'a> = (&'static str, &'a dyn Fn(), &'a dyn Fn());
 /// back to back, alternating which goes first, for that many rounds per
 /// workload, and print the median of the per-round ratios. On a shared,
 /// noisy machine a load burst then hits both sides of a round alike.
+/// The paired workloads, in the order they run.
+const PAIRED: [&str; 6] = [
+    "burst_fresh_pool",
+    "spawn_scope",
+    "spawn_static",
+    "join_fib32_cutoff20",
+    "join_fib32_cutoff10",
+    "tree_sum",
+];
+
+/// The names `LOAM_BENCH_CASES` lists (a comma list; unset for all).
+fn cases() -> Vec<String> {
+    std::env::var("LOAM_BENCH_CASES")
+        .unwrap_or_default()
+        .split(',')
+        .map(|c| c.trim().to_owned())
+        .filter(|c| !c.is_empty())
+        .collect()
+}
+
+/// Whether `LOAM_BENCH_CASES` selects workload `name`: a listed name
+/// selects the workloads it begins (`join` both fibs).
+fn selected(name: &str) -> bool {
+    let cases = cases();
+    cases.is_empty() || cases.iter().any(|c| name.starts_with(c.as_str()))
+}
+
 fn paired(rounds: usize) {
+    // A name that begins no workload stops the bench (a misspelt one ran
+    // nothing).
+    if let Some(bad) = cases()
+        .iter()
+        .find(|c| !PAIRED.iter().any(|w| w.starts_with(c.as_str())))
+    {
+        eprintln!(
+            "error: LOAM_BENCH_CASES: {bad:?} begins none of {}",
+            PAIRED.join(", ")
+        );
+        std::process::exit(2);
+    }
     println!("paired, {} threads, {rounds} rounds: median ms loam, rayon; median of per-round loam/rayon", threads());
-    paired_bursts(rounds);
+    if selected(PAIRED[0]) {
+        paired_bursts(rounds);
+    }
     let (loam, rayon) = (loam_pool(), rayon_pool());
     let tree = build_tree(0, TREE_NODES);
     let scope_loam = || {
@@ -400,7 +441,6 @@ fn paired(rounds: usize) {
     let (fib10_loam, fib10_rayon) = fib(10);
     let tree_loam = || assert_eq!(loam.install(|| sum_loam(&tree, 0)), TREE_SUM);
     let tree_rayon = || assert_eq!(rayon.install(|| sum_rayon(&tree, 0)), TREE_SUM);
-    let only = std::env::var("LOAM_BENCH_CASES").unwrap_or_default();
     let workloads: [Paired<'_>; 5] = [
         ("spawn_scope", &scope_loam, &scope_rayon),
         ("spawn_static", &static_loam, &static_rayon),
@@ -413,8 +453,12 @@ fn paired(rounds: usize) {
         f();
         start.elapsed().as_secs_f64() * 1e3
     };
+    assert!(workloads
+        .iter()
+        .map(|w| w.0)
+        .eq(PAIRED[1..].iter().copied()));
     for (name, loam_run, rayon_run) in workloads {
-        if !only.is_empty() && !only.split(',').any(|c| name.starts_with(c)) {
+        if !selected(name) {
             continue;
         }
         loam_run();

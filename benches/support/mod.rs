@@ -35,14 +35,34 @@ pub fn env<T>(name: &str, what: &str, parse: impl Fn(&str) -> Option<T>) -> Opti
     }
 }
 
-/// The median of `v` (the upper one of an even count).
+/// Checks that environment variable `name`, a comma list, names only
+/// entries of `known`; otherwise stops the bench with a message listing
+/// them. (A misspelt case ran nothing and printed an empty table.)
+#[allow(dead_code)]
+pub fn check_names(name: &str, known: &[&str]) {
+    let Ok(v) = std::env::var(name) else { return };
+    if let Some(bad) = v.split(',').map(str::trim).find(|n| !known.contains(n)) {
+        eprintln!(
+            "error: {name}={v:?}: {bad:?} is not one of {}",
+            known.join(", ")
+        );
+        std::process::exit(2)
+    }
+}
+
+/// The median of `v` (the mean of the middle two of an even count).
 ///
 /// # Panics
 /// If `v` is empty, with a message.
 pub fn median(mut v: Vec<f64>) -> f64 {
     assert!(!v.is_empty(), "the median of no figures");
     v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
+    let n = v.len();
+    if n % 2 == 0 {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    } else {
+        v[n / 2]
+    }
 }
 
 /// This process's peak resident set in KiB: `VmHWM`, its own high-water

@@ -238,11 +238,13 @@ fn coordinator(shared: &Shared, pool: &ThreadPool) {
         }
         let (event, panic_lines) = cycle(shared, pool, forced || last, &mut gen, &mut snap);
         {
-            // Swept: a call that waits for this ragged cycle at the heap
-            // limit may go on, before the hook runs (user code, which
-            // might want what that call holds).
+            // Swept: a call that waits for this cycle's sweep (or for
+            // this ragged cycle) at the heap limit may go on, before the
+            // report and the hook (user code, which might want what that
+            // call holds, and stderr, which may block).
             let mut c = shared.control.lock();
             c.ragged_epoch = 0;
+            c.phase = Phase::Report;
             shared.control_cv.notify_all();
         }
         // Here, with no lock held: stderr may block (a pipe nobody reads),

@@ -34,6 +34,11 @@ pub(crate) enum Phase {
     Mark,
     /// Sweeping, with the mutators running.
     Sweep,
+    /// Swept: the cycle's report and the `on_cycle` hook (user code, and
+    /// stderr, which may block) are under way; the cycle counts as
+    /// completed after them, so that whoever waits for it sees its event.
+    /// A call waiting for the sweep at the heap limit goes on here.
+    Report,
 }
 
 /// The collector's control block, under `Shared::control`.
@@ -1382,9 +1387,11 @@ impl RuntimeBuilder {
     /// block for long or touch this runtime's heap. Nor may it wait for
     /// anything a `mutate` call of this runtime may hold (a lock taken
     /// inside a call, a channel a call fills): the runtime's next cycle
-    /// waits for the hook, and a call at the heap limit, or one that
-    /// pacing holds, waits for that cycle, so the two would wait for each
-    /// other for ever. Hand such work to a thread of your own.
+    /// waits for the hook, and a call that meets the heap limit as it
+    /// begins, or one that pacing holds, waits for that cycle, so the two
+    /// would wait for each other for ever. (A call that meets the limit
+    /// inside waits for the sweep only, which ends before the hook.) Hand
+    /// such work to a thread of your own.
     pub fn on_cycle(mut self, hook: impl Fn(&CycleEvent) + Send + Sync + 'static) -> Self {
         self.hook = Some(Box::new(hook));
         self

@@ -274,3 +274,73 @@ fn a_zero_heap_limit_is_none() {
     let mut m = rt.attach();
     assert!(m.mutate(|mc| mc.try_alloc([7_u64; 64]).is_ok()));
 }
+
+/// A call at the heap limit does not wait for the `on_cycle` hook. A call
+/// that met the limit while a cycle swept waited for the sweep's end, which
+/// came only after the cycle's report and its hook: a hook that wanted a
+/// lock the call held (here) waited for the call, and the call for it, for
+/// ever. The sweep's end now comes before them; the call gets its `Err`
+/// (no cycle can free anything while the hook waits).
+#[test]
+fn a_call_at_the_limit_does_not_wait_for_the_on_cycle_hook() {
+    use std::sync::atomic::AtomicBool;
+    use std::sync::{mpsc, Arc, Mutex};
+    let lock = Arc::new(Mutex::new(()));
+    let hooked = Arc::new(AtomicBool::new(false));
+    let (done_sender, done_receiver) = mpsc::channel();
+    let (l, h) = (lock.clone(), hooked.clone());
+    std::thread::spawn(move || {
+        let rt = Runtime::builder()
+            .gc_threads(1)
+            .ignore_env()
+            .heap_limit(64 << 20)
+            .ragged_handshakes(true)
+            .on_cycle(move |_| {
+                h.store(true, Ordering::SeqCst);
+                drop(l.lock().unwrap());
+            })
+            .build();
+        let mut m = rt.attach();
+        // Garbage in small calls until one begins inside a ragged mark,
+        // after its window: the mark's end and its sweep do not wait for
+        // that call. It takes the lock, so the cycle's hook waits for it,
+        // then fills the heap to the limit.
+        let mut outcome = None;
+        for _ in 0..1_000_000 {
+            outcome = m.mutate(|mc| {
+                if !mc.is_marking() || mc.began_in_window() {
+                    for k in 0..64_u64 {
+                        let _ = mc.try_alloc([k; 128]);
+                    }
+                    return None;
+                }
+                let _guard = lock.lock().unwrap();
+                let mut n = 0_u64;
+                while !hooked.load(Ordering::SeqCst) {
+                    if mc.try_alloc([n; 128]).is_err() {
+                        return Some((false, n));
+                    }
+                    n += 1;
+                }
+                // No cycle runs while the hook waits: 1 GiB cannot fit.
+                let failed = (0..(1_u64 << 30) / 1024).any(|k| mc.try_alloc([k; 128]).is_err());
+                Some((true, u64::from(failed)))
+            });
+            if outcome.is_some() {
+                break;
+            }
+        }
+        done_sender.send(outcome).unwrap();
+        drop(m);
+        drop(rt);
+    });
+    let outcome = done_receiver
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .expect("deadlock: the call at the limit waited for the hook, which waited for the call");
+    let (hooked, failed) = outcome.expect("a call began inside a ragged mark after its window");
+    assert!(
+        hooked,
+        "the limit was met ({failed} KiB) before the hook began"
+    );
+    assert_eq!(failed, 1, "the limit was met after the hook began");
+}

@@ -163,6 +163,11 @@ impl ThreadPoolBuilder {
 
     /// Runs `handler(index)` on each worker as it exits (on pool drop).
     ///
+    /// Every worker has stopped taking work by then: a task the handler
+    /// spawns on this pool would never run, and a wait on a pool (`join`,
+    /// `scope`, `install`, `broadcast`) might wait for workers that are
+    /// gone, so both panic, and a panicking hook aborts (see above).
+    ///
     /// # Examples
     ///
     /// ```

@@ -151,6 +151,7 @@ impl Registry {
     #[inline]
     pub(crate) fn inject_or_push(&self, job: JobRef) {
         match self.current_worker() {
+            Some(worker) if worker.exiting() => refuse_exiting(),
             Some(worker) => worker.push(job),
             None => self.inject(job),
         }
@@ -353,4 +354,14 @@ pub(crate) fn with_current_registry<R>(f: impl FnOnce(&Arc<Registry>) -> R) -> R
         // SAFETY: non-null `WORKER_THREAD` is this thread's live worker.
         f(unsafe { &*worker }.registry())
     }
+}
+
+/// A `spawn` from a pool's exit handler: the job would never run.
+#[cold]
+#[inline(never)]
+fn refuse_exiting() -> ! {
+    panic!(
+        "loam-threadpool: a task spawned in a pool's exit handler would never run \
+         (the pool's workers have stopped taking work); spawn it on another pool"
+    )
 }

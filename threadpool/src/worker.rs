@@ -46,6 +46,9 @@ pub(crate) struct WorkerThread {
     /// xorshift state for picking the first steal victim; owner-only.
     rng: Cell<u64>,
     registry: Arc<Registry>,
+    /// Set once the scheduling loop has ended, for the exit hook: work it
+    /// queued would never run (every worker has left its loop).
+    exiting: Cell<bool>,
 }
 
 /// Clears `WORKER_THREAD` when the worker's `run` ends, even by unwinding.
@@ -66,6 +69,7 @@ impl WorkerThread {
             index,
             rng: Cell::new(0x9E37_79B9_7F4A_7C15 ^ ((index as u64 + 1) << 17)),
             registry,
+            exiting: Cell::new(false),
         };
         WORKER_THREAD.with(|current| current.set(&worker));
         let _clear = ClearCurrent;
@@ -73,7 +77,20 @@ impl WorkerThread {
         worker.registry.spread.awake(index);
         run_hook(&hooks.start, index);
         worker.main_loop();
+        // No worker of this pool looks at a queue again: a `spawn` in the
+        // hook panics (`Registry::inject_or_push`), and so does a wait
+        // (a broadcast waited for ever for the workers that had left).
+        worker.exiting.set(true);
+        let _no_waits = crate::no_wait::forbid_waits(
+            "in a pool's exit handler (the pool's workers have stopped taking work)",
+        );
         run_hook(&hooks.exit, index);
+    }
+
+    /// Whether this worker's scheduling loop has ended (its exit hook runs).
+    #[inline]
+    pub(crate) fn exiting(&self) -> bool {
+        self.exiting.get()
     }
 
     /// The worker running on this thread, or null.

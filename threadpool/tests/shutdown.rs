@@ -442,3 +442,62 @@ fn dropping_a_pool_on_a_worker_of_another_pool_it_waits_for_does_not_deadlock() 
         },
     );
 }
+
+/// Work queued in an exit handler: every worker has stopped taking work,
+/// so a spawned task was lost without a word (its closure never run nor
+/// dropped), and a broadcast waited for ever for the workers that had
+/// left, and the pool's drop with it. Both now panic with a message,
+/// which aborts (a hook must not panic). In child processes.
+#[test]
+fn work_queued_in_an_exit_handler_stops_the_process_with_a_message() {
+    const CHILD: &str = "LOAM_POOL_EXIT_HOOK_CHILD";
+    if let Some(what) = std::env::var_os(CHILD) {
+        let spawns = what == "spawn";
+        let pool = ThreadPoolBuilder::new()
+            .num_threads(2)
+            .exit_handler(move |_| {
+                if spawns {
+                    loam_threadpool::spawn(|| println!("ran"));
+                } else {
+                    loam_threadpool::broadcast(|_| ());
+                }
+            })
+            .build()
+            .unwrap();
+        drop(pool);
+        println!("dropped");
+        return;
+    }
+    for (what, message) in [
+        (
+            "spawn",
+            "a task spawned in a pool's exit handler would never run",
+        ),
+        ("broadcast", "in a pool's exit handler"),
+    ] {
+        let (sender, receiver) = mpsc::channel();
+        let child = support::alone(
+            "work_queued_in_an_exit_handler_stops_the_process_with_a_message",
+            &[(CHILD, what)],
+        )
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+        let pid = child.id();
+        std::thread::spawn(move || {
+            let _ = sender.send(child.wait_with_output());
+        });
+        let Ok(out) = receiver.recv_timeout(std::time::Duration::from_secs(60)) else {
+            let _ = std::process::Command::new("kill")
+                .args(["-9", &pid.to_string()])
+                .status();
+            panic!("{what} in an exit handler: the child hung");
+        };
+        let out = out.unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{what}: the child went on");
+        assert!(stderr.contains(message), "{what}: stderr:\n{stderr}");
+        assert!(!String::from_utf8_lossy(&out.stdout).contains("ran"));
+    }
+}

@@ -142,8 +142,42 @@ impl MutatorShared {
 thread_local! {
     /// Ids of the runtimes this thread has a live `Mutator` of.
     static ATTACHED: RefCell<Vec<u16>> = const { RefCell::new(Vec::new()) };
-    /// Id of the runtime whose `mutate` this thread is inside (0: none).
-    static INSIDE: Cell<u16> = const { Cell::new(0) };
+    /// The mutator whose `mutate` call (or mark assist) this thread is
+    /// inside (null: none).
+    static INSIDE: Cell<*const Mutator> = const { Cell::new(std::ptr::null()) };
+}
+
+/// Takes a lock the collector also takes for work that grows with what it
+/// guards (a root table while it copies it, the weak list while it walks
+/// it, the weak gate while it clears the weak cells): `try_take` first, and
+/// only if that fails `take`, timed, the wait recorded as a hold of the
+/// mutator whose `mutate` call this thread is in (outside calls nothing is
+/// recorded: such a wait is the program's, as `collect`'s).
+#[inline]
+pub(crate) fn take_counting<G>(try_take: impl FnOnce() -> Option<G>, take: impl FnOnce() -> G) -> G {
+    match try_take() {
+        Some(g) => g,
+        None => take_counted(take),
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn take_counted<G>(take: impl FnOnce() -> G) -> G {
+    let start = Instant::now();
+    let g = take();
+    let d = start.elapsed();
+    let m = INSIDE.with(Cell::get);
+    if !m.is_null() {
+        // `INSIDE` points to the mutator whose call (or assist) this thread
+        // is in: that call borrows it for its whole length, and `Inside`'s
+        // drop takes the pointer back before it returns; it is used on its
+        // own thread only (`Mutator` is `!Send`).
+        // SAFETY: as just said.
+        let m = unsafe { &*m };
+        m.held(Hold::Safepoint, d);
+    }
+    g
 }
 
 /// Holds met on a call's way in, by cause.
@@ -194,7 +228,7 @@ pub(crate) fn attached_to(id: u16) -> bool {
 
 /// Whether this thread is inside a `mutate` call (of any runtime).
 pub(crate) fn inside_mutate() -> bool {
-    INSIDE.with(|c| c.get() != 0)
+    INSIDE.with(|c| !c.get().is_null())
 }
 
 /// A thread attached to a [`Runtime`](crate::Runtime): the only way to
@@ -302,7 +336,7 @@ impl fmt::Debug for Mutator {
 struct Inside<'a> {
     shared: &'a Shared,
     slot: &'a Slot,
-    prev: u16,
+    prev: *const Mutator,
     /// A pool call that waits would deadlock here: a pause waits for this
     /// call to return, and the workers it would wait for may be waiting for
     /// the pause (see `pool.rs`, "Waiting inside `mutate`").
@@ -442,9 +476,8 @@ impl Mutator {
         // A `Gc` of the outer call could be written through the inner
         // call's `Mutation`, whose barrier serves the other runtime: the
         // outer runtime's snapshot and remembered set would miss the write.
-        assert_eq!(
-            INSIDE.with(Cell::get),
-            0,
+        assert!(
+            INSIDE.with(Cell::get).is_null(),
             "loam: mutate calls of two runtimes cannot nest (the write barrier \
              of one would miss the other's objects); finish one call first"
         );
@@ -472,7 +505,7 @@ impl Mutator {
         let _inside = Inside {
             shared,
             slot: &self.me.slot,
-            prev: INSIDE.with(|c| c.replace(shared.id)),
+            prev: INSIDE.with(|c| c.replace(self as *const Mutator)),
             _no_waits: loam_threadpool::forbid_waits(
                 "inside `mutate` (a collection's pause waits for this call, and the pool's \
                  workers may be waiting for the pause); fork and join between `mutate` calls",
@@ -681,7 +714,7 @@ impl Mutator {
                 let _inside = Inside {
                     shared,
                     slot: &self.me.slot,
-                    prev: INSIDE.with(|c| c.replace(shared.id)),
+                    prev: INSIDE.with(|c| c.replace(self as *const Mutator)),
                     _no_waits: loam_threadpool::forbid_waits(
                         "in a mark assist (a collection's pause waits for it)",
                     ),
@@ -773,19 +806,29 @@ impl Mutator {
         // wait also met the collector waking up on a busy CPU, and held
         // two and three threads of binary-trees at depth 16 for 10 - 28 ms
         // in all (against none), more than the window calls it spared.
-        let alone = shared
-            .mutators
-            .lock()
+        // The list's lock is the collector's too, held while it drains
+        // the shade queues or appends the remembered lists (work that
+        // grows with them): a wait for it is a hold.
+        let (mutators, start) = match shared.mutators.try_lock() {
+            Some(g) => (g, None),
+            None => {
+                let start = Instant::now();
+                (shared.mutators.lock(), Some(start))
+            }
+        };
+        let alone = mutators
             .iter()
             .all(|m| std::ptr::eq(&m.slot, &self.me.slot) || m.detached.load(Ordering::Relaxed));
-        if !alone {
+        drop(mutators);
+        if !alone || !shared.calls_now().window {
+            if let Some(start) = start {
+                self.held(Hold::Safepoint, start.elapsed());
+            }
             return;
         }
-        if !shared.calls_now().window {
-            return;
-        }
-        let start = Instant::now();
-        while shared.calls_now().window && start.elapsed() < WINDOW_WAIT {
+        let start = start.unwrap_or_else(Instant::now);
+        let waited = Instant::now();
+        while shared.calls_now().window && waited.elapsed() < WINDOW_WAIT {
             std::thread::yield_now();
         }
         self.held(Hold::Safepoint, start.elapsed());
@@ -1534,6 +1577,42 @@ mod tests {
         assert_eq!(s.held_assisting, ms(2));
         assert_eq!(s.held_by_pacing, ms(3));
         assert_eq!(s.held_at_safepoint, ms(5));
+    }
+
+    /// A root's `get` that waits for its table (which the collector locks
+    /// while it copies it) records the wait as a hold. The table is held
+    /// here by the test until the mutator's thread sleeps on it.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_wait_for_a_root_table_is_a_hold() {
+        let rt = crate::Runtime::builder().gc_threads(1).ignore_env().build();
+        let mut m = rt.attach();
+        let root = m.mutate(|mc| crate::Root::of(mc, mc.alloc(7_u64)));
+        let before = m.pauses().count();
+        let me = m.me.clone();
+        let tid = crate::thread_state::current();
+        let (ready, go) = std::sync::mpsc::channel();
+        let holder = std::thread::spawn(move || {
+            let table = me.roots.lock();
+            ready.send(()).unwrap();
+            // Until the mutator's thread sleeps (on the table's lock).
+            let stat = format!("/proc/self/task/{tid}/stat");
+            while !std::fs::read_to_string(&stat)
+                .unwrap()
+                .rsplit(')')
+                .next()
+                .is_some_and(|rest| rest.trim_start().starts_with('S'))
+            {
+                std::thread::yield_now();
+            }
+            drop(table);
+        });
+        go.recv().unwrap();
+        let value = m.mutate(|mc| *root.get(mc));
+        holder.join().unwrap();
+        assert_eq!(value, 7);
+        assert_eq!(m.pauses().count(), before + 1, "the wait is one hold");
+        assert!(rt.stats().held_at_safepoint > Duration::ZERO);
     }
 
     /// Threads that attach and go without allocating leave the runtime's

@@ -9,6 +9,12 @@ use std::marker::PhantomData;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+/// A root table's lock, a wait for it (the collector copies the tables in
+/// its cycles' starts) counted as a hold of the caller's mutator.
+fn counted(table: &parking_lot::Mutex<RootTable>) -> parking_lot::MutexGuard<'_, RootTable> {
+    crate::mutator::take_counting(|| table.try_lock(), || table.lock())
+}
+
 /// Names a managed type with its brand abstracted: `Root` is the type for a
 /// given `'a`. Write it with the [`Rootable!`](crate::Rootable!) macro.
 pub trait Rootable<'a> {
@@ -207,7 +213,7 @@ impl<R: ?Sized + for<'a> Rootable<'a>> Root<R> {
     }
 
     pub(crate) fn new(m: &Mutator, addr: usize) -> Self {
-        let index = m.me.roots.lock().insert(addr);
+        let index = counted(&m.me.roots).insert(addr);
         Root {
             owner: m.me.clone(),
             handle: m.handle.clone(),
@@ -225,7 +231,7 @@ impl<R: ?Sized + for<'a> Rootable<'a>> Root<R> {
         <R as Rootable<'gc>>::Root: Managed,
     {
         check_runtime(&self.handle, mc);
-        let addr = self.owner.roots.lock().get(self.index);
+        let addr = counted(&self.owner.roots).get(self.index);
         // SAFETY: the slot holds a rooted object of this runtime (checked
         // above) of type `R::Root` under some brand; brands do not change
         // layout, and the root keeps it alive past `'gc`.
@@ -242,7 +248,7 @@ impl<R: ?Sized + for<'a> Rootable<'a>> Root<R> {
     {
         check_runtime(&self.handle, mc);
         mc.barrier_root(gc.addr());
-        self.owner.roots.lock().set(self.index, gc.addr());
+        counted(&self.owner.roots).set(self.index, gc.addr());
         self.handle.shared.roots_changed.fetch_add(1, Ordering::Relaxed);
     }
 }
@@ -254,7 +260,7 @@ impl<R: ?Sized + for<'a> Rootable<'a>> Drop for Root<R> {
         if crate::forked::since(self.handle.shared.born) {
             return;
         }
-        self.owner.roots.lock().remove(self.index);
+        counted(&self.owner.roots).remove(self.index);
         self.handle.shared.roots_changed.fetch_add(1, Ordering::Relaxed);
     }
 }
@@ -312,7 +318,7 @@ impl<R: ?Sized + for<'a> Rootable<'a>> GlobalRoot<R> {
     }
 
     pub(crate) fn new(handle: Arc<Handle>, addr: usize) -> Self {
-        let index = handle.shared.globals.lock().insert(addr);
+        let index = counted(&handle.shared.globals).insert(addr);
         GlobalRoot {
             handle,
             index,
@@ -329,7 +335,7 @@ impl<R: ?Sized + for<'a> Rootable<'a>> GlobalRoot<R> {
         <R as Rootable<'gc>>::Root: Managed,
     {
         check_runtime(&self.handle, mc);
-        let addr = self.handle.shared.globals.lock().get(self.index);
+        let addr = counted(&self.handle.shared.globals).get(self.index);
         // SAFETY: as in `Root::get`.
         unsafe { Gc::from_addr(addr) }
     }
@@ -344,14 +350,14 @@ impl<R: ?Sized + for<'a> Rootable<'a>> GlobalRoot<R> {
     {
         check_runtime(&self.handle, mc);
         mc.barrier_root(gc.addr());
-        self.handle.shared.globals.lock().set(self.index, gc.addr());
+        counted(&self.handle.shared.globals).set(self.index, gc.addr());
         self.handle.shared.roots_changed.fetch_add(1, Ordering::Relaxed);
     }
 }
 
 impl<R: ?Sized + for<'a> Rootable<'a>> Clone for GlobalRoot<R> {
     fn clone(&self) -> Self {
-        let mut t = self.handle.shared.globals.lock();
+        let mut t = counted(&self.handle.shared.globals);
         let addr = t.get(self.index);
         let index = t.insert(addr);
         drop(t);
@@ -369,7 +375,7 @@ impl<R: ?Sized + for<'a> Rootable<'a>> Drop for GlobalRoot<R> {
         if crate::forked::since(self.handle.shared.born) {
             return;
         }
-        self.handle.shared.globals.lock().remove(self.index);
+        counted(&self.handle.shared.globals).remove(self.index);
         self.handle.shared.roots_changed.fetch_add(1, Ordering::Relaxed);
     }
 }

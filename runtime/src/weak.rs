@@ -94,7 +94,9 @@ impl<'gc, T: Trace> GcWeak<'gc, T> {
             mc.shade_addr(cell.addr());
             mc.shade_addr(target.addr());
         }
-        mc.shared().weak.lock().push(cell.addr());
+        let weak = &mc.shared().weak;
+        // The collector walks the list at a ragged mark's end: a hold.
+        crate::mutator::take_counting(|| weak.try_lock(), || weak.lock()).push(cell.addr());
         GcWeak {
             cell,
             _target: PhantomData,
@@ -122,7 +124,10 @@ impl<'gc, T: Trace> GcWeak<'gc, T> {
             // (`Cycle::terminate_ragged`). So this shade is seen by that
             // look, or the mark is over and the cell is read as it left
             // it: cleared, or its target marked.
-            let _gate = shared.weak_gate.read();
+            // (A wait for the gate, which the end holds while it walks the
+            // weak cells, is a hold.)
+            let gate = &shared.weak_gate;
+            let _gate = crate::mutator::take_counting(|| gate.try_read(), || gate.read());
             if shared.marking() {
                 // SAFETY: a nonzero target is allocated (below); no sweep
                 // runs during a mark.

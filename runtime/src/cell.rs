@@ -96,7 +96,7 @@ use std::fmt;
 use std::marker::PhantomData;
 use std::mem::ManuallyDrop;
 use std::num::{NonZeroU32, NonZeroU64, NonZeroUsize};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 /// Invariant in `'gc`, like [`Gc`]: a cell of one `mutate` call can never
 /// pass for one of another.
@@ -644,6 +644,10 @@ unsafe impl<T: CellValue + Trace> Trace for GcCell<'_, T> {
 /// ```
 pub struct GcLock<'gc, T> {
     value: RwLock<T>,
+    /// The thread that holds the write lock ([`thread_token`]), 0 when
+    /// none: a `read`, `write` or `Debug` of the lock inside its own write
+    /// panics instead of waiting for itself (the lock is not reentrant).
+    writer: AtomicUsize,
     /// The concurrent mark whose snapshot this lock's contents were last
     /// shaded for (0: none yet): a write shades them once per mark, not
     /// once per write (a list's pushes would each cost its length).
@@ -660,6 +664,7 @@ impl<'gc, T> GcLock<'gc, T> {
     pub const fn new(value: T) -> Self {
         GcLock {
             value: RwLock::new(value),
+            writer: AtomicUsize::new(0),
             shaded: AtomicU64::new(0),
             log: GcLog::new(),
             _brand: PhantomData,
@@ -667,8 +672,29 @@ impl<'gc, T> GcLock<'gc, T> {
     }
 
     /// Shared access; blocks while a writer holds the lock.
+    ///
+    /// # Panics
+    /// Inside a [`write`](GcLock::write) of this lock on the same thread
+    /// (it would wait for itself).
     pub fn read(&self) -> RwLockReadGuard<'_, T> {
-        self.value.read()
+        match self.value.try_read() {
+            Some(g) => g,
+            None => {
+                self.refuse_own_write("read");
+                self.value.read()
+            }
+        }
+    }
+
+    /// Panics if this thread holds the write lock: `what` would wait for
+    /// itself. (Only on a lock found taken, off the fast path.)
+    fn refuse_own_write(&self, what: &str) {
+        // Only this thread stores its own token, and clears it before it
+        // lets the lock go: a token read equal to ours is this thread's
+        // write, under way.
+        if self.writer.load(Ordering::Relaxed) == thread_token() {
+            own_write(what);
+        }
     }
 
     /// Consumes the lock, returning the value.
@@ -684,8 +710,22 @@ impl<'gc, T: Trace + 'gc> GcLock<'gc, T> {
     /// (a lock shared through an `Arc`, with no one owner, makes the next
     /// cycle a full one: see the comment inside). The barrier holds
     /// however `f` ends, a panic included.
+    ///
+    /// # Panics
+    /// Inside another `write` of this lock on the same thread (it would
+    /// wait for itself), or if `f` panics (after the barrier's work).
     pub fn write<R>(&self, mc: &Mutation<'gc>, f: impl FnOnce(&mut T) -> R) -> R {
-        let mut g = self.value.write();
+        let mut g = match self.value.try_write() {
+            Some(g) => g,
+            None => {
+                self.refuse_own_write("write");
+                self.value.write()
+            }
+        };
+        // Cleared before the lock is let go (declared after the guard),
+        // however the write ends.
+        self.writer.store(thread_token(), Ordering::Relaxed);
+        let _writer = ClearWriter(&self.writer);
         let epoch = mc.mark_epoch();
         // A concurrent mark is under way: the snapshot needs whatever the
         // contents point to now, before `f` may drop it. Under the write
@@ -745,9 +785,49 @@ fn shade_contents<T: Trace + ?Sized>(mc: &Mutation<'_>, contents: &T) {
     }
 }
 
+/// Clears a [`GcLock`]'s writer token as the write ends.
+struct ClearWriter<'a>(&'a AtomicUsize);
+
+impl Drop for ClearWriter<'_> {
+    fn drop(&mut self) {
+        self.0.store(0, Ordering::Relaxed);
+    }
+}
+
+/// A token for the calling thread, never 0: the address of a thread-local
+/// (a thread's is unique while it runs; a token read equal to one's own is
+/// one's own).
+fn thread_token() -> usize {
+    thread_local! {
+        static TOKEN: u8 = const { 0 };
+    }
+    TOKEN
+        .try_with(|t| std::ptr::from_ref(t) as usize)
+        .unwrap_or(usize::MAX)
+}
+
+#[cold]
+#[inline(never)]
+fn own_write(what: &str) -> ! {
+    panic!(
+        "loam: GcLock::{what} inside a write of the same lock on this thread would wait \
+         for itself (the lock is not reentrant); read or write it before or after the write"
+    )
+}
+
 impl<T: fmt::Debug> fmt::Debug for GcLock<'_, T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("GcLock").field(&*self.read()).finish()
+        let mut t = f.debug_tuple("GcLock");
+        match self.value.try_read() {
+            Some(g) => t.field(&*g),
+            // Inside this thread's own write (`dbg!` of the object in the
+            // write's closure): waiting would be for ever.
+            None if self.writer.load(Ordering::Relaxed) == thread_token() => {
+                t.field(&format_args!("<locked by this thread's write>"))
+            }
+            None => t.field(&*self.value.read()),
+        };
+        t.finish()
     }
 }
 

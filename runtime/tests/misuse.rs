@@ -1109,3 +1109,50 @@ fn an_over_aligned_object_panics_with_its_alignment() {
         .unwrap();
     assert!(msg.contains("aligned to 4194304 bytes"), "{msg}");
 }
+
+/// A `GcLock` read, written or printed inside its own write on the same
+/// thread waited for itself for ever, inside its `mutate` call (and every
+/// stopped cycle waited for that call). Each panics now with a message;
+/// the lock is usable after it. (A `Debug` inside the write prints the
+/// lock as locked.)
+#[test]
+fn a_gc_lock_used_inside_its_own_write_panics_instead_of_waiting() {
+    type Items = Rootable!['gc => GcLock<'gc, Vec<u64>>];
+    within("a GcLock used inside its own write", || {
+        let rt = rt().build();
+        let mut m = rt.attach();
+        let lock: Root<Items> = m.mutate(|mc| mc.root(mc.alloc(GcLock::new(vec![1_u64]))));
+        for what in ["read", "write"] {
+            let r = m.mutate(|mc| {
+                let l = lock.get(mc);
+                catch_unwind(AssertUnwindSafe(|| {
+                    l.write(mc, |v| {
+                        v.push(2);
+                        if what == "read" {
+                            drop(l.read());
+                        } else {
+                            l.write(mc, |v| v.push(3));
+                        }
+                    })
+                }))
+            });
+            let message = support::panic_message(r.unwrap_err().as_ref());
+            assert!(
+                message.contains(&format!("GcLock::{what} inside a write of the same lock")),
+                "{message}"
+            );
+        }
+        let printed = m.mutate(|mc| {
+            let l = lock.get(mc);
+            l.write(mc, |_| format!("{:?}", *l))
+        });
+        assert_eq!(printed, "GcLock(<locked by this thread's write>)");
+        // Both pushes before the panics stayed; the lock is free again.
+        m.mutate(|mc| {
+            let l = lock.get(mc);
+            assert_eq!(*l.read(), [1, 2, 2]);
+            l.write(mc, |v| v.push(4));
+            assert_eq!(format!("{:?}", *l), "GcLock([1, 2, 2, 4])");
+        });
+    });
+}

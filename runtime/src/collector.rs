@@ -124,15 +124,36 @@ fn or_stop(thread: &str, body: impl FnOnce()) {
 }
 
 /// Starts the coordinator thread (which owns the GC threads).
+///
+/// # Panics
+/// If a thread cannot start, after undoing what the start did (the
+/// runtime's id and its count in `RUNTIMES`; the finalizer thread, if it
+/// started): a program that retries a build under a thread limit leaked
+/// one id per try, and `RUNTIMES` stayed counted for good.
 pub(crate) fn start(shared: Arc<Shared>) -> JoinHandle<()> {
+    /// Undoes the start unless forgotten once every thread runs.
+    struct Undo {
+        id: u16,
+        counted: bool,
+    }
+    impl Drop for Undo {
+        fn drop(&mut self) {
+            if self.counted {
+                RUNTIMES.fetch_sub(1, Ordering::Relaxed);
+            }
+            release_id(self.id);
+        }
+    }
     let id = shared.id;
+    let counted = shared.space.alloc_space().is_none();
     {
         // Not while a cycle runs: it may be sweeping without reading headers.
         let _cycle = CYCLE_LOCK.lock();
-        if shared.space.alloc_space().is_none() {
+        if counted {
             RUNTIMES.fetch_add(1, Ordering::Relaxed);
         }
     }
+    let undo = Undo { id, counted };
     let pool = ThreadPoolBuilder::new()
         .num_threads(shared.config.gc_threads)
         .thread_name(move |i| format!("loam-gc-{id}-{i}"))
@@ -165,7 +186,8 @@ pub(crate) fn start(shared: Arc<Shared>) -> JoinHandle<()> {
             })
             .expect("loam: could not start the finalizer thread")
     };
-    std::thread::Builder::new()
+    let closer = shared.clone();
+    let coordinator = std::thread::Builder::new()
         .name(format!("loam-gc-{id}"))
         .spawn(move || {
             COORDINATOR_OF.with(|c| c.set(id));
@@ -185,7 +207,19 @@ pub(crate) fn start(shared: Arc<Shared>) -> JoinHandle<()> {
             }
             release_id(id);
         })
-        .expect("loam: could not start the collector thread")
+        .map_err(|e| {
+            // The finalizer waits for work that will never come.
+            closer.finalizer.close();
+            e
+        });
+    match coordinator {
+        Ok(coordinator) => {
+            // The coordinator undoes it all as it ends.
+            std::mem::forget(undo);
+            coordinator
+        }
+        Err(e) => panic!("loam: could not start the collector thread: {e}"),
+    }
 }
 
 fn coordinator(shared: &Shared, pool: &ThreadPool) {

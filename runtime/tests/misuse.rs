@@ -1156,3 +1156,82 @@ fn a_gc_lock_used_inside_its_own_write_panics_instead_of_waiting() {
         });
     });
 }
+
+/// A build whose threads cannot start panics, and gives its runtime id
+/// back: a program retrying under a thread or memory limit leaked one id
+/// per try, and after 65,534 of them no runtime could start at all. In a
+/// child process, under an address-space limit that leaves no room for a
+/// thread's stack.
+#[cfg(target_os = "linux")]
+#[test]
+fn failed_builds_give_their_ids_back() {
+    const CHILD: &str = "LOAM_FAILED_BUILDS_CHILD";
+    if std::env::var_os(CHILD).is_none() {
+        let out = within("failed builds in a child", || {
+            support::alone("failed_builds_give_their_ids_back", &[(CHILD, "1")])
+                .output()
+                .unwrap()
+        });
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success(),
+            "the child failed ({}):\n{stderr}",
+            out.status
+        );
+        assert!(
+            stdout.contains("built after 66000 failed builds") || stdout.contains("case not met"),
+            "{stdout}\n{stderr}"
+        );
+        return;
+    }
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let vm_kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmSize:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap();
+    let mut saved = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `saved` is a valid out-pointer.
+    assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut saved) }, 0);
+    // Room for small allocations, not for a thread's stack.
+    let tight = libc::rlimit {
+        rlim_cur: ((vm_kib << 10) + (2 << 20)).min(saved.rlim_max),
+        rlim_max: saved.rlim_max,
+    };
+    let build = || {
+        catch_unwind(|| {
+            Runtime::builder()
+                .gc_threads(1)
+                .ignore_env()
+                .min_heap(256 << 10)
+                .build()
+        })
+    };
+    std::panic::set_hook(Box::new(|_| {}));
+    // SAFETY: `tight` is a valid rlimit for the call to read.
+    assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_AS, &tight) }, 0);
+    let mut failed = 0;
+    for _ in 0..66_000 {
+        match build() {
+            Err(_) => failed += 1,
+            Ok(rt) => {
+                // SAFETY: as above.
+                assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_AS, &saved) }, 0);
+                drop(rt);
+                println!("a runtime started under the limit: case not met");
+                return;
+            }
+        }
+    }
+    // SAFETY: `saved` is a valid rlimit for the call to read.
+    assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_AS, &saved) }, 0);
+    let _ = std::panic::take_hook();
+    let rt = build().expect("a build after the failed ones");
+    let mut m = rt.attach();
+    assert_eq!(m.mutate(|mc| *mc.alloc(7_u64)), 7);
+    println!("built after {failed} failed builds");
+}

@@ -207,10 +207,9 @@ pub(crate) fn start(shared: Arc<Shared>) -> JoinHandle<()> {
             }
             release_id(id);
         })
-        .map_err(|e| {
+        .inspect_err(|_| {
             // The finalizer waits for work that will never come.
             closer.finalizer.close();
-            e
         });
     match coordinator {
         Ok(coordinator) => {

@@ -946,7 +946,24 @@ pub(crate) fn release_id(id: u16) {
 ///
 /// Threads [`attach`](Runtime::attach) to it to become mutators. The
 /// collector runs on dedicated threads. When the last handle (runtime,
-/// mutator or global root) goes away, every object left is dropped and freed.
+/// mutator, global root or managed pool) goes away, every object left is
+/// dropped and freed.
+///
+/// # Dropping the last handle
+/// The drop waits for that: the cycle under way, a last cycle, and every
+/// destructor left, run on the runtime's finalizer thread. A destructor
+/// that waits for something the dropping thread holds (a lock) therefore
+/// deadlocks it, as with [`wait_for_drops`](Runtime::wait_for_drops);
+/// drop the last handle with nothing held that destructors need.
+///
+/// A handle kept inside the runtime's own heap (a `Runtime`, `GlobalRoot`
+/// or `ManagedPool` in a managed object, through a `Mutex` or a
+/// `#[trace(skip)]` field, or captured by its [`on_cycle`] hook) is never
+/// the last one: the runtime, its threads and its objects stay for the
+/// life of the process, as an `Rc` cycle does. Keep handles outside the
+/// heap they serve.
+///
+/// [`on_cycle`]: RuntimeBuilder::on_cycle
 ///
 /// # Examples
 /// ```

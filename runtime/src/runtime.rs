@@ -1270,7 +1270,11 @@ impl RuntimeBuilder {
     }
 
     /// Start a cycle when the heap has grown by this percentage over the live
-    /// size of the last one (Go's GOGC). `u32::MAX` turns pacing off.
+    /// size of the last one (Go's GOGC). `u32::MAX` turns pacing off: cycles
+    /// then run only when the program asks ([`Runtime::collect`]) or an
+    /// allocation meets the heap limit, and what they clear up waits for
+    /// them, the records of threads that attached and went (a few KiB
+    /// each) included.
     pub fn gc_percent(mut self, percent: u32) -> Self {
         self.config.gc_percent = percent;
         self

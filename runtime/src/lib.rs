@@ -326,6 +326,8 @@ macro_rules! not_under_loom {
 mod assist_model;
 mod handshake;
 #[cfg(all(test, loom))]
+mod log_owner_model;
+#[cfg(all(test, loom))]
 mod preclear_model;
 #[cfg(all(test, loom))]
 mod ragged_model;

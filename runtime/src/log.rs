@@ -405,13 +405,28 @@ impl<'gc> GcLog<'gc> {
     }
 
     /// A marker tracing object `obj` met this log: `obj` is its owner,
-    /// unless another object was before. The first owner is followed by a
-    /// sequentially consistent fence before the marker reads the object's
-    /// cells ([`after_unreported_stores`](Self::after_unreported_stores)).
+    /// unless another object was before. Every way out but one is followed
+    /// by a sequentially consistent fence before the marker reads the
+    /// object's cells ([`after_unreported_stores`](Self::after_unreported_stores)):
+    /// the Dekker pair with the writer's fence and read of the owner.
+    ///
+    /// The way out without it finds `obj` already the owner: the marker
+    /// that made it so fenced, and reads (or has read) `obj`'s cells after
+    /// its fence, so a writer that read the owner as 0 before that store
+    /// is covered by that marker's trace; and a store made in an earlier
+    /// cycle is read by every later call. Each other way may meet an owner
+    /// another marker set this cycle for *another* object (a log shared
+    /// through an `Arc`): that marker traces its own object only, so this
+    /// one must order its own reads after what it saw. Without the fence a
+    /// marker that found the other owner read its object's cells unordered
+    /// (a failed compare-and-swap orders nothing on AArch64, and a relaxed
+    /// load nothing anywhere), and could miss a store whose writer had read
+    /// the owner as 0 and shaded nothing (`log_owner_model.rs`, found by
+    /// review).
     #[inline]
     pub(crate) fn adopt(&self, obj: usize) {
         let o = self.owner.load(Ordering::Relaxed);
-        if o == obj || o == SHARED_OWNER {
+        if o == obj {
             return;
         }
         if o == 0 {
@@ -419,15 +434,14 @@ impl<'gc> GcLog<'gc> {
                 .owner
                 .compare_exchange(0, obj, Ordering::Relaxed, Ordering::Relaxed)
             {
-                Ok(_) => {
-                    std::sync::atomic::fence(Ordering::SeqCst);
-                    return;
-                }
-                Err(x) if x == obj || x == SHARED_OWNER => return,
-                Err(_) => {}
+                Ok(_) | Err(SHARED_OWNER) => {}
+                Err(x) if x == obj => return,
+                Err(_) => self.owner.store(SHARED_OWNER, Ordering::Relaxed),
             }
+        } else if o != SHARED_OWNER {
+            self.owner.store(SHARED_OWNER, Ordering::Relaxed);
         }
-        self.owner.store(SHARED_OWNER, Ordering::Relaxed);
+        std::sync::atomic::fence(Ordering::SeqCst);
     }
 }
 

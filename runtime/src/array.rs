@@ -84,21 +84,24 @@ impl<T> Drop for Filling<'_, T> {
     }
 }
 
-/// Bytes of a `[T]` object of `len` elements.
-///
-/// # Panics
-/// When that is more than `isize::MAX`, as `Vec` does.
-fn array_bytes<T>(len: usize) -> usize {
+/// Bytes of a `[T]` object of `len` elements; `None` past `isize::MAX`
+/// (no allocation is larger, as for `Vec`).
+fn array_bytes<T>(len: usize) -> Option<usize> {
     len.checked_mul(std::mem::size_of::<T>())
         .and_then(|b| b.checked_add(array_offset::<T>()))
         .filter(|&b| b <= isize::MAX as usize)
-        .unwrap_or_else(|| capacity_overflow(len, std::any::type_name::<T>()))
 }
 
-#[cold]
-#[inline(never)]
-fn capacity_overflow(len: usize, ty: &str) -> ! {
-    panic!("loam: an array of {len} elements of {ty} does not fit in memory")
+impl Failure {
+    /// An array too large for any allocation: the `try_` constructors
+    /// return it as their `Err` (`Vec::try_reserve`'s capacity overflow),
+    /// the others panic with it ([`AllocError`]'s message names it).
+    fn overflow(m: &Mutation<'_>) -> Failure {
+        Failure {
+            size: usize::MAX,
+            limit: m.shared().config.heap_limit.unwrap_or(usize::MAX),
+        }
+    }
 }
 
 /// Copies `n` bytes from `src` to `dst`: up to 16 of them with two
@@ -134,7 +137,9 @@ impl<'gc> Mutation<'gc> {
     /// Reserves a `bytes`-byte block for an array of `len` elements whose
     /// header word is `header`, and writes both words.
     fn reserve_array<T>(&self, header: usize, len: usize) -> Result<Reserved<'_>, Failure> {
-        let bytes = array_bytes::<T>(len);
+        let Some(bytes) = array_bytes::<T>(len) else {
+            return Err(Failure::overflow(self));
+        };
         let align = std::mem::align_of::<T>().max(std::mem::align_of::<usize>());
         let flags = if std::mem::needs_drop::<T>() {
             crate::sweep::HAS_DROP
@@ -372,10 +377,9 @@ impl<'gc> Mutation<'gc> {
         &self,
         parts: &[&[T]],
     ) -> Result<Gc<'gc, [T]>, AllocError<()>> {
-        let len = parts
-            .iter()
-            .try_fold(0_usize, |n, p| n.checked_add(p.len()))
-            .unwrap_or_else(|| capacity_overflow(usize::MAX, std::any::type_name::<T>()));
+        let Some(len) = parts.iter().try_fold(0_usize, |n, p| n.checked_add(p.len())) else {
+            return Err(Failure::overflow(self).with(()));
+        };
         let mut r = self
             .reserve_array::<T>(ArrayDesc::<T>::header(self.shared().id), len)
             .map_err(|f| f.with(()))?;

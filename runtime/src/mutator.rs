@@ -1124,7 +1124,8 @@ impl Drop for Mutator {
 }
 
 /// The heap is at its limit: an allocation did not fit even after waiting for
-/// the sweep under way. Holds the value that was to be allocated.
+/// the sweep under way (or an array was asked for that no allocation can
+/// hold, past `isize::MAX` bytes). Holds the value that was to be allocated.
 ///
 /// Return from `mutate`: the next `mutate` call on this mutator first runs a
 /// full collection, so a retry there succeeds if dropping roots made room.
@@ -1167,7 +1168,13 @@ impl<T> fmt::Debug for AllocError<T> {
 
 impl<T> fmt::Display for AllocError<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.limit == usize::MAX {
+        if self.size > isize::MAX as usize {
+            // An array of more elements than fit in an allocation.
+            write!(
+                f,
+                "capacity overflow: a managed object larger than isize::MAX bytes"
+            )
+        } else if self.limit == usize::MAX {
             write!(
                 f,
                 "out of memory allocating a {}-byte managed object",

@@ -241,6 +241,40 @@ fn the_heap_limit_is_an_err_from_every_array_constructor() {
     });
 }
 
+/// An array larger than any allocation can hold: the `try_` constructors
+/// return it as their `Err`, as `Vec::try_reserve` does, and the others
+/// panic saying so; the heap is unchanged. (The `try_` ones panicked, and
+/// a concatenation whose lengths overflowed spoke of an array of
+/// `usize::MAX` elements.)
+#[test]
+fn an_array_past_isize_max_bytes_is_an_err_from_the_try_constructors() {
+    let _serial = serial();
+    let rt = rt().build();
+    let mut m = rt.attach();
+    m.mutate(|mc| {
+        let e = mc.try_alloc_slice_fill(1 << 61, 7_u64).unwrap_err();
+        assert!(e.to_string().contains("capacity overflow"), "{e}");
+        assert_eq!(e.into_inner(), 7);
+        let e = mc
+            .try_alloc_from_iter((0..1_usize << 61).map(|_| 0_u64))
+            .unwrap_err();
+        assert!(e.to_string().contains("capacity overflow"), "{e}");
+        // Zero-sized elements: a slice of `usize::MAX` of them is real.
+        let many = [(); usize::MAX];
+        let e = mc.try_alloc_concat(&[&many[..], &many[..]]).unwrap_err();
+        assert!(e.to_string().contains("capacity overflow"), "{e}");
+        assert_eq!(mc.alloc_concat(&[&many[..1], &many[..2]]).len(), 3);
+        let panic = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            mc.alloc_slice_fill(1 << 61, 0_u64);
+        }))
+        .unwrap_err();
+        let text = panic.downcast_ref::<String>().cloned().unwrap_or_default();
+        assert!(text.contains("capacity overflow"), "{text}");
+        assert_eq!(mc.alloc_slice(&[1_u8, 2])[1], 2);
+    });
+    assert!(rt.stats().heap_size < 1 << 30);
+}
+
 #[derive(Trace)]
 struct Bucket<'gc> {
     items: GcLock<'gc, Vec<Gc<'gc, u64>>>,

@@ -220,6 +220,10 @@ where
     }
 }
 
+/// The most entries a dictionary holds: an index slot names its entry in
+/// its low 32 bits, as `e + 1` (0 is an empty slot).
+const MAX_ENTRIES: usize = u32::MAX as usize - 1;
+
 /// An index slot for entry `e` of hash `h`.
 #[inline]
 fn slot(h: u64, e: usize) -> u64 {
@@ -241,6 +245,12 @@ fn slot_matches(s: u64, h: u64) -> bool {
 /// Index slots for `n` entries: a power of two, at most 3/4 full.
 fn index_size(n: usize) -> usize {
     (n.saturating_mul(4) / 3 + 1).next_power_of_two().max(8)
+}
+
+#[cold]
+#[inline(never)]
+fn too_many_entries() -> ! {
+    panic!("loam-collections: GcDictionary: capacity overflow (at most {MAX_ENTRIES} entries)")
 }
 
 #[cold]
@@ -306,7 +316,7 @@ where
     pub fn with_capacity_and_hasher(mc: &Mutation<'gc>, capacity: usize, hasher: S) -> Self {
         let entry = std::mem::size_of::<Entry<'gc, K, V>>().max(1);
         assert!(
-            capacity <= isize::MAX as usize / entry,
+            capacity <= MAX_ENTRIES && capacity <= (isize::MAX as usize - 64) / entry,
             "loam-collections: GcDictionary::with_capacity({capacity}): capacity overflow"
         );
         let d = GcDictionary {
@@ -461,7 +471,9 @@ where
     /// key is kept, as std's `HashMap` does).
     ///
     /// # Panics
-    /// At the heap limit (the dictionary unchanged; see [`try_insert`](Self::try_insert)).
+    /// At the heap limit (the dictionary unchanged; see [`try_insert`](Self::try_insert)),
+    /// or with 4,294,967,294 entries already (capacity overflow; so does
+    /// `try_insert`).
     pub fn insert(&self, mc: &Mutation<'gc>, key: K, value: V) -> Option<V> {
         self.try_insert(mc, key, value)
             .unwrap_or_else(|e| alloc_failed("insert", e.map(|_| ())))
@@ -501,6 +513,9 @@ where
         value: V,
     ) -> Result<(), AllocError<()>> {
         let len = self.obj.len.get();
+        if len >= MAX_ENTRIES {
+            too_many_entries();
+        }
         let mut entries = self.obj.entries.get();
         let grown = if len == entries.len() {
             let cap = (len * 2).max(4).max(self.obj.min_capacity);

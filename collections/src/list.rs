@@ -817,8 +817,9 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
     /// whose `try_` form would then panic instead of returning `Err`.
     pub fn with_capacity(mc: &Mutation<'gc>, capacity: usize) -> Self {
         let slot = std::mem::size_of::<Slot<'gc, T>>().max(1);
+        // The array's header words too (a few words; 64 bytes is more).
         assert!(
-            capacity <= isize::MAX as usize / slot,
+            capacity <= (isize::MAX as usize - 64) / slot,
             "loam-collections: GcList::with_capacity({capacity}): capacity overflow"
         );
         let items = mc.alloc_from_iter(std::iter::empty());

@@ -1275,7 +1275,9 @@ fn with_capacity_holds_that_many_before_growing() {
         }
         assert_eq!(sip.capacity(), 100);
         assert_eq!(sip.get(&99), Some(99));
-        for huge in [usize::MAX, isize::MAX as usize / 2] {
+        // The last: room for the elements, not for the array's header (it
+        // passed, and the first `try_push` panicked).
+        for huge in [usize::MAX, isize::MAX as usize / 2, isize::MAX as usize / 8] {
             let msg = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 GcList::<u64>::with_capacity(mc, huge)
             }))
@@ -1289,6 +1291,14 @@ fn with_capacity_holds_that_many_before_growing() {
             .expect_err("a dictionary of that capacity");
             assert!(panic_text(&msg).contains("capacity overflow"));
         }
+        // An index slot names its entry in 32 bits: no more entries than
+        // that (lookups went wrong past them).
+        let msg = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            GcDictionary::<u64, u64>::with_capacity(mc, u32::MAX as usize)
+        }))
+        .map(|_| ())
+        .expect_err("a dictionary of 2^32 - 1 entries");
+        assert!(panic_text(&msg).contains("capacity overflow"));
     });
 }
 

@@ -961,10 +961,13 @@ impl Mutator {
             // compare-and-swap): a charge made and taken back was seen by
             // another mutator's refill in between, which then failed an
             // object that fitted (found by review).
+            // Without a limit, a plain add, unless the object is huge: two
+            // requests near `isize::MAX` bytes at once (both to fail) must
+            // not wrap the count round (found by review).
             let charged = match shared.config.heap_limit {
-                None => Ok(shared.heap_used.fetch_add(chunk, Ordering::Relaxed)),
-                Some(limit) => shared.heap_used.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |u| {
-                    u.checked_add(chunk).filter(|&n| n <= limit)
+                None if chunk < 1 << 48 => Ok(shared.heap_used.fetch_add(chunk, Ordering::Relaxed)),
+                limit => shared.heap_used.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |u| {
+                    u.checked_add(chunk).filter(|&n| n <= limit.unwrap_or(usize::MAX))
                 }),
             };
             let used = match charged {

@@ -108,6 +108,8 @@ macro_rules! not_under_loom {
 }
 
 #[cfg(all(test, loom))]
+mod dictionary_model;
+#[cfg(all(test, loom))]
 mod list_model;
 mod lock;
 

@@ -107,8 +107,13 @@ impl<'a> Cycle<'a> {
             shared.lock_written.store(false, Ordering::Relaxed);
         }
         let epoch = shared.mark_epoch.load(Ordering::Relaxed) + 1;
-        // Release: a call that reads it reads `calls` as set below or
-        // later (`Mutator::mutate` reads both, and again if they moved).
+        // Before `calls` below: a call that reads that `calls` (acquire,
+        // against its release) reads this epoch or a later one. A later
+        // one is stored only after this mark's end has changed `calls`
+        // (`MARKING` cleared), and read with acquire, so a call that reads
+        // it finds `calls` changed when it reads it again, and starts over
+        // (`Mutator::mutate`): the pair it keeps is one cycle's. (Release
+        // is for that acquire; it does not order the stores after it.)
         shared.mark_epoch.store(epoch, Ordering::Release);
         let before = shared.calls_now();
         let remember = before.remember + 1;

@@ -50,6 +50,7 @@ pub(crate) struct BuilderObj<'gc> {
 /// });
 /// ```
 #[derive(Clone, Copy)]
+#[repr(transparent)]
 pub struct GcStringBuilder<'gc> {
     obj: Gc<'gc, BuilderObj<'gc>>,
 }
@@ -124,10 +125,11 @@ impl<'gc> GcStringBuilder<'gc> {
         if need > buf.len() {
             let cap = need.max(buf.len() * 2).max(16);
             let grown = mc.try_alloc_from_iter((0..cap).map(|_| AtomicU8::new(0)))?;
-            // SAFETY: both buffers are only accessed under the writer lock,
-            // which the caller holds (the new one is not even published
+            // Both buffers are only accessed under the writer lock, which
+            // the caller holds (and no other thread can reach the new one
             // yet), so their bytes are plain memory here; `len <=
             // buf.len()`, and the new buffer is larger.
+            // SAFETY: as just said.
             unsafe {
                 std::ptr::copy_nonoverlapping(
                     buf[0..].as_ptr().cast::<u8>(),

@@ -171,6 +171,7 @@ where
 ///     assert_eq!(ages.len(), 1);
 /// });
 /// ```
+#[repr(transparent)]
 pub struct GcDictionary<'gc, K, V, S = FastHash>
 where
     K: CellValue + Trace + 'gc,
@@ -629,11 +630,18 @@ where
     /// Removes entry `e`, named by index slot `pos`; the writer lock is
     /// held.
     fn remove_at(&self, mc: &Mutation<'gc>, pos: usize, e: usize) -> (K, V) {
-        let _moving = Moving::start(self, mc);
         let indices = self.obj.indices.get();
         let entries = self.obj.entries.get();
         let len = self.obj.len.get();
         let removed = (entries[e].key.get(), entries[e].value.get());
+        // The removed key and value go: the deletion barrier (which passes
+        // over young ones). First, before anything changes: it runs their
+        // `Trace`, and a panic there (a `Trace` impl that breaks its
+        // contract) left the index shifted and the length not yet
+        // lowered, and a later removal's search for the last entry's slot
+        // spun for ever (found by review).
+        entries[e].shade_cut(mc);
+        let _moving = Moving::start(self, mc);
         // Free the slot, and shift back the rest of its probe run: each
         // later slot moves into the hole unless its entry's home lies
         // (cyclically) after the hole.
@@ -655,9 +663,7 @@ where
         indices[hole].set(mc, 0);
         // Move the last entry into the removed one's place.
         let last = len - 1;
-        if e == last {
-            entries[e].shade_cut(mc);
-        } else {
+        if e != last {
             let (h, k, v) = {
                 let l = &entries[last];
                 (l.hash.get(), l.key.get(), l.value.get())
@@ -667,13 +673,11 @@ where
                 p = (p + 1) & mask;
             }
             indices[p].set(mc, slot(h, e));
-            // The removed key and value go: the deletion barrier (which
-            // passes over young ones). The last entry's move into `e` is
-            // then a move within the dictionary, which shades nothing
-            // while no marker has met it (`GcLog::moving`): its key and
-            // value were reported before (entry `last`, below the length)
-            // and are after (entry `e`).
-            entries[e].shade_cut(mc);
+            // The removed key and value were cut (above). The last entry's
+            // move into `e` is then a move within the dictionary, which
+            // shades nothing while no marker has met it (`GcLog::moving`):
+            // its key and value were reported before (entry `last`, below
+            // the length) and are after (entry `e`).
             let to = &entries[e];
             // The log was recorded (`write_lock`, which the caller holds);
             // the stores are into entry `e`, below the length, whose key
@@ -681,7 +685,7 @@ where
             // log; the entries array's `Entry`s report nothing), and store
             // the values of entry `last`, also reported, which keeps them
             // until the length drops below it; the values they overwrite
-            // were cut just above; atomic stores, which neither unwind nor
+            // were cut before the move began; atomic stores, which neither unwind nor
             // allocate, and `shade` only stores entry `e`'s values again
             // through the barrier; the writer lock is held.
             // SAFETY: as just said.

@@ -766,6 +766,7 @@ impl<'gc, T: CellValue + Trace + 'gc> Drop for Run<'_, '_, 'gc, T> {
 ///     });
 /// });
 /// ```
+#[repr(transparent)]
 pub struct GcList<'gc, T: CellValue + Trace + 'gc> {
     obj: Gc<'gc, ListObj<'gc, T>>,
 }

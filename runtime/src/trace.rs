@@ -72,7 +72,12 @@ use std::time::Duration;
 ///    calling `trace`);
 /// 4. if the type implements `Drop`, never dereference a managed pointer in
 ///    `drop`: destructors run during sweep, when the objects the value points
-///    at may have been freed by the same sweep.
+///    at may have been freed by the same sweep;
+/// 5. not panic: a `trace` that stops partway has not visited every
+///    pointer (1). The collector contains a panic on its own threads (that
+///    cycle frees nothing, and says so), but a barrier runs `trace` inside
+///    a `mutate` call, on a value a store has just overwritten, and a panic
+///    there leaves that value unshaded while the mark runs on.
 ///
 /// # Examples
 /// Derive it:

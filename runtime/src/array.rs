@@ -51,8 +51,11 @@ impl Reserved<'_> {
     /// Cuts the length to `len` (the elements written) and publishes the
     /// object.
     fn publish(&mut self, len: usize) {
-        // SAFETY: the length word of our unpublished object (no other
-        // thread can reach it before the bit below is set).
+        // SAFETY: the length word of our unpublished object: no other
+        // thread can reach it before the bit below is set (in a
+        // `GlobalAlloc` space, which has no bit, its registry already
+        // lists it, but that is read only with the world stopped, never
+        // during this call: such a space runs no ragged cycles).
         unsafe { *((self.addr + std::mem::size_of::<usize>()) as *mut usize) = len };
         // The sweep credits a large object with its size as its header and
         // length say (`TypeDesc::object_size`): a cut one gives the rest of
@@ -235,8 +238,8 @@ impl<'gc> Mutation<'gc> {
             fill.written += 1;
         });
         drop(fill); // publishes, with the length cut to what was written
-        // A published `[T]` object, live for `'gc`: no mark can start
-        // before this `mutate` call returns.
+        // A published `[T]` object, live for `'gc`: no cycle frees what a
+        // `mutate` call holds before the call returns (`barrier.rs`).
         // SAFETY: as just said.
         let gc: Gc<'gc, [T]> = unsafe { Gc::from_addr(addr) };
         gc

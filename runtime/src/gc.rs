@@ -171,7 +171,7 @@ pub(crate) const fn array_offset<T>() -> usize {
 #[inline]
 pub(crate) unsafe fn array_len(addr: usize) -> usize {
     // SAFETY: the length word follows the header, written before the
-    // object was published and never changed (caller).
+    // object was published and never changed once it was (caller).
     unsafe { *((addr + std::mem::size_of::<usize>()) as *const usize) }
 }
 
@@ -317,8 +317,10 @@ fn descriptor_out_of_range(addr: usize) -> ! {
 pub(crate) unsafe fn header_of(addr: usize) -> (&'static TypeDesc, u16) {
     // SAFETY: the first word of an allocated object is its header (caller).
     let h = unsafe { *(addr as *const usize) };
-    // SAFETY: headers are only ever written by `GcBox::header` (or the
-    // verify-mode poison, a static descriptor too).
+    // SAFETY: headers are only ever written by `GcBox::header`,
+    // `ArrayDesc::header` and `str_header` (their flag bits, such as
+    // `WINDOW_MADE`, are outside `DESC_MASK`), or the verify-mode poison, a
+    // static descriptor too.
     let desc = unsafe { &*((h & DESC_MASK) as *const TypeDesc) };
     (desc, (h >> ID_SHIFT) as u16)
 }
@@ -401,8 +403,10 @@ pub struct Gc<'gc, T: ?Sized + 'gc> {
 }
 
 // SAFETY: a `Gc` gives only `&T` access, and every `T: Trace` is
-// `Send + Sync`; the object lives as long as the brand (the collector cannot
-// run a mark while any `mutate` holding the brand is running).
+// `Send + Sync`; the object lives as long as the brand: marks run beside
+// `mutate` calls, but no cycle frees an object a call holds before the call
+// returns (`barrier.rs`, "The invariants" and "Ragged cycles"), and the
+// brand ends with the call.
 unsafe impl<T: ?Sized + Managed> Send for Gc<'_, T> {}
 // SAFETY: as above.
 unsafe impl<T: ?Sized + Managed> Sync for Gc<'_, T> {}
@@ -425,7 +429,9 @@ impl<T: ?Sized> Gc<'_, T> {
 
 impl<'gc, T: ?Sized + Managed> Gc<'gc, T> {
     /// # Safety
-    /// `addr` is a live `GcBox<T>` that stays live for `'gc`.
+    /// `addr` is a live object laid out as `T`'s (`Managed::payload`: a
+    /// `GcBox<T>`, or an array or string object for `[T]` and `str`) that
+    /// stays live for `'gc`.
     #[inline]
     pub(crate) unsafe fn from_addr(addr: usize) -> Self {
         Gc {

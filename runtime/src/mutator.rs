@@ -1352,8 +1352,8 @@ impl<'gc> Mutation<'gc> {
         // carry a mark (freed blocks were unmarked when freed).
         check_fresh(p);
         bit.set();
-        // A live `GcBox<T>`, live for `'gc`: no mark can start before this
-        // `mutate` call returns.
+        // A live `GcBox<T>`, live for `'gc`: no cycle frees what a `mutate`
+        // call holds before the call returns (`barrier.rs`).
         // SAFETY: as just said.
         let gc = unsafe { Gc::from_addr(p as usize) };
         Ok(gc)

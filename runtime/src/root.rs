@@ -234,7 +234,10 @@ impl<R: ?Sized + for<'a> Rootable<'a>> Root<R> {
         let addr = counted(&self.owner.roots).get(self.index);
         // SAFETY: the slot holds a rooted object of this runtime (checked
         // above) of type `R::Root` under some brand; brands do not change
-        // layout, and the root keeps it alive past `'gc`.
+        // layout. The root kept it alive until now, and from here this call
+        // holds it, which keeps it alive past `'gc` even if the root is
+        // dropped or set meanwhile (no cycle frees what a call holds before
+        // the call returns, `barrier.rs`).
         unsafe { Gc::from_addr(addr) }
     }
 

@@ -108,8 +108,10 @@ impl Work {
     ///
     /// # Safety
     /// The pages are in this cycle's snapshot (their allocated bits as of
-    /// its stop) with an allocated bit set, their marks were cleared before
-    /// this cycle's mark, and the mark is complete. No other sweep runs
+    /// its stop) with an allocated bit set, their marks are this cycle's
+    /// (cleared before its mark in a full cycle; in a minor one, the sticky
+    /// marks of the cycles before, every one of a live object, and this
+    /// cycle's), and the mark is complete. No other sweep runs
     /// (the process-wide cycle lock), and none of the pages is swept but
     /// through this work. `alone`: no other runtime is alive.
     pub(crate) unsafe fn new((pages, ranges, bits): PageVecs, id: u16, alone: bool, verify: bool) -> Work {

@@ -123,12 +123,44 @@ pub(crate) struct Registry {
     head: *mut Segment,
     count: usize,
     mapped: usize,
-    /// Walks under way without the lock (`for_each_segment_unlocked`):
+    /// The walk epoch (`for_each_segment_unlocked`): a walk counts itself
+    /// in `walkers[epoch % 2]` of the epoch it began in, and a segment
+    /// unlinked while any walk runs waits in `deferred[epoch % 2]` of the
+    /// epoch it was unlinked in. The epoch moves on from `e` once no walk
+    /// of `e - 1` is left, and then unmaps what died in `e - 1`: only walks
+    /// of `e` remain, which began after those segments were unlinked, so
+    /// never stand on them. (Walks of `e - 2` were gone before the epoch
+    /// reached `e`.) With one count for all walks, overlapping walks (two
+    /// threads calling `for_each_page` in turn) kept every segment freed
+    /// meanwhile mapped for as long as they overlapped (found by review).
+    epoch: u64,
+    /// Walks under way without the lock, by the parity of their epoch:
     /// while any is, `destroy` unlinks a segment but leaves it mapped.
-    walkers: usize,
-    /// Segments unlinked during a walk, to unmap when the last one ends
-    /// (linked through `next`: an unlinked segment is in no owner's list).
-    deferred: *mut Segment,
+    walkers: [usize; 2],
+    /// Segments unlinked during walks, by the parity of the epoch they died
+    /// in (linked through `next`: an unlinked segment is in no owner's
+    /// list).
+    deferred: [*mut Segment; 2],
+}
+
+impl Registry {
+    /// After a walk of parity `p` ended: moves the epoch on as far as no
+    /// walk of the one before holds it, and returns what died then (two
+    /// lists, to release once the lock is let go).
+    fn walk_ended(&mut self, p: usize) -> [*mut Segment; 2] {
+        // Saturating: a child after `fork` forgot the parent's walks.
+        self.walkers[p] = self.walkers[p].saturating_sub(1);
+        let mut dead = [ptr::null_mut(); 2];
+        for d in &mut dead {
+            let before = ((self.epoch + 1) & 1) as usize;
+            if self.walkers[before] != 0 {
+                break;
+            }
+            *d = std::mem::replace(&mut self.deferred[before], ptr::null_mut());
+            self.epoch += 1;
+        }
+        dead
+    }
 }
 
 // SAFETY: the registry's pointers are only followed under its lock, and the
@@ -139,8 +171,9 @@ pub(crate) static REGISTRY: SpinLock<Registry> = SpinLock::new(Registry {
     head: ptr::null_mut(),
     count: 0,
     mapped: 0,
-    walkers: 0,
-    deferred: ptr::null_mut(),
+    epoch: 0,
+    walkers: [0; 2],
+    deferred: [ptr::null_mut(); 2],
 });
 
 /// The segment holding `p` (any pointer into a block or segment header).
@@ -514,14 +547,16 @@ impl Segment {
         reg.count -= 1;
         reg.mapped -= size;
         crate::segment_map::remove(seg as usize);
-        if reg.walkers > 0 {
+        if reg.walkers != [0; 2] {
             // A walk may be reading it, or stand on it: unmapped when the
-            // last walk ends. Its `all_next` stays as it is, so a walk
-            // standing here goes on to the segments still linked.
+            // walks that may have met it have ended (`Registry::epoch`).
+            // Its `all_next` stays as it is, so a walk standing here goes
+            // on to the segments still linked.
+            let now = (reg.epoch & 1) as usize;
             // SAFETY: unlinked from its owner's list (caller), so `next` is
             // ours to use; under the registry lock.
-            unsafe { (*seg).next = reg.deferred };
-            reg.deferred = seg;
+            unsafe { (*seg).next = reg.deferred[now] };
+            reg.deferred[now] = seg;
             return;
         }
         drop(reg);
@@ -656,7 +691,8 @@ pub(crate) fn for_each_segment(mut f: impl FnMut(*mut Segment)) {
 ///
 /// # Safety
 /// Each was unregistered and unlinked by `destroy` while a walk ran, no
-/// walk runs now, and the list is the caller's alone.
+/// walk that began before it was unlinked runs now, and the list is the
+/// caller's alone.
 unsafe fn release_deferred(mut dead: *mut Segment) {
     while !dead.is_null() {
         // SAFETY: still mapped (caller); read before its release.
@@ -677,11 +713,13 @@ unsafe fn release_deferred(mut dead: *mut Segment) {
 /// not fork.
 pub(crate) fn forget_walks_after_fork() {
     let mut reg = REGISTRY.lock();
-    reg.walkers = 0;
-    let dead = std::mem::replace(&mut reg.deferred, ptr::null_mut());
+    reg.walkers = [0; 2];
+    let dead = std::mem::replace(&mut reg.deferred, [ptr::null_mut(); 2]);
     drop(reg);
-    // SAFETY: taken off the registry; no walk runs in the child.
-    unsafe { release_deferred(dead) };
+    for d in dead {
+        // SAFETY: taken off the registry; no walk runs in the child.
+        unsafe { release_deferred(d) };
+    }
 }
 
 /// Runs `f` on every segment registered when the call began, without
@@ -700,29 +738,26 @@ pub(crate) fn forget_walks_after_fork() {
 /// behind it that is still registered, in order. New segments go in at
 /// the head, behind no one.
 pub(crate) fn for_each_segment_unlocked(mut f: impl FnMut(*mut Segment)) {
-    /// Ends the walk, on unwinding too: the last walk out unmaps what died.
-    struct Walking;
+    /// Ends the walk (of epoch parity `.0`), on unwinding too, unmapping
+    /// what no walk under way can meet any more (`Registry::epoch`).
+    struct Walking(usize);
     impl Drop for Walking {
         fn drop(&mut self) {
-            let mut reg = REGISTRY.lock();
-            // Saturating: a child after `fork` forgot the parent's walks.
-            reg.walkers = reg.walkers.saturating_sub(1);
-            let dead = if reg.walkers == 0 {
-                std::mem::replace(&mut reg.deferred, ptr::null_mut())
-            } else {
-                ptr::null_mut()
-            };
-            drop(reg);
-            // SAFETY: taken off the registry with no walk left.
-            unsafe { release_deferred(dead) };
+            let dead = REGISTRY.lock().walk_ended(self.0);
+            for d in dead {
+                // SAFETY: taken off the registry once every walk that
+                // began before those segments were unlinked had ended.
+                unsafe { release_deferred(d) };
+            }
         }
     }
-    let mut s = {
+    let (mut s, walking) = {
         let mut reg = REGISTRY.lock();
-        reg.walkers += 1;
-        reg.head
+        let p = (reg.epoch & 1) as usize;
+        reg.walkers[p] += 1;
+        (reg.head, Walking(p))
     };
-    let _walking = Walking;
+    let _walking = walking;
     while !s.is_null() {
         f(s);
         let _reg = REGISTRY.lock();

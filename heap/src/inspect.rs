@@ -1014,7 +1014,8 @@ pub fn for_each_local_page(mut f: impl FnMut(PageInfo)) {
 /// walk, in a pause or with the mutators running. No lock is held while
 /// `f` runs, so `f` may allocate and free, and other threads may too; a
 /// segment the walk visits stays mapped until it returns (one that dies
-/// meanwhile is unmapped then), so `f` may read any page it is given.
+/// meanwhile is unmapped once this walk and the others under way as it
+/// died have returned), so `f` may read any page it is given.
 /// Pages set up after the walk began may be missed.
 ///
 /// # Safety

@@ -522,8 +522,9 @@ impl Segment {
     }
 
     /// Unregisters and unmaps `seg` (or caches it, if huge); while a walk
-    /// runs (`for_each_segment_unlocked`), only unregisters it, and the
-    /// last walk out unmaps it.
+    /// runs (`for_each_segment_unlocked`), only unregisters it, and it is
+    /// unmapped once the walks that may meet it have ended
+    /// (`Registry::epoch`).
     ///
     /// # Safety
     /// `seg` holds no live block, is unlinked from its owner's list, and no

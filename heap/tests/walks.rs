@@ -4,6 +4,7 @@
 //! walks that may stand on it end; with one count for all walks, none was
 //! unmapped (nor cached for reuse) for as long as the walks overlapped,
 //! and a program freeing huge blocks meanwhile mapped a new one each time.
+#![cfg(target_os = "linux")]
 
 use loam_heap::LoamAlloc;
 use std::alloc::{GlobalAlloc, Layout};
@@ -20,7 +21,6 @@ fn vm_size_kib() -> u64 {
         .unwrap()
 }
 
-#[cfg(target_os = "linux")]
 #[test]
 fn segments_freed_during_overlapping_walks_are_let_go() {
     const WALKS: usize = 50;

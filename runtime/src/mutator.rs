@@ -151,19 +151,21 @@ thread_local! {
 /// guards (a root table while it copies it, the weak list while it walks
 /// it, the weak gate while it clears the weak cells): `try_take` first, and
 /// only if that fails `take`, timed, the wait recorded as a hold of the
-/// mutator whose `mutate` call this thread is in (outside calls nothing is
-/// recorded: such a wait is the program's, as `collect`'s).
+/// mutator whose `mutate` call this thread is in, if that call is of
+/// runtime `id`, the lock's (outside calls, or in another runtime's call,
+/// nothing is recorded: such a wait is the program's, as `collect`'s, and
+/// another runtime's collector held no call of this one).
 #[inline]
-pub(crate) fn take_counting<G>(try_take: impl FnOnce() -> Option<G>, take: impl FnOnce() -> G) -> G {
+pub(crate) fn take_counting<G>(id: u16, try_take: impl FnOnce() -> Option<G>, take: impl FnOnce() -> G) -> G {
     match try_take() {
         Some(g) => g,
-        None => take_counted(take),
+        None => take_counted(id, take),
     }
 }
 
 #[cold]
 #[inline(never)]
-fn take_counted<G>(take: impl FnOnce() -> G) -> G {
+fn take_counted<G>(id: u16, take: impl FnOnce() -> G) -> G {
     let start = Instant::now();
     let g = take();
     let d = start.elapsed();
@@ -175,7 +177,9 @@ fn take_counted<G>(take: impl FnOnce() -> G) -> G {
         // own thread only (`Mutator` is `!Send`).
         // SAFETY: as just said.
         let m = unsafe { &*m };
-        m.held(Hold::Safepoint, d);
+        if m.shared().id == id {
+            m.held(Hold::Safepoint, d);
+        }
     }
     g
 }
@@ -1132,6 +1136,7 @@ impl Drop for Mutator {
 ///
 /// Return from `mutate`: the next `mutate` call on this mutator first runs a
 /// full collection, so a retry there succeeds if dropping roots made room.
+/// (Not after a capacity overflow, which no collection helps.)
 pub struct AllocError<T> {
     value: T,
     size: usize,

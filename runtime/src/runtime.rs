@@ -951,7 +951,10 @@ pub(crate) fn release_id(id: u16) {
 ///
 /// # Dropping the last handle
 /// The drop waits for that: the cycle under way, a last cycle, and every
-/// destructor left, run on the runtime's finalizer thread. A destructor
+/// destructor left, run on the runtime's finalizer thread (except where
+/// waiting could wait for itself: on a GC thread or the finalizer, inside
+/// another runtime's `mutate` call, and in a forked child, the drop
+/// returns and the collector finishes on its own). A destructor
 /// that waits for something the dropping thread holds (a lock) therefore
 /// deadlocks it, as with [`wait_for_drops`](Runtime::wait_for_drops);
 /// drop the last handle with nothing held that destructors need.

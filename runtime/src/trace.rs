@@ -74,10 +74,11 @@ use std::time::Duration;
 ///    `drop`: destructors run during sweep, when the objects the value points
 ///    at may have been freed by the same sweep;
 /// 5. not panic: a `trace` that stops partway has not visited every
-///    pointer (1). The collector contains a panic on its own threads (that
-///    cycle frees nothing, and says so), but a barrier runs `trace` inside
-///    a `mutate` call, on a value a store has just overwritten, and a panic
-///    there leaves that value unshaded while the mark runs on.
+///    pointer (1). The collector contains a panic on its own threads, and
+///    in a [`GcLock`](crate::GcLock) write's shade (that cycle frees
+///    nothing, and says so), but a cell store's barrier runs `trace` inside
+///    a `mutate` call, on a value the store has just overwritten, and a
+///    panic there leaves that value unshaded while the mark runs on.
 ///
 /// # Examples
 /// Derive it:

@@ -790,15 +790,15 @@ where
         if kept == len {
             return;
         }
+        let is_kept = |i: usize| kept_bits[i / 64] & (1 << (i % 64)) != 0;
         // The removed keys and values go: the deletion barrier (which
         // passes over young ones), before any move.
         for (i, e) in entries[..len].iter().enumerate() {
-            if kept_bits[i / 64] & (1 << (i % 64)) == 0 {
+            if !is_kept(i) {
                 e.shade_cut(mc);
             }
         }
         let _moving = Moving::start(self, mc);
-        let is_kept = |i: usize| kept_bits[i / 64] & (1 << (i % 64)) != 0;
         // The log was recorded (`write_lock`, which we hold); the stores
         // are into entries below the old length, whose keys and values
         // only the dictionary's trace reports (after its log; the entries

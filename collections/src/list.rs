@@ -815,7 +815,7 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
     /// # Panics
     /// If `capacity` elements cannot fit in the address space ("capacity
     /// overflow", as `Vec::with_capacity`): here, not at the first push,
-    /// whose `try_` form would then panic instead of returning `Err`.
+    /// whose `try_` form would then return a capacity-overflow `Err`.
     pub fn with_capacity(mc: &Mutation<'gc>, capacity: usize) -> Self {
         let slot = std::mem::size_of::<Slot<'gc, T>>().max(1);
         // The array's header words too (a few words; 64 bytes is more).

@@ -571,7 +571,14 @@ type Contenders<'a> = Vec<(&'static str, Box<dyn FnMut() -> u64 + 'a>)>;
 
 fn wanted(case: &str) -> bool {
     std::env::var("LOAM_BENCH_CASES")
-        .map(|v| v.split(',').any(|c| c.trim() == case))
+        .map(|v| {
+            let mut names = v
+                .split(',')
+                .map(str::trim)
+                .filter(|c| !c.is_empty())
+                .peekable();
+            names.peek().is_none() || names.any(|c| c == case)
+        })
         .unwrap_or(true)
 }
 
@@ -727,6 +734,7 @@ fn inputs(m: &mut Mutator) -> Inputs {
 }
 
 fn benches(c: &mut Criterion) {
+    support::check_names("LOAM_BENCH_CASES", &CASES);
     let rt = Runtime::new();
     let mut m = rt.attach();
     let (list, v, keys, locks, refill) = inputs(&mut m);
@@ -743,16 +751,6 @@ fn benches(c: &mut Criterion) {
 
 criterion_group!(collections, benches);
 
-/// `LOAM_BENCH_PAIRED=<rounds>`: each case's contenders back to back,
-/// rotating which goes first; prints median times, the median per-round
-/// ratio of loam to each std contender, and the collector's cycles.
-///
-/// Each case first runs both contenders, alternating, for a warm-up of
-/// `LOAM_BENCH_WARMUP_MS` (default 300 ms; criterion's is 3 s), untimed:
-/// the figures are of the steady state. A collected heap reaches it only
-/// after a few cycles (until then every round's arrays are fresh memory,
-/// faulted in, where `Vec` on mimalloc gets last round's buffer back), so
-/// one warm-up round measured a start-up cost instead.
 /// The cases, as `LOAM_BENCH_CASES` names them.
 const CASES: [&str; 9] = [
     "push_iter",
@@ -766,6 +764,16 @@ const CASES: [&str; 9] = [
     "strings",
 ];
 
+/// `LOAM_BENCH_PAIRED=<rounds>`: each case's contenders back to back,
+/// rotating which goes first; prints median times, the median per-round
+/// ratio of loam to each std contender, and the collector's cycles.
+///
+/// Each case first runs both contenders, alternating, for a warm-up of
+/// `LOAM_BENCH_WARMUP_MS` (default 300 ms; criterion's is 3 s), untimed:
+/// the figures are of the steady state. A collected heap reaches it only
+/// after a few cycles (until then every round's arrays are fresh memory,
+/// faulted in, where `Vec` on mimalloc gets last round's buffer back), so
+/// one warm-up round measured a start-up cost instead.
 fn paired(rounds: usize) {
     support::check_names("LOAM_BENCH_CASES", &CASES);
     let rt = Runtime::new();

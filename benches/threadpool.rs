@@ -358,10 +358,6 @@ criterion_group! {
 /// A workload's name, its loam run and its rayon run.
 type Paired<'a> = (&'static str, &'a dyn Fn(), &'a dyn Fn());
 
-/// `LOAM_BENCH_PAIRED=<rounds>`: instead of criterion, time loam and rayon
-/// back to back, alternating which goes first, for that many rounds per
-/// workload, and print the median of the per-round ratios. On a shared,
-/// noisy machine a load burst then hits both sides of a round alike.
 /// The paired workloads, in the order they run.
 const PAIRED: [&str; 6] = [
     "burst_fresh_pool",
@@ -389,6 +385,10 @@ fn selected(name: &str) -> bool {
     cases.is_empty() || cases.iter().any(|c| name.starts_with(c.as_str()))
 }
 
+/// `LOAM_BENCH_PAIRED=<rounds>`: instead of criterion, time loam and rayon
+/// back to back, alternating which goes first, for that many rounds per
+/// workload, and print the median of the per-round ratios. On a shared,
+/// noisy machine a load burst then hits both sides of a round alike.
 fn paired(rounds: usize) {
     // A name that begins no workload stops the bench (a misspelt one ran
     // nothing).

@@ -41,7 +41,9 @@ pub fn env<T>(name: &str, what: &str, parse: impl Fn(&str) -> Option<T>) -> Opti
 #[allow(dead_code)]
 pub fn check_names(name: &str, known: &[&str]) {
     let Ok(v) = std::env::var(name) else { return };
-    if let Some(bad) = v.split(',').map(str::trim).find(|n| !known.contains(n)) {
+    // Empty entries (a trailing comma) name nothing, as in the filters.
+    let mut names = v.split(',').map(str::trim).filter(|n| !n.is_empty());
+    if let Some(bad) = names.find(|n| !known.contains(n)) {
         eprintln!(
             "error: {name}={v:?}: {bad:?} is not one of {}",
             known.join(", ")

@@ -164,9 +164,13 @@ impl ThreadPoolBuilder {
     /// Runs `handler(index)` on each worker as it exits (on pool drop).
     ///
     /// Every worker has stopped taking work by then: a task the handler
-    /// spawns on this pool would never run, and a wait on a pool (`join`,
-    /// `scope`, `install`, `broadcast`) might wait for workers that are
-    /// gone, so both panic, and a panicking hook aborts (see above).
+    /// spawns on this pool would never run, and a wait on this pool
+    /// (`join`, `scope`, `install`, `broadcast`) would wait for workers
+    /// that are gone. A spawn on this pool panics, and so does a wait on
+    /// *any* pool (the hook runs with pool waits forbidden, as a runtime's
+    /// GC threads do): a panicking hook aborts (see above). Spawning onto
+    /// another pool's handle is fine; hand work that must wait to a thread
+    /// of your own.
     ///
     /// # Examples
     ///

@@ -47,7 +47,10 @@ pub(crate) struct Entry<'gc, K: CellValue + Trace + 'gc, V: CellValue + Trace + 
 
 // SAFETY: reports nothing (3: `NEEDS_TRACE` false), so an entries array
 // is never scanned; the one dictionary that owns it reports the keys and
-// values of the entries in use (`DictObj`'s impl). No `Drop` (4).
+// values of the entries in use (`DictObj`'s impl): cells of another object
+// reported by their owner, which item 1 allows because every store into
+// them goes through `set_recorded` and its kin (never `GcCell::set`), and
+// because no other object reaches the array. No `Drop` (4).
 unsafe impl<'gc, K: CellValue + Trace + 'gc, V: CellValue + Trace + 'gc> Trace
     for Entry<'gc, K, V>
 {
@@ -116,7 +119,9 @@ where
 }
 
 // SAFETY: reports both arrays and the keys and values of the entries in
-// use (1), read through their cells (2); always needs tracing (3); no
+// use (1), read through their cells (2) with `get` (acquire), which serves
+// here as in `ListObj`'s impl (no store into them is a `GcCell::set`);
+// always needs tracing (3); no
 // `Drop` of its own, and the hasher's is `'static` code that cannot reach
 // managed objects (4).
 // (Written by hand: the derive would ask for `S: Trace`.)

@@ -143,8 +143,11 @@ unsafe fn shade_pushed<'gc, T: CellValue + Trace + 'gc>(mc: &Mutation<'gc>, log:
 
 // SAFETY: reports nothing (3: `NEEDS_TRACE` false), so the array of slots
 // is never scanned; the one list that owns the array reports the values of
-// the slots in use (`ListObj`'s impl), which are all the list can reach.
-// No `Drop` (4).
+// the slots in use (`ListObj`'s impl), which are all the list can reach:
+// cells of another object reported by their owner, which item 1 allows
+// because every store into them goes through `set_recorded` and its kin
+// (never `GcCell::set`), and because no other list or object reaches the
+// array. No `Drop` (4).
 unsafe impl<T: CellValue + Trace> Trace for Slot<'_, T> {
     const NEEDS_TRACE: bool = false;
 
@@ -200,9 +203,12 @@ pub(crate) struct ListObj<'gc, T: CellValue + Trace + 'gc> {
 }
 
 // SAFETY: reports the backing array and the values of the slots in use
-// (1), read through their cells (2); always needs tracing (3); no `Drop`
-// (4). Slots past `len` hold values the list no longer reaches (module
-// docs).
+// (1), read through their cells (2) with `get` (acquire), not the cells'
+// own `trace` (a sequentially consistent read): that read serves
+// `GcCell::set`'s store into a young object's cell, and no store into these
+// cells is one (`set_recorded` and its kin, under the log's fence pair);
+// always needs tracing (3); no `Drop` (4). Slots past `len` hold values
+// the list no longer reaches (module docs).
 unsafe impl<'gc, T: CellValue + Trace + 'gc> Trace for ListObj<'gc, T> {
     fn trace(&self, tracer: &mut Tracer) {
         self.log.trace(tracer);

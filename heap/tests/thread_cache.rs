@@ -100,16 +100,30 @@ fn kept_blocks_count_as_used_until_the_freeing_thread_exits() {
                 "a fresh page holds them all"
             );
             let used = page.used();
-            std::thread::spawn(move || {
+            let (to_freer, from_owner) = std::sync::mpsc::channel::<()>();
+            let freer = std::thread::spawn(move || {
+                // A thread that allocates keeps other heaps' blocks (one
+                // that only frees sends them home at once, and the test
+                // then passed without keeping anything, found by review):
+                // its own blocks first, past a slow path, held meanwhile.
+                let own: Vec<usize> = (0..2000)
+                    .map(|_| LoamAlloc.alloc(layout(96)) as usize)
+                    .collect();
                 for b in blocks {
                     LoamAlloc.dealloc(b as *mut u8, layout(96));
                 }
-                // Kept by this thread: the owner's page still counts them.
                 to_owner.send(()).unwrap();
-            })
-            .join()
-            .unwrap();
+                from_owner.recv().unwrap();
+                for b in own {
+                    LoamAlloc.dealloc(b as *mut u8, layout(96));
+                }
+            });
             from_freer.recv().unwrap();
+            // Kept by the freeing thread, alive: the page still counts them.
+            loam_heap::collect();
+            assert_eq!(page.used(), used, "the kept blocks still count as used");
+            to_freer.send(()).unwrap();
+            freer.join().unwrap();
             // The freeing thread has exited: its kept blocks went home.
             loam_heap::collect();
             assert_eq!(page.used(), used - N, "the blocks came back to their page");

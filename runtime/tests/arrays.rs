@@ -409,11 +409,17 @@ fn lock_writes_during_concurrent_marks_keep_what_they_store() {
             s.spawn(move || {
                 let mut m = rt.attach();
                 let mut rng = 0x2545_f491_4f6c_dd1d_u64 + t;
-                for round in 0..4000_u64 {
+                // 4,000 rounds, and on until some call met a mark (the
+                // case this test is for; not met, it passed all the same).
+                let mut round = 0_u64;
+                while round < 4000
+                    || (marking_calls.load(Ordering::Relaxed) == 0 && round < 400_000)
+                {
                     m.mutate(|mc| {
                         marking_calls.fetch_add(usize::from(mc.is_marking()), Ordering::Relaxed);
                         write_round(mc, root.get(mc), &mut rng, 4, round, 32);
                     });
+                    round += 1;
                 }
             });
         }
@@ -434,6 +440,10 @@ fn lock_writes_during_concurrent_marks_keep_what_they_store() {
     assert!(
         rt.stats().concurrent_cycles > 0,
         "some marks ran concurrently"
+    );
+    assert!(
+        marking_calls.load(Ordering::Relaxed) > 0,
+        "no write met a concurrent mark"
     );
 }
 

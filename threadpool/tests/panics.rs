@@ -193,18 +193,11 @@ fn spawn_panics_without_a_handler_and_without_stderr_leave_the_pool_serving() {
     .spawn()
     .unwrap();
     drop(child.stderr.take());
-    let pid = child.id();
-    let (sender, receiver) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = sender.send(child.wait_with_output());
-    });
-    let Ok(out) = receiver.recv_timeout(std::time::Duration::from_secs(120)) else {
-        let _ = std::process::Command::new("kill")
-            .args(["-9", &pid.to_string()])
-            .status();
-        panic!("the child hung: a worker died reporting a panic");
-    };
-    let out = out.unwrap();
+    let out = support::output_within(
+        child,
+        std::time::Duration::from_secs(120),
+        "the child hung: a worker died reporting a panic",
+    );
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),

@@ -475,7 +475,6 @@ fn work_queued_in_an_exit_handler_stops_the_process_with_a_message() {
         ),
         ("broadcast", "in a pool's exit handler"),
     ] {
-        let (sender, receiver) = mpsc::channel();
         let child = support::alone(
             "work_queued_in_an_exit_handler_stops_the_process_with_a_message",
             &[(CHILD, what)],
@@ -484,17 +483,11 @@ fn work_queued_in_an_exit_handler_stops_the_process_with_a_message() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-        let pid = child.id();
-        std::thread::spawn(move || {
-            let _ = sender.send(child.wait_with_output());
-        });
-        let Ok(out) = receiver.recv_timeout(std::time::Duration::from_secs(60)) else {
-            let _ = std::process::Command::new("kill")
-                .args(["-9", &pid.to_string()])
-                .status();
-            panic!("{what} in an exit handler: the child hung");
-        };
-        let out = out.unwrap();
+        let out = support::output_within(
+            child,
+            std::time::Duration::from_secs(60),
+            &format!("{what} in an exit handler: the child hung"),
+        );
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "{what}: the child went on");
         assert!(stderr.contains(message), "{what}: stderr:\n{stderr}");

@@ -30,3 +30,24 @@ pub fn within(what: &str, patience: std::time::Duration, f: impl FnOnce() + Send
         Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => panic!("{what} panicked"),
     }
 }
+
+/// Waits for the started `child`'s output, killing it and failing the test
+/// as `hung` if it has not exited within `patience`.
+pub fn output_within(
+    child: std::process::Child,
+    patience: std::time::Duration,
+    hung: &str,
+) -> std::process::Output {
+    let pid = child.id();
+    let (sender, receiver) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = sender.send(child.wait_with_output());
+    });
+    let Ok(out) = receiver.recv_timeout(patience) else {
+        let _ = std::process::Command::new("kill")
+            .args(["-9", &pid.to_string()])
+            .status();
+        panic!("{hung}");
+    };
+    out.unwrap()
+}

@@ -554,8 +554,9 @@ impl Segment {
             // Its `all_next` stays as it is, so a walk standing here goes
             // on to the segments still linked.
             let now = (reg.epoch & 1) as usize;
-            // SAFETY: unlinked from its owner's list (caller), so `next` is
-            // ours to use; under the registry lock.
+            // Unlinked from its owner's list (caller), so `next` is ours to
+            // use; under the registry lock.
+            // SAFETY: as just said.
             unsafe { (*seg).next = reg.deferred[now] };
             reg.deferred[now] = seg;
             return;
@@ -746,8 +747,9 @@ pub(crate) fn for_each_segment_unlocked(mut f: impl FnMut(*mut Segment)) {
         fn drop(&mut self) {
             let dead = REGISTRY.lock().walk_ended(self.0);
             for d in dead {
-                // SAFETY: taken off the registry once every walk that
-                // began before those segments were unlinked had ended.
+                // Taken off the registry once every walk that began
+                // before those segments were unlinked had ended.
+                // SAFETY: as just said.
                 unsafe { release_deferred(d) };
             }
         }

@@ -46,8 +46,9 @@ fn segments_freed_during_overlapping_walks_are_let_go() {
                         std::thread::yield_now();
                     }
                     let mut first = true;
-                    // SAFETY: the closure reads nothing of the page and
-                    // keeps no `PageRef`.
+                    // The closure reads nothing of the page and keeps no
+                    // `PageRef`.
+                    // SAFETY: as just said.
                     unsafe {
                         loam_heap::for_each_page(|_| {
                             if !std::mem::take(&mut first) {
@@ -74,8 +75,9 @@ fn segments_freed_during_overlapping_walks_are_let_go() {
         while started.load(Ordering::SeqCst) < j / FREES_PER_WALK + 1 {
             std::thread::yield_now();
         }
-        // SAFETY: a valid layout; the block is written within it and freed
-        // once with it.
+        // A valid layout; the block is written within it and freed once
+        // with it.
+        // SAFETY: as just said.
         unsafe {
             let p = LoamAlloc.alloc(big);
             assert!(!p.is_null());

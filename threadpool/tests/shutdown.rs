@@ -4,7 +4,7 @@
 
 mod support;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 
 use loam_threadpool::ThreadPoolBuilder;
@@ -187,18 +187,46 @@ fn drop_within_a_minute(pool: loam_threadpool::ThreadPool, what: &str) {
 /// A job still running when the pool drops broadcasts after the other
 /// worker ran out of work. That worker used to exit at its first empty
 /// look-up, the broadcast waited for ever for its share, and so did the
-/// drop. The job waits until the other worker's exit handler ran (it did,
-/// before the fix) or 200 ms (the fix keeps the worker for the job).
+/// drop. The job waits until the other worker, after the drop began, has
+/// exited (before the fix) or parked in the exit protocol (with it); it
+/// waited a fixed 200 ms before, which let the test pass without the drop
+/// having begun (found by review).
 #[test]
 fn a_broadcast_while_the_pool_drops_reaches_every_worker() {
     let ran = Arc::new(AtomicUsize::new(0));
-    let (pool, exited) = pool_counting_exits();
+    let exited = Arc::new(AtomicUsize::new(0));
+    let dropping = Arc::new(AtomicBool::new(false));
+    let parked_since = Arc::new(AtomicUsize::new(0));
+    let pool = {
+        let (exited, dropping, parked_since) =
+            (exited.clone(), dropping.clone(), parked_since.clone());
+        ThreadPoolBuilder::new()
+            .num_threads(2)
+            .exit_handler(move |_| {
+                exited.fetch_add(1, Ordering::SeqCst);
+            })
+            .before_park(move |_| {
+                if dropping.load(Ordering::SeqCst) {
+                    parked_since.fetch_add(1, Ordering::SeqCst);
+                }
+            })
+            .build()
+            .unwrap()
+    };
     let (started_tx, started_rx) = mpsc::channel();
-    let (exited2, ran2) = (exited.clone(), ran.clone());
+    let met = Arc::new(AtomicBool::new(false));
+    let (exited2, ran2, parked2, met2) = (
+        exited.clone(),
+        ran.clone(),
+        parked_since.clone(),
+        met.clone(),
+    );
     pool.spawn(move || {
         started_tx.send(()).unwrap();
-        for _ in 0..200 {
-            if exited2.load(Ordering::SeqCst) > 0 {
+        // Only the other worker parks meanwhile (this one runs the job).
+        for _ in 0..10_000 {
+            if exited2.load(Ordering::SeqCst) > 0 || parked2.load(Ordering::SeqCst) > 0 {
+                met2.store(true, Ordering::SeqCst);
                 break;
             }
             std::thread::sleep(std::time::Duration::from_millis(1));
@@ -208,7 +236,12 @@ fn a_broadcast_while_the_pool_drops_reaches_every_worker() {
         });
     });
     started_rx.recv().unwrap();
+    dropping.store(true, Ordering::SeqCst);
     drop_within_a_minute(pool, "a broadcast from a job while the pool drops");
+    assert!(
+        met.load(Ordering::SeqCst),
+        "the other worker neither parked nor exited once the drop began"
+    );
     assert_eq!(
         ran.load(Ordering::SeqCst),
         2,

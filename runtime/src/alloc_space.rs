@@ -345,8 +345,12 @@ impl AllocSpace {
                         // SAFETY: we own the dead object's `bytes` bytes.
                         unsafe { poison(addr, bytes, id) };
                     }
-                    // SAFETY: dead, no destructor to run, in no registry
-                    // once this snapshot is done.
+                    // Dead, no destructor to run, and in no registry once
+                    // this snapshot is done: its slot stays below `swept`
+                    // until `set_swept` after the broadcast, and a panic
+                    // in between (which would let `AllocSpace::drop` free
+                    // it again) stops the process (`collector::or_stop`).
+                    // SAFETY: as just said.
                     unsafe { self.free(addr, verify) };
                 }
             };

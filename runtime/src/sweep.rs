@@ -192,7 +192,9 @@ impl Work {
                     out.objects += cap as u64;
                     continue;
                 }
-                // Some block not in use after all: list them.
+                // Not taken (a page no longer in its small-class state, or
+                // some block not counted in use): list the blocks, every
+                // one a dead object of this runtime in the copy.
                 dead.extend((0..cap).map(|b| (start + b * bs, None)));
             }
             // Accounting is in blocks (see `Mutation::try_alloc`); a

@@ -233,8 +233,11 @@ unsafe fn decommit_runs(seg: *mut Segment, mut dirty: u64) -> u64 {
         let i = dirty.trailing_zeros() as usize;
         let n = (!(dirty >> i)).trailing_zeros() as usize;
         let n = n.min(SLICES - i);
-        // SAFETY: free slices of our segment hold nothing live (caller).
-        let decommitted = unsafe { os::decommit(Segment::slice_start(seg, i) as *mut u8, n << SLICE_SHIFT) };
+        let start = Segment::slice_start(seg, i) as *mut u8;
+        // The run's slices are free slices of our segment, which hold
+        // nothing live (caller).
+        // SAFETY: as just said.
+        let decommitted = unsafe { os::decommit(start, n << SLICE_SHIFT) };
         if decommitted {
             crate::stats::COUNTERS
                 .bytes_decommitted

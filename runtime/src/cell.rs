@@ -644,7 +644,7 @@ unsafe impl<T: CellValue + Trace> Trace for GcCell<'_, T> {
 /// ```
 pub struct GcLock<'gc, T> {
     value: RwLock<T>,
-    /// The thread that holds the write lock ([`thread_token`]), 0 when
+    /// The mutator whose call holds the write lock (its address), 0 when
     /// none: a `read`, `write` or `Debug` of the lock inside its own write
     /// panics instead of waiting for itself (the lock is not reentrant).
     writer: AtomicUsize,
@@ -689,10 +689,10 @@ impl<'gc, T> GcLock<'gc, T> {
     /// Panics if this thread holds the write lock: `what` would wait for
     /// itself. (Only on a lock found taken, off the fast path.)
     fn refuse_own_write(&self, what: &str) {
-        // Only this thread stores its own token, and clears it before it
-        // lets the lock go: a token read equal to ours is this thread's
-        // write, under way.
-        if self.writer.load(Ordering::Relaxed) == thread_token() {
+        // Only a call of this thread's mutator stores that mutator's
+        // address, and clears it before it lets the lock go: an address
+        // read equal to the caller's is this thread's write, under way.
+        if is_own_write(&self.writer) {
             own_write(what);
         }
     }
@@ -724,7 +724,11 @@ impl<'gc, T: Trace + 'gc> GcLock<'gc, T> {
         };
         // Cleared before the lock is let go (declared after the guard),
         // however the write ends.
-        self.writer.store(thread_token(), Ordering::Relaxed);
+        // The call's mutator: no thread-local to look up (a write is made
+        // inside a call, whose mutator `mutate` records for the cold
+        // path's comparison, `mutator::caller`).
+        self.writer
+            .store(std::ptr::from_ref(mc.mutator()) as usize, Ordering::Relaxed);
         let _writer = ClearWriter(&self.writer);
         let epoch = mc.mark_epoch();
         // A concurrent mark is under way: the snapshot needs whatever the
@@ -794,16 +798,11 @@ impl Drop for ClearWriter<'_> {
     }
 }
 
-/// A token for the calling thread, never 0: the address of a thread-local
-/// (a thread's is unique while it runs; a token read equal to one's own is
-/// one's own).
-fn thread_token() -> usize {
-    thread_local! {
-        static TOKEN: u8 = const { 0 };
-    }
-    TOKEN
-        .try_with(|t| std::ptr::from_ref(t) as usize)
-        .unwrap_or(usize::MAX)
+/// Whether `writer` names the mutator whose call this thread is in (so
+/// this thread's write holds the lock). Off the fast path.
+fn is_own_write(writer: &AtomicUsize) -> bool {
+    let me = crate::mutator::caller();
+    me != 0 && writer.load(Ordering::Relaxed) == me
 }
 
 #[cold]
@@ -822,7 +821,7 @@ impl<T: fmt::Debug> fmt::Debug for GcLock<'_, T> {
             Some(g) => t.field(&*g),
             // Inside this thread's own write (`dbg!` of the object in the
             // write's closure): waiting would be for ever.
-            None if self.writer.load(Ordering::Relaxed) == thread_token() => {
+            None if is_own_write(&self.writer) => {
                 t.field(&format_args!("<locked by this thread's write>"))
             }
             None => t.field(&*self.value.read()),

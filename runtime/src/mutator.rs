@@ -147,37 +147,52 @@ thread_local! {
     static INSIDE: Cell<*const Mutator> = const { Cell::new(std::ptr::null()) };
 }
 
+/// The address of the mutator whose `mutate` call (or mark assist) this
+/// thread is in, 0 outside any: what a `GcLock` writer records.
+pub(crate) fn caller() -> usize {
+    INSIDE.with(Cell::get) as usize
+}
+
 /// Takes a lock the collector also takes for work that grows with what it
 /// guards (a root table while it copies it, the weak list while it walks
 /// it, the weak gate while it clears the weak cells): `try_take` first, and
 /// only if that fails `take`, timed, the wait recorded as a hold of the
-/// mutator whose `mutate` call this thread is in, if that call is of
-/// runtime `id`, the lock's (outside calls, or in another runtime's call,
-/// nothing is recorded: such a wait is the program's, as `collect`'s, and
-/// another runtime's collector held no call of this one).
+/// mutator whose `mutate` call this thread is in, if that call is of the
+/// lock's runtime (`shared`). A wait outside calls, or in another
+/// runtime's call, is not the collector's hold. `shared_lock`: other
+/// mutators take the lock too (the global table, the weak list), so a wait
+/// counts only if a mark was under way as it began (the collector's walks
+/// happen then); a mutator's own root table and the weak gate's write side
+/// are the collector's alone.
 #[inline]
-pub(crate) fn take_counting<G>(id: u16, try_take: impl FnOnce() -> Option<G>, take: impl FnOnce() -> G) -> G {
+pub(crate) fn take_counting<G>(
+    shared: &crate::runtime::Shared,
+    shared_lock: bool,
+    try_take: impl FnOnce() -> Option<G>,
+    take: impl FnOnce() -> G,
+) -> G {
     match try_take() {
         Some(g) => g,
-        None => take_counted(id, take),
+        None => take_counted(shared, shared_lock, take),
     }
 }
 
 #[cold]
 #[inline(never)]
-fn take_counted<G>(id: u16, take: impl FnOnce() -> G) -> G {
+fn take_counted<G>(shared: &crate::runtime::Shared, shared_lock: bool, take: impl FnOnce() -> G) -> G {
+    let collectors = !shared_lock || shared.calls_now().marking;
     let start = Instant::now();
     let g = take();
     let d = start.elapsed();
     let m = INSIDE.with(Cell::get);
-    if !m.is_null() {
+    if collectors && !m.is_null() {
         // `INSIDE` points to the mutator whose call (or assist) this thread
         // is in: that call borrows it for its whole length, and `Inside`'s
         // drop takes the pointer back before it returns; it is used on its
         // own thread only (`Mutator` is `!Send`).
         // SAFETY: as just said.
         let m = unsafe { &*m };
-        if m.shared().id == id {
+        if m.shared().id == shared.id {
             m.held(Hold::Safepoint, d);
         }
     }

@@ -9,11 +9,17 @@ use std::marker::PhantomData;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-/// A root table of runtime `id`, locked, a wait for it (the collector
+/// A root table of runtime `shared`, locked, a wait for it (the collector
 /// copies the tables in its cycles' starts) counted as a hold of the
 /// caller's mutator.
-fn counted(id: u16, table: &parking_lot::Mutex<RootTable>) -> parking_lot::MutexGuard<'_, RootTable> {
-    crate::mutator::take_counting(id, || table.try_lock(), || table.lock())
+fn counted<'t>(
+    shared: &crate::runtime::Shared,
+    table: &'t parking_lot::Mutex<RootTable>,
+) -> parking_lot::MutexGuard<'t, RootTable> {
+    // The global table is every mutator's; a mutator's own, the collector's
+    // besides.
+    let global = std::ptr::eq(table, &shared.globals);
+    crate::mutator::take_counting(shared, global, || table.try_lock(), || table.lock())
 }
 
 /// Names a managed type with its brand abstracted: `Root` is the type for a
@@ -214,7 +220,7 @@ impl<R: ?Sized + for<'a> Rootable<'a>> Root<R> {
     }
 
     pub(crate) fn new(m: &Mutator, addr: usize) -> Self {
-        let index = counted(m.shared().id, &m.me.roots).insert(addr);
+        let index = counted(m.shared(), &m.me.roots).insert(addr);
         Root {
             owner: m.me.clone(),
             handle: m.handle.clone(),
@@ -232,7 +238,7 @@ impl<R: ?Sized + for<'a> Rootable<'a>> Root<R> {
         <R as Rootable<'gc>>::Root: Managed,
     {
         check_runtime(&self.handle, mc);
-        let addr = counted(self.handle.shared.id, &self.owner.roots).get(self.index);
+        let addr = counted(&self.handle.shared, &self.owner.roots).get(self.index);
         // SAFETY: the slot holds a rooted object of this runtime (checked
         // above) of type `R::Root` under some brand; brands do not change
         // layout. The root kept it alive until now, and from here this call
@@ -252,7 +258,7 @@ impl<R: ?Sized + for<'a> Rootable<'a>> Root<R> {
     {
         check_runtime(&self.handle, mc);
         mc.barrier_root(gc.addr());
-        counted(self.handle.shared.id, &self.owner.roots).set(self.index, gc.addr());
+        counted(&self.handle.shared, &self.owner.roots).set(self.index, gc.addr());
         self.handle.shared.roots_changed.fetch_add(1, Ordering::Relaxed);
     }
 }
@@ -264,7 +270,7 @@ impl<R: ?Sized + for<'a> Rootable<'a>> Drop for Root<R> {
         if crate::forked::since(self.handle.shared.born) {
             return;
         }
-        counted(self.handle.shared.id, &self.owner.roots).remove(self.index);
+        counted(&self.handle.shared, &self.owner.roots).remove(self.index);
         self.handle.shared.roots_changed.fetch_add(1, Ordering::Relaxed);
     }
 }
@@ -322,7 +328,7 @@ impl<R: ?Sized + for<'a> Rootable<'a>> GlobalRoot<R> {
     }
 
     pub(crate) fn new(handle: Arc<Handle>, addr: usize) -> Self {
-        let index = counted(handle.shared.id, &handle.shared.globals).insert(addr);
+        let index = counted(&handle.shared, &handle.shared.globals).insert(addr);
         GlobalRoot {
             handle,
             index,
@@ -339,7 +345,7 @@ impl<R: ?Sized + for<'a> Rootable<'a>> GlobalRoot<R> {
         <R as Rootable<'gc>>::Root: Managed,
     {
         check_runtime(&self.handle, mc);
-        let addr = counted(self.handle.shared.id, &self.handle.shared.globals).get(self.index);
+        let addr = counted(&self.handle.shared, &self.handle.shared.globals).get(self.index);
         // SAFETY: as in `Root::get`.
         unsafe { Gc::from_addr(addr) }
     }
@@ -354,14 +360,14 @@ impl<R: ?Sized + for<'a> Rootable<'a>> GlobalRoot<R> {
     {
         check_runtime(&self.handle, mc);
         mc.barrier_root(gc.addr());
-        counted(self.handle.shared.id, &self.handle.shared.globals).set(self.index, gc.addr());
+        counted(&self.handle.shared, &self.handle.shared.globals).set(self.index, gc.addr());
         self.handle.shared.roots_changed.fetch_add(1, Ordering::Relaxed);
     }
 }
 
 impl<R: ?Sized + for<'a> Rootable<'a>> Clone for GlobalRoot<R> {
     fn clone(&self) -> Self {
-        let mut t = counted(self.handle.shared.id, &self.handle.shared.globals);
+        let mut t = counted(&self.handle.shared, &self.handle.shared.globals);
         let addr = t.get(self.index);
         let index = t.insert(addr);
         drop(t);
@@ -379,7 +385,7 @@ impl<R: ?Sized + for<'a> Rootable<'a>> Drop for GlobalRoot<R> {
         if crate::forked::since(self.handle.shared.born) {
             return;
         }
-        counted(self.handle.shared.id, &self.handle.shared.globals).remove(self.index);
+        counted(&self.handle.shared, &self.handle.shared.globals).remove(self.index);
         self.handle.shared.roots_changed.fetch_add(1, Ordering::Relaxed);
     }
 }

@@ -301,18 +301,7 @@ where
 {
     /// An empty dictionary hashing with `hasher`.
     pub fn with_hasher(mc: &Mutation<'gc>, hasher: S) -> Self {
-        GcDictionary {
-            obj: mc.alloc(DictObj {
-                log: GcLog::new(),
-                moves: GcCell::new(0),
-                len: GcCell::new(0),
-                entries: GcCell::new(mc.alloc_from_iter(std::iter::empty())),
-                indices: GcCell::new(mc.alloc_from_iter(std::iter::empty())),
-                hasher,
-                min_capacity: 0,
-                writer: WriterLock::default(),
-            }),
-        }
+        Self::with_capacity_and_hasher(mc, 0, hasher)
     }
 
     /// An empty dictionary hashing with `hasher`, with room for `capacity`
@@ -519,12 +508,14 @@ where
         value: V,
     ) -> Result<(), AllocError<()>> {
         let len = self.obj.len.get();
-        if len >= MAX_ENTRIES {
-            too_many_entries();
-        }
         let mut entries = self.obj.entries.get();
         let grown = if len == entries.len() {
-            let cap = (len * 2).max(4).max(self.obj.min_capacity);
+            // Arrays never pass `MAX_ENTRIES`, so only a full one at it
+            // refuses (no check on an insert that does not grow).
+            if len >= MAX_ENTRIES {
+                too_many_entries();
+            }
+            let cap = (len * 2).max(4).max(self.obj.min_capacity).min(MAX_ENTRIES);
             Some(mc.try_alloc_from_iter((0..cap).map(
                 |i| match entries.get(i).filter(|_| i < len) {
                     // Spare entries hold the new one (never traced).
@@ -790,19 +781,17 @@ where
             if keep(e.key.get(), e.value.get()) {
                 kept_bits[i / 64] |= 1 << (i % 64);
                 kept += 1;
+            } else {
+                // The deletion barrier (which passes over young ones),
+                // before any move. If a later `keep` panics, the entry
+                // stays, shaded: that only keeps it through this mark.
+                e.shade_cut(mc);
             }
         }
         if kept == len {
             return;
         }
         let is_kept = |i: usize| kept_bits[i / 64] & (1 << (i % 64)) != 0;
-        // The removed keys and values go: the deletion barrier (which
-        // passes over young ones), before any move.
-        for (i, e) in entries[..len].iter().enumerate() {
-            if !is_kept(i) {
-                e.shade_cut(mc);
-            }
-        }
         let _moving = Moving::start(self, mc);
         // The log was recorded (`write_lock`, which we hold); the stores
         // are into entries below the old length, whose keys and values

@@ -331,7 +331,7 @@ fn a_thread_name_that_panics_starts_no_thread() {
 fn a_pool_whose_second_worker_cannot_start_returns_the_error() {
     const CHILD: &str = "LOAM_POOL_SPAWN_FAIL_CHILD";
     if std::env::var_os(CHILD).is_none() {
-        let mut child = support::alone(
+        let child = support::alone(
             "a_pool_whose_second_worker_cannot_start_returns_the_error",
             &[(CHILD, "1")],
         )
@@ -339,23 +339,14 @@ fn a_pool_whose_second_worker_cannot_start_returns_the_error() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-        for _ in 0..600 {
-            if let Some(status) = child.try_wait().unwrap() {
-                let mut err = String::new();
-                use std::io::Read;
-                child
-                    .stderr
-                    .take()
-                    .unwrap()
-                    .read_to_string(&mut err)
-                    .unwrap();
-                assert!(status.success(), "the child failed:\n{err}");
-                return;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(100));
-        }
-        child.kill().unwrap();
-        panic!("deadlock: build hung after its second worker failed to start");
+        let out = support::output_within(
+            child,
+            std::time::Duration::from_secs(60),
+            "deadlock: build hung after its second worker failed to start",
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "the child failed:\n{err}");
+        return;
     }
     let vm_kib: u64 = std::fs::read_to_string("/proc/self/status")
         .unwrap()

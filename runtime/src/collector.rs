@@ -131,29 +131,29 @@ fn or_stop(thread: &str, body: impl FnOnce()) {
 /// started): a program that retries a build under a thread limit leaked
 /// one id per try, and `RUNTIMES` stayed counted for good.
 pub(crate) fn start(shared: Arc<Shared>) -> JoinHandle<()> {
-    /// Undoes the start unless forgotten once every thread runs.
-    struct Undo {
-        id: u16,
-        counted: bool,
-    }
+    /// The end of a runtime's collector, the coordinator's last act, or a
+    /// start's that fails on the way (dropped then, with the coordinator's
+    /// closure if its thread would not start): the finalizer told to stop,
+    /// the runtime's count in `RUNTIMES` and its id given back.
+    struct Undo(Arc<Shared>);
     impl Drop for Undo {
         fn drop(&mut self) {
-            if self.counted {
+            self.0.finalizer.close();
+            if self.0.space.alloc_space().is_none() {
                 RUNTIMES.fetch_sub(1, Ordering::Relaxed);
             }
-            release_id(self.id);
+            release_id(self.0.id);
         }
     }
     let id = shared.id;
-    let counted = shared.space.alloc_space().is_none();
     {
         // Not while a cycle runs: it may be sweeping without reading headers.
         let _cycle = CYCLE_LOCK.lock();
-        if counted {
+        if shared.space.alloc_space().is_none() {
             RUNTIMES.fetch_add(1, Ordering::Relaxed);
         }
     }
-    let undo = Undo { id, counted };
+    let undo = Undo(shared.clone());
     let pool = ThreadPoolBuilder::new()
         .num_threads(shared.config.gc_threads)
         .thread_name(move |i| format!("loam-gc-{id}-{i}"))
@@ -186,8 +186,7 @@ pub(crate) fn start(shared: Arc<Shared>) -> JoinHandle<()> {
             })
             .expect("loam: could not start the finalizer thread")
     };
-    let closer = shared.clone();
-    let coordinator = std::thread::Builder::new()
+    std::thread::Builder::new()
         .name(format!("loam-gc-{id}"))
         .spawn(move || {
             COORDINATOR_OF.with(|c| c.set(id));
@@ -202,23 +201,9 @@ pub(crate) fn start(shared: Arc<Shared>) -> JoinHandle<()> {
             // Every mutator is gone and every destructor has run.
             shared.final_stats.set(shared.current_stats());
             drop(pool);
-            if shared.space.alloc_space().is_none() {
-                RUNTIMES.fetch_sub(1, Ordering::Relaxed);
-            }
-            release_id(id);
+            drop(undo);
         })
-        .inspect_err(|_| {
-            // The finalizer waits for work that will never come.
-            closer.finalizer.close();
-        });
-    match coordinator {
-        Ok(coordinator) => {
-            // The coordinator undoes it all as it ends.
-            std::mem::forget(undo);
-            coordinator
-        }
-        Err(e) => panic!("loam: could not start the collector thread: {e}"),
-    }
+        .unwrap_or_else(|e| panic!("loam: could not start the collector thread: {e}"))
 }
 
 fn coordinator(shared: &Shared, pool: &ThreadPool) {

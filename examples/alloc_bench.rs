@@ -141,6 +141,12 @@ static TCMALLOC: tcmalloc::Tcmalloc = tcmalloc::Tcmalloc;
 #[path = "../benches/support/tcmalloc.rs"]
 mod tcmalloc;
 
+// The examples' command-line helpers (the rest of it is for the
+// managed-heap examples).
+#[allow(dead_code)]
+#[path = "support/mod.rs"]
+mod support;
+
 extern "C" {
     /// mimalloc: free what can be freed and return empty segments to the OS.
     fn mi_collect(force: bool);
@@ -1571,16 +1577,6 @@ fn measure(
     (sample, out.note)
 }
 
-fn median(values: &mut [f64]) -> f64 {
-    values.sort_by(f64::total_cmp);
-    let n = values.len();
-    if n % 2 == 1 {
-        values[n / 2]
-    } else {
-        (values[n / 2 - 1] + values[n / 2]) / 2.0
-    }
-}
-
 /// Medians of one (workload, threads, alloc) over the rounds.
 struct Summary {
     workload: Workload,
@@ -1599,18 +1595,20 @@ struct Summary {
 impl Summary {
     fn new(workload: Workload, threads: usize, alloc: AllocKind, samples: &[Sample]) -> Summary {
         let mut secs: Vec<f64> = samples.iter().map(|s| s.seconds).collect();
-        let seconds = median(&mut secs);
+        secs.sort_by(f64::total_cmp);
+        let seconds = support::median(secs.clone());
         let median_kb = |f: fn(&Sample) -> u64| {
-            let mut v: Vec<f64> = samples.iter().map(|s| f(s) as f64).collect();
-            median(&mut v).round() as u64
+            support::median(samples.iter().map(|s| f(s) as f64).collect()).round() as u64
         };
         let phases = samples[0]
             .phases
             .iter()
             .enumerate()
             .map(|(i, &(name, _))| {
-                let mut v: Vec<f64> = samples.iter().map(|s| s.phases[i].1).collect();
-                (name, median(&mut v))
+                (
+                    name,
+                    support::median(samples.iter().map(|s| s.phases[i].1).collect()),
+                )
             })
             .collect();
         Summary {
@@ -1779,11 +1777,10 @@ fn print_json(summaries: &[Summary], cli: &Cli) {
 }
 
 fn main() {
-    // A closed stdout (`alloc_bench | head`) ends the process quietly
-    // instead of a "failed printing to stdout" panic.
-    // SAFETY: restores the default action of one signal; no handler runs.
-    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
-    let cli = Cli::parse();
+    // A closed stdout (`alloc_bench | head`) ends the process quietly; a
+    // bad flag prints the usage, as in the other examples.
+    support::quiet_sigpipe();
+    let cli: Cli = support::parse_args();
     // At most 10: at 100 a treesum tree of a billion nodes (24 – 32 GB)
     // and a replay ring of 15 GB were an out-of-memory kill, not an error.
     if !(cli.scale.is_finite() && cli.scale > 0.0 && cli.scale <= 10.0) {

@@ -389,7 +389,10 @@ fn paired(rounds: usize) {
             "loam-jemalloc",
         ],
     );
-    let only = std::env::var("LOAM_BT_ONLY").ok();
+    // An empty list is no list (all versions), as `LOAM_BENCH_CASES` reads.
+    let only = std::env::var("LOAM_BT_ONLY")
+        .ok()
+        .filter(|v| !v.trim().is_empty());
     let child = only.is_some() && std::env::var_os("LOAM_BENCH_CHILD").is_some();
     if !child {
         println!(

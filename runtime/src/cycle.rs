@@ -560,7 +560,7 @@ pub(crate) fn cycle(
     // what it did not report, so nothing may be freed or cleared on their
     // word. This cycle sweeps nothing and clears no weak reference; the
     // next one is full (it clears the marks and starts over).
-    let mark_failed = crate::panics::CYCLE_LOG.trace_panicked();
+    let mark_failed = shared.trace_panicked();
     if mark_failed {
         shared.lock_written.store(true, Ordering::Relaxed);
     } else {
@@ -1129,8 +1129,11 @@ impl<'a> Cycle<'a> {
         // trigger never meets the unswept count): the trigger is the goal
         // itself.
         shared.next_goal.store(goal, Ordering::Relaxed);
-        let (panics, panic_lines) =
-            crate::panics::CYCLE_LOG.take_report(&format!("cycle {}", shared.stats.lock().cycles + 1));
+        let when = format!("cycle {}", shared.stats.lock().cycles + 1);
+        let (mut panics, mut panic_lines) = crate::panics::CYCLE_LOG.take_report(&when);
+        let (shades, shade_lines) = shared.shade_panics.take_report(&when);
+        panics += shades;
+        panic_lines.extend(shade_lines);
         let pause = self.mark_start_pause + self.mark_end_pause;
         let event = {
             let mut stats = shared.stats.lock();

@@ -55,7 +55,10 @@ pub(crate) struct PanicLog {
 /// time process-wide (`collector::CYCLE_LOCK`), and only its GC threads
 /// and its own runtime's mutators (in assists, while its mark runs) mark,
 /// so one log serves every runtime: the cycle's coordinator drains it
-/// before it releases the cycle lock. (Destructors run on each runtime's
+/// before it releases the cycle lock. A call's shading of a `GcLock`'s
+/// contents is not bounded by its runtime's cycle (a mark's end may stop
+/// waiting for the call) and records into its runtime's own log instead
+/// (`Shared::shade_panics`). (Destructors run on each runtime's
 /// finalizer thread, which keeps a log of its own.)
 pub(crate) static CYCLE_LOG: PanicLog = PanicLog {
     entries: Mutex::new(Vec::new()),

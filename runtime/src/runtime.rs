@@ -219,6 +219,13 @@ pub(crate) struct Shared {
     pub(crate) finalizer: crate::finalize::Finalizer,
     /// Where the objects live (`space.rs`).
     pub(crate) space: crate::space::Space,
+    /// Panics of `Trace` impls that this runtime's calls met shading a
+    /// `GcLock`'s contents (`cell.rs`). Kept apart from
+    /// [`panics::CYCLE_LOG`](crate::panics::CYCLE_LOG), which the cycle
+    /// under way (of whatever runtime) reads: a call that a mark's end
+    /// stopped waiting for may shade after it, and its panic belongs to
+    /// this runtime's next cycle, not to another runtime's.
+    pub(crate) shade_panics: crate::panics::PanicLog,
 }
 
 /// `Shared::calls`: a concurrent mark runs.
@@ -247,6 +254,13 @@ pub(crate) struct CallState {
 }
 
 impl Shared {
+    /// Whether a `Trace` impl panicked during this runtime's cycle under
+    /// way, on the cycle's threads or in its calls' shading: its marks
+    /// cannot be trusted.
+    pub(crate) fn trace_panicked(&self) -> bool {
+        crate::panics::CYCLE_LOG.trace_panicked() || self.shade_panics.trace_panicked()
+    }
+
     /// The state a `mutate` call that begins now runs with (acquire: a call
     /// that sees `MARKING` sees the `mark_epoch` stored before it).
     #[inline]
@@ -1533,6 +1547,7 @@ impl RuntimeBuilder {
             lock_written: AtomicBool::new(false),
             calls: AtomicU64::new(0),
             weak_gate: parking_lot::RwLock::new(()),
+            shade_panics: crate::panics::PanicLog::default(),
             gray: Injector::new(),
             mark_epoch: AtomicU64::new(0),
             assist: Default::default(),

@@ -1227,3 +1227,102 @@ fn a_call_waiting_at_the_limit_gives_way_to_a_window_call_it_blocks() {
     rt.attach()
         .mutate(|mc| assert!(lock.get(mc).read().is_empty()));
 }
+
+/// A `Trace` impl that panics while armed.
+struct Grenade(AtomicBool);
+
+// SAFETY: reports nothing (it holds no pointer) (1), panicking when armed,
+// which the collector must contain (5 is the rule this breaks on purpose);
+// otherwise pure (2); no `Drop` (4).
+unsafe impl Trace for Grenade {
+    fn trace(&self, _: &mut loam_runtime::Tracer) {
+        if self.0.load(Ordering::Relaxed) {
+            panic!("a Trace impl that panics as a lock's contents are shaded");
+        }
+    }
+}
+
+/// A call that began in a ragged mark, after its window, runs on past the
+/// mark's end (nothing waits for it) and shades a `GcLock`'s contents for
+/// that mark when it writes the lock; a `Trace` impl that panics there is
+/// its own runtime's to answer for. It used to go into the log the cycle
+/// under way reads, whichever runtime's: another runtime's next cycle
+/// then freed nothing and reported the panic as its own.
+#[test]
+fn a_late_shading_panic_fails_no_other_runtimes_cycle() {
+    let _serial = serial();
+    let _guard = watchdog("a call never began in a ragged mark after its window");
+    // Ragged marks come with pacing's cycles (a forced one stops the world).
+    let b = ragged(false, 4 << 20);
+    let a = Runtime::builder().ignore_env().gc_threads(1).build();
+    // Something for b's marks to trace, so that they last a while.
+    let kept: GlobalRoot<Rootable!['gc => [Gc<'gc, Node<'gc>>]]> = b.attach().mutate(|mc| {
+        let nodes: Vec<_> = (0..200_000).map(|i| chain(mc, i, 1)).collect();
+        mc.global_root(mc.alloc_slice(&nodes))
+    });
+    let mut m = b.attach();
+    let inside = AtomicBool::new(false);
+    let thrown = std::thread::scope(|s| {
+        // Garbage until the call below is in a mark: cycles come while it
+        // runs, none after it (the heap stays under the next goal).
+        s.spawn(|| {
+            let mut t = b.attach();
+            while !inside.load(Ordering::Acquire) {
+                t.mutate(|mc| {
+                    for k in 0..256_u64 {
+                        mc.alloc([k; 8]);
+                    }
+                });
+            }
+        });
+        loop {
+            let thrown = m.mutate(|mc| {
+                if !mc.is_marking() || mc.began_in_window() {
+                    return None;
+                }
+                inside.store(true, Ordering::Release);
+                // Past the mark's end: its cycle completes while this
+                // call runs on.
+                let cycles = b.stats().cycles;
+                while b.stats().cycles == cycles {
+                    std::thread::yield_now();
+                }
+                let lock = mc.alloc(GcLock::new(Grenade(AtomicBool::new(true))));
+                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    lock.write(mc, |_| ());
+                }));
+                lock.read().0.store(false, Ordering::Relaxed);
+                assert_eq!(kept.get(mc).len(), 200_000);
+                Some(r.is_err())
+            });
+            if let Some(thrown) = thrown {
+                break thrown;
+            }
+            std::thread::yield_now();
+        }
+    });
+    assert!(thrown, "the armed lock's shading did not panic");
+    let before = b.stats().user_panics;
+    let mut ma = a.attach();
+    ma.mutate(|mc| {
+        for i in 0..1000_u64 {
+            mc.alloc(i);
+        }
+    });
+    ma.collect();
+    let sa = a.stats();
+    assert_eq!(
+        sa.user_panics, 0,
+        "another runtime's cycle took the panic as its own"
+    );
+    assert!(
+        sa.objects_freed >= 1000,
+        "another runtime's cycle freed nothing: {sa:?}"
+    );
+    m.collect();
+    assert_eq!(
+        b.stats().user_panics,
+        before + 1,
+        "the panic was not reported"
+    );
+}

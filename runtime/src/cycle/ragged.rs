@@ -423,7 +423,7 @@ impl<'a> Cycle<'a> {
                 // The mark is complete (`barrier.rs`, "Ragged cycles": every
                 // object of the snapshot that a root, an object or a call
                 // can still reach is marked).
-                if !crate::panics::CYCLE_LOG.trace_panicked() {
+                if !shared.trace_panicked() {
                     super::mark_weak(shared, usize::MAX);
                 }
                 shared.assist_ratio.store(0, Ordering::Relaxed);

@@ -51,10 +51,12 @@ pub(crate) fn on_gc_thread() -> bool {
         || FINALIZER_OF.with(|c| c.get() != 0)
 }
 
-/// Whether the calling thread is the finalizer of runtime `id`: waiting for
-/// its drops would wait for itself.
-pub(crate) fn is_finalizer_of(id: u16) -> bool {
-    FINALIZER_OF.with(|c| c.get() == id)
+/// Whether the calling thread is the finalizer of any runtime: waiting
+/// there for a runtime's drops or its last cycle may wait for itself, or
+/// for another runtime's finalizer that waits for this one (each in a
+/// destructor that waits for the other's runtime).
+pub(crate) fn is_finalizer() -> bool {
+    FINALIZER_OF.with(|c| c.get() != 0)
 }
 
 /// Whether the calling thread is a GC pool thread of any runtime: it runs

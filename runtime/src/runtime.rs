@@ -1111,7 +1111,8 @@ impl Runtime {
     ///
     /// # Panics
     /// Inside a `mutate` call (a cycle under way may be waiting for it), or
-    /// in a destructor of this runtime (it would wait for itself); on a
+    /// in a destructor the collector runs, of any runtime (it would wait
+    /// for itself, or two runtimes' destructors for each other); on a
     /// thread that a `mutate` call waits for, as
     /// [`collect`](Self::collect). The wait for the destructors themselves
     /// has no such check: one blocked on something the caller holds (a
@@ -1129,9 +1130,10 @@ impl Runtime {
              on_cycle hook: it would wait for the cycle that runs it"
         );
         assert!(
-            !collector::is_finalizer_of(shared.id),
-            "loam: wait_for_drops called from a destructor of the same runtime: \
-             it would wait for itself"
+            !collector::is_finalizer(),
+            "loam: wait_for_drops called from a destructor run by the collector: \
+             it would wait for itself, or for another runtime's destructor that \
+             waits for this one"
         );
         shared.wait_control(Waiter::Program("wait_for_drops"), |c| {
             c.phase == Phase::Idle || c.shutdown

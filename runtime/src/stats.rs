@@ -340,9 +340,12 @@ impl StatsHandle {
     ///
     /// # Panics
     /// Where the wait could never end: on a thread with a live `Mutator`
-    /// of this runtime, or on one of the collector's threads (its GC
-    /// threads, its coordinator, which runs `on_cycle`, or its finalizer):
-    /// the last cycle waits for those.
+    /// of this runtime; inside a `mutate` call of any runtime (a cycle of
+    /// that runtime may wait for the call, and the last cycle waits for
+    /// that one: cycles take turns process-wide); on one of the
+    /// collector's threads (its GC threads, its coordinator, which runs
+    /// `on_cycle`, or the finalizer of any runtime, whose destructors may
+    /// wait for each other's runtimes): the last cycle waits for those.
     pub fn wait_final(&self) -> GcStats {
         if let Some(stats) = self.cell.stats.lock().clone() {
             return stats;
@@ -353,9 +356,15 @@ impl StatsHandle {
              the runtime: its final statistics wait for that Mutator to be dropped"
         );
         assert!(
+            !crate::mutator::inside_mutate(),
+            "loam: StatsHandle::wait_final inside a mutate closure: a cycle \
+             may wait for the call while the last cycle waits for that one; \
+             call it after mutate returns"
+        );
+        assert!(
             !crate::collector::in_cycle_thread()
                 && !crate::collector::is_coordinator_of(self.id)
-                && !crate::collector::is_finalizer_of(self.id),
+                && !crate::collector::is_finalizer(),
             "loam: StatsHandle::wait_final on one of the collector's threads \
              (in a Trace impl, a destructor or the on_cycle hook): the \
              runtime's last cycle waits for this thread"

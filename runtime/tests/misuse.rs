@@ -1240,3 +1240,68 @@ fn failed_builds_give_their_ids_back() {
     assert_eq!(m.mutate(|mc| *mc.alloc(7_u64)), 7);
     println!("built after {failed} failed builds");
 }
+
+/// `wait_final` inside a call of another runtime: a cycle of that runtime
+/// waits for the call while the last cycle of the first waits its turn
+/// behind it (one cycle at a time process-wide), and the call for the
+/// last cycle. It panics instead.
+#[test]
+fn wait_final_inside_another_runtimes_call_panics_with_a_message() {
+    let (a, b) = (rt().build(), rt().build());
+    let stats = a.stats_handle();
+    // (With `a` alive the statistics are not final: the wait is asked for.)
+    let msg = b.attach().mutate(
+        |_| match catch_unwind(AssertUnwindSafe(|| stats.wait_final())) {
+            Ok(_) => panic!("wait_final returned with the runtime alive"),
+            Err(e) => support::panic_message(e.as_ref()),
+        },
+    );
+    assert!(msg.contains("inside a mutate closure"), "{msg}");
+    drop(a);
+    let last = within("the final statistics", move || stats.wait_final());
+    assert!(last.cycles >= 1);
+}
+
+/// Destructors of two runtimes that wait for each other's runtime (its
+/// drops, its final statistics) would wait for ever; a destructor the
+/// collector runs, of any runtime, is refused those waits (the panic is
+/// contained and counted) and the collectors go on.
+#[test]
+fn destructors_cannot_wait_for_another_runtimes_destructors() {
+    let (a, b) = (rt().build(), rt().build());
+    let b_final = b.stats_handle();
+    let (refused_drops, refused_final) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicBool::new(false)),
+    );
+    let mut m = a.attach();
+    let (b2, r1, r2) = (b.clone(), refused_drops.clone(), refused_final.clone());
+    m.mutate(|mc| {
+        mc.alloc(doomed(move || {
+            if catch_unwind(AssertUnwindSafe(|| b2.wait_for_drops())).is_err() {
+                r1.store(true, Ordering::Relaxed);
+            }
+            if catch_unwind(AssertUnwindSafe(|| b_final.wait_final())).is_err() {
+                r2.store(true, Ordering::Relaxed);
+            }
+        }));
+    });
+    let a2 = a.clone();
+    within(
+        "a collection whose destructor waits for another runtime",
+        move || {
+            a2.collect();
+            a2.wait_for_drops();
+        },
+    );
+    assert!(
+        refused_drops.load(Ordering::Relaxed),
+        "wait_for_drops of another runtime ran in a destructor"
+    );
+    assert!(
+        refused_final.load(Ordering::Relaxed),
+        "wait_final of another runtime ran in a destructor"
+    );
+    drop(m);
+    drop(b);
+}

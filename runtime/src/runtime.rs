@@ -1503,7 +1503,9 @@ impl RuntimeBuilder {
             }
         }
         let id = take_id();
-        let goal = crate::cycle::goal_under_limit(config.min_heap, 0, &config);
+        // Off (`gc_percent` at `u32::MAX`): no goal from the start, as after
+        // every cycle (`goal_for`), or the first would come at the minimum heap.
+        let goal = crate::cycle::goal_for(0, &config);
         let pace_cap = config.pace_cap();
         // Registers the asymmetric fence now, not in the first `GcList`
         // written by a second thread inside a call (a first registration

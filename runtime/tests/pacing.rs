@@ -404,3 +404,35 @@ fn a_minimum_heap_of_zero_does_not_cycle_at_every_call() {
     let cycles = rt.stats().cycles;
     assert!(cycles < 100, "{cycles} cycles for 200 calls of 64 KiB each");
 }
+
+/// With the goal off (`gc_percent(u32::MAX)`), no cycle runs but those the
+/// program asks for: the first used to come at the minimum heap, and
+/// mutators were held at twice it until that cycle ended.
+#[test]
+fn with_the_goal_off_no_cycle_runs_unasked() {
+    let rt = Runtime::builder()
+        .ignore_env()
+        .gc_threads(1)
+        .min_heap(1 << 20)
+        .gc_percent(u32::MAX)
+        .build();
+    let mut m = rt.attach();
+    // 64 MiB of garbage, 64 times the minimum heap.
+    for _ in 0..1024 {
+        m.mutate(|mc| {
+            for k in 0..64_u64 {
+                mc.alloc([k; 127]);
+            }
+        });
+    }
+    let s = rt.stats();
+    assert_eq!(s.cycles, 0, "cycles ran with the goal off: {s:?}");
+    assert_eq!(
+        s.mutator_pauses.count(),
+        0,
+        "mutators were held with the goal off"
+    );
+    assert_eq!(s.next_goal, usize::MAX);
+    m.collect();
+    assert_eq!(rt.stats().cycles, 1);
+}

@@ -25,7 +25,8 @@ pub fn main(paired: impl FnOnce(usize), criterion: impl FnOnce()) {
 /// (a depth of 16 for `abc`, no thread count for `0`) misled.
 #[allow(dead_code)]
 pub fn env<T>(name: &str, what: &str, parse: impl Fn(&str) -> Option<T>) -> Option<T> {
-    let v = std::env::var(name).ok()?;
+    // Lossily: a value that is not UTF-8 is refused like any bad one.
+    let v = std::env::var_os(name)?.to_string_lossy().into_owned();
     match parse(v.trim()) {
         Some(t) => Some(t),
         None => {
@@ -40,7 +41,10 @@ pub fn env<T>(name: &str, what: &str, parse: impl Fn(&str) -> Option<T>) -> Opti
 /// them. (A misspelt case ran nothing and printed an empty table.)
 #[allow(dead_code)]
 pub fn check_names(name: &str, known: &[&str]) {
-    let Ok(v) = std::env::var(name) else { return };
+    // Lossily: a value that is not UTF-8 names nothing known, and stops.
+    let Some(v) = std::env::var_os(name).map(|v| v.to_string_lossy().into_owned()) else {
+        return;
+    };
     // Empty entries (a trailing comma) name nothing, as in the filters.
     let mut names = v.split(',').map(str::trim).filter(|n| !n.is_empty());
     if let Some(bad) = names.find(|n| !known.contains(n)) {

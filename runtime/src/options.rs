@@ -156,9 +156,11 @@ impl Config {
         }
     }
 
-    /// Applies the `LOAM_*` environment overrides.
+    /// Applies the `LOAM_*` environment overrides. A value that is not
+    /// UTF-8 is read lossily, so that it is refused like any bad value (a
+    /// heap limit with an error) instead of being taken for unset.
     pub(crate) fn apply_env(&mut self) -> Result<(), ConfigError> {
-        self.apply(|k| std::env::var(k).ok())
+        self.apply(|k| std::env::var_os(k).map(|v| v.to_string_lossy().into_owned()))
     }
 
     /// Raises a minimum heap below [`MIN_HEAP_FLOOR`] to it, with a

@@ -614,6 +614,14 @@ fn an_unreadable_heap_limit_refuses_to_start() {
             std::env::set_var("LOAM_HEAP_LIMIT", v);
             Runtime::builder().gc_threads(1).try_build().unwrap();
         }
+        // Not UTF-8: refused too (it was taken for unset: no limit).
+        #[cfg(unix)]
+        {
+            use std::os::unix::ffi::OsStrExt;
+            std::env::set_var("LOAM_HEAP_LIMIT", std::ffi::OsStr::from_bytes(b"16M\xff"));
+            let e = Runtime::builder().gc_threads(1).try_build().unwrap_err();
+            assert!(e.to_string().contains("LOAM_HEAP_LIMIT"), "{e}");
+        }
         return;
     }
     in_child(

@@ -360,7 +360,10 @@ impl ThreadPoolBuilder {
         if self.num_threads > 0 {
             return self.num_threads;
         }
-        if let Ok(value) = std::env::var(NUM_THREADS_ENV) {
+        // Lossily: a value that is not UTF-8 is refused like any bad one.
+        if let Some(value) =
+            std::env::var_os(NUM_THREADS_ENV).map(|v| v.to_string_lossy().into_owned())
+        {
             match value.trim().parse::<usize>() {
                 Ok(n) if n > 0 => return n,
                 _ => crate::say(format_args!(

@@ -523,7 +523,10 @@ pub(crate) fn offered(slot: &AssistSlot) -> Option<Arc<Share>> {
 /// A mutator helps the concurrent mark of `share`: traces up to
 /// `budget` bytes of objects, or until `deadline`, or until the mark's
 /// queues are empty; returns what it marked (also added to the mark's
-/// result). See [`Share`] for why this cannot end the mark early.
+/// result) and whether it took any work: a slice that traced only later
+/// chunks of arrays, or objects again, marks no new object and may count
+/// no bytes, yet held the mutator. See [`Share`] for why this cannot end
+/// the mark early.
 ///
 /// # Safety
 /// Called inside a `mutate` call of the runtime whose mark `share` is, with
@@ -535,13 +538,13 @@ pub(crate) unsafe fn assist(
     gray: &Injector<usize>,
     budget: usize,
     deadline: Instant,
-) -> Marked {
+) -> (Marked, bool) {
     let mut out = Marked::default();
     // 1. Join while the mark is not over.
     let mut a = share.active.load(Ordering::SeqCst);
     loop {
         if a == 0 {
-            return out;
+            return (out, false);
         }
         match share
             .active
@@ -558,10 +561,12 @@ pub(crate) unsafe fn assist(
     let local = Worker::new_lifo();
     let mut tracer = Tracer::new();
     let mut looks = Looks::default();
+    let mut took = false;
     while out.bytes < budget && !(looks.due() && Instant::now() >= deadline) {
         let Some(addr) = local.pop().or_else(|| steal_any(&local, &share.injector, &share.stealers)) else {
             break;
         };
+        took = true;
         // Queued objects are marked and allocated; no sweep runs
         // (caller).
         // SAFETY: as just said.
@@ -582,7 +587,7 @@ pub(crate) unsafe fn assist(
     share.assisted_objects.fetch_add(out.objects, Ordering::Relaxed);
     share.active.fetch_sub(1, Ordering::SeqCst);
     drop(unwinding);
-    out
+    (out, took)
 }
 
 /// One object from the injector or any GC thread's deque (a batch moves to

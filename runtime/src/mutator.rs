@@ -729,7 +729,7 @@ impl Mutator {
             // that waits for this slot.
             let _ = shared.handshake.enter(&self.me.slot);
             let slice = Instant::now();
-            let m = {
+            let (m, took) = {
                 let _inside = Inside {
                     shared,
                     slot: &self.me.slot,
@@ -738,16 +738,17 @@ impl Mutator {
                         "in a mark assist (a collection's pause waits for it)",
                     ),
                 };
+                let end = slice + PACED_SLICE;
                 // SAFETY: inside (above), for the runtime whose mark
                 // `share` is, with its gray queue.
-                let m = unsafe { crate::mark::assist(&shared.space, &share, &shared.gray, debt, slice + PACED_SLICE) };
+                let (m, took) = unsafe { crate::mark::assist(&shared.space, &share, &shared.gray, debt, end) };
                 // While still inside: the stop that begins the next mark
                 // waits for this report (`Shared::saw_live`).
                 shared.saw_live(m.bytes);
-                m
+                (m, took)
             };
             assisting += slice.elapsed();
-            if m.objects == 0 {
+            if !took {
                 // Nothing to take: the GC threads hold the rest of the
                 // mark (or the mark is between its rounds, or has just
                 // begun with all of it on their deques).
@@ -1078,10 +1079,12 @@ impl Mutator {
         let start = Instant::now();
         // SAFETY: inside a `mutate` call (allocation happens only there) of
         // the runtime whose mark `share` is, with its gray queue.
-        let m = unsafe { crate::mark::assist(&shared.space, &share, &shared.gray, debt, start + slice) };
+        let (m, worked) = unsafe { crate::mark::assist(&shared.space, &share, &shared.gray, debt, start + slice) };
         shared.saw_live(m.bytes);
         let took = start.elapsed();
-        if m.objects > 0 {
+        // Every slice that took work held the call, an array's later
+        // chunks or objects traced again included (they mark no object).
+        if worked {
             self.held(Hold::Assist, took);
         }
         let left = debt.saturating_sub(m.bytes);

@@ -14,8 +14,10 @@ use syn::{Attribute, Data, DeriveInput, Fields, Ident, Member, Type};
 /// Derives `loam_runtime::Trace`: the value's `trace` visits every field.
 ///
 /// # What is generated
-/// - `unsafe impl Trace for T`, with a `Trace` bound on every type parameter.
-///   Every field type must implement `Trace` (the error points at the field
+/// - `unsafe impl Trace for T`, with a `Trace` bound on every type parameter
+///   that a traced field's type names (one named only by `#[trace(skip)]`
+///   fields needs none). Every field type must implement `Trace` (the error
+///   points at the field
 ///   otherwise), and the type must be `Send + Sync` like every managed type
 ///   (so a `Cell` or `RefCell` field is an error; use the runtime's barrier
 ///   cells).
@@ -174,6 +176,7 @@ fn expand(input: &DeriveInput) -> syn::Result<TokenStream> {
     let rt_path = RuntimePath::find();
     let rt = rt_path.at(proc_macro2::Span::call_site());
     let unsafe_drop = parse_container_attrs(&input.attrs)?;
+    refuse_packed(&input.attrs)?;
     let shapes = match &input.data {
         Data::Struct(data) => vec![Shape {
             path: quote!(Self),
@@ -206,6 +209,12 @@ fn expand(input: &DeriveInput) -> syn::Result<TokenStream> {
 
     let name = &input.ident;
     let fields = || shapes.iter().flat_map(|shape| &shape.fields);
+    // The tracer parameter, spanned at the derive where it is declared
+    // and where it is used: a use spanned at a field's type would take
+    // that type's hygiene, which differs from the derive's when a
+    // `macro_rules!` writes the derive and its caller the type (the
+    // parameter was then not found).
+    let tracer = Ident::new("__tracer", proc_macro2::Span::call_site());
 
     let needs_trace = fields().filter(|f| !f.skip).map(|f| {
         let ty = f.ty;
@@ -234,7 +243,7 @@ fn expand(input: &DeriveInput) -> syn::Result<TokenStream> {
             .collect();
         let calls = traced.iter().zip(&bindings).map(|(f, binding)| {
             let rt = rt_path.at(f.ty.span());
-            quote_spanned!(f.ty.span()=> #rt::Trace::trace(#binding, __tracer);)
+            quote_spanned!(f.ty.span()=> #rt::Trace::trace(#binding, #tracer);)
         });
         quote! {
             #path { #(#members: ref #bindings,)* .. } => { #(#calls)* }
@@ -243,7 +252,15 @@ fn expand(input: &DeriveInput) -> syn::Result<TokenStream> {
 
     let mut trace_generics = input.generics.clone();
     for param in trace_generics.type_params_mut() {
-        param.bounds.push(syn::parse_quote!(#rt::Trace));
+        // A parameter only skipped fields name needs no `Trace` (the skip
+        // asks it to be `'static`); the compiler checks every traced
+        // field's `Trace` in the impl whatever bounds are left out here.
+        let traced = fields()
+            .filter(|f| !f.skip)
+            .any(|f| names_type(f.ty.to_token_stream(), &param.ident));
+        if traced {
+            param.bounds.push(syn::parse_quote!(#rt::Trace));
+        }
     }
     if unsafe_drop {
         // The destructor's promise is the user's `unsafe impl UnsafeDrop`:
@@ -262,10 +279,10 @@ fn expand(input: &DeriveInput) -> syn::Result<TokenStream> {
         // `'static` (checked below), so it holds no managed pointer.
         // `NEEDS_TRACE` is the OR of the traced fields' (or `true`).
         unsafe impl #impl_generics #rt::Trace for #name #ty_generics #where_clause {
-            const NEEDS_TRACE: bool = false #(|| #needs_trace)*;
+            const NEEDS_TRACE: ::core::primitive::bool = false #(|| #needs_trace)*;
 
             #[inline]
-            fn trace(&self, __tracer: &mut #rt::Tracer) {
+            fn trace(&self, #tracer: &mut #rt::Tracer) {
                 #(#static_checks)*
                 match *self {
                     #(#arms)*
@@ -341,6 +358,31 @@ fn rebrand(input: &DeriveInput, rt: &TokenStream) -> TokenStream {
     }
 }
 
+/// A clear error for `#[repr(packed)]`: the pattern `trace` matches takes
+/// a reference to each field, which a packed field may not give (rustc's
+/// error would point into the generated code); and a barrier cell, an
+/// atomic word, must stay aligned.
+fn refuse_packed(attrs: &[Attribute]) -> syn::Result<()> {
+    for attr in attrs.iter().filter(|a| a.path().is_ident("repr")) {
+        let mut packed = false;
+        // `repr`'s arguments: `packed`, `packed(N)`, `C`, `align(N)`, ...
+        attr.parse_nested_meta(|meta| {
+            packed |= meta.path.is_ident("packed");
+            if meta.input.peek(syn::token::Paren) {
+                let _skip: TokenStream = meta.input.parse::<proc_macro2::Group>()?.stream();
+            }
+            Ok(())
+        })?;
+        if packed {
+            return Err(syn::Error::new_spanned(
+                attr,
+                "`#[derive(Trace)]` does not support `#[repr(packed)]`: tracing takes a reference to each field",
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// The one `#[trace(...)]` attribute among `attrs`, if any.
 fn find_trace_attr(attrs: &[Attribute]) -> Option<&Attribute> {
     attrs.iter().find(|attr| attr.path().is_ident("trace"))
@@ -399,9 +441,10 @@ fn parse_fields(fields: &Fields) -> syn::Result<Vec<Field<'_>>> {
         .collect()
 }
 
-/// Whether `tokens` mention `Self` or the type being derived (by its last path
-/// segment, so a same-named type elsewhere also counts, which only makes
-/// `NEEDS_TRACE` conservatively `true`).
+/// Whether `tokens` mention `Self` or `name`: the type being derived (by its
+/// last path segment, so a same-named type elsewhere also counts, which only
+/// makes `NEEDS_TRACE` conservatively `true`), or a type parameter (a field
+/// that mentions `Self` counts too, which only adds a bound).
 fn names_type(tokens: TokenStream, name: &Ident) -> bool {
     tokens.into_iter().any(|token| match token {
         TokenTree::Ident(ident) => ident == *name || ident == "Self",

@@ -9,7 +9,7 @@ struct Borrowing<'gc> {
 }
 
 #[derive(Trace)]
-struct Generic<T> {
+struct Generic<T: Send + Sync> {
     #[trace(skip)]
     value: T,
 }

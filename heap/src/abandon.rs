@@ -73,8 +73,10 @@ pub(crate) unsafe fn abandon(heap: *mut LocalHeap) {
         .fetch_add(1, Ordering::Relaxed);
 }
 
-/// Takes a whole orphan heap for a new thread, if any. Its queue is drained
-/// first, so the new owner starts clean.
+/// Takes a whole orphan heap for a new thread that allocates, if any. Its
+/// queue is drained on the new owner's first slow path, as its own queue
+/// would be (a thread whose first call is a free takes no orphan:
+/// `alloc::thread_init_for_free`).
 pub(crate) fn take_orphan() -> Option<*mut LocalHeap> {
     if orphan_count() == 0 {
         return None;

@@ -187,11 +187,27 @@ pub(crate) fn fallback_exists() -> bool {
 /// registers its exit hook. `None` if the thread has exited, is tearing down
 /// its thread-locals, or the OS is out of memory.
 pub(crate) fn thread_init() -> Option<*mut LocalHeap> {
+    thread_init_with(true)
+}
+
+/// [`thread_init`] for a thread whose first call is a free: a new heap,
+/// never an exited thread's. A thread that only frees never reaches an
+/// allocation's slow path, which is what drains a heap's queue and tidies
+/// its pages: an orphan it took would keep every block freed to it (by
+/// any thread, to the exited owner's pages) for as long as the thread
+/// lived, out of reach of the next allocating thread, which maps new
+/// memory instead. The orphan stays on the list for that thread.
+pub(crate) fn thread_init_for_free() -> Option<*mut LocalHeap> {
+    thread_init_with(false)
+}
+
+fn thread_init_with(take_orphan: bool) -> Option<*mut LocalHeap> {
     if current_heap() as usize == EXITED {
         return None;
     }
     crate::fork::install();
-    let heap = match crate::abandon::take_orphan() {
+    let orphan = if take_orphan { crate::abandon::take_orphan() } else { None };
+    let heap = match orphan {
         Some(h) => h,
         None => {
             let h = LocalHeap::create();

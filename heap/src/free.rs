@@ -2,7 +2,7 @@
 //! thread owns it (`free_local`), else into a batch for its owner's remote
 //! queue (`free_remote`).
 
-use crate::alloc::{current_heap, is_live, thread_init};
+use crate::alloc::{current_heap, is_live, thread_init_for_free};
 use crate::block;
 use crate::local_heap::LocalHeap;
 use crate::remote::Inbox;
@@ -73,9 +73,10 @@ unsafe fn free_remote(heap: *mut LocalHeap, owner: *mut LocalHeap, p: *mut u8) {
         let queue = ptr::addr_of!((*owner).queue);
         // A thread that only frees (a collector's) has no heap until now:
         // give it one, for the outgoing batches. Without it every foreign
-        // free would be a CAS on the owner's queue head.
+        // free would be a CAS on the owner's queue head. A new one, not an
+        // exited thread's (`thread_init_for_free`).
         let heap = if heap.is_null() {
-            thread_init().unwrap_or(heap)
+            thread_init_for_free().unwrap_or(heap)
         } else {
             heap
         };

@@ -169,10 +169,14 @@ fn alloc_cold(size: usize, align: usize) -> *mut u8 {
 pub(crate) fn with_fallback<R>(f: impl FnOnce(&mut LocalHeap) -> R) -> Option<R> {
     let mut g = FALLBACK.lock();
     if g.0.is_null() {
-        g.0 = LocalHeap::create();
-        if g.0.is_null() {
+        let heap = LocalHeap::create();
+        if heap.is_null() {
             return None;
         }
+        // A new heap, not yet shared: ours to set up.
+        // SAFETY: as just said.
+        unsafe { (*heap).adopts = false };
+        g.0 = heap;
     }
     // SAFETY: the fallback heap is only ever used under this lock.
     Some(f(unsafe { &mut *g.0 }))

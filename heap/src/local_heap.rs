@@ -62,6 +62,11 @@ pub(crate) struct LocalHeap {
     pub(crate) orphan_next: *mut LocalHeap,
     /// Next heap ever created (written once before publication).
     pub(crate) all_next: *mut LocalHeap,
+    /// Whether `page_alloc` may adopt exited threads' segments: not the
+    /// fallback heap's (`alloc::with_fallback`), which never reaches the
+    /// tidying a thread's heap does; segments it took stayed with it, out
+    /// of reach of the thread that takes the exited heap next.
+    pub(crate) adopts: bool,
 }
 
 /// The inbox of the heap that owns the segment holding `p`.
@@ -107,6 +112,7 @@ impl LocalHeap {
                 page_count: 0,
                 orphan_next: ptr::null_mut(),
                 all_next: ptr::null_mut(),
+                adopts: true,
             });
         }
         let mut head = ALL_HEAPS.load(Ordering::Relaxed);
@@ -417,7 +423,7 @@ impl LocalHeap {
                     seg = (*seg).next;
                 }
             }
-            if tried_orphans || crate::abandon::orphan_count() == 0 {
+            if tried_orphans || !self.adopts || crate::abandon::orphan_count() == 0 {
                 break;
             }
             tried_orphans = true;

@@ -44,7 +44,7 @@ thread_local! {
 #[test]
 fn destructors_after_heap_exit_use_the_fallback_heap() {
     let before = loam_heap::stats();
-    std::thread::spawn(|| {
+    let kept = std::thread::spawn(|| {
         // Registered before the loam heap of this thread exists, so it is
         // destroyed after the heap's exit hook has run.
         LATE.with(|l| *l.borrow_mut() = Some(LateUser { early: Vec::new() }));
@@ -53,6 +53,12 @@ fn destructors_after_heap_exit_use_the_fallback_heap() {
             .map(|_| unsafe { LoamAlloc.alloc(L) } as usize)
             .collect();
         LATE.with(|l| l.borrow_mut().as_mut().unwrap().early = early);
+        // Blocks that outlive the thread: its heap's segment is not empty
+        // when the destructor allocates.
+        // SAFETY: non-zero size.
+        (0..300)
+            .map(|_| unsafe { LoamAlloc.alloc(L) } as usize)
+            .collect::<Vec<_>>()
     })
     .join()
     .unwrap();
@@ -61,6 +67,17 @@ fn destructors_after_heap_exit_use_the_fallback_heap() {
         after.fallback_allocs >= before.fallback_allocs + 500,
         "{after:#?}"
     );
+    // The fallback heap took none of the exited heap's segments: it never
+    // drains or tidies as a thread's heap does, so they would stay with it,
+    // out of reach of the thread that takes the exited heap next.
+    assert_eq!(
+        after.pages_adopted, before.pages_adopted,
+        "the fallback heap adopted an exited thread's segments"
+    );
+    for p in kept {
+        // SAFETY: live blocks from LoamAlloc with layout L, freed once.
+        unsafe { LoamAlloc.dealloc(p as *mut u8, L) };
+    }
     loam_heap::collect();
     loam_heap::assert_valid();
     assert_eq!(loam_heap::stats().allocated_bytes, 0);

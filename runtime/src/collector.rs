@@ -15,13 +15,68 @@ use loam_threadpool::{ThreadPool, ThreadPoolBuilder};
 use parking_lot::{Mutex, MutexGuard};
 use std::cell::Cell;
 use std::io::Write;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// One cycle at a time, process-wide (module docs).
 pub(crate) static CYCLE_LOCK: Mutex<()> = Mutex::new(());
+
+/// The runtime whose cycle holds `CYCLE_LOCK` (0: none), set by
+/// [`Holder`]; and whether that cycle is stuck: its handshake has waited
+/// past its patience for a call on a blocked thread (mirrored from
+/// `Handshake::stuck`, which only the holder's waits change). Another
+/// runtime's mutators read them as they wait for their own cycle, which
+/// cannot begin meanwhile: a call of the holder's may be waiting for one
+/// of them (a scoped thread attached to the other runtime, which pacing
+/// or the heap limit holds), and they give up their wait as a mutator of
+/// the holder's own would (`Shared::wait_at_gate`). Relaxed: polled.
+static HOLDER: AtomicU16 = AtomicU16::new(0);
+pub(crate) static HOLDER_STUCK: AtomicBool = AtomicBool::new(false);
+
+/// Names the runtime whose cycle holds `CYCLE_LOCK`, until dropped (before
+/// the lock guard: declare it after).
+pub(crate) struct Holder;
+
+impl Holder {
+    pub(crate) fn set(id: u16) -> Holder {
+        HOLDER.store(id, Ordering::Relaxed);
+        Holder
+    }
+}
+
+impl Drop for Holder {
+    fn drop(&mut self) {
+        HOLDER_STUCK.store(false, Ordering::Relaxed);
+        HOLDER.store(0, Ordering::Relaxed);
+    }
+}
+
+/// Cycles waiting for `CYCLE_LOCK` (`cycle::cycle`): a stop held up by
+/// calls judges them as it judges its own mutators waiting at its gate
+/// (`Handshake::stop_world`).
+static QUEUED: AtomicUsize = AtomicUsize::new(0);
+
+/// Counts a cycle in [`QUEUED`] while it waits for `CYCLE_LOCK`.
+pub(crate) fn lock_cycle() -> MutexGuard<'static, ()> {
+    QUEUED.fetch_add(1, Ordering::Relaxed);
+    let g = CYCLE_LOCK.lock();
+    QUEUED.fetch_sub(1, Ordering::Relaxed);
+    g
+}
+
+/// Whether a cycle waits for `CYCLE_LOCK` (relaxed: polled).
+pub(crate) fn cycle_queued() -> bool {
+    QUEUED.load(Ordering::Relaxed) != 0
+}
+
+/// Whether another runtime than `id` holds `CYCLE_LOCK` with a stuck cycle
+/// (see [`HOLDER`]).
+pub(crate) fn other_holder_stuck(id: u16) -> bool {
+    let holder = HOLDER.load(Ordering::Relaxed);
+    holder != 0 && holder != id && HOLDER_STUCK.load(Ordering::Relaxed)
+}
 
 /// Runtimes alive whose objects live in loam's pages, changed only under
 /// `CYCLE_LOCK`: while a cycle runs with it at 1, no other runtime has

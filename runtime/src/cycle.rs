@@ -52,7 +52,7 @@
 //! reports the cycle's event. The barrier they rely on, and what holds before the
 //! first object is traced, are in `barrier.rs`.
 
-use crate::collector::{fatal, CYCLE_LOCK, RUNTIMES};
+use crate::collector::{fatal, RUNTIMES};
 use crate::mark;
 use crate::mutator::MutatorShared;
 use crate::runtime::{CallState, Phase, Shared};
@@ -511,7 +511,9 @@ pub(crate) fn cycle(
     gen: &mut Generations,
     snap: &mut Snapshot,
 ) -> (CycleEvent, Vec<String>) {
-    let _one_at_a_time = CYCLE_LOCK.lock();
+    let _one_at_a_time = crate::collector::lock_cycle();
+    // Dropped first: named until the lock goes.
+    let _holder = crate::collector::Holder::set(shared.id);
     // Exited threads' heaps take back the runs earlier sweeps sent them, so
     // that the blocks are reused (live threads do it themselves, at each
     // `mutate`).

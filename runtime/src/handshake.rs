@@ -269,6 +269,10 @@ fn wait<'a>(c: &Condvar, mut g: MutexGuard<'a, Gate>) -> MutexGuard<'a, Gate> {
 fn wait<'a>(c: &Condvar, g: MutexGuard<'a, Gate>) -> MutexGuard<'a, Gate> {
     c.wait(g).unwrap()
 }
+/// How often a stop with no waiter held looks for another runtime's cycle
+/// queued behind it (`stop_world`).
+const QUEUE_POLL: Duration = Duration::from_millis(10);
+
 /// Waits at most `d`; true if it timed out (loom may say so at any time).
 #[cfg(not(loom))]
 fn wait_for<'a>(
@@ -500,6 +504,15 @@ impl Handshake {
         unwait(&mut lock(&self.lock), slot.attached.load(Ordering::Relaxed));
     }
 
+    /// Sets the gate's hint ([`admit_hint`](Self::admit_hint)), and the
+    /// process's copy of whether the cycle holding the cycle lock is stuck
+    /// (`collector::HOLDER_STUCK`): only that cycle's waits set a hint
+    /// (unit tests aside, whose runtimes have no other waiters).
+    fn hint(&self, admit: u64) {
+        self.admit_hint.store(admit, Ordering::Relaxed);
+        crate::collector::HOLDER_STUCK.store(admit != u64::MAX, Ordering::Relaxed);
+    }
+
     /// Whether the gate is open to the mutator of `slot`: a stop waits for
     /// a call under way that may be waiting for it, and it should give up
     /// any wait for the collector and enter.
@@ -673,7 +686,7 @@ impl Handshake {
                     }
                     // Told for a call that has left since: taken back.
                     Some((call, _)) if call != after => {
-                        self.admit_hint.store(u64::MAX, Ordering::Relaxed);
+                        self.hint(u64::MAX);
                         told = None;
                     }
                     // Untold, or only the younger mutators told: look on.
@@ -688,11 +701,11 @@ impl Handshake {
                 }
                 let threads = still().map(|&(s, _)| s.thread()).collect();
                 if let Some(admit) = clock.admits(threads, after, told.is_none()) {
-                    self.admit_hint.store(admit, Ordering::Relaxed);
+                    self.hint(admit);
                     told = Some((after, admit));
                 }
             }
-            self.admit_hint.store(u64::MAX, Ordering::Relaxed);
+            self.hint(u64::MAX);
         }
         self.state.fetch_and(!WATCH, Ordering::Relaxed);
     }
@@ -782,14 +795,26 @@ impl Handshake {
             // call waits on (module docs).
             let oldest = || still().map(|s| s.call_began.load(Ordering::Relaxed)).min();
             // Waiters the gate holds: any while it is shut; the older ones
-            // while it is open to the younger only.
-            let held = |g: &Gate| g.waiting.iter().any(|&n| !g.admits(n));
+            // while it is open to the younger only. Or another runtime's
+            // cycle, queued behind this one for the cycle lock: its
+            // mutators wait for it, and one may be the thread a call here
+            // waits on (they give up once this stop is judged stuck,
+            // `collector::other_holder_stuck`).
+            let held = |g: &Gate| {
+                g.waiting.iter().any(|&n| !g.admits(n)) || crate::collector::cycle_queued()
+            };
             while let Some(after) = oldest() {
                 if !held(&g) {
                     // The clock and the judgement start afresh when a
-                    // waiter is held again.
+                    // waiter is held again. A cycle that queues for the
+                    // cycle lock wakes nobody here: polled (not in loom's
+                    // models, which have one runtime).
                     clock.restart();
-                    g = wait(&self.left, g);
+                    g = if cfg!(loom) {
+                        wait(&self.left, g)
+                    } else {
+                        wait_for(&self.left, g, QUEUE_POLL).0
+                    };
                     continue;
                 }
                 let (g2, due) = clock.wait(after, &self.left, g);
@@ -803,14 +828,14 @@ impl Handshake {
                 {
                     g.open = true;
                     g.admit_after = admit;
-                    self.admit_hint.store(admit, Ordering::Relaxed);
+                    self.hint(admit);
                     self.resumed.notify_all();
                 }
             }
             // Closed under the mutex: admissions before this are visible to
             // the reads of the next round (module docs, 1).
             g.open = false;
-            self.admit_hint.store(u64::MAX, Ordering::Relaxed);
+            self.hint(u64::MAX);
             drop(g);
             fence(Ordering::SeqCst);
         }

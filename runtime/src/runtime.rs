@@ -407,7 +407,11 @@ impl Shared {
     /// mutator attached after the oldest call began waits), whenever it
     /// attached: pacing only bounds the heap, which a
     /// cycle that cannot go on does not shrink, and the call waited for
-    /// may be spinning for this thread's next call. A
+    /// may be spinning for this thread's next call. Either gives up, too,
+    /// when another runtime's cycle holds the process's cycle lock and is
+    /// stuck so (`collector::other_holder_stuck`): this runtime's cycle
+    /// waits behind it, and a call of that runtime may be waiting for this
+    /// thread (one it joins, attached to this runtime). A
     /// program's wait (`Waiter::Program`) has no calls of
     /// its own to go on with: it panics, naming itself, if the cycle stays
     /// stuck on calls that wait for other threads while no thread of the
@@ -470,7 +474,12 @@ impl Shared {
                 if done(&c) {
                     break true;
                 }
-                if self.handshake.gate_admits(slot) || (pacing && self.handshake.stuck()) {
+                // Or another runtime's cycle, which this one's waits behind,
+                // is stuck on its calls: one may be waiting for this thread.
+                if self.handshake.gate_admits(slot)
+                    || (pacing && self.handshake.stuck())
+                    || crate::collector::other_holder_stuck(self.id)
+                {
                     break false;
                 }
                 self.control_cv

@@ -1313,3 +1313,37 @@ fn destructors_cannot_wait_for_another_runtimes_destructors() {
     drop(m);
     drop(b);
 }
+
+/// A call of runtime A joins a scoped thread attached to runtime B while
+/// A's collector waits for the call: B's cycles wait their turn behind
+/// A's (one cycle at a time, process-wide), and the scoped thread's B
+/// calls, held by pacing until B's cycle runs, waited for ever. Once A's
+/// stop is judged stuck on its call (blocked past its patience), B's
+/// mutators go on as A's own would.
+#[test]
+fn a_scoped_thread_of_another_runtime_is_not_held_behind_a_stuck_stop() {
+    let (a, b) = (rt().build(), rt().verify(false).min_heap(1 << 20).build());
+    let freed = within("another runtime's scoped thread behind a stop", move || {
+        let mut m = a.attach();
+        mutate_during_a_stop(&a, &mut m, |_| {
+            std::thread::scope(|s| {
+                s.spawn(|| {
+                    let mut mb = b.attach();
+                    // 64 MiB of garbage: 64 times b's minimum heap.
+                    for _ in 0..1024 {
+                        mb.mutate(|mc| {
+                            for k in 0..64_u64 {
+                                mc.alloc([k; 127]);
+                            }
+                        });
+                    }
+                })
+                .join()
+                .unwrap()
+            })
+        });
+        b.collect();
+        b.stats().bytes_freed
+    });
+    assert!(freed >= 32 << 20, "b freed {freed} bytes");
+}

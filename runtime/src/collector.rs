@@ -252,6 +252,10 @@ pub(crate) fn start(shared: Arc<Shared>) -> JoinHandle<()> {
             let aside = crate::thread_state::aside();
             or_stop(&format!("loam-gc-{id}"), || coordinator(&shared, &pool));
             drop(aside);
+            // The hold this runtime's cycles set is lifted with them: the
+            // heap's purge delay is the program's again (another runtime's
+            // next cycle sets it anew).
+            loam_heap::hold_freed_memory(Duration::ZERO);
             // The last cycle has swept: the finalizer runs what is left.
             shared.finalizer.close();
             let _ = finalizer.join();
@@ -379,7 +383,7 @@ pub(crate) fn trim_within(c: &mut Control, due: Option<Duration>) -> bool {
 /// without this the pages a sweep frees are given back and faulted in again
 /// by the next allocations (a fifth of binary-trees' time, when measured:
 /// docs/perf-log.md). With several runtimes, the one that collected last
-/// sets it.
+/// sets it; a runtime's end lifts it.
 fn hold_freed_memory(interval: Duration) {
     loam_heap::hold_freed_memory((interval * 2).min(Duration::from_secs(1)));
 }

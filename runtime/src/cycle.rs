@@ -501,6 +501,23 @@ fn concurrently(shared: &Shared) -> mark::Limits<'_> {
     }
 }
 
+/// When a cycle's start began, and the heap then: a ragged start that has
+/// to stop the world after all (`Cycle::start_ragged`) hands them to
+/// `Cycle::stop`, whose stop time and start then count its wait.
+pub(crate) struct Begun {
+    start: Instant,
+    heap_before: usize,
+}
+
+impl Begun {
+    fn now(shared: &Shared) -> Begun {
+        Begun {
+            heap_before: shared.heap_used.load(Ordering::Relaxed),
+            start: Instant::now(),
+        }
+    }
+}
+
 /// Runs one cycle (module docs), one phase a function. Returns its event,
 /// and the lines that report what user code panicked in it, which the
 /// caller prints once the cycle lock is let go.
@@ -535,15 +552,15 @@ pub(crate) fn cycle(
     let ragged = if ragged::eligible(shared, forced) {
         Cycle::start_ragged(shared, pool, mark_clear)
     } else {
-        None
+        Err(Begun::now(shared))
     };
     let (mut c, mut m) = match ragged {
-        Some((mut c, mutators, remembered)) => {
+        Ok((mut c, mutators, remembered)) => {
             let m = c.mark_ragged(gen, mutators, &remembered, snap);
             (c, m)
         }
-        None => {
-            let (mut c, mutators, remembered) = Cycle::stop(shared, pool, forced, gen, mark_clear);
+        Err(begun) => {
+            let (mut c, mutators, remembered) = Cycle::stop(shared, pool, forced, gen, mark_clear, begun);
             if c.snapshot_in_pause() {
                 c.snapshot(snap, true);
             }
@@ -617,9 +634,8 @@ impl<'a> Cycle<'a> {
         forced: bool,
         gen: &Generations,
         mark_clear: Option<Duration>,
+        Begun { start, heap_before }: Begun,
     ) -> (Self, Vec<Arc<MutatorShared>>, Vec<usize>) {
-        let heap_before = shared.heap_used.load(Ordering::Relaxed);
-        let start = Instant::now();
         let mut remembered = Vec::new();
         let mutators = stop_world(shared, Some(&mut remembered));
         let stop_time = start.elapsed();

@@ -91,12 +91,14 @@ impl<'a> Cycle<'a> {
     /// mutators and the remembered objects as `Cycle::stop` does; `None`
     /// when it had to stop the world after all (a minor cycle that a
     /// `GcLock` write of unknown owner made full): the world is then
-    /// stopped, `marking` off, and the caller goes on with `Cycle::stop`.
+    /// stopped, `marking` off, and the caller goes on with `Cycle::stop`,
+    /// given when this start began and the heap then (`Begun`), so that
+    /// the cycle's stop and start count the wait for calls made here.
     pub(super) fn start_ragged(
         shared: &'a Shared,
         pool: &'a ThreadPool,
         mark_clear: Option<Duration>,
-    ) -> Option<(Self, Vec<Arc<MutatorShared>>, Vec<usize>)> {
+    ) -> Result<(Self, Vec<Arc<MutatorShared>>, Vec<usize>), super::Begun> {
         let heap_before = shared.heap_used.load(Ordering::Relaxed);
         let start = Instant::now();
         // Phase 0 ran for every cycle that will be full (`full_ahead`).
@@ -162,7 +164,7 @@ impl<'a> Cycle<'a> {
                 clearing: false,
                 remember,
             });
-            return None;
+            return Err(super::Begun { start, heap_before });
         }
         let mut remembered = Vec::new();
         let mutators = {
@@ -191,7 +193,7 @@ impl<'a> Cycle<'a> {
             ragged: true,
             ..Cycle::new(shared, pool, start, heap_before, seal, stop_time, mark_clear)
         };
-        Some((cycle, mutators, remembered))
+        Ok((cycle, mutators, remembered))
     }
 
     /// Step 2 and 3: marks from the roots and `remembered` with the

@@ -501,6 +501,10 @@ fn concurrently(shared: &Shared) -> mark::Limits<'_> {
     }
 }
 
+/// A cycle begun: its state, its runtime's mutators, and the objects the
+/// mark starts from besides the roots (the remembered ones).
+pub(crate) type Started<'a> = (Cycle<'a>, Vec<Arc<MutatorShared>>, Vec<usize>);
+
 /// When a cycle's start began, and the heap then: a ragged start that has
 /// to stop the world after all (`Cycle::start_ragged`) hands them to
 /// `Cycle::stop`, whose stop time and start then count its wait.
@@ -635,7 +639,7 @@ impl<'a> Cycle<'a> {
         gen: &Generations,
         mark_clear: Option<Duration>,
         Begun { start, heap_before }: Begun,
-    ) -> (Self, Vec<Arc<MutatorShared>>, Vec<usize>) {
+    ) -> Started<'a> {
         let mut remembered = Vec::new();
         let mutators = stop_world(shared, Some(&mut remembered));
         let stop_time = start.elapsed();

@@ -98,7 +98,7 @@ impl<'a> Cycle<'a> {
         shared: &'a Shared,
         pool: &'a ThreadPool,
         mark_clear: Option<Duration>,
-    ) -> Result<(Self, Vec<Arc<MutatorShared>>, Vec<usize>), super::Begun> {
+    ) -> Result<super::Started<'a>, super::Begun> {
         let heap_before = shared.heap_used.load(Ordering::Relaxed);
         let start = Instant::now();
         // Phase 0 ran for every cycle that will be full (`full_ahead`).

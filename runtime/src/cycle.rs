@@ -503,12 +503,12 @@ fn concurrently(shared: &Shared) -> mark::Limits<'_> {
 
 /// A cycle begun: its state, its runtime's mutators, and the objects the
 /// mark starts from besides the roots (the remembered ones).
-pub(crate) type Started<'a> = (Cycle<'a>, Vec<Arc<MutatorShared>>, Vec<usize>);
+type Started<'a> = (Cycle<'a>, Vec<Arc<MutatorShared>>, Vec<usize>);
 
 /// When a cycle's start began, and the heap then: a ragged start that has
 /// to stop the world after all (`Cycle::start_ragged`) hands them to
 /// `Cycle::stop`, whose stop time and start then count its wait.
-pub(crate) struct Begun {
+struct Begun {
     start: Instant,
     heap_before: usize,
 }

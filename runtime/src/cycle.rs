@@ -763,6 +763,26 @@ impl<'a> Cycle<'a> {
 
     /// Phase 2, *snapshot*: what the sweep will look at, as of the stop.
     /// Taken once, in the first pause or after it (`in_pause` says which).
+    /// The clock readings a concurrent mark's time leaves out: what the
+    /// cycle has spent waiting for calls and stopping the world
+    /// (`stop_time`) and taking the snapshot (`snap_time`), each counted
+    /// in a field of its own. Read as the mark begins, and given back to
+    /// [`mark_time_since`](Self::mark_time_since) as it ends.
+    fn not_marking(&self) -> Duration {
+        self.stop_time + self.snap_time
+    }
+
+    /// The concurrent part of a mark begun at `start`, when the cycle had
+    /// spent `not_marking` elsewhere (`Cycle::not_marking`), whose pauses
+    /// marked for `pause_mark`: its time less those pauses' marking, the
+    /// waits for calls and stops and the snapshot taken meanwhile.
+    fn mark_time_since(&self, start: Instant, not_marking: Duration, pause_mark: Duration) -> Duration {
+        start
+            .elapsed()
+            .saturating_sub(pause_mark)
+            .saturating_sub(self.not_marking().saturating_sub(not_marking))
+    }
+
     fn snapshot(&mut self, snap: &mut Snapshot, in_pause: bool) {
         if self.snapped {
             return;
@@ -849,6 +869,7 @@ impl<'a> Cycle<'a> {
         m.mutators.clear();
         shared.handshake.resume();
         let conc_start = Instant::now();
+        let not_marking = self.not_marking();
         // Mutators that allocate during the mark pay for it in marking
         // work (`Mutator::assist`), so that the mark ends before the heap
         // reaches where pacing begins (twice its goal, or less under a
@@ -885,7 +906,7 @@ impl<'a> Cycle<'a> {
         // sets mark bits, so neither needs the other done.
         self.snapshot(snap, false);
         let pause_mark = self.terminate(ratio, rest, m);
-        self.concurrent_mark = conc_start.elapsed().saturating_sub(pause_mark);
+        self.concurrent_mark = self.mark_time_since(conc_start, not_marking, pause_mark);
         self.mark_time += self.concurrent_mark + pause_mark;
         // The roots verify mode checks against: those of the world as it
         // stands now.

@@ -21,8 +21,10 @@ pub struct CycleEvent {
     /// and traced only younger ones (see
     /// [`RuntimeBuilder::generational`](crate::RuntimeBuilder::generational)).
     pub minor: bool,
-    /// The mark went on with the mutators running, past the first pause:
-    /// the cycle had two pauses.
+    /// The mark went on with the mutators running: past the first pause
+    /// (the cycle had two pauses or more), or from its start in a ragged
+    /// cycle (`ragged`, which has no pause unless its end falls back to a
+    /// stop).
     pub concurrent: bool,
     /// The mark began and ended with per-mutator handshakes instead of
     /// stops (`RuntimeBuilder::ragged_handshakes`): it paused nothing,
@@ -60,7 +62,9 @@ pub struct CycleEvent {
     /// The snapshot was taken with the mutators running, outside the
     /// pauses.
     pub snapshot_concurrent: bool,
-    /// Time marking, in the pauses and between them.
+    /// Time marking, in the pauses and between them (not the waits for
+    /// calls and stops, `stop`, nor the snapshot, `snapshot`, made while
+    /// the mark ran).
     pub mark: Duration,
     /// The part of `mark` with the mutators running (zero if the mark fit
     /// in the first pause).
@@ -95,7 +99,10 @@ pub struct CycleEvent {
     /// Bytes of old objects after the cycle (the live size after a full
     /// cycle, plus what minor cycles promoted since).
     pub old_bytes: usize,
-    /// GC threads that marked and swept.
+    /// The runtime's GC threads: those that marked in pauses and swept.
+    /// A mark with the mutators running uses
+    /// [`RuntimeBuilder::concurrent_gc_threads`](crate::RuntimeBuilder::concurrent_gc_threads)
+    /// of them.
     pub gc_threads: usize,
     /// Holds of mutators (each interval the collector held one, as it saw
     /// it: see [`GcStats::mutator_pauses`]) that ended since the previous
@@ -233,7 +240,8 @@ pub struct GcStats {
     /// sweeps pages of it, in slices of 1 ms, instead of waiting for the
     /// cycle.
     pub held_assisting: Duration,
-    /// Cycles whose mark went on concurrently, past the first pause.
+    /// Cycles whose mark went on concurrently ([`CycleEvent::concurrent`]:
+    /// ragged cycles included).
     pub concurrent_cycles: u64,
     /// Cycles whose mark began with per-mutator handshakes instead of a
     /// stop ([`CycleEvent::ragged`]).

@@ -209,6 +209,7 @@ impl<'a> Cycle<'a> {
     ) -> Marking {
         let shared = self.shared;
         let mark_start = Instant::now();
+        let not_marking = self.not_marking();
         // The roots as the tables hold them now: a root made or pointed
         // elsewhere since a table was read shades its object
         // (`Mutation::barrier_root`), and what a root held at T and lost
@@ -312,8 +313,8 @@ impl<'a> Cycle<'a> {
             // Not converged: end it as a stopped cycle does.
             self.terminate(ratio, rest, &mut m)
         };
-        self.concurrent_mark = mark_start.elapsed().saturating_sub(pause_mark);
-        self.mark_time = mark_start.elapsed();
+        self.concurrent_mark = self.mark_time_since(mark_start, not_marking, pause_mark);
+        self.mark_time = self.concurrent_mark + pause_mark;
         m
     }
 

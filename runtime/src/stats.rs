@@ -204,6 +204,14 @@ fn mb(b: usize) -> f64 {
 
 /// A runtime's collector statistics, from
 /// [`Runtime::stats`](crate::Runtime::stats).
+///
+/// Read while mutators run or a cycle is under way, its parts are read one
+/// after another, not at one instant: the `held_*` parts may differ from
+/// `mutator_pauses`' total by the holds recorded in between, and `cycles`
+/// and `last` may be a cycle behind the holds. Read with the runtime
+/// idle (after [`Runtime::wait_for_cycle`](crate::Runtime::wait_for_cycle)
+/// with no call under way), or from
+/// [`StatsHandle::wait_final`], they agree.
 #[derive(Clone, Debug, Default)]
 pub struct GcStats {
     /// Cycles completed.

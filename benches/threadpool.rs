@@ -513,7 +513,9 @@ fn paired_bursts(rounds: usize) {
         "burst_fresh_pool",
         median(l),
         median(r),
-        1.0 / median(speed.clone()),
+        // The median of each round's ratio, not the reciprocal of the
+        // speeds' median (with an even count of rounds they differ).
+        median(speed.iter().map(|s| 1.0 / s).collect()),
         rounds_text.join(" "),
         loam_text.join(" ")
     );

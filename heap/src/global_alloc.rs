@@ -86,9 +86,11 @@ unsafe impl GlobalAlloc for LoamAlloc {
 }
 
 /// The size of the block a request of `size` bytes at alignment `align`
-/// gets: its size class, or `size` itself for a span (mimalloc's
-/// `mi_good_size`). Equal to [`usable_size`] of the block `alloc` returns for
-/// the same layout, without allocating.
+/// gets, without allocating: its size class, equal to [`usable_size`] of
+/// the block `alloc` returns for the same layout; or `size` itself for a
+/// span (mimalloc's `mi_good_size`), whose block may be larger (a large
+/// span is whole 64 KiB slices, 262,144 bytes for 200,000; `usable_size`
+/// says).
 ///
 /// # Examples
 /// ```

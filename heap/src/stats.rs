@@ -88,7 +88,7 @@ pub struct HeapStats {
     pub heaps_abandoned: u64,
     /// Thread heaps ever created (they are reused, never unmapped).
     pub heaps_created: u64,
-    /// Segments mapped and unmapped since start.
+    /// Segments mapped since start.
     pub segments_mapped_total: u64,
     /// Segments unmapped since start.
     pub segments_unmapped_total: u64,

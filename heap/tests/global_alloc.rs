@@ -225,8 +225,7 @@ fn allocations_beyond_four_gib_keep_their_size() {
     }
 }
 
-/// A thread-local whose destructor allocates and frees: it may run after the
-/// heap's own exit hook, when the thread has no heap any more.
+/// A thread-local whose destructor allocates and frees as its thread exits.
 #[allow(clippy::vec_box)] // many small heap blocks is the point
 struct AllocatesOnDrop(Vec<Box<[u8; 100]>>);
 
@@ -243,12 +242,17 @@ thread_local! {
 }
 
 #[test]
-fn thread_local_destructors_may_allocate_after_the_heap_exits() {
+fn thread_local_destructors_may_allocate_as_the_thread_exits() {
     let handles: Vec<_> = (0..8)
         .map(|_| {
             std::thread::spawn(|| {
-                // Touch the heap first, then register the late destructor,
-                // so the heap's exit hook is registered (and runs) first.
+                // Touch the heap first, then register the destructor: it
+                // runs before the heap's exit hook (destructors run last
+                // registered first), with the heap still the thread's.
+                // After the hook is `late_tls.rs`'s case: it needs the
+                // destructor registered before the heap exists, which a
+                // program whose global allocator is loam's cannot order
+                // (the thread allocates before its closure runs).
                 let warm = vec![1u8; 64];
                 LATE.with(|l| {
                     *l.borrow_mut() = Some(AllocatesOnDrop(

@@ -44,21 +44,19 @@ fn read_env() {
     if let Some(v) = getenv(c"LOAM_PURGE_DELAY_MS") {
         match v.to_str().ok().and_then(|s| s.trim().parse::<u64>().ok()) {
             Some(ms) => PURGE_DELAY_MS.store(ms, Ordering::Relaxed),
-            None => {
-                warn(b"loam-heap: ignoring LOAM_PURGE_DELAY_MS: not a number of milliseconds\n")
-            }
+            None => warn_value(b"LOAM_PURGE_DELAY_MS", v, b"not a number of milliseconds"),
         }
     }
     if let Some(v) = getenv(c"LOAM_HUGE_PAGES") {
         match v.to_str().ok().and_then(parse_flag) {
             Some(on) => HUGE_PAGES.store(on, Ordering::Relaxed),
-            None => warn(b"loam-heap: ignoring LOAM_HUGE_PAGES: expected 1/0, true/false, on/off or yes/no\n"),
+            None => warn_value(b"LOAM_HUGE_PAGES", v, FLAG_VALUES),
         }
     }
     if let Some(v) = getenv(c"LOAM_GUARD_PAGES") {
         match v.to_str().ok().and_then(parse_flag) {
             Some(on) => GUARD_PAGES.store(on, Ordering::Relaxed),
-            None => warn(b"loam-heap: ignoring LOAM_GUARD_PAGES: expected 1/0, true/false, on/off or yes/no\n"),
+            None => warn_value(b"LOAM_GUARD_PAGES", v, FLAG_VALUES),
         }
     }
 }
@@ -140,6 +138,21 @@ fn getenv(name: &CStr) -> Option<&'static CStr> {
     let p = unsafe { libc::getenv(name.as_ptr()) };
     // SAFETY: non-null results of getenv are NUL-terminated strings.
     (!p.is_null()).then(|| unsafe { CStr::from_ptr(p) })
+}
+
+/// What a flag may read.
+const FLAG_VALUES: &[u8] = b"expected 1/0, true/false, on/off or yes/no";
+
+/// Says that variable `name`'s `value` is ignored and what was `expected`,
+/// as the runtime's warnings do, without allocating: the value's bytes as
+/// they are (up to 64 of them), between quotes.
+fn warn_value(name: &[u8], value: &CStr, expected: &[u8]) {
+    let bytes = value.to_bytes();
+    let shown = &bytes[..bytes.len().min(64)];
+    let more: &[u8] = if shown.len() < bytes.len() { b"...\"" } else { b"\"" };
+    for part in [b"loam-heap: ignoring ", name, b"=\"", shown, more, b": ", expected, b"\n"] {
+        warn(part);
+    }
 }
 
 /// Writes a message to stderr without allocating.

@@ -68,11 +68,29 @@ pub(crate) unsafe fn place(seg: *mut Segment, i: usize, n: usize) {
             crate::fatal("could not remove a guard page (mprotect failed)");
         }
     }
-    if *guarded & (1u64 << last) == 0
+    if *guarded & (1u64 << last) == 0 {
         // SAFETY: the span's tail, which no block uses (caller).
-        && unsafe { os::protect(page_end(last) as *mut u8, os::OS_PAGE, true) }
-    {
-        *guarded |= 1u64 << last;
+        if unsafe { os::protect(page_end(last) as *mut u8, os::OS_PAGE, true) } {
+            *guarded |= 1u64 << last;
+        } else {
+            refused();
+        }
+    }
+}
+
+/// The kernel refused a guard (past `vm.max_map_count`): the page or span
+/// goes unguarded, counted in `stats().unguarded` and said once on stderr,
+/// since a safety setting should not fall away unseen.
+#[cold]
+fn refused() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    static SAID: AtomicBool = AtomicBool::new(false);
+    crate::stats::COUNTERS.unguarded.fetch_add(1, Ordering::Relaxed);
+    if !SAID.swap(true, Ordering::Relaxed) {
+        crate::options::warn(
+            b"loam-heap: the kernel refused a guard page (vm.max_map_count?): \
+              pages and spans past it go unguarded (stats().unguarded counts them)\n",
+        );
     }
 }
 
@@ -82,8 +100,8 @@ pub(crate) unsafe fn place(seg: *mut Segment, i: usize, n: usize) {
 /// # Safety
 /// The mapping is ours and no block will use its last OS page.
 pub(crate) unsafe fn place_huge(base: *mut u8, size: usize) {
-    if tail() != 0 {
-        // SAFETY: the caller's; a refusal leaves it unguarded, harmlessly.
-        let _ = unsafe { os::protect(base.add(size - os::OS_PAGE), os::OS_PAGE, true) };
+    // SAFETY: the caller's; a refusal leaves it unguarded, harmlessly.
+    if tail() != 0 && !unsafe { os::protect(base.add(size - os::OS_PAGE), os::OS_PAGE, true) } {
+        refused();
     }
 }

@@ -18,6 +18,7 @@ pub(crate) struct Counters {
     pub(crate) heaps_abandoned: AtomicU64,
     pub(crate) bytes_decommitted: AtomicU64,
     pub(crate) fallback_allocs: AtomicU64,
+    pub(crate) unguarded: AtomicU64,
 }
 
 pub(crate) static COUNTERS: Counters = Counters {
@@ -28,6 +29,7 @@ pub(crate) static COUNTERS: Counters = Counters {
     heaps_abandoned: AtomicU64::new(0),
     bytes_decommitted: AtomicU64::new(0),
     fallback_allocs: AtomicU64::new(0),
+    unguarded: AtomicU64::new(0),
 };
 
 /// One size class in a [`HeapStats`] snapshot.
@@ -98,6 +100,9 @@ pub struct HeapStats {
     /// (thread-local destructors running after the heap's exit hook), served
     /// by a shared heap under a lock.
     pub fallback_allocs: u64,
+    /// Pages and spans that went without their guard page because the
+    /// kernel refused one (past `vm.max_map_count`), with guard pages on.
+    pub unguarded: u64,
     /// Bytes of freed huge segments kept mapped for reuse (not in
     /// `mapped_bytes`; given back after the purge delay, or by
     /// [`crate::collect`]).
@@ -146,6 +151,7 @@ pub fn stats() -> HeapStats {
         segments_unmapped_total: COUNTERS.segments_unmapped.load(Ordering::Relaxed),
         bytes_decommitted_total: COUNTERS.bytes_decommitted.load(Ordering::Relaxed),
         fallback_allocs: COUNTERS.fallback_allocs.load(Ordering::Relaxed),
+        unguarded: COUNTERS.unguarded.load(Ordering::Relaxed),
         huge_cached_bytes: crate::segment::huge_cached_bytes() as u64,
         segment_cached_bytes: crate::segment_cache::cached_bytes() as u64,
     };

@@ -4,6 +4,8 @@
 //! handlers, children spun for ever in the orphan list's lock.) The scale
 //! is `LOAM_FORK_TEST_FORKS` (default 300).
 
+mod support;
+
 use loam_heap::LoamAlloc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -62,10 +64,7 @@ fn child() -> ! {
 
 #[test]
 fn children_forked_while_threads_allocate_can_allocate() {
-    let forks: usize = std::env::var("LOAM_FORK_TEST_FORKS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(300);
+    let forks = support::knob("LOAM_FORK_TEST_FORKS", 300, 1);
     let stop = Arc::new(AtomicBool::new(false));
     let churners: Vec<_> = (0..2).map(|_| churn(stop.clone())).collect();
     let mut hung = 0;

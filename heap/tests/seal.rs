@@ -6,6 +6,8 @@
 //! The seal epoch is process-wide and one walk runs per epoch, so the
 //! tests that raise it take turns (`ONE_COLLECTOR`).
 
+mod support;
+
 use loam_heap::{alloc_object, for_each_page, PageRef, SealEpoch};
 use std::alloc::GlobalAlloc;
 use std::collections::HashMap;
@@ -16,10 +18,7 @@ static ONE_COLLECTOR: Mutex<()> = Mutex::new(());
 /// Rounds of stop, walk and check: short in CI, `LOAM_SEAL_ROUNDS` by hand
 /// (each round leaks about 0.7 MB of objects).
 fn rounds() -> usize {
-    std::env::var("LOAM_SEAL_ROUNDS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(40)
+    support::knob("LOAM_SEAL_ROUNDS", 40, 1)
 }
 
 /// An object block of `size` bytes with its allocated bit set (leaked: a

@@ -9,6 +9,8 @@
 //!
 //! Size: `LOAM_STRESS_SCALE` (default 1, a few seconds in CI; try 50 by hand).
 
+mod support;
+
 use loam_heap::LoamAlloc;
 use std::alloc::{GlobalAlloc, Layout};
 use std::sync::Mutex;
@@ -36,10 +38,7 @@ struct Obj {
 }
 
 fn scale() -> usize {
-    std::env::var("LOAM_STRESS_SCALE")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1)
+    support::knob("LOAM_STRESS_SCALE", 1, 1)
 }
 
 fn random_layout(r: &mut Rng) -> Layout {

@@ -3,6 +3,8 @@
 //! (`collector_ragged.rs` runs the same cases with the default, ragged
 //! handshakes).
 
+mod support;
+
 fn space(builder: loam_runtime::RuntimeBuilder) -> loam_runtime::RuntimeBuilder {
     builder.ragged_handshakes(false)
 }
@@ -114,10 +116,7 @@ fn stores_while_a_full_cycle_clears_the_marks_keep_what_they_store() {
     let mut m = rt.attach();
     let slots: Root<Slots> = m.mutate(|mc| mc.root(mc.alloc_slice_fill(SLOTS, GcCell::new(None))));
     m.collect(); // the array is old (marked) now
-    let cycles = std::env::var("LOAM_PRECLEAR_CYCLES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(40_usize);
+    let cycles = support::knob("LOAM_PRECLEAR_CYCLES", 40, 1);
     let done = std::sync::atomic::AtomicBool::new(false);
     std::thread::scope(|s| {
         s.spawn(|| {

@@ -17,10 +17,7 @@ type Kept = Rootable!['gc => GcLock<'gc, Vec<Gc<'gc, [u64; 512]>>>];
 
 /// The number in environment variable `name`, or `default`.
 fn knob(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
+    support::knob(name, default, 1)
 }
 
 /// Calls per mutator in the long test: `LOAM_LIMIT_CALLS` (4,000 by

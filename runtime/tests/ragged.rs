@@ -14,6 +14,8 @@
 //!   that cuts the object out before the mark's end looks (deletion
 //!   barriers never pass over what a window call made: `gc::WINDOW_MADE`).
 
+mod support;
+
 use loam_runtime::{
     Gc, GcCell, GcLock, GcStats, GcWeak, GlobalRoot, Mutation, Root, Rootable, Runtime, Trace,
 };
@@ -138,10 +140,7 @@ fn old_board(rt: &Runtime) -> GlobalRoot<BoardRoot> {
 }
 
 fn rounds() -> u64 {
-    std::env::var("LOAM_RAGGED_ROUNDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(3000)
+    support::knob("LOAM_RAGGED_ROUNDS", 3000, 1) as u64
 }
 
 /// Four threads move chains between a shared board's slots (an old

@@ -189,25 +189,23 @@ fn wander<'gc>(rng: &mut Rng, start: Gc<'gc, Obj<'gc>>) -> Gc<'gc, Obj<'gc>> {
 /// `LOAM_TORTURE_GENERATIONAL=0` runs every cycle full (to tell a minor
 /// cycles' fault from another).
 fn generational() -> bool {
-    std::env::var("LOAM_TORTURE_GENERATIONAL").map_or(true, |v| v != "0")
+    support::flag_knob("LOAM_TORTURE_GENERATIONAL", true)
 }
 
 /// Steps between forced cycles (per forcing thread); fewer steps, more full
 /// cycles and fewer minor ones.
 fn force_every() -> usize {
-    std::env::var("LOAM_TORTURE_FORCE_EVERY")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(40)
-        .max(4)
+    support::knob("LOAM_TORTURE_FORCE_EVERY", 40, 4)
 }
 
 /// The seed, `LOAM_TORTURE_SEED` or a fixed default.
 fn seed() -> u64 {
-    std::env::var("LOAM_TORTURE_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0x1008_2026)
+    std::env::var_os("LOAM_TORTURE_SEED").map_or(0x1008_2026, |v| {
+        let v = v.to_string_lossy();
+        v.trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("LOAM_TORTURE_SEED={v:?}: expected a whole number"))
+    })
 }
 
 /// A runtime for the torture: small heaps, so that cycles come often; every
@@ -251,10 +249,7 @@ fn builder_ragged(
 }
 
 fn scale() -> usize {
-    std::env::var("LOAM_TORTURE_SCALE")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1)
+    support::knob("LOAM_TORTURE_SCALE", 1, 1)
 }
 
 /// Verify mode first; then without it, so the sweep takes its fast paths

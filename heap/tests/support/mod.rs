@@ -1,5 +1,8 @@
 //! What the heap's integration tests share.
 
+// Each test binary takes the helpers it needs.
+#![allow(dead_code)]
+
 use std::process::Command;
 
 /// Runs `test` of this test binary again in a child process with `var` set
@@ -20,4 +23,19 @@ pub fn assert_child_dies(test: &str, var: &str, case: &str, want: &[&str]) {
         want.iter().all(|w| stderr.contains(w)),
         "{case}: stderr says {stderr:?}, wanted {want:?}"
     );
+}
+
+/// A test's size knob: the whole number in environment variable `name`, at
+/// least `min`, or `default` when it is unset. A bad value stops the test
+/// with a message: read as the default, or as 0, it ran another test than
+/// the one asked for, or none at all.
+pub fn knob(name: &str, default: usize, min: usize) -> usize {
+    let Some(v) = std::env::var_os(name) else {
+        return default;
+    };
+    let v = v.to_string_lossy();
+    match v.trim().parse::<usize>() {
+        Ok(n) if n >= min => n,
+        _ => panic!("{name}={v:?}: expected a whole number of at least {min}"),
+    }
 }

@@ -26,8 +26,10 @@ use syn::{Attribute, Data, DeriveInput, Fields, Ident, Member, Type};
 ///   whose type names the type itself (`Box<Self>`, `Vec<Node>` inside `Node`)
 ///   counts as `true`: the OR would otherwise be a constant that depends on
 ///   itself, which rustc rejects as a cycle. (Types that reach each other
-///   through two or more definitions still make that cycle; give one of them
-///   a manual impl.)
+///   through two or more definitions still make that cycle, and so does a
+///   field whose type reaches the type through an alias, `type Next<'gc> =
+///   Option<Box<Node<'gc>>>`, which the derive sees only by its name; give
+///   one of them a manual impl, or spell the field's type out.)
 /// - `trace` calls `Trace::trace` on every field of the value (of the active
 ///   variant for an enum), in declaration order.
 /// - Unless the type says `#[trace(unsafe_drop)]`, an impl of a hidden

@@ -894,7 +894,10 @@ where
         }
     }
 
-    /// The entries, in order (see the type's docs), as they are now.
+    /// The entries, in order (see the type's docs), as they are now. A
+    /// removal during the iteration (on this thread, or on another) moves
+    /// the last entry into the removed one's place, so the iteration may
+    /// yield it twice or not at all; never unsound.
     pub fn iter(&self) -> Iter<'gc, K, V> {
         // `len` first, then the array (`list.rs`, module docs).
         let len = self.obj.len.get();

@@ -731,7 +731,9 @@ impl<'gc, T: CellValue + Trace + 'gc> Drop for Run<'_, '_, 'gc, T> {
 /// work, so a large old list changed in place keeps the collector's cycles
 /// minor. Reads take no lock (see the crate docs on threads).
 ///
-/// Index out of range panics with the index and the length, as `Vec` does.
+/// Index out of range panics with the index and the length, as `Vec` does
+/// (the words are the list's own: `GcList::remove index (is 3) should be <
+/// len (is 3)`).
 ///
 /// # Examples
 /// ```
@@ -1140,9 +1142,11 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
     /// Keeps the elements for which `keep` is true, in order.
     ///
     /// # Panics
-    /// If `keep` changes this list (it may read it). If `keep` panics, the
-    /// list keeps the elements it was not asked about yet, and the one it
-    /// panicked on.
+    /// If `keep` changes this list. It may read it, and then sees it being
+    /// compacted: the kept elements before the one asked about already
+    /// moved down, the rest not yet (at the same length). If `keep`
+    /// panics, the list keeps the elements it was not asked about yet, and
+    /// the one it panicked on.
     pub fn retain(&self, mc: &Mutation<'gc>, mut keep: impl FnMut(T) -> bool) {
         /// Closes the gap on every exit: moves the elements not looked at
         /// yet down behind the kept ones, and sets the length.
@@ -1319,6 +1323,10 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
     }
 
     /// The elements, in order, from the array and length as they are now.
+    /// A change to the list during the iteration (on this thread, or on
+    /// another) is seen or not, and one that moves elements (`remove`,
+    /// `insert`) may make it yield one twice or skip one; it is never
+    /// unsound.
     pub fn iter(&self) -> Iter<'gc, T> {
         Iter {
             slots: self.view().1.iter(),

@@ -123,15 +123,28 @@ proptest! {
                         }
                         assert_eq!(w.get(model.len().wrapping_sub(1)).map(|g| *g), model.last().copied());
                     }
-                    // Out of range: the list panics as a Vec does, and is unchanged.
-                    ListOp::Insert(i, v) => {
-                        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| l.insert(mc, i, mc.alloc(v))));
-                        assert!(r.is_err());
-                    }
-                    ListOp::Remove(i) | ListOp::SwapRemove(i) | ListOp::Set(i, _) => {
-                        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| l.remove(mc, i)));
+                    // Out of range: the list panics as a Vec does, with the
+                    // index and then the length, and is unchanged (each
+                    // operation its own call: they check apart).
+                    ListOp::Insert(..) | ListOp::Remove(_) | ListOp::SwapRemove(_) | ListOp::Set(..) => {
+                        let (i, r) = match op {
+                            ListOp::Insert(i, v) => (i, std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                                l.insert(mc, i, mc.alloc(v));
+                            }))),
+                            ListOp::Remove(i) => (i, std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                                l.remove(mc, i);
+                            }))),
+                            ListOp::SwapRemove(i) => (i, std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                                l.swap_remove(mc, i);
+                            }))),
+                            ListOp::Set(i, v) => (i, std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                                l.set(mc, i, mc.alloc(v));
+                            }))),
+                            _ => unreachable!(),
+                        };
                         let msg = *r.unwrap_err().downcast::<String>().unwrap();
-                        assert!(msg.contains(&format!("is {i}")) && msg.contains(&format!("is {len}")), "{msg}");
+                        let (at_i, at_len) = (msg.find(&format!("(is {i})")), msg.rfind(&format!("(is {len})")));
+                        assert!(matches!((at_i, at_len), (Some(a), Some(b)) if a < b), "{msg}");
                     }
                 }
             });

@@ -1565,11 +1565,17 @@ pub(crate) fn over_aligned(align: usize) -> ! {
 }
 
 /// The error for a `size`-byte object the OS had no memory for; gives back
-/// the budget taken for it.
+/// the budget taken for it, and asks for a full cycle before the
+/// mutator's next call as the heap limit does (`collect_for_limit`): the
+/// garbage a cycle frees is memory the OS need not give again. (Without
+/// it, a program with no heap limit met the OS's refusal with no cycle
+/// to come, however much of its heap was garbage.)
 #[cold]
 #[inline(never)]
 fn out_of_memory<T>(m: &Mutator, value: T, size: usize) -> AllocError<T> {
     m.give_back(size);
+    m.shared().request(true);
+    m.limit_hit.set(true);
     AllocError {
         value,
         size,

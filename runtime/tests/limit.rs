@@ -348,3 +348,88 @@ fn a_call_at_the_limit_does_not_wait_for_the_on_cycle_hook() {
     assert!(tries > 0, "the hook ran before the call allocated");
     assert!(failed, "the limit was met after the hook began");
 }
+
+/// An allocation the OS refuses (here under `RLIMIT_AS`, with no heap
+/// limit and the goal off, so that no cycle comes otherwise) is an `Err`,
+/// and asks for a full cycle before the mutator's next call, as the heap
+/// limit does: the heap was garbage, and the next call's allocation fits.
+/// It used to find no cycle run and fail again (child process: the limit
+/// is the process's).
+#[cfg(target_os = "linux")]
+#[test]
+fn an_allocation_the_os_refuses_collects_before_the_next_call() {
+    const CHILD: &str = "LOAM_LIMIT_OS_CHILD";
+    if std::env::var_os(CHILD).is_none() {
+        let out = support::alone(
+            "an_allocation_the_os_refuses_collects_before_the_next_call",
+            &[(CHILD, "1")],
+        )
+        .output()
+        .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success(),
+            "the child failed ({}):\n{stderr}",
+            out.status
+        );
+        assert!(
+            stdout.contains("refused, then fitted after"),
+            "{stdout}\n{stderr}"
+        );
+        return;
+    }
+    let rt = Runtime::builder()
+        .ignore_env()
+        .gc_threads(1)
+        .gc_percent(u32::MAX)
+        .verify(false)
+        .build();
+    let mut m = rt.attach();
+    m.mutate(|mc| {
+        mc.alloc([0_u64; 128]);
+    });
+    // A cycle first: the collector's threads start (and map their stacks)
+    // before the limit.
+    m.collect();
+    let before = rt.stats().cycles;
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let vm_kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmSize:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap();
+    let mut saved = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `saved` is a valid out-pointer.
+    assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut saved) }, 0);
+    // 64 MiB more than the process has mapped: the heap's segments take
+    // it, with a few MiB left over for the collector's own lists.
+    let tight = libc::rlimit {
+        rlim_cur: ((vm_kib << 10) + (64 << 20)).min(saved.rlim_max),
+        rlim_max: saved.rlim_max,
+    };
+    // SAFETY: `tight` is a valid rlimit for the call to read.
+    assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_AS, &tight) }, 0);
+    let mut refused = false;
+    for _ in 0..100_000 {
+        refused = m.mutate(|mc| (0..64).any(|_| mc.try_alloc([0_u64; 128]).is_err()));
+        if refused {
+            break;
+        }
+    }
+    let cycles = rt.stats().cycles;
+    let fitted = refused && m.mutate(|mc| mc.try_alloc([1_u64; 128]).is_ok());
+    let after = rt.stats().cycles;
+    // SAFETY: `saved` is a valid rlimit for the call to read.
+    assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_AS, &saved) }, 0);
+    assert!(refused, "the OS never refused: case not met");
+    assert_eq!(cycles, before, "a cycle ran before the refusal");
+    assert!(
+        fitted,
+        "the next call's allocation failed too ({after} cycles)"
+    );
+    println!("refused, then fitted after {after} cycle(s)");
+}

@@ -15,21 +15,40 @@
 //! the child (their threads do not exist there); blocks the child frees
 //! into them wait in their queues. jemalloc and glibc do the same.
 
-use std::sync::Once;
+use crate::spin::SpinLock;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// The handlers are registered (once per process: twice, a fork would take
+/// every lock twice and wait for itself).
+static INSTALLED: AtomicBool = AtomicBool::new(false);
+/// Held while one thread registers them.
+static INSTALLING: SpinLock<()> = SpinLock::new(());
 
 /// Registers the handlers, once per process (the first thread heap calls
-/// this).
+/// this; a registration that failed is tried again by the next).
 pub(crate) fn install() {
-    static INSTALLED: Once = Once::new();
-    INSTALLED.call_once(|| {
-        // SAFETY: the three handlers are `extern "C" fn()` that take and
-        // release the heap's spin locks (the child's also unmaps the
-        // segments a parent's walk kept, with no other thread alive).
-        let rc = unsafe { libc::pthread_atfork(Some(prepare), Some(release), Some(child)) };
-        // It fails only without memory for the registration: then a child
-        // may hang as before, and the parent is unaffected.
-        debug_assert_eq!(rc, 0, "heap: pthread_atfork failed");
-    });
+    if INSTALLED.load(Ordering::Acquire) {
+        return;
+    }
+    let _one = INSTALLING.lock();
+    if INSTALLED.load(Ordering::Relaxed) {
+        return;
+    }
+    // SAFETY: the three handlers are `extern "C" fn()` that take and
+    // release the heap's spin locks (the child's also unmaps the
+    // segments a parent's walk kept, with no other thread alive).
+    let rc = unsafe { libc::pthread_atfork(Some(prepare), Some(release), Some(child)) };
+    if rc == 0 {
+        INSTALLED.store(true, Ordering::Release);
+    } else {
+        // Without memory for the registration (its only failure). Inside
+        // the allocator: no panic, no allocation; a child forked before a
+        // later try succeeds may hang as it would without the handlers.
+        crate::options::warn(
+            b"loam-heap: pthread_atfork failed (out of memory): a child forked now may hang \
+              in the allocator; tried again with the next thread's heap\n",
+        );
+    }
 }
 
 /// Before `fork`: takes every global lock, in nesting order.

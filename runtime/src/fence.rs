@@ -124,15 +124,27 @@ mod real {
         );
         #[cfg(target_os = "linux")]
         {
-            // SAFETY: `membarrier` takes no pointers; this process is
-            // registered for it (`available`, just checked).
-            let r = unsafe {
-                libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0)
-            };
-            // It cannot fail once registered; if it ever did, no hot side
-            // could be trusted: stop the process rather than race.
-            if r != 0 {
-                crate::collector::fatal("membarrier failed after registration");
+            // Registered, it fails only for want of the kernel's memory
+            // for a CPU mask (`ENOMEM`, with off-stack CPU masks) or on a
+            // signal: tried again, for up to ten seconds. Any other failure,
+            // or memory that never comes back, and no hot side could be
+            // trusted: stop the process rather than race.
+            let start = std::time::Instant::now();
+            loop {
+                // SAFETY: `membarrier` takes no pointers; this process is
+                // registered for it (`available`, just checked).
+                let r = unsafe {
+                    libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0)
+                };
+                if r == 0 {
+                    break;
+                }
+                let e = std::io::Error::last_os_error();
+                let again = matches!(e.raw_os_error(), Some(libc::ENOMEM | libc::EINTR));
+                if !again || start.elapsed() > std::time::Duration::from_secs(10) {
+                    crate::collector::fatal(&format!("membarrier failed after registration: {e}"));
+                }
+                std::thread::sleep(std::time::Duration::from_millis(1));
             }
         }
     }

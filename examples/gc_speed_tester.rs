@@ -460,42 +460,6 @@ fn parse_cpus(list: &str) -> Result<Vec<usize>, String> {
     Ok(cpus)
 }
 
-/// Restricts this process (and the threads it starts after) to `cpus`.
-fn set_affinity(cpus: &[usize]) -> Result<(), String> {
-    // SAFETY: a zeroed cpu_set_t is the empty set; CPU_SET and
-    // sched_setaffinity take a valid pointer to it.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        for &c in cpus {
-            if c >= libc::CPU_SETSIZE as usize {
-                return Err(format!("--cpus: CPU {c} is out of range"));
-            }
-            libc::CPU_SET(c, &mut set);
-        }
-        if libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) != 0 {
-            return Err(format!(
-                "--cpus: cannot run on {cpus:?}: {}",
-                std::io::Error::last_os_error()
-            ));
-        }
-    }
-    Ok(())
-}
-
-/// The CPUs this process may run on.
-fn allowed_cpus() -> Vec<usize> {
-    // SAFETY: as in `set_affinity`; CPU_ISSET reads the set it was given.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        if libc::sched_getaffinity(0, std::mem::size_of_val(&set), &mut set) != 0 {
-            return (0..std::thread::available_parallelism().map_or(1, |n| n.get())).collect();
-        }
-        (0..libc::CPU_SETSIZE as usize)
-            .filter(|&c| libc::CPU_ISSET(c, &set))
-            .collect()
-    }
-}
-
 /// Peak RSS (KiB) and user and system CPU seconds of this process. The
 /// peak is `VmHWM`, this program's own high-water mark: `ru_maxrss` would
 /// carry the forking parent's peak across `exec` into a `--compare` child.
@@ -560,9 +524,9 @@ fn test_task<'s>(scope: &ManagedScope<'s>, m: &mut Mutator, shared: &'s Shared<'
 /// Runs the workers for `seconds` (or until Ctrl-C) and reports.
 fn run(cli: &Cli, seconds: f64) -> Result<Report, String> {
     if let Some(list) = &cli.cpus {
-        set_affinity(&parse_cpus(list)?)?;
+        support::set_affinity(&parse_cpus(list)?).map_err(|e| format!("--cpus: {e}"))?;
     }
-    let cpus = allowed_cpus();
+    let cpus = support::allowed_cpus();
     let workers = cli.workers.map_or(cpus.len(), usize::from).max(1);
     // SAFETY: the handler only stores to an atomic (async-signal-safe).
     unsafe { libc::signal(libc::SIGINT, on_sigint as *const () as libc::sighandler_t) };
@@ -806,7 +770,7 @@ fn child(setup: Setup, cpus: &[usize], seconds: f64) -> Result<Report, String> {
 }
 
 fn compare(cli: &Cli, seconds: f64) -> Result<(), String> {
-    let all = allowed_cpus();
+    let all = support::allowed_cpus();
     let cpu_sets = [all[..1].to_vec(), all.clone()];
     // One configuration per row and CPU set; `reports[h][c]` its runs.
     let setups = Setup::all();

@@ -129,6 +129,11 @@ fn run_child(cli: &Cli, version: &str) -> Result<(), String> {
     let threads = if multi {
         std::thread::available_parallelism().map_or(1, |n| n.get())
     } else {
+        // One core: the whole process, so that loam's collector threads
+        // (one per CPU by default) free on the same core as the worker,
+        // as a plain heap frees inline.
+        let first = support::allowed_cpus()[..1].to_vec();
+        support::set_affinity(&first)?;
         1
     };
     let (tasks, n) = (cli.tasks, cli.objects);
@@ -141,14 +146,19 @@ fn run_child(cli: &Cli, version: &str) -> Result<(), String> {
             .map_err(|e| e.to_string())?;
         start = Instant::now();
         let per = tasks.div_ceil(threads as u64);
-        pool.broadcast(|m, ctx| {
-            let from = ctx.index() as u64 * per;
-            (from..(from + per).min(tasks))
-                .map(|t| task_gc(m, t * n, n))
-                .sum::<u64>()
-        })
-        .iter()
-        .sum()
+        let sum = pool
+            .broadcast(|m, ctx| {
+                let from = ctx.index() as u64 * per;
+                (from..(from + per).min(tasks))
+                    .map(|t| task_gc(m, t * n, n))
+                    .sum::<u64>()
+            })
+            .iter()
+            .sum();
+        // The cycles the run asked for free its last lists: timed, as the
+        // plain heaps' frees are.
+        rt.wait_for_cycle();
+        sum
     } else {
         let heap = heap(version).ok_or_else(|| format!("no heap {version}"))?;
         let pool = loam::threadpool::ThreadPoolBuilder::new()

@@ -103,3 +103,41 @@ pub fn quiet_sigpipe() {
     // SAFETY: restores the default action of one signal; no handler runs.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
 }
+
+/// Restricts this process (and the threads it starts after) to `cpus`.
+#[allow(dead_code)] // not every example pins
+pub fn set_affinity(cpus: &[usize]) -> Result<(), String> {
+    // SAFETY: a zeroed cpu_set_t is the empty set; CPU_SET and
+    // sched_setaffinity take a valid pointer to it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        for &c in cpus {
+            if c >= libc::CPU_SETSIZE as usize {
+                return Err(format!("CPU {c} is out of range"));
+            }
+            libc::CPU_SET(c, &mut set);
+        }
+        if libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) != 0 {
+            return Err(format!(
+                "cannot run on {cpus:?}: {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The CPUs this process may run on.
+#[allow(dead_code)]
+pub fn allowed_cpus() -> Vec<usize> {
+    // SAFETY: as in `set_affinity`; CPU_ISSET reads the set it was given.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of_val(&set), &mut set) != 0 {
+            return (0..std::thread::available_parallelism().map_or(1, |n| n.get())).collect();
+        }
+        (0..libc::CPU_SETSIZE as usize)
+            .filter(|&c| libc::CPU_ISSET(c, &set))
+            .collect()
+    }
+}

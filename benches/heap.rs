@@ -11,8 +11,9 @@
 //!   (the collector pattern: every free is remote), repeated;
 //! - `larson`: Larson and Krishnan's server benchmark at two threads: each
 //!   replaces random slots of a 2,000-slot array (16 – 256 bytes) and every
-//!   4,000 replacements the two swap arrays, so that most frees are of the
-//!   other thread's blocks (`examples/alloc_bench.rs` runs the full size,
+//!   4,000 replacements the two swap arrays, so that about 37% of the frees
+//!   are of the other thread's blocks (the ring of `alloc_bench`'s larson,
+//!   not mimalloc-bench's shape) (`examples/alloc_bench.rs` runs the full size,
 //!   at 1 and 2 threads). snmalloc and TCMalloc (`libtcmalloc_minimal`, where
 //!   it is installed) run beside the others here.
 //!

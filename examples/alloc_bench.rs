@@ -1066,17 +1066,25 @@ mod xmalloc {
 // larson
 // ---------------------------------------------------------------------------
 
-/// Larson and Krishnan's server benchmark, in mimalloc-bench's shape: each
+/// Larson and Krishnan's server benchmark, as a ring of live threads: each
 /// thread keeps an array of `SLOTS` blocks and replaces a random one again
 /// and again (free the old block, allocate one of 16 – 256 bytes); after
-/// every `EPOCH` replacements the threads hand their arrays on around a
-/// ring, so that from then on most frees are of blocks another thread
-/// allocated. (mimalloc-bench's larson hands an array to a new thread when
-/// the old one exits; a ring of live threads has the same frees and keeps
-/// thread start-up out of the time.) The total of replacements (10,000,000
-/// × scale) is split over the threads, so Mops/s compares across thread
-/// counts. At one thread the array comes back to the same thread: no free
-/// is remote. ops = replacements.
+/// every `EPOCH` replacements the threads hand their arrays on around the
+/// ring. A slot's block is the previous holder's until it is replaced in
+/// the new epoch: at two threads about 37% of the frees are remote (half
+/// the slots on average are not yet replaced when drawn, over an epoch of
+/// twice the slots, and 86% of those were the previous holder's). The
+/// total of replacements (10,000,000 × scale) is split over the threads,
+/// so Mops/s compares across thread counts. At one thread the array comes
+/// back to the same thread: no free is remote. ops = replacements.
+///
+/// Not mimalloc-bench's larson (`larson 5 8 1000 5000 100 4141 N`: blocks
+/// of 8 – 1,000 bytes, 5,000 slots a thread, each array handed to a new
+/// thread as the old one exits after 500,000 replacements, so about 1% of
+/// its frees are remote, to exited threads' heaps): this one stresses the
+/// cross-thread frees between live threads about 40 times as hard, and
+/// keeps thread start-up out of the time. Its figures do not compare with
+/// published larson results.
 mod larson {
     use super::*;
 

@@ -105,6 +105,9 @@ where
             )
         })
         .collect();
+    // A pool in a forked child refuses with a panic, as documented, before
+    // the guard below would turn it into an abort.
+    crate::forked::refuse_since(registry.born);
     // Between the first push and the wait, other workers point into `jobs`.
     let abort = AbortIfPanic("panic while a broadcast was in flight");
     for (index, job) in jobs.iter().enumerate() {

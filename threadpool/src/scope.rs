@@ -102,7 +102,13 @@ where
     // SAFETY: the latch lives on this frame until the wait below returns.
     unsafe { CountLatch::set(&scope.latch, &worker.registry().sleep) };
     worker.wait_until(&scope.latch.core);
-    scope.propagate_panic();
+    if let Some(payload) = scope.take_panic() {
+        // The body's result is dropped before the task's panic is resumed,
+        // and quietly: dropped by that unwind, a `Drop` that panics would
+        // abort the process (`join` and `broadcast` do the same).
+        unwind::drop_quietly(result);
+        unwind::resume_unwinding(payload);
+    }
     result.expect("pool: scope body neither returned nor panicked")
 }
 
@@ -149,6 +155,9 @@ impl<'scope> Scope<'scope> {
     where
         BODY: FnOnce(&Scope<'scope>) + Send + 'scope,
     {
+        // Before the count rises: a refusal after it (a pool in a forked
+        // child) would leave the scope waiting for a task never queued.
+        crate::forked::refuse_since(self.registry.born);
         self.latch.increment();
         let scope = ScopePtr(self);
         let job = move || {
@@ -187,14 +196,13 @@ impl<'scope> Scope<'scope> {
     }
 
     /// Resumes the recorded panic, if any. Owner only, after the latch.
-    fn propagate_panic(&self) {
+    /// The first panic recorded, if any, taken out of the scope.
+    fn take_panic(&self) -> Option<Payload> {
         let panic = self.panic.swap(ptr::null_mut(), Ordering::Acquire);
-        if !panic.is_null() {
-            // SAFETY: non-null values come from `record_panic`'s `into_raw`;
-            // the swap made us its only owner.
-            let payload = unsafe { *Box::from_raw(panic) };
-            unwind::resume_unwinding(payload);
-        }
+        // Non-null values come from `record_panic`'s `into_raw`; the swap
+        // made us its only owner.
+        // SAFETY: as just said.
+        (!panic.is_null()).then(|| unsafe { *Box::from_raw(panic) })
     }
 }
 

@@ -311,3 +311,31 @@ fn join_and_broadcast_panics_whose_payloads_panic_when_dropped_reach_the_caller(
         },
     );
 }
+
+/// A scope whose task panics and whose body returned a value that panics
+/// when dropped: the task's panic reaches the caller. The value was
+/// dropped by that panic's unwind, and its panic there aborted the process.
+#[test]
+fn a_scopes_result_that_panics_when_dropped_during_a_tasks_panic_is_dropped_quietly() {
+    within("a scope whose result panics when dropped", || {
+        struct PanicsOnDrop;
+        impl Drop for PanicsOnDrop {
+            fn drop(&mut self) {
+                panic!("the scope's result panics as it is dropped");
+            }
+        }
+        let pool = pool(2);
+        let r = panic::catch_unwind(AssertUnwindSafe(|| {
+            pool.scope(|s| {
+                s.spawn(|_| panic!("a task's panic"));
+                PanicsOnDrop
+            })
+        }));
+        let payload = match r {
+            Ok(_) => panic!("the scope returned with a task's panic"),
+            Err(p) => p,
+        };
+        assert_eq!(message(payload), "a task's panic");
+        assert_eq!(pool.install(|| 7), 7);
+    });
+}

@@ -178,6 +178,67 @@ fn a_pool_in_a_forked_child_refuses_with_a_message_and_its_drop_returns() {
     );
 }
 
+/// A child forked on a worker (inside `install`): its one thread is that
+/// worker, and a `broadcast` there went straight to the workers' inboxes
+/// under the in-flight guard, which turned the documented refusal into an
+/// abort. It panics with the message now, before anything is queued.
+#[cfg(unix)]
+#[test]
+fn a_broadcast_in_a_child_forked_on_a_worker_refuses_with_a_message() {
+    const CHILD: &str = "LOAM_POOL_FORK_WORKER_CHILD";
+    if std::env::var_os(CHILD).is_none() {
+        let out = support::alone(
+            "a_broadcast_in_a_child_forked_on_a_worker_refuses_with_a_message",
+            &[(CHILD, "1")],
+        )
+        .output()
+        .unwrap();
+        assert!(
+            out.status.success(),
+            "the child failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        return;
+    }
+    let pool = loam_threadpool::ThreadPoolBuilder::new()
+        .num_threads(2)
+        .build()
+        .unwrap();
+    let status = pool.install(|| {
+        // `fork` takes no pointers. The child only runs the code below and
+        // leaves with `_exit`.
+        // SAFETY: as just said.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork failed");
+        if pid == 0 {
+            let r = std::panic::catch_unwind(|| loam_threadpool::broadcast(|_| 1));
+            let refused = match r {
+                Err(p) => p
+                    .downcast_ref::<&str>()
+                    .copied()
+                    .or(p.downcast_ref::<String>().map(String::as_str))
+                    .is_some_and(|s| s.contains("forked after the pool was built")),
+                Ok(_) => false,
+            };
+            // SAFETY: ends the child at once, running nothing of the parent's.
+            unsafe { libc::_exit(if refused { 0 } else { 3 }) };
+        }
+        let mut status = 0;
+        // SAFETY: `status` is a valid out-pointer; `pid` is our child.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        status
+    });
+    assert!(
+        libc::WIFEXITED(status),
+        "the child did not exit (status {status:#x}): it aborted?"
+    );
+    assert_eq!(
+        libc::WEXITSTATUS(status),
+        0,
+        "broadcast in the forked child did not refuse"
+    );
+}
+
 /// Drops `pool` on a thread of its own and waits for the drop to return,
 /// failing the test after a minute (a hang, not a slow machine).
 fn drop_within_a_minute(pool: loam_threadpool::ThreadPool, what: &str) {

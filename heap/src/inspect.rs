@@ -560,8 +560,12 @@ impl<'a> PageRef<'a> {
 /// `page` is a live page descriptor (its first, for a span).
 pub(crate) unsafe fn pending_bitmap<'a>(page: *mut Page, words: usize) -> &'a [AtomicU64] {
     let seg = segment::segment_of(page.cast());
-    // SAFETY: live (caller).
-    let slice = (unsafe { (*page).start } - seg as usize) >> SLICE_SHIFT;
+    // The slice from the descriptor's place, not from its `start`: a walk
+    // may look at a page its owner is setting up, and `start` is a plain
+    // field the owner writes (a read of it then raced, and a first set-up's
+    // 0 wrapped round). A page's first slice is its descriptor's index,
+    // huge pages included (their offset is whole slices).
+    let slice = (page as usize - seg as usize - std::mem::offset_of!(Segment, pages)) / std::mem::size_of::<Page>();
     let words = words.min(PENDING_BYTES_PER_SLICE / 8);
     // SAFETY: the pending bitmap of slice `slice` lies in the segment header,
     // `PENDING_BYTES_PER_SLICE` bytes of atomics (zero-initialized by mmap).

@@ -789,7 +789,7 @@ fn paired(rounds: usize) {
         .unwrap_or(300),
     );
     println!(
-        "{rounds} rounds after {} ms of warm-up; median ms, median per-round ratio loam/std (lower is better)",
+        "{rounds} rounds after {} ms of warm-up; median ms, median per-round ratio loam/std and ratio of the rounds' totals (lower is better)",
         warmup.as_millis()
     );
     for (case, mut contenders) in cases(&m, &locks, &list, &refill, &v, &keys) {
@@ -838,8 +838,13 @@ fn paired(rounds: usize) {
         let mut line = format!("{case:13} loam {:8.1}", median(times[0].clone()));
         for i in 1..n {
             let ratio = median(times[0].iter().zip(&times[i]).map(|(a, b)| a / b).collect());
+            // And the ratio of the rounds' totals: a cycle falls in some
+            // rounds only (the one whose call asked for it waits for it),
+            // so the median round may have none; the totals carry every
+            // cycle's cost.
+            let total = times[0].iter().sum::<f64>() / times[i].iter().sum::<f64>();
             line += &format!(
-                "  {} {:8.1} ({ratio:.2}x)",
+                "  {} {:8.1} ({ratio:.2}x, totals {total:.2}x)",
                 contenders[i].0,
                 median(times[i].clone())
             );

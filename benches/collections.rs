@@ -807,8 +807,7 @@ fn paired(rounds: usize) {
             // contenders' each the same way, one run per round).
             let mut want = None;
             let mut t = vec![0.0; n];
-            for k in 0..n {
-                let i = (round + k) % n;
+            for i in support::round_order(round, n) {
                 let start = Instant::now();
                 let got = black_box((contenders[i].1)());
                 // A loam run ends when the cycles it asked for have swept:

@@ -434,8 +434,7 @@ fn paired(rounds: usize) {
         let mut wall = vec![0.0; n];
         for round in 0..=rounds {
             let mut t = vec![1.0; n];
-            for k in 0..n {
-                let i = (round + k) % n;
+            for i in support::round_order(round, n) {
                 if !listed(only.as_deref(), runs[i].0) {
                     continue;
                 }

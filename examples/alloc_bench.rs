@@ -1876,8 +1876,8 @@ fn main() {
         for &threads in counts {
             let mut samples: BTreeMap<AllocKind, Vec<Sample>> = BTreeMap::new();
             for round in 0..cli.rounds as usize {
-                for i in 0..allocs.len() {
-                    let kind = allocs[(i + round) % allocs.len()];
+                for i in support::round_order(round, allocs.len()) {
+                    let kind = allocs[i];
                     let (sample, note) =
                         measure(kind, workload, threads, &params, &mut live, rss, &mut kept);
                     if cli.verbose {

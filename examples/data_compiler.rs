@@ -210,8 +210,7 @@ fn main() {
     // figures[heap]: (ms, peak KiB, checksum) per round.
     let mut figures = vec![Vec::new(); HEAPS.len()];
     for round in 0..rounds {
-        for k in 0..HEAPS.len() {
-            let h = (round + k) % HEAPS.len();
+        for h in support::round_order(round, HEAPS.len()) {
             eprint!(
                 "\rround {}/{rounds}: {} ...          ",
                 round + 1,

@@ -784,13 +784,8 @@ fn compare(cli: &Cli, seconds: f64) -> Result<(), String> {
         // drift of the machine over the run (warming, another load) then
         // falls on each configuration alike, where a rotation alone kept
         // each near the same place in every round.
-        for k in 0..configs.len() {
-            let k = if round % 2 == 1 {
-                configs.len() - 1 - k
-            } else {
-                k
-            };
-            let (h, c) = configs[(round + k) % configs.len()];
+        for i in support::round_order(round, configs.len()) {
+            let (h, c) = configs[i];
             if !cli.json {
                 eprint!(
                     "\rround {}/{rounds}: {} on {} ...          ",

@@ -212,8 +212,8 @@ fn main() {
         .collect();
     let rounds = usize::from(cli.rounds);
     for round in 0..rounds {
-        for k in 0..runs.len() {
-            let (v, m) = runs[(round + k) % runs.len()];
+        for i in support::round_order(round, runs.len()) {
+            let (v, m) = runs[i];
             eprint!(
                 "\rround {}/{rounds}: {} {} ...          ",
                 round + 1,

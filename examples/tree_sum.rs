@@ -438,8 +438,7 @@ fn main() {
     // times[version][phase]: one figure per round.
     let mut times = vec![vec![Vec::new(); PHASES.len()]; names.len()];
     for round in 0..usize::from(cli.rounds) {
-        for k in 0..names.len() {
-            let v = (round + k) % names.len();
+        for v in support::round_order(round, names.len()) {
             eprint!(
                 "\rround {}/{}: {} ...            ",
                 round + 1,

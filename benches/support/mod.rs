@@ -85,3 +85,16 @@ pub fn peak_rss_kb() -> Option<u64> {
                 .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         })
 }
+
+/// The order of `n` contenders in round `round`: rotated by one each
+/// round, and backwards in odd rounds. A rotation alone gives each
+/// contender the same predecessor in every round, so whatever one run
+/// leaves behind (memory given back late, a cycle still sweeping, a
+/// warmed cache) lands on the same contender every time.
+#[allow(dead_code)]
+pub fn round_order(round: usize, n: usize) -> impl Iterator<Item = usize> {
+    (0..n).map(move |k| {
+        let k = if round % 2 == 1 { n - 1 - k } else { k };
+        (round + k) % n
+    })
+}

@@ -8,7 +8,7 @@ use std::alloc::{GlobalAlloc, System};
 #[allow(dead_code)]
 #[path = "../../benches/support/mod.rs"]
 mod common;
-pub use common::median;
+pub use common::{median, round_order};
 
 /// This process's peak resident set in KiB (0 where `/proc` does not say).
 pub fn peak_rss_kb() -> u64 {

@@ -190,12 +190,17 @@ fn or_stop(thread: &str, body: impl FnOnce()) {
 pub(crate) fn start(shared: Arc<Shared>) -> JoinHandle<()> {
     /// The end of a runtime's collector, the coordinator's last act, or a
     /// start's that fails on the way (dropped then, with the coordinator's
-    /// closure if its thread would not start): the finalizer told to stop,
-    /// the runtime's count in `RUNTIMES` and its id given back.
-    struct Undo(Arc<Shared>);
+    /// closure if its thread would not start): the finalizer told to stop
+    /// and joined (once it started: its thread names the id, which is
+    /// given back only after it), the runtime's count in `RUNTIMES` and
+    /// its id given back.
+    struct Undo(Arc<Shared>, Option<JoinHandle<()>>);
     impl Drop for Undo {
         fn drop(&mut self) {
             self.0.finalizer.close();
+            if let Some(finalizer) = self.1.take() {
+                let _ = finalizer.join();
+            }
             if self.0.space.alloc_space().is_none() {
                 RUNTIMES.fetch_sub(1, Ordering::Relaxed);
             }
@@ -210,7 +215,7 @@ pub(crate) fn start(shared: Arc<Shared>) -> JoinHandle<()> {
             RUNTIMES.fetch_add(1, Ordering::Relaxed);
         }
     }
-    let undo = Undo(shared.clone());
+    let mut undo = Undo(shared.clone(), None);
     let pool = ThreadPoolBuilder::new()
         .num_threads(shared.config.gc_threads)
         .thread_name(move |i| format!("loam-gc-{id}-{i}"))
@@ -228,7 +233,7 @@ pub(crate) fn start(shared: Arc<Shared>) -> JoinHandle<()> {
         })
         .build()
         .expect("loam: could not start the GC threads");
-    let finalizer = {
+    undo.1 = Some({
         let shared = shared.clone();
         std::thread::Builder::new()
             .name(format!("loam-finalizer-{id}"))
@@ -242,7 +247,7 @@ pub(crate) fn start(shared: Arc<Shared>) -> JoinHandle<()> {
                 });
             })
             .expect("loam: could not start the finalizer thread")
-    };
+    });
     std::thread::Builder::new()
         .name(format!("loam-gc-{id}"))
         .spawn(move || {
@@ -257,8 +262,11 @@ pub(crate) fn start(shared: Arc<Shared>) -> JoinHandle<()> {
             // next cycle sets it anew).
             loam_heap::hold_freed_memory(Duration::ZERO);
             // The last cycle has swept: the finalizer runs what is left.
+            let mut undo = undo;
             shared.finalizer.close();
-            let _ = finalizer.join();
+            if let Some(finalizer) = undo.1.take() {
+                let _ = finalizer.join();
+            }
             // Every mutator is gone and every destructor has run.
             shared.final_stats.set(shared.current_stats());
             drop(pool);

@@ -146,6 +146,12 @@ impl RootTable {
         }
         let i = u32::try_from(self.slots.len()).expect("loam: more than 2^32 roots");
         self.slots.push(addr);
+        // Room for every slot in `free`, taken here, where a root is made:
+        // dropping a root (`remove`) then never allocates, so it cannot
+        // fail for want of memory in a destructor.
+        if self.free.capacity() < self.slots.len() {
+            self.free.reserve(self.slots.len() - self.free.len());
+        }
         i
     }
 

@@ -48,26 +48,16 @@ pub(crate) unsafe fn place(seg: *mut Segment, i: usize, n: usize) {
     if tail() == 0 {
         return;
     }
+    // SAFETY: the caller's. The span's caller opened them first (`open`),
+    // and found them open: nothing is left to refuse here.
+    if !unsafe { open(seg, i, n) } {
+        crate::fatal("could not remove a guard page (mprotect failed)");
+    }
     let last = i + n - 1;
     let base = seg as usize;
     let page_end = move |k: usize| base + (k + 1) * SLICE_SIZE - os::OS_PAGE;
     // SAFETY: `seg` is ours (caller): `guarded` is the owner's to write.
     let guarded = unsafe { &mut (*seg).guarded };
-    let inner = (*guarded) & (((1u64 << n) - 1) << i) & !(1u64 << last);
-    let mut rest = inner;
-    while rest != 0 {
-        let k = rest.trailing_zeros() as usize;
-        rest &= rest - 1;
-        // SAFETY: the last OS page of slice `k`, ours (caller), inaccessible
-        // until now, so holding nothing.
-        if unsafe { os::protect(page_end(k) as *mut u8, os::OS_PAGE, false) } {
-            *guarded &= !(1u64 << k);
-        } else {
-            // Still inaccessible: a block there would fault. The kernel
-            // refuses to split or merge mappings only when out of memory.
-            crate::fatal("could not remove a guard page (mprotect failed)");
-        }
-    }
     if *guarded & (1u64 << last) == 0 {
         // SAFETY: the span's tail, which no block uses (caller).
         if unsafe { os::protect(page_end(last) as *mut u8, os::OS_PAGE, true) } {
@@ -76,6 +66,41 @@ pub(crate) unsafe fn place(seg: *mut Segment, i: usize, n: usize) {
             refused();
         }
     }
+}
+
+/// Makes the guards inside the span of slices `i..i + n` of our normal
+/// segment `seg` read-write again (every slice's but the last's): what a
+/// span laid over shorter ones' guards needs before it is set up. False if
+/// the kernel refused one (`mprotect`, for want of memory to split or merge
+/// its mappings): the span must not be set up, and the allocation fails
+/// (null) or a growth in place gives way to a copy, instead of the process
+/// stopping. The guards opened before the refusal stay open, and say so
+/// (`Segment::guarded`). True at once with guards off.
+///
+/// # Safety
+/// `seg` and the slices are ours; none of the slices holds a block (they
+/// are free, or the span's own).
+pub(crate) unsafe fn open(seg: *mut Segment, i: usize, n: usize) -> bool {
+    if tail() == 0 {
+        return true;
+    }
+    let last = i + n - 1;
+    let base = seg as usize;
+    let page_end = move |k: usize| base + (k + 1) * SLICE_SIZE - os::OS_PAGE;
+    // SAFETY: `seg` is ours (caller): `guarded` is the owner's to write.
+    let guarded = unsafe { &mut (*seg).guarded };
+    let mut rest = (*guarded) & (((1u64 << n) - 1) << i) & !(1u64 << last);
+    while rest != 0 {
+        let k = rest.trailing_zeros() as usize;
+        rest &= rest - 1;
+        // SAFETY: the last OS page of slice `k`, ours (caller), inaccessible
+        // until now, so holding nothing.
+        if !unsafe { os::protect(page_end(k) as *mut u8, os::OS_PAGE, false) } {
+            return false;
+        }
+        *guarded &= !(1u64 << k);
+    }
+    true
 }
 
 /// The kernel refused a guard (past `vm.max_map_count`): the page or span

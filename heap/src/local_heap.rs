@@ -449,6 +449,12 @@ impl LocalHeap {
             slices,
             capacity,
         } = spec;
+        // The guards inside the span first: a refusal leaves the slices
+        // free, and the allocation fails.
+        // SAFETY: `seg` is ours; the slices are free.
+        if !unsafe { guard::open(seg, i, slices) } {
+            return ptr::null_mut();
+        }
         let is_zero = self.claim_slices(seg, run_mask(i, slices));
         // SAFETY: `seg` is ours and the slices are now ours too.
         unsafe {
@@ -746,6 +752,11 @@ impl LocalHeap {
             let extra = run_mask(i + n, want - n);
             let free = (*seg).free_slices.load(Ordering::Relaxed);
             if free & extra != extra {
+                return false;
+            }
+            // The guards inside the grown span first (the old end's among
+            // them): refused, the block moves instead.
+            if !guard::open(seg, i, want) {
                 return false;
             }
             self.claim_slices(seg, extra);

@@ -84,12 +84,39 @@ pub(crate) fn map_aligned_at(size: usize, align: usize, offset: usize, backed: b
 
 /// Unmaps a region made by [`map_aligned`].
 ///
+/// The kernel may refuse (`ENOMEM`: unmapping part of a larger mapping
+/// splits it, past `vm.max_map_count` mappings); the range then stays
+/// mapped, nothing refers to it, and its memory is given back instead
+/// (`decommit`): the address space leaks, the memory does not. Counted in
+/// `stats().unmaps_refused` and said once on stderr. (Unchecked, the
+/// resident pages leaked for good while the statistics said they were
+/// gone.)
+///
 /// # Safety
 /// `p..p+size` is a live mapping from [`map_aligned`] and nothing refers to it
 /// any more.
 pub(crate) unsafe fn unmap(p: *mut u8, size: usize) {
     // SAFETY: the caller guarantees the range is ours and dead.
-    unsafe { libc::munmap(p.cast(), size) };
+    if unsafe { libc::munmap(p.cast(), size) } == 0 {
+        return;
+    }
+    // Still mapped and dead: dropping its contents is all that is left.
+    // SAFETY: as just said.
+    let _ = unsafe { decommit(p, size) };
+    unmap_refused();
+}
+
+#[cold]
+fn unmap_refused() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    static SAID: AtomicBool = AtomicBool::new(false);
+    crate::stats::COUNTERS.unmaps_refused.fetch_add(1, Ordering::Relaxed);
+    if !SAID.swap(true, Ordering::Relaxed) {
+        crate::options::warn(
+            b"loam-heap: the kernel refused to unmap memory (vm.max_map_count?): its pages \
+              are given back, its address space stays (stats().unmaps_refused counts them)\n",
+        );
+    }
 }
 
 /// Gives the physical memory behind `p..p+size` back to the OS; the range stays

@@ -19,6 +19,7 @@ pub(crate) struct Counters {
     pub(crate) bytes_decommitted: AtomicU64,
     pub(crate) fallback_allocs: AtomicU64,
     pub(crate) unguarded: AtomicU64,
+    pub(crate) unmaps_refused: AtomicU64,
 }
 
 pub(crate) static COUNTERS: Counters = Counters {
@@ -30,6 +31,7 @@ pub(crate) static COUNTERS: Counters = Counters {
     bytes_decommitted: AtomicU64::new(0),
     fallback_allocs: AtomicU64::new(0),
     unguarded: AtomicU64::new(0),
+    unmaps_refused: AtomicU64::new(0),
 };
 
 /// One size class in a [`HeapStats`] snapshot.
@@ -103,6 +105,10 @@ pub struct HeapStats {
     /// Pages and spans that went without their guard page because the
     /// kernel refused one (past `vm.max_map_count`), with guard pages on.
     pub unguarded: u64,
+    /// Unmaps the kernel refused (past `vm.max_map_count`): their pages were
+    /// given back, their address space stays mapped, out of the other
+    /// figures.
+    pub unmaps_refused: u64,
     /// Bytes of freed huge segments kept mapped for reuse (not in
     /// `mapped_bytes`; given back after the purge delay, or by
     /// [`crate::collect`]).
@@ -152,6 +158,7 @@ pub fn stats() -> HeapStats {
         bytes_decommitted_total: COUNTERS.bytes_decommitted.load(Ordering::Relaxed),
         fallback_allocs: COUNTERS.fallback_allocs.load(Ordering::Relaxed),
         unguarded: COUNTERS.unguarded.load(Ordering::Relaxed),
+        unmaps_refused: COUNTERS.unmaps_refused.load(Ordering::Relaxed),
         huge_cached_bytes: crate::segment::huge_cached_bytes() as u64,
         segment_cached_bytes: crate::segment_cache::cached_bytes() as u64,
     };

@@ -780,10 +780,12 @@ fn compare(cli: &Cli, seconds: f64) -> Result<(), String> {
     let mut reports: Vec<Vec<Vec<Report>>> = vec![vec![Vec::new(); cpu_sets.len()]; setups.len()];
     let rounds = cli.rounds.map_or(3, usize::from);
     for round in 0..rounds {
-        // Rotated by one each round, and every other round backwards: a
-        // drift of the machine over the run (warming, another load) then
-        // falls on each configuration alike, where a rotation alone kept
-        // each near the same place in every round.
+        // Every other round backwards, and rotated every two rounds
+        // (`support::round_order`): a drift of the machine over the run
+        // (warming, another load) then falls on each configuration alike,
+        // where a rotation alone kept each near the same place in every
+        // round (and a rotation by the round with odd rounds reversed kept
+        // an even count of configurations in one order).
         for i in support::round_order(round, configs.len()) {
             let (h, c) = configs[i];
             if !cli.json {

@@ -60,6 +60,9 @@ pub(crate) unsafe fn abandon(heap: *mut LocalHeap) {
         .pages_abandoned
         .fetch_add(h.page_count as u64, Ordering::Relaxed);
     let mut list = ORPHANS.lock();
+    // Its segments are adopted only from the list, so none can come back
+    // to name it once it is listed without one.
+    h.spare = h.segments.is_null();
     h.orphan_next = list.head;
     list.head = heap;
     ORPHAN_COUNT.fetch_add(1, Ordering::Relaxed);
@@ -105,6 +108,36 @@ pub(crate) fn take_orphan() -> Option<*mut LocalHeap> {
 }
 
 /// Runs `f` on each orphan while holding the orphan lock.
+/// Takes an orphan that was abandoned with no segment, for a thread whose
+/// first call is a free (`alloc::thread_init_for_free`), if any: no free
+/// can reach such a heap's queue, so a thread that never drains it
+/// strands nothing there. (Fresh heaps for such threads piled up on the
+/// list otherwise, one per thread that only freed, and every orphan visit
+/// walked them all.)
+pub(crate) fn take_spare() -> Option<*mut LocalHeap> {
+    if orphan_count() == 0 {
+        return None;
+    }
+    let mut list = ORPHANS.lock();
+    let mut link: *mut *mut LocalHeap = &mut list.head;
+    // SAFETY: under the lock, the listed heaps and their links are ours to
+    // read and unlink.
+    unsafe {
+        while !(*link).is_null() {
+            let h = *link;
+            if (*h).spare && (*h).segments.is_null() {
+                *link = (*h).orphan_next;
+                (*h).orphan_next = ptr::null_mut();
+                ORPHAN_COUNT.fetch_sub(1, Ordering::Relaxed);
+                (*h).tcache.forget_allocating();
+                return Some(h);
+            }
+            link = &mut (*h).orphan_next;
+        }
+    }
+    None
+}
+
 pub(crate) fn for_each_orphan(mut f: impl FnMut(*mut LocalHeap)) {
     let list = ORPHANS.lock();
     let mut h = list.head;

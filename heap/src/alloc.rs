@@ -194,13 +194,14 @@ pub(crate) fn thread_init() -> Option<*mut LocalHeap> {
     thread_init_with(true)
 }
 
-/// [`thread_init`] for a thread whose first call is a free: a new heap,
-/// never an exited thread's. A thread that only frees never reaches an
-/// allocation's slow path, which is what drains a heap's queue and tidies
-/// its pages: an orphan it took would keep every block freed to it (by
+/// [`thread_init`] for a thread whose first call is a free: an exited
+/// thread's heap only if it had no segment left (`abandon::take_spare`),
+/// else a new one. A thread that only frees never reaches an allocation's
+/// slow path, which is what drains a heap's queue and tidies its pages:
+/// an orphan with segments it took would keep every block freed to it (by
 /// any thread, to the exited owner's pages) for as long as the thread
 /// lived, out of reach of the next allocating thread, which maps new
-/// memory instead. The orphan stays on the list for that thread.
+/// memory instead. Such an orphan stays on the list for that thread.
 pub(crate) fn thread_init_for_free() -> Option<*mut LocalHeap> {
     thread_init_with(false)
 }
@@ -210,7 +211,11 @@ fn thread_init_with(take_orphan: bool) -> Option<*mut LocalHeap> {
         return None;
     }
     crate::fork::install();
-    let orphan = if take_orphan { crate::abandon::take_orphan() } else { None };
+    let orphan = if take_orphan {
+        crate::abandon::take_orphan()
+    } else {
+        crate::abandon::take_spare()
+    };
     let heap = match orphan {
         Some(h) => h,
         None => {

@@ -52,4 +52,23 @@ fn a_free_only_thread_takes_no_exited_threads_heap() {
         allocated, 0,
         "blocks freed to an exited thread's pages stayed out while a free-only thread lived"
     );
+    // Threads that only free, one after another, while orphans with
+    // segments wait on the list: each takes the heap the last one left
+    // (it has no segment), not a new one each (they piled up on the list).
+    let created = loam_heap::stats().heaps_created;
+    for _ in 0..50 {
+        // SAFETY: non-zero size.
+        let p = unsafe { LoamAlloc.alloc(layout) } as usize;
+        std::thread::spawn(move || {
+            // SAFETY: a live block from LoamAlloc with this layout, freed once.
+            unsafe { LoamAlloc.dealloc(p as *mut u8, layout) };
+        })
+        .join()
+        .unwrap();
+    }
+    let more = loam_heap::stats().heaps_created - created;
+    assert!(
+        more <= 2,
+        "{more} heaps made for 50 threads that only freed"
+    );
 }

@@ -1565,16 +1565,20 @@ pub(crate) fn over_aligned(align: usize) -> ! {
 }
 
 /// The error for a `size`-byte object the OS had no memory for; gives back
-/// the budget taken for it, and asks for a full cycle before the
-/// mutator's next call as the heap limit does (`collect_for_limit`): the
-/// garbage a cycle frees is memory the OS need not give again. (Without
-/// it, a program with no heap limit met the OS's refusal with no cycle
-/// to come, however much of its heap was garbage.)
+/// the budget taken for it, and has the mutator's next call run a full
+/// cycle first, as the heap limit does (`collect_for_limit`): the garbage
+/// a cycle frees is memory the OS need not give again. (Without it, a
+/// program with no heap limit met the OS's refusal with no cycle to come,
+/// however much of its heap was garbage.) The mutator's whole credit goes
+/// back too, so that its next allocation refills, which ends the limit's
+/// state once it succeeds (`limit_roots`): on credit, every later call
+/// after a root change collected again until the credit ran out.
 #[cold]
 #[inline(never)]
 fn out_of_memory<T>(m: &Mutator, value: T, size: usize) -> AllocError<T> {
     m.give_back(size);
-    m.shared().request(true);
+    let credit = m.credit.replace(0);
+    m.shared().heap_used.fetch_sub(credit, Ordering::Relaxed);
     m.limit_hit.set(true);
     AllocError {
         value,

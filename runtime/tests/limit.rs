@@ -414,13 +414,19 @@ fn an_allocation_the_os_refuses_collects_before_the_next_call() {
     // SAFETY: `tight` is a valid rlimit for the call to read.
     assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_AS, &tight) }, 0);
     let mut refused = false;
+    let mut cycles = 0;
     for _ in 0..100_000 {
-        refused = m.mutate(|mc| (0..64).any(|_| mc.try_alloc([0_u64; 128]).is_err()));
+        refused = m.mutate(|mc| {
+            let refused = (0..64).any(|_| mc.try_alloc([0_u64; 128]).is_err());
+            // Read inside the call: no cycle ends while it runs (the goal
+            // is off, so only the refusal asks for one, for the next call).
+            cycles = rt.stats().cycles;
+            refused
+        });
         if refused {
             break;
         }
     }
-    let cycles = rt.stats().cycles;
     let fitted = refused && m.mutate(|mc| mc.try_alloc([1_u64; 128]).is_ok());
     let after = rt.stats().cycles;
     // SAFETY: `saved` is a valid rlimit for the call to read.

@@ -535,7 +535,7 @@ fn a_paced_mutator_does_not_wait_for_a_window_call() {
     // may go on as paced calls always could while a mark offers work.
     const CALLS: u32 = 20_000;
     // Under the collector's patience with a running call (250 ms).
-    const LONG_HOLD: Duration = Duration::from_millis(100);
+    const LONG_HOLD: Duration = Duration::from_millis(150);
     let old_inside = AtomicBool::new(false);
     let window_inside = AtomicBool::new(false);
     let done = AtomicBool::new(false);
@@ -1261,6 +1261,9 @@ fn a_late_shading_panic_fails_no_other_runtimes_cycle() {
     });
     let mut m = b.attach();
     let inside = AtomicBool::new(false);
+    // Read in the call, before the panic: a cycle of b's between the call
+    // and a read after it would count it already.
+    let mut before = 0;
     let thrown = std::thread::scope(|s| {
         // Garbage until the call below is in a mark: cycles come while it
         // runs, none after it (the heap stays under the next goal).
@@ -1286,6 +1289,7 @@ fn a_late_shading_panic_fails_no_other_runtimes_cycle() {
                 while b.stats().cycles == cycles {
                     std::thread::yield_now();
                 }
+                before = b.stats().user_panics;
                 let lock = mc.alloc(GcLock::new(Grenade(AtomicBool::new(true))));
                 let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                     lock.write(mc, |_| ());
@@ -1301,7 +1305,6 @@ fn a_late_shading_panic_fails_no_other_runtimes_cycle() {
         }
     });
     assert!(thrown, "the armed lock's shading did not panic");
-    let before = b.stats().user_panics;
     let mut ma = a.attach();
     ma.mutate(|mc| {
         for i in 0..1000_u64 {

@@ -15,7 +15,7 @@ use loam_threadpool::{ThreadPool, ThreadPoolBuilder};
 use parking_lot::{Mutex, MutexGuard};
 use std::cell::Cell;
 use std::io::Write;
-use std::sync::atomic::{AtomicBool, AtomicU16, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -24,16 +24,17 @@ use std::time::{Duration, Instant};
 pub(crate) static CYCLE_LOCK: Mutex<()> = Mutex::new(());
 
 /// The runtime whose cycle holds `CYCLE_LOCK` (0: none), set by
-/// [`Holder`]; and whether that cycle is stuck: its handshake has waited
-/// past its patience for a call on a blocked thread (mirrored from
-/// `Handshake::stuck`, which only the holder's waits change). Another
-/// runtime's mutators read them as they wait for their own cycle, which
-/// cannot begin meanwhile: a call of the holder's may be waiting for one
-/// of them (a scoped thread attached to the other runtime, which pacing
-/// or the heap limit holds), and they give up their wait as a mutator of
-/// the holder's own would (`Shared::wait_at_gate`). Relaxed: polled.
-static HOLDER: AtomicU16 = AtomicU16::new(0);
-pub(crate) static HOLDER_STUCK: AtomicBool = AtomicBool::new(false);
+/// [`Holder`], shifted left by one; and in bit 0, whether that cycle is
+/// stuck: its handshake has waited past its patience for a call on a
+/// blocked thread (mirrored from `Handshake::stuck` by [`set_stuck`], for
+/// the holder's handshake only). One word, so that a reader never pairs
+/// one holder with another's verdict. Another runtime's mutators read it
+/// as they wait for their own cycle, which cannot begin meanwhile: a call
+/// of the holder's may be waiting for one of them (a scoped thread
+/// attached to the other runtime, which pacing or the heap limit holds),
+/// and they give up their wait as a mutator of the holder's own would
+/// (`Shared::wait_at_gate`). Relaxed: polled.
+static HOLDER: AtomicU32 = AtomicU32::new(0);
 
 /// Names the runtime whose cycle holds `CYCLE_LOCK`, until dropped (before
 /// the lock guard: declare it after).
@@ -41,15 +42,28 @@ pub(crate) struct Holder;
 
 impl Holder {
     pub(crate) fn set(id: u16) -> Holder {
-        HOLDER.store(id, Ordering::Relaxed);
+        HOLDER.store(u32::from(id) << 1, Ordering::Relaxed);
         Holder
     }
 }
 
 impl Drop for Holder {
     fn drop(&mut self) {
-        HOLDER_STUCK.store(false, Ordering::Relaxed);
         HOLDER.store(0, Ordering::Relaxed);
+    }
+}
+
+/// Records whether the cycle of runtime `id` is stuck, if that runtime's
+/// cycle holds `CYCLE_LOCK` (any other handshake's verdict, a unit test's
+/// or a runtime's between its cycles, changes nothing).
+pub(crate) fn set_stuck(id: u16, stuck: bool) {
+    let mut now = HOLDER.load(Ordering::Relaxed);
+    while id != 0 && now >> 1 == u32::from(id) {
+        let want = (u32::from(id) << 1) | u32::from(stuck);
+        match HOLDER.compare_exchange_weak(now, want, Ordering::Relaxed, Ordering::Relaxed) {
+            Ok(_) => return,
+            Err(seen) => now = seen,
+        }
     }
 }
 
@@ -75,7 +89,7 @@ pub(crate) fn cycle_queued() -> bool {
 /// (see [`HOLDER`]).
 pub(crate) fn other_holder_stuck(id: u16) -> bool {
     let holder = HOLDER.load(Ordering::Relaxed);
-    holder != 0 && holder != id && HOLDER_STUCK.load(Ordering::Relaxed)
+    holder >> 1 != 0 && holder >> 1 != u32::from(id) && holder & 1 == 1
 }
 
 /// Runtimes alive whose objects live in loam's pages, changed only under

@@ -23,8 +23,12 @@
 //! from calls of its own. If entering simply waited for the stop, the stop
 //! would wait for the waiting call, which waits for the other thread, which
 //! waits for the stop. So a stop that has waited `patience` for calls under
-//! way, while mutators wait to enter, takes a look at the calls' threads
-//! (`thread_state.rs`) and *opens the gate*:
+//! way, while mutators wait to enter (or another runtime's cycle waits for
+//! the process's cycle lock, whose mutators may be the threads waited
+//! for: `collector::other_holder_stuck`; any queued cycle counts, so with
+//! several runtimes a call blocked past the patience lets every runtime's
+//! waiters go for the rest of the stop), takes a look at the calls'
+//! threads (`thread_state.rs`) and *opens the gate*:
 //! - to every waiter, if a call's thread waits on another thread (asleep
 //!   in a futex wait, a join, a lock, a condition variable, a channel, at
 //!   two looks with no wake-up between): any mutator may be the one it
@@ -243,6 +247,10 @@ pub(crate) struct Handshake {
     /// (tests make it long, to tell a blocked call's admission from the
     /// patience running out).
     running_patience: Duration,
+    /// The runtime this handshake serves (0 in unit tests and models): its
+    /// hint is mirrored process-wide only while that runtime's cycle holds
+    /// the cycle lock (`collector::set_stuck`).
+    runtime_id: u16,
     /// The gate's verdict where thread states are unknown (always, under
     /// loom): `Younger`, the gate as it was without the looks. Under loom
     /// `Anyone` by default, the widest gate: a `Younger` verdict while an
@@ -407,6 +415,7 @@ impl Default for Handshake {
             resumed: Condvar::new(),
             left: Condvar::new(),
             running_patience: crate::thread_state::RUNNING_PATIENCE,
+            runtime_id: 0,
             unknown_verdict: if cfg!(loom) {
                 Verdict::Anyone
             } else {
@@ -417,6 +426,14 @@ impl Default for Handshake {
 }
 
 impl Handshake {
+    /// The handshake of runtime `id`.
+    pub(crate) fn for_runtime(id: u16) -> Self {
+        Handshake {
+            runtime_id: id,
+            ..Handshake::default()
+        }
+    }
+
     /// Numbers a newly attached mutator's slot.
     pub(crate) fn attach(&self, slot: &Slot) {
         let n = self.attaches.fetch_add(1, Ordering::Relaxed) + 1;
@@ -505,12 +522,12 @@ impl Handshake {
     }
 
     /// Sets the gate's hint ([`admit_hint`](Self::admit_hint)), and the
-    /// process's copy of whether the cycle holding the cycle lock is stuck
-    /// (`collector::HOLDER_STUCK`): only that cycle's waits set a hint
-    /// (unit tests aside, whose runtimes have no other waiters).
+    /// process's copy of whether the cycle holding the cycle lock is stuck,
+    /// if this handshake's runtime is the one holding it
+    /// (`collector::set_stuck`; a unit test's handshake serves none).
     fn hint(&self, admit: u64) {
         self.admit_hint.store(admit, Ordering::Relaxed);
-        crate::collector::HOLDER_STUCK.store(admit != u64::MAX, Ordering::Relaxed);
+        crate::collector::set_stuck(self.runtime_id, admit != u64::MAX);
     }
 
     /// Whether the gate is open to the mutator of `slot`: a stop waits for

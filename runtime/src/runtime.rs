@@ -1524,7 +1524,7 @@ impl RuntimeBuilder {
             id,
             born: crate::forked::generation(),
             gone_look_at: AtomicUsize::new(0),
-            handshake: Handshake::default(),
+            handshake: Handshake::for_runtime(id),
             mutators: Mutex::new(Vec::new()),
             globals: Mutex::new(RootTable::default()),
             weak: Mutex::new(Vec::new()),

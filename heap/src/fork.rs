@@ -15,23 +15,27 @@
 //! the child (their threads do not exist there); blocks the child frees
 //! into them wait in their queues. jemalloc and glibc do the same.
 
-use crate::spin::SpinLock;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 
-/// The handlers are registered (once per process: twice, a fork would take
-/// every lock twice and wait for itself).
-static INSTALLED: AtomicBool = AtomicBool::new(false);
-/// Held while one thread registers them.
-static INSTALLING: SpinLock<()> = SpinLock::new(());
+/// Whether the handlers are registered: `NONE`, `BUSY` (one thread is
+/// registering them) or `DONE`. Once per process: twice, a fork would take
+/// every lock twice and wait for itself. A thread that finds another
+/// registering does not wait for it: a child forked meanwhile would
+/// inherit the wait for ever (a `Once` or a lock did that); it goes on
+/// without, as the first thread's heap would have a moment earlier.
+static STATE: AtomicU8 = AtomicU8::new(NONE);
+const NONE: u8 = 0;
+const BUSY: u8 = 1;
+const DONE: u8 = 2;
 
 /// Registers the handlers, once per process (the first thread heap calls
 /// this; a registration that failed is tried again by the next).
 pub(crate) fn install() {
-    if INSTALLED.load(Ordering::Acquire) {
-        return;
-    }
-    let _one = INSTALLING.lock();
-    if INSTALLED.load(Ordering::Relaxed) {
+    if STATE.load(Ordering::Acquire) == DONE
+        || STATE
+            .compare_exchange(NONE, BUSY, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+    {
         return;
     }
     // SAFETY: the three handlers are `extern "C" fn()` that take and
@@ -39,8 +43,9 @@ pub(crate) fn install() {
     // segments a parent's walk kept, with no other thread alive).
     let rc = unsafe { libc::pthread_atfork(Some(prepare), Some(release), Some(child)) };
     if rc == 0 {
-        INSTALLED.store(true, Ordering::Release);
+        STATE.store(DONE, Ordering::Release);
     } else {
+        STATE.store(NONE, Ordering::Release);
         // Without memory for the registration (its only failure). Inside
         // the allocator: no panic, no allocation; a child forked before a
         // later try succeeds may hang as it would without the handlers.
@@ -69,6 +74,9 @@ extern "C" fn prepare() {
 /// walks that other threads of the parent had under way
 /// (`segment::for_each_segment_unlocked`).
 extern "C" fn child() {
+    // The handlers run, so they are registered, whatever the thread that
+    // registered them had stored by the fork.
+    STATE.store(DONE, Ordering::Relaxed);
     release();
     crate::segment::forget_walks_after_fork();
 }

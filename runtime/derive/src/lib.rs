@@ -16,9 +16,9 @@ use syn::{Attribute, Data, DeriveInput, Fields, Ident, Member, Type};
 /// # What is generated
 /// - `unsafe impl Trace for T`, with a `Trace` bound on every type parameter
 ///   that a traced field's type names (one named only by `#[trace(skip)]`
-///   fields needs none). Every field type must implement `Trace` (the error
-///   points at the field
-///   otherwise), and the type must be `Send + Sync` like every managed type
+///   fields gets `Send + Sync` only). Every traced field's type must
+///   implement `Trace` (the error points at the field otherwise), and the
+///   type must be `Send + Sync` like every managed type
 ///   (so a `Cell` or `RefCell` field is an error; use the runtime's barrier
 ///   cells).
 /// - `NEEDS_TRACE` is the OR of the traced fields' `NEEDS_TRACE`, so a type
@@ -262,6 +262,12 @@ fn expand(input: &DeriveInput) -> syn::Result<TokenStream> {
             .any(|f| names_type(f.ty.to_token_stream(), &param.ident));
         if traced {
             param.bounds.push(syn::parse_quote!(#rt::Trace));
+        } else {
+            // `Trace` asks for `Send + Sync`, which a `Trace` bound gave
+            // every parameter before: kept for the others, so that a type
+            // that compiled still does.
+            param.bounds.push(syn::parse_quote!(::core::marker::Send));
+            param.bounds.push(syn::parse_quote!(::core::marker::Sync));
         }
     }
     if unsafe_drop {

@@ -9,7 +9,7 @@ struct Borrowing<'gc> {
 }
 
 #[derive(Trace)]
-struct Generic<T: Send + Sync> {
+struct Generic<T> {
     #[trace(skip)]
     value: T,
 }

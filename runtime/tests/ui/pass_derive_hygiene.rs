@@ -37,7 +37,7 @@ mod shadowed {
 
 /// `Instant` is not `Trace`: the skipped field's parameter needs no bound.
 #[derive(Trace)]
-struct Tagged<M: Send + Sync + 'static> {
+struct Tagged<M: 'static> {
     #[trace(skip)]
     meta: M,
     n: u32,

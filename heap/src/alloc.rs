@@ -173,7 +173,8 @@ pub(crate) fn with_fallback<R>(f: impl FnOnce(&mut LocalHeap) -> R) -> Option<R>
         if heap.is_null() {
             return None;
         }
-        // A new heap, not yet shared: ours to set up.
+        // A new heap, listed among all heaps but used by no thread yet
+        // (walkers read only its `all_next`): ours to set up.
         // SAFETY: as just said.
         unsafe { (*heap).adopts = false };
         g.0 = heap;

@@ -17,9 +17,12 @@
 //! Costs and limits: a system call when a page's geometry changes, and one
 //! more kernel mapping per guard (Linux refuses more than
 //! `vm.max_map_count`, 65,530 by default, about 2 GiB of 64 KiB pages). When
-//! the kernel refuses, the page goes unguarded (its blocks still end before
-//! where the guard would be), never a failed allocation. Spans of
-//! alignments above 2 MiB (`aligned.rs`) have no guard.
+//! the kernel refuses a guard, the page goes unguarded (its blocks still
+//! end before where the guard would be), never a failed allocation; if it
+//! refuses to remove one inside a span being set up (`open`: out of memory
+//! to merge mappings), that allocation fails (null) or a growth in place
+//! moves instead, never the process. Spans of alignments above 2 MiB
+//! (`aligned.rs`) have no guard.
 
 use crate::os;
 use crate::segment::{Segment, SLICE_SIZE};
@@ -90,9 +93,11 @@ pub(crate) unsafe fn open(seg: *mut Segment, i: usize, n: usize) -> bool {
     // SAFETY: `seg` is ours (caller): `guarded` is the owner's to write.
     let guarded = unsafe { &mut (*seg).guarded };
     let mut rest = (*guarded) & (((1u64 << n) - 1) << i) & !(1u64 << last);
+    // Highest first: a growing span's own end guard (its lowest) goes
+    // last, so a refusal leaves the live block guarded.
     while rest != 0 {
-        let k = rest.trailing_zeros() as usize;
-        rest &= rest - 1;
+        let k = 63 - rest.leading_zeros() as usize;
+        rest &= !(1u64 << k);
         // SAFETY: the last OS page of slice `k`, ours (caller), inaccessible
         // until now, so holding nothing.
         if !unsafe { os::protect(page_end(k) as *mut u8, os::OS_PAGE, false) } {
@@ -108,15 +113,13 @@ pub(crate) unsafe fn open(seg: *mut Segment, i: usize, n: usize) -> bool {
 /// since a safety setting should not fall away unseen.
 #[cold]
 fn refused() {
-    use std::sync::atomic::{AtomicBool, Ordering};
-    static SAID: AtomicBool = AtomicBool::new(false);
-    crate::stats::COUNTERS.unguarded.fetch_add(1, Ordering::Relaxed);
-    if !SAID.swap(true, Ordering::Relaxed) {
-        crate::options::warn(
-            b"loam-heap: the kernel refused a guard page (vm.max_map_count?): \
-              pages and spans past it go unguarded (stats().unguarded counts them)\n",
-        );
-    }
+    static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    crate::options::refused(
+        &crate::stats::COUNTERS.unguarded,
+        &SAID,
+        b"loam-heap: the kernel refused a guard page (vm.max_map_count?): \
+          pages and spans past it go unguarded (stats().unguarded counts them)\n",
+    );
 }
 
 /// Makes the last OS page of a fresh huge mapping `base..base + size` its

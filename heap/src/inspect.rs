@@ -304,9 +304,7 @@ impl<'a> PageRef<'a> {
     #[inline]
     fn first_slice(&self) -> (*mut Segment, usize) {
         let seg = segment::segment_of(self.page.cast());
-        let i = (self.page as usize - seg as usize - std::mem::offset_of!(Segment, pages))
-            / std::mem::size_of::<Page>();
-        (seg, i)
+        (seg, Segment::index_of(self.page))
     }
 
     /// The word of the `which` bitmap that holds block `i`'s bit, and the
@@ -563,9 +561,8 @@ pub(crate) unsafe fn pending_bitmap<'a>(page: *mut Page, words: usize) -> &'a [A
     // The slice from the descriptor's place, not from its `start`: a walk
     // may look at a page its owner is setting up, and `start` is a plain
     // field the owner writes (a read of it then raced, and a first set-up's
-    // 0 wrapped round). A page's first slice is its descriptor's index,
-    // huge pages included (their offset is whole slices).
-    let slice = (page as usize - seg as usize - std::mem::offset_of!(Segment, pages)) / std::mem::size_of::<Page>();
+    // 0 wrapped round).
+    let slice = Segment::index_of(page);
     let words = words.min(PENDING_BYTES_PER_SLICE / 8);
     // SAFETY: the pending bitmap of slice `slice` lies in the segment header,
     // `PENDING_BYTES_PER_SLICE` bytes of atomics (zero-initialized by mmap).

@@ -63,9 +63,9 @@ pub(crate) struct LocalHeap {
     /// Next heap ever created (written once before publication).
     pub(crate) all_next: *mut LocalHeap,
     /// Whether `page_alloc` may adopt exited threads' segments: not the
-    /// fallback heap's (`alloc::with_fallback`), which never reaches the
-    /// tidying a thread's heap does; segments it took stayed with it, out
-    /// of reach of the thread that takes the exited heap next.
+    /// fallback heap's (`alloc::with_fallback`), which is never abandoned:
+    /// segments it took stayed with it for good, out of reach of the
+    /// thread that takes the exited heap next.
     pub(crate) adopts: bool,
     /// Abandoned with no segment (set under the orphan lock as it is
     /// listed): no segment's owner ever names it again, so no free can
@@ -672,8 +672,7 @@ impl LocalHeap {
                 Segment::destroy(seg);
                 return;
             }
-            let i = (page as usize - ptr::addr_of!((*seg).pages) as usize)
-                / std::mem::size_of::<Page>();
+            let i = Segment::index_of(page);
             let n = (*page).slice_count();
             block::poison(Segment::slice_start(seg, i) as *mut u8, n << SLICE_SHIFT);
             for k in 0..n {

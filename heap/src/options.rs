@@ -155,6 +155,15 @@ fn warn_value(name: &[u8], value: &CStr, expected: &[u8]) {
     }
 }
 
+/// Counts a refusal of the kernel's in `counter` and says `msg` on stderr
+/// the first time (`said`), without allocating.
+pub(crate) fn refused(counter: &AtomicU64, said: &AtomicBool, msg: &[u8]) {
+    counter.fetch_add(1, Ordering::Relaxed);
+    if !said.swap(true, Ordering::Relaxed) {
+        warn(msg);
+    }
+}
+
 /// Writes a message to stderr without allocating.
 pub(crate) fn warn(msg: &[u8]) {
     // SAFETY: writing a valid buffer to fd 2.

@@ -108,15 +108,14 @@ pub(crate) unsafe fn unmap(p: *mut u8, size: usize) {
 
 #[cold]
 fn unmap_refused() {
-    use std::sync::atomic::{AtomicBool, Ordering};
-    static SAID: AtomicBool = AtomicBool::new(false);
-    crate::stats::COUNTERS.unmaps_refused.fetch_add(1, Ordering::Relaxed);
-    if !SAID.swap(true, Ordering::Relaxed) {
-        crate::options::warn(
-            b"loam-heap: the kernel refused to unmap memory (vm.max_map_count?): its pages \
-              are given back, its address space stays (stats().unmaps_refused counts them)\n",
-        );
-    }
+    static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    crate::options::refused(
+        &crate::stats::COUNTERS.unmaps_refused,
+        &SAID,
+        b"loam-heap: the kernel refused to unmap memory (vm.max_map_count?): its pages \
+          are given back where the kernel lets them go, its address space stays \
+          (stats().unmaps_refused counts them)\n",
+    );
 }
 
 /// Gives the physical memory behind `p..p+size` back to the OS; the range stays

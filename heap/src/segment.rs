@@ -592,6 +592,17 @@ impl Segment {
         unsafe { ptr::addr_of_mut!((*seg).pages).cast::<Page>().add(i) }
     }
 
+    /// The slice whose descriptor `page` is (the inverse of
+    /// [`page`](Self::page)), computed from addresses alone: it reads
+    /// nothing of the descriptor, which its owner may be setting up. A
+    /// page's first slice is its descriptor's index, huge pages included
+    /// (their offset is whole slices).
+    #[inline]
+    pub(crate) fn index_of(page: *const Page) -> usize {
+        let seg = segment_of(page.cast());
+        (page as usize - seg as usize - std::mem::offset_of!(Segment, pages)) / std::mem::size_of::<Page>()
+    }
+
     /// Start address of slice `i`.
     #[inline(always)]
     pub(crate) fn slice_start(seg: *mut Segment, i: usize) -> usize {

@@ -195,8 +195,8 @@ impl<'scope> Scope<'scope> {
         }
     }
 
-    /// Resumes the recorded panic, if any. Owner only, after the latch.
-    /// The first panic recorded, if any, taken out of the scope.
+    /// The first panic recorded, if any, taken out of the scope. Owner
+    /// only, after the latch.
     fn take_panic(&self) -> Option<Payload> {
         let panic = self.panic.swap(ptr::null_mut(), Ordering::Acquire);
         // Non-null values come from `record_panic`'s `into_raw`; the swap

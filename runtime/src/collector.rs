@@ -209,12 +209,19 @@ pub(crate) fn start(shared: Arc<Shared>) -> JoinHandle<()> {
     /// given back only after it), the runtime's count in `RUNTIMES` and
     /// its id given back.
     struct Undo(Arc<Shared>, Option<JoinHandle<()>>);
-    impl Drop for Undo {
-        fn drop(&mut self) {
+    impl Undo {
+        /// Tells the finalizer to stop once its queue is empty, and waits
+        /// for it (once it started).
+        fn stop_finalizer(&mut self) {
             self.0.finalizer.close();
             if let Some(finalizer) = self.1.take() {
                 let _ = finalizer.join();
             }
+        }
+    }
+    impl Drop for Undo {
+        fn drop(&mut self) {
+            self.stop_finalizer();
             if self.0.space.alloc_space().is_none() {
                 RUNTIMES.fetch_sub(1, Ordering::Relaxed);
             }
@@ -272,15 +279,13 @@ pub(crate) fn start(shared: Arc<Shared>) -> JoinHandle<()> {
             or_stop(&format!("loam-gc-{id}"), || coordinator(&shared, &pool));
             drop(aside);
             // The hold this runtime's cycles set is lifted with them: the
-            // heap's purge delay is the program's again (another runtime's
-            // next cycle sets it anew).
+            // heap's purge delay is the program's again. (The hold is the
+            // process's: another runtime still running goes without it
+            // until its next cycle sets it anew.)
             loam_heap::hold_freed_memory(Duration::ZERO);
             // The last cycle has swept: the finalizer runs what is left.
             let mut undo = undo;
-            shared.finalizer.close();
-            if let Some(finalizer) = undo.1.take() {
-                let _ = finalizer.join();
-            }
+            undo.stop_finalizer();
             // Every mutator is gone and every destructor has run.
             shared.final_stats.set(shared.current_stats());
             drop(pool);

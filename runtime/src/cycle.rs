@@ -761,8 +761,6 @@ impl<'a> Cycle<'a> {
         (self.full && !self.marks_cleared) || matches!(self.shared.space, Space::Alloc(_))
     }
 
-    /// Phase 2, *snapshot*: what the sweep will look at, as of the stop.
-    /// Taken once, in the first pause or after it (`in_pause` says which).
     /// The clock readings a concurrent mark's time leaves out: what the
     /// cycle has spent waiting for calls and stopping the world
     /// (`stop_time`) and taking the snapshot (`snap_time`), each counted
@@ -783,6 +781,8 @@ impl<'a> Cycle<'a> {
             .saturating_sub(self.not_marking().saturating_sub(not_marking))
     }
 
+    /// Phase 2, *snapshot*: what the sweep will look at, as of the stop.
+    /// Taken once, in the first pause or after it (`in_pause` says which).
     fn snapshot(&mut self, snap: &mut Snapshot, in_pause: bool) {
         if self.snapped {
             return;

@@ -88,7 +88,7 @@ pub(super) fn eligible(shared: &Shared, forced: bool) -> bool {
 
 impl<'a> Cycle<'a> {
     /// Step 1, the ragged start (module docs). Returns the cycle, the
-    /// mutators and the remembered objects as `Cycle::stop` does; `None`
+    /// mutators and the remembered objects as `Cycle::stop` does; `Err`
     /// when it had to stop the world after all (a minor cycle that a
     /// `GcLock` write of unknown owner made full): the world is then
     /// stopped, `marking` off, and the caller goes on with `Cycle::stop`,
@@ -99,8 +99,8 @@ impl<'a> Cycle<'a> {
         pool: &'a ThreadPool,
         mark_clear: Option<Duration>,
     ) -> Result<super::Started<'a>, super::Begun> {
-        let heap_before = shared.heap_used.load(Ordering::Relaxed);
-        let start = Instant::now();
+        let begun = super::Begun::now(shared);
+        let (start, heap_before) = (begun.start, begun.heap_before);
         // Phase 0 ran for every cycle that will be full (`full_ahead`).
         let full = mark_clear.is_some();
         if full {
@@ -164,7 +164,7 @@ impl<'a> Cycle<'a> {
                 clearing: false,
                 remember,
             });
-            return Err(super::Begun { start, heap_before });
+            return Err(begun);
         }
         let mut remembered = Vec::new();
         let mutators = {

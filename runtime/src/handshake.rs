@@ -277,6 +277,16 @@ fn wait<'a>(c: &Condvar, mut g: MutexGuard<'a, Gate>) -> MutexGuard<'a, Gate> {
 fn wait<'a>(c: &Condvar, g: MutexGuard<'a, Gate>) -> MutexGuard<'a, Gate> {
     c.wait(g).unwrap()
 }
+/// Whether another runtime's cycle waits for the process's cycle lock
+/// (`collector::cycle_queued`; never in loom's models, which have no
+/// collector).
+fn cycle_queued() -> bool {
+    #[cfg(not(loom))]
+    return crate::collector::cycle_queued();
+    #[cfg(loom)]
+    false
+}
+
 /// How often a stop with no waiter held looks for another runtime's cycle
 /// queued behind it (`stop_world`).
 const QUEUE_POLL: Duration = Duration::from_millis(10);
@@ -527,6 +537,8 @@ impl Handshake {
     /// (`collector::set_stuck`; a unit test's handshake serves none).
     fn hint(&self, admit: u64) {
         self.admit_hint.store(admit, Ordering::Relaxed);
+        // (loom's models have no collector, and one handshake.)
+        #[cfg(not(loom))]
         crate::collector::set_stuck(self.runtime_id, admit != u64::MAX);
     }
 
@@ -817,9 +829,7 @@ impl Handshake {
             // mutators wait for it, and one may be the thread a call here
             // waits on (they give up once this stop is judged stuck,
             // `collector::other_holder_stuck`).
-            let held = |g: &Gate| {
-                g.waiting.iter().any(|&n| !g.admits(n)) || crate::collector::cycle_queued()
-            };
+            let held = |g: &Gate| g.waiting.iter().any(|&n| !g.admits(n)) || cycle_queued();
             while let Some(after) = oldest() {
                 if !held(&g) {
                     // The clock and the judgement start afresh when a

@@ -393,26 +393,9 @@ fn an_allocation_the_os_refuses_collects_before_the_next_call() {
     // before the limit.
     m.collect();
     let before = rt.stats().cycles;
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    let vm_kib: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmSize:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap();
-    let mut saved = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: `saved` is a valid out-pointer.
-    assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut saved) }, 0);
     // 64 MiB more than the process has mapped: the heap's segments take
     // it, with a few MiB left over for the collector's own lists.
-    let tight = libc::rlimit {
-        rlim_cur: ((vm_kib << 10) + (64 << 20)).min(saved.rlim_max),
-        rlim_max: saved.rlim_max,
-    };
-    // SAFETY: `tight` is a valid rlimit for the call to read.
-    assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_AS, &tight) }, 0);
+    let limit = support::AddressLimit::tighten(64 << 20);
     let mut refused = false;
     let mut cycles = 0;
     for _ in 0..100_000 {
@@ -429,8 +412,7 @@ fn an_allocation_the_os_refuses_collects_before_the_next_call() {
     }
     let fitted = refused && m.mutate(|mc| mc.try_alloc([1_u64; 128]).is_ok());
     let after = rt.stats().cycles;
-    // SAFETY: `saved` is a valid rlimit for the call to read.
-    assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_AS, &saved) }, 0);
+    drop(limit);
     assert!(refused, "the OS never refused: case not met");
     assert_eq!(cycles, before, "a cycle ran before the refusal");
     assert!(

@@ -1197,24 +1197,6 @@ fn failed_builds_give_their_ids_back() {
         );
         return;
     }
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    let vm_kib: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmSize:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap();
-    let mut saved = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: `saved` is a valid out-pointer.
-    assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut saved) }, 0);
-    // Room for small allocations, not for a thread's stack (64 MiB: the
-    // parent sets `RUST_MIN_STACK`).
-    let tight = libc::rlimit {
-        rlim_cur: ((vm_kib << 10) + (2 << 20)).min(saved.rlim_max),
-        rlim_max: saved.rlim_max,
-    };
     let build = || {
         catch_unwind(|| {
             Runtime::builder()
@@ -1225,23 +1207,22 @@ fn failed_builds_give_their_ids_back() {
         })
     };
     std::panic::set_hook(Box::new(|_| {}));
-    // SAFETY: `tight` is a valid rlimit for the call to read.
-    assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_AS, &tight) }, 0);
+    // Room for small allocations, not for a thread's stack (64 MiB: the
+    // parent sets `RUST_MIN_STACK`).
+    let limit = support::AddressLimit::tighten(2 << 20);
     let mut failed = 0;
     for _ in 0..66_000 {
         match build() {
             Err(_) => failed += 1,
             Ok(rt) => {
-                // SAFETY: as above.
-                assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_AS, &saved) }, 0);
+                limit.restore();
                 drop(rt);
                 println!("a runtime started under the limit: case not met");
                 return;
             }
         }
     }
-    // SAFETY: `saved` is a valid rlimit for the call to read.
-    assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_AS, &saved) }, 0);
+    drop(limit);
     let _ = std::panic::take_hook();
     let rt = build().expect("a build after the failed ones");
     let mut m = rt.attach();

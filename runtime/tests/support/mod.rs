@@ -92,3 +92,50 @@ pub fn flag_knob(name: &str, default: bool) -> bool {
     loam_heap::parse_flag(&v)
         .unwrap_or_else(|| panic!("{name}={v:?}: expected 1/0, true/false, on/off or yes/no"))
 }
+
+/// This process's address space limited (`RLIMIT_AS`) to what it maps now
+/// plus some room, until [`restore`](Self::restore) or the drop: where a
+/// test makes the OS refuse memory or threads. Run such a test in a child
+/// process ([`alone`]): the limit is the process's.
+#[cfg(target_os = "linux")]
+pub struct AddressLimit(libc::rlimit);
+
+#[cfg(target_os = "linux")]
+impl AddressLimit {
+    /// Limits the address space to what the process maps now and `room`
+    /// bytes more.
+    pub fn tighten(room: u64) -> AddressLimit {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap();
+        let vm_kib: u64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmSize:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap();
+        let mut saved = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: `saved` is a valid out-pointer.
+        assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut saved) }, 0);
+        let tight = libc::rlimit {
+            rlim_cur: ((vm_kib << 10) + room).min(saved.rlim_max),
+            rlim_max: saved.rlim_max,
+        };
+        // SAFETY: `tight` is a valid rlimit for the call to read.
+        assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_AS, &tight) }, 0);
+        AddressLimit(saved)
+    }
+
+    /// Puts the limit back as it was (again at the drop, harmlessly).
+    pub fn restore(&self) {
+        // SAFETY: the saved rlimit is valid for the call to read.
+        assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_AS, &self.0) }, 0);
+    }
+}
+
+#[cfg(target_os = "linux")]
+impl Drop for AddressLimit {
+    fn drop(&mut self) {
+        self.restore();
+    }
+}

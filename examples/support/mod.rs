@@ -107,8 +107,9 @@ pub fn quiet_sigpipe() {
 /// Restricts this process (and the threads it starts after) to `cpus`.
 #[allow(dead_code)] // not every example pins
 pub fn set_affinity(cpus: &[usize]) -> Result<(), String> {
-    // SAFETY: a zeroed cpu_set_t is the empty set; CPU_SET and
+    // A zeroed cpu_set_t is the empty set; CPU_SET and
     // sched_setaffinity take a valid pointer to it.
+    // SAFETY: as just said.
     unsafe {
         let mut set: libc::cpu_set_t = std::mem::zeroed();
         for &c in cpus {

@@ -120,8 +120,9 @@ pub(crate) fn take_spare() -> Option<*mut LocalHeap> {
     }
     let mut list = ORPHANS.lock();
     let mut link: *mut *mut LocalHeap = &mut list.head;
-    // SAFETY: under the lock, the listed heaps and their links are ours to
+    // Under the lock, the listed heaps and their links are ours to
     // read and unlink.
+    // SAFETY: as just said.
     unsafe {
         while !(*link).is_null() {
             let h = *link;

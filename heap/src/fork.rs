@@ -38,9 +38,10 @@ pub(crate) fn install() {
     {
         return;
     }
-    // SAFETY: the three handlers are `extern "C" fn()` that take and
+    // The three handlers are `extern "C" fn()` that take and
     // release the heap's spin locks (the child's also unmaps the
     // segments a parent's walk kept, with no other thread alive).
+    // SAFETY: as just said.
     let rc = unsafe { libc::pthread_atfork(Some(prepare), Some(release), Some(child)) };
     if rc == 0 {
         STATE.store(DONE, Ordering::Release);

@@ -51,8 +51,9 @@ pub(crate) unsafe fn place(seg: *mut Segment, i: usize, n: usize) {
     if tail() == 0 {
         return;
     }
-    // SAFETY: the caller's. The span's caller opened them first (`open`),
+    // The caller's. The span's caller opened them first (`open`),
     // and found them open: nothing is left to refuse here.
+    // SAFETY: as just said.
     if !unsafe { open(seg, i, n) } {
         crate::fatal("could not remove a guard page (mprotect failed)");
     }
@@ -98,8 +99,9 @@ pub(crate) unsafe fn open(seg: *mut Segment, i: usize, n: usize) -> bool {
     while rest != 0 {
         let k = 63 - rest.leading_zeros() as usize;
         rest &= !(1u64 << k);
-        // SAFETY: the last OS page of slice `k`, ours (caller), inaccessible
+        // The last OS page of slice `k`, ours (caller), inaccessible
         // until now, so holding nothing.
+        // SAFETY: as just said.
         if !unsafe { os::protect(page_end(k) as *mut u8, os::OS_PAGE, false) } {
             return false;
         }

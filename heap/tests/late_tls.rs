@@ -48,15 +48,15 @@ fn destructors_after_heap_exit_use_the_fallback_heap() {
         // Registered before the loam heap of this thread exists, so it is
         // destroyed after the heap's exit hook has run.
         LATE.with(|l| *l.borrow_mut() = Some(LateUser { early: Vec::new() }));
-        // SAFETY: non-zero size.
         let early: Vec<usize> = (0..300)
+            // SAFETY: non-zero size.
             .map(|_| unsafe { LoamAlloc.alloc(L) } as usize)
             .collect();
         LATE.with(|l| l.borrow_mut().as_mut().unwrap().early = early);
         // Blocks that outlive the thread: its heap's segment is not empty
         // when the destructor allocates.
-        // SAFETY: non-zero size.
         (0..300)
+            // SAFETY: non-zero size.
             .map(|_| unsafe { LoamAlloc.alloc(L) } as usize)
             .collect::<Vec<_>>()
     })

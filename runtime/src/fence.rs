@@ -131,8 +131,9 @@ mod real {
             // trusted: stop the process rather than race.
             let start = std::time::Instant::now();
             loop {
-                // SAFETY: `membarrier` takes no pointers; this process is
+                // `membarrier` takes no pointers; this process is
                 // registered for it (`available`, just checked).
+                // SAFETY: as just said.
                 let r = unsafe {
                     libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0)
                 };

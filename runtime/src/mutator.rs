@@ -739,8 +739,9 @@ impl Mutator {
                     ),
                 };
                 let end = slice + PACED_SLICE;
-                // SAFETY: inside (above), for the runtime whose mark
+                // Inside (above), for the runtime whose mark
                 // `share` is, with its gray queue.
+                // SAFETY: as just said.
                 let (m, took) = unsafe { crate::mark::assist(&shared.space, &share, &shared.gray, debt, end) };
                 // While still inside: the stop that begins the next mark
                 // waits for this report (`Shared::saw_live`).
@@ -1077,8 +1078,9 @@ impl Mutator {
         };
         let slice = if paced { PACED_SLICE } else { ASSIST_SLICE };
         let start = Instant::now();
-        // SAFETY: inside a `mutate` call (allocation happens only there) of
+        // Inside a `mutate` call (allocation happens only there) of
         // the runtime whose mark `share` is, with its gray queue.
+        // SAFETY: as just said.
         let (m, worked) = unsafe { crate::mark::assist(&shared.space, &share, &shared.gray, debt, start + slice) };
         shared.saw_live(m.bytes);
         let took = start.elapsed();

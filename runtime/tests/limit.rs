@@ -366,17 +366,7 @@ fn an_allocation_the_os_refuses_collects_before_the_next_call() {
         )
         .output()
         .unwrap();
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(
-            out.status.success(),
-            "the child failed ({}):\n{stderr}",
-            out.status
-        );
-        assert!(
-            stdout.contains("refused, then fitted after"),
-            "{stdout}\n{stderr}"
-        );
+        support::assert_child_says(&out, "refused, then fitted after");
         return;
     }
     let rt = Runtime::builder()

@@ -103,54 +103,49 @@ fn drop_waits_for_a_long_join_tree_in_flight() {
     assert_eq!(counter.load(Ordering::Relaxed), 1 << 12);
 }
 
-/// A forked child has none of a pool's workers: `install` there panics
-/// with a message naming fork, and dropping the pool returns (it leaks).
-/// Before, the injected job never ran and `install` waited for ever, as
-/// did the drop's join of the workers.
+/// Runs test `name` again alone in a child process with `var` set (the
+/// half of a test that forks: `fork` copies only the calling thread, and a
+/// lock another test's thread held at that instant would stay held in the
+/// forked child), and asserts that it passed.
 #[cfg(unix)]
-#[test]
-fn a_pool_in_a_forked_child_refuses_with_a_message_and_its_drop_returns() {
-    const CHILD: &str = "LOAM_POOL_FORK_CHILD";
-    if std::env::var_os(CHILD).is_none() {
-        // Alone in a process of its own: `fork` copies only this thread,
-        // and a lock another test's thread held at that instant would stay
-        // held in the forked child, which panics below.
-        let out = support::alone(
-            "a_pool_in_a_forked_child_refuses_with_a_message_and_its_drop_returns",
-            &[(CHILD, "1")],
-        )
-        .output()
-        .unwrap();
-        assert!(
-            out.status.success(),
-            "the child failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        return;
+fn in_a_process_of_its_own(name: &str, var: &str) {
+    let out = support::alone(name, &[(var, "1")]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "the child failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Whether `r` is the refusal a pool gives in a child forked after it was
+/// built: a panic naming the fork.
+#[cfg(unix)]
+fn refused_after_fork<T>(r: std::thread::Result<T>) -> bool {
+    match r {
+        Err(p) => p
+            .downcast_ref::<&str>()
+            .copied()
+            .or(p.downcast_ref::<String>().map(String::as_str))
+            .is_some_and(|s| s.contains("forked after the pool was built")),
+        Ok(_) => false,
     }
-    let pool = loam_threadpool::ThreadPoolBuilder::new()
-        .num_threads(2)
-        .build()
-        .unwrap();
-    assert_eq!(pool.install(|| 1 + 1), 2);
-    // `fork` takes no pointers. The child only runs the code below (the
-    // system allocator is fork-safe) and leaves with `_exit`.
+}
+
+/// Forks; the child runs `check` and leaves with `_exit`, 0 if it returned
+/// true, 3 if not (it runs nothing of the parent's: the system allocator is
+/// fork-safe). In the parent, waits up to two minutes for the child
+/// (killing it and failing after: a hang) and asserts that it exited with
+/// 0, or fails with `what`.
+#[cfg(unix)]
+fn in_a_forked_child(check: impl FnOnce() -> bool, what: &str) {
+    // `fork` takes no pointers; the child is as just said.
     // SAFETY: as just said.
     let pid = unsafe { libc::fork() };
     assert!(pid >= 0, "fork failed");
     if pid == 0 {
-        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| pool.install(|| 3)));
-        let refused = match r {
-            Err(p) => p
-                .downcast_ref::<&str>()
-                .copied()
-                .or(p.downcast_ref::<String>().map(String::as_str))
-                .is_some_and(|s| s.contains("forked after the pool was built")),
-            Ok(_) => false,
-        };
-        drop(pool);
+        let passed = check();
         // SAFETY: ends the child at once, running nothing of the parent's.
-        unsafe { libc::_exit(if refused { 0 } else { 3 }) };
+        unsafe { libc::_exit(if passed { 0 } else { 3 }) };
     }
     let mut status = 0;
     let mut ended = false;
@@ -169,12 +164,39 @@ fn a_pool_in_a_forked_child_refuses_with_a_message_and_its_drop_returns() {
     }
     assert!(
         libc::WIFEXITED(status),
-        "the child did not exit: status {status:#x}"
+        "the child did not exit (status {status:#x}): it aborted?"
     );
-    assert_eq!(
-        libc::WEXITSTATUS(status),
-        0,
-        "install in the forked child did not refuse"
+    assert_eq!(libc::WEXITSTATUS(status), 0, "{what}");
+}
+
+/// A forked child has none of a pool's workers: `install` there panics
+/// with a message naming fork, and dropping the pool returns (it leaks).
+/// Before, the injected job never ran and `install` waited for ever, as
+/// did the drop's join of the workers.
+#[cfg(unix)]
+#[test]
+fn a_pool_in_a_forked_child_refuses_with_a_message_and_its_drop_returns() {
+    const CHILD: &str = "LOAM_POOL_FORK_CHILD";
+    if std::env::var_os(CHILD).is_none() {
+        in_a_process_of_its_own(
+            "a_pool_in_a_forked_child_refuses_with_a_message_and_its_drop_returns",
+            CHILD,
+        );
+        return;
+    }
+    let pool = loam_threadpool::ThreadPoolBuilder::new()
+        .num_threads(2)
+        .build()
+        .unwrap();
+    assert_eq!(pool.install(|| 1 + 1), 2);
+    in_a_forked_child(
+        || {
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| pool.install(|| 3)));
+            let refused = refused_after_fork(r);
+            drop(pool);
+            refused
+        },
+        "install in the forked child did not refuse",
     );
 }
 
@@ -187,16 +209,9 @@ fn a_pool_in_a_forked_child_refuses_with_a_message_and_its_drop_returns() {
 fn a_broadcast_in_a_child_forked_on_a_worker_refuses_with_a_message() {
     const CHILD: &str = "LOAM_POOL_FORK_WORKER_CHILD";
     if std::env::var_os(CHILD).is_none() {
-        let out = support::alone(
+        in_a_process_of_its_own(
             "a_broadcast_in_a_child_forked_on_a_worker_refuses_with_a_message",
-            &[(CHILD, "1")],
-        )
-        .output()
-        .unwrap();
-        assert!(
-            out.status.success(),
-            "the child failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
+            CHILD,
         );
         return;
     }
@@ -204,39 +219,16 @@ fn a_broadcast_in_a_child_forked_on_a_worker_refuses_with_a_message() {
         .num_threads(2)
         .build()
         .unwrap();
-    let status = pool.install(|| {
-        // `fork` takes no pointers. The child only runs the code below and
-        // leaves with `_exit`.
-        // SAFETY: as just said.
-        let pid = unsafe { libc::fork() };
-        assert!(pid >= 0, "fork failed");
-        if pid == 0 {
-            let r = std::panic::catch_unwind(|| loam_threadpool::broadcast(|_| 1));
-            let refused = match r {
-                Err(p) => p
-                    .downcast_ref::<&str>()
-                    .copied()
-                    .or(p.downcast_ref::<String>().map(String::as_str))
-                    .is_some_and(|s| s.contains("forked after the pool was built")),
-                Ok(_) => false,
-            };
-            // SAFETY: ends the child at once, running nothing of the parent's.
-            unsafe { libc::_exit(if refused { 0 } else { 3 }) };
-        }
-        let mut status = 0;
-        // SAFETY: `status` is a valid out-pointer; `pid` is our child.
-        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
-        status
+    pool.install(|| {
+        in_a_forked_child(
+            || {
+                refused_after_fork(std::panic::catch_unwind(|| {
+                    loam_threadpool::broadcast(|_| 1)
+                }))
+            },
+            "broadcast in the forked child did not refuse",
+        )
     });
-    assert!(
-        libc::WIFEXITED(status),
-        "the child did not exit (status {status:#x}): it aborted?"
-    );
-    assert_eq!(
-        libc::WEXITSTATUS(status),
-        0,
-        "broadcast in the forked child did not refuse"
-    );
 }
 
 /// Drops `pool` on a thread of its own and waits for the drop to return,

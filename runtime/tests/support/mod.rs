@@ -66,6 +66,19 @@ pub fn alone(name: &str, env: &[(&str, &str)]) -> std::process::Command {
     child
 }
 
+/// Asserts that a child process (from [`alone`]) succeeded and said `want`
+/// on its stdout; the failure shows what it said on both.
+pub fn assert_child_says(out: &std::process::Output, want: &str) {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "the child failed ({}):\n{stderr}",
+        out.status
+    );
+    assert!(stdout.contains(want), "{stdout}\n{stderr}");
+}
+
 /// A test's size knob: the whole number in environment variable `name`, at
 /// least `min`, or `default` when it is unset. A bad value stops the test
 /// with a message: read as the default, or as 0, it ran another test than

@@ -90,24 +90,29 @@ pub(crate) fn take_orphan() -> Option<*mut LocalHeap> {
         return None;
     }
     // SAFETY: under the lock, the head orphan is ours to unlink.
-    unsafe {
-        list.head = (*heap).orphan_next;
-        (*heap).orphan_next = ptr::null_mut();
-    }
-    ORPHAN_COUNT.fetch_sub(1, Ordering::Relaxed);
-    drop(list);
-    // SAFETY: unlinked, so no other thread can reach it.
+    list.head = unsafe { (*heap).orphan_next };
+    Some(unlinked(heap))
+}
+
+/// The rest of taking orphan `heap` for a new thread, its list's link to
+/// it already cut, under the orphan lock: the heap's own link and count,
+/// and its thread cache's state.
+fn unlinked(heap: *mut LocalHeap) -> *mut LocalHeap {
+    // Cut from the list under its lock (caller): no other thread can
+    // reach it.
+    // SAFETY: as just said.
     let h = unsafe { &mut *heap };
+    h.orphan_next = ptr::null_mut();
+    ORPHAN_COUNT.fetch_sub(1, Ordering::Relaxed);
     // The new thread has allocated nothing yet: until it does, it keeps
     // no other heap's blocks (a free-only thread's frees go home).
     h.tcache.forget_allocating();
     crate::stats::COUNTERS
         .pages_adopted
         .fetch_add(h.page_count as u64, Ordering::Relaxed);
-    Some(heap)
+    heap
 }
 
-/// Runs `f` on each orphan while holding the orphan lock.
 /// Takes an orphan that was abandoned with no segment, for a thread whose
 /// first call is a free (`alloc::thread_init_for_free`), if any: no free
 /// can reach such a heap's queue, so a thread that never drains it
@@ -126,12 +131,10 @@ pub(crate) fn take_spare() -> Option<*mut LocalHeap> {
     unsafe {
         while !(*link).is_null() {
             let h = *link;
-            if (*h).spare && (*h).segments.is_null() {
+            // (A listed orphan never gains a segment: `spare` stays true.)
+            if (*h).spare {
                 *link = (*h).orphan_next;
-                (*h).orphan_next = ptr::null_mut();
-                ORPHAN_COUNT.fetch_sub(1, Ordering::Relaxed);
-                (*h).tcache.forget_allocating();
-                return Some(h);
+                return Some(unlinked(h));
             }
             link = &mut (*h).orphan_next;
         }
@@ -139,6 +142,7 @@ pub(crate) fn take_spare() -> Option<*mut LocalHeap> {
     None
 }
 
+/// Runs `f` on each orphan while holding the orphan lock.
 pub(crate) fn for_each_orphan(mut f: impl FnMut(*mut LocalHeap)) {
     let list = ORPHANS.lock();
     let mut h = list.head;

@@ -15,27 +15,20 @@
 //! the child (their threads do not exist there); blocks the child frees
 //! into them wait in their queues. jemalloc and glibc do the same.
 
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 
-/// Whether the handlers are registered: `NONE`, `BUSY` (one thread is
-/// registering them) or `DONE`. Once per process: twice, a fork would take
-/// every lock twice and wait for itself. A thread that finds another
-/// registering does not wait for it: a child forked meanwhile would
-/// inherit the wait for ever (a `Once` or a lock did that); it goes on
-/// without, as the first thread's heap would have a moment earlier.
-static STATE: AtomicU8 = AtomicU8::new(NONE);
-const NONE: u8 = 0;
-const BUSY: u8 = 1;
-const DONE: u8 = 2;
+/// Whether a thread has claimed the registration (registered, or under
+/// way). Once per process: twice, a fork would take every lock twice and
+/// wait for itself. A thread that finds it claimed does not wait for the
+/// claimant: a child forked meanwhile would inherit that wait for ever (a
+/// `Once` or a lock did that); it goes on without, as the first thread's
+/// heap would have a moment earlier.
+static CLAIMED: AtomicBool = AtomicBool::new(false);
 
 /// Registers the handlers, once per process (the first thread heap calls
 /// this; a registration that failed is tried again by the next).
 pub(crate) fn install() {
-    if STATE.load(Ordering::Acquire) == DONE
-        || STATE
-            .compare_exchange(NONE, BUSY, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
-    {
+    if CLAIMED.load(Ordering::Relaxed) || CLAIMED.swap(true, Ordering::Relaxed) {
         return;
     }
     // The three handlers are `extern "C" fn()` that take and
@@ -43,10 +36,8 @@ pub(crate) fn install() {
     // segments a parent's walk kept, with no other thread alive).
     // SAFETY: as just said.
     let rc = unsafe { libc::pthread_atfork(Some(prepare), Some(release), Some(child)) };
-    if rc == 0 {
-        STATE.store(DONE, Ordering::Release);
-    } else {
-        STATE.store(NONE, Ordering::Release);
+    if rc != 0 {
+        CLAIMED.store(false, Ordering::Relaxed);
         // Without memory for the registration (its only failure). Inside
         // the allocator: no panic, no allocation; a child forked before a
         // later try succeeds may hang as it would without the handlers.
@@ -75,9 +66,6 @@ extern "C" fn prepare() {
 /// walks that other threads of the parent had under way
 /// (`segment::for_each_segment_unlocked`).
 extern "C" fn child() {
-    // The handlers run, so they are registered, whatever the thread that
-    // registered them had stored by the fork.
-    STATE.store(DONE, Ordering::Relaxed);
     release();
     crate::segment::forget_walks_after_fork();
 }

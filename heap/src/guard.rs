@@ -51,17 +51,13 @@ pub(crate) unsafe fn place(seg: *mut Segment, i: usize, n: usize) {
     if tail() == 0 {
         return;
     }
-    // The caller's. The span's caller opened them first (`open`),
-    // and found them open: nothing is left to refuse here.
-    // SAFETY: as just said.
-    if !unsafe { open(seg, i, n) } {
-        crate::fatal("could not remove a guard page (mprotect failed)");
-    }
     let last = i + n - 1;
     let base = seg as usize;
     let page_end = move |k: usize| base + (k + 1) * SLICE_SIZE - os::OS_PAGE;
     // SAFETY: `seg` is ours (caller): `guarded` is the owner's to write.
     let guarded = unsafe { &mut (*seg).guarded };
+    // The caller opened the inner guards first (`open`).
+    debug_assert_eq!(*guarded & (((1u64 << n) - 1) << i) & !(1u64 << last), 0);
     if *guarded & (1u64 << last) == 0 {
         // SAFETY: the span's tail, which no block uses (caller).
         if unsafe { os::protect(page_end(last) as *mut u8, os::OS_PAGE, true) } {

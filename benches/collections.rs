@@ -813,7 +813,7 @@ fn paired(rounds: usize) {
                 // A loam run ends when the cycles it asked for have swept:
                 // they start as its call returns, and ran into the next
                 // contender's timed run otherwise (std's, on a CPU the GC
-                // threads shared; found by review).
+                // threads shared).
                 if !contenders[i].0.starts_with("std") {
                     rt.wait_for_cycle();
                 }

@@ -449,7 +449,7 @@ fn paired(rounds: usize) {
                 let ran = start.elapsed().as_secs_f64() * 1e3;
                 // A loam run ends when the cycles it asked for have swept:
                 // they run on as its last call returns, into the next
-                // version's timed run otherwise (found by review). The
+                // version's timed run otherwise. The
                 // mutators' time (`wall`, for the held share) is the run's.
                 if i >= 2 {
                     spaces[i - 2].1.wait_for_cycle();

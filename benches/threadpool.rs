@@ -370,7 +370,9 @@ const PAIRED: [&str; 6] = [
 
 /// The names `LOAM_BENCH_CASES` lists (a comma list; unset for all).
 fn cases() -> Vec<String> {
-    std::env::var("LOAM_BENCH_CASES")
+    // Lossily: a value that is not UTF-8 names no workload, and stops.
+    std::env::var_os("LOAM_BENCH_CASES")
+        .map(|v| v.to_string_lossy().into_owned())
         .unwrap_or_default()
         .split(',')
         .map(|c| c.trim().to_owned())

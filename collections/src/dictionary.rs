@@ -635,7 +635,7 @@ where
         // `Trace`, and a panic there (a `Trace` impl that breaks its
         // contract) left the index shifted and the length not yet
         // lowered, and a later removal's search for the last entry's slot
-        // spun for ever (found by review).
+        // spun for ever.
         entries[e].shade_cut(mc);
         let _moving = Moving::start(self, mc);
         // Free the slot, and shift back the rest of its probe run: each

@@ -601,7 +601,7 @@ impl<'a, 'gc, T: CellValue + Trace + 'gc> ListWriter<'a, 'gc, T> {
                 // `filled`, as in `fill`. Shaded at once, not by
                 // `shade_run`: a reader holding an older length may read
                 // it before the length grows over it, or never if the
-                // iterator panics first (found by review).
+                // iterator panics first.
                 // SAFETY: as just said.
                 unsafe { (*(*base.add(count)).0.as_ptr()).fill_recorded(self.mc, x) };
                 count += 1;
@@ -626,7 +626,7 @@ impl<'a, 'gc, T: CellValue + Trace + 'gc> ListWriter<'a, 'gc, T> {
     /// slots it stored, and their shade. Run by a drop, so that an
     /// iterator that panics mid-run leaves the items it gave so far in the
     /// list, as `Vec::extend` does (they were lost: written, but left past
-    /// the length; found by review).
+    /// the length).
     #[must_use]
     fn run_end(&self, len: usize, filled: usize) -> Run<'_, 'a, 'gc, T> {
         Run {

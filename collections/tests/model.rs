@@ -76,6 +76,21 @@ fn list_op() -> impl Strategy<Value = ListOp> {
 
 type ListRoot = Rootable!['gc => GcList<'gc, Gc<'gc, u64>>];
 
+/// Runs `f`, which must panic for index `i` of a list of `len`, with the
+/// index and then the length in its message.
+fn out_of_range(i: usize, len: usize, f: impl FnOnce()) {
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+    let msg = *r.unwrap_err().downcast::<String>().unwrap();
+    let (at_i, at_len) = (
+        msg.find(&format!("(is {i})")),
+        msg.rfind(&format!("(is {len})")),
+    );
+    assert!(
+        matches!((at_i, at_len), (Some(a), Some(b)) if a < b),
+        "{msg}"
+    );
+}
+
 proptest! {
     #![proptest_config(config())]
 
@@ -126,26 +141,16 @@ proptest! {
                     // Out of range: the list panics as a Vec does, with the
                     // index and then the length, and is unchanged (each
                     // operation its own call: they check apart).
-                    ListOp::Insert(..) | ListOp::Remove(_) | ListOp::SwapRemove(_) | ListOp::Set(..) => {
-                        let (i, r) = match op {
-                            ListOp::Insert(i, v) => (i, std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                                l.insert(mc, i, mc.alloc(v));
-                            }))),
-                            ListOp::Remove(i) => (i, std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                                l.remove(mc, i);
-                            }))),
-                            ListOp::SwapRemove(i) => (i, std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                                l.swap_remove(mc, i);
-                            }))),
-                            ListOp::Set(i, v) => (i, std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                                l.set(mc, i, mc.alloc(v));
-                            }))),
-                            _ => unreachable!(),
-                        };
-                        let msg = *r.unwrap_err().downcast::<String>().unwrap();
-                        let (at_i, at_len) = (msg.find(&format!("(is {i})")), msg.rfind(&format!("(is {len})")));
-                        assert!(matches!((at_i, at_len), (Some(a), Some(b)) if a < b), "{msg}");
-                    }
+                    ListOp::Insert(i, v) => out_of_range(i, len, || l.insert(mc, i, mc.alloc(v))),
+                    ListOp::Remove(i) => out_of_range(i, len, || {
+                        l.remove(mc, i);
+                    }),
+                    ListOp::SwapRemove(i) => out_of_range(i, len, || {
+                        l.swap_remove(mc, i);
+                    }),
+                    ListOp::Set(i, v) => out_of_range(i, len, || {
+                        l.set(mc, i, mc.alloc(v));
+                    }),
                 }
             });
             between_steps(&mut m, step);

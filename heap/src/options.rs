@@ -29,7 +29,7 @@ static GUARD_PAGES: AtomicBool = AtomicBool::new(cfg!(feature = "secure"));
 /// Read once, and every caller returns after the reading: a thread that
 /// came second used to return at once, before the values were stored, and
 /// make its first pages with the defaults (guard pages laid out for a
-/// setting the first thread was about to change; found by review).
+/// setting the first thread was about to change).
 /// `Once` allocates nothing, as this must not (it runs inside the
 /// allocator).
 static READ_ENV: std::sync::Once = std::sync::Once::new();

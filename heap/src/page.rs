@@ -430,7 +430,7 @@ impl Page {
         // `alloc_zeroed` clears them and `on_alloc` runs (a page first
         // laid on fresh slices kept `is_zero`, and a re-bumped block kept
         // its freed tag: a valid free of it stopped the process as a
-        // double free; found by review).
+        // double free).
         self.is_zero = false;
         self.bump = self.start;
         self.set_used(0);

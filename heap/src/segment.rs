@@ -132,7 +132,7 @@ pub(crate) struct Registry {
     /// never stand on them. (Walks of `e - 2` were gone before the epoch
     /// reached `e`.) With one count for all walks, overlapping walks (two
     /// threads calling `for_each_page` in turn) kept every segment freed
-    /// meanwhile mapped for as long as they overlapped (found by review).
+    /// meanwhile mapped for as long as they overlapped.
     epoch: u64,
     /// Walks under way without the lock, by the parity of their epoch:
     /// while any is, `destroy` unlinks a segment but leaves it mapped.

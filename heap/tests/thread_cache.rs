@@ -104,7 +104,7 @@ fn kept_blocks_count_as_used_until_the_freeing_thread_exits() {
             let freer = std::thread::spawn(move || {
                 // A thread that allocates keeps other heaps' blocks (one
                 // that only frees sends them home at once, and the test
-                // then passed without keeping anything, found by review):
+                // then passed without keeping anything):
                 // its own blocks first, past a slow path, held meanwhile.
                 let own: Vec<usize> = (0..2000)
                     .map(|_| LoamAlloc.alloc(layout(96)) as usize)

@@ -205,7 +205,7 @@ impl<'gc> GcLog<'gc> {
     /// reachable at the snapshot's point, which the deletion barrier keeps
     /// marked-to-be: except in a window call, which may hold an object
     /// unreachable at T (`barrier.rs`, "Ragged cycles", 2). A window call
-    /// therefore always shades. Without that (found by review): a window
+    /// therefore always shades. Without that: a window
     /// call pushed such an object into a young list Y, Y into a young list
     /// Z, and stored Z into the heap; a later call stored Y elsewhere after
     /// the end's first look, which marks a young object and leaves it in

@@ -213,7 +213,7 @@ struct Stall {
 /// split by cause only in the totals, as the JVM counts one safepoint's
 /// wait as one pause, whatever it waited for. Recorded one by one, a
 /// stall of 2 ms made of a 1.2 ms pace and a 0.8 ms stop read as two
-/// holds, neither over a millisecond (found by review). Records on drop,
+/// holds, neither over a millisecond. Records on drop,
 /// so that a panic on the way in loses nothing and leaves no stall open.
 /// On the entry of every call: a flag stored at each end and, on the
 /// fast path (no hold met), one compare; the stall itself is written only
@@ -981,10 +981,10 @@ impl Mutator {
             // Under a limit the charge is made only if it fits (a
             // compare-and-swap): a charge made and taken back was seen by
             // another mutator's refill in between, which then failed an
-            // object that fitted (found by review).
+            // object that fitted.
             // Without a limit, a plain add, unless the object is huge: two
             // requests near `isize::MAX` bytes at once (both to fail) must
-            // not wrap the count round (found by review).
+            // not wrap the count round.
             let charged = match shared.config.heap_limit {
                 None if chunk < 1 << 48 => Ok(shared.heap_used.fetch_add(chunk, Ordering::Relaxed)),
                 limit => shared.heap_used.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |u| {

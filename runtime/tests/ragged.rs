@@ -809,7 +809,7 @@ fn the_lost_object_race_of_the_handshake_window() {
 
 /// What a window call makes a young node with, when a later call cuts the
 /// node out of the only object that holds it before the markers reach it
-/// (found by review as the reason a window call's fresh objects once
+/// (the reason a window call's fresh objects once
 /// shaded their edges as they were made). An old call cuts a chain's only path after a window call read
 /// it; the window call, once a later call is inside (so after the raise
 /// at T), makes a young node with the chain and an outer node with that,

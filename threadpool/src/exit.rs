@@ -5,7 +5,7 @@
 //! work that a job still running on another worker handed it later (a
 //! `broadcast` into its inbox, which waits for it): the broadcast waited
 //! for ever, and so did the pool's drop, joining the broadcaster's worker
-//! (found by review).
+//!.
 //!
 //! # The protocol
 //! A worker counts itself in ([`ExitCount::count_in`]) after a look-up
@@ -51,7 +51,7 @@ impl ExitCount {
 
     /// `n` workers that never started (a build that failed partway): in
     /// for good, so that the started ones can leave (they waited for ever
-    /// for a count of the whole pool; found by review). True as
+    /// for a count of the whole pool). True as
     /// `count_in`.
     pub(crate) fn absent(&self, n: usize, workers: usize) -> bool {
         self.count_in_many(n, workers)

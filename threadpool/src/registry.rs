@@ -139,8 +139,9 @@ impl Registry {
     }
 
     /// Queues a job only worker `index` may run, and wakes that worker.
+    /// Its one caller, `broadcast`, refuses a forked child first (here, a
+    /// refusal would come under the broadcast's abort guard).
     pub(crate) fn push_to_inbox(&self, index: usize, job: JobRef) {
-        crate::forked::refuse_since(self.born);
         self.inbox(index).push(job);
         // Locking the worker's sleep mutex orders this push with its re-check.
         self.sleep.wake_specific(index);

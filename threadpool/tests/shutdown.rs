@@ -243,7 +243,7 @@ fn drop_within_a_minute(pool: loam_threadpool::ThreadPool, what: &str) {
 /// drop. The job waits until the other worker, after the drop began, has
 /// exited (before the fix) or parked in the exit protocol (with it); it
 /// waited a fixed 200 ms before, which let the test pass without the drop
-/// having begun (found by review).
+/// having begun.
 #[test]
 fn a_broadcast_while_the_pool_drops_reaches_every_worker() {
     let ran = Arc::new(AtomicUsize::new(0));

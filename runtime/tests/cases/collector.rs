@@ -696,7 +696,7 @@ fn a_sweep_may_drop_the_last_handle_of_another_runtime() {
     drop(a);
     // b's collector finishes on its own: its last cycle may wait for the
     // process-wide cycle lock, which other tests' cycles hold meanwhile
-    // (a 2 s poll here failed on a busy machine, found by review), so
+    // (a 2 s poll here failed on a busy machine), so
     // wait for its end, however long.
     b_stats.wait_final();
     assert_eq!(

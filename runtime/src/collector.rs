@@ -57,13 +57,10 @@ impl Drop for Holder {
 /// cycle holds `CYCLE_LOCK` (any other handshake's verdict, a unit test's
 /// or a runtime's between its cycles, changes nothing).
 pub(crate) fn set_stuck(id: u16, stuck: bool) {
-    let mut now = HOLDER.load(Ordering::Relaxed);
-    while id != 0 && now >> 1 == u32::from(id) {
-        let want = (u32::from(id) << 1) | u32::from(stuck);
-        match HOLDER.compare_exchange_weak(now, want, Ordering::Relaxed, Ordering::Relaxed) {
-            Ok(_) => return,
-            Err(seen) => now = seen,
-        }
+    // Only the holder's thread writes `HOLDER` (`Holder`, and its cycle's
+    // waits here): a load and a store, no race to lose.
+    if id != 0 && HOLDER.load(Ordering::Relaxed) >> 1 == u32::from(id) {
+        HOLDER.store((u32::from(id) << 1) | u32::from(stuck), Ordering::Relaxed);
     }
 }
 
@@ -78,6 +75,12 @@ pub(crate) fn lock_cycle() -> MutexGuard<'static, ()> {
     let g = CYCLE_LOCK.lock();
     QUEUED.fetch_sub(1, Ordering::Relaxed);
     g
+}
+
+/// Whether another runtime than the caller's exists, whose cycle could
+/// queue for `CYCLE_LOCK` (relaxed: a hint).
+pub(crate) fn several_runtimes() -> bool {
+    crate::runtime::IDS_IN_USE.load(Ordering::Relaxed) > 1
 }
 
 /// Whether a cycle waits for `CYCLE_LOCK` (relaxed: polled).

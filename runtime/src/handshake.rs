@@ -287,6 +287,15 @@ fn cycle_queued() -> bool {
     false
 }
 
+/// Whether a stop with no waiter held must poll for a queued cycle: only
+/// with another runtime about (never in loom's models).
+fn poll_for_queued() -> bool {
+    #[cfg(not(loom))]
+    return crate::collector::several_runtimes();
+    #[cfg(loom)]
+    false
+}
+
 /// How often a stop with no waiter held looks for another runtime's cycle
 /// queued behind it (`stop_world`).
 const QUEUE_POLL: Duration = Duration::from_millis(10);
@@ -837,10 +846,10 @@ impl Handshake {
                     // cycle lock wakes nobody here: polled (not in loom's
                     // models, which have one runtime).
                     clock.restart();
-                    g = if cfg!(loom) {
-                        wait(&self.left, g)
-                    } else {
+                    g = if poll_for_queued() {
                         wait_for(&self.left, g, QUEUE_POLL).0
+                    } else {
+                        wait(&self.left, g)
                     };
                     continue;
                 }

@@ -1578,8 +1578,8 @@ pub(crate) fn over_aligned(align: usize) -> ! {
 #[cold]
 #[inline(never)]
 fn out_of_memory<T>(m: &Mutator, value: T, size: usize) -> AllocError<T> {
-    m.give_back(size);
-    let credit = m.credit.replace(0);
+    // The object's budget and the rest of the credit, in one update.
+    let credit = m.credit.replace(0) + size;
     m.shared().heap_used.fetch_sub(credit, Ordering::Relaxed);
     m.limit_hit.set(true);
     AllocError {

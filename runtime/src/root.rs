@@ -149,9 +149,7 @@ impl RootTable {
         // Room for every slot in `free`, taken here, where a root is made:
         // dropping a root (`remove`) then never allocates, so it cannot
         // fail for want of memory in a destructor.
-        if self.free.capacity() < self.slots.len() {
-            self.free.reserve(self.slots.len() - self.free.len());
-        }
+        self.free.reserve(self.slots.len() - self.free.len());
         i
     }
 

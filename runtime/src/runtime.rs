@@ -947,8 +947,14 @@ impl Drop for Handle {
 /// their headers, nor by a page tagged with the id, `sweep.rs`.)
 static IDS: Mutex<(u16, Vec<u16>)> = Mutex::new((1, Vec::new()));
 
+/// Runtime ids in use (taken and not given back): a hint for a stop,
+/// which looks for another runtime's queued cycle only when there can be
+/// one (`collector::several_runtimes`). Relaxed.
+pub(crate) static IDS_IN_USE: AtomicUsize = AtomicUsize::new(0);
+
 pub(crate) fn take_id() -> u16 {
     let mut ids = IDS.lock();
+    IDS_IN_USE.fetch_add(1, Ordering::Relaxed);
     if let Some(id) = ids.1.pop() {
         return id;
     }
@@ -962,6 +968,7 @@ pub(crate) fn take_id() -> u16 {
 
 pub(crate) fn release_id(id: u16) {
     IDS.lock().1.push(id);
+    IDS_IN_USE.fetch_sub(1, Ordering::Relaxed);
 }
 
 /// A managed heap with its collector: a handle, cheap to clone and `Send +

@@ -1135,16 +1135,8 @@ impl Runtime {
     /// lock) waits with it for ever.
     pub fn wait_for_drops(&self) {
         let shared = &*self.handle.shared;
-        crate::forked::refuse_since(shared.born, "wait_for_drops");
-        assert!(
-            !crate::mutator::inside_mutate(),
-            "loam: wait_for_drops called inside a mutate closure; call it after mutate returns"
-        );
-        assert!(
-            !collector::in_cycle_thread() && !collector::is_coordinator_of(shared.id),
-            "loam: wait_for_drops called on a GC thread or from this runtime's own \
-             on_cycle hook: it would wait for the cycle that runs it"
-        );
+        // The waits `collect` refuses, and a destructor's besides.
+        shared.refuse_waits("wait_for_drops");
         assert!(
             !collector::is_finalizer(),
             "loam: wait_for_drops called from a destructor run by the collector: \

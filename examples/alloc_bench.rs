@@ -16,7 +16,8 @@
 //! # Command lines
 //!
 //! ```text
-//! # everything: treesum, xmalloc, larson (1 and 2 threads) and replay, 5 rounds;
+//! # everything: treesum, xmalloc, larson, larson-ring (1 and 2 threads) and
+//! # replay, 5 rounds;
 //! # about 5 minutes on a busy 2-core machine, most of it in replay
 //! cargo run --release --example alloc_bench
 //! # quick check, about a twentieth of the default sizes
@@ -27,7 +28,7 @@
 //! cargo run --release --example alloc_bench -- --json > alloc_bench.json
 //! ```
 //!
-//! Flags: `--workload treesum|xmalloc|larson|replay|all` (default `all`; a
+//! Flags: `--workload treesum|xmalloc|larson|larson-ring|replay|all` (default `all`; a
 //! comma-separated list also works),
 //! `--threads N` (default: run 1 and 2), `--alloc
 //! loam,system,mimalloc,jemalloc,snmalloc,tcmalloc` (default: all of them,
@@ -59,6 +60,17 @@
 //!   across thread counts. At `--threads 1` there are still two OS threads
 //!   (one producer and the collector): that is the seed pattern, in which the
 //!   collector frees what another thread allocated. ops = allocations.
+//! - `larson`: Larson and Krishnan's server benchmark as mimalloc-bench runs
+//!   it: each of N threads replaces random slots of a 5,000-slot array
+//!   (8 – 999 bytes) and after 500,000 replacements starts a new thread,
+//!   hands it the array and exits, so about 1% of the frees are of blocks
+//!   an exited thread allocated (the `larson` module says where it departs
+//!   from mimalloc-bench). 10,000,000 × scale replacements in all, split
+//!   over the threads. ops = replacements.
+//! - `larson-ring`: the same replacements between live threads: N threads
+//!   with 10,000-slot arrays (16 – 256 bytes) hand them on around a ring
+//!   every 20,000 replacements, so about 37% of the frees are remote at two
+//!   threads. ops = replacements.
 //! - `replay`: the seed-003 single-threaded "data compiler" profile: 47.9M ×
 //!   scale allocations with sizes from its `getmem` table, one realloc per
 //!   eight allocations (new sizes from its `reallocmem` table; seven in eight
@@ -73,8 +85,9 @@
 //!   ops = allocations + reallocations + frees; the headline is ms and peak
 //!   RSS.
 //!
-//! `--scale` sizes all three (treesum nodes, xmalloc allocations, replay
-//! operations and live set), so `--scale 0.05` is a quick run.
+//! `--scale` sizes them all (treesum nodes, xmalloc allocations, larson
+//! replacements, replay operations and live set), so `--scale 0.05` is a
+//! quick run.
 //!
 //! # Method
 //!
@@ -240,6 +253,7 @@ enum WorkloadArg {
     Treesum,
     Xmalloc,
     Larson,
+    LarsonRing,
     Replay,
     All,
 }
@@ -249,6 +263,7 @@ enum Workload {
     Treesum,
     Xmalloc,
     Larson,
+    LarsonRing,
     Replay,
 }
 
@@ -258,19 +273,23 @@ impl Workload {
             Workload::Treesum => "treesum",
             Workload::Xmalloc => "xmalloc",
             Workload::Larson => "larson",
+            Workload::LarsonRing => "larson-ring",
             Workload::Replay => "replay",
         }
     }
 
     /// Whether the headline is a rate (Mops/s) rather than a time (ms).
     fn reports_rate(self) -> bool {
-        matches!(self, Workload::Xmalloc | Workload::Larson)
+        matches!(
+            self,
+            Workload::Xmalloc | Workload::Larson | Workload::LarsonRing
+        )
     }
 }
 
 /// Benchmarks loam's heap against System, mimalloc, jemalloc, snmalloc and
 /// TCMalloc (where the machine has it) on the seed workloads (treesum,
-/// xmalloc, larson, replay), interleaved in one process.
+/// xmalloc, larson, larson-ring, replay), interleaved in one process.
 #[derive(Parser, Debug)]
 #[command(name = "alloc_bench")]
 struct Cli {
@@ -286,7 +305,8 @@ struct Cli {
     #[arg(long, value_enum, value_delimiter = ',')]
     alloc: Option<Vec<AllocKind>>,
     /// Size factor, at most 10: treesum nodes 10M × F, xmalloc allocations
-    /// 10M × F, replay 47.9M × F allocations with a live set peaking near
+    /// 10M × F, larson and larson-ring replacements 10M × F, replay 47.9M × F
+    /// allocations with a live set peaking near
     /// 150 MB × F.
     #[arg(long, default_value_t = 1.0)]
     scale: f64,
@@ -1063,7 +1083,171 @@ mod xmalloc {
 }
 
 // ---------------------------------------------------------------------------
-// larson
+// larson (as mimalloc-bench runs it)
+// ---------------------------------------------------------------------------
+
+/// Larson and Krishnan's server benchmark as mimalloc-bench runs it
+/// (`larson 5 8 1000 5000 100 4141 N`): N lineages of threads, each with
+/// an array of `SLOTS` blocks of 8 – 999 bytes. A thread replaces random
+/// slots (free the old block, allocate one of a random size, write its
+/// first bytes) `GENERATION` times, then starts a new thread, hands it the
+/// array and exits. The arrays are filled before the clock starts by the
+/// run's own thread, as larson's `warmup` fills them (allocate, shuffle,
+/// four replacements a slot), and that thread stays alive and idle, as
+/// larson's main thread sleeps: a new thread's first frees are of blocks
+/// of a thread that exited (or, in the first generation, of the idle one),
+/// about 1% of all frees. (A successor starts before its predecessor has
+/// exited, as in larson, so some of those frees are of a live thread's
+/// blocks.) So this measures the fast paths and what the
+/// allocator does with an exited thread's memory, not the traffic between
+/// live threads (`larson-ring` is that).
+///
+/// Unlike mimalloc-bench, which counts what the threads do in a fixed five
+/// seconds, the work is fixed: 10,000,000 × scale replacements split over
+/// the lineages (so Mops/s compares across thread counts) and the clock
+/// stops when the last thread has exited. The arrays left at the end are
+/// freed after the clock. ops = replacements.
+mod larson {
+    use super::*;
+    use std::sync::atomic::AtomicU64;
+
+    const SLOTS: usize = 5_000;
+    /// Replacements a thread makes before it hands its array on and exits
+    /// (larson's 100 rounds of 5,000).
+    const GENERATION: u64 = 500_000;
+    const MIN: usize = 8;
+    /// One past the largest size: larson draws `min + rand % (max - min)`.
+    const MAX: usize = 1_000;
+    /// As the ring's: one old block in `CHECK_EVERY` has its stamps read
+    /// before it is freed (larson reads none), every block at the end.
+    const CHECK_EVERY: u64 = 64;
+
+    #[inline]
+    fn size(r: u64) -> usize {
+        MIN + Rng::below(r, MAX - MIN)
+    }
+
+    /// larson's `warmup`: allocate every slot, shuffle, then four
+    /// replacements a slot.
+    fn warm_up<A: GlobalAlloc>(alloc: &A, slots: usize, rng: &mut Rng) -> Vec<Block> {
+        let mut blocks: Vec<Block> = (0..slots)
+            .map(|_| Block::alloc(alloc, size(rng.next_u64())))
+            .collect();
+        for i in (1..slots).rev() {
+            let j = Rng::below(rng.next_u64(), i + 1);
+            blocks.swap(i, j);
+        }
+        for _ in 0..4 * slots {
+            let r = rng.next_u64();
+            let victim = Rng::below(r, slots);
+            let old = std::mem::replace(&mut blocks[victim], Block::alloc(alloc, size(r >> 32)));
+            old.free_unchecked(alloc);
+        }
+        blocks
+    }
+
+    /// One lineage's state, handed from each thread to the next.
+    struct Lineage {
+        slots: Vec<Block>,
+        rng: Rng,
+        /// Replacements still to make in this lineage.
+        left: u64,
+    }
+
+    /// What the lineages leave for the run's thread.
+    struct Finish {
+        /// Blocks whose stamps were damaged.
+        bad: AtomicU64,
+        /// Each lineage's array at its end.
+        arrays: Mutex<Vec<Vec<Block>>>,
+    }
+
+    // Never inlined into the thread's entry, as xmalloc's `produce`.
+    #[inline(never)]
+    fn replace<A: GlobalAlloc>(alloc: &A, lineage: &mut Lineage, n: u64) -> u64 {
+        let mut bad = 0;
+        let slots = &mut lineage.slots;
+        for i in 0..n {
+            let r = lineage.rng.next_u64();
+            let victim = Rng::below(r, slots.len());
+            let old = std::mem::replace(&mut slots[victim], Block::alloc(alloc, size(r >> 32)));
+            if i % CHECK_EVERY == 0 {
+                bad += u64::from(!old.free(alloc));
+            } else {
+                old.free_unchecked(alloc);
+            }
+        }
+        bad
+    }
+
+    /// One thread of a lineage: a generation of replacements, then the
+    /// next thread, started before this one exits (as larson's
+    /// `exercise_heap` starts its successor and then ends).
+    fn generation<'scope, A: GlobalAlloc + Sync>(
+        s: &'scope thread::Scope<'scope, '_>,
+        alloc: &'scope A,
+        mut lineage: Lineage,
+        finish: &'scope Finish,
+    ) {
+        let n = lineage.left.min(GENERATION);
+        let bad = replace(alloc, &mut lineage, n);
+        finish.bad.fetch_add(bad, Ordering::Relaxed);
+        lineage.left -= n;
+        if lineage.left == 0 {
+            finish
+                .arrays
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(lineage.slots);
+        } else {
+            s.spawn(move || generation(s, alloc, lineage, finish));
+        }
+    }
+
+    pub(super) fn run<A: GlobalAlloc + Sync>(alloc: &A, total: u64, threads: usize) -> Outcome {
+        let per = (total / threads as u64).max(1);
+        let mut rng = Rng::new(4141);
+        let mut all = warm_up(alloc, SLOTS * threads, &mut rng);
+        let lineages: Vec<Lineage> = (0..threads)
+            .map(|t| Lineage {
+                slots: all.drain(..SLOTS).collect(),
+                rng: Rng::new(4141 + 1 + t as u64),
+                left: per,
+            })
+            .collect();
+        let finish = Finish {
+            bad: AtomicU64::new(0),
+            arrays: Mutex::new(Vec::new()),
+        };
+        let start = Instant::now();
+        thread::scope(|s| {
+            for lineage in lineages {
+                let finish = &finish;
+                s.spawn(move || generation(s, alloc, lineage, finish));
+            }
+        });
+        let seconds = start.elapsed().as_secs_f64();
+        let arrays = finish
+            .arrays
+            .into_inner()
+            .unwrap_or_else(PoisonError::into_inner);
+        assert_eq!(arrays.len(), threads, "larson: a lineage ended early");
+        let mut bad = finish.bad.into_inner();
+        for b in arrays.into_iter().flatten() {
+            bad += u64::from(!b.free(alloc));
+        }
+        assert_eq!(bad, 0, "larson: {bad} blocks had damaged stamps");
+        Outcome {
+            seconds,
+            ops: per * threads as u64,
+            phases: Vec::new(),
+            note: String::new(),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// larson-ring
 // ---------------------------------------------------------------------------
 
 /// Larson and Krishnan's server benchmark, as a ring of live threads: each
@@ -1078,14 +1262,12 @@ mod xmalloc {
 /// so Mops/s compares across thread counts. At one thread the array comes
 /// back to the same thread: no free is remote. ops = replacements.
 ///
-/// Not mimalloc-bench's larson (`larson 5 8 1000 5000 100 4141 N`: blocks
-/// of 8 – 1,000 bytes, 5,000 slots a thread, each array handed to a new
-/// thread as the old one exits after 500,000 replacements, so about 1% of
-/// its frees are remote, to exited threads' heaps): this one stresses the
-/// cross-thread frees between live threads about 40 times as hard, and
-/// keeps thread start-up out of the time. Its figures do not compare with
-/// published larson results.
-mod larson {
+/// Not mimalloc-bench's larson (`larson` above: about 1% of its frees are
+/// remote, to exited threads' heaps): this one stresses the cross-thread
+/// frees between live threads about 40 times as hard, and keeps thread
+/// start-up out of the time. Its figures do not compare with published
+/// larson results.
+mod ring {
     use super::*;
 
     pub(super) const SLOTS: usize = 10_000;
@@ -1161,7 +1343,7 @@ mod larson {
             self.barrier(); // every array left...
             let mine = self.mailboxes[t].lock().unwrap().take();
             self.barrier(); // ...and taken, before the next hand-over
-            mine.expect("larson: the previous thread left its array")
+            mine.expect("larson-ring: the previous thread left its array")
         }
     }
 
@@ -1204,11 +1386,11 @@ mod larson {
                 .collect();
             workers
                 .into_iter()
-                .map(|w| w.join().expect("larson: a worker panicked"))
+                .map(|w| w.join().expect("larson-ring: a worker panicked"))
                 .sum()
         });
         let seconds = start.elapsed().as_secs_f64();
-        assert_eq!(bad, 0, "larson: {bad} blocks had damaged stamps");
+        assert_eq!(bad, 0, "larson-ring: {bad} blocks had damaged stamps");
         Outcome {
             seconds,
             ops: epochs * EPOCH * threads as u64,
@@ -1507,7 +1689,7 @@ impl Params {
         Params {
             treesum_nodes: ((10_000_000.0 * scale) as usize).max(1000),
             xmalloc_ops: ((10_000_000.0 * scale) as u64).max(1000),
-            larson_ops: ((10_000_000.0 * scale) as u64).max(larson::EPOCH),
+            larson_ops: ((10_000_000.0 * scale) as u64).max(ring::EPOCH),
             replay: replay::Params::new(scale),
         }
     }
@@ -1526,6 +1708,7 @@ fn run_with<A: GlobalAlloc + Sync + 'static>(
             Workload::Treesum => treesum::run(alloc, params.treesum_nodes, threads),
             Workload::Xmalloc => xmalloc::run(alloc, params.xmalloc_ops, threads),
             Workload::Larson => larson::run(alloc, params.larson_ops, threads),
+            Workload::LarsonRing => ring::run(alloc, params.larson_ops, threads),
             Workload::Replay => replay::run(alloc, &params.replay, live),
         });
         run.join()
@@ -1563,10 +1746,14 @@ fn measure(
         // For `--verbose`: how much of the run's traffic went home.
         let h = loam::heap::stats();
         out.note += &format!(
-            "remote frees sent {} in {} batches, drained {}",
+            "remote frees sent {} in {} batches, drained {}; heaps new {}, \
+             pages adopted {}, segments mapped {}",
             h.remote_frees_sent - heap_before.remote_frees_sent,
             h.remote_batches - heap_before.remote_batches,
             h.remote_frees_drained - heap_before.remote_frees_drained,
+            h.heaps_created - heap_before.heaps_created,
+            h.pages_adopted - heap_before.pages_adopted,
+            h.segments_mapped_total - heap_before.segments_mapped_total,
         );
     }
     kind.release_retained();
@@ -1829,11 +2016,13 @@ fn main() {
             WorkloadArg::Treesum => &[Workload::Treesum],
             WorkloadArg::Xmalloc => &[Workload::Xmalloc],
             WorkloadArg::Larson => &[Workload::Larson],
+            WorkloadArg::LarsonRing => &[Workload::LarsonRing],
             WorkloadArg::Replay => &[Workload::Replay],
             WorkloadArg::All => &[
                 Workload::Treesum,
                 Workload::Xmalloc,
                 Workload::Larson,
+                Workload::LarsonRing,
                 Workload::Replay,
             ],
         };

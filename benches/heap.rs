@@ -9,13 +9,18 @@
 //!   scrambled order (free lists, page turnover);
 //! - `remote`: one thread allocates 10,000 small blocks, another frees them
 //!   (the collector pattern: every free is remote), repeated;
-//! - `larson`: Larson and Krishnan's server benchmark at two threads: each
-//!   replaces random slots of a 2,000-slot array (16 – 256 bytes) and every
-//!   4,000 replacements the two swap arrays, so that about 37% of the frees
-//!   are of the other thread's blocks (the ring of `alloc_bench`'s larson,
-//!   not mimalloc-bench's shape) (`examples/alloc_bench.rs` runs the full size,
-//!   at 1 and 2 threads). snmalloc and TCMalloc (`libtcmalloc_minimal`, where
-//!   it is installed) run beside the others here.
+//! - `larson`: Larson and Krishnan's server benchmark as mimalloc-bench
+//!   runs it, at two threads: each replaces random slots of a 5,000-slot
+//!   array (8 – 999 bytes) and after 500,000 replacements starts a new
+//!   thread, hands it the array and exits; an iteration is one such
+//!   generation of each of the two lineages;
+//! - `larson_ring`: two live threads replace random slots of 2,000-slot
+//!   arrays (16 – 256 bytes) and swap them every 4,000 replacements, so
+//!   that about 37% of the frees are of the other thread's blocks.
+//!
+//! `examples/alloc_bench.rs` runs both at full size, at 1 and 2 threads.
+//! snmalloc and TCMalloc (`libtcmalloc_minimal`, where it is installed)
+//! run beside the others in the larson groups.
 //!
 //! Run: `cargo bench --bench heap` (append `-- --sample-size 10` or a group
 //! name as needed). Macro workloads are in `examples/alloc_bench.rs`.
@@ -122,12 +127,99 @@ fn remote<A: GlobalAlloc + Sync>(a: &'static A, iters: u64) -> Duration {
     start.elapsed()
 }
 
-const LARSON_SLOTS: usize = 2_000;
-const LARSON_EPOCH: usize = 4_000;
+fn xorshift(x: &mut u64) -> u64 {
+    *x ^= *x << 13;
+    *x ^= *x >> 7;
+    *x ^= *x << 17;
+    *x
+}
 
-/// One larson thread's part of `epochs` rounds: replace random slots, then
-/// swap arrays with the other thread at the barrier.
-fn larson_thread<A: GlobalAlloc>(
+/// A block of `size` bytes, its first byte written (as larson writes
+/// each new block), as (address, size).
+fn alloc_written<A: GlobalAlloc>(a: &A, size: usize) -> (usize, usize) {
+    // SAFETY: a non-zero size; written before it is used.
+    let p = unsafe { a.alloc(Layout::from_size_align(size, 8).unwrap()) };
+    // SAFETY: at least one byte.
+    unsafe { p.write(size as u8) };
+    (p as usize, size)
+}
+
+fn free_sized<A: GlobalAlloc>(a: &A, (p, size): (usize, usize)) {
+    // SAFETY: allocated by `alloc_written` with this size and alignment 8
+    // (here or on another thread), freed once.
+    unsafe { a.dealloc(p as *mut u8, Layout::from_size_align(size, 8).unwrap()) };
+}
+
+const LARSON_SLOTS: usize = 5_000;
+/// Replacements a larson thread makes before it hands its array to a
+/// thread it starts, and exits (mimalloc-bench's 100 rounds of 5,000).
+const LARSON_GENERATION: usize = 500_000;
+
+/// One larson lineage: its array, its generator and the generations left.
+struct Lineage {
+    slots: Vec<(usize, usize)>,
+    x: u64,
+    left: u64,
+}
+
+/// One thread of a lineage: a generation of replacements (8 - 999 bytes),
+/// then the next thread, started before this one exits.
+fn larson_generation<'s, A: GlobalAlloc + Sync>(
+    s: &'s std::thread::Scope<'s, '_>,
+    a: &'s A,
+    mut l: Lineage,
+    done: &'s std::sync::Mutex<Vec<(usize, usize)>>,
+) {
+    for _ in 0..LARSON_GENERATION {
+        let r = xorshift(&mut l.x);
+        let i = (r % LARSON_SLOTS as u64) as usize;
+        let new = alloc_written(a, 8 + (r >> 32) as usize % 992);
+        free_sized(a, std::mem::replace(&mut l.slots[i], new));
+    }
+    l.left -= 1;
+    if l.left == 0 {
+        done.lock().unwrap().append(&mut l.slots);
+    } else {
+        s.spawn(move || larson_generation(s, a, l, done));
+    }
+}
+
+/// Larson as mimalloc-bench runs it, at two threads: arrays filled on this
+/// thread (untimed), then two lineages of `iters` generations each; the
+/// time until the last thread has exited.
+fn larson<A: GlobalAlloc + Sync>(a: &'static A, iters: u64) -> Duration {
+    let mut x = 0x9E37_79B9_u64;
+    let mut all: Vec<(usize, usize)> = (0..2 * LARSON_SLOTS)
+        .map(|_| alloc_written(a, 8 + xorshift(&mut x) as usize % 992))
+        .collect();
+    let done = std::sync::Mutex::new(Vec::new());
+    let lineages: Vec<Lineage> = (0..2)
+        .map(|t| Lineage {
+            slots: all.drain(..LARSON_SLOTS).collect(),
+            x: 0x2545_F491 + t,
+            left: iters,
+        })
+        .collect();
+    let start = Instant::now();
+    std::thread::scope(|s| {
+        for l in lineages {
+            let done = &done;
+            s.spawn(move || larson_generation(s, a, l, done));
+        }
+    });
+    let elapsed = start.elapsed();
+    for b in done.into_inner().unwrap() {
+        free_sized(a, b);
+    }
+    elapsed
+}
+
+const RING_SLOTS: usize = 2_000;
+const RING_EPOCH: usize = 4_000;
+
+/// One larson-ring thread's part of `epochs` rounds: replace random slots
+/// (16 - 256 bytes), then swap arrays with the other thread at the barrier.
+fn ring_thread<A: GlobalAlloc>(
     a: &A,
     seed: u64,
     epochs: u64,
@@ -135,33 +227,15 @@ fn larson_thread<A: GlobalAlloc>(
     barrier: &std::sync::Barrier,
 ) {
     let mut x = seed | 1;
-    let mut next = || {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x
-    };
-    let alloc = |a: &A, size: usize| {
-        // SAFETY: a non-zero size; written before it is used.
-        let p = unsafe { a.alloc(Layout::from_size_align(size, 8).unwrap()) };
-        // SAFETY: at least one byte.
-        unsafe { p.write(size as u8) };
-        (p as usize, size)
-    };
-    let mut slots: Vec<(usize, usize)> = (0..LARSON_SLOTS)
-        .map(|_| alloc(a, 16 + next() as usize % 241))
+    let mut slots: Vec<(usize, usize)> = (0..RING_SLOTS)
+        .map(|_| alloc_written(a, 16 + xorshift(&mut x) as usize % 241))
         .collect();
-    let free = |a: &A, (p, size): (usize, usize)| {
-        // SAFETY: allocated by `alloc` with this size and alignment 8 (here
-        // or on the other thread), freed once.
-        unsafe { a.dealloc(p as *mut u8, Layout::from_size_align(size, 8).unwrap()) };
-    };
     for _ in 0..epochs {
-        for _ in 0..LARSON_EPOCH {
-            let r = next();
-            let i = (r % LARSON_SLOTS as u64) as usize;
-            let new = alloc(a, 16 + (r >> 32) as usize % 241);
-            free(a, std::mem::replace(&mut slots[i], new));
+        for _ in 0..RING_EPOCH {
+            let r = xorshift(&mut x);
+            let i = (r % RING_SLOTS as u64) as usize;
+            let new = alloc_written(a, 16 + (r >> 32) as usize % 241);
+            free_sized(a, std::mem::replace(&mut slots[i], new));
         }
         // Swap: the first to arrive leaves its array, the second takes it
         // and leaves its own, which the first takes after the barrier.
@@ -176,19 +250,19 @@ fn larson_thread<A: GlobalAlloc>(
         barrier.wait();
     }
     for b in slots {
-        free(a, b);
+        free_sized(a, b);
     }
 }
 
-/// `iters` epochs of larson on two threads; the time of the whole run.
-fn larson<A: GlobalAlloc + Sync>(a: &'static A, iters: u64) -> Duration {
+/// `iters` epochs of larson-ring on two threads; the time of the whole run.
+fn larson_ring<A: GlobalAlloc + Sync>(a: &'static A, iters: u64) -> Duration {
     let swap = std::sync::Mutex::new(Vec::new());
     let barrier = std::sync::Barrier::new(2);
     let start = Instant::now();
     std::thread::scope(|s| {
         for t in 0..2 {
             let (swap, barrier) = (&swap, &barrier);
-            s.spawn(move || larson_thread(a, 0x9E37_79B9 + t, iters, swap, barrier));
+            s.spawn(move || ring_thread(a, 0x9E37_79B9 + t, iters, swap, barrier));
         }
     });
     start.elapsed()
@@ -228,18 +302,45 @@ fn bench(c: &mut Criterion) {
     g.bench_function("jemalloc", |b| b.iter_custom(|n| remote(&JEMALLOC, n)));
     g.finish();
 
-    let mut g = c.benchmark_group("larson");
-    g.bench_function("loam", |b| b.iter_custom(|n| larson(&LOAM, n)));
-    g.bench_function("system", |b| b.iter_custom(|n| larson(&System, n)));
-    g.bench_function("mimalloc", |b| b.iter_custom(|n| larson(&MIMALLOC, n)));
-    g.bench_function("jemalloc", |b| b.iter_custom(|n| larson(&JEMALLOC, n)));
-    g.bench_function("snmalloc", |b| b.iter_custom(|n| larson(&SNMALLOC, n)));
-    if tcmalloc::Tcmalloc::available() {
-        g.bench_function("tcmalloc", |b| b.iter_custom(|n| larson(&TCMALLOC, n)));
-    } else {
-        eprintln!("larson: tcmalloc left out (apt install libtcmalloc-minimal4)");
+    type Run = fn(u64) -> Duration;
+    let groups: [(&str, [Run; 6]); 2] = [
+        (
+            "larson",
+            [
+                |n| larson(&LOAM, n),
+                |n| larson(&System, n),
+                |n| larson(&MIMALLOC, n),
+                |n| larson(&JEMALLOC, n),
+                |n| larson(&SNMALLOC, n),
+                |n| larson(&TCMALLOC, n),
+            ],
+        ),
+        (
+            "larson_ring",
+            [
+                |n| larson_ring(&LOAM, n),
+                |n| larson_ring(&System, n),
+                |n| larson_ring(&MIMALLOC, n),
+                |n| larson_ring(&JEMALLOC, n),
+                |n| larson_ring(&SNMALLOC, n),
+                |n| larson_ring(&TCMALLOC, n),
+            ],
+        ),
+    ];
+    let names = [
+        "loam", "system", "mimalloc", "jemalloc", "snmalloc", "tcmalloc",
+    ];
+    for (group, runs) in groups {
+        let mut g = c.benchmark_group(group);
+        for (name, run) in names.iter().zip(runs) {
+            if *name == "tcmalloc" && !tcmalloc::Tcmalloc::available() {
+                eprintln!("{group}: tcmalloc left out (apt install libtcmalloc-minimal4)");
+                continue;
+            }
+            g.bench_function(*name, |b| b.iter_custom(run));
+        }
+        g.finish();
     }
-    g.finish();
 }
 
 criterion_group! {

@@ -585,10 +585,10 @@ impl<'a, 'gc, T: CellValue + Trace + 'gc> ListWriter<'a, 'gc, T> {
         let spare = &Gc::get(items)[len..];
         let base = spare.as_ptr();
         let written = filled - len; // spare slots written before
-        // Fused: an iterator that yields again after a `None` must not
-        // reach the plain writes below with slots below `filled` left
-        // (a reader holding an older length may read those).
-        let mut values = values.take(spare.len()).fuse();
+        // Ended at its first `None`: an iterator that yields again after
+        // one must not reach the plain writes below with slots below
+        // `filled` left (a reader holding an older length may read those).
+        let mut values = Ended::new(values.take(spare.len()));
         // The count lives in this frame, not behind `n`: counted through
         // the pointer, every item was a store to it and the plain writes
         // no longer vectorised (an `extend` of a million `u64` 1.0 -> 1.2
@@ -695,6 +695,57 @@ impl<'a, 'gc, T: CellValue + Trace + 'gc> ListWriter<'a, 'gc, T> {
         }
         self.list.obj.len.set(self.mc, len);
         self.len.set(len);
+    }
+}
+
+/// An iterator that ends for good at the first `None` of `inner`.
+/// `Iterator::fuse` does not promise it: it trusts `FusedIterator`, a safe
+/// trait that an iterator may implement and still yield after a `None`
+/// (`fill_run`'s second loop then went on writing into slots below
+/// `filled` that a reader may load).
+struct Ended<I> {
+    inner: I,
+    done: bool,
+}
+
+impl<I> Ended<I> {
+    fn new(inner: I) -> Self {
+        Ended { inner, done: false }
+    }
+}
+
+impl<I: Iterator> Iterator for Ended<I> {
+    type Item = I::Item;
+
+    #[inline]
+    fn next(&mut self) -> Option<I::Item> {
+        if self.done {
+            return None;
+        }
+        let item = self.inner.next();
+        self.done = item.is_none();
+        item
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        if self.done {
+            (0, Some(0))
+        } else {
+            self.inner.size_hint()
+        }
+    }
+
+    /// The inner iterator's own loop (a chain's parts each run as a loop
+    /// of their own, and a run of plain writes vectorises), which ends at
+    /// its first `None`: nothing is asked of it afterwards, the adapter
+    /// being consumed.
+    #[inline]
+    fn fold<B, F: FnMut(B, I::Item) -> B>(self, init: B, f: F) -> B {
+        if self.done {
+            init
+        } else {
+            self.inner.fold(init, f)
+        }
     }
 }
 
@@ -1199,9 +1250,9 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
     /// At the heap limit, or if `iter` panics: the items appended so far
     /// stay, as with `Vec::extend`.
     pub fn extend(&self, mc: &Mutation<'gc>, iter: impl IntoIterator<Item = T>) {
-        // Fused: `extend` ends at the first `None`, as `Vec::extend` does,
-        // even for an iterator that would yield again after it.
-        let mut iter = iter.into_iter().fuse();
+        // `extend` ends at the first `None`, as `Vec::extend` does, even
+        // for an iterator that would yield again after it.
+        let mut iter = Ended::new(iter.into_iter());
         let w = ListWriter::new(self, mc);
         while let Some(first) = iter.next() {
             let len = w.len();

@@ -440,6 +440,42 @@ fn extend_stops_at_the_first_none_of_an_iterator_that_is_not_fused() {
     });
 }
 
+/// The same with an iterator that claims `FusedIterator` (a safe trait) and
+/// still yields after a `None`: `Iterator::fuse` trusts the claim, and the
+/// list's fill went on past the `None`, writing into slots a reader may
+/// load.
+#[test]
+fn extend_stops_at_the_first_none_of_an_iterator_that_lies_about_being_fused() {
+    /// 1, None, 3, 4, 5, None, ...
+    struct Liar(u64);
+    impl Iterator for Liar {
+        type Item = u64;
+        fn next(&mut self) -> Option<u64> {
+            self.0 += 1;
+            (self.0 != 2 && self.0 < 6).then_some(self.0)
+        }
+    }
+    impl std::iter::FusedIterator for Liar {}
+    let rt = rt().build();
+    let mut m = rt.attach();
+    m.mutate(|mc| {
+        for cut in [0, 3, 9] {
+            let l = GcList::new(mc);
+            l.extend(mc, 0..10_u64);
+            l.truncate(mc, cut);
+            let mut v: Vec<u64> = (0..10).collect();
+            v.truncate(cut);
+            l.extend(mc, Liar(0));
+            v.extend(Liar(0));
+            assert_eq!(l.to_vec(), v, "after a cut to {cut}");
+            l.assert_valid();
+            // In a fresh list, through `from_iter` too.
+            let fresh = GcList::from_iter(mc, Liar(0));
+            assert_eq!(fresh.to_vec(), vec![1]);
+        }
+    });
+}
+
 /// An iterator that panics partway: the items it gave before stay in the
 /// list, as `Vec::extend` keeps them (they were written past the length
 /// and lost), into a fresh list, after a truncation (slots written

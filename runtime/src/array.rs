@@ -251,8 +251,13 @@ impl<'gc> Mutation<'gc> {
     ///
     /// An iterator whose `size_hint` is exact (ranges, slices' iterators,
     /// `map`s of them) is written straight into the array; any other is
-    /// collected into a `Vec` first. One that yields fewer items than its
-    /// exact hint said gives a shorter array; items past it are not taken.
+    /// collected into a `Vec` first. Items past an exact hint are not
+    /// taken.
+    ///
+    /// # Panics
+    /// If the iterator panics, or yields fewer items than its exact hint
+    /// promised (the items it gave are dropped in either case, with the
+    /// array, which is never handed out).
     pub fn try_alloc_from_iter<T, I>(&self, iter: I) -> Result<Gc<'gc, [T]>, AllocError<()>>
     where
         T: Trace + 'gc,
@@ -276,7 +281,22 @@ impl<'gc> Mutation<'gc> {
         iter: impl Iterator<Item = T>,
     ) -> Result<Gc<'gc, [T]>, AllocError<()>> {
         match self.reserve_array::<T>(ArrayDesc::<T>::header(self.shared().id), len) {
-            Ok(r) => Ok(self.fill_array(r, len, iter)),
+            Ok(r) => {
+                let gc = self.fill_array(r, len, iter);
+                // An exact hint that promised more than the iterator gave
+                // is a broken iterator, like one that panics, and ends the
+                // same way: its array is never handed out, and the next
+                // cycle frees it. Handed out cut, a large one kept its whole
+                // span under a charge of its cut length, out of the heap
+                // limit's sight for as long as it lived.
+                assert!(
+                    gc.len() == len,
+                    "loam-runtime: alloc_from_iter: the iterator gave {} items where its exact \
+                     size_hint promised {len}",
+                    gc.len()
+                );
+                Ok(gc)
+            }
             Err(f) => Err(f.with(())),
         }
     }
@@ -284,7 +304,8 @@ impl<'gc> Mutation<'gc> {
     /// Allocates a managed array holding the items of `iter`.
     ///
     /// # Panics
-    /// At the heap limit (see [`try_alloc`](Self::try_alloc)).
+    /// At the heap limit (see [`try_alloc`](Self::try_alloc)), and as
+    /// [`try_alloc_from_iter`](Self::try_alloc_from_iter).
     ///
     /// # Examples
     /// ```

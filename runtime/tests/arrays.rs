@@ -182,7 +182,7 @@ fn an_array_of_cells_is_written_in_place_through_the_barrier() {
 }
 
 #[test]
-fn an_iterator_that_panics_or_runs_short_leaves_a_valid_array() {
+fn an_iterator_that_panics_or_runs_short_leaves_no_array() {
     let _serial = serial();
     let drops = Arc::new(AtomicUsize::new(0));
     let rt = rt().build();
@@ -211,9 +211,25 @@ fn an_iterator_that_panics_or_runs_short_leaves_a_valid_array() {
                 (self.1, Some(self.1))
             }
         }
-        let a = mc.alloc_from_iter(Short((0..3).map(item), 100));
-        assert_eq!(a.len(), 3);
-        assert_eq!(a[2].value, 2);
+        // One that gives fewer items than its exact hint promised panics,
+        // as one that gives up: handed out cut, a large one kept its
+        // whole span under the charge of its cut length, past the heap
+        // limit's sight. Its items are dropped with the array.
+        let short = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            mc.alloc_from_iter(Short((0..3).map(item), 100))
+        }));
+        let Err(panic) = short else {
+            panic!("an array cut short was handed out")
+        };
+        let message = *panic.downcast::<String>().unwrap();
+        assert!(
+            message.contains("gave 3 items where its exact size_hint promised 100"),
+            "{message}"
+        );
+        let large = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            mc.try_alloc_from_iter(Short(0..3_u64, 1 << 20))
+        }));
+        assert!(large.is_err(), "a large array cut short was handed out");
     });
     m.collect();
     m.runtime().wait_for_drops();

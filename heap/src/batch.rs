@@ -252,7 +252,7 @@ impl FreeBatch {
             // Release: a reader that sees the count sees the pending bits.
             page.runs_out.fetch_add(1, Ordering::Release);
             HeldRun {
-                page: page.start,
+                page: page.start(),
                 len: blocks.len(),
             }
         }
@@ -380,7 +380,7 @@ impl FreeBatch {
             // and the owner cannot allocate one (none is free) until it takes
             // this run, so `used` stays at capacity and the owner will reset
             // the page without reading links: write none.
-            let first: *mut Block = (page.start as *mut u8).cast();
+            let first: *mut Block = (page.start() as *mut u8).cast();
             set_all_pending(page);
             page.runs_out.fetch_add(1, Ordering::Release);
             self.queue_run(page, first, RunKind::WholePage, cap);

@@ -205,7 +205,7 @@ impl<'a> PageRef<'a> {
     /// Address of block 0.
     #[inline]
     pub fn start(&self) -> *mut u8 {
-        self.page().start as *mut u8
+        self.page().start() as *mut u8
     }
 
     /// Whether the page is a large or huge span (one block).
@@ -248,7 +248,7 @@ impl<'a> PageRef<'a> {
     /// ```
     #[inline]
     pub fn index_of(&self, p: *const u8) -> Option<usize> {
-        let start = self.page().start;
+        let start = self.page().start();
         let end = start + self.capacity() * self.block_size();
         (start..end)
             .contains(&(p as usize))
@@ -259,7 +259,7 @@ impl<'a> PageRef<'a> {
     #[inline]
     pub fn block(&self, i: usize) -> *mut u8 {
         assert!(i < self.capacity(), "heap: block index {i} out of range");
-        (self.page().start + i * self.block_size()) as *mut u8
+        (self.page().start() + i * self.block_size()) as *mut u8
     }
 
     /// A page of a live descriptor (`seal.rs`).
@@ -598,7 +598,7 @@ impl AllocatedBit {
     #[inline(always)]
     pub(crate) unsafe fn at(page: *mut Page, idx: usize) -> AllocatedBit {
         // SAFETY: live (caller).
-        let start = unsafe { (*page).start };
+        let start = unsafe { (*page).start() };
         let seg = segment::segment_of(page.cast());
         // A page's first slice: block 0 starts at it (small and large pages
         // at the slice start, huge ones at a slice-aligned offset).
@@ -624,7 +624,7 @@ impl AllocatedBit {
     #[inline(always)]
     unsafe fn of_class(page: *mut Page, p: *mut u8, recip: u64) -> AllocatedBit {
         // SAFETY: live (caller).
-        let offset = (p as usize - unsafe { (*page).start }) as u64;
+        let offset = (p as usize - unsafe { (*page).start() }) as u64;
         let idx = ((offset * recip) >> crate::size_class::RECIP_SHIFT) as usize;
         // SAFETY: `idx` is `p`'s index, `recip` being the page class's.
         unsafe { AllocatedBit::at(page, idx) }
@@ -651,7 +651,7 @@ impl AllocatedBit {
     /// `page` is a live page of the calling thread's heap.
     pub(crate) unsafe fn clear_page(page: *mut Page) {
         // SAFETY: live (caller).
-        let start = unsafe { (*page).start } as *mut u8;
+        let start = unsafe { (*page).start() } as *mut u8;
         // SAFETY: block 0 of the page.
         let first = unsafe { AllocatedBit::of(page, start) };
         // SAFETY: live (caller).

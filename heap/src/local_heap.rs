@@ -772,7 +772,7 @@ impl LocalHeap {
             guard::place(seg, i, want);
             (*page).block_size.store(block, Ordering::Relaxed);
             (*page).slice_count.store(want as u32, Ordering::Relaxed);
-            (*page).bump_end = (*page).start + block;
+            (*page).bump_end = (*page).start() + block;
             (*page).bump = (*page).bump_end;
             (*page).bump_limit = (*page).bump_end;
             block::unpoison(p, block);

@@ -87,8 +87,12 @@ pub(crate) struct Page {
     pub(crate) in_full: bool,
     /// Every never-used block reads as zero (fresh from the OS or decommitted).
     pub(crate) is_zero: bool,
-    /// Address of block 0.
-    pub(crate) start: usize,
+    /// Address of block 0. Written by the owner when the page is set up,
+    /// read by anyone holding a block of the page (ordered by that block's
+    /// handoff) and by page walks, which may meet a page being set up:
+    /// atomic for them (a plain field was a data race there), relaxed
+    /// everywhere (a plain load on the targets served).
+    pub(crate) start: AtomicUsize,
     /// End of the bump region: `start + capacity * block_size` (owner
     /// only, but read by checks).
     pub(crate) bump_end: usize,
@@ -140,7 +144,7 @@ impl Page {
     /// one block).
     #[inline(always)]
     pub(crate) fn block_index(&self, p: *const u8) -> usize {
-        let offset = (p as usize - self.start) as u64;
+        let offset = (p as usize - self.start()) as u64;
         match crate::size_class::RECIP.get(self.class as usize) {
             Some(&r) => ((offset * r) >> crate::size_class::RECIP_SHIFT) as usize,
             None => 0,
@@ -151,7 +155,7 @@ impl Page {
     /// page that is free, or an address past its blocks or between them).
     #[inline(always)]
     pub(crate) fn is_block_start(&self, p: *const u8) -> bool {
-        let offset = (p as usize).wrapping_sub(self.start);
+        let offset = (p as usize).wrapping_sub(self.start());
         match self.state() {
             PageState::Small => {
                 offset < self.capacity() * self.block_size()
@@ -206,6 +210,12 @@ impl Page {
         self.block_size.load(Ordering::Relaxed)
     }
 
+    /// Address of block 0 (`start`).
+    #[inline(always)]
+    pub(crate) fn start(&self) -> usize {
+        self.start.load(Ordering::Relaxed)
+    }
+
     #[inline(always)]
     pub(crate) fn capacity(&self) -> usize {
         self.capacity.load(Ordering::Relaxed) as usize
@@ -258,7 +268,7 @@ impl Page {
         self.class = class as u8;
         self.in_full = false;
         self.is_zero = is_zero;
-        self.start = start;
+        self.start.store(start, Ordering::Relaxed);
         self.next = ptr::null_mut();
         self.prev = ptr::null_mut();
         self.user_flags.store(0, Ordering::Relaxed);
@@ -432,9 +442,9 @@ impl Page {
         // its freed tag: a valid free of it stopped the process as a
         // double free).
         self.is_zero = false;
-        self.bump = self.start;
+        self.bump = self.start();
         self.set_used(0);
-        block::poison(self.start as *mut u8, self.bump_end - self.start);
+        block::poison(self.start() as *mut u8, self.bump_end - self.start());
     }
 
     /// Checks `used + |free| + |local_free| + unbumped = capacity` (walks both
@@ -448,7 +458,7 @@ impl Page {
                     crate::fatal("page free list longer than the page (cycle or corruption)");
                 }
                 let a = b as usize;
-                if a < self.start || a >= self.bump_end || (a - self.start) % self.block_size() != 0
+                if a < self.start() || a >= self.bump_end || (a - self.start()) % self.block_size() != 0
                 {
                     crate::fatal("page free list holds a foreign or misaligned block");
                 }
@@ -457,7 +467,7 @@ impl Page {
             }
             n
         };
-        let within = |a: usize| self.start <= a && a <= self.bump_end;
+        let within = |a: usize| self.start() <= a && a <= self.bump_end;
         if !within(self.bump) || !within(self.bump_limit) {
             crate::fatal("page bump pointer or limit outside the bump region");
         }

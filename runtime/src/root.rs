@@ -206,7 +206,13 @@ pub struct Root<R: ?Sized + for<'a> Rootable<'a>> {
     owner: Arc<MutatorShared>,
     handle: Arc<Handle>,
     index: u32,
-    _type: PhantomData<*const R>,
+    /// Invariant in `R` (and `!Send`): `get` hands the object back as
+    /// `R`'s `Root`, an associated type, which two types related by
+    /// subtyping may name differently (`Rootable` is a safe trait, and
+    /// rustc accepts impls for `for<'x> fn(&'x ())` and `fn(&'static ())`
+    /// side by side). Covariant, a root made under one was read under the
+    /// other: an integer handed back as a `Gc`.
+    _type: PhantomData<*mut R>,
 }
 
 impl<R: ?Sized + for<'a> Rootable<'a>> Root<R> {
@@ -309,7 +315,8 @@ impl<R: ?Sized + for<'a> Rootable<'a>> fmt::Debug for Root<R> {
 pub struct GlobalRoot<R: ?Sized + for<'a> Rootable<'a>> {
     handle: Arc<Handle>,
     index: u32,
-    _type: PhantomData<fn() -> Box<R>>,
+    /// Invariant in `R`, as [`Root`]'s (`Send` and `Sync` are below).
+    _type: PhantomData<fn(Box<R>) -> Box<R>>,
 }
 
 // SAFETY: the slot is in the runtime's locked table, and the object it

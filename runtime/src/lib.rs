@@ -324,6 +324,8 @@ macro_rules! not_under_loom {
 
 #[cfg(all(test, loom))]
 mod assist_model;
+#[cfg(all(test, loom))]
+mod call_entry_model;
 mod handshake;
 #[cfg(all(test, loom))]
 mod log_owner_model;

@@ -537,7 +537,7 @@ impl Mutator {
         // The mark epoch beside it, of the same cycle: a ragged cycle may
         // end, and the next one begin (storing the next epoch first, with
         // release), between the two reads; then `calls` has moved too,
-        // and both are read again.
+        // and both are read again (`call_entry_model.rs`).
         let (calls, marking) = loop {
             let calls = shared.calls_now();
             if !calls.marking {

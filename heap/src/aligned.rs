@@ -92,6 +92,8 @@ fn header_of(p: *mut u8) -> *mut Span {
 #[inline(never)]
 pub(crate) fn alloc(size: usize, align: usize) -> *mut u8 {
     debug_assert!(align > MAX_SEGMENT_ALIGN && align.is_power_of_two());
+    // Possibly the process's first allocation: the page size is checked.
+    crate::options::init();
     let Some(size) = size.max(1).checked_next_multiple_of(os::OS_PAGE) else {
         return ptr::null_mut();
     };

@@ -41,6 +41,15 @@ pub(crate) fn init() {
 }
 
 fn read_env() {
+    // Guard pages, decommits, page runs and aligned spans' headers are laid
+    // out in 4 KiB pages: on a kernel with larger ones (16 KiB on some
+    // AArch64 machines) a `munmap` or `mprotect` of a 4 KiB piece fails, and
+    // memory leaked or allocations failed without a word.
+    // SAFETY: `sysconf` has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if page != crate::os::OS_PAGE as libc::c_long {
+        crate::fatal("loam-heap needs 4 KiB OS pages, and this kernel's page size is another");
+    }
     if let Some(v) = getenv(c"LOAM_PURGE_DELAY_MS") {
         match v.to_str().ok().and_then(|s| s.trim().parse::<u64>().ok()) {
             Some(ms) => PURGE_DELAY_MS.store(ms, Ordering::Relaxed),

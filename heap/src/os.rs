@@ -174,5 +174,6 @@ pub(crate) fn now_ms() -> u64 {
     ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000
 }
 
-/// The OS page size (4 KiB on the machines we target; asserted at first use).
+/// The OS page size (4 KiB on the machines we target; checked as the
+/// heap's settings are first read, `options::init`).
 pub(crate) const OS_PAGE: usize = 4096;

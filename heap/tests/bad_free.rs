@@ -12,12 +12,13 @@ use std::alloc::{GlobalAlloc, Layout};
 
 mod support;
 
-const CASES: [(&str, &str); 12] = [
+const CASES: [(&str, &str); 13] = [
     ("malloc", "not in any segment of this allocator"),
     ("static", "not in any segment of this allocator"),
     ("stack", "not in any segment of this allocator"),
     ("interior", "not the start of a block"),
     ("interior_remote", "not the start of a block"),
+    ("past_last_remote", "not the start of a block"),
     ("double", "freed twice"),
     ("double_remote", "freed twice"),
     ("double_large", "freed twice"),
@@ -70,6 +71,17 @@ fn bad_free(case: &str) {
                 LoamAlloc.dealloc(p.add(16), l)
             }
             "interior_remote" => LoamAlloc.dealloc(of_a_live_thread(l).add(8), l),
+            "past_last_remote" => {
+                // A multiple of the block size past a page's last block,
+                // in the page's tail (24-byte blocks leave 16 bytes of a
+                // 64 KiB page, or the guard page): the side tables' check
+                // took it for a block start, and the free wrote into the
+                // next slice (or faulted on the guard page).
+                let l24 = Layout::from_size_align(24, 8).unwrap();
+                let page = loam_heap::PageRef::of(of_a_live_thread(l24));
+                let past = page.start().add(page.capacity() * page.block_size());
+                LoamAlloc.dealloc(past, l24)
+            }
             "double" => {
                 let p = LoamAlloc.alloc(l);
                 LoamAlloc.dealloc(p, l);

@@ -192,6 +192,7 @@ mod remote;
 mod remote_cache;
 mod spin;
 mod sync;
+mod walk_epochs;
 
 not_under_loom! {
     mod abandon;
@@ -234,6 +235,8 @@ mod handoff_model;
 mod pending_model;
 #[cfg(all(test, loom))]
 mod seal_model;
+#[cfg(all(test, loom))]
+mod walk_model;
 
 /// Aborts the process with a `heap:`-prefixed message: heap metadata is
 /// corrupted and continuing could only make it worse. Never allocates.

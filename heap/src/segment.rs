@@ -6,6 +6,7 @@ use crate::local_heap::LocalHeap;
 use crate::os;
 use crate::page::{Page, PageState};
 use crate::spin::SpinLock;
+use crate::walk_epochs::WalkEpochs;
 use crate::sync::{AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::ptr;
 
@@ -123,41 +124,24 @@ pub(crate) struct Registry {
     head: *mut Segment,
     count: usize,
     mapped: usize,
-    /// The walk epoch (`for_each_segment_unlocked`): a walk counts itself
-    /// in `walkers[epoch % 2]` of the epoch it began in, and a segment
-    /// unlinked while any walk runs waits in `deferred[epoch % 2]` of the
-    /// epoch it was unlinked in. The epoch moves on from `e` once no walk
-    /// of `e - 1` is left, and then unmaps what died in `e - 1`: only walks
-    /// of `e` remain, which began after those segments were unlinked, so
-    /// never stand on them. (Walks of `e - 2` were gone before the epoch
-    /// reached `e`.) With one count for all walks, overlapping walks (two
-    /// threads calling `for_each_page` in turn) kept every segment freed
-    /// meanwhile mapped for as long as they overlapped.
-    epoch: u64,
-    /// Walks under way without the lock, by the parity of their epoch:
-    /// while any is, `destroy` unlinks a segment but leaves it mapped.
-    walkers: [usize; 2],
+    /// The walks under way without the lock (`walk_epochs.rs`).
+    epochs: WalkEpochs,
     /// Segments unlinked during walks, by the parity of the epoch they died
-    /// in (linked through `next`: an unlinked segment is in no owner's
-    /// list).
+    /// in (`WalkEpochs::defer_to`; linked through `next`: an unlinked
+    /// segment is in no owner's list).
     deferred: [*mut Segment; 2],
 }
 
 impl Registry {
-    /// After a walk of parity `p` ended: moves the epoch on as far as no
-    /// walk of the one before holds it, and returns what died then (two
-    /// lists, to release once the lock is let go).
+    /// After a walk of parity `p` ended: takes the lists of what died in
+    /// the epochs no walk under way can meet any more (two lists, to
+    /// release once the lock is let go).
     fn walk_ended(&mut self, p: usize) -> [*mut Segment; 2] {
-        // Saturating: a child after `fork` forgot the parent's walks.
-        self.walkers[p] = self.walkers[p].saturating_sub(1);
         let mut dead = [ptr::null_mut(); 2];
-        for d in &mut dead {
-            let before = ((self.epoch + 1) & 1) as usize;
-            if self.walkers[before] != 0 {
-                break;
+        for (d, q) in dead.iter_mut().zip(self.epochs.end(p)) {
+            if let Some(q) = q {
+                *d = std::mem::replace(&mut self.deferred[q], ptr::null_mut());
             }
-            *d = std::mem::replace(&mut self.deferred[before], ptr::null_mut());
-            self.epoch += 1;
         }
         dead
     }
@@ -171,8 +155,7 @@ pub(crate) static REGISTRY: SpinLock<Registry> = SpinLock::new(Registry {
     head: ptr::null_mut(),
     count: 0,
     mapped: 0,
-    epoch: 0,
-    walkers: [0; 2],
+    epochs: WalkEpochs::new(),
     deferred: [ptr::null_mut(); 2],
 });
 
@@ -529,7 +512,7 @@ impl Segment {
     /// Unregisters and unmaps `seg` (or caches it, if huge); while a walk
     /// runs (`for_each_segment_unlocked`), only unregisters it, and it is
     /// unmapped once the walks that may meet it have ended
-    /// (`Registry::epoch`).
+    /// (`walk_epochs.rs`).
     ///
     /// # Safety
     /// `seg` holds no live block, is unlinked from its owner's list, and no
@@ -553,12 +536,11 @@ impl Segment {
         reg.count -= 1;
         reg.mapped -= size;
         crate::segment_map::remove(seg as usize);
-        if reg.walkers != [0; 2] {
+        if let Some(now) = reg.epochs.defer_to() {
             // A walk may be reading it, or stand on it: unmapped when the
-            // walks that may have met it have ended (`Registry::epoch`).
+            // walks that may have met it have ended (`walk_epochs.rs`).
             // Its `all_next` stays as it is, so a walk standing here goes
             // on to the segments still linked.
-            let now = (reg.epoch & 1) as usize;
             // Unlinked from its owner's list (caller), so `next` is ours to
             // use; under the registry lock.
             // SAFETY: as just said.
@@ -731,7 +713,7 @@ unsafe fn release_deferred(mut dead: *mut Segment) {
 /// not fork.
 pub(crate) fn forget_walks_after_fork() {
     let mut reg = REGISTRY.lock();
-    reg.walkers = [0; 2];
+    reg.epochs.forget_walks();
     let dead = std::mem::replace(&mut reg.deferred, [ptr::null_mut(); 2]);
     drop(reg);
     for d in dead {
@@ -757,7 +739,7 @@ pub(crate) fn forget_walks_after_fork() {
 /// the head, behind no one.
 pub(crate) fn for_each_segment_unlocked(mut f: impl FnMut(*mut Segment)) {
     /// Ends the walk (of epoch parity `.0`), on unwinding too, unmapping
-    /// what no walk under way can meet any more (`Registry::epoch`).
+    /// what no walk under way can meet any more (`walk_epochs.rs`).
     struct Walking(usize);
     impl Drop for Walking {
         fn drop(&mut self) {
@@ -772,8 +754,7 @@ pub(crate) fn for_each_segment_unlocked(mut f: impl FnMut(*mut Segment)) {
     }
     let (mut s, walking) = {
         let mut reg = REGISTRY.lock();
-        let p = (reg.epoch & 1) as usize;
-        reg.walkers[p] += 1;
+        let p = reg.epochs.begin();
         (reg.head, Walking(p))
     };
     let _walking = walking;

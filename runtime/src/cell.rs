@@ -714,6 +714,10 @@ impl<'gc, T: Trace + 'gc> GcLock<'gc, T> {
     /// # Panics
     /// Inside another `write` of this lock on the same thread (it would
     /// wait for itself), or if `f` panics (after the barrier's work).
+    ///
+    /// A `write` while this thread holds a [`read`](Self::read) guard of
+    /// the same lock waits for ever, as with `std::sync::RwLock`: drop the
+    /// guard first (the lock does not know which threads read it).
     pub fn write<R>(&self, mc: &Mutation<'gc>, f: impl FnOnce(&mut T) -> R) -> R {
         let mut g = match self.value.try_write() {
             Some(g) => g,
@@ -824,7 +828,10 @@ impl<T: fmt::Debug> fmt::Debug for GcLock<'_, T> {
             None if is_own_write(&self.writer) => {
                 t.field(&format_args!("<locked by this thread's write>"))
             }
-            None => t.field(&*self.value.read()),
+            // Another thread writes, or waits to: as std's `RwLock`, never
+            // wait (this thread may hold a read guard, which the waiting
+            // writer's claim keeps this read behind).
+            None => t.field(&format_args!("<locked>")),
         };
         t.finish()
     }

@@ -138,6 +138,14 @@ pub(crate) fn in_cycle_thread() -> bool {
     GC_THREAD_OF.with(|c| c.get() != 0)
 }
 
+/// Whether the calling thread is the coordinator of any runtime (in its
+/// `on_cycle` hook, the only user code it runs): a wait for any runtime's
+/// cycle there may wait for itself, through another runtime's hook that
+/// waits for this one's.
+pub(crate) fn on_coordinator() -> bool {
+    COORDINATOR_OF.with(|c| c.get() != 0)
+}
+
 /// Whether the calling thread is the coordinator of runtime `id`: waiting
 /// for that runtime's next cycle would wait for itself.
 pub(crate) fn is_coordinator_of(id: u16) -> bool {
@@ -367,7 +375,10 @@ fn coordinator(shared: &Shared, pool: &ThreadPool) {
         }
         // After the cycle released the cycle lock, before it counts as
         // complete (so that whoever waited for it sees its event): a hook
-        // may collect another runtime, or panic, without stopping this one.
+        // may panic without stopping this one. It may not wait for any
+        // runtime's cycle (`Shared::refuse_waits`): two runtimes whose
+        // hooks collected each other waited for each other for ever, each
+        // in its report until its hook returned.
         if let Some(hook) = &shared.hook {
             if let Err(msg) = crate::panics::contain(|| hook(&event)) {
                 shared.stats.lock().user_panics += 1;

@@ -230,7 +230,10 @@
 //!   leaves the marks incomplete, so that cycle frees nothing and the next
 //!   is full.
 //! - The `on_cycle` hook runs on the coordinator after the cycle lock is
-//!   released: it may collect another runtime; collecting its own panics.
+//!   released: it must not wait for a cycle of any runtime (`collect`,
+//!   `wait_for_cycle`, `wait_for_drops`, `wait_final` panic there: two
+//!   runtimes whose hooks collected each other waited for each other for
+//!   ever); hand such work to a thread of your own.
 //! - Refused with a clear panic, because each would wait for itself:
 //!   `collect` inside `mutate` or on a GC thread, building a runtime inside
 //!   `mutate` or on a GC thread. Dropping a runtime's last handle inside

@@ -865,6 +865,13 @@ impl Shared {
             "loam: {what} called from this runtime's own on_cycle hook: it \
              would wait for the collector that runs the hook"
         );
+        assert!(
+            !collector::on_coordinator(),
+            "loam: {what} called from another runtime's on_cycle hook: a \
+             hook must not wait for any runtime's cycle (two runtimes whose \
+             hooks wait for each other's cycles wait for ever); hand it to a \
+             thread of your own"
+        );
     }
 
     /// Runs a full cycle that starts after this call, and waits for its sweep

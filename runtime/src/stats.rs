@@ -379,11 +379,11 @@ impl StatsHandle {
         );
         assert!(
             !crate::collector::in_cycle_thread()
-                && !crate::collector::is_coordinator_of(self.id)
+                && !crate::collector::on_coordinator()
                 && !crate::collector::is_finalizer(),
-            "loam: StatsHandle::wait_final on one of the collector's threads \
-             (in a Trace impl, a destructor or the on_cycle hook): the \
-             runtime's last cycle waits for this thread"
+            "loam: StatsHandle::wait_final on one of a collector's threads \
+             (in a Trace impl, a destructor or an on_cycle hook): the \
+             runtime's last cycle may wait for this thread"
         );
         let mut s = self.cell.stats.lock();
         loop {

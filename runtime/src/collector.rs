@@ -6,7 +6,7 @@
 //! cycle lock, the `on_cycle` hook.
 //!
 //! The side bitmaps belong to the heap's pages, which every runtime in the
-//! process shares, so one cycle runs at a time process-wide (`CYCLE_LOCK`):
+//! process shares, so one cycle runs at a time process-wide (`CycleState`):
 //! a cycle clears marks that another runtime's objects carry too.
 
 use crate::cycle::{cycle, Generations, Snapshot};
@@ -15,88 +15,131 @@ use loam_threadpool::{ThreadPool, ThreadPoolBuilder};
 use parking_lot::{Mutex, MutexGuard};
 use std::cell::Cell;
 use std::io::Write;
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// One cycle at a time, process-wide (module docs).
-pub(crate) static CYCLE_LOCK: Mutex<()> = Mutex::new(());
+/// The process-wide cycle state, one for each fork generation of the
+/// process: the lock that lets one cycle run at a time (module docs), and
+/// what other runtimes' cycles read of the one holding it. A child forked
+/// while a cycle held the lock has a copy held by a thread it does not
+/// have: a runtime built in the child waited on it for ever. The child's
+/// first use makes a fresh one (the parent's runtimes refuse their waits
+/// in the child, `forked.rs`, and take no lock). Leaked: one per
+/// generation that ran a cycle.
+pub(crate) struct CycleState {
+    generation: u64,
+    /// One cycle at a time, process-wide.
+    lock: Mutex<()>,
+    /// The runtime whose cycle holds `lock` (0: none), set by [`Holder`],
+    /// shifted left by one; and in bit 0, whether that cycle is stuck: its
+    /// handshake has waited past its patience for a call on a blocked
+    /// thread (mirrored from `Handshake::stuck` by [`set_stuck`], for the
+    /// holder's handshake only). One word, so that a reader never pairs
+    /// one holder with another's verdict. Another runtime's mutators read
+    /// it as they wait for their own cycle, which cannot begin meanwhile: a
+    /// call of the holder's may be waiting for one of them (a scoped
+    /// thread attached to the other runtime, which pacing or the heap
+    /// limit holds), and they give up their wait as a mutator of the
+    /// holder's own would (`Shared::wait_at_gate`). Relaxed: polled.
+    holder: AtomicU32,
+    /// Cycles waiting for `lock` (`cycle::cycle`): a stop held up by calls
+    /// judges them as it judges its own mutators waiting at its gate
+    /// (`Handshake::stop_world`).
+    queued: AtomicUsize,
+}
 
-/// The runtime whose cycle holds `CYCLE_LOCK` (0: none), set by
-/// [`Holder`], shifted left by one; and in bit 0, whether that cycle is
-/// stuck: its handshake has waited past its patience for a call on a
-/// blocked thread (mirrored from `Handshake::stuck` by [`set_stuck`], for
-/// the holder's handshake only). One word, so that a reader never pairs
-/// one holder with another's verdict. Another runtime's mutators read it
-/// as they wait for their own cycle, which cannot begin meanwhile: a call
-/// of the holder's may be waiting for one of them (a scoped thread
-/// attached to the other runtime, which pacing or the heap limit holds),
-/// and they give up their wait as a mutator of the holder's own would
-/// (`Shared::wait_at_gate`). Relaxed: polled.
-static HOLDER: AtomicU32 = AtomicU32::new(0);
+static CYCLE: AtomicPtr<CycleState> = AtomicPtr::new(std::ptr::null_mut());
 
-/// Names the runtime whose cycle holds `CYCLE_LOCK`, until dropped (before
+/// This process's cycle state (see [`CycleState`]).
+pub(crate) fn cycle_state() -> &'static CycleState {
+    let generation = crate::forked::generation();
+    loop {
+        let p = CYCLE.load(Ordering::Acquire);
+        // States are leaked, never freed.
+        // SAFETY: as just said.
+        if let Some(s) = unsafe { p.as_ref() } {
+            if s.generation == generation {
+                return s;
+            }
+        }
+        let fresh = Box::into_raw(Box::new(CycleState {
+            generation,
+            lock: Mutex::new(()),
+            holder: AtomicU32::new(0),
+            queued: AtomicUsize::new(0),
+        }));
+        match CYCLE.compare_exchange(p, fresh, Ordering::AcqRel, Ordering::Acquire) {
+            // Published, never freed.
+            // SAFETY: as just said.
+            Ok(_) => return unsafe { &*fresh },
+            // Another thread of this generation published one first: read
+            // it on the next turn.
+            // SAFETY: `fresh` was never published.
+            Err(_) => drop(unsafe { Box::from_raw(fresh) }),
+        }
+    }
+}
+
+/// Names the runtime whose cycle holds the cycle lock, until dropped (before
 /// the lock guard: declare it after).
 pub(crate) struct Holder;
 
 impl Holder {
     pub(crate) fn set(id: u16) -> Holder {
-        HOLDER.store(u32::from(id) << 1, Ordering::Relaxed);
+        cycle_state().holder.store(u32::from(id) << 1, Ordering::Relaxed);
         Holder
     }
 }
 
 impl Drop for Holder {
     fn drop(&mut self) {
-        HOLDER.store(0, Ordering::Relaxed);
+        cycle_state().holder.store(0, Ordering::Relaxed);
     }
 }
 
 /// Records whether the cycle of runtime `id` is stuck, if that runtime's
-/// cycle holds `CYCLE_LOCK` (any other handshake's verdict, a unit test's
+/// cycle holds the cycle lock (any other handshake's verdict, a unit test's
 /// or a runtime's between its cycles, changes nothing).
 pub(crate) fn set_stuck(id: u16, stuck: bool) {
-    // Only the holder's thread writes `HOLDER` (`Holder`, and its cycle's
+    // Only the holder's thread writes `holder` (`Holder`, and its cycle's
     // waits here): a load and a store, no race to lose.
-    if id != 0 && HOLDER.load(Ordering::Relaxed) >> 1 == u32::from(id) {
-        HOLDER.store((u32::from(id) << 1) | u32::from(stuck), Ordering::Relaxed);
+    let holder = &cycle_state().holder;
+    if id != 0 && holder.load(Ordering::Relaxed) >> 1 == u32::from(id) {
+        holder.store((u32::from(id) << 1) | u32::from(stuck), Ordering::Relaxed);
     }
 }
 
-/// Cycles waiting for `CYCLE_LOCK` (`cycle::cycle`): a stop held up by
-/// calls judges them as it judges its own mutators waiting at its gate
-/// (`Handshake::stop_world`).
-static QUEUED: AtomicUsize = AtomicUsize::new(0);
-
-/// Counts a cycle in [`QUEUED`] while it waits for `CYCLE_LOCK`.
+/// Takes the cycle lock, counted in `queued` while it waits.
 pub(crate) fn lock_cycle() -> MutexGuard<'static, ()> {
-    QUEUED.fetch_add(1, Ordering::Relaxed);
-    let g = CYCLE_LOCK.lock();
-    QUEUED.fetch_sub(1, Ordering::Relaxed);
+    let state = cycle_state();
+    state.queued.fetch_add(1, Ordering::Relaxed);
+    let g = state.lock.lock();
+    state.queued.fetch_sub(1, Ordering::Relaxed);
     g
 }
 
 /// Whether another runtime than the caller's exists, whose cycle could
-/// queue for `CYCLE_LOCK` (relaxed: a hint).
+/// queue for the cycle lock (relaxed: a hint).
 pub(crate) fn several_runtimes() -> bool {
     crate::runtime::IDS_IN_USE.load(Ordering::Relaxed) > 1
 }
 
-/// Whether a cycle waits for `CYCLE_LOCK` (relaxed: polled).
+/// Whether a cycle waits for the cycle lock (relaxed: polled).
 pub(crate) fn cycle_queued() -> bool {
-    QUEUED.load(Ordering::Relaxed) != 0
+    cycle_state().queued.load(Ordering::Relaxed) != 0
 }
 
-/// Whether another runtime than `id` holds `CYCLE_LOCK` with a stuck cycle
-/// (see [`HOLDER`]).
+/// Whether another runtime than `id` holds the cycle lock with a stuck
+/// cycle (see [`CycleState::holder`]).
 pub(crate) fn other_holder_stuck(id: u16) -> bool {
-    let holder = HOLDER.load(Ordering::Relaxed);
+    let holder = cycle_state().holder.load(Ordering::Relaxed);
     holder >> 1 != 0 && holder >> 1 != u32::from(id) && holder & 1 == 1
 }
 
 /// Runtimes alive whose objects live in loam's pages, changed only under
-/// `CYCLE_LOCK`: while a cycle runs with it at 1, no other runtime has
+/// the cycle lock: while a cycle runs with it at 1, no other runtime has
 /// objects in a page, so the sweep need not read headers to tell them
 /// apart. (A runtime over a `GlobalAlloc` has none there: counting it made
 /// every page sweep beside it read every header.)
@@ -242,7 +285,7 @@ pub(crate) fn start(shared: Arc<Shared>) -> JoinHandle<()> {
     let id = shared.id;
     {
         // Not while a cycle runs: it may be sweeping without reading headers.
-        let _cycle = CYCLE_LOCK.lock();
+        let _cycle = cycle_state().lock.lock();
         if shared.space.alloc_space().is_none() {
             RUNTIMES.fetch_add(1, Ordering::Relaxed);
         }

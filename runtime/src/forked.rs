@@ -15,7 +15,12 @@
 //! calls that take the runtime's locks (`Runtime::stats`) may still wait
 //! in the child, if the fork caught another thread holding one. The heap
 //! itself stays usable in the child (`loam_heap`'s own handlers): a child
-//! may build a runtime of its own. The JVM and Go do not carry
+//! may build a runtime of its own, also when the fork caught a cycle
+//! holding the process's cycle lock (the child's runtimes take a lock of
+//! its own fork generation, `collector::CycleState`). A fork that catches
+//! another thread building or ending a runtime (the runtime ids' lock,
+//! held for a few instructions) still leaves the child's first build
+//! waiting. The JVM and Go do not carry
 //! their collectors across `fork` either; `exec` is the way out.
 
 /// The fork count, for a runtime being built (the pool's counter: one

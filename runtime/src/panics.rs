@@ -52,7 +52,7 @@ pub(crate) struct PanicLog {
 }
 
 /// Panics of `Trace` impls during the cycle under way. One cycle runs at a
-/// time process-wide (`collector::CYCLE_LOCK`), and only its GC threads
+/// time process-wide (`collector::CycleState`), and only its GC threads
 /// and its own runtime's mutators (in assists, while its mark runs) mark,
 /// so one log serves every runtime: the cycle's coordinator drains it
 /// before it releases the cycle lock. A call's shading of a `GcLock`'s

@@ -887,6 +887,98 @@ fn a_gc_trace_into_a_full_pipe_holds_up_no_other_runtime() {
     }
 }
 
+/// Waits up to two minutes for forked child `pid` to exit and returns its
+/// exit code; kills it and panics if it hangs or dies of a signal.
+#[cfg(unix)]
+fn exit_code_of(pid: libc::pid_t) -> i32 {
+    let mut status = 0;
+    for _ in 0..1200 {
+        // SAFETY: `status` is a valid out-pointer; `pid` is our child.
+        let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+        if r == pid {
+            assert!(
+                libc::WIFEXITED(status),
+                "the child did not exit: status {status:#x}"
+            );
+            return libc::WEXITSTATUS(status);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // SAFETY: `kill` takes no pointers; `pid` is our child, not waited for.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    panic!("deadlock: the forked child hung");
+}
+
+/// An object whose `Trace` impl, once armed, says it is tracing and waits
+/// to be let go: a cycle that holds the process's cycle lock, for as long
+/// as a test needs.
+struct Slow<'gc> {
+    inner: Gc<'gc, u64>,
+}
+
+static SLOW_IN_MARK: AtomicBool = AtomicBool::new(false);
+static SLOW_LET_GO: AtomicBool = AtomicBool::new(false);
+
+// SAFETY: reports its one pointer (1), after waiting; reads nothing
+// managed (2); needs tracing (3); no `Drop` (4).
+unsafe impl Trace for Slow<'_> {
+    fn trace(&self, tracer: &mut loam_runtime::Tracer) {
+        SLOW_IN_MARK.store(true, Ordering::Release);
+        while !SLOW_LET_GO.load(Ordering::Acquire) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        self.inner.trace(tracer)
+    }
+}
+
+/// A child forked while a cycle held the process's cycle lock: a runtime
+/// built there waited for that lock for ever (its holder was a thread
+/// the child does not have). The child's runtimes take a lock of their
+/// own generation, and collect.
+#[cfg(unix)]
+#[test]
+fn a_runtime_built_in_a_child_forked_during_a_cycle_collects() {
+    const CHILD: &str = "LOAM_MISUSE_FORK_CYCLE_CHILD";
+    if std::env::var_os(CHILD).is_none() {
+        // Alone in a process of its own, as the test above.
+        in_child(
+            "a_runtime_built_in_a_child_forked_during_a_cycle_collects",
+            &[(CHILD, "1")],
+        );
+        return;
+    }
+    let rt = rt().build();
+    let mut m = rt.attach();
+    let _slow: Root<Rootable!['gc => Slow<'gc>]> = m.mutate(|mc| {
+        let inner = mc.alloc(1_u64);
+        mc.root(mc.alloc(Slow { inner }))
+    });
+    let rt2 = rt.clone();
+    let collecting = std::thread::spawn(move || rt2.collect());
+    while !SLOW_IN_MARK.load(Ordering::Acquire) {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // The cycle holds the lock, in its mark. `fork` takes no pointers;
+    // the child runs only the code below and leaves with `_exit`.
+    // SAFETY: as just said.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork failed");
+    if pid == 0 {
+        let child = Runtime::builder().gc_threads(1).ignore_env().build();
+        let mut m = child.attach();
+        m.mutate(|mc| {
+            mc.alloc(2_u64);
+        });
+        child.collect();
+        let cycles = child.stats().cycles;
+        // SAFETY: ends the child at once, running nothing of the parent's.
+        unsafe { libc::_exit(if cycles >= 1 { 0 } else { 3 }) };
+    }
+    SLOW_LET_GO.store(true, Ordering::Release);
+    collecting.join().unwrap();
+    assert_eq!(exit_code_of(pid), 0, "the child's runtime ran no cycle");
+}
+
 /// A forked child has none of the runtime's threads: `mutate` and
 /// `collect` there panic with a message naming fork, and dropping the
 /// mutator and the last handle returns (it leaks). Before, the child's
@@ -952,27 +1044,7 @@ fn a_runtime_in_a_forked_child_refuses_with_a_message_and_its_drop_returns() {
         // SAFETY: ends the child at once, running nothing of the parent's.
         unsafe { libc::_exit(code) };
     }
-    let mut status = 0;
-    let mut ended = false;
-    for _ in 0..1200 {
-        // SAFETY: `status` is a valid out-pointer; `pid` is our child.
-        let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
-        if r == pid {
-            ended = true;
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    if !ended {
-        // SAFETY: `kill` takes no pointers; `pid` is our child, not waited for.
-        unsafe { libc::kill(pid, libc::SIGKILL) };
-        panic!("deadlock: the forked child hung");
-    }
-    assert!(
-        libc::WIFEXITED(status),
-        "the child did not exit: status {status:#x}"
-    );
-    match libc::WEXITSTATUS(status) {
+    match exit_code_of(pid) {
         0 => {}
         3 => panic!("mutate in the forked child ran instead of refusing"),
         4 => panic!("collect in the forked child did not refuse"),

@@ -62,12 +62,14 @@ extern "C" fn prepare() {
     crate::aligned::SPANS.lock_for_fork();
 }
 
-/// After `fork`, in the child: releases the locks, and forgets the page
-/// walks that other threads of the parent had under way
-/// (`segment::for_each_segment_unlocked`).
+/// After `fork`, in the child: releases the locks, forgets the page walks
+/// that other threads of the parent had under way
+/// (`segment::for_each_segment_unlocked`), and the seals they were writing
+/// (`seal::forget_seals_after_fork`).
 extern "C" fn child() {
     release();
     crate::segment::forget_walks_after_fork();
+    crate::seal::forget_seals_after_fork();
 }
 
 /// After `fork`, in the parent and in the child: releases them.

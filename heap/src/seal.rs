@@ -63,6 +63,29 @@ use crate::inspect::{Bitmap, PageRef};
 use crate::page::Page;
 use crate::sync::{AtomicU64, Ordering};
 
+/// In a child after `fork`: a page whose owner was writing its image at
+/// the fork (`BUSY`) would stay so for ever (the owner is a thread the
+/// child does not have), and a walk of a collector built in the child
+/// waited for it for ever. Each such page is left as a walk's claim for
+/// the epoch it was being sealed for, which the child's next stop
+/// raises past: its walk copies the page's bits itself.
+#[cfg(not(loom))]
+pub(crate) fn forget_seals_after_fork() {
+    crate::segment::for_each_segment(|seg| {
+        for i in crate::segment::HEADER_SLICES..crate::segment::SLICES {
+            // Registered segments stay mapped while the registry lock is
+            // held (the walk's); `sealed` is atomic; the child's one thread
+            // is the only one.
+            // SAFETY: as just said.
+            let sealed = unsafe { &(*crate::segment::Segment::page(seg, i)).sealed };
+            let s = sealed.load(Ordering::Relaxed);
+            if s & BUSY != 0 {
+                sealed.store(s & !(BUSY | LEN), Ordering::Relaxed);
+            }
+        }
+    });
+}
+
 /// The process-wide seal epoch, shifted into place as `sealed` holds it
 /// (`EPOCH_SHIFT`): raised at each collector stop.
 static KEY: AtomicU64 = AtomicU64::new(0);

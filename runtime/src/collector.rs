@@ -15,7 +15,7 @@ use loam_threadpool::{ThreadPool, ThreadPoolBuilder};
 use parking_lot::{Mutex, MutexGuard};
 use std::cell::Cell;
 use std::io::Write;
-use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -25,11 +25,9 @@ use std::time::{Duration, Instant};
 /// what other runtimes' cycles read of the one holding it. A child forked
 /// while a cycle held the lock has a copy held by a thread it does not
 /// have: a runtime built in the child waited on it for ever. The child's
-/// first use makes a fresh one (the parent's runtimes refuse their waits
-/// in the child, `forked.rs`, and take no lock). Leaked: one per
-/// generation that ran a cycle.
+/// first use makes a fresh one (`forked::PerFork`; the parent's runtimes
+/// refuse their waits in the child, `forked.rs`, and take no lock).
 pub(crate) struct CycleState {
-    generation: u64,
     /// One cycle at a time, process-wide.
     lock: Mutex<()>,
     /// The runtime whose cycle holds `lock` (0: none), set by [`Holder`],
@@ -50,36 +48,15 @@ pub(crate) struct CycleState {
     queued: AtomicUsize,
 }
 
-static CYCLE: AtomicPtr<CycleState> = AtomicPtr::new(std::ptr::null_mut());
+static CYCLE: crate::forked::PerFork<CycleState> = crate::forked::PerFork::new(|| CycleState {
+    lock: Mutex::new(()),
+    holder: AtomicU32::new(0),
+    queued: AtomicUsize::new(0),
+});
 
 /// This process's cycle state (see [`CycleState`]).
 pub(crate) fn cycle_state() -> &'static CycleState {
-    let generation = crate::forked::generation();
-    loop {
-        let p = CYCLE.load(Ordering::Acquire);
-        // States are leaked, never freed.
-        // SAFETY: as just said.
-        if let Some(s) = unsafe { p.as_ref() } {
-            if s.generation == generation {
-                return s;
-            }
-        }
-        let fresh = Box::into_raw(Box::new(CycleState {
-            generation,
-            lock: Mutex::new(()),
-            holder: AtomicU32::new(0),
-            queued: AtomicUsize::new(0),
-        }));
-        match CYCLE.compare_exchange(p, fresh, Ordering::AcqRel, Ordering::Acquire) {
-            // Published, never freed.
-            // SAFETY: as just said.
-            Ok(_) => return unsafe { &*fresh },
-            // Another thread of this generation published one first: read
-            // it on the next turn.
-            // SAFETY: `fresh` was never published.
-            Err(_) => drop(unsafe { Box::from_raw(fresh) }),
-        }
-    }
+    CYCLE.get()
 }
 
 /// Names the runtime whose cycle holds the cycle lock, until dropped (before

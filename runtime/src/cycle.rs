@@ -1173,7 +1173,7 @@ impl<'a> Cycle<'a> {
         // itself.
         shared.next_goal.store(goal, Ordering::Relaxed);
         let when = format!("cycle {}", shared.stats.lock().cycles + 1);
-        let (mut panics, mut panic_lines) = crate::panics::CYCLE_LOG.take_report(&when);
+        let (mut panics, mut panic_lines) = crate::panics::cycle_log().take_report(&when);
         let (shades, shade_lines) = shared.shade_panics.take_report(&when);
         panics += shades;
         panic_lines.extend(shade_lines);

@@ -55,3 +55,51 @@ fn refuse(what: &str) -> ! {
          cycle. Build a new runtime in the child, or exec."
     )
 }
+
+/// A process-wide value that each fork generation of the process gets
+/// fresh (made by `init` at the generation's first use, then leaked): a
+/// lock a forked child's copy of which may be held by a thread the child
+/// does not have, and what it guards. The parent keeps its generation
+/// for ever; a child's first use makes its own.
+pub(crate) struct PerFork<T: 'static> {
+    current: std::sync::atomic::AtomicPtr<(u64, T)>,
+    init: fn() -> T,
+}
+
+impl<T: Send + Sync + 'static> PerFork<T> {
+    pub(crate) const fn new(init: fn() -> T) -> PerFork<T> {
+        PerFork {
+            current: std::sync::atomic::AtomicPtr::new(std::ptr::null_mut()),
+            init,
+        }
+    }
+
+    /// This fork generation's value.
+    pub(crate) fn get(&self) -> &'static T {
+        use std::sync::atomic::Ordering;
+        let generation = generation();
+        loop {
+            let p = self.current.load(Ordering::Acquire);
+            // Values are leaked, never freed.
+            // SAFETY: as just said.
+            if let Some((g, value)) = unsafe { p.as_ref() } {
+                if *g == generation {
+                    return value;
+                }
+            }
+            let fresh = Box::into_raw(Box::new((generation, (self.init)())));
+            match self
+                .current
+                .compare_exchange(p, fresh, Ordering::AcqRel, Ordering::Acquire)
+            {
+                // Published, never freed.
+                // SAFETY: as just said.
+                Ok(_) => return unsafe { &(*fresh).1 },
+                // Another thread of this generation published one first:
+                // read it on the next turn.
+                // SAFETY: `fresh` was never published.
+                Err(_) => drop(unsafe { Box::from_raw(fresh) }),
+            }
+        }
+    }
+}

@@ -300,7 +300,7 @@ unsafe fn scan(
         // collector frees nothing this cycle (see `cycle::cycle`);
         // mark on, so that the mark still ends.
         let msg = crate::panics::dispose(payload);
-        crate::panics::CYCLE_LOG.record(crate::panics::Kind::Trace, (desc.name)(), msg);
+        crate::panics::cycle_log().record(crate::panics::Kind::Trace, (desc.name)(), msg);
         tracer.clear();
         return 0;
     }
@@ -968,7 +968,7 @@ pub(crate) unsafe fn reachable(roots: &[usize]) -> HashSet<usize> {
             // SAFETY: as above.
             let traced = crate::panics::contain(|| unsafe { trace(addr as *const u8, &mut tracer) });
             if let Err(msg) = traced {
-                crate::panics::CYCLE_LOG.record(crate::panics::Kind::Trace, (desc.name)(), msg);
+                crate::panics::cycle_log().record(crate::panics::Kind::Trace, (desc.name)(), msg);
                 tracer.clear();
                 continue;
             }

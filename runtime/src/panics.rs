@@ -60,9 +60,17 @@ pub(crate) struct PanicLog {
 /// waiting for the call) and records into its runtime's own log instead
 /// (`Shared::shade_panics`). (Destructors run on each runtime's
 /// finalizer thread, which keeps a log of its own.)
-pub(crate) static CYCLE_LOG: PanicLog = PanicLog {
-    entries: Mutex::new(Vec::new()),
-};
+///
+/// One per fork generation (`forked::PerFork`): a child forked while a GC
+/// thread of the parent held it, or while a parent's cycle had logged a
+/// panic, would have its runtimes' cycles wait for the lock for ever, or
+/// take the parent's panic for their own.
+pub(crate) fn cycle_log() -> &'static PanicLog {
+    static CYCLE_LOG: crate::forked::PerFork<PanicLog> = crate::forked::PerFork::new(|| PanicLog {
+        entries: Mutex::new(Vec::new()),
+    });
+    CYCLE_LOG.get()
+}
 
 thread_local! {
     /// A contained call runs on this thread: the panic hook stays quiet.

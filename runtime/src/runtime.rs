@@ -221,7 +221,7 @@ pub(crate) struct Shared {
     pub(crate) space: crate::space::Space,
     /// Panics of `Trace` impls that this runtime's calls met shading a
     /// `GcLock`'s contents (`cell.rs`). Kept apart from
-    /// [`panics::CYCLE_LOG`](crate::panics::CYCLE_LOG), which the cycle
+    /// [`panics::cycle_log`](crate::panics::cycle_log), which the cycle
     /// under way (of whatever runtime) reads: a call that a mark's end
     /// stopped waiting for may shade after it, and its panic belongs to
     /// this runtime's next cycle, not to another runtime's.
@@ -258,7 +258,7 @@ impl Shared {
     /// way, on the cycle's threads or in its calls' shading: its marks
     /// cannot be trusted.
     pub(crate) fn trace_panicked(&self) -> bool {
-        crate::panics::CYCLE_LOG.trace_panicked() || self.shade_panics.trace_panicked()
+        crate::panics::cycle_log().trace_panicked() || self.shade_panics.trace_panicked()
     }
 
     /// The state a `mutate` call that begins now runs with (acquire: a call

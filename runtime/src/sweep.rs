@@ -239,7 +239,7 @@ impl Work {
                 // SAFETY: `addr` is dead and now ours alone (no thread
                 // can reach it, and its block goes back only in the run
                 // below, whose owner clears its allocated bit).
-                unsafe { finalize(addr, desc, size, id, verify, &crate::panics::CYCLE_LOG) };
+                unsafe { finalize(addr, desc, size, id, verify, crate::panics::cycle_log()) };
                 // SAFETY: live blocks are never at address 0.
                 run.push(unsafe { NonNull::new_unchecked(addr as *mut u8) });
                 out.bytes += size;

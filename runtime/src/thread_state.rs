@@ -277,7 +277,23 @@ fn is_futex(nr: i64) -> bool {
 /// Threads a [`Stall`] leaves out of its look at the process: each
 /// program wait's own (it polls) and each collector's coordinator (it
 /// looks at the calls it waits for now and then).
-static ASIDE: std::sync::Mutex<Vec<u32>> = std::sync::Mutex::new(Vec::new());
+/// One per fork generation: a child forked while a thread of the parent
+/// held it (a program wait's poll, a coordinator's look) had its own
+/// runtimes' waits and looks wait for it for ever.
+fn aside_list() -> &'static std::sync::Mutex<Vec<u32>> {
+    #[cfg(not(loom))]
+    {
+        static ASIDE: crate::forked::PerFork<std::sync::Mutex<Vec<u32>>> =
+            crate::forked::PerFork::new(|| std::sync::Mutex::new(Vec::new()));
+        ASIDE.get()
+    }
+    // The models do not fork.
+    #[cfg(loom)]
+    {
+        static ASIDE: std::sync::Mutex<Vec<u32>> = std::sync::Mutex::new(Vec::new());
+        &ASIDE
+    }
+}
 
 /// The calling thread left out of stall looks until this is dropped.
 pub(crate) struct Aside(u32);
@@ -285,13 +301,16 @@ pub(crate) struct Aside(u32);
 /// Leaves the calling thread out of stall looks while the result lives.
 pub(crate) fn aside() -> Aside {
     let tid = current();
-    ASIDE.lock().unwrap_or_else(|e| e.into_inner()).push(tid);
+    aside_list()
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push(tid);
     Aside(tid)
 }
 
 impl Drop for Aside {
     fn drop(&mut self) {
-        let mut aside = ASIDE.lock().unwrap_or_else(|e| e.into_inner());
+        let mut aside = aside_list().lock().unwrap_or_else(|e| e.into_inner());
         if let Some(i) = aside.iter().position(|&t| t == self.0) {
             aside.swap_remove(i);
         }
@@ -390,7 +409,10 @@ impl Stall {
         if seen.is_empty() {
             return None;
         }
-        let aside = ASIDE.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let aside = aside_list()
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
         let me = current();
         for tid in others()? {
             if tid == me || aside.contains(&tid) || seen.iter().any(|&(t, _)| t == tid) {

@@ -909,9 +909,9 @@ fn exit_code_of(pid: libc::pid_t) -> i32 {
     panic!("deadlock: the forked child hung");
 }
 
-/// An object whose `Trace` impl, once armed, says it is tracing and waits
-/// to be let go: a cycle that holds the process's cycle lock, for as long
-/// as a test needs.
+/// An object whose `Trace` impl says it is tracing and waits to be let
+/// go: a cycle that holds the process's cycle lock, for as long as a test
+/// needs.
 struct Slow<'gc> {
     inner: Gc<'gc, u64>,
 }
@@ -964,19 +964,32 @@ fn a_runtime_built_in_a_child_forked_during_a_cycle_collects() {
     let pid = unsafe { libc::fork() };
     assert!(pid >= 0, "fork failed");
     if pid == 0 {
-        let child = Runtime::builder().gc_threads(1).ignore_env().build();
-        let mut m = child.attach();
-        m.mutate(|mc| {
-            mc.alloc(2_u64);
+        // A panic here would end the child's only thread, and the child
+        // with status 0: caught, it is a failure.
+        let cycles = catch_unwind(|| {
+            let child = Runtime::builder().gc_threads(1).ignore_env().build();
+            let mut m = child.attach();
+            m.mutate(|mc| {
+                mc.alloc(2_u64);
+            });
+            child.collect();
+            child.stats().cycles
         });
-        child.collect();
-        let cycles = child.stats().cycles;
+        let code = match cycles {
+            Ok(c) if c >= 1 => 0,
+            Ok(_) => 3,
+            Err(_) => 2,
+        };
         // SAFETY: ends the child at once, running nothing of the parent's.
-        unsafe { libc::_exit(if cycles >= 1 { 0 } else { 3 }) };
+        unsafe { libc::_exit(code) };
     }
     SLOW_LET_GO.store(true, Ordering::Release);
     collecting.join().unwrap();
-    assert_eq!(exit_code_of(pid), 0, "the child's runtime ran no cycle");
+    match exit_code_of(pid) {
+        0 => {}
+        2 => panic!("the child's runtime panicked"),
+        c => panic!("the child's runtime ran no cycle (exit {c})"),
+    }
 }
 
 /// A forked child has none of the runtime's threads: `mutate` and
@@ -1033,9 +1046,14 @@ fn a_runtime_in_a_forked_child_refuses_with_a_message_and_its_drop_returns() {
                     .build(),
             )
         })));
-        drop(m);
-        drop(rt);
+        // Caught as above: the drops must return, and not panic.
+        let dropped = catch_unwind(AssertUnwindSafe(|| {
+            drop(m);
+            drop(rt);
+        }))
+        .is_ok();
         let code = match (mutate, collect, pool) {
+            _ if !dropped => 6,
             (true, true, true) => 0,
             (false, _, _) => 3,
             (true, false, _) => 4,
@@ -1049,6 +1067,7 @@ fn a_runtime_in_a_forked_child_refuses_with_a_message_and_its_drop_returns() {
         3 => panic!("mutate in the forked child ran instead of refusing"),
         4 => panic!("collect in the forked child did not refuse"),
         5 => panic!("ManagedPool::build in the forked child did not refuse"),
+        6 => panic!("dropping the runtime in the forked child panicked"),
         c => panic!("the forked child exited with {c}"),
     }
 }

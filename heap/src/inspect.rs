@@ -559,9 +559,8 @@ impl<'a> PageRef<'a> {
 pub(crate) unsafe fn pending_bitmap<'a>(page: *mut Page, words: usize) -> &'a [AtomicU64] {
     let seg = segment::segment_of(page.cast());
     // The slice from the descriptor's place, not from its `start`: a walk
-    // may look at a page its owner is setting up, and `start` is a plain
-    // field the owner writes (a read of it then raced, and a first set-up's
-    // 0 wrapped round).
+    // may look at a page its owner is setting up, and its `start` may then
+    // be another set-up's (or a first set-up's 0, which wrapped round).
     let slice = Segment::index_of(page);
     let words = words.min(PENDING_BYTES_PER_SLICE / 8);
     // SAFETY: the pending bitmap of slice `slice` lies in the segment header,

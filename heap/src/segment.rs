@@ -178,9 +178,9 @@ pub(crate) unsafe fn block_size_of(p: *const u8) -> usize {
 }
 
 /// Whether `p` is where a block of its page starts, by the segment's side
-/// tables alone (`size` is `block_size_of(p)`): a multiple of the block
-/// size past the first slice of its page, found with the class's
-/// reciprocal, not a division.
+/// tables (`size` is `block_size_of(p)`) and the page's capacity: a
+/// multiple of the block size past the first slice of its page, found
+/// with the class's reciprocal, not a division, below the capacity.
 ///
 /// # Safety
 /// `p` lies in a live segment of ours.

@@ -68,3 +68,32 @@ impl WalkEpochs {
         self.walkers = [0; 2];
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::WalkEpochs;
+
+    /// A long walk of one epoch holds back what died during it, while
+    /// shorter walks come and go and move the epoch on beside it.
+    #[test]
+    fn a_long_walk_holds_back_what_died_under_it() {
+        let mut e = WalkEpochs::new();
+        let long = e.begin();
+        let short = e.begin();
+        // A segment dies while both run: it waits in `dead`'s list.
+        let dead = e.defer_to().expect("walks run");
+        // The short walk ends: nothing of `dead`'s list may go (the long
+        // walk may stand on it); the epoch moves on once.
+        assert!(!e.end(short).contains(&Some(dead)));
+        // A walk of the next epoch begins and ends beside the long one.
+        let next = e.begin();
+        assert_ne!(next, long, "the epoch did not move on");
+        assert!(
+            !e.end(next).contains(&Some(dead)),
+            "released under the long walk"
+        );
+        // The long walk ends: now it goes.
+        assert!(e.end(long).contains(&Some(dead)));
+        assert_eq!(e.defer_to(), None);
+    }
+}

@@ -671,7 +671,11 @@ impl<'gc, T> GcLock<'gc, T> {
         }
     }
 
-    /// Shared access; blocks while a writer holds the lock.
+    /// Shared access; blocks while a writer holds the lock, or waits for
+    /// it (writers are not starved), so a second `read` by a thread that
+    /// holds a read guard of the same lock waits for ever if another
+    /// thread waits to write meanwhile, as with `std::sync::RwLock`: take
+    /// one guard at a time.
     ///
     /// # Panics
     /// Inside a [`write`](GcLock::write) of this lock on the same thread

@@ -15,12 +15,20 @@
 //! calls that take the runtime's locks (`Runtime::stats`) may still wait
 //! in the child, if the fork caught another thread holding one. The heap
 //! itself stays usable in the child (`loam_heap`'s own handlers): a child
-//! may build a runtime of its own, also when the fork caught a cycle
-//! holding the process's cycle lock (the child's runtimes take a lock of
-//! its own fork generation, `collector::CycleState`). A fork that catches
-//! another thread building or ending a runtime (the runtime ids' lock,
-//! held for a few instructions) still leaves the child's first build
-//! waiting. The JVM and Go do not carry
+//! may build a runtime of its own. The process-wide state a cycle holds
+//! (the cycle lock, its panic log, the stall detector's list) is one per
+//! fork generation ([`PerFork`]), so a fork that catches a cycle under way
+//! no longer leaves the child's first cycle waiting for a lock held by a
+//! thread the child does not have. Not dependable yet: the runtime's locks
+//! and condition variables are `parking_lot`'s, which keeps a process-wide
+//! table of waiting threads, and a fork that catches another thread
+//! parking or waking one (a timed wait's poll does, every few
+//! milliseconds) leaves the table locked or half-written in the child: a
+//! child that built a runtime and collected, forked while the parent's
+//! cycle ran, hung or aborted in about 1 run in 8 on a busy 2-core
+//! machine. So does a fork that catches another thread building or ending
+//! a runtime (the runtime ids' lock). `exec` is the dependable way;
+//! locks without process-wide state (std's) would make it dependable. The JVM and Go do not carry
 //! their collectors across `fork` either; `exec` is the way out.
 
 /// The fork count, for a runtime being built (the pool's counter: one

@@ -1086,7 +1086,8 @@ impl Runtime {
     /// for: this panics instead).
     ///
     /// # Panics
-    /// Inside a `mutate` call of any runtime. On a thread that a `mutate`
+    /// Inside a `mutate` call of any runtime, on a GC thread, or in an
+    /// `on_cycle` hook of any runtime. On a thread that a `mutate`
     /// call of this runtime waits for (a scoped thread it joins, or a
     /// thread holding a lock it wants), whose cycle would wait for that
     /// call, rather than hang: on Linux, once the collector has waited 10
@@ -1133,9 +1134,10 @@ impl Runtime {
     /// ```
     ///
     /// # Panics
-    /// Inside a `mutate` call (a cycle under way may be waiting for it), or
-    /// in a destructor the collector runs, of any runtime (it would wait
-    /// for itself, or two runtimes' destructors for each other); on a
+    /// Inside a `mutate` call (a cycle under way may be waiting for it), in
+    /// a destructor the collector runs or in an `on_cycle` hook, of any
+    /// runtime (it would wait for itself, or two runtimes' destructors or
+    /// hooks for each other); on a
     /// thread that a `mutate` call waits for, as
     /// [`collect`](Self::collect). The wait for the destructors themselves
     /// has no such check: one blocked on something the caller holds (a
@@ -1207,7 +1209,7 @@ impl Runtime {
     ///
     /// # Panics
     /// As [`collect`](Self::collect): inside a `mutate` call, on a GC
-    /// thread, in this runtime's `on_cycle` hook, or on a thread that a
+    /// thread, in an `on_cycle` hook of any runtime, or on a thread that a
     /// `mutate` call waits for.
     pub fn wait_for_cycle(&self) {
         self.handle.shared.wait_for_cycle();
@@ -1447,6 +1449,13 @@ impl RuntimeBuilder {
     /// would wait for each other for ever. (A call that meets the limit
     /// inside waits for the sweep only, which ends before the hook.) Hand
     /// such work to a thread of your own.
+    ///
+    /// # Panics (inside the hook, contained and counted)
+    /// A wait for any runtime's cycle from the hook: `collect`,
+    /// `wait_for_cycle`, `wait_for_drops`, `StatsHandle::wait_final`, and a
+    /// `mutate` call of another runtime that meets its heap limit (it
+    /// collects first). Two runtimes whose hooks collected each other
+    /// waited for each other for ever.
     pub fn on_cycle(mut self, hook: impl Fn(&CycleEvent) + Send + Sync + 'static) -> Self {
         self.hook = Some(Box::new(hook));
         self

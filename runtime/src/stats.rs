@@ -359,9 +359,10 @@ impl StatsHandle {
     /// of this runtime; inside a `mutate` call of any runtime (a cycle of
     /// that runtime may wait for the call, and the last cycle waits for
     /// that one: cycles take turns process-wide); on one of the
-    /// collector's threads (its GC threads, its coordinator, which runs
-    /// `on_cycle`, or the finalizer of any runtime, whose destructors may
-    /// wait for each other's runtimes): the last cycle waits for those.
+    /// collector's threads (its GC threads), or in an `on_cycle` hook or a
+    /// destructor the collector runs, of any runtime (hooks and
+    /// destructors may wait for each other's runtimes): the last cycle
+    /// waits for those.
     pub fn wait_final(&self) -> GcStats {
         if let Some(stats) = self.cell.stats.lock().clone() {
             return stats;

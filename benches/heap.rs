@@ -145,8 +145,9 @@ fn alloc_written<A: GlobalAlloc>(a: &A, size: usize) -> (usize, usize) {
 }
 
 fn free_sized<A: GlobalAlloc>(a: &A, (p, size): (usize, usize)) {
-    // SAFETY: allocated by `alloc_written` with this size and alignment 8
-    // (here or on another thread), freed once.
+    // Allocated by `alloc_written` with this size and alignment 8 (here or
+    // on another thread), freed once.
+    // SAFETY: as just said.
     unsafe { a.dealloc(p as *mut u8, Layout::from_size_align(size, 8).unwrap()) };
 }
 

@@ -202,8 +202,9 @@ pub(crate) unsafe fn is_block_start(p: *const u8, size: usize) -> bool {
     let k = (offset * crate::size_class::RECIP[c]) >> crate::size_class::RECIP_SHIFT;
     // Below the page's capacity too: a multiple of the size past its last
     // block (in the page's tail, short of a block) is none.
-    // SAFETY: `first` is the first slice of a page covering `p`, whose
-    // descriptor is in the live segment's header; the field is atomic.
+    // `first` is the first slice of a page covering `p`, whose descriptor
+    // is in the live segment's header; the field is atomic.
+    // SAFETY: as just said.
     let capacity = unsafe { (*Segment::page(seg, first)).capacity() } as u64;
     k * size as u64 == offset && k < capacity
 }

@@ -236,9 +236,10 @@ impl Work {
             // a GC thread or a helping mutator.
             for (addr, desc) in dead.drain(..) {
                 let size = size_of(addr, desc);
-                // SAFETY: `addr` is dead and now ours alone (no thread
-                // can reach it, and its block goes back only in the run
-                // below, whose owner clears its allocated bit).
+                // `addr` is dead and now ours alone (no thread can reach
+                // it, and its block goes back only in the run below, whose
+                // owner clears its allocated bit).
+                // SAFETY: as just said.
                 unsafe { finalize(addr, desc, size, id, verify, crate::panics::cycle_log()) };
                 // SAFETY: live blocks are never at address 0.
                 run.push(unsafe { NonNull::new_unchecked(addr as *mut u8) });

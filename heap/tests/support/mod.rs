@@ -25,17 +25,6 @@ pub fn assert_child_dies(test: &str, var: &str, case: &str, want: &[&str]) {
     );
 }
 
-/// A test's size knob: the whole number in environment variable `name`, at
-/// least `min`, or `default` when it is unset. A bad value stops the test
-/// with a message: read as the default, or as 0, it ran another test than
-/// the one asked for, or none at all.
-pub fn knob(name: &str, default: usize, min: usize) -> usize {
-    let Some(v) = std::env::var_os(name) else {
-        return default;
-    };
-    let v = v.to_string_lossy();
-    match v.trim().parse::<usize>() {
-        Ok(n) if n >= min => n,
-        _ => panic!("{name}={v:?}: expected a whole number of at least {min}"),
-    }
-}
+mod knob;
+#[allow(unused_imports)]
+pub use knob::{flag_knob, knob};

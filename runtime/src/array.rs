@@ -189,7 +189,8 @@ impl<'gc> Mutation<'gc> {
             }
         };
         let Some(bit) = bit else {
-            m.give_back(size);
+            // The OS refused it: as for an object (`out_of_memory`).
+            m.refused_by_os(size);
             return Err(Failure {
                 size,
                 limit: usize::MAX,

@@ -1114,6 +1114,16 @@ impl Mutator {
         self.assist_debt.get()
     }
 
+    /// The OS had no memory for a `size`-byte object or array
+    /// ([`out_of_memory`]): its budget and the rest of the credit go back
+    /// in one update, and the next call collects first.
+    #[cold]
+    pub(crate) fn refused_by_os(&self, size: usize) {
+        let credit = self.credit.replace(0) + size;
+        self.shared().heap_used.fetch_sub(credit, Ordering::Relaxed);
+        self.limit_hit.set(true);
+    }
+
     pub(crate) fn give_back(&self, size: usize) {
         let credit = self.credit.get() + size;
         // A huge request that failed took a chunk of its own size: give
@@ -1578,10 +1588,7 @@ pub(crate) fn over_aligned(align: usize) -> ! {
 #[cold]
 #[inline(never)]
 fn out_of_memory<T>(m: &Mutator, value: T, size: usize) -> AllocError<T> {
-    // The object's budget and the rest of the credit, in one update.
-    let credit = m.credit.replace(0) + size;
-    m.shared().heap_used.fetch_sub(credit, Ordering::Relaxed);
-    m.limit_hit.set(true);
+    m.refused_by_os(size);
     AllocError {
         value,
         size,

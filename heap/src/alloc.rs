@@ -211,7 +211,6 @@ fn thread_init_with(take_orphan: bool) -> Option<*mut LocalHeap> {
     if current_heap() as usize == EXITED {
         return None;
     }
-    crate::options::init();
     crate::fork::install();
     let orphan = if take_orphan {
         crate::abandon::take_orphan()

@@ -596,12 +596,13 @@ impl AllocatedBit {
     /// `page` is a live page and `idx` the index of one of its blocks.
     #[inline(always)]
     pub(crate) unsafe fn at(page: *mut Page, idx: usize) -> AllocatedBit {
-        // SAFETY: live (caller).
-        let start = unsafe { (*page).start() };
         let seg = segment::segment_of(page.cast());
-        // A page's first slice: block 0 starts at it (small and large pages
-        // at the slice start, huge ones at a slice-aligned offset).
-        let slice = (start - seg as usize) >> SLICE_SHIFT;
+        // A page's first slice, from its descriptor's place (block 0 starts
+        // at it: small and large pages at the slice start, huge ones at a
+        // slice-aligned offset, whose descriptor is that slice's), not from
+        // `start`: the caller read that already, and a second atomic load
+        // is not merged with the first on this allocation path.
+        let slice = Segment::index_of(page);
         // SAFETY: the bitmaps of slice `slice` cover every block of the page
         // (see `PageRef::bitmap`); `idx / 64` is in range for it.
         unsafe {

@@ -93,12 +93,14 @@ pub(crate) static ALL_HEAPS: AtomicPtr<LocalHeap> = AtomicPtr::new(ptr::null_mut
 impl LocalHeap {
     /// Maps, initializes and registers a new heap; null if out of memory.
     pub(crate) fn create() -> *mut LocalHeap {
+        // The settings, and the page size the layout assumes, before the
+        // first mapping.
+        options::init();
         let size = std::mem::size_of::<LocalHeap>().next_multiple_of(os::OS_PAGE);
         let heap = os::map_aligned(size, os::OS_PAGE, false).cast::<LocalHeap>();
         if heap.is_null() {
             return heap;
         }
-        options::init();
         // SAFETY: a fresh private mapping of the right size and alignment.
         unsafe {
             heap.write(LocalHeap {

@@ -71,6 +71,11 @@ use crate::sync::{AtomicU64, Ordering};
 /// raises past: its walk copies the page's bits itself.
 #[cfg(not(loom))]
 pub(crate) fn forget_seals_after_fork() {
+    // No collector ever raised an epoch (a plain `LoamAlloc` program that
+    // forks and execs): no page was ever sealed, nothing to walk.
+    if KEY.load(Ordering::Relaxed) == 0 {
+        return;
+    }
     crate::segment::for_each_segment(|seg| {
         for i in crate::segment::HEADER_SLICES..crate::segment::SLICES {
             // Registered segments stay mapped while the registry lock is

@@ -82,10 +82,12 @@ impl<T: Send + Sync + 'static> PerFork<T> {
         }
     }
 
-    /// This fork generation's value.
+    /// This fork generation's value. Used only after a runtime was built,
+    /// whose build registered the fork handler (`generation`).
+    #[inline]
     pub(crate) fn get(&self) -> &'static T {
         use std::sync::atomic::Ordering;
-        let generation = generation();
+        let generation = loam_threadpool::__fork::current();
         loop {
             let p = self.current.load(Ordering::Acquire);
             // Values are leaked, never freed.

@@ -234,13 +234,14 @@ impl Work {
             }
             // No drop glue (above): nothing of the program's runs here, on
             // a GC thread or a helping mutator.
+            let log = crate::panics::cycle_log();
             for (addr, desc) in dead.drain(..) {
                 let size = size_of(addr, desc);
                 // `addr` is dead and now ours alone (no thread can reach
                 // it, and its block goes back only in the run below, whose
                 // owner clears its allocated bit).
                 // SAFETY: as just said.
-                unsafe { finalize(addr, desc, size, id, verify, crate::panics::cycle_log()) };
+                unsafe { finalize(addr, desc, size, id, verify, log) };
                 // SAFETY: live blocks are never at address 0.
                 run.push(unsafe { NonNull::new_unchecked(addr as *mut u8) });
                 out.bytes += size;

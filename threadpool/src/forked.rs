@@ -40,6 +40,14 @@ pub fn generation() -> u64 {
     FORKS.load(Ordering::Relaxed)
 }
 
+/// The fork count now, without registering the handler: for callers that
+/// run only after a [`generation`] (a built pool's or runtime's), on
+/// their hot paths.
+#[inline]
+pub fn current() -> u64 {
+    FORKS.load(Ordering::Relaxed)
+}
+
 /// Whether this process is a child forked after the pool (or runtime)
 /// whose count was `born` was built.
 #[inline]

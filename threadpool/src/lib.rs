@@ -123,7 +123,7 @@ mod forked;
 #[cfg(not(loom))]
 #[doc(hidden)]
 pub mod __fork {
-    pub use crate::forked::{generation, since};
+    pub use crate::forked::{current, generation, since};
 }
 #[cfg(not(loom))]
 mod job;

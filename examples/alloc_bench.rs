@@ -1138,7 +1138,9 @@ mod larson {
 
     const SLOTS: usize = 5_000;
     /// Replacements a thread makes before it hands its array on and exits
-    /// (larson's 100 rounds of 5,000).
+    /// (larson's 100 rounds of 5,000); a quarter of a lineage's share at
+    /// the small scales where that is less (`--scale 0.05` gave each
+    /// lineage one thread, which handed nothing on).
     const GENERATION: u64 = 500_000;
     const MIN: usize = 8;
     /// One past the largest size: larson draws `min + rand % (max - min)`.
@@ -1179,6 +1181,8 @@ mod larson {
         rng: Rng,
         /// Replacements still to make in this lineage.
         left: u64,
+        /// Replacements each of its threads makes.
+        generation: u64,
     }
 
     /// What the lineages leave for the run's thread.
@@ -1217,7 +1221,7 @@ mod larson {
         mut lineage: Lineage,
         finish: &'scope Finish,
     ) {
-        let n = lineage.left.min(GENERATION);
+        let n = lineage.left.min(lineage.generation);
         let bad = replace(alloc, &mut lineage, n);
         finish.bad.fetch_add(bad, Ordering::Relaxed);
         lineage.left -= n;
@@ -1241,6 +1245,7 @@ mod larson {
                 slots: all.drain(..SLOTS).collect(),
                 rng: Rng::new(4141 + 1 + t as u64),
                 left: per,
+                generation: GENERATION.min((per / 4).max(1)),
             })
             .collect();
         let finish = Finish {

@@ -4,8 +4,7 @@
 //! A worker that left at its first empty look-up after `terminate` missed
 //! work that a job still running on another worker handed it later (a
 //! `broadcast` into its inbox, which waits for it): the broadcast waited
-//! for ever, and so did the pool's drop, joining the broadcaster's worker
-//!.
+//! for ever, and so did the pool's drop, joining the broadcaster's worker.
 //!
 //! # The protocol
 //! A worker counts itself in ([`ExitCount::count_in`]) after a look-up

@@ -161,8 +161,9 @@ impl<'gc> GcStringBuilder<'gc> {
     /// take of the writer lock (the pieces of one call land together).
     ///
     /// # Panics
-    /// At the heap limit (the pieces appended before stay), or if a
-    /// `Display` impl of `args` changes this builder.
+    /// At the heap limit (the pieces appended before stay), if a `Display`
+    /// impl of `args` changes this builder, or if one returns an error, as
+    /// `format!` does (the pieces written before it stay).
     pub fn push_fmt(&self, mc: &Mutation<'gc>, args: fmt::Arguments<'_>) {
         struct Sink<'a, 'gc> {
             b: &'a GcStringBuilder<'gc>,
@@ -183,7 +184,7 @@ impl<'gc> GcStringBuilder<'gc> {
             }
             return;
         }
-        fmt::write(&mut Sink { b: self, mc }, args).expect("a Display impl returned an error");
+        fmt::write(&mut Sink { b: self, mc }, args).expect("loam-collections: GcStringBuilder::push_fmt: a Display impl returned an error");
     }
 
     /// The text so far as a new [`GcString`]; the builder keeps it.

@@ -1389,3 +1389,37 @@ fn lists_and_dictionaries_iterate_in_for_loops() {
         assert_eq!(d.into_iter().count(), 2);
     });
 }
+
+#[test]
+fn push_fmt_panics_as_format_does_when_a_display_impl_fails_and_keeps_what_came_before() {
+    struct Fails;
+    impl std::fmt::Display for Fails {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("half")?;
+            Err(std::fmt::Error)
+        }
+    }
+    let _s = serial();
+    let rt = rt().build();
+    let mut m = rt.attach();
+    m.mutate(|mc| {
+        let b = GcStringBuilder::new(mc);
+        b.push_str(mc, "a=");
+        let e = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            b.push_fmt(mc, format_args!("{}{}", 1, Fails))
+        }))
+        .unwrap_err();
+        let msg = panic_text(&e);
+        assert!(
+            msg.contains("GcStringBuilder::push_fmt") && msg.contains("returned an error"),
+            "{msg}"
+        );
+        assert_eq!(b.finish(mc), "a=1half");
+        b.push_fmt(mc, format_args!("{}", 2));
+        assert_eq!(
+            b.finish(mc),
+            "2",
+            "the builder's lock was let go by the panic"
+        );
+    });
+}

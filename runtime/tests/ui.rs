@@ -1,6 +1,7 @@
 //! Compile-time guarantees: each misuse of `#[derive(Trace)]` and of the
 //! rooting API that would be unsound is a `fail_*` case with the expected
-//! error (a `Gc` kept across a safepoint, sent to a thread, or written
+//! error (a `Gc` kept across a safepoint, sent to a thread, kept past its
+//! call in a thread local, a static, a `Box<dyn Any>` or a panic payload, or written
 //! without a barrier cell; a plain `Drop` on a traced type, or one opted
 //! in without the `unsafe impl` that promises it; brands mixed
 //! between calls; a barrier cell written through another runtime's or

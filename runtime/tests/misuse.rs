@@ -1413,3 +1413,45 @@ fn a_scoped_thread_of_another_runtime_is_not_held_behind_a_stuck_stop() {
     });
     assert!(freed >= 32 << 20, "b freed {freed} bytes");
 }
+
+/// The process's first runtime built inside a destructor that runs while a
+/// panic unwinds (a guard that collects on the way out): building it
+/// wrapped the process's panic hook, and `std::panic::set_hook` panics on
+/// a panicking thread, which aborted the process. Run in a child, whose
+/// first runtime this is.
+#[test]
+fn the_first_runtime_built_while_a_panic_unwinds_works() {
+    if std::env::var_os("LOAM_MISUSE_CHILD").is_some() {
+        struct BuildsOnTheWayOut;
+        impl Drop for BuildsOnTheWayOut {
+            fn drop(&mut self) {
+                assert!(std::thread::panicking());
+                let rt = rt().build();
+                let mut m = rt.attach();
+                let v = m.mutate(|mc| *mc.alloc(41_u32) + 1);
+                m.collect();
+                println!("built while unwinding: {v}");
+            }
+        }
+        let r = std::panic::catch_unwind(|| {
+            let _guard = BuildsOnTheWayOut;
+            panic!("the panic the guard sees");
+        });
+        assert!(r.is_err());
+        // The runtime's contained panics are still kept quiet once the
+        // thread is no longer panicking.
+        let rt = rt().build();
+        let mut m = rt.attach();
+        m.mutate(|mc| *mc.alloc(1_u32));
+        println!("and after it");
+        return;
+    }
+    let out = support::alone(
+        "the_first_runtime_built_while_a_panic_unwinds_works",
+        &[("LOAM_MISUSE_CHILD", "1")],
+    )
+    .output()
+    .unwrap();
+    support::assert_child_says(&out, "built while unwinding: 42");
+    support::assert_child_says(&out, "and after it");
+}

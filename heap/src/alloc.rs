@@ -9,7 +9,7 @@ use std::ptr;
 
 /// `HEAP` after the thread's exit hook ran: allocations go to the fallback
 /// heap and frees are remote. Never a valid heap address.
-const EXITED: usize = 1;
+pub(crate) const EXITED: usize = 1;
 
 thread_local! {
     /// This thread's heap: null before first use, `EXITED` after exit.

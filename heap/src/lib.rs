@@ -282,6 +282,22 @@ pub fn flush() {
     }
 }
 
+/// Whether the calling thread's heap is gone: the thread is exiting and
+/// its thread-local destructors got past the heap's. Plain allocations
+/// still work there (a shared fallback heap serves them), but a
+/// collector's objects ([`alloc_object`]) need a heap of the thread's own
+/// and come back null: a caller can tell this from the OS being out of
+/// memory.
+///
+/// # Examples
+/// ```
+/// assert!(!loam_heap::thread_heap_exited());
+/// ```
+#[cfg(not(loom))]
+pub fn thread_heap_exited() -> bool {
+    alloc::current_heap() as usize == alloc::EXITED
+}
+
 /// Takes back the page runs other threads sent to this thread's heap
 /// ([`FreeBatch::push_page_run`], and the runs of one page's blocks that
 /// their frees gather): one relaxed load when there are none. A

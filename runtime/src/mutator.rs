@@ -261,7 +261,12 @@ pub(crate) fn inside_mutate() -> bool {
 /// loop of short `mutate` calls that carries its state in roots. Dropping
 /// the `Mutator` detaches the thread.
 ///
-/// `!Send`: it stays on the thread that attached.
+/// `!Send`: it stays on the thread that attached. It may live in a
+/// `thread_local!`, whose destructor detaches it at the thread's exit. A
+/// managed allocation from a thread-local destructor that runs after the
+/// heap's own (glibc runs them in the reverse order of first use) fails:
+/// `try_alloc` gives an [`AllocError`] that says so, `alloc` panics, which
+/// inside a thread-local destructor aborts the process.
 ///
 /// # Examples
 /// A loop that allocates for as long as it likes without ever stalling a
@@ -1171,11 +1176,19 @@ pub struct AllocError<T> {
     value: T,
     size: usize,
     limit: usize,
+    /// Refused because the calling thread's heap is gone (a thread-local
+    /// destructor that ran after the heap's), not for want of memory.
+    thread_exited: bool,
 }
 
 impl<T> AllocError<T> {
     pub(crate) fn new(value: T, size: usize, limit: usize) -> Self {
-        AllocError { value, size, limit }
+        AllocError {
+            value,
+            size,
+            limit,
+            thread_exited: false,
+        }
     }
 
     /// The same error holding `f(value)` (a collection's `try_` method
@@ -1186,6 +1199,7 @@ impl<T> AllocError<T> {
             value: f(self.value),
             size: self.size,
             limit: self.limit,
+            thread_exited: self.thread_exited,
         }
     }
 
@@ -1211,6 +1225,14 @@ impl<T> fmt::Display for AllocError<T> {
             write!(
                 f,
                 "capacity overflow: a managed object larger than isize::MAX bytes"
+            )
+        } else if self.thread_exited {
+            write!(
+                f,
+                "a {}-byte managed object allocated on an exiting thread after \
+                 loam's heap let it go (in a thread-local destructor that ran \
+                 after the heap's): allocate before the thread exits",
+                self.size
             )
         } else if self.limit == usize::MAX {
             write!(
@@ -1557,7 +1579,7 @@ pub(crate) fn check_fresh(p: *mut u8) {
 #[inline(never)]
 fn over_limit<T>(m: &Mutator, value: T, size: usize) -> AllocError<T> {
     let limit = m.shared().config.heap_limit.unwrap_or(usize::MAX);
-    AllocError { value, size, limit }
+    AllocError::new(value, size, limit)
 }
 
 /// The largest alignment loam's pages serve a managed object (the heap
@@ -1593,6 +1615,7 @@ fn out_of_memory<T>(m: &Mutator, value: T, size: usize) -> AllocError<T> {
         value,
         size,
         limit: usize::MAX,
+        thread_exited: loam_heap::thread_heap_exited(),
     }
 }
 

@@ -1455,3 +1455,84 @@ fn the_first_runtime_built_while_a_panic_unwinds_works() {
     support::assert_child_says(&out, "built while unwinding: 42");
     support::assert_child_says(&out, "and after it");
 }
+
+/// A mutator kept in a `thread_local!` is dropped at the thread's exit,
+/// after the heap's own thread state when that was made later (glibc runs
+/// thread-local destructors in the reverse order of their first use): its
+/// detach works there, and what the thread allocated is freed by the
+/// runtime's next cycles. A managed allocation from a destructor that runs
+/// after the heap's gets an error that says so, not "out of memory".
+#[test]
+fn a_mutator_kept_in_a_thread_local_detaches_at_thread_exit() {
+    use std::cell::RefCell;
+    static DROPPED: AtomicUsize = AtomicUsize::new(0);
+    static LAST_CALLS: Mutex<Vec<String>> = Mutex::new(Vec::new());
+    #[derive(Trace)]
+    #[trace(unsafe_drop)]
+    struct Counted(u64);
+    // SAFETY: the destructor touches no managed pointer.
+    unsafe impl loam_runtime::UnsafeDrop for Counted {}
+    impl Drop for Counted {
+        fn drop(&mut self) {
+            DROPPED.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    thread_local! {
+        static M: RefCell<Option<loam_runtime::Mutator>> = const { RefCell::new(None) };
+    }
+    /// A thread-local destructor that allocates through `M`'s mutator.
+    struct LastCall;
+    impl Drop for LastCall {
+        fn drop(&mut self) {
+            let _ = M.try_with(|m| {
+                if let Some(m) = m.borrow_mut().as_mut() {
+                    let said = m.mutate(|mc| match mc.try_alloc(Counted(u64::MAX)) {
+                        Ok(_) => "allocated".to_string(),
+                        Err(e) => e.to_string(),
+                    });
+                    LAST_CALLS.lock().unwrap().push(said);
+                }
+            });
+        }
+    }
+    thread_local!(static LAST: LastCall = const { LastCall });
+    let rt = Arc::new(rt().build());
+    within("threads that keep their mutator in a thread local", {
+        let rt = rt.clone();
+        move || {
+            for round in 0..4_u64 {
+                let rt = rt.clone();
+                std::thread::spawn(move || {
+                    // Destroyed in the reverse order of first use: the
+                    // heap's state (made by the first managed allocation
+                    // below), then `LAST`, then `M`.
+                    M.with(|m| *m.borrow_mut() = Some(rt.attach()));
+                    LAST.with(|_| {});
+                    M.with(|m| {
+                        m.borrow_mut().as_mut().unwrap().mutate(|mc| {
+                            for i in 0..1000 {
+                                mc.alloc(Counted(round * 1000 + i));
+                            }
+                        })
+                    });
+                })
+                .join()
+                .unwrap();
+            }
+        }
+    });
+    let mut m = rt.attach();
+    m.collect();
+    m.collect();
+    rt.wait_for_drops();
+    let last_calls = LAST_CALLS.lock().unwrap().clone();
+    assert_eq!(last_calls.len(), 4, "{last_calls:?}");
+    for said in &last_calls {
+        assert!(
+            said.contains("exiting thread") && !said.contains("out of memory"),
+            "{said}"
+        );
+    }
+    // The 4,000 objects, and the four values the errors gave back.
+    assert_eq!(DROPPED.load(Ordering::Relaxed), 4004);
+}

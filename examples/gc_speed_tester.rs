@@ -799,18 +799,34 @@ fn compare(cli: &Cli, seconds: f64) -> Result<(), String> {
             reports[h][c].push(child(setups[h], &cpu_sets[c], seconds)?);
         }
     }
+    let med = |h: usize, c: usize, f: &dyn Fn(&Report) -> f64| {
+        median(reports[h][c].iter().map(f).collect())
+    };
+    let chart = |rows: &[(String, [f64; 2])]| -> Result<(), String> {
+        match &cli.svg {
+            Some(path) => std::fs::write(path, svg_chart(rows, all.len()))
+                .map_err(|e| format!("writing {}: {e}", path.display())),
+            None => Ok(()),
+        }
+    };
     if cli.json {
         let flat: Vec<&Report> = reports.iter().flatten().flatten().collect();
         println!(
             "{}",
             serde_json::to_string_pretty(&flat).map_err(|e| e.to_string())?
         );
-        return Ok(());
+        // The chart too (`--svg` with `--json` wrote none before).
+        let rows: Vec<_> = setups
+            .iter()
+            .enumerate()
+            .map(|(h, setup)| {
+                let ops = [med(h, 0, &|r| r.ops_per_sec), med(h, 1, &|r| r.ops_per_sec)];
+                (setup.name(), ops)
+            })
+            .collect();
+        return chart(&rows);
     }
     eprintln!("\r{:70}", "");
-    let med = |h: usize, c: usize, f: &dyn Fn(&Report) -> f64| {
-        median(reports[h][c].iter().map(f).collect())
-    };
     // Ratios are medians of per-round ratios (runs of one round are
     // neighbours in time).
     let per_round = |a: &[Report], b: &[Report]| {
@@ -851,9 +867,8 @@ fn compare(cli: &Cli, seconds: f64) -> Result<(), String> {
          end its marks (a GlobalAlloc heap's cycles always do), so \"loam, stopped cycles\" \
          against them compares the memory managers alone"
     );
+    chart(&rows)?;
     if let Some(path) = &cli.svg {
-        std::fs::write(path, svg_chart(&rows, all.len()))
-            .map_err(|e| format!("writing {}: {e}", path.display()))?;
         println!("chart: {}", path.display());
     }
     Ok(())

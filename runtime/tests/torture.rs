@@ -293,7 +293,10 @@ fn four_mutators_through_hundreds_of_cycles() {
                 }
             }
         }
-        two_runtimes(space);
+        // One runtime with locks and one with cells: both modes.
+        if modes.len() == 2 {
+            two_runtimes(space);
+        }
     }
     // Ragged cycles (per-mutator handshakes, no stop at the mark's start
     // or end), verify mode on and off, in loam's pages (the only space
@@ -308,14 +311,20 @@ fn four_mutators_through_hundreds_of_cycles() {
     // Four mutators, the coordinator and the GC threads all on one CPU
     // (more mutators than cores, and GC threads starved): the assists and
     // the bounded termination under the worst scheduling, verify on.
+    // Locks with stopped cycles, cells with ragged ones (as the modes and
+    // spaces asked for allow).
     #[cfg(target_os = "linux")]
-    std::thread::spawn(|| {
-        pin_to_cpu(first_allowed_cpu());
-        torture(Space::Pages, true, true, true, false);
-        torture(Space::Pages, true, true, false, true);
-    })
-    .join()
-    .unwrap();
+    if spaces.iter().any(|s| matches!(s, Space::Pages)) {
+        let modes = modes.to_vec();
+        std::thread::spawn(move || {
+            pin_to_cpu(first_allowed_cpu());
+            for locks in modes {
+                torture(Space::Pages, true, true, locks, !locks);
+            }
+        })
+        .join()
+        .unwrap();
+    }
 }
 
 /// The object space a torture run uses.

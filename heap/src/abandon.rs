@@ -78,20 +78,42 @@ pub(crate) unsafe fn abandon(heap: *mut LocalHeap) {
 
 /// Takes a whole orphan heap for a new thread that allocates, if any. Its
 /// queue is drained on the new owner's first slow path, as its own queue
-/// would be (a thread whose first call is a free takes no orphan:
-/// `alloc::thread_init_for_free`).
+/// would be (a thread whose first call is a free takes no orphan but a
+/// spare: `alloc::thread_init_for_free`).
+///
+/// The first orphan that is not a spare, and a spare only if there is no
+/// other: spares are what threads whose first call is a free can take,
+/// and an orphan that is not one never becomes one. Taking the head
+/// whatever it was let threads that allocate take the spare a free-only
+/// thread had just left, so that, with the two kinds of thread taking
+/// turns, every free-only thread made a heap (never unmapped) and the
+/// list grew by one a turn.
 pub(crate) fn take_orphan() -> Option<*mut LocalHeap> {
     if orphan_count() == 0 {
         return None;
     }
     let mut list = ORPHANS.lock();
-    let heap = list.head;
-    if heap.is_null() {
-        return None;
+    let mut first_spare: Option<*mut *mut LocalHeap> = None;
+    let mut link: *mut *mut LocalHeap = &mut list.head;
+    // Under the lock, the listed heaps and their links are ours to read
+    // and unlink; a link saved for the first spare stays valid while
+    // nothing is unlinked.
+    // SAFETY: as just said.
+    unsafe {
+        while !(*link).is_null() {
+            let h = *link;
+            if !(*h).spare {
+                *link = (*h).orphan_next;
+                return Some(unlinked(h));
+            }
+            first_spare.get_or_insert(link);
+            link = &mut (*h).orphan_next;
+        }
+        let link = first_spare?;
+        let h = *link;
+        *link = (*h).orphan_next;
+        Some(unlinked(h))
     }
-    // SAFETY: under the lock, the head orphan is ours to unlink.
-    list.head = unsafe { (*heap).orphan_next };
-    Some(unlinked(heap))
 }
 
 /// The rest of taking orphan `heap` for a new thread, its list's link to

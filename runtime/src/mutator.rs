@@ -515,7 +515,12 @@ impl Mutator {
         // trigger counts from the heap as the mark ended, garbage and all,
         // and a mutator of a starved collector grew the heap to 5x the goal
         // before it waited.
-        if shared.over_pace() {
+        // Not on a coordinator (an `on_cycle` hook's call into another
+        // runtime): pacing may wait for that runtime's next cycle, and two
+        // hooks allocating in each other's runtime waited for each other
+        // for ever. Pacing is no part of soundness; a hook's allocations
+        // are its runtime's to keep small.
+        if shared.over_pace() && !crate::collector::on_coordinator() {
             // Outrunning the collector: let it catch up before growing on.
             self.pace();
         }

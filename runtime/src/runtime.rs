@@ -1455,7 +1455,8 @@ impl RuntimeBuilder {
     /// `wait_for_cycle`, `wait_for_drops`, `StatsHandle::wait_final`, and a
     /// `mutate` call of another runtime that meets its heap limit (it
     /// collects first). Two runtimes whose hooks collected each other
-    /// waited for each other for ever.
+    /// waited for each other for ever. For the same reason pacing never
+    /// holds a hook's calls into another runtime.
     pub fn on_cycle(mut self, hook: impl Fn(&CycleEvent) + Send + Sync + 'static) -> Self {
         self.hook = Some(Box::new(hook));
         self

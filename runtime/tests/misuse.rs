@@ -1536,3 +1536,47 @@ fn a_mutator_kept_in_a_thread_local_detaches_at_thread_exit() {
     // The 4,000 objects, and the four values the errors gave back.
     assert_eq!(DROPPED.load(Ordering::Relaxed), 4004);
 }
+
+/// Two runtimes whose `on_cycle` hooks, running at once, each allocate in
+/// the other past its pace point: pacing held each hook's call for the
+/// other runtime's next cycle, which waited for its coordinator, held in
+/// the other hook, for ever. A hook's calls are not paced.
+#[test]
+fn hooks_allocating_in_each_others_runtime_are_not_held_by_pacing() {
+    type Slot = Arc<Mutex<Option<Runtime>>>;
+    let met = Arc::new(Barrier::new(2));
+    let build = |other: Slot| -> Runtime {
+        let met = met.clone();
+        let first = AtomicBool::new(true);
+        rt().min_heap(256 << 10)
+            .on_cycle(move |_| {
+                if !first.swap(false, Ordering::Relaxed) {
+                    return;
+                }
+                let Some(other) = other.lock().unwrap().clone() else {
+                    return;
+                };
+                met.wait();
+                let mut m = other.attach();
+                for _ in 0..16 {
+                    m.mutate(|mc| {
+                        mc.alloc_slice_fill(128 << 10, 7_u64);
+                    });
+                }
+            })
+            .build()
+    };
+    let (slot_a, slot_b): (Slot, Slot) = Default::default();
+    let a = build(slot_b.clone());
+    let b = build(slot_a.clone());
+    *slot_a.lock().unwrap() = Some(a.clone());
+    *slot_b.lock().unwrap() = Some(b.clone());
+    within("two hooks allocating in each other's runtime", move || {
+        std::thread::scope(|s| {
+            s.spawn(|| a.collect());
+            s.spawn(|| b.collect());
+        });
+    });
+    slot_a.lock().unwrap().take();
+    slot_b.lock().unwrap().take();
+}

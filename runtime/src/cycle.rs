@@ -529,6 +529,7 @@ pub(crate) fn cycle(
     shared: &Shared,
     pool: &ThreadPool,
     forced: bool,
+    last: bool,
     gen: &mut Generations,
     snap: &mut Snapshot,
 ) -> (CycleEvent, Vec<String>) {
@@ -583,7 +584,16 @@ pub(crate) fn cycle(
     // what it did not report, so nothing may be freed or cleared on their
     // word. This cycle sweeps nothing and clears no weak reference; the
     // next one is full (it clears the marks and starts over).
-    let mark_failed = shared.trace_panicked();
+    // The last cycle (no handle left) has no call to shade for it: a
+    // shading panic logged now was a call's of an earlier mark, whose
+    // cycle was over (it is reported with this one all the same). Read as
+    // this mark's, it made the last cycle sweep nothing, and every object
+    // was left behind for good.
+    let mark_failed = if last {
+        crate::panics::cycle_log().trace_panicked()
+    } else {
+        shared.trace_panicked()
+    };
     if mark_failed {
         shared.lock_written.store(true, Ordering::Relaxed);
     } else {

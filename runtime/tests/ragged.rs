@@ -17,9 +17,10 @@
 mod support;
 
 use loam_runtime::{
-    Gc, GcCell, GcLock, GcStats, GcWeak, GlobalRoot, Mutation, Root, Rootable, Runtime, Trace,
+    Gc, GcCell, GcLock, GcStats, GcWeak, GlobalRoot, Mutation, Mutator, Root, Rootable, Runtime,
+    Trace,
 };
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -1241,25 +1242,12 @@ unsafe impl Trace for Grenade {
     }
 }
 
-/// A call that began in a ragged mark, after its window, runs on past the
-/// mark's end (nothing waits for it) and shades a `GcLock`'s contents for
-/// that mark when it writes the lock; a `Trace` impl that panics there is
-/// its own runtime's to answer for. It used to go into the log the cycle
-/// under way reads, whichever runtime's: another runtime's next cycle
-/// then freed nothing and reported the panic as its own.
-#[test]
-fn a_late_shading_panic_fails_no_other_runtimes_cycle() {
-    let _serial = serial();
-    let _guard = watchdog("a call never began in a ragged mark after its window");
-    // Ragged marks come with pacing's cycles (a forced one stops the world).
-    let b = ragged(false, 4 << 20);
-    let a = Runtime::builder().ignore_env().gc_threads(1).build();
-    // Something for b's marks to trace, so that they last a while.
-    let kept: GlobalRoot<Rootable!['gc => [Gc<'gc, Node<'gc>>]]> = b.attach().mutate(|mc| {
-        let nodes: Vec<_> = (0..200_000).map(|i| chain(mc, i, 1)).collect();
-        mc.global_root(mc.alloc_slice(&nodes))
-    });
-    let mut m = b.attach();
+/// Makes a call of `b` on `m` that began in a ragged mark, after its
+/// window, run on past the mark's end and then shade a `GcLock` whose
+/// `Trace` panics (`check` runs in the call after it); returns `b`'s
+/// count of user panics read in the call before the panic. `b`'s marks
+/// need something to trace, so that they last a while.
+fn late_shading_panic(b: &Runtime, m: &mut Mutator, check: impl Fn(&Mutation<'_>)) -> u64 {
     let inside = AtomicBool::new(false);
     // Read in the call, before the panic: a cycle of b's between the call
     // and a read after it would count it already.
@@ -1295,7 +1283,7 @@ fn a_late_shading_panic_fails_no_other_runtimes_cycle() {
                     lock.write(mc, |_| ());
                 }));
                 lock.read().0.store(false, Ordering::Relaxed);
-                assert_eq!(kept.get(mc).len(), 200_000);
+                check(mc);
                 Some(r.is_err())
             });
             if let Some(thrown) = thrown {
@@ -1305,6 +1293,70 @@ fn a_late_shading_panic_fails_no_other_runtimes_cycle() {
         }
     });
     assert!(thrown, "the armed lock's shading did not panic");
+    before
+}
+
+/// The same late shading panic, and then the runtime's end before any
+/// other cycle: its last cycle read the panic as its own mark's failure
+/// and swept nothing, so every object was left behind (no destructor
+/// run, the memory never freed, and the runtime's id handed out again
+/// while its objects carried it).
+#[test]
+fn a_late_shading_panic_leaves_nothing_behind_at_the_runtimes_end() {
+    static DROPPED: AtomicUsize = AtomicUsize::new(0);
+    #[derive(Trace)]
+    #[trace(unsafe_drop)]
+    struct Counted(u64);
+    // SAFETY: the destructor touches no managed pointer.
+    unsafe impl loam_runtime::UnsafeDrop for Counted {}
+    impl Drop for Counted {
+        fn drop(&mut self) {
+            DROPPED.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    let _serial = serial();
+    let _guard = watchdog("a call never began in a ragged mark after its window");
+    let b = ragged(false, 4 << 20);
+    let kept: GlobalRoot<Rootable!['gc => [Gc<'gc, Node<'gc>>]]> = b.attach().mutate(|mc| {
+        let nodes: Vec<_> = (0..200_000).map(|i| chain(mc, i, 1)).collect();
+        mc.global_root(mc.alloc_slice(&nodes))
+    });
+    let counted: GlobalRoot<Rootable!['gc => [Gc<'gc, Counted>]]> = b.attach().mutate(|mc| {
+        let items: Vec<_> = (0..1000).map(|i| mc.alloc(Counted(i))).collect();
+        mc.global_root(mc.alloc_slice(&items))
+    });
+    let mut m = b.attach();
+    late_shading_panic(&b, &mut m, |_| ());
+    let stats = b.stats_handle();
+    drop((kept, counted, m, b));
+    let last = stats.wait_final();
+    assert_eq!(
+        DROPPED.load(Ordering::Relaxed),
+        1000,
+        "objects left behind by the runtime's last cycle: {last:?}"
+    );
+}
+
+/// A call that began in a ragged mark, after its window, runs on past the
+/// mark's end (nothing waits for it) and shades a `GcLock`'s contents for
+/// that mark when it writes the lock; a `Trace` impl that panics there is
+/// its own runtime's to answer for. It used to go into the log the cycle
+/// under way reads, whichever runtime's: another runtime's next cycle
+/// then freed nothing and reported the panic as its own.
+#[test]
+fn a_late_shading_panic_fails_no_other_runtimes_cycle() {
+    let _serial = serial();
+    let _guard = watchdog("a call never began in a ragged mark after its window");
+    // Ragged marks come with pacing's cycles (a forced one stops the world).
+    let b = ragged(false, 4 << 20);
+    let a = Runtime::builder().ignore_env().gc_threads(1).build();
+    // Something for b's marks to trace, so that they last a while.
+    let kept: GlobalRoot<Rootable!['gc => [Gc<'gc, Node<'gc>>]]> = b.attach().mutate(|mc| {
+        let nodes: Vec<_> = (0..200_000).map(|i| chain(mc, i, 1)).collect();
+        mc.global_root(mc.alloc_slice(&nodes))
+    });
+    let mut m = b.attach();
+    let before = late_shading_panic(&b, &mut m, |mc| assert_eq!(kept.get(mc).len(), 200_000));
     let mut ma = a.attach();
     ma.mutate(|mc| {
         for i in 0..1000_u64 {

@@ -321,6 +321,12 @@ pub(crate) fn start(shared: Arc<Shared>) -> JoinHandle<()> {
             shared.final_stats.set(shared.current_stats());
             drop(pool);
             drop(undo);
+            // The last act: the thread dropping the last handle may join.
+            let (waiter, ended) = &shared.ended;
+            ended.store(true, Ordering::Release);
+            if let Some(t) = waiter.lock().take() {
+                t.unpark();
+            }
         })
         .unwrap_or_else(|e| panic!("loam: could not start the collector thread: {e}"))
 }

@@ -237,7 +237,9 @@
 //! - Refused with a clear panic, because each would wait for itself:
 //!   `collect` inside `mutate` or on a GC thread, building a runtime inside
 //!   `mutate` or on a GC thread. Dropping a runtime's last handle inside
-//!   `mutate` or on a collector thread does not wait for its collector.
+//!   `mutate` or on a collector thread does not wait for its collector,
+//!   nor, once another runtime's cycle finds the call stuck, on a thread
+//!   that call waits for.
 //! - A thread that a `mutate` call waits for (a scoped thread it joins, a
 //!   thread holding a lock it wants) must not call `collect`,
 //!   `wait_for_cycle` or `wait_for_drops`: they wait for a cycle, which

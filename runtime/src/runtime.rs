@@ -167,6 +167,10 @@ pub(crate) struct Shared {
     pub(crate) holds: crate::held::HoldLog,
     /// Set by the coordinator after the last cycle (`StatsHandle`).
     pub(crate) final_stats: Arc<FinalStats>,
+    /// The thread dropping the last handle, which waits for the
+    /// coordinator's end (`Handle::drop`), and whether that end came:
+    /// the coordinator's last act sets it and wakes the thread.
+    pub(crate) ended: (Mutex<Option<std::thread::Thread>>, AtomicBool),
     pub(crate) hook: Option<Hook>,
     pub(crate) started: Instant,
     /// A `GcLock` whose owning object is unknown (shared between objects,
@@ -936,11 +940,28 @@ impl Drop for Handle {
         if collector::on_gc_thread() || crate::mutator::inside_mutate() {
             return;
         }
-        if let Some(t) = self.coordinator.take() {
-            let _ = t.join();
-            // What the last cycles' sweep and finalizer sent this thread.
-            loam_heap::reclaim_runs();
+        let Some(t) = self.coordinator.take() else {
+            return;
+        };
+        // Not joined outright: if another runtime's cycle holds the cycle
+        // lock, waiting for a call that waits for this thread (a scoped
+        // thread that the call joins drops the last handle), the last
+        // cycle never gets the lock. Once that cycle's handshake finds the
+        // call stuck on a blocked thread (its patience), this thread lets
+        // the collector finish on its own, as on a GC thread.
+        let (waiter, ended) = &self.shared.ended;
+        *waiter.lock() = Some(std::thread::current());
+        while !ended.load(Ordering::Acquire) {
+            if collector::other_holder_stuck(self.shared.id) {
+                return;
+            }
+            // Woken by the coordinator's end; the timeout is for the look
+            // at the holder.
+            std::thread::park_timeout(Duration::from_millis(10));
         }
+        let _ = t.join();
+        // What the last cycles' sweep and finalizer sent this thread.
+        loam_heap::reclaim_runs();
     }
 }
 
@@ -990,8 +1011,9 @@ pub(crate) fn release_id(id: u16) {
 /// The drop waits for that: the cycle under way, a last cycle, and every
 /// destructor left, run on the runtime's finalizer thread (except where
 /// waiting could wait for itself: on a GC thread or the finalizer, inside
-/// another runtime's `mutate` call, and in a forked child, the drop
-/// returns and the collector finishes on its own). A destructor
+/// another runtime's `mutate` call, on a thread such a call waits for once
+/// that runtime's cycle finds the call stuck, and in a forked child, the
+/// drop returns and the collector finishes on its own). A destructor
 /// that waits for something the dropping thread holds (a lock) therefore
 /// deadlocks it, as with [`wait_for_drops`](Runtime::wait_for_drops);
 /// drop the last handle with nothing held that destructors need.
@@ -1571,6 +1593,7 @@ impl RuntimeBuilder {
             }),
             holds: Default::default(),
             final_stats: Default::default(),
+            ended: Default::default(),
             hook: self.hook,
             started: Instant::now(),
             lock_written: AtomicBool::new(false),

@@ -1580,3 +1580,28 @@ fn hooks_allocating_in_each_others_runtime_are_not_held_by_pacing() {
     slot_a.lock().unwrap().take();
     slot_b.lock().unwrap().take();
 }
+
+/// The last handle of runtime A dropped on a thread that a call of runtime
+/// B joins, while B's collection waits for that call: A's last cycle
+/// waited for the cycle lock B's cycle held, B's cycle for the call, the
+/// call for the thread, and the thread for A's collector. The drop lets
+/// A's collector finish on its own once B's cycle finds the call stuck.
+#[test]
+fn dropping_a_runtime_on_a_thread_another_runtimes_call_joins_does_not_deadlock() {
+    let (a, b) = (rt().build(), rt().build());
+    let a_stats = a.stats_handle();
+    within(
+        "dropping a runtime on a thread a call joins during a stop",
+        move || {
+            let mut mb = b.attach();
+            mutate_during_a_stop(&b, &mut mb, move |_| {
+                std::thread::scope(|s| {
+                    s.spawn(move || drop(a));
+                });
+            });
+        },
+    );
+    // A's collector finished on its own once the call returned.
+    let last = within("runtime A's end", move || a_stats.wait_final());
+    assert!(last.cycles >= 1, "A's last cycle ran: {last:?}");
+}

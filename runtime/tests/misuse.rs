@@ -1605,3 +1605,42 @@ fn dropping_a_runtime_on_a_thread_another_runtimes_call_joins_does_not_deadlock(
     let last = within("runtime A's end", move || a_stats.wait_final());
     assert!(last.cycles >= 1, "A's last cycle ran: {last:?}");
 }
+
+/// Runtimes built and dropped over and over, as a long-running program
+/// that makes one per job might: each drop joins its threads (the
+/// coordinator, the GC threads, the finalizer) and gives its id back, so
+/// the process ends with the threads it began with. In a child process,
+/// whose threads are this test's alone.
+#[cfg(target_os = "linux")]
+#[test]
+fn runtimes_built_and_dropped_in_a_loop_leave_no_thread_behind() {
+    const CHILD: &str = "LOAM_BUILD_LOOP_CHILD";
+    if std::env::var_os(CHILD).is_none() {
+        let out = within("runtimes built in a loop, in a child", || {
+            support::alone(
+                "runtimes_built_and_dropped_in_a_loop_leave_no_thread_behind",
+                &[(CHILD, "1")],
+            )
+            .output()
+            .unwrap()
+        });
+        support::assert_child_says(&out, "threads after 300 runtimes: as before");
+        return;
+    }
+    let threads = || std::fs::read_dir("/proc/self/task").unwrap().count();
+    let before = threads();
+    for i in 0..300_u64 {
+        let rt = Runtime::builder()
+            .gc_threads(1 + (i % 2) as usize)
+            .ignore_env()
+            .min_heap(256 << 10)
+            .build();
+        let mut m = rt.attach();
+        assert_eq!(m.mutate(|mc| *mc.alloc(i)), i);
+        drop(m);
+        drop(rt);
+    }
+    let after = threads();
+    assert_eq!(after, before, "threads before and after 300 runtimes");
+    println!("threads after 300 runtimes: as before");
+}

@@ -47,6 +47,8 @@ pub(crate) unsafe fn next(b: *mut Block) -> *mut Block {
     // SAFETY: the caller owns the free block; its first word is its link.
     let n = unsafe { (*b).next };
     poison(b.cast(), 8);
+    #[cfg(loom)]
+    shadow::read(b as usize);
     ((n as usize) ^ link_key(b)) as *mut Block
 }
 
@@ -73,6 +75,8 @@ pub(crate) unsafe fn set_next(b: *mut Block, n: *mut Block) {
     // SAFETY: the caller owns the free block; its first word is its link.
     unsafe { (*b).next = ((n as usize) ^ link_key(b)) as *mut Block };
     poison(b.cast(), 8);
+    #[cfg(loom)]
+    shadow::write(b as usize);
 }
 
 /// What the link stored in free block `b` is mixed with: 0 in unchecked
@@ -107,6 +111,8 @@ pub(crate) unsafe fn word(b: *mut Block, i: usize) -> usize {
     // SAFETY: as above; the caller owns the block.
     let v = unsafe { *w };
     poison(w.cast(), 8);
+    #[cfg(loom)]
+    shadow::read(w as usize);
     v
 }
 
@@ -122,6 +128,54 @@ pub(crate) unsafe fn set_word(b: *mut Block, i: usize, v: usize) {
     // SAFETY: as above; the caller owns the block.
     unsafe { *w = v };
     poison(w.cast(), 8);
+    #[cfg(loom)]
+    shadow::write(w as usize);
+}
+
+/// Under loom, every word of a free block that the accessors above touch
+/// has a loom cell beside it, read and written with each access: the words
+/// themselves are plain memory, which loom cannot see, so without them no
+/// model checked that a consumer's read of a link happens after the
+/// producer's write (a queue's push with a relaxed compare-and-swap
+/// passed every model). A read not ordered after the last write, or a
+/// write racing a read, fails the model with loom's causality report.
+/// The cells live for one execution of a model, keyed by address.
+#[cfg(loom)]
+mod shadow {
+    use loom::cell::UnsafeCell;
+    use std::collections::HashMap;
+    use std::sync::{Arc, Mutex};
+
+    loom::lazy_static! {
+        static ref WORDS: Mutex<HashMap<usize, Arc<UnsafeCell<()>>>> = Mutex::new(HashMap::new());
+    }
+
+    /// The cell of the word at `addr`, made on first use (a first use
+    /// that writes is its making, which loom counts as a write).
+    fn cell(addr: usize) -> (Arc<UnsafeCell<()>>, bool) {
+        let mut words = WORDS.lock().unwrap();
+        match words.get(&addr) {
+            Some(c) => (c.clone(), false),
+            None => {
+                let c = Arc::new(UnsafeCell::new(()));
+                words.insert(addr, c.clone());
+                (c, true)
+            }
+        }
+    }
+
+    /// A read of the word at `addr`.
+    pub(super) fn read(addr: usize) {
+        cell(addr).0.with(|_| ());
+    }
+
+    /// A write of the word at `addr`.
+    pub(super) fn write(addr: usize) {
+        let (c, made) = cell(addr);
+        if !made {
+            c.with_mut(|_| ());
+        }
+    }
 }
 
 /// Whether blocks are filled and checked (debug builds, the `secure`

@@ -92,8 +92,8 @@
 //! # Method
 //!
 //! - Interleaving: for each (workload, thread count), round r runs every
-//!   selected allocator once, in an order rotated by r (loam system mimalloc
-//!   jemalloc, then system mimalloc jemalloc loam, …), so the drift of a noisy
+//!   selected allocator once, in an order rotated every two rounds and
+//!   reversed in odd ones (`support::round_order`), so the drift of a noisy
 //!   machine hits all alike. Each run's workload executes on a fresh thread
 //!   (plus the threads it spawns), so no allocator's thread cache outlives a
 //!   run.
@@ -124,7 +124,9 @@
 //!   at the run's peak), and the JSON also gives `rss_growth_kb` and
 //!   `rss_kept_kb` separately. Kept memory is measured right after the
 //!   release call: memory an allocator hands back later, on a timer, still
-//!   counts against it.
+//!   counts against it. glibc is trimmed before every run's baseline and
+//!   after every release, whichever allocator ran: the harness's own
+//!   buffers come from it, and count as every run's growth alike.
 
 use std::alloc::{handle_alloc_error, GlobalAlloc, Layout, System};
 use std::collections::{BTreeMap, VecDeque};
@@ -236,10 +238,8 @@ impl AllocKind {
             // shows as its "kept" memory.
             AllocKind::Snmalloc => {}
             AllocKind::Tcmalloc => tcmalloc::Tcmalloc::release(),
-            AllocKind::System => {
-                // SAFETY: `malloc_trim` takes no pointers and is thread-safe.
-                unsafe { libc::malloc_trim(0) };
-            }
+            // The measure trims glibc after every run.
+            AllocKind::System => {}
         }
     }
 }
@@ -1763,6 +1763,14 @@ fn measure(
     rss: RssMethod,
     kept: &mut BTreeMap<AllocKind, u64>,
 ) -> (Sample, String) {
+    // The harness's own buffers (xmalloc's pipe, larson's slot arrays)
+    // come from glibc in every allocator's run. Trimmed before the
+    // baseline and again after the release call, what they need counts as
+    // every run's growth alike and never as kept memory; trimmed only in
+    // glibc's own turn, they showed as growth of the run after it and as
+    // kept memory of the others (up to a few hundred KB, where xmalloc's
+    // peaks are 0.5 – 2 MB).
+    trim_system();
     let probe = RssProbe::start(rss);
     let baseline_kb = probe.baseline_kb;
     let heap_before = loam::heap::stats();
@@ -1790,6 +1798,7 @@ fn measure(
         );
     }
     kind.release_retained();
+    trim_system();
     let left_kb = statm_rss_kb() as i64 - baseline_kb as i64;
     let kept_kb = kept.entry(kind).or_insert(0);
     let before = *kept_kb;
@@ -1803,6 +1812,12 @@ fn measure(
         phases: out.phases,
     };
     (sample, out.note)
+}
+
+/// Gives glibc's free memory back to the OS (`malloc_trim`).
+fn trim_system() {
+    // SAFETY: `malloc_trim` takes no pointers and is thread-safe.
+    unsafe { libc::malloc_trim(0) };
 }
 
 /// Medians of one (workload, threads, alloc) over the rounds.

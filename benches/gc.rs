@@ -432,7 +432,11 @@ fn paired(rounds: usize) {
         // Every round's mutators' time (`EXTRA_MUTATOR_NS`), the warm-up's
         // included (the pauses count it).
         let mut wall = vec![0.0; n];
-        for round in 0..=rounds {
+        // A child measuring one version's peak RSS runs it once: a second
+        // run began on the first one's garbage and grown heap goal, which
+        // counted against loam's peak.
+        let last_round = if child { 0 } else { rounds };
+        for round in 0..=last_round {
             let mut t = vec![1.0; n];
             for i in support::round_order(round, n) {
                 if !listed(only.as_deref(), runs[i].0) {

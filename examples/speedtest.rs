@@ -155,9 +155,10 @@ fn run_child(cli: &Cli, version: &str) -> Result<(), String> {
             })
             .iter()
             .sum();
-        // The cycles the run asked for free its last lists: timed, as the
-        // plain heaps' frees are.
-        rt.wait_for_cycle();
+        // Every list freed, timed, as the plain heaps' frees are: a full
+        // collection (waiting for the cycles the run asked for left the
+        // garbage under the next trigger unswept, up to the minimum heap).
+        rt.collect();
         sum
     } else {
         let heap = heap(version).ok_or_else(|| format!("no heap {version}"))?;

@@ -171,6 +171,17 @@ impl FreeBatch {
         let Some(first) = blocks.first() else {
             return;
         };
+        if crate::aligned::is_aligned_block(first.as_ptr()) {
+            // A block aligned beyond what a segment places has a mapping
+            // of its own and no page (`aligned.rs`): a run of it is the
+            // block alone, which `push` unmaps. (Read as a page's, its
+            // first bytes were taken for a segment header.)
+            for &b in blocks {
+                // SAFETY: live, dead to its users and ours (caller).
+                unsafe { self.push(b) };
+            }
+            return;
+        }
         // SAFETY: the blocks are live, dead to their users and ours, of one
         // page (caller): what the whole-page run and the hold ask.
         unsafe {
@@ -199,7 +210,9 @@ impl FreeBatch {
     /// blocks, and the page, in use for good.
     ///
     /// # Panics
-    /// If the blocks are smaller than 16 bytes, as `push_page_run`.
+    /// If the blocks are smaller than 16 bytes, as `push_page_run`, or if
+    /// they are aligned beyond 2 MiB (such a block has a mapping of its own
+    /// and no page; [`push`](Self::push) frees it).
     ///
     /// # Safety
     /// As [`push_page_run`](Self::push_page_run): each block was returned by
@@ -242,6 +255,11 @@ impl FreeBatch {
     #[must_use = "a held run must be sent, or its blocks stay in use for good"]
     pub unsafe fn hold_page_run(blocks: &[NonNull<u8>]) -> HeldRun {
         let first = blocks.first().expect("heap: an empty page run");
+        assert!(
+            !crate::aligned::is_aligned_block(first.as_ptr()),
+            "heap: a block aligned beyond 2 MiB has no page to hold a run in; \
+             free it with FreeBatch::push"
+        );
         // SAFETY: `first` is live (caller): its page is mapped.
         let size = unsafe { block_size_of(first.as_ptr()) };
         assert!(size >= MIN_RUN_BLOCK, "heap: page runs need blocks of 16 bytes or more");
@@ -366,6 +384,10 @@ impl FreeBatch {
     /// loam_heap::collect(); // this thread owns the page: it takes it back
     /// ```
     pub unsafe fn push_whole_page(&mut self, block: NonNull<u8>) -> bool {
+        if crate::aligned::is_aligned_block(block.as_ptr()) {
+            // No page (`push_page_run`).
+            return false;
+        }
         // SAFETY: `block` is live (caller), so its page and segment are.
         unsafe {
             let page = &*segment::page_of(block.as_ptr());

@@ -207,6 +207,42 @@ fn a_free_batch_takes_an_aligned_block() {
     assert_eq!(loam_heap::stats().large_count + 1, before);
 }
 
+/// The page-run calls take such a block too (a collector sweeping a
+/// `LoamAlloc` span would): a run of it is the block alone, freed, and a
+/// whole page of it is no page. They read its first bytes as a segment
+/// header before, and wrote through what they found there.
+#[test]
+fn the_page_run_calls_take_an_aligned_block() {
+    let _serial = serial();
+    let layout = Layout::from_size_align(2 * MIB, 4 * MIB).unwrap();
+    let aligned = || {
+        // SAFETY: a non-zero size.
+        let p = unsafe { LoamAlloc.alloc(layout) };
+        assert!(!p.is_null());
+        // What a segment header's fields would be read from.
+        // SAFETY: the block's 64 bytes are ours.
+        unsafe { p.write_bytes(0xFF, 64) };
+        std::ptr::NonNull::new(p).unwrap()
+    };
+    let before = loam_heap::stats().large_count;
+    let mut batch = loam_heap::FreeBatch::new();
+    let (a, b) = (aligned(), aligned());
+    assert_eq!(loam_heap::stats().large_count, before + 2);
+    // SAFETY: live, from this allocator, never used again.
+    assert!(!unsafe { batch.push_whole_page(a) });
+    // SAFETY: as above.
+    unsafe { batch.push_page_run(&[a]) };
+    // SAFETY: as above.
+    let held = std::panic::catch_unwind(|| unsafe { loam_heap::FreeBatch::hold_page_run(&[b]) });
+    let msg = held.map(drop).unwrap_err();
+    let msg = msg.downcast_ref::<&str>().copied().unwrap_or_default();
+    assert!(msg.contains("no page"), "{msg}");
+    // SAFETY: as above (the refused hold took nothing).
+    unsafe { batch.push(b) };
+    drop(batch);
+    assert_eq!(loam_heap::stats().large_count, before, "both blocks freed");
+}
+
 /// A managed object cannot take such a block: it has no page for its
 /// allocated bit, and the runtime sees an allocation failure.
 #[test]

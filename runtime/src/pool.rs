@@ -17,7 +17,10 @@
 //! the thread-local for the tasks the worker runs while it waits, and takes
 //! it out again before returning. The lending follows the stack: every task
 //! run while waiting returns before the wait ends, so the reborrow is never
-//! used after the caller's borrow resumes.
+//! used after the caller's borrow resumes. Any other wait while a task holds
+//! the mutator is refused at the wait ([`loam_threadpool::forbid_waits`]):
+//! left to happen, it made whichever task the worker ran meanwhile panic in
+//! its stead.
 //!
 //! # Waiting inside `mutate`
 //! A worker inside `mutate` holds `Gc` pointers the collector cannot see, so
@@ -40,8 +43,9 @@
 use crate::mutator::Mutator;
 use crate::runtime::Runtime;
 use loam_threadpool::{BroadcastContext, Scope, ThreadPool, ThreadPoolBuildError, ThreadPoolBuilder};
+use loam_threadpool::WaitsForbidden;
 use std::any::Any;
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::fmt;
 use std::ptr;
 
@@ -51,6 +55,30 @@ thread_local! {
     static OWN: Cell<*mut Mutator> = const { Cell::new(ptr::null_mut()) };
     /// `OWN` while no task on this thread is using it; null while one is.
     static AVAILABLE: Cell<*mut Mutator> = const { Cell::new(ptr::null_mut()) };
+    /// A ban on pool waits for each task on this worker's stack that holds
+    /// its mutator, innermost last ([`hold`]). Zero-sized guards: the
+    /// vector never allocates.
+    static BANS: RefCell<Vec<WaitsForbidden>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Why a task that holds its worker's mutator may not wait on a pool.
+const BANNED: &str = "a managed task holds its worker's Mutator, and the tasks the worker \
+     would run while it waited need it: wait through loam_runtime::join or \
+     loam_runtime::scope with the task's &mut Mutator (they lend it), or fork \
+     from ManagedPool::install_plain";
+
+/// A task takes the worker's mutator: from now until [`release`], waiting
+/// on a pool (the plain `loam-threadpool` calls included) is refused at
+/// the wait. A worker that waited would run other tasks meanwhile, and
+/// those that need the mutator found it held and panicked in its stead
+/// (tasks of other callers, a `spawn` that then never ran).
+fn hold() {
+    BANS.with(|b| b.borrow_mut().push(loam_threadpool::forbid_waits(BANNED)));
+}
+
+/// The innermost holding task lets the mutator go (its end, or [`lend`]).
+fn release() {
+    BANS.with(|b| drop(b.borrow_mut().pop()));
 }
 
 /// A raw mutator pointer carried into a closure that runs on the thread it
@@ -63,18 +91,22 @@ struct OnThisThread(*mut Mutator);
 // the caller is a worker first.
 unsafe impl Send for OnThisThread {}
 
-/// Puts the lent mutator back in `AVAILABLE` when a task's borrow ends
-/// (its return or its unwinding).
+/// Puts the mutator back in `AVAILABLE` when a task's borrow ends (its
+/// return or its unwinding), or, in a lending call, when the part that runs
+/// with it ends and the wait begins; its wait ban goes with it.
 struct PutBack(*mut Mutator);
 
 impl Drop for PutBack {
     fn drop(&mut self) {
+        release();
         AVAILABLE.with(|a| a.set(self.0));
     }
 }
 
 /// Takes the lent mutator back out of `AVAILABLE` when a lending call
-/// returns or unwinds: from then on the caller's borrow is the only one.
+/// returns or unwinds: from then on the caller's borrow is the only one,
+/// and its wait ban is back (the lending call lifted it for its own wait,
+/// [`Lending::begin`]).
 struct TakeBack(*mut Mutator);
 
 impl Drop for TakeBack {
@@ -83,6 +115,29 @@ impl Drop for TakeBack {
         // Null if the lending never began (a panic before the first half
         // ended); otherwise every task run meanwhile has put it back.
         debug_assert!(was.is_null() || was == self.0, "loam: a lent mutator did not come back");
+        hold();
+    }
+}
+
+/// A lending call's ban: lifted for the call's own wait (the pool checks
+/// at the call's entry), held again while the part that runs with the
+/// mutator runs (a join's first half, a scope's body: their own waits
+/// are refused), lifted as it lends the mutator, back when the call ends.
+struct Lending;
+
+impl Lending {
+    /// At the call's entry: the caller's ban lifted until the returned
+    /// guard drops.
+    fn begin(m: *mut Mutator) -> TakeBack {
+        release();
+        TakeBack(m)
+    }
+
+    /// At the start of the part that runs with the mutator: its ban, until
+    /// the returned guard drops and lends the mutator.
+    fn run_with(m: *mut Mutator) -> PutBack {
+        hold();
+        PutBack(m)
     }
 }
 
@@ -97,10 +152,14 @@ const HELD: &str = "loam: this worker's Mutator is held by a task further up its
 /// at its mutator; the managed calls ([`ManagedPool::spawn`], [`join`], ...)
 /// do it for you.
 ///
+/// While `f` runs, a pool call on this thread that would wait (the plain
+/// `join`, `scope`, `broadcast`, `install`, of any pool) panics: the
+/// worker would run other tasks meanwhile, and those need the mutator `f`
+/// holds. Fork with [`join`] or [`scope`], which lend it.
+///
 /// # Panics
 /// Off a managed pool's worker; or if a task further up this worker's
-/// stack holds the mutator (it called a plain pool function that waits,
-/// instead of [`join`] or [`scope`], which lend it).
+/// stack holds the mutator.
 ///
 /// # Examples
 /// ```
@@ -124,6 +183,7 @@ pub fn with_mutator<R>(f: impl FnOnce(&mut Mutator) -> R) -> R {
         }
         panic!("{HELD}");
     }
+    hold();
     let _back = PutBack(p);
     // Taken out of `AVAILABLE`, it is borrowed only here until `_back` puts
     // it back: a nested `with_mutator` finds null, and the lending calls
@@ -198,11 +258,11 @@ where
 {
     assert_own(m, "join");
     let mine = OnThisThread(m);
-    let _take_back = TakeBack(mine.0);
+    let _take_back = Lending::begin(mine.0);
     loam_threadpool::join(
         move || {
             let mine = mine;
-            let _lend = PutBack(mine.0);
+            let _lend = Lending::run_with(mine.0);
             // SAFETY: the pool runs a join's first half inline on the
             // caller (a worker, checked above), so this is the caller's
             // reborrow of `m`, used while the caller is suspended in this
@@ -245,10 +305,10 @@ where
 {
     assert_own(m, "scope");
     let mine = OnThisThread(m);
-    let _take_back = TakeBack(mine.0);
+    let _take_back = Lending::begin(mine.0);
     loam_threadpool::scope(move |s| {
         let mine = mine;
-        let _lend = PutBack(mine.0);
+        let _lend = Lending::run_with(mine.0);
         // SAFETY: as in `join`: the pool runs a scope's body inline on its
         // caller, a worker (checked above); `_lend` lends the reborrow
         // while the scope waits for its tasks.

@@ -428,3 +428,41 @@ fn dropping_a_pool_inside_mutate_does_not_wait_for_its_workers() {
     collecting.store(false, Ordering::Relaxed);
     collector.join().unwrap();
 }
+
+/// A managed task that waits through the plain pool calls while it holds
+/// its worker's mutator is refused at the wait, every time: the worker
+/// would run other tasks meanwhile, and one that needed the mutator (a
+/// task another thread spawned, say) panicked in its stead and never ran.
+/// The lending calls still wait, and the tasks run.
+#[test]
+fn a_plain_wait_from_a_task_holding_the_mutator_is_refused_at_the_wait() {
+    let _serial = serial();
+    let rt = rt().build();
+    let pool = ManagedPool::builder(&rt).num_threads(2).build().unwrap();
+    let message =
+        |r: std::thread::Result<(u32, u32)>| support::panic_message(r.unwrap_err().as_ref());
+    for _ in 0..20 {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let r = pool.install(|_m| {
+            // Another caller's task, queued while this one waits.
+            let tx = tx.clone();
+            pool.spawn(move |m| tx.send(m.mutate(|mc| *mc.alloc(9_u32))).unwrap());
+            catch_unwind(AssertUnwindSafe(|| loam_threadpool::join(|| 1, || 2)))
+        });
+        assert!(message(r).contains("holds its worker's Mutator"));
+        assert_eq!(rx.recv_timeout(Duration::from_secs(60)).unwrap(), 9);
+    }
+    // The lending calls wait; a task they run meanwhile gets the mutator,
+    // and the ban is back once they return.
+    let r = pool.install(|m| {
+        let (a, b) = loam_runtime::join(m, |m| fib(m, 15), |m| fib(m, 14));
+        let again = catch_unwind(AssertUnwindSafe(|| loam_threadpool::join(|| 1, || 2)));
+        (a + b, again.is_err())
+    });
+    assert_eq!(r, (987, true));
+    // Forking from install_plain holds nothing.
+    assert_eq!(
+        pool.install_plain(|| loam_threadpool::join(|| 1, || 2)),
+        (1, 2)
+    );
+}

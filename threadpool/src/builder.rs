@@ -379,7 +379,9 @@ impl ThreadPoolBuilder {
     /// # Errors
     ///
     /// [`ThreadPoolBuildErrorKind::Spawn`] if the OS refuses a thread (the
-    /// threads already started are stopped and joined).
+    /// threads already started are stopped, and joined as a pool's drop
+    /// joins them: not where waiting is forbidden, on a worker or inside
+    /// `mutate`, where they exit on their own).
     ///
     /// # Examples
     ///

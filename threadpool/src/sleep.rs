@@ -55,6 +55,10 @@ pub(crate) struct Sleep {
     sleepers: CachePadded<AtomicUsize>,
     /// One slot per worker, indexed by worker index.
     workers: Box<[CachePadded<WorkerSleepState>]>,
+    /// The process's fork count when the pool was built (`forked.rs`): in
+    /// a later child the workers are gone, and a waker that locked one's
+    /// mutex could wait for ever for a lock held at the fork.
+    born: u64,
 }
 
 /// One worker's parking spot.
@@ -79,6 +83,7 @@ impl Sleep {
                     })
                 })
                 .collect(),
+            born: crate::forked::current(),
         }
     }
 
@@ -172,6 +177,12 @@ impl Sleep {
     /// Wakes worker `index` if it is parked; returns whether it was.
     /// Used for latches (the latch's owner) and per-worker inboxes.
     pub(crate) fn wake_specific(&self, index: usize) -> bool {
+        // In a forked child nobody is parked: the parked workers were the
+        // parent's (a `join` on the thread that forked runs both halves
+        // itself).
+        if crate::forked::since(self.born) {
+            return false;
+        }
         let state = &self.workers[index];
         let mut is_sleeping = state.is_sleeping.lock();
         if *is_sleeping {

@@ -55,6 +55,10 @@ pub(crate) fn spawn_in<F>(registry: &Registry, func: F)
 where
     F: FnOnce() + Send + 'static,
 {
+    // Before the job is made: refused later (a worker's push never
+    // checked), the job's closure was leaked, its captures never dropped
+    // (a `Sender` whose receiver then waited for ever).
+    crate::forked::refuse_since(registry.born);
     let job = move || {
         if let Err(payload) = unwind::halt_unwinding(func) {
             let worker = WorkerThread::current();

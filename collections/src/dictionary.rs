@@ -335,9 +335,14 @@ where
         d
     }
 
-    /// How many entries it holds before its entries array grows.
+    /// How many entries it holds before it allocates again (its entries
+    /// array or its index grows), as `HashMap::capacity`. The index grows
+    /// once it is three quarters full, which comes first after an entries
+    /// array doubled: counting the entries array alone said 8 where the
+    /// seventh insert grew the index.
     pub fn capacity(&self) -> usize {
-        self.obj.entries.get().len().max(self.obj.min_capacity)
+        let entries = self.obj.entries.get().len().max(self.obj.min_capacity);
+        entries.min(self.obj.indices.get().len() * 3 / 4)
     }
 
     /// Takes the writer lock and records the dictionary's log in this call:

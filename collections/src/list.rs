@@ -945,9 +945,12 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
         self.len() == 0
     }
 
-    /// Elements the current array holds before the list grows again.
+    /// Elements the list holds before it grows again: the current array's
+    /// length, or for a list made by [`with_capacity`](Self::with_capacity)
+    /// and not pushed to yet, that capacity (its first push allocates an
+    /// array of that many, as `Vec::with_capacity` did at once; it said 0).
     pub fn capacity(&self) -> usize {
-        self.obj.items.get().len()
+        self.obj.items.get().len().max(self.obj.min_capacity)
     }
 
     /// Element `index`, or `None` past the end.

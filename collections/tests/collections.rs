@@ -1302,6 +1302,19 @@ fn with_capacity_holds_that_many_before_growing() {
         }
         assert_eq!(sip.capacity(), 100);
         assert_eq!(sip.get(&99), Some(99));
+        // A list's capacity before its first push is what it was made with
+        // (it said 0), and a dictionary's counts its index too: after five
+        // inserts into a new one, the entries had room for 8 and the index
+        // for 6.
+        let l = GcList::<u64>::with_capacity(mc, 16);
+        assert_eq!(l.capacity(), 16);
+        l.push(mc, 1);
+        assert_eq!(l.capacity(), 16);
+        let d: GcDictionary<u64, u64> = GcDictionary::new(mc);
+        for i in 0..5 {
+            d.insert(mc, i, i);
+        }
+        assert!((5..=6).contains(&d.capacity()), "{}", d.capacity());
         // The last: room for the elements, not for the array's header (it
         // passed, and the first `try_push` panicked).
         for huge in [usize::MAX, isize::MAX as usize / 2, isize::MAX as usize / 8] {

@@ -601,8 +601,12 @@ pub(crate) fn cycle(
         if shared.config.verify {
             if !stopped {
                 // Verify mode checks a ragged mark in a stopped world.
-                m.end_start = Some(Instant::now());
+                // Its pause begins once the world has stopped: the wait for
+                // calls to return is the stop's (it counted as pause).
+                let stop = Instant::now();
                 m.mutators = stop_world(shared, None);
+                c.stop_time += stop.elapsed();
+                m.end_start = Some(Instant::now());
             }
             if c.ragged {
                 m.roots = roots_of(shared, &m.mutators);

@@ -654,6 +654,9 @@ impl Mutator {
         let shared = self.shared();
         let start = Instant::now();
         let mut assisting = Duration::ZERO;
+        // Waits for a stop under way as a slice began: a safepoint's, not
+        // pacing's.
+        let mut stopped = Duration::ZERO;
         let mut held = false;
         // The debt, computed once a mark (what is left after a slice is
         // owed exactly, not rounded up to an assist's worth again), and the
@@ -737,7 +740,9 @@ impl Mutator {
             // `Trace` impl that calls `collect` or a pool wait panics with
             // the message `mutate` gives, instead of waiting for a cycle
             // that waits for this slot.
-            let _ = shared.handshake.enter(&self.me.slot);
+            if let Some(waited) = shared.handshake.enter(&self.me.slot) {
+                stopped += waited;
+            }
             let slice = Instant::now();
             let (m, took) = {
                 let _inside = Inside {
@@ -812,7 +817,11 @@ impl Mutator {
         let total = start.elapsed();
         self.held_parts(
             total,
-            &[(Hold::Assist, assisting), (Hold::Pacing, total.saturating_sub(assisting))],
+            &[
+                (Hold::Assist, assisting),
+                (Hold::Safepoint, stopped),
+                (Hold::Pacing, total.saturating_sub(assisting + stopped)),
+            ],
         );
     }
 

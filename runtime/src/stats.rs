@@ -106,7 +106,10 @@ pub struct CycleEvent {
     pub gc_threads: usize,
     /// Holds of mutators (each interval the collector held one, as it saw
     /// it: see [`GcStats::mutator_pauses`]) that ended since the previous
-    /// cycle's event: how many,
+    /// cycle's event, which is taken as the cycle's sweep ends: a wait for
+    /// this cycle itself (pacing, the heap limit's collection) ends after
+    /// that and counts in the next cycle's event (and a wait for a
+    /// runtime's last cycle in none; [`GcStats`] has every hold). How many,
     pub mutator_pauses: u64,
     /// the longest,
     pub mutator_pause_max: Duration,

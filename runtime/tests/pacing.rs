@@ -107,6 +107,13 @@ fn mutators_finish_a_mark_the_gc_threads_are_too_slow_for() {
         s.held_assisting > Duration::ZERO,
         "the mutator never helped a slow mark: {s:?}"
     );
+    // Every hold is filed under one cause, and the causes add up to the
+    // holds (assists included).
+    assert_eq!(
+        s.held_at_safepoint + s.held_by_pacing + s.held_for_memory + s.held_assisting,
+        s.mutator_pauses.total(),
+        "{s:?}"
+    );
     let goal = s.next_goal.max(4 << 20);
     let bound = 2 * goal + goal / 4 + slack(64 * block(1024), s.live_size);
     assert!(

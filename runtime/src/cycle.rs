@@ -416,6 +416,7 @@ fn roots_of(shared: &Shared, mutators: &[Arc<MutatorShared>]) -> Vec<usize> {
     for m in mutators {
         roots.extend(m.roots.lock().live());
     }
+    let _walk = crate::runtime::Walk::begin(&shared.globals_walked);
     roots.extend(shared.globals.lock().live());
     roots
 }
@@ -1265,6 +1266,7 @@ impl<'a> Cycle<'a> {
 /// `weak::process`). With the world stopped, or at a ragged mark's end
 /// under the weak gate's write lock (`ragged.rs`).
 fn mark_weak(shared: &Shared, upto: usize) {
+    let _walk = crate::runtime::Walk::begin(&shared.weak_walked);
     let mut cells = shared.weak.lock();
     // SAFETY: every registered cell, and every nonzero target, is an
     // allocated object of this runtime (cells are forgotten once unmarked,

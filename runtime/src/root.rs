@@ -18,8 +18,8 @@ fn counted<'t>(
 ) -> parking_lot::MutexGuard<'t, RootTable> {
     // The global table is every mutator's; a mutator's own, the collector's
     // besides.
-    let global = std::ptr::eq(table, &shared.globals);
-    crate::mutator::take_counting(shared, global, || table.try_lock(), || table.lock())
+    let walked = std::ptr::eq(table, &shared.globals).then_some(&shared.globals_walked);
+    crate::mutator::take_counting(shared, walked, || table.try_lock(), || table.lock())
 }
 
 /// Names a managed type with its brand abstracted: `Root` is the type for a

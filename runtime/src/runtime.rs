@@ -103,6 +103,9 @@ pub(crate) struct Shared {
     pub(crate) globals: Mutex<RootTable>,
     /// Addresses of the live weak cells.
     pub(crate) weak: Mutex<Vec<usize>>,
+    /// Raised while the collector wants or holds `globals`, `weak` ([`Walk`]).
+    pub(crate) globals_walked: AtomicBool,
+    pub(crate) weak_walked: AtomicBool,
     /// Managed bytes handed out (in per-mutator chunks) and not yet freed.
     pub(crate) heap_used: AtomicUsize,
     /// Heap size at which the next cycle starts.
@@ -908,6 +911,26 @@ impl Shared {
     }
 }
 
+/// The collector at a lock the mutators share (the global root table, the
+/// weak list): the flag is raised from before it asks for the lock until
+/// after it lets go (declare it before the guard), so that a mutator's
+/// wait for the lock counts as a hold only when the collector is what it
+/// waits for (`mutator::take_counting`).
+pub(crate) struct Walk<'a>(&'a AtomicBool);
+
+impl<'a> Walk<'a> {
+    pub(crate) fn begin(flag: &'a AtomicBool) -> Walk<'a> {
+        flag.store(true, Ordering::Relaxed);
+        Walk(flag)
+    }
+}
+
+impl Drop for Walk<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Relaxed);
+    }
+}
+
 /// Owns the collector thread; the last [`Runtime`], [`Mutator`] or root
 /// handle to go drops it, which frees every object left.
 pub(crate) struct Handle {
@@ -1566,6 +1589,8 @@ impl RuntimeBuilder {
             mutators: Mutex::new(Vec::new()),
             globals: Mutex::new(RootTable::default()),
             weak: Mutex::new(Vec::new()),
+            globals_walked: AtomicBool::new(false),
+            weak_walked: AtomicBool::new(false),
             heap_used: AtomicUsize::new(0),
             next_goal: AtomicUsize::new(goal),
             pace_goal: AtomicUsize::new(goal),

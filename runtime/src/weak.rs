@@ -96,7 +96,8 @@ impl<'gc, T: Trace> GcWeak<'gc, T> {
         }
         let weak = &mc.shared().weak;
         // The collector walks the list at a ragged mark's end: a hold.
-        crate::mutator::take_counting(mc.shared(), true, || weak.try_lock(), || weak.lock()).push(cell.addr());
+        let walked = Some(&mc.shared().weak_walked);
+        crate::mutator::take_counting(mc.shared(), walked, || weak.try_lock(), || weak.lock()).push(cell.addr());
         GcWeak {
             cell,
             _target: PhantomData,
@@ -127,7 +128,7 @@ impl<'gc, T: Trace> GcWeak<'gc, T> {
             // (A wait for the gate, which the end holds while it walks the
             // weak cells, is a hold.)
             let gate = &shared.weak_gate;
-            let _gate = crate::mutator::take_counting(shared, false, || gate.try_read(), || gate.read());
+            let _gate = crate::mutator::take_counting(shared, None, || gate.try_read(), || gate.read());
             if shared.marking() {
                 // SAFETY: a nonzero target is allocated (below); no sweep
                 // runs during a mark.

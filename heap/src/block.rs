@@ -139,42 +139,51 @@ pub(crate) unsafe fn set_word(b: *mut Block, i: usize, v: usize) {
 /// producer's write (a queue's push with a relaxed compare-and-swap
 /// passed every model). A read not ordered after the last write, or a
 /// write racing a read, fails the model with loom's causality report.
-/// The cells live for one execution of a model, keyed by address.
+///
+/// The cells live for one execution of a model ([`shadow::reset`], which
+/// `sync::model` runs first), keyed by address, in a thread local: loom
+/// runs a model's threads as coroutines of the test's own thread, and a
+/// `loom::lazy_static` would order every thread after the one that first
+/// touched it, hiding that thread's first writes.
 #[cfg(loom)]
-mod shadow {
+pub(crate) mod shadow {
     use loom::cell::UnsafeCell;
+    use std::cell::RefCell;
     use std::collections::HashMap;
-    use std::sync::{Arc, Mutex};
+    use std::rc::Rc;
 
-    loom::lazy_static! {
-        static ref WORDS: Mutex<HashMap<usize, Arc<UnsafeCell<()>>>> = Mutex::new(HashMap::new());
+    thread_local! {
+        static WORDS: RefCell<HashMap<usize, Rc<UnsafeCell<()>>>> = RefCell::new(HashMap::new());
     }
 
-    /// The cell of the word at `addr`, made on first use (a first use
-    /// that writes is its making, which loom counts as a write).
-    fn cell(addr: usize) -> (Arc<UnsafeCell<()>>, bool) {
-        let mut words = WORDS.lock().unwrap();
-        match words.get(&addr) {
-            Some(c) => (c.clone(), false),
-            None => {
-                let c = Arc::new(UnsafeCell::new(()));
-                words.insert(addr, c.clone());
-                (c, true)
-            }
-        }
+    /// Forgets the cells of the last execution (loom objects of one
+    /// execution are meaningless in the next).
+    pub(crate) fn reset() {
+        WORDS.with(|w| w.borrow_mut().clear());
     }
 
-    /// A read of the word at `addr`.
+    /// A read of the word at `addr`: checked against the last write, if
+    /// one was made through these accessors (a word never written through
+    /// them, as a fresh block's, has nothing to race with here).
     pub(super) fn read(addr: usize) {
-        cell(addr).0.with(|_| ());
+        let cell = WORDS.with(|w| w.borrow().get(&addr).cloned());
+        if let Some(c) = cell {
+            c.with(|_| ());
+        }
     }
 
-    /// A write of the word at `addr`.
+    /// A write of the word at `addr`: its cell made on first use, and the
+    /// write recorded at the thread's clock now (a cell's making alone took
+    /// the clock of the thread's last atomic operation: a write just after
+    /// a push's compare-and-swap would read as before it).
     pub(super) fn write(addr: usize) {
-        let (c, made) = cell(addr);
-        if !made {
-            c.with_mut(|_| ());
-        }
+        let c = WORDS.with(|w| {
+            w.borrow_mut()
+                .entry(addr)
+                .or_insert_with(|| Rc::new(UnsafeCell::new(())))
+                .clone()
+        });
+        c.with_mut(|_| ());
     }
 }
 

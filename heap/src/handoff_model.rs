@@ -120,7 +120,7 @@ fn remote_free_racing_adoption_is_applied_exactly_once() {
     // Blocks freed into the abandoned heap's pages before adoption.
     let outcomes = std::sync::Arc::new(std::sync::Mutex::new(std::collections::HashSet::new()));
     let seen = outcomes.clone();
-    loom::model(move || {
+    crate::sync::model(move || {
         let w = World::new();
         let blocks = [new_block() as usize, new_block() as usize];
 
@@ -191,7 +191,7 @@ fn remote_free_racing_adoption_is_applied_exactly_once() {
 fn freed_run_racing_adoption_is_applied_exactly_once() {
     let outcomes = std::sync::Arc::new(std::sync::Mutex::new(std::collections::HashSet::new()));
     let seen = outcomes.clone();
-    loom::model(move || {
+    crate::sync::model(move || {
         let w = World::new();
         // The run's two blocks lie in one span (a page), the third apart.
         let span = Box::into_raw(Box::new(Span([0; 4])));

@@ -121,7 +121,7 @@ fn snapshot(p: &Page, bug: Bug) -> Option<u32> {
 /// A sweep's run already out: the owner takes it back while a snapshot
 /// copies the page.
 fn run_out_model(bug: Bug) {
-    loom::model(move || {
+    crate::sync::model(move || {
         let p = Arc::new(Page {
             runs_out: AtomicU32::new(1),
             pending: AtomicU64::new(1),
@@ -151,7 +151,7 @@ fn run_out_model(bug: Bug) {
 /// (in an earlier cycle), then sends the run, while the owner may take it
 /// back and a snapshot copies the page.
 fn finalizer_model(bug: Bug) {
-    loom::model(move || {
+    crate::sync::model(move || {
         let held = bug != Bug::NotHeld;
         let p = Arc::new(Page {
             runs_out: AtomicU32::new(u32::from(held)),

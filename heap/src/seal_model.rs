@@ -147,7 +147,7 @@ fn page() -> Arc<Page> {
 }
 
 fn model(bug: Bug) {
-    loom::model(move || {
+    crate::sync::model(move || {
         let p = page();
         let o = {
             let p = p.clone();
@@ -236,7 +236,7 @@ fn allocated_since(p: &Page, block: u64, ask: Ask) -> bool {
 /// after (once it sees it allocated: acquire on the bit, as the object's
 /// publication would order it).
 fn ask_model(ask: Ask) {
-    loom::model(move || {
+    crate::sync::model(move || {
         let p = page();
         let o = {
             let p = p.clone();

@@ -125,7 +125,7 @@ mod loom_tests {
     /// found (a mutated lock that loads and stores instead of CAS fails here).
     #[test]
     fn spin_lock_admits_one_holder_at_a_time() {
-        loom::model(|| {
+        crate::sync::model(|| {
             let lock = Arc::new((SpinLock::new(0usize), AtomicBool::new(false)));
             let enter = |l: &(SpinLock<usize>, AtomicBool)| {
                 let mut g = l.0.lock();

@@ -16,3 +16,17 @@ pub(crate) use std::sync::atomic::{
 pub(crate) use std::thread::yield_now;
 
 pub(crate) use std::sync::atomic::Ordering;
+
+/// `loom::model` for the crate's models: each execution begins with no
+/// loom cells beside free blocks' words (`block::shadow`), whose cells
+/// belong to one execution.
+#[cfg(all(test, loom))]
+pub(crate) fn model<F>(f: F)
+where
+    F: Fn() + Sync + Send + 'static,
+{
+    loom::model(move || {
+        crate::block::shadow::reset();
+        f()
+    });
+}

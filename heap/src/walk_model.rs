@@ -118,7 +118,7 @@ impl World {
 }
 
 fn run(early_release: bool) {
-    loom::model(move || {
+    crate::sync::model(move || {
         let world = Arc::new(World {
             reg: Mutex::new(Registry {
                 head: 2,

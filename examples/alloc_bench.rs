@@ -1766,7 +1766,8 @@ fn measure(
     // The harness's own buffers (xmalloc's pipe, larson's slot arrays)
     // come from glibc in every allocator's run. Trimmed before the
     // baseline and again after the release call, what they need counts as
-    // every run's growth alike and never as kept memory; trimmed only in
+    // every run's growth alike and as no allocator's kept memory (but for
+    // the top of a thread arena, which `malloc_trim` leaves); trimmed only in
     // glibc's own turn, they showed as growth of the run after it and as
     // kept memory of the others (up to a few hundred KB, where xmalloc's
     // peaks are 0.5 – 2 MB).

@@ -450,6 +450,12 @@ fn a_plain_wait_from_a_task_holding_the_mutator_is_refused_at_the_wait() {
             catch_unwind(AssertUnwindSafe(|| loam_threadpool::join(|| 1, || 2)))
         });
         assert!(message(r).contains("holds its worker's Mutator"));
+        // The same after a `mutate` call, whose own ban (ended) it named.
+        let r = pool.install(|m| {
+            m.mutate(|mc| *mc.alloc(1_u8));
+            catch_unwind(AssertUnwindSafe(|| loam_threadpool::join(|| 1, || 2)))
+        });
+        assert!(message(r).contains("holds its worker's Mutator"));
         assert_eq!(rx.recv_timeout(Duration::from_secs(60)).unwrap(), 9);
     }
     // The lending calls wait; a task they run meanwhile gets the mutator,

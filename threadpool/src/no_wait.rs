@@ -40,6 +40,12 @@ thread_local! {
 #[must_use = "waits are forbidden only while the guard lives"]
 #[derive(Debug)]
 pub struct WaitsForbidden {
+    /// This guard's reason, and the one it replaced, which its drop puts
+    /// back if its own is still the thread's: a refusal names the guard
+    /// that is still alive (a managed task's ban read as a `mutate` call's,
+    /// one that had ended, before).
+    reason: &'static str,
+    before: &'static str,
     _not_send: PhantomData<*mut ()>,
 }
 
@@ -47,8 +53,14 @@ pub struct WaitsForbidden {
 /// [`WaitsForbidden`]).
 #[inline]
 pub fn forbid_waits(reason: &'static str) -> WaitsForbidden {
-    FORBIDDEN.with(|f| f.set((f.get().0 + 1, reason)));
+    let before = FORBIDDEN.with(|f| {
+        let (count, before) = f.get();
+        f.set((count + 1, reason));
+        before
+    });
     WaitsForbidden {
+        reason,
+        before,
         _not_send: PhantomData,
     }
 }
@@ -58,6 +70,13 @@ impl Drop for WaitsForbidden {
     fn drop(&mut self) {
         FORBIDDEN.with(|f| {
             let (count, reason) = f.get();
+            // Dropped out of order, another guard's reason is the thread's
+            // now: it stays.
+            let reason = if std::ptr::eq(reason, self.reason) {
+                self.before
+            } else {
+                reason
+            };
             f.set((count - 1, reason));
         });
     }
@@ -97,5 +116,15 @@ mod tests {
         assert!(waits_forbidden(), "one guard is still alive");
         drop(inner);
         assert!(!waits_forbidden());
+    }
+
+    #[test]
+    fn a_refusal_names_the_guard_still_alive() {
+        let outer = forbid_waits("outer");
+        drop(forbid_waits("inner"));
+        let refused = std::panic::catch_unwind(super::check_may_wait).unwrap_err();
+        let msg = refused.downcast_ref::<String>().unwrap();
+        assert!(msg.ends_with("outer"), "{msg}");
+        drop(outer);
     }
 }

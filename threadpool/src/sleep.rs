@@ -57,7 +57,9 @@ pub(crate) struct Sleep {
     workers: Box<[CachePadded<WorkerSleepState>]>,
     /// The process's fork count when the pool was built (`forked.rs`): in
     /// a later child the workers are gone, and a waker that locked one's
-    /// mutex could wait for ever for a lock held at the fork.
+    /// mutex could wait for ever for a lock held at the fork. (Not under
+    /// loom, whose models do not fork.)
+    #[cfg(not(loom))]
     born: u64,
 }
 
@@ -83,6 +85,7 @@ impl Sleep {
                     })
                 })
                 .collect(),
+            #[cfg(not(loom))]
             born: crate::forked::current(),
         }
     }
@@ -180,6 +183,7 @@ impl Sleep {
         // In a forked child nobody is parked: the parked workers were the
         // parent's (a `join` on the thread that forked runs both halves
         // itself).
+        #[cfg(not(loom))]
         if crate::forked::since(self.born) {
             return false;
         }

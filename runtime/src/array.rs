@@ -26,11 +26,18 @@ use loam_heap::AllocatedBit;
 struct Failure {
     size: usize,
     limit: usize,
+    /// Refused because the thread's heap is gone (`AllocError`).
+    thread_exited: bool,
 }
 
 impl Failure {
     fn with<T>(self, value: T) -> AllocError<T> {
-        AllocError::new(value, self.size, self.limit)
+        let e = AllocError::new(value, self.size, self.limit);
+        if self.thread_exited {
+            e.on_an_exited_thread()
+        } else {
+            e
+        }
     }
 }
 
@@ -103,6 +110,7 @@ impl Failure {
         Failure {
             size: usize::MAX,
             limit: m.shared().config.heap_limit.unwrap_or(usize::MAX),
+            thread_exited: false,
         }
     }
 }
@@ -171,7 +179,11 @@ impl<'gc> Mutation<'gc> {
         }
         if !m.take_credit(size) {
             let limit = m.shared().config.heap_limit.unwrap_or(usize::MAX);
-            return Err(Failure { size, limit });
+            return Err(Failure {
+                size,
+                limit,
+                thread_exited: false,
+            });
         }
         let (p, bit) = match space {
             None => {
@@ -189,11 +201,14 @@ impl<'gc> Mutation<'gc> {
             }
         };
         let Some(bit) = bit else {
-            // The OS refused it: as for an object (`out_of_memory`).
-            m.refused_by_os(size);
+            // The OS refused it, or the thread's heap is gone: as for an
+            // object (`out_of_memory`).
+            let thread_exited = space.is_none() && loam_heap::thread_heap_exited();
+            m.refused_by_os(size, !thread_exited);
             return Err(Failure {
                 size,
                 limit: usize::MAX,
+                thread_exited,
             });
         };
         if space.is_none() {

@@ -303,6 +303,19 @@ pub(crate) fn start(shared: Arc<Shared>) -> JoinHandle<()> {
     std::thread::Builder::new()
         .name(format!("loam-gc-{id}"))
         .spawn(move || {
+            /// The coordinator's last act, however it ends: the thread
+            /// dropping the last handle may join it (`Handle::drop`).
+            struct Ended(Arc<Shared>);
+            impl Drop for Ended {
+                fn drop(&mut self) {
+                    let (waiter, ended) = &self.0.ended;
+                    ended.store(true, Ordering::Release);
+                    if let Some(t) = waiter.lock().take() {
+                        t.unpark();
+                    }
+                }
+            }
+            let _ended = Ended(shared.clone());
             COORDINATOR_OF.with(|c| c.set(id));
             // It looks at the calls it waits for now and then (the gate's
             // clock): out of a program wait's look for a stall.
@@ -321,12 +334,6 @@ pub(crate) fn start(shared: Arc<Shared>) -> JoinHandle<()> {
             shared.final_stats.set(shared.current_stats());
             drop(pool);
             drop(undo);
-            // The last act: the thread dropping the last handle may join.
-            let (waiter, ended) = &shared.ended;
-            ended.store(true, Ordering::Release);
-            if let Some(t) = waiter.lock().take() {
-                t.unpark();
-            }
         })
         .unwrap_or_else(|e| panic!("loam: could not start the collector thread: {e}"))
 }

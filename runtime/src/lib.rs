@@ -238,8 +238,8 @@
 //!   `collect` inside `mutate` or on a GC thread, building a runtime inside
 //!   `mutate` or on a GC thread. Dropping a runtime's last handle inside
 //!   `mutate` or on a collector thread does not wait for its collector,
-//!   nor, once another runtime's cycle finds the call stuck, on a thread
-//!   that call waits for.
+//!   nor once another runtime's cycle has found a call stuck for a second
+//!   (it may be waiting for the dropping thread).
 //! - A thread that a `mutate` call waits for (a scoped thread it joins, a
 //!   thread holding a lock it wants) must not call `collect`,
 //!   `wait_for_cycle` or `wait_for_drops`: they wait for a cycle, which

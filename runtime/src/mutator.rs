@@ -183,7 +183,7 @@ pub(crate) fn take_counting<G>(
 #[cold]
 #[inline(never)]
 fn take_counted<G>(shared: &crate::runtime::Shared, walked: Option<&AtomicBool>, take: impl FnOnce() -> G) -> G {
-    let collectors = walked.is_none_or(|w| w.load(Ordering::Relaxed));
+    let collectors = walked.map_or(true, |w| w.load(Ordering::Relaxed));
     let start = Instant::now();
     let g = take();
     let d = start.elapsed();
@@ -1138,12 +1138,15 @@ impl Mutator {
 
     /// The OS had no memory for a `size`-byte object or array
     /// ([`out_of_memory`]): its budget and the rest of the credit go back
-    /// in one update, and the next call collects first.
+    /// in one update, and with `collect_next` the next call collects first
+    /// (not for a thread whose heap is gone, which no cycle helps).
     #[cold]
-    pub(crate) fn refused_by_os(&self, size: usize) {
+    pub(crate) fn refused_by_os(&self, size: usize, collect_next: bool) {
         let credit = self.credit.replace(0) + size;
         self.shared().heap_used.fetch_sub(credit, Ordering::Relaxed);
-        self.limit_hit.set(true);
+        if collect_next {
+            self.limit_hit.set(true);
+        }
     }
 
     pub(crate) fn give_back(&self, size: usize) {
@@ -1217,6 +1220,14 @@ impl<T> AllocError<T> {
             size: self.size,
             limit: self.limit,
             thread_exited: self.thread_exited,
+        }
+    }
+
+    /// The same error, refused because the thread's heap is gone.
+    pub(crate) fn on_an_exited_thread(self) -> Self {
+        AllocError {
+            thread_exited: true,
+            ..self
         }
     }
 
@@ -1403,7 +1414,7 @@ impl<'gc> Mutation<'gc> {
             None => loam_heap::alloc_object(bytes, align, flags, m.shared().id),
         };
         let Some(bit) = bit else {
-            return Err(out_of_memory(m, value, size));
+            return Err(out_of_memory(m, value, size, true));
         };
         let shared = m.shared();
         // SAFETY: `p` is a fresh block of at least `size` bytes, aligned for
@@ -1448,7 +1459,7 @@ impl<'gc> Mutation<'gc> {
         }
         let p = space.alloc(&m.space_local, layout.size(), layout.align());
         if p.is_null() {
-            return Err(out_of_memory(m, value, size));
+            return Err(out_of_memory(m, value, size, false));
         }
         // SAFETY: `p` is a fresh allocation of `GcBox<T>`'s layout, ours
         // alone; registered, but swept only from a pause's snapshot, which
@@ -1626,13 +1637,15 @@ pub(crate) fn over_aligned(align: usize) -> ! {
 /// after a root change collected again until the credit ran out.
 #[cold]
 #[inline(never)]
-fn out_of_memory<T>(m: &Mutator, value: T, size: usize) -> AllocError<T> {
-    m.refused_by_os(size);
+fn out_of_memory<T>(m: &Mutator, value: T, size: usize, pages: bool) -> AllocError<T> {
+    // Over loam's pages, a thread whose heap is gone gets null too.
+    let thread_exited = pages && loam_heap::thread_heap_exited();
+    m.refused_by_os(size, !thread_exited);
     AllocError {
         value,
         size,
         limit: usize::MAX,
-        thread_exited: loam_heap::thread_heap_exited(),
+        thread_exited,
     }
 }
 

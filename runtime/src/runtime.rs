@@ -931,6 +931,11 @@ impl Drop for Walk<'_> {
     }
 }
 
+/// How long the cycle lock's holder must have been stuck on a call before
+/// the drop of another runtime's last handle stops waiting for its
+/// collector (`Handle::drop`).
+const GIVE_UP_DROP: Duration = Duration::from_secs(1);
+
 /// Owns the collector thread; the last [`Runtime`], [`Mutator`] or root
 /// handle to go drops it, which frees every object left.
 pub(crate) struct Handle {
@@ -969,13 +974,20 @@ impl Drop for Handle {
         // Not joined outright: if another runtime's cycle holds the cycle
         // lock, waiting for a call that waits for this thread (a scoped
         // thread that the call joins drops the last handle), the last
-        // cycle never gets the lock. Once that cycle's handshake finds the
-        // call stuck on a blocked thread (its patience), this thread lets
-        // the collector finish on its own, as on a GC thread.
+        // cycle never gets the lock. Once that cycle's handshake has found
+        // a call stuck on a blocked thread for a whole second (a verdict
+        // of the process's cycle, which cannot name the thread the call
+        // waits for: a second of it rules out the passing waits of calls
+        // that wait for nothing here), this thread lets the collector
+        // finish on its own, as on a GC thread.
         let (waiter, ended) = &self.shared.ended;
         *waiter.lock() = Some(std::thread::current());
-        while !ended.load(Ordering::Acquire) {
-            if collector::other_holder_stuck(self.shared.id) {
+        let mut stuck_since: Option<Instant> = None;
+        while !ended.load(Ordering::Acquire) && !t.is_finished() {
+            if !collector::other_holder_stuck(self.shared.id) {
+                stuck_since = None;
+            } else if stuck_since.get_or_insert_with(Instant::now).elapsed() >= GIVE_UP_DROP {
+                waiter.lock().take();
                 return;
             }
             // Woken by the coordinator's end; the timeout is for the look
@@ -1034,9 +1046,12 @@ pub(crate) fn release_id(id: u16) {
 /// The drop waits for that: the cycle under way, a last cycle, and every
 /// destructor left, run on the runtime's finalizer thread (except where
 /// waiting could wait for itself: on a GC thread or the finalizer, inside
-/// another runtime's `mutate` call, on a thread such a call waits for once
-/// that runtime's cycle finds the call stuck, and in a forked child, the
-/// drop returns and the collector finishes on its own). A destructor
+/// another runtime's `mutate` call, and in a forked child, the drop
+/// returns and the collector finishes on its own; so it does once another
+/// runtime's cycle, which this one's waits behind, has found a call stuck
+/// on a blocked thread for a second: the call may be waiting for this
+/// thread; use [`StatsHandle::wait_final`] where the end must have come).
+/// A destructor
 /// that waits for something the dropping thread holds (a lock) therefore
 /// deadlocks it, as with [`wait_for_drops`](Runtime::wait_for_drops);
 /// drop the last handle with nothing held that destructors need.

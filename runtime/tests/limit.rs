@@ -386,13 +386,23 @@ fn an_allocation_the_os_refuses_collects_before_the_next_call() {
         .gc_percent(u32::MAX)
         .verify(false)
         .build();
+    /// An object with a destructor, which the finalizer thread runs.
+    #[derive(loam_runtime::Trace)]
+    struct Dropped {
+        #[trace(skip)]
+        _v: Vec<u8>,
+    }
     let mut m = rt.attach();
     m.mutate(|mc| {
         mc.alloc([0_u64; 128]);
+        mc.alloc(Dropped { _v: vec![1] });
     });
-    // A cycle first: the collector's threads start (and map their stacks)
-    // before the limit.
+    // A cycle first, and a destructor run: the collector's threads and the
+    // finalizer have run (and mapped their stacks and their signal stacks)
+    // before the limit. A finalizer that first ran after it, on a busy
+    // machine, could not map its signal stack and aborted the child.
     m.collect();
+    rt.wait_for_drops();
     let before = rt.stats().cycles;
     // 64 MiB more than the process has mapped: the heap's segments take
     // it, with a few MiB left over for the collector's own lists.

@@ -1801,6 +1801,19 @@ fn measure(
     kind.release_retained();
     trim_system();
     let left_kb = statm_rss_kb() as i64 - baseline_kb as i64;
+    if kind == AllocKind::Loam {
+        // For `--verbose`: what the release left (the run's kept memory).
+        let h = loam::heap::stats();
+        out.note += &format!(
+            "; after the release: {} KB allocated, {} KB committed in {} segments, {} heaps \
+             abandoned of {} made",
+            h.allocated_bytes / 1024,
+            h.committed_bytes / 1024,
+            h.segments,
+            h.heaps_abandoned,
+            h.heaps_created,
+        );
+    }
     let kept_kb = kept.entry(kind).or_insert(0);
     let before = *kept_kb;
     *kept_kb = (before as i64 + left_kb).max(0) as u64;

@@ -34,6 +34,16 @@ pub(crate) struct CoreLatch {
     /// `SLEEPING`). Readers: the owner's `probe` (`Acquire`, pairs with the
     /// setter's release so the job's result is visible once `SET` is seen).
     state: AtomicUsize,
+    /// Under loom, the latch's memory as the models see it: a setter reads
+    /// it wherever it reads the latch ([`touch`](Self::touch)), and a model
+    /// writes it once its waiter has seen the latch set, as a waiter that
+    /// returns and frees the latch would. A setter that read the latch
+    /// after its setting swap (rule 2 of [`Latch::set`]) then races that
+    /// write, which loom reports. (The models keep latches alive in `Arc`s
+    /// or on the waiter's stack until joins, so without it nothing
+    /// checked the rule.)
+    #[cfg(loom)]
+    alive: loom::cell::UnsafeCell<()>,
 }
 
 impl CoreLatch {
@@ -41,7 +51,23 @@ impl CoreLatch {
     pub(crate) fn new() -> CoreLatch {
         CoreLatch {
             state: AtomicUsize::new(UNSET),
+            #[cfg(loom)]
+            alive: loom::cell::UnsafeCell::new(()),
         }
+    }
+
+    /// A setter reads the latch (a no-op but under loom: `alive`).
+    #[inline(always)]
+    pub(crate) fn touch(&self) {
+        #[cfg(loom)]
+        self.alive.with(|_| ());
+    }
+
+    /// A model's waiter, having seen the latch set, is done with it: as if
+    /// it freed it (`alive`).
+    #[cfg(all(test, loom))]
+    pub(crate) fn forget(&self) {
+        self.alive.with_mut(|_| ());
     }
 
     /// True once the latch is set; everything the setter wrote before setting
@@ -76,7 +102,10 @@ impl CoreLatch {
     #[inline]
     pub(crate) unsafe fn set(this: *const CoreLatch) -> bool {
         // SAFETY: the caller guarantees `this` is live until this store.
-        let old = unsafe { (*this).state.swap(SET, Ordering::AcqRel) };
+        let old = unsafe {
+            (*this).touch();
+            (*this).state.swap(SET, Ordering::AcqRel)
+        };
         old == SLEEPING
     }
 }
@@ -121,7 +150,10 @@ impl Latch for SpinLatch<'_> {
     #[inline]
     unsafe fn set(this: *const Self) {
         // SAFETY: (1) of `Latch::set`; both are read before the setting swap.
-        let (sleep, owner) = unsafe { ((*this).sleep, (*this).owner) };
+        let (sleep, owner) = unsafe {
+            (*this).core.touch();
+            ((*this).sleep, (*this).owner)
+        };
         // SAFETY: `this` is live until this swap; not touched after it.
         if unsafe { CoreLatch::set(std::ptr::addr_of!((*this).core)) } {
             sleep.wake_specific(owner);
@@ -172,7 +204,10 @@ impl CountLatch {
     /// calling worker) are used.
     pub(crate) unsafe fn set(this: *const CountLatch, sleep: &Sleep) {
         // SAFETY: `this` is live until our decrement (caller's contract).
-        let (owner, core) = unsafe { ((*this).owner, std::ptr::addr_of!((*this).core)) };
+        let (owner, core) = unsafe {
+            (*this).core.touch();
+            ((*this).owner, std::ptr::addr_of!((*this).core))
+        };
         // SAFETY: as above; we hold one count, so it is live during the RMW.
         let before = unsafe { (*this).counter.fetch_sub(1, Ordering::AcqRel) };
         debug_assert!(before > 0, "pool: count latch underflow");
@@ -289,7 +324,33 @@ impl<L: Latch> Latch for &L {
 
 #[cfg(all(test, loom))]
 mod loom_tests {
-    use super::{CountLatch, CountLatchRef, Latch};
+    use super::{CountLatch, CountLatchRef, Latch, SpinLatch};
+
+    /// A join's latch on its waiter's stack, set by the thread that ran the
+    /// stolen half while the waiter parks: the waiter wakes, sees the
+    /// half's write, and is done with the latch, which the setter never
+    /// touches again (its wake-up uses what it copied).
+    #[test]
+    fn a_spin_latch_is_not_touched_after_its_setting() {
+        loom::model(|| {
+            let sleep = Sleep::new(1);
+            let latch = SpinLatch::new(&sleep, 0);
+            let done = Arc::new(AtomicUsize::new(0));
+            let (p, d) = (&latch as *const SpinLatch<'_> as usize, done.clone());
+            let setter = loom::thread::spawn(move || {
+                d.store(1, Ordering::Relaxed);
+                // SAFETY: the waiter keeps the latch (and the sleep state)
+                // on its stack until it has joined this thread.
+                unsafe { Latch::set(p as *const SpinLatch<'_>) };
+            });
+            while !latch.probe() {
+                sleep.sleep(0, Some(&latch.core), || false);
+            }
+            latch.core.forget();
+            assert_eq!(done.load(Ordering::Relaxed), 1);
+            setter.join().unwrap();
+        });
+    }
     use crate::sleep::Sleep;
     use crate::sync::{Arc, AtomicUsize, Ordering};
 
@@ -322,6 +383,9 @@ mod loom_tests {
             while !latch.core.probe() {
                 sleep.sleep(0, Some(&latch.core), || false);
             }
+            // Done with it, as a scope that returns: no setter touches it
+            // after this.
+            latch.core.forget();
             assert_eq!(done.load(Ordering::Relaxed), 2);
             for setter in setters {
                 setter.join().unwrap();

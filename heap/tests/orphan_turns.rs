@@ -22,8 +22,8 @@ fn allocating_and_free_only_threads_taking_turns_reuse_heaps() {
         .join()
         .unwrap();
         std::thread::spawn(move || {
-            // SAFETY: a live block from LoamAlloc with this layout, freed
-            // once.
+            // A live block from LoamAlloc with this layout, freed once.
+            // SAFETY: as just said.
             unsafe { LoamAlloc.dealloc(p as *mut u8, layout) };
         })
         .join()

@@ -339,8 +339,9 @@ mod loom_tests {
             let (p, d) = (&latch as *const SpinLatch<'_> as usize, done.clone());
             let setter = loom::thread::spawn(move || {
                 d.store(1, Ordering::Relaxed);
-                // SAFETY: the waiter keeps the latch (and the sleep state)
-                // on its stack until it has joined this thread.
+                // The waiter keeps the latch (and the sleep state) on its
+                // stack until it has joined this thread.
+                // SAFETY: as just said.
                 unsafe { Latch::set(p as *const SpinLatch<'_>) };
             });
             while !latch.probe() {

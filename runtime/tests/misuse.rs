@@ -1465,18 +1465,9 @@ fn the_first_runtime_built_while_a_panic_unwinds_works() {
 #[test]
 fn a_mutator_kept_in_a_thread_local_detaches_at_thread_exit() {
     use std::cell::RefCell;
+    use support::Counted;
     static DROPPED: AtomicUsize = AtomicUsize::new(0);
     static LAST_CALLS: Mutex<Vec<String>> = Mutex::new(Vec::new());
-    #[derive(Trace)]
-    #[trace(unsafe_drop)]
-    struct Counted(u64);
-    // SAFETY: the destructor touches no managed pointer.
-    unsafe impl loam_runtime::UnsafeDrop for Counted {}
-    impl Drop for Counted {
-        fn drop(&mut self) {
-            DROPPED.fetch_add(1, Ordering::Relaxed);
-        }
-    }
     thread_local! {
         static M: RefCell<Option<loam_runtime::Mutator>> = const { RefCell::new(None) };
     }
@@ -1486,7 +1477,7 @@ fn a_mutator_kept_in_a_thread_local_detaches_at_thread_exit() {
         fn drop(&mut self) {
             let _ = M.try_with(|m| {
                 if let Some(m) = m.borrow_mut().as_mut() {
-                    let said = m.mutate(|mc| match mc.try_alloc(Counted(u64::MAX)) {
+                    let said = m.mutate(|mc| match mc.try_alloc(Counted(&DROPPED)) {
                         Ok(_) => "allocated".to_string(),
                         Err(e) => e.to_string(),
                     });
@@ -1505,7 +1496,7 @@ fn a_mutator_kept_in_a_thread_local_detaches_at_thread_exit() {
     within("threads that keep their mutator in a thread local", {
         let rt = rt.clone();
         move || {
-            for round in 0..4_u64 {
+            for _ in 0..4 {
                 let rt = rt.clone();
                 std::thread::spawn(move || {
                     // Destroyed in the reverse order of first use: the
@@ -1515,8 +1506,8 @@ fn a_mutator_kept_in_a_thread_local_detaches_at_thread_exit() {
                     LAST.with(|_| {});
                     M.with(|m| {
                         m.borrow_mut().as_mut().unwrap().mutate(|mc| {
-                            for i in 0..1000 {
-                                mc.alloc(Counted(round * 1000 + i));
+                            for _ in 0..1000 {
+                                mc.alloc(Counted(&DROPPED));
                             }
                         })
                     });

@@ -1303,17 +1303,8 @@ fn late_shading_panic(b: &Runtime, m: &mut Mutator, check: impl Fn(&Mutation<'_>
 /// while its objects carried it).
 #[test]
 fn a_late_shading_panic_leaves_nothing_behind_at_the_runtimes_end() {
+    use support::Counted;
     static DROPPED: AtomicUsize = AtomicUsize::new(0);
-    #[derive(Trace)]
-    #[trace(unsafe_drop)]
-    struct Counted(u64);
-    // SAFETY: the destructor touches no managed pointer.
-    unsafe impl loam_runtime::UnsafeDrop for Counted {}
-    impl Drop for Counted {
-        fn drop(&mut self) {
-            DROPPED.fetch_add(1, Ordering::Relaxed);
-        }
-    }
     let _serial = serial();
     let _guard = watchdog("a call never began in a ragged mark after its window");
     let b = ragged(false, 4 << 20);
@@ -1322,7 +1313,7 @@ fn a_late_shading_panic_leaves_nothing_behind_at_the_runtimes_end() {
         mc.global_root(mc.alloc_slice(&nodes))
     });
     let counted: GlobalRoot<Rootable!['gc => [Gc<'gc, Counted>]]> = b.attach().mutate(|mc| {
-        let items: Vec<_> = (0..1000).map(|i| mc.alloc(Counted(i))).collect();
+        let items: Vec<_> = (0..1000).map(|_| mc.alloc(Counted(&DROPPED))).collect();
         mc.global_root(mc.alloc_slice(&items))
     });
     let mut m = b.attach();

@@ -225,8 +225,15 @@ fn a_broadcast_in_a_child_forked_on_a_worker_refuses_with_a_message() {
                 refused_after_fork(std::panic::catch_unwind(|| {
                     loam_threadpool::broadcast(|_| 1)
                 }))
+                // `spawn` too (a worker's push never checked: the job was
+                // queued for no worker), and `join` runs both halves on
+                // the thread that forked, waking none of the parent's
+                // workers (whose sleep mutexes may have been held at the
+                // fork).
+                    && refused_after_fork(std::panic::catch_unwind(|| loam_threadpool::spawn(|| ())))
+                    && loam_threadpool::join(|| 1, || 2) == (1, 2)
             },
-            "broadcast in the forked child did not refuse",
+            "broadcast or spawn in the forked child did not refuse, or join did not run",
         )
     });
 }
@@ -570,37 +577,6 @@ fn work_queued_in_an_exit_handler_stops_the_process_with_a_message() {
         assert!(stderr.contains(message), "{what}: stderr:\n{stderr}");
         assert!(!String::from_utf8_lossy(&out.stdout).contains("ran"));
     }
-}
-
-/// `spawn` in a child forked on a worker is refused as the other calls
-/// are (it queued a job no worker would run), and `join` there runs both
-/// halves on the thread that forked, without waking the parent's workers
-/// (whose sleep mutexes may have been held at the fork).
-#[cfg(unix)]
-#[test]
-fn a_spawn_in_a_child_forked_on_a_worker_refuses_and_a_join_runs_there() {
-    const CHILD: &str = "LOAM_POOL_FORK_SPAWN_CHILD";
-    if std::env::var_os(CHILD).is_none() {
-        in_a_process_of_its_own(
-            "a_spawn_in_a_child_forked_on_a_worker_refuses_and_a_join_runs_there",
-            CHILD,
-        );
-        return;
-    }
-    let pool = loam_threadpool::ThreadPoolBuilder::new()
-        .num_threads(2)
-        .build()
-        .unwrap();
-    pool.install(|| {
-        in_a_forked_child(
-            || {
-                let refused =
-                    refused_after_fork(std::panic::catch_unwind(|| loam_threadpool::spawn(|| ())));
-                refused && loam_threadpool::join(|| 1, || 2) == (1, 2)
-            },
-            "spawn in the forked child did not refuse, or join did not run",
-        )
-    });
 }
 
 /// A refused `spawn` drops its closure: a job that was made and then

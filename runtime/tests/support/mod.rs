@@ -130,3 +130,18 @@ impl Drop for AddressLimit {
         self.restore();
     }
 }
+
+/// A managed object whose destructor counts itself in the counter it
+/// names: what a test reads to see which objects were freed.
+#[derive(loam_runtime::Trace)]
+#[trace(unsafe_drop)]
+pub struct Counted(#[trace(skip)] pub &'static std::sync::atomic::AtomicUsize);
+
+// SAFETY: the destructor touches no managed pointer.
+unsafe impl loam_runtime::UnsafeDrop for Counted {}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}

@@ -1217,8 +1217,9 @@ fn readers_racing_pops_and_growth_meet_only_values_the_list_held() {
     }
     let done = std::sync::atomic::AtomicBool::new(false);
     let read = AtomicUsize::new(0);
+    let marking = AtomicUsize::new(0);
     std::thread::scope(|s| {
-        let (rt, holder, done, read) = (&rt, &holder, &done, &read);
+        let (rt, holder, done, read, marking) = (&rt, &holder, &done, &read, &marking);
         s.spawn(move || {
             let mut m = rt.attach();
             let mut x = 0x2545_f491_4f6c_dd1d_u64;
@@ -1250,11 +1251,21 @@ fn readers_racing_pops_and_growth_meet_only_values_the_list_held() {
         });
         s.spawn(move || {
             let mut m = rt.attach();
-            // Until the writer is done, and at least 500 passes.
+            // Until the writer is done, at least 500 passes, and at least
+            // one pass during a mark (its garbage keeps cycles coming
+            // after the writer is done).
             let mut pass = 0;
-            while pass < 500 || !done.load(Ordering::Relaxed) {
+            while (pass < 500
+                || !done.load(Ordering::Relaxed)
+                || marking.load(Ordering::Relaxed) == 0)
+                && pass < 1_000_000
+            {
                 pass += 1;
                 m.mutate(|mc| {
+                    marking.fetch_add(usize::from(mc.is_marking()), Ordering::Relaxed);
+                    for k in 0..16_u64 {
+                        mc.alloc([k; 16]);
+                    }
                     let l = holder.get(mc).list.get();
                     let len = l.len();
                     for v in l.iter() {
@@ -1273,6 +1284,10 @@ fn readers_racing_pops_and_growth_meet_only_values_the_list_held() {
         });
     });
     assert!(read.load(Ordering::Relaxed) > 0, "the reader read nothing");
+    assert!(
+        marking.load(Ordering::Relaxed) > 0,
+        "no read ran during a concurrent mark"
+    );
     let mut m = rt.attach();
     m.collect();
     m.mutate(|mc| assert!(holder.get(mc).list.get().iter().all(|v| whole(&v))));

@@ -229,7 +229,11 @@ fn an_iterator_that_panics_or_runs_short_leaves_no_array() {
         let large = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             mc.try_alloc_from_iter(Short(0..3_u64, 1 << 20))
         }));
-        assert!(large.is_err(), "a large array cut short was handed out");
+        let Err(panic) = large else {
+            panic!("a large array cut short was handed out")
+        };
+        let message = *panic.downcast::<String>().unwrap();
+        assert!(message.contains("promised 1048576"), "{message}");
     });
     m.collect();
     m.runtime().wait_for_drops();

@@ -356,6 +356,8 @@ fn burst(store: bool, ragged: bool) -> (loam_runtime::CycleEvent, loam_runtime::
 fn a_burst_of_live_data_paces_from_it(ragged: bool) {
     let (e, after) = burst(false, ragged);
     assert!(e.minor, "the tree's cycle was full: {e}");
+    // The kind of mark asked for (the double count was a ragged mark's).
+    assert_eq!(e.ragged, ragged, "{e}");
     // The goal of the live size at gc percent 100 (`ignore_env`) is twice
     // it, above the 4 MiB minimum heap here.
     assert!(

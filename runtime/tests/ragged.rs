@@ -1284,7 +1284,11 @@ fn late_shading_panic(b: &Runtime, m: &mut Mutator, check: impl Fn(&Mutation<'_>
                 }));
                 lock.read().0.store(false, Ordering::Relaxed);
                 check(mc);
-                Some(r.is_err())
+                // This panic, not another one.
+                Some(r.is_err_and(|e| {
+                    support::panic_message(e.as_ref())
+                        .contains("a Trace impl that panics as a lock's contents are shaded")
+                }))
             });
             if let Some(thrown) = thrown {
                 break thrown;

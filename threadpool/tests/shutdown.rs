@@ -395,7 +395,7 @@ fn a_pool_whose_second_worker_cannot_start_returns_the_error() {
             "a_pool_whose_second_worker_cannot_start_returns_the_error",
             &[(CHILD, "1")],
         )
-        .stdout(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
@@ -406,6 +406,13 @@ fn a_pool_whose_second_worker_cannot_start_returns_the_error() {
         );
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(out.status.success(), "the child failed:\n{err}");
+        // The case met and checked, or said not to be met here (it passed
+        // without a word before, either way).
+        let said = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            said.contains("one worker started and was joined") || err.contains("case not met"),
+            "the child checked nothing:\n{said}\n{err}"
+        );
         return;
     }
     let vm_kib: u64 = std::fs::read_to_string("/proc/self/status")
@@ -454,6 +461,7 @@ fn a_pool_whose_second_worker_cannot_start_returns_the_error() {
         1,
         "one worker started, and was joined"
     );
+    println!("one worker started and was joined");
 }
 
 /// A worker name with a NUL byte: `build` panics with a message before any

@@ -87,7 +87,13 @@ fn churn_cycles(rt: &Runtime, m: &mut loam_runtime::Mutator, n: u64) {
 /// the young object (verify mode aborts on it).
 #[test]
 fn a_lock_write_that_panics_keeps_its_barrier() {
-    let rt = rt().min_heap(1 << 20).build();
+    // Whether each cycle was minor, in order.
+    let minor: Arc<Mutex<Vec<bool>>> = Arc::default();
+    let log = minor.clone();
+    let rt = rt()
+        .min_heap(1 << 20)
+        .on_cycle(move |e| log.lock().unwrap().push(e.minor))
+        .build();
     let mut m = rt.attach();
     let holder: Root<Rootable!['gc => Holder<'gc>]> = m.mutate(|mc| {
         mc.root(mc.alloc(Holder {
@@ -105,8 +111,24 @@ fn a_lock_write_that_panics_keeps_its_barrier() {
         }));
         assert!(r.is_err());
     });
+    let write = {
+        rt.wait_for_cycle();
+        minor.lock().unwrap().len()
+    };
     churn_cycles(&rt, &mut m, 3);
     m.mutate(|mc| assert_eq!(*holder.get(mc).items.read()[0], 42));
+    // The case met: the first cycle after the write was minor, which
+    // traces the holder only if the barrier recorded it (without, it
+    // freed the young 42, and verify mode aborts). Had it been full, which
+    // traces everything, this test would have proved nothing.
+    rt.wait_for_cycle();
+    let minor = minor.lock().unwrap();
+    assert_eq!(
+        minor.get(write),
+        Some(&true),
+        "cycles after the write, minor or not: {:?}",
+        &minor[write..]
+    );
 }
 
 /// Findings 3 and 5: destructors that collect (their own runtime or

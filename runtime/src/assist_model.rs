@@ -85,8 +85,10 @@ impl Mark {
         }
     }
 
-    /// `mark::assist`, with a budget of one object.
-    fn assist(&self) {
+    /// `mark::assist`, with a budget of one object; `late_hand_back`: the
+    /// bug the model must catch, handing the deque back after leaving the
+    /// count.
+    fn assist(&self, late_hand_back: bool) {
         let mut a = self.active.load(Ordering::SeqCst);
         loop {
             if a == 0 {
@@ -106,16 +108,34 @@ impl Mark {
                 local.push(next);
             }
         }
+        if late_hand_back {
+            self.active.fetch_sub(1, Ordering::SeqCst);
+        }
         for o in local {
             self.push(o);
         }
-        self.active.fetch_sub(1, Ordering::SeqCst);
+        if !late_hand_back {
+            self.active.fetch_sub(1, Ordering::SeqCst);
+        }
     }
 }
 
 #[test]
 fn an_assist_never_ends_a_mark_with_work_in_hand() {
-    loom::model(|| {
+    assist_model(false);
+}
+
+/// The model can fail: an assist that hands its work back after leaving
+/// the count lets the GC thread find the count at zero and the queue empty
+/// while the work is in hand, and the drain misses it.
+#[test]
+#[should_panic(expected = "object")]
+fn an_assist_that_hands_back_after_leaving_the_count_fails_the_model() {
+    assist_model(true);
+}
+
+fn assist_model(late_hand_back: bool) {
+    loom::model(move || {
         let mark = Arc::new(Mark {
             queue: Mutex::new(vec![1]),
             active: AtomicUsize::new(1),
@@ -128,7 +148,7 @@ fn an_assist_never_ends_a_mark_with_work_in_hand() {
         };
         let assist = {
             let mark = mark.clone();
-            loom::thread::spawn(move || mark.assist())
+            loom::thread::spawn(move || mark.assist(late_hand_back))
         };
         gc.join().unwrap();
         // `parallel`'s drain once the GC threads are done: what it finds

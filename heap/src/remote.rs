@@ -375,7 +375,7 @@ mod loom_tests {
     /// with its kind and length intact and its chain walkable.
     #[test]
     fn run_queue_delivers_each_run_once_intact() {
-        loom::model(|| {
+        crate::sync::model(|| {
             let q = Arc::new(RunQueue::new());
             let a = run_blocks(2);
             let b = run_blocks(1);
@@ -427,7 +427,7 @@ mod loom_tests {
     fn remote_queue_drains_each_block_exactly_once() {
         let seen = std::sync::Arc::new(std::sync::Mutex::new(std::collections::HashSet::new()));
         let seen_in_model = seen.clone();
-        loom::model(move || {
+        crate::sync::model(move || {
             let seen = &seen_in_model;
             let q = Arc::new(RemoteQueue::new());
             let a = blocks(2);
@@ -485,7 +485,7 @@ mod loom_tests {
         struct PageAligned(Inbox);
         #[repr(C, align(8192))]
         struct TwoHeaps(PageAligned, PageAligned);
-        loom::model(|| {
+        crate::sync::model(|| {
             // Built in place on the heap: loom's thread stacks are too small
             // for an 8 KiB temporary.
             let raw = Box::into_raw(Box::<TwoHeaps>::new_uninit()).cast::<TwoHeaps>();

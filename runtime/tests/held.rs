@@ -106,26 +106,55 @@ fn the_final_stats_of_a_dropped_runtime_count_its_last_cycle() {
 
 #[test]
 fn wait_for_cycle_waits_for_the_one_under_way_and_forces_none() {
-    let rt = builder().min_heap(1 << 20).build();
+    // Marks past their first pause, over a live array that takes them a
+    // while: calls end with one under way.
+    let rt = builder()
+        .min_heap(1 << 20)
+        .mark_pause_budget(Duration::ZERO)
+        .build();
     let mut m = rt.attach();
     rt.wait_for_cycle();
     assert_eq!(rt.stats().cycles, 0, "no cycle was under way, none forced");
+    let _live: Root<Rootable!['gc => [loam_runtime::Gc<'gc, u64>]]> = m.mutate(|mc| {
+        let items: Vec<_> = (0..100_000_u64).map(|i| mc.alloc(i)).collect();
+        mc.root(mc.alloc_slice(&items))
+    });
     // Outgrow the goal: pacing asks for cycles; each wait returns with the
-    // cycle it found done.
-    for _ in 0..50 {
-        m.mutate(|mc| {
+    // cycle it found under way or asked for done, and forces none.
+    // At least 50 calls, and until three ended with a cycle under way.
+    let (mut waited, mut calls) = (0, 0);
+    while calls < 50 || (waited < 3 && calls < 5000) {
+        calls += 1;
+        let (under_way, seen) = m.mutate(|mc| {
             for _ in 0..1000 {
                 mc.alloc([0_u64; 16]);
             }
+            (
+                mc.is_marking() || mc.collection_pending(),
+                rt.stats().cycles,
+            )
         });
         let before = rt.stats().cycles;
         rt.wait_for_cycle();
         let after = rt.stats().cycles;
         assert!(after <= before + 2, "{before} -> {after}");
+        if under_way {
+            // The cycle seen under way (or asked for) as the call ended
+            // is done: the wait waited for it, if it had to.
+            assert!(
+                after > seen,
+                "a cycle under way at {seen}, {after} after the wait"
+            );
+            waited += 1;
+        }
     }
+    assert!(
+        waited > 0,
+        "no call ended with a cycle under way: case not met"
+    );
     assert!(rt.stats().cycles >= 1);
     let s = rt.stats();
-    assert!(s.cycles < 50 * 2, "{} cycles", s.cycles);
+    assert!(s.cycles < calls * 2, "{} cycles in {calls} calls", s.cycles);
 }
 
 #[test]

@@ -19,16 +19,43 @@ use crate::spin::SpinLock;
 use crate::sync::{AtomicUsize, Ordering};
 use std::ptr;
 
+/// The orphan heaps, in two lists by what they were abandoned with:
+/// `owning`, with segments (some segment's owner named them, so a free
+/// may still reach their queues: only a thread that will allocate, and so
+/// drain the queue, may take one), and `spares`, with none (no segment's
+/// owner names them ever again: a thread whose first call is a free may
+/// take one). A listed orphan never gains a segment, so it never changes
+/// list. One list searched at each take let allocating threads take the
+/// spare a free-only thread had just left, and with the two kinds of
+/// thread taking turns every free-only thread made a heap (never
+/// unmapped).
 pub(crate) struct Orphans {
-    head: *mut LocalHeap,
+    owning: *mut LocalHeap,
+    spares: *mut LocalHeap,
 }
 
 // SAFETY: orphan heaps are only touched under the lock.
 unsafe impl Send for Orphans {}
 
 pub(crate) static ORPHANS: SpinLock<Orphans> = SpinLock::new(Orphans {
-    head: ptr::null_mut(),
+    owning: ptr::null_mut(),
+    spares: ptr::null_mut(),
 });
+
+impl Orphans {
+    /// Unlinks the head of `list` (one of ours), if any.
+    fn pop(list: &mut *mut LocalHeap) -> Option<*mut LocalHeap> {
+        let h = *list;
+        if h.is_null() {
+            return None;
+        }
+        // Under the orphan lock (the caller holds `self`), the listed
+        // heaps and their links are ours to read.
+        // SAFETY: as just said.
+        *list = unsafe { (*h).orphan_next };
+        Some(unlinked(h))
+    }
+}
 
 /// Orphans on the list. Writers: under the lock (Relaxed). Readers: slow
 /// paths deciding whether to take the lock (a hint).
@@ -62,9 +89,14 @@ pub(crate) unsafe fn abandon(heap: *mut LocalHeap) {
     let mut list = ORPHANS.lock();
     // Its segments are adopted only from the list, so none can come back
     // to name it once it is listed without one.
-    h.spare = h.segments.is_null();
-    h.orphan_next = list.head;
-    list.head = heap;
+    let list = &mut *list;
+    let head = if h.segments.is_null() {
+        &mut list.spares
+    } else {
+        &mut list.owning
+    };
+    h.orphan_next = *head;
+    *head = heap;
     ORPHAN_COUNT.fetch_add(1, Ordering::Relaxed);
     // Counted on the list, under its lock: a thread that reads the count
     // and then takes the lock (`collect` visits the orphans) finds the
@@ -76,44 +108,17 @@ pub(crate) unsafe fn abandon(heap: *mut LocalHeap) {
         .fetch_add(1, Ordering::Relaxed);
 }
 
-/// Takes a whole orphan heap for a new thread that allocates, if any. Its
-/// queue is drained on the new owner's first slow path, as its own queue
-/// would be (a thread whose first call is a free takes no orphan but a
-/// spare: `alloc::thread_init_for_free`).
-///
-/// The first orphan that is not a spare, and a spare only if there is no
-/// other: spares are what threads whose first call is a free can take,
-/// and an orphan that is not one never becomes one. Taking the head
-/// whatever it was let threads that allocate take the spare a free-only
-/// thread had just left, so that, with the two kinds of thread taking
-/// turns, every free-only thread made a heap (never unmapped) and the
-/// list grew by one a turn.
+/// Takes a whole orphan heap for a new thread that allocates, if any: one
+/// abandoned with segments first, else a spare. Its queue is drained on
+/// the new owner's first slow path, as its own queue would be (a thread
+/// whose first call is a free takes only a spare, [`take_spare`]).
 pub(crate) fn take_orphan() -> Option<*mut LocalHeap> {
     if orphan_count() == 0 {
         return None;
     }
     let mut list = ORPHANS.lock();
-    let mut first_spare: Option<*mut *mut LocalHeap> = None;
-    let mut link: *mut *mut LocalHeap = &mut list.head;
-    // Under the lock, the listed heaps and their links are ours to read
-    // and unlink; a link saved for the first spare stays valid while
-    // nothing is unlinked.
-    // SAFETY: as just said.
-    unsafe {
-        while !(*link).is_null() {
-            let h = *link;
-            if !(*h).spare {
-                *link = (*h).orphan_next;
-                return Some(unlinked(h));
-            }
-            first_spare.get_or_insert(link);
-            link = &mut (*h).orphan_next;
-        }
-        let link = first_spare?;
-        let h = *link;
-        *link = (*h).orphan_next;
-        Some(unlinked(h))
-    }
+    let list = &mut *list;
+    Orphans::pop(&mut list.owning).or_else(|| Orphans::pop(&mut list.spares))
 }
 
 /// The rest of taking orphan `heap` for a new thread, its list's link to
@@ -145,32 +150,17 @@ pub(crate) fn take_spare() -> Option<*mut LocalHeap> {
     if orphan_count() == 0 {
         return None;
     }
-    let mut list = ORPHANS.lock();
-    let mut link: *mut *mut LocalHeap = &mut list.head;
-    // Under the lock, the listed heaps and their links are ours to
-    // read and unlink.
-    // SAFETY: as just said.
-    unsafe {
-        while !(*link).is_null() {
-            let h = *link;
-            // (A listed orphan never gains a segment: `spare` stays true.)
-            if (*h).spare {
-                *link = (*h).orphan_next;
-                return Some(unlinked(h));
-            }
-            link = &mut (*h).orphan_next;
-        }
-    }
-    None
+    Orphans::pop(&mut ORPHANS.lock().spares)
 }
 
 /// Runs `f` on each orphan while holding the orphan lock.
 pub(crate) fn for_each_orphan(mut f: impl FnMut(*mut LocalHeap)) {
     let list = ORPHANS.lock();
-    let mut h = list.head;
-    while !h.is_null() {
-        f(h);
-        // SAFETY: orphans stay listed while the lock is held.
-        h = unsafe { (*h).orphan_next };
+    for mut h in [list.owning, list.spares] {
+        while !h.is_null() {
+            f(h);
+            // SAFETY: orphans stay listed while the lock is held.
+            h = unsafe { (*h).orphan_next };
+        }
     }
 }

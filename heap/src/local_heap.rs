@@ -67,11 +67,6 @@ pub(crate) struct LocalHeap {
     /// segments it took stayed with it for good, out of reach of the
     /// thread that takes the exited heap next.
     pub(crate) adopts: bool,
-    /// Abandoned with no segment (set under the orphan lock as it is
-    /// listed): no segment's owner ever names it again, so no free can
-    /// reach its queue, and a thread that only frees may take it
-    /// (`abandon::take_spare`).
-    pub(crate) spare: bool,
 }
 
 /// The inbox of the heap that owns the segment holding `p`.
@@ -120,7 +115,6 @@ impl LocalHeap {
                 orphan_next: ptr::null_mut(),
                 all_next: ptr::null_mut(),
                 adopts: true,
-                spare: false,
             });
         }
         let mut head = ALL_HEAPS.load(Ordering::Relaxed);

@@ -273,6 +273,7 @@ pub(crate) fn start(shared: Arc<Shared>) -> JoinHandle<()> {
         .thread_name(move |i| format!("loam-gc-{id}-{i}"))
         .start_handler(move |_| {
             GC_THREAD_OF.with(|c| c.set(id));
+            crate::panics::install_quiet_hook();
             // For the thread's life: user code runs here only in `Trace`
             // impls the mark calls, and a pool wait there (a `broadcast`
             // into the other GC threads, spinning in the same mark; an
@@ -291,6 +292,7 @@ pub(crate) fn start(shared: Arc<Shared>) -> JoinHandle<()> {
             .name(format!("loam-finalizer-{id}"))
             .spawn(move || {
                 FINALIZER_OF.with(|c| c.set(id));
+                crate::panics::install_quiet_hook();
                 or_stop(&format!("loam-finalizer-{id}"), || {
                     // The sweep queues only this runtime's dead
                     // objects, found by complete marks, held as page runs.
@@ -303,20 +305,8 @@ pub(crate) fn start(shared: Arc<Shared>) -> JoinHandle<()> {
     std::thread::Builder::new()
         .name(format!("loam-gc-{id}"))
         .spawn(move || {
-            /// The coordinator's last act, however it ends: the thread
-            /// dropping the last handle may join it (`Handle::drop`).
-            struct Ended(Arc<Shared>);
-            impl Drop for Ended {
-                fn drop(&mut self) {
-                    let (waiter, ended) = &self.0.ended;
-                    ended.store(true, Ordering::Release);
-                    if let Some(t) = waiter.lock().take() {
-                        t.unpark();
-                    }
-                }
-            }
-            let _ended = Ended(shared.clone());
             COORDINATOR_OF.with(|c| c.set(id));
+            crate::panics::install_quiet_hook();
             // It looks at the calls it waits for now and then (the gate's
             // clock): out of a program wait's look for a stall.
             let aside = crate::thread_state::aside();
@@ -334,6 +324,12 @@ pub(crate) fn start(shared: Arc<Shared>) -> JoinHandle<()> {
             shared.final_stats.set(shared.current_stats());
             drop(pool);
             drop(undo);
+            // The last act: wakes the thread dropping the last handle,
+            // which joins this one (`Handle::drop`). (A panic here ends
+            // the process: `or_stop`.)
+            if let Some(t) = shared.dropper.lock().take() {
+                t.unpark();
+            }
         })
         .unwrap_or_else(|e| panic!("loam: could not start the collector thread: {e}"))
 }

@@ -722,11 +722,7 @@ impl<'a> Cycle<'a> {
             full,
             marks_cleared: mark_clear.is_some(),
             heap_at_stop: shared.heap_used.load(Ordering::Relaxed),
-            weak_at_stop: {
-                let _walk = crate::runtime::Walk::begin(&shared.weak_walked);
-                let n = shared.weak.lock().len();
-                n
-            },
+            weak_at_stop: shared.weak.lock().len(),
             ..Cycle::new(shared, pool, start, heap_before, seal, stop_time, mark_clear)
         };
         (cycle, mutators, remembered)

@@ -82,8 +82,9 @@ static HOOK: Once = Once::new();
 /// Wraps the process's panic hook (once) so that it says nothing about
 /// panics this module contains. Not on a panicking thread, where
 /// `std::panic::take_hook` panics (a runtime built in a destructor while a
-/// panic unwinds: the process aborted): a later call installs it, and
-/// [`contain`] makes one before it quiets anything.
+/// panic unwinds: the process aborted): the runtime's own threads, where
+/// nearly everything is contained, call it as they start (a new thread is
+/// never unwinding), and so does the next runtime's build.
 pub(crate) fn install_quiet_hook() {
     if std::thread::panicking() {
         return;
@@ -112,7 +113,6 @@ fn message(payload: &(dyn Any + Send)) -> String {
 /// Runs `f`; if it panics, returns the panic's message instead, having
 /// dropped the payload (or leaked it, if dropping it panicked too).
 pub(crate) fn contain<R>(f: impl FnOnce() -> R) -> Result<R, String> {
-    install_quiet_hook();
     let was_quiet = QUIET.with(|q| q.replace(true));
     let r = catch_unwind(AssertUnwindSafe(f)).map_err(dispose);
     QUIET.with(|q| q.set(was_quiet));

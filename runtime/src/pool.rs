@@ -56,8 +56,8 @@ thread_local! {
     /// `OWN` while no task on this thread is using it; null while one is.
     static AVAILABLE: Cell<*mut Mutator> = const { Cell::new(ptr::null_mut()) };
     /// A ban on pool waits for each task on this worker's stack that holds
-    /// its mutator, innermost last ([`hold`]). Zero-sized guards: the
-    /// vector never allocates.
+    /// its mutator, innermost last ([`hold`]); its capacity is kept, so it
+    /// allocates only as the deepest nesting grows.
     static BANS: RefCell<Vec<WaitsForbidden>> = const { RefCell::new(Vec::new()) };
 }
 

@@ -171,9 +171,9 @@ pub(crate) struct Shared {
     /// Set by the coordinator after the last cycle (`StatsHandle`).
     pub(crate) final_stats: Arc<FinalStats>,
     /// The thread dropping the last handle, which waits for the
-    /// coordinator's end (`Handle::drop`), and whether that end came:
-    /// the coordinator's last act sets it and wakes the thread.
-    pub(crate) ended: (Mutex<Option<std::thread::Thread>>, AtomicBool),
+    /// coordinator's end (`Handle::drop`): the coordinator's last act
+    /// wakes it.
+    pub(crate) dropper: Mutex<Option<std::thread::Thread>>,
     pub(crate) hook: Option<Hook>,
     pub(crate) started: Instant,
     /// A `GcLock` whose owning object is unknown (shared between objects,
@@ -980,14 +980,15 @@ impl Drop for Handle {
         // waits for: a second of it rules out the passing waits of calls
         // that wait for nothing here), this thread lets the collector
         // finish on its own, as on a GC thread.
-        let (waiter, ended) = &self.shared.ended;
-        *waiter.lock() = Some(std::thread::current());
+        *self.shared.dropper.lock() = Some(std::thread::current());
         let mut stuck_since: Option<Instant> = None;
-        while !ended.load(Ordering::Acquire) && !t.is_finished() {
+        // The coordinator takes the slot at its last act: then it is done
+        // but for returning, and the join is short.
+        while self.shared.dropper.lock().is_some() && !t.is_finished() {
             if !collector::other_holder_stuck(self.shared.id) {
                 stuck_since = None;
             } else if stuck_since.get_or_insert_with(Instant::now).elapsed() >= GIVE_UP_DROP {
-                waiter.lock().take();
+                self.shared.dropper.lock().take();
                 return;
             }
             // Woken by the coordinator's end; the timeout is for the look
@@ -1633,7 +1634,7 @@ impl RuntimeBuilder {
             }),
             holds: Default::default(),
             final_stats: Default::default(),
-            ended: Default::default(),
+            dropper: Mutex::new(None),
             hook: self.hook,
             started: Instant::now(),
             lock_written: AtomicBool::new(false),

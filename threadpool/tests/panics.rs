@@ -154,14 +154,55 @@ fn spawn_panics_go_to_the_configured_handler() {
     assert_eq!(pool.install(|| 3), 3);
 }
 
+/// In a child process, whose stderr the test reads: the report is the
+/// pool's line naming the panic's message, once per panic.
 #[test]
 fn spawn_panics_without_a_handler_are_reported_and_the_pool_continues() {
-    let pool = pool(1);
-    let (sender, receiver) = mpsc::channel();
-    pool.spawn(|| panic!("reported on stderr"));
-    pool.spawn(move || sender.send("after").unwrap());
-    assert_eq!(receiver.recv().unwrap(), "after");
-    assert_eq!(pool.install(|| 1), 1);
+    const CHILD: &str = "LOAM_POOL_REPORTED_CHILD";
+    if std::env::var_os(CHILD).is_some() {
+        let pool = pool(1);
+        let (sender, receiver) = mpsc::channel();
+        for i in 0..3 {
+            pool.spawn(move || panic!("reported on stderr {i}"));
+        }
+        pool.spawn(move || sender.send("after").unwrap());
+        assert_eq!(receiver.recv().unwrap(), "after");
+        assert_eq!(pool.install(|| 1), 1);
+        println!("the pool served on");
+        return;
+    }
+    let child = support::alone(
+        "spawn_panics_without_a_handler_are_reported_and_the_pool_continues",
+        &[(CHILD, "1")],
+    )
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped())
+    .spawn()
+    .unwrap();
+    let out = support::output_within(
+        child,
+        std::time::Duration::from_secs(120),
+        "the child hung: a spawned task's panic stopped the pool",
+    );
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(
+        out.status.success() && stdout.contains("the pool served on"),
+        "the child failed ({}); stdout:\n{stdout}\nstderr:\n{stderr}",
+        out.status
+    );
+    for i in 0..3 {
+        let line = format!(
+            "loam-threadpool: a spawned task panicked (reported on stderr {i}); the pool continues"
+        );
+        assert_eq!(
+            stderr.matches(&line).count(),
+            1,
+            "the pool's report of panic {i}, once; stderr:\n{stderr}"
+        );
+    }
 }
 
 /// As above with stderr gone (its reader closed, as `prog 2>&1 | head`

@@ -313,7 +313,9 @@ fn a_broadcast_while_the_pool_drops_reaches_every_worker() {
 /// A worker waiting on a join's latch while the pool drops sleeps: it
 /// used to take termination for work and spin (park and wake at once,
 /// for as long as the job it waited for ran). Counted by the park hook:
-/// a handful of parks, not thousands, while the other half blocks.
+/// a handful of parks, not thousands, while the other half blocks. The
+/// count starts once the dropping thread is in the drop (a flag it sets
+/// just before), so a dropper the machine has not run yet cannot pass it.
 #[test]
 fn a_join_waiting_while_the_pool_drops_sleeps() {
     let parks = Arc::new(AtomicUsize::new(0));
@@ -342,7 +344,17 @@ fn a_join_waiting_while_the_pool_drops_sleeps() {
         );
     });
     blocked_rx.recv().unwrap();
-    let dropper = std::thread::spawn(move || drop(pool));
+    let dropping = Arc::new(AtomicBool::new(false));
+    let dropper = std::thread::spawn({
+        let dropping = dropping.clone();
+        move || {
+            dropping.store(true, Ordering::SeqCst);
+            drop(pool)
+        }
+    });
+    while !dropping.load(Ordering::SeqCst) {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
     std::thread::sleep(std::time::Duration::from_millis(100));
     let before = parks.load(Ordering::SeqCst);
     std::thread::sleep(std::time::Duration::from_millis(100));

@@ -17,7 +17,8 @@
 //! the model fail (the marker can read the cell after the mutator emptied
 //! it), and so does dropping the shade of the new one (the marker can read
 //! the cell before the store: the root, marked, would point to a white
-//! object, which the minor cycles' invariant forbids).
+//! object, which the minor cycles' invariant forbids): both variants are
+//! `should_panic` tests here.
 
 use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use loom::sync::{Arc, Mutex};
@@ -64,7 +65,22 @@ struct Heap {
     /// The root object's barrier cell: 0 is `None`.
     cell: AtomicUsize,
     m: Marks,
+    /// Which of its two shades `store` makes: both, but in the variants
+    /// that check the model fails without one.
+    shades: Shades,
 }
+
+/// The shades a barrier store makes.
+#[derive(Clone, Copy)]
+struct Shades {
+    old: bool,
+    new: bool,
+}
+
+const BOTH: Shades = Shades {
+    old: true,
+    new: true,
+};
 
 impl Heap {
     fn shade(&self, o: usize) {
@@ -83,8 +99,12 @@ impl Heap {
     fn store(&self, new: usize) -> usize {
         let old = self.cell.load(Ordering::Acquire);
         self.cell.store(new, Ordering::Release);
-        self.shade(old);
-        self.shade(new);
+        if self.shades.old {
+            self.shade(old);
+        }
+        if self.shades.new {
+            self.shade(new);
+        }
         old
     }
 
@@ -93,12 +113,13 @@ impl Heap {
     }
 }
 
-#[test]
-fn what_a_mutator_moves_during_a_concurrent_mark_stays_marked() {
-    loom::model(|| {
+/// The module docs' model, with the barrier making `shades`.
+fn mutator_moves_an_object(shades: Shades) {
+    loom::model(move || {
         let heap = Arc::new(Heap {
             cell: AtomicUsize::new(2),
             m: Marks::new(),
+            shades,
         });
         // First pause: the root marked and gray.
         heap.shade(1);
@@ -127,6 +148,33 @@ fn what_a_mutator_moves_during_a_concurrent_mark_stays_marked() {
     });
 }
 
+#[test]
+fn what_a_mutator_moves_during_a_concurrent_mark_stays_marked() {
+    mutator_moves_an_object(BOTH);
+}
+
+/// Without the old value's shade the marker can read the cell after the
+/// mutator emptied it: object 2, held by a root no marker reads, unmarked.
+#[test]
+#[should_panic(expected = "object 2 unmarked")]
+fn without_the_old_values_shade_the_moved_object_is_lost() {
+    mutator_moves_an_object(Shades {
+        old: false,
+        new: true,
+    });
+}
+
+/// Without the new value's shade the marker can read the cell before the
+/// store: object 3, white, in a marked root.
+#[test]
+#[should_panic(expected = "object 3 unmarked")]
+fn without_the_new_values_shade_the_stored_object_is_lost() {
+    mutator_moves_an_object(Shades {
+        old: true,
+        new: false,
+    });
+}
+
 /// Two mutators store into the same cell during a mark, with a load and a
 /// store each (not a swap): whichever store first overwrites object 2, the
 /// snapshot's value, was made by a writer whose load read 2, so 2 is
@@ -138,6 +186,7 @@ fn two_writers_of_one_cell_keep_the_snapshot() {
         let heap = Arc::new(Heap {
             cell: AtomicUsize::new(2),
             m: Marks::new(),
+            shades: BOTH,
         });
         heap.shade(1);
         let marker = {

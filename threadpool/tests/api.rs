@@ -2,6 +2,8 @@
 //! broadcast, install, thread indices, builder options and hooks.
 #![cfg(not(loom))]
 
+mod support;
+
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Barrier, Mutex};
@@ -379,12 +381,19 @@ fn one_thread_pool_handles_deep_nesting() {
 fn pools_calling_into_each_other_do_not_deadlock() {
     // One thread each: if the waiting worker of `a` blocked instead of
     // serving `a`, the innermost `a.install` could never run.
-    let a = pool(1);
-    let b = pool(1);
-    let value = a.install(|| b.install(|| a.install(|| b.install(|| fib(10)))));
-    assert_eq!(value, 55);
-    let (x, y) = a.install(|| b.join(|| a.install(|| 1), || a.install(|| 2)));
-    assert_eq!((x, y), (1, 2));
+    // A deadlock fails the test after two minutes instead of hanging it.
+    support::within(
+        "pools calling into each other",
+        std::time::Duration::from_secs(120),
+        || {
+            let a = pool(1);
+            let b = pool(1);
+            let value = a.install(|| b.install(|| a.install(|| b.install(|| fib(10)))));
+            assert_eq!(value, 55);
+            let (x, y) = a.install(|| b.join(|| a.install(|| 1), || a.install(|| 2)));
+            assert_eq!((x, y), (1, 2));
+        },
+    );
 }
 
 #[test]

@@ -46,19 +46,18 @@ fn drop_finishes_queued_work_including_work_it_spawns() {
 fn dropping_idle_and_fresh_pools_does_not_deadlock() {
     for threads in [1, 2, 4] {
         for _ in 0..20 {
-            drop(
-                ThreadPoolBuilder::new()
-                    .num_threads(threads)
-                    .build()
-                    .unwrap(),
-            );
+            let pool = ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
+            drop_within_a_minute(pool, "dropping a fresh pool");
         }
         let pool = ThreadPoolBuilder::new()
             .num_threads(threads)
             .build()
             .unwrap();
         pool.install(|| ());
-        drop(pool);
+        drop_within_a_minute(pool, "dropping an idle pool");
     }
 }
 
@@ -81,7 +80,13 @@ fn dropping_the_last_handle_on_its_own_worker_does_not_deadlock() {
     });
     drop(pool);
     go_sender.send(()).unwrap();
-    let mut exits = [exit_receiver.recv().unwrap(), exit_receiver.recv().unwrap()];
+    // A deadlock fails the test after a minute instead of hanging it.
+    let patience = std::time::Duration::from_secs(60);
+    let mut exits = [(); 2].map(|()| {
+        exit_receiver
+            .recv_timeout(patience)
+            .expect("deadlock: a worker never exited after the last handle dropped on a worker")
+    });
     exits.sort();
     assert_eq!(exits, [0, 1]);
 }

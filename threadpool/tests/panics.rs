@@ -171,14 +171,10 @@ fn spawn_panics_without_a_handler_are_reported_and_the_pool_continues() {
         println!("the pool served on");
         return;
     }
-    let child = support::alone(
+    let child = support::spawn_alone(
         "spawn_panics_without_a_handler_are_reported_and_the_pool_continues",
         &[(CHILD, "1")],
-    )
-    .stdout(std::process::Stdio::piped())
-    .stderr(std::process::Stdio::piped())
-    .spawn()
-    .unwrap();
+    );
     let out = support::output_within(
         child,
         std::time::Duration::from_secs(120),
@@ -225,14 +221,10 @@ fn spawn_panics_without_a_handler_and_without_stderr_leave_the_pool_serving() {
         println!("the pool served on");
         return;
     }
-    let mut child = support::alone(
+    let mut child = support::spawn_alone(
         "spawn_panics_without_a_handler_and_without_stderr_leave_the_pool_serving",
         &[(CHILD, "1")],
-    )
-    .stdout(std::process::Stdio::piped())
-    .stderr(std::process::Stdio::piped())
-    .spawn()
-    .unwrap();
+    );
     drop(child.stderr.take());
     let out = support::output_within(
         child,

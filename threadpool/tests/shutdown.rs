@@ -408,14 +408,10 @@ fn a_thread_name_that_panics_starts_no_thread() {
 fn a_pool_whose_second_worker_cannot_start_returns_the_error() {
     const CHILD: &str = "LOAM_POOL_SPAWN_FAIL_CHILD";
     if std::env::var_os(CHILD).is_none() {
-        let child = support::alone(
+        let child = support::spawn_alone(
             "a_pool_whose_second_worker_cannot_start_returns_the_error",
             &[(CHILD, "1")],
-        )
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+        );
         let out = support::output_within(
             child,
             std::time::Duration::from_secs(60),
@@ -584,14 +580,10 @@ fn work_queued_in_an_exit_handler_stops_the_process_with_a_message() {
         ),
         ("broadcast", "in a pool's exit handler"),
     ] {
-        let child = support::alone(
+        let child = support::spawn_alone(
             "work_queued_in_an_exit_handler_stops_the_process_with_a_message",
             &[(CHILD, what)],
-        )
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+        );
         let out = support::output_within(
             child,
             std::time::Duration::from_secs(60),

@@ -16,6 +16,16 @@ pub fn alone(name: &str, env: &[(&str, &str)]) -> std::process::Command {
     child
 }
 
+/// [`alone`], started with its stdout and stderr piped for the caller to
+/// read ([`output_within`]).
+pub fn spawn_alone(name: &str, env: &[(&str, &str)]) -> std::process::Child {
+    alone(name, env)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
 /// Runs `f` on a thread of its own; fails the test if `f` has not
 /// returned within `patience` (a hang, not a slow machine) or panicked.
 pub fn within(what: &str, patience: std::time::Duration, f: impl FnOnce() + Send + 'static) {

@@ -788,10 +788,11 @@ impl<'gc, T: Trace + 'gc> GcLock<'gc, T> {
 /// impl is logged (the cycle under way then frees nothing) and goes on.
 fn shade_contents<T: Trace + ?Sized>(mc: &Mutation<'_>, contents: &T) {
     if let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| mc.shade(contents))) {
-        mc.shared().shade_panics.record(
+        mc.shared().shade_panics.record_for_mark(
             crate::panics::Kind::Trace,
             std::any::type_name::<T>(),
             "panicked while a GcLock write shaded its contents".to_string(),
+            mc.mark_epoch(),
         );
         std::panic::resume_unwind(payload);
     }

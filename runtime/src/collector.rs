@@ -382,7 +382,7 @@ fn coordinator(shared: &Shared, pool: &ThreadPool) {
         if tests::PANIC_IN_NEXT_CYCLE.swap(false, Ordering::Relaxed) {
             panic!("a test's panic in the collector");
         }
-        let (event, panic_lines) = cycle(shared, pool, forced || last, last, &mut gen, &mut snap);
+        let (event, panic_lines) = cycle(shared, pool, forced || last, &mut gen, &mut snap);
         {
             // Swept: a call that waits for this cycle's sweep (or for
             // this ragged cycle) at the heap limit may go on, before the

@@ -530,7 +530,6 @@ pub(crate) fn cycle(
     shared: &Shared,
     pool: &ThreadPool,
     forced: bool,
-    last: bool,
     gen: &mut Generations,
     snap: &mut Snapshot,
 ) -> (CycleEvent, Vec<String>) {
@@ -585,16 +584,7 @@ pub(crate) fn cycle(
     // what it did not report, so nothing may be freed or cleared on their
     // word. This cycle sweeps nothing and clears no weak reference; the
     // next one is full (it clears the marks and starts over).
-    // The last cycle (no handle left) has no call to shade for it: a
-    // shading panic logged now was a call's of an earlier mark, whose
-    // cycle was over (it is reported with this one all the same). Read as
-    // this mark's, it made the last cycle sweep nothing, and every object
-    // was left behind for good.
-    let mark_failed = if last {
-        crate::panics::cycle_log().trace_panicked()
-    } else {
-        shared.trace_panicked()
-    };
+    let mark_failed = shared.trace_panicked(c.mark_epoch());
     if mark_failed {
         shared.lock_written.store(true, Ordering::Relaxed);
     } else {
@@ -1171,6 +1161,21 @@ impl<'a> Cycle<'a> {
         (swept, shared.heap_used.load(Ordering::Relaxed))
     }
 
+    /// The epoch of this cycle's mark, if calls ran beside it (0 if
+    /// not). Calls' shading panics count for the mark they were for: one
+    /// of an earlier mark's calls, run on past that mark's end, is
+    /// reported with this cycle but fails none (read as this mark's, it
+    /// made the runtime's last cycle sweep nothing, and every object was
+    /// left behind for good). Calls shade only in a mark that ran beside
+    /// them, which raised the epoch (under the cycle lock: this cycle's).
+    fn mark_epoch(&self) -> u64 {
+        if self.ragged || self.concurrent {
+            self.shared.mark_epoch.load(Ordering::Relaxed)
+        } else {
+            0
+        }
+    }
+
     /// The statistics and the event: under the cycle lock still, so that
     /// the panics logged are this cycle's. Their report's lines come back
     /// beside the event, for the coordinator to print once it holds no
@@ -1189,7 +1194,7 @@ impl<'a> Cycle<'a> {
         shared.next_goal.store(goal, Ordering::Relaxed);
         let when = format!("cycle {}", shared.stats.lock().cycles + 1);
         let (mut panics, mut panic_lines) = crate::panics::cycle_log().take_report(&when);
-        let (shades, shade_lines) = shared.shade_panics.take_report(&when);
+        let (shades, shade_lines) = shared.shade_panics.take_report_for_mark(&when, self.mark_epoch());
         panics += shades;
         panic_lines.extend(shade_lines);
         let pause = self.mark_start_pause + self.mark_end_pause;

@@ -228,7 +228,9 @@
 //!   safety rule 4).
 //! - `Trace` impls run on GC threads during the cycle: one that panics
 //!   leaves the marks incomplete, so that cycle frees nothing and the next
-//!   is full.
+//!   is full. So does one that panics as a `GcLock` write shades its
+//!   contents for the mark under way; in a call that ran on past its
+//!   mark's end, it fails no cycle (it is reported with the next one).
 //! - The `on_cycle` hook runs on the coordinator after the cycle lock is
 //!   released: it must not wait for a cycle of any runtime (`collect`,
 //!   `wait_for_cycle`, `wait_for_drops`, `wait_final` panic there: two

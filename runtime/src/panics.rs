@@ -41,6 +41,9 @@ impl fmt::Display for Kind {
 struct Entry {
     kind: Kind,
     type_name: &'static str,
+    /// The mark epoch a call's shading panicked for (`record_for_mark`);
+    /// 0 for the cycle's own threads and the finalizer.
+    mark: u64,
     count: u64,
     first: String,
 }
@@ -136,15 +139,27 @@ pub(crate) fn dispose(payload: Box<dyn Any + Send>) -> String {
 impl PanicLog {
     /// Records a contained panic of `kind` in user code of type `type_name`.
     pub(crate) fn record(&self, kind: Kind, type_name: &'static str, msg: String) {
+        self.record_for_mark(kind, type_name, msg, 0);
+    }
+
+    /// As [`record`](Self::record), for a panic of a call's shading for
+    /// the mark of epoch `mark`: only that mark's cycle reads it as its
+    /// failure ([`trace_panicked_for`](Self::trace_panicked_for)). The
+    /// call may run on past that mark's end (nothing waits for a call
+    /// that began after a ragged start's window), and its panic, logged
+    /// after the mark's cycle ended, would fail the next cycle instead,
+    /// or the runtime's last one, which then left every object behind.
+    pub(crate) fn record_for_mark(&self, kind: Kind, type_name: &'static str, msg: String, mark: u64) {
         let mut log = self.entries.lock();
         match log
             .iter_mut()
-            .find(|e| e.kind == kind && e.type_name == type_name)
+            .find(|e| e.kind == kind && e.type_name == type_name && e.mark == mark)
         {
             Some(e) => e.count += 1,
             None => log.push(Entry {
                 kind,
                 type_name,
+                mark,
                 count: 1,
                 first: msg,
             }),
@@ -166,6 +181,13 @@ impl PanicLog {
     /// a lock another thread may need to print them after letting it go:
     /// stderr may block (a pipe nobody reads).
     pub(crate) fn take_report(&self, when: &str) -> (u64, Vec<String>) {
+        self.take_report_for_mark(when, 0)
+    }
+
+    /// [`take_report`](Self::take_report) by the cycle of the mark of
+    /// epoch `mark`, which a call's shading panic for another mark did not
+    /// fail ([`record_for_mark`](Self::record_for_mark)).
+    pub(crate) fn take_report_for_mark(&self, when: &str, mark: u64) -> (u64, Vec<String>) {
         let entries = std::mem::take(&mut *self.entries.lock());
         let mut total = 0;
         let mut lines = Vec::with_capacity(entries.len());
@@ -173,6 +195,9 @@ impl PanicLog {
             total += e.count;
             let what = match e.kind {
                 Kind::Drop => "the objects were freed all the same",
+                Kind::Trace if e.mark != 0 && e.mark != mark => {
+                    "in a call, for an earlier mark whose cycle had ended; no cycle failed"
+                }
                 Kind::Trace => "this cycle freed nothing; the next one marks the whole heap",
             };
             lines.push(format!(
@@ -187,5 +212,13 @@ impl PanicLog {
     /// marks are then incomplete).
     pub(crate) fn trace_panicked(&self) -> bool {
         self.entries.lock().iter().any(|e| e.kind == Kind::Trace)
+    }
+
+    /// Whether a call's shading for the mark of epoch `mark` panicked.
+    pub(crate) fn trace_panicked_for(&self, mark: u64) -> bool {
+        self.entries
+            .lock()
+            .iter()
+            .any(|e| e.kind == Kind::Trace && e.mark == mark)
     }
 }

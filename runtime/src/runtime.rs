@@ -262,10 +262,11 @@ pub(crate) struct CallState {
 
 impl Shared {
     /// Whether a `Trace` impl panicked during this runtime's cycle under
-    /// way, on the cycle's threads or in its calls' shading: its marks
-    /// cannot be trusted.
-    pub(crate) fn trace_panicked(&self) -> bool {
-        crate::panics::cycle_log().trace_panicked() || self.shade_panics.trace_panicked()
+    /// way, on the cycle's threads or in its calls' shading for its mark,
+    /// of epoch `mark` (0: a mark no call ran in, which no shading is
+    /// for): its marks cannot be trusted.
+    pub(crate) fn trace_panicked(&self, mark: u64) -> bool {
+        crate::panics::cycle_log().trace_panicked() || (mark != 0 && self.shade_panics.trace_panicked_for(mark))
     }
 
     /// The state a `mutate` call that begins now runs with (acquire: a call

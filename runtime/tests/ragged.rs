@@ -1332,6 +1332,42 @@ fn a_late_shading_panic_leaves_nothing_behind_at_the_runtimes_end() {
     );
 }
 
+/// The same late shading panic, then garbage and a collection: the
+/// panic was for a mark whose cycle had ended, and the next cycle read it
+/// as its own mark's failure and freed nothing.
+#[test]
+fn a_late_shading_panic_fails_no_later_cycle_of_its_runtime() {
+    use support::Counted;
+    static DROPPED: AtomicUsize = AtomicUsize::new(0);
+    let _serial = serial();
+    let _guard = watchdog("a call never began in a ragged mark after its window");
+    let b = ragged(false, 4 << 20);
+    let _kept: GlobalRoot<Rootable!['gc => [Gc<'gc, Node<'gc>>]]> = b.attach().mutate(|mc| {
+        let nodes: Vec<_> = (0..200_000).map(|i| chain(mc, i, 1)).collect();
+        mc.global_root(mc.alloc_slice(&nodes))
+    });
+    let mut m = b.attach();
+    let before = late_shading_panic(&b, &mut m, |_| ());
+    m.mutate(|mc| {
+        for _ in 0..1000 {
+            mc.alloc(Counted(&DROPPED));
+        }
+    });
+    let cycles = b.stats().cycles;
+    m.collect();
+    b.wait_for_drops();
+    let s = b.stats();
+    assert_eq!(s.user_panics, before + 1, "the panic was not reported");
+    // The first cycle after the garbage is the one that must free it; a
+    // cycle of pacing's before the collection would be the first.
+    assert_eq!(
+        DROPPED.load(Ordering::Relaxed),
+        1000,
+        "the first cycle after a late shading panic freed nothing ({} cycle(s) ran): {s:?}",
+        s.cycles - cycles
+    );
+}
+
 /// A call that began in a ragged mark, after its window, runs on past the
 /// mark's end (nothing waits for it) and shades a `GcLock`'s contents for
 /// that mark when it writes the lock; a `Trace` impl that panics there is

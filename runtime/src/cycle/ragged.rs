@@ -426,7 +426,7 @@ impl<'a> Cycle<'a> {
                 // The mark is complete (`barrier.rs`, "Ragged cycles": every
                 // object of the snapshot that a root, an object or a call
                 // can still reach is marked).
-                if !shared.trace_panicked() {
+                if !shared.trace_panicked(shared.mark_epoch.load(Ordering::Relaxed)) {
                     super::mark_weak(shared, usize::MAX);
                 }
                 shared.assist_ratio.store(0, Ordering::Relaxed);

@@ -502,11 +502,12 @@ impl<'a, 'gc, T: CellValue + Trace + 'gc> ListWriter<'a, 'gc, T> {
     #[inline]
     fn push_slow(&self, value: T) -> Result<(), AllocError<T>> {
         let len = self.len.get();
+        let new_len = one_more(len, "push");
         self.list
-            .grow_for(self, len + 1)
+            .grow_for(self, new_len)
             .map_err(|e| e.map(|()| value))?;
         self.fill(len, value);
-        self.set_len(len + 1);
+        self.set_len(new_len);
         Ok(())
     }
 
@@ -856,6 +857,15 @@ fn alloc_failed(what: &str, e: AllocError<()>) -> ! {
     panic!("loam-collections: {what}: {e}")
 }
 
+/// `len + 1` for an element more: only a list of a zero-sized type can
+/// hold `usize::MAX` elements, and one more is a capacity overflow (as
+/// for `Vec`), not a wrapped length.
+#[inline]
+fn one_more(len: usize, what: &str) -> usize {
+    len.checked_add(1)
+        .unwrap_or_else(|| panic!("loam-collections: GcList::{what}: capacity overflow"))
+}
+
 #[cold]
 #[inline(never)]
 fn out_of_range(what: &str, index: usize, len: usize) -> ! {
@@ -1118,7 +1128,8 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
         if index > len {
             panic!("GcList::insert index (is {index}) should be <= len (is {len})");
         }
-        self.grow_for(&w, len + 1)
+        let new_len = one_more(len, "insert");
+        self.grow_for(&w, new_len)
             .unwrap_or_else(|e| panic!("loam-collections: GcList::insert: {e}"));
         let (_, used) = w.view();
         if index < len {
@@ -1130,7 +1141,7 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
         } else {
             w.fill(len, value);
         }
-        w.set_len(len + 1);
+        w.set_len(new_len);
     }
 
     /// Removes and returns element `index`, shifting the elements after it.

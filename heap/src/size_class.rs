@@ -173,18 +173,35 @@ pub const fn slices_for_class(class: usize) -> usize {
 
 /// Bytes in a page of `class`.
 ///
+/// # Panics
+/// If `class` is not a size class (`class >= NUM_CLASSES`).
+///
 /// # Examples
 /// ```
 /// assert_eq!(loam_heap::class_page_size(0), 64 * 1024);
 /// ```
 pub fn class_page_size(class: usize) -> usize {
+    check_class(class);
     slices_for_class(class) * SLICE_SIZE
+}
+
+/// Panics, naming the range, unless `class` is a size class.
+fn check_class(class: usize) {
+    assert!(
+        class < NUM_CLASSES,
+        "loam-heap: size class {class} does not exist (there are {NUM_CLASSES}: 0 to {})",
+        NUM_CLASSES - 1
+    );
 }
 
 /// Worst-case fraction of a page of `class` that no request can use: the
 /// largest request rounded up into this class, plus the page's tail that no
 /// whole block fits.
+///
+/// # Panics
+/// If `class` is not a size class (`class >= NUM_CLASSES`).
 pub fn worst_case_waste(class: usize) -> f64 {
+    check_class(class);
     let size = CLASS_SIZE[class] as usize;
     let smallest_request = if class == 0 {
         1
@@ -208,6 +225,12 @@ mod tests {
             assert_eq!(ObjectClass::small(size), ObjectClass::of(size, MIN_BLOCK), "size {size}");
         }
         assert_eq!(ObjectClass::small(SMALL_MAX + 1), None);
+    }
+
+    #[test]
+    #[should_panic(expected = "size class 52 does not exist (there are 52: 0 to 51)")]
+    fn a_class_past_the_last_is_named_in_the_panic() {
+        class_page_size(NUM_CLASSES);
     }
 
     #[test]

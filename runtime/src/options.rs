@@ -198,12 +198,14 @@ impl Config {
         if let Some(v) = get("LOAM_GC_PERCENT") {
             match v.trim() {
                 t if t.eq_ignore_ascii_case("off") => self.gc_percent = u32::MAX,
+                // `u32::MAX` is the builder's "off": a number that large
+                // is refused here, where "off" says it.
                 t => match t.parse::<u32>() {
-                    Ok(p) => self.gc_percent = p,
-                    Err(_) => warn(
+                    Ok(p) if p != u32::MAX => self.gc_percent = p,
+                    _ => warn(
                         "LOAM_GC_PERCENT",
                         &v,
-                        "expected a percentage (e.g. 100) or off",
+                        "expected a percentage below 4294967295 (e.g. 100) or off",
                     ),
                 },
             }
@@ -335,6 +337,10 @@ mod tests {
         assert_eq!(c.heap_limit, Some(64 << 20));
         assert!(c.trace && c.verify);
         assert_eq!(with(&[("LOAM_GC_PERCENT", "off")]).unwrap().gc_percent, u32::MAX);
+        // The number that means "off" to the builder is refused (the
+        // default kept), not read as off.
+        assert_eq!(with(&[("LOAM_GC_PERCENT", "4294967295")]).unwrap().gc_percent, 100);
+        assert_eq!(with(&[("LOAM_GC_PERCENT", "4294967294")]).unwrap().gc_percent, u32::MAX - 1);
         assert_eq!(with(&[("LOAM_GC_PERCENT", " OFF")]).unwrap().gc_percent, u32::MAX);
     }
 

@@ -323,7 +323,9 @@
 //! makes full by T stops the world after all: an old call's write was not
 //! shaded, and only a stopped cycle clears the marks. The loom models are
 //! `handshake_model` (the wait) and `ragged_model.rs` (the end's waits for
-//! window calls and for brackets, and the weak gate); the lost-object race
+//! window calls and for brackets, the weak gate, a window call's swap
+//! against an old call's store, and its `GcLock` write leaving `shaded`
+//! alone); the lost-object race
 //! and a mark that ends while a later call runs are `runtime/tests/ragged.rs`.
 //!
 //! # Clearing the marks with the mutators running (full cycles)

@@ -68,6 +68,24 @@
 //!    (`Mutation::brackets`): the end's first round waits for that call
 //!    to end before it waits for the brackets, and either shade may set
 //!    the mark bit first. Dropping the wait for the call makes it fail.
+//! 9. `a_window_calls_store_reads_the_value_of_t_it_overwrites`: an old
+//!    call (barrier off) stores into a root's cell and ends (T); a window
+//!    call stores over the cell across T and shades what it overwrote; a
+//!    later call loads the cell and holds what it read; the markers read
+//!    the cell after T and the end's first look waits for the window call.
+//!    What the later call holds is marked. A load and a store in the
+//!    window call, as later calls do, fails it
+//!    (`a_window_calls_load_then_store_loses_the_value_of_t`): the value
+//!    of T, stored by the old call between the two, is overwritten unread
+//!    (`GcCell::store_marking`'s swap).
+//! 10. `a_window_calls_lock_write_leaves_the_next_write_to_shade`: a
+//!     window call writes a `GcLock`, an old call writes it with the
+//!     barrier off and ends (T), a later call reads it and holds what it
+//!     read while another writes it through the barrier and the markers
+//!     read it. What the reader holds is marked (or made after T). A
+//!     window call that recorded the lock shaded for the mark fails it
+//!     (`a_window_calls_recorded_lock_write_loses_an_old_calls_contents`):
+//!     the later write skipped its shade of what the old call stored.
 //!
 //! Model 3 runs twice: with the asymmetric fences (a bracket opens with
 //! a release store and the light fence, the end's waits take the heavy
@@ -582,4 +600,193 @@ fn window_calls_fresh_object(reach: Reach, rules: Rules) {
 #[test]
 fn a_window_calls_unbracketed_shade_is_waited_for() {
     absorbed_shade(true);
+}
+
+/// How a window call's store reads what it overwrites
+/// (`GcCell::store_marking`).
+#[derive(Clone, Copy)]
+enum WindowStore {
+    /// One read-modify-write, as the code does.
+    Swap,
+    /// A load, then a store: what every later call does.
+    LoadThenStore,
+}
+
+/// Model 9: cell `c` of a marked root holds `A` as the window opens. An
+/// old call (barrier off) stores `B` into it and ends: T. A window call,
+/// running across T, stores `Y` over `c` and shades what it overwrote and
+/// `Y` (no bracket: the end's first wait outlasts it). A later call,
+/// begun after T, loads `c` and holds what it read, storing it nowhere
+/// (loads shade nothing). The markers read `c` after T; the end's first
+/// look waits for the window call and drains. Whatever the later call
+/// holds must then be marked. With a load and a store, the window call
+/// can load `A` before the old call's store and store `Y` after the later
+/// call read `B`: `B`, the value of T, is overwritten unread, and the
+/// markers read `Y`. The swap reads `B` (`barrier.rs`, "Ragged cycles",
+/// 3).
+fn window_store(how: WindowStore) {
+    const A: usize = 1;
+    const B: usize = 2;
+    const Y: usize = 3;
+    loom::model(move || {
+        let cell = Arc::new(AtomicUsize::new(A));
+        let marks: Arc<[AtomicBool; 4]> = Arc::new(Default::default());
+        let gray = Arc::new(Mutex::new(Vec::new()));
+        let shade = {
+            let (marks, gray) = (marks.clone(), gray.clone());
+            move |o: usize| {
+                if o != 0 && !marks[o].swap(true, Ordering::AcqRel) {
+                    gray.lock().unwrap().push(o);
+                }
+            }
+        };
+        // The old call's plain store, as a swap whose result it drops:
+        // loom lets a read-modify-write racing a plain store read a value
+        // the store had already overwritten (tokio-rs/loom#254), which
+        // failed the swap's model where no execution can.
+        let old = {
+            let cell = cell.clone();
+            loom::thread::spawn(move || {
+                let _ = cell.swap(B, Ordering::Release);
+            })
+        };
+        let window = {
+            let (cell, shade) = (cell.clone(), shade.clone());
+            loom::thread::spawn(move || {
+                let overwritten = match how {
+                    WindowStore::Swap => cell.swap(Y, Ordering::AcqRel),
+                    WindowStore::LoadThenStore => {
+                        let v = cell.load(Ordering::Acquire);
+                        cell.store(Y, Ordering::Release);
+                        v
+                    }
+                };
+                shade(overwritten);
+                shade(Y);
+                overwritten
+            })
+        };
+        // T: the old calls have ended (`wait_for_calls`).
+        old.join().unwrap();
+        let later = {
+            let cell = cell.clone();
+            loom::thread::spawn(move || cell.load(Ordering::Acquire))
+        };
+        // The markers trace the root: they read `c` (the objects it may
+        // hold have no fields).
+        let read = cell.load(Ordering::Acquire);
+        shade(read);
+        // The end's first look: after the window call has ended, drain.
+        let overwritten = window.join().unwrap();
+        gray.lock().unwrap().clear();
+        let held = later.join().unwrap();
+        assert!(
+            marks[held].load(Ordering::Acquire),
+            "the mark ended with object {held}, held by a later call, unmarked: a value of T \
+             overwritten unread (it overwrote {overwritten}, the markers read {read})"
+        );
+    });
+}
+
+/// Model 9, as the code does it.
+#[test]
+fn a_window_calls_store_reads_the_value_of_t_it_overwrites() {
+    window_store(WindowStore::Swap);
+}
+
+/// Model 9 with a load and a store in the window call: it fails.
+#[test]
+#[should_panic(expected = "overwritten unread")]
+fn a_window_calls_load_then_store_loses_the_value_of_t() {
+    window_store(WindowStore::LoadThenStore);
+}
+
+/// Model 10: `GcLock::write`'s shade-once-per-mark (`shaded`), and its
+/// exception for window calls (`barrier.rs`, "Ragged cycles", 7). The
+/// lock holds `A` as the window opens. A window call writes it (shading
+/// the contents before and after its closure, which stores `Y`), an old
+/// call writes `B` into it with the barrier off and ends (T), a later
+/// call reads the lock and holds what it read, and another later call
+/// writes `Z` through the barrier while the markers read the lock after
+/// T. Whatever the reader holds must be marked. If the window call
+/// recorded `shaded`, the later writer skipped its shade of `B`, which the
+/// old call stored unshaded after the window call's write.
+fn window_lock_write(window_records: bool) {
+    const A: usize = 1;
+    const B: usize = 2;
+    const Y: usize = 3;
+    const Z: usize = 4;
+    /// This mark's epoch.
+    const E: usize = 1;
+    loom::model(move || {
+        let lock = Arc::new(Mutex::new(A));
+        let shaded = Arc::new(AtomicUsize::new(0));
+        let marks: Arc<[AtomicBool; 5]> = Arc::new(Default::default());
+        let shade = {
+            let marks = marks.clone();
+            move |o: usize| {
+                marks[o].store(true, Ordering::Release);
+            }
+        };
+        // `GcLock::write` with the barrier on, storing `new`.
+        let write = {
+            let (lock, shaded, shade) = (lock.clone(), shaded.clone(), shade.clone());
+            move |new: usize, window: bool| {
+                let mut g = lock.lock().unwrap();
+                if shaded.load(Ordering::Relaxed) != E {
+                    shade(*g);
+                    if !window || window_records {
+                        shaded.store(E, Ordering::Relaxed);
+                    }
+                }
+                *g = new;
+                if window {
+                    shade(*g);
+                }
+            }
+        };
+        let window = {
+            let write = write.clone();
+            loom::thread::spawn(move || write(Y, true))
+        };
+        let old = {
+            let lock = lock.clone();
+            loom::thread::spawn(move || *lock.lock().unwrap() = B)
+        };
+        // T.
+        old.join().unwrap();
+        let reader = {
+            let lock = lock.clone();
+            loom::thread::spawn(move || *lock.lock().unwrap())
+        };
+        let writer = loom::thread::spawn(move || write(Z, false));
+        // The markers trace the lock's contents.
+        let read = *lock.lock().unwrap();
+        shade(read);
+        // The end's first look waits for the window call.
+        window.join().unwrap();
+        writer.join().unwrap();
+        let held = reader.join().unwrap();
+        // `Z` is young: a later call made it after T (the sweep's copy
+        // does not hold it), so this cycle does not free it.
+        assert!(
+            held == Z || marks[held].load(Ordering::Acquire),
+            "the mark ended with object {held}, held by a later call, unmarked: a lock's \
+             contents stored by an old call were never shaded (the markers read {read})"
+        );
+    });
+}
+
+/// Model 10, as the code does it: a window call's lock write records no
+/// `shaded`.
+#[test]
+fn a_window_calls_lock_write_leaves_the_next_write_to_shade() {
+    window_lock_write(false);
+}
+
+/// Model 10 with the window call recording `shaded`: it fails.
+#[test]
+#[should_panic(expected = "contents stored by an old call were never shaded")]
+fn a_window_calls_recorded_lock_write_loses_an_old_calls_contents() {
+    window_lock_write(true);
 }

@@ -37,6 +37,13 @@
 //! image) for an empty image fails, and so does one that never says yes.
 //! (A seal under way shows no image either, `E | BUSY`, so the same check
 //! covers it.)
+//!
+//! A third (`epochs`) adds the raise of the epoch and an allocation that
+//! reads an older one (another runtime's call begun before the stop), in
+//! the real word's encoding: the copy stays exact, and letting calls
+//! begin before the raise fails it. The first two keep `E` fixed and mark
+//! an owner's image with `IMG` where the real word has its length; the
+//! pending bits (a run taken back during the walk) are `pending_model.rs`'s.
 
 use loom::sync::atomic::{AtomicU64, Ordering};
 use loom::sync::Arc;
@@ -292,4 +299,168 @@ fn only_blocks_outside_the_copy_are_allocated_since() {
 #[should_panic(expected = "taken for one allocated after the stop")]
 fn taking_a_claim_for_an_empty_image_fails() {
     ask_model(Ask::IgnoreClaim);
+}
+
+/// The epoch model: the raise itself, and an allocation that reads an
+/// older epoch. `seal.rs`'s encoding (the epoch from bit 9, `BUSY` bit 8,
+/// the image's length below) and its steps, on a one-word page:
+/// - the collector raises the key (`SealEpoch::raise`, `AcqRel`), lets
+///   its runtime's calls begin (the handshake's resume, a release its
+///   calls acquire), then walks (`try_sealed_words`, waiting on `BUSY` as
+///   `sealed_words` does);
+/// - the page's owner first allocates for another runtime, in a call that
+///   began before the stop (no handshake orders it after the raise, so it
+///   may read the old key), then, once this runtime's calls may begin,
+///   for this runtime; each allocation is `seal_before_alloc` (a relaxed
+///   key against an acquired `sealed`, the slow path acquiring the key),
+///   then the bit (release).
+///
+/// The page was last sealed two epochs ago, so a stale allocation seals
+/// it for the old epoch. The copy must hold the object allocated before
+/// the stop and not this runtime's allocated after; the other runtime's
+/// may be in it or not (its sweep tells pages' tags and headers apart).
+/// The variant whose collector lets calls begin before it raises the key
+/// fails: a call that read the old key found the page sealed and
+/// allocated into the copy.
+mod epochs {
+    use loom::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use loom::sync::Arc;
+    use loom::thread;
+
+    const EPOCH_SHIFT: u32 = 9;
+    const BUSY: u64 = 1 << 8;
+    const LEN: u64 = 0xff;
+    /// The epoch the stop raises, shifted as the key holds it.
+    const E: u64 = 3 << EPOCH_SHIFT;
+    const OLD: u64 = 1;
+    /// Another runtime's object, allocated in a call begun before the stop.
+    const OTHER: u64 = 2;
+    /// This runtime's object, allocated after the stop.
+    const NEW: u64 = 4;
+
+    struct Page {
+        sealed: AtomicU64,
+        allocated: AtomicU64,
+        image: AtomicU64,
+    }
+
+    /// `seal_before_alloc`, then the block's bit.
+    fn alloc(p: &Page, key: &AtomicU64, block: u64) {
+        if p.sealed.load(Ordering::Acquire) < key.load(Ordering::Relaxed) {
+            let seal = key.load(Ordering::Acquire);
+            loop {
+                let s = p.sealed.load(Ordering::Acquire);
+                if s >= seal {
+                    break;
+                }
+                if s & BUSY != 0 {
+                    thread::yield_now();
+                    continue;
+                }
+                if p.sealed
+                    .compare_exchange(s, seal | BUSY, Ordering::Acquire, Ordering::Relaxed)
+                    .is_err()
+                {
+                    continue;
+                }
+                p.image
+                    .store(p.allocated.load(Ordering::Acquire), Ordering::Relaxed);
+                p.sealed.store(seal | 1, Ordering::Release);
+                break;
+            }
+        }
+        p.allocated.fetch_or(block, Ordering::Release);
+    }
+
+    /// `sealed_words` for `seal`: the copy (0 for "nothing of the stop's").
+    fn walk(p: &Page, seal: u64) -> u64 {
+        loop {
+            let s = p.sealed.load(Ordering::Acquire);
+            if s & BUSY != 0 {
+                thread::yield_now();
+                continue;
+            }
+            assert!(
+                s >> EPOCH_SHIFT <= seal >> EPOCH_SHIFT,
+                "a page sealed for a later epoch"
+            );
+            if s >= seal {
+                return if s & LEN == 1 {
+                    p.image.load(Ordering::Relaxed)
+                } else {
+                    0
+                };
+            }
+            let copy = p.allocated.load(Ordering::Acquire);
+            if p.sealed
+                .compare_exchange(s, seal, Ordering::Release, Ordering::Relaxed)
+                .is_ok()
+            {
+                return copy;
+            }
+        }
+    }
+
+    fn model(resume_first: bool) {
+        crate::sync::model(move || {
+            let key = Arc::new(AtomicU64::new(E - (1 << EPOCH_SHIFT)));
+            let resumed = Arc::new(AtomicBool::new(false));
+            let p = Arc::new(Page {
+                sealed: AtomicU64::new((E - (2 << EPOCH_SHIFT)) | 1),
+                allocated: AtomicU64::new(OLD),
+                image: AtomicU64::new(OLD),
+            });
+            let owner = {
+                let (p, key, resumed) = (p.clone(), key.clone(), resumed.clone());
+                thread::spawn(move || {
+                    alloc(&p, &key, OTHER);
+                    while !resumed.load(Ordering::Acquire) {
+                        thread::yield_now();
+                    }
+                    alloc(&p, &key, NEW);
+                })
+            };
+            let collector = {
+                let (p, key, resumed) = (p.clone(), key.clone(), resumed.clone());
+                thread::spawn(move || {
+                    if resume_first {
+                        resumed.store(true, Ordering::Release);
+                    }
+                    let seal =
+                        key.fetch_add(1 << EPOCH_SHIFT, Ordering::AcqRel) + (1 << EPOCH_SHIFT);
+                    if !resume_first {
+                        resumed.store(true, Ordering::Release);
+                    }
+                    walk(&p, seal)
+                })
+            };
+            let copy = collector.join().unwrap();
+            owner.join().unwrap();
+            assert_eq!(
+                copy & OLD,
+                OLD,
+                "the copy lost an object allocated before the stop"
+            );
+            assert_eq!(
+                copy & NEW,
+                0,
+                "the copy holds a block allocated after the stop"
+            );
+            assert_eq!(
+                p.sealed.load(Ordering::Relaxed) >> EPOCH_SHIFT,
+                E >> EPOCH_SHIFT
+            );
+        });
+    }
+
+    #[test]
+    fn an_allocation_of_an_older_epoch_leaves_the_copy_exact() {
+        model(false);
+    }
+
+    #[test]
+    #[should_panic(expected = "the copy holds a block allocated after the stop")]
+    fn calls_let_in_before_the_raise_allocate_into_the_copy() {
+        model(true);
+    }
 }

@@ -243,19 +243,25 @@ impl Latch for CountLatchRef<'_> {
 ///
 /// Holds its own `Arc` of the waiter's registry: the setter is a worker of the
 /// *other* pool, so nothing else keeps the waiter's pool alive between the
-/// setting swap and the wake-up.
-#[cfg(not(loom))]
+/// setting swap and the wake-up. Generic over what it wakes (the waiter's
+/// [`Registry`](crate::registry::Registry)) so that its loom model can
+/// stand a sleep state in for a whole pool.
 #[derive(Debug)]
-pub(crate) struct CrossLatch {
+pub(crate) struct CrossLatch<R: WakeOwner> {
     pub(crate) core: CoreLatch,
-    registry: crate::sync::Arc<crate::registry::Registry>,
+    registry: crate::sync::Arc<R>,
     owner: usize,
 }
 
-#[cfg(not(loom))]
-impl CrossLatch {
+/// What a [`CrossLatch`]'s setter wakes the waiting worker through.
+pub(crate) trait WakeOwner {
+    /// Wakes worker `owner` if it sleeps.
+    fn wake_owner(&self, owner: usize);
+}
+
+impl<R: WakeOwner> CrossLatch<R> {
     /// An unset latch waited on by worker `owner` of `registry`.
-    pub(crate) fn new(registry: crate::sync::Arc<crate::registry::Registry>, owner: usize) -> Self {
+    pub(crate) fn new(registry: crate::sync::Arc<R>, owner: usize) -> Self {
         CrossLatch {
             core: CoreLatch::new(),
             registry,
@@ -264,15 +270,16 @@ impl CrossLatch {
     }
 }
 
-#[cfg(not(loom))]
-impl Latch for CrossLatch {
+impl<R: WakeOwner> Latch for CrossLatch<R> {
     unsafe fn set(this: *const Self) {
         // SAFETY: (1) of `Latch::set`; cloned and copied before the swap.
-        let (registry, owner) =
-            unsafe { (crate::sync::Arc::clone(&(*this).registry), (*this).owner) };
+        let (registry, owner) = unsafe {
+            (*this).core.touch();
+            (crate::sync::Arc::clone(&(*this).registry), (*this).owner)
+        };
         // SAFETY: `this` is live until this swap; not touched after it.
         if unsafe { CoreLatch::set(std::ptr::addr_of!((*this).core)) } {
-            registry.sleep.wake_specific(owner);
+            registry.wake_owner(owner);
         }
     }
 }
@@ -324,7 +331,52 @@ impl<L: Latch> Latch for &L {
 
 #[cfg(all(test, loom))]
 mod loom_tests {
-    use super::{CountLatch, CountLatchRef, Latch, SpinLatch};
+    use super::{CountLatch, CountLatchRef, CrossLatch, Latch, SpinLatch, WakeOwner};
+
+    /// A pool as a cross latch's setter sees it: the sleep state it wakes
+    /// the waiter through.
+    struct Pool {
+        sleep: Sleep,
+    }
+
+    impl WakeOwner for Pool {
+        fn wake_owner(&self, owner: usize) {
+            self.sleep.wake_specific(owner);
+        }
+    }
+
+    /// A cross latch on its waiter's stack (`Registry::in_worker_cross`),
+    /// set by a worker of the other pool while the waiter parks: the waiter
+    /// wakes, sees the job's write, and is done with the latch and with its
+    /// own handle of its pool, both dropped before the setter's wake-up
+    /// may run. The setter touches neither the latch after its swap nor a
+    /// pool it holds no handle of (its clone keeps it alive).
+    #[test]
+    fn a_cross_latch_is_not_touched_after_its_setting() {
+        loom::model(|| {
+            let pool = Arc::new(Pool {
+                sleep: Sleep::new(1),
+            });
+            let latch = CrossLatch::new(Arc::clone(&pool), 0);
+            let done = Arc::new(AtomicUsize::new(0));
+            let (p, d) = (&latch as *const CrossLatch<Pool> as usize, done.clone());
+            let setter = loom::thread::spawn(move || {
+                d.store(1, Ordering::Relaxed);
+                // The waiter keeps the latch on its stack until it has
+                // seen it set; the setter's clone keeps the pool alive.
+                // SAFETY: as just said.
+                unsafe { Latch::set(p as *const CrossLatch<Pool>) };
+            });
+            while !latch.core.probe() {
+                pool.sleep.sleep(0, Some(&latch.core), || false);
+            }
+            latch.core.forget();
+            assert_eq!(done.load(Ordering::Relaxed), 1);
+            drop(latch);
+            drop(pool);
+            setter.join().unwrap();
+        });
+    }
 
     /// A join's latch on its waiter's stack, set by the thread that ran the
     /// stolen half while the waiter parks: the waiter wakes, sees the

@@ -9,7 +9,7 @@ use crossbeam_utils::CachePadded;
 
 use crate::exit::ExitCount;
 use crate::job::{JobRef, StackJob};
-use crate::latch::{CrossLatch, LockLatch};
+use crate::latch::{CrossLatch, LockLatch, WakeOwner};
 use crate::sleep::Sleep;
 use crate::sync::{Arc, AtomicBool, Ordering};
 use crate::unwind::{self, AbortIfPanic, Payload};
@@ -365,4 +365,10 @@ fn refuse_exiting() -> ! {
         "loam-threadpool: a task spawned in a pool's exit handler would never run \
          (the pool's workers have stopped taking work); spawn it on another pool"
     )
+}
+
+impl WakeOwner for Registry {
+    fn wake_owner(&self, owner: usize) {
+        self.sleep.wake_specific(owner);
+    }
 }

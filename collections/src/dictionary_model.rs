@@ -15,8 +15,8 @@
 //! whose reader does not read `moves` again can miss B (it read slot 0
 //! before the shift and slot 1 after it) and fails. A copy of the code's
 //! protocol (the dictionary itself needs the runtime, which loom does not
-//! build); not modelled: growth (new arrays, published before the length
-//! that needs them) and lookups of keys being removed.
+//! build); not modelled: lookups of keys being removed. Growth is the
+//! second model (`growth`).
 
 use loom::sync::atomic::{AtomicU64, Ordering};
 use loom::sync::Arc;
@@ -191,4 +191,163 @@ fn a_lookup_racing_a_removal_finds_a_key_that_stays() {
 #[should_panic(expected = "a lookup missed a key that stayed")]
 fn without_the_second_read_of_moves_a_lookup_misses_a_key_that_stays() {
     loom::model(|| run(false));
+}
+
+/// Growth (`push_entry`): the insert of a fourth entry `D` into three in
+/// a full three-entry array and a four-slot index grows both. The writer
+/// fills a six-entry array with copies of the three (spares hold the new
+/// entry, as the code's do) and an eight-slot index with their slots,
+/// installs the entries, then the index (release), fills entry 3, places
+/// its slot and stores the length. Readers load the length, then the
+/// entries, then the index (acquire), and bound the entry number by both.
+/// In every interleaving a lookup of `B` finds `B`'s value, and one of
+/// `D` finds `D`'s value or nothing. The variant whose writer installs the
+/// new entries before copying into them fails (a reader probes the old
+/// index into the new, empty array).
+mod growth {
+    use super::{slot, slot_entry, slot_matches, A, B, C};
+    use loom::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+    use loom::sync::Arc;
+
+    const D: (u64, u64, u64) = (4 << 32 | 1, 40, 400);
+
+    struct Entry {
+        hash: AtomicU64,
+        key: AtomicU64,
+        value: AtomicU64,
+    }
+
+    impl Entry {
+        fn new((h, k, v): (u64, u64, u64)) -> Entry {
+            Entry {
+                hash: AtomicU64::new(h),
+                key: AtomicU64::new(k),
+                value: AtomicU64::new(v),
+            }
+        }
+    }
+
+    /// The two generations of each array (0 old, 1 grown) and the cells
+    /// that say which is installed.
+    struct Dict {
+        len: AtomicU64,
+        entries_at: AtomicUsize,
+        indices_at: AtomicUsize,
+        entries: [Vec<Entry>; 2],
+        indices: [Vec<AtomicU64>; 2],
+    }
+
+    fn place(indices: &[AtomicU64], h: u64, e: usize) {
+        let mask = indices.len() - 1;
+        let mut p = h as usize & mask;
+        while indices[p].load(Ordering::Acquire) != 0 {
+            p = (p + 1) & mask;
+        }
+        indices[p].store(slot(h, e), Ordering::Release);
+    }
+
+    impl Dict {
+        fn new() -> Dict {
+            let old_indices: Vec<AtomicU64> = (0..4).map(|_| AtomicU64::new(0)).collect();
+            for (e, &(h, _, _)) in [A, B, C].iter().enumerate() {
+                place(&old_indices, h, e);
+            }
+            Dict {
+                len: AtomicU64::new(3),
+                entries_at: AtomicUsize::new(0),
+                indices_at: AtomicUsize::new(0),
+                entries: [
+                    [A, B, C].into_iter().map(Entry::new).collect(),
+                    // Allocated, not yet filled: what the writer copies
+                    // into (the code fills it as it allocates it).
+                    (0..6).map(|_| Entry::new((0, 0, 0))).collect(),
+                ],
+                indices: [old_indices, (0..8).map(|_| AtomicU64::new(0)).collect()],
+            }
+        }
+
+        /// `push_entry(D)`; `install_first`: the variant that installs the
+        /// new entries before it copies into them.
+        fn insert_d(&self, install_first: bool) {
+            let grown = &self.entries[1];
+            if install_first {
+                self.entries_at.store(1, Ordering::Release);
+            }
+            for (e, &(h, k, v)) in [A, B, C, D, D, D].iter().enumerate() {
+                grown[e].hash.store(h, Ordering::Release);
+                grown[e].key.store(k, Ordering::Release);
+                grown[e].value.store(v, Ordering::Release);
+            }
+            let fresh = &self.indices[1];
+            for (e, &(h, _, _)) in [A, B, C].iter().enumerate() {
+                place(fresh, h, e);
+            }
+            self.entries_at.store(1, Ordering::Release);
+            self.indices_at.store(1, Ordering::Release);
+            place(fresh, D.0, 3);
+            self.len.store(4, Ordering::Release);
+        }
+
+        /// `find`.
+        fn find(&self, q: u64, h: u64) -> Option<u64> {
+            let len = self.len.load(Ordering::Acquire) as usize;
+            let entries = &self.entries[self.entries_at.load(Ordering::Acquire)];
+            let indices = &self.indices[self.indices_at.load(Ordering::Acquire)];
+            let len = len.min(entries.len());
+            let mask = indices.len() - 1;
+            let mut pos = h as usize & mask;
+            for _ in 0..indices.len() {
+                let s = indices[pos].load(Ordering::Acquire);
+                if s == 0 {
+                    return None;
+                }
+                if slot_matches(s, h) {
+                    let e = slot_entry(s);
+                    if e < len && entries[e].key.load(Ordering::Acquire) == q {
+                        return Some(entries[e].value.load(Ordering::Acquire));
+                    }
+                }
+                pos = (pos + 1) & mask;
+            }
+            None
+        }
+    }
+
+    fn run(install_first: bool) {
+        loom::model(move || {
+            let d = Arc::new(Dict::new());
+            let writer = {
+                let d = d.clone();
+                loom::thread::spawn(move || d.insert_d(install_first))
+            };
+            let b = d.find(B.1, B.0);
+            let dv = d.find(D.1, D.0);
+            writer.join().unwrap();
+            assert_eq!(b, Some(B.2), "a lookup missed a key that stayed");
+            assert!(
+                dv.is_none() || dv == Some(D.2),
+                "a lookup of the new key read {dv:?}"
+            );
+            // After the insert: all four found.
+            for (k, h, v) in [
+                (A.1, A.0, A.2),
+                (B.1, B.0, B.2),
+                (C.1, C.0, C.2),
+                (D.1, D.0, D.2),
+            ] {
+                assert_eq!(d.find(k, h), Some(v));
+            }
+        });
+    }
+
+    #[test]
+    fn lookups_racing_a_growing_insert_find_what_is_there() {
+        run(false);
+    }
+
+    #[test]
+    #[should_panic(expected = "a lookup missed a key that stayed")]
+    fn installing_the_entries_before_copying_them_loses_a_key() {
+        run(true);
+    }
 }

@@ -12,7 +12,13 @@
 //! In every interleaving each object is traced exactly once or found by
 //! that drain (none lost, none twice), and the assist hands nothing back
 //! after the drain. Moving the hand-back after the count's decrement makes
-//! the model fail.
+//! the model fail. Object 4 is remembered (a minor cycle's list): the GC
+//! thread claims it by a relaxed `fetch_add` on the list's counter when
+//! its queue runs dry, and `idle` counts an unclaimed one as work; the
+//! drain also takes what is left of the list (`leave_remembered`). A
+//! third run has a deadline instead of the assist (a mark offered to
+//! assists has none, `mark::parallel`): a thread raising `stop` may end
+//! the mark at any point, with the count up and the list unclaimed.
 //!
 //! A second model checks the wake of a paced mutator waiting for the GC
 //! threads' credit (`mark::Share`, "Background credit").
@@ -20,20 +26,41 @@
 use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use loom::sync::{Arc, Mutex};
 
-const OBJECTS: usize = 3;
+/// The chain's length.
+const CHAIN: usize = 3;
+/// The remembered object, which points to nothing.
+const REMEMBERED: usize = 4;
+const OBJECTS: usize = 4;
 
 struct Mark {
     queue: Mutex<Vec<usize>>,
     active: AtomicUsize,
     traced: [AtomicUsize; OBJECTS + 1],
     drained: AtomicBool,
+    /// The remembered list (`[REMEMBERED]`) and its claim counter.
+    remembered: [usize; 1],
+    pending: AtomicUsize,
+    /// The deadline passed (`mark::parallel`'s `stop`).
+    stop: AtomicBool,
 }
 
 impl Mark {
     /// Traces `o`: counts it, and returns what it points to.
     fn trace(&self, o: usize) -> Option<usize> {
         self.traced[o].fetch_add(1, Ordering::Relaxed);
-        (o < OBJECTS).then_some(o + 1)
+        (o < CHAIN).then_some(o + 1)
+    }
+
+    /// `take_remembered`: claims the next remembered object.
+    fn take_remembered(&self) -> Option<usize> {
+        let i = self.pending.fetch_add(1, Ordering::Relaxed);
+        self.remembered.get(i).copied()
+    }
+
+    /// `leave_remembered`: what no thread claimed.
+    fn leave_remembered(&self) -> Vec<usize> {
+        let i = self.pending.swap(self.remembered.len(), Ordering::Relaxed);
+        self.remembered.get(i..).unwrap_or(&[]).to_vec()
     }
 
     fn pop(&self) -> Option<usize> {
@@ -56,11 +83,12 @@ impl Mark {
     fn idle(&self) -> bool {
         self.active.fetch_sub(1, Ordering::SeqCst);
         loop {
-            if !self.is_empty() {
+            let remembered_left = self.pending.load(Ordering::Relaxed) < self.remembered.len();
+            if !self.is_empty() || remembered_left {
                 self.active.fetch_add(1, Ordering::SeqCst);
                 return false;
             }
-            if self.active.load(Ordering::SeqCst) == 0 {
+            if self.active.load(Ordering::SeqCst) == 0 || self.stop.load(Ordering::Relaxed) {
                 return true;
             }
             loom::thread::yield_now();
@@ -70,7 +98,10 @@ impl Mark {
     /// A GC thread's loop in `mark::parallel`.
     fn gc_thread(&self) {
         loop {
-            match self.pop() {
+            if self.stop.load(Ordering::Relaxed) {
+                return;
+            }
+            match self.pop().or_else(|| self.take_remembered()) {
                 Some(o) => {
                     if let Some(next) = self.trace(o) {
                         self.push(next);
@@ -122,7 +153,7 @@ impl Mark {
 
 #[test]
 fn an_assist_never_ends_a_mark_with_work_in_hand() {
-    assist_model(false);
+    assist_model(false, false);
 }
 
 /// The model can fail: an assist that hands its work back after leaving
@@ -131,31 +162,51 @@ fn an_assist_never_ends_a_mark_with_work_in_hand() {
 #[test]
 #[should_panic(expected = "object")]
 fn an_assist_that_hands_back_after_leaving_the_count_fails_the_model() {
-    assist_model(true);
+    assist_model(true, false);
 }
 
-fn assist_model(late_hand_back: bool) {
+/// A mark with a deadline (and so no assists) leaves what it did not
+/// trace, the remembered objects no thread claimed included, to the drain.
+#[test]
+fn a_deadline_leaves_what_no_thread_claimed_to_the_drain() {
+    assist_model(false, true);
+}
+
+fn assist_model(late_hand_back: bool, deadline: bool) {
     loom::model(move || {
         let mark = Arc::new(Mark {
             queue: Mutex::new(vec![1]),
             active: AtomicUsize::new(1),
             traced: Default::default(),
             drained: AtomicBool::new(false),
+            remembered: [REMEMBERED],
+            pending: AtomicUsize::new(0),
+            stop: AtomicBool::new(false),
+        });
+        let deadline_thread = deadline.then(|| {
+            let mark = mark.clone();
+            loom::thread::spawn(move || mark.stop.store(true, Ordering::Relaxed))
         });
         let gc = {
             let mark = mark.clone();
             loom::thread::spawn(move || mark.gc_thread())
         };
-        let assist = {
+        let assist = (!deadline).then(|| {
             let mark = mark.clone();
             loom::thread::spawn(move || mark.assist(late_hand_back))
-        };
+        });
         gc.join().unwrap();
         // `parallel`'s drain once the GC threads are done: what it finds
         // goes to the next round.
-        let left: Vec<usize> = std::mem::take(&mut *mark.queue.lock().unwrap());
+        let mut left: Vec<usize> = std::mem::take(&mut *mark.queue.lock().unwrap());
+        left.extend(mark.leave_remembered());
         mark.drained.store(true, Ordering::SeqCst);
-        assist.join().unwrap();
+        if let Some(t) = assist {
+            t.join().unwrap();
+        }
+        if let Some(t) = deadline_thread {
+            t.join().unwrap();
+        }
         // The next round traces what was left, and what it leads to.
         let mut next = left;
         while let Some(o) = next.pop() {

@@ -9,6 +9,7 @@
 
 use crate::sync::{yield_now, AtomicBool, Ordering};
 use std::cell::UnsafeCell;
+use std::marker::PhantomData;
 use std::ops::{Deref, DerefMut};
 
 /// A spin lock around a `T`.
@@ -56,7 +57,10 @@ impl<T> SpinLock<T> {
                     .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
                     .is_ok()
             {
-                return SpinGuard { lock: self };
+                return SpinGuard {
+                    lock: self,
+                    _not_shared: PhantomData,
+                };
             }
             spins += 1;
             if spins < 64 && !cfg!(loom) {
@@ -87,9 +91,18 @@ impl<T> SpinLock<T> {
 }
 
 /// Proof that the [`SpinLock`] is held; unlocks on drop.
+///
+/// `Sync` only for a `T: Sync` (it hands out `&T`): its `&SpinLock<T>` alone
+/// would make it `Sync` for any `T: Send`, std's `MutexGuard` bug of old
+/// (rust-lang/rust#41622). Not `Send`: unlocked by the thread that locked.
 pub(crate) struct SpinGuard<'a, T> {
     lock: &'a SpinLock<T>,
+    _not_shared: PhantomData<*const T>,
 }
+
+// SAFETY: a shared guard hands out `&T` only, which `T: Sync` allows on any
+// thread; the lock it holds is released only by its owner's drop.
+unsafe impl<T: Sync> Sync for SpinGuard<'_, T> {}
 
 impl<T> Deref for SpinGuard<'_, T> {
     type Target = T;

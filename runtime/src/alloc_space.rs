@@ -183,7 +183,10 @@ impl AllocSpace {
             self.young.lock().push(chunk.clone());
             *current = Some(chunk);
         }
-        current.as_ref().expect("a chunk with room").push(addr);
+        // The chunk in `local` is this thread's own (`Local` is the
+        // mutator's, never shared), with room (just checked).
+        // SAFETY: as just said.
+        unsafe { current.as_ref().expect("a chunk with room").push(addr) };
     }
 
     /// The mark word of the object at `addr`.

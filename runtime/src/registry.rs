@@ -79,13 +79,19 @@ impl Chunk {
         self.len.load(Ordering::Relaxed) == CHUNK_SLOTS
     }
 
-    /// Appends `addr`. Only the chunk's owner calls this, on a chunk that
-    /// is not full.
-    pub(crate) fn push(&self, addr: usize) {
+    /// Appends `addr`.
+    ///
+    /// # Safety
+    /// The caller is the chunk's owner (the one thread that pushes into
+    /// it), and the chunk is not full. (The chunk is shared, `Sync`, with
+    /// the collector, which only reads: a second pusher would race the
+    /// owner's plain write of the slot.)
+    pub(crate) unsafe fn push(&self, addr: usize) {
         debug_assert!(addr != 0);
         let i = self.len.load(Ordering::Relaxed);
         // SAFETY: slot `i` is at the published length: the owner's alone
-        // (readers read below a length they loaded), and we are the owner.
+        // (readers read below a length they loaded), and we are the owner
+        // (caller).
         self.slots[i].with_mut(|p| unsafe { *p = addr });
         self.len.store(i + 1, Ordering::Release);
     }
@@ -134,7 +140,9 @@ mod model {
                 let chunk = chunk.clone();
                 loom::thread::spawn(move || {
                     for i in 0..CHUNK_SLOTS {
-                        chunk.push(0x1000 + i);
+                        // SAFETY: this thread is the owner; CHUNK_SLOTS
+                        // pushes fill it.
+                        unsafe { chunk.push(0x1000 + i) };
                     }
                 })
             };

@@ -6,8 +6,10 @@
 //! in without the `unsafe impl` that promises it; brands mixed
 //! between calls; a barrier cell written through another runtime's or
 //! another call's `Mutation`; a cell value that tells the barrier its
-//! pointer its own way); each opt-in that must keep compiling is a
-//! `pass_*` case.
+//! pointer its own way; a field that must not leave its thread, which the
+//! finalizer thread would drop; a `Mutator`, an allocated bit's handle or
+//! a ban on pool waits sent to or shared with another thread); each opt-in
+//! that must keep compiling is a `pass_*` case.
 
 #[test]
 fn ui() {

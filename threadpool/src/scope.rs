@@ -218,9 +218,16 @@ impl std::fmt::Debug for Scope<'_> {
 /// every job holding one.
 struct ScopePtr<'scope>(*const Scope<'scope>);
 
-// SAFETY: `Scope` is `Sync`; the pointer is dereferenced only while the scope
-// is provably alive (it waits for the job carrying it).
+// SAFETY: `Scope` is `Sync` (checked just below, so that a field that
+// made it `!Sync` could not leave this impl standing); the pointer is
+// dereferenced only while the scope is provably alive (it waits for the job
+// carrying it).
 unsafe impl Send for ScopePtr<'_> {}
+
+const _: () = {
+    const fn sync<T: Sync>() {}
+    sync::<Scope<'static>>();
+};
 
 impl<'scope> ScopePtr<'scope> {
     /// The scope.

@@ -131,6 +131,32 @@ where
     V: CellValue + Trace + 'gc,
     S: Send + Sync + 'static,
 {
+    // In parts past two parts' worth of entries, as `ListObj` (`list.rs`):
+    // part 0 the log (first) and both arrays, part `k` the keys and values
+    // of a fixed range of entries, read as the dictionary is then. A
+    // removal's move of the last entry into the hole shades what it moved
+    // once a marker has met the log (`GcLog::moving`).
+    const TRACE_IN_PARTS: bool = K::NEEDS_TRACE || V::NEEDS_TRACE;
+
+    fn trace_parts(&self) -> usize {
+        crate::list::parts_for(self.len.get())
+    }
+
+    fn trace_part(&self, part: usize, tracer: &mut Tracer) {
+        if part == 0 {
+            self.log.trace(tracer);
+            self.entries.get().trace(tracer);
+            self.indices.trace(tracer);
+            return;
+        }
+        let len = self.len.get();
+        let entries = self.entries.get();
+        for e in crate::list::part_of(&entries[..len.min(entries.len())], part) {
+            e.key.get().trace(tracer);
+            e.value.get().trace(tracer);
+        }
+    }
+
     fn trace(&self, tracer: &mut Tracer) {
         self.log.trace(tracer);
         // `len` first, then the array, as readers do (`list.rs`).

@@ -62,6 +62,19 @@
 //! two cycles die young, and a large old collection changed in place costs
 //! the next minor cycle one retrace of it.
 //!
+//! # Long collections and the mark
+//! A list or dictionary of more than 512 elements is traced in parts
+//! (`Trace::TRACE_IN_PARTS`): its own fields, then 256 elements a part,
+//! each part a step of the mark that any GC thread or mark assist takes
+//! and that the mark's deadlines and slices fall between, as they do
+//! between chunks of a long managed array. Each part reads the collection
+//! as it is then; every change in the meantime goes through the
+//! collection's log and barriers, which shade what a store overwrites, a
+//! cut removes or a move relocates once a marker has met the collection,
+//! so no element is missed. (Traced whole, a rooted list of four million
+//! `Gc`s made a 196 ms pause, and holds of up to 91 ms in the mutators'
+//! assists.)
+//!
 //! # Example
 //! ```
 //! use loam_collections::{gc_format, GcDictionary, GcList, GcString};

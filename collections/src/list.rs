@@ -57,7 +57,7 @@
 
 use crate::lock::WriterGuard;
 use crate::lock::WriterLock;
-use loam_runtime::{AllocError, CellValue, Gc, GcCell, GcLog, Mutation, Trace, Tracer};
+use loam_runtime::{AllocError, CellValue, Gc, GcCell, GcLog, Mutation, Trace, Tracer, MAX_TRACE_PARTS};
 use std::cell::Cell;
 use std::cmp::Ordering;
 use std::fmt;
@@ -209,7 +209,38 @@ pub(crate) struct ListObj<'gc, T: CellValue + Trace + 'gc> {
 // cells is one (`set_recorded` and its kin, under the log's fence pair);
 // always needs tracing (3); no `Drop` (4). Slots past `len` hold values
 // the list no longer reaches (module docs).
+//
+// In parts (rule 6) once it is longer than two parts: part 0 is the log
+// (first) and the array, part `k` the values of slots `(k - 1) * PART` up
+// to `k * PART` (the last possible part, all from there), read as the
+// list is when the part runs. Every change of the list goes through its
+// log: a store shades what it overwrites, a cut what it cuts, and a move
+// (`insert`, `remove`, `sort`, growth into a new array) shades every value
+// it moved once a marker has met the log (`GcLog::moving`,
+// `after_unreported_stores`), as it must for one marker that reads the
+// slots while the moves run: parts read hours apart are no different.
 unsafe impl<'gc, T: CellValue + Trace + 'gc> Trace for ListObj<'gc, T> {
+    const TRACE_IN_PARTS: bool = T::NEEDS_TRACE;
+
+    fn trace_parts(&self) -> usize {
+        parts_for(self.len.get())
+    }
+
+    fn trace_part(&self, part: usize, tracer: &mut Tracer) {
+        if part == 0 {
+            self.log.trace(tracer);
+            self.items.get().trace(tracer);
+            return;
+        }
+        let len = self.len.get();
+        let items = self.items.get();
+        // SAFETY: the length was read before the array (module docs).
+        let cells = unsafe { in_use(items, len.min(items.len())) };
+        for cell in part_of(cells, part) {
+            cell.get().trace(tracer);
+        }
+    }
+
     fn trace(&self, tracer: &mut Tracer) {
         self.log.trace(tracer);
         let len = self.len.get();
@@ -222,6 +253,34 @@ unsafe impl<'gc, T: CellValue + Trace + 'gc> Trace for ListObj<'gc, T> {
             }
         }
     }
+}
+
+/// Elements a part of a collection's trace covers (`Trace::trace_part`):
+/// 2 KiB of 8-byte values, as the mark's chunks of an array.
+pub(crate) const PART: usize = 256;
+
+/// Parts of the trace of a collection of `len` elements: whole up to two
+/// parts' worth; else part 0 (the collection's own fields) and one a
+/// [`PART`] of elements, the last of the most the mark takes
+/// ([`MAX_TRACE_PARTS`]) holding all the rest.
+pub(crate) fn parts_for(len: usize) -> usize {
+    if len <= 2 * PART {
+        1
+    } else {
+        1 + len.div_ceil(PART).min(MAX_TRACE_PARTS - 1)
+    }
+}
+
+/// The elements of `all` that part `part` (1 or more) covers: a fixed
+/// range whatever the length (`Trace`, rule 6), empty past the end.
+pub(crate) fn part_of<E>(all: &[E], part: usize) -> &[E] {
+    let start = (part - 1).saturating_mul(PART);
+    let end = if part >= MAX_TRACE_PARTS - 1 {
+        all.len()
+    } else {
+        start + PART
+    };
+    all.get(start.min(all.len())..end.min(all.len())).unwrap_or(&[])
 }
 
 impl<'gc, T: CellValue + Trace + 'gc> ListObj<'gc, T> {
@@ -1481,5 +1540,34 @@ impl<'gc, T: CellValue + Trace + fmt::Debug + 'gc> fmt::Debug for Iter<'gc, T> {
         f.debug_struct("Iter")
             .field("left", &self.slots.len())
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::{part_of, parts_for, PART};
+    use loam_runtime::MAX_TRACE_PARTS;
+
+    /// The parts of a collection's trace cover each element once, in
+    /// order, whatever its length: up to two parts' worth whole (one
+    /// part), and past the most parts the mark takes, the last holding
+    /// the rest.
+    #[test]
+    fn the_parts_cover_every_element_once() {
+        let longest = (MAX_TRACE_PARTS + 3) * PART + 17;
+        let all: Vec<usize> = (0..longest).collect();
+        for len in [0, 1, 2 * PART, 2 * PART + 1, 1000, 4096, (MAX_TRACE_PARTS - 2) * PART + 1, longest] {
+            let elems = &all[..len];
+            let n = parts_for(len);
+            assert!((1..=MAX_TRACE_PARTS).contains(&n), "{n} parts for {len}");
+            if n == 1 {
+                assert!(len <= 2 * PART, "{len} elements traced whole");
+                continue;
+            }
+            let covered: Vec<usize> = (1..n).flat_map(|k| part_of(elems, k).iter().copied()).collect();
+            assert_eq!(covered, elems, "the parts of {len} elements");
+            // A part past the count (the collection shrank) is empty.
+            assert!(part_of(elems, n).is_empty() || n == MAX_TRACE_PARTS);
+        }
     }
 }

@@ -1451,3 +1451,112 @@ fn push_fmt_panics_as_format_does_when_a_display_impl_fails_and_keeps_what_came_
         );
     });
 }
+
+/// Lists and dictionaries longer than two parts are traced in parts
+/// (`Trace::TRACE_IN_PARTS`), each read as the collection is when it runs,
+/// on any GC thread or assist, while a mutator changes it: inserts and
+/// removals that shift elements from parts not yet read into parts read
+/// already, sorts, growth into new arrays, a dictionary's removal that
+/// moves its last entry into the hole. Every mark is concurrent (verify
+/// mode on: a reachable object left unmarked stops the process), and what
+/// the collections hold stays theirs, checked against a model at the end;
+/// once they are dropped every record is freed once.
+#[test]
+fn long_collections_traced_in_parts_keep_what_they_hold_through_changes_during_marks() {
+    let _serial = serial();
+    let drops = Arc::new(AtomicUsize::new(0));
+    let rt = concurrent_rt();
+    let mut m = rt.attach();
+    type L = Rootable!['gc => GcList<'gc, Gc<'gc, Record>>];
+    type D = Rootable!['gc => GcDictionary<'gc, u64, Gc<'gc, Record>>];
+    const START: u64 = 3_000;
+    let (list, dict): (Root<L>, Root<D>) = m.mutate(|mc| {
+        let l = GcList::new(mc);
+        let d = GcDictionary::new(mc);
+        for k in 0..START {
+            l.push(mc, record(mc, k, &drops));
+            d.insert(mc, k, record(mc, k, &drops));
+        }
+        (mc.root(mc.alloc(l)), mc.root(mc.alloc(d)))
+    });
+    let mut model: Vec<u64> = (0..START).collect();
+    let mut keys: std::collections::BTreeSet<u64> = (0..START).collect();
+    let (mut next, mut x, mut made) = (START, 0x9e37_79b9_7f4a_7c15_u64, 2 * START as usize);
+    let before = rt.stats();
+    for step in 0..6_000_u64 {
+        let r = xorshift(&mut x);
+        m.mutate(|mc| {
+            let l = *list.get(mc);
+            let d = *dict.get(mc);
+            let at = (r >> 8) as usize % (model.len() + 1);
+            match r % 8 {
+                0 | 1 => {
+                    l.insert(mc, at, record(mc, next, &drops));
+                    model.insert(at, next);
+                    made += 1;
+                }
+                2 | 3 if !model.is_empty() => {
+                    let i = at.min(model.len() - 1);
+                    assert_eq!(l.remove(mc, i).key, model.remove(i));
+                }
+                4 if !model.is_empty() => {
+                    let i = at.min(model.len() - 1);
+                    l.set(mc, i, record(mc, next, &drops));
+                    model[i] = next;
+                    made += 1;
+                }
+                5 if step % 64 == 5 => {
+                    // Reversed, then sorted back: every element moves.
+                    l.sort_by_key(mc, |rec| std::cmp::Reverse(rec.key));
+                    model.sort_unstable_by_key(|&k| std::cmp::Reverse(k));
+                }
+                _ => {
+                    l.push(mc, record(mc, next, &drops));
+                    model.push(next);
+                    made += 1;
+                }
+            }
+            // The dictionary: a new key, and the removal of an old one
+            // (its last entry moves into the hole).
+            d.insert(mc, next, record(mc, next, &drops));
+            keys.insert(next);
+            made += 1;
+            if let Some(&old) = keys.iter().nth((r >> 32) as usize % keys.len()) {
+                assert_eq!(d.remove(mc, &old).map(|rec| rec.key), Some(old));
+                keys.remove(&old);
+            }
+            next += 1;
+            // Garbage, so that cycles come while the changes go on.
+            for k in 0..64_u64 {
+                mc.alloc([k; 8]);
+            }
+        });
+    }
+    let s = rt.stats();
+    assert!(
+        s.cycles - before.cycles >= 10 && s.concurrent_cycles > before.concurrent_cycles,
+        "too few marks ran beside the changes: {s:?}"
+    );
+    collect(&mut m);
+    m.mutate(|mc| {
+        let got: Vec<u64> = list.get(mc).iter().map(|rec| rec.key).collect();
+        assert_eq!(got, model, "the list's records");
+        let d = *dict.get(mc);
+        assert_eq!(d.len(), keys.len());
+        for &k in &keys {
+            assert_eq!(
+                d.get(&k).map(|rec| rec.key),
+                Some(k),
+                "the dictionary's record {k}"
+            );
+        }
+    });
+    drop((list, dict));
+    collect(&mut m);
+    collect(&mut m);
+    assert_eq!(
+        drops.load(Ordering::Relaxed),
+        made,
+        "every record freed once"
+    );
+}

@@ -30,10 +30,23 @@ pub(crate) struct TypeDesc {
     /// elements in the range only, so that the mark traces a long array a
     /// chunk at a time (`mark.rs`, "Long arrays"). `None` otherwise.
     pub(crate) trace_elems: Option<unsafe fn(*const u8, std::ops::Range<usize>, &mut Tracer)>,
+    /// Of an object traced in parts (`Trace::TRACE_IN_PARTS`): its
+    /// `trace_parts` and `trace_part` (`mark.rs`, "Long arrays"). `None`
+    /// otherwise.
+    pub(crate) parts: Option<Parts>,
     /// Runs the payload's drop glue; `None` when it has none.
     pub(crate) drop: Option<unsafe fn(*mut u8)>,
     /// The type's name, for diagnostics.
     pub(crate) name: fn() -> &'static str,
+}
+
+/// An object's `Trace::trace_parts` and `Trace::trace_part`, erased into
+/// one call: traces part `k` of the object at the address (part 0 of an
+/// object of one part: the whole, with `trace`) and returns its count of
+/// parts as of now.
+#[derive(Clone, Copy)]
+pub(crate) struct Parts {
+    pub(crate) trace: unsafe fn(*const u8, usize, &mut Tracer) -> usize,
 }
 
 /// The header word: the descriptor's address in the low 48 bits, the owning
@@ -87,6 +100,7 @@ impl TypeDesc {
             elem_size,
             trace: if T::NEEDS_TRACE { Some(trace) } else { None },
             trace_elems: None,
+            parts: None,
             drop: if std::mem::needs_drop::<T>() {
                 Some(drop)
             } else {
@@ -112,13 +126,40 @@ impl TypeDesc {
 }
 
 impl<T: Trace> GcBox<T> {
-    const DESC: TypeDesc = TypeDesc::of::<T>(
-        std::mem::size_of::<GcBox<T>>(),
-        0,
-        Self::trace_erased,
-        Self::drop_erased,
-        std::any::type_name::<T>,
-    );
+    const DESC: TypeDesc = TypeDesc {
+        parts: if T::NEEDS_TRACE && T::TRACE_IN_PARTS {
+            Some(Parts {
+                trace: Self::trace_part_erased,
+            })
+        } else {
+            None
+        },
+        ..TypeDesc::of::<T>(
+            std::mem::size_of::<GcBox<T>>(),
+            0,
+            Self::trace_erased,
+            Self::drop_erased,
+            std::any::type_name::<T>,
+        )
+    };
+
+    /// [`Parts::trace`] for `T`: one call (through the descriptor) an
+    /// object, as for objects traced whole, of which most of a type that
+    /// may be parted are (a list of a few elements).
+    ///
+    /// # Safety
+    /// `p` is a live `GcBox<T>`.
+    unsafe fn trace_part_erased(p: *const u8, part: usize, tracer: &mut Tracer) -> usize {
+        // SAFETY: as in `trace_erased`.
+        let value = unsafe { &(*p.cast::<GcBox<T>>()).value };
+        let parts = value.trace_parts();
+        if part == 0 && parts <= 1 {
+            value.trace(tracer);
+        } else {
+            value.trace_part(part, tracer);
+        }
+        parts
+    }
 
     /// The header word for a `GcBox<T>` of runtime `id`.
     #[inline]
@@ -239,6 +280,7 @@ pub(crate) static STR_DESC: TypeDesc = TypeDesc {
     elem_size: 1,
     trace: None,
     trace_elems: None,
+    parts: None,
     drop: None,
     name: || "str",
 };
@@ -345,6 +387,7 @@ pub(crate) static FREED: TypeDesc = TypeDesc {
     elem_size: 0,
     trace: None,
     trace_elems: None,
+    parts: None,
     drop: None,
     name: || "<freed object>",
 };

@@ -393,4 +393,4 @@ pub mod fence;
 pub use loam_derive::Trace;
 #[doc(hidden)]
 pub use trace::__private;
-pub use trace::{Trace, Tracer, UnsafeDrop};
+pub use trace::{Trace, Tracer, UnsafeDrop, MAX_TRACE_PARTS};

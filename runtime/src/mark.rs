@@ -39,7 +39,11 @@
 //! chunk 64 the next 64, and so on ([`CHUNK_FANOUT`]), for any thread to
 //! steal. Each chunk counts its elements' bytes (the first the header's
 //! too) and the first counts the object. A chunk a writer's lock made the
-//! tracer defer is traced again alone ([`AGAIN`]). An entry is never more than a part of the gray set: chunks
+//! tracer defer is traced again alone ([`AGAIN`]). An object whose type
+//! traces in parts (`Trace::TRACE_IN_PARTS`: the collections, whose
+//! elements lie in arrays that trace nothing themselves) is cut the same
+//! way: part 0 is the entry its mark bit queued, and the object says how
+//! many parts it has as each queuing part runs (`Trace`, rule 6). An entry is never more than a part of the gray set: chunks
 //! are traced, left over and handed back like objects, within one mark,
 //! and only [`scan`] and the remembered objects' take read them. Tracing
 //! a marked array later, a chunk at a time, is what the snapshot barrier
@@ -262,11 +266,13 @@ unsafe fn scan(
         None => None,
     };
     // A chunk counts its elements' bytes, the first its header's too: the
-    // chunks of an array add up to its size. What is traced again was
-    // counted the first time.
+    // chunks of an array add up to its size. An object traced in parts
+    // counts at its first. What is traced again was counted the first
+    // time.
     if !again {
         out.bytes += match &chunked {
             Some((elems, _)) => elems.len() * desc.elem_size + if k == 0 { desc.size } else { 0 },
+            None if k > 0 => 0,
             // SAFETY: allocated, of this descriptor (caller).
             None => unsafe { desc.object_size(addr) },
         };
@@ -285,13 +291,26 @@ unsafe fn scan(
     // alone, and every scan sets it anew, so it is not reset after.
     tracer.set_current(addr, entry | AGAIN);
     // A live object of the descriptor's type (with the chunk's
-    // elements in it). Mutators running meanwhile change it only through
-    // barrier cells, which trace without a data race (module docs).
+    // elements in it; a parted object's descriptor is a sized one's, so
+    // `chunked` is `None` there). Mutators running meanwhile change it only
+    // through barrier cells, which trace without a data race (module docs).
     // SAFETY: as just said.
     let traced = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| unsafe {
-        match chunked {
-            Some((elems, trace_elems)) => trace_elems(addr as *const u8, elems, tracer),
-            None => trace(addr as *const u8, tracer),
+        match (chunked, desc.parts) {
+            (Some((elems, trace_elems)), _) => trace_elems(addr as *const u8, elems, tracer),
+            // An object traced in parts: part 0 is the entry its mark bit
+            // queued; it and every 64th part queue the next 64 parts, as
+            // many as the object says it has when each runs (its parts'
+            // shares do not depend on the count: `Trace`, rule 6).
+            (None, Some(parts)) => {
+                let n = (parts.trace)(addr as *const u8, k, tracer).min(crate::MAX_TRACE_PARTS);
+                if k % CHUNK_FANOUT == 0 && !again {
+                    for j in k + 1..n.min(k + CHUNK_FANOUT + 1) {
+                        push(addr | j << CHUNK_SHIFT);
+                    }
+                }
+            }
+            (None, None) => trace(addr as *const u8, tracer),
         }
     }));
     if let Err(payload) = traced {

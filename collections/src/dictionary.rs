@@ -132,29 +132,39 @@ where
     S: Send + Sync + 'static,
 {
     // In parts past two parts' worth of entries, as `ListObj` (`list.rs`):
-    // part 0 the log (first) and both arrays, part `k` the keys and values
-    // of a fixed range of entries, read as the dictionary is then. A
-    // removal's move of the last entry into the hole shades what it moved
-    // once a marker has met the log (`GcLog::moving`).
+    // part 0 the log (first), both arrays and, for a short dictionary,
+    // every entry; part `k` the keys and values of a fixed range of
+    // entries, read as the dictionary is then. A removal cuts what it
+    // removes and moves the last entry into the hole under
+    // `GcLog::moving`, which shades what it moved once a marker has met
+    // the log.
     const TRACE_IN_PARTS: bool = K::NEEDS_TRACE || V::NEEDS_TRACE;
 
-    fn trace_parts(&self) -> usize {
-        crate::list::parts_for(self.len.get())
-    }
-
-    fn trace_part(&self, part: usize, tracer: &mut Tracer) {
+    fn trace_part(&self, part: usize, tracer: &mut Tracer) -> usize {
         if part == 0 {
             self.log.trace(tracer);
-            self.entries.get().trace(tracer);
-            self.indices.trace(tracer);
-            return;
         }
+        // `len` first, then the array, as readers do (`list.rs`).
         let len = self.len.get();
         let entries = self.entries.get();
-        for e in crate::list::part_of(&entries[..len.min(entries.len())], part) {
+        let in_use = &entries[..len.min(entries.len())];
+        let parts = crate::list::parts_for(len);
+        let traced = if part == 0 {
+            entries.trace(tracer);
+            self.indices.trace(tracer);
+            if parts == 1 {
+                in_use
+            } else {
+                &[]
+            }
+        } else {
+            crate::list::part_of(in_use, part)
+        };
+        for e in traced {
             e.key.get().trace(tracer);
             e.value.get().trace(tracer);
         }
+        parts
     }
 
     fn trace(&self, tracer: &mut Tracer) {

@@ -211,34 +211,40 @@ pub(crate) struct ListObj<'gc, T: CellValue + Trace + 'gc> {
 // the list no longer reaches (module docs).
 //
 // In parts (rule 6) once it is longer than two parts: part 0 is the log
-// (first) and the array, part `k` the values of slots `(k - 1) * PART` up
-// to `k * PART` (the last possible part, all from there), read as the
-// list is when the part runs. Every change of the list goes through its
-// log: a store shades what it overwrites, a cut what it cuts, and a move
-// (`insert`, `remove`, `sort`, growth into a new array) shades every value
-// it moved once a marker has met the log (`GcLog::moving`,
-// `after_unreported_stores`), as it must for one marker that reads the
-// slots while the moves run: parts read hours apart are no different.
+// (first), the array and, for a short list, every value; part `k` the
+// values of slots `(k - 1) * PART` up to `k * PART` (the last possible
+// part, all from there), read as the list is when the part runs, the
+// length after the log (as `trace` reads it). Every change of the list
+// goes through its log and its cells once a marker has met the log: a
+// store shades what it overwrites, a cut what it cuts, a shift or a sort
+// stores each value it moves through the barrier (`put`, `set_recorded`,
+// or `GcLog::moving`'s shade), and growth into a new array keeps every
+// value at its index.
 unsafe impl<'gc, T: CellValue + Trace + 'gc> Trace for ListObj<'gc, T> {
     const TRACE_IN_PARTS: bool = T::NEEDS_TRACE;
 
-    fn trace_parts(&self) -> usize {
-        parts_for(self.len.get())
-    }
-
-    fn trace_part(&self, part: usize, tracer: &mut Tracer) {
+    fn trace_part(&self, part: usize, tracer: &mut Tracer) -> usize {
         if part == 0 {
             self.log.trace(tracer);
-            self.items.get().trace(tracer);
-            return;
         }
         let len = self.len.get();
         let items = self.items.get();
         // SAFETY: the length was read before the array (module docs).
         let cells = unsafe { in_use(items, len.min(items.len())) };
-        for cell in part_of(cells, part) {
-            cell.get().trace(tracer);
+        let parts = parts_for(len);
+        if part == 0 {
+            items.trace(tracer);
+            if parts == 1 {
+                for cell in cells {
+                    cell.get().trace(tracer);
+                }
+            }
+        } else {
+            for cell in part_of(cells, part) {
+                cell.get().trace(tracer);
+            }
         }
+        parts
     }
 
     fn trace(&self, tracer: &mut Tracer) {

@@ -28,7 +28,9 @@
 //! A second model checks that a push during a concurrent mark is traced
 //! by the marker or shaded by the pusher (`shade_pushed`), and a third
 //! that a sort during a concurrent mark leaves every element traced or
-//! shaded by the time the mark ends (`GcLog::moving`).
+//! shaded by the time the mark ends (`GcLog::moving`). A fourth has the
+//! marker trace the list in parts (`ListObj::trace_part`): the count of
+//! parts is read after the log met the marker, or a push is missed.
 
 use loom::cell::UnsafeCell;
 use loom::sync::atomic::{AtomicUsize, Ordering};
@@ -406,4 +408,75 @@ fn a_sort_whose_bracket_opens_after_the_moves_fails() {
 #[should_panic(expected = "left an element unmarked")]
 fn a_sort_without_the_sorters_fence_fails() {
     sort_against_a_marker(false, true, true);
+}
+
+/// A push during a mark against a marker tracing the list in parts
+/// (`ListObj::trace_part`): part 0 meets the log (owner, fence) and then
+/// reads the length, whose count of parts queues the later parts, each of
+/// which reads its slot. The pusher is `push_against_a_marker`'s. In every
+/// interleaving the pushed value is in a part the marker traces, or the
+/// pusher shades it. Reading the length (the count) before the log, as a
+/// first version did, fails: the count misses the push, and the pusher,
+/// before the log met its marker, does not shade.
+fn push_against_parts(count_first: bool) {
+    use loom::sync::atomic::{fence, AtomicBool};
+    struct Pushed {
+        owner: AtomicUsize,
+        len: AtomicUsize,
+        slots: [AtomicUsize; 2],
+        shaded: AtomicBool,
+    }
+    loom::model(move || {
+        // One element already (5); a part a slot.
+        let p = Arc::new(Pushed {
+            owner: AtomicUsize::new(0),
+            len: AtomicUsize::new(1),
+            slots: [AtomicUsize::new(5), AtomicUsize::new(0)],
+            shaded: AtomicBool::new(false),
+        });
+        let marker = {
+            let p = p.clone();
+            loom::thread::spawn(move || {
+                let early = p.len.load(Ordering::Acquire);
+                adopt(&p.owner, true);
+                let parts = if count_first {
+                    early
+                } else {
+                    p.len.load(Ordering::Acquire)
+                };
+                // The later parts, each reading the list as it is then.
+                (0..parts).any(|k| {
+                    k < p.len.load(Ordering::Acquire) && p.slots[k].load(Ordering::Relaxed) == 7
+                })
+            })
+        };
+        let pusher = {
+            let p = p.clone();
+            loom::thread::spawn(move || {
+                p.slots[1].store(7, Ordering::Relaxed);
+                p.len.store(2, Ordering::Release);
+                fence(Ordering::SeqCst);
+                if p.owner.load(Ordering::Relaxed) != 0 {
+                    p.shaded.store(true, Ordering::Relaxed);
+                }
+            })
+        };
+        let read = marker.join().unwrap();
+        pusher.join().unwrap();
+        assert!(
+            read || p.shaded.load(Ordering::Relaxed),
+            "a value pushed during a mark was in no part traced and not shaded"
+        );
+    });
+}
+
+#[test]
+fn a_push_is_in_a_traced_part_or_shaded() {
+    push_against_parts(false);
+}
+
+#[test]
+#[should_panic(expected = "in no part traced and not shaded")]
+fn counting_the_parts_before_the_log_fails() {
+    push_against_parts(true);
 }

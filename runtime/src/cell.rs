@@ -787,6 +787,11 @@ impl<'gc, T: Trace + 'gc> GcLock<'gc, T> {
 /// Shades what a lock's contents point to; a panic of the user's `Trace`
 /// impl is logged (the cycle under way then frees nothing) and goes on.
 fn shade_contents<T: Trace + ?Sized>(mc: &Mutation<'_>, contents: &T) {
+    // A bracket of its own around the shade's and the record: the shade's
+    // closes as the panic unwinds out of it, and a ragged end that waited
+    // only for that one could check for panics before the record and
+    // sweep on marks the panic made incomplete.
+    let _bracket = mc.shading();
     if let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| mc.shade(contents))) {
         mc.shared().shade_panics.record_for_mark(
             crate::panics::Kind::Trace,

@@ -31,8 +31,7 @@ pub(crate) struct TypeDesc {
     /// chunk at a time (`mark.rs`, "Long arrays"). `None` otherwise.
     pub(crate) trace_elems: Option<unsafe fn(*const u8, std::ops::Range<usize>, &mut Tracer)>,
     /// Of an object traced in parts (`Trace::TRACE_IN_PARTS`): its
-    /// `trace_parts` and `trace_part` (`mark.rs`, "Long arrays"). `None`
-    /// otherwise.
+    /// `trace_part` (`mark.rs`, "Long arrays"). `None` otherwise.
     pub(crate) parts: Option<Parts>,
     /// Runs the payload's drop glue; `None` when it has none.
     pub(crate) drop: Option<unsafe fn(*mut u8)>,
@@ -40,10 +39,8 @@ pub(crate) struct TypeDesc {
     pub(crate) name: fn() -> &'static str,
 }
 
-/// An object's `Trace::trace_parts` and `Trace::trace_part`, erased into
-/// one call: traces part `k` of the object at the address (part 0 of an
-/// object of one part: the whole, with `trace`) and returns its count of
-/// parts as of now.
+/// An object's `Trace::trace_part`, erased: traces part `k` of the object
+/// at the address and returns its count of parts, read after.
 #[derive(Clone, Copy)]
 pub(crate) struct Parts {
     pub(crate) trace: unsafe fn(*const u8, usize, &mut Tracer) -> usize,
@@ -151,14 +148,7 @@ impl<T: Trace> GcBox<T> {
     /// `p` is a live `GcBox<T>`.
     unsafe fn trace_part_erased(p: *const u8, part: usize, tracer: &mut Tracer) -> usize {
         // SAFETY: as in `trace_erased`.
-        let value = unsafe { &(*p.cast::<GcBox<T>>()).value };
-        let parts = value.trace_parts();
-        if part == 0 && parts <= 1 {
-            value.trace(tracer);
-        } else {
-            value.trace_part(part, tracer);
-        }
-        parts
+        unsafe { (*p.cast::<GcBox<T>>()).value.trace_part(part, tracer) }
     }
 
     /// The header word for a `GcBox<T>` of runtime `id`.

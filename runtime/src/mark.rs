@@ -135,8 +135,16 @@ const CONCURRENT_SERIAL_TIME: std::time::Duration = std::time::Duration::from_mi
 /// What marking found.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Marked {
+    /// Bytes of the objects marked: live data.
     pub(crate) bytes: usize,
     pub(crate) objects: u64,
+    /// The work done, in bytes: `bytes`, and a word an edge for the parts
+    /// of objects traced in parts past their first (which mark no object
+    /// of their own: the elements' array was counted as the object it
+    /// is). What pays an assist's debt and earns the GC threads' credit:
+    /// by `bytes` alone, an assist that traced parts paid nothing and ran
+    /// to its slice's end again and again.
+    pub(crate) work: usize,
 }
 
 impl Marked {
@@ -144,6 +152,7 @@ impl Marked {
     pub(crate) fn add(&mut self, other: Marked) {
         self.bytes += other.bytes;
         self.objects += other.objects;
+        self.work += other.work;
     }
 }
 
@@ -175,7 +184,8 @@ impl Entry {
         self.0 & ((1 << CHUNK_SHIFT) - 1)
     }
 
-    /// The chunk: 0 for a whole object, or an array's first chunk.
+    /// The chunk: 0 for a whole object, an array's first chunk or an
+    /// object's first part (`Trace::trace_part`); else the chunk or part.
     #[inline(always)]
     fn chunk(&self) -> usize {
         (self.0 & !AGAIN) >> CHUNK_SHIFT
@@ -233,8 +243,8 @@ unsafe fn chunk(desc: &TypeDesc, addr: usize, k: usize, push: &mut impl FnMut(us
 }
 
 /// Traces the object of `entry` (already marked), or the chunk of an array
-/// it names, marking and pushing what it points to; returns how many
-/// edges it traced.
+/// or the part of an object it names, marking and pushing what it points
+/// to; returns how many edges it traced.
 ///
 /// # Safety
 /// The entry's object is an allocated, marked managed object; no sweep
@@ -270,12 +280,14 @@ unsafe fn scan(
     // counts at its first. What is traced again was counted the first
     // time.
     if !again {
-        out.bytes += match &chunked {
+        let bytes = match &chunked {
             Some((elems, _)) => elems.len() * desc.elem_size + if k == 0 { desc.size } else { 0 },
             None if k > 0 => 0,
             // SAFETY: allocated, of this descriptor (caller).
             None => unsafe { desc.object_size(addr) },
         };
+        out.bytes += bytes;
+        out.work += bytes;
         if k == 0 {
             out.objects += 1;
         }
@@ -283,6 +295,7 @@ unsafe fn scan(
     let Some(trace) = desc.trace else {
         return 0;
     };
+    let later_part = k > 0 && chunked.is_none();
     // Caught here without `panics::contain` (which quiets the panic hook
     // through a thread local, twice per object: 20 ms more mark time on
     // binary-trees): the hook prints a panicking `Trace` impl's message as
@@ -302,9 +315,13 @@ unsafe fn scan(
             // queued; it and every 64th part queue the next 64 parts, as
             // many as the object says it has when each runs (its parts'
             // shares do not depend on the count: `Trace`, rule 6).
+            // Traced again because a writer held a lock inside: whole, as
+            // the first trace may have been (one part) when the object has
+            // more parts now, whose queuing this entry must not repeat.
+            (None, Some(_)) if again => trace(addr as *const u8, tracer),
             (None, Some(parts)) => {
                 let n = (parts.trace)(addr as *const u8, k, tracer).min(crate::MAX_TRACE_PARTS);
-                if k % CHUNK_FANOUT == 0 && !again {
+                if k % CHUNK_FANOUT == 0 {
                     for j in k + 1..n.min(k + CHUNK_FANOUT + 1) {
                         push(addr | j << CHUNK_SHIFT);
                     }
@@ -324,6 +341,10 @@ unsafe fn scan(
         return 0;
     }
     let edges = tracer.edges().len();
+    if later_part {
+        // A later part of an object traced in parts: its work (`Marked`).
+        out.work += std::mem::size_of_val(tracer.edges());
+    }
     for &e in tracer.edges() {
         // An edge of a live object is an allocated object
         // (Trace's contract 1: everything reachable was reported, so
@@ -581,7 +602,7 @@ pub(crate) unsafe fn assist(
     let mut tracer = Tracer::new();
     let mut looks = Looks::default();
     let mut took = false;
-    while out.bytes < budget && !(looks.due() && Instant::now() >= deadline) {
+    while out.work < budget && !(looks.due() && Instant::now() >= deadline) {
         let Some(addr) = local.pop().or_else(|| steal_any(&local, &share.injector, &share.stealers)) else {
             break;
         };
@@ -599,7 +620,8 @@ pub(crate) unsafe fn assist(
     tracer.take_deferred(&mut deferred);
     for x in deferred {
         // `gray` takes objects only (the ragged end reads their headers):
-        // a chunk deferred here is traced again whole.
+        // a chunk deferred here is traced again whole, a part from part 0
+        // (all its parts queued again: traced twice, which is harmless).
         gray.push(Entry(x).object());
     }
     share.assisted_bytes.fetch_add(out.bytes, Ordering::Relaxed);
@@ -822,15 +844,15 @@ pub(crate) unsafe fn parallel(
         let mut tracer = Tracer::new();
         let mut out = Marked::default();
         let mut looks = Looks::default();
-        let mut reported = 0;
+        let (mut reported, mut credited) = (0, 0);
         loop {
             if let Some(shared) = limits.progress {
-                if out.bytes - reported >= PROGRESS_BYTES {
+                if out.work - credited >= PROGRESS_BYTES {
                     shared.saw_live(out.bytes - reported);
                     if assists.is_some() {
-                        share.add_credit(out.bytes - reported, shared);
+                        share.add_credit(out.work - credited, shared);
                     }
-                    reported = out.bytes;
+                    (reported, credited) = (out.bytes, out.work);
                 }
             }
             if limits.deadline.is_some()
@@ -887,9 +909,9 @@ pub(crate) unsafe fn parallel(
     leave_remembered(leftover);
     out.bytes += share.assisted_bytes.load(Ordering::Relaxed);
     out.objects += share.assisted_objects.load(Ordering::Relaxed);
-    results.into_iter().fold(out, |a, b| Marked {
-        bytes: a.bytes + b.bytes,
-        objects: a.objects + b.objects,
+    results.into_iter().fold(out, |mut a, b| {
+        a.add(b);
+        a
     })
 }
 

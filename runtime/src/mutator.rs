@@ -806,7 +806,7 @@ impl Mutator {
                 owing = Some((mark, debt, minimum));
                 continue;
             }
-            let left = debt.saturating_sub(m.bytes);
+            let left = debt.saturating_sub(m.work);
             self.assist_debt.set(left);
             if left == 0 {
                 break;
@@ -1111,7 +1111,7 @@ impl Mutator {
         if worked {
             self.held(Hold::Assist, took);
         }
-        let left = debt.saturating_sub(m.bytes);
+        let left = debt.saturating_sub(m.work);
         self.assist_debt.set(if paced {
             // Owed in full: the next chunk, or the next call's pacing,
             // pays it (or waits for the cycle, if the GC threads hold the

@@ -81,16 +81,21 @@ use std::time::Duration;
 ///    panic there leaves that value unshaded while the mark runs on;
 /// 6. with [`TRACE_IN_PARTS`](Trace::TRACE_IN_PARTS), make the parts cover
 ///    what `trace` would, as the value is when each part runs: the mark
-///    traces part 0 first, then each later part `k` at most once, at any
-///    later point of the same mark and on any thread, for every `k` below
-///    what [`trace_parts`](Trace::trace_parts) returned when the part that
-///    queued it ran (part 0 queues parts 1 to 64, part 64 the next 64, and
-///    so on). Part `k`'s share must not depend on that count (a fixed
-///    range of elements, say), and anything the value reached when part 0
-///    ran but no longer reaches when its part runs (cut, or moved to a
-///    part traced already) must have been shaded by the store that changed
-///    it: a value whose changes go through barrier cells whose owner's
-///    [`GcLog`](crate::GcLog) part 0 reports first has that from the log
+///    traces part 0 first, then each later part `k` (once, or more often:
+///    tracing again is harmless), at any later point of the same mark and
+///    on any thread, for every `k` below the count the part that queued
+///    it returned (part 0 queues parts 1 to 64, part 64 the next 64, and
+///    so on), and never a part at or past [`MAX_TRACE_PARTS`]: part
+///    `MAX_TRACE_PARTS - 1` reports everything from its share on. Part
+///    `k`'s share must not depend on the count (a fixed range of elements,
+///    say). Each part reads the count *after* what it reports, and part 0
+///    reports the value's [`GcLog`](crate::GcLog) before it reads anything
+///    the log covers: a change made after the log met its marker shades
+///    what it stores, and one made before is what the count read after it
+///    sees. Anything the value reached when part 0 ran but no longer
+///    reaches when its part runs (cut, or moved to a part traced already
+///    or past the count) must have been shaded by the change: a value
+///    whose changes all go through its log and barrier cells has that
 ///    (the collections' objects are such values).
 ///
 /// # Examples
@@ -136,32 +141,28 @@ pub unsafe trait Trace: Send + Sync {
     const NEEDS_TRACE: bool = true;
 
     /// Whether the mark may trace an object of this type in parts
-    /// ([`trace_parts`](Trace::trace_parts), [`trace_part`](Trace::trace_part)),
-    /// as it traces a long managed array a chunk at a time: for a type
-    /// that can reach a great many pointers from one object (a
-    /// collection whose elements live in an array that traces nothing
-    /// itself), so that no one step of the mark, which its pauses, its
-    /// assists and its deadlines cannot cut, traces them all. `false` (the
-    /// default): always whole, with [`trace`](Trace::trace). Only an
-    /// object's own payload is ever traced in parts; a value inside
-    /// another object is traced whole with it.
+    /// ([`trace_part`](Trace::trace_part)), as it traces a long managed
+    /// array a chunk at a time: for a type that can reach a great many
+    /// pointers from one object (a collection whose elements live in an
+    /// array that traces nothing itself), so that no one step of the mark,
+    /// which its pauses, its assists and its deadlines cannot cut, traces
+    /// them all. `false` (the default): always whole, with
+    /// [`trace`](Trace::trace). Only an object's own payload is ever traced
+    /// in parts; a value inside another object is traced whole with it.
     const TRACE_IN_PARTS: bool = false;
 
-    /// With [`TRACE_IN_PARTS`](Trace::TRACE_IN_PARTS): into how many parts
-    /// the mark may cut this value's trace now, at most
-    /// [`MAX_TRACE_PARTS`] (more count as that many). 1, the default,
-    /// traces it whole with [`trace`](Trace::trace).
-    fn trace_parts(&self) -> usize {
-        1
-    }
-
     /// With [`TRACE_IN_PARTS`](Trace::TRACE_IN_PARTS): reports the managed
-    /// pointers of part `part` (safety rule 6). The default reports
-    /// everything in part 0 and nothing in the others.
-    fn trace_part(&self, part: usize, tracer: &mut Tracer) {
+    /// pointers of part `part` and returns how many parts the value has
+    /// now, read after them (safety rule 6): 1 if part 0 reported
+    /// everything (a short collection, traced in one step). The mark calls
+    /// it in place of `trace`, and `trace` where it must see the whole at
+    /// once (verify mode, an object a held `GcLock` made it trace again).
+    /// The default traces the whole as part 0.
+    fn trace_part(&self, part: usize, tracer: &mut Tracer) -> usize {
         if part == 0 {
             self.trace(tracer);
         }
+        1
     }
 
     /// Reports every managed pointer this value owns to `tracer`.
@@ -169,8 +170,9 @@ pub unsafe trait Trace: Send + Sync {
 }
 
 /// The most parts the mark cuts an object's trace into
-/// ([`Trace::trace_parts`]): its queue entries number an object's parts,
-/// as an array's chunks, in 15 bits.
+/// ([`Trace::trace_part`]): its queue entries number an object's parts,
+/// as an array's chunks, in 15 bits. A larger count counts as this, and
+/// the last part reports the rest.
 pub const MAX_TRACE_PARTS: usize = 1 << 15;
 
 /// The visitor `trace` reports managed pointers to.

@@ -71,9 +71,10 @@
 //! as it is then; every change in the meantime goes through the
 //! collection's log and barriers, which shade what a store overwrites, a
 //! cut removes or a move relocates once a marker has met the collection,
-//! so no element is missed. (Traced whole, a rooted list of four million
-//! `Gc`s made a 196 ms pause, and holds of up to 91 ms in the mutators'
-//! assists.)
+//! so no element is missed. (A rooted list of four million `Gc`s, changed
+//! once a call, `cargo run --release --example long_list -- 4000000`:
+//! traced whole, the collector's longest pause was 110 ms and the
+//! mutator's holds reached 22 ms; in parts, 0.15 ms and 0.26 ms.)
 //!
 //! # Example
 //! ```

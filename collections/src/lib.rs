@@ -64,7 +64,9 @@
 //!
 //! # Long collections and the mark
 //! A list or dictionary of more than 512 elements is traced in parts
-//! (`Trace::TRACE_IN_PARTS`): its own fields, then 256 elements a part,
+//! (`Trace::TRACE_IN_PARTS`): its own fields, then 256 elements a part
+//! (parts grow past a million elements, to 32,768 elements past 130
+//! million),
 //! each part a step of the mark that any GC thread or mark assist takes
 //! and that the mark's deadlines and slices fall between, as they do
 //! between chunks of a long managed array. Each part reads the collection

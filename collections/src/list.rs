@@ -261,30 +261,55 @@ unsafe impl<'gc, T: CellValue + Trace + 'gc> Trace for ListObj<'gc, T> {
     }
 }
 
-/// Elements a part of a collection's trace covers (`Trace::trace_part`):
-/// 2 KiB of 8-byte values, as the mark's chunks of an array.
+/// Elements a part of a collection's trace covers (`Trace::trace_part`)
+/// at first: 2 KiB of 8-byte values, as the mark's chunks of an array.
 pub(crate) const PART: usize = 256;
 
+/// Parts of each size: the first [`GROUP`] parts cover [`PART`] elements
+/// each, the next `GROUP` twice that, and so on, so that the most parts
+/// the mark takes ([`MAX_TRACE_PARTS`], eight groups) cover 267 million
+/// elements in steps of at most 32,768 of them; past that, the last part
+/// holds the rest. Each part's range is fixed, whatever the length
+/// (`Trace`, rule 6).
+const GROUP: usize = MAX_TRACE_PARTS / 8;
+
+/// The first element of part `part` (1 or more).
+fn part_start(part: usize) -> usize {
+    let (g, r) = ((part - 1) / GROUP, (part - 1) % GROUP);
+    // Groups 0 .. g hold PART * GROUP * (2^g - 1) elements.
+    (PART * GROUP) * ((1 << g) - 1) + r * (PART << g)
+}
+
 /// Parts of the trace of a collection of `len` elements: whole up to two
-/// parts' worth; else part 0 (the collection's own fields) and one a
-/// [`PART`] of elements, the last of the most the mark takes
-/// ([`MAX_TRACE_PARTS`]) holding all the rest.
+/// parts' worth (1); else part 0 (the collection's own fields) and as many
+/// as cover `len` elements, at most [`MAX_TRACE_PARTS`] in all.
 pub(crate) fn parts_for(len: usize) -> usize {
     if len <= 2 * PART {
-        1
-    } else {
-        1 + len.div_ceil(PART).min(MAX_TRACE_PARTS - 1)
+        return 1;
     }
+    // The first part that starts at or past `len`: the count. A binary
+    // search over the part numbers, whose starts grow with them.
+    let (mut lo, mut hi) = (1, MAX_TRACE_PARTS);
+    while lo < hi {
+        let mid = (lo + hi) / 2;
+        if part_start(mid) >= len {
+            hi = mid;
+        } else {
+            lo = mid + 1;
+        }
+    }
+    lo
 }
 
 /// The elements of `all` that part `part` (1 or more) covers: a fixed
-/// range whatever the length (`Trace`, rule 6), empty past the end.
+/// range whatever the length (`Trace`, rule 6), empty past the end; the
+/// last part the mark takes, all the rest.
 pub(crate) fn part_of<E>(all: &[E], part: usize) -> &[E] {
-    let start = (part - 1).saturating_mul(PART);
+    let start = part_start(part.min(MAX_TRACE_PARTS - 1));
     let end = if part >= MAX_TRACE_PARTS - 1 {
         all.len()
     } else {
-        start + PART
+        part_start(part + 1)
     };
     all.get(start.min(all.len())..end.min(all.len())).unwrap_or(&[])
 }
@@ -1556,24 +1581,33 @@ mod tests {
 
     /// The parts of a collection's trace cover each element once, in
     /// order, whatever its length: up to two parts' worth whole (one
-    /// part), and past the most parts the mark takes, the last holding
-    /// the rest.
+    /// part), parts growing by groups, and past the most parts the mark
+    /// takes, the last holding the rest.
     #[test]
     fn the_parts_cover_every_element_once() {
-        let longest = (MAX_TRACE_PARTS + 3) * PART + 17;
-        let all: Vec<usize> = (0..longest).collect();
-        for len in [0, 1, 2 * PART, 2 * PART + 1, 1000, 4096, (MAX_TRACE_PARTS - 2) * PART + 1, longest] {
-            let elems = &all[..len];
+        use super::part_start;
+        let longest = part_start(MAX_TRACE_PARTS - 1) + 3 * PART + 17;
+        let group = super::GROUP * PART;
+        for len in [0, 1, 2 * PART, 2 * PART + 1, 1000, 4096, group, group + 1, 3 * group + 5, longest] {
+            // Zero-sized elements: a slice of any length, for free; a part
+            // is told by its length and where it starts (counted).
+            let elems = vec![(); len];
             let n = parts_for(len);
             assert!((1..=MAX_TRACE_PARTS).contains(&n), "{n} parts for {len}");
             if n == 1 {
                 assert!(len <= 2 * PART, "{len} elements traced whole");
                 continue;
             }
-            let covered: Vec<usize> = (1..n).flat_map(|k| part_of(elems, k).iter().copied()).collect();
-            assert_eq!(covered, elems, "the parts of {len} elements");
+            let mut next = 0;
+            for k in 1..n {
+                let part = part_of(&elems, k);
+                assert_eq!(part_start(k).min(len), next, "part {k} of {len} starts where {} ended", k - 1);
+                assert!(k == MAX_TRACE_PARTS - 1 || part.len() <= 128 * PART, "part {k} of {len}");
+                next += part.len();
+            }
+            assert_eq!(next, len, "the parts of {len} elements cover them");
             // A part past the count (the collection shrank) is empty.
-            assert!(part_of(elems, n).is_empty() || n == MAX_TRACE_PARTS);
+            assert!(n == MAX_TRACE_PARTS || part_of(&elems, n).is_empty());
         }
     }
 }

@@ -40,7 +40,7 @@ pub(crate) struct TypeDesc {
 }
 
 /// An object's `Trace::trace_part`, erased: traces part `k` of the object
-/// at the address and returns its count of parts, read after.
+/// at the address and returns its count of parts as of now.
 #[derive(Clone, Copy)]
 pub(crate) struct Parts {
     pub(crate) trace: unsafe fn(*const u8, usize, &mut Tracer) -> usize,

@@ -88,16 +88,15 @@ use std::time::Duration;
 ///    so on), and never a part at or past [`MAX_TRACE_PARTS`]: part
 ///    `MAX_TRACE_PARTS - 1` reports everything from its share on. Part
 ///    `k`'s share must not depend on the count (a fixed range of elements,
-///    say). Each part reads the count *after* what it reports, and part 0
-///    reports the value's [`GcLog`](crate::GcLog) before it reads anything
-///    the log covers: a change made after the log met its marker shades
-///    what it stores, and one made before is what the count read after it
-///    sees. Anything the value reached when part 0 ran but no longer
-///    reaches when its part runs (cut, or moved to a part traced already
-///    or past the count) must have been shaded by the change: a value
-///    whose changes all go through its log and barrier cells has that
-///    (the collections' objects are such values).
-///
+///    say). Part 0 reports the value's [`GcLog`](crate::GcLog) before it
+///    reads anything the log covers, the count included: a change made
+///    before that is what part 0's count, and each later part's reads,
+///    see; every change made after it must shade what it stores, and
+///    whatever the value reached when part 0 ran but no longer reaches
+///    when its part runs (cut, or moved to a part traced already or past
+///    the count its queuing part saw). A value whose changes all go
+///    through its log and barrier cells has that (the collections'
+///    objects are such values).///
 /// # Examples
 /// Derive it:
 /// ```
@@ -153,8 +152,8 @@ pub unsafe trait Trace: Send + Sync {
 
     /// With [`TRACE_IN_PARTS`](Trace::TRACE_IN_PARTS): reports the managed
     /// pointers of part `part` and returns how many parts the value has
-    /// now, read after them (safety rule 6): 1 if part 0 reported
-    /// everything (a short collection, traced in one step). The mark calls
+    /// now (part 0 reads it after its log: safety rule 6): 1 if part 0
+    /// reported everything (a short collection, traced in one step). The mark calls
     /// it in place of `trace`, and `trace` where it must see the whole at
     /// once (verify mode, an object a held `GcLock` made it trace again).
     /// The default traces the whole as part 0.

@@ -610,7 +610,7 @@ pub(crate) fn cycle(
         }
         // 5. Weak references.
         if stopped {
-            mark_weak(shared, c.weak_at_stop);
+            mark_weak(shared, c.weak_at_stop, c.full);
         }
     }
     let goal = c.resume(gen, m, mark_failed);
@@ -712,7 +712,7 @@ impl<'a> Cycle<'a> {
             full,
             marks_cleared: mark_clear.is_some(),
             heap_at_stop: shared.heap_used.load(Ordering::Relaxed),
-            weak_at_stop: shared.weak.lock().len(),
+            weak_at_stop: shared.weak.lock().registered(),
             ..Cycle::new(shared, pool, start, heap_before, seal, stop_time, mark_clear)
         };
         (cycle, mutators, remembered)
@@ -1265,12 +1265,13 @@ impl<'a> Cycle<'a> {
     }
 }
 
-/// Clears the weak cells of the first `upto` (those registered as the mark
-/// began; every one, `usize::MAX`, in a ragged cycle, whose marks shade
-/// the cells made during it) whose target is unmarked (see
-/// `weak::process`). With the world stopped, or at a ragged mark's end
-/// under the weak gate's write lock (`ragged.rs`).
-fn mark_weak(shared: &Shared, upto: usize) {
+/// Clears the weak cells of the first `upto` young ones (those registered
+/// as the mark began; every one, `usize::MAX`, in a ragged cycle, whose
+/// marks shade the cells made during it), and of the old ones in a `full`
+/// cycle, whose target is unmarked (see `weak::WeakCells`). With the world
+/// stopped, or at a ragged mark's end under the weak gate's write lock
+/// (`ragged.rs`).
+fn mark_weak(shared: &Shared, upto: usize, full: bool) {
     let _walk = crate::runtime::Walk::begin(&shared.weak_walked);
     let mut cells = shared.weak.lock();
     // SAFETY: every registered cell, and every nonzero target, is an
@@ -1278,7 +1279,7 @@ fn mark_weak(shared: &Shared, upto: usize) {
     // targets cleared once unmarked, both before the sweep that frees
     // them); the mark is complete; mark bits are atomic, and no upgrade
     // shades meanwhile (world stopped, or the weak gate held).
-    crate::weak::process(&mut cells, upto, |addr| unsafe { shared.space.is_marked(addr) });
+    cells.process(upto, full, |addr| unsafe { shared.space.is_marked(addr) });
 }
 
 /// Verify mode: the parallel marks must equal a single-threaded re-mark

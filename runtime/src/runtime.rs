@@ -101,8 +101,8 @@ pub(crate) struct Shared {
     pub(crate) handshake: Handshake,
     pub(crate) mutators: Mutex<Vec<Arc<MutatorShared>>>,
     pub(crate) globals: Mutex<RootTable>,
-    /// Addresses of the live weak cells.
-    pub(crate) weak: Mutex<Vec<usize>>,
+    /// The live weak cells.
+    pub(crate) weak: Mutex<crate::weak::WeakCells>,
     /// Raised while the collector wants or holds `globals`, `weak` ([`Walk`]).
     pub(crate) globals_walked: AtomicBool,
     pub(crate) weak_walked: AtomicBool,
@@ -1605,7 +1605,7 @@ impl RuntimeBuilder {
             handshake: Handshake::for_runtime(id),
             mutators: Mutex::new(Vec::new()),
             globals: Mutex::new(RootTable::default()),
-            weak: Mutex::new(Vec::new()),
+            weak: Mutex::new(crate::weak::WeakCells::default()),
             globals_walked: AtomicBool::new(false),
             weak_walked: AtomicBool::new(false),
             heap_used: AtomicUsize::new(0),

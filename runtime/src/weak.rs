@@ -165,9 +165,50 @@ unsafe impl<T: Trace> Trace for GcWeak<'_, T> {
     }
 }
 
+/// A runtime's live weak cells, in two lists: the *young* ones, registered
+/// since the last cycle that processed them, and the *old* ones, which a
+/// cycle found marked with their targets marked (or cleared). Marks stay
+/// until a full cycle clears them (sticky marks), and minor cycles free
+/// no marked object: an old cell and its target outlive every minor
+/// cycle, which has nothing to clear or forget among them and processes
+/// the young cells alone. (Every cycle walked every cell, with the world
+/// stopped or under the weak gate, which upgrades and new cells wait for:
+/// a program holding a million weak references paid for all of them in
+/// every minor cycle.)
+#[derive(Default)]
+pub(crate) struct WeakCells {
+    young: Vec<usize>,
+    old: Vec<usize>,
+}
+
+impl WeakCells {
+    /// Registers a new cell.
+    pub(crate) fn push(&mut self, cell: usize) {
+        self.young.push(cell);
+    }
+
+    /// The cells a mark beginning now processes when it ends (those
+    /// registered later may be unmarked yet live: [`process`]).
+    pub(crate) fn registered(&self) -> usize {
+        self.young.len()
+    }
+
+    /// After a mark: processes the young cells registered before it
+    /// began (the first `upto`), and in a `full` cycle the old ones too;
+    /// the young ones it keeps are old from now on.
+    pub(crate) fn process(&mut self, upto: usize, full: bool, is_marked: impl Fn(usize) -> bool) {
+        if full {
+            process(&mut self.old, usize::MAX, &is_marked);
+        }
+        let kept = process(&mut self.young, upto, &is_marked);
+        self.old.extend(self.young.drain(..kept));
+    }
+}
+
 /// After a mark (world stopped, or a ragged mark's end under the weak
 /// gate): of the first `upto` cells, clears those
-/// whose target is unmarked and forgets the unmarked ones. `is_marked(addr)`
+/// whose target is unmarked and forgets the unmarked ones; returns how many
+/// of them it kept (they stay first, in order). `is_marked(addr)`
 /// answers for this runtime's objects.
 ///
 /// `upto` is the number of cells registered when the mark began: a cell
@@ -177,8 +218,8 @@ unsafe impl<T: Trace> Trace for GcWeak<'_, T> {
 /// both, unmarked means unreachable since the mark began (an upgrade
 /// during the mark shades the target). A ragged cycle takes every cell:
 /// `GcWeak::new` shades a cell made during a mark, and its target.
-pub(crate) fn process(cells: &mut Vec<usize>, upto: usize, is_marked: impl Fn(usize) -> bool) {
-    let mut i = 0;
+fn process(cells: &mut Vec<usize>, upto: usize, is_marked: impl Fn(usize) -> bool) -> usize {
+    let (mut i, mut kept) = (0, 0);
     cells.retain(|&cell| {
         i += 1;
         if i > upto {
@@ -187,6 +228,7 @@ pub(crate) fn process(cells: &mut Vec<usize>, upto: usize, is_marked: impl Fn(us
         if !is_marked(cell) {
             return false;
         }
+        kept += 1;
         // SAFETY: a marked weak cell is a live `GcBox<WeakCell>`; its
         // payload (`target` first: `repr(C)`) follows the one-word header.
         let target = unsafe { &*((cell + std::mem::size_of::<usize>()) as *const AtomicUsize) };
@@ -196,4 +238,5 @@ pub(crate) fn process(cells: &mut Vec<usize>, upto: usize, is_marked: impl Fn(us
         }
         true
     });
+    kept
 }

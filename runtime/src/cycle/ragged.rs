@@ -427,7 +427,7 @@ impl<'a> Cycle<'a> {
                 // object of the snapshot that a root, an object or a call
                 // can still reach is marked).
                 if !shared.trace_panicked(shared.mark_epoch.load(Ordering::Relaxed)) {
-                    super::mark_weak(shared, usize::MAX);
+                    super::mark_weak(shared, usize::MAX, self.full);
                 }
                 shared.assist_ratio.store(0, Ordering::Relaxed);
                 let calls = shared.calls_now();

@@ -417,6 +417,97 @@ fn weak_references_clear_when_their_target_dies() {
     m.mutate(|mc| assert!(holder.get(mc).weak.upgrade().is_none()));
 }
 
+/// Old weak cells (their cell and target marked by a cycle) are left out
+/// of minor cycles' weak processing, which takes the young ones alone:
+/// through minor cycles, weak references to young targets that die are
+/// cleared and old ones still upgrade; a full cycle then clears the old
+/// ones whose targets were let go, and keeps the rest.
+#[test]
+fn weak_references_old_and_young_through_minor_and_full_cycles() {
+    #[derive(Trace)]
+    struct Weaks<'gc> {
+        cells: GcLock<'gc, Vec<GcWeak<'gc, Node<'gc>>>>,
+    }
+    type WeaksRoot = Rootable!['gc => Weaks<'gc>];
+    type TargetsRoot = Rootable!['gc => GcLock<'gc, Vec<Gc<'gc, Node<'gc>>>>];
+    let drops = Arc::new(AtomicUsize::new(0));
+    let minors = Arc::new(AtomicUsize::new(0));
+    let rt = {
+        let minors = minors.clone();
+        rt(2)
+            .min_heap(256 << 10)
+            .on_cycle(move |e| {
+                minors.fetch_add(usize::from(e.minor), Ordering::Relaxed);
+            })
+            .build()
+    };
+    let mut m = rt.attach();
+    const OLD: usize = 200;
+    // Old: rooted targets and their weak references, made old by a full
+    // cycle.
+    let (old_weaks, targets): (Root<WeaksRoot>, Root<TargetsRoot>) = m.mutate(|mc| {
+        let targets: Vec<_> = (0..OLD as u64).map(|i| list(mc, 1 + i % 2, &drops)).collect();
+        let cells = targets.iter().map(|&t| GcWeak::new(mc, t)).collect();
+        (
+            mc.root(mc.alloc(Weaks {
+                cells: GcLock::new(cells),
+            })),
+            mc.root(mc.alloc(GcLock::new(targets))),
+        )
+    });
+    m.collect();
+    m.runtime().wait_for_drops();
+    // Young: weak references, rooted, to young targets nothing else holds,
+    // among young garbage, until minor cycles have run.
+    let young_weaks: Root<WeaksRoot> = m.mutate(|mc| {
+        mc.root(mc.alloc(Weaks {
+            cells: GcLock::new(Vec::new()),
+        }))
+    });
+    let before = minors.load(Ordering::Relaxed);
+    let mut rounds = 0_u64;
+    while minors.load(Ordering::Relaxed) < before + 3 {
+        assert!(rounds < 200_000, "no minor cycle ran");
+        m.mutate(|mc| {
+            for j in 0..8 {
+                mc.alloc([rounds + j; 8]);
+            }
+            if rounds < 100 {
+                let t = list(mc, 1, &drops);
+                young_weaks.get(mc).cells.write(mc, |v| v.push(GcWeak::new(mc, t)));
+            }
+        });
+        rounds += 1;
+    }
+    m.mutate(|mc| {
+        let cleared = young_weaks.get(mc).cells.read().iter().filter(|w| w.upgrade().is_none()).count();
+        assert_eq!(cleared, 100, "the young weak references whose targets died in minor cycles");
+        for (i, w) in old_weaks.get(mc).cells.read().iter().enumerate() {
+            let t = w.upgrade().unwrap_or_else(|| panic!("old weak reference {i} cleared, its target rooted"));
+            assert_eq!(sum(Some(t)).1, 1 + i as u64 % 2);
+        }
+        // Let the odd ones' targets go.
+        targets.get(mc).write(mc, |v| {
+            for (i, t) in v.iter_mut().enumerate() {
+                if i % 2 == 1 {
+                    *t = list(mc, 1, &drops);
+                }
+            }
+        });
+    });
+    m.collect();
+    m.runtime().wait_for_drops();
+    m.mutate(|mc| {
+        for (i, w) in old_weaks.get(mc).cells.read().iter().enumerate() {
+            assert_eq!(
+                w.upgrade().is_some(),
+                i % 2 == 0,
+                "old weak reference {i} after a full cycle let its target go (odd ones)"
+            );
+        }
+    });
+}
+
 #[test]
 fn the_heap_limit_is_an_error_and_the_heap_stays_usable() {
     let rt = rt(1).verify(false).heap_limit(8 << 20).build();

@@ -7,7 +7,9 @@
 //! clears every cell whose target was not marked (and forgets the cells
 //! that were not marked themselves): with the world still stopped, or, at
 //! the end of a ragged mark, under the weak gate's write lock, which an
-//! upgrade that shades holds for reading.
+//! upgrade that shades holds for reading. Minor cycles look at the cells
+//! made since the last cycle only ([`WeakCells`]): the others and their
+//! targets are marked until a full cycle.
 //!
 //! During a concurrent mark an upgrade shades its target: the target may be
 //! unreachable from the mark's snapshot, and the pointer the upgrade hands

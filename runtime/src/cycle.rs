@@ -414,10 +414,10 @@ fn stop_world(shared: &Shared, mut gone: Option<&mut Vec<usize>>) -> Vec<Arc<Mut
 fn roots_of(shared: &Shared, mutators: &[Arc<MutatorShared>]) -> Vec<usize> {
     let mut roots = Vec::new();
     for m in mutators {
-        roots.extend(m.roots.lock().live());
+        roots.extend(m.roots.live());
     }
     let _walk = crate::runtime::Walk::begin(&shared.globals_walked);
-    roots.extend(shared.globals.lock().live());
+    roots.extend(shared.globals.live());
     roots
 }
 

@@ -341,6 +341,7 @@ mod preclear_model;
 #[cfg(all(test, loom))]
 mod ragged_model;
 mod registry;
+mod root_slots;
 #[cfg(all(test, loom))]
 mod snapshot_model;
 #[cfg(all(test, loom))]

@@ -64,7 +64,7 @@ const WINDOW_WAIT: Duration = Duration::from_millis(1);
 #[derive(Debug)]
 pub(crate) struct MutatorShared {
     pub(crate) slot: Slot,
-    pub(crate) roots: Mutex<RootTable>,
+    pub(crate) roots: RootTable,
     /// The `Mutator` is gone; its roots may live on.
     pub(crate) detached: AtomicBool,
     /// Objects the write barrier marked (young objects stored into barrier
@@ -88,7 +88,7 @@ impl MutatorShared {
     fn new(shaded: Stealer<usize>) -> Self {
         MutatorShared {
             slot: Slot::default(),
-            roots: Mutex::default(),
+            roots: RootTable::default(),
             detached: AtomicBool::new(false),
             remembered: Default::default(),
             holds: MutatorHolds::default(),
@@ -1684,9 +1684,10 @@ mod tests {
         assert_eq!(s.held_at_safepoint, ms(5));
     }
 
-    /// A root's `get` that waits for its table (which the collector locks
-    /// while it copies it) records the wait as a hold. The table is held
-    /// here by the test until the mutator's thread sleeps on it.
+    /// A root made while its table is locked (the collector locks it while
+    /// it copies it) records the wait as a hold. The table is held here by
+    /// the test until the mutator's thread sleeps on it. (A root's `get`
+    /// takes no lock.)
     #[cfg(target_os = "linux")]
     #[test]
     fn a_wait_for_a_root_table_is_a_hold() {
@@ -1698,7 +1699,7 @@ mod tests {
         let tid = crate::thread_state::current();
         let (ready, go) = std::sync::mpsc::channel();
         let holder = std::thread::spawn(move || {
-            let table = me.roots.lock();
+            let table = me.roots.alloc.lock();
             ready.send(()).unwrap();
             // Until the mutator's thread sleeps (on the table's lock).
             let stat = format!("/proc/self/task/{tid}/stat");
@@ -1713,9 +1714,9 @@ mod tests {
             drop(table);
         });
         go.recv().unwrap();
-        let value = m.mutate(|mc| *root.get(mc));
+        let value = m.mutate(|mc| *crate::Root::of(mc, mc.alloc(*root.get(mc) + 1)).get(mc));
         holder.join().unwrap();
-        assert_eq!(value, 7);
+        assert_eq!(value, 8);
         assert_eq!(m.pauses().count(), before + 1, "the wait is one hold");
         assert!(rt.stats().held_at_safepoint > Duration::ZERO);
     }

@@ -9,17 +9,15 @@ use std::marker::PhantomData;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-/// A root table of runtime `shared`, locked, a wait for it (the collector
-/// copies the tables in its cycles' starts) counted as a hold of the
+/// The lock of root table `table` of runtime `shared`, which hands slots
+/// out and takes them back; a wait for it (the collector holds it as it
+/// copies the table in its cycles' starts) counted as a hold of the
 /// caller's mutator.
-fn counted<'t>(
-    shared: &crate::runtime::Shared,
-    table: &'t parking_lot::Mutex<RootTable>,
-) -> parking_lot::MutexGuard<'t, RootTable> {
+fn counted<'t>(shared: &crate::runtime::Shared, table: &'t RootTable) -> parking_lot::MutexGuard<'t, Alloc> {
     // The global table is every mutator's; a mutator's own, the collector's
     // besides.
     let walked = std::ptr::eq(table, &shared.globals).then_some(&shared.globals_walked);
-    crate::mutator::take_counting(shared, walked, || table.try_lock(), || table.lock())
+    crate::mutator::take_counting(shared, walked, || table.alloc.try_lock(), || table.alloc.lock())
 }
 
 /// Names a managed type with its brand abstracted: `Root` is the type for a
@@ -130,45 +128,76 @@ unsafe impl<'gc, T: 'static> Rebrand<'gc> for Option<T> {
     type Unbranded = dyn for<'a> Rootable<'a, Root = Option<T>>;
 }
 
-/// A slab of object addresses (0 = free slot).
-#[derive(Debug, Default)]
+/// A slab of object addresses (0 = free slot). A root's `get` and `set`
+/// are one atomic access to its slot, with no lock (`root_slots.rs`); the
+/// lock is for handing slots out and taking them back, and for the
+/// collector's copy of the whole table.
 pub(crate) struct RootTable {
-    slots: Vec<usize>,
+    slots: crate::root_slots::Slots,
+    pub(crate) alloc: parking_lot::Mutex<Alloc>,
+}
+
+/// A root table's slots handed out, and the free ones among them.
+#[derive(Default)]
+pub(crate) struct Alloc {
+    len: usize,
     free: Vec<u32>,
 }
 
+impl Default for RootTable {
+    fn default() -> Self {
+        RootTable {
+            slots: crate::root_slots::Slots::new(),
+            alloc: parking_lot::Mutex::new(Alloc::default()),
+        }
+    }
+}
+
+impl fmt::Debug for RootTable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RootTable").finish_non_exhaustive()
+    }
+}
+
 impl RootTable {
-    pub(crate) fn insert(&mut self, addr: usize) -> u32 {
+    /// A slot holding `addr`, handed out under the lock `a` (this table's).
+    fn insert(&self, a: &mut Alloc, addr: usize) -> u32 {
         debug_assert!(addr != 0);
-        if let Some(i) = self.free.pop() {
-            self.slots[i as usize] = addr;
+        if let Some(i) = a.free.pop() {
+            self.slots.set(i as usize, addr);
             return i;
         }
-        let i = u32::try_from(self.slots.len()).expect("loam: more than 2^32 roots");
-        self.slots.push(addr);
+        let i = u32::try_from(a.len).expect("loam: more than 2^32 roots");
+        self.slots.grow_to(a.len);
+        self.slots.set(a.len, addr);
+        a.len += 1;
         // Room for every slot in `free`, taken here, where a root is made:
         // dropping a root (`remove`) then never allocates, so it cannot
         // fail for want of memory in a destructor.
-        self.free.reserve(self.slots.len() - self.free.len());
+        a.free.reserve(a.len - a.free.len());
         i
     }
 
-    pub(crate) fn get(&self, i: u32) -> usize {
-        self.slots[i as usize]
+    fn get(&self, i: u32) -> usize {
+        self.slots.get(i as usize)
     }
 
-    pub(crate) fn set(&mut self, i: u32, addr: usize) {
-        self.slots[i as usize] = addr;
+    fn set(&self, i: u32, addr: usize) {
+        self.slots.set(i as usize, addr);
     }
 
-    pub(crate) fn remove(&mut self, i: u32) {
-        self.slots[i as usize] = 0;
-        self.free.push(i);
+    /// Frees slot `i`, under the lock `a` (this table's).
+    fn remove(&self, a: &mut Alloc, i: u32) {
+        self.slots.set(i as usize, 0);
+        a.free.push(i);
     }
 
-    /// The rooted addresses.
-    pub(crate) fn live(&self) -> impl Iterator<Item = usize> + '_ {
-        self.slots.iter().copied().filter(|&a| a != 0)
+    /// The rooted addresses, copied under the table's lock (no slot is
+    /// handed out or taken back meanwhile; a `set` during a mark shades
+    /// what it stores).
+    pub(crate) fn live(&self) -> Vec<usize> {
+        let a = self.alloc.lock();
+        (0..a.len).map(|i| self.slots.get(i)).filter(|&x| x != 0).collect()
     }
 }
 
@@ -230,7 +259,7 @@ impl<R: ?Sized + for<'a> Rootable<'a>> Root<R> {
     }
 
     pub(crate) fn new(m: &Mutator, addr: usize) -> Self {
-        let index = counted(m.shared(), &m.me.roots).insert(addr);
+        let index = m.me.roots.insert(&mut counted(m.shared(), &m.me.roots), addr);
         Root {
             owner: m.me.clone(),
             handle: m.handle.clone(),
@@ -248,7 +277,7 @@ impl<R: ?Sized + for<'a> Rootable<'a>> Root<R> {
         <R as Rootable<'gc>>::Root: Managed,
     {
         check_runtime(&self.handle, mc);
-        let addr = counted(&self.handle.shared, &self.owner.roots).get(self.index);
+        let addr = self.owner.roots.get(self.index);
         // SAFETY: the slot holds a rooted object of this runtime (checked
         // above) of type `R::Root` under some brand; brands do not change
         // layout. The root kept it alive until now, and from here this call
@@ -268,7 +297,7 @@ impl<R: ?Sized + for<'a> Rootable<'a>> Root<R> {
     {
         check_runtime(&self.handle, mc);
         mc.barrier_root(gc.addr());
-        counted(&self.handle.shared, &self.owner.roots).set(self.index, gc.addr());
+        self.owner.roots.set(self.index, gc.addr());
         self.handle.shared.roots_changed.fetch_add(1, Ordering::Relaxed);
     }
 }
@@ -280,7 +309,8 @@ impl<R: ?Sized + for<'a> Rootable<'a>> Drop for Root<R> {
         if crate::forked::since(self.handle.shared.born) {
             return;
         }
-        counted(&self.handle.shared, &self.owner.roots).remove(self.index);
+        let roots = &self.owner.roots;
+        roots.remove(&mut counted(&self.handle.shared, roots), self.index);
         self.handle.shared.roots_changed.fetch_add(1, Ordering::Relaxed);
     }
 }
@@ -339,7 +369,8 @@ impl<R: ?Sized + for<'a> Rootable<'a>> GlobalRoot<R> {
     }
 
     pub(crate) fn new(handle: Arc<Handle>, addr: usize) -> Self {
-        let index = counted(&handle.shared, &handle.shared.globals).insert(addr);
+        let globals = &handle.shared.globals;
+        let index = globals.insert(&mut counted(&handle.shared, globals), addr);
         GlobalRoot {
             handle,
             index,
@@ -356,7 +387,7 @@ impl<R: ?Sized + for<'a> Rootable<'a>> GlobalRoot<R> {
         <R as Rootable<'gc>>::Root: Managed,
     {
         check_runtime(&self.handle, mc);
-        let addr = counted(&self.handle.shared, &self.handle.shared.globals).get(self.index);
+        let addr = self.handle.shared.globals.get(self.index);
         // SAFETY: as in `Root::get`.
         unsafe { Gc::from_addr(addr) }
     }
@@ -371,17 +402,17 @@ impl<R: ?Sized + for<'a> Rootable<'a>> GlobalRoot<R> {
     {
         check_runtime(&self.handle, mc);
         mc.barrier_root(gc.addr());
-        counted(&self.handle.shared, &self.handle.shared.globals).set(self.index, gc.addr());
+        self.handle.shared.globals.set(self.index, gc.addr());
         self.handle.shared.roots_changed.fetch_add(1, Ordering::Relaxed);
     }
 }
 
 impl<R: ?Sized + for<'a> Rootable<'a>> Clone for GlobalRoot<R> {
     fn clone(&self) -> Self {
-        let mut t = counted(&self.handle.shared, &self.handle.shared.globals);
-        let addr = t.get(self.index);
-        let index = t.insert(addr);
-        drop(t);
+        let globals = &self.handle.shared.globals;
+        let mut a = counted(&self.handle.shared, globals);
+        let index = globals.insert(&mut a, globals.get(self.index));
+        drop(a);
         GlobalRoot {
             handle: self.handle.clone(),
             index,
@@ -396,7 +427,8 @@ impl<R: ?Sized + for<'a> Rootable<'a>> Drop for GlobalRoot<R> {
         if crate::forked::since(self.handle.shared.born) {
             return;
         }
-        counted(&self.handle.shared, &self.handle.shared.globals).remove(self.index);
+        let globals = &self.handle.shared.globals;
+        globals.remove(&mut counted(&self.handle.shared, globals), self.index);
         self.handle.shared.roots_changed.fetch_add(1, Ordering::Relaxed);
     }
 }

@@ -100,7 +100,7 @@ pub(crate) struct Shared {
     pub(crate) config: Config,
     pub(crate) handshake: Handshake,
     pub(crate) mutators: Mutex<Vec<Arc<MutatorShared>>>,
-    pub(crate) globals: Mutex<RootTable>,
+    pub(crate) globals: RootTable,
     /// The live weak cells.
     pub(crate) weak: Mutex<crate::weak::WeakCells>,
     /// Raised while the collector wants or holds `globals`, `weak` ([`Walk`]).
@@ -1604,7 +1604,7 @@ impl RuntimeBuilder {
             gone_look_at: AtomicUsize::new(0),
             handshake: Handshake::for_runtime(id),
             mutators: Mutex::new(Vec::new()),
-            globals: Mutex::new(RootTable::default()),
+            globals: RootTable::default(),
             weak: Mutex::new(crate::weak::WeakCells::default()),
             globals_walked: AtomicBool::new(false),
             weak_walked: AtomicBool::new(false),

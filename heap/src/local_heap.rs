@@ -45,7 +45,14 @@ pub(crate) struct LocalHeap {
     current: [*mut Page; NUM_CLASSES + 1],
     queues: [PageQueue; NUM_CLASSES],
     full: PageQueue,
+    /// Our segments, those with free slices first (`has_room`): a walk
+    /// for free slices (a page's allocation, a purge, giving empty
+    /// segments away) stops at the first without. A heap of thousands of
+    /// full segments read every header at each new segment it mapped, and
+    /// at each purge (every half purge delay).
     pub(crate) segments: *mut Segment,
+    /// The last of `segments`.
+    pub(crate) segments_tail: *mut Segment,
     /// Outgoing batches of blocks this thread freed for other heaps.
     pub(crate) cache: RemoteCache,
     /// Blocks this thread freed lately (its own and other heaps'), kept for
@@ -104,6 +111,7 @@ impl LocalHeap {
                 queues: [PageQueue::NEW; NUM_CLASSES],
                 full: PageQueue::NEW,
                 segments: ptr::null_mut(),
+                segments_tail: ptr::null_mut(),
                 cache: RemoteCache::for_thread(),
                 tcache: ThreadCache::new(),
                 next_tcache_flush_ms: 0,
@@ -413,14 +421,13 @@ impl LocalHeap {
         let mut tried_orphans = false;
         loop {
             let mut seg = self.segments;
-            while !seg.is_null() {
-                // SAFETY: segments on our list are live and ours.
+            // SAFETY: segments on our list are live and ours.
+            while !seg.is_null() && unsafe { has_room(seg) } {
+                // SAFETY: as just said.
                 unsafe {
-                    if (*seg).kind == SegmentKind::Normal {
-                        let free = (*seg).free_slices.load(Ordering::Relaxed);
-                        if let Some(i) = Segment::find_free_run(free, spec.slices) {
-                            return self.page_init_in(seg, i, spec);
-                        }
+                    let free = (*seg).free_slices.load(Ordering::Relaxed);
+                    if let Some(i) = Segment::find_free_run(free, spec.slices) {
+                        return self.page_init_in(seg, i, spec);
                     }
                     seg = (*seg).next;
                 }
@@ -486,6 +493,10 @@ impl LocalHeap {
             let free = (*seg).free_slices.load(Ordering::Relaxed);
             debug_assert_eq!(free & mask, mask);
             (*seg).free_slices.store(free & !mask, Ordering::Relaxed);
+            if free & !mask == 0 {
+                // Full: behind those with room.
+                self.relink_segment(seg);
+            }
             let dirty = (*seg).dirty.load(Ordering::Relaxed);
             if dirty & mask != 0 {
                 (*seg).dirty.store(dirty & !mask, Ordering::Relaxed);
@@ -497,23 +508,36 @@ impl LocalHeap {
         }
     }
 
+    /// Puts `seg` (ours, on no list) on our list: first if it has free
+    /// slices, last if not.
     fn link_segment(&mut self, seg: *mut Segment) {
-        // SAFETY: `seg` is ours and on no list; our list's head is ours.
+        // SAFETY: `seg` is ours and on no list; our list's ends are ours.
         unsafe {
-            (*seg).prev = ptr::null_mut();
-            (*seg).next = self.segments;
-            if !self.segments.is_null() {
-                (*self.segments).prev = seg;
+            if has_room(seg) || self.segments.is_null() {
+                (*seg).prev = ptr::null_mut();
+                (*seg).next = self.segments;
+                if self.segments.is_null() {
+                    self.segments_tail = seg;
+                } else {
+                    (*self.segments).prev = seg;
+                }
+                self.segments = seg;
+            } else {
+                (*seg).next = ptr::null_mut();
+                (*seg).prev = self.segments_tail;
+                (*self.segments_tail).next = seg;
+                self.segments_tail = seg;
             }
         }
-        self.segments = seg;
     }
 
     fn unlink_segment(&mut self, seg: *mut Segment) {
         // SAFETY: `seg` and its neighbours are on our list.
         unsafe {
             let (n, p) = ((*seg).next, (*seg).prev);
-            if !n.is_null() {
+            if n.is_null() {
+                self.segments_tail = p;
+            } else {
                 (*n).prev = p;
             }
             if p.is_null() {
@@ -522,6 +546,13 @@ impl LocalHeap {
                 (*p).next = n;
             }
         }
+    }
+
+    /// Puts our segment `seg` back in its place after its free slices ran
+    /// out or came back (`link_segment`).
+    fn relink_segment(&mut self, seg: *mut Segment) {
+        self.unlink_segment(seg);
+        self.link_segment(seg);
     }
 
     // ----------------------------------------------------------------- free
@@ -679,6 +710,10 @@ impl LocalHeap {
             let mask = run_mask(i, n);
             let free = (*seg).free_slices.load(Ordering::Relaxed);
             (*seg).free_slices.store(free | mask, Ordering::Relaxed);
+            if free == 0 {
+                // Room again: among those with room.
+                self.relink_segment(seg);
+            }
             let dirty = (*seg).dirty.load(Ordering::Relaxed);
             if dirty == 0 {
                 self.dirty_segments += 1;
@@ -864,15 +899,24 @@ impl LocalHeap {
         let me = self as *const LocalHeap as *mut LocalHeap;
         let mut pages = 0;
         let mut seg = self.segments;
+        let (mut last, mut room) = (ptr::null_mut(), true);
         while !seg.is_null() {
             // SAFETY: segments on our list are ours.
             unsafe {
                 if (*seg).owner.load(Ordering::Relaxed) != me {
                     crate::fatal("heap lists a segment it does not own");
                 }
+                if has_room(seg) && !room {
+                    crate::fatal("heap lists a segment with room after one without");
+                }
+                room = has_room(seg);
+                last = seg;
                 Segment::assert_valid(seg);
                 seg = (*seg).next;
             }
+        }
+        if last != self.segments_tail {
+            crate::fatal("heap's last segment is not its list's tail");
         }
         self.for_each_own_page(|_| pages += 1);
         if pages != self.page_count {
@@ -926,4 +970,15 @@ unsafe fn set_span(seg: *mut Segment, i: usize, from: usize, n: usize, block: us
 fn run_mask(i: usize, n: usize) -> u64 {
     debug_assert!(i + n <= SLICES && n >= 1);
     (if n == 64 { u64::MAX } else { (1u64 << n) - 1 }) << i
+}
+
+/// Whether `seg` has free slices (a `Normal` segment not full): the
+/// segments a heap lists first (`LocalHeap::segments`).
+///
+/// # Safety
+/// `seg` is a live segment its caller owns.
+#[inline]
+pub(crate) unsafe fn has_room(seg: *mut Segment) -> bool {
+    // SAFETY: live (caller).
+    unsafe { (*seg).kind == SegmentKind::Normal && (*seg).free_slices.load(Ordering::Relaxed) != 0 }
 }

@@ -50,8 +50,11 @@ impl LocalHeap {
         let delay = options::purge_delay_ms();
         self.next_purge_ms = now.saturating_add((delay / 2).max(1));
         let mut seg = self.segments;
-        while !seg.is_null() {
-            // SAFETY: segments on our list are ours.
+        // Dirty slices are free ones: none past the first segment without
+        // room (`LocalHeap::segments`).
+        // SAFETY: segments on our list are ours.
+        while !seg.is_null() && unsafe { super::has_room(seg) } {
+            // SAFETY: as just said.
             unsafe {
                 let next = (*seg).next;
                 let dirty = (*seg).dirty.load(Ordering::Relaxed);
@@ -146,7 +149,9 @@ impl LocalHeap {
     /// or away, and another may need the memory soon.
     fn give_empty_segments(&mut self) {
         let mut seg = self.segments;
-        while !seg.is_null() {
+        // An empty segment has room: none past the first without.
+        // SAFETY: segments on our list are ours.
+        while !seg.is_null() && unsafe { super::has_room(seg) } {
             // SAFETY: segments on our list are ours; one with every usable
             // slice free holds no page, so no queue or `current` names it,
             // and unlinked it is ours alone to give.
@@ -203,6 +208,7 @@ impl LocalHeap {
             }
         }
         o.segments = ptr::null_mut();
+        o.segments_tail = ptr::null_mut();
         self.dirty_segments += std::mem::take(&mut o.dirty_segments);
         for c in 0..NUM_CLASSES {
             o.current[c] = ptr::null_mut();

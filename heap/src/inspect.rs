@@ -963,8 +963,10 @@ impl PageInfo {
 }
 
 /// Calls `f` with a snapshot of every page of the calling thread's heap.
-/// Pages that `f` itself creates or releases (by allocating or freeing) may
-/// be missed or seen twice.
+/// If `f` allocates or frees, pages may be missed or seen twice: those it
+/// creates or releases, and others (a segment that fills up or has room
+/// again moves in the heap's list of segments, which the walk takes 64
+/// pages at a time).
 ///
 /// # Examples
 /// ```

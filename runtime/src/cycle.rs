@@ -60,7 +60,7 @@ use crate::space::Space;
 use crate::stats::CycleEvent;
 use crate::sweep;
 use loam_threadpool::ThreadPool;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -225,6 +225,9 @@ impl Snapshot {
 /// back (a thread that sits idle, or serves another runtime), or a
 /// finalizer's slow destructor, holds back nothing but its own blocks.
 fn snapshot_pages(snap: &mut Snapshot, full: bool, clear_marks: bool, seal: loam_heap::SealEpoch) {
+    if clear_marks {
+        MARK_CLEARS.fetch_add(1, Ordering::Relaxed);
+    }
     snap.pages.clear();
     snap.ranges.clear();
     snap.bits.clear();
@@ -308,6 +311,12 @@ fn full_ahead(shared: &Shared, forced: bool, gen: &Generations) -> bool {
         || gen.full_due()
 }
 
+/// Full cycles that cleared the marks of loam's pages (in phase 0 or in a
+/// pause), every runtime's objects' included: counted under the cycle
+/// lock, read under it by a runtime's weak processing, which must look at
+/// its old weak cells again after any (`weak::WeakCells`).
+static MARK_CLEARS: AtomicU64 = AtomicU64::new(0);
+
 /// Phase 0 of a full cycle in loam's pages: clears every page's marks and
 /// `sweep::OLD` flag with the mutators running, so that no pause does work
 /// proportional to the heap. The argument that this is sound is in
@@ -316,6 +325,7 @@ fn full_ahead(shared: &Shared, forced: bool, gen: &Generations) -> bool {
 /// took.
 fn clear_marks_running() -> Duration {
     let start = Instant::now();
+    MARK_CLEARS.fetch_add(1, Ordering::Relaxed);
     // A page released and set up again meanwhile has its marks cleared
     // too, which is harmless: clearing a mark between cycles only makes an
     // object young again (`barrier.rs`).
@@ -1279,7 +1289,9 @@ fn mark_weak(shared: &Shared, upto: usize, full: bool) {
     // targets cleared once unmarked, both before the sweep that frees
     // them); the mark is complete; mark bits are atomic, and no upgrade
     // shades meanwhile (world stopped, or the weak gate held).
-    cells.process(upto, full, |addr| unsafe { shared.space.is_marked(addr) });
+    cells.process(upto, full, MARK_CLEARS.load(Ordering::Relaxed), |addr| unsafe {
+        shared.space.is_marked(addr)
+    });
 }
 
 /// Verify mode: the parallel marks must equal a single-threaded re-mark

@@ -177,10 +177,19 @@ unsafe impl<T: Trace> Trace for GcWeak<'_, T> {
 /// stopped or under the weak gate, which upgrades and new cells wait for:
 /// a program holding a million weak references paid for all of them in
 /// every minor cycle.)
+///
+/// A full cycle of *any* runtime over loam's pages clears every page's
+/// marks, this runtime's objects' included, which are then young again:
+/// a minor cycle of this runtime may free them. So a minor cycle that
+/// follows such a clear (the count of clears moved since this runtime
+/// last processed its old cells) processes the old cells too.
 #[derive(Default)]
 pub(crate) struct WeakCells {
     young: Vec<usize>,
     old: Vec<usize>,
+    /// The process's count of mark clears when the old cells were last
+    /// processed (`cycle.rs`, `MARK_CLEARS`).
+    clears_seen: u64,
 }
 
 impl WeakCells {
@@ -196,11 +205,14 @@ impl WeakCells {
     }
 
     /// After a mark: processes the young cells registered before it
-    /// began (the first `upto`), and in a `full` cycle the old ones too;
-    /// the young ones it keeps are old from now on.
-    pub(crate) fn process(&mut self, upto: usize, full: bool, is_marked: impl Fn(usize) -> bool) {
-        if full {
+    /// began (the first `upto`), and the old ones too in a `full` cycle or
+    /// after marks were cleared since they last were (`clears`, the
+    /// process's count of mark clears now); the young ones it keeps are
+    /// old from now on.
+    pub(crate) fn process(&mut self, upto: usize, full: bool, clears: u64, is_marked: impl Fn(usize) -> bool) {
+        if full || clears != self.clears_seen {
             process(&mut self.old, usize::MAX, &is_marked);
+            self.clears_seen = clears;
         }
         let kept = process(&mut self.young, upto, &is_marked);
         self.old.extend(self.young.drain(..kept));

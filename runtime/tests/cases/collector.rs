@@ -508,6 +508,70 @@ fn weak_references_old_and_young_through_minor_and_full_cycles() {
     });
 }
 
+/// Over loam's pages, a full cycle of one runtime clears every page's
+/// marks, another runtime's objects' included, which are young again: a
+/// minor cycle of that other runtime may free them, and must then clear
+/// its old weak references to them. Its weak processing left its old cells
+/// out of minor cycles, and an upgrade handed out a freed target. (A
+/// `GlobalAlloc` space keeps its marks to itself: there the target, old,
+/// lives on until a full cycle of its own, and the reference with it.)
+#[test]
+fn an_old_weak_reference_clears_when_another_runtimes_full_cycle_made_its_target_young() {
+    #[derive(Trace)]
+    struct Holder<'gc> {
+        weak: GcWeak<'gc, Node<'gc>>,
+    }
+    let drops = Arc::new(AtomicUsize::new(0));
+    let minors = Arc::new(Mutex::new(Vec::new()));
+    let a = rt(1).build();
+    let b = {
+        let minors = minors.clone();
+        rt(1).min_heap(256 << 10)
+            .on_cycle(move |e| minors.lock().unwrap().push(e.minor))
+            .build()
+    };
+    let mut mb = b.attach();
+    let (holder, strong): (Root<Rootable!['gc => Holder<'gc>]>, Root<NodeRoot>) = mb.mutate(|mc| {
+        let target = list(mc, 1, &drops);
+        (
+            mc.root(mc.alloc(Holder {
+                weak: GcWeak::new(mc, target),
+            })),
+            mc.root(target),
+        )
+    });
+    // The reference old (its cell and target marked), then its target
+    // let go, then the other runtime's full cycle.
+    mb.collect();
+    drop(strong);
+    a.attach().collect();
+    let seen = minors.lock().unwrap().len();
+    let mut rounds = 0_u64;
+    while minors.lock().unwrap().len() == seen {
+        assert!(rounds < 1_000_000, "no cycle of the runtime ran");
+        mb.mutate(|mc| {
+            for k in 0..64_u64 {
+                mc.alloc([k; 8]);
+            }
+        });
+        rounds += 1;
+    }
+    let minor = minors.lock().unwrap()[seen];
+    let pages = SPACE == "loam pages";
+    mb.mutate(|mc| {
+        let target = holder.get(mc).weak.upgrade();
+        if pages {
+            assert!(
+                target.is_none(),
+                "a weak reference handed out a target its runtime's {} cycle freed",
+                if minor { "minor" } else { "full" }
+            );
+        } else if let Some(t) = target {
+            assert_eq!(sum(Some(t)), (0, 1), "a live target's value");
+        }
+    });
+}
+
 #[test]
 fn the_heap_limit_is_an_error_and_the_heap_stays_usable() {
     let rt = rt(1).verify(false).heap_limit(8 << 20).build();

@@ -531,7 +531,8 @@ fn an_old_weak_reference_clears_when_another_runtimes_full_cycle_made_its_target
             .build()
     };
     let mut mb = b.attach();
-    let (holder, strong): (Root<Rootable!['gc => Holder<'gc>]>, Root<NodeRoot>) = mb.mutate(|mc| {
+    type HolderRoot = Rootable!['gc => Holder<'gc>];
+    let (holder, strong): (Root<HolderRoot>, Root<NodeRoot>) = mb.mutate(|mc| {
         let target = list(mc, 1, &drops);
         (
             mc.root(mc.alloc(Holder {

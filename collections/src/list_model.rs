@@ -237,6 +237,27 @@ fn adopt(owner: &AtomicUsize, with_fence: bool) {
     }
 }
 
+/// The pusher of the push models (`shade_pushed`): writes 7 into `slot`,
+/// stores the length `len` (release), fences (or not, in the variant
+/// that fails), and shades the value if a marker has met the log.
+fn push_seven(
+    slot: &AtomicUsize,
+    len: &AtomicUsize,
+    new_len: usize,
+    owner: &AtomicUsize,
+    shaded: &loom::sync::atomic::AtomicBool,
+    with_fence: bool,
+) {
+    slot.store(7, Ordering::Relaxed);
+    len.store(new_len, Ordering::Release);
+    if with_fence {
+        loom::sync::atomic::fence(Ordering::SeqCst);
+    }
+    if owner.load(Ordering::Relaxed) != 0 {
+        shaded.store(true, Ordering::Relaxed);
+    }
+}
+
 /// A push during a concurrent mark into a list no marker may have met
 /// (`shade_pushed`, `GcLog::after_unreported_stores`) against a marker
 /// tracing the list: the pusher writes the slot, stores the length
@@ -246,7 +267,7 @@ fn adopt(owner: &AtomicUsize, with_fence: bool) {
 /// In every interleaving the marker reads the value or the pusher shades
 /// it. Without either fence, an interleaving does neither.
 fn push_against_a_marker(writer_fence: bool, marker_fence: bool) {
-    use loom::sync::atomic::{fence, AtomicBool};
+    use loom::sync::atomic::AtomicBool;
     struct Pushed {
         owner: AtomicUsize,
         len: AtomicUsize,
@@ -271,14 +292,7 @@ fn push_against_a_marker(writer_fence: bool, marker_fence: bool) {
         let pusher = {
             let p = p.clone();
             loom::thread::spawn(move || {
-                p.slot.store(7, Ordering::Relaxed);
-                p.len.store(1, Ordering::Release);
-                if writer_fence {
-                    fence(Ordering::SeqCst);
-                }
-                if p.owner.load(Ordering::Relaxed) != 0 {
-                    p.shaded.store(true, Ordering::Relaxed);
-                }
+                push_seven(&p.slot, &p.len, 1, &p.owner, &p.shaded, writer_fence)
             })
         };
         let read = marker.join().unwrap();
@@ -419,7 +433,7 @@ fn a_sort_without_the_sorters_fence_fails() {
 /// first version did, fails: the count misses the push, and the pusher,
 /// before the log met its marker, does not shade.
 fn push_against_parts(count_first: bool) {
-    use loom::sync::atomic::{fence, AtomicBool};
+    use loom::sync::atomic::AtomicBool;
     struct Pushed {
         owner: AtomicUsize,
         len: AtomicUsize,
@@ -453,12 +467,7 @@ fn push_against_parts(count_first: bool) {
         let pusher = {
             let p = p.clone();
             loom::thread::spawn(move || {
-                p.slots[1].store(7, Ordering::Relaxed);
-                p.len.store(2, Ordering::Release);
-                fence(Ordering::SeqCst);
-                if p.owner.load(Ordering::Relaxed) != 0 {
-                    p.shaded.store(true, Ordering::Relaxed);
-                }
+                push_seven(&p.slots[1], &p.len, 2, &p.owner, &p.shaded, true)
             })
         };
         let read = marker.join().unwrap();

@@ -1,0 +1,65 @@
+//! What `long_list` and `many_weak` share: their arguments, and a mutator
+//! of its own whose calls each allocate about 1 MB of garbage and then do
+//! the example's one change, for a few seconds, reported as the cycles and
+//! the mutator's holds.
+
+use loam::runtime::{Mutation, Runtime};
+use std::time::{Duration, Instant};
+
+/// The count (at least 1) and the seconds given, or their defaults.
+pub fn args(what: &str, default: usize) -> (usize, f64) {
+    let mut args = std::env::args().skip(1);
+    let usage = format!("usage: [{what} (at least 1, default {default})] [SECONDS (default 4)]");
+    let n: usize = args.next().map_or(default, |s| s.parse().expect(&usage));
+    let seconds: f64 = args.next().map_or(4.0, |s| s.parse().expect(&usage));
+    assert!(n > 0 && seconds > 0.0, "{usage}");
+    (n, seconds)
+}
+
+/// Calls of a mutator of its own (its holds are the loop's), each 20,000
+/// small objects of garbage and then `change(mc, call)`, for `seconds`;
+/// prints what the collector and the mutator did meanwhile.
+pub fn churn(
+    rt: &Runtime,
+    what: &str,
+    seconds: f64,
+    mut change: impl for<'gc> FnMut(&Mutation<'gc>, u64),
+) {
+    let mut m = rt.attach();
+    let before = rt.stats();
+    let start = Instant::now();
+    let mut calls = 0_u64;
+    while start.elapsed() < Duration::from_secs_f64(seconds) {
+        m.mutate(|mc| {
+            for k in 0..20_000_u64 {
+                mc.alloc([k; 4]);
+            }
+            change(mc, calls);
+        });
+        calls += 1;
+    }
+    let s = rt.stats();
+    let held = m.pauses();
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    println!(
+        "{what}, {seconds} s: {calls} calls; {} cycles ({} minor), mark {:.1} ms, sweep {:.1} ms in all; \
+         the collector's longest pause {:.3} ms",
+        s.cycles - before.cycles,
+        s.minor_cycles - before.minor_cycles,
+        ms(s.mark_time - before.mark_time),
+        ms(s.sweep_time - before.sweep_time),
+        ms(s.pauses.max()),
+    );
+    println!(
+        "the mutator held {} times, max {:.3} ms, p99 {:.3} ms, {:.1} ms in all: {:.1} at safepoints, \
+         {:.1} pacing, {:.1} for memory, {:.1} assisting",
+        held.count(),
+        ms(held.max()),
+        ms(held.quantile(0.99)),
+        ms(held.total()),
+        ms(s.held_at_safepoint - before.held_at_safepoint),
+        ms(s.held_by_pacing - before.held_by_pacing),
+        ms(s.held_for_memory - before.held_for_memory),
+        ms(s.held_assisting - before.held_assisting),
+    );
+}

@@ -100,8 +100,9 @@ pub(crate) struct SpinGuard<'a, T> {
     _not_shared: PhantomData<*const T>,
 }
 
-// SAFETY: a shared guard hands out `&T` only, which `T: Sync` allows on any
+// A shared guard hands out `&T` only, which `T: Sync` allows on any
 // thread; the lock it holds is released only by its owner's drop.
+// SAFETY: as just said.
 unsafe impl<T: Sync> Sync for SpinGuard<'_, T> {}
 
 impl<T> Deref for SpinGuard<'_, T> {

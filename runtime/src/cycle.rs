@@ -1284,14 +1284,15 @@ impl<'a> Cycle<'a> {
 fn mark_weak(shared: &Shared, upto: usize, full: bool) {
     let _walk = crate::runtime::Walk::begin(&shared.weak_walked);
     let mut cells = shared.weak.lock();
-    // SAFETY: every registered cell, and every nonzero target, is an
-    // allocated object of this runtime (cells are forgotten once unmarked,
-    // targets cleared once unmarked, both before the sweep that frees
-    // them); the mark is complete; mark bits are atomic, and no upgrade
-    // shades meanwhile (world stopped, or the weak gate held).
-    cells.process(upto, full, MARK_CLEARS.load(Ordering::Relaxed), |addr| unsafe {
-        shared.space.is_marked(addr)
-    });
+    // Every registered cell, and every nonzero target, is an allocated
+    // object of this runtime (cells are forgotten once unmarked, targets
+    // cleared once unmarked, both before the sweep that frees them; old
+    // cells processed after any mark clear); the mark is complete; mark
+    // bits are atomic, and no upgrade shades meanwhile (world stopped, or
+    // the weak gate held).
+    let clears = MARK_CLEARS.load(Ordering::Relaxed);
+    // SAFETY: as just said.
+    cells.process(upto, full, clears, |addr| unsafe { shared.space.is_marked(addr) });
 }
 
 /// Verify mode: the parallel marks must equal a single-threaded re-mark

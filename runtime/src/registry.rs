@@ -140,8 +140,9 @@ mod model {
                 let chunk = chunk.clone();
                 loom::thread::spawn(move || {
                     for i in 0..CHUNK_SLOTS {
-                        // SAFETY: this thread is the owner; CHUNK_SLOTS
-                        // pushes fill it.
+                        // This thread is the owner; CHUNK_SLOTS pushes
+                        // fill it.
+                        // SAFETY: as just said.
                         unsafe { chunk.push(0x1000 + i) };
                     }
                 })

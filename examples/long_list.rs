@@ -12,11 +12,11 @@
 mod churn;
 
 use loam::collections::GcList;
-use loam::runtime::{Gc, GlobalRoot, Rootable, Runtime};
+use loam::runtime::{Gc, GlobalRoot, Rootable};
 
 fn main() {
     let (n, seconds) = churn::args("ELEMENTS", 1_000_000);
-    let rt = Runtime::builder().ignore_env().gc_threads(2).build();
+    let rt = churn::runtime();
     let mut m = rt.attach();
     let list: GlobalRoot<Rootable!['gc => GcList<'gc, Gc<'gc, u64>>]> = m.mutate(|mc| {
         let l = GcList::new(mc);

@@ -11,7 +11,7 @@
 #[path = "support/churn.rs"]
 mod churn;
 
-use loam::runtime::{Gc, GcLock, GcWeak, GlobalRoot, Rootable, Runtime, Trace};
+use loam::runtime::{Gc, GcLock, GcWeak, GlobalRoot, Rootable, Trace};
 
 #[derive(Trace)]
 struct Weaks<'gc> {
@@ -21,7 +21,7 @@ struct Weaks<'gc> {
 
 fn main() {
     let (n, seconds) = churn::args("REFERENCES", 1_000_000);
-    let rt = Runtime::builder().ignore_env().gc_threads(2).build();
+    let rt = churn::runtime();
     let mut m = rt.attach();
     let weaks: GlobalRoot<Rootable!['gc => Weaks<'gc>]> = m.mutate(|mc| {
         let targets: Vec<_> = (0..n as u64).map(|i| mc.alloc(i)).collect();

@@ -212,9 +212,8 @@ pub(crate) struct ListObj<'gc, T: CellValue + Trace + 'gc> {
 //
 // In parts (rule 6) once it is longer than two parts: part 0 is the log
 // (first), the array and, for a short list, every value; part `k` the
-// values of slots `(k - 1) * PART` up to `k * PART` (the last possible
-// part, all from there), read as the list is when the part runs, the
-// length after the log (as `trace` reads it). Every change of the list
+// values of a fixed range of slots (`part_of`), read as the list is when
+// the part runs, the length after the log (as `trace` reads it). Every change of the list
 // goes through its log and its cells once a marker has met the log: a
 // store shades what it overwrites, a cut what it cuts, a shift or a sort
 // stores each value it moves through the barrier (`put`, `set_recorded`,

@@ -424,10 +424,10 @@ fn stop_world(shared: &Shared, mut gone: Option<&mut Vec<usize>>) -> Vec<Arc<Mut
 fn roots_of(shared: &Shared, mutators: &[Arc<MutatorShared>]) -> Vec<usize> {
     let mut roots = Vec::new();
     for m in mutators {
-        roots.extend(m.roots.live());
+        m.roots.live_into(&mut roots);
     }
     let _walk = crate::runtime::Walk::begin(&shared.globals_walked);
-    roots.extend(shared.globals.live());
+    shared.globals.live_into(&mut roots);
     roots
 }
 

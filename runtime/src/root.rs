@@ -160,7 +160,10 @@ impl fmt::Debug for RootTable {
 }
 
 impl RootTable {
-    /// A slot holding `addr`, handed out under the lock `a` (this table's).
+    /// A slot holding `addr`, handed out under the lock `a` (this table's:
+    /// its caller holds it, so that `GlobalRoot::clone` reads the slot it
+    /// copies and inserts the copy in one step, which no copy of the table
+    /// by the collector can fall between).
     fn insert(&self, a: &mut Alloc, addr: usize) -> u32 {
         debug_assert!(addr != 0);
         if let Some(i) = a.free.pop() {
@@ -192,12 +195,13 @@ impl RootTable {
         a.free.push(i);
     }
 
-    /// The rooted addresses, copied under the table's lock (no slot is
-    /// handed out or taken back meanwhile; a `set` during a mark shades
-    /// what it stores).
-    pub(crate) fn live(&self) -> Vec<usize> {
+    /// Appends the rooted addresses to `out`, copied under the table's
+    /// lock (no slot is handed out or taken back meanwhile, and a clone's
+    /// read and insert are one step; a `set` during a mark shades what it
+    /// stores).
+    pub(crate) fn live_into(&self, out: &mut Vec<usize>) {
         let a = self.alloc.lock();
-        (0..a.len).map(|i| self.slots.get(i)).filter(|&x| x != 0).collect()
+        out.extend((0..a.len).map(|i| self.slots.get(i)).filter(|&x| x != 0));
     }
 }
 

@@ -96,7 +96,8 @@ use std::time::Duration;
 ///    when its part runs (cut, or moved to a part traced already or past
 ///    the count its queuing part saw). A value whose changes all go
 ///    through its log and barrier cells has that (the collections'
-///    objects are such values).///
+///    objects are such values).
+///
 /// # Examples
 /// Derive it:
 /// ```

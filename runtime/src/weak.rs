@@ -9,7 +9,9 @@
 //! the end of a ragged mark, under the weak gate's write lock, which an
 //! upgrade that shades holds for reading. Minor cycles look at the cells
 //! made since the last cycle only ([`WeakCells`]): the others and their
-//! targets are marked until a full cycle.
+//! targets are marked until a full cycle, this runtime's or, over loam's
+//! pages, another's, which clears every page's marks (a minor cycle after
+//! one looks at every cell).
 //!
 //! During a concurrent mark an upgrade shades its target: the target may be
 //! unreachable from the mark's snapshot, and the pointer the upgrade hands

@@ -319,8 +319,9 @@ fn a_broadcast_while_the_pool_drops_reaches_every_worker() {
 /// used to take termination for work and spin (park and wake at once,
 /// for as long as the job it waited for ran). Counted by the park hook:
 /// a handful of parks, not thousands, while the other half blocks. The
-/// count starts once the dropping thread is in the drop (a flag it sets
-/// just before), so a dropper the machine has not run yet cannot pass it.
+/// count starts 100 ms after the dropping thread has run up to the drop
+/// (a flag it sets just before), so a dropper the machine has not run at
+/// all cannot pass it.
 #[test]
 fn a_join_waiting_while_the_pool_drops_sleeps() {
     let parks = Arc::new(AtomicUsize::new(0));

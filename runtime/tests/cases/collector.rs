@@ -464,6 +464,21 @@ fn weak_references_old_and_young_through_minor_and_full_cycles() {
             cells: GcLock::new(Vec::new()),
         }))
     });
+    // Made in one call between marks: made during a mark, `GcWeak::new`
+    // shades its target, which the next cycle then keeps.
+    while !m.mutate(|mc| {
+        if mc.is_marking() {
+            return false;
+        }
+        young_weaks.get(mc).cells.write(mc, |v| {
+            for _ in 0..100 {
+                v.push(GcWeak::new(mc, list(mc, 1, &drops)));
+            }
+        });
+        true
+    }) {
+        std::thread::yield_now();
+    }
     let before = minors.load(Ordering::Relaxed);
     let mut rounds = 0_u64;
     while minors.load(Ordering::Relaxed) < before + 3 {
@@ -471,10 +486,6 @@ fn weak_references_old_and_young_through_minor_and_full_cycles() {
         m.mutate(|mc| {
             for j in 0..8 {
                 mc.alloc([rounds + j; 8]);
-            }
-            if rounds < 100 {
-                let t = list(mc, 1, &drops);
-                young_weaks.get(mc).cells.write(mc, |v| v.push(GcWeak::new(mc, t)));
             }
         });
         rounds += 1;

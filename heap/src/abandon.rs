@@ -90,7 +90,7 @@ pub(crate) unsafe fn abandon(heap: *mut LocalHeap) {
     // Its segments are adopted only from the list, so none can come back
     // to name it once it is listed without one.
     let list = &mut *list;
-    let head = if h.segments.is_null() {
+    let head = if h.segments.first.is_null() {
         &mut list.spares
     } else {
         &mut list.owning

@@ -208,6 +208,7 @@ not_under_loom! {
     mod options;
     mod os;
     mod page;
+    mod queue;
     mod seal;
     mod segment;
     mod segment_cache;

@@ -50,9 +50,7 @@ pub(crate) struct LocalHeap {
     /// segments away) stops at the first without. A heap of thousands of
     /// full segments read every header at each new segment it mapped, and
     /// at each purge (every half purge delay).
-    pub(crate) segments: *mut Segment,
-    /// The last of `segments`.
-    pub(crate) segments_tail: *mut Segment,
+    pub(crate) segments: crate::queue::Queue<Segment>,
     /// Outgoing batches of blocks this thread freed for other heaps.
     pub(crate) cache: RemoteCache,
     /// Blocks this thread freed lately (its own and other heaps'), kept for
@@ -110,8 +108,7 @@ impl LocalHeap {
                 current: [ptr::null_mut(); NUM_CLASSES + 1],
                 queues: [PageQueue::NEW; NUM_CLASSES],
                 full: PageQueue::NEW,
-                segments: ptr::null_mut(),
-                segments_tail: ptr::null_mut(),
+                segments: crate::queue::Queue::NEW,
                 cache: RemoteCache::for_thread(),
                 tcache: ThreadCache::new(),
                 next_tcache_flush_ms: 0,
@@ -420,7 +417,7 @@ impl LocalHeap {
     fn page_alloc(&mut self, spec: PageSpec) -> *mut Page {
         let mut tried_orphans = false;
         loop {
-            let mut seg = self.segments;
+            let mut seg = self.segments.first;
             // SAFETY: segments on our list are live and ours.
             while !seg.is_null() && unsafe { has_room(seg) } {
                 // SAFETY: as just said.
@@ -511,41 +508,19 @@ impl LocalHeap {
     /// Puts `seg` (ours, on no list) on our list: first if it has free
     /// slices, last if not.
     fn link_segment(&mut self, seg: *mut Segment) {
-        // SAFETY: `seg` is ours and on no list; our list's ends are ours.
+        // SAFETY: `seg` is ours and on no list; our list is ours.
         unsafe {
-            if has_room(seg) || self.segments.is_null() {
-                (*seg).prev = ptr::null_mut();
-                (*seg).next = self.segments;
-                if self.segments.is_null() {
-                    self.segments_tail = seg;
-                } else {
-                    (*self.segments).prev = seg;
-                }
-                self.segments = seg;
+            if has_room(seg) {
+                self.segments.push_front(seg);
             } else {
-                (*seg).next = ptr::null_mut();
-                (*seg).prev = self.segments_tail;
-                (*self.segments_tail).next = seg;
-                self.segments_tail = seg;
+                self.segments.push_back(seg);
             }
         }
     }
 
     fn unlink_segment(&mut self, seg: *mut Segment) {
-        // SAFETY: `seg` and its neighbours are on our list.
-        unsafe {
-            let (n, p) = ((*seg).next, (*seg).prev);
-            if n.is_null() {
-                self.segments_tail = p;
-            } else {
-                (*n).prev = p;
-            }
-            if p.is_null() {
-                self.segments = n;
-            } else {
-                (*p).next = n;
-            }
-        }
+        // SAFETY: `seg` is on our list.
+        unsafe { self.segments.remove(seg) };
     }
 
     /// Puts our segment `seg` back in its place after its free slices ran
@@ -886,7 +861,7 @@ impl LocalHeap {
 
     /// Calls `f` on every page this heap owns.
     pub(crate) fn for_each_own_page(&self, mut f: impl FnMut(*mut Page)) {
-        let mut seg = self.segments;
+        let mut seg = self.segments.first;
         while !seg.is_null() {
             crate::inspect::for_each_page_in(seg, &mut f);
             // SAFETY: segments on our list are ours.
@@ -898,7 +873,7 @@ impl LocalHeap {
     pub(crate) fn assert_valid(&self) {
         let me = self as *const LocalHeap as *mut LocalHeap;
         let mut pages = 0;
-        let mut seg = self.segments;
+        let mut seg = self.segments.first;
         let (mut last, mut room) = (ptr::null_mut(), true);
         while !seg.is_null() {
             // SAFETY: segments on our list are ours.
@@ -915,7 +890,7 @@ impl LocalHeap {
                 seg = (*seg).next;
             }
         }
-        if last != self.segments_tail {
+        if last != self.segments.last {
             crate::fatal("heap's last segment is not its list's tail");
         }
         self.for_each_own_page(|_| pages += 1);

@@ -482,89 +482,18 @@ impl Page {
 }
 
 /// A doubly linked list of pages (owner only).
-#[derive(Clone, Copy)]
-pub(crate) struct PageQueue {
-    pub(crate) first: *mut Page,
-    pub(crate) last: *mut Page,
-}
+pub(crate) type PageQueue = crate::queue::Queue<Page>;
 
-impl PageQueue {
-    pub(crate) const NEW: PageQueue = PageQueue {
-        first: ptr::null_mut(),
-        last: ptr::null_mut(),
-    };
-
-    /// # Safety
-    /// `p` is a live page in no queue; the caller owns both.
-    pub(crate) unsafe fn push_front(&mut self, p: *mut Page) {
-        // SAFETY: owner-only links of live pages (caller).
-        unsafe {
-            (*p).prev = ptr::null_mut();
-            (*p).next = self.first;
-            if self.first.is_null() {
-                self.last = p;
-            } else {
-                (*self.first).prev = p;
-            }
-        }
-        self.first = p;
+// SAFETY: a page's `next` and `prev` are two fields, used only by the one
+// queue (of its owner) it is in.
+unsafe impl crate::queue::Linked for Page {
+    unsafe fn next(this: *mut Self) -> *mut *mut Self {
+        // SAFETY: live (caller).
+        unsafe { ptr::addr_of_mut!((*this).next) }
     }
 
-    /// # Safety
-    /// `p` is a live page in no queue; the caller owns both.
-    pub(crate) unsafe fn push_back(&mut self, p: *mut Page) {
-        // SAFETY: owner-only links of live pages (caller).
-        unsafe {
-            (*p).next = ptr::null_mut();
-            (*p).prev = self.last;
-            if self.last.is_null() {
-                self.first = p;
-            } else {
-                (*self.last).next = p;
-            }
-        }
-        self.last = p;
-    }
-
-    /// # Safety
-    /// `p` is in this queue; the caller owns it.
-    pub(crate) unsafe fn remove(&mut self, p: *mut Page) {
-        // SAFETY: `p` and its neighbours are live pages of this queue.
-        unsafe {
-            let (n, pr) = ((*p).next, (*p).prev);
-            if pr.is_null() {
-                self.first = n;
-            } else {
-                (*pr).next = n;
-            }
-            if n.is_null() {
-                self.last = pr;
-            } else {
-                (*n).prev = pr;
-            }
-            (*p).next = ptr::null_mut();
-            (*p).prev = ptr::null_mut();
-        }
-    }
-
-    /// Moves every page of `other` to the back of this queue.
-    ///
-    /// # Safety
-    /// The caller owns both queues and their pages.
-    pub(crate) unsafe fn append(&mut self, other: &mut PageQueue) {
-        if other.first.is_null() {
-            return;
-        }
-        // SAFETY: owner-only links of live pages (caller).
-        unsafe {
-            if self.last.is_null() {
-                self.first = other.first;
-            } else {
-                (*self.last).next = other.first;
-                (*other.first).prev = self.last;
-            }
-        }
-        self.last = other.last;
-        *other = PageQueue::NEW;
+    unsafe fn prev(this: *mut Self) -> *mut *mut Self {
+        // SAFETY: live (caller).
+        unsafe { ptr::addr_of_mut!((*this).prev) }
     }
 }

@@ -767,3 +767,17 @@ pub(crate) fn for_each_segment_unlocked(mut f: impl FnMut(*mut Segment)) {
         s = unsafe { (*s).all_next };
     }
 }
+
+// SAFETY: a segment's `next` and `prev` are two fields, used only by the
+// list of segments of the heap that owns it (`LocalHeap::segments`).
+unsafe impl crate::queue::Linked for Segment {
+    unsafe fn next(this: *mut Self) -> *mut *mut Self {
+        // SAFETY: live (caller).
+        unsafe { std::ptr::addr_of_mut!((*this).next) }
+    }
+
+    unsafe fn prev(this: *mut Self) -> *mut *mut Self {
+        // SAFETY: live (caller).
+        unsafe { std::ptr::addr_of_mut!((*this).prev) }
+    }
+}

@@ -49,7 +49,7 @@ impl LocalHeap {
         }
         let delay = options::purge_delay_ms();
         self.next_purge_ms = now.saturating_add((delay / 2).max(1));
-        let mut seg = self.segments;
+        let mut seg = self.segments.first;
         // Dirty slices are free ones: none past the first segment without
         // room (`LocalHeap::segments`).
         // SAFETY: segments on our list are ours.
@@ -94,7 +94,7 @@ impl LocalHeap {
             // not `self` (a live heap is never on the orphan list).
             let o = unsafe { &mut *o };
             drained += o.tidy(force);
-            if !adopted && !o.segments.is_null() {
+            if !adopted && !o.segments.first.is_null() {
                 self.adopt(o);
                 adopted = true;
             }
@@ -148,7 +148,7 @@ impl LocalHeap {
     /// (`segment_cache.rs`), as resident as it is: this heap is going idle
     /// or away, and another may need the memory soon.
     fn give_empty_segments(&mut self) {
-        let mut seg = self.segments;
+        let mut seg = self.segments.first;
         // An empty segment has room: none past the first without.
         // SAFETY: segments on our list are ours.
         while !seg.is_null() && unsafe { super::has_room(seg) } {
@@ -195,7 +195,7 @@ impl LocalHeap {
     /// Takes every segment and page of abandoned heap `o`.
     fn adopt(&mut self, o: &mut LocalHeap) {
         let me: *mut LocalHeap = self;
-        let mut seg = o.segments;
+        let mut seg = o.segments.first;
         while !seg.is_null() {
             // SAFETY: `o` is held exclusively (orphan lock), so its segments
             // are ours to re-own. The Release store pairs with nothing in
@@ -207,8 +207,7 @@ impl LocalHeap {
                 seg = next;
             }
         }
-        o.segments = ptr::null_mut();
-        o.segments_tail = ptr::null_mut();
+        o.segments = crate::queue::Queue::NEW;
         self.dirty_segments += std::mem::take(&mut o.dirty_segments);
         for c in 0..NUM_CLASSES {
             o.current[c] = ptr::null_mut();

@@ -31,19 +31,14 @@ pub(crate) struct TypeDesc {
     /// chunk at a time (`mark.rs`, "Long arrays"). `None` otherwise.
     pub(crate) trace_elems: Option<unsafe fn(*const u8, std::ops::Range<usize>, &mut Tracer)>,
     /// Of an object traced in parts (`Trace::TRACE_IN_PARTS`): its
-    /// `trace_part` (`mark.rs`, "Long arrays"). `None` otherwise.
-    pub(crate) parts: Option<Parts>,
+    /// `trace_part` (traces part `k` of the object at the address and
+    /// returns its count of parts as of now; `mark.rs`, "Long arrays").
+    /// `None` otherwise.
+    pub(crate) trace_part: Option<unsafe fn(*const u8, usize, &mut Tracer) -> usize>,
     /// Runs the payload's drop glue; `None` when it has none.
     pub(crate) drop: Option<unsafe fn(*mut u8)>,
     /// The type's name, for diagnostics.
     pub(crate) name: fn() -> &'static str,
-}
-
-/// An object's `Trace::trace_part`, erased: traces part `k` of the object
-/// at the address and returns its count of parts as of now.
-#[derive(Clone, Copy)]
-pub(crate) struct Parts {
-    pub(crate) trace: unsafe fn(*const u8, usize, &mut Tracer) -> usize,
 }
 
 /// The header word: the descriptor's address in the low 48 bits, the owning
@@ -97,7 +92,7 @@ impl TypeDesc {
             elem_size,
             trace: if T::NEEDS_TRACE { Some(trace) } else { None },
             trace_elems: None,
-            parts: None,
+            trace_part: None,
             drop: if std::mem::needs_drop::<T>() {
                 Some(drop)
             } else {
@@ -124,10 +119,8 @@ impl TypeDesc {
 
 impl<T: Trace> GcBox<T> {
     const DESC: TypeDesc = TypeDesc {
-        parts: if T::NEEDS_TRACE && T::TRACE_IN_PARTS {
-            Some(Parts {
-                trace: Self::trace_part_erased,
-            })
+        trace_part: if T::NEEDS_TRACE && T::TRACE_IN_PARTS {
+            Some(Self::trace_part_erased)
         } else {
             None
         },
@@ -140,7 +133,7 @@ impl<T: Trace> GcBox<T> {
         )
     };
 
-    /// [`Parts::trace`] for `T`: one call (through the descriptor) an
+    /// `TypeDesc::trace_part` for `T`: one call (through the descriptor) an
     /// object, as for objects traced whole, of which most of a type that
     /// may be parted are (a list of a few elements).
     ///
@@ -270,7 +263,7 @@ pub(crate) static STR_DESC: TypeDesc = TypeDesc {
     elem_size: 1,
     trace: None,
     trace_elems: None,
-    parts: None,
+    trace_part: None,
     drop: None,
     name: || "str",
 };
@@ -377,7 +370,7 @@ pub(crate) static FREED: TypeDesc = TypeDesc {
     elem_size: 0,
     trace: None,
     trace_elems: None,
-    parts: None,
+    trace_part: None,
     drop: None,
     name: || "<freed object>",
 };

@@ -309,7 +309,7 @@ unsafe fn scan(
     // through barrier cells, which trace without a data race (module docs).
     // SAFETY: as just said.
     let traced = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| unsafe {
-        match (chunked, desc.parts) {
+        match (chunked, desc.trace_part) {
             (Some((elems, trace_elems)), _) => trace_elems(addr as *const u8, elems, tracer),
             // An object traced in parts: part 0 is the entry its mark bit
             // queued; it and every 64th part queue the next 64 parts, as
@@ -319,8 +319,8 @@ unsafe fn scan(
             // the first trace may have been (one part) when the object has
             // more parts now, whose queuing this entry must not repeat.
             (None, Some(_)) if again => trace(addr as *const u8, tracer),
-            (None, Some(parts)) => {
-                let n = (parts.trace)(addr as *const u8, k, tracer).min(crate::MAX_TRACE_PARTS);
+            (None, Some(trace_part)) => {
+                let n = trace_part(addr as *const u8, k, tracer).min(crate::MAX_TRACE_PARTS);
                 if k % CHUNK_FANOUT == 0 {
                     for j in k + 1..n.min(k + CHUNK_FANOUT + 1) {
                         push(addr | j << CHUNK_SHIFT);

@@ -484,8 +484,9 @@ impl Page {
 /// A doubly linked list of pages (owner only).
 pub(crate) type PageQueue = crate::queue::Queue<Page>;
 
-// SAFETY: a page's `next` and `prev` are two fields, used only by the one
-// queue (of its owner) it is in.
+// A page's `next` and `prev` are two fields, used only by the one queue
+// (of its owner) it is in.
+// SAFETY: as just said.
 unsafe impl crate::queue::Linked for Page {
     unsafe fn next(this: *mut Self) -> *mut *mut Self {
         // SAFETY: live (caller).

@@ -768,8 +768,9 @@ pub(crate) fn for_each_segment_unlocked(mut f: impl FnMut(*mut Segment)) {
     }
 }
 
-// SAFETY: a segment's `next` and `prev` are two fields, used only by the
-// list of segments of the heap that owns it (`LocalHeap::segments`).
+// A segment's `next` and `prev` are two fields, used only by the list of
+// segments of the heap that owns it (`LocalHeap::segments`).
+// SAFETY: as just said.
 unsafe impl crate::queue::Linked for Segment {
     unsafe fn next(this: *mut Self) -> *mut *mut Self {
         // SAFETY: live (caller).

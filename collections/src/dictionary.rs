@@ -23,7 +23,8 @@
 //! iteration is in insertion order until the first removal.
 
 use crate::lock::{WriterGuard, WriterLock};
-use loam_runtime::{AllocError, CellValue, Gc, GcCell, GcLog, Mutation, Trace, Tracer};
+use loam_runtime::{AllocError, CellValue, Gc, GcCards, GcCell, GcLog, Mutation, Trace, Tracer};
+use std::ops::Range;
 use std::borrow::Borrow;
 use std::fmt;
 use std::hash::{BuildHasher, Hash};
@@ -101,6 +102,11 @@ where
     /// Records the dictionary for the next minor cycle when it changes, so
     /// that stores into its arrays promote nothing (`write_lock`).
     log: GcLog<'gc>,
+    /// Which entries changed since a marker last traced them, so that a
+    /// minor cycle traces again only those parts of a large dictionary
+    /// (`GcCards`): every store of a key or a value into an entry touches
+    /// its card, in the store's call (`DictObj::touch`).
+    cards: GcCards,
     /// Counts the changes that move entries or empty index slots (removal,
     /// `retain`, `clear`): odd while one is under way. Lock-free lookups
     /// read it before and after, and look again if it moved (a seqlock on
@@ -155,10 +161,18 @@ where
             if parts == 1 {
                 in_use
             } else {
+                // The cards changed since the last trace, for the later
+                // parts (rule 7).
+                self.cards.take(tracer);
                 &[]
             }
         } else {
-            crate::list::part_of(in_use, part)
+            let range = crate::list::part_range(in_use.len(), part);
+            if self.cards.must_trace(tracer, range.clone()) {
+                &in_use[range]
+            } else {
+                &[]
+            }
         };
         for e in traced {
             e.key.get().trace(tracer);
@@ -179,6 +193,31 @@ where
                 e.key.get().trace(tracer);
                 e.value.get().trace(tracer);
             }
+        }
+    }
+}
+
+impl<'gc, K, V, S> DictObj<'gc, K, V, S>
+where
+    K: CellValue + Trace + 'gc,
+    V: CellValue + Trace + 'gc,
+    S: Send + Sync + 'static,
+{
+    /// Marks entry `e`'s card changed (`GcCards`), for a dictionary whose
+    /// keys or values can hold managed pointers (the others are traced
+    /// whole). Every store of a key or a value into an entry does it, in
+    /// the store's call.
+    #[inline(always)]
+    fn touch(&self, e: usize) {
+        if K::NEEDS_TRACE || V::NEEDS_TRACE {
+            self.cards.touch(e);
+        }
+    }
+
+    /// [`touch`](Self::touch) for the entries of `range`.
+    fn touch_range(&self, range: Range<usize>) {
+        if K::NEEDS_TRACE || V::NEEDS_TRACE {
+            self.cards.touch_range(range);
         }
     }
 }
@@ -353,6 +392,7 @@ where
         let d = GcDictionary {
             obj: mc.alloc(DictObj {
                 log: GcLog::new(),
+                cards: GcCards::new(),
                 moves: GcCell::new(0),
                 len: GcCell::new(0),
                 entries: GcCell::new(mc.alloc_from_iter(std::iter::empty())),
@@ -525,11 +565,12 @@ where
     ) -> Result<Option<V>, AllocError<(K, V)>> {
         let _w = self.write_lock(mc);
         let h = self.hash(&key);
-        if let Some((_, _, entry)) = self.find(&key, h) {
+        if let Some((_, e, entry)) = self.find(&key, h) {
             let old = entry.value.get();
             // SAFETY: the log recorded (`write_lock`); an entry in use,
             // which the dictionary's trace reports.
             unsafe { entry.value.set_recorded(mc, value) };
+            self.obj.touch(e);
             return Ok(Some(old));
         }
         self.push_entry(mc, h, key, value)
@@ -592,6 +633,11 @@ where
             // SAFETY: the store just above.
             unsafe { self.obj.log.after_unreported_stores(mc, || cell.set_recorded(mc, cell.get())) };
             entries = grown;
+            // Every entry keeps its index; the cards' scale follows the
+            // capacity (`GcCards::rescale`).
+            if K::NEEDS_TRACE || V::NEEDS_TRACE {
+                self.obj.cards.rescale(grown.len());
+            }
         }
         if let Some(fresh) = fresh {
             let cell = &self.obj.indices;
@@ -611,6 +657,7 @@ where
             e.key.fill_unshaded(key);
             e.value.fill_unshaded(value);
         }
+        self.obj.touch(len);
         Self::place(mc, indices, h, len);
         self.obj.len.set(mc, len + 1);
         if K::NEEDS_TRACE || V::NEEDS_TRACE {
@@ -733,6 +780,7 @@ where
                         to.hash.set_moved(h);
                         to.key.set_moved(k);
                         to.value.set_moved(v);
+                        self.obj.touch(e);
                     },
                     || {
                         to.key.set_recorded(mc, to.key.get());
@@ -756,11 +804,12 @@ where
         Q: Hash + Eq + ?Sized,
     {
         let _w = self.write_lock(mc);
-        let (_, _, entry) = self.find(key, self.hash(key))?;
+        let (_, e, entry) = self.find(key, self.hash(key))?;
         let cell = &entry.value;
         let new = f(cell.get());
         // SAFETY: the log recorded (`write_lock`); an entry in use.
         unsafe { cell.set_recorded(mc, new) };
+        self.obj.touch(e);
         Some(new)
     }
 
@@ -864,6 +913,7 @@ where
                         }
                         to += 1;
                     }
+                    self.obj.touch_range(0..to);
                 },
                 || {
                     for t in &entries[..kept] {
@@ -1108,6 +1158,7 @@ where
         // SAFETY: the entry holds the writer lock, taken with the log
         // recorded (`write_lock`) in this call; an entry in use.
         unsafe { cell.set_recorded(self.mc, value) };
+        self.dict.obj.touch(self.index);
         old
     }
 

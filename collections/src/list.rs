@@ -57,7 +57,8 @@
 
 use crate::lock::WriterGuard;
 use crate::lock::WriterLock;
-use loam_runtime::{AllocError, CellValue, Gc, GcCell, GcLog, Mutation, Trace, Tracer, MAX_TRACE_PARTS};
+use loam_runtime::{AllocError, CellValue, Gc, GcCards, GcCell, GcLog, Mutation, Trace, Tracer, MAX_TRACE_PARTS};
+use std::ops::Range;
 use std::cell::Cell;
 use std::cmp::Ordering;
 use std::fmt;
@@ -187,6 +188,11 @@ pub(crate) struct ListObj<'gc, T: CellValue + Trace + 'gc> {
     /// Records the list for the next minor cycle when it changes, so that
     /// stores into its arrays promote nothing (`Writing`).
     log: GcLog<'gc>,
+    /// Which elements changed since a marker last traced them, so that a
+    /// minor cycle traces again only those parts of a long list
+    /// (`GcCards`): every store into a slot below the length touches its
+    /// card, in the store's call (`ListObj::touch`).
+    cards: GcCards,
     /// Elements in use, a prefix of `items`.
     len: GcCell<'gc, usize>,
     /// The backing array.
@@ -212,7 +218,7 @@ pub(crate) struct ListObj<'gc, T: CellValue + Trace + 'gc> {
 //
 // In parts (rule 6) once it is longer than two parts: part 0 is the log
 // (first), the array and, for a short list, every value; part `k` the
-// values of a fixed range of slots (`part_of`), read as the list is when
+// values of a fixed range of slots (`part_range`), read as the list is when
 // the part runs, the length after the log (as `trace` reads it). Every change of the list
 // goes through its log and its cells once a marker has met the log: a
 // store shades what it overwrites, a cut what it cuts, a shift or a sort
@@ -237,10 +243,17 @@ unsafe impl<'gc, T: CellValue + Trace + 'gc> Trace for ListObj<'gc, T> {
                 for cell in cells {
                     cell.get().trace(tracer);
                 }
+            } else {
+                // The cards changed since the last trace, for the later
+                // parts (rule 7).
+                self.cards.take(tracer);
             }
         } else {
-            for cell in part_of(cells, part) {
-                cell.get().trace(tracer);
+            let range = part_range(cells.len(), part);
+            if self.cards.must_trace(tracer, range.clone()) {
+                for cell in &cells[range] {
+                    cell.get().trace(tracer);
+                }
             }
         }
         parts
@@ -303,17 +316,42 @@ pub(crate) fn parts_for(len: usize) -> usize {
 /// The elements of `all` that part `part` (1 or more) covers: a fixed
 /// range whatever the length (`Trace`, rule 6), empty past the end; the
 /// last part the mark takes, all the rest.
+#[cfg(test)]
 pub(crate) fn part_of<E>(all: &[E], part: usize) -> &[E] {
+    &all[part_range(all.len(), part)]
+}
+
+/// The indices part `part` (1 or more) covers in a collection of `len`
+/// elements: a fixed range whatever the length (`Trace`, rule 6).
+pub(crate) fn part_range(len: usize, part: usize) -> Range<usize> {
     let start = part_start(part.min(MAX_TRACE_PARTS - 1));
     let end = if part >= MAX_TRACE_PARTS - 1 {
-        all.len()
+        len
     } else {
         part_start(part + 1)
     };
-    all.get(start.min(all.len())..end.min(all.len())).unwrap_or(&[])
+    start.min(len)..end.min(len)
 }
 
 impl<'gc, T: CellValue + Trace + 'gc> ListObj<'gc, T> {
+    /// Marks slot `i`'s card changed (`GcCards`), for a list whose
+    /// elements can hold managed pointers (the others are traced whole).
+    /// Every store of a value into a slot does it, in the store's call.
+    #[inline(always)]
+    fn touch(&self, i: usize) {
+        if T::NEEDS_TRACE {
+            self.cards.touch(i);
+        }
+    }
+
+    /// [`touch`](Self::touch) for the slots of `range`.
+    #[inline]
+    fn touch_range(&self, range: Range<usize>) {
+        if T::NEEDS_TRACE {
+            self.cards.touch_range(range);
+        }
+    }
+
     /// A push into slot `len`, the list's length, which is at `filled`:
     /// the slot written plainly, the length stored over it, then the
     /// shade, skipped while no marker has met the list (`shade_pushed`).
@@ -336,6 +374,7 @@ impl<'gc, T: CellValue + Trace + 'gc> ListObj<'gc, T> {
         // below once the length covers it.
         // SAFETY: as just said.
         unsafe { slot.write_first_unshaded(value) };
+        self.touch(len);
         // A longer length frees nothing (no `note_write`), and the log
         // was recorded in this call (caller).
         // SAFETY: as just said.
@@ -368,6 +407,7 @@ impl<'gc, T: CellValue + Trace + 'gc> ListObj<'gc, T> {
         // after this store, under the lock, after the record (caller).
         // SAFETY: as just said.
         unsafe { (*slot.0.as_ptr()).fill_recorded(mc, value) };
+        self.touch(len);
         // A longer length frees nothing, and the log was recorded in this
         // call (caller).
         // SAFETY: as just said.
@@ -637,6 +677,7 @@ impl<'a, 'gc, T: CellValue + Trace + 'gc> ListWriter<'a, 'gc, T> {
         // slot `i` is in use, so the list's trace reports it, now and
         // after (we hold the writer lock).
         unsafe { cell.set_recorded(self.mc, value) };
+        self.list.obj.touch(i);
     }
 
     /// Stores into spare slot `i` (at or past the length, at most
@@ -649,6 +690,7 @@ impl<'a, 'gc, T: CellValue + Trace + 'gc> ListWriter<'a, 'gc, T> {
             "loam-collections: slot {i} is not the next spare one (len {len}, filled {filled})"
         );
         let slot = &Gc::get(items)[i];
+        self.list.obj.touch(i);
         if i < filled {
             // SAFETY: below `filled`, so written before. The log was
             // recorded (`new`); slot `i` is past the length, so the list's
@@ -707,6 +749,7 @@ impl<'a, 'gc, T: CellValue + Trace + 'gc> ListWriter<'a, 'gc, T> {
             });
         }));
         *n = count;
+        self.list.obj.touch_range(len..len + count);
         if let Err(panic) = stored {
             std::panic::resume_unwind(panic);
         }
@@ -765,6 +808,11 @@ impl<'a, 'gc, T: CellValue + Trace + 'gc> ListWriter<'a, 'gc, T> {
         // SAFETY: as just said.
         unsafe { cell.set_unshaded(self.mc, array) };
         self.items.set(array);
+        // Every value keeps its index; the cards' scale follows the
+        // capacity (`GcCards::rescale`).
+        if T::NEEDS_TRACE {
+            self.list.obj.cards.rescale(Gc::get(array).len());
+        }
         // The store just above, with `set_unshaded`, in this call after
         // the record; the list's trace reads its log first.
         // SAFETY: as just said.
@@ -985,6 +1033,7 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
         GcList {
             obj: mc.alloc(ListObj {
                 log: GcLog::new(),
+                cards: GcCards::with_slots(capacity),
                 len: GcCell::new(0),
                 items: GcCell::new(items),
                 high: AtomicUsize::new(0),
@@ -1001,6 +1050,7 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
         GcList {
             obj: mc.alloc(ListObj {
                 log: GcLog::new(),
+                cards: GcCards::with_slots(items.len()),
                 len: GcCell::new(items.len()),
                 items: GcCell::new(array),
                 high: AtomicUsize::new(0),
@@ -1410,6 +1460,7 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
                     for (cell, x) in used.iter().zip(v) {
                         cell.set_moved(x);
                     }
+                    self.obj.touch_range(0..used.len());
                 },
                 || {
                     for cell in used {

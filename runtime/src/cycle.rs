@@ -312,10 +312,24 @@ fn full_ahead(shared: &Shared, forced: bool, gen: &Generations) -> bool {
 }
 
 /// Full cycles that cleared the marks of loam's pages (in phase 0 or in a
-/// pause), every runtime's objects' included: counted under the cycle
-/// lock, read under it by a runtime's weak processing, which must look at
-/// its old weak cells again after any (`weak::WeakCells`).
+/// pause), every runtime's objects' included, and full snapshots of a
+/// `GlobalAlloc` space (whose marks a new epoch clears): counted under
+/// the cycle lock before the cycle's mark begins, read under it by a
+/// runtime's weak processing, which must look at its old weak cells again
+/// after any (`weak::WeakCells`), and by card takes (`cards.rs`, 4).
 static MARK_CLEARS: AtomicU64 = AtomicU64::new(0);
+
+/// Cycles begun, of every runtime: counted as each takes the cycle lock.
+/// Its low bits tag a cycle's card takes (`cards.rs`, 1).
+static CYCLES: AtomicU64 = AtomicU64::new(0);
+
+/// For card takes (`cards.rs`): the cycle under way and the count of mark
+/// clears. Read by markers, which run only inside a cycle, under the cycle
+/// lock: both are stable while they read them.
+#[inline]
+pub(crate) fn card_epoch() -> (u64, u64) {
+    (CYCLES.load(Ordering::Relaxed), MARK_CLEARS.load(Ordering::Relaxed))
+}
 
 /// Phase 0 of a full cycle in loam's pages: clears every page's marks and
 /// `sweep::OLD` flag with the mutators running, so that no pause does work
@@ -544,6 +558,7 @@ pub(crate) fn cycle(
     snap: &mut Snapshot,
 ) -> (CycleEvent, Vec<String>) {
     let _one_at_a_time = crate::collector::lock_cycle();
+    CYCLES.fetch_add(1, Ordering::Relaxed);
     // Dropped first: named until the lock goes.
     let _holder = crate::collector::Holder::set(shared.id);
     // Exited threads' heaps take back the runs earlier sweeps sent them, so
@@ -810,7 +825,14 @@ impl<'a> Cycle<'a> {
                 self.full && !self.marks_cleared,
                 self.seal,
             ),
-            Space::Alloc(space) => snap.objects = Some(space.snapshot(self.full)),
+            Space::Alloc(space) => {
+                if self.full {
+                    // The snapshot clears the marks (a new epoch), in the
+                    // pause, before the mark: counted for card takes.
+                    MARK_CLEARS.fetch_add(1, Ordering::Relaxed);
+                }
+                snap.objects = Some(space.snapshot(self.full));
+            }
         }
         self.snap_time = snap_start.elapsed();
         self.snapped = true;

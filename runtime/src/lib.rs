@@ -333,6 +333,7 @@ macro_rules! not_under_loom {
 mod assist_model;
 #[cfg(all(test, loom))]
 mod call_entry_model;
+mod cards;
 mod handshake;
 #[cfg(all(test, loom))]
 mod log_owner_model;
@@ -391,6 +392,7 @@ not_under_loom! {
 }
 
 pub mod fence;
+pub use cards::GcCards;
 pub use loam_derive::Trace;
 #[doc(hidden)]
 pub use trace::__private;

@@ -97,6 +97,12 @@ use std::time::Duration;
 ///    the count its queuing part saw). A value whose changes all go
 ///    through its log and barrier cells has that (the collections'
 ///    objects are such values).
+/// 7. with [`GcCards`](crate::GcCards), skip in a later part only the
+///    slots [`GcCards::must_trace`](crate::GcCards::must_trace) says it
+///    may, after part 0 took the cards ([`GcCards::take`](crate::GcCards::take),
+///    after its log), and touch the card of every reported slot whose value
+///    changes (a store, a move), in the change's `mutate` call: a change
+///    left untouched is a slot the next minor cycle does not read.
 ///
 /// # Examples
 /// Derive it:

@@ -59,8 +59,11 @@
 //! once per cycle, and its stores skip the generational barrier
 //! (`GcCell::set_recorded`), so nothing stored into a collection is
 //! promoted by it: the elements of a collection made and dropped between
-//! two cycles die young, and a large old collection changed in place costs
-//! the next minor cycle one retrace of it.
+//! two cycles die young. A change also touches the card of each slot it
+//! writes (`loam_runtime::GcCards`: 52 cards, scaled to the capacity), so
+//! a long old collection changed in place costs the next minor cycle a
+//! retrace of the changed cards only (a list of a million `Gc`s: 1/32 of
+//! it a changed card).
 //!
 //! # Long collections and the mark
 //! A list or dictionary of more than 512 elements is traced in parts

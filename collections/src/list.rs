@@ -299,18 +299,14 @@ pub(crate) fn parts_for(len: usize) -> usize {
     if len <= 2 * PART {
         return 1;
     }
-    // The first part that starts at or past `len`: the count. A binary
-    // search over the part numbers, whose starts grow with them.
-    let (mut lo, mut hi) = (1, MAX_TRACE_PARTS);
-    while lo < hi {
-        let mid = (lo + hi) / 2;
-        if part_start(mid) >= len {
-            hi = mid;
-        } else {
-            lo = mid + 1;
-        }
-    }
-    lo
+    // The first part that starts at or past `len`: the count. Every part
+    // asks (each returns it), so not a search: group `g` starts at
+    // `PART * GROUP * (2^g - 1)`, the last group that starts below `len`
+    // holds its end, and its parts of `PART << g` elements count up to it.
+    let per_group = PART * GROUP;
+    let g = ((len - 1) / per_group + 1).ilog2().min(7) as usize;
+    let into = len - per_group * ((1 << g) - 1);
+    (1 + g * GROUP + into.div_ceil(PART << g)).min(MAX_TRACE_PARTS)
 }
 
 /// The elements of `all` that part `part` (1 or more) covers: a fixed
@@ -1643,6 +1639,7 @@ mod tests {
             // is told by its length and where it starts (counted).
             let elems = vec![(); len];
             let n = parts_for(len);
+            assert_eq!(n, parts_searched(len), "{len} elements");
             assert!((1..=MAX_TRACE_PARTS).contains(&n), "{n} parts for {len}");
             if n == 1 {
                 assert!(len <= 2 * PART, "{len} elements traced whole");
@@ -1659,5 +1656,30 @@ mod tests {
             // A part past the count (the collection shrank) is empty.
             assert!(n == MAX_TRACE_PARTS || part_of(&elems, n).is_empty());
         }
+        // Around every part's start.
+        for k in 1..MAX_TRACE_PARTS {
+            let s = part_start(k);
+            for len in [s.saturating_sub(1), s, s + 1] {
+                assert_eq!(parts_for(len), parts_searched(len), "{len} elements");
+            }
+        }
+    }
+
+    /// `parts_for` by its definition: a binary search for the first part
+    /// that starts at or past `len`.
+    fn parts_searched(len: usize) -> usize {
+        if len <= 2 * PART {
+            return 1;
+        }
+        let (mut lo, mut hi) = (1, MAX_TRACE_PARTS);
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            if super::part_start(mid) >= len {
+                hi = mid;
+            } else {
+                lo = mid + 1;
+            }
+        }
+        lo
     }
 }

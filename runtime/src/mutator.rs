@@ -411,6 +411,7 @@ impl Mutator {
         let me = Arc::new(MutatorShared::new(shade_queue.stealer()));
         let alloc_space = handle.shared.space.alloc_space().map(std::ptr::NonNull::from);
         handle.shared.handshake.attach(&me.slot);
+        handle.shared.live_mutators.fetch_add(1, Ordering::Relaxed);
         {
             let mut list = handle.shared.mutators.lock();
             list.push(me.clone());
@@ -849,29 +850,16 @@ impl Mutator {
         // wait also met the collector waking up on a busy CPU, and held
         // two and three threads of binary-trees at depth 16 for 10 - 28 ms
         // in all (against none), more than the window calls it spared.
-        // The list's lock is the collector's too, held while it drains
-        // the shade queues or appends the remembered lists (work that
-        // grows with them): a wait for it is a hold.
-        let (mutators, start) = match shared.mutators.try_lock() {
-            Some(g) => (g, None),
-            None => {
-                let start = Instant::now();
-                (shared.mutators.lock(), Some(start))
-            }
-        };
-        let alone = mutators
-            .iter()
-            .all(|m| std::ptr::eq(&m.slot, &self.me.slot) || m.detached.load(Ordering::Relaxed));
-        drop(mutators);
-        if !alone || !shared.calls_now().window {
-            if let Some(start) = start {
-                self.held(Hold::Safepoint, start.elapsed());
-            }
+        // Counted, not read off the mutators' list: its lock is the
+        // collector's too, held while it drains the shade queues, and a
+        // collector thread off its CPU with it held three threads on two
+        // cores for up to 4 ms. (A count read stale only changes whether
+        // this waits, which is speed, not soundness.)
+        if shared.live_mutators.load(Ordering::Relaxed) > 1 || !shared.calls_now().window {
             return;
         }
-        let start = start.unwrap_or_else(Instant::now);
-        let waited = Instant::now();
-        while shared.calls_now().window && waited.elapsed() < WINDOW_WAIT {
+        let start = Instant::now();
+        while shared.calls_now().window && start.elapsed() < WINDOW_WAIT {
             std::thread::yield_now();
         }
         self.held(Hold::Safepoint, start.elapsed());
@@ -1180,6 +1168,7 @@ impl Drop for Mutator {
             shared.at_limit.fetch_sub(1, Ordering::Relaxed);
         }
         self.me.detached.store(true, Ordering::Release);
+        shared.live_mutators.fetch_sub(1, Ordering::Relaxed);
         let id = shared.id;
         let _ = ATTACHED.try_with(|a| a.borrow_mut().retain(|&x| x != id));
     }

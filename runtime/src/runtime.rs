@@ -100,6 +100,13 @@ pub(crate) struct Shared {
     pub(crate) config: Config,
     pub(crate) handshake: Handshake,
     pub(crate) mutators: Mutex<Vec<Arc<MutatorShared>>>,
+    /// Mutators attached and not yet detached: what a call's entry reads
+    /// to learn whether it is the runtime's one mutator
+    /// (`Mutator::wait_out_window`), without `mutators`' lock, which the
+    /// collector holds while it drains the shade queues (a mutator that
+    /// waited for it behind a collector thread off its CPU was held for a
+    /// scheduler slice).
+    pub(crate) live_mutators: AtomicUsize,
     pub(crate) globals: RootTable,
     /// The live weak cells.
     pub(crate) weak: Mutex<crate::weak::WeakCells>,
@@ -1602,6 +1609,7 @@ impl RuntimeBuilder {
             id,
             born: crate::forked::generation(),
             gone_look_at: AtomicUsize::new(0),
+            live_mutators: AtomicUsize::new(0),
             handshake: Handshake::for_runtime(id),
             mutators: Mutex::new(Vec::new()),
             globals: RootTable::default(),

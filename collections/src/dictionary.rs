@@ -105,7 +105,8 @@ where
     /// Which entries changed since a marker last traced them, so that a
     /// minor cycle traces again only those parts of a large dictionary
     /// (`GcCards`): every store of a key or a value into an entry touches
-    /// its card, in the store's call (`DictObj::touch`).
+    /// its card, in the store's call, before the store's shade
+    /// (`DictObj::touch`).
     cards: GcCards,
     /// Counts the changes that move entries or empty index slots (removal,
     /// `retain`, `clear`): odd while one is under way. Lock-free lookups
@@ -567,10 +568,10 @@ where
         let h = self.hash(&key);
         if let Some((_, e, entry)) = self.find(&key, h) {
             let old = entry.value.get();
+            self.obj.touch(e);
             // SAFETY: the log recorded (`write_lock`); an entry in use,
             // which the dictionary's trace reports.
             unsafe { entry.value.set_recorded(mc, value) };
-            self.obj.touch(e);
             return Ok(Some(old));
         }
         self.push_entry(mc, h, key, value)
@@ -807,9 +808,9 @@ where
         let (_, e, entry) = self.find(key, self.hash(key))?;
         let cell = &entry.value;
         let new = f(cell.get());
+        self.obj.touch(e);
         // SAFETY: the log recorded (`write_lock`); an entry in use.
         unsafe { cell.set_recorded(mc, new) };
-        self.obj.touch(e);
         Some(new)
     }
 
@@ -1155,10 +1156,10 @@ where
     pub fn insert(&self, value: V) -> V {
         let cell = &self.cell().value;
         let old = cell.get();
+        self.dict.obj.touch(self.index);
         // SAFETY: the entry holds the writer lock, taken with the log
         // recorded (`write_lock`) in this call; an entry in use.
         unsafe { cell.set_recorded(self.mc, value) };
-        self.dict.obj.touch(self.index);
         old
     }
 

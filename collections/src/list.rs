@@ -190,8 +190,8 @@ pub(crate) struct ListObj<'gc, T: CellValue + Trace + 'gc> {
     log: GcLog<'gc>,
     /// Which elements changed since a marker last traced them, so that a
     /// minor cycle traces again only those parts of a long list
-    /// (`GcCards`): every store into a slot below the length touches its
-    /// card, in the store's call (`ListObj::touch`).
+    /// (`GcCards`): every store into a slot (in use or spare) touches its
+    /// card, in the store's call, before the store (`ListObj::touch`).
     cards: GcCards,
     /// Elements in use, a prefix of `items`.
     len: GcCell<'gc, usize>,
@@ -401,9 +401,11 @@ impl<'gc, T: CellValue + Trace + 'gc> ListObj<'gc, T> {
         // Below `filled`, so written before; past the length, so the
         // list's trace does not report it until the length grows over it,
         // after this store, under the lock, after the record (caller).
+        // Touched first, as every store is: a panic in the store's shade
+        // (a `Trace` impl breaking its rule 5) leaves the card changed.
+        self.touch(len);
         // SAFETY: as just said.
         unsafe { (*slot.0.as_ptr()).fill_recorded(mc, value) };
-        self.touch(len);
         // A longer length frees nothing, and the log was recorded in this
         // call (caller).
         // SAFETY: as just said.
@@ -669,11 +671,11 @@ impl<'a, 'gc, T: CellValue + Trace + 'gc> ListWriter<'a, 'gc, T> {
         let Some(cell) = used.get(i) else {
             panic!("loam-collections: slot {i} is not in use (len {})", used.len());
         };
+        self.list.obj.touch(i);
         // SAFETY: the list's log was recorded in this call (`new`), and
         // slot `i` is in use, so the list's trace reports it, now and
         // after (we hold the writer lock).
         unsafe { cell.set_recorded(self.mc, value) };
-        self.list.obj.touch(i);
     }
 
     /// Stores into spare slot `i` (at or past the length, at most

@@ -39,10 +39,12 @@
 //! 3. *A store during a mark shades what it stores* (`barrier.rs`, 2), into
 //!    `gray` or a remembered list, which the next cycle takes, or finds it
 //!    marked; except into a collection whose log no marker has met, which
-//!    no take has seen either (a take is part of the trace that meets the
-//!    log): all its cards are changed. The stores of a call that began
-//!    before a mark and runs on past it shade too. (Their touches are not
-//!    needed; they cost the next cycle a card's trace.)
+//!    no take has seen either (a take comes after the log's `trace` in
+//!    part 0): all its cards are changed. The stores of a call that began
+//!    before a mark and runs on past it shade too. Their touches cost the
+//!    next cycle a card's trace, and cover a shade that a panicking
+//!    `Trace` cut short (which breaks `Trace`'s rule 5, but should not
+//!    cost an object): so a collection touches before it stores.
 //! 4. *What a trace marks stays marked until marks are cleared*, and a
 //!    clear (any runtime's full cycle: phase 0 or its pause in loam's
 //!    pages, a `GlobalAlloc` space's full snapshot) counts itself in
@@ -59,6 +61,14 @@
 //!    clear is a claim about the slots that take's parts trace or that no
 //!    store between marks changed, under either scale (2).
 //!
+//! 6. *One object's cards.* A take clears what it read for its own
+//!    object's parts; a `GcCards` reached from two objects (through an
+//!    `Arc`) would let one object's take clear the other's changes. The
+//!    first take records the object (`owner`), and a take from another
+//!    object marks the cards shared: from then on every take takes every
+//!    card, as a `GcLog` reached from two objects makes every cycle full.
+//!    Each object's first take takes every card anyway (`clears`).
+//!
 //! A full cycle takes the cards too (every card: the count changed), so
 //! the minor cycles after it start clean. Traced whole (`Trace::trace`: a
 //! part traced again because a lock inside was held, verify mode), an
@@ -73,9 +83,9 @@
 //! model is at the end.
 
 #[cfg(loom)]
-use loom::sync::atomic::{AtomicU64, Ordering};
+use loom::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 #[cfg(not(loom))]
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use crate::trace::Tracer;
 use std::fmt;
@@ -132,7 +142,13 @@ pub struct GcCards {
     taken: AtomicU64,
     /// `MARK_CLEARS` as the last take read it (`u64::MAX`: never taken).
     clears: AtomicU64,
+    /// The object whose trace took the cards (0: none yet; [`SHARED`]: two
+    /// objects' traces did, module docs, 6).
+    owner: AtomicUsize,
 }
+
+/// `GcCards::owner` of cards two objects' traces took.
+const SHARED: usize = 1;
 
 impl GcCards {
     /// Cards all changed, at the smallest scale.
@@ -142,6 +158,7 @@ impl GcCards {
             changed: AtomicU64::new(CARD_BITS | (MIN_SCALE as u64) << SCALE_AT),
             taken: AtomicU64::new(0),
             clears: AtomicU64::new(u64::MAX),
+            owner: AtomicUsize::new(0),
         }
     }
 
@@ -151,6 +168,7 @@ impl GcCards {
             changed: AtomicU64::new(CARD_BITS | (MIN_SCALE as u64) << SCALE_AT),
             taken: AtomicU64::new(0),
             clears: AtomicU64::new(u64::MAX),
+            owner: AtomicUsize::new(0),
         }
     }
 
@@ -216,13 +234,15 @@ impl GcCards {
     pub fn take(&self, tracer: &Tracer) {
         if tracer.current() != 0 {
             let (cycle, clears) = crate::cycle::card_epoch();
-            self.take_in(cycle, clears);
+            self.take_in(cycle, clears, tracer.current());
         }
     }
 
     /// Whether a later part of a marker's trace must report slots `range`:
-    /// true if they lie in a card this cycle's takes took, or if the cycle
-    /// took none (a trace not of a marker, or whole).
+    /// true if they lie in a card this cycle's takes took, or if `taken`
+    /// carries another cycle's tag (modulo 64), or outside a marker's
+    /// trace. (Later parts run only after their part 0 took, in the same
+    /// cycle.)
     #[cfg(not(loom))]
     #[inline]
     pub fn must_trace(&self, tracer: &Tracer, range: Range<usize>) -> bool {
@@ -230,11 +250,11 @@ impl GcCards {
     }
 
     /// [`take`](Self::take) in cycle `cycle`, with `clears` marks clears
-    /// counted so far.
-    fn take_in(&self, cycle: u64, clears: u64) {
+    /// counted so far, for a trace of the object at `owner`.
+    fn take_in(&self, cycle: u64, clears: u64, owner: usize) {
         let w = self.changed.load(Ordering::Acquire);
         let mut took = w & (CARD_BITS | SCALE_BITS);
-        if self.clears.load(Ordering::Acquire) != clears {
+        if self.clears.load(Ordering::Acquire) != clears || !self.owned_by(owner) {
             took |= CARD_BITS;
         }
         // What it read as changed, cleared: a touch after the load sets
@@ -263,6 +283,22 @@ impl GcCards {
         // After the merge: a take that reads this count finds it (module
         // docs, "Memory ordering").
         self.clears.store(clears, Ordering::Release);
+    }
+
+    /// Whether the cards are `owner`'s alone: the first take's object, and
+    /// no other's since (module docs, 6).
+    fn owned_by(&self, owner: usize) -> bool {
+        match self
+            .owner
+            .compare_exchange(0, owner, Ordering::Relaxed, Ordering::Relaxed)
+        {
+            Ok(_) => true,
+            Err(o) if o == owner => true,
+            Err(_) => {
+                self.owner.store(SHARED, Ordering::Relaxed);
+                false
+            }
+        }
     }
 
     /// [`must_trace`](Self::must_trace) in cycle `cycle`.
@@ -347,33 +383,50 @@ mod tests {
         let c = GcCards::new();
         c.rescale(1 << 20);
         // First take (never taken): every card, whatever changed.
-        c.take_in(1, 0);
+        c.take_in(1, 0, 8);
         assert!(c.must_trace_in(1, 5 << 15..6 << 15));
         // Nothing changed since, same clears: a later cycle skips all.
-        c.take_in(2, 0);
+        c.take_in(2, 0, 8);
         assert!(!c.must_trace_in(2, 0..1 << 20));
         // A touch: that card only.
         c.touch((7 << 15) + 3);
-        c.take_in(3, 0);
+        c.take_in(3, 0, 8);
         assert!(c.must_trace_in(3, 7 << 15..8 << 15));
         assert!(c.must_trace_in(3, 0..(7 << 15) + 1));
         assert!(!c.must_trace_in(3, 0..7 << 15));
         assert!(!c.must_trace_in(3, 8 << 15..1 << 20));
         // A second take of the same cycle adds, never removes.
-        c.take_in(3, 0);
+        c.take_in(3, 0, 8);
         assert!(c.must_trace_in(3, 7 << 15..8 << 15));
         // Another cycle's parts reading this take: they trace.
         assert!(c.must_trace_in(4, 0..1));
         // Marks cleared since: every card.
-        c.take_in(5, 1);
+        c.take_in(5, 1, 8);
         assert!(c.must_trace_in(5, 0..1));
         // A range touch, and a rescale (all changed).
         c.touch_range(1..(2 << 15) + 1);
-        c.take_in(6, 1);
+        c.take_in(6, 1, 8);
         assert!(c.must_trace_in(6, 2 << 15..3 << 15) && !c.must_trace_in(6, 3 << 15..4 << 15));
         c.rescale(1 << 21);
-        c.take_in(7, 1);
+        c.take_in(7, 1, 8);
         assert!(c.must_trace_in(7, 40 << 16..41 << 16));
+    }
+
+    #[test]
+    fn cards_two_objects_take_are_taken_whole_from_then_on() {
+        let c = GcCards::with_slots(1 << 20);
+        c.take_in(1, 0, 8);
+        c.take_in(2, 0, 8);
+        assert!(
+            !c.must_trace_in(2, 0..1 << 20),
+            "one owner, nothing changed"
+        );
+        // Another object's trace takes the same cards: every card, for it
+        // and for the first object from then on.
+        c.take_in(3, 0, 16);
+        assert!(c.must_trace_in(3, 9 << 15..10 << 15));
+        c.take_in(4, 0, 8);
+        assert!(c.must_trace_in(4, 9 << 15..10 << 15));
     }
 }
 
@@ -404,7 +457,7 @@ mod model {
     /// the cycle is traced by the parts of whichever take cleared it.
     #[test]
     fn takes_of_one_cycle_lose_no_card() {
-        two_takes(GcCards::take_in);
+        two_takes(|c, cycle, clears| c.take_in(cycle, clears, 8));
     }
 
     #[test]
@@ -417,7 +470,7 @@ mod model {
         loom::model(move || {
             let c = Arc::new(GcCards::new());
             c.rescale(4 << MIN_SCALE);
-            c.take_in(1, 0);
+            c.take_in(1, 0, 8);
             // Cards 1 and 3 changed between marks.
             c.touch(1 << MIN_SCALE);
             c.touch(3 << MIN_SCALE);
@@ -456,17 +509,17 @@ mod model {
         loom::model(|| {
             let c = Arc::new(GcCards::new());
             c.rescale(4 << MIN_SCALE);
-            c.take_in(1, 0);
+            c.take_in(1, 0, 8);
             // Marks cleared (count 1): nothing changed, all must be traced.
             let c2 = c.clone();
             let a = thread::spawn(move || {
-                c2.take_in(2, 1);
+                c2.take_in(2, 1, 8);
                 (0..4).all(|k| c2.must_trace_in(2, k << MIN_SCALE..(k + 1) << MIN_SCALE))
             });
             let b = {
                 let c = c.clone();
                 thread::spawn(move || {
-                    c.take_in(2, 1);
+                    c.take_in(2, 1, 8);
                     (0..4).all(|k| c.must_trace_in(2, k << MIN_SCALE..(k + 1) << MIN_SCALE))
                 })
             };
@@ -482,11 +535,11 @@ mod model {
         loom::model(|| {
             let c = Arc::new(GcCards::new());
             c.rescale(4 << MIN_SCALE);
-            c.take_in(1, 0);
+            c.take_in(1, 0, 8);
             c.touch(2 << MIN_SCALE);
             let c2 = c.clone();
             let grow = thread::spawn(move || c2.rescale(8 << MIN_SCALE));
-            c.take_in(2, 0);
+            c.take_in(2, 0, 8);
             let traced = c.must_trace_in(2, 2 << MIN_SCALE..3 << MIN_SCALE);
             grow.join().unwrap();
             // Under the new scale (8 cards of 256), slot 512 is card 2.

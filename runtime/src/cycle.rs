@@ -314,9 +314,10 @@ fn full_ahead(shared: &Shared, forced: bool, gen: &Generations) -> bool {
 /// Full cycles that cleared the marks of loam's pages (in phase 0 or in a
 /// pause), every runtime's objects' included, and full snapshots of a
 /// `GlobalAlloc` space (whose marks a new epoch clears): counted under
-/// the cycle lock before the cycle's mark begins, read under it by a
-/// runtime's weak processing, which must look at its old weak cells again
-/// after any (`weak::WeakCells`), and by card takes (`cards.rs`, 4).
+/// the cycle lock before the cycle's mark begins, read by a runtime's weak
+/// processing under it, which must look at its old weak cells again after
+/// any (`weak::WeakCells`), and by card takes while a cycle holds it
+/// (`cards.rs`, 4).
 static MARK_CLEARS: AtomicU64 = AtomicU64::new(0);
 
 /// Cycles begun, of every runtime: counted as each takes the cycle lock.
@@ -324,8 +325,9 @@ static MARK_CLEARS: AtomicU64 = AtomicU64::new(0);
 static CYCLES: AtomicU64 = AtomicU64::new(0);
 
 /// For card takes (`cards.rs`): the cycle under way and the count of mark
-/// clears. Read by markers, which run only inside a cycle, under the cycle
-/// lock: both are stable while they read them.
+/// clears. Read by markers (GC threads and mutators' assists), which run
+/// only inside a cycle, while its coordinator holds the cycle lock: both
+/// are stable while they read them.
 #[inline]
 pub(crate) fn card_epoch() -> (u64, u64) {
     (CYCLES.load(Ordering::Relaxed), MARK_CLEARS.load(Ordering::Relaxed))

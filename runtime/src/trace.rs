@@ -102,7 +102,9 @@ use std::time::Duration;
 ///    may, after part 0 took the cards ([`GcCards::take`](crate::GcCards::take),
 ///    after its log), and touch the card of every reported slot whose value
 ///    changes (a store, a move), in the change's `mutate` call: a change
-///    left untouched is a slot the next minor cycle does not read.
+///    left untouched is a slot the next minor cycle does not read. One
+///    object's cards are its own (cards that two objects' traces take are
+///    taken whole from then on, a cost, not a fault).
 ///
 /// # Examples
 /// Derive it:

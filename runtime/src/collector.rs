@@ -407,8 +407,15 @@ fn coordinator(shared: &Shared, pool: &ThreadPool) {
         // may panic without stopping this one. It may not wait for any
         // runtime's cycle (`Shared::refuse_waits`): two runtimes whose
         // hooks collected each other waited for each other for ever, each
-        // in its report until its hook returned.
+        // in its report until its hook returned. Nor for a pool (a
+        // `ManagedPool`'s task paces, and pacing may wait for this very
+        // cycle to count as complete; dropping a pool joins its workers):
+        // pool waits panic in it, as inside `mutate`.
         if let Some(hook) = &shared.hook {
+            let _no_waits = loam_threadpool::forbid_waits(
+                "in an on_cycle hook (its cycle counts as complete only once it returns, and a pool's \
+                 task may wait for that); hand pool work to a thread of your own",
+            );
             if let Err(msg) = crate::panics::contain(|| hook(&event)) {
                 shared.stats.lock().user_panics += 1;
                 say(format_args!(

@@ -1083,6 +1083,46 @@ fn a_hook_that_collects_another_runtime_panics_with_a_message() {
     );
 }
 
+/// A hook that waited on a managed pool of its own runtime could wait for
+/// ever: the pool's task paces, and pacing near the heap limit waits for
+/// the cycle the hook holds back from counting as complete (dropping the
+/// pool in the hook joined its workers the same way). Pool waits in a hook
+/// panic with a message, as inside `mutate`, which the collector reports
+/// and goes on.
+#[test]
+fn a_hook_that_waits_on_a_pool_panics_with_a_message() {
+    type PoolSlot = Arc<Mutex<Option<loam_runtime::ManagedPool>>>;
+    let slot: PoolSlot = Arc::default();
+    let msg: Arc<Mutex<Option<String>>> = Arc::default();
+    let (s2, m2) = (slot.clone(), msg.clone());
+    let rt = rt()
+        .on_cycle(move |_| {
+            if let Some(pool) = &*s2.lock().unwrap() {
+                let run = || pool.install(|m| m.mutate(|mc| *mc.alloc(7_u64)));
+                if let Err(e) = catch_unwind(AssertUnwindSafe(run)) {
+                    *m2.lock().unwrap() = Some(support::panic_message(e.as_ref()));
+                }
+            }
+        })
+        .build();
+    let pool = loam_runtime::ManagedPool::builder(&rt)
+        .num_threads(1)
+        .build()
+        .unwrap();
+    *slot.lock().unwrap() = Some(pool);
+    let rt2 = rt.clone();
+    within("a collection whose hook waits on a pool", move || {
+        rt2.collect()
+    });
+    slot.lock().unwrap().take();
+    let msg = msg
+        .lock()
+        .unwrap()
+        .take()
+        .expect("a pool wait in the hook did not panic");
+    assert!(msg.contains("on_cycle hook"), "{msg}");
+}
+
 /// The final statistics wait for every handle of the runtime: a thread
 /// that holds a `Mutator` of it would wait for itself, and is told so.
 #[test]

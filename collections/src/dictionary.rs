@@ -746,8 +746,10 @@ where
             i = (i + 1) & mask;
         }
         indices[hole].set(mc, 0);
-        // Move the last entry into the removed one's place.
+        // Move the last entry into the removed one's place; the length is
+        // lowered after, however the move's shade ends (`Finally`).
         let last = len - 1;
+        let _lower = Finally(|| self.obj.len.set(mc, last));
         if e != last {
             let (h, k, v) = {
                 let l = &entries[last];
@@ -790,7 +792,6 @@ where
                 )
             };
         }
-        self.obj.len.set(mc, last);
         removed
     }
 
@@ -884,6 +885,18 @@ where
         }
         let is_kept = |i: usize| kept_bits[i / 64] & (1 << (i % 64)) != 0;
         let _moving = Moving::start(self, mc);
+        // After the moves, however their shade ends (`Finally`): the
+        // shorter length and the index rebuilt for it.
+        let _finish = Finally(|| {
+            self.obj.len.set(mc, kept);
+            let indices = self.obj.indices.get();
+            for s in indices.iter() {
+                s.set(mc, 0);
+            }
+            for (i, e) in entries[..kept].iter().enumerate() {
+                Self::place(mc, indices, e.hash.get(), i);
+            }
+        });
         // The log was recorded (`write_lock`, which we hold); the stores
         // are into entries below the old length, whose keys and values
         // only the dictionary's trace reports (after its log; the entries
@@ -924,14 +937,6 @@ where
                 },
             )
         };
-        self.obj.len.set(mc, kept);
-        let indices = self.obj.indices.get();
-        for s in indices.iter() {
-            s.set(mc, 0);
-        }
-        for (i, e) in entries[..kept].iter().enumerate() {
-            Self::place(mc, indices, e.hash.get(), i);
-        }
     }
 
     /// Checks the dictionary's invariants (see `DictObj`), panicking with
@@ -1010,6 +1015,20 @@ where
     /// The values, in order.
     pub fn values(&self) -> impl Iterator<Item = V> + 'gc {
         self.iter().map(|(_, v)| v)
+    }
+}
+
+/// Runs its closure as it drops, unwinding included: the end of a change
+/// that must come however the change's shade ends. A `Trace` impl that
+/// breaks its rule 5 (no panic) and panics in the shade of a removal's
+/// move left the length unlowered and the last entry twice in the array,
+/// one of them in no index slot, and the next removal's search for it
+/// spun for ever (as a panic in `shade_cut` did, before it ran first).
+struct Finally<F: FnMut()>(F);
+
+impl<F: FnMut()> Drop for Finally<F> {
+    fn drop(&mut self) {
+        (self.0)();
     }
 }
 

@@ -262,20 +262,26 @@ impl<'gc> GcString<'gc> {
 }
 
 /// Runs `f` with an empty scratch string of this thread (a fresh one if a
-/// formatting impl inside `f` is using it already).
+/// formatting impl inside `f` is using it already, or if the thread's own
+/// is gone: a thread-local destructor that formats at the thread's exit,
+/// after the scratch string's own destructor ran, panicked there, and a
+/// panic in a thread-local destructor aborts the process).
 fn with_scratch<R>(f: impl FnOnce(&mut String) -> R) -> R {
     thread_local!(static SCRATCH: RefCell<String> = const { RefCell::new(String::new()) });
-    SCRATCH.with(|s| match s.try_borrow_mut() {
-        Ok(mut buf) => {
-            buf.clear();
-            let r = f(&mut buf);
-            if buf.capacity() > 1 << 20 {
-                *buf = String::new();
-            }
-            r
+    let mut f = Some(f);
+    let ran = SCRATCH.try_with(|s| {
+        let mut buf = s.try_borrow_mut().ok()?;
+        buf.clear();
+        let r = (f.take().expect("run once"))(&mut buf);
+        if buf.capacity() > 1 << 20 {
+            *buf = String::new();
         }
-        Err(_) => f(&mut String::new()),
-    })
+        Some(r)
+    });
+    match ran {
+        Ok(Some(r)) => r,
+        _ => (f.take().expect("not run"))(&mut String::new()),
+    }
 }
 
 #[cold]

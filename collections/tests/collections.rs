@@ -1794,3 +1794,81 @@ fn every_kind_of_change_between_minor_cycles(rt: RuntimeBuilder) {
         "every record freed once"
     );
 }
+
+/// A string formatted in a thread-local destructor at the thread's exit,
+/// after the formatting scratch buffer's own thread local was destroyed
+/// (the thread formatted before it first used the destructor's): the
+/// scratch buffer's `with` panicked in a thread-local destructor, which
+/// aborts the process. In a child process (this test binary run again).
+#[test]
+fn strings_format_in_a_thread_local_destructor_at_thread_exit() {
+    if std::env::var_os("LOAM_COLLECTIONS_CHILD").is_some() {
+        thread_local!(static M: std::cell::RefCell<Option<loam_runtime::Mutator>> = const { std::cell::RefCell::new(None) });
+        struct Late;
+        impl Drop for Late {
+            fn drop(&mut self) {
+                let _ = M.try_with(|m| {
+                    if let Some(m) = m.borrow_mut().as_mut() {
+                        let s = m.mutate(|mc| {
+                            let (x, y) = std::hint::black_box((4, 2));
+                            let a = gc_format!(mc, "{x}-{y}");
+                            let b = a.try_concat(mc, "!").map(|s| s.to_string());
+                            format!("{a} {b:?} {}", a.to_uppercase(mc))
+                        });
+                        println!("formatted at exit: {s}");
+                    }
+                });
+            }
+        }
+        thread_local!(static LATE: Late = const { Late });
+        let rt = rt().build();
+        let rt2 = rt.clone();
+        std::thread::spawn(move || {
+            // The mutator and the heap's thread state first (destroyed
+            // after `LATE`, so that it can allocate), then `LATE`.
+            M.with(|m| *m.borrow_mut() = Some(rt2.attach()));
+            M.with(|m| {
+                m.borrow_mut()
+                    .as_mut()
+                    .unwrap()
+                    .mutate(|mc| *mc.alloc(1_u8))
+            });
+            LATE.with(|_| {});
+            // The scratch buffer's first use: destroyed before `LATE`.
+            M.with(|m| {
+                m.borrow_mut().as_mut().unwrap().mutate(|mc| {
+                    // A value, not a literal (which `format_args!` inlines
+                    // into its text, needing no scratch buffer).
+                    let n = std::hint::black_box(1);
+                    assert_eq!(gc_format!(mc, "{n}"), "1");
+                })
+            });
+        })
+        .join()
+        .unwrap();
+        return;
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "strings_format_in_a_thread_local_destructor_at_thread_exit",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("LOAM_COLLECTIONS_CHILD", "1")
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(
+        out.status.success(),
+        "the child failed ({}):\n{stderr}",
+        out.status
+    );
+    assert!(
+        stdout.contains("formatted at exit: 4-2 Ok(\"4-2!\") 4-2"),
+        "{stdout}\n{stderr}"
+    );
+}

@@ -140,8 +140,14 @@ impl MutatorShared {
 }
 
 thread_local! {
-    /// Ids of the runtimes this thread has a live `Mutator` of.
-    static ATTACHED: RefCell<Vec<u16>> = const { RefCell::new(Vec::new()) };
+    /// Ids of the runtimes this thread has a live `Mutator` of: a list on
+    /// the heap, made by the first attach and freed by the last mutator's
+    /// drop, behind a pointer that needs no destructor, so that it is
+    /// there for as long as the thread is, its thread-local destructors
+    /// included. (A `RefCell<Vec>` of its own was destroyed among them,
+    /// and a later destructor's `attach` panicked there, which aborts the
+    /// process.) Only `with_attached` and `attached_to` touch it.
+    static ATTACHED: Cell<*mut Vec<u16>> = const { Cell::new(std::ptr::null_mut()) };
     /// The mutator whose `mutate` call (or mark assist) this thread is
     /// inside (null: none).
     static INSIDE: Cell<*const Mutator> = const { Cell::new(std::ptr::null()) };
@@ -245,7 +251,36 @@ impl Drop for EntryStall<'_> {
 
 /// Whether this thread has a live `Mutator` of runtime `id`.
 pub(crate) fn attached_to(id: u16) -> bool {
-    ATTACHED.try_with(|a| a.borrow().contains(&id)).unwrap_or(false)
+    let list = ATTACHED.with(Cell::get);
+    // `ATTACHED`'s list, if any, is this thread's own, freed only by
+    // `with_attached` on this thread, which is not running (no callback
+    // runs inside it).
+    // SAFETY: as just said.
+    !list.is_null() && unsafe { (*list).contains(&id) }
+}
+
+/// Runs `f` on this thread's list of attached runtimes (`ATTACHED`),
+/// made if there is none, and freed after if `f` left it empty.
+fn with_attached<R>(f: impl FnOnce(&mut Vec<u16>) -> R) -> R {
+    ATTACHED.with(|a| {
+        if a.get().is_null() {
+            a.set(Box::into_raw(Box::default()));
+        }
+        let list = a.get();
+        // The list is this thread's own: made just above or by an earlier
+        // call on this thread, freed only below; `f` is one of this
+        // module's closures, which do not call back in here, so this is
+        // the only reference.
+        // SAFETY: as just said.
+        let r = f(unsafe { &mut *list });
+        // SAFETY: as just said; nothing refers to it after.
+        if unsafe { (*list).is_empty() } {
+            a.set(std::ptr::null_mut());
+            // SAFETY: made by `Box::into_raw` above, and unset just now.
+            drop(unsafe { Box::from_raw(list) });
+        }
+        r
+    })
 }
 
 /// Whether this thread is inside a `mutate` call (of any runtime).
@@ -399,14 +434,17 @@ impl Mutator {
             "loam: attach called from this runtime's own on_cycle hook: its \
              calls would wait for the collector that runs the hook"
         );
-        ATTACHED.with(|a| {
-            let mut a = a.borrow_mut();
-            assert!(
-                !a.contains(&id),
-                "loam: this thread already has a Mutator of this runtime; use that one"
-            );
-            a.push(id);
+        let twice = with_attached(|a| {
+            let twice = a.contains(&id);
+            if !twice {
+                a.push(id);
+            }
+            twice
         });
+        assert!(
+            !twice,
+            "loam: this thread already has a Mutator of this runtime; use that one"
+        );
         let shade_queue = Worker::new_fifo();
         let me = Arc::new(MutatorShared::new(shade_queue.stealer()));
         let alloc_space = handle.shared.space.alloc_space().map(std::ptr::NonNull::from);
@@ -1170,7 +1208,7 @@ impl Drop for Mutator {
         self.me.detached.store(true, Ordering::Release);
         shared.live_mutators.fetch_sub(1, Ordering::Relaxed);
         let id = shared.id;
-        let _ = ATTACHED.try_with(|a| a.borrow_mut().retain(|&x| x != id));
+        with_attached(|a| a.retain(|&x| x != id));
     }
 }
 

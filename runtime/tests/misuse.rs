@@ -1524,6 +1524,56 @@ fn the_first_runtime_built_while_a_panic_unwinds_works() {
     support::assert_child_says(&out, "and after it");
 }
 
+/// `attach` from a thread-local destructor that runs after the list of
+/// the thread's attached runtimes would have been destroyed (the thread
+/// used that list after it first used the destructor's thread local):
+/// the list's own destructor came first, and the attach panicked in a
+/// thread-local destructor, which aborts the process. In a child process.
+#[test]
+fn attach_works_in_a_thread_local_destructor_at_thread_exit() {
+    if std::env::var_os("LOAM_MISUSE_CHILD").is_some() {
+        struct Late(Runtime);
+        impl Drop for Late {
+            fn drop(&mut self) {
+                let mut m = self.0.attach();
+                let v = m.mutate(|mc| *mc.alloc(41_u64) + 1);
+                drop(m);
+                println!("attached at exit: {v}");
+            }
+        }
+        thread_local!(static LATE: std::cell::RefCell<Option<Late>> = const { std::cell::RefCell::new(None) });
+        let rt = rt().build();
+        let rt2 = rt.clone();
+        std::thread::spawn(move || {
+            // The heap's thread state first (destroyed last, so `Late`
+            // can allocate), then `LATE`, then the attach's state
+            // (destroyed before `LATE`).
+            let layout = std::alloc::Layout::new::<u64>();
+            // A block of loam's heap, given back at once.
+            // SAFETY: a nonzero layout; the block is freed with it.
+            unsafe {
+                let p = std::alloc::GlobalAlloc::alloc(&loam_heap::LoamAlloc, layout);
+                assert!(!p.is_null());
+                std::alloc::GlobalAlloc::dealloc(&loam_heap::LoamAlloc, p, layout);
+            }
+            LATE.with(|l| *l.borrow_mut() = Some(Late(rt2.clone())));
+            let mut m = rt2.attach();
+            m.mutate(|mc| *mc.alloc(1_u8));
+            drop(m);
+        })
+        .join()
+        .unwrap();
+        return;
+    }
+    let out = support::alone(
+        "attach_works_in_a_thread_local_destructor_at_thread_exit",
+        &[("LOAM_MISUSE_CHILD", "1")],
+    )
+    .output()
+    .unwrap();
+    support::assert_child_says(&out, "attached at exit: 42");
+}
+
 /// A mutator kept in a `thread_local!` is dropped at the thread's exit,
 /// after the heap's own thread state when that was made later (glibc runs
 /// thread-local destructors in the reverse order of their first use): its

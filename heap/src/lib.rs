@@ -161,7 +161,9 @@
 //! check every free: the pointer must lie in a live segment (a bitmap of
 //! them, `segment_map.rs`), be where a block starts, and not carry the
 //! freed tag (its address, encoded, in a freed block's second word,
-//! `block.rs`), else the process stops with `heap: free of 0x…: …`; a free
+//! `block.rs`: so a block of 16 bytes or more; an 8-byte block has no
+//! second word, and its double free goes unseen), else the process stops
+//! with `heap: free of 0x…: …`; a free
 //! block's link is stored encoded (mixed with its block's address and a
 //! per-process key) and must decode to a block of its page before it is
 //! followed; a block the thread cache keeps carries a tag in its first

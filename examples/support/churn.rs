@@ -29,13 +29,35 @@ pub fn runtime() -> Runtime {
         .build()
 }
 
-/// The count (at least 1) and the seconds given, or their defaults.
+/// The count (at least 1) and the seconds (0.1 to a million) given, or
+/// their defaults; a bad argument prints what is wrong and the usage, and
+/// exits with status 2.
 pub fn args(what: &str, default: usize) -> (usize, f64) {
+    let usage = format!(
+        "usage: [{what} (at least 1, default {default})] [SECONDS (0.1 to 1000000, default 4)]"
+    );
+    let fail = |msg: String| -> (usize, f64) {
+        eprintln!("{msg}\n{usage}");
+        std::process::exit(2)
+    };
     let mut args = std::env::args().skip(1);
-    let usage = format!("usage: [{what} (at least 1, default {default})] [SECONDS (default 4)]");
-    let n: usize = args.next().map_or(default, |s| s.parse().expect(&usage));
-    let seconds: f64 = args.next().map_or(4.0, |s| s.parse().expect(&usage));
-    assert!(n > 0 && seconds > 0.0, "{usage}");
+    let n = match args.next() {
+        None => default,
+        Some(s) => match s.parse::<usize>() {
+            Ok(n) if n > 0 => n,
+            _ => return fail(format!("`{s}` is not a count of at least 1")),
+        },
+    };
+    let seconds = match args.next() {
+        None => 4.0,
+        Some(s) => match s.parse::<f64>() {
+            Ok(v) if (0.1..=1e6).contains(&v) => v,
+            _ => return fail(format!("`{s}` is not a number of seconds from 0.1 to 1000000")),
+        },
+    };
+    if let Some(extra) = args.next() {
+        return fail(format!("unexpected argument `{extra}`"));
+    }
     (n, seconds)
 }
 

@@ -52,7 +52,11 @@ pub fn args(what: &str, default: usize) -> (usize, f64) {
         None => 4.0,
         Some(s) => match s.parse::<f64>() {
             Ok(v) if (0.1..=1e6).contains(&v) => v,
-            _ => return fail(format!("`{s}` is not a number of seconds from 0.1 to 1000000")),
+            _ => {
+                return fail(format!(
+                    "`{s}` is not a number of seconds from 0.1 to 1000000"
+                ))
+            }
         },
     };
     if let Some(extra) = args.next() {

@@ -411,6 +411,13 @@ const SHADED_IN_PAUSE: usize = 64;
 /// before the last one traces to the end.
 const TERMINATION_TRIES: u32 = 8;
 
+/// What a termination pause may trace for at least, whatever the pause
+/// budget: with a budget of zero (or a few µs) each stop's deadline had
+/// passed before its first scan, and it handed everything back, so a
+/// mark that ended in stops took seven that traced nothing before the
+/// unbounded last one.
+const TERMINATION_MIN: Duration = Duration::from_micros(50);
+
 /// Raises the stop flag and waits for every mutator inside `mutate` to
 /// leave; returns the mutators. With `gone`, first forgets the mutators
 /// that are gone (detached, no root left), taking their remembered objects
@@ -1002,7 +1009,7 @@ impl<'a> Cycle<'a> {
             shaded.append(&mut rest);
             tries += 1;
             let deadline = (tries < TERMINATION_TRIES)
-                .then(|| end.checked_add(shared.config.mark_pause_budget))
+                .then(|| end.checked_add(shared.config.mark_pause_budget.max(TERMINATION_MIN)))
                 .flatten();
             let mark_start = Instant::now();
             let batch = std::mem::take(&mut shaded);

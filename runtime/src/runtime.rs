@@ -1471,7 +1471,9 @@ impl RuntimeBuilder {
 
     /// How long the first pause of a cycle may mark before the rest goes
     /// concurrent (default 150 µs; `LOAM_GC_PAUSE_BUDGET_US`). Zero sends
-    /// every mark past its roots to the concurrent phase.
+    /// every mark past its roots to the concurrent phase. The pauses that
+    /// end a concurrent mark trace for this long too, but for 50 µs at
+    /// least, so that each makes progress.
     pub fn mark_pause_budget(mut self, budget: std::time::Duration) -> Self {
         self.config.mark_pause_budget = budget;
         self

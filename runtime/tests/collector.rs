@@ -160,3 +160,56 @@ fn stores_while_a_full_cycle_clears_the_marks_keep_what_they_store() {
         }
     });
 }
+
+/// A pause budget of zero sends every mark past its roots to the
+/// concurrent phase, and the stops that end a mark still trace: each
+/// termination stop traces for 50 µs at least. (Its deadline had passed
+/// before its first scan, so it handed everything back: seven stops that
+/// traced nothing, then an unbounded one, in every cycle whose barriers
+/// shaded something.) A mutator stores young objects into an old array
+/// during the marks, so that their ends have shaded objects to trace.
+#[test]
+fn termination_stops_trace_with_a_zero_pause_budget() {
+    let rt = space(Runtime::builder())
+        .ignore_env()
+        .gc_threads(2)
+        .mark_pause_budget(std::time::Duration::ZERO)
+        .min_heap(1 << 20)
+        .build();
+    let mut m = rt.attach();
+    type Cells = Rootable!['gc => [GcCell<'gc, Option<Gc<'gc, u64>>>]];
+    let cells: Root<Cells> = m.mutate(|mc| {
+        let a = mc.alloc_from_iter((0..4096).map(|_| GcCell::new(None)));
+        mc.root(a)
+    });
+    m.collect();
+    let before = rt.stats();
+    let mut x = 0x9e37_79b9_u64;
+    for i in 0..3_000_u64 {
+        m.mutate(|mc| {
+            let a = cells.get(mc);
+            for _ in 0..8 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                a[(x % 4096) as usize].set(mc, Some(mc.alloc(i)));
+            }
+            for k in 0..256_u64 {
+                mc.alloc([k; 8]);
+            }
+        });
+    }
+    let s = rt.stats();
+    let cycles = s.cycles - before.cycles;
+    let pauses = s.pauses.count() - before.pauses.count();
+    assert!(
+        cycles >= 10 && s.concurrent_cycles > before.concurrent_cycles,
+        "{s:?}"
+    );
+    // A start and an end each (two a cycle here; an end preempted past
+    // its 50 µs takes another): nine a cycle when the ends traced nothing.
+    assert!(
+        pauses <= 4 * cycles,
+        "{pauses} pauses in {cycles} cycles with a zero pause budget: {s:?}"
+    );
+}

@@ -99,8 +99,8 @@ impl Generations {
     /// Takes `live` bytes for the live size: the heap goal grows from it by
     /// the gc percent (at least the minimum heap), and the old generation is
     /// that much.
-    fn rebase(&mut self, live: usize, config: &crate::options::Config) {
-        self.goal = goal_for(live, config);
+    fn rebase(&mut self, live: usize, config: &crate::options::Config, credit: usize) {
+        self.goal = goal_for(live, config, credit);
         self.live = live;
         self.old = live;
     }
@@ -114,15 +114,31 @@ impl Generations {
 }
 
 /// The heap goal for `live` bytes of live data: the gc percent over it, at
-/// least the minimum heap, kept under the heap limit (`goal_under_limit`);
+/// least the minimum heap plus `credit`, what the mutators may hold of
+/// allocation credit (a chunk each, `Shared::credit_slack`), which the
+/// heap counts as used; kept under the heap limit (`goal_under_limit`);
 /// `usize::MAX` with the goal off. Never lower for more live data.
-pub(crate) fn goal_for(live: usize, config: &crate::options::Config) -> usize {
+///
+/// Without the credit in the floor, a small goal with many mutators (a
+/// minimum heap of 256 KiB and 16 idle mutators, or the default 32 MiB
+/// and five hundred pool workers) was met by their unspent credit alone:
+/// every chunk a mutator took asked for a cycle (8,193 cycles for 8 MiB of
+/// garbage, a KiB a call), and past twice the goal every call waited for
+/// one, with nothing live. A minimum heap set with `__stress_min_heap`
+/// (`min_heap_exact`) is kept as it is: the stress tests want cycles back
+/// to back.
+pub(crate) fn goal_for(live: usize, config: &crate::options::Config, credit: usize) -> usize {
     let percent = config.gc_percent;
     if percent == u32::MAX {
         return usize::MAX;
     }
     let grow = usize::try_from(live as u128 * percent as u128 / 100).unwrap_or(usize::MAX);
-    goal_under_limit((live.saturating_add(grow)).max(config.min_heap), live, config)
+    let floor = if config.min_heap_exact {
+        config.min_heap
+    } else {
+        config.min_heap.saturating_add(credit)
+    };
+    goal_under_limit((live.saturating_add(grow)).max(floor), live, config)
 }
 
 /// `goal` for `live` bytes of live data, kept under the heap limit: at most
@@ -1057,7 +1073,7 @@ impl<'a> Cycle<'a> {
         if mark_failed {
             // The generations as they were: the next, full cycle measures.
         } else if self.full {
-            gen.rebase(self.marked.bytes, &shared.config);
+            gen.rebase(self.marked.bytes, &shared.config, shared.credit_slack());
             gen.started = true;
         } else {
             // The sweep corrects this (`cycle`); the trigger needs it now.

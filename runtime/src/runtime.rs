@@ -577,7 +577,7 @@ impl Shared {
             return;
         }
         let seen = self.live_seen.fetch_add(bytes, Ordering::Relaxed) + bytes;
-        let goal = crate::cycle::goal_for(seen, &self.config);
+        let goal = crate::cycle::goal_for(seen, &self.config, self.credit_slack());
         if self.pace_goal.fetch_max(goal, Ordering::Relaxed) < goal {
             self.retune_assists(goal);
         }
@@ -611,6 +611,15 @@ impl Shared {
     /// mutator then helps the collector or waits before its next call
     /// (`Mutator::pace`).
     #[inline]
+    /// The allocation credit the mutators may hold, which the heap counts
+    /// as used: a chunk each (`mutator.rs`, `CHUNK`). Goals leave room
+    /// for it (`cycle::goal_for`).
+    pub(crate) fn credit_slack(&self) -> usize {
+        self.live_mutators
+            .load(Ordering::Relaxed)
+            .saturating_mul(crate::mutator::CHUNK)
+    }
+
     pub(crate) fn over_pace(&self) -> bool {
         let goal = self.pace_goal.load(Ordering::Relaxed);
         self.heap_used.load(Ordering::Relaxed) >= self.pace_at(goal)
@@ -1601,7 +1610,7 @@ impl RuntimeBuilder {
         let id = take_id();
         // Off (`gc_percent` at `u32::MAX`): no goal from the start, as after
         // every cycle (`goal_for`), or the first would come at the minimum heap.
-        let goal = crate::cycle::goal_for(0, &config);
+        let goal = crate::cycle::goal_for(0, &config, 0);
         let pace_cap = config.pace_cap();
         // Registers the asymmetric fence now, not in the first `GcList`
         // written by a second thread inside a call (a first registration

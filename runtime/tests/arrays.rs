@@ -476,6 +476,9 @@ fn a_lock_shared_by_two_objects_falls_back_to_full_cycles() {
     struct Holder<'gc> {
         lock: Arc<GcLock<'gc, Vec<Gc<'gc, u64>>>>,
     }
+    // Enough garbage for several cycles at a goal of 256 KiB and a chunk
+    // of room for the mutator's credit.
+    const ROUNDS: u64 = 4000;
     let cycles = Cycles::default();
     let rt = rt().min_heap(256 << 10).on_cycle(cycles.hook()).build();
     let mut m = rt.attach();
@@ -488,7 +491,7 @@ fn a_lock_shared_by_two_objects_falls_back_to_full_cycles() {
     });
     m.collect();
     let (_, full_before) = cycles.get();
-    for round in 0..2000_u64 {
+    for round in 0..ROUNDS {
         m.mutate(|mc| {
             let p = pair.get(mc);
             p[(round % 2) as usize]
@@ -507,7 +510,7 @@ fn a_lock_shared_by_two_objects_falls_back_to_full_cycles() {
     m.collect();
     m.mutate(|mc| {
         let v = Gc::get(pair.get(mc))[0].lock.read();
-        assert_eq!(v.len(), 2000);
+        assert_eq!(v.len() as u64, ROUNDS);
         assert!(v.iter().enumerate().all(|(i, x)| **x == i as u64));
     });
 }

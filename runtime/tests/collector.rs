@@ -213,3 +213,50 @@ fn termination_stops_trace_with_a_zero_pause_budget() {
         "{pauses} pauses in {cycles} cycles with a zero pause budget: {s:?}"
     );
 }
+
+/// Each mutator holds up to a chunk (64 KiB) of allocation credit, which
+/// the heap counts as used: the goal's floor leaves room for it. With a
+/// small minimum heap and many attached mutators the credit alone met the
+/// goal, and every chunk one mutator took asked for a cycle (then, past
+/// twice the goal, every call waited for one), with nothing live.
+#[test]
+fn many_mutators_credit_does_not_make_cycles_run_back_to_back() {
+    let rt = space(Runtime::builder())
+        .ignore_env()
+        .gc_threads(1)
+        .min_heap(256 << 10)
+        .build();
+    let idle = Arc::new(std::sync::Barrier::new(17));
+    let threads: Vec<_> = (0..16)
+        .map(|_| {
+            let (rt, idle) = (rt.clone(), idle.clone());
+            std::thread::spawn(move || {
+                let mut m = rt.attach();
+                // Takes a chunk of credit, and keeps it while it waits.
+                m.mutate(|mc| *mc.alloc(1_u64));
+                idle.wait();
+                idle.wait();
+            })
+        })
+        .collect();
+    idle.wait();
+    let mut m = rt.attach();
+    let before = rt.stats().cycles;
+    // 8 MiB of garbage, a KiB a call.
+    for _ in 0..8192 {
+        m.mutate(|mc| {
+            mc.alloc([0_u64; 128]);
+        });
+    }
+    let cycles = rt.stats().cycles - before;
+    idle.wait();
+    for t in threads {
+        t.join().unwrap();
+    }
+    // A floor of 256 KiB and 17 chunks of room: a cycle every MiB or so
+    // (one a call without the room).
+    assert!(
+        cycles <= 64,
+        "{cycles} cycles for 8 MiB of garbage with 16 idle mutators"
+    );
+}

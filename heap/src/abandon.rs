@@ -24,11 +24,14 @@ use std::ptr;
 /// may still reach their queues: only a thread that will allocate, and so
 /// drain the queue, may take one), and `spares`, with none (no segment's
 /// owner names them ever again: a thread whose first call is a free may
-/// take one). A listed orphan never gains a segment, so it never changes
-/// list. One list searched at each take let allocating threads take the
-/// spare a free-only thread had just left, and with the two kinds of
-/// thread taking turns every free-only thread made a heap (never
-/// unmapped).
+/// take one). A listed orphan never gains a segment; once it has lost its
+/// last (adopted, or given away by a tidy) it moves to `spares`
+/// ([`settle_orphans`]): threads whose first call is a free, then
+/// allocate, and exit with a block live left one `owning` heap each
+/// otherwise, which only allocating threads take. One list searched at
+/// each take let allocating threads take the spare a free-only thread had
+/// just left, and with the two kinds of thread taking turns every
+/// free-only thread made a heap (never unmapped).
 pub(crate) struct Orphans {
     owning: *mut LocalHeap,
     spares: *mut LocalHeap,
@@ -151,6 +154,37 @@ pub(crate) fn take_spare() -> Option<*mut LocalHeap> {
         return None;
     }
     Orphans::pop(&mut ORPHANS.lock().spares)
+}
+
+/// Moves the `owning` orphans that have no segment left to `spares`,
+/// after a visit tidied them. No segment's owner names such a heap any
+/// more, so no new free reaches its queue; one that read the owner before
+/// the segment went may still land there, and waits for whoever holds the
+/// heap to drain it (at the latest its thread's exit, `abandon`): the
+/// block stays allocated until then, as blocks freed to an idle thread
+/// do, and is never lost.
+pub(crate) fn settle_orphans() {
+    if orphan_count() == 0 {
+        return;
+    }
+    let mut list = ORPHANS.lock();
+    let list = &mut *list;
+    let mut link: *mut *mut LocalHeap = &mut list.owning;
+    // Under the orphan lock: the listed heaps and their links are ours;
+    // `link` points at `list.owning` or at a listed heap's `orphan_next`.
+    // SAFETY: as just said.
+    unsafe {
+        while !(*link).is_null() {
+            let h = *link;
+            if (*h).segments.first.is_null() {
+                *link = (*h).orphan_next;
+                (*h).orphan_next = list.spares;
+                list.spares = h;
+            } else {
+                link = &mut (*h).orphan_next;
+            }
+        }
+    }
 }
 
 /// Runs `f` on each orphan while holding the orphan lock.

@@ -377,6 +377,7 @@ pub fn collect() {
                 // SAFETY: held exclusively under the orphan lock.
                 drained += unsafe { (*o).tidy(true) };
             });
+            abandon::settle_orphans();
         }
         if alloc::fallback_exists() {
             drained += alloc::with_fallback(|h| h.tidy(true)).unwrap_or(0);

@@ -99,6 +99,7 @@ impl LocalHeap {
                 adopted = true;
             }
         });
+        crate::abandon::settle_orphans();
         drained
     }
 

@@ -1467,10 +1467,8 @@ fn long_collections_traced_in_parts_keep_what_they_hold_through_changes_during_m
     let drops = Arc::new(AtomicUsize::new(0));
     let rt = concurrent_rt();
     let mut m = rt.attach();
-    type L = Rootable!['gc => GcList<'gc, Gc<'gc, Record>>];
-    type D = Rootable!['gc => GcDictionary<'gc, u64, Gc<'gc, Record>>];
     const START: u64 = 3_000;
-    let (list, dict): (Root<L>, Root<D>) = m.mutate(|mc| {
+    let (list, dict): (Root<RecordList>, Root<RecordDict>) = m.mutate(|mc| {
         let l = GcList::new(mc);
         let d = GcDictionary::new(mc);
         for k in 0..START {
@@ -1537,23 +1535,41 @@ fn long_collections_traced_in_parts_keep_what_they_hold_through_changes_during_m
         s.cycles - before.cycles >= 10 && s.concurrent_cycles > before.concurrent_cycles,
         "too few marks ran beside the changes: {s:?}"
     );
-    collect(&mut m);
+    let keys = keys.into_iter().map(|k| (k, k)).collect();
+    hold_then_free(&mut m, (list, dict), (&model, &keys), &drops, made);
+}
+
+type RecordList = Rootable!['gc => GcList<'gc, Gc<'gc, Record>>];
+type RecordDict = Rootable!['gc => GcDictionary<'gc, u64, Gc<'gc, Record>>];
+
+/// The end of the tests of long collections of records: after a full
+/// cycle the list holds `model`'s records and the dictionary `dmodel`'s
+/// (key to record key); once both are dropped, every record made (`made`)
+/// is freed once.
+fn hold_then_free(
+    m: &mut loam_runtime::Mutator,
+    (list, dict): (Root<RecordList>, Root<RecordDict>),
+    (model, dmodel): (&[u64], &std::collections::BTreeMap<u64, u64>),
+    drops: &AtomicUsize,
+    made: usize,
+) {
+    collect(m);
     m.mutate(|mc| {
         let got: Vec<u64> = list.get(mc).iter().map(|rec| rec.key).collect();
         assert_eq!(got, model, "the list's records");
         let d = *dict.get(mc);
-        assert_eq!(d.len(), keys.len());
-        for &k in &keys {
+        assert_eq!(d.len(), dmodel.len());
+        for (&k, &v) in dmodel {
             assert_eq!(
                 d.get(&k).map(|rec| rec.key),
-                Some(k),
+                Some(v),
                 "the dictionary's record {k}"
             );
         }
     });
     drop((list, dict));
-    collect(&mut m);
-    collect(&mut m);
+    collect(m);
+    collect(m);
     assert_eq!(
         drops.load(Ordering::Relaxed),
         made,
@@ -1588,10 +1604,8 @@ fn every_kind_of_change_between_minor_cycles(rt: RuntimeBuilder) {
     let drops = Arc::new(AtomicUsize::new(0));
     let rt = rt.concurrent(false).min_heap(256 << 10).build();
     let mut m = rt.attach();
-    type L = Rootable!['gc => GcList<'gc, Gc<'gc, Record>>];
-    type D = Rootable!['gc => GcDictionary<'gc, u64, Gc<'gc, Record>>];
     const START: u64 = 5_000;
-    let (list, dict): (Root<L>, Root<D>) = m.mutate(|mc| {
+    let (list, dict): (Root<RecordList>, Root<RecordDict>) = m.mutate(|mc| {
         let l = GcList::new(mc);
         let d = GcDictionary::new(mc);
         for k in 0..START {
@@ -1771,28 +1785,7 @@ fn every_kind_of_change_between_minor_cycles(rt: RuntimeBuilder) {
         s.minor_cycles - before.minor_cycles >= PHASES * STEPS / 20,
         "too few minor cycles between the changes: {s:?}"
     );
-    collect(&mut m);
-    m.mutate(|mc| {
-        let got: Vec<u64> = list.get(mc).iter().map(|rec| rec.key).collect();
-        assert_eq!(got, model, "the list's records");
-        let d = *dict.get(mc);
-        assert_eq!(d.len(), dmodel.len());
-        for (&k, &v) in &dmodel {
-            assert_eq!(
-                d.get(&k).map(|rec| rec.key),
-                Some(v),
-                "the dictionary's record {k}"
-            );
-        }
-    });
-    drop((list, dict));
-    collect(&mut m);
-    collect(&mut m);
-    assert_eq!(
-        drops.load(Ordering::Relaxed),
-        made,
-        "every record freed once"
-    );
+    hold_then_free(&mut m, (list, dict), (&model, &dmodel), &drops, made);
 }
 
 /// A string formatted in a thread-local destructor at the thread's exit,

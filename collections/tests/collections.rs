@@ -1468,15 +1468,7 @@ fn long_collections_traced_in_parts_keep_what_they_hold_through_changes_during_m
     let rt = concurrent_rt();
     let mut m = rt.attach();
     const START: u64 = 3_000;
-    let (list, dict): (Root<RecordList>, Root<RecordDict>) = m.mutate(|mc| {
-        let l = GcList::new(mc);
-        let d = GcDictionary::new(mc);
-        for k in 0..START {
-            l.push(mc, record(mc, k, &drops));
-            d.insert(mc, k, record(mc, k, &drops));
-        }
-        (mc.root(mc.alloc(l)), mc.root(mc.alloc(d)))
-    });
+    let (list, dict) = records_in_both(&mut m, START, &drops);
     let mut model: Vec<u64> = (0..START).collect();
     let mut keys: std::collections::BTreeSet<u64> = (0..START).collect();
     let (mut next, mut x, mut made) = (START, 0x9e37_79b9_7f4a_7c15_u64, 2 * START as usize);
@@ -1542,6 +1534,23 @@ fn long_collections_traced_in_parts_keep_what_they_hold_through_changes_during_m
 type RecordList = Rootable!['gc => GcList<'gc, Gc<'gc, Record>>];
 type RecordDict = Rootable!['gc => GcDictionary<'gc, u64, Gc<'gc, Record>>];
 
+/// A rooted list and dictionary of records `0..n` each (keys `0..n`).
+fn records_in_both(
+    m: &mut loam_runtime::Mutator,
+    n: u64,
+    drops: &Arc<AtomicUsize>,
+) -> (Root<RecordList>, Root<RecordDict>) {
+    m.mutate(|mc| {
+        let l = GcList::new(mc);
+        let d = GcDictionary::new(mc);
+        for k in 0..n {
+            l.push(mc, record(mc, k, drops));
+            d.insert(mc, k, record(mc, k, drops));
+        }
+        (mc.root(mc.alloc(l)), mc.root(mc.alloc(d)))
+    })
+}
+
 /// The end of the tests of long collections of records: after a full
 /// cycle the list holds `model`'s records and the dictionary `dmodel`'s
 /// (key to record key); once both are dropped, every record made (`made`)
@@ -1605,15 +1614,7 @@ fn every_kind_of_change_between_minor_cycles(rt: RuntimeBuilder) {
     let rt = rt.concurrent(false).min_heap(256 << 10).build();
     let mut m = rt.attach();
     const START: u64 = 5_000;
-    let (list, dict): (Root<RecordList>, Root<RecordDict>) = m.mutate(|mc| {
-        let l = GcList::new(mc);
-        let d = GcDictionary::new(mc);
-        for k in 0..START {
-            l.push(mc, record(mc, k, &drops));
-            d.insert(mc, k, record(mc, k, &drops));
-        }
-        (mc.root(mc.alloc(l)), mc.root(mc.alloc(d)))
-    });
+    let (list, dict) = records_in_both(&mut m, START, &drops);
     // Old, their cards taken by a full cycle.
     collect(&mut m);
     let mut model: Vec<u64> = (0..START).collect();

@@ -99,8 +99,8 @@ impl Generations {
     /// Takes `live` bytes for the live size: the heap goal grows from it by
     /// the gc percent (at least the minimum heap), and the old generation is
     /// that much.
-    fn rebase(&mut self, live: usize, config: &crate::options::Config, credit: usize) {
-        self.goal = goal_for(live, config, credit);
+    fn rebase(&mut self, live: usize, config: &crate::options::Config) {
+        self.goal = goal_for(live, config);
         self.live = live;
         self.old = live;
     }
@@ -114,31 +114,16 @@ impl Generations {
 }
 
 /// The heap goal for `live` bytes of live data: the gc percent over it, at
-/// least the minimum heap plus `credit`, what the mutators may hold of
-/// allocation credit (a chunk each, `Shared::credit_slack`), which the
-/// heap counts as used; kept under the heap limit (`goal_under_limit`);
-/// `usize::MAX` with the goal off. Never lower for more live data.
-///
-/// Without the credit in the floor, a small goal with many mutators (a
-/// minimum heap of 256 KiB and 16 idle mutators, or the default 32 MiB
-/// and five hundred pool workers) was met by their unspent credit alone:
-/// every chunk a mutator took asked for a cycle (8,193 cycles for 8 MiB of
-/// garbage, a KiB a call), and past twice the goal every call waited for
-/// one, with nothing live. A minimum heap set with `__stress_min_heap`
-/// (`min_heap_exact`) is kept as it is: the stress tests want cycles back
-/// to back.
-pub(crate) fn goal_for(live: usize, config: &crate::options::Config, credit: usize) -> usize {
+/// least the minimum heap, kept under the heap limit (`goal_under_limit`);
+/// `usize::MAX` with the goal off. Never lower for more live data. The
+/// triggers and pacing add the mutators' credit to it (`Shared::credited`).
+pub(crate) fn goal_for(live: usize, config: &crate::options::Config) -> usize {
     let percent = config.gc_percent;
     if percent == u32::MAX {
         return usize::MAX;
     }
     let grow = usize::try_from(live as u128 * percent as u128 / 100).unwrap_or(usize::MAX);
-    let floor = if config.min_heap_exact {
-        config.min_heap
-    } else {
-        config.min_heap.saturating_add(credit)
-    };
-    goal_under_limit((live.saturating_add(grow)).max(floor), live, config)
+    goal_under_limit((live.saturating_add(grow)).max(config.min_heap), live, config)
 }
 
 /// `goal` for `live` bytes of live data, kept under the heap limit: at most
@@ -423,8 +408,9 @@ const SHADED_ROUNDS: usize = 4;
 /// Shaded objects few enough for the last pause to trace at once.
 const SHADED_IN_PAUSE: usize = 64;
 
-/// Pauses a mark's termination may take, each bounded by the pause budget,
-/// before the last one traces to the end.
+/// Pauses a mark's termination may take, each bounded by the pause budget
+/// (or [`TERMINATION_MIN`], if longer), before the last one traces to the
+/// end.
 const TERMINATION_TRIES: u32 = 8;
 
 /// What a termination pause may trace for at least, whatever the pause
@@ -1073,7 +1059,7 @@ impl<'a> Cycle<'a> {
         if mark_failed {
             // The generations as they were: the next, full cycle measures.
         } else if self.full {
-            gen.rebase(self.marked.bytes, &shared.config, shared.credit_slack());
+            gen.rebase(self.marked.bytes, &shared.config);
             gen.started = true;
         } else {
             // The sweep corrects this (`cycle`); the trigger needs it now.
@@ -1086,7 +1072,8 @@ impl<'a> Cycle<'a> {
             // promoted garbage.
             gen.old = gen.old.saturating_add(self.marked.bytes);
         }
-        let goal = gen.goal;
+        // With room for the mutators' credit (`Shared::credited`).
+        let goal = shared.credited(gen.goal);
         // Until the sweep has taken its garbage off `heap_used`, the
         // trigger counts from the heap as the mark ended: the next cycle
         // is asked for once `goal - live` bytes were allocated since, as it
@@ -1125,7 +1112,7 @@ impl<'a> Cycle<'a> {
         } else {
             self.heap_at_stop
                 .saturating_sub(gen.old.saturating_mul(2))
-                .saturating_sub(m.mutators.len().max(1) * crate::mutator::CHUNK)
+                .saturating_sub(shared.credit_slack().max(crate::mutator::CHUNK))
         };
         shared.sweep_frees.store(frees, Ordering::Relaxed);
         // Under the mutex that sets the phase: the mutators that pacing

@@ -577,7 +577,7 @@ impl Shared {
             return;
         }
         let seen = self.live_seen.fetch_add(bytes, Ordering::Relaxed) + bytes;
-        let goal = crate::cycle::goal_for(seen, &self.config, self.credit_slack());
+        let goal = self.credited(crate::cycle::goal_for(seen, &self.config));
         if self.pace_goal.fetch_max(goal, Ordering::Relaxed) < goal {
             self.retune_assists(goal);
         }
@@ -607,19 +607,37 @@ impl Shared {
         });
     }
 
-    /// Whether the heap has reached where pacing begins (`pace_at`): a
-    /// mutator then helps the collector or waits before its next call
-    /// (`Mutator::pace`).
-    #[inline]
     /// The allocation credit the mutators may hold, which the heap counts
-    /// as used: a chunk each (`mutator.rs`, `CHUNK`). Goals leave room
-    /// for it (`cycle::goal_for`).
+    /// as used: a chunk each (`mutator.rs`, `CHUNK`).
     pub(crate) fn credit_slack(&self) -> usize {
         self.live_mutators
             .load(Ordering::Relaxed)
             .saturating_mul(crate::mutator::CHUNK)
     }
 
+    /// Heap goal `goal` as the triggers and pacing read it: with room for
+    /// the mutators' allocation credit as they are now (`credit_slack`),
+    /// which the heap counts as used, kept under the pace cap of a heap
+    /// limit. Without it, a small goal with many mutators (a minimum heap
+    /// of 256 KiB and 16 idle ones, or the default 32 MiB and some five
+    /// hundred pool workers) was met by their unspent credit alone: every
+    /// chunk a mutator took asked for a cycle (8,193 cycles for 8 MiB of
+    /// garbage, a KiB a call), and past twice the goal every call waited
+    /// for one, with nothing live. A minimum heap set with
+    /// `__stress_min_heap` is kept as it is (the stress tests want cycles
+    /// back to back), and so is a goal that is off (`usize::MAX`). The
+    /// generations keep the goal without it (`Generations::full_due`).
+    pub(crate) fn credited(&self, goal: usize) -> usize {
+        if self.config.min_heap_exact || goal == usize::MAX {
+            return goal;
+        }
+        goal.saturating_add(self.credit_slack()).min(self.pace_cap.max(goal))
+    }
+
+    /// Whether the heap has reached where pacing begins (`pace_at`): a
+    /// mutator then helps the collector or waits before its next call
+    /// (`Mutator::pace`).
+    #[inline]
     pub(crate) fn over_pace(&self) -> bool {
         let goal = self.pace_goal.load(Ordering::Relaxed);
         self.heap_used.load(Ordering::Relaxed) >= self.pace_at(goal)
@@ -1610,7 +1628,7 @@ impl RuntimeBuilder {
         let id = take_id();
         // Off (`gc_percent` at `u32::MAX`): no goal from the start, as after
         // every cycle (`goal_for`), or the first would come at the minimum heap.
-        let goal = crate::cycle::goal_for(0, &config, 0);
+        let goal = crate::cycle::goal_for(0, &config);
         let pace_cap = config.pace_cap();
         // Registers the asymmetric fence now, not in the first `GcList`
         // written by a second thread inside a call (a first registration

@@ -150,26 +150,30 @@ pub struct GcCards {
 /// `GcCards::owner` of cards two objects' traces took.
 const SHARED: usize = 1;
 
+/// A `GcCards` with every card changed, at the smallest scale (the body of
+/// `GcCards::new`, `const` outside loom).
+macro_rules! gc_cards {
+    () => {
+        GcCards {
+            changed: AtomicU64::new(CARD_BITS | (MIN_SCALE as u64) << SCALE_AT),
+            taken: AtomicU64::new(0),
+            clears: AtomicU64::new(u64::MAX),
+            owner: AtomicUsize::new(0),
+        }
+    };
+}
+
 impl GcCards {
     /// Cards all changed, at the smallest scale.
     #[cfg(not(loom))]
     pub const fn new() -> Self {
-        GcCards {
-            changed: AtomicU64::new(CARD_BITS | (MIN_SCALE as u64) << SCALE_AT),
-            taken: AtomicU64::new(0),
-            clears: AtomicU64::new(u64::MAX),
-            owner: AtomicUsize::new(0),
-        }
+        gc_cards!()
     }
 
+    /// (loom's atomics have no `const fn new`.)
     #[cfg(loom)]
     pub(crate) fn new() -> Self {
-        GcCards {
-            changed: AtomicU64::new(CARD_BITS | (MIN_SCALE as u64) << SCALE_AT),
-            taken: AtomicU64::new(0),
-            clears: AtomicU64::new(u64::MAX),
-            owner: AtomicUsize::new(0),
-        }
+        gc_cards!()
     }
 
     /// Cards all changed, scaled for `slots` slots
@@ -254,12 +258,20 @@ impl GcCards {
     fn take_in(&self, cycle: u64, clears: u64, owner: usize) {
         let w = self.changed.load(Ordering::Acquire);
         let mut took = w & (CARD_BITS | SCALE_BITS);
-        if self.clears.load(Ordering::Acquire) != clears || !self.owned_by(owner) {
+        // Asked whatever the count says, so that another object's take
+        // always marks the cards shared (a take after a clear took every
+        // card and skipped the question: the next take of the first
+        // object then trusted cards the other had cleared).
+        let owned = self.owned_by(owner);
+        if !owned || self.clears.load(Ordering::Acquire) != clears {
             took |= CARD_BITS;
         }
         // What it read as changed, cleared: a touch after the load sets
         // its bit again for the next take (a store during the mark: 3).
-        self.changed.fetch_and(!(w & CARD_BITS), Ordering::Relaxed);
+        // Release: a take of another object that reads the word this
+        // leaves (acquire, above) sees the cards marked shared, if this
+        // take marked them (module docs, 6).
+        self.changed.fetch_and(!(w & CARD_BITS), Ordering::AcqRel);
         let tag = (cycle & 0x3f) << TAG_AT;
         let mut cur = self.taken.load(Ordering::Acquire);
         loop {
@@ -427,6 +439,13 @@ mod tests {
         assert!(c.must_trace_in(3, 9 << 15..10 << 15));
         c.take_in(4, 0, 8);
         assert!(c.must_trace_in(4, 9 << 15..10 << 15));
+        // The other object's first take after a mark clear (every card
+        // anyway) still marks the cards shared.
+        let c = GcCards::with_slots(1 << 20);
+        c.take_in(1, 0, 8);
+        c.take_in(2, 1, 16);
+        c.take_in(2, 1, 8);
+        assert!(c.must_trace_in(2, 9 << 15..10 << 15));
     }
 }
 
@@ -525,6 +544,29 @@ mod model {
             };
             assert!(a.join().unwrap(), "the first take's parts skipped a card");
             assert!(b.join().unwrap(), "the second take's parts skipped a card");
+        });
+    }
+
+    /// Cards two objects' traces take (a `GcCards` behind an `Arc`): the
+    /// first object's take, racing the second's first, traces its own
+    /// changed card, or finds it still changed. The second's take marks
+    /// the cards shared before it clears what it read, and the first's
+    /// take, reading the cleared word, sees the mark (module docs, 6).
+    #[test]
+    fn a_second_objects_take_loses_no_card_of_the_first() {
+        loom::model(|| {
+            let c = Arc::new(GcCards::new());
+            c.rescale(4 << MIN_SCALE);
+            c.take_in(1, 0, 8);
+            // The first object's change, between marks.
+            c.touch(1 << MIN_SCALE);
+            let c2 = c.clone();
+            let other = thread::spawn(move || c2.take_in(2, 0, 16));
+            c.take_in(2, 0, 8);
+            let traced = c.must_trace_in(2, 1 << MIN_SCALE..2 << MIN_SCALE);
+            other.join().unwrap();
+            let left = c.changed.load(Ordering::Relaxed) & (1 << 1) != 0;
+            assert!(traced || left, "the first object's changed card was lost");
         });
     }
 

@@ -191,7 +191,8 @@ pub(crate) struct ListObj<'gc, T: CellValue + Trace + 'gc> {
     /// Which elements changed since a marker last traced them, so that a
     /// minor cycle traces again only those parts of a long list
     /// (`GcCards`): every store into a slot (in use or spare) touches its
-    /// card, in the store's call, before the store (`ListObj::touch`).
+    /// card, in the store's call, before any shade of it that could unwind
+    /// (`ListObj::touch`).
     cards: GcCards,
     /// Elements in use, a prefix of `items`.
     len: GcCell<'gc, usize>,
@@ -398,12 +399,12 @@ impl<'gc, T: CellValue + Trace + 'gc> ListObj<'gc, T> {
         // In bounds: `len < high <= items.len()` (caller).
         // SAFETY: as just said.
         let slot = unsafe { &*Gc::get(items).as_ptr().add(len) };
+        // Touched before the store's shade, as every store is: a panic in
+        // it (a `Trace` impl breaking its rule 5) leaves the card changed.
+        self.touch(len);
         // Below `filled`, so written before; past the length, so the
         // list's trace does not report it until the length grows over it,
         // after this store, under the lock, after the record (caller).
-        // Touched first, as every store is: a panic in the store's shade
-        // (a `Trace` impl breaking its rule 5) leaves the card changed.
-        self.touch(len);
         // SAFETY: as just said.
         unsafe { (*slot.0.as_ptr()).fill_recorded(mc, value) };
         // A longer length frees nothing, and the log was recorded in this

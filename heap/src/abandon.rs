@@ -143,12 +143,15 @@ fn unlinked(heap: *mut LocalHeap) -> *mut LocalHeap {
     heap
 }
 
-/// Takes an orphan that was abandoned with no segment, for a thread whose
-/// first call is a free (`alloc::thread_init_for_free`), if any: no free
-/// can reach such a heap's queue, so a thread that never drains it
-/// strands nothing there. (Fresh heaps for such threads piled up on the
-/// list otherwise, one per thread that only freed, and every orphan visit
-/// walked them all.)
+/// Takes an orphan that owns no segment (abandoned with none, or moved by
+/// [`settle_orphans`]), for a thread whose first call is a free
+/// (`alloc::thread_init_for_free`), if any: no new free reaches such a
+/// heap's queue, so a thread that never drains it strands nothing new
+/// there (a free that read a segment's owner before the segment left the
+/// heap may still land in it, and stays until the holder drains the
+/// queue, at the latest at its thread's exit). (Fresh heaps for such
+/// threads piled up on the list otherwise, one per thread that only
+/// freed, and every orphan visit walked them all.)
 pub(crate) fn take_spare() -> Option<*mut LocalHeap> {
     if orphan_count() == 0 {
         return None;

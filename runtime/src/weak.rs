@@ -184,7 +184,9 @@ unsafe impl<T: Trace> Trace for GcWeak<'_, T> {
 /// marks, this runtime's objects' included, which are then young again:
 /// a minor cycle of this runtime may free them. So a minor cycle that
 /// follows such a clear (the count of clears moved since this runtime
-/// last processed its old cells) processes the old cells too.
+/// last processed its old cells) processes the old cells too. (The count
+/// also counts full snapshots of `GlobalAlloc` spaces, for card takes,
+/// which costs an extra pass over the old cells after one.)
 #[derive(Default)]
 pub(crate) struct WeakCells {
     young: Vec<usize>,

@@ -172,19 +172,26 @@ fn model(bug: Bug) {
         let copy = w.join().unwrap();
         o.join().unwrap();
 
-        assert_eq!(
-            copy & OLD,
-            OLD,
-            "the copy lost an object allocated before the stop"
-        );
-        assert_eq!(
-            copy & NEW,
-            0,
-            "the copy holds a block allocated after the stop"
-        );
+        assert_copy(copy, OLD, NEW);
         // Whoever sealed, the page ends sealed for this epoch.
         assert_eq!(p.sealed.load(Ordering::Relaxed) & !IMG, E);
     });
+}
+
+/// The walk's copy of the page's allocated bits: the object allocated
+/// before the stop (bit `old`), and not the block allocated after it
+/// (`new`). Both models' checks.
+fn assert_copy(copy: u64, old: u64, new: u64) {
+    assert_eq!(
+        copy & old,
+        old,
+        "the copy lost an object allocated before the stop"
+    );
+    assert_eq!(
+        copy & new,
+        0,
+        "the copy holds a block allocated after the stop"
+    );
 }
 
 #[test]
@@ -436,16 +443,7 @@ mod epochs {
             };
             let copy = collector.join().unwrap();
             owner.join().unwrap();
-            assert_eq!(
-                copy & OLD,
-                OLD,
-                "the copy lost an object allocated before the stop"
-            );
-            assert_eq!(
-                copy & NEW,
-                0,
-                "the copy holds a block allocated after the stop"
-            );
+            super::assert_copy(copy, OLD, NEW);
             assert_eq!(
                 p.sealed.load(Ordering::Relaxed) >> EPOCH_SHIFT,
                 E >> EPOCH_SHIFT

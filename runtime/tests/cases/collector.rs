@@ -385,25 +385,38 @@ fn garbage_beside_a_blocked_destructor_is_collected() {
     drop(rt);
 }
 
-#[test]
-fn weak_references_clear_when_their_target_dies() {
-    #[derive(Trace)]
-    struct Holder<'gc> {
-        weak: GcWeak<'gc, Node<'gc>>,
-    }
-    let drops = Arc::new(AtomicUsize::new(0));
-    let rt = rt(1).build();
-    let mut m = rt.attach();
-    type HolderRoot = Rootable!['gc => Holder<'gc>];
-    let (holder, strong): (Root<HolderRoot>, Root<NodeRoot>) = m.mutate(|mc| {
-        let target = list(mc, 3, &drops);
+/// An object holding a weak reference, and the reference's target.
+#[derive(Trace)]
+struct WeakHolder<'gc> {
+    weak: GcWeak<'gc, Node<'gc>>,
+}
+
+type WeakHolderRoot = Rootable!['gc => WeakHolder<'gc>];
+
+/// A rooted holder whose weak reference points to a list of `len` nodes,
+/// and a root of that list.
+fn weakly_held(
+    m: &mut loam_runtime::Mutator,
+    len: u64,
+    drops: &Arc<AtomicUsize>,
+) -> (Root<WeakHolderRoot>, Root<NodeRoot>) {
+    m.mutate(|mc| {
+        let target = list(mc, len, drops);
         (
-            mc.root(mc.alloc(Holder {
+            mc.root(mc.alloc(WeakHolder {
                 weak: GcWeak::new(mc, target),
             })),
             mc.root(target),
         )
-    });
+    })
+}
+
+#[test]
+fn weak_references_clear_when_their_target_dies() {
+    let drops = Arc::new(AtomicUsize::new(0));
+    let rt = rt(1).build();
+    let mut m = rt.attach();
+    let (holder, strong) = weakly_held(&mut m, 3, &drops);
     m.collect();
     m.runtime().wait_for_drops();
     m.mutate(|mc| {
@@ -528,10 +541,6 @@ fn weak_references_old_and_young_through_minor_and_full_cycles() {
 /// lives on until a full cycle of its own, and the reference with it.)
 #[test]
 fn an_old_weak_reference_clears_when_another_runtimes_full_cycle_made_its_target_young() {
-    #[derive(Trace)]
-    struct Holder<'gc> {
-        weak: GcWeak<'gc, Node<'gc>>,
-    }
     let drops = Arc::new(AtomicUsize::new(0));
     let minors = Arc::new(Mutex::new(Vec::new()));
     let a = rt(1).build();
@@ -542,16 +551,7 @@ fn an_old_weak_reference_clears_when_another_runtimes_full_cycle_made_its_target
             .build()
     };
     let mut mb = b.attach();
-    type HolderRoot = Rootable!['gc => Holder<'gc>];
-    let (holder, strong): (Root<HolderRoot>, Root<NodeRoot>) = mb.mutate(|mc| {
-        let target = list(mc, 1, &drops);
-        (
-            mc.root(mc.alloc(Holder {
-                weak: GcWeak::new(mc, target),
-            })),
-            mc.root(target),
-        )
-    });
+    let (holder, strong) = weakly_held(&mut mb, 1, &drops);
     // The reference old (its cell and target marked), then its target
     // let go, then the other runtime's full cycle.
     mb.collect();

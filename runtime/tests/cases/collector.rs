@@ -385,6 +385,20 @@ fn garbage_beside_a_blocked_destructor_is_collected() {
     drop(rt);
 }
 
+/// A runtime of two GC threads and a 256 KiB minimum heap, and the count
+/// of its minor cycles.
+fn counting_minors() -> (Runtime, Arc<AtomicUsize>) {
+    let minors = Arc::new(AtomicUsize::new(0));
+    let count = minors.clone();
+    let rt = rt(2)
+        .min_heap(256 << 10)
+        .on_cycle(move |e| {
+            count.fetch_add(usize::from(e.minor), Ordering::Relaxed);
+        })
+        .build();
+    (rt, minors)
+}
+
 /// An object holding a weak reference, and the reference's target.
 #[derive(Trace)]
 struct WeakHolder<'gc> {
@@ -444,16 +458,7 @@ fn weak_references_old_and_young_through_minor_and_full_cycles() {
     type WeaksRoot = Rootable!['gc => Weaks<'gc>];
     type TargetsRoot = Rootable!['gc => GcLock<'gc, Vec<Gc<'gc, Node<'gc>>>>];
     let drops = Arc::new(AtomicUsize::new(0));
-    let minors = Arc::new(AtomicUsize::new(0));
-    let rt = {
-        let minors = minors.clone();
-        rt(2)
-            .min_heap(256 << 10)
-            .on_cycle(move |e| {
-                minors.fetch_add(usize::from(e.minor), Ordering::Relaxed);
-            })
-            .build()
-    };
+    let (rt, minors) = counting_minors();
     let mut m = rt.attach();
     const OLD: usize = 200;
     // Old: rooted targets and their weak references, made old by a full
@@ -881,18 +886,7 @@ struct Holder<'gc> {
 #[test]
 fn minor_cycles_keep_old_objects_and_what_cells_store_into_them() {
     let drops = Arc::new(AtomicUsize::new(0));
-    let minors = Arc::new(AtomicUsize::new(0));
-    let rt = {
-        let minors = minors.clone();
-        rt(2)
-            .min_heap(256 << 10)
-            .on_cycle(move |e| {
-                if e.minor {
-                    minors.fetch_add(1, Ordering::Relaxed);
-                }
-            })
-            .build()
-    };
+    let (rt, minors) = counting_minors();
     let mut m = rt.attach();
     // Old: a rooted list and a rooted holder, promoted by a full cycle.
     let old: Root<NodeRoot> = m.mutate(|mc| mc.root(list(mc, 1000, &drops)));

@@ -427,6 +427,9 @@ impl<'gc, T: CellValue + Trace + 'gc> GcCell<'gc, T> {
     /// (the cell's owner) that either has a [`GcLog`] on which
     /// [`GcLog::record`] was called in this `mutate` call before this
     /// store, or was allocated in this call; and it stays reported by it.
+    /// Nothing is asked for a `T` that needs no tracing (`T::NEEDS_TRACE`
+    /// false, a number say): the store is then a plain one, which no
+    /// collector reads a pointer from.
     #[inline]
     pub unsafe fn set_recorded(&self, mc: &Mutation<'gc>, value: T) {
         if T::NEEDS_TRACE && mc.mark_epoch() != 0 {
@@ -548,9 +551,10 @@ impl<'gc, T: CellValue + Trace + 'gc> GcCell<'gc, T> {
     /// [`set_unreported`](Self::set_unreported).
     ///
     /// # Safety
-    /// As [`set_recorded`](Self::set_recorded), except that until this
-    /// store the cell is not reported by its owner (nor reachable
-    /// otherwise), and the owner starts reporting it only after the store.
+    /// As [`set_recorded`](Self::set_recorded) (nothing for a `T` that
+    /// needs no tracing), except that until this store the cell is not
+    /// reported by its owner (nor reachable otherwise), and the owner
+    /// starts reporting it only after the store.
     #[inline]
     pub unsafe fn fill_recorded(&self, mc: &Mutation<'gc>, value: T) {
         self.value.store(value);

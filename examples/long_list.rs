@@ -2,7 +2,8 @@
 //! allocate about 1 MB of garbage and set one element of the list, for a
 //! few seconds: what the collector's pauses and the mutator's holds are
 //! when the mark has a long collection to trace (every minor cycle traces
-//! it again: the change recorded the list). Prints the cycles, the
+//! again the card the change touched, `GcCards`, and the list's own
+//! fields). Prints the cycles, the
 //! collector's longest pause and the mutator's holds by cause.
 //!
 //! `cargo run --release --example long_list -- [ELEMENTS] [SECONDS]`

@@ -1591,9 +1591,10 @@ impl RuntimeBuilder {
     /// `mutate` call waits for (a scoped thread of the call) while some
     /// runtime's cycle is stopping the world, since starting a runtime
     /// waits for the process-wide cycle lock, which that cycle holds while
-    /// it waits for the call. Dropping a runtime's last handle there waits
-    /// the same way (for its last cycle). Build and drop runtimes outside
-    /// such threads.
+    /// it waits for the call. (Dropping a runtime's last handle there waits
+    /// the same way for its last cycle, but gives up once that cycle has
+    /// found the call stuck for a second, and leaves the last cycle to the
+    /// collector.) Build runtimes outside such threads.
     pub fn try_build(self) -> Result<Runtime, ConfigError> {
         // Both would wait for the process-wide cycle lock (`collector::start`)
         // that a cycle holds while it runs a destructor, or while it waits

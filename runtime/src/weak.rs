@@ -110,9 +110,12 @@ impl<'gc, T: Trace> GcWeak<'gc, T> {
 
     /// The target, if no collection has found it unreachable.
     pub fn upgrade(self) -> Option<Gc<'gc, T>> {
-        // SAFETY: the cell is reachable in a `mutate` call of its runtime
-        // (a `GcWeak` reaches no other: `mutate` calls of two runtimes
-        // cannot nest), whose handle keeps `Shared` alive.
+        // The cell is reachable only while a `mutate` call of its runtime
+        // is under way: on this thread, or on a thread that waits for this
+        // one (a scoped thread of the call, which may be inside a call of
+        // another runtime as it upgrades); that call's mutator holds a
+        // handle, which keeps `Shared` alive.
+        // SAFETY: as just said.
         let shared = unsafe { self.cell.shared.as_ref() };
         // Before the target (both acquire): a mark that ended raggedly
         // cleared the cells before it lowered the flag, so a target read

@@ -727,6 +727,40 @@ fn a_root_of_another_runtime_panics() {
     mb.mutate(|mc| *r.get(mc));
 }
 
+/// Every other way into a root through a mutator of another runtime (a
+/// root's `set`, a global root's `get` and `set`, from another thread too)
+/// panics with the message, and the roots still hold their objects after.
+#[test]
+fn roots_of_another_runtime_panic_on_every_access() {
+    let (a, b) = (rt(1).build(), rt(1).build());
+    let (mut ma, mut mb) = (a.attach(), b.attach());
+    let (r, g): (Root<Rootable!['gc => u8]>, GlobalRoot<Rootable!['gc => u8]>) =
+        ma.mutate(|mc| (mc.root(mc.alloc(1)), mc.global_root(mc.alloc(2))));
+    let refused = |what: &str, f: &mut dyn FnMut()| {
+        let err = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).expect_err(what);
+        let msg = err
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| err.downcast_ref::<String>().cloned());
+        assert!(
+            msg.as_deref()
+                .is_some_and(|m| m.contains("a root of one runtime was read through a mutator of another")),
+            "{what}: {msg:?}"
+        );
+    };
+    refused("Root::set", &mut || mb.mutate(|mc| r.set(mc, mc.alloc(3))));
+    refused("GlobalRoot::get", &mut || mb.mutate(|mc| drop(*g.get(mc))));
+    refused("GlobalRoot::set", &mut || mb.mutate(|mc| g.set(mc, mc.alloc(4))));
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let mut mb2 = b.attach();
+            refused("GlobalRoot::get on another thread", &mut || mb2.mutate(|mc| drop(*g.get(mc))));
+        });
+    });
+    ma.collect();
+    assert_eq!(ma.mutate(|mc| (*r.get(mc), *g.get(mc))), (1, 2));
+}
+
 #[test]
 #[should_panic(expected = "collect called inside a mutate closure")]
 fn collecting_inside_mutate_panics() {

@@ -135,6 +135,82 @@ fn realloc_keeps_contents_and_alignment() {
     }
 }
 
+/// Writes a pattern of `seed` over the first `n` bytes of `p`: every byte
+/// of the first 4 KiB, one in 4,093 past them.
+///
+/// # Safety
+/// `p` holds `n` writable bytes nobody else uses.
+unsafe fn stamp(p: *mut u8, n: usize, seed: u8) {
+    for i in (0..n.min(4096)).chain((4096..n).step_by(4093)) {
+        // SAFETY: `i < n` (caller).
+        unsafe { *p.add(i) = seed.wrapping_add((i % 251) as u8) };
+    }
+}
+
+/// Checks the first `n` bytes of `p` against [`stamp`]'s pattern.
+///
+/// # Safety
+/// `p` holds `n` readable bytes.
+unsafe fn check_stamp(p: *const u8, n: usize, seed: u8, what: &str) {
+    for i in (0..n.min(4096)).chain((4096..n).step_by(4093)) {
+        // SAFETY: `i < n` (caller).
+        assert_eq!(
+            unsafe { *p.add(i) },
+            seed.wrapping_add((i % 251) as u8),
+            "{what}: byte {i}"
+        );
+    }
+}
+
+/// `realloc` at every alignment from 8 bytes to 2 MiB (the segment's
+/// blocks), through sizes that cross the small classes, the large spans
+/// and the huge segments, growing and shrinking: each result is aligned,
+/// keeps the contents up to the smaller size, and is usable to its new
+/// size.
+#[test]
+fn realloc_at_every_alignment_keeps_contents_and_alignment() {
+    let _serial = serial();
+    let sizes = [
+        1,
+        24,
+        1000,
+        70_000,
+        200_000,
+        5 * MIB,
+        3000,
+        100,
+        9 * MIB + 7,
+        8,
+    ];
+    let mut align = 8;
+    while align <= 2 * MIB {
+        let mut layout = Layout::from_size_align(sizes[0], align).unwrap();
+        // SAFETY: each resize gets the block's current layout; the bytes
+        // checked are within the smaller of the two sizes, those stamped
+        // within the new one; the block is freed once, with its last
+        // layout.
+        unsafe {
+            let mut p = LoamAlloc.alloc(layout);
+            assert!(!p.is_null(), "align {align}");
+            assert_eq!(p as usize % align, 0, "align {align}: {p:p}");
+            stamp(p, layout.size(), align.trailing_zeros() as u8);
+            for (step, &new_size) in sizes.iter().enumerate().skip(1) {
+                let what = format!("align {align}, {} -> {new_size}", layout.size());
+                let seed = (align.trailing_zeros() as usize + step) as u8;
+                let q = LoamAlloc.realloc(p, layout, new_size);
+                assert!(!q.is_null(), "{what}");
+                assert_eq!(q as usize % align, 0, "{what}: {q:p}");
+                check_stamp(q, layout.size().min(new_size), seed - 1, &what);
+                layout = Layout::from_size_align(new_size, align).unwrap();
+                stamp(q, new_size, seed);
+                p = q;
+            }
+            LoamAlloc.dealloc(p, layout);
+        }
+        align *= 2;
+    }
+}
+
 /// A shrink keeps the block where it is and gives the pages past the new
 /// size back.
 #[test]

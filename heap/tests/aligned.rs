@@ -154,11 +154,8 @@ unsafe fn stamp(p: *mut u8, n: usize, seed: u8) {
 unsafe fn check_stamp(p: *const u8, n: usize, seed: u8, what: &str) {
     for i in (0..n.min(4096)).chain((4096..n).step_by(4093)) {
         // SAFETY: `i < n` (caller).
-        assert_eq!(
-            unsafe { *p.add(i) },
-            seed.wrapping_add((i % 251) as u8),
-            "{what}: byte {i}"
-        );
+        let b = unsafe { *p.add(i) };
+        assert_eq!(b, seed.wrapping_add((i % 251) as u8), "{what}: byte {i}");
     }
 }
 

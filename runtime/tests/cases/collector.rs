@@ -734,8 +734,9 @@ fn a_root_of_another_runtime_panics() {
 fn roots_of_another_runtime_panic_on_every_access() {
     let (a, b) = (rt(1).build(), rt(1).build());
     let (mut ma, mut mb) = (a.attach(), b.attach());
-    let (r, g): (Root<Rootable!['gc => u8]>, GlobalRoot<Rootable!['gc => u8]>) =
-        ma.mutate(|mc| (mc.root(mc.alloc(1)), mc.global_root(mc.alloc(2))));
+    type Byte = Rootable!['gc => u8];
+    let r: Root<Byte> = ma.mutate(|mc| mc.root(mc.alloc(1)));
+    let g: GlobalRoot<Byte> = ma.mutate(|mc| mc.global_root(mc.alloc(2)));
     let refused = |what: &str, f: &mut dyn FnMut()| {
         let err = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).expect_err(what);
         let msg = err
@@ -749,12 +750,12 @@ fn roots_of_another_runtime_panic_on_every_access() {
         );
     };
     refused("Root::set", &mut || mb.mutate(|mc| r.set(mc, mc.alloc(3))));
-    refused("GlobalRoot::get", &mut || mb.mutate(|mc| drop(*g.get(mc))));
+    refused("GlobalRoot::get", &mut || { mb.mutate(|mc| *g.get(mc)); });
     refused("GlobalRoot::set", &mut || mb.mutate(|mc| g.set(mc, mc.alloc(4))));
     std::thread::scope(|s| {
         s.spawn(|| {
             let mut mb2 = b.attach();
-            refused("GlobalRoot::get on another thread", &mut || mb2.mutate(|mc| drop(*g.get(mc))));
+            refused("GlobalRoot::get on another thread", &mut || { mb2.mutate(|mc| *g.get(mc)); });
         });
     });
     ma.collect();

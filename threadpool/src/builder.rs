@@ -244,9 +244,10 @@ impl ThreadPoolBuilder {
     /// one to the [`after_unpark`](Self::after_unpark) hook (even if, at the
     /// last moment, work showed up and the worker did not block).
     ///
-    /// Neither hook may queue work (`spawn`): in a pool being dropped a
-    /// worker parks there after it counted itself out of work, and a job
-    /// queued then may never run.
+    /// Neither hook may queue work on this pool (`spawn`, a scope's
+    /// `spawn`): in a pool being dropped a worker parks there after it
+    /// counted itself out of work, and a job queued then may never run.
+    /// Such a spawn panics, and a panicking hook stops the process.
     ///
     /// # Examples
     ///

@@ -153,6 +153,7 @@ impl Registry {
     pub(crate) fn inject_or_push(&self, job: JobRef) {
         match self.current_worker() {
             Some(worker) if worker.exiting() => refuse_exiting(),
+            Some(worker) if worker.in_park_hook() => refuse_park_hook(),
             Some(worker) => worker.push(job),
             None => self.inject(job),
         }
@@ -364,6 +365,19 @@ fn refuse_exiting() -> ! {
     panic!(
         "loam-threadpool: a task spawned in a pool's exit handler would never run \
          (the pool's workers have stopped taking work); spawn it on another pool"
+    )
+}
+
+/// A `spawn` from a pool's park hook: in a pool being dropped the worker
+/// may have counted itself out of work there, and the job could be left
+/// behind when the last worker exits.
+#[cold]
+#[inline(never)]
+fn refuse_park_hook() -> ! {
+    panic!(
+        "loam-threadpool: a task spawned on a pool from its own before_park or \
+         after_unpark hook (a parking worker may never run it); spawn it from \
+         a task, or on another pool"
     )
 }
 

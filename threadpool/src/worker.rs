@@ -49,6 +49,11 @@ pub(crate) struct WorkerThread {
     /// Set once the scheduling loop has ended, for the exit hook: work it
     /// queued would never run (every worker has left its loop).
     exiting: Cell<bool>,
+    /// Set while a park hook runs (`before_park`, `after_unpark`): in a
+    /// pool being dropped the worker may have counted itself out of work
+    /// there, and a job it queued then could be left behind when the last
+    /// worker exits (`exit.rs`).
+    in_park_hook: Cell<bool>,
 }
 
 /// Clears `WORKER_THREAD` when the worker's `run` ends, even by unwinding.
@@ -70,6 +75,7 @@ impl WorkerThread {
             rng: Cell::new(0x9E37_79B9_7F4A_7C15 ^ ((index as u64 + 1) << 17)),
             registry,
             exiting: Cell::new(false),
+            in_park_hook: Cell::new(false),
         };
         WORKER_THREAD.with(|current| current.set(&worker));
         let _clear = ClearCurrent;
@@ -91,6 +97,20 @@ impl WorkerThread {
     #[inline]
     pub(crate) fn exiting(&self) -> bool {
         self.exiting.get()
+    }
+
+    /// Whether one of the pool's park hooks is running on this worker.
+    #[inline]
+    pub(crate) fn in_park_hook(&self) -> bool {
+        self.in_park_hook.get()
+    }
+
+    /// Runs a park hook (`before_park`, `after_unpark`), refusing the
+    /// work it would queue on this pool (`Registry::inject_or_push`).
+    fn run_park_hook(&self, hook: &Option<Hook>) {
+        self.in_park_hook.set(true);
+        run_hook(hook, self.index);
+        self.in_park_hook.set(false);
     }
 
     /// The worker running on this thread, or null.
@@ -229,13 +249,13 @@ impl WorkerThread {
             registry.sleep.wake_all();
             return true;
         }
-        run_hook(&registry.hooks.before_park, self.index);
+        self.run_park_hook(&registry.hooks.before_park);
         registry.spread.parked(self.index);
         registry.sleep.sleep(self.index, None, || {
             registry.exit.all_idle() || registry.has_queued_work(self)
         });
         registry.spread.awake_again(self.index);
-        run_hook(&registry.hooks.after_unpark, self.index);
+        self.run_park_hook(&registry.hooks.after_unpark);
         if registry.exit.all_idle() {
             return true;
         }
@@ -276,7 +296,7 @@ impl WorkerThread {
     #[cold]
     fn park(&self, latch: Option<&CoreLatch>) {
         let registry = &*self.registry;
-        run_hook(&registry.hooks.before_park, self.index);
+        self.run_park_hook(&registry.hooks.before_park);
         registry.spread.parked(self.index);
         // A latch waiter sleeps through termination (its job is not done);
         // with the idle loop's re-check it spun instead, termination being
@@ -290,7 +310,7 @@ impl WorkerThread {
         } else {
             registry.spread.awake_again(self.index);
         }
-        run_hook(&registry.hooks.after_unpark, self.index);
+        self.run_park_hook(&registry.hooks.after_unpark);
     }
 
     /// xorshift64*: a cheap, owner-only random number for victim choice.

@@ -597,6 +597,56 @@ fn work_queued_in_an_exit_handler_stops_the_process_with_a_message() {
     }
 }
 
+/// Work spawned from a park hook (`before_park`, `after_unpark`): in a
+/// pool being dropped, a worker that counted itself out of work ran the
+/// hook, its job went on its own deque, and the last worker's exit could
+/// leave it there, never run nor dropped. Such a spawn panics with a
+/// message, which aborts (a hook must not panic). In child processes.
+#[test]
+fn work_spawned_in_a_park_hook_stops_the_process_with_a_message() {
+    const CHILD: &str = "LOAM_POOL_PARK_HOOK_CHILD";
+    if let Some(which) = std::env::var_os(CHILD) {
+        let spawn = |_: usize| loam_threadpool::spawn(|| println!("ran"));
+        let builder = ThreadPoolBuilder::new().num_threads(2);
+        let builder = if which == "before_park" {
+            builder.before_park(spawn)
+        } else {
+            builder.after_unpark(spawn)
+        };
+        let pool = builder.build().unwrap();
+        // Idle workers park, and each job wakes one (`after_unpark`);
+        // for up to 30 s, should the hooks never run.
+        for _ in 0..3_000 {
+            pool.spawn(|| ());
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        drop(pool);
+        println!("dropped");
+        return;
+    }
+    for which in ["before_park", "after_unpark"] {
+        let child = support::spawn_alone(
+            "work_spawned_in_a_park_hook_stops_the_process_with_a_message",
+            &[(CHILD, which)],
+        );
+        let out = support::output_within(
+            child,
+            std::time::Duration::from_secs(60),
+            &format!("a spawn in {which}: the child hung"),
+        );
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{which}: the child went on");
+        assert!(
+            stderr.contains("spawned on a pool from its own before_park or after_unpark hook"),
+            "{which}: stderr:\n{stderr}"
+        );
+        assert!(
+            !String::from_utf8_lossy(&out.stdout).contains("dropped"),
+            "{which}"
+        );
+    }
+}
+
 /// A refused `spawn` drops its closure: a job that was made and then
 /// refused leaked it, and a receiver waiting for its `Sender` to go
 /// waited for ever.

@@ -148,6 +148,12 @@ thread_local! {
     /// and a later destructor's `attach` panicked there, which aborts the
     /// process.) Only `with_attached` and `attached_to` touch it.
     static ATTACHED: Cell<*mut Vec<u16>> = const { Cell::new(std::ptr::null_mut()) };
+    /// For each runtime this thread holds `Root`s of, its id and how many:
+    /// a `Root` outlives its `Mutator` (it keeps the runtime alive), and
+    /// `StatsHandle::wait_final` on this thread would wait for ever for a
+    /// root only this thread can drop. Kept as `ATTACHED` is (`with_list`),
+    /// for roots dropped by thread-local destructors.
+    static ROOTED: Cell<*mut Vec<(u16, usize)>> = const { Cell::new(std::ptr::null_mut()) };
     /// The mutator whose `mutate` call (or mark assist) this thread is
     /// inside (null: none).
     static INSIDE: Cell<*const Mutator> = const { Cell::new(std::ptr::null()) };
@@ -262,7 +268,43 @@ pub(crate) fn attached_to(id: u16) -> bool {
 /// Runs `f` on this thread's list of attached runtimes (`ATTACHED`),
 /// made if there is none, and freed after if `f` left it empty.
 fn with_attached<R>(f: impl FnOnce(&mut Vec<u16>) -> R) -> R {
-    ATTACHED.with(|a| {
+    with_list(&ATTACHED, f)
+}
+
+/// Counts a `Root` of runtime `id` made (`made`) or dropped on this
+/// thread (`ROOTED`).
+pub(crate) fn count_root(id: u16, made: bool) {
+    with_list(&ROOTED, |list| match list.iter().position(|&(x, _)| x == id) {
+        Some(i) if made => list[i].1 += 1,
+        Some(i) => {
+            list[i].1 -= 1;
+            if list[i].1 == 0 {
+                list.swap_remove(i);
+            }
+        }
+        None => {
+            debug_assert!(made, "loam: a root dropped that was never counted");
+            list.push((id, 1));
+        }
+    });
+}
+
+/// Whether this thread holds a `Root` of runtime `id`.
+pub(crate) fn holds_roots_of(id: u16) -> bool {
+    let list = ROOTED.with(Cell::get);
+    // As `attached_to`: the list is this thread's own, freed only by
+    // `with_list` on this thread, which is not running.
+    // SAFETY: as just said.
+    !list.is_null() && unsafe { (*list).iter().any(|&(x, _)| x == id) }
+}
+
+/// Runs `f` on this thread's list in `key` (`ATTACHED`, `ROOTED`), made if
+/// there is none, and freed after if `f` left it empty.
+fn with_list<T, R>(
+    key: &'static std::thread::LocalKey<Cell<*mut Vec<T>>>,
+    f: impl FnOnce(&mut Vec<T>) -> R,
+) -> R {
+    key.with(|a| {
         if a.get().is_null() {
             a.set(Box::into_raw(Box::default()));
         }
@@ -632,6 +674,8 @@ impl Mutator {
     /// needed to let a pending pause go first (a mutator that allocates much
     /// can call it to pace itself).
     pub fn safepoint(&mut self) {
+        // A stop under way at the fork would never end in the child.
+        crate::forked::refuse_since(self.handle.shared.born, "Mutator::safepoint");
         let shared = self.shared();
         if let Some(waited) = shared.handshake.enter(&self.me.slot) {
             self.held(Hold::Safepoint, waited);

@@ -264,6 +264,7 @@ impl<R: ?Sized + for<'a> Rootable<'a>> Root<R> {
 
     pub(crate) fn new(m: &Mutator, addr: usize) -> Self {
         let index = m.me.roots.insert(&mut counted(m.shared(), &m.me.roots), addr);
+        crate::mutator::count_root(m.shared().id, true);
         Root {
             owner: m.me.clone(),
             handle: m.handle.clone(),
@@ -316,6 +317,7 @@ impl<R: ?Sized + for<'a> Rootable<'a>> Drop for Root<R> {
         let roots = &self.owner.roots;
         roots.remove(&mut counted(&self.handle.shared, roots), self.index);
         self.handle.shared.roots_changed.fetch_add(1, Ordering::Relaxed);
+        crate::mutator::count_root(self.handle.shared.id, false);
     }
 }
 

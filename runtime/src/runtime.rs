@@ -1287,6 +1287,7 @@ impl Runtime {
             cell: self.handle.shared.final_stats.clone(),
             live: Arc::downgrade(&self.handle.shared),
             id: self.handle.shared.id,
+            born: self.handle.shared.born,
         }
     }
 

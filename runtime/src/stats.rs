@@ -318,6 +318,9 @@ pub struct StatsHandle {
     /// The runtime's id, to refuse a wait from a thread that keeps it
     /// alive (ids are not reused before the final statistics are set).
     pub(crate) id: u16,
+    /// The runtime's fork count at its build (`forked.rs`): a child forked
+    /// after it has no collector to set the final statistics.
+    pub(crate) born: u64,
 }
 
 /// The final statistics of a runtime, set once, after its last cycle.
@@ -358,8 +361,11 @@ impl StatsHandle {
     /// runtime (a `Runtime`, `Mutator`, root or pool) is alive.
     ///
     /// # Panics
-    /// Where the wait could never end: on a thread with a live `Mutator`
-    /// of this runtime; inside a `mutate` call of any runtime (a cycle of
+    /// Where the wait could never end: in a child process forked after the
+    /// runtime was built (before its final statistics were set); on a
+    /// thread with a live `Mutator`
+    /// or `Root` of this runtime (a `Root` cannot leave its thread, and
+    /// keeps the runtime alive); inside a `mutate` call of any runtime (a cycle of
     /// that runtime may wait for the call, and the last cycle waits for
     /// that one: cycles take turns process-wide); on one of the
     /// collector's threads (its GC threads), or in an `on_cycle` hook or a
@@ -370,10 +376,17 @@ impl StatsHandle {
         if let Some(stats) = self.cell.stats.lock().clone() {
             return stats;
         }
+        crate::forked::refuse_since(self.born, "StatsHandle::wait_final");
         assert!(
             !crate::mutator::attached_to(self.id),
             "loam: StatsHandle::wait_final on a thread with a live Mutator of \
              the runtime: its final statistics wait for that Mutator to be dropped"
+        );
+        assert!(
+            !crate::mutator::holds_roots_of(self.id),
+            "loam: StatsHandle::wait_final on a thread that holds a Root of the \
+             runtime: its final statistics wait for that Root to be dropped, \
+             which only this thread can do"
         );
         assert!(
             !crate::mutator::inside_mutate(),

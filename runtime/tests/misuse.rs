@@ -931,8 +931,10 @@ fn exit_code_of(pid: libc::pid_t) -> i32 {
     panic!("deadlock: the forked child hung");
 }
 
-/// A forked child has none of the runtime's threads: `mutate` and
-/// `collect` there panic with a message naming fork, and dropping the
+/// A forked child has none of the runtime's threads: `mutate`,
+/// `collect`, `safepoint` and the final statistics' wait there panic with
+/// a message naming fork (a stop under way at the fork, or the last
+/// cycle, would never end), and dropping the
 /// mutator and the last handle returns (it leaks). Before, the child's
 /// waits for a cycle, and the drop's join of the coordinator, never
 /// returned.
@@ -952,6 +954,7 @@ fn a_runtime_in_a_forked_child_refuses_with_a_message_and_its_drop_returns() {
         return;
     }
     let rt = rt().build();
+    let stats = rt.stats_handle();
     let mut m = rt.attach();
     m.mutate(|mc| {
         mc.alloc(1_u64);
@@ -976,6 +979,8 @@ fn a_runtime_in_a_forked_child_refuses_with_a_message_and_its_drop_returns() {
             })
         })));
         let collect = refused(catch_unwind(AssertUnwindSafe(|| rt.collect())));
+        let safepoint = refused(catch_unwind(AssertUnwindSafe(|| m.safepoint())));
+        let final_stats = refused(catch_unwind(AssertUnwindSafe(|| drop(stats.wait_final()))));
         // Refused before any worker starts: a worker's attach refusing
         // in the pool's start handler aborted the child.
         let pool = refused(catch_unwind(AssertUnwindSafe(|| {
@@ -993,6 +998,8 @@ fn a_runtime_in_a_forked_child_refuses_with_a_message_and_its_drop_returns() {
         .is_ok();
         let code = match (mutate, collect, pool) {
             _ if !dropped => 6,
+            _ if !safepoint => 7,
+            _ if !final_stats => 8,
             (true, true, true) => 0,
             (false, _, _) => 3,
             (true, false, _) => 4,
@@ -1007,6 +1014,8 @@ fn a_runtime_in_a_forked_child_refuses_with_a_message_and_its_drop_returns() {
         4 => panic!("collect in the forked child did not refuse"),
         5 => panic!("ManagedPool::build in the forked child did not refuse"),
         6 => panic!("dropping the runtime in the forked child panicked"),
+        7 => panic!("safepoint in the forked child did not refuse"),
+        8 => panic!("StatsHandle::wait_final in the forked child did not refuse"),
         c => panic!("the forked child exited with {c}"),
     }
 }
@@ -1402,6 +1411,31 @@ fn wait_final_inside_another_runtimes_call_panics_with_a_message() {
     drop(a);
     let last = within("the final statistics", move || stats.wait_final());
     assert!(last.cycles >= 1);
+}
+
+/// A `Root` keeps its runtime alive and cannot leave its thread: the
+/// final statistics' wait on that thread, after the mutator is gone,
+/// would wait for ever; it panics, and returns once the root is dropped.
+#[test]
+fn wait_final_with_a_root_alive_on_this_thread_panics_with_a_message() {
+    let rt = rt().build();
+    let stats = rt.stats_handle();
+    let mut m = rt.attach();
+    let root: Root<Rootable![u64]> = m.mutate(|mc| mc.root(mc.alloc(7)));
+    let second: Root<Rootable![u64]> = m.mutate(|mc| mc.root(mc.alloc(8)));
+    drop(m);
+    drop(rt);
+    let msg = match catch_unwind(AssertUnwindSafe(|| stats.wait_final())) {
+        Ok(_) => panic!("wait_final returned with a root of the runtime alive"),
+        Err(e) => support::panic_message(e.as_ref()),
+    };
+    assert!(msg.contains("holds a Root of the runtime"), "{msg}");
+    drop(root);
+    // One root left: still refused.
+    assert!(catch_unwind(AssertUnwindSafe(|| stats.wait_final())).is_err());
+    drop(second);
+    let last = within("the final statistics", move || stats.wait_final());
+    assert!(last.cycles >= 1, "{last:?}");
 }
 
 /// Destructors of two runtimes that wait for each other's runtime (its

@@ -117,6 +117,20 @@ fn check_and_free(o: Obj) {
     unsafe { LoamAlloc.dealloc(p, Layout::from_size_align(o.size, o.align).unwrap()) };
 }
 
+/// Waits until `n` heaps have been abandoned in all (threads that exited),
+/// for a minute at most.
+fn wait_abandoned(n: u64) {
+    let start = std::time::Instant::now();
+    while loam_heap::stats().heaps_abandoned < n {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(60),
+            "exited threads' heaps were not abandoned: {} of {n}",
+            loam_heap::stats().heaps_abandoned
+        );
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
 #[test]
 fn cross_thread_alloc_free_with_thread_churn() {
     const THREADS: usize = 4;
@@ -175,20 +189,17 @@ fn cross_thread_alloc_free_with_thread_churn() {
                 });
             }
         });
+        // `thread::scope` returns once the closures are done; the threads'
+        // exit hooks (which abandon their heaps) may still be running.
+        // Wait for them before the next generation starts, or its threads
+        // find no orphan to reuse and make heaps of their own (the bound
+        // on heaps below would then depend on the scheduler).
+        wait_abandoned(before.heaps_abandoned + ((generation + 1) * THREADS) as u64);
     }
     for m in &mailboxes {
         for o in std::mem::take(&mut *m.lock().unwrap()) {
             check_and_free(o);
         }
-    }
-    // `thread::scope` returns once the closures are done; the threads' exit
-    // hooks (which abandon their heaps) may still be running. Wait for them.
-    let exited = before.heaps_abandoned + (generations * THREADS) as u64;
-    for _ in 0..10_000 {
-        if loam_heap::stats().heaps_abandoned >= exited {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(1));
     }
     loam_heap::collect();
     loam_heap::assert_valid();

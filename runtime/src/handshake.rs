@@ -1086,8 +1086,15 @@ mod tests {
     /// mutator attached after the call began (it could be the call's
     /// scoped thread), or before it (a worker that keeps its `Mutator`)
     /// with `waiter_first`. Returns whether the waiter entered before the
-    /// call left.
-    fn waiter_admitted_before_the_call_left(call_does: Call, waiter_first: bool) -> bool {
+    /// call left. A sleeping call sleeps until the waiter is in, for 10 s
+    /// at most where the gate should open (`expected`: on a busy machine
+    /// the stopping thread may not look for a while), 200 ms where it
+    /// should stay shut.
+    fn waiter_admitted_before_the_call_left(
+        call_does: Call,
+        waiter_first: bool,
+        expected: bool,
+    ) -> bool {
         // An hour's running patience: only a call seen blocked lets the
         // waiter in before the call leaves.
         let hs = Handshake {
@@ -1103,10 +1110,16 @@ mod tests {
         let mut admitted_early = false;
         let (tx, rx) = std::sync::mpsc::channel::<()>();
         let (attached_tx, attached_rx) = std::sync::mpsc::channel::<()>();
+        // Without `waiter_first`, the waiter attaches once the call has
+        // begun: younger than the call, whatever the scheduler does.
+        let (begun_tx, begun_rx) = std::sync::mpsc::channel::<()>();
         std::thread::scope(|s| {
             let (hs, call, waiter) = (&hs, &call, &waiter);
             let (entered, left, stopped) = (&entered, &left, &stopped);
             let w = s.spawn(move || {
+                if !waiter_first {
+                    begun_rx.recv().unwrap();
+                }
                 hs.attach(waiter);
                 attached_tx.send(()).unwrap();
                 while !hs.stop_requested() {
@@ -1124,6 +1137,10 @@ mod tests {
             }
             hs.attach(call);
             assert_eq!(hs.enter(call), None);
+            if !waiter_first {
+                begun_tx.send(()).unwrap();
+                attached_rx.recv().unwrap();
+            }
             let c = s.spawn(move || {
                 hs.stop_world(|| vec![call, waiter]);
                 stopped.store(true, Ordering::Release);
@@ -1145,7 +1162,13 @@ mod tests {
                         std::hint::spin_loop();
                     }
                 }
-                Call::Sleeps => std::thread::sleep(Duration::from_millis(200)),
+                Call::Sleeps => {
+                    let patience = Duration::from_millis(if expected { 10_000 } else { 200 });
+                    let until = Instant::now() + patience;
+                    while Instant::now() < until && !entered.load(Ordering::Acquire) {
+                        std::thread::sleep(Duration::from_millis(10));
+                    }
+                }
             }
             left.store(true, Ordering::Release);
             hs.leave(call);
@@ -1181,7 +1204,7 @@ mod tests {
             ),
         ] {
             assert_eq!(
-                waiter_admitted_before_the_call_left(call, false),
+                waiter_admitted_before_the_call_left(call, false, admitted),
                 admitted,
                 "{what}"
             );
@@ -1212,7 +1235,7 @@ mod tests {
             ),
         ] {
             assert_eq!(
-                waiter_admitted_before_the_call_left(call, true),
+                waiter_admitted_before_the_call_left(call, true, admitted),
                 admitted,
                 "{what}"
             );
@@ -1306,8 +1329,12 @@ mod tests {
                 hs.wait_for_calls(&[call]);
                 *cpu = thread_cpu() - before;
             });
-            let until = Instant::now() + Duration::from_millis(300);
-            while Instant::now() < until {
+            // 300 ms at least, and until the hint, for a minute at most:
+            // on a busy machine the waiting thread may not run for a while.
+            let start = Instant::now();
+            while start.elapsed() < Duration::from_millis(300)
+                || (!hinted && start.elapsed() < Duration::from_secs(60))
+            {
                 hinted |= hs.stuck();
                 std::hint::spin_loop();
             }

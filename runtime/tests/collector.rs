@@ -207,9 +207,10 @@ fn termination_stops_trace_with_a_zero_pause_budget() {
         "{s:?}"
     );
     // A start and an end each (two a cycle here; an end preempted past
-    // its 50 µs takes another): nine a cycle when the ends traced nothing.
+    // its 50 µs takes another, and a busy machine preempts often): nine a
+    // cycle when the ends traced nothing (288 in 32 cycles, 278 in 34).
     assert!(
-        pauses <= 4 * cycles,
+        pauses <= 6 * cycles,
         "{pauses} pauses in {cycles} cycles with a zero pause budget: {s:?}"
     );
 }

@@ -344,8 +344,10 @@ fn a_call_at_the_limit_does_not_wait_for_the_on_cycle_hook() {
     let outcome = done_receiver
         .recv_timeout(std::time::Duration::from_secs(60))
         .expect("deadlock: the call at the limit waited for the hook, which waited for the call");
-    let (tries, failed) = outcome.expect("a call began inside a ragged mark after its window");
-    assert!(tries > 0, "the hook ran before the call allocated");
+    // (How many tries the call made before the hook began does not matter:
+    // `hooked` is set only by a hook that saw the call armed, and a hook
+    // quick enough to leave none is no failure.)
+    let (_tries, failed) = outcome.expect("a call began inside a ragged mark after its window");
     assert!(failed, "the limit was met after the hook began");
 }
 

@@ -162,8 +162,10 @@ impl<'gc> GcStringBuilder<'gc> {
     ///
     /// # Panics
     /// At the heap limit (the pieces appended before stay), if a `Display`
-    /// impl of `args` changes this builder, or if one returns an error, as
-    /// `format!` does (the pieces written before it stay).
+    /// impl of `args` changes this builder or reads its text
+    /// (`to_gc_string`, `finish`: both take the writer lock this call
+    /// holds), or if one returns an error, as `format!` does (the pieces
+    /// written before it stay).
     pub fn push_fmt(&self, mc: &Mutation<'gc>, args: fmt::Arguments<'_>) {
         struct Sink<'a, 'gc> {
             b: &'a GcStringBuilder<'gc>,
@@ -225,6 +227,7 @@ impl<'gc> GcStringBuilder<'gc> {
     }
 }
 
+/// The length and capacity, not the text (which `to_gc_string` gives).
 impl fmt::Debug for GcStringBuilder<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("GcStringBuilder")

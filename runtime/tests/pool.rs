@@ -39,6 +39,48 @@ fn within_a_minute<R: Send + 'static>(what: &str, f: impl FnOnce() -> R + Send +
     }
 }
 
+/// Waits until `n` managed-pool workers (threads named `loam-mutator-*`:
+/// the tests hold `serial`, so they are this test's) sleep in the kernel,
+/// parked, for a minute at most; elsewhere than Linux, 100 ms.
+fn wait_parked(n: usize) {
+    #[cfg(target_os = "linux")]
+    {
+        let parked = || {
+            let mut asleep = 0;
+            for task in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+                let path = task.path();
+                let comm = std::fs::read_to_string(path.join("comm")).unwrap_or_default();
+                if !comm.starts_with("loam-mutator-") {
+                    continue;
+                }
+                let stat = std::fs::read_to_string(path.join("stat")).unwrap_or_default();
+                // The state follows the name's closing parenthesis.
+                if stat
+                    .rsplit(')')
+                    .next()
+                    .is_some_and(|rest| rest.trim_start().starts_with('S'))
+                {
+                    asleep += 1;
+                }
+            }
+            asleep >= n
+        };
+        let start = std::time::Instant::now();
+        while !parked() {
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "{n} pool workers never parked"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = n;
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 struct Counted(Arc<AtomicUsize>);
 
 impl Drop for Counted {
@@ -146,8 +188,8 @@ fn a_collection_completes_while_every_worker_is_parked() {
     let pool = ManagedPool::builder(&rt).num_threads(2).build().unwrap();
     let drops = Arc::new(AtomicUsize::new(0));
     pool.broadcast(|m, _| list_sum(m, 1000, &drops));
-    // Long enough for both workers to run out of spins and park.
-    std::thread::sleep(Duration::from_millis(100));
+    // Both workers out of spins, parked.
+    wait_parked(2);
     let before = rt.stats().cycles;
     let rt2 = rt.clone();
     within_a_minute("a collection with parked workers", move || {
@@ -376,7 +418,7 @@ fn many_short_bursts_on_fresh_pools() {
         let pool = ManagedPool::builder(&rt).num_threads(2).build().unwrap();
         assert_eq!(pool.install(|m| fib(m, 18)), 2_584, "round {round}");
         if round % 5 == 0 {
-            std::thread::sleep(Duration::from_millis(20)); // let them park
+            wait_parked(2);
             assert_eq!(pool.join(|m| fib(m, 16), |m| fib(m, 15)), (987, 610));
         }
     }

@@ -152,10 +152,22 @@ impl Registry {
     #[inline]
     pub(crate) fn inject_or_push(&self, job: JobRef) {
         match self.current_worker() {
-            Some(worker) if worker.exiting() => refuse_exiting(),
-            Some(worker) if worker.in_park_hook() => refuse_park_hook(),
             Some(worker) => worker.push(job),
             None => self.inject(job),
+        }
+    }
+
+    /// Panics where work queued on this pool now could never run: on one
+    /// of its workers whose exit hook or park hook is running. Called
+    /// before a spawn makes its job or a scope's count rises (after, the
+    /// job's closure was leaked, or the scope waited for a task never
+    /// queued).
+    #[inline]
+    pub(crate) fn refuse_queueing_here(&self) {
+        match self.current_worker() {
+            Some(worker) if worker.exiting() => refuse_exiting(),
+            Some(worker) if worker.in_park_hook() => refuse_park_hook(),
+            _ => {}
         }
     }
 

@@ -158,6 +158,7 @@ impl<'scope> Scope<'scope> {
         // Before the count rises: a refusal after it (a pool in a forked
         // child) would leave the scope waiting for a task never queued.
         crate::forked::refuse_since(self.registry.born);
+        self.registry.refuse_queueing_here();
         self.latch.increment();
         let scope = ScopePtr(self);
         let job = move || {

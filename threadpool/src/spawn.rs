@@ -59,6 +59,7 @@ where
     // checked), the job's closure was leaked, its captures never dropped
     // (a `Sender` whose receiver then waited for ever).
     crate::forked::refuse_since(registry.born);
+    registry.refuse_queueing_here();
     let job = move || {
         if let Err(payload) = unwind::halt_unwinding(func) {
             let worker = WorkerThread::current();

@@ -84,7 +84,7 @@ impl WorkerThread {
         run_hook(&hooks.start, index);
         worker.main_loop();
         // No worker of this pool looks at a queue again: a `spawn` in the
-        // hook panics (`Registry::inject_or_push`), and so does a wait
+        // hook panics (`Registry::refuse_queueing_here`), and so does a wait
         // (a broadcast waited for ever for the workers that had left).
         worker.exiting.set(true);
         let _no_waits = crate::no_wait::forbid_waits(
@@ -106,11 +106,13 @@ impl WorkerThread {
     }
 
     /// Runs a park hook (`before_park`, `after_unpark`), refusing the
-    /// work it would queue on this pool (`Registry::inject_or_push`).
+    /// work it would queue on this pool (`Registry::refuse_queueing_here`).
     fn run_park_hook(&self, hook: &Option<Hook>) {
-        self.in_park_hook.set(true);
+        // Kept across a hook that parks again inside (a `join` on its own
+        // pool): the inner hook's end must not clear the outer's flag.
+        let outer = self.in_park_hook.replace(true);
         run_hook(hook, self.index);
-        self.in_park_hook.set(false);
+        self.in_park_hook.set(outer);
     }
 
     /// The worker running on this thread, or null.

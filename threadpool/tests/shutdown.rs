@@ -606,12 +606,16 @@ fn work_queued_in_an_exit_handler_stops_the_process_with_a_message() {
 fn work_spawned_in_a_park_hook_stops_the_process_with_a_message() {
     const CHILD: &str = "LOAM_POOL_PARK_HOOK_CHILD";
     if let Some(which) = std::env::var_os(CHILD) {
-        let spawn = |_: usize| loam_threadpool::spawn(|| println!("ran"));
         let builder = ThreadPoolBuilder::new().num_threads(2);
         let builder = if which == "before_park" {
-            builder.before_park(spawn)
+            builder.before_park(|_| loam_threadpool::spawn(|| println!("ran")))
+        } else if which == "after_unpark" {
+            builder.after_unpark(|_| loam_threadpool::spawn(|| println!("ran")))
         } else {
-            builder.after_unpark(spawn)
+            // A scope's spawn: refused before the scope's count rises, or
+            // the scope waited (parking, so running the hook again) for a
+            // task never queued.
+            builder.before_park(|_| loam_threadpool::scope(|s| s.spawn(|_| println!("ran"))))
         };
         let pool = builder.build().unwrap();
         // Idle workers park, and each job wakes one (`after_unpark`);
@@ -624,7 +628,7 @@ fn work_spawned_in_a_park_hook_stops_the_process_with_a_message() {
         println!("dropped");
         return;
     }
-    for which in ["before_park", "after_unpark"] {
+    for which in ["before_park", "after_unpark", "scope"] {
         let child = support::spawn_alone(
             "work_spawned_in_a_park_hook_stops_the_process_with_a_message",
             &[(CHILD, which)],

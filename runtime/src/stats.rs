@@ -373,10 +373,17 @@ impl StatsHandle {
     /// destructors may wait for each other's runtimes): the last cycle
     /// waits for those.
     pub fn wait_final(&self) -> GcStats {
+        if crate::forked::since(self.born) {
+            // The fork may have caught the coordinator setting them, with
+            // the lock held for good in this child: a look, no wait.
+            if let Some(stats) = self.cell.stats.try_lock().and_then(|s| s.clone()) {
+                return stats;
+            }
+            crate::forked::refuse_since(self.born, "StatsHandle::wait_final");
+        }
         if let Some(stats) = self.cell.stats.lock().clone() {
             return stats;
         }
-        crate::forked::refuse_since(self.born, "StatsHandle::wait_final");
         assert!(
             !crate::mutator::attached_to(self.id),
             "loam: StatsHandle::wait_final on a thread with a live Mutator of \

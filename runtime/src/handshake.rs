@@ -1086,10 +1086,12 @@ mod tests {
     /// mutator attached after the call began (it could be the call's
     /// scoped thread), or before it (a worker that keeps its `Mutator`)
     /// with `waiter_first`. Returns whether the waiter entered before the
-    /// call left. A sleeping call sleeps until the waiter is in, for 10 s
-    /// at most where the gate should open (`expected`: on a busy machine
-    /// the stopping thread may not look for a while), 200 ms where it
-    /// should stay shut.
+    /// call left. A sleeping call sleeps in one blocking read (no futex,
+    /// and no wake-up between the stopping thread's looks, which must see
+    /// it asleep and unswitched twice in a row, at doubling gaps) until
+    /// the waiter is in: for 10 s at most where the gate should open
+    /// (`expected`: on a busy machine the stopping thread may not look for
+    /// a while), 200 ms where it should stay shut.
     fn waiter_admitted_before_the_call_left(
         call_does: Call,
         waiter_first: bool,
@@ -1113,6 +1115,10 @@ mod tests {
         // Without `waiter_first`, the waiter attaches once the call has
         // begun: younger than the call, whatever the scheduler does.
         let (begun_tx, begun_rx) = std::sync::mpsc::channel::<()>();
+        // The sleeping call's read, and the waiter's byte that ends it.
+        let (mut nap, mut wake) = std::os::unix::net::UnixStream::pair().unwrap();
+        let patience = Duration::from_millis(if expected { 10_000 } else { 200 });
+        nap.set_read_timeout(Some(patience)).unwrap();
         std::thread::scope(|s| {
             let (hs, call, waiter) = (&hs, &call, &waiter);
             let (entered, left, stopped) = (&entered, &left, &stopped);
@@ -1130,6 +1136,7 @@ mod tests {
                 entered.store(true, Ordering::Release);
                 hs.leave(waiter);
                 tx.send(()).unwrap();
+                let _ = std::io::Write::write_all(&mut wake, &[1]);
                 early
             });
             if waiter_first {
@@ -1163,11 +1170,8 @@ mod tests {
                     }
                 }
                 Call::Sleeps => {
-                    let patience = Duration::from_millis(if expected { 10_000 } else { 200 });
-                    let until = Instant::now() + patience;
-                    while Instant::now() < until && !entered.load(Ordering::Acquire) {
-                        std::thread::sleep(Duration::from_millis(10));
-                    }
+                    // Until the waiter's byte, or the patience's end.
+                    let _ = std::io::Read::read(&mut nap, &mut [0_u8]);
                 }
             }
             left.store(true, Ordering::Release);

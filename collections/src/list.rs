@@ -85,7 +85,9 @@ impl<'gc, T: CellValue + Trace + 'gc> Slot<'gc, T> {
     /// The slot is at its list's `filled` mark (never written, so no reader
     /// and no trace touches it until the length grows over it, module
     /// docs), the caller holds the writer lock, and the list's log was
-    /// recorded in this `mutate` call. The cell's bytes are inside its
+    /// recorded in this `mutate` call if `T::NEEDS_TRACE` (a value that
+    /// needs no tracing stores no pointer: `GcList::try_push`). The cell's
+    /// bytes are inside its
     /// `UnsafeCell`, so writing through a pointer from the shared array is
     /// allowed.
     #[inline(always)]
@@ -183,7 +185,9 @@ unsafe fn in_use<'gc, T: CellValue + Trace + 'gc>(items: Items<'gc, T>, len: usi
 ///   `push_at_written`) before `len` grows over them.
 /// - Every array but `items` is initialised throughout (module docs).
 /// - Every store happens under the writer lock, after `log.record` in the
-///   same `mutate` call (`ListWriter`).
+///   same `mutate` call (`ListWriter`); a push that does not grow a list
+///   whose elements need no tracing skips the record (`GcList::try_push`:
+///   it stores no managed pointer).
 pub(crate) struct ListObj<'gc, T: CellValue + Trace + 'gc> {
     /// Records the list for the next minor cycle when it changes, so that
     /// stores into its arrays promote nothing (`Writing`).

@@ -581,20 +581,33 @@ fn work_queued_in_an_exit_handler_stops_the_process_with_a_message() {
         ),
         ("broadcast", "in a pool's exit handler"),
     ] {
-        let child = support::spawn_alone(
+        child_stops_with(
             "work_queued_in_an_exit_handler_stops_the_process_with_a_message",
-            &[(CHILD, what)],
+            (CHILD, what),
+            message,
+            "ran",
         );
-        let out = support::output_within(
-            child,
-            std::time::Duration::from_secs(60),
-            &format!("{what} in an exit handler: the child hung"),
-        );
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success(), "{what}: the child went on");
-        assert!(stderr.contains(message), "{what}: stderr:\n{stderr}");
-        assert!(!String::from_utf8_lossy(&out.stdout).contains("ran"));
     }
+}
+
+/// Runs this binary's test `test` alone in a child process with `env`
+/// set, and checks that it stopped (not a success) with `message` on
+/// stderr, never having printed `not_printed`.
+fn child_stops_with(test: &str, env: (&str, &str), message: &str, not_printed: &str) {
+    let what = env.1;
+    let child = support::spawn_alone(test, &[env]);
+    let out = support::output_within(
+        child,
+        std::time::Duration::from_secs(60),
+        &format!("{what}: the child hung"),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{what}: the child went on");
+    assert!(stderr.contains(message), "{what}: stderr:\n{stderr}");
+    assert!(
+        !String::from_utf8_lossy(&out.stdout).contains(not_printed),
+        "{what}: printed {not_printed:?}"
+    );
 }
 
 /// Work spawned from a park hook (`before_park`, `after_unpark`): in a
@@ -629,24 +642,11 @@ fn work_spawned_in_a_park_hook_stops_the_process_with_a_message() {
         return;
     }
     for which in ["before_park", "after_unpark", "scope"] {
-        let child = support::spawn_alone(
+        child_stops_with(
             "work_spawned_in_a_park_hook_stops_the_process_with_a_message",
-            &[(CHILD, which)],
-        );
-        let out = support::output_within(
-            child,
-            std::time::Duration::from_secs(60),
-            &format!("a spawn in {which}: the child hung"),
-        );
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success(), "{which}: the child went on");
-        assert!(
-            stderr.contains("spawned on a pool from its own before_park or after_unpark hook"),
-            "{which}: stderr:\n{stderr}"
-        );
-        assert!(
-            !String::from_utf8_lossy(&out.stdout).contains("dropped"),
-            "{which}"
+            (CHILD, which),
+            "spawned on a pool from its own before_park or after_unpark hook",
+            "dropped",
         );
     }
 }

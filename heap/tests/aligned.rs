@@ -182,10 +182,10 @@ fn realloc_at_every_alignment_keeps_contents_and_alignment() {
     let mut align = 8;
     while align <= 2 * MIB {
         let mut layout = Layout::from_size_align(sizes[0], align).unwrap();
-        // SAFETY: each resize gets the block's current layout; the bytes
-        // checked are within the smaller of the two sizes, those stamped
-        // within the new one; the block is freed once, with its last
-        // layout.
+        // Each resize gets the block's current layout; the bytes checked
+        // are within the smaller of the two sizes, those stamped within
+        // the new one; the block is freed once, with its last layout.
+        // SAFETY: as just said.
         unsafe {
             let mut p = LoamAlloc.alloc(layout);
             assert!(!p.is_null(), "align {align}");

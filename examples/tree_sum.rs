@@ -352,6 +352,11 @@ fn frontier<'gc>(
 
 /// Sums the rooted subtrees on the managed pool, a task each.
 fn gc_parallel_sum(m: &mut Mutator, parts: &[GlobalRoot<NodeRoot>]) -> Sum {
+    // None: a tree too small to reach the frontier's depth (all of it is
+    // summed above the frontier). Split, it recursed for ever.
+    if parts.is_empty() {
+        return (0, 0);
+    }
     if parts.len() == 1 {
         return m.mutate(|mc| gc_sum(Some(parts[0].get(mc))));
     }
@@ -434,7 +439,11 @@ fn main() {
         .threads
         .map(usize::from)
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    let rt = Runtime::new();
+    // A setting the environment gives that cannot be read is an error.
+    let rt = Runtime::builder().try_build().unwrap_or_else(|e| {
+        eprintln!("error: the runtime's settings: {e}");
+        std::process::exit(1)
+    });
     let managed = ManagedPool::builder(&rt)
         .num_threads(threads)
         .build()

@@ -99,7 +99,9 @@ impl Heap {
     /// (every object allocated by its worker through it, freed through it
     /// by the GC threads). `stopped`: every mark begins and ends with the
     /// world stopped (a `GlobalAlloc` space's always do).
-    fn runtime(self, stopped: bool) -> Runtime {
+    /// A setting the environment gives that cannot be read
+    /// (`LOAM_HEAP_LIMIT=abc`) is an error, not a panic.
+    fn runtime(self, stopped: bool) -> Result<Runtime, String> {
         let mut builder = Runtime::builder();
         if stopped {
             builder = builder.ragged_handshakes(false);
@@ -112,7 +114,8 @@ impl Heap {
             Heap::Snmalloc => builder.global_alloc(snmalloc_rs::SnMalloc),
             Heap::LoamMalloc => builder.global_alloc(loam::heap::LoamAlloc),
         }
-        .build()
+        .try_build()
+        .map_err(|e| format!("the runtime's settings: {e}"))
     }
 }
 
@@ -379,8 +382,9 @@ struct Report {
     ops_per_sec: f64,
     tests: Tests,
     gc_cycles: u64,
-    /// Of them, cycles that began and ended their marks without stopping
-    /// the world (`GcStats::ragged_cycles`).
+    /// Of them, cycles that began their marks with handshakes, no stop of
+    /// the world (`GcStats::ragged_cycles`; an end may still have fallen
+    /// back to a stop).
     #[serde(default)]
     ragged_cycles: u64,
     /// Pauses as the mutators saw them (`GcStats::mutator_pauses`): every
@@ -422,6 +426,9 @@ static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn on_sigint(_: libc::c_int) {
     INTERRUPTED.store(true, Ordering::Relaxed);
+    // A second Ctrl-C ends the process, should the run's end hang.
+    // SAFETY: `signal` is async-signal-safe; the default needs no state.
+    unsafe { libc::signal(libc::SIGINT, libc::SIG_DFL) };
 }
 
 /// `c`, if an affinity set can name it (checked before a range is
@@ -509,7 +516,21 @@ fn test_task<'s>(scope: &ManagedScope<'s>, m: &mut Mutator, shared: &'s Shared<'
     }
     let mut rng = Rng(shared.seed ^ n.wrapping_mul(0x9e37_79b9_7f4a_7c15));
     let k = (rng.next() % 3) as usize;
-    match m.mutate(|mc| run_test(mc, KINDS[k], &mut rng)) {
+    // A panic (an allocation past a heap limit, say) ends the run at once
+    // with its message, as a failed check does: caught, the scope ran the
+    // other chains on to the end of `--seconds` before it said so.
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        m.mutate(|mc| run_test(mc, KINDS[k], &mut rng))
+    }))
+    .unwrap_or_else(|payload| {
+        let msg = payload
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "(a payload that is not a string)".into());
+        Err(format!("a {:?} test panicked: {msg}", KINDS[k]))
+    });
+    match outcome {
         Ok(_) => {
             shared.counts[k].fetch_add(1, Ordering::Relaxed);
             scope.spawn(move |scope, m| test_task(scope, m, shared, n + 1));
@@ -530,7 +551,7 @@ fn run(cli: &Cli, seconds: f64) -> Result<Report, String> {
     let workers = cli.workers.map_or(cpus.len(), usize::from).max(1);
     // SAFETY: the handler only stores to an atomic (async-signal-safe).
     unsafe { libc::signal(libc::SIGINT, on_sigint as *const () as libc::sighandler_t) };
-    let rt = cli.heap.runtime(cli.stopped_cycles);
+    let rt = cli.heap.runtime(cli.stopped_cycles)?;
     let counts: [AtomicU64; 3] = Default::default();
     let failed: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
     let stop = AtomicBool::new(false);
@@ -686,7 +707,7 @@ fn print_report(r: &Report) {
 /// Exactly `n` tests on one worker of a managed pool, from a fixed seed:
 /// the checksum of their results.
 fn verify(n: u64, heap: Heap, stopped: bool) -> Result<u64, String> {
-    let rt = heap.runtime(stopped);
+    let rt = heap.runtime(stopped)?;
     let pool = ManagedPool::builder(&rt)
         .num_threads(1)
         .build()
@@ -760,9 +781,12 @@ fn child(setup: Setup, cpus: &[usize], seconds: f64) -> Result<Report, String> {
         .output()
         .map_err(|e| format!("cannot start a child run: {e}"))?;
     if !out.status.success() {
+        // The status too: a child the OS killed (out of memory) printed
+        // nothing.
         return Err(format!(
-            "a child run ({}, CPUs {cpus:?}) failed: {}",
+            "a child run ({}, CPUs {cpus:?}) failed ({}): {}",
             setup.name(),
+            out.status,
             String::from_utf8_lossy(&out.stderr).trim()
         ));
     }
@@ -911,8 +935,34 @@ fn main() -> ExitCode {
         );
         ExitCode::from(2)
     };
-    if let Some(Err(e)) = cli.cpus.as_deref().map(parse_cpus) {
-        return bad_input(e);
+    if let Some(list) = cli.cpus.as_deref() {
+        // CPUs this process may run on only: the kernel refused an
+        // affinity set with none of them, and quietly cut one with some.
+        let allowed = support::allowed_cpus();
+        match parse_cpus(list) {
+            Err(e) => return bad_input(e),
+            Ok(cpus) => {
+                if let Some(c) = cpus.iter().find(|c| !allowed.contains(c)) {
+                    return bad_input(format!(
+                        "--cpus: CPU {c} is not one this process may run on ({})",
+                        cpu_list(&allowed)
+                    ));
+                }
+            }
+        }
+    }
+    // The chart's file is opened for writing before the rounds (not
+    // truncated: a chart already there stays until the new one is
+    // written): a path that cannot be written is said now, not after them.
+    if let Some(path) = &cli.svg {
+        if let Err(e) = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)
+        {
+            return bad_input(format!("--svg: cannot write {}: {e}", path.display()));
+        }
     }
     let result = if let Some(n) = cli.verify {
         verify(n, cli.heap, cli.stopped_cycles).map(|c| println!("{n} tests, checksum {c:016x}"))

@@ -139,7 +139,9 @@ fn run_child(cli: &Cli, version: &str) -> Result<(), String> {
     let (tasks, n) = (cli.tasks, cli.objects);
     let start;
     let sum: u64 = if version == "loam Gc" {
-        let rt = Runtime::new();
+        let rt = Runtime::builder()
+            .try_build()
+            .map_err(|e| format!("the runtime's settings: {e}"))?;
         let pool = ManagedPool::builder(&rt)
             .num_threads(threads)
             .build()

@@ -66,9 +66,11 @@ pub fn child(args: &[String]) -> Result<Vec<(String, f64)>, String> {
         .output()
         .map_err(|e| format!("cannot start a child run: {e}"))?;
     if !out.status.success() {
+        // The status too: a child the OS killed printed nothing.
         return Err(format!(
-            "a child run ({}) failed: {}",
+            "a child run ({}) failed ({}): {}",
             args.join(" "),
+            out.status,
             String::from_utf8_lossy(&out.stderr).trim()
         ));
     }

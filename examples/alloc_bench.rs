@@ -1584,8 +1584,8 @@ mod replay {
                 ("free_all", (end - drain).as_secs_f64()),
             ],
             note: format!(
-                "live crest {:.1} MB, at most {} blocks{grew}",
-                max_bytes as f64 / 1e6,
+                "live crest {:.1} MiB, at most {} blocks{grew}",
+                max_bytes as f64 / (1 << 20) as f64,
                 max_blocks
             ),
         }
@@ -1956,7 +1956,7 @@ fn print_table(summaries: &[Summary], cli: &Cli, rss: RssMethod) {
     );
     println!();
     println!(
-        "{:<8} {:>3}  {:<9} {:>16}  {:>9} {:>8} {:>7} {:>11} {:>8}  {:>17}",
+        "{:<8} {:>3}  {:<9} {:>16}  {:>9} {:>8} {:>7} {:>12} {:>8}  {:>17}",
         "workload",
         "thr",
         "alloc",
@@ -1964,8 +1964,8 @@ fn print_table(summaries: &[Summary], cli: &Cli, rss: RssMethod) {
         "vs system",
         "vs peer",
         "vs 1t",
-        "peak RSS MB",
-        "kept MB",
+        "peak RSS MiB",
+        "kept MiB",
         "spread min/max"
     );
     let mut last_group = None;
@@ -1987,7 +1987,7 @@ fn print_table(summaries: &[Summary], cli: &Cli, rss: RssMethod) {
             (s.seconds_max / s.seconds - 1.0) * 100.0
         );
         println!(
-            "{:<8} {:>3}  {:<9} {:>16}  {:>9} {:>8} {:>7} {:>11.1} {:>8.1}  {:>17}",
+            "{:<8} {:>3}  {:<9} {:>16}  {:>9} {:>8} {:>7} {:>12.1} {:>8.1}  {:>17}",
             s.workload.name(),
             s.threads,
             s.alloc.name(),
@@ -2138,7 +2138,7 @@ fn main() {
                             .map(|(n, s)| format!("{n} {:.1}", s * 1e3))
                             .collect();
                         eprintln!(
-                            "[{:>6.1}s] {} {}t round {} {:<8} {:>9.1} ms  peak {:.1} MB (kept {:.1})  {} {}",
+                            "[{:>6.1}s] {} {}t round {} {:<8} {:>9.1} ms  peak {:.1} MiB (kept {:.1})  {} {}",
                             started.elapsed().as_secs_f64(),
                             workload.name(),
                             threads,

@@ -164,16 +164,25 @@ impl<'gc> Tree<'gc> {
 }
 
 fn main() {
-    // KEYS: at least one batch of 1,000, at most 100 million (the keys are
+    // KEYS: whole batches of 1,000, at most 100 million (the keys are
     // drawn from 4 × KEYS).
-    let keys: u64 = match std::env::args().nth(1).map(|a| a.parse::<u64>()) {
-        None => 200_000,
-        Some(Ok(k)) if (1000..=100_000_000).contains(&k) => k,
-        Some(_) => {
-            eprintln!(
-                "error: KEYS must be a number of keys from 1000 to 100000000\n\n\
-                 Usage: custom_collection [KEYS]"
-            );
+    const USAGE: &str = "Usage: custom_collection [KEYS (a multiple of 1000, from 1000 to 100000000, default 200000)]";
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.iter().any(|a| a == "-h" || a == "--help") {
+        println!("{USAGE}");
+        return;
+    }
+    let keys: u64 = match args.as_slice() {
+        [] => 200_000,
+        [a] => match a.parse::<u64>() {
+            Ok(k) if (1000..=100_000_000).contains(&k) && k % 1000 == 0 => k,
+            _ => {
+                eprintln!("error: KEYS must be a multiple of 1000 from 1000 to 100000000, not `{a}`\n\n{USAGE}");
+                std::process::exit(2)
+            }
+        },
+        [_, extra, ..] => {
+            eprintln!("error: unexpected argument `{extra}`\n\n{USAGE}");
             std::process::exit(2)
         }
     };
@@ -233,12 +242,12 @@ fn main() {
     });
     let s = rt.stats();
     println!(
-        "{} keys kept, {} removed nodes freed; {} cycles ({} minor), pause max {:.3} ms",
+        "{} keys kept, {} removed nodes freed; {} cycles ({} minor), mutator held at most {:.3} ms",
         inserted.len(),
         freed.load(Ordering::Relaxed),
         s.cycles,
         s.minor_cycles,
-        s.pauses.max().as_secs_f64() * 1e3
+        s.mutator_pauses.max().as_secs_f64() * 1e3
     );
     assert_eq!(
         freed.load(Ordering::Relaxed),

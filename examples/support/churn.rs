@@ -7,15 +7,17 @@ use loam::runtime::{Mutation, Runtime};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-/// Whether the loop runs, and the longest pause of a cycle that ended in
-/// it (ns): the runtime's own histogram counts the pauses of the setup
-/// (the structure's building and its first collection) too.
+/// Whether the loop runs, and the longest stop of a cycle that ended in
+/// it (ns): its first pause, or its end's pauses summed (`CycleEvent`
+/// gives the end's sum; the runtime's own histogram has each pause, but
+/// counts the setup's too: the structure's building and its first
+/// collection).
 static LOOPING: AtomicBool = AtomicBool::new(false);
 static LONGEST_NS: AtomicU64 = AtomicU64::new(0);
 
 /// The examples' runtime: two GC threads, the environment ignored, and a
-/// hook that keeps the longest pause of the cycles that end in the loop
-/// (a cycle's first pause, or its end's).
+/// hook that keeps the longest stop of the cycles that end in the loop
+/// (a cycle's first pause, or its end's pauses summed).
 pub fn runtime() -> Runtime {
     Runtime::builder()
         .ignore_env()
@@ -33,9 +35,17 @@ pub fn runtime() -> Runtime {
 /// their defaults; a bad argument prints what is wrong and the usage, and
 /// exits with status 2.
 pub fn args(what: &str, default: usize) -> (usize, f64) {
+    let program = std::env::args().next().unwrap_or_default();
+    let program = std::path::Path::new(&program)
+        .file_name()
+        .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
     let usage = format!(
-        "usage: [{what} (at least 1, default {default})] [SECONDS (0.1 to 1000000, default 4)]"
+        "usage: {program} [{what} (at least 1, default {default})] [SECONDS (0.1 to 1000000, default 4)]"
     );
+    if std::env::args().skip(1).any(|a| a == "-h" || a == "--help") {
+        println!("{usage}");
+        std::process::exit(0)
+    }
     let fail = |msg: String| -> (usize, f64) {
         eprintln!("{msg}\n{usage}");
         std::process::exit(2)
@@ -95,7 +105,7 @@ pub fn churn(
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
     println!(
         "{what}, {seconds} s: {calls} calls; {} cycles ({} minor), mark {:.1} ms, sweep {:.1} ms in all; \
-         the collector's longest pause {:.3} ms",
+         the collector's longest stop {:.3} ms (a first pause, or an end's pauses summed)",
         s.cycles - before.cycles,
         s.minor_cycles - before.minor_cycles,
         ms(s.mark_time - before.mark_time),

@@ -59,7 +59,10 @@ pub struct HeapStats {
     /// Bytes in blocks handed out (block sizes, so including class rounding).
     pub allocated_bytes: u64,
     /// Bytes of slices in use or freed but not yet decommitted, plus segment
-    /// headers: an upper bound on what the heap keeps resident.
+    /// headers; with [`huge_cached_bytes`](Self::huge_cached_bytes) (freed
+    /// huge mappings waiting, still resident, for the next huge request,
+    /// which no segment walk sees), an upper bound on what the heap keeps
+    /// resident.
     pub committed_bytes: u64,
     /// Bytes mapped from the OS.
     pub mapped_bytes: u64,

@@ -237,7 +237,10 @@ pub struct GcStats {
     /// program asked to wait); one mutator's are
     /// [`Mutator::pauses`](crate::Mutator::pauses).
     pub mutator_pauses: PauseHistogram,
-    /// Of `mutator_pauses`' total: the time held at safepoints,
+    /// Of `mutator_pauses`' total: the time held at safepoints (and the
+    /// other waits for the collector's hand on shared state: for a root
+    /// table, the weak list or the weak gate while the collector reads
+    /// them, and at a call's entry in a ragged cycle's window),
     pub held_at_safepoint: Duration,
     /// pacing: waiting for a cycle (or for the mark's work) because the heap
     /// reached twice its goal (or seven eighths of its limit),

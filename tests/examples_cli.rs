@@ -19,7 +19,8 @@ fn example(name: &str) -> Command {
     let path = dir.join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
     assert!(
         path.exists(),
-        "{} was not built (cargo test builds the examples)",
+        "{} was not built: `cargo test -p loam` builds the examples (a run filtered \
+         to this test alone with `--test` does not; `cargo build --examples` first)",
         path.display()
     );
     Command::new(path)

@@ -149,25 +149,29 @@ impl Registry {
 
     /// Pushes onto the current worker's deque if it belongs to this pool,
     /// else injects.
+    /// `worker` from [`queueing_worker`](Self::queueing_worker), in the
+    /// same call.
     #[inline]
-    pub(crate) fn inject_or_push(&self, job: JobRef) {
-        match self.current_worker() {
+    pub(crate) fn inject_or_push(&self, worker: Option<&WorkerThread>, job: JobRef) {
+        match worker {
             Some(worker) => worker.push(job),
             None => self.inject(job),
         }
     }
 
-    /// Panics where work queued on this pool now could never run: on one
-    /// of its workers whose exit hook or park hook is running. Called
-    /// before a spawn makes its job or a scope's count rises (after, the
-    /// job's closure was leaked, or the scope waited for a task never
-    /// queued).
+    /// The current thread's worker, if it is one of this pool's, for a
+    /// spawn's [`inject_or_push`](Self::inject_or_push); panics where work
+    /// queued on this pool now could never run: on one of its workers
+    /// whose exit hook or park hook is running. Called before a spawn
+    /// makes its job or a scope's count rises (after, the job's closure
+    /// was leaked, or the scope waited for a task never queued).
     #[inline]
-    pub(crate) fn refuse_queueing_here(&self) {
-        match self.current_worker() {
-            Some(worker) if worker.exiting() => refuse_exiting(),
-            Some(worker) if worker.in_park_hook() => refuse_park_hook(),
-            _ => {}
+    pub(crate) fn queueing_worker(&self) -> Option<&WorkerThread> {
+        let worker = self.current_worker();
+        match worker {
+            Some(w) if w.exiting() => refuse_exiting(),
+            Some(w) if w.in_park_hook() => refuse_park_hook(),
+            _ => worker,
         }
     }
 

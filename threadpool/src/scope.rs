@@ -158,7 +158,7 @@ impl<'scope> Scope<'scope> {
         // Before the count rises: a refusal after it (a pool in a forked
         // child) would leave the scope waiting for a task never queued.
         crate::forked::refuse_since(self.registry.born);
-        self.registry.refuse_queueing_here();
+        let worker = self.registry.queueing_worker();
         self.latch.increment();
         let scope = ScopePtr(self);
         let job = move || {
@@ -178,7 +178,7 @@ impl<'scope> Scope<'scope> {
         // SAFETY: `body` borrows only `'scope` data, and the scope outlives
         // the job (see the invariant).
         let job_ref = unsafe { job::spawned_job_ref(job) };
-        self.registry.inject_or_push(job_ref);
+        self.registry.inject_or_push(worker, job_ref);
     }
 
     /// Keeps the first panic; drops later ones.

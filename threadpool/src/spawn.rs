@@ -59,7 +59,7 @@ where
     // checked), the job's closure was leaked, its captures never dropped
     // (a `Sender` whose receiver then waited for ever).
     crate::forked::refuse_since(registry.born);
-    registry.refuse_queueing_here();
+    let worker = registry.queueing_worker();
     let job = move || {
         if let Err(payload) = unwind::halt_unwinding(func) {
             let worker = WorkerThread::current();
@@ -68,5 +68,5 @@ where
         }
     };
     // SAFETY: the body is `'static`, so it borrows nothing that could die.
-    registry.inject_or_push(unsafe { job::spawned_job_ref(job) });
+    registry.inject_or_push(worker, unsafe { job::spawned_job_ref(job) });
 }

@@ -84,7 +84,7 @@ impl WorkerThread {
         run_hook(&hooks.start, index);
         worker.main_loop();
         // No worker of this pool looks at a queue again: a `spawn` in the
-        // hook panics (`Registry::refuse_queueing_here`), and so does a wait
+        // hook panics (`Registry::queueing_worker`), and so does a wait
         // (a broadcast waited for ever for the workers that had left).
         worker.exiting.set(true);
         let _no_waits = crate::no_wait::forbid_waits(
@@ -106,7 +106,7 @@ impl WorkerThread {
     }
 
     /// Runs a park hook (`before_park`, `after_unpark`), refusing the
-    /// work it would queue on this pool (`Registry::refuse_queueing_here`).
+    /// work it would queue on this pool (`Registry::queueing_worker`).
     fn run_park_hook(&self, hook: &Option<Hook>) {
         // Kept across a hook that parks again inside (a `join` on its own
         // pool): the inner hook's end must not clear the outer's flag.

@@ -87,9 +87,8 @@ impl<'gc, T: CellValue + Trace + 'gc> Slot<'gc, T> {
     /// docs), the caller holds the writer lock, and the list's log was
     /// recorded in this `mutate` call if `T::NEEDS_TRACE` (a value that
     /// needs no tracing stores no pointer: `GcList::try_push`). The cell's
-    /// bytes are inside its
-    /// `UnsafeCell`, so writing through a pointer from the shared array is
-    /// allowed.
+    /// bytes are inside its `UnsafeCell`, so writing through a pointer
+    /// from the shared array is allowed.
     #[inline(always)]
     unsafe fn write_first(&self, mc: &Mutation<'gc>, value: T) {
         let cell = self.0.as_ptr().cast_mut();
@@ -1227,9 +1226,10 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
         // need no tracing (numbers, say) the log has nothing to record and
         // no store here can free memory (`GcLog::record`'s two reasons),
         // which saves a push three to five of its twelve loads and their
-        // branches (what that buys was inside this machine's noise:
-        // `refill` 1.81x - 1.84x `Vec` before and after). Growth, in
-        // `push_cold`, installs a new array and records as every writer.
+        // branches (`refill`, three alternations on a noisy VM: 1.71x -
+        // 1.90x `Vec` before, 1.53x - 1.76x after; `docs/perf-log.md`,
+        // session 45). Growth, in `push_cold`, installs a new array and
+        // records as every writer.
         if T::NEEDS_TRACE {
             obj.log.record(mc);
         }

@@ -366,11 +366,11 @@ impl StatsHandle {
     /// # Panics
     /// Where the wait could never end: in a child process forked after the
     /// runtime was built (before its final statistics were set); on a
-    /// thread with a live `Mutator`
-    /// or `Root` of this runtime (a `Root` cannot leave its thread, and
-    /// keeps the runtime alive); inside a `mutate` call of any runtime (a cycle of
-    /// that runtime may wait for the call, and the last cycle waits for
-    /// that one: cycles take turns process-wide); on one of the
+    /// thread with a live `Mutator` or `Root` of this runtime (a `Root`
+    /// cannot leave its thread, and keeps the runtime alive); inside a
+    /// `mutate` call of any runtime (a cycle of that runtime may wait for
+    /// the call, and the last cycle waits for that one: cycles take turns
+    /// process-wide); on one of the
     /// collector's threads (its GC threads), or in an `on_cycle` hook or a
     /// destructor the collector runs, of any runtime (hooks and
     /// destructors may wait for each other's runtimes): the last cycle

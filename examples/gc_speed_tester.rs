@@ -133,7 +133,8 @@ struct Cli {
     /// on).
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..=4096), conflicts_with = "verify")]
     workers: Option<u16>,
-    /// CPUs to run on, as an affinity list: `0`, `0-1`, `0,2`.
+    /// CPUs to run on, as an affinity list: `0`, `0-1`, `0,2` (among those
+    /// the process may run on).
     #[arg(long, conflicts_with = "verify")]
     cpus: Option<String>,
     /// The memory manager behind the collector.

@@ -117,20 +117,6 @@ fn check_and_free(o: Obj) {
     unsafe { LoamAlloc.dealloc(p, Layout::from_size_align(o.size, o.align).unwrap()) };
 }
 
-/// Waits until `n` heaps have been abandoned in all (threads that exited),
-/// for a minute at most.
-fn wait_abandoned(n: u64) {
-    let start = std::time::Instant::now();
-    while loam_heap::stats().heaps_abandoned < n {
-        assert!(
-            start.elapsed() < std::time::Duration::from_secs(60),
-            "exited threads' heaps were not abandoned: {} of {n}",
-            loam_heap::stats().heaps_abandoned
-        );
-        std::thread::sleep(std::time::Duration::from_millis(1));
-    }
-}
-
 #[test]
 fn cross_thread_alloc_free_with_thread_churn() {
     const THREADS: usize = 4;
@@ -143,9 +129,10 @@ fn cross_thread_alloc_free_with_thread_churn() {
 
     for generation in 0..generations {
         std::thread::scope(|s| {
+            let mut threads = Vec::new();
             for t in 0..THREADS {
                 let mailboxes = &mailboxes;
-                s.spawn(move || {
+                threads.push(s.spawn(move || {
                     let mut r =
                         Rng(0x9E37_79B9_7F4A_7C15 ^ ((generation * THREADS + t) as u64 + 1));
                     let mut live: Vec<Obj> = Vec::new();
@@ -186,15 +173,24 @@ fn cross_thread_alloc_free_with_thread_churn() {
                     for o in live {
                         check_and_free(o);
                     }
-                });
+                }));
+            }
+            // Joined one by one, not left to the scope's end: the scope
+            // returns once the closures are done, with the threads' exit
+            // hooks (which abandon their heaps) perhaps still running, and
+            // the next generation's threads then found no orphan to reuse
+            // and made heaps of their own (the bound on heaps below
+            // depended on the scheduler). A join waits for the thread's
+            // exit, its thread-local destructors included.
+            for t in threads {
+                t.join().unwrap();
             }
         });
-        // `thread::scope` returns once the closures are done; the threads'
-        // exit hooks (which abandon their heaps) may still be running.
-        // Wait for them before the next generation starts, or its threads
-        // find no orphan to reuse and make heaps of their own (the bound
-        // on heaps below would then depend on the scheduler).
-        wait_abandoned(before.heaps_abandoned + ((generation + 1) * THREADS) as u64);
+        assert!(
+            loam_heap::stats().heaps_abandoned
+                >= before.heaps_abandoned + ((generation + 1) * THREADS) as u64,
+            "a joined thread's heap was not abandoned"
+        );
     }
     for m in &mailboxes {
         for o in std::mem::take(&mut *m.lock().unwrap()) {

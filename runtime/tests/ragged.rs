@@ -449,12 +449,9 @@ fn a_mark_ends_while_a_call_that_began_after_its_window_runs() {
     });
     let mut ended_inside = 0;
     // Up to 200 rounds for 3 that count: on a busy machine many ends fall
-    // back to a stop (the watchdog bounds the time).
-    let started = std::time::Instant::now();
+    // back to a stop (the watchdog turns a hang into a failure).
     for _round in 0..200 {
-        // Two minutes at most, well inside the watchdog's five: a slow
-        // run fails its own assertion below, not the whole binary.
-        if ended_inside == 3 || started.elapsed() > Duration::from_secs(120) {
+        if ended_inside == 3 {
             break;
         }
         let inside = AtomicBool::new(false);
@@ -661,10 +658,8 @@ fn the_lost_object_race_of_the_handshake_window() {
     const ROUNDS: u64 = 150;
     let rt = ragged(true, 1 << 20);
     let mut raced = [0_u32; 5];
-    let started = std::time::Instant::now();
     for round in 0..ROUNDS {
-        // Two minutes at most (as above).
-        if raced.iter().all(|&r| r >= 2) || started.elapsed() > Duration::from_secs(120) {
+        if raced.iter().all(|&r| r >= 2) {
             break;
         }
         let stamp = (round + 1) * 1000;
@@ -847,11 +842,9 @@ fn a_young_nodes_contents_survive_a_later_calls_cut() {
     // a round whose mark's end fell back to a stop (which waits for that
     // call, so it leaves first) tested nothing, and is tried again.
     let mut ended_while_held = 0;
-    // Up to 120 rounds for 4 that count (the watchdog bounds the time).
-    let started = std::time::Instant::now();
+    // Up to 120 rounds for 4 that count.
     for round in 0..120_u64 {
-        // Two minutes at most (as above).
-        if ended_while_held == 4 || started.elapsed() > Duration::from_secs(120) {
+        if ended_while_held == 4 {
             break;
         }
         let stamp = (round + 1) * 1000;

@@ -27,9 +27,17 @@ fn example(name: &str) -> Command {
 }
 
 fn run(name: &str, args: &[&str]) -> Output {
-    example(name)
-        .args(args)
-        .env_remove("LOAM_HEAP_LIMIT")
+    run_with(name, args, None)
+}
+
+/// `name` with `args`, and `LOAM_HEAP_LIMIT` set to `limit` (else unset).
+fn run_with(name: &str, args: &[&str], limit: Option<&str>) -> Output {
+    let mut command = example(name);
+    command.args(args).env_remove("LOAM_HEAP_LIMIT");
+    if let Some(limit) = limit {
+        command.env("LOAM_HEAP_LIMIT", limit);
+    }
+    command
         .output()
         .unwrap_or_else(|e| panic!("{name} {args:?}: {e}"))
 }
@@ -63,11 +71,11 @@ fn gc_speed_tester_refuses_bad_flags_with_the_usage() {
 
 #[test]
 fn a_bad_heap_limit_in_the_environment_is_an_error_not_a_panic() {
-    let out = example("gc_speed_tester")
-        .args(["--heap", "loam", "--seconds", "0.1"])
-        .env("LOAM_HEAP_LIMIT", "abc")
-        .output()
-        .unwrap();
+    let out = run_with(
+        "gc_speed_tester",
+        &["--heap", "loam", "--seconds", "0.1"],
+        Some("abc"),
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("LOAM_HEAP_LIMIT"), "{stderr}");

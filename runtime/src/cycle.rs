@@ -1084,6 +1084,9 @@ impl<'a> Cycle<'a> {
         // little later than that; no cycle can begin before the sweep
         // ends anyway, and then the trigger is the goal (`event`).
         let heap_at_end = shared.heap_used.load(Ordering::Relaxed);
+        // Large objects made since count towards the next large-object
+        // trigger (`Mutator::count_large`).
+        shared.large_since.store(0, Ordering::Relaxed);
         shared.next_goal.store(
             heap_at_end.saturating_add(goal.saturating_sub(gen.old)),
             Ordering::Relaxed,

@@ -117,6 +117,11 @@ pub(crate) struct Shared {
     pub(crate) heap_used: AtomicUsize,
     /// Heap size at which the next cycle starts.
     pub(crate) next_goal: AtomicUsize,
+    /// Bytes of large objects (past the heap's largest size class)
+    /// allocated since the last mark ended: past a share of the goal they
+    /// ask for a cycle of their own (`Mutator::count_large`). Relaxed: a
+    /// threshold.
+    pub(crate) large_since: AtomicUsize,
     /// The goal pacing counts from: the last full cycle's goal (`next_goal`
     /// is lower while a sweep runs), raised while a mark finds live data
     /// past it (`saw_live`): a mutator that finds the heap where pacing begins for it
@@ -1429,7 +1434,9 @@ impl RuntimeBuilder {
 
     /// Never start a paced cycle below this heap size, unless a heap limit
     /// needs one sooner (the goal stays at most halfway from the live size
-    /// to the limit, see [`heap_limit`](Self::heap_limit)). At least
+    /// to the limit, see [`heap_limit`](Self::heap_limit)) or large objects
+    /// do (past 128 KiB: those made since the last mark ask for a cycle
+    /// once they pass an eighth of the goal). At least
     /// 256 KiB: a smaller value is raised to it, with a warning (the heap
     /// counts each mutator's unspent allocation credit, 64 KiB, and
     /// under a few of those every call would wait for a cycle).
@@ -1649,6 +1656,7 @@ impl RuntimeBuilder {
             weak_walked: AtomicBool::new(false),
             heap_used: AtomicUsize::new(0),
             next_goal: AtomicUsize::new(goal),
+            large_since: AtomicUsize::new(0),
             pace_goal: AtomicUsize::new(goal),
             sweep_frees: AtomicUsize::new(0),
             marked_through: AtomicBool::new(false),

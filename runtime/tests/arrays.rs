@@ -535,6 +535,38 @@ fn a_failed_huge_array_leaves_the_accounting_as_it_was() {
     m.mutate(|mc| assert_eq!(mc.alloc_slice(&[3_u8])[0], 3));
 }
 
+/// Large objects (past the heap's largest size class, 128 KiB) ask for a
+/// cycle once those made since the last mark pass an eighth of the goal,
+/// 4 MiB under the default 32 MiB minimum heap, where small objects wait
+/// for the goal itself: 16 MiB of 100 KiB arrays start no cycle, and 8
+/// MiB of 1 MiB arrays after them (24 MiB in all, under the goal) do.
+#[test]
+fn large_arrays_ask_for_a_cycle_before_the_goal() {
+    let _serial = serial();
+    let rt = Runtime::builder().gc_threads(2).ignore_env().build();
+    let mut m = rt.attach();
+    for _ in 0..160 {
+        m.mutate(|mc| assert_eq!(mc.alloc_slice_fill(100 << 10, 1_u8).len(), 100 << 10));
+    }
+    rt.wait_for_cycle();
+    assert_eq!(
+        rt.stats().cycles,
+        0,
+        "16 MiB of small arrays started a cycle"
+    );
+    for _ in 0..8 {
+        m.mutate(|mc| assert_eq!(mc.alloc_slice_fill(1 << 20, 1_u8).len(), 1 << 20));
+    }
+    rt.wait_for_cycle();
+    let stats = rt.stats();
+    assert!(stats.cycles >= 1, "8 MiB of large arrays started no cycle");
+    assert!(
+        stats.heap_size < 16 << 20,
+        "the cycle left {} bytes of dead arrays",
+        stats.heap_size
+    );
+}
+
 /// A runtime whose every cycle is full and marks concurrently from its
 /// start (no pause budget), ragged or stopped, cycling often.
 fn full_marks(ragged: bool) -> RuntimeBuilder {

@@ -1188,8 +1188,7 @@ impl<'a> Cycle<'a> {
                 shared.withdraw_sweep();
                 let (helped, mut helpers_finalizing, vecs) = work.wait_for_helpers();
                 self.swept_by_mutators = helped.bytes;
-                swept.bytes += helped.bytes;
-                swept.objects += helped.objects;
+                swept.add(helped);
                 finalizing.append(&mut helpers_finalizing);
                 if let Some((pages, ranges, bits)) = vecs {
                     (snap.pages, snap.ranges, snap.bits) = (pages, ranges, bits);
@@ -1239,6 +1238,12 @@ impl<'a> Cycle<'a> {
         // trigger never meets the unswept count): the trigger is the goal
         // itself.
         shared.next_goal.store(goal, Ordering::Relaxed);
+        // Large objects ask for cycles of their own while cycles find them
+        // dead (`Mutator::count_large`).
+        let large_budget = shared.pace_goal.load(Ordering::Relaxed) / crate::mutator::LARGE_SHARE;
+        shared
+            .large_armed
+            .store(swept.large_bytes >= large_budget / 2, Ordering::Relaxed);
         let when = format!("cycle {}", shared.stats.lock().cycles + 1);
         let (mut panics, mut panic_lines) = crate::panics::cycle_log().take_report(&when);
         let (shades, shade_lines) = shared.shade_panics.take_report_for_mark(&when, self.mark_epoch());

@@ -122,6 +122,10 @@ pub(crate) struct Shared {
     /// ask for a cycle of their own (`Mutator::count_large`). Relaxed: a
     /// threshold.
     pub(crate) large_since: AtomicUsize,
+    /// Whether the last cycle freed large objects, at least half the
+    /// large-object trigger's budget: the trigger asks for cycles only
+    /// then (`Mutator::count_large`). Relaxed: a hint.
+    pub(crate) large_armed: AtomicBool,
     /// The goal pacing counts from: the last full cycle's goal (`next_goal`
     /// is lower while a sweep runs), raised while a mark finds live data
     /// past it (`saw_live`): a mutator that finds the heap where pacing begins for it
@@ -1436,7 +1440,8 @@ impl RuntimeBuilder {
     /// needs one sooner (the goal stays at most halfway from the live size
     /// to the limit, see [`heap_limit`](Self::heap_limit)) or large objects
     /// do (past 128 KiB: those made since the last mark ask for a cycle
-    /// once they pass an eighth of the goal). At least
+    /// once they pass an eighth of the goal, while the last cycle found
+    /// large objects dead). At least
     /// 256 KiB: a smaller value is raised to it, with a warning (the heap
     /// counts each mutator's unspent allocation credit, 64 KiB, and
     /// under a few of those every call would wait for a cycle).
@@ -1657,6 +1662,7 @@ impl RuntimeBuilder {
             heap_used: AtomicUsize::new(0),
             next_goal: AtomicUsize::new(goal),
             large_since: AtomicUsize::new(0),
+            large_armed: AtomicBool::new(false),
             pace_goal: AtomicUsize::new(goal),
             sweep_frees: AtomicUsize::new(0),
             marked_through: AtomicBool::new(false),

@@ -66,6 +66,19 @@ type Dead = (usize, Option<&'static TypeDesc>);
 pub(crate) struct Swept {
     pub(crate) bytes: usize,
     pub(crate) objects: u64,
+    /// Of `bytes`, those of large objects (past the heap's largest size
+    /// class): whether large garbage is being made, for the large-object
+    /// trigger (`Mutator::count_large`).
+    pub(crate) large_bytes: usize,
+}
+
+impl Swept {
+    /// Adds another thread's (or helper's) totals.
+    pub(crate) fn add(&mut self, other: Swept) {
+        self.bytes += other.bytes;
+        self.objects += other.objects;
+        self.large_bytes += other.large_bytes;
+    }
 }
 
 /// A sweep's pages, claimed [`CLAIM`] at a time by the GC threads
@@ -189,6 +202,9 @@ impl Work {
                 // SAFETY: every block is dead and ours (sweep_page).
                 if unsafe { batch.push_whole_page(block) } {
                     out.bytes += cap * bs;
+                    if bs > loam_heap::SMALL_MAX {
+                        out.large_bytes += cap * bs;
+                    }
                     out.objects += cap as u64;
                     continue;
                 }
@@ -224,7 +240,11 @@ impl Work {
                     .drain(..)
                     .map(|(addr, desc)| (addr, desc, size_of(addr, desc)))
                     .collect();
-                out.bytes += dead.iter().map(|d| d.2).sum::<usize>();
+                let bytes = dead.iter().map(|d| d.2).sum::<usize>();
+                out.bytes += bytes;
+                if bs > loam_heap::SMALL_MAX {
+                    out.large_bytes += bytes;
+                }
                 out.objects += dead.len() as u64;
                 finalizing.push(PageWork {
                     dead,
@@ -245,6 +265,9 @@ impl Work {
                 // SAFETY: live blocks are never at address 0.
                 run.push(unsafe { NonNull::new_unchecked(addr as *mut u8) });
                 out.bytes += size;
+                if bs > loam_heap::SMALL_MAX {
+                    out.large_bytes += size;
+                }
                 out.objects += 1;
             }
             // The page's dead objects go back as one run: when they are
@@ -305,8 +328,7 @@ impl Helper {
         }
         done.batch.flush();
         let mut h = work.helped.lock();
-        h.0.bytes += done.out.bytes;
-        h.0.objects += done.out.objects;
+        h.0.add(done.out);
         h.1.append(&mut done.finalizing);
         any
     }
@@ -358,8 +380,7 @@ pub(crate) fn parallel(pool: &ThreadPool, work: &Work, freed: &(dyn Fn(usize) + 
     let mut swept = Swept::default();
     let mut finalizing = Vec::new();
     for (out, mut work) in results {
-        swept.bytes += out.bytes;
-        swept.objects += out.objects;
+        swept.add(out);
         finalizing.append(&mut work);
     }
     (swept, finalizing)

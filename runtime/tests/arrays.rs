@@ -535,36 +535,88 @@ fn a_failed_huge_array_leaves_the_accounting_as_it_was() {
     m.mutate(|mc| assert_eq!(mc.alloc_slice(&[3_u8])[0], 3));
 }
 
-/// Large objects (past the heap's largest size class, 128 KiB) ask for a
-/// cycle once those made since the last mark pass an eighth of the goal,
-/// 4 MiB under the default 32 MiB minimum heap, where small objects wait
-/// for the goal itself: 16 MiB of 100 KiB arrays start no cycle, and 8
-/// MiB of 1 MiB arrays after them (24 MiB in all, under the goal) do.
+/// Makes `n` arrays of 1 MiB, a large object each (past the heap's largest
+/// size class, 128 KiB), dropped at once.
+fn dead_large_arrays(m: &mut loam_runtime::Mutator, n: usize) {
+    for _ in 0..n {
+        m.mutate(|mc| assert_eq!(mc.alloc_slice_fill(1 << 20, 1_u8).len(), 1 << 20));
+    }
+}
+
+/// Large objects ask for a cycle once those made since the last mark pass
+/// an eighth of the goal (4 MiB under the default 32 MiB minimum heap),
+/// while the last cycle found large garbage; small objects wait for the
+/// goal itself. Every amount here is under the goal, so no other trigger
+/// starts a cycle.
 #[test]
-fn large_arrays_ask_for_a_cycle_before_the_goal() {
+fn large_arrays_ask_for_a_cycle_before_the_goal_once_a_cycle_found_some_dead() {
     let _serial = serial();
     let rt = Runtime::builder().gc_threads(2).ignore_env().build();
     let mut m = rt.attach();
+    // No cycle has found large garbage yet: 8 MiB of it starts none.
+    dead_large_arrays(&mut m, 8);
+    rt.wait_for_cycle();
+    assert_eq!(
+        rt.stats().cycles,
+        0,
+        "large arrays started a cycle before any found them dead"
+    );
+    m.collect();
+    let cycles = rt.stats().cycles;
+    // 16 MiB of small arrays (100 KiB) start none either.
     for _ in 0..160 {
         m.mutate(|mc| assert_eq!(mc.alloc_slice_fill(100 << 10, 1_u8).len(), 100 << 10));
     }
     rt.wait_for_cycle();
     assert_eq!(
         rt.stats().cycles,
-        0,
+        cycles,
         "16 MiB of small arrays started a cycle"
     );
-    for _ in 0..8 {
-        m.mutate(|mc| assert_eq!(mc.alloc_slice_fill(1 << 20, 1_u8).len(), 1 << 20));
-    }
+    // 8 MiB of large ones do, and it frees them.
+    dead_large_arrays(&mut m, 8);
     rt.wait_for_cycle();
     let stats = rt.stats();
-    assert!(stats.cycles >= 1, "8 MiB of large arrays started no cycle");
+    assert!(
+        stats.cycles > cycles,
+        "8 MiB of large arrays started no cycle"
+    );
     assert!(
         stats.heap_size < 16 << 20,
         "the cycle left {} bytes of dead arrays",
         stats.heap_size
     );
+}
+
+/// A cycle that finds no large garbage turns the large-object trigger off:
+/// large arrays that live (a data set loaded in pieces) are not collected
+/// every few MiB for nothing.
+#[test]
+fn large_arrays_that_live_ask_for_no_cycle_of_their_own() {
+    type Arrays = Rootable!['gc => GcLock<'gc, Vec<Gc<'gc, [u8]>>>];
+    let _serial = serial();
+    let rt = Runtime::builder().gc_threads(2).ignore_env().build();
+    let mut m = rt.attach();
+    dead_large_arrays(&mut m, 8);
+    m.collect();
+    let kept: Root<Arrays> = m.mutate(|mc| mc.root(mc.alloc(GcLock::new(Vec::new()))));
+    for _ in 0..8 {
+        m.mutate(|mc| {
+            let a = mc.alloc_slice_fill(1 << 20, 2_u8);
+            kept.get(mc).write(mc, |v| v.push(a));
+        });
+    }
+    // Finds the kept arrays live and no large garbage.
+    m.collect();
+    let cycles = rt.stats().cycles;
+    dead_large_arrays(&mut m, 8);
+    rt.wait_for_cycle();
+    assert_eq!(
+        rt.stats().cycles,
+        cycles,
+        "large arrays asked for a cycle after one found none dead"
+    );
+    m.mutate(|mc| assert_eq!(kept.get(mc).read().len(), 8));
 }
 
 /// A runtime whose every cycle is full and marks concurrently from its

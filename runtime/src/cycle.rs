@@ -1085,8 +1085,12 @@ impl<'a> Cycle<'a> {
         // ends anyway, and then the trigger is the goal (`event`).
         let heap_at_end = shared.heap_used.load(Ordering::Relaxed);
         // Large objects made since count towards the next large-object
-        // trigger (`Mutator::count_large`).
+        // trigger (`Mutator::count_large`), which stays off until this
+        // cycle's sweep has said whether it found large ones dead (`event`):
+        // armed by the last cycle's, it asked during this sweep for a cycle
+        // that nothing withdrew once the sweep found none.
         shared.large_since.store(0, Ordering::Relaxed);
+        shared.large_armed.store(false, Ordering::Relaxed);
         shared.next_goal.store(
             heap_at_end.saturating_add(goal.saturating_sub(gen.old)),
             Ordering::Relaxed,

@@ -153,8 +153,12 @@
 //! 1. A cycle starts when the managed heap exceeds the goal, `gc_percent`
 //!    over the last live size (never below the minimum heap, unless a heap
 //!    limit keeps it lower: see "Pacing past the heap limit"), or on
-//!    `collect()`. Mutators take heap budget in 64 KiB chunks, so pacing and
-//!    the heap limit cost nothing per object.
+//!    `collect()`; or sooner once the large objects (past 128 KiB) made
+//!    since the last mark pass an eighth of the goal, while the last cycle
+//!    found large ones dead (`Mutator::count_large`: the sweep's freed
+//!    arrays are then reused while in the cache). Mutators take heap budget
+//!    in 64 KiB chunks, so pacing and the heap limit cost nothing per
+//!    object.
 //! 2. (This step and the next describe a stopped cycle: `collect()`, a
 //!    `GlobalAlloc` space, `ragged_handshakes(false)`, or a concurrent mark
 //!    turned off. By default a cycle over loam's pages begins and ends its

@@ -119,12 +119,14 @@ pub(crate) struct Shared {
     pub(crate) next_goal: AtomicUsize,
     /// Bytes of large objects (past the heap's largest size class)
     /// allocated since the last mark ended: past a share of the goal they
-    /// ask for a cycle of their own (`Mutator::count_large`). Relaxed: a
-    /// threshold.
+    /// ask for a cycle of their own. Added to by `Mutator::count_large`,
+    /// cleared at each mark's end (`Cycle::resume`). Relaxed: a threshold.
     pub(crate) large_since: AtomicUsize,
-    /// Whether the last cycle freed large objects, at least half the
-    /// large-object trigger's budget: the trigger asks for cycles only
-    /// then (`Mutator::count_large`). Relaxed: a hint.
+    /// Whether the last cycle's sweep freed large objects, at least half
+    /// the large-object trigger's budget: the trigger asks for cycles only
+    /// then (`Mutator::count_large`). Cleared at each mark's end, set (or
+    /// not) when the cycle ends (`Cycle::event`): off during a sweep.
+    /// Relaxed: a hint.
     pub(crate) large_armed: AtomicBool,
     /// The goal pacing counts from: the last full cycle's goal (`next_goal`
     /// is lower while a sweep runs), raised while a mark finds live data

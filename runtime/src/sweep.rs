@@ -201,10 +201,9 @@ impl Work {
                 let block = unsafe { NonNull::new_unchecked(start as *mut u8) };
                 // SAFETY: every block is dead and ours (sweep_page).
                 if unsafe { batch.push_whole_page(block) } {
+                    // (A large object's page never comes here: its
+                    // headers are read, for its size.)
                     out.bytes += cap * bs;
-                    if bs > loam_heap::SMALL_MAX {
-                        out.large_bytes += cap * bs;
-                    }
                     out.objects += cap as u64;
                     continue;
                 }

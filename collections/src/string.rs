@@ -268,15 +268,23 @@ impl<'gc> GcString<'gc> {
 /// panic in a thread-local destructor aborts the process).
 fn with_scratch<R>(f: impl FnOnce(&mut String) -> R) -> R {
     thread_local!(static SCRATCH: RefCell<String> = const { RefCell::new(String::new()) });
+    /// Gives a scratch string past 1 MiB back when `f` is done, a panic
+    /// included (a `gc_format!` at the heap limit, or a `Display` impl
+    /// that panics, caught by the program: the thread kept the failed
+    /// text's buffer, native memory no heap limit counts).
+    struct Capped<'a>(std::cell::RefMut<'a, String>);
+    impl Drop for Capped<'_> {
+        fn drop(&mut self) {
+            if self.0.capacity() > 1 << 20 {
+                *self.0 = String::new();
+            }
+        }
+    }
     let mut f = Some(f);
     let ran = SCRATCH.try_with(|s| {
-        let mut buf = s.try_borrow_mut().ok()?;
-        buf.clear();
-        let r = (f.take().expect("run once"))(&mut buf);
-        if buf.capacity() > 1 << 20 {
-            *buf = String::new();
-        }
-        Some(r)
+        let mut buf = Capped(s.try_borrow_mut().ok()?);
+        buf.0.clear();
+        Some((f.take().expect("run once"))(&mut buf.0))
     });
     match ran {
         Ok(Some(r)) => r,
@@ -446,5 +454,25 @@ impl fmt::Display for GcString<'_> {
 impl fmt::Debug for GcString<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         fmt::Debug::fmt(self.as_str(), f)
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::with_scratch;
+
+    /// A scratch string grown past 1 MiB by a call that panics is given
+    /// back all the same: the next call finds a small one.
+    #[test]
+    fn a_panic_gives_a_grown_scratch_string_back() {
+        let grown = std::panic::catch_unwind(|| {
+            with_scratch(|buf| {
+                buf.push_str(&"x".repeat(2 << 20));
+                panic!("a Display impl that panics");
+            })
+        });
+        assert!(grown.is_err());
+        let capacity = with_scratch(|buf| buf.capacity());
+        assert!(capacity <= 1 << 20, "the scratch string kept {capacity} bytes");
     }
 }

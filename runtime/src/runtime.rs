@@ -1064,15 +1064,19 @@ pub(crate) static IDS_IN_USE: AtomicUsize = AtomicUsize::new(0);
 
 pub(crate) fn take_id() -> u16 {
     let mut ids = IDS.lock();
+    let id = match ids.1.pop() {
+        Some(id) => id,
+        None => {
+            let id = ids.0;
+            // Not `u16::MAX`, which the heap's page tags keep for "mixed"
+            // (`loam_heap::TAG_MIXED`, `sweep.rs`). Before the count: a
+            // build refused here holds no id.
+            assert!(id != loam_heap::TAG_MIXED, "loam: more than 65534 runtimes alive at once");
+            ids.0 += 1;
+            id
+        }
+    };
     IDS_IN_USE.fetch_add(1, Ordering::Relaxed);
-    if let Some(id) = ids.1.pop() {
-        return id;
-    }
-    let id = ids.0;
-    // Not `u16::MAX`, which the heap's page tags keep for "mixed"
-    // (`loam_heap::TAG_MIXED`, `sweep.rs`).
-    assert!(id != loam_heap::TAG_MIXED, "loam: more than 65534 runtimes alive at once");
-    ids.0 += 1;
     id
 }
 

@@ -54,6 +54,15 @@
 //! come from either side of a concurrent write. Synchronise the threads
 //! yourself when such a read must see a write whole.
 //!
+//! A callback runs under its collection's writer lock (a `sort_by`
+//! comparator, a `retain` predicate, a key's `Hash` or `Eq` impl during an
+//! insert). One that changes its own collection panics; one that changes
+//! another collection takes that one's lock too, so two threads doing it
+//! in opposite orders (a callback of `a` writing `b` on one thread, of `b`
+//! writing `a` on the other) wait for each other for good, as with any two
+//! locks taken in opposite orders. Write other collections after the call
+//! that runs the callback returns.
+//!
 //! # Minor cycles
 //! A collection's object carries a `GcLog`: a change records the object
 //! once per cycle, and its stores skip the generational barrier

@@ -347,7 +347,7 @@ fn coordinator(shared: &Shared, pool: &ThreadPool) {
         // caches hold past their time goes back to the OS, and the rest
         // when it is due, unless a thread takes it first.
         let due = loam_heap::trim();
-        let (forced, last) = {
+        let (forced, large, last) = {
             let mut c = shared.control.lock();
             trim_within(&mut c, due);
             while !c.requested && !c.shutdown {
@@ -365,11 +365,12 @@ fn coordinator(shared: &Shared, pool: &ThreadPool) {
                     }
                 }
             }
-            let forced = c.forced;
+            let (forced, large) = (c.forced, c.large);
             c.requested = false;
             c.forced = false;
+            c.large = false;
             c.phase = Phase::Stop;
-            (forced, c.shutdown)
+            (forced, large, c.shutdown)
         };
         // The last cycle runs with no handle left: nothing is rooted, so it
         // frees every object of this runtime (the finalizer runs what it
@@ -382,7 +383,8 @@ fn coordinator(shared: &Shared, pool: &ThreadPool) {
         if tests::PANIC_IN_NEXT_CYCLE.swap(false, Ordering::Relaxed) {
             panic!("a test's panic in the collector");
         }
-        let (event, panic_lines) = cycle(shared, pool, forced || last, &mut gen, &mut snap);
+        let (mut event, panic_lines) = cycle(shared, pool, forced || last, &mut gen, &mut snap);
+        event.large_objects = large && !forced && !last;
         {
             // Swept: a call that waits for this cycle's sweep (or for
             // this ragged cycle) at the heap limit may go on, before the

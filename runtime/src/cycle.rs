@@ -1284,6 +1284,8 @@ impl<'a> Cycle<'a> {
                 cycle: stats.cycles,
                 at: self.start.duration_since(shared.started),
                 forced: self.forced,
+                // Set by the coordinator, which knows why it began.
+                large_objects: false,
                 minor: !self.full,
                 concurrent: self.concurrent,
                 ragged: self.ragged,

@@ -1187,7 +1187,7 @@ impl Mutator {
         if since >= shared.pace_goal.load(Ordering::Relaxed) / LARGE_SHARE
             && shared.large_armed.load(Ordering::Relaxed)
         {
-            shared.request(false);
+            shared.request_for_large();
         }
     }
 

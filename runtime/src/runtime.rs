@@ -46,6 +46,9 @@ pub(crate) enum Phase {
 pub(crate) struct Control {
     pub(crate) requested: bool,
     pub(crate) forced: bool,
+    /// The cycle requested was asked for by the large-object trigger
+    /// alone (`Shared::request_for_large`): its event says so.
+    pub(crate) large: bool,
     pub(crate) phase: Phase,
     /// Cycles completed (swept).
     pub(crate) completed: u64,
@@ -358,6 +361,16 @@ impl Shared {
 
     /// Asks for a cycle; `forced` ones run even below the pacing goal.
     pub(crate) fn request(&self, forced: bool) {
+        self.request_as(forced, false);
+    }
+
+    /// Asks for a cycle for the large objects made since the last mark
+    /// (`Mutator::count_large`).
+    pub(crate) fn request_for_large(&self) {
+        self.request_as(false, true);
+    }
+
+    fn request_as(&self, forced: bool, large: bool) {
         let mut c = self.control.lock();
         if !forced && matches!(c.phase, Phase::Stop | Phase::Mark | Phase::MarkTermination) {
             // A cycle is stopping the world or marking: the end of its mark
@@ -369,7 +382,10 @@ impl Shared {
         }
         if !c.requested {
             c.requested = true;
+            c.large = large;
             self.control_cv.notify_all();
+        } else if !large {
+            c.large = false;
         }
         c.forced |= forced;
     }
@@ -816,6 +832,7 @@ impl Shared {
                 c.requested = true;
                 self.control_cv.notify_all();
             }
+            c.large = false;
         }
         let mut progress = false;
         let work = |c: &Control| {
@@ -950,6 +967,7 @@ impl Shared {
             let target = c.completed + if c.phase == Phase::Idle { 1 } else { 2 };
             c.requested = true;
             c.forced = true;
+            c.large = false;
             self.control_cv.notify_all();
             target
         };
@@ -1679,6 +1697,7 @@ impl RuntimeBuilder {
             at_limit: AtomicUsize::new(0),
             control: Mutex::new(Control {
                 requested: false,
+                large: false,
                 forced: false,
                 phase: Phase::Idle,
                 completed: 0,

@@ -17,6 +17,10 @@ pub struct CycleEvent {
     /// Started by [`collect`](crate::Runtime::collect) or a heap-limit
     /// retry, or the last cycle of a dropped runtime; not by pacing.
     pub forced: bool,
+    /// Asked for by the large objects made since the last mark alone (past
+    /// 128 KiB, an eighth of the goal of them, while cycles find them
+    /// dead), before the heap reached its goal.
+    pub large_objects: bool,
     /// A minor cycle: it kept the marks of objects earlier cycles found live
     /// and traced only younger ones (see
     /// [`RuntimeBuilder::generational`](crate::RuntimeBuilder::generational)).
@@ -122,7 +126,8 @@ pub struct CycleEvent {
 /// `gc 12 minor conc @1.234s: pause 0.210+0.050 ms (stop 0.120, snapshot 0.030
 /// concurrent, mark 3.100, 2.900 concurrent), sweep 1.200 ms, 40.0->12.5 MB, 2.1 MB marked,
 /// 10.2 MB old, 24.0 MB goal, 51234 objects freed, 2 T; held 3x, max 0.400 ms,
-/// 0.700 ms in all`, then ` (forced)` for a forced cycle. A sweep that
+/// 0.700 ms in all`, then ` (forced)` for a forced cycle, or ` (large
+/// objects)` for one the large objects made since the last mark asked for. A sweep that
 /// mutators helped has ` (1.5 MB by mutators)` after its time. A full cycle that
 /// cleared its marks before the stop has `clear 0.300 concurrent, ` before
 /// `stop`; a pace goal above the goal follows it: `24.0 MB goal (pace 64.0)`.
@@ -192,7 +197,13 @@ impl fmt::Display for CycleEvent {
             self.mutator_pauses,
             ms(self.mutator_pause_max),
             ms(self.mutator_pause_total),
-            if self.forced { " (forced)" } else { "" },
+            if self.forced {
+                " (forced)"
+            } else if self.large_objects {
+                " (large objects)"
+            } else {
+                ""
+            },
         )
     }
 }

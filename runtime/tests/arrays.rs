@@ -551,7 +551,13 @@ fn dead_large_arrays(m: &mut loam_runtime::Mutator, n: usize) {
 #[test]
 fn large_arrays_ask_for_a_cycle_before_the_goal_once_a_cycle_found_some_dead() {
     let _serial = serial();
-    let rt = Runtime::builder().gc_threads(2).ignore_env().build();
+    let events = Arc::new(Mutex::new(Vec::<CycleEvent>::new()));
+    let log = events.clone();
+    let rt = Runtime::builder()
+        .gc_threads(2)
+        .ignore_env()
+        .on_cycle(move |e: &CycleEvent| log.lock().unwrap().push(e.clone()))
+        .build();
     let mut m = rt.attach();
     // No cycle has found large garbage yet: 8 MiB of it starts none.
     dead_large_arrays(&mut m, 8);
@@ -585,6 +591,24 @@ fn large_arrays_ask_for_a_cycle_before_the_goal_once_a_cycle_found_some_dead() {
         stats.heap_size < 16 << 20,
         "the cycle left {} bytes of dead arrays",
         stats.heap_size
+    );
+    // The trace says why: the forced cycle is not the large objects', the
+    // next one is.
+    let events = events.lock().unwrap();
+    assert!(
+        events[0].forced && !events[0].large_objects,
+        "{:?}",
+        events[0]
+    );
+    assert!(
+        events[1].large_objects && !events[1].forced,
+        "{:?}",
+        events[1]
+    );
+    assert!(
+        events[1].to_string().ends_with(" (large objects)"),
+        "{}",
+        events[1]
     );
 }
 

@@ -1244,10 +1244,9 @@ impl<'a> Cycle<'a> {
         shared.next_goal.store(goal, Ordering::Relaxed);
         // Large objects ask for cycles of their own while cycles find them
         // dead (`Mutator::count_large`).
-        let large_budget = shared.pace_goal.load(Ordering::Relaxed) / crate::mutator::LARGE_SHARE;
         shared
             .large_armed
-            .store(swept.large_bytes >= large_budget / 2, Ordering::Relaxed);
+            .store(swept.large_bytes >= shared.large_budget() / 2, Ordering::Relaxed);
         let when = format!("cycle {}", shared.stats.lock().cycles + 1);
         let (mut panics, mut panic_lines) = crate::panics::cycle_log().take_report(&when);
         let (shades, shade_lines) = shared.shade_panics.take_report_for_mark(&when, self.mark_epoch());

@@ -155,7 +155,7 @@
 //!    limit keeps it lower: see "Pacing past the heap limit"), or on
 //!    `collect()`; or sooner once the large objects (past 128 KiB) made
 //!    since the last mark pass an eighth of the goal, while the last cycle
-//!    found large ones dead (`Mutator::count_large`: the sweep's freed
+//!    freed at least half that of them (`Mutator::count_large`: the sweep's freed
 //!    arrays are then reused while in the cache). Mutators take heap budget
 //!    in 64 KiB chunks, so pacing and the heap limit cost nothing per
 //!    object.

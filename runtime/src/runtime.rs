@@ -47,7 +47,10 @@ pub(crate) struct Control {
     pub(crate) requested: bool,
     pub(crate) forced: bool,
     /// The cycle requested was asked for by the large-object trigger
-    /// alone (`Shared::request_for_large`): its event says so.
+    /// alone: set by `request_for_large` when it asks first, cleared by
+    /// every other request (`request`, `pace`, `collect`) and by the
+    /// coordinator as the cycle begins (`collector.rs`), which puts it in
+    /// the cycle's event.
     pub(crate) large: bool,
     pub(crate) phase: Phase,
     /// Cycles completed (swept).
@@ -359,19 +362,32 @@ impl Shared {
         stats
     }
 
+    /// The large objects made since the last mark that ask for a cycle: an
+    /// eighth of the pace goal (`Mutator::count_large`).
+    pub(crate) fn large_budget(&self) -> usize {
+        self.pace_goal.load(Ordering::Relaxed) / crate::mutator::LARGE_SHARE
+    }
+
     /// Asks for a cycle; `forced` ones run even below the pacing goal.
     pub(crate) fn request(&self, forced: bool) {
         self.request_as(forced, false);
     }
 
     /// Asks for a cycle for the large objects made since the last mark
-    /// (`Mutator::count_large`).
+    /// (`Mutator::count_large`), unless the trigger is off or a sweep runs.
     pub(crate) fn request_for_large(&self) {
         self.request_as(false, true);
     }
 
     fn request_as(&self, forced: bool, large: bool) {
         let mut c = self.control.lock();
+        // Checked again under the lock: a mutator that read the trigger
+        // armed before a mark's end cleared it (`Cycle::resume`) asks here
+        // after the phase became `Sweep`, and would run a cycle the sweep
+        // may find pointless; the sweep's end arms it again (`event`).
+        if large && (c.phase == Phase::Sweep || !self.large_armed.load(Ordering::Relaxed)) {
+            return;
+        }
         if !forced && matches!(c.phase, Phase::Stop | Phase::Mark | Phase::MarkTermination) {
             // A cycle is stopping the world or marking: the end of its mark
             // sets the trigger anew, counting what was allocated until then.

@@ -1788,10 +1788,11 @@ fn measure(
         // For `--verbose`: how much of the run's traffic went home.
         let h = loam::heap::stats();
         out.note += &format!(
-            "remote frees sent {} in {} batches, drained {}; heaps new {}, \
-             pages adopted {}, segments mapped {}",
+            "remote frees sent {} in {} batches, kept in the freeing thread's cache {}, \
+             drained {}; heaps new {}, pages adopted {}, segments mapped {}",
             h.remote_frees_sent - heap_before.remote_frees_sent,
             h.remote_batches - heap_before.remote_batches,
+            h.remote_frees_cached - heap_before.remote_frees_cached,
             h.remote_frees_drained - heap_before.remote_frees_drained,
             h.heaps_created - heap_before.heaps_created,
             h.pages_adopted - heap_before.pages_adopted,

@@ -9,6 +9,7 @@ use crate::segment::{self, Segment, SegmentKind, HEADER_SLICES, SLICES, SLICE_SI
 use crate::size_class::{class_of, CLASS_SIZE, NUM_CLASSES, SMALL_MAX};
 use crate::sync::{AtomicU64, Ordering};
 use crossbeam_utils::CachePadded;
+use std::ptr;
 
 pub(crate) struct Counters {
     pub(crate) segments_mapped: CachePadded<AtomicU64>,
@@ -77,6 +78,13 @@ pub struct HeapStats {
     /// Blocks freed by a thread that did not own them (sent to the owner's
     /// inbox, in a chain or a run).
     pub remote_frees_sent: u64,
+    /// Blocks freed by a thread that did not own them and kept in that
+    /// thread's cache for its own next allocations of their size, instead
+    /// of being sent (a block the cache sends home later counts in
+    /// `remote_frees_sent` too). Such a block stays its owner's: when
+    /// the thread allocates it again and frees it, that free is remote
+    /// again.
+    pub remote_frees_cached: u64,
     /// Remote frees taken back by their owners (a block forwarded to a
     /// segment's new owner counts once, where it is applied).
     pub remote_frees_drained: u64,
@@ -149,6 +157,7 @@ pub fn stats() -> HeapStats {
         large_bytes: 0,
         large_count: 0,
         remote_frees_sent: REMOTE.sent.load(Ordering::Relaxed),
+        remote_frees_cached: 0,
         remote_frees_drained: REMOTE.drained.load(Ordering::Relaxed),
         remote_batches: REMOTE.batches.load(Ordering::Relaxed),
         remote_freed_runs: REMOTE.freed_runs.load(Ordering::Relaxed),
@@ -218,8 +227,14 @@ pub fn stats() -> HeapStats {
     while !h.is_null() {
         s.heaps_created += 1;
         // SAFETY: heaps are never unmapped; `all_next` was written before the
-        // heap was published (Release CAS, Acquire load above).
-        h = unsafe { (*h).all_next };
+        // heap was published (Release CAS, Acquire load above). Of its
+        // other fields only the thread cache's count of other heaps'
+        // blocks is read, an atomic any thread may load.
+        unsafe {
+            s.remote_frees_cached +=
+                crate::thread_cache::ThreadCache::foreign_kept(ptr::addr_of!((*h).tcache));
+            h = (*h).all_next;
+        }
     }
     s
 }

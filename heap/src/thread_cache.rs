@@ -40,6 +40,7 @@
 
 use crate::block;
 use crate::size_class::{class_of, CLASS_SIZE, NUM_CLASSES};
+use crate::sync::{AtomicU64, Ordering};
 use std::ptr;
 
 /// Blocks kept per class at most, and bytes: 128 of the smallest classes,
@@ -98,6 +99,12 @@ pub(crate) struct ThreadCache {
     /// path once): a thread that only frees (a collector's) would only
     /// hold other heaps' blocks back, so its frees go home at once.
     allocates: bool,
+    /// Other heaps' blocks kept ([`ThreadCache::push_foreign`]), ever: a
+    /// statistic ([`crate::HeapStats::remote_frees_cached`]) that only
+    /// this thread writes, with a load and a store (no read-modify-write),
+    /// beside `held` and `allocates`, whose line a remote free touches
+    /// anyway; `stats` reads it from any thread.
+    foreign: AtomicU64,
 }
 
 /// What a thread cache gave up, to be sent back to the blocks' pages: how
@@ -115,6 +122,7 @@ impl ThreadCache {
             counts: [0; NUM_CLASSES],
             held: 0,
             allocates: false,
+            foreign: AtomicU64::new(0),
         }
     }
 
@@ -172,6 +180,29 @@ impl ThreadCache {
         unsafe { *self.slots.get_unchecked_mut(OFFSET[class] as usize + n as usize) = p };
         self.counts[class] = n + 1;
         self.held += 1;
+    }
+
+    /// [`push`](Self::push) for another heap's block, counted.
+    ///
+    /// # Safety
+    /// As [`push`](Self::push).
+    #[inline(always)]
+    pub(crate) unsafe fn push_foreign(&mut self, class: usize, p: *mut u8) {
+        // SAFETY: the caller's.
+        unsafe { self.push(class, p) };
+        let n = self.foreign.load(Ordering::Relaxed);
+        self.foreign.store(n + 1, Ordering::Relaxed);
+    }
+
+    /// Other heaps' blocks the cache at `cache` ever kept, asked from any
+    /// thread: through a pointer to the one atomic field, never a
+    /// reference to the cache, which its owner may be writing.
+    ///
+    /// # Safety
+    /// `cache` points at a live thread cache (heaps are never unmapped).
+    pub(crate) unsafe fn foreign_kept(cache: *const ThreadCache) -> u64 {
+        // SAFETY: live (caller); an atomic is read, nothing else.
+        unsafe { (*ptr::addr_of!((*cache).foreign)).load(Ordering::Relaxed) }
     }
 
     /// The block of class `class` freed last, or null.

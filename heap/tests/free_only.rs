@@ -24,6 +24,8 @@ fn a_free_only_thread_batches_its_remote_frees() {
     .unwrap();
     let after = loam_heap::stats();
     assert_eq!(after.remote_frees_sent - before.remote_frees_sent, 10_000);
+    // A thread that never allocated keeps none of them in its cache.
+    assert_eq!(after.remote_frees_cached, before.remote_frees_cached);
     let batches = after.remote_batches - before.remote_batches;
     // 128 blocks per batch: about 79 batches, not 10,000.
     assert!(batches <= 100, "{batches} batches for 10,000 remote frees");

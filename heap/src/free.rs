@@ -81,13 +81,11 @@ unsafe fn free_remote(heap: *mut LocalHeap, owner: *mut LocalHeap, p: *mut u8) {
             heap
         };
         // Kept, the block stays `owner`'s: handed out here again, its next
-        // free is remote too, so on larson (whose successor threads inherit
-        // their predecessors' blocks) such blocks circulate. Keeping them
-        // only while the class runs low ended that, but cost larson-ring,
-        // whose blocks go back to their owners, more than it gave
-        // (`docs/perf-log.md`, session 47; `remote_frees_cached` counts).
+        // free is remote too. A young thread sends home what it frees of
+        // others' (`thread_cache::YOUNG_SENDS`); `remote_frees_cached`
+        // counts what is kept.
         if is_live(heap) {
-            match (*heap).tcache.room(size) {
+            match (*heap).tcache.room_foreign(size) {
                 Some(class) => (*heap).tcache.push_foreign(class, p),
                 None => send(&mut *heap, queue, p, size),
             }

@@ -102,8 +102,10 @@
 //!
 //! # Free
 //! 0. A block of 1 KiB or less goes to the thread cache if its class has
-//!    room (for another heap's block, only on a thread that allocates: a
-//!    collector's frees go home at once). Its page still counts it as used.
+//!    room (for another heap's block, only on a thread that allocates, a
+//!    collector's frees going home at once, and not among the first
+//!    [`YOUNG_SENDS`] such frees of a thread). Its page still counts it as
+//!    used.
 //! 1. Local (`free_local`): the block's segment names this thread's heap as
 //!    owner: push on the page's `local_free`, decrement `used`. An emptied
 //!    page goes back to its segment (unless it is the class's current page);
@@ -230,6 +232,7 @@ not_under_loom! {
     pub use segment::{SEGMENT_SIZE, SLICE_SIZE};
     pub use size_class::{class_page_size, worst_case_waste, CLASS_SIZE, NUM_CLASSES, SMALL_MAX};
     pub use stats::{stats, ClassStats, HeapStats};
+    pub use thread_cache::YOUNG_SENDS;
 }
 
 #[cfg(all(test, loom))]

@@ -31,6 +31,19 @@
 //!   (`allocates`, set by its first slow path, cleared when a new thread
 //!   takes an exited one's heap): a thread that only frees (a collector's)
 //!   sends them home at once.
+//! - And not the first [`YOUNG_SENDS`] it frees (`young`, counted down from
+//!   its first slow path): those go home too. A thread's first frees of
+//!   other heaps' blocks are mostly of what it was handed as it started (a
+//!   successor's predecessor's structures, a worker's request), in slots it
+//!   keeps. A block kept stays its owner's; handed out again into such a
+//!   slot, its next free is remote as well, and so on: on larson (each
+//!   new thread takes over an exited thread's array) 1.25 – 1.8 million of
+//!   two threads' 10 million frees were of such blocks, against the 10,000
+//!   inherited. Blocks freed later, as live threads hand each other work
+//!   (larson-ring, whose arrays go back to their blocks' owners), are kept
+//!   as before. Keeping them only while a class ran low, or never, stopped
+//!   the circulation too but cost larson-ring 1.3x – 2x its time
+//!   (`docs/perf-log.md`, session 47).
 //! - Every block goes back by `LocalHeap::flush_thread_cache`: from the slow
 //!   path's housekeeping (every 64th slow path, at most once per purge
 //!   delay), `flush`, `collect` and thread exit. A thread that keeps
@@ -83,6 +96,15 @@ const OFFSET: [u16; NUM_CLASSES + 1] = {
 };
 const SLOTS: usize = OFFSET[NUM_CLASSES] as usize;
 
+/// How many frees of other heaps' blocks a thread sends home, from its
+/// first allocation that reaches the slow path, before its thread cache
+/// keeps any (`thread_cache.rs`): a new thread's first frees of others'
+/// blocks are mostly of structures it took over, which it would otherwise
+/// fill with blocks it does not own. 16,384 blocks: larson's inherited
+/// array of 5,000 slots went home whole (none kept, against 1.25 – 1.8
+/// million frees of circulating blocks at two threads).
+pub const YOUNG_SENDS: u32 = 16_384;
+
 pub(crate) struct ThreadCache {
     /// Class `c`'s blocks are `slots[OFFSET[c]..OFFSET[c] + counts[c]]`,
     /// the last freed last. An array of pointers, not a list linked
@@ -105,6 +127,9 @@ pub(crate) struct ThreadCache {
     /// beside `held` and `allocates`, whose line a remote free touches
     /// anyway; `stats` reads it from any thread.
     foreign: AtomicU64,
+    /// Frees of other heaps' blocks still to send home before any is kept
+    /// ([`YOUNG_SENDS`] from the first slow path).
+    young: u32,
 }
 
 /// What a thread cache gave up, to be sent back to the blocks' pages: how
@@ -123,12 +148,17 @@ impl ThreadCache {
             held: 0,
             allocates: false,
             foreign: AtomicU64::new(0),
+            young: 0,
         }
     }
 
-    /// Notes that this thread allocates small blocks (from the slow path).
+    /// Notes that this thread allocates small blocks (from the slow path);
+    /// the first time, its [`YOUNG_SENDS`] begin.
     #[inline]
     pub(crate) fn note_allocating(&mut self) {
+        if !self.allocates {
+            self.young = YOUNG_SENDS;
+        }
         self.allocates = true;
     }
 
@@ -139,16 +169,22 @@ impl ThreadCache {
         self.allocates = false;
     }
 
-    /// The class a freed block of `size` bytes (its page's block size)
-    /// would be kept in, if it has room.
+    /// The class another heap's freed block of `size` bytes (its page's
+    /// block size) would be kept in, if it has room and this thread keeps
+    /// other heaps' blocks yet (`allocates`; `young`, which each refusal
+    /// counts down).
     ///
     /// The class comes from the size (a small page's block size is its
     /// class's size exactly), not from the page descriptor: another heap
     /// writes its descriptors on every allocation, and reading one on a
     /// remote free cost a cache miss.
     #[inline(always)]
-    pub(crate) fn room(&self, size: usize) -> Option<usize> {
+    pub(crate) fn room_foreign(&mut self, size: usize) -> Option<usize> {
         if size > LARGEST || !self.allocates {
+            return None;
+        }
+        if self.young > 0 {
+            self.young -= 1;
             return None;
         }
         let class = class_of(size);

@@ -1,14 +1,44 @@
 //! The thread cache: a thread's next allocation of a small class is the
-//! block of that class it freed last, its own or another thread's; kept
-//! blocks still count as used on their pages, and go home when the
+//! block of that class it freed last, its own or another thread's (once
+//! past its first `YOUNG_SENDS` frees of others' blocks, which go home);
+//! kept blocks still count as used on their pages, and go home when the
 //! freeing thread flushes or exits.
 
-use loam_heap::{LoamAlloc, PageRef};
+use loam_heap::{LoamAlloc, PageRef, YOUNG_SENDS};
 use std::alloc::{GlobalAlloc, Layout};
 use std::collections::BTreeSet;
 
 fn layout(size: usize) -> Layout {
     Layout::from_size_align(size, 8).unwrap()
+}
+
+/// Makes the calling thread one that keeps other heaps' blocks: one that
+/// allocates (past a slow path) and has sent its first `YOUNG_SENDS` frees
+/// of other heaps' blocks home (48-byte blocks of a thread that exited).
+fn grow_up() {
+    // Allocated first: a thread whose first allocation comes after the
+    // other thread's exit would take its heap, blocks and all.
+    // SAFETY: a non-zero size; each block is freed once, below.
+    let own: Vec<*mut u8> = (0..2000)
+        .map(|_| unsafe { LoamAlloc.alloc(layout(48)) })
+        .collect();
+    let theirs: Vec<usize> = std::thread::spawn(|| {
+        (0..YOUNG_SENDS)
+            // SAFETY: as above.
+            .map(|_| unsafe { LoamAlloc.alloc(layout(48)) } as usize)
+            .collect()
+    })
+    .join()
+    .unwrap();
+    // SAFETY: live 48-byte blocks, each freed once.
+    unsafe {
+        for p in theirs {
+            LoamAlloc.dealloc(p as *mut u8, layout(48));
+        }
+        for p in own {
+            LoamAlloc.dealloc(p, layout(48));
+        }
+    }
 }
 
 #[test]
@@ -50,6 +80,7 @@ fn blocks_another_thread_allocated_serve_the_freeing_threads_allocations() {
     });
     let theirs = blocks_rx.recv().unwrap();
     std::thread::spawn(move || {
+        grow_up();
         // SAFETY: live blocks of 64 bytes, each freed once, here.
         unsafe {
             // This thread allocates too (so it keeps what it frees): enough
@@ -87,6 +118,61 @@ fn blocks_another_thread_allocated_serve_the_freeing_threads_allocations() {
     owner.join().unwrap();
 }
 
+/// A new thread sends its first `YOUNG_SENDS` frees of another heap's
+/// blocks home (mostly what it took over as it started, which it would
+/// otherwise fill with blocks it does not own), and keeps those after.
+#[test]
+fn a_young_thread_sends_other_heaps_blocks_home_then_keeps_them() {
+    const N: usize = 16;
+    let young = YOUNG_SENDS as usize;
+    let (blocks_tx, blocks_rx) = std::sync::mpsc::channel::<Vec<usize>>();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let owner = std::thread::spawn(move || {
+        // SAFETY: a non-zero size; the blocks are handed over, freed there.
+        let blocks = (0..young + N)
+            .map(|_| unsafe { LoamAlloc.alloc(layout(80)) } as usize)
+            .collect();
+        blocks_tx.send(blocks).unwrap();
+        done_rx.recv().unwrap(); // alive until the freer is done
+    });
+    let mut theirs = blocks_rx.recv().unwrap();
+    let last: Vec<usize> = theirs.split_off(young);
+    std::thread::spawn(move || {
+        // SAFETY: live blocks of 80 bytes, each freed once, here.
+        unsafe {
+            // Past a slow path: this thread allocates.
+            let own: Vec<*mut u8> = (0..2000).map(|_| LoamAlloc.alloc(layout(80))).collect();
+            let theirs_set: BTreeSet<usize> = theirs.iter().copied().collect();
+            for p in theirs {
+                LoamAlloc.dealloc(p as *mut u8, layout(80));
+            }
+            // Kept, the last of them would be the next blocks of the class.
+            let next: Vec<*mut u8> = (0..N).map(|_| LoamAlloc.alloc(layout(80))).collect();
+            assert!(
+                next.iter().all(|&p| !theirs_set.contains(&(p as usize))),
+                "a young thread's frees of another heap's blocks went home"
+            );
+            for &p in &last {
+                LoamAlloc.dealloc(p as *mut u8, layout(80));
+            }
+            let mine: Vec<*mut u8> = (0..N).map(|_| LoamAlloc.alloc(layout(80))).collect();
+            let got: BTreeSet<usize> = mine.iter().map(|&p| p as usize).collect();
+            assert_eq!(
+                got,
+                last.iter().copied().collect(),
+                "past its young frees, the thread keeps them"
+            );
+            for p in mine.into_iter().chain(next).chain(own) {
+                LoamAlloc.dealloc(p, layout(80));
+            }
+        }
+    })
+    .join()
+    .unwrap();
+    done_tx.send(()).unwrap();
+    owner.join().unwrap();
+}
+
 #[test]
 fn kept_blocks_count_as_used_until_the_freeing_thread_exits() {
     const N: usize = 16;
@@ -109,10 +195,11 @@ fn kept_blocks_count_as_used_until_the_freeing_thread_exits() {
             let used = page.used();
             let (to_freer, from_owner) = std::sync::mpsc::channel::<()>();
             let freer = std::thread::spawn(move || {
-                // A thread that allocates keeps other heaps' blocks (one
-                // that only frees sends them home at once, and the test
-                // then passed without keeping anything):
+                // A grown-up thread that allocates keeps other heaps' blocks
+                // (one that only frees, or a young one, sends them home at
+                // once, and the test then passed without keeping anything):
                 // its own blocks first, past a slow path, held meanwhile.
+                grow_up();
                 let own: Vec<usize> = (0..2000)
                     .map(|_| LoamAlloc.alloc(layout(96)) as usize)
                     .collect();
@@ -152,6 +239,7 @@ fn flush_sends_kept_blocks_home() {
     let (flushed_tx, flushed_rx) = channel::<()>();
     let (exit_tx, exit_rx) = channel::<()>();
     let freer = std::thread::spawn(move || {
+        grow_up();
         // SAFETY: this thread allocates (so it keeps what it frees); the
         // victim is a live block of 200 bytes, freed once.
         unsafe {

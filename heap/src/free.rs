@@ -66,7 +66,7 @@ unsafe fn free_remote(heap: *mut LocalHeap, owner: *mut LocalHeap, p: *mut u8) {
     }
     // `p` is dead and ours to hand over (caller); heaps are never
     // unmapped, so `owner`'s queue outlives the push; the thread cache
-    // keeps it only in a class `room` found room in.
+    // keeps it only in a class `room_foreign` found room in.
     // SAFETY: as just said.
     unsafe {
         block::on_free(p, size);

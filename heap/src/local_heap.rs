@@ -34,7 +34,11 @@ use std::ptr;
 /// - `current[c]` is null or `queues[c].first`.
 /// - `dirty_segments` counts segments in `segments` with a non-zero `dirty`.
 /// - All fields but `queue` are touched only by the thread that owns the heap,
-///   or by whoever holds it exclusively once abandoned (the orphan lock).
+///   or by whoever holds it exclusively once abandoned (the orphan lock),
+///   with two exceptions for walkers of all heaps (`stats`): `all_next`,
+///   written once before the heap is published, and the thread cache's
+///   count of other heaps' blocks kept (`ThreadCache::foreign_kept`), an
+///   atomic read through a pointer to it alone.
 #[repr(C)]
 pub(crate) struct LocalHeap {
     /// Where other threads send this heap's blocks back, as chains and as

@@ -80,10 +80,12 @@ pub struct HeapStats {
     pub remote_frees_sent: u64,
     /// Blocks freed by a thread that did not own them and kept in that
     /// thread's cache for its own next allocations of their size, instead
-    /// of being sent (a block the cache sends home later counts in
-    /// `remote_frees_sent` too). Such a block stays its owner's: when
-    /// the thread allocates it again and frees it, that free is remote
-    /// again.
+    /// of being sent: a process total since start, of every time a block
+    /// was kept (a block the cache sends home later counts in
+    /// `remote_frees_sent` too, unless its segment has become the freeing
+    /// heap's meanwhile). Such a block stays its owner's: when the thread
+    /// allocates it again and frees it, that free is remote again (see
+    /// [`crate::YOUNG_SENDS`]).
     pub remote_frees_cached: u64,
     /// Remote frees taken back by their owners (a block forwarded to a
     /// segment's new owner counts once, where it is applied).

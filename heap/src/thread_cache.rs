@@ -96,11 +96,12 @@ const OFFSET: [u16; NUM_CLASSES + 1] = {
 };
 const SLOTS: usize = OFFSET[NUM_CLASSES] as usize;
 
-/// How many frees of other heaps' blocks a thread sends home, from its
-/// first allocation that reaches the slow path, before its thread cache
-/// keeps any (`thread_cache.rs`): a new thread's first frees of others'
-/// blocks are mostly of structures it took over, which it would otherwise
-/// fill with blocks it does not own. 16,384 blocks: larson's inherited
+/// How many frees of other heaps' small blocks (1 KiB or less, the thread
+/// cache's) a thread sends home, from its first allocation that reaches
+/// the slow path, before its thread cache keeps any (`thread_cache.rs`): a
+/// new thread's first frees of others' blocks are mostly of structures it
+/// took over, which it would otherwise fill with blocks it does not own.
+/// A thread that takes an exited thread's heap starts the count afresh. 16,384 blocks: larson's inherited
 /// array of 5,000 slots went home whole (none kept, against 1.25 – 1.8
 /// million frees of circulating blocks at two threads).
 pub const YOUNG_SENDS: u32 = 16_384;
@@ -123,12 +124,13 @@ pub(crate) struct ThreadCache {
     allocates: bool,
     /// Other heaps' blocks kept ([`ThreadCache::push_foreign`]), ever: a
     /// statistic ([`crate::HeapStats::remote_frees_cached`]) that only
-    /// this thread writes, with a load and a store (no read-modify-write),
-    /// beside `held` and `allocates`, whose line a remote free touches
-    /// anyway; `stats` reads it from any thread.
+    /// this thread writes, with an atomic load and store (no
+    /// read-modify-write; never through `get_mut`, a plain write that
+    /// would race with `stats`, which reads it from any thread).
     foreign: AtomicU64,
-    /// Frees of other heaps' blocks still to send home before any is kept
-    /// ([`YOUNG_SENDS`] from the first slow path).
+    /// Frees of other heaps' small blocks still to send home before any is
+    /// kept ([`YOUNG_SENDS`] from the first slow path that notes the thread
+    /// allocates).
     young: u32,
 }
 
@@ -167,6 +169,8 @@ impl ThreadCache {
     pub(crate) fn forget_allocating(&mut self) {
         debug_assert!(self.held == 0, "heap: an orphan's thread cache holds blocks");
         self.allocates = false;
+        // Armed again by the new thread's first slow path.
+        self.young = 0;
     }
 
     /// The class another heap's freed block of `size` bytes (its page's
@@ -199,7 +203,8 @@ impl ThreadCache {
         class < NUM_CLASSES && self.counts[class] < LIMIT[class]
     }
 
-    /// Keeps dead block `p` in `class` (from [`room`](Self::room)).
+    /// Keeps dead block `p` in `class` (from [`room_in`](Self::room_in) or
+    /// [`room_foreign`](Self::room_foreign)).
     ///
     /// # Safety
     /// `p` is a dead block of a small page of class `class`, ours to hand

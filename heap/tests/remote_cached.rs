@@ -13,8 +13,8 @@ fn kept_blocks_of_other_heaps_are_counted_and_sent_ones_are_not() {
     let (blocks_tx, blocks_rx) = std::sync::mpsc::channel::<Vec<usize>>();
     let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
     let owner = std::thread::spawn(move || {
-        // SAFETY: a non-zero size; the blocks are handed over, freed there.
         let blocks = (0..young + N as usize)
+            // SAFETY: a non-zero size; the blocks are handed over, freed there.
             .map(|_| unsafe { LoamAlloc.alloc(layout) } as usize)
             .collect();
         blocks_tx.send(blocks).unwrap();

@@ -18,8 +18,8 @@ fn layout(size: usize) -> Layout {
 fn grow_up() {
     // Allocated first: a thread whose first allocation comes after the
     // other thread's exit would take its heap, blocks and all.
-    // SAFETY: a non-zero size; each block is freed once, below.
     let own: Vec<*mut u8> = (0..2000)
+        // SAFETY: a non-zero size; each block is freed once, below.
         .map(|_| unsafe { LoamAlloc.alloc(layout(48)) })
         .collect();
     let theirs: Vec<usize> = std::thread::spawn(|| {
@@ -121,8 +121,8 @@ fn a_young_thread_sends_other_heaps_blocks_home_then_keeps_them() {
     let (blocks_tx, blocks_rx) = std::sync::mpsc::channel::<Vec<usize>>();
     let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
     let owner = std::thread::spawn(move || {
-        // SAFETY: a non-zero size; the blocks are handed over, freed there.
         let blocks = (0..young + N)
+            // SAFETY: a non-zero size; the blocks are handed over, freed there.
             .map(|_| unsafe { LoamAlloc.alloc(layout(80)) } as usize)
             .collect();
         blocks_tx.send(blocks).unwrap();

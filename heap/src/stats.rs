@@ -228,10 +228,11 @@ pub fn stats() -> HeapStats {
     let mut h = ALL_HEAPS.load(Ordering::Acquire);
     while !h.is_null() {
         s.heaps_created += 1;
-        // SAFETY: heaps are never unmapped; `all_next` was written before the
-        // heap was published (Release CAS, Acquire load above). Of its
-        // other fields only the thread cache's count of other heaps'
-        // blocks is read, an atomic any thread may load.
+        // Heaps are never unmapped; `all_next` was written before the heap
+        // was published (Release CAS, Acquire load above). Of its other
+        // fields only the thread cache's count of other heaps' blocks is
+        // read, an atomic any thread may load.
+        // SAFETY: as just said.
         unsafe {
             s.remote_frees_cached +=
                 crate::thread_cache::ThreadCache::foreign_kept(ptr::addr_of!((*h).tcache));

@@ -101,9 +101,10 @@ const SLOTS: usize = OFFSET[NUM_CLASSES] as usize;
 /// the slow path, before its thread cache keeps any (`thread_cache.rs`): a
 /// new thread's first frees of others' blocks are mostly of structures it
 /// took over, which it would otherwise fill with blocks it does not own.
-/// A thread that takes an exited thread's heap starts the count afresh. 16,384 blocks: larson's inherited
-/// array of 5,000 slots went home whole (none kept, against 1.25 – 1.8
-/// million frees of circulating blocks at two threads).
+/// A thread that takes an exited thread's heap starts the count afresh.
+/// 16,384 blocks: larson's inherited array of 5,000 slots went home whole
+/// (none kept, against 1.25 – 1.8 million frees of circulating blocks at
+/// two threads).
 pub const YOUNG_SENDS: u32 = 16_384;
 
 pub(crate) struct ThreadCache {

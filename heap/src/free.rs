@@ -33,6 +33,10 @@ pub(crate) unsafe fn free(p: *mut u8) {
     // by the caller), so the header is mapped; its owner field is atomic.
     let owner = unsafe { (*seg).owner.load(Ordering::Relaxed) };
     let heap = current_heap();
+    // SAFETY: a live heap in `HEAP` is this thread's; `p` as promised.
+    if is_live(heap) && unsafe { keep(&mut *heap, owner, p) } {
+        return;
+    }
     if owner == heap {
         // SAFETY: this thread owns the segment, hence the page and block.
         unsafe { (*heap).free_owned(p) };
@@ -40,6 +44,49 @@ pub(crate) unsafe fn free(p: *mut u8) {
         // SAFETY: as the caller promised.
         unsafe { free_remote(heap, owner, p) };
     }
+}
+
+/// Keeps `p` in `heap`'s thread cache, if `p`'s class has room and the
+/// cache keeps it (any heap's block past the thread's youth:
+/// [`ThreadCache::room_any`](crate::thread_cache::ThreadCache::room_any));
+/// false leaves `p` for the paths that ask whose it is.
+///
+/// The class comes from the segment's side table, as for a remote free,
+/// so a free of a block of this heap's reads no page descriptor either;
+/// `owner` only feeds the statistic, as data.
+///
+/// # Safety
+/// As [`free`]; `heap` is this thread's live heap and `owner` the owner
+/// read from `p`'s segment.
+#[inline(always)]
+unsafe fn keep(heap: &mut LocalHeap, owner: *mut LocalHeap, p: *mut u8) -> bool {
+    // SAFETY: `p` is in a live segment of ours (`free`), so the side tables
+    // are mapped, and stable while any block of the page lives.
+    let size = unsafe { block_size_of(p) };
+    let me: *mut LocalHeap = heap;
+    let Some(class) = heap.tcache.room_any(size, || owner == me) else {
+        return false;
+    };
+    // SAFETY: as above.
+    if block::CHECKED && !unsafe { crate::segment::is_block_start(p, size) } {
+        block::invalid_free(p, "not the start of a block (an interior pointer, or a block already freed)");
+    }
+    #[cfg(debug_assertions)]
+    {
+        // SAFETY: as above.
+        let page_size = unsafe { (*crate::segment::page_of(p)).block_size() };
+        debug_assert_eq!(size, page_size, "heap: slice block size out of step");
+    }
+    // A block start of `size` bytes in a live small page (checked where
+    // checks are built), dead and ours to hand over (caller); `class` has
+    // room (`room_any`).
+    // SAFETY: as just said.
+    unsafe {
+        block::check_not_free(p, size);
+        block::on_free(p, size);
+        heap.tcache.push_any(class, p, owner != me);
+    }
+    true
 }
 
 /// Sends `p` towards `owner`: batched through this thread's cache when it has

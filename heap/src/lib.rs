@@ -105,7 +105,10 @@
 //!    room (for another heap's block, only on a thread that allocates, a
 //!    collector's frees going home at once, and not among the first
 //!    [`YOUNG_SENDS`] such frees of a thread). Its page still counts it as
-//!    used.
+//!    used. The class comes from the segment's side table; past the
+//!    thread's youth the free does not ask whose the block is (no branch
+//!    on it: where live threads free each other's blocks it went either
+//!    way at random).
 //! 1. Local (`free_local`): the block's segment names this thread's heap as
 //!    owner: push on the page's `local_free`, decrement `used`. An emptied
 //!    page goes back to its segment (unless it is the class's current page);

@@ -1,6 +1,7 @@
 //! `HeapStats::remote_frees_cached` counts exactly the other heaps' blocks
 //! a thread kept in its cache, not those it sent home (its first
-//! `YOUNG_SENDS`). Alone in its binary: the count is process-wide.
+//! `YOUNG_SENDS`), nor its own. Alone in its binary: the count is
+//! process-wide.
 
 use loam_heap::{LoamAlloc, YOUNG_SENDS};
 use std::alloc::{GlobalAlloc, Layout};
@@ -35,12 +36,18 @@ fn kept_blocks_of_other_heaps_are_counted_and_sent_ones_are_not() {
                 mid.remote_frees_cached, before.remote_frees_cached,
                 "a young thread keeps none"
             );
-            for &p in &theirs[young..] {
+            // Its own blocks, kept too, between them: not counted.
+            for (&p, &q) in theirs[young..].iter().zip(&own) {
                 LoamAlloc.dealloc(p as *mut u8, layout);
+                LoamAlloc.dealloc(q, layout);
             }
             let after = loam_heap::stats();
-            assert_eq!(after.remote_frees_cached - mid.remote_frees_cached, N);
-            for p in own {
+            assert_eq!(
+                after.remote_frees_cached - mid.remote_frees_cached,
+                N,
+                "only the other heap's blocks are counted"
+            );
+            for &p in &own[N as usize..] {
                 LoamAlloc.dealloc(p, layout);
             }
         }

@@ -84,7 +84,7 @@ unsafe fn keep(heap: &mut LocalHeap, owner: *mut LocalHeap, p: *mut u8) -> bool 
     unsafe {
         block::check_not_free(p, size);
         block::on_free(p, size);
-        heap.tcache.push_any(class, p, owner != me);
+        heap.tcache.push(class, p, owner != me);
     }
     true
 }
@@ -133,7 +133,7 @@ unsafe fn free_remote(heap: *mut LocalHeap, owner: *mut LocalHeap, p: *mut u8) {
         // counts what is kept.
         if is_live(heap) {
             match (*heap).tcache.room_foreign(size) {
-                Some(class) => (*heap).tcache.push_foreign(class, p),
+                Some(class) => (*heap).tcache.push(class, p, true),
                 None => send(&mut *heap, queue, p, size),
             }
         } else {

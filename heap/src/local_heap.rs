@@ -37,8 +37,9 @@ use std::ptr;
 ///   or by whoever holds it exclusively once abandoned (the orphan lock),
 ///   with two exceptions for walkers of all heaps (`stats`): `all_next`,
 ///   written once before the heap is published, and the thread cache's
-///   count of other heaps' blocks kept (`ThreadCache::foreign_kept`), an
-///   atomic read through a pointer to it alone.
+///   per-class words, with their counts of other heaps' blocks kept
+///   (`ThreadCache::foreign_kept`), atomics read through a pointer to
+///   them alone.
 #[repr(C)]
 pub(crate) struct LocalHeap {
     /// Where other threads send this heap's blocks back, as chains and as
@@ -573,7 +574,7 @@ impl LocalHeap {
             let class = (*page).class as usize;
             if self.tcache.room_in(class) {
                 block::on_free(p, CLASS_SIZE[class] as usize);
-                self.tcache.push(class, p);
+                self.tcache.push(class, p, false);
                 return;
             }
             self.free_local(page, p);

@@ -85,7 +85,8 @@ pub struct HeapStats {
     /// `remote_frees_sent` too, unless its segment has become the freeing
     /// heap's meanwhile). Such a block stays its owner's: when the thread
     /// allocates it again and frees it, that free is remote again (see
-    /// [`crate::YOUNG_SENDS`]).
+    /// [`crate::YOUNG_SENDS`]). Counted per thread and size class, each
+    /// count wrapping past 2^48.
     pub remote_frees_cached: u64,
     /// Remote frees taken back by their owners (a block forwarded to a
     /// segment's new owner counts once, where it is applied).
@@ -230,8 +231,8 @@ pub fn stats() -> HeapStats {
         s.heaps_created += 1;
         // Heaps are never unmapped; `all_next` was written before the heap
         // was published (Release CAS, Acquire load above). Of its other
-        // fields only the thread cache's count of other heaps' blocks is
-        // read, an atomic any thread may load.
+        // fields only the thread cache's per-class words are read (their
+        // counts of other heaps' blocks), atomics any thread may load.
         // SAFETY: as just said.
         unsafe {
             s.remote_frees_cached +=

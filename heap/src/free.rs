@@ -47,8 +47,8 @@ pub(crate) unsafe fn free(p: *mut u8) {
 }
 
 /// Keeps `p` in `heap`'s thread cache, if `p`'s class has room and the
-/// cache keeps it (any heap's block past the thread's youth:
-/// [`ThreadCache::room_any`](crate::thread_cache::ThreadCache::room_any));
+/// cache keeps it (this heap's block, or any heap's past the thread's
+/// youth: [`ThreadCache::refuses`](crate::thread_cache::ThreadCache::refuses));
 /// false leaves `p` for the paths that ask whose it is.
 ///
 /// The class comes from the segment's side table, as for a remote free,
@@ -60,11 +60,16 @@ pub(crate) unsafe fn free(p: *mut u8) {
 /// read from `p`'s segment.
 #[inline(always)]
 unsafe fn keep(heap: &mut LocalHeap, owner: *mut LocalHeap, p: *mut u8) -> bool {
+    let me: *mut LocalHeap = heap;
+    // Whose the block is matters here only before the thread keeps any
+    // heap's; past that, no branch on it (`refuses`).
+    if heap.tcache.refuses(owner, me) {
+        return false;
+    }
     // SAFETY: `p` is in a live segment of ours (`free`), so the side tables
     // are mapped, and stable while any block of the page lives.
     let size = unsafe { block_size_of(p) };
-    let me: *mut LocalHeap = heap;
-    let Some(class) = heap.tcache.room_any(size, || owner == me) else {
+    let Some(class) = heap.tcache.room_any(size) else {
         return false;
     };
     // SAFETY: as above.

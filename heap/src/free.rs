@@ -37,6 +37,20 @@ pub(crate) unsafe fn free(p: *mut u8) {
     if is_live(heap) && unsafe { keep(&mut *heap, owner, p) } {
         return;
     }
+    // SAFETY: as the caller promised; `owner` read from `p`'s segment.
+    unsafe { free_unkept(heap, owner, p) }
+}
+
+/// A free the thread cache did not keep: to the page if the block is
+/// this heap's, else towards its owner. Out of line, so that the kept
+/// free is a leaf that saves no register (a push is a store, and a
+/// program's stores may queue behind one that waits for another core's
+/// line, as the allocation's did: `alloc::alloc_general`).
+///
+/// # Safety
+/// As [`free`]; `owner` is the owner read from `p`'s segment.
+#[inline(never)]
+unsafe fn free_unkept(heap: *mut LocalHeap, owner: *mut LocalHeap, p: *mut u8) {
     if owner == heap {
         // SAFETY: this thread owns the segment, hence the page and block.
         unsafe { (*heap).free_owned(p) };

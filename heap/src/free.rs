@@ -62,8 +62,9 @@ unsafe fn free_unkept(heap: *mut LocalHeap, owner: *mut LocalHeap, p: *mut u8) {
 
 /// Keeps `p` in `heap`'s thread cache, if `p`'s class has room and the
 /// cache keeps it (this heap's block, or any heap's past the thread's
-/// youth: [`ThreadCache::refuses`](crate::thread_cache::ThreadCache::refuses));
-/// false leaves `p` for the paths that ask whose it is.
+/// youth: [`ThreadCache::refuses`](crate::thread_cache::ThreadCache::refuses)),
+/// or frees this heap's block of a full class to its page; false leaves
+/// `p` for the paths that ask whose it is.
 ///
 /// The class comes from the segment's side table, as for a remote free,
 /// so a free of a block of this heap's reads no page descriptor either;
@@ -83,9 +84,21 @@ unsafe fn keep(heap: &mut LocalHeap, owner: *mut LocalHeap, p: *mut u8) -> bool 
     // SAFETY: `p` is in a live segment of ours (`free`), so the side tables
     // are mapped, and stable while any block of the page lives.
     let size = unsafe { block_size_of(p) };
-    let Some(class) = heap.tcache.room_any(size) else {
+    let Some(class) = heap.tcache.class_for(size) else {
         return false;
     };
+    if heap.tcache.is_full(class) {
+        if owner != me {
+            return false;
+        }
+        // A full class, this heap's block: to its page here, not through
+        // `free_unkept`'s call (a thread freeing a structure of its own
+        // takes this way for every block past its class's first 128: tree
+        // building's free phase took 1.15x its time through the call).
+        // SAFETY: this heap owns the segment, hence the page and block.
+        unsafe { heap.free_owned(p) };
+        return true;
+    }
     // SAFETY: as above.
     if block::CHECKED && !unsafe { crate::segment::is_block_start(p, size) } {
         block::invalid_free(p, "not the start of a block (an interior pointer, or a block already freed)");
@@ -98,7 +111,7 @@ unsafe fn keep(heap: &mut LocalHeap, owner: *mut LocalHeap, p: *mut u8) -> bool 
     }
     // A block start of `size` bytes in a live small page (checked where
     // checks are built), dead and ours to hand over (caller); `class` has
-    // room (`room_any`).
+    // room (not full, just checked).
     // SAFETY: as just said.
     unsafe {
         block::check_not_free(p, size);

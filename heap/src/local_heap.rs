@@ -551,16 +551,16 @@ impl LocalHeap {
         }
     }
 
-    /// Frees block `p`, which this heap owns, into the thread cache if it
-    /// has room, else to its page.
+    /// Frees block `p`, which this heap owns, to its page: the free's
+    /// thread cache found no room for it (its class full, or a block past
+    /// the cache's sizes), so it is not asked again.
     ///
     /// # Safety
     /// As [`LocalHeap::free_local`]; `p`'s segment is owned by this heap.
     #[inline(always)]
     pub(crate) unsafe fn free_owned(&mut self, p: *mut u8) {
         // `p` is a live block of ours (caller), so its page is a live
-        // page of ours, whose descriptor this thread writes anyway; the
-        // thread cache keeps it only in a class `room_in` found room in.
+        // page of ours, whose descriptor this thread writes anyway.
         // SAFETY: as just said.
         unsafe {
             let page = segment::page_of(p);
@@ -571,12 +571,6 @@ impl LocalHeap {
                 );
             }
             block::check_not_free(p, (*page).block_size());
-            let class = (*page).class as usize;
-            if self.tcache.room_in(class) {
-                block::on_free(p, CLASS_SIZE[class] as usize);
-                self.tcache.push(class, p, false);
-                return;
-            }
             self.free_local(page, p);
         }
     }

@@ -229,7 +229,7 @@ impl ThreadCache {
     /// thread's heap being `me`: another heap's, before the thread keeps
     /// any heap's blocks (it allocates and is no longer young; a thread
     /// that only frees sends others' home). Asked before
-    /// [`room_any`](Self::room_any).
+    /// [`class_for`](Self::class_for).
     ///
     /// Past its youth, whether a block is this heap's only decides what the
     /// statistic counts ([`push`](Self::push)), not which way the free
@@ -247,24 +247,20 @@ impl ThreadCache {
     }
 
     /// The class a freed block of `size` bytes (its page's block size, from
-    /// the segment's side table) is kept in if the class has room, for a
-    /// block the cache keeps (this heap's, or any once
-    /// [`refuses`](Self::refuses) none); `None` sends the free down the
-    /// paths that ask whose the block is.
+    /// the segment's side table) is kept in, for a block the cache keeps
+    /// (this heap's, or any once [`refuses`](Self::refuses) none), if the
+    /// cache keeps blocks of that size and the class is not
+    /// [full](Self::is_full); `None` sends the free down the paths that
+    /// ask whose the block is.
     #[inline(always)]
-    pub(crate) fn room_any(&self, size: usize) -> Option<usize> {
-        if size > LARGEST {
-            return None;
-        }
-        let class = class_of(size);
-        (self.held(class) < LIMIT[class]).then_some(class)
+    pub(crate) fn class_for(&self, size: usize) -> Option<usize> {
+        (size <= LARGEST).then(|| class_of(size))
     }
 
-    /// Whether class `class` has room (a page's own class: the owner reads
-    /// its descriptor, which it writes anyway, instead of the side table).
+    /// Whether class `class` holds all it may.
     #[inline(always)]
-    pub(crate) fn room_in(&self, class: usize) -> bool {
-        class < NUM_CLASSES && self.held(class) < LIMIT[class]
+    pub(crate) fn is_full(&self, class: usize) -> bool {
+        self.held(class) >= LIMIT[class]
     }
 
     /// Blocks of class `class` held.
@@ -273,8 +269,8 @@ impl ThreadCache {
         (self.words[class].load(Ordering::Relaxed) & HELD_MASK) as u32
     }
 
-    /// Keeps dead block `p` in `class` (from [`room_in`](Self::room_in),
-    /// [`room_foreign`](Self::room_foreign) or [`room_any`](Self::room_any)),
+    /// Keeps dead block `p` in `class` (from
+    /// [`room_foreign`](Self::room_foreign) or [`class_for`](Self::class_for)),
     /// counted in the statistic if it is another heap's (`foreign`),
     /// without a branch on it.
     ///

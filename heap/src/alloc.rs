@@ -56,17 +56,20 @@ pub(crate) fn alloc(size: usize, align: usize) -> *mut u8 {
         if size <= SMALL_MAX && align <= MIN_BLOCK {
             return heap.alloc_class(class_of(size));
         }
-        return alloc_general(heap, size, align);
+        return alloc_past_small(heap, size, align);
     }
     alloc_cold(size, align)
 }
 
-/// [`alloc`] past the small classes' plain alignment, out of line: inlined,
-/// its registers made every allocation save and restore three (pushes,
-/// stores a program's stores may queue behind).
+/// [`alloc`] past the small classes at their plain alignment, out of line:
+/// inlined, its registers made every allocation save and restore three
+/// (pushes, stores a program's stores may queue behind).
 #[inline(never)]
-fn alloc_general(heap: &mut LocalHeap, size: usize, align: usize) -> *mut u8 {
-    heap.alloc_general(size, align)
+fn alloc_past_small(heap: &mut LocalHeap, size: usize, align: usize) -> *mut u8 {
+    match crate::size_class::class_for_aligned(size, align) {
+        Some(c) => heap.alloc_class(c),
+        None => heap.alloc_large(size, align),
+    }
 }
 
 /// Allocates a block of class `c` from this thread's heap and returns it with

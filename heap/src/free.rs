@@ -1,6 +1,7 @@
-//! The free entry point: a block goes back to its page directly when this
-//! thread owns it (`free_local`), else into a batch for its owner's remote
-//! queue (`free_remote`).
+//! The free entry point: a small block goes to this thread's cache
+//! (`keep`: this heap's, or any heap's once the thread is past its youth),
+//! else back to its page directly when this thread owns it (`free_owned`),
+//! else into a batch for its owner's remote queue (`free_remote`).
 
 use crate::alloc::{current_heap, is_live, thread_init_for_free};
 use crate::block;
@@ -8,6 +9,7 @@ use crate::local_heap::LocalHeap;
 use crate::remote::Inbox;
 use crate::remote::REMOTE;
 use crate::remote_cache::page_key;
+use crate::thread_cache::ThreadCache;
 use crate::segment::{block_size_of, segment_of};
 use crate::sync::Ordering;
 use std::ptr;
@@ -41,11 +43,16 @@ pub(crate) unsafe fn free(p: *mut u8) {
     unsafe { free_unkept(heap, owner, p) }
 }
 
-/// A free the thread cache did not keep: to the page if the block is
-/// this heap's, else towards its owner. Out of line, so that the kept
-/// free is a leaf that saves no register (a push is a store, and a
-/// program's stores may queue behind one that waits for another core's
-/// line, as the allocation's did: `alloc::alloc_general`).
+/// A free the thread cache did not keep (a large block, a young or
+/// free-only thread's free of another heap's block, another heap's block
+/// of a full class): to the page if the block is this heap's, else
+/// towards its owner. Out of line, so that the kept free saves few
+/// registers (a push is a store, and a program's stores may queue behind
+/// one that waits for another core's line, as the allocation's did:
+/// `alloc::alloc_past_small`). With these paths inline it saved more;
+/// with the full class's page path (in `keep`) out of line too it saves
+/// none, but tree building's free phase, which takes that path for nearly
+/// every block, took 1.15x its time.
 ///
 /// # Safety
 /// As [`free`]; `owner` is the owner read from `p`'s segment.
@@ -67,8 +74,9 @@ unsafe fn free_unkept(heap: *mut LocalHeap, owner: *mut LocalHeap, p: *mut u8) {
 /// `p` for the paths that ask whose it is.
 ///
 /// The class comes from the segment's side table, as for a remote free,
-/// so a free of a block of this heap's reads no page descriptor either;
-/// `owner` only feeds the statistic, as data.
+/// so a free of a block of this heap's reads no page descriptor either.
+/// Past the thread's youth, `owner` decides no branch on a kept free: it
+/// feeds the statistic, as data (`ThreadCache::refuses`).
 ///
 /// # Safety
 /// As [`free`]; `heap` is this thread's live heap and `owner` the owner
@@ -81,10 +89,9 @@ unsafe fn keep(heap: &mut LocalHeap, owner: *mut LocalHeap, p: *mut u8) -> bool 
     if heap.tcache.refuses(owner, me) {
         return false;
     }
-    // SAFETY: `p` is in a live segment of ours (`free`), so the side tables
-    // are mapped, and stable while any block of the page lives.
+    // SAFETY: `p` is in a live segment of ours (`free`), side tables mapped.
     let size = unsafe { block_size_of(p) };
-    let Some(class) = heap.tcache.class_for(size) else {
+    let Some(class) = ThreadCache::class_for(size) else {
         return false;
     };
     if heap.tcache.is_full(class) {
@@ -144,8 +151,7 @@ unsafe fn free_remote(heap: *mut LocalHeap, owner: *mut LocalHeap, p: *mut u8) {
         debug_assert_eq!(size, page_size, "heap: slice block size out of step");
     }
     // `p` is dead and ours to hand over (caller); heaps are never
-    // unmapped, so `owner`'s queue outlives the push; the thread cache
-    // keeps it only in a class `room_foreign` found room in.
+    // unmapped, so `owner`'s queue outlives the push.
     // SAFETY: as just said.
     unsafe {
         block::on_free(p, size);
@@ -159,15 +165,12 @@ unsafe fn free_remote(heap: *mut LocalHeap, owner: *mut LocalHeap, p: *mut u8) {
         } else {
             heap
         };
-        // Kept, the block stays `owner`'s: handed out here again, its next
-        // free is remote too. A young thread sends home what it frees of
-        // others' (`thread_cache::YOUNG_SENDS`); `remote_frees_cached`
-        // counts what is kept.
+        // The thread cache refused the block (a young thread's, or one
+        // that only frees: `thread_cache::YOUNG_SENDS`) or had no room
+        // for it (`keep`): it goes home.
         if is_live(heap) {
-            match (*heap).tcache.room_foreign(size) {
-                Some(class) => (*heap).tcache.push(class, p, true),
-                None => send(&mut *heap, queue, p, size),
-            }
+            (*heap).tcache.note_sent(size);
+            send(&mut *heap, queue, p, size);
         } else {
             (*queue).push(0, p.cast(), p.cast());
             REMOTE.sent.fetch_add(1, Ordering::Relaxed);

@@ -330,7 +330,7 @@ impl LocalHeap {
     /// A span of its own for a request no class serves.
     #[cold]
     #[inline(never)]
-    fn alloc_large(&mut self, size: usize, align: usize) -> *mut u8 {
+    pub(crate) fn alloc_large(&mut self, size: usize, align: usize) -> *mut u8 {
         if align > crate::aligned::MAX_SEGMENT_ALIGN {
             // No segment can place it (`aligned.rs`).
             return crate::aligned::alloc(size, align);
@@ -790,7 +790,7 @@ impl LocalHeap {
     /// The slow path's chores: send our outgoing batches, take back what other
     /// threads freed, now and then visit orphaned heaps, purge idle slices.
     fn housekeeping(&mut self) {
-        if !self.tcache.is_empty() && self.slow_count % 64 == 0 {
+        if self.slow_count % 64 == 0 && !self.tcache.is_empty() {
             let now = os::now_ms();
             if now >= self.next_tcache_flush_ms {
                 // Kept blocks hold their pages: at most about a purge

@@ -194,6 +194,16 @@ pub(crate) unsafe fn is_block_start(p: *const u8, size: usize) -> bool {
     if size == 0 || idx < HEADER_SLICES || first > idx {
         return false; // the header, or a slice no page ever covered
     }
+    // `first` is the first slice of a page covering `p`, whose descriptor
+    // is in the live segment's header; its fields read here are atomic.
+    let page = Segment::page(seg, first);
+    // A page given back keeps its side tables (they are only rewritten
+    // when a page is laid there again), so its descriptor's state says
+    // whether one is there now: a free into a page given back is none.
+    // SAFETY: as just said.
+    if matches!(unsafe { (*page).state() }, PageState::Free | PageState::Interior) {
+        return false;
+    }
     let offset = (in_seg - (first << SLICE_SHIFT)) as u64;
     if size > crate::size_class::SMALL_MAX {
         return offset == 0; // a span of one block
@@ -202,10 +212,8 @@ pub(crate) unsafe fn is_block_start(p: *const u8, size: usize) -> bool {
     let k = (offset * crate::size_class::RECIP[c]) >> crate::size_class::RECIP_SHIFT;
     // Below the page's capacity too: a multiple of the size past its last
     // block (in the page's tail, short of a block) is none.
-    // `first` is the first slice of a page covering `p`, whose descriptor
-    // is in the live segment's header; the field is atomic.
-    // SAFETY: as just said.
-    let capacity = unsafe { (*Segment::page(seg, first)).capacity() } as u64;
+    // SAFETY: as above.
+    let capacity = unsafe { (*page).capacity() } as u64;
     k * size as u64 == offset && k < capacity
 }
 

@@ -85,8 +85,8 @@ pub struct HeapStats {
     /// `remote_frees_sent` too, unless its segment has become the freeing
     /// heap's meanwhile). Such a block stays its owner's: when the thread
     /// allocates it again and frees it, that free is remote again (see
-    /// [`crate::YOUNG_SENDS`]). Counted per thread and size class, each
-    /// count wrapping past 2^48.
+    /// [`crate::YOUNG_SENDS`]). Counts past 2^48 blocks of one size
+    /// class kept by one heap wrap.
     pub remote_frees_cached: u64,
     /// Remote frees taken back by their owners (a block forwarded to a
     /// segment's new owner counts once, where it is applied).

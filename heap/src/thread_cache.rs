@@ -52,6 +52,7 @@
 //!   bound below, until it calls `flush` or exits.
 
 use crate::block;
+use crate::local_heap::LocalHeap;
 use crate::size_class::{class_of, CLASS_SIZE, NUM_CLASSES};
 use crate::sync::{AtomicU64, Ordering};
 use std::ptr;
@@ -201,28 +202,18 @@ impl ThreadCache {
         self.keeps_any = 0;
     }
 
-    /// The class another heap's freed block of `size` bytes (its page's
-    /// block size) would be kept in, if it has room and this thread keeps
-    /// other heaps' blocks yet (`allocates`; `young`, which each refusal
-    /// counts down).
-    ///
-    /// The class comes from the size (a small page's block size is its
-    /// class's size exactly), not from the page descriptor: another heap
-    /// writes its descriptors on every allocation, and reading one on a
-    /// remote free cost a cache miss.
+    /// Notes that another heap's block of `size` bytes is sent home rather
+    /// than kept: a young thread's frees of small blocks count its youth
+    /// down ([`YOUNG_SENDS`]), and the last one lets the cache keep every
+    /// heap's blocks from then on ([`refuses`](Self::refuses)). Only
+    /// [`free_remote`](crate::free) calls it, for a block the cache
+    /// refused or had no room for.
     #[inline(always)]
-    pub(crate) fn room_foreign(&mut self, size: usize) -> Option<usize> {
-        if size > LARGEST || !self.allocates {
-            return None;
-        }
-        if self.young > 0 {
+    pub(crate) fn note_sent(&mut self, size: usize) {
+        if size <= LARGEST && self.allocates && self.young > 0 {
             self.young -= 1;
             self.keeps_any = mask(self.young == 0);
-            return None;
         }
-        let class = class_of(size);
-        debug_assert_eq!(CLASS_SIZE[class] as usize, size, "heap: not a class size");
-        (self.held(class) < LIMIT[class]).then_some(class)
     }
 
     /// Whether the cache refuses a block whose segment names `owner`, this
@@ -242,19 +233,22 @@ impl ThreadCache {
     /// which took larson-ring pinned to one core at two threads back from
     /// 1.06x to 1.4x jemalloc's time.
     #[inline(always)]
-    pub(crate) fn refuses<T>(&self, owner: *mut T, me: *mut T) -> bool {
+    pub(crate) fn refuses(&self, owner: *const LocalHeap, me: *const LocalHeap) -> bool {
         (owner as usize ^ me as usize) & !self.keeps_any != 0
     }
 
     /// The class a freed block of `size` bytes (its page's block size, from
-    /// the segment's side table) is kept in, for a block the cache keeps
-    /// (this heap's, or any once [`refuses`](Self::refuses) none), if the
-    /// cache keeps blocks of that size and the class is not
-    /// [full](Self::is_full); `None` sends the free down the paths that
-    /// ask whose the block is.
+    /// the segment's side table, a class's size exactly) is kept in, if the
+    /// cache keeps blocks of that size; `None` past them. The caller asks
+    /// [`refuses`](Self::refuses) and [`is_full`](Self::is_full) too.
     #[inline(always)]
-    pub(crate) fn class_for(&self, size: usize) -> Option<usize> {
-        (size <= LARGEST).then(|| class_of(size))
+    pub(crate) fn class_for(size: usize) -> Option<usize> {
+        if size > LARGEST {
+            return None;
+        }
+        let class = class_of(size);
+        debug_assert_eq!(CLASS_SIZE[class] as usize, size, "heap: not a class size");
+        Some(class)
     }
 
     /// Whether class `class` holds all it may.
@@ -269,8 +263,8 @@ impl ThreadCache {
         (self.words[class].load(Ordering::Relaxed) & HELD_MASK) as u32
     }
 
-    /// Keeps dead block `p` in `class` (from
-    /// [`room_foreign`](Self::room_foreign) or [`class_for`](Self::class_for)),
+    /// Keeps dead block `p` in `class` (from [`class_for`](Self::class_for),
+    /// not [full](Self::is_full)),
     /// counted in the statistic if it is another heap's (`foreign`),
     /// without a branch on it.
     ///
@@ -334,8 +328,8 @@ impl ThreadCache {
     }
 
     /// Whether any block is held: a look at every class, which only a
-    /// flush and the slow path's housekeeping ask (a running total would
-    /// cost every free and allocation a store).
+    /// flush and every 64th slow path's housekeeping ask (a running total
+    /// would cost every free and allocation a store).
     #[inline]
     pub(crate) fn is_empty(&self) -> bool {
         (0..NUM_CLASSES).all(|c| self.held(c) == 0)

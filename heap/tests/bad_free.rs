@@ -12,13 +12,15 @@ use std::alloc::{GlobalAlloc, Layout};
 
 mod support;
 
-const CASES: [(&str, &str); 13] = [
+const CASES: [(&str, &str); 15] = [
     ("malloc", "not in any segment of this allocator"),
     ("static", "not in any segment of this allocator"),
     ("stack", "not in any segment of this allocator"),
     ("interior", "not the start of a block"),
     ("interior_remote", "not the start of a block"),
     ("past_last_remote", "not the start of a block"),
+    ("past_last", "not the start of a block"),
+    ("given_back", "not the start of a block"),
     ("double", "freed twice"),
     ("double_remote", "freed twice"),
     ("double_large", "freed twice"),
@@ -81,6 +83,28 @@ fn bad_free(case: &str) {
                 let page = loam_heap::PageRef::of(of_a_live_thread(l24));
                 let past = page.start().add(page.capacity() * page.block_size());
                 LoamAlloc.dealloc(past, l24)
+            }
+            "past_last" => {
+                // The same past this thread's own page: its small blocks
+                // are checked by the side tables too (the thread cache's
+                // path, which reads no page descriptor).
+                let l24 = Layout::from_size_align(24, 8).unwrap();
+                let page = loam_heap::PageRef::of(LoamAlloc.alloc(l24));
+                let past = page.start().add(page.capacity() * page.block_size());
+                LoamAlloc.dealloc(past, l24)
+            }
+            "given_back" => {
+                // A block of this thread's whose page was given back (and
+                // its memory decommitted, so no freed tag is left to
+                // find): the side tables still describe the page, its
+                // descriptor says it is gone.
+                // A live block of another class keeps the segment.
+                let odd = Layout::from_size_align(600, 8).unwrap();
+                let _stays = LoamAlloc.alloc(l);
+                let p = LoamAlloc.alloc(odd);
+                LoamAlloc.dealloc(p, odd);
+                loam_heap::release();
+                LoamAlloc.dealloc(p, odd);
             }
             "double" => {
                 let p = LoamAlloc.alloc(l);

@@ -9,12 +9,14 @@ use std::alloc::{GlobalAlloc, Layout};
 #[test]
 fn kept_blocks_of_other_heaps_are_counted_and_sent_ones_are_not() {
     const N: u64 = 16;
+    /// Other heaps' blocks freed into a full class.
+    const M: usize = 32;
     let layout = Layout::from_size_align(64, 8).unwrap();
     let young = YOUNG_SENDS as usize;
     let (blocks_tx, blocks_rx) = std::sync::mpsc::channel::<Vec<usize>>();
     let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
     let owner = std::thread::spawn(move || {
-        let blocks = (0..young + N as usize)
+        let blocks = (0..young + N as usize + M)
             // SAFETY: a non-zero size; the blocks are handed over, freed there.
             .map(|_| unsafe { LoamAlloc.alloc(layout) } as usize)
             .collect();
@@ -37,7 +39,7 @@ fn kept_blocks_of_other_heaps_are_counted_and_sent_ones_are_not() {
                 "a young thread keeps none"
             );
             // Its own blocks, kept too, between them: not counted.
-            for (&p, &q) in theirs[young..].iter().zip(&own) {
+            for (&p, &q) in theirs[young..young + N as usize].iter().zip(&own) {
                 LoamAlloc.dealloc(p as *mut u8, layout);
                 LoamAlloc.dealloc(q, layout);
             }
@@ -47,9 +49,20 @@ fn kept_blocks_of_other_heaps_are_counted_and_sent_ones_are_not() {
                 N,
                 "only the other heap's blocks are counted"
             );
+            // The rest of its own (1,984 more): the class fills (128 of 64
+            // bytes), and the other heap's blocks freed then go home.
             for &p in &own[N as usize..] {
                 LoamAlloc.dealloc(p, layout);
             }
+            let full = loam_heap::stats();
+            for &p in &theirs[young + N as usize..] {
+                LoamAlloc.dealloc(p as *mut u8, layout);
+            }
+            assert_eq!(
+                loam_heap::stats().remote_frees_cached,
+                full.remote_frees_cached,
+                "a full class keeps none"
+            );
         }
     })
     .join()

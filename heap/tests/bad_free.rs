@@ -32,17 +32,13 @@ const CASES: [(&str, &str); 15] = [
 
 static STATIC_BYTES: [u8; 64] = [0; 64];
 
-/// A block allocated by another thread that stays alive, so that freeing
-/// it here is a remote free (checked by the segment's side tables, not
-/// the owner's descriptor).
+/// A block allocated by another thread that stays alive (for as long as
+/// this child process), so that freeing it here is a remote free (checked
+/// by the segment's side tables, not the owner's descriptor).
 fn of_a_live_thread(l: Layout) -> *mut u8 {
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        // SAFETY: a non-zero size; the block is handed over.
-        tx.send(unsafe { LoamAlloc.alloc(l) } as usize).unwrap();
-        std::thread::park();
-    });
-    rx.recv().unwrap() as *mut u8
+    let (blocks, owner) = support::blocks_of_a_live_thread(1, l);
+    std::mem::forget(owner);
+    blocks[0] as *mut u8
 }
 
 /// What a write after free puts over a free block's first word (a page

@@ -6,6 +6,8 @@
 use loam_heap::{LoamAlloc, YOUNG_SENDS};
 use std::alloc::{GlobalAlloc, Layout};
 
+mod support;
+
 #[test]
 fn kept_blocks_of_other_heaps_are_counted_and_sent_ones_are_not() {
     const N: u64 = 16;
@@ -13,17 +15,7 @@ fn kept_blocks_of_other_heaps_are_counted_and_sent_ones_are_not() {
     const M: usize = 32;
     let layout = Layout::from_size_align(64, 8).unwrap();
     let young = YOUNG_SENDS as usize;
-    let (blocks_tx, blocks_rx) = std::sync::mpsc::channel::<Vec<usize>>();
-    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
-    let owner = std::thread::spawn(move || {
-        let blocks = (0..young + N as usize + M)
-            // SAFETY: a non-zero size; the blocks are handed over, freed there.
-            .map(|_| unsafe { LoamAlloc.alloc(layout) } as usize)
-            .collect();
-        blocks_tx.send(blocks).unwrap();
-        done_rx.recv().unwrap(); // alive until the freer is done
-    });
-    let theirs = blocks_rx.recv().unwrap();
+    let (theirs, owner) = support::blocks_of_a_live_thread(young + N as usize + M, layout);
     std::thread::spawn(move || {
         // SAFETY: live blocks of 64 bytes, each freed once, here.
         unsafe {
@@ -67,6 +59,5 @@ fn kept_blocks_of_other_heaps_are_counted_and_sent_ones_are_not() {
     })
     .join()
     .unwrap();
-    done_tx.send(()).unwrap();
-    owner.join().unwrap();
+    drop(owner);
 }

@@ -7,9 +7,27 @@
 use loam_heap::{LoamAlloc, PageRef, YOUNG_SENDS};
 use std::alloc::{GlobalAlloc, Layout};
 use std::collections::BTreeSet;
+use support::blocks_of_a_live_thread;
+
+mod support;
 
 fn layout(size: usize) -> Layout {
     Layout::from_size_align(size, 8).unwrap()
+}
+
+/// This thread's next `expected.len()` allocations of `l`, asserted to be
+/// the blocks `expected` (in any order): `what` says why.
+fn next_allocations_are(expected: &[usize], l: Layout, what: &str) -> Vec<*mut u8> {
+    let got: Vec<*mut u8> = (0..expected.len())
+        // SAFETY: a non-zero size; the caller frees each block once.
+        .map(|_| unsafe { LoamAlloc.alloc(l) })
+        .collect();
+    assert_eq!(
+        got.iter().map(|&p| p as usize).collect::<BTreeSet<usize>>(),
+        expected.iter().copied().collect(),
+        "{what}"
+    );
+    got
 }
 
 /// Makes the calling thread one that keeps other heaps' blocks: one that
@@ -68,17 +86,7 @@ fn the_block_freed_last_is_the_next_one_of_its_class() {
 #[test]
 fn blocks_another_thread_allocated_serve_the_freeing_threads_allocations() {
     const N: usize = 16;
-    let (blocks_tx, blocks_rx) = std::sync::mpsc::channel::<Vec<usize>>();
-    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
-    let owner = std::thread::spawn(move || {
-        // SAFETY: a non-zero size; the blocks are handed over, freed by B.
-        let blocks = (0..N)
-            .map(|_| unsafe { LoamAlloc.alloc(layout(64)) } as usize)
-            .collect();
-        blocks_tx.send(blocks).unwrap();
-        done_rx.recv().unwrap(); // alive until B is done
-    });
-    let theirs = blocks_rx.recv().unwrap();
+    let (theirs, owner) = blocks_of_a_live_thread(N, layout(64));
     std::thread::spawn(move || {
         grow_up();
         // SAFETY: live blocks of 64 bytes, each freed once, here.
@@ -90,13 +98,8 @@ fn blocks_another_thread_allocated_serve_the_freeing_threads_allocations() {
             for &p in &theirs {
                 LoamAlloc.dealloc(p as *mut u8, layout(64));
             }
-            let mine: Vec<*mut u8> = (0..N).map(|_| LoamAlloc.alloc(layout(64))).collect();
-            let got: BTreeSet<usize> = mine.iter().map(|&p| p as usize).collect();
-            assert_eq!(
-                got,
-                theirs.iter().copied().collect(),
-                "the freed blocks were reused here"
-            );
+            let mine =
+                next_allocations_are(&theirs, layout(64), "the freed blocks were reused here");
             for p in mine {
                 LoamAlloc.dealloc(p, layout(64));
             }
@@ -107,8 +110,7 @@ fn blocks_another_thread_allocated_serve_the_freeing_threads_allocations() {
     })
     .join()
     .unwrap();
-    done_tx.send(()).unwrap();
-    owner.join().unwrap();
+    drop(owner);
 }
 
 /// A new thread sends its first `YOUNG_SENDS` frees of another heap's
@@ -118,17 +120,7 @@ fn blocks_another_thread_allocated_serve_the_freeing_threads_allocations() {
 fn a_young_thread_sends_other_heaps_blocks_home_then_keeps_them() {
     const N: usize = 16;
     let young = YOUNG_SENDS as usize;
-    let (blocks_tx, blocks_rx) = std::sync::mpsc::channel::<Vec<usize>>();
-    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
-    let owner = std::thread::spawn(move || {
-        let blocks = (0..young + N)
-            // SAFETY: a non-zero size; the blocks are handed over, freed there.
-            .map(|_| unsafe { LoamAlloc.alloc(layout(80)) } as usize)
-            .collect();
-        blocks_tx.send(blocks).unwrap();
-        done_rx.recv().unwrap(); // alive until the freer is done
-    });
-    let mut theirs = blocks_rx.recv().unwrap();
+    let (mut theirs, owner) = blocks_of_a_live_thread(young + N, layout(80));
     let last: Vec<usize> = theirs.split_off(young);
     std::thread::spawn(move || {
         // SAFETY: live blocks of 80 bytes, each freed once, here.
@@ -148,12 +140,10 @@ fn a_young_thread_sends_other_heaps_blocks_home_then_keeps_them() {
             for &p in &last {
                 LoamAlloc.dealloc(p as *mut u8, layout(80));
             }
-            let mine: Vec<*mut u8> = (0..N).map(|_| LoamAlloc.alloc(layout(80))).collect();
-            let got: BTreeSet<usize> = mine.iter().map(|&p| p as usize).collect();
-            assert_eq!(
-                got,
-                last.iter().copied().collect(),
-                "past its young frees, the thread keeps them"
+            let mine = next_allocations_are(
+                &last,
+                layout(80),
+                "past its young frees, the thread keeps them",
             );
             for p in mine.into_iter().chain(next).chain(own) {
                 LoamAlloc.dealloc(p, layout(80));
@@ -162,8 +152,7 @@ fn a_young_thread_sends_other_heaps_blocks_home_then_keeps_them() {
     })
     .join()
     .unwrap();
-    done_tx.send(()).unwrap();
-    owner.join().unwrap();
+    drop(owner);
 }
 
 #[test]

@@ -94,7 +94,7 @@ unsafe fn keep(heap: &mut LocalHeap, owner: *mut LocalHeap, p: *mut u8) -> bool 
     let Some(class) = ThreadCache::class_for(size) else {
         return false;
     };
-    if heap.tcache.is_full(class) {
+    let Some(w) = heap.tcache.room(class) else {
         if owner != me {
             return false;
         }
@@ -105,7 +105,7 @@ unsafe fn keep(heap: &mut LocalHeap, owner: *mut LocalHeap, p: *mut u8) -> bool 
         // SAFETY: this heap owns the segment, hence the page and block.
         unsafe { heap.free_owned(p) };
         return true;
-    }
+    };
     // SAFETY: as above.
     if block::CHECKED && !unsafe { crate::segment::is_block_start(p, size) } {
         block::invalid_free(p, "not the start of a block (an interior pointer, or a block already freed)");
@@ -117,13 +117,13 @@ unsafe fn keep(heap: &mut LocalHeap, owner: *mut LocalHeap, p: *mut u8) -> bool 
         debug_assert_eq!(size, page_size, "heap: slice block size out of step");
     }
     // A block start of `size` bytes in a live small page (checked where
-    // checks are built), dead and ours to hand over (caller); `class` has
-    // room (not full, just checked).
+    // checks are built), dead and ours to hand over (caller); `w` is its
+    // class's word, read just above with room found.
     // SAFETY: as just said.
     unsafe {
         block::check_not_free(p, size);
         block::on_free(p, size);
-        heap.tcache.push(class, p, owner != me);
+        heap.tcache.push(class, w, p, owner != me);
     }
     true
 }

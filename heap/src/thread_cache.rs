@@ -240,7 +240,7 @@ impl ThreadCache {
     /// The class a freed block of `size` bytes (its page's block size, from
     /// the segment's side table, a class's size exactly) is kept in, if the
     /// cache keeps blocks of that size; `None` past them. The caller asks
-    /// [`refuses`](Self::refuses) and [`is_full`](Self::is_full) too.
+    /// [`refuses`](Self::refuses) and [`room`](Self::room) too.
     #[inline(always)]
     pub(crate) fn class_for(size: usize) -> Option<usize> {
         if size > LARGEST {
@@ -251,10 +251,13 @@ impl ThreadCache {
         Some(class)
     }
 
-    /// Whether class `class` holds all it may.
+    /// Class `class`'s word, if the class has room (`None`: it holds all it
+    /// may), for [`push`](Self::push): read once for both, an atomic load
+    /// the compiler does not merge.
     #[inline(always)]
-    pub(crate) fn is_full(&self, class: usize) -> bool {
-        self.held(class) >= LIMIT[class]
+    pub(crate) fn room(&self, class: usize) -> Option<u64> {
+        let w = self.words[class].load(Ordering::Relaxed);
+        ((w & HELD_MASK) < u64::from(LIMIT[class])).then_some(w)
     }
 
     /// Blocks of class `class` held.
@@ -263,19 +266,18 @@ impl ThreadCache {
         (self.words[class].load(Ordering::Relaxed) & HELD_MASK) as u32
     }
 
-    /// Keeps dead block `p` in `class` (from [`class_for`](Self::class_for),
-    /// not [full](Self::is_full)),
-    /// counted in the statistic if it is another heap's (`foreign`),
-    /// without a branch on it.
+    /// Keeps dead block `p` in `class` (from [`class_for`](Self::class_for)),
+    /// whose word `w` [`room`](Self::room) read, counted in the statistic if
+    /// it is another heap's (`foreign`), without a branch on it.
     ///
     /// # Safety
     /// `p` is a dead block of a small page of class `class`, ours to hand
-    /// over, already through `block::on_free`; `class` has room.
+    /// over, already through `block::on_free`; `w` is the class's word as
+    /// `room` returned it, with nothing kept or taken since.
     #[inline(always)]
-    pub(crate) unsafe fn push(&mut self, class: usize, p: *mut u8, foreign: bool) {
+    pub(crate) unsafe fn push(&mut self, class: usize, w: u64, p: *mut u8, foreign: bool) {
         // SAFETY: a dead block of ours (caller), at least 8 bytes.
         unsafe { block::on_keep(p) };
-        let w = self.words[class].load(Ordering::Relaxed);
         let n = (w & HELD_MASK) as usize;
         debug_assert!(n < LIMIT[class] as usize, "heap: a thread cache class over its limit");
         // `n < LIMIT[class]` (the caller checked for room), so the slot is

@@ -185,8 +185,8 @@ pub(crate) fn with_fallback<R>(f: impl FnOnce(&mut LocalHeap) -> R) -> Option<R>
             return None;
         }
         // A new heap, listed among all heaps but used by no thread yet
-        // (walkers read only its `all_next` and one atomic count of its
-        // thread cache): ours to set up.
+        // (walkers read only its `all_next` and its thread cache's atomic
+        // per-class words): ours to set up.
         // SAFETY: as just said.
         unsafe { (*heap).adopts = false };
         g.0 = heap;

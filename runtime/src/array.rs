@@ -57,26 +57,46 @@ struct Reserved<'m> {
 impl Reserved<'_> {
     /// Cuts the length to `len` (the elements written) and publishes the
     /// object.
+    #[inline(always)]
     fn publish(&mut self, len: usize) {
+        if len < self.len {
+            self.cut(len);
+        }
+        if let Some(bit) = self.bit.take() {
+            bit.set();
+        }
+    }
+
+    /// Cuts the length word to `len`, the elements written (fewer than
+    /// reserved: a filling iterator that panicked or fell short).
+    #[cold]
+    fn cut(&mut self, len: usize) {
         // SAFETY: the length word of our unpublished object: no other
-        // thread can reach it before the bit below is set (in a
-        // `GlobalAlloc` space, which has no bit, its registry already
-        // lists it, but that is read only with the world stopped, never
-        // during this call: such a space runs no ragged cycles).
+        // thread can reach it before its bit is set (in a `GlobalAlloc`
+        // space, which has no bit, its registry already lists it, but that
+        // is read only with the world stopped, never during this call: such
+        // a space runs no ragged cycles).
         unsafe { *((self.addr + std::mem::size_of::<usize>()) as *mut usize) = len };
         // The sweep credits a large object with its size as its header and
         // length say (`TypeDesc::object_size`): a cut one gives the rest of
         // its charge back now.
         // (A `GlobalAlloc` space charges and credits the whole allocation.)
         let pages = self.mutator.alloc_space().is_none();
-        if pages && len < self.len && self.charged > loam_heap::SMALL_MAX {
+        if pages && self.charged > loam_heap::SMALL_MAX {
             let bytes = self.offset + len * self.elem;
             self.mutator.give_back(self.charged - bytes);
         }
-        if let Some(bit) = self.bit.take() {
-            bit.set();
-        }
+        self.len = len;
     }
+}
+
+/// What [`Mutation::reserve_small`] found: a block of a size class with
+/// its header and length words written and the bytes charged, or a case
+/// for the general path, or the limit's or the OS's refusal.
+enum Small {
+    Got(*mut u8, AllocatedBit, usize),
+    General,
+    Failed(Failure),
 }
 
 /// Publishes an array being filled on every exit path, with the elements
@@ -100,6 +120,52 @@ fn array_bytes<T>(len: usize) -> Option<usize> {
     len.checked_mul(std::mem::size_of::<T>())
         .and_then(|b| b.checked_add(array_offset::<T>()))
         .filter(|&b| b <= isize::MAX as usize)
+}
+
+/// The sweep's page flag for arrays of `T`: read the headers for drop glue.
+#[inline(always)]
+fn drop_flags<T>() -> u8 {
+    if std::mem::needs_drop::<T>() {
+        crate::sweep::HAS_DROP
+    } else {
+        0
+    }
+}
+
+/// Writes a fresh array's header word and length word.
+///
+/// # Safety
+/// `p` is a fresh block of at least 16 bytes, aligned to a word, ours alone.
+#[inline(always)]
+unsafe fn write_array_words(p: *mut u8, header: usize, len: usize) {
+    // SAFETY: as the caller vouches.
+    unsafe {
+        p.cast::<usize>().write(header);
+        p.cast::<usize>().add(1).write(len);
+    }
+}
+
+/// The heap limit refused `size` bytes of credit.
+#[cold]
+fn limit_failure(m: &Mutator, size: usize) -> Failure {
+    Failure {
+        size,
+        limit: m.shared().config.heap_limit.unwrap_or(usize::MAX),
+        thread_exited: false,
+    }
+}
+
+/// The OS refused a block of `size` bytes, or the thread's heap is gone:
+/// as for an object (`out_of_memory`), the credit taken for it goes back.
+#[cold]
+fn refused(m: &Mutator, size: usize) -> Failure {
+    let thread_exited = m.alloc_space().is_none() && loam_heap::thread_heap_exited();
+    m.refused_by_os(size, !thread_exited);
+    Failure {
+        size,
+        limit: usize::MAX,
+        thread_exited,
+    }
 }
 
 impl Failure {
@@ -152,53 +218,106 @@ unsafe fn copy_bytes(src: *const u8, dst: *mut u8, n: usize) {
     }
 }
 
+/// Copies `parts` one after another to `at`, as bytes.
+///
+/// # Safety
+/// `at` is the first element of an unpublished array of ours with room for
+/// the parts' lengths together; a `Copy` element is copied as bytes (the
+/// parts are a caller's slices, which cannot overlap our fresh block).
+#[inline(always)]
+unsafe fn copy_parts<T: Copy>(at: usize, parts: &[&[T]]) {
+    let mut at = at as *mut T;
+    for part in parts {
+        let bytes = std::mem::size_of_val::<[T]>(*part);
+        // SAFETY: as the caller vouches: `bytes` readable from the part,
+        // writable at `at` (`copy_bytes`).
+        unsafe {
+            copy_bytes(part.as_ptr().cast::<u8>(), at.cast::<u8>(), bytes);
+            at = at.add(part.len());
+        }
+    }
+}
+
 impl<'gc> Mutation<'gc> {
-    /// Reserves a `bytes`-byte block for an array of `len` elements whose
-    /// header word is `header`, and writes both words.
+    /// Reserves a block for an array of `len` elements whose header word is
+    /// `header`, and writes both words.
+    #[inline(always)]
     fn reserve_array<T>(&self, header: usize, len: usize) -> Result<Reserved<'_>, Failure> {
+        match self.reserve_small::<T>(header, len) {
+            Small::Got(p, bit, size) => Ok(Reserved {
+                addr: p as usize,
+                bit: Some(bit),
+                charged: size,
+                len,
+                offset: array_offset::<T>(),
+                elem: std::mem::size_of::<T>(),
+                mutator: self.mutator(),
+            }),
+            Small::General => self.reserve_array_general::<T>(header, len),
+            Small::Failed(f) => Err(f),
+        }
+    }
+
+    /// [`reserve_array`](Self::reserve_array)'s common case, inlined into
+    /// the constructors as `try_alloc`'s is: loam's pages, a size class,
+    /// credit at hand, the class's current page with a free block. Every
+    /// managed string is such an array; out of line, with the general case
+    /// beside it, an allocation took about 140 instructions, half of them
+    /// the call, the size checks and the `Reserved` built in memory (the
+    /// strings case of `benches/collections.rs`, counted with cachegrind).
+    #[inline(always)]
+    fn reserve_small<T>(&self, header: usize, len: usize) -> Small {
+        let m = self.mutator();
+        let class = match (m.alloc_space(), array_bytes::<T>(len)) {
+            (None, Some(bytes)) if std::mem::align_of::<T>() <= 8 => loam_heap::ObjectClass::small(bytes),
+            _ => None,
+        };
+        let Some(class) = class else {
+            return Small::General;
+        };
+        let size = class.size();
+        if !m.take_credit(size) {
+            return Small::Failed(limit_failure(m, size));
+        }
+        let (p, bit) = loam_heap::alloc_object_in(class, drop_flags::<T>(), m.shared().id);
+        let Some(bit) = bit else {
+            return Small::Failed(refused(m, size));
+        };
+        crate::mutator::check_fresh(p);
+        // SAFETY: `p` is a fresh block of the class, at least 16 bytes,
+        // aligned to a word, ours alone until published.
+        unsafe { write_array_words(p, header | self.window_made(), len) };
+        Small::Got(p, bit, size)
+    }
+
+    /// [`reserve_array`](Self::reserve_array) for every other case: a
+    /// `GlobalAlloc` space, a large array, an over-aligned element, a size
+    /// past `isize::MAX`.
+    #[cold]
+    #[inline(never)]
+    fn reserve_array_general<T>(&self, header: usize, len: usize) -> Result<Reserved<'_>, Failure> {
         let Some(bytes) = array_bytes::<T>(len) else {
             return Err(Failure::overflow(self));
         };
         let align = std::mem::align_of::<T>().max(std::mem::align_of::<usize>());
-        let flags = if std::mem::needs_drop::<T>() {
-            crate::sweep::HAS_DROP
-        } else {
-            0
-        };
         let m = self.mutator();
         let space = m.alloc_space();
-        // A small array in loam's pages takes the inlined fast path of a
-        // size class, as `try_alloc` does, with its class looked up at run
-        // time (a managed string is one of these).
-        let class = match space {
-            None if align <= 8 => loam_heap::ObjectClass::small(bytes),
-            _ => None,
-        };
         // As in `try_alloc`: accounting in blocks, blocks of 16 bytes or
         // more (an empty array is two words); in a `GlobalAlloc` space, the
         // allocation with its prefix.
-        let size = match (space, class) {
-            (None, Some(class)) => class.size(),
-            (None, None) => loam_heap::good_size(bytes, align),
-            (Some(_), _) => AllocSpace::charge(bytes, align),
+        let size = match space {
+            None => loam_heap::good_size(bytes, align),
+            Some(_) => AllocSpace::charge(bytes, align),
         };
         if space.is_none() && align > crate::mutator::MAX_PAGE_ALIGN {
             crate::mutator::over_aligned(align);
         }
         if !m.take_credit(size) {
-            let limit = m.shared().config.heap_limit.unwrap_or(usize::MAX);
-            return Err(Failure {
-                size,
-                limit,
-                thread_exited: false,
-            });
+            return Err(limit_failure(m, size));
         }
         let (p, bit) = match space {
             None => {
-                let (p, bit) = match class {
-                    Some(class) => loam_heap::alloc_object_in(class, flags, m.shared().id),
-                    None => loam_heap::alloc_object(bytes, align, flags, m.shared().id),
-                };
+                let (p, bit) = loam_heap::alloc_object(bytes, align, drop_flags::<T>(), m.shared().id);
                 (p, bit.map(Some))
             }
             Some(space) => {
@@ -209,25 +328,14 @@ impl<'gc> Mutation<'gc> {
             }
         };
         let Some(bit) = bit else {
-            // The OS refused it, or the thread's heap is gone: as for an
-            // object (`out_of_memory`).
-            let thread_exited = space.is_none() && loam_heap::thread_heap_exited();
-            m.refused_by_os(size, !thread_exited);
-            return Err(Failure {
-                size,
-                limit: usize::MAX,
-                thread_exited,
-            });
+            return Err(refused(m, size));
         };
         if space.is_none() {
             crate::mutator::check_fresh(p);
         }
         // SAFETY: `p` is a fresh block of `bytes >= 16` bytes, aligned to at
         // least a word, ours alone until published.
-        unsafe {
-            p.cast::<usize>().write(header | self.window_made());
-            p.cast::<usize>().add(1).write(len);
-        }
+        unsafe { write_array_words(p, header | self.window_made(), len) };
         Ok(Reserved {
             addr: p as usize,
             bit,
@@ -421,35 +529,50 @@ impl<'gc> Mutation<'gc> {
 
     /// Allocates a managed array holding `parts` one after another, copied
     /// as bytes, or fails at the heap limit.
+    #[inline]
     pub fn try_alloc_concat<T: Trace + Copy + 'gc>(
         &self,
         parts: &[&[T]],
     ) -> Result<Gc<'gc, [T]>, AllocError<()>> {
+        let addr = self.alloc_parts(ArrayDesc::<T>::header(self.shared().id), parts)?;
+        // SAFETY: a published `[T]` object holding the parts, live for `'gc`.
+        Ok(unsafe { Gc::from_addr(addr) })
+    }
+
+    /// A published array object whose header word is `header`, holding
+    /// `parts` one after another; its address, or the heap-limit `Err`.
+    #[inline(always)]
+    fn alloc_parts<T: Copy>(&self, header: usize, parts: &[&[T]]) -> Result<usize, AllocError<()>> {
         let Some(len) = parts.iter().try_fold(0_usize, |n, p| n.checked_add(p.len())) else {
             return Err(Failure::overflow(self).with(()));
         };
-        let mut r = self
-            .reserve_array::<T>(ArrayDesc::<T>::header(self.shared().id), len)
-            .map_err(|f| f.with(()))?;
-        let mut at = (r.addr + array_offset::<T>()) as *mut T;
-        for part in parts {
-            let bytes = std::mem::size_of_val::<[T]>(*part);
-            // SAFETY: the unpublished object has room for `len` elements
-            // from its element offset, the parts' lengths add up to `len`,
-            // and a `Copy` element is copied as bytes: `bytes` readable
-            // from the part, writable at `at`, a caller's slice and our
-            // fresh block, which do not overlap (`copy_bytes`).
-            unsafe {
-                copy_bytes(part.as_ptr().cast::<u8>(), at.cast::<u8>(), bytes);
-                at = at.add(part.len());
+        match self.reserve_small::<T>(header, len) {
+            Small::Got(p, bit, _) => {
+                // SAFETY: `p` is our unpublished object with room for `len`
+                // elements, the parts' lengths adding up to `len`.
+                unsafe { copy_parts(p as usize + array_offset::<T>(), parts) };
+                bit.set();
+                Ok(p as usize)
             }
+            Small::General => self.alloc_parts_general(header, len, parts),
+            Small::Failed(f) => Err(f.with(())),
         }
+    }
+
+    /// [`alloc_parts`](Self::alloc_parts) past the small path.
+    #[cold]
+    #[inline(never)]
+    fn alloc_parts_general<T: Copy>(
+        &self,
+        header: usize,
+        len: usize,
+        parts: &[&[T]],
+    ) -> Result<usize, AllocError<()>> {
+        let mut r = self.reserve_array_general::<T>(header, len).map_err(|f| f.with(()))?;
+        // SAFETY: as in `alloc_parts`.
+        unsafe { copy_parts(r.addr + array_offset::<T>(), parts) };
         r.publish(len);
-        // A published `[T]` object with `len` elements written, live for
-        // `'gc`.
-        // SAFETY: as just said.
-        let gc: Gc<'gc, [T]> = unsafe { Gc::from_addr(r.addr) };
-        Ok(gc)
+        Ok(r.addr)
     }
 
     /// Allocates a managed array holding `parts` one after another: one
@@ -473,23 +596,12 @@ impl<'gc> Mutation<'gc> {
     }
 
     /// Allocates `s` as a managed string, or fails at the heap limit.
+    #[inline]
     pub fn try_alloc_str(&self, s: &str) -> Result<Gc<'gc, str>, AllocError<()>> {
-        let mut r = self
-            .reserve_array::<u8>(crate::gc::str_header(self.shared().id), s.len())
-            .map_err(|f| f.with(()))?;
-        // SAFETY: the unpublished object has room for `s.len()` bytes from
-        // its element offset.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                s.as_ptr(),
-                (r.addr + array_offset::<u8>()) as *mut u8,
-                s.len(),
-            )
-        };
-        r.publish(s.len());
+        let addr = self.alloc_parts(crate::gc::str_header(self.shared().id), &[s.as_bytes()])?;
         // SAFETY: a published `str` object holding `s`'s UTF-8 bytes, live
         // for `'gc`.
-        Ok(unsafe { Gc::from_addr(r.addr) })
+        Ok(unsafe { Gc::from_addr(addr) })
     }
 
     /// Allocates `s` as a managed string: one allocation, the length beside

@@ -266,7 +266,7 @@ impl<'gc> GcString<'gc> {
 /// is gone: a thread-local destructor that formats at the thread's exit,
 /// after the scratch string's own destructor ran, panicked there, and a
 /// panic in a thread-local destructor aborts the process).
-fn with_scratch<R>(f: impl FnOnce(&mut String) -> R) -> R {
+pub(crate) fn with_scratch<R>(f: impl FnOnce(&mut String) -> R) -> R {
     thread_local!(static SCRATCH: RefCell<String> = const { RefCell::new(String::new()) });
     /// Gives a scratch string past 1 MiB back when `f` is done, a panic
     /// included (a `gc_format!` at the heap limit, or a `Display` impl

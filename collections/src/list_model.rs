@@ -11,9 +11,9 @@
 //! value atomically; growth happens only when the array is full, copies
 //! the elements in use into a fresh array and publishes it before any
 //! length that reaches past the old capacity. The reader loads the length
-//! (acquire), then the array (acquire), and reads every slot below the
-//! smaller of the length and the array's size, as `GcList::view` and the
-//! list's trace do.
+//! (acquire), then the array (acquire), checks that the length is within
+//! the array (`GcList::cell` reads an element on that alone), and reads
+//! every slot below the length, as `GcList::view` does.
 //!
 //! In every interleaving the reader reads only written slots, never while
 //! their first write is under way, and only values the list held (nonzero:
@@ -22,8 +22,9 @@
 //! handed between writers (its own models, `lock.rs`), panics and failed
 //! growth (both leave the list's cells as they were). The
 //! variants that publish the length before the write, grow an array that
-//! is not full, or forget the high mark (writing a popped slot plainly
-//! while a reader holding the longer length may read it), fail.
+//! is not full, forget the high mark (writing a popped slot plainly
+//! while a reader holding the longer length may read it), or publish a
+//! grown array after the length that needs it, fail.
 //!
 //! A second model checks that a push during a concurrent mark is traced
 //! by the marker or shaded by the pusher (`shade_pushed`), and a third
@@ -61,6 +62,8 @@ enum Variant {
     GrowEarly,
     /// No high mark: a slot a pop left is written plainly again.
     NoHigh,
+    /// A grown array published after the length that needs it.
+    ArrayLate,
 }
 
 /// The writer's own copy of the list, as `ListWriter` keeps it.
@@ -138,7 +141,9 @@ impl Writer {
         }
         self.array = next;
         self.high = 0;
-        self.list.items.store(next, Ordering::Release);
+        if self.variant != Variant::ArrayLate {
+            self.list.items.store(next, Ordering::Release);
+        }
     }
 
     fn push(&mut self, value: usize) {
@@ -154,6 +159,9 @@ impl Writer {
             self.fill(len, value);
             self.set_len(len + 1);
         }
+        if self.variant == Variant::ArrayLate {
+            self.list.items.store(self.array, Ordering::Release);
+        }
     }
 
     fn pop(&mut self) {
@@ -168,7 +176,9 @@ fn read(list: &List) {
     let len = list.len.load(Ordering::Acquire);
     let array = list.items.load(Ordering::Acquire);
     let slots = &list.arrays[array];
-    for slot in &slots[..len.min(slots.len())] {
+    // `GcList::cell` reads an element past no check of the array's length.
+    assert!(len <= slots.len(), "a reader met a length past its array");
+    for slot in &slots[..len] {
         // SAFETY: loom checks that this read races with no write.
         let written = slot.written.with(|w| unsafe { *w });
         assert!(written, "a reader met an unwritten slot");
@@ -225,6 +235,12 @@ fn growing_an_array_that_is_not_full_fails() {
 #[should_panic(expected = "Causality violation")]
 fn writing_a_popped_slot_plainly_fails() {
     model(Variant::NoHigh);
+}
+
+#[test]
+#[should_panic(expected = "a reader met a length past its array")]
+fn publishing_a_grown_array_after_its_length_fails() {
+    model(Variant::ArrayLate);
 }
 
 /// A marker meeting the list's log (`GcLog::adopt`): it sets the owner,

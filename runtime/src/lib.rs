@@ -385,7 +385,7 @@ not_under_loom! {
     pub use cell::{CellValue, GcCell, GcLock};
     pub use gc::{Gc, Managed};
     pub use log::GcLog;
-    pub use mutator::{AllocError, Mutation, Mutator};
+    pub use mutator::{AllocError, AllocErrorKind, Mutation, Mutator};
     pub use options::ConfigError;
     pub use pool::{join, scope, spawn, with_mutator, ManagedPool, ManagedPoolBuilder, ManagedScope};
     pub use root::{GlobalRoot, Rebrand, Root, Rootable};

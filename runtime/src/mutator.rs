@@ -1330,30 +1330,72 @@ impl Drop for Mutator {
     }
 }
 
-/// The heap is at its limit: an allocation did not fit even after waiting for
-/// the sweep under way (or an array was asked for that no allocation can
-/// hold, past `isize::MAX` bytes). Holds the value that was to be allocated.
+/// An allocation that failed, holding the value that was to be allocated;
+/// [`kind`](AllocError::kind) says why: most often the heap limit (the
+/// allocation did not fit even after waiting for the sweep under way),
+/// else the OS's refusal, an array larger than any allocation can hold, or
+/// a thread whose heap is gone.
 ///
 /// Return from `mutate`: the next `mutate` call on this mutator first runs a
 /// full collection, so a retry there succeeds if dropping roots made room.
 /// (Not after a capacity overflow, which no collection helps.)
+///
+/// # Examples
+/// ```
+/// use loam_runtime::{AllocErrorKind, Runtime};
+///
+/// let rt = Runtime::builder().min_heap(512 << 10).heap_limit(1 << 20).gc_threads(1).build();
+/// let mut m = rt.attach();
+/// m.mutate(|mc| {
+///     let e = mc.try_alloc_from_iter(std::iter::repeat(0_u64).take(1 << 18)).unwrap_err();
+///     assert_eq!(e.kind(), AllocErrorKind::HeapLimit { limit: 1 << 20 });
+///     assert!(e.size() >= 2 << 20, "the array's bytes, as charged");
+///     let e = mc.try_alloc_from_iter(std::iter::repeat(0_u64).take(usize::MAX / 4)).unwrap_err();
+///     assert_eq!(e.kind(), AllocErrorKind::CapacityOverflow);
+/// });
+/// ```
 pub struct AllocError<T> {
     value: T,
     size: usize,
-    limit: usize,
-    /// Refused because the calling thread's heap is gone (a thread-local
-    /// destructor that ran after the heap's), not for want of memory.
-    thread_exited: bool,
+    kind: AllocErrorKind,
+}
+
+/// Why an allocation failed ([`AllocError::kind`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum AllocErrorKind {
+    /// The runtime's heap limit (`RuntimeBuilder::heap_limit`): the object
+    /// did not fit beside what was live after the sweep under way. A
+    /// collection after the call, with fewer roots, may make room.
+    HeapLimit {
+        /// The limit, in bytes.
+        limit: usize,
+    },
+    /// The OS had no memory for it (or no address space; a runtime with
+    /// no heap limit that asks for more than it can count gets this too).
+    OutOfMemory,
+    /// An array of more elements than fit in an allocation, past
+    /// `isize::MAX` bytes (`Vec::try_reserve`'s capacity overflow): no
+    /// collection helps.
+    CapacityOverflow,
+    /// The calling thread's heap is gone: an allocation from a
+    /// thread-local destructor that ran after loam's heap's own.
+    ThreadExited,
 }
 
 impl<T> AllocError<T> {
+    /// The error for `size` bytes refused under `limit` (`usize::MAX`: the
+    /// OS refused), or for an array past `isize::MAX` bytes (`size`
+    /// beyond it).
     pub(crate) fn new(value: T, size: usize, limit: usize) -> Self {
-        AllocError {
-            value,
-            size,
-            limit,
-            thread_exited: false,
-        }
+        let kind = if size > isize::MAX as usize {
+            AllocErrorKind::CapacityOverflow
+        } else if limit == usize::MAX {
+            AllocErrorKind::OutOfMemory
+        } else {
+            AllocErrorKind::HeapLimit { limit }
+        };
+        AllocError { value, size, kind }
     }
 
     /// The same error holding `f(value)` (a collection's `try_` method
@@ -1363,17 +1405,28 @@ impl<T> AllocError<T> {
         AllocError {
             value: f(self.value),
             size: self.size,
-            limit: self.limit,
-            thread_exited: self.thread_exited,
+            kind: self.kind,
         }
     }
 
     /// The same error, refused because the thread's heap is gone.
     pub(crate) fn on_an_exited_thread(self) -> Self {
         AllocError {
-            thread_exited: true,
+            kind: AllocErrorKind::ThreadExited,
             ..self
         }
+    }
+
+    /// Why the allocation failed.
+    pub fn kind(&self) -> AllocErrorKind {
+        self.kind
+    }
+
+    /// The bytes the allocation asked for, as the heap accounts them (the
+    /// object's block, header included; `usize::MAX` for a capacity
+    /// overflow).
+    pub fn size(&self) -> usize {
+        self.size
     }
 
     /// The value that was not allocated.
@@ -1385,40 +1438,36 @@ impl<T> AllocError<T> {
 impl<T> fmt::Debug for AllocError<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("AllocError")
+            .field("kind", &self.kind)
             .field("size", &self.size)
-            .field("limit", &self.limit)
             .finish_non_exhaustive()
     }
 }
 
 impl<T> fmt::Display for AllocError<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.size > isize::MAX as usize {
-            // An array of more elements than fit in an allocation.
-            write!(
+        match self.kind {
+            AllocErrorKind::CapacityOverflow => write!(
                 f,
                 "capacity overflow: a managed object larger than isize::MAX bytes"
-            )
-        } else if self.thread_exited {
-            write!(
+            ),
+            AllocErrorKind::ThreadExited => write!(
                 f,
                 "a {}-byte managed object allocated on an exiting thread after \
                  loam's heap let it go (in a thread-local destructor that ran \
                  after the heap's): allocate before the thread exits",
                 self.size
-            )
-        } else if self.limit == usize::MAX {
-            write!(
+            ),
+            AllocErrorKind::OutOfMemory => write!(
                 f,
                 "out of memory allocating a {}-byte managed object",
                 self.size
-            )
-        } else {
-            write!(
+            ),
+            AllocErrorKind::HeapLimit { limit } => write!(
                 f,
-                "managed heap limit of {} bytes reached allocating a {}-byte object",
-                self.limit, self.size
-            )
+                "managed heap limit of {limit} bytes reached allocating a {}-byte object",
+                self.size
+            ),
         }
     }
 }
@@ -1786,11 +1835,11 @@ fn out_of_memory<T>(m: &Mutator, value: T, size: usize, pages: bool) -> AllocErr
     // Over loam's pages, a thread whose heap is gone gets null too.
     let thread_exited = pages && loam_heap::thread_heap_exited();
     m.refused_by_os(size, !thread_exited);
-    AllocError {
-        value,
-        size,
-        limit: usize::MAX,
-        thread_exited,
+    let e = AllocError::new(value, size, usize::MAX);
+    if thread_exited {
+        e.on_an_exited_thread()
+    } else {
+        e
     }
 }
 

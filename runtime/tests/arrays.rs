@@ -4,7 +4,8 @@
 //! `Err`, and lock writes into old objects keep minor cycles minor.
 
 use loam_runtime::{
-    CycleEvent, Gc, GcCell, GcLock, Mutation, Root, Rootable, Runtime, RuntimeBuilder, Trace,
+    AllocErrorKind, CycleEvent, Gc, GcCell, GcLock, Mutation, Root, Rootable, Runtime,
+    RuntimeBuilder, Trace,
 };
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -248,14 +249,42 @@ fn the_heap_limit_is_an_err_from_every_array_constructor() {
     m.mutate(|mc| {
         let e = mc.try_alloc_slice_fill(1 << 20, 0_u64).unwrap_err();
         assert!(e.to_string().contains("limit"), "{e}");
+        let limit = AllocErrorKind::HeapLimit { limit: 4 << 20 };
+        assert_eq!(e.kind(), limit);
+        assert!(e.size() >= 8 << 20, "{}", e.size());
         assert_eq!(e.into_inner(), 0);
-        assert!(mc.try_alloc_from_iter(0..(1_u64 << 20)).is_err());
+        let kind = |e: loam_runtime::AllocError<()>| e.kind();
+        assert_eq!(
+            mc.try_alloc_from_iter(0..(1_u64 << 20))
+                .map_err(kind)
+                .unwrap_err(),
+            limit
+        );
         // An iterator of unknown length: gathered, then refused.
-        assert!(mc
-            .try_alloc_from_iter((0..(1_u64 << 20)).filter(|_| true))
-            .is_err());
-        assert!(mc.try_alloc_str(&"y".repeat(8 << 20)).is_err());
-        assert!(mc.try_alloc_slice(&vec![1_u8; 8 << 20]).is_err());
+        assert_eq!(
+            mc.try_alloc_from_iter((0..(1_u64 << 20)).filter(|_| true))
+                .map_err(kind)
+                .unwrap_err(),
+            limit
+        );
+        assert_eq!(
+            mc.try_alloc_str(&"y".repeat(8 << 20))
+                .map_err(kind)
+                .unwrap_err(),
+            limit
+        );
+        assert_eq!(
+            mc.try_alloc_slice(&vec![1_u8; 8 << 20])
+                .map_err(kind)
+                .unwrap_err(),
+            limit
+        );
+        assert_eq!(
+            mc.try_alloc_concat(&[&[1_u8; 8 << 20][..]])
+                .map_err(kind)
+                .unwrap_err(),
+            limit
+        );
         // Small ones still fit.
         assert_eq!(mc.alloc_slice(&[1_u8, 2])[1], 2);
     });
@@ -274,6 +303,7 @@ fn an_array_past_isize_max_bytes_is_an_err_from_the_try_constructors() {
     m.mutate(|mc| {
         let e = mc.try_alloc_slice_fill(1 << 61, 7_u64).unwrap_err();
         assert!(e.to_string().contains("capacity overflow"), "{e}");
+        assert_eq!(e.kind(), AllocErrorKind::CapacityOverflow);
         assert_eq!(e.into_inner(), 7);
         let e = mc
             .try_alloc_from_iter((0..1_usize << 61).map(|_| 0_u64))
@@ -283,6 +313,7 @@ fn an_array_past_isize_max_bytes_is_an_err_from_the_try_constructors() {
         let many = [(); usize::MAX];
         let e = mc.try_alloc_concat(&[&many[..], &many[..]]).unwrap_err();
         assert!(e.to_string().contains("capacity overflow"), "{e}");
+        assert_eq!(e.kind(), AllocErrorKind::CapacityOverflow);
         assert_eq!(mc.alloc_concat(&[&many[..1], &many[..2]]).len(), 3);
         let panic = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             mc.alloc_slice_fill(1 << 61, 0_u64);
@@ -524,9 +555,10 @@ fn a_failed_huge_array_leaves_the_accounting_as_it_was() {
     let rt = rt().build();
     let mut m = rt.attach();
     let e = m.mutate(|mc| {
-        mc.try_alloc_slice_fill(1 << 50, 0_u8)
-            .unwrap_err()
-            .to_string()
+        let e = mc.try_alloc_slice_fill(1 << 50, 0_u8).unwrap_err();
+        assert_eq!(e.kind(), AllocErrorKind::OutOfMemory);
+        assert!(e.size() >= 1 << 50, "{}", e.size());
+        e.to_string()
     });
     assert!(e.contains("out of memory"), "{e}");
     m.collect();

@@ -1631,12 +1631,12 @@ fn a_mutator_kept_in_a_thread_local_detaches_at_thread_exit() {
                 if let Some(m) = m.borrow_mut().as_mut() {
                     let said = m.mutate(|mc| match mc.try_alloc(Counted(&DROPPED)) {
                         Ok(_) => "allocated".to_string(),
-                        Err(e) => e.to_string(),
+                        Err(e) => format!("{e} ({:?})", e.kind()),
                     });
                     LAST_CALLS.lock().unwrap().push(said);
                     let said = m.mutate(|mc| match mc.try_alloc_slice_fill(100, 7_u64) {
                         Ok(_) => "allocated".to_string(),
-                        Err(e) => e.to_string(),
+                        Err(e) => format!("{e} ({:?})", e.kind()),
                     });
                     LAST_CALLS.lock().unwrap().push(said);
                 }
@@ -1677,7 +1677,9 @@ fn a_mutator_kept_in_a_thread_local_detaches_at_thread_exit() {
     assert_eq!(last_calls.len(), 8, "{last_calls:?}");
     for said in &last_calls {
         assert!(
-            said.contains("exiting thread") && !said.contains("out of memory"),
+            said.contains("exiting thread")
+                && !said.contains("out of memory")
+                && said.ends_with("(ThreadExited)"),
             "{said}"
         );
     }

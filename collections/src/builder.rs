@@ -159,15 +159,16 @@ impl<'gc> GcStringBuilder<'gc> {
 
     /// Appends `args` formatted (`format_args!`): the text is formatted
     /// first, into a scratch string of this thread, then appended whole
-    /// under one take of the writer lock. (Appended piece by piece, each
-    /// piece a load of the length and the buffer and a store of the length,
-    /// the builder's part of building 1,000 strings of 200 formatted
-    /// pieces was twice `String`'s; `benches/collections.rs`, `strings`.)
+    /// under one take of the writer lock, so a call costs one lock and one
+    /// store of the length however many pieces it formats. A `Display`
+    /// impl of `args` may read this builder or append to it: its text
+    /// lands before this call's.
     ///
     /// # Panics
-    /// At the heap limit (the builder unchanged), or if a `Display` impl of
+    /// At the heap limit (the builder unchanged), if a `Display` impl of
     /// `args` returns an error, as `format!` does (the text formatted
-    /// before it is appended, as `write!` into a `String` leaves it).
+    /// before it is appended, as `write!` into a `String` leaves it), or
+    /// if one panics (nothing of this call is appended).
     pub fn push_fmt(&self, mc: &Mutation<'gc>, args: fmt::Arguments<'_>) {
         let append = |s: &str| {
             if let Err(e) = self.try_push_str(mc, s) {

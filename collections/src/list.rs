@@ -1093,11 +1093,9 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
 
     /// The cell of element `index`, or the length if `index` is past it:
     /// [`view`](Self::view) without the array's own length, for the
-    /// element reads. (Its load, dependent on the array's, and a bounds
-    /// check against it were a third of what a random read cost beside
-    /// the element's own cache miss: 1,000,000 random reads took 1.44x –
-    /// 1.50x `Vec`'s time with it, 1.26x – 1.31x without, alternated;
-    /// `benches/collections.rs`, `random_get`.)
+    /// element reads, which then load two words of the list's and the
+    /// element, with one bounds check (the array's length is a load that
+    /// waits for the array's; `docs/perf-log.md`, session 49).
     #[inline(always)]
     fn cell(&self, index: usize) -> Result<&'gc GcCell<'gc, T>, usize> {
         let len = self.obj.len.get();

@@ -1444,11 +1444,45 @@ fn push_fmt_panics_as_format_does_when_a_display_impl_fails_and_keeps_what_came_
         );
         assert_eq!(b.finish(mc), "a=1half");
         b.push_fmt(mc, format_args!("{}", 2));
-        assert_eq!(
-            b.finish(mc),
-            "2",
-            "the builder's lock was let go by the panic"
-        );
+        assert_eq!(b.finish(mc), "2", "the builder works on after the panic");
+    });
+}
+
+#[test]
+fn push_fmt_lets_a_display_impl_append_to_its_own_builder() {
+    struct Noisy<'a, 'gc> {
+        b: GcStringBuilder<'gc>,
+        mc: &'a loam_runtime::Mutation<'gc>,
+    }
+    impl std::fmt::Display for Noisy<'_, '_> {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            // Reads and appends to the builder being formatted into.
+            let before = self.b.len();
+            self.b.push_fmt(self.mc, format_args!("<{before}>"));
+            f.write_str("noisy")
+        }
+    }
+    struct Panics;
+    impl std::fmt::Display for Panics {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("lost")?;
+            panic!("a Display impl that panics")
+        }
+    }
+    let _s = serial();
+    let rt = rt().build();
+    let mut m = rt.attach();
+    m.mutate(|mc| {
+        let b = GcStringBuilder::new(mc);
+        b.push_str(mc, "ab");
+        b.push_fmt(mc, format_args!("[{}]", Noisy { b, mc }));
+        assert_eq!(b.finish(mc), "ab<2>[noisy]", "the inner text lands first");
+        b.push_str(mc, "x");
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            b.push_fmt(mc, format_args!("{}{}", 1, Panics))
+        }))
+        .unwrap_err();
+        assert_eq!(b.finish(mc), "x", "nothing of the call that panicked");
     });
 }
 

@@ -16,28 +16,21 @@
 //! exactly those; nothing else can see the object before that.
 
 use crate::gc::{array_offset, ArrayDesc, Gc};
-use crate::mutator::{AllocError, Mutation, Mutator};
+use crate::mutator::{AllocError, AllocErrorKind, Mutation, Mutator};
 use crate::trace::Trace;
 use crate::alloc_space::AllocSpace;
 use loam_heap::AllocatedBit;
 
-/// Why a block could not be had: its size, and the limit it met
-/// (`usize::MAX`: the OS had no memory).
+/// Why a block could not be had, and its size: an [`AllocError`] without
+/// its value yet.
 struct Failure {
     size: usize,
-    limit: usize,
-    /// Refused because the thread's heap is gone (`AllocError`).
-    thread_exited: bool,
+    kind: AllocErrorKind,
 }
 
 impl Failure {
     fn with<T>(self, value: T) -> AllocError<T> {
-        let e = AllocError::new(value, self.size, self.limit);
-        if self.thread_exited {
-            e.on_an_exited_thread()
-        } else {
-            e
-        }
+        AllocError::new(value, self.size, self.kind)
     }
 }
 
@@ -54,7 +47,22 @@ struct Reserved<'m> {
     mutator: &'m Mutator,
 }
 
-impl Reserved<'_> {
+impl<'m> Reserved<'m> {
+    /// The reservation of block `p`, an array of `len` `T`s charged `size`
+    /// bytes, whose words are written.
+    #[inline(always)]
+    fn new<T>(p: *mut u8, bit: Option<AllocatedBit>, size: usize, len: usize, mutator: &'m Mutator) -> Self {
+        Reserved {
+            addr: p as usize,
+            bit,
+            charged: size,
+            len,
+            offset: array_offset::<T>(),
+            elem: std::mem::size_of::<T>(),
+            mutator,
+        }
+    }
+
     /// Cuts the length to `len` (the elements written) and publishes the
     /// object.
     #[inline(always)]
@@ -122,9 +130,10 @@ fn array_bytes<T>(len: usize) -> Option<usize> {
         .filter(|&b| b <= isize::MAX as usize)
 }
 
-/// The sweep's page flag for arrays of `T`: read the headers for drop glue.
+/// The sweep's page flag for objects holding `T`s: read the headers for
+/// drop glue.
 #[inline(always)]
-fn drop_flags<T>() -> u8 {
+pub(crate) fn drop_flags<T>() -> u8 {
     if std::mem::needs_drop::<T>() {
         crate::sweep::HAS_DROP
     } else {
@@ -145,38 +154,14 @@ unsafe fn write_array_words(p: *mut u8, header: usize, len: usize) {
     }
 }
 
-/// The heap limit refused `size` bytes of credit.
-#[cold]
-fn limit_failure(m: &Mutator, size: usize) -> Failure {
-    Failure {
-        size,
-        limit: m.shared().config.heap_limit.unwrap_or(usize::MAX),
-        thread_exited: false,
-    }
-}
-
-/// The OS refused a block of `size` bytes, or the thread's heap is gone:
-/// as for an object (`out_of_memory`), the credit taken for it goes back.
-#[cold]
-fn refused(m: &Mutator, size: usize) -> Failure {
-    let thread_exited = m.alloc_space().is_none() && loam_heap::thread_heap_exited();
-    m.refused_by_os(size, !thread_exited);
-    Failure {
-        size,
-        limit: usize::MAX,
-        thread_exited,
-    }
-}
-
 impl Failure {
     /// An array too large for any allocation: the `try_` constructors
     /// return it as their `Err` (`Vec::try_reserve`'s capacity overflow),
     /// the others panic with it ([`AllocError`]'s message names it).
-    fn overflow(m: &Mutation<'_>) -> Failure {
+    fn overflow() -> Failure {
         Failure {
             size: usize::MAX,
-            limit: m.shared().config.heap_limit.unwrap_or(usize::MAX),
-            thread_exited: false,
+            kind: AllocErrorKind::CapacityOverflow,
         }
     }
 }
@@ -244,15 +229,7 @@ impl<'gc> Mutation<'gc> {
     #[inline(always)]
     fn reserve_array<T>(&self, header: usize, len: usize) -> Result<Reserved<'_>, Failure> {
         match self.reserve_small::<T>(header, len) {
-            Small::Got(p, bit, size) => Ok(Reserved {
-                addr: p as usize,
-                bit: Some(bit),
-                charged: size,
-                len,
-                offset: array_offset::<T>(),
-                elem: std::mem::size_of::<T>(),
-                mutator: self.mutator(),
-            }),
+            Small::Got(p, bit, size) => Ok(Reserved::new::<T>(p, Some(bit), size, len, self.mutator())),
             Small::General => self.reserve_array_general::<T>(header, len),
             Small::Failed(f) => Err(f),
         }
@@ -261,10 +238,10 @@ impl<'gc> Mutation<'gc> {
     /// [`reserve_array`](Self::reserve_array)'s common case, inlined into
     /// the constructors as `try_alloc`'s is: loam's pages, a size class,
     /// credit at hand, the class's current page with a free block. Every
-    /// managed string is such an array; out of line, with the general case
-    /// beside it, an allocation took about 140 instructions, half of them
-    /// the call, the size checks and the `Reserved` built in memory (the
-    /// strings case of `benches/collections.rs`, counted with cachegrind).
+    /// managed string is such an array, so the small case pays no call,
+    /// no check that only the general case needs, and no `Reserved` in
+    /// memory (`docs/perf-log.md`, session 49: the strings case of
+    /// `benches/collections.rs` ran 9% fewer instructions in all).
     #[inline(always)]
     fn reserve_small<T>(&self, header: usize, len: usize) -> Small {
         let m = self.mutator();
@@ -277,11 +254,11 @@ impl<'gc> Mutation<'gc> {
         };
         let size = class.size();
         if !m.take_credit(size) {
-            return Small::Failed(limit_failure(m, size));
+            return Small::Failed(Failure { size, kind: crate::mutator::limit_kind(m) });
         }
         let (p, bit) = loam_heap::alloc_object_in(class, drop_flags::<T>(), m.shared().id);
         let Some(bit) = bit else {
-            return Small::Failed(refused(m, size));
+            return Small::Failed(Failure { size, kind: crate::mutator::refused_kind(m, size, true) });
         };
         crate::mutator::check_fresh(p);
         // SAFETY: `p` is a fresh block of the class, at least 16 bytes,
@@ -297,7 +274,7 @@ impl<'gc> Mutation<'gc> {
     #[inline(never)]
     fn reserve_array_general<T>(&self, header: usize, len: usize) -> Result<Reserved<'_>, Failure> {
         let Some(bytes) = array_bytes::<T>(len) else {
-            return Err(Failure::overflow(self));
+            return Err(Failure::overflow());
         };
         let align = std::mem::align_of::<T>().max(std::mem::align_of::<usize>());
         let m = self.mutator();
@@ -313,7 +290,7 @@ impl<'gc> Mutation<'gc> {
             crate::mutator::over_aligned(align);
         }
         if !m.take_credit(size) {
-            return Err(limit_failure(m, size));
+            return Err(Failure { size, kind: crate::mutator::limit_kind(m) });
         }
         let (p, bit) = match space {
             None => {
@@ -328,7 +305,7 @@ impl<'gc> Mutation<'gc> {
             }
         };
         let Some(bit) = bit else {
-            return Err(refused(m, size));
+            return Err(Failure { size, kind: crate::mutator::refused_kind(m, size, space.is_none()) });
         };
         if space.is_none() {
             crate::mutator::check_fresh(p);
@@ -336,15 +313,7 @@ impl<'gc> Mutation<'gc> {
         // SAFETY: `p` is a fresh block of `bytes >= 16` bytes, aligned to at
         // least a word, ours alone until published.
         unsafe { write_array_words(p, header | self.window_made(), len) };
-        Ok(Reserved {
-            addr: p as usize,
-            bit,
-            charged: size,
-            len,
-            offset: array_offset::<T>(),
-            elem: std::mem::size_of::<T>(),
-            mutator: m,
-        })
+        Ok(Reserved::new::<T>(p, bit, size, len, m))
     }
 
     /// Allocates an array of `len` elements taken from `items`, which must
@@ -544,7 +513,7 @@ impl<'gc> Mutation<'gc> {
     #[inline(always)]
     fn alloc_parts<T: Copy>(&self, header: usize, parts: &[&[T]]) -> Result<usize, AllocError<()>> {
         let Some(len) = parts.iter().try_fold(0_usize, |n, p| n.checked_add(p.len())) else {
-            return Err(Failure::overflow(self).with(()));
+            return Err(Failure::overflow().with(()));
         };
         match self.reserve_small::<T>(header, len) {
             Small::Got(p, bit, _) => {

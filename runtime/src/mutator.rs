@@ -1384,17 +1384,7 @@ pub enum AllocErrorKind {
 }
 
 impl<T> AllocError<T> {
-    /// The error for `size` bytes refused under `limit` (`usize::MAX`: the
-    /// OS refused), or for an array past `isize::MAX` bytes (`size`
-    /// beyond it).
-    pub(crate) fn new(value: T, size: usize, limit: usize) -> Self {
-        let kind = if size > isize::MAX as usize {
-            AllocErrorKind::CapacityOverflow
-        } else if limit == usize::MAX {
-            AllocErrorKind::OutOfMemory
-        } else {
-            AllocErrorKind::HeapLimit { limit }
-        };
+    pub(crate) fn new(value: T, size: usize, kind: AllocErrorKind) -> Self {
         AllocError { value, size, kind }
     }
 
@@ -1409,21 +1399,13 @@ impl<T> AllocError<T> {
         }
     }
 
-    /// The same error, refused because the thread's heap is gone.
-    pub(crate) fn on_an_exited_thread(self) -> Self {
-        AllocError {
-            kind: AllocErrorKind::ThreadExited,
-            ..self
-        }
-    }
-
     /// Why the allocation failed.
     pub fn kind(&self) -> AllocErrorKind {
         self.kind
     }
 
     /// The bytes the allocation asked for, as the heap accounts them (the
-    /// object's block, header included; `usize::MAX` for a capacity
+    /// object's block, header included; past `isize::MAX` for a capacity
     /// overflow).
     pub fn size(&self) -> usize {
         self.size
@@ -1586,11 +1568,7 @@ impl<'gc> Mutation<'gc> {
             (bytes, layout.align(), loam_heap::ObjectClass::of(bytes, layout.align()))
         };
         // Tells the sweep to read this page's headers, for drop glue.
-        let flags = if std::mem::needs_drop::<T>() {
-            crate::sweep::HAS_DROP
-        } else {
-            0
-        };
+        let flags = crate::array::drop_flags::<T>();
         if align > MAX_PAGE_ALIGN {
             over_aligned(align);
         }
@@ -1800,8 +1778,18 @@ pub(crate) fn check_fresh(p: *mut u8) {
 #[cold]
 #[inline(never)]
 fn over_limit<T>(m: &Mutator, value: T, size: usize) -> AllocError<T> {
-    let limit = m.shared().config.heap_limit.unwrap_or(usize::MAX);
-    AllocError::new(value, size, limit)
+    AllocError::new(value, size, limit_kind(m))
+}
+
+/// Why a charge that did not fit was refused: the heap limit, or, with no
+/// limit, a count of bytes past what the runtime can count (memory no OS
+/// gives).
+#[cold]
+pub(crate) fn limit_kind(m: &Mutator) -> AllocErrorKind {
+    match m.shared().config.heap_limit {
+        Some(limit) => AllocErrorKind::HeapLimit { limit },
+        None => AllocErrorKind::OutOfMemory,
+    }
 }
 
 /// The largest alignment loam's pages serve a managed object (the heap
@@ -1832,14 +1820,20 @@ pub(crate) fn over_aligned(align: usize) -> ! {
 #[cold]
 #[inline(never)]
 fn out_of_memory<T>(m: &Mutator, value: T, size: usize, pages: bool) -> AllocError<T> {
-    // Over loam's pages, a thread whose heap is gone gets null too.
+    AllocError::new(value, size, refused_kind(m, size, pages))
+}
+
+/// [`out_of_memory`]'s accounting, for any allocation of `size` bytes the
+/// heap refused (over loam's `pages`, or a `GlobalAlloc` space), and its
+/// kind: over loam's pages a thread whose heap is gone gets null too.
+#[cold]
+pub(crate) fn refused_kind(m: &Mutator, size: usize, pages: bool) -> AllocErrorKind {
     let thread_exited = pages && loam_heap::thread_heap_exited();
     m.refused_by_os(size, !thread_exited);
-    let e = AllocError::new(value, size, usize::MAX);
     if thread_exited {
-        e.on_an_exited_thread()
+        AllocErrorKind::ThreadExited
     } else {
-        e
+        AllocErrorKind::OutOfMemory
     }
 }
 

@@ -280,7 +280,7 @@ fn the_heap_limit_is_an_err_from_every_array_constructor() {
             limit
         );
         assert_eq!(
-            mc.try_alloc_concat(&[&[1_u8; 8 << 20][..]])
+            mc.try_alloc_concat(&[&vec![1_u8; 8 << 20][..]])
                 .map_err(kind)
                 .unwrap_err(),
             limit

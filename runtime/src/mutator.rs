@@ -607,6 +607,18 @@ impl Mutator {
     ///
     /// # Panics
     /// Inside a `mutate` call of another runtime.
+    ///
+    /// # Examples
+    /// ```
+    /// use loam_runtime::{Root, Rootable, Runtime};
+    ///
+    /// let rt = Runtime::builder().gc_threads(1).build();
+    /// let mut m = rt.attach();
+    /// // What a call returns is plain data; a `Root` keeps an object for later calls.
+    /// let kept: Root<Rootable!['gc => u64]> = m.mutate(|mc| mc.root(mc.alloc(42)));
+    /// m.collect();
+    /// assert_eq!(m.mutate(|mc| *kept.get(mc)), 42);
+    /// ```
     pub fn mutate<R>(&mut self, f: impl for<'gc> FnOnce(&Mutation<'gc>) -> R) -> R {
         // A `Gc` of the outer call could be written through the inner
         // call's `Mutation`, whose barrier serves the other runtime: the
@@ -700,6 +712,19 @@ impl Mutator {
     /// mutator outside `mutate` never holds the collector up, so this is only
     /// needed to let a pending pause go first (a mutator that allocates much
     /// can call it to pace itself).
+    ///
+    /// # Examples
+    /// ```
+    /// let rt = loam_runtime::Runtime::builder().gc_threads(1).build();
+    /// let mut m = rt.attach();
+    /// for i in 0..100_u64 {
+    ///     m.mutate(|mc| {
+    ///         mc.alloc(i);
+    ///     });
+    ///     // Between calls: a pause waiting to begin goes first.
+    ///     m.safepoint();
+    /// }
+    /// ```
     pub fn safepoint(&mut self) {
         // A stop under way at the fork would never end in the child.
         crate::forked::refuse_since(self.handle.shared.born, "Mutator::safepoint");
@@ -1521,6 +1546,25 @@ impl<'gc> Mutation<'gc> {
     /// # Panics
     /// At the heap limit (see [`try_alloc`](Self::try_alloc)) or when the OS
     /// has no memory left.
+    ///
+    /// # Examples
+    /// ```
+    /// use loam_runtime::{Gc, GcCell, Trace};
+    ///
+    /// #[derive(Trace)]
+    /// struct Node<'gc> {
+    ///     value: u64,
+    ///     next: GcCell<'gc, Option<Gc<'gc, Node<'gc>>>>,
+    /// }
+    ///
+    /// let rt = loam_runtime::Runtime::builder().gc_threads(1).build();
+    /// let mut m = rt.attach();
+    /// m.mutate(|mc| {
+    ///     let tail = mc.alloc(Node { value: 2, next: GcCell::new(None) });
+    ///     let head = mc.alloc(Node { value: 1, next: GcCell::new(Some(tail)) });
+    ///     assert_eq!(head.next.get().map(|n| n.value), Some(2));
+    /// });
+    /// ```
     #[inline(always)]
     pub fn alloc<T: Trace + 'gc>(&self, value: T) -> Gc<'gc, T> {
         match self.try_alloc(value) {

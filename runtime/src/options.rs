@@ -13,18 +13,30 @@ pub(crate) const MIN_HEAP_FLOOR: usize = 4 * crate::mutator::CHUNK;
 /// Settings a [`RuntimeBuilder`](crate::RuntimeBuilder) collects.
 #[derive(Clone, Debug)]
 pub(crate) struct Config {
+    /// Threads of the collector's pool, which marks and sweeps in
+    /// parallel (`LOAM_GC_THREADS`).
     pub(crate) gc_threads: usize,
     /// GC threads that trace while the mutators run (`None`: a quarter of
     /// `gc_threads`, at least one; see [`Config::concurrent_gc_threads`]).
     pub(crate) concurrent_gc_threads: Option<usize>,
+    /// Heap growth over the live size, in percent, that starts the next
+    /// cycle (`LOAM_GC_PERCENT`; `u32::MAX` for `off`: no cycle but forced
+    /// ones and the heap limit's).
     pub(crate) gc_percent: u32,
+    /// Bytes past which an allocation is an `AllocError` (`LOAM_HEAP_LIMIT`).
     pub(crate) heap_limit: Option<usize>,
+    /// The heap goal's floor, in bytes (`LOAM_MIN_HEAP`).
     pub(crate) min_heap: usize,
     /// `min_heap` as given, below the floor too (stress tests' tiny
     /// heaps: `RuntimeBuilder::__stress_min_heap`).
     pub(crate) min_heap_exact: bool,
+    /// One line on stderr per cycle (`LOAM_GCTRACE`, `CycleEvent`'s
+    /// `Display`).
     pub(crate) trace: bool,
+    /// After each mark, re-mark single-threaded and abort if the marks
+    /// differ; poison freed objects (`LOAM_GCVERIFY`).
     pub(crate) verify: bool,
+    /// Minor (sticky-mark) cycles between full ones (`LOAM_GC_GENERATIONAL`).
     pub(crate) generational: bool,
     /// Mark with the mutators running once the first pause's budget is
     /// spent (see `cycle.rs`); off, the whole mark is one pause.

@@ -1418,6 +1418,32 @@ fn lists_and_dictionaries_iterate_in_for_loops() {
     });
 }
 
+/// Runs `f` in a call with a fresh builder holding `text`.
+fn with_builder_holding(
+    text: &str,
+    f: impl for<'gc> FnOnce(&loam_runtime::Mutation<'gc>, GcStringBuilder<'gc>),
+) {
+    let _s = serial();
+    let rt = rt().build();
+    let mut m = rt.attach();
+    m.mutate(|mc| {
+        let b = GcStringBuilder::new(mc);
+        b.push_str(mc, text);
+        f(mc, b);
+    });
+}
+
+/// What `b.push_fmt(args)` panicked with; it must panic.
+fn push_fmt_panic<'gc>(
+    mc: &loam_runtime::Mutation<'gc>,
+    b: GcStringBuilder<'gc>,
+    args: std::fmt::Arguments<'_>,
+) -> String {
+    let e = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| b.push_fmt(mc, args)))
+        .unwrap_err();
+    panic_text(&e)
+}
+
 #[test]
 fn push_fmt_panics_as_format_does_when_a_display_impl_fails_and_keeps_what_came_before() {
     struct Fails;
@@ -1427,17 +1453,8 @@ fn push_fmt_panics_as_format_does_when_a_display_impl_fails_and_keeps_what_came_
             Err(std::fmt::Error)
         }
     }
-    let _s = serial();
-    let rt = rt().build();
-    let mut m = rt.attach();
-    m.mutate(|mc| {
-        let b = GcStringBuilder::new(mc);
-        b.push_str(mc, "a=");
-        let e = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            b.push_fmt(mc, format_args!("{}{}", 1, Fails))
-        }))
-        .unwrap_err();
-        let msg = panic_text(&e);
+    with_builder_holding("a=", |mc, b| {
+        let msg = push_fmt_panic(mc, b, format_args!("{}{}", 1, Fails));
         assert!(
             msg.contains("GcStringBuilder::push_fmt") && msg.contains("returned an error"),
             "{msg}"
@@ -1469,19 +1486,12 @@ fn push_fmt_lets_a_display_impl_append_to_its_own_builder() {
             panic!("a Display impl that panics")
         }
     }
-    let _s = serial();
-    let rt = rt().build();
-    let mut m = rt.attach();
-    m.mutate(|mc| {
-        let b = GcStringBuilder::new(mc);
-        b.push_str(mc, "ab");
+    with_builder_holding("ab", |mc, b| {
         b.push_fmt(mc, format_args!("[{}]", Noisy { b, mc }));
         assert_eq!(b.finish(mc), "ab<2>[noisy]", "the inner text lands first");
         b.push_str(mc, "x");
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            b.push_fmt(mc, format_args!("{}{}", 1, Panics))
-        }))
-        .unwrap_err();
+        let msg = push_fmt_panic(mc, b, format_args!("{}{}", 1, Panics));
+        assert!(msg.contains("a Display impl that panics"), "{msg}");
         assert_eq!(b.finish(mc), "x", "nothing of the call that panicked");
     });
 }

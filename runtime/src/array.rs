@@ -79,11 +79,12 @@ impl<'m> Reserved<'m> {
     /// reserved: a filling iterator that panicked or fell short).
     #[cold]
     fn cut(&mut self, len: usize) {
-        // SAFETY: the length word of our unpublished object: no other
+        // The length word of our unpublished object: no other
         // thread can reach it before its bit is set (in a `GlobalAlloc`
         // space, which has no bit, its registry already lists it, but that
         // is read only with the world stopped, never during this call: such
         // a space runs no ragged cycles).
+        // SAFETY: as just said.
         unsafe { *((self.addr + std::mem::size_of::<usize>()) as *mut usize) = len };
         // The sweep credits a large object with its size as its header and
         // length say (`TypeDesc::object_size`): a cut one gives the rest of
@@ -214,8 +215,9 @@ unsafe fn copy_parts<T: Copy>(at: usize, parts: &[&[T]]) {
     let mut at = at as *mut T;
     for part in parts {
         let bytes = std::mem::size_of_val::<[T]>(*part);
-        // SAFETY: as the caller vouches: `bytes` readable from the part,
+        // As the caller vouches: `bytes` readable from the part,
         // writable at `at` (`copy_bytes`).
+        // SAFETY: as just said.
         unsafe {
             copy_bytes(part.as_ptr().cast::<u8>(), at.cast::<u8>(), bytes);
             at = at.add(part.len());
@@ -261,8 +263,9 @@ impl<'gc> Mutation<'gc> {
             return Small::Failed(Failure { size, kind: crate::mutator::refused_kind(m, size, true) });
         };
         crate::mutator::check_fresh(p);
-        // SAFETY: `p` is a fresh block of the class, at least 16 bytes,
-        // aligned to a word, ours alone until published.
+        // `p` is a fresh block of the class, at least 16 bytes, aligned to a
+        // word, ours alone until published.
+        // SAFETY: as just said.
         unsafe { write_array_words(p, header | self.window_made(), len) };
         Small::Got(p, bit, size)
     }
@@ -310,8 +313,9 @@ impl<'gc> Mutation<'gc> {
         if space.is_none() {
             crate::mutator::check_fresh(p);
         }
-        // SAFETY: `p` is a fresh block of `bytes >= 16` bytes, aligned to at
-        // least a word, ours alone until published.
+        // `p` is a fresh block of `bytes >= 16` bytes, aligned to at least a
+        // word, ours alone until published.
+        // SAFETY: as just said.
         unsafe { write_array_words(p, header | self.window_made(), len) };
         Ok(Reserved::new::<T>(p, bit, size, len, m))
     }
@@ -517,8 +521,9 @@ impl<'gc> Mutation<'gc> {
         };
         match self.reserve_small::<T>(header, len) {
             Small::Got(p, bit, _) => {
-                // SAFETY: `p` is our unpublished object with room for `len`
+                // `p` is our unpublished object with room for `len`
                 // elements, the parts' lengths adding up to `len`.
+                // SAFETY: as just said.
                 unsafe { copy_parts(p as usize + array_offset::<T>(), parts) };
                 bit.set();
                 Ok(p as usize)
@@ -568,8 +573,9 @@ impl<'gc> Mutation<'gc> {
     #[inline]
     pub fn try_alloc_str(&self, s: &str) -> Result<Gc<'gc, str>, AllocError<()>> {
         let addr = self.alloc_parts(crate::gc::str_header(self.shared().id), &[s.as_bytes()])?;
-        // SAFETY: a published `str` object holding `s`'s UTF-8 bytes, live
+        // A published `str` object holding `s`'s UTF-8 bytes, live
         // for `'gc`.
+        // SAFETY: as just said.
         Ok(unsafe { Gc::from_addr(addr) })
     }
 

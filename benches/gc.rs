@@ -17,7 +17,8 @@
 //! Its runtime is built once with default settings, so pacing decides when
 //! cycles run; the pause histogram is printed at the end.
 //!
-//! Run: `cargo bench --bench gc` (criterion, depth 16, 1 and 2 threads), or
+//! Run: `cargo bench --bench gc` (criterion, depth 16, 1 and 2 threads,
+//! then the mark alone: `mark_benches`), or
 //! `LOAM_BENCH_PAIRED=<rounds> cargo bench --bench gc` for interleaved
 //! rounds (box, arc, loam in rotating order) with the median of per-round
 //! ratios, the figure the README quotes, then each version's peak RSS
@@ -342,7 +343,41 @@ fn benches(c: &mut Criterion) {
     print_pauses(&rt);
 }
 
-criterion_group!(gc, benches);
+/// The mark alone: a rooted tree of depth `max` (2^(max+1) - 1 nodes), no
+/// mutator running, marked by forced full cycles with 1 and 2 GC threads
+/// (`gc_threads` and `concurrent_gc_threads` alike); each sample is the
+/// cycles' mark time from `GcStats::mark_time`, not their wall time, so the
+/// sweep (which finds nothing to free) and the cycle's waits are left out.
+/// `cargo bench --bench gc -- mark`.
+fn mark_benches(c: &mut Criterion) {
+    let max = max_depth();
+    let mut g = c.benchmark_group(format!("mark_tree_{max}"));
+    g.sample_size(10);
+    for threads in [1, 2] {
+        let rt = Runtime::builder()
+            .gc_threads(threads)
+            .concurrent_gc_threads(threads)
+            .build();
+        let mut m = rt.attach();
+        let tree: Root<Rootable!['gc => GcTree<'gc>]> = m.mutate(|mc| mc.root(gc_tree(mc, max)));
+        drop(m);
+        // The tree's first full mark promotes it; later ones mark it again.
+        rt.collect();
+        g.bench_with_input(BenchmarkId::new("gc_threads", threads), &threads, |b, _| {
+            b.iter_custom(|iters| {
+                let before = rt.stats().mark_time;
+                for _ in 0..iters {
+                    rt.collect();
+                }
+                rt.stats().mark_time - before
+            })
+        });
+        drop(tree);
+    }
+    g.finish();
+}
+
+criterion_group!(gc, benches, mark_benches);
 
 /// A version's name and one binary-trees run of it.
 type Contender<'a> = (&'static str, Box<dyn Fn() -> u64 + 'a>);

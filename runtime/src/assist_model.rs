@@ -3,16 +3,20 @@
 //! `--cfg loom`.
 //!
 //! The mark's queue (crossbeam's injector and the threads' deques, whose
-//! own correctness is crossbeam's) is a mutex'd vector; objects form a
-//! chain 1 → 2 → 3 (tracing `o` queues `o + 1`). One GC thread marks and
-//! goes idle exactly as `mark::idle` does; one assist joins by CAS from a
-//! nonzero count, traces at most one object into a deque of its own, and
-//! hands the rest back before it leaves the count; then the collector
-//! drains the queue as `mark::parallel` does once the GC threads are done.
-//! In every interleaving each object is traced exactly once or found by
-//! that drain (none lost, none twice), and the assist hands nothing back
-//! after the drain. Moving the hand-back after the count's decrement makes
-//! the model fail. Object 4 is remembered (a minor cycle's list): the GC
+//! own correctness is crossbeam's) is a mutex'd vector; object 1 points
+//! to 2 and 3. One GC thread marks into a stack of its own, sharing its
+//! bottom half with the queue when the queue is empty, as
+//! `mark::MarkStack` does, and goes idle exactly as `mark::idle` does; one
+//! assist joins by CAS from a nonzero count, traces at most one object
+//! into a stack of its own, and hands the rest back before it leaves the
+//! count; then the collector drains the queue as `mark::parallel` does
+//! once the GC threads are done. In every interleaving each object is
+//! traced exactly once or found by that drain (none lost, none twice), and
+//! the assist hands nothing back after the drain. Moving the hand-back
+//! after the count's decrement makes the model fail, and so does a GC
+//! thread that drops what its own stack holds when a deadline stops it.
+//! Object 4 is
+//! remembered (a minor cycle's list): the GC
 //! thread claims it by a relaxed `fetch_add` on the list's counter when
 //! its queue runs dry, and `idle` counts an unclaimed one as work; the
 //! drain also takes what is left of the list (`leave_remembered`). A
@@ -26,8 +30,6 @@
 use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use loom::sync::{Arc, Mutex};
 
-/// The chain's length.
-const CHAIN: usize = 3;
 /// The remembered object, which points to nothing.
 const REMEMBERED: usize = 4;
 const OBJECTS: usize = 4;
@@ -46,9 +48,13 @@ struct Mark {
 
 impl Mark {
     /// Traces `o`: counts it, and returns what it points to.
-    fn trace(&self, o: usize) -> Option<usize> {
+    fn trace(&self, o: usize) -> &'static [usize] {
         self.traced[o].fetch_add(1, Ordering::Relaxed);
-        (o < CHAIN).then_some(o + 1)
+        if o == 1 {
+            &[2, 3]
+        } else {
+            &[]
+        }
     }
 
     /// `take_remembered`: claims the next remembered object.
@@ -95,21 +101,34 @@ impl Mark {
         }
     }
 
-    /// A GC thread's loop in `mark::parallel`.
-    fn gc_thread(&self) {
+    /// A GC thread's loop in `mark::parallel`, with its `MarkStack`.
+    /// Returns what its stack still holds when a deadline stopped it
+    /// (`parallel` leaves it over); `drop_when_stopped`: the bug the model
+    /// must catch, returning nothing then.
+    fn gc_thread(&self, drop_when_stopped: bool) -> Vec<usize> {
+        let mut stack: Vec<usize> = Vec::new();
         loop {
             if self.stop.load(Ordering::Relaxed) {
-                return;
-            }
-            match self.pop().or_else(|| self.take_remembered()) {
-                Some(o) => {
-                    if let Some(next) = self.trace(o) {
-                        self.push(next);
-                    }
+                if drop_when_stopped {
+                    stack.clear();
                 }
+                return stack;
+            }
+            if stack.len() >= 2 && self.is_empty() {
+                let half = stack.len() / 2;
+                for o in stack.drain(..half) {
+                    self.push(o);
+                }
+            }
+            match stack
+                .pop()
+                .or_else(|| self.pop())
+                .or_else(|| self.take_remembered())
+            {
+                Some(o) => stack.extend_from_slice(self.trace(o)),
                 None => {
                     if self.idle() {
-                        return;
+                        return stack;
                     }
                 }
             }
@@ -135,9 +154,7 @@ impl Mark {
         }
         let mut local = Vec::new();
         if let Some(o) = self.pop() {
-            if let Some(next) = self.trace(o) {
-                local.push(next);
-            }
+            local.extend_from_slice(self.trace(o));
         }
         if late_hand_back {
             self.active.fetch_sub(1, Ordering::SeqCst);
@@ -153,7 +170,7 @@ impl Mark {
 
 #[test]
 fn an_assist_never_ends_a_mark_with_work_in_hand() {
-    assist_model(false, false);
+    assist_model(false, false, false);
 }
 
 /// The model can fail: an assist that hands its work back after leaving
@@ -162,17 +179,25 @@ fn an_assist_never_ends_a_mark_with_work_in_hand() {
 #[test]
 #[should_panic(expected = "never traced")]
 fn an_assist_that_hands_back_after_leaving_the_count_fails_the_model() {
-    assist_model(true, false);
+    assist_model(true, false, false);
 }
 
 /// A mark with a deadline (and so no assists) leaves what it did not
 /// trace, the remembered objects no thread claimed included, to the drain.
 #[test]
 fn a_deadline_leaves_what_no_thread_claimed_to_the_drain() {
-    assist_model(false, true);
+    assist_model(false, true, false);
 }
 
-fn assist_model(late_hand_back: bool, deadline: bool) {
+/// The model can fail: a GC thread that drops its own stack when the
+/// deadline stops it loses what the stack held.
+#[test]
+#[should_panic(expected = "never traced")]
+fn a_gc_thread_that_drops_its_stack_at_the_deadline_fails_the_model() {
+    assist_model(false, true, true);
+}
+
+fn assist_model(late_hand_back: bool, deadline: bool, drop_when_stopped: bool) {
     loom::model(move || {
         let mark = Arc::new(Mark {
             queue: Mutex::new(vec![1]),
@@ -189,16 +214,17 @@ fn assist_model(late_hand_back: bool, deadline: bool) {
         });
         let gc = {
             let mark = mark.clone();
-            loom::thread::spawn(move || mark.gc_thread())
+            loom::thread::spawn(move || mark.gc_thread(drop_when_stopped))
         };
         let assist = (!deadline).then(|| {
             let mark = mark.clone();
             loom::thread::spawn(move || mark.assist(late_hand_back))
         });
-        gc.join().unwrap();
-        // `parallel`'s drain once the GC threads are done: what it finds
-        // goes to the next round.
-        let mut left: Vec<usize> = std::mem::take(&mut *mark.queue.lock().unwrap());
+        // What a deadline left on the GC thread's stack, then `parallel`'s
+        // drain once the GC threads are done: what they find goes to the
+        // next round.
+        let mut left = gc.join().unwrap();
+        left.append(&mut mark.queue.lock().unwrap());
         left.extend(mark.leave_remembered());
         mark.drained.store(true, Ordering::SeqCst);
         if let Some(t) = assist {
@@ -210,9 +236,7 @@ fn assist_model(late_hand_back: bool, deadline: bool) {
         // The next round traces what was left, and what it leads to.
         let mut next = left;
         while let Some(o) = next.pop() {
-            if let Some(n) = mark.trace(o) {
-                next.push(n);
-            }
+            next.extend_from_slice(mark.trace(o));
         }
         for o in 1..=OBJECTS {
             let times = mark.traced[o].load(Ordering::Relaxed);

@@ -5,12 +5,13 @@
 //! threads only past a budget (a minor cycle's mark is often tiny), and
 //! not in a pause whose deadline is near (waking them would outlast it).
 //! Each GC thread that traces (all of them with the world stopped, a
-//! quarter while the mutators run: `Limits::threads`) drains its own LIFO
-//! deque (crossbeam-deque) and steals from the roots' injector and from
-//! the others when it runs dry. The deques
-//! are the mark stack: no recursion, so a ten-million-node list marks in
-//! constant native stack. An object is pushed only by the thread whose
-//! `fetch_or` set its mark bit, so each object is traced once.
+//! quarter while the mutators run: `Limits::threads`) works from a stack
+//! of its own ([`MarkStack`]), shares part of it on its LIFO deque
+//! (crossbeam-deque) whenever that is empty, and steals from the roots'
+//! injector and from the others' deques when it runs dry. The stacks and
+//! deques are the mark stack: no recursion, so a ten-million-node list
+//! marks in constant native stack. An object is pushed only by the thread
+//! whose `fetch_or` set its mark bit, so each object is traced once.
 //!
 //! Termination: a thread that finds no work leaves the `active` count and
 //! then watches the queues (and the remembered objects not yet taken, which
@@ -22,9 +23,9 @@
 //! these: the collector hands what they hold to later marks, with the
 //! runtime's `gray` queue, `Shared::drain_shaded` and `cycle.rs`.)
 //!
-//! A mark may be given a deadline (the first pause's budget): past it, every
-//! thread stops and hands back what its deque still holds, gray objects the
-//! concurrent phase goes on from.
+//! A mark may be given a deadline (the first pause's budget): past it,
+//! every thread stops and hands back what its stack and deque still hold,
+//! gray objects the concurrent phase goes on from.
 //!
 //! # Long arrays
 //! A deadline, an assist's slice and a GC thread's look at its stop flag
@@ -431,8 +432,8 @@ pub(crate) const PROGRESS_BYTES: usize = 256 << 10;
 /// 1. it joins by raising `active` from a nonzero value (a CAS): once the
 ///    count has been zero the mark is over (every queue empty for good),
 ///    and a late assist leaves it alone;
-/// 2. while counted, it steals from the mark's queues into a deque of its
-///    own, which no GC thread sees;
+/// 2. while counted, it steals from the mark's queues into a deque and a
+///    stack of its own, which no GC thread sees;
 /// 3. before it leaves the count, it pushes whatever it has not traced back
 ///    to the mark's injector. A GC thread watching the queues may read them
 ///    empty just before that push and `active` zero just after it, and end
@@ -597,23 +598,29 @@ pub(crate) unsafe fn assist(
     // Counted in `active` until 3: the GC threads wait for the count to
     // fall (`idle`). (A user's `Trace` panic is contained in `scan`.)
     let unwinding = crate::collector::StopIfUnwinding("a mutator's mark assist");
-    // 2. Steal and trace.
+    // 2. Steal and trace: stolen batches land in `local` (no GC thread
+    // sees it), what the scans find goes on `stack`.
     let local = Worker::new_lifo();
+    let mut stack = Vec::new();
     let mut tracer = Tracer::new();
     let mut looks = Looks::default();
     let mut took = false;
     while out.work < budget && !(looks.due() && Instant::now() >= deadline) {
-        let Some(addr) = local.pop().or_else(|| steal_any(&local, &share.injector, &share.stealers)) else {
+        let next = stack
+            .pop()
+            .or_else(|| local.pop())
+            .or_else(|| steal_any(&local, &share.injector, &share.stealers));
+        let Some(addr) = next else {
             break;
         };
         took = true;
         // Queued objects are marked and allocated; no sweep runs
         // (caller).
         // SAFETY: as just said.
-        looks.add(unsafe { scan(space, addr, &mut tracer, &mut out, |e| local.push(e)) });
+        looks.add(unsafe { scan(space, addr, &mut tracer, &mut out, |e| stack.push(e)) });
     }
     // 3. Hand back, then leave.
-    while let Some(x) = local.pop() {
+    for x in stack.drain(..).chain(std::iter::from_fn(|| local.pop())) {
         share.injector.push(x);
     }
     let mut deferred = Vec::new();
@@ -841,6 +848,7 @@ pub(crate) unsafe fn parallel(
             panic!("a test's panic in a GC thread's mark");
         }
         let local = slots[me].lock().take().expect("one worker per GC thread");
+        let mut stack = MarkStack::default();
         let mut tracer = Tracer::new();
         let mut out = Marked::default();
         let mut looks = Looks::default();
@@ -861,15 +869,16 @@ pub(crate) unsafe fn parallel(
                 stop.store(true, Ordering::Relaxed);
                 break;
             }
-            let next = local
-                .pop()
+            let next = stack
+                .pop(&local)
+                .or_else(|| local.pop())
                 .or_else(|| find_work(me, &local, injector, stealers))
                 .or_else(take_remembered);
             match next {
                 // Queued and taken remembered objects are marked
                 // and allocated; no sweep runs (caller).
                 // SAFETY: as just said.
-                Some(addr) => looks.add(unsafe { scan(space, addr, &mut tracer, &mut out, |e| local.push(e)) }),
+                Some(addr) => looks.add(unsafe { scan(space, addr, &mut tracer, &mut out, |e| stack.push(e)) }),
                 None => {
                     let more = || pending.load(Ordering::Relaxed) < remembered.len();
                     if idle(active, injector, stealers, &stop, more) {
@@ -880,12 +889,9 @@ pub(crate) unsafe fn parallel(
         }
         // Empty unless the deadline stopped us: gray objects for later;
         // and the objects to trace again.
-        if let Some(x) = local.pop() {
-            let mut left = left.lock();
-            left.push(x);
-            while let Some(x) = local.pop() {
-                left.push(x);
-            }
+        stack.0.extend(std::iter::from_fn(|| local.pop()));
+        if !stack.0.is_empty() {
+            left.lock().append(&mut stack.0);
         }
         let mut deferred = Vec::new();
         tracer.take_deferred(&mut deferred);
@@ -923,6 +929,48 @@ pub(crate) fn drain(queue: &Injector<usize>, out: &mut Vec<usize>) {
             Steal::Retry => {}
             Steal::Empty => return,
         }
+    }
+}
+
+/// A GC thread's own mark stack, beside its deque: what its scans find
+/// goes here, and only a share of it reaches the deque, where other
+/// threads can steal it.
+///
+/// Why: a pop from a LIFO `crossbeam_deque::Worker` runs a sequentially
+/// consistent fence (it must not race a thief for the last item), about a
+/// quarter of a GC thread's marking time on binary-trees' trees; a pop
+/// from a `Vec` runs none. Go's `gcWork` buffers and the JVM's task queues
+/// keep a thread's gray objects private the same way.
+///
+/// Sharing: whenever the deque is empty, a pop first moves the bottom half
+/// of the stack (at least one entry, when two or more are left) onto it.
+/// The bottom entries are the oldest: in a tree, the roots of the largest
+/// subtrees left, so a thief's steal takes much work at once, and the
+/// thread itself goes on with the top. An idle thread finds the deque
+/// non-empty within one scan of the owner's (it watches the deques,
+/// [`idle`]). A thread leaves the mark only with both empty, so the
+/// termination argument (module docs) is unchanged: work is held, and
+/// pushed, by active threads only.
+#[derive(Default)]
+struct MarkStack(Vec<usize>);
+
+impl MarkStack {
+    #[inline]
+    fn push(&mut self, entry: usize) {
+        self.0.push(entry);
+    }
+
+    /// The top entry, after sharing the bottom half with `deque` if it is
+    /// empty.
+    #[inline]
+    fn pop(&mut self, deque: &Worker<usize>) -> Option<usize> {
+        if self.0.len() >= 2 && deque.is_empty() {
+            let half = self.0.len() / 2;
+            for e in self.0.drain(..half) {
+                deque.push(e);
+            }
+        }
+        self.0.pop()
     }
 }
 

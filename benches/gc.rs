@@ -343,15 +343,24 @@ fn benches(c: &mut Criterion) {
     print_pauses(&rt);
 }
 
-/// The mark alone: a rooted tree of depth `max` (2^(max+1) - 1 nodes), no
-/// mutator running, marked by forced full cycles with 1 and 2 GC threads
-/// (`gc_threads` and `concurrent_gc_threads` alike); each sample is the
-/// cycles' mark time from `GcStats::mark_time`, not their wall time, so the
-/// sweep (which finds nothing to free) and the cycle's waits are left out.
+/// A leaf of the array that `mark_benches` marks: a header and a number.
+#[derive(Trace)]
+struct Leaf {
+    n: u64,
+}
+
+/// The mark alone, no mutator running, by forced full cycles with 1 and 2
+/// GC threads (`gc_threads` and `concurrent_gc_threads` alike): a rooted
+/// tree of depth `max` (2^(max+1) - 1 nodes), and a rooted array of as many
+/// leaves made one after another. Each sample is the cycles' mark time from
+/// `GcStats::mark_time`, not their wall time, so the sweep (which finds
+/// nothing to free) and the cycle's waits are left out.
 /// `cargo bench --bench gc -- mark`.
 fn mark_benches(c: &mut Criterion) {
+    type Tree = Rootable!['gc => GcTree<'gc>];
+    type Leaves = Rootable!['gc => [Gc<'gc, Leaf>]];
     let max = max_depth();
-    let mut g = c.benchmark_group(format!("mark_tree_{max}"));
+    let mut g = c.benchmark_group(format!("mark_{max}"));
     g.sample_size(10);
     for threads in [1, 2] {
         let rt = Runtime::builder()
@@ -359,20 +368,28 @@ fn mark_benches(c: &mut Criterion) {
             .concurrent_gc_threads(threads)
             .build();
         let mut m = rt.attach();
-        let tree: Root<Rootable!['gc => GcTree<'gc>]> = m.mutate(|mc| mc.root(gc_tree(mc, max)));
-        drop(m);
-        // The tree's first full mark promotes it; later ones mark it again.
-        rt.collect();
-        g.bench_with_input(BenchmarkId::new("gc_threads", threads), &threads, |b, _| {
-            b.iter_custom(|iters| {
-                let before = rt.stats().mark_time;
-                for _ in 0..iters {
-                    rt.collect();
-                }
-                rt.stats().mark_time - before
-            })
+        let tree: Root<Tree> = m.mutate(|mc| mc.root(gc_tree(mc, max)));
+        let leaves: Root<Leaves> = m.mutate(|mc| {
+            let n = nodes(max) as usize;
+            mc.root(mc.alloc_from_iter((0..n as u64).map(|n| mc.alloc(Leaf { n }))))
         });
-        drop(tree);
+        drop(m);
+        // The first full mark promotes them; later ones mark them again.
+        rt.collect();
+        g.bench_with_input(
+            BenchmarkId::new("tree_and_array", threads),
+            &threads,
+            |b, _| {
+                b.iter_custom(|iters| {
+                    let before = rt.stats().mark_time;
+                    for _ in 0..iters {
+                        rt.collect();
+                    }
+                    rt.stats().mark_time - before
+                })
+            },
+        );
+        drop((tree, leaves));
     }
     g.finish();
 }

@@ -227,7 +227,7 @@ not_under_loom! {
     pub use batch::{FreeBatch, HeldRun};
     pub use global_alloc::{good_size, usable_size, LoamAlloc};
     pub use inspect::{
-        alloc_object, alloc_object_in, for_each_local_page, for_each_page, mark_block, AllocatedBit,
+        alloc_object, alloc_object_in, for_each_local_page, for_each_page, mark_block, mark_blocks, AllocatedBit,
         ObjectClass, PageInfo, PageRef, RUN_PENDING, TAG_MIXED,
     };
     pub use seal::SealEpoch;

@@ -346,15 +346,11 @@ unsafe fn scan(
         // A later part of an object traced in parts: its work (`Marked`).
         out.work += std::mem::size_of_val(tracer.edges());
     }
-    for &e in tracer.edges() {
-        // An edge of a live object is an allocated object
-        // (Trace's contract 1: everything reachable was reported, so
-        // nothing reachable was freed).
-        // SAFETY: as just said.
-        if unsafe { space.mark(e) } {
-            push(e);
-        }
-    }
+    // An edge of a live object is an allocated object (Trace's contract
+    // 1: everything reachable was reported, so nothing reachable was
+    // freed).
+    // SAFETY: as just said.
+    unsafe { space.mark_all(tracer.edges(), push) };
     tracer.clear();
     edges
 }

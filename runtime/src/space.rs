@@ -48,6 +48,30 @@ impl Space {
         }
     }
 
+    /// [`mark`](Self::mark) for each of `objects`, in order, calling
+    /// `newly` with each object this call marked (once for an object
+    /// listed twice). In loam's pages, objects whose mark bits share a word
+    /// are marked with one read-modify-write (`loam_heap::mark_blocks`).
+    ///
+    /// # Safety
+    /// As [`mark`](Self::mark), for every object.
+    #[inline]
+    pub(crate) unsafe fn mark_all(&self, objects: &[usize], mut newly: impl FnMut(usize)) {
+        match self {
+            // SAFETY: the objects are allocated, so their pages are live
+            // (caller).
+            Space::Pages => unsafe { loam_heap::mark_blocks(objects, newly) },
+            Space::Alloc(a) => {
+                for &o in objects {
+                    // SAFETY: as the caller's.
+                    if unsafe { a.mark(o) } {
+                        newly(o);
+                    }
+                }
+            }
+        }
+    }
+
     /// Whether the object at `addr` is marked.
     ///
     /// # Safety

@@ -804,6 +804,7 @@ fn compare(cli: &Cli, seconds: f64) -> Result<(), String> {
         .collect();
     let mut reports: Vec<Vec<Vec<Report>>> = vec![vec![Vec::new(); cpu_sets.len()]; setups.len()];
     let rounds = cli.rounds.map_or(3, usize::from);
+    let stderr_is_terminal = std::io::IsTerminal::is_terminal(&std::io::stderr());
     for round in 0..rounds {
         // Every other round backwards, and rotated every two rounds
         // (`support::round_order`): a drift of the machine over the run
@@ -814,12 +815,20 @@ fn compare(cli: &Cli, seconds: f64) -> Result<(), String> {
         for i in support::round_order(round, configs.len()) {
             let (h, c) = configs[i];
             if !cli.json {
-                eprint!(
-                    "\rround {}/{rounds}: {} on {} ...          ",
+                let what = format!(
+                    "round {}/{rounds}: {} on {} ...",
                     round + 1,
                     setups[h].name(),
                     if c == 0 { "1 CPU" } else { "all CPUs" }
                 );
+                // One line rewritten in place on a terminal; a line each
+                // where stderr goes to a file or a pipe, which would keep
+                // every carriage return.
+                if stderr_is_terminal {
+                    eprint!("\r{what:70}");
+                } else {
+                    eprintln!("{what}");
+                }
             }
             reports[h][c].push(child(setups[h], &cpu_sets[c], seconds)?);
         }
@@ -851,7 +860,9 @@ fn compare(cli: &Cli, seconds: f64) -> Result<(), String> {
             .collect();
         return chart(&rows);
     }
-    eprintln!("\r{:70}", "");
+    if stderr_is_terminal {
+        eprint!("\r{:70}\r", "");
+    }
     // Ratios are medians of per-round ratios (runs of one round are
     // neighbours in time).
     let per_round = |a: &[Report], b: &[Report]| {

@@ -688,9 +688,10 @@ impl AllocatedBit {
 }
 
 /// Sets the mark bit of block `p`; returns true if this call set it (false
-/// if it was set already). The marker's hot path: the bit is found from the
-/// page descriptor in a few arithmetic steps, and an already-set bit costs a
-/// load, not a read-modify-write.
+/// if it was set already). The bit is found from the page descriptor in a
+/// few arithmetic steps, and an already-set bit costs a load, not a
+/// read-modify-write. (A marker's hot path, an object's edges, is
+/// [`mark_blocks`].)
 ///
 /// The bit is set sequentially consistent, which costs nothing over
 /// acquire-release where it matters (a locked `or` on x86-64, `ldsetal` on
@@ -739,11 +740,16 @@ pub unsafe fn mark_block(p: *const u8) -> bool {
 
 /// [`mark_block`] for each of `blocks`, in order, calling `newly` with
 /// each block whose bit this call set (once for a block listed twice).
-/// Blocks in a row whose bits share a bitmap word (objects allocated one
-/// after another, up to 512 bytes apart: a tree's sibling leaves, an
-/// array's elements made in a loop) are marked with one `fetch_or`: the
-/// read-modify-write, a full barrier on x86-64, is most of a mark's cost
-/// per object once the object is in the cache.
+/// Blocks in a row whose bits share a bitmap word (up to 64 neighbouring
+/// blocks of a page: objects allocated one after another, such as a
+/// tree's sibling leaves or an array's elements made in a loop) are
+/// marked with one `fetch_or`: the read-modify-write, a full barrier on
+/// x86-64, is most of a mark's cost per object once the object is in the
+/// cache.
+///
+/// Every bit it sets, it sets with a sequentially consistent `fetch_or`
+/// after a relaxed look, as [`mark_block`] does, so the pairing described
+/// there holds for each block alike.
 ///
 /// # Safety
 /// As [`mark_block`], for every block.
@@ -756,6 +762,7 @@ pub unsafe fn mark_block(p: *const u8) -> bool {
 /// // then freed once each.
 /// unsafe {
 ///     let ps: Vec<*mut u8> = (0..4).map(|_| loam_heap::LoamAlloc.alloc(layout)).collect();
+///     assert!(ps.iter().all(|p| !p.is_null()));
 ///     for &p in &ps {
 ///         loam_heap::PageRef::of(p).clear_mark(loam_heap::PageRef::of(p).block_index(p));
 ///     }
@@ -771,8 +778,8 @@ pub unsafe fn mark_block(p: *const u8) -> bool {
 /// ```
 #[inline]
 pub unsafe fn mark_blocks(blocks: &[usize], mut newly: impl FnMut(usize)) {
-    /// The most blocks one `fetch_or` covers (a word's 64 bits, and then
-    /// some for blocks listed twice).
+    /// The most list entries one `fetch_or` covers: a word's 64 blocks
+    /// (a run with repeats is split, at the cost of one more `fetch_or`).
     const GROUP: usize = 64;
     let bits_of = |b: usize| {
         let p = b as *mut u8;

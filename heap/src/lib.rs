@@ -227,8 +227,8 @@ not_under_loom! {
     pub use batch::{FreeBatch, HeldRun};
     pub use global_alloc::{good_size, usable_size, LoamAlloc};
     pub use inspect::{
-        alloc_object, alloc_object_in, for_each_local_page, for_each_page, mark_block, mark_blocks, AllocatedBit,
-        ObjectClass, PageInfo, PageRef, RUN_PENDING, TAG_MIXED,
+        alloc_object, alloc_object_in, for_each_local_page, for_each_page, mark_block, mark_blocks,
+        AllocatedBit, ObjectClass, PageInfo, PageRef, RUN_PENDING, TAG_MIXED,
     };
     pub use seal::SealEpoch;
     pub use options::{hold_freed_memory, parse_flag, parse_size, purge_delay, set_purge_delay};

@@ -4,25 +4,27 @@
 //!
 //! The mark's queue (crossbeam's injector and the threads' deques, whose
 //! own correctness is crossbeam's) is a mutex'd vector; object 1 points
-//! to 2 and 3. One GC thread marks into a stack of its own, sharing its
-//! bottom half with the queue when the queue is empty, as
-//! `mark::MarkStack` does, and goes idle exactly as `mark::idle` does; one
-//! assist joins by CAS from a nonzero count, traces at most one object
-//! into a stack of its own, and hands the rest back before it leaves the
-//! count; then the collector drains the queue as `mark::parallel` does
-//! once the GC threads are done. In every interleaving each object is
-//! traced exactly once or found by that drain (none lost, none twice), and
-//! the assist hands nothing back after the drain. Moving the hand-back
-//! after the count's decrement makes the model fail, and so does a GC
-//! thread that drops what its own stack holds when a deadline stops it.
-//! Object 4 is
-//! remembered (a minor cycle's list): the GC
-//! thread claims it by a relaxed `fetch_add` on the list's counter when
-//! its queue runs dry, and `idle` counts an unclaimed one as work; the
-//! drain also takes what is left of the list (`leave_remembered`). A
-//! third run has a deadline instead of the assist (a mark offered to
-//! assists has none, `mark::parallel`): a thread raising `stop` may end
-//! the mark at any point, with the count up and the list unclaimed.
+//! to 2 and 3. One GC thread marks into a stack of its own and shares its
+//! bottom half with the queue when the queue is empty, through
+//! `mark_stack::share_half` as `MarkStack` does (the real thread looks at
+//! its own deque only; here the queue stands for every deque and the
+//! injector, and with one GC thread no other GC thread steals the
+//! share), and goes idle exactly as `mark::idle` does; one assist joins
+//! by CAS from a nonzero count, traces at most one object into a stack
+//! of its own, and hands the rest back before it leaves the count; then
+//! the collector drains the queue as `mark::parallel` does once the GC
+//! threads are done. In every interleaving each object is traced exactly
+//! once or found by that drain (none lost, none twice), and the assist
+//! hands nothing back after the drain. Moving the hand-back after the
+//! count's decrement makes the model fail, and so does a GC thread that
+//! drops what its own stack holds when a deadline stops it. Object 4 is
+//! remembered (a minor cycle's list): the GC thread claims it by a
+//! relaxed `fetch_add` on the list's counter when its queue runs dry, and
+//! `idle` counts an unclaimed one as work; the drain also takes what is
+//! left of the list (`leave_remembered`). A third run has a deadline
+//! instead of the assist (a mark offered to assists has none,
+//! `mark::parallel`): a thread raising `stop` may end the mark at any
+//! point, with the count up and the list unclaimed.
 //!
 //! A second model checks the wake of a paced mutator waiting for the GC
 //! threads' credit (`mark::Share`, "Background credit").
@@ -76,7 +78,7 @@ impl Mark {
     fn push(&self, o: usize) {
         assert!(
             !self.drained.load(Ordering::SeqCst),
-            "work handed back after the mark ended"
+            "work handed back after the mark ended: never traced by it"
         );
         self.queue.lock().unwrap().push(o);
     }
@@ -114,12 +116,7 @@ impl Mark {
                 }
                 return stack;
             }
-            if stack.len() >= 2 && self.is_empty() {
-                let half = stack.len() / 2;
-                for o in stack.drain(..half) {
-                    self.push(o);
-                }
-            }
+            crate::mark_stack::share_half(&mut stack, || self.is_empty(), |o| self.push(o));
             match stack
                 .pop()
                 .or_else(|| self.pop())
@@ -136,7 +133,7 @@ impl Mark {
     }
 
     /// `mark::assist`, with a budget of one object; `late_hand_back`: the
-    /// bug the model must catch, handing the deque back after leaving the
+    /// bug the model must catch, handing its stack back after leaving the
     /// count.
     fn assist(&self, late_hand_back: bool) {
         let mut a = self.active.load(Ordering::SeqCst);

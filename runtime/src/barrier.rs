@@ -5,8 +5,8 @@
 //!
 //! # The invariants
 //! Objects are white (unmarked), gray (marked, not yet traced: in a mark
-//! queue, the runtime's `gray` queue, a remembered list or an assist's
-//! deque) or black (marked and traced). A barrier's shade goes onto its
+//! queue, a marker's own mark stack, the runtime's `gray` queue, a
+//! remembered list or an assist's deque) or black (marked and traced). A barrier's shade goes onto its
 //! mutator's own shade queue (`Mutator::shade_queue`), which the
 //! collector takes with the runtime's queue wherever it takes `gray`
 //! (`Shared::drain_shaded`): below, "`gray`" means the two together, and
@@ -134,8 +134,9 @@
 //!    the look, reads the old value and marks `Y`: `Y` would end old,
 //!    pointing to an unmarked value nobody remembered. So the store
 //!    fences (`SeqCst`) before the look, and a marker sets a mark with a
-//!    sequentially consistent `fetch_or` (`loam_heap::mark_block`) and
-//!    reads cells with sequentially consistent loads (`GcCell::trace`).
+//!    sequentially consistent `fetch_or` (`loam_heap::mark_block`, or
+//!    `mark_blocks` for the edges of an object it traced) and reads cells
+//!    with sequentially consistent loads (`GcCell::trace`).
 //!    Either the fence precedes the `fetch_or` in the total order, and
 //!    the marker's later load (later in that order: it follows the
 //!    `fetch_or` in its thread, or through the mark queues' release and

@@ -341,6 +341,7 @@ mod cards;
 mod handshake;
 #[cfg(all(test, loom))]
 mod log_owner_model;
+mod mark_stack;
 #[cfg(all(test, loom))]
 mod preclear_model;
 #[cfg(all(test, loom))]

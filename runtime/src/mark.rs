@@ -37,8 +37,8 @@
 //! traces its oblets: a queue entry is an object's address, or an array's
 //! address with a chunk number in its top bits ([`Entry`]). Chunk 0 is the
 //! entry the mark bit queued, as for any object; it queues chunks 1 to 64,
-//! chunk 64 the next 64, and so on ([`CHUNK_FANOUT`]), for any thread to
-//! steal. Each chunk counts its elements' bytes (the first the header's
+//! chunk 64 the next 64, and so on ([`CHUNK_FANOUT`]), onto the tracing
+//! thread's stack, whose sharing puts them where any thread can steal them. Each chunk counts its elements' bytes (the first the header's
 //! too) and the first counts the object. A chunk a writer's lock made the
 //! tracer defer is traced again alone ([`AGAIN`]). An object whose type
 //! traces in parts (`Trace::TRACE_IN_PARTS`: the collections, whose
@@ -61,6 +61,7 @@
 use crate::gc::{array_len, header_of, is_freed, TypeDesc};
 use crate::space::Space;
 use crate::trace::Tracer;
+use crate::mark_stack::MarkStack;
 use crossbeam_deque::{Injector, Steal, Stealer, Worker};
 use loam_threadpool::ThreadPool;
 use parking_lot::Mutex;
@@ -428,8 +429,9 @@ pub(crate) const PROGRESS_BYTES: usize = 256 << 10;
 /// 1. it joins by raising `active` from a nonzero value (a CAS): once the
 ///    count has been zero the mark is over (every queue empty for good),
 ///    and a late assist leaves it alone;
-/// 2. while counted, it steals from the mark's queues into a deque and a
-///    stack of its own, which no GC thread sees;
+/// 2. while counted, it steals from the mark's queues into a deque of its
+///    own, and what its scans find goes on a stack of its own; no GC
+///    thread sees either;
 /// 3. before it leaves the count, it pushes whatever it has not traced back
 ///    to the mark's injector. A GC thread watching the queues may read them
 ///    empty just before that push and `active` zero just after it, and end
@@ -594,18 +596,19 @@ pub(crate) unsafe fn assist(
     // Counted in `active` until 3: the GC threads wait for the count to
     // fall (`idle`). (A user's `Trace` panic is contained in `scan`.)
     let unwinding = crate::collector::StopIfUnwinding("a mutator's mark assist");
-    // 2. Steal and trace: stolen batches land in `local` (no GC thread
-    // sees it), what the scans find goes on `stack`.
+    // 2. Steal and trace: stolen batches land in `local`, what the scans
+    // find goes on `stack` (no GC thread sees either, so the stack keeps
+    // all of it: nobody could steal a share).
     let local = Worker::new_lifo();
-    let mut stack = Vec::new();
+    let mut stack = MarkStack::default();
     let mut tracer = Tracer::new();
     let mut looks = Looks::default();
     let mut took = false;
     while out.work < budget && !(looks.due() && Instant::now() >= deadline) {
         let next = stack
-            .pop()
+            .pop_own()
             .or_else(|| local.pop())
-            .or_else(|| steal_any(&local, &share.injector, &share.stealers));
+            .or_else(|| steal(&local, &share.injector, &share.stealers, None));
         let Some(addr) = next else {
             break;
         };
@@ -616,9 +619,7 @@ pub(crate) unsafe fn assist(
         looks.add(unsafe { scan(space, addr, &mut tracer, &mut out, |e| stack.push(e)) });
     }
     // 3. Hand back, then leave.
-    for x in stack.drain(..).chain(std::iter::from_fn(|| local.pop())) {
-        share.injector.push(x);
-    }
+    stack.drain_into(&local, |x| share.injector.push(x));
     let mut deferred = Vec::new();
     tracer.take_deferred(&mut deferred);
     for x in deferred {
@@ -634,16 +635,23 @@ pub(crate) unsafe fn assist(
     (out, took)
 }
 
-/// One object from the injector or any GC thread's deque (a batch moves to
-/// `local`).
-fn steal_any(local: &Worker<usize>, injector: &Injector<usize>, stealers: &[Stealer<usize>]) -> Option<usize> {
+/// One object from the injector or a GC thread's deque, a batch of them
+/// moving to `local`: every deque, or with `me` every other one, from
+/// the next thread on (GC thread `me` looking for work).
+fn steal(
+    local: &Worker<usize>,
+    injector: &Injector<usize>,
+    stealers: &[Stealer<usize>],
+    me: Option<usize>,
+) -> Option<usize> {
+    let n = stealers.len();
+    let (from, count) = me.map_or((0, n), |me| (me + 1, n.saturating_sub(1)));
     loop {
         let mut retry = false;
-        for s in std::iter::once(None).chain(stealers.iter().map(Some)) {
-            let got = match s {
-                None => injector.steal_batch_and_pop(local),
-                Some(s) => s.steal_batch_and_pop(local),
-            };
+        let deques = (0..count).map(|k| &stealers[(from + k) % n]);
+        for got in std::iter::once(injector.steal_batch_and_pop(local))
+            .chain(deques.map(|s| s.steal_batch_and_pop(local)))
+        {
             match got {
                 Steal::Success(x) => return Some(x),
                 Steal::Retry => retry = true,
@@ -678,12 +686,8 @@ pub(crate) unsafe fn parallel(
     leftover: &mut Vec<usize>,
 ) -> Marked {
     let mut gray = Vec::new();
-    for &r in roots {
-        // SAFETY: roots are allocated (caller).
-        if unsafe { space.mark(r) } {
-            gray.push(r);
-        }
-    }
+    // SAFETY: roots are allocated (caller).
+    unsafe { space.mark_all(roots, |r| gray.push(r)) };
     // The remembered objects are taken one at a time as the gray ones run
     // out, not queued first: a minor cycle after a burst of stores may have
     // hundreds of thousands, and queueing them all before the first look at
@@ -868,7 +872,7 @@ pub(crate) unsafe fn parallel(
             let next = stack
                 .pop(&local)
                 .or_else(|| local.pop())
-                .or_else(|| find_work(me, &local, injector, stealers))
+                .or_else(|| steal(&local, injector, stealers, Some(me)))
                 .or_else(take_remembered);
             match next {
                 // Queued and taken remembered objects are marked
@@ -885,10 +889,7 @@ pub(crate) unsafe fn parallel(
         }
         // Empty unless the deadline stopped us: gray objects for later;
         // and the objects to trace again.
-        stack.0.extend(std::iter::from_fn(|| local.pop()));
-        if !stack.0.is_empty() {
-            left.lock().append(&mut stack.0);
-        }
+        stack.drain_into(&local, |x| left.lock().push(x));
         let mut deferred = Vec::new();
         tracer.take_deferred(&mut deferred);
         if !deferred.is_empty() {
@@ -924,75 +925,6 @@ pub(crate) fn drain(queue: &Injector<usize>, out: &mut Vec<usize>) {
             Steal::Success(x) => out.push(x),
             Steal::Retry => {}
             Steal::Empty => return,
-        }
-    }
-}
-
-/// A GC thread's own mark stack, beside its deque: what its scans find
-/// goes here, and only a share of it reaches the deque, where other
-/// threads can steal it.
-///
-/// Why: a pop from a LIFO `crossbeam_deque::Worker` runs a sequentially
-/// consistent fence (it must not race a thief for the last item), about a
-/// quarter of a GC thread's marking time on binary-trees' trees; a pop
-/// from a `Vec` runs none. Go's `gcWork` buffers and the JVM's task queues
-/// keep a thread's gray objects private the same way.
-///
-/// Sharing: whenever the deque is empty, a pop first moves the bottom half
-/// of the stack (at least one entry, when two or more are left) onto it.
-/// The bottom entries are the oldest: in a tree, the roots of the largest
-/// subtrees left, so a thief's steal takes much work at once, and the
-/// thread itself goes on with the top. An idle thread finds the deque
-/// non-empty within one scan of the owner's (it watches the deques,
-/// [`idle`]). A thread leaves the mark only with both empty, so the
-/// termination argument (module docs) is unchanged: work is held, and
-/// pushed, by active threads only.
-#[derive(Default)]
-struct MarkStack(Vec<usize>);
-
-impl MarkStack {
-    #[inline]
-    fn push(&mut self, entry: usize) {
-        self.0.push(entry);
-    }
-
-    /// The top entry, after sharing the bottom half with `deque` if it is
-    /// empty.
-    #[inline]
-    fn pop(&mut self, deque: &Worker<usize>) -> Option<usize> {
-        if self.0.len() >= 2 && deque.is_empty() {
-            let half = self.0.len() / 2;
-            for e in self.0.drain(..half) {
-                deque.push(e);
-            }
-        }
-        self.0.pop()
-    }
-}
-
-fn find_work(
-    me: usize,
-    local: &Worker<usize>,
-    injector: &Injector<usize>,
-    stealers: &[Stealer<usize>],
-) -> Option<usize> {
-    loop {
-        let mut retry = false;
-        match injector.steal_batch_and_pop(local) {
-            Steal::Success(x) => return Some(x),
-            Steal::Retry => retry = true,
-            Steal::Empty => {}
-        }
-        let n = stealers.len();
-        for k in 1..n {
-            match stealers[(me + k) % n].steal_batch_and_pop(local) {
-                Steal::Success(x) => return Some(x),
-                Steal::Retry => retry = true,
-                Steal::Empty => {}
-            }
-        }
-        if !retry {
-            return None;
         }
     }
 }

@@ -905,7 +905,7 @@ impl Mutator {
             if !took {
                 // Nothing to take: the GC threads hold the rest of the
                 // mark (or the mark is between its rounds, or has just
-                // begun with all of it on their deques).
+                // begun with all of it in their stacks and deques).
                 if minimum {
                     // Only the minimum a paced call pays, nothing this
                     // mutator allocated during this mark (a debt from an

@@ -758,8 +758,9 @@ pub unsafe fn mark_block(p: *const u8) -> bool {
 /// ```
 /// use std::alloc::{GlobalAlloc, Layout};
 /// let layout = Layout::from_size_align(24, 8).unwrap();
-/// // SAFETY: non-zero-sized layouts; the blocks are live while marked,
-/// // then freed once each.
+/// // Non-zero-sized layouts; the blocks are live while marked, then
+/// // freed once each.
+/// // SAFETY: as just said.
 /// unsafe {
 ///     let ps: Vec<*mut u8> = (0..4).map(|_| loam_heap::LoamAlloc.alloc(layout)).collect();
 ///     assert!(ps.iter().all(|p| !p.is_null()));
@@ -809,8 +810,9 @@ pub unsafe fn mark_blocks(blocks: &[usize], mut newly: impl FnMut(usize)) {
             mask |= b.bit;
             j += 1;
         }
-        // SAFETY: an atomic in a segment header, mapped while its blocks
-        // are live (caller).
+        // An atomic in a segment header, mapped while its blocks are live
+        // (caller).
+        // SAFETY: as just said.
         let word = unsafe { &*first.mark };
         // As `mark_block`: a load when every bit is set, else one
         // sequentially consistent `fetch_or` for all of them.

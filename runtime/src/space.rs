@@ -58,8 +58,8 @@ impl Space {
     #[inline]
     pub(crate) unsafe fn mark_all(&self, objects: &[usize], mut newly: impl FnMut(usize)) {
         match self {
-            // SAFETY: the objects are allocated, so their pages are live
-            // (caller).
+            // The objects are allocated, so their pages are live (caller).
+            // SAFETY: as just said.
             Space::Pages => unsafe { loam_heap::mark_blocks(objects, newly) },
             Space::Alloc(a) => {
                 for &o in objects {

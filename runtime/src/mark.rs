@@ -38,7 +38,8 @@
 //! address with a chunk number in its top bits ([`Entry`]). Chunk 0 is the
 //! entry the mark bit queued, as for any object; it queues chunks 1 to 64,
 //! chunk 64 the next 64, and so on ([`CHUNK_FANOUT`]), onto the tracing
-//! thread's stack, whose sharing puts them where any thread can steal them. Each chunk counts its elements' bytes (the first the header's
+//! thread's stack, whose sharing puts them where any thread can steal
+//! them. Each chunk counts its elements' bytes (the first the header's
 //! too) and the first counts the object. A chunk a writer's lock made the
 //! tracer defer is traced again alone ([`AGAIN`]). An object whose type
 //! traces in parts (`Trace::TRACE_IN_PARTS`: the collections, whose
@@ -59,9 +60,9 @@
 //! root table, both of which publish with release ordering.
 
 use crate::gc::{array_len, header_of, is_freed, TypeDesc};
+use crate::mark_stack::MarkStack;
 use crate::space::Space;
 use crate::trace::Tracer;
-use crate::mark_stack::MarkStack;
 use crossbeam_deque::{Injector, Steal, Stealer, Worker};
 use loam_threadpool::ThreadPool;
 use parking_lot::Mutex;
@@ -889,7 +890,10 @@ pub(crate) unsafe fn parallel(
         }
         // Empty unless the deadline stopped us: gray objects for later;
         // and the objects to trace again.
-        stack.drain_into(&local, |x| left.lock().push(x));
+        // The lock taken once, at the first entry.
+        let mut into = None;
+        stack.drain_into(&local, |x| into.get_or_insert_with(|| left.lock()).push(x));
+        drop(into);
         let mut deferred = Vec::new();
         tracer.take_deferred(&mut deferred);
         if !deferred.is_empty() {

@@ -9,17 +9,9 @@ use loam_heap::{mark_block, mark_blocks, LoamAlloc, PageRef};
 use std::alloc::{GlobalAlloc, Layout};
 use std::collections::HashSet;
 
-/// A small deterministic generator (xorshift), so a failure repeats.
-struct Rng(u64);
+mod support;
 
-impl Rng {
-    fn below(&mut self, n: usize) -> usize {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        (self.0 % n as u64) as usize
-    }
-}
+use support::Rng;
 
 /// A fresh block of `layout` with its mark bit clear.
 fn block(layout: Layout) -> usize {
@@ -78,11 +70,11 @@ fn marking_in_groups_sets_and_reports_what_marking_one_by_one_would() {
         // Runs of neighbours, with repeats and jumps back and forth.
         let mut list = Vec::new();
         while list.len() < 2000 {
-            let start = rng.below(blocks.len());
-            let run = 1 + rng.below(80);
+            let start = rng.below(blocks.len() as u64) as usize;
+            let run = 1 + rng.below(80) as usize;
             list.extend(blocks[start..].iter().take(run));
             if rng.below(3) == 0 {
-                list.push(blocks[rng.below(blocks.len())]);
+                list.push(blocks[rng.below(blocks.len() as u64) as usize]);
             }
         }
         check(&list, &mut marked, &blocks, &format!("round {round}"));

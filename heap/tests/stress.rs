@@ -11,23 +11,11 @@
 
 mod support;
 
+use support::Rng;
+
 use loam_heap::LoamAlloc;
 use std::alloc::{GlobalAlloc, Layout};
 use std::sync::Mutex;
-
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        // xorshift64*
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 #[derive(Clone, Copy)]
 struct Obj {

@@ -69,3 +69,21 @@ impl Drop for LiveOwner {
         }
     }
 }
+
+/// A small deterministic generator (xorshift64*), so that a failing
+/// seed repeats.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// A number below `n` (not zero).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}

@@ -343,22 +343,17 @@ fn benches(c: &mut Criterion) {
     print_pauses(&rt);
 }
 
-/// A leaf of the array that `mark_benches` marks: a header and a number.
-#[derive(Trace)]
-struct Leaf {
-    n: u64,
-}
-
 /// The mark alone, no mutator running, by forced full cycles with 1 and 2
 /// GC threads (`gc_threads` and `concurrent_gc_threads` alike): a rooted
 /// tree of depth `max` (2^(max+1) - 1 nodes), and a rooted array of as many
-/// leaves made one after another. Each sample is the cycles' mark time from
-/// `GcStats::mark_time`, not their wall time, so the sweep (which finds
-/// nothing to free) and the cycle's waits are left out.
+/// leaves (trees of depth 0) made one after another. Each sample is the
+/// cycles' mark time from `GcStats::mark_time`, not their wall time, so
+/// the sweep (which finds nothing to free) and the cycle's waits are left
+/// out.
 /// `cargo bench --bench gc -- mark`.
 fn mark_benches(c: &mut Criterion) {
     type Tree = Rootable!['gc => GcTree<'gc>];
-    type Leaves = Rootable!['gc => [Gc<'gc, Leaf>]];
+    type Leaves = Rootable!['gc => [Gc<'gc, GcTree<'gc>>]];
     let max = max_depth();
     let mut g = c.benchmark_group(format!("mark_{max}"));
     g.sample_size(10);
@@ -371,7 +366,7 @@ fn mark_benches(c: &mut Criterion) {
         let tree: Root<Tree> = m.mutate(|mc| mc.root(gc_tree(mc, max)));
         let leaves: Root<Leaves> = m.mutate(|mc| {
             let n = nodes(max) as usize;
-            mc.root(mc.alloc_from_iter((0..n as u64).map(|n| mc.alloc(Leaf { n }))))
+            mc.root(mc.alloc_from_iter((0..n).map(|_| gc_tree(mc, 0))))
         });
         drop(m);
         // The first full mark promotes them; later ones mark them again.

@@ -383,7 +383,7 @@
 //!    last cycle, however soon cut off again, and counted it as live
 //!    (`runtime/tests/misuse.rs`). The loom model is `preclear_model.rs`.
 //! 5. *Calls that begin once phase 0 has begun do not `remember`*
-//!    (`runtime::CLEARING`, cleared by the cycle's start): the cycle is
+//!    (`calls::CLEARING`, cleared by the cycle's start): the cycle is
 //!    full, so the minor cycles' invariant is not needed before its end,
 //!    and a mark set now would keep what it marks. (They still record a
 //!    lock's or a log's owner, unmarked: 2 and 4 hold for those as for

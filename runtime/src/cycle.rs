@@ -52,10 +52,11 @@
 //! reports the cycle's event. The barrier they rely on, and what holds before the
 //! first object is traced, are in `barrier.rs`.
 
+use crate::calls::CallState;
 use crate::collector::{fatal, RUNTIMES};
 use crate::mark;
 use crate::mutator::MutatorShared;
-use crate::runtime::{CallState, Phase, Shared};
+use crate::runtime::{Phase, Shared};
 use crate::space::Space;
 use crate::stats::CycleEvent;
 use crate::sweep;
@@ -580,11 +581,11 @@ pub(crate) fn cycle(
     // world, with the mutators running (`barrier.rs`, "Clearing the marks
     // with the mutators running").
     // Calls that begin from here on remember nothing: this cycle is full
-    // (`runtime::CLEARING`).
+    // (`calls::CLEARING`).
     let mark_clear = (matches!(shared.space, Space::Pages) && full_ahead(shared, forced, gen)).then(|| {
-        shared.set_calls(CallState {
+        shared.calls.set(CallState {
             clearing: true,
-            ..shared.calls_now()
+            ..shared.calls.now()
         });
         clear_marks_running()
     });
@@ -703,8 +704,8 @@ impl<'a> Cycle<'a> {
         shared.drain_shaded(&mut remembered);
         // What locks record from here on is the next cycle's (`cell.rs`);
         // no mark runs until the pause says so.
-        let calls = shared.calls_now();
-        shared.set_calls(CallState {
+        let calls = shared.calls.now();
+        shared.calls.set(CallState {
             marking: false,
             window: false,
             clearing: false,
@@ -901,13 +902,12 @@ impl<'a> Cycle<'a> {
         let shared = self.shared;
         // From the resume on, every `mutate` call shades what its barriers
         // overwrite and store, and what its weak upgrades hand out; the
-        // markers trace those too. 64 bits: a `GcLock` shaded one epoch
-        // ago must never look shaded now.
-        let epoch = shared.mark_epoch.load(Ordering::Relaxed) + 1;
-        shared.mark_epoch.store(epoch, Ordering::Release);
-        shared.set_calls(CallState {
+        // markers trace those too. The epoch before the word
+        // (`calls.rs`).
+        shared.calls.next_epoch();
+        shared.calls.set(CallState {
             marking: true,
-            ..shared.calls_now()
+            ..shared.calls.now()
         });
         shared.control.lock().phase = Phase::Mark;
         // Read the clock before resuming (here and below): the woken
@@ -1032,9 +1032,9 @@ impl<'a> Cycle<'a> {
             pause_mark += mark_start.elapsed();
             if rest.is_empty() {
                 m.end_start = Some(end);
-                shared.set_calls(CallState {
+                shared.calls.set(CallState {
                     marking: false,
-                    ..shared.calls_now()
+                    ..shared.calls.now()
                 });
                 return pause_mark;
             }
@@ -1220,7 +1220,7 @@ impl<'a> Cycle<'a> {
     /// them, which raised the epoch (under the cycle lock: this cycle's).
     fn mark_epoch(&self) -> u64 {
         if self.ragged || self.concurrent {
-            self.shared.mark_epoch.load(Ordering::Relaxed)
+            self.shared.calls.mark_epoch()
         } else {
             0
         }

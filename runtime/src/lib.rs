@@ -328,7 +328,9 @@
 extern crate self as loam_runtime;
 
 /// Items compiled only outside loom: under `--cfg loom` the crate is reduced
-/// to the protocol its model checks (the handshake).
+/// to its models and the real code some of them run (the handshake, the
+/// calls word, the mark stack's sharing, the registry, the root slots,
+/// the cards).
 macro_rules! not_under_loom {
     ($($item:item)*) => { $(#[cfg(not(loom))] $item)* };
 }
@@ -337,6 +339,7 @@ macro_rules! not_under_loom {
 mod assist_model;
 #[cfg(all(test, loom))]
 mod call_entry_model;
+mod calls;
 mod cards;
 mod handshake;
 #[cfg(all(test, loom))]
@@ -352,6 +355,7 @@ mod root_slots;
 mod snapshot_model;
 #[cfg(all(test, loom))]
 mod sweep_help_model;
+mod sync;
 mod thread_state;
 mod trace;
 #[cfg(all(test, loom))]

@@ -427,7 +427,7 @@ pub struct Mutator {
     /// Bytes of marking this mutator owes the concurrent mark under way for
     /// what it allocated during it (`assist`).
     assist_debt: Cell<usize>,
-    /// The mark (`Shared::mark_epoch`) `assist_debt` is owed to: debt is
+    /// The mark (`Calls::mark_epoch`) `assist_debt` is owed to: debt is
     /// never carried into another mark (`owed`).
     assist_mark: Cell<u64>,
     /// The cycles completed (`Shared::completed`) when this mutator last
@@ -647,7 +647,7 @@ impl Mutator {
             // Outrunning the collector: let it catch up before growing on.
             self.pace();
         }
-        if shared.calls_now().window {
+        if shared.calls.now().window {
             self.wait_out_window();
         }
         if let Some(waited) = shared.handshake.enter(&self.me.slot) {
@@ -667,24 +667,12 @@ impl Mutator {
         // entry fence (`Shared::calls`): a cycle changes it either with
         // the world stopped, or raggedly, and then waits for every call
         // that began before the change (`handshake.rs`, `wait_for_calls`).
-        // The mark epoch beside it, of the same cycle: a ragged cycle may
-        // end, and the next one begin (storing the next epoch first, with
-        // release), between the two reads; then `calls` has moved too,
-        // and both are read again (`call_entry_model.rs`).
-        let (calls, marking) = loop {
-            let calls = shared.calls_now();
-            if !calls.marking {
-                break (calls, 0);
-            }
-            let epoch = shared.mark_epoch.load(Ordering::Acquire);
-            if shared.calls_now() == calls {
-                break (calls, epoch);
-            }
-        };
+        // The mark epoch beside it, of the same cycle (`calls.rs`).
+        let (calls, marking) = shared.calls.enter();
         // A call that read the window open tells the mark's end to wait
         // for it, unless the window has closed since (it has read nothing
         // yet, so it then runs as a call that began after the window).
-        let window = calls.window && shared.handshake.confirm_window(&self.me.slot, || shared.calls_now() == calls);
+        let window = calls.window && shared.handshake.confirm_window(&self.me.slot, || shared.calls.now() == calls);
         // A runtime without generations records nothing, and `u64::MAX`
         // is what a log that never recorded holds (`log.rs`).
         let remember = if shared.config.generational {
@@ -700,7 +688,7 @@ impl Mutator {
             brackets: marking != 0 && shared.config.ragged && !window,
             remember,
             // A full cycle's phase 0 has begun: that cycle traces
-            // everything from the roots (`runtime::CLEARING`).
+            // everything from the roots (`calls::CLEARING`).
             remembers: shared.config.generational && !calls.clearing,
             at_limit: shared.at_limit.load(Ordering::Relaxed) != 0,
             _brand: PhantomData,
@@ -862,7 +850,7 @@ impl Mutator {
                 self.assist_debt.set(0);
                 break;
             };
-            let mark = shared.mark_epoch.load(Ordering::Relaxed);
+            let mark = shared.calls.mark_epoch();
             // `minimum`: this mutator owes nothing for what it allocated
             // during this mark, only the least a paced call pays.
             let (debt, minimum) = match owing {
@@ -989,11 +977,11 @@ impl Mutator {
         // collector thread off its CPU with it held three threads on two
         // cores for up to 4 ms. (A count read stale only changes whether
         // this waits, which is speed, not soundness.)
-        if shared.live_mutators.load(Ordering::Relaxed) > 1 || !shared.calls_now().window {
+        if shared.live_mutators.load(Ordering::Relaxed) > 1 || !shared.calls.now().window {
             return;
         }
         let start = Instant::now();
-        while shared.calls_now().window && start.elapsed() < WINDOW_WAIT {
+        while shared.calls.now().window && start.elapsed() < WINDOW_WAIT {
             std::thread::yield_now();
         }
         self.held(Hold::Safepoint, start.elapsed());
@@ -1298,7 +1286,7 @@ impl Mutator {
     /// left is paid by tracing to the end of the mark's work, then waiting
     /// for the cycle: `pace`.)
     fn owed(&self) -> usize {
-        let mark = self.shared().mark_epoch.load(Ordering::Relaxed);
+        let mark = self.shared().calls.mark_epoch();
         if self.assist_mark.replace(mark) != mark {
             self.assist_debt.set(0);
         }
@@ -1513,7 +1501,7 @@ pub struct Mutation<'gc> {
     pub(crate) remember: u64,
     /// The generational barrier marks and remembers what it stores: the
     /// runtime has generations, and no full cycle's phase 0 had begun as
-    /// the call began (`runtime::CLEARING`). Constant for the call.
+    /// the call began (`calls::CLEARING`). Constant for the call.
     pub(crate) remembers: bool,
     /// A mutator was at the heap limit as this call began: the call's
     /// writes count as memory perhaps freed (`note_write`).

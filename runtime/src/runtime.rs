@@ -204,19 +204,9 @@ pub(crate) struct Shared {
     /// see `cell.rs`) was written since the last pause, or a mark failed:
     /// the next cycle must be a full one.
     pub(crate) lock_written: AtomicBool,
-    /// What a `mutate` call reads as it begins, in one word so that it
-    /// sees one cycle's values together ([`Shared::calls_now`]): bit 0, a concurrent mark runs and the
-    /// barriers shade (`Mutation::barrier_store`); bit 1, the mark's
-    /// ragged start is waiting for the calls that began before it
-    /// (`cycle.rs`, "Ragged cycles"); bit 2, a full cycle's phase 0 has
-    /// begun and calls remember nothing (`CLEARING`); bits 3 and up, the
-    /// remember epoch,
-    /// which counts the cycles' starts: a `GcLock` records its owning
-    /// object at most once per value of it, into the remembered list of
-    /// that epoch's parity (`MutatorShared::remembered`). Written by the
-    /// coordinator only (release, after `mark_epoch`); a call reads it once
-    /// (acquire, after its entry fence) and keeps what it read.
-    pub(crate) calls: AtomicU64,
+    /// What a `mutate` call reads as it begins: whether a concurrent mark
+    /// runs, how its barriers behave, and the mark's epoch (`calls.rs`).
+    pub(crate) calls: crate::calls::Calls,
     /// Weak upgrades that shade take it to read, a ragged cycle's end to
     /// write (`weak.rs`, `GcWeak::upgrade`).
     pub(crate) weak_gate: parking_lot::RwLock<()>,
@@ -227,9 +217,6 @@ pub(crate) struct Shared {
     /// this queue and those together: [`drain_shaded`](Self::drain_shaded)
     /// takes both.
     pub(crate) gray: Injector<usize>,
-    /// Counts concurrent marks: a `GcLock` shades its contents once per
-    /// mark, and records the mark it did it for.
-    pub(crate) mark_epoch: AtomicU64,
     /// The concurrent mark under way offers its queues here to mutators
     /// that assist (`mark::Share`).
     pub(crate) assist: crate::mark::AssistSlot,
@@ -259,31 +246,6 @@ pub(crate) struct Shared {
     pub(crate) shade_panics: crate::panics::PanicLog,
 }
 
-/// `Shared::calls`: a concurrent mark runs.
-pub(crate) const MARKING: u64 = 1;
-/// `Shared::calls`: a ragged start waits for the calls that began before
-/// its mark (they run with the barrier off).
-pub(crate) const WINDOW: u64 = 2;
-/// `Shared::calls`: a full cycle's phase 0 is clearing the marks, or has
-/// cleared them, and the cycle has not started: calls that begin now skip
-/// the generational barrier's `remember`. The cycle to come is full and
-/// traces everything from the roots, so what they would mark and remember
-/// for the next minor cycle is nothing it needs; marked, a stored object
-/// would be kept by that full cycle as if live (`barrier.rs`, "Clearing
-/// the marks with the mutators running").
-pub(crate) const CLEARING: u64 = 4;
-/// `Shared::calls`: the remember epoch's lowest bit.
-const EPOCH_SHIFT: u32 = 3;
-
-/// What one `mutate` call read of `Shared::calls` as it began.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct CallState {
-    pub(crate) marking: bool,
-    pub(crate) window: bool,
-    pub(crate) clearing: bool,
-    pub(crate) remember: u64,
-}
-
 impl Shared {
     /// Whether a `Trace` impl panicked during this runtime's cycle under
     /// way, on the cycle's threads or in its calls' shading for its mark,
@@ -291,37 +253,6 @@ impl Shared {
     /// for): its marks cannot be trusted.
     pub(crate) fn trace_panicked(&self, mark: u64) -> bool {
         crate::panics::cycle_log().trace_panicked() || (mark != 0 && self.shade_panics.trace_panicked_for(mark))
-    }
-
-    /// The state a `mutate` call that begins now runs with (acquire: a call
-    /// that sees `MARKING` sees the `mark_epoch` stored before it).
-    #[inline]
-    pub(crate) fn calls_now(&self) -> CallState {
-        let w = self.calls.load(Ordering::Acquire);
-        CallState {
-            marking: w & MARKING != 0,
-            window: w & WINDOW != 0,
-            clearing: w & CLEARING != 0,
-            remember: w >> EPOCH_SHIFT,
-        }
-    }
-
-    /// Whether a concurrent mark runs now (acquire: what the collector did
-    /// before it cleared the flag, such as clearing weak cells, is seen).
-    #[inline]
-    pub(crate) fn marking(&self) -> bool {
-        self.calls.load(Ordering::Acquire) & MARKING != 0
-    }
-
-    /// Sets what calls that begin from now on run with (the coordinator
-    /// only; release, after `mark_epoch` and what the start of a mark
-    /// prepared).
-    pub(crate) fn set_calls(&self, s: CallState) {
-        let w = (s.remember << EPOCH_SHIFT)
-            | if s.marking { MARKING } else { 0 }
-            | if s.window { WINDOW } else { 0 }
-            | if s.clearing { CLEARING } else { 0 };
-        self.calls.store(w, Ordering::Release);
     }
 
     /// Moves every shaded object not yet traced into `out`: `gray`, then
@@ -1733,11 +1664,10 @@ impl RuntimeBuilder {
             hook: self.hook,
             started: Instant::now(),
             lock_written: AtomicBool::new(false),
-            calls: AtomicU64::new(0),
+            calls: Default::default(),
             weak_gate: parking_lot::RwLock::new(()),
             shade_panics: crate::panics::PanicLog::default(),
             gray: Injector::new(),
-            mark_epoch: AtomicU64::new(0),
             assist: Default::default(),
             assist_ratio: Default::default(),
             assist_expected: AtomicUsize::new(0),

@@ -120,7 +120,7 @@ impl<'gc, T: Trace> GcWeak<'gc, T> {
         // Before the target (both acquire): a mark that ended raggedly
         // cleared the cells before it lowered the flag, so a target read
         // after the flag is seen lowered is one the end let stand.
-        let marking = shared.marking();
+        let marking = shared.calls.marking();
         let mut addr = self.cell.target.load(Ordering::Acquire);
         if addr == 0 {
             return None;
@@ -136,7 +136,7 @@ impl<'gc, T: Trace> GcWeak<'gc, T> {
             // weak cells, is a hold.)
             let gate = &shared.weak_gate;
             let _gate = crate::mutator::take_counting(shared, None, || gate.try_read(), || gate.read());
-            if shared.marking() {
+            if shared.calls.marking() {
                 // SAFETY: a nonzero target is allocated (below); no sweep
                 // runs during a mark.
                 unsafe { crate::mark::shade(&shared.space, &shared.gray, addr) };

@@ -46,9 +46,10 @@
 //! ragged mark with the world stopped after it ended.
 
 use super::{concurrently, roots_of, Cycle, Marking, SHADED_ROUNDS};
+use crate::calls::CallState;
 use crate::mark;
 use crate::mutator::MutatorShared;
-use crate::runtime::{CallState, Phase, Shared};
+use crate::runtime::{Phase, Shared};
 use crate::space::Space;
 use loam_threadpool::ThreadPool;
 use std::sync::atomic::Ordering;
@@ -108,16 +109,10 @@ impl<'a> Cycle<'a> {
             // next cycle's business.
             shared.lock_written.store(false, Ordering::Relaxed);
         }
-        let epoch = shared.mark_epoch.load(Ordering::Relaxed) + 1;
-        // Before `calls` below: a call that reads that `calls` (acquire,
-        // against its release) reads this epoch or a later one. A later
-        // one is stored only after this mark's end has changed `calls`
-        // (`MARKING` cleared), and read with acquire, so a call that reads
-        // it finds `calls` changed when it reads it again, and starts over
-        // (`Mutator::mutate`): the pair it keeps is one cycle's. (Release
-        // is for that acquire; it does not order the stores after it.)
-        shared.mark_epoch.store(epoch, Ordering::Release);
-        let before = shared.calls_now();
+        // Before `calls` below: a call that reads that word reads this
+        // epoch or a later one, and keeps one cycle's pair (`calls.rs`).
+        let epoch = shared.calls.next_epoch();
+        let before = shared.calls.now();
         let remember = before.remember + 1;
         shared.live_seen.store(0, Ordering::Relaxed);
         {
@@ -126,7 +121,7 @@ impl<'a> Cycle<'a> {
             c.ragged_epoch = epoch;
         }
         // Release: a call that sees it sees the epochs and the seal.
-        shared.set_calls(CallState {
+        shared.calls.set(CallState {
             marking: true,
             window: true,
             clearing: false,
@@ -158,7 +153,7 @@ impl<'a> Cycle<'a> {
             // be full, and only a stopped one can clear the marks now.
             super::stop_world(shared, None);
             shared.control.lock().phase = Phase::Stop;
-            shared.set_calls(CallState {
+            shared.calls.set(CallState {
                 marking: false,
                 window: false,
                 clearing: false,
@@ -219,9 +214,9 @@ impl<'a> Cycle<'a> {
         // held or were shaded into them since, so they need the snapshot
         // barrier only (and the end counts on no window call being left
         // after its first wait).
-        shared.set_calls(CallState {
+        shared.calls.set(CallState {
             window: false,
-            ..shared.calls_now()
+            ..shared.calls.now()
         });
         // The calls that began in the window: the end's first look waits
         // for them (`terminate_ragged`). Every other call read the window
@@ -426,12 +421,12 @@ impl<'a> Cycle<'a> {
                 // The mark is complete (`barrier.rs`, "Ragged cycles": every
                 // object of the snapshot that a root, an object or a call
                 // can still reach is marked).
-                if !shared.trace_panicked(shared.mark_epoch.load(Ordering::Relaxed)) {
+                if !shared.trace_panicked(shared.calls.mark_epoch()) {
                     super::mark_weak(shared, usize::MAX, self.full);
                 }
                 shared.assist_ratio.store(0, Ordering::Relaxed);
-                let calls = shared.calls_now();
-                shared.set_calls(CallState {
+                let calls = shared.calls.now();
+                shared.calls.set(CallState {
                     marking: false,
                     ..calls
                 });

@@ -124,7 +124,7 @@ pub(crate) static RUNTIMES: AtomicUsize = AtomicUsize::new(0);
 
 thread_local! {
     /// The runtime whose GC pool thread this is (0: none). A pool thread
-    /// runs user code (destructors, `Trace` impls) only inside a cycle,
+    /// runs user code (`Trace` impls) only inside a cycle,
     /// with the process-wide cycle lock held by its coordinator.
     static GC_THREAD_OF: Cell<u16> = const { Cell::new(0) };
     /// The runtime whose coordinator this is (0: none). A coordinator runs

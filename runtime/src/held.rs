@@ -73,7 +73,8 @@ pub(crate) struct SinceEvent {
 
 /// A runtime's record of every mutator's holds.
 ///
-/// Lock order: `departed`, then a mutator's `hist`; `since_event` alone.
+/// Lock order: `departed`, then a mutator's `hist`; `since_event` is
+/// taken under the runtime's `stats` (`Cycle::event`) and takes nothing.
 #[derive(Debug, Default)]
 pub(crate) struct HoldLog {
     /// The holds of mutators that detached.

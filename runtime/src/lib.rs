@@ -9,7 +9,8 @@
 //! hands free blocks back to their owning threads (mutators that pacing
 //! holds sweep too). This header is the design and its reasons; each
 //! module's docs hold the details (`handshake`, `mark`, `sweep`,
-//! `collector`, `weak`).
+//! `collector`, `weak`); `runtime/HACKING.md` holds the lock order, what
+//! may run during a cycle, and which tests and loom models cover what.
 //!
 //! ```
 //! use loam_runtime::{Gc, GcCell, Root, Rootable, Runtime, Trace};

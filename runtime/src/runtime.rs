@@ -95,6 +95,12 @@ enum Waiter<'a> {
 const STALL_LOOKS: Duration = Duration::from_millis(100);
 
 /// Everything the mutators, roots and collector share.
+///
+/// # Lock order
+/// Its locks and how they nest with the cycle lock, the handshake and
+/// the program's `GcLock`s are in `runtime/HACKING.md`, "Lock order":
+/// `weak_gate`, then `mutators`, then a mutator's remembered lists, then
+/// `weak`; `control`, then `assist`; `stats`, then the hold log.
 pub(crate) struct Shared {
     pub(crate) id: u16,
     /// The process's fork count as the runtime was built: a child forked
@@ -164,7 +170,12 @@ pub(crate) struct Shared {
     pub(crate) marked_through: AtomicBool,
     /// While a mark counts what it finds as live data (`saw_live`): a full
     /// cycle's, or a minor one's that began with nothing remembered.
-    /// Changed only with the world stopped.
+    /// Written by the coordinator only: as a cycle starts (with the world
+    /// stopped, or in a ragged start with the mutators running, before the
+    /// mark is offered to the GC threads and assists that report to
+    /// `saw_live`) and as its mark ends (`Cycle::resume`). Relaxed: the
+    /// reports come after the mark is offered (the assist slot's mutex,
+    /// the pool's job), which orders the start's store before them.
     pub(crate) live_counting: AtomicBool,
     /// Bytes the mark under way has found, while `live_counting`.
     pub(crate) live_seen: AtomicUsize,
@@ -1522,7 +1533,8 @@ impl RuntimeBuilder {
         self
     }
 
-    /// Calls `hook` on a GC thread after each cycle's sweep. It must not
+    /// Calls `hook` on the runtime's coordinator thread after each cycle's
+    /// sweep. It must not
     /// block for long or touch this runtime's heap. Nor may it wait for
     /// anything a `mutate` call of this runtime may hold (a lock taken
     /// inside a call, a channel a call fills): the runtime's next cycle
@@ -1581,7 +1593,7 @@ impl RuntimeBuilder {
     /// collector.) Build runtimes outside such threads.
     pub fn try_build(self) -> Result<Runtime, ConfigError> {
         // Both would wait for the process-wide cycle lock (`collector::start`)
-        // that a cycle holds while it runs a destructor, or while it waits
+        // that a cycle holds while it runs a `Trace` impl, or while it waits
         // for the `mutate` call under way to return.
         assert!(
             !collector::in_cycle_thread(),

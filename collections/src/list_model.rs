@@ -243,7 +243,7 @@ fn publishing_a_grown_array_after_its_length_fails() {
     model(Variant::ArrayLate);
 }
 
-/// A marker meeting the list's log (`GcLog::adopt`): it sets the owner,
+/// A marker meeting the list's log (`LogOwner::adopt`, loam-runtime): it sets the owner,
 /// then fences (or not, in the variants that fail) before it reads the
 /// list.
 fn adopt(owner: &AtomicUsize, with_fence: bool) {

@@ -330,8 +330,8 @@ extern crate self as loam_runtime;
 
 /// Items compiled only outside loom: under `--cfg loom` the crate is reduced
 /// to its models and the real code some of them run (the handshake, the
-/// calls word, the mark stack's sharing, the registry, the root slots,
-/// the cards).
+/// calls word, a log's owner, the mark stack's sharing, the registry,
+/// the root slots, the cards).
 macro_rules! not_under_loom {
     ($($item:item)*) => { $(#[cfg(not(loom))] $item)* };
 }
@@ -343,6 +343,7 @@ mod call_entry_model;
 mod calls;
 mod cards;
 mod handshake;
+mod log_owner;
 #[cfg(all(test, loom))]
 mod log_owner_model;
 mod mark_stack;

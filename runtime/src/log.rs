@@ -39,15 +39,12 @@
 //! because the record (or the object's youth) makes the next minor cycle
 //! trace the object, and so what the cells hold then.
 
+use crate::log_owner::{LogOwner, SHARED_OWNER};
 use crate::mutator::Mutation;
 use crate::trace::{Trace, Tracer};
 use std::fmt;
 use std::marker::PhantomData;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-
-/// `GcLog::owner` of a log that markers found inside two objects: a record
-/// cannot name one object to trace again, so it makes the next cycle full.
-const SHARED_OWNER: usize = 1;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The object-recording write barrier: a field that lets its object be
 /// recorded for the next minor cycle in O(1) (see the module docs), and the
@@ -93,8 +90,8 @@ const SHARED_OWNER: usize = 1;
 /// the `remember_epoch` of the last record: at most one record a cycle.
 pub struct GcLog<'gc> {
     /// The object the markers last found this log in (0: never traced;
-    /// [`SHARED_OWNER`]: found in two). Set by markers, read by writers.
-    owner: AtomicUsize,
+    /// `SHARED_OWNER`: found in two). Set by markers, read by writers.
+    owner: LogOwner,
     /// The `remember_epoch` in which `owner` was last recorded.
     logged: AtomicU64,
     /// Invariant in `'gc`, like the barrier cells.
@@ -105,7 +102,7 @@ impl<'gc> GcLog<'gc> {
     /// A log whose object no marker has met yet.
     pub const fn new() -> Self {
         GcLog {
-            owner: AtomicUsize::new(0),
+            owner: LogOwner::new(),
             logged: AtomicU64::new(u64::MAX),
             _brand: PhantomData,
         }
@@ -126,7 +123,7 @@ impl<'gc> GcLog<'gc> {
             self.record_marking(mc);
             return;
         }
-        let owner = self.owner.load(Ordering::Relaxed);
+        let owner = self.owner.get();
         // `owner == 0`: young, nothing to record. Recorded this cycle (the
         // epoch cannot move during the call): nothing more to do
         // (`mc.remember` is `u64::MAX` without generations, which
@@ -151,7 +148,7 @@ impl<'gc> GcLog<'gc> {
         // pays no fence). A marker that sets the owner after this read
         // finds the stores this record covers, or they shade (each covered
         // store re-reads the owner after a fence, or shades anyway).
-        if self.owner.load(Ordering::Relaxed) != 0 {
+        if self.owner.get() != 0 {
             self.record_met(mc);
         }
     }
@@ -160,7 +157,7 @@ impl<'gc> GcLog<'gc> {
     #[inline(never)]
     fn record_met(&self, mc: &Mutation<'gc>) {
         let _bracket = mc.shading();
-        let owner = self.owner.load(Ordering::Relaxed);
+        let owner = self.owner.get();
         if owner != 0 {
             self.record_slow(mc, owner);
         }
@@ -238,8 +235,7 @@ impl<'gc> GcLog<'gc> {
         // nothing is nothing to a mark's end (a push into a young
         // collection, the common case, pays one fence, not a bracket's
         // opening besides).
-        std::sync::atomic::fence(Ordering::SeqCst);
-        if self.owner.load(Ordering::Relaxed) == 0 && !mc.window {
+        if self.owner.after_stores() == 0 && !mc.window {
             return;
         }
         self.after_unreported_stores_met(mc, shade);
@@ -252,7 +248,7 @@ impl<'gc> GcLog<'gc> {
         // outside one could be shaded after an end that missed it, and
         // the sweep freed it (`record_marking`'s docs).
         let _bracket = mc.shading();
-        let owner = self.owner.load(Ordering::Relaxed);
+        let owner = self.owner.get();
         if owner != 0 {
             self.record_slow(mc, owner);
         }
@@ -386,8 +382,7 @@ impl<'gc> GcLog<'gc> {
         // shade could free a value a marker missed (see `moving`).
         let _bracket = mc.shading();
         let out = moves();
-        std::sync::atomic::fence(Ordering::SeqCst);
-        let owner = self.owner.load(Ordering::Relaxed);
+        let owner = self.owner.after_stores();
         if owner != 0 || mc.window {
             shade();
         }
@@ -402,46 +397,6 @@ impl<'gc> GcLog<'gc> {
         } else {
             mc.barrier_lock_owner(owner, &self.logged);
         }
-    }
-
-    /// A marker tracing object `obj` met this log: `obj` is its owner,
-    /// unless another object was before. Every way out but one is followed
-    /// by a sequentially consistent fence before the marker reads the
-    /// object's cells ([`after_unreported_stores`](Self::after_unreported_stores)):
-    /// the Dekker pair with the writer's fence and read of the owner.
-    ///
-    /// The way out without it finds `obj` already the owner: the marker
-    /// that made it so fenced, and reads (or has read) `obj`'s cells after
-    /// its fence, so a writer that read the owner as 0 before that store
-    /// is covered by that marker's trace; and a store made in an earlier
-    /// cycle is read by every later call. Each other way may meet an owner
-    /// another marker set this cycle for *another* object (a log shared
-    /// through an `Arc`): that marker traces its own object only, so this
-    /// one must order its own reads after what it saw. Without the fence a
-    /// marker that found the other owner read its object's cells unordered
-    /// (a failed compare-and-swap orders nothing on AArch64, and a relaxed
-    /// load nothing anywhere), and could miss a store whose writer had read
-    /// the owner as 0 and shaded nothing (`log_owner_model.rs`, found by
-    /// review).
-    #[inline]
-    pub(crate) fn adopt(&self, obj: usize) {
-        let o = self.owner.load(Ordering::Relaxed);
-        if o == obj {
-            return;
-        }
-        if o == 0 {
-            match self
-                .owner
-                .compare_exchange(0, obj, Ordering::Relaxed, Ordering::Relaxed)
-            {
-                Ok(_) | Err(SHARED_OWNER) => {}
-                Err(x) if x == obj => return,
-                Err(_) => self.owner.store(SHARED_OWNER, Ordering::Relaxed),
-            }
-        } else if o != SHARED_OWNER {
-            self.owner.store(SHARED_OWNER, Ordering::Relaxed);
-        }
-        std::sync::atomic::fence(Ordering::SeqCst);
     }
 }
 
@@ -465,7 +420,7 @@ unsafe impl Trace for GcLog<'_> {
     fn trace(&self, tracer: &mut Tracer) {
         let obj = tracer.current();
         if obj != 0 {
-            self.adopt(obj);
+            self.owner.adopt(obj);
         }
     }
 }

@@ -64,22 +64,42 @@ impl LogOwner {
     /// the owner as 0 and shaded nothing (`log_owner_model.rs`).
     #[inline]
     pub(crate) fn adopt(&self, obj: usize) {
+        if self.claim(obj) != Claim::Already {
+            fence(Ordering::SeqCst);
+        }
+    }
+
+    /// `adopt`'s update of the owner, without its fence.
+    #[inline]
+    pub(crate) fn claim(&self, obj: usize) -> Claim {
         let o = self.0.load(Ordering::Relaxed);
         if o == obj {
-            return;
+            return Claim::Already;
         }
         if o == 0 {
             match self
                 .0
                 .compare_exchange(0, obj, Ordering::Relaxed, Ordering::Relaxed)
             {
-                Ok(_) | Err(SHARED_OWNER) => {}
-                Err(x) if x == obj => return,
+                Ok(_) => return Claim::Won,
+                Err(SHARED_OWNER) => {}
+                Err(x) if x == obj => return Claim::Already,
                 Err(_) => self.0.store(SHARED_OWNER, Ordering::Relaxed),
             }
         } else if o != SHARED_OWNER {
             self.0.store(SHARED_OWNER, Ordering::Relaxed);
         }
-        fence(Ordering::SeqCst);
+        Claim::Shared
     }
+}
+
+/// How [`LogOwner::claim`] found the owner.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Claim {
+    /// The object was the owner already.
+    Already,
+    /// The object is the owner now, and was not before.
+    Won,
+    /// Another object was, or is, the owner too: the log is shared.
+    Shared,
 }

@@ -9,13 +9,12 @@
 //! marker A traces object 1 (adopting the log for it: a compare-and-swap
 //! from 0) and marker B traces object 2 (finding A's owner: the log is
 //! shared) and reads object 2's cell. In every interleaving the stored
-//! value is read by B or shaded by the mutator. A copy of `adopt` with
-//! B's way out unfenced (the code before the fix: only a won
-//! compare-and-swap fenced) fails: B can read the old value while the
-//! mutator read the owner as 0.
+//! value is read by B or shaded by the mutator. The same `claim` fenced
+//! as before the fix (only when it won the compare-and-swap) fails: B can
+//! read the old value while the mutator read the owner as 0.
 
-use crate::log_owner::{LogOwner, SHARED_OWNER};
-use loom::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use crate::log_owner::{Claim, LogOwner, SHARED_OWNER};
+use loom::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
 use loom::sync::Arc;
 
 const OLD: u64 = 1;
@@ -44,34 +43,19 @@ impl Adopt for LogOwner {
 }
 
 /// `adopt` as it was before the fix: only a won compare-and-swap fenced.
-struct Unfenced(AtomicUsize);
+struct Unfenced(LogOwner);
 
 impl Adopt for Unfenced {
     fn adopt(&self, obj: usize) {
-        let o = self.0.load(Ordering::Relaxed);
-        if o == obj {
-            return;
-        }
-        if o == 0 {
-            match self
-                .0
-                .compare_exchange(0, obj, Ordering::Relaxed, Ordering::Relaxed)
-            {
-                Ok(_) => fence(Ordering::SeqCst),
-                Err(SHARED_OWNER) => {}
-                Err(x) if x == obj => {}
-                Err(_) => self.0.store(SHARED_OWNER, Ordering::Relaxed),
-            }
-        } else if o != SHARED_OWNER {
-            self.0.store(SHARED_OWNER, Ordering::Relaxed);
+        if self.0.claim(obj) == Claim::Won {
+            fence(Ordering::SeqCst);
         }
     }
     fn owner(&self) -> usize {
-        self.0.load(Ordering::Relaxed)
+        self.0.get()
     }
     fn after_stores(&self) -> usize {
-        fence(Ordering::SeqCst);
-        self.owner()
+        self.0.after_stores()
     }
 }
 
@@ -111,5 +95,5 @@ fn a_store_into_an_object_of_a_shared_log_is_traced_or_shaded() {
 #[test]
 #[should_panic(expected = "the stored value lost")]
 fn without_the_fence_on_every_way_out_a_store_is_lost() {
-    loom::model(|| assert!(run(Unfenced(AtomicUsize::new(0))), "the stored value lost"));
+    loom::model(|| assert!(run(Unfenced(LogOwner::new())), "the stored value lost"));
 }

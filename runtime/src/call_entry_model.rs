@@ -33,7 +33,7 @@ fn run(epoch_last: bool) {
             loom::thread::spawn(move || {
                 // Mark 1's end.
                 calls.set(state(false, 1));
-                // Mark 2's start (`cycle/ragged.rs`, `start`).
+                // Mark 2's start (`Cycle::start_ragged`).
                 if epoch_last {
                     calls.set(state(true, 2));
                     calls.next_epoch();
@@ -43,9 +43,9 @@ fn run(epoch_last: bool) {
                 }
             })
         };
-        let (state, epoch) = calls.enter();
-        if state.marking {
-            let mark = state.remember;
+        let (entered, epoch) = calls.enter();
+        if entered.marking {
+            let mark = entered.remember;
             assert_eq!(
                 epoch, mark,
                 "a call kept mark {mark}'s word with mark {epoch}'s epoch"

@@ -5,11 +5,15 @@
 //! coordinator's stores.
 //!
 //! # The protocol
-//! Only the coordinator writes. A mark's start stores the next epoch
-//! ([`Calls::next_epoch`], release), then a word with `MARKING` and the
-//! next remember epoch ([`Calls::set`], release); a ragged mark's end
-//! stores a word without `MARKING`. Every start's word differs from every
-//! earlier one (its remember epoch counts the starts), so there is no ABA.
+//! Only the coordinator writes. A ragged mark's start stores the next
+//! epoch ([`Calls::next_epoch`], release), then a word with `MARKING` and
+//! the next remember epoch ([`Calls::set`], release); its end stores a
+//! word without `MARKING`. Every start's word differs from every earlier
+//! one (its remember epoch counts the starts), so there is no ABA. A
+//! stopped cycle raises the remember epoch at its stop and, if its mark
+//! goes on concurrently, stores the next epoch before `MARKING`, the same
+//! order; its end clears `MARKING` with the world stopped, when no call
+//! reads.
 //!
 //! A call keeps the word and, while it says a mark runs, the epoch, and the
 //! two must be of one cycle: a `GcLock` shaded for the epoch a call read is
@@ -80,8 +84,8 @@ impl CallState {
 pub(crate) struct Calls {
     /// A [`CallState`] in one word, so that a call sees one cycle's
     /// values together. Written by the coordinator only (release, after
-    /// `mark_epoch`); a call reads it once as it begins (acquire, after
-    /// its entry fence) and keeps what it read.
+    /// `mark_epoch`); a call reads it as it begins (acquire, after its
+    /// entry fence, [`enter`](Calls::enter)) and keeps what it read.
     word: AtomicU64,
     /// Counts concurrent marks: a `GcLock` shades its contents once per
     /// mark, and records the mark it did it for. 64 bits: a `GcLock`

@@ -194,8 +194,9 @@ impl<'gc> GcLog<'gc> {
     /// object's trace), fences, then reads the object's cells. Of the two
     /// fences one comes first: if this one, the marker reads the stores;
     /// if the marker's, this read sees its owner and the values are
-    /// shaded. A marker that finds the owner already set did not fence,
-    /// but then the one that set it did, and traced the object after.
+    /// shaded. A marker that finds the owner already set to its own object
+    /// does not fence, but then the one that set it did, and traced the
+    /// object after (`LogOwner::adopt`).
     /// Inside a shading bracket, so that a ragged mark's end waits for the
     /// shade (`barrier.rs`, "Ragged cycles", 3). What a call stores is
     /// then marked by this mark, or young (never swept by it), or
@@ -209,7 +210,8 @@ impl<'gc> GcLog<'gc> {
     /// `gray` for the next cycle untraced (`Cycle::terminate_ragged`); the
     /// markers tracing Z then found Y marked and did not trace it, and the
     /// sweep freed the object Y held.
-    /// `collections/src/list_model.rs` checks the pair with loom.
+    /// `log_owner_model.rs` and `collections/src/list_model.rs` check the
+    /// pair with loom.
     ///
     /// # Safety
     /// The stores were made in this `mutate` call, after [`record`](Self::record),

@@ -22,6 +22,8 @@ impl LogOwner {
         LogOwner(AtomicUsize::new(0))
     }
 
+    /// No marker has met the log yet (loom's atomics have no `const fn`
+    /// constructor).
     #[cfg(loom)]
     pub(crate) fn new() -> Self {
         LogOwner(AtomicUsize::new(0))
@@ -58,10 +60,10 @@ impl LogOwner {
     /// another marker set this cycle for *another* object (a log shared
     /// through an `Arc`): that marker traces its own object only, so this
     /// one must order its own reads after what it saw. Without the fence a
-    /// marker that found the other owner read its object's cells unordered
-    /// (a failed compare-and-swap orders nothing on AArch64, and a relaxed
-    /// load nothing anywhere), and could miss a store whose writer had read
-    /// the owner as 0 and shaded nothing (`log_owner_model.rs`).
+    /// marker that finds the other owner reads its object's cells
+    /// unordered (a failed compare-and-swap orders nothing on AArch64, and
+    /// a relaxed load nothing anywhere), and can miss a store whose writer
+    /// read the owner as 0 and shaded nothing (`log_owner_model.rs`).
     #[inline]
     pub(crate) fn adopt(&self, obj: usize) {
         if self.claim(obj) != Claim::Already {

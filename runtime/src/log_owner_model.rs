@@ -10,8 +10,8 @@
 //! from 0) and marker B traces object 2 (finding A's owner: the log is
 //! shared) and reads object 2's cell. In every interleaving the stored
 //! value is read by B or shaded by the mutator. The same `claim` fenced
-//! as before the fix (only when it won the compare-and-swap) fails: B can
-//! read the old value while the mutator read the owner as 0.
+//! only when it wins the compare-and-swap fails: B can read the old value
+//! while the mutator read the owner as 0.
 
 use crate::log_owner::{Claim, LogOwner, SHARED_OWNER};
 use loom::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
@@ -42,7 +42,7 @@ impl Adopt for LogOwner {
     }
 }
 
-/// `adopt` as it was before the fix: only a won compare-and-swap fenced.
+/// `adopt` fenced only when its `claim` wins the compare-and-swap.
 struct Unfenced(LogOwner);
 
 impl Adopt for Unfenced {

@@ -395,7 +395,8 @@ impl Owned {
     /// Traces object `o` (only 1 has a field, the lock), as a marker does.
     fn scan(&self, o: usize) {
         if o == 1 {
-            // `GcLock::adopt`, before the read lock is tried.
+            // `LogOwner::adopt` (through the lock's `GcLog`), before the read
+            // lock is tried.
             let _ = self
                 .owner
                 .compare_exchange(0, 1, Ordering::Relaxed, Ordering::Relaxed);

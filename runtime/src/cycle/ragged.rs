@@ -120,7 +120,7 @@ impl<'a> Cycle<'a> {
             c.phase = Phase::Mark;
             c.ragged_epoch = epoch;
         }
-        // Release: a call that sees it sees the epochs and the seal.
+        // Release: a call that sees it sees the epochs stored before.
         shared.calls.set(CallState {
             marking: true,
             window: true,

@@ -82,10 +82,7 @@
 //! (acquire) finds the merge in `taken`, all cards included. The loom
 //! model is at the end.
 
-#[cfg(loom)]
-use loom::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-#[cfg(not(loom))]
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use crate::sync::{AtomicU64, AtomicUsize, Ordering};
 
 use crate::trace::Tracer;
 use std::fmt;

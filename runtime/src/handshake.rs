@@ -75,16 +75,12 @@
 //! `loom` checks the handshake
 //! (`handshake_model`).
 
+use crate::sync::{fence, AtomicU32, AtomicU64, Ordering};
 use crate::thread_state::{Running, Verdict};
 #[cfg(loom)]
-use loom::sync::{
-    atomic::{fence, AtomicU32, AtomicU64, Ordering},
-    Condvar, Mutex, MutexGuard,
-};
+use loom::sync::{Condvar, Mutex, MutexGuard};
 #[cfg(not(loom))]
 use parking_lot::{Condvar, Mutex, MutexGuard};
-#[cfg(not(loom))]
-use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 /// How long a stop waits for the calls under way, while mutators wait to

@@ -13,12 +13,9 @@
 //! the reads against the writes (loom reports a read of a slot not ordered
 //! after its write), and fails if the release or the acquire is weakened.
 
+use crate::sync::{AtomicUsize, Ordering};
 #[cfg(loom)]
 use loom::cell::UnsafeCell;
-#[cfg(loom)]
-use loom::sync::atomic::{AtomicUsize, Ordering};
-#[cfg(not(loom))]
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// `loom::cell::UnsafeCell`'s interface over std's.
 #[cfg(not(loom))]

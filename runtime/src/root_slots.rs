@@ -16,10 +16,7 @@
 //! rooted. Chunks are freed with the table, which outlives every root of
 //! it (each holds the table's owner). The loom model is at the end.
 
-#[cfg(loom)]
-use loom::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
-#[cfg(not(loom))]
-use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
+use crate::sync::{AtomicPtr, AtomicUsize, Ordering};
 
 /// Slots in chunk 0 (small under loom, where each is a modelled atomic).
 #[cfg(not(loom))]

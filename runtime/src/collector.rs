@@ -11,6 +11,7 @@
 
 use crate::cycle::{cycle, Generations, Snapshot};
 use crate::runtime::{release_id, Control, Phase, Shared};
+use crate::runtime_count::RuntimeCount;
 use loam_threadpool::{ThreadPool, ThreadPoolBuilder};
 use parking_lot::{Mutex, MutexGuard};
 use std::cell::Cell;
@@ -115,12 +116,9 @@ pub(crate) fn other_holder_stuck(id: u16) -> bool {
     holder >> 1 != 0 && holder >> 1 != u32::from(id) && holder & 1 == 1
 }
 
-/// Runtimes alive whose objects live in loam's pages, changed only under
-/// the cycle lock: while a cycle runs with it at 1, no other runtime has
-/// objects in a page, so the sweep need not read headers to tell them
-/// apart. (A runtime over a `GlobalAlloc` has none there: counting it made
-/// every page sweep beside it read every header.)
-pub(crate) static RUNTIMES: AtomicUsize = AtomicUsize::new(0);
+/// The runtimes alive whose objects live in loam's pages, counted without
+/// the cycle lock (`runtime_count.rs`).
+pub(crate) static RUNTIMES: RuntimeCount = RuntimeCount::new();
 
 thread_local! {
     /// The runtime whose GC pool thread this is (0: none). A pool thread
@@ -254,18 +252,15 @@ pub(crate) fn start(shared: Arc<Shared>) -> JoinHandle<()> {
         fn drop(&mut self) {
             self.stop_finalizer();
             if self.0.space.alloc_space().is_none() {
-                RUNTIMES.fetch_sub(1, Ordering::Relaxed);
+                RUNTIMES.end();
             }
             release_id(self.0.id);
         }
     }
     let id = shared.id;
-    {
-        // Not while a cycle runs: it may be sweeping without reading headers.
-        let _cycle = cycle_state().lock.lock();
-        if shared.space.alloc_space().is_none() {
-            RUNTIMES.fetch_add(1, Ordering::Relaxed);
-        }
+    // Not under the cycle lock (`runtime_count.rs`).
+    if shared.space.alloc_space().is_none() {
+        RUNTIMES.start();
     }
     let mut undo = Undo(shared.clone(), None);
     let pool = ThreadPoolBuilder::new()

@@ -53,7 +53,7 @@
 //! first object is traced, are in `barrier.rs`.
 
 use crate::calls::CallState;
-use crate::collector::{fatal, RUNTIMES};
+use crate::collector::fatal;
 use crate::mark;
 use crate::mutator::MutatorShared;
 use crate::runtime::{Phase, Shared};
@@ -1153,7 +1153,8 @@ impl<'a> Cycle<'a> {
     fn sweep(&mut self, snap: &mut Snapshot, mark_failed: bool) -> (sweep::Swept, usize) {
         let shared = self.shared;
         let sweep_start = Instant::now();
-        let alone = RUNTIMES.load(Ordering::Relaxed) == 1;
+        // After the seal (this cycle's start, on this thread).
+        let alone = crate::collector::RUNTIMES.alone_since_seal();
         if mark_failed {
             snap.pages.clear();
             snap.ranges.clear();
@@ -1171,8 +1172,8 @@ impl<'a> Cycle<'a> {
             _ => {
                 // SAFETY: the snapshot's pages, with their allocated words
                 // as of the pause (less the runs out); marks complete;
-                // under the cycle lock (which also keeps `alone` true
-                // throughout, see `RUNTIMES`); swept only through `work`.
+                // under the cycle lock; `alone` read after the seal
+                // (`runtime_count.rs`); swept only through `work`.
                 let work = Arc::new(unsafe {
                     sweep::Work::new(
                         (

@@ -331,7 +331,7 @@ extern crate self as loam_runtime;
 /// Items compiled only outside loom: under `--cfg loom` the crate is reduced
 /// to its models and the real code some of them run (the handshake, the
 /// calls word, a log's owner, the mark stack's sharing, the registry,
-/// the root slots, the cards).
+/// the root slots, the cards, the runtime count).
 macro_rules! not_under_loom {
     ($($item:item)*) => { $(#[cfg(not(loom))] $item)* };
 }
@@ -353,6 +353,9 @@ mod preclear_model;
 mod ragged_model;
 mod registry;
 mod root_slots;
+mod runtime_count;
+#[cfg(all(test, loom))]
+mod runtime_count_model;
 #[cfg(all(test, loom))]
 mod snapshot_model;
 #[cfg(all(test, loom))]

@@ -514,6 +514,9 @@ impl Mutator {
             !twice,
             "loam: this thread already has a Mutator of this runtime; use that one"
         );
+        // Before any of its allocations: a runtime started during a cycle
+        // (`runtime_count.rs`, 2).
+        crate::runtime_count::before_first_allocation();
         let shade_queue = Worker::new_fifo();
         let me = Arc::new(MutatorShared::new(shade_queue.stealer()));
         let alloc_space = handle.shared.space.alloc_space().map(std::ptr::NonNull::from);

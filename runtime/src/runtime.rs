@@ -1581,30 +1581,25 @@ impl RuntimeBuilder {
     /// # Ok::<(), loam_runtime::ConfigError>(())
     /// ```
     ///
+    /// A runtime may be built anywhere but on a GC thread: inside a
+    /// `mutate` call, or on a thread such a call waits for while a cycle
+    /// waits for the call, a start waits for no cycle
+    /// (`runtime_count.rs`). Dropping a runtime's last handle there
+    /// waits for its last cycle, which waits for the cycle under way, but
+    /// gives up once that cycle has found the call stuck for a second, and
+    /// leaves the last cycle to the collector.
+    ///
     /// # Panics
-    /// On a GC thread or inside a `mutate` call, or if the OS refuses to
-    /// start the GC threads. Not checked, and a hang: on a thread that a
-    /// `mutate` call waits for (a scoped thread of the call) while some
-    /// runtime's cycle is stopping the world, since starting a runtime
-    /// waits for the process-wide cycle lock, which that cycle holds while
-    /// it waits for the call. (Dropping a runtime's last handle there waits
-    /// the same way for its last cycle, but gives up once that cycle has
-    /// found the call stuck for a second, and leaves the last cycle to the
-    /// collector.) Build runtimes outside such threads.
+    /// On a GC thread (in a `Trace` impl the mark ran), or if the OS
+    /// refuses to start the GC threads.
     pub fn try_build(self) -> Result<Runtime, ConfigError> {
-        // Both would wait for the process-wide cycle lock (`collector::start`)
-        // that a cycle holds while it runs a `Trace` impl, or while it waits
-        // for the `mutate` call under way to return.
+        // A `Trace` impl must never block (`trace.rs`), and dropping the
+        // runtime there would wait for its last cycle, which waits for the
+        // cycle running the impl.
         assert!(
             !collector::in_cycle_thread(),
             "loam: a runtime cannot be built on a GC thread (in a Trace impl): \
-             the cycle running it holds the lock a new runtime needs"
-        );
-        assert!(
-            !crate::mutator::inside_mutate(),
-            "loam: a runtime cannot be built inside a mutate call: a cycle of the \
-             runtime being mutated could be waiting for this call while holding \
-             the lock a new runtime needs. Build it before or after the call."
+             its cycles would wait for the cycle running the impl"
         );
         crate::panics::install_quiet_hook();
         let mut config = self.config;

@@ -126,7 +126,8 @@ impl Work {
     /// marks of the cycles before, every one of a live object, and this
     /// cycle's), and the mark is complete. No other sweep runs
     /// (the process-wide cycle lock), and none of the pages is swept but
-    /// through this work. `alone`: no other runtime is alive.
+    /// through this work. `alone`: no other runtime's object is among the
+    /// snapshot's blocks (`runtime_count.rs`).
     pub(crate) unsafe fn new((pages, ranges, bits): PageVecs, id: u16, alone: bool, verify: bool) -> Work {
         Work {
             pages,
@@ -386,8 +387,8 @@ pub(crate) fn parallel(pool: &ThreadPool, work: &Work, freed: &(dyn Fn(usize) + 
 }
 
 /// Collects the dead objects of runtime `id` in the page at `start` into
-/// `dead` and returns the page's block size. With `alone` (no other runtime
-/// alive), or a page whose objects are all this runtime's (its tag), and
+/// `dead` and returns the page's block size. With `alone` (no other
+/// runtime's object among the snapshot's blocks), or a page whose objects are all this runtime's (its tag), and
 /// no drop glue in the page, it reads no object header; if then
 /// every block of the page is a dead object (and not `verify`, which poisons
 /// each), it lists none and returns the page's capacity instead.

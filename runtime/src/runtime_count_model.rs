@@ -1,0 +1,69 @@
+//! loom model of a runtime started during another's cycle
+//! (`runtime_count.rs`): the real [`RuntimeCount`] and
+//! [`before_first_allocation`], with one atomic for the heap's seal epoch
+//! (whose own protocol `loam_heap`'s `seal_model.rs` checks).
+//!
+//! One runtime exists. A thread starts a second and hands it to another
+//! thread, which attaches a mutator and allocates: it reads the seal
+//! epoch, and an allocation that reads the old epoch sets its bit without
+//! sealing, so the cycle's snapshot may hold the object. Meanwhile the
+//! first runtime's cycle raises the epoch and asks whether it is alone. In
+//! every interleaving, a snapshot that may hold the new runtime's object
+//! is swept reading headers. Without the attach's fence the allocation
+//! can read the old epoch while the cycle reads the old count.
+
+use crate::runtime_count::{before_first_allocation, RuntimeCount};
+use loom::sync::atomic::{AtomicU64, Ordering};
+use loom::sync::Arc;
+
+/// Returns `(alone, the new runtime's object may be in the snapshot)`.
+fn run(attach_fences: bool) -> (bool, bool) {
+    let count = Arc::new(RuntimeCount::new());
+    let seal = Arc::new(AtomicU64::new(0));
+    count.start();
+    let builder = {
+        let (count, seal) = (count.clone(), seal.clone());
+        loom::thread::spawn(move || {
+            count.start();
+            // The runtime handed to the thread that attaches to it.
+            loom::thread::spawn(move || {
+                if attach_fences {
+                    before_first_allocation();
+                }
+                // The allocation's relaxed read of the epoch: the old one
+                // sets the bit unsealed.
+                seal.load(Ordering::Relaxed) == 0
+            })
+            .join()
+            .unwrap()
+        })
+    };
+    // The cycle's stop raises the epoch; its sweep asks.
+    seal.store(1, Ordering::Relaxed);
+    let alone = count.alone_since_seal();
+    let unsealed = builder.join().unwrap();
+    (alone, unsealed)
+}
+
+#[test]
+fn a_snapshot_holding_a_new_runtimes_object_is_never_swept_alone() {
+    loom::model(|| {
+        let (alone, unsealed) = run(true);
+        assert!(
+            !(alone && unsealed),
+            "swept alone with another runtime's object"
+        );
+    });
+}
+
+#[test]
+#[should_panic(expected = "swept alone with another runtime's object")]
+fn without_the_attach_fence_a_new_runtimes_object_is_swept_alone() {
+    loom::model(|| {
+        let (alone, unsealed) = run(false);
+        assert!(
+            !(alone && unsealed),
+            "swept alone with another runtime's object"
+        );
+    });
+}

@@ -273,6 +273,22 @@ fn wait<'a>(c: &Condvar, mut g: MutexGuard<'a, Gate>) -> MutexGuard<'a, Gate> {
 fn wait<'a>(c: &Condvar, g: MutexGuard<'a, Gate>) -> MutexGuard<'a, Gate> {
     c.wait(g).unwrap()
 }
+/// Runs `f` with the gate's mutex let go and takes it again: the looks at
+/// the thread files (`GateClock::admits`, `thread_state.rs`), which a
+/// mutator leaving a call (`Handshake::leave`) would otherwise wait out.
+/// What the caller read under the mutex may have changed when it has it
+/// back: it acts on the look only if the oldest call it looked at is
+/// still inside (module docs, 2); who waits may have changed, and whom
+/// the gate admits plays no part in soundness (1).
+fn unlocked<'a, R>(
+    m: &'a Mutex<Gate>,
+    g: MutexGuard<'a, Gate>,
+    f: impl FnOnce() -> R,
+) -> (MutexGuard<'a, Gate>, R) {
+    drop(g);
+    let r = f();
+    (lock(m), r)
+}
 /// Whether another runtime's cycle waits for the process's cycle lock
 /// (`collector::cycle_queued`; never in loom's models, which have no
 /// collector).
@@ -734,7 +750,11 @@ impl Handshake {
                     continue;
                 }
                 let threads = still().map(|&(s, _)| s.thread()).collect();
-                if let Some(admit) = clock.admits(threads, after, told.is_none()) {
+                let admit;
+                (g, admit) = unlocked(&self.lock, g, || {
+                    clock.admits(threads, after, told.is_none())
+                });
+                if let Some(admit) = admit.filter(|_| oldest() == Some(after)) {
                     self.hint(admit);
                     told = Some((after, admit));
                 }
@@ -855,9 +875,10 @@ impl Handshake {
                     continue;
                 }
                 let younger = !g.open && g.waiting.iter().any(|&n| n > after);
-                if let Some(admit) =
-                    clock.admits(still().map(Slot::thread).collect(), after, younger)
-                {
+                let threads = still().map(Slot::thread).collect();
+                let admit;
+                (g, admit) = unlocked(&self.lock, g, || clock.admits(threads, after, younger));
+                if let Some(admit) = admit.filter(|_| oldest() == Some(after)) {
                     g.open = true;
                     g.admit_after = admit;
                     self.hint(admit);

@@ -1153,8 +1153,6 @@ impl<'a> Cycle<'a> {
     fn sweep(&mut self, snap: &mut Snapshot, mark_failed: bool) -> (sweep::Swept, usize) {
         let shared = self.shared;
         let sweep_start = Instant::now();
-        // After the seal (this cycle's start, on this thread).
-        let alone = crate::collector::RUNTIMES.alone_since_seal();
         if mark_failed {
             snap.pages.clear();
             snap.ranges.clear();
@@ -1170,6 +1168,8 @@ impl<'a> Cycle<'a> {
                 space.sweep(self.pool, objects, shared.id, shared.config.verify)
             },
             _ => {
+                // After the seal this cycle's start raised, on this thread.
+                let alone = crate::collector::RUNTIMES.alone_since_seal();
                 // SAFETY: the snapshot's pages, with their allocated words
                 // as of the pause (less the runs out); marks complete;
                 // under the cycle lock; `alone` read after the seal

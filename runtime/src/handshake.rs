@@ -754,6 +754,7 @@ impl Handshake {
                 (g, admit) = unlocked(&self.lock, g, || {
                     clock.admits(threads, after, told.is_none())
                 });
+                // `still` compares sequences: the same call.
                 if let Some(admit) = admit.filter(|_| oldest() == Some(after)) {
                     self.hint(admit);
                     told = Some((after, admit));
@@ -876,9 +877,18 @@ impl Handshake {
                 }
                 let younger = !g.open && g.waiting.iter().any(|&n| n > after);
                 let threads = still().map(Slot::thread).collect();
+                // The oldest calls looked at, by their sequences: the look
+                // counts only if one of them is still inside (`unlocked`).
+                let looked: Vec<(&Slot, u64)> = still()
+                    .map(|s| (s, s.seq.load(Ordering::Acquire)))
+                    .filter(|&(s, _)| s.call_began.load(Ordering::Relaxed) == after)
+                    .collect();
                 let admit;
                 (g, admit) = unlocked(&self.lock, g, || clock.admits(threads, after, younger));
-                if let Some(admit) = admit.filter(|_| oldest() == Some(after)) {
+                let same = looked
+                    .iter()
+                    .any(|&(s, seq)| s.seq.load(Ordering::Acquire) == seq);
+                if let Some(admit) = admit.filter(|_| same && held(&g)) {
                     g.open = true;
                     g.admit_after = admit;
                     self.hint(admit);

@@ -242,8 +242,8 @@
 //!   runtimes whose hooks collected each other waited for each other for
 //!   ever); hand such work to a thread of your own.
 //! - Refused with a clear panic, because each would wait for itself:
-//!   `collect` inside `mutate` or on a GC thread, building a runtime inside
-//!   `mutate` or on a GC thread. Dropping a runtime's last handle inside
+//!   `collect` inside `mutate` or on a GC thread. Building a runtime on a
+//!   GC thread is refused too (a `Trace` impl must not block). Dropping a runtime's last handle inside
 //!   `mutate` or on a collector thread does not wait for its collector,
 //!   nor once another runtime's cycle has found a call stuck for a second
 //!   (it may be waiting for the dropping thread).

@@ -1560,8 +1560,8 @@ impl RuntimeBuilder {
     ///
     /// # Panics
     /// If a `LOAM_*` variable the runtime must understand cannot be read
-    /// (see [`try_build`](Self::try_build)), on a GC thread or inside a
-    /// `mutate` call, or if the OS refuses to start the GC threads.
+    /// (see [`try_build`](Self::try_build)), on a GC thread, or if the OS
+    /// refuses to start the GC threads.
     pub fn build(self) -> Runtime {
         match self.try_build() {
             Ok(rt) => rt,
@@ -1581,25 +1581,27 @@ impl RuntimeBuilder {
     /// # Ok::<(), loam_runtime::ConfigError>(())
     /// ```
     ///
-    /// A runtime may be built anywhere but on a GC thread: inside a
-    /// `mutate` call, or on a thread such a call waits for while a cycle
-    /// waits for the call, a start waits for no cycle
-    /// (`runtime_count.rs`). Dropping a runtime's last handle there
-    /// waits for its last cycle, which waits for the cycle under way, but
-    /// gives up once that cycle has found the call stuck for a second, and
-    /// leaves the last cycle to the collector.
+    /// A runtime may be built anywhere but on a GC thread: a start waits
+    /// for no cycle (`runtime_count.rs`), so also inside a `mutate` call,
+    /// or on a thread such a call waits for while a cycle waits for the
+    /// call. Dropping its last handle inside a `mutate` call returns at
+    /// once and leaves the last cycle to the collector; on a thread a call
+    /// waits for, the drop waits for the last cycle, which waits for the
+    /// cycle under way, and gives up the same way once that cycle has found
+    /// the call stuck for a second.
     ///
     /// # Panics
     /// On a GC thread (in a `Trace` impl the mark ran), or if the OS
     /// refuses to start the GC threads.
     pub fn try_build(self) -> Result<Runtime, ConfigError> {
-        // A `Trace` impl must never block (`trace.rs`), and dropping the
-        // runtime there would wait for its last cycle, which waits for the
-        // cycle running the impl.
+        // A `Trace` impl must never block (`trace.rs`), and a start spawns
+        // threads; nor could the impl use the runtime (`attach` panics on
+        // a GC thread). Not checked in a mutator's assists and barriers,
+        // which run `Trace` impls too, under the same rule.
         assert!(
             !collector::in_cycle_thread(),
             "loam: a runtime cannot be built on a GC thread (in a Trace impl): \
-             its cycles would wait for the cycle running the impl"
+             a Trace impl must not block, and could not attach to it"
         );
         crate::panics::install_quiet_hook();
         let mut config = self.config;

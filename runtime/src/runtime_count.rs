@@ -10,8 +10,8 @@
 //! Another runtime's objects may be among the latter, and with
 //! `alone` the sweep would free them as its own. A runtime that starts
 //! while a cycle runs is counted without the cycle lock: a start that
-//! waited for it hung when the cycle held the lock while it waited for a
-//! `mutate` call, and the call waited for the thread building the runtime
+//! waits for it hangs when the cycle holds the lock while it waits for a
+//! `mutate` call, and the call waits for the thread building the runtime
 //! (a scoped thread of the call). Counting late is safe:
 //! 1. a runtime's start adds to the count ([`RuntimeCount::start`]);
 //! 2. each of its mutators fences (SeqCst, `F2`) as it attaches, before
@@ -36,8 +36,8 @@
 use crate::sync::{fence, AtomicUsize, Ordering};
 
 /// The runtimes alive whose objects live in loam's pages (module docs). A
-/// runtime over a `GlobalAlloc` has none there: counting it made every
-/// page sweep beside it read every header.
+/// runtime over a `GlobalAlloc` has none there: counting it would make
+/// every page sweep beside it read every header.
 #[derive(Debug)]
 pub(crate) struct RuntimeCount(AtomicUsize);
 

@@ -10,14 +10,17 @@
 //! first runtime's cycle raises the epoch and asks whether it is alone. In
 //! every interleaving, a snapshot that may hold the new runtime's object
 //! is swept reading headers. Without the attach's fence the allocation
-//! can read the old epoch while the cycle reads the old count.
+//! can read the old epoch while the cycle reads the old count; with the
+//! count read before the epoch is raised, the runtime can start and
+//! allocate unsealed in between.
 
 use crate::runtime_count::{before_first_allocation, RuntimeCount};
 use loom::sync::atomic::{AtomicU64, Ordering};
 use loom::sync::Arc;
 
 /// Returns `(alone, the new runtime's object may be in the snapshot)`.
-fn run(attach_fences: bool) -> (bool, bool) {
+/// `read_first`: the cycle reads the count before it raises the epoch.
+fn run(attach_fences: bool, read_first: bool) -> (bool, bool) {
     let count = Arc::new(RuntimeCount::new());
     let seal = Arc::new(AtomicU64::new(0));
     count.start();
@@ -39,8 +42,14 @@ fn run(attach_fences: bool) -> (bool, bool) {
         })
     };
     // The cycle's stop raises the epoch; its sweep asks.
-    seal.store(1, Ordering::Relaxed);
-    let alone = count.alone_since_seal();
+    let alone = if read_first {
+        let alone = count.alone_since_seal();
+        seal.store(1, Ordering::Relaxed);
+        alone
+    } else {
+        seal.store(1, Ordering::Relaxed);
+        count.alone_since_seal()
+    };
     let unsealed = builder.join().unwrap();
     (alone, unsealed)
 }
@@ -48,7 +57,7 @@ fn run(attach_fences: bool) -> (bool, bool) {
 #[test]
 fn a_snapshot_holding_a_new_runtimes_object_is_never_swept_alone() {
     loom::model(|| {
-        let (alone, unsealed) = run(true);
+        let (alone, unsealed) = run(true, false);
         assert!(
             !(alone && unsealed),
             "swept alone with another runtime's object"
@@ -60,7 +69,19 @@ fn a_snapshot_holding_a_new_runtimes_object_is_never_swept_alone() {
 #[should_panic(expected = "swept alone with another runtime's object")]
 fn without_the_attach_fence_a_new_runtimes_object_is_swept_alone() {
     loom::model(|| {
-        let (alone, unsealed) = run(false);
+        let (alone, unsealed) = run(false, false);
+        assert!(
+            !(alone && unsealed),
+            "swept alone with another runtime's object"
+        );
+    });
+}
+
+#[test]
+#[should_panic(expected = "swept alone with another runtime's object")]
+fn a_count_read_before_the_seal_sweeps_a_new_runtimes_object_alone() {
+    loom::model(|| {
+        let (alone, unsealed) = run(true, true);
         assert!(
             !(alone && unsealed),
             "swept alone with another runtime's object"

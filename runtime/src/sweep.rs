@@ -388,8 +388,9 @@ pub(crate) fn parallel(pool: &ThreadPool, work: &Work, freed: &(dyn Fn(usize) + 
 
 /// Collects the dead objects of runtime `id` in the page at `start` into
 /// `dead` and returns the page's block size. With `alone` (no other
-/// runtime's object among the snapshot's blocks), or a page whose objects are all this runtime's (its tag), and
-/// no drop glue in the page, it reads no object header; if then
+/// runtime's object among the snapshot's blocks), or a page whose objects
+/// are all this runtime's (its tag), and no drop glue in the page, it
+/// reads no object header; if then
 /// every block of the page is a dead object (and not `verify`, which poisons
 /// each), it lists none and returns the page's capacity instead.
 ///

@@ -2,7 +2,7 @@
 //! normally, loom's model-checked twins under `--cfg loom`, so that a
 //! model runs the real code rather than a copy of it (`calls.rs`,
 //! `log_owner.rs`, `handshake.rs`, `registry.rs`, `root_slots.rs`,
-//! `cards.rs`). `handshake.rs` switches its mutex and condition variable
+//! `cards.rs`, `runtime_count.rs`). `handshake.rs` switches its mutex and condition variable
 //! itself (parking_lot's outside loom), and `registry.rs` its cell.
 
 #[cfg(loom)]

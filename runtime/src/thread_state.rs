@@ -182,8 +182,8 @@ impl Running {
     /// between; it waits *on another thread* if it sleeps in a futex wait
     /// as well (a join, a lock, a condition variable, a channel), which
     /// only another thread of the process ends. Reads one or two small
-    /// files per thread (tens of microseconds), under the gate's mutex: it
-    /// is asked only past a patience, and again after 1, 2, 4 ... ms while
+    /// files per thread (tens of microseconds), with the gate's mutex let
+    /// go (`handshake.rs: unlocked`): it is asked only past a patience, and again after 1, 2, 4 ... ms while
     /// the gate stays as it is, so a few times in a wait.
     pub(crate) fn judge(&mut self, threads: impl IntoIterator<Item = u32>) -> Verdict {
         let mut asleep = Vec::new();

@@ -271,8 +271,8 @@ fn dropping_a_runtime_inside_another_ones_mutate_does_not_deadlock() {
 }
 
 /// A scoped thread of a `mutate` call builds a runtime while a cycle waits
-/// for the call: building one waited for the process-wide cycle lock,
-/// which that cycle held, and the call waited for the thread (a hang).
+/// for the call: a start that waits for the process-wide cycle lock, which
+/// that cycle holds, hangs, since the call waits for the thread.
 /// The new runtime's objects, allocated while the cycle's sweep may run
 /// (the outer runtime's, whose snapshot must not hold them), all survive.
 #[test]

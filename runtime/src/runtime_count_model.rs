@@ -54,37 +54,31 @@ fn run(attach_fences: bool, read_first: bool) -> (bool, bool) {
     (alone, unsealed)
 }
 
-#[test]
-fn a_snapshot_holding_a_new_runtimes_object_is_never_swept_alone() {
-    loom::model(|| {
-        let (alone, unsealed) = run(true, false);
+/// Every interleaving of [`run`]: none sweeps alone with the new
+/// runtime's object in the snapshot.
+fn never_swept_alone(attach_fences: bool, read_first: bool) {
+    loom::model(move || {
+        let (alone, unsealed) = run(attach_fences, read_first);
         assert!(
             !(alone && unsealed),
             "swept alone with another runtime's object"
         );
     });
+}
+
+#[test]
+fn a_snapshot_holding_a_new_runtimes_object_is_never_swept_alone() {
+    never_swept_alone(true, false);
 }
 
 #[test]
 #[should_panic(expected = "swept alone with another runtime's object")]
 fn without_the_attach_fence_a_new_runtimes_object_is_swept_alone() {
-    loom::model(|| {
-        let (alone, unsealed) = run(false, false);
-        assert!(
-            !(alone && unsealed),
-            "swept alone with another runtime's object"
-        );
-    });
+    never_swept_alone(false, false);
 }
 
 #[test]
 #[should_panic(expected = "swept alone with another runtime's object")]
 fn a_count_read_before_the_seal_sweeps_a_new_runtimes_object_alone() {
-    loom::model(|| {
-        let (alone, unsealed) = run(true, true);
-        assert!(
-            !(alone && unsealed),
-            "swept alone with another runtime's object"
-        );
-    });
+    never_swept_alone(true, true);
 }

@@ -17,7 +17,7 @@ use parking_lot::{Mutex, MutexGuard};
 use std::cell::Cell;
 use std::io::Write;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -47,12 +47,17 @@ pub(crate) struct CycleState {
     /// judges them as it judges its own mutators waiting at its gate
     /// (`Handshake::stop_world`).
     queued: AtomicUsize,
+    /// The runtime `holder` names, set and cleared with it: another
+    /// runtime's program wait, whose cycle waits behind this one, looks at
+    /// its calls ([`stuck_holder`]). A leaf lock, held for a clone.
+    holder_runtime: Mutex<Weak<Shared>>,
 }
 
 static CYCLE: crate::forked::PerFork<CycleState> = crate::forked::PerFork::new(|| CycleState {
     lock: Mutex::new(()),
     holder: AtomicU32::new(0),
     queued: AtomicUsize::new(0),
+    holder_runtime: Mutex::new(Weak::new()),
 });
 
 /// This process's cycle state (see [`CycleState`]).
@@ -65,15 +70,19 @@ pub(crate) fn cycle_state() -> &'static CycleState {
 pub(crate) struct Holder;
 
 impl Holder {
-    pub(crate) fn set(id: u16) -> Holder {
-        cycle_state().holder.store(u32::from(id) << 1, Ordering::Relaxed);
+    pub(crate) fn set(shared: &Arc<Shared>) -> Holder {
+        let state = cycle_state();
+        *state.holder_runtime.lock() = Arc::downgrade(shared);
+        state.holder.store(u32::from(shared.id) << 1, Ordering::Relaxed);
         Holder
     }
 }
 
 impl Drop for Holder {
     fn drop(&mut self) {
-        cycle_state().holder.store(0, Ordering::Relaxed);
+        let state = cycle_state();
+        state.holder.store(0, Ordering::Relaxed);
+        *state.holder_runtime.lock() = Weak::new();
     }
 }
 
@@ -107,6 +116,17 @@ pub(crate) fn several_runtimes() -> bool {
 /// Whether a cycle waits for the cycle lock (relaxed: polled).
 pub(crate) fn cycle_queued() -> bool {
     cycle_state().queued.load(Ordering::Relaxed) != 0
+}
+
+/// Another runtime than `id` whose cycle holds the cycle lock and is stuck
+/// on its calls ([`other_holder_stuck`]), if there is one.
+pub(crate) fn stuck_holder(id: u16) -> Option<Arc<Shared>> {
+    if !other_holder_stuck(id) {
+        return None;
+    }
+    // The holder may have changed since the word was read: its own id.
+    let holder = cycle_state().holder_runtime.lock().upgrade();
+    holder.filter(|h| h.id != id)
 }
 
 /// Whether another runtime than `id` holds the cycle lock with a stuck
@@ -329,7 +349,7 @@ pub(crate) fn start(shared: Arc<Shared>) -> JoinHandle<()> {
         .unwrap_or_else(|e| panic!("loam: could not start the collector thread: {e}"))
 }
 
-fn coordinator(shared: &Shared, pool: &ThreadPool) {
+fn coordinator(shared: &Arc<Shared>, pool: &ThreadPool) {
     let mut prev_start: Option<Instant> = None;
     let mut gen = Generations::default();
     // Kept from cycle to cycle, so that a pause neither allocates the

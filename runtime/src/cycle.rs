@@ -563,7 +563,7 @@ impl Begun {
 /// and the lines that report what user code panicked in it, which the
 /// caller prints once the cycle lock is let go.
 pub(crate) fn cycle(
-    shared: &Shared,
+    shared: &Arc<Shared>,
     pool: &ThreadPool,
     forced: bool,
     gen: &mut Generations,
@@ -572,7 +572,7 @@ pub(crate) fn cycle(
     let _one_at_a_time = crate::collector::lock_cycle();
     CYCLES.fetch_add(1, Ordering::Relaxed);
     // Dropped first: named until the lock goes.
-    let _holder = crate::collector::Holder::set(shared.id);
+    let _holder = crate::collector::Holder::set(shared);
     // Exited threads' heaps take back the runs earlier sweeps sent them, so
     // that the blocks are reused (live threads do it themselves, at each
     // `mutate`).

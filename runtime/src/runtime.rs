@@ -413,9 +413,10 @@ impl Shared {
     /// waits behind it, and a call of that runtime may be waiting for this
     /// thread (one it joins, attached to this runtime). A
     /// program's wait (`Waiter::Program`) has no calls of
-    /// its own to go on with: it panics, naming itself, if the cycle stays
-    /// stuck on calls that wait for other threads while no thread of the
-    /// process can wake another, for
+    /// its own to go on with: it panics, naming itself, if the cycle (its
+    /// own, or the stuck one of another runtime that its own waits behind)
+    /// stays stuck on calls that wait for other threads while no thread of
+    /// the process can wake another, for
     /// [`STALL_PATIENCE`](crate::thread_state::STALL_PATIENCE)
     /// (`thread_state::Stall`).
     fn wait_control(&self, waiter: Waiter<'_>, mut done: impl FnMut(&Control) -> bool) -> bool {
@@ -494,22 +495,34 @@ impl Shared {
     /// (`wait_control`); panics if they have stalled the cycle for the
     /// patience.
     fn panic_if_stalled(&self, stall: &mut crate::thread_state::Stall, what: &str) {
-        let threads: Vec<u32> = self
+        // The cycle that holds this wait up: this runtime's, or another
+        // runtime's, stuck on its calls with the process's cycle lock,
+        // which this one's waits for (`collector::stuck_holder`).
+        let other = (!self.handshake.awaits_calls())
+            .then(|| crate::collector::stuck_holder(self.id))
+            .flatten();
+        let held_by = other.as_deref().unwrap_or(self);
+        let threads: Vec<u32> = held_by
             .mutators
             .lock()
             .iter()
             .filter(|m| m.slot.is_inside())
             .map(|m| m.slot.thread())
             .collect();
-        if stall.stalled(self.handshake.awaits_calls(), threads) {
+        if stall.stalled(held_by.handshake.awaits_calls(), threads) {
+            let whose = if other.is_some() {
+                " (another runtime's, whose cycle this one's waits behind)"
+            } else {
+                ""
+            };
             panic!(
-                "loam: {what} waited {} s for a cycle held up by mutate calls \
+                "loam: {what} waited {} s for a cycle held up by mutate calls{whose} \
                  that wait for other threads, while every other thread of the \
                  process waited too and none woke: the calls can only be waiting \
                  for this thread (or for each other). A thread that a \
                  mutate call waits for (a scoped thread it joins, or a thread \
                  holding a lock it wants) must not call collect, wait_for_cycle \
-                 or wait_for_drops.",
+                 or wait_for_drops, of that runtime or another.",
                 crate::thread_state::STALL_PATIENCE.as_secs()
             );
         }

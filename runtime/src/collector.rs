@@ -36,7 +36,8 @@ pub(crate) struct CycleState {
     /// handshake has waited past its patience for a call on a blocked
     /// thread (mirrored from `Handshake::stuck` by [`set_stuck`], for the
     /// holder's handshake only). One word, so that a reader never pairs
-    /// one holder with another's verdict. Another runtime's mutators read
+    /// one holder with another's verdict. Another runtime's mutators (and
+    /// its program waits, `Shared::panic_if_stalled`) read
     /// it as they wait for their own cycle, which cannot begin meanwhile: a
     /// call of the holder's may be waiting for one of them (a scoped
     /// thread attached to the other runtime, which pacing or the heap
@@ -49,7 +50,8 @@ pub(crate) struct CycleState {
     queued: AtomicUsize,
     /// The runtime `holder` names, set and cleared with it: another
     /// runtime's program wait, whose cycle waits behind this one, looks at
-    /// its calls ([`stuck_holder`]). A leaf lock, held for a clone.
+    /// its calls ([`stuck_holder`]). A leaf lock, held for a downgrade or
+    /// an upgrade.
     holder_runtime: Mutex<Weak<Shared>>,
 }
 
@@ -124,9 +126,11 @@ pub(crate) fn stuck_holder(id: u16) -> Option<Arc<Shared>> {
     if !other_holder_stuck(id) {
         return None;
     }
-    // The holder may have changed since the word was read: its own id.
-    let holder = cycle_state().holder_runtime.lock().upgrade();
-    holder.filter(|h| h.id != id)
+    let holder = cycle_state().holder_runtime.lock().upgrade()?;
+    // The holder may have changed since the word was read: the word, read
+    // again, must name this one, stuck.
+    let word = cycle_state().holder.load(Ordering::Relaxed);
+    (holder.id != id && word >> 1 == u32::from(holder.id) && word & 1 == 1).then_some(holder)
 }
 
 /// Whether another runtime than `id` holds the cycle lock with a stuck

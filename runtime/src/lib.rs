@@ -243,14 +243,17 @@
 //!   ever); hand such work to a thread of your own.
 //! - Refused with a clear panic, because each would wait for itself:
 //!   `collect` inside `mutate` or on a GC thread. Building a runtime on a
-//!   GC thread is refused too (a `Trace` impl must not block). Dropping a runtime's last handle inside
-//!   `mutate` or on a collector thread does not wait for its collector,
+//!   GC thread is refused too (a `Trace` impl must not block). Dropping a
+//!   runtime's last handle inside `mutate` or on a collector thread does
+//!   not wait for its collector,
 //!   nor once another runtime's cycle has found a call stuck for a second
 //!   (it may be waiting for the dropping thread).
 //! - A thread that a `mutate` call waits for (a scoped thread it joins, a
 //!   thread holding a lock it wants) must not call `collect`,
-//!   `wait_for_cycle` or `wait_for_drops`: they wait for a cycle, which
-//!   waits for every call under way, so that wait cannot end. On Linux it
+//!   `wait_for_cycle` or `wait_for_drops`, of that call's runtime or of
+//!   another: they wait for a cycle, which waits for every call under way
+//!   (or, for another runtime, for the process's cycle lock, which the
+//!   call's cycle holds), so that wait cannot end. On Linux it
 //!   panics instead, a clear message rather than a hang, once the
 //!   collector has waited 10 s for calls that wait for other threads
 //!   while no thread of the process can wake another: all wait for

@@ -495,12 +495,12 @@ impl Shared {
     /// (`wait_control`); panics if they have stalled the cycle for the
     /// patience.
     fn panic_if_stalled(&self, stall: &mut crate::thread_state::Stall, what: &str) {
-        // The cycle that holds this wait up: this runtime's, or another
-        // runtime's, stuck on its calls with the process's cycle lock,
-        // which this one's waits for (`collector::stuck_holder`).
-        let other = (!self.handshake.awaits_calls())
-            .then(|| crate::collector::stuck_holder(self.id))
-            .flatten();
+        // The cycle that holds this wait up: this runtime's, or, while this
+        // one's waits for the process's cycle lock (its phase is `Stop`
+        // from before it asks for the lock), another runtime's that holds
+        // the lock stuck on its calls (`collector::stuck_holder`).
+        let queued = !self.handshake.awaits_calls() && self.control.lock().phase == Phase::Stop;
+        let other = queued.then(|| crate::collector::stuck_holder(self.id)).flatten();
         let held_by = other.as_deref().unwrap_or(self);
         let threads: Vec<u32> = held_by
             .mutators
@@ -510,10 +510,13 @@ impl Shared {
             .map(|m| m.slot.thread())
             .collect();
         if stall.stalled(held_by.handshake.awaits_calls(), threads) {
-            let whose = if other.is_some() {
-                " (another runtime's, whose cycle this one's waits behind)"
-            } else {
-                ""
+            let whose = match &other {
+                Some(h) => format!(
+                    " (of runtime {}, whose cycle holds the process's cycle lock, \
+                     which this runtime's cycle waits for)",
+                    h.id
+                ),
+                None => String::new(),
             };
             panic!(
                 "loam: {what} waited {} s for a cycle held up by mutate calls{whose} \
@@ -1190,7 +1193,9 @@ impl Runtime {
     /// `on_cycle` hook of any runtime. On a thread that a `mutate`
     /// call of this runtime waits for (a scoped thread it joins, or a
     /// thread holding a lock it wants), whose cycle would wait for that
-    /// call, rather than hang: on Linux, once the collector has waited 10
+    /// call, or a call of another runtime whose cycle holds the process's
+    /// cycle lock while it waits for that call (this runtime's cycle waits
+    /// for the lock), rather than hang: on Linux, once the collector has waited 10
     /// s for calls that wait for other threads (a join, a lock, a
     /// channel) while every other thread of the process waits in the
     /// same way or on a timeout longer than that, and none wakes. (A

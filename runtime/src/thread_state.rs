@@ -328,7 +328,10 @@ impl Drop for Aside {
 /// As Go's runtime finds a deadlock (every goroutine blocked, none on a
 /// timer or I/O): for [`patience`](Self::new) on end, at looks a while
 /// apart, all of:
-/// - the collector waits for calls under way (`Handshake::awaits_calls`);
+/// - the collector waits for calls under way (`Handshake::awaits_calls`):
+///   the program wait's own, or, while its own cycle waits for the
+///   process's cycle lock, the collector whose stuck cycle holds it
+///   (`Shared::panic_if_stalled`);
 /// - each call under way is on a thread asleep in a futex wait with no
 ///   timeout (what a join, a lock, a condition variable or a channel
 ///   waits in), which only another thread can end;
@@ -343,7 +346,10 @@ impl Drop for Aside {
 /// So no thread can wake another, and only a timed wait ending (after
 /// the patience) or another process could change that: a timed wait
 /// that then ends what the calls wait for is the one program this takes
-/// for a stall wrongly. Where thread states are unknown (not Linux,
+/// for a stall wrongly. (Two program waits held up so, one of them on the
+/// thread the calls wait for, may panic in either order: the other's
+/// wait would have ended once that one's panic let the calls go on.)
+/// Where thread states are unknown (not Linux,
 /// loom) nothing is taken for a stall, and the wait hangs as before.
 #[derive(Debug)]
 pub(crate) struct Stall {

@@ -59,7 +59,7 @@ fn collecting_another_runtime_from_a_thread_a_call_joins_panics_rather_than_hang
     };
     assert!(
         msg.contains("loam: collect waited")
-            && msg.contains("another runtime's")
+            && msg.contains("whose cycle holds the process's cycle lock")
             && msg.contains("must not call"),
         "{msg}"
     );

@@ -82,15 +82,17 @@ mod ragged;
 ///   limit holds it at most halfway from `live` to the limit (`rebase`).
 /// - `old` only grows between full cycles (minor cycles promote; the
 ///   sweep's correction counts what the stopped heap kept), and a full
-///   cycle sets it to `live`.
+///   cycle sets it to `live`, as does a minor cycle that began with it at
+///   zero (`Cycle::resume`: it marked everything reachable).
 #[derive(Debug, Default)]
 pub(crate) struct Generations {
     /// Bytes of old (marked) objects: the live size after a full cycle, plus
     /// what minor cycles promoted since.
     old: usize,
-    /// Live bytes the last full cycle found.
+    /// Live bytes the last full cycle (or minor one over an empty old
+    /// generation, `Cycle::resume`) found.
     live: usize,
-    /// The heap goal the last full cycle set.
+    /// The heap goal set with `live`.
     goal: usize,
     /// Whether a full cycle ever ran (the first cycle is full).
     started: bool,
@@ -465,6 +467,9 @@ struct Cycle<'a> {
     forced: bool,
     /// Full (marks cleared, every page swept) or minor.
     full: bool,
+    /// A minor cycle that measured the live size as a full one does
+    /// (`resume`): the generations are rebased on it.
+    measured: bool,
     /// The marks were cleared before the stop (phase 0), not in the pause.
     marks_cleared: bool,
     /// Time phase 0 took.
@@ -655,7 +660,7 @@ pub(crate) fn cycle(
     // pause took the snapshot).
     c.snapshot(snap, false);
     let (swept, heap_after) = c.sweep(snap, mark_failed);
-    if !c.full {
+    if !c.full && !c.measured {
         // Everything the stopped heap held and the sweep left is marked:
         // old. (Less what a concurrent mark left unreachable on pages it
         // did not sweep, and plus the objects allocated during it that it
@@ -772,6 +777,7 @@ impl<'a> Cycle<'a> {
             pool,
             forced: false,
             full: false,
+            measured: false,
             marks_cleared: false,
             mark_clear: mark_clear.unwrap_or_default(),
             start,
@@ -1058,7 +1064,18 @@ impl<'a> Cycle<'a> {
         let shared = self.shared;
         if mark_failed {
             // The generations as they were: the next, full cycle measures.
-        } else if self.full {
+        } else if self.full || (gen.started && gen.old == 0) {
+            // A minor cycle over an empty old generation (the last full
+            // cycle found nothing live, and nothing was promoted since)
+            // began with no object marked: its mark traced everything
+            // reachable, as a full cycle's does, and measures the live
+            // size as well. Taken for a full one here, the full cycle
+            // that its promotion would make due at once (old past half
+            // the headroom of a goal set for nothing live) does not mark
+            // the same objects again: at binary-trees depth 21 the
+            // long-lived tree, 96 MB, which the program builds from the
+            // minimum heap.
+            self.measured = true;
             gen.rebase(self.marked.bytes, &shared.config);
             gen.started = true;
         } else {

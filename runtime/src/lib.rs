@@ -245,9 +245,9 @@
 //!   `collect` inside `mutate` or on a GC thread. Building a runtime on a
 //!   GC thread is refused too (a `Trace` impl must not block). Dropping a
 //!   runtime's last handle inside `mutate` or on a collector thread does
-//!   not wait for its collector,
-//!   nor once another runtime's cycle has found a call stuck for a second
-//!   (it may be waiting for the dropping thread).
+//!   not wait for its collector, nor once another runtime's cycle has
+//!   found a call stuck for a second (it may be waiting for the dropping
+//!   thread).
 //! - A thread that a `mutate` call waits for (a scoped thread it joins, a
 //!   thread holding a lock it wants) must not call `collect`,
 //!   `wait_for_cycle` or `wait_for_drops`, of that call's runtime or of

@@ -1195,8 +1195,8 @@ impl Runtime {
     /// thread holding a lock it wants), whose cycle would wait for that
     /// call, or a call of another runtime whose cycle holds the process's
     /// cycle lock while it waits for that call (this runtime's cycle waits
-    /// for the lock), rather than hang: on Linux, once the collector has waited 10
-    /// s for calls that wait for other threads (a join, a lock, a
+    /// for the lock), rather than hang: on Linux, once the collector has
+    /// waited 10 s for calls that wait for other threads (a join, a lock, a
     /// channel) while every other thread of the process waits in the
     /// same way or on a timeout longer than that, and none wakes. (A
     /// program whose long timed wait would have ended it reads the same.)

@@ -183,8 +183,9 @@ impl Running {
     /// as well (a join, a lock, a condition variable, a channel), which
     /// only another thread of the process ends. Reads one or two small
     /// files per thread (tens of microseconds), with the gate's mutex let
-    /// go (`handshake.rs: unlocked`): it is asked only past a patience, and again after 1, 2, 4 ... ms while
-    /// the gate stays as it is, so a few times in a wait.
+    /// go (`handshake.rs: unlocked`): it is asked only past a patience,
+    /// and again after 1, 2, 4 ... ms while the gate stays as it is, so a
+    /// few times in a wait.
     pub(crate) fn judge(&mut self, threads: impl IntoIterator<Item = u32>) -> Verdict {
         let mut asleep = Vec::new();
         let (mut waits, mut on_thread, mut any) = (false, false, false);
@@ -349,8 +350,8 @@ impl Drop for Aside {
 /// for a stall wrongly. (Two program waits held up so, one of them on the
 /// thread the calls wait for, may panic in either order: the other's
 /// wait would have ended once that one's panic let the calls go on.)
-/// Where thread states are unknown (not Linux,
-/// loom) nothing is taken for a stall, and the wait hangs as before.
+/// Where thread states are unknown (not Linux, loom) nothing is taken for
+/// a stall, and the wait hangs as before.
 #[derive(Debug)]
 pub(crate) struct Stall {
     patience: Duration,

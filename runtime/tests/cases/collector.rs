@@ -1523,7 +1523,8 @@ fn a_structure_built_from_an_empty_heap_is_marked_once() {
     let mut m = rt.attach();
     // The first cycle: full, and nothing is live.
     m.collect();
-    let kept: Root<Rootable!['gc => Vec<Gc<'gc, [u64; 14]>>]> =
+    type Structure = Rootable!['gc => Vec<Gc<'gc, [u64; 14]>>];
+    let kept: Root<Structure> =
         m.mutate(|mc| mc.root(mc.alloc((0..65_536).map(|i| mc.alloc([i; 14])).collect())));
     // Garbage, until three cycles have run since.
     let since = rt.stats().cycles;

@@ -3,6 +3,22 @@
 // Each test binary takes the helpers it needs.
 #![allow(dead_code)]
 
+/// Runs a collection of `rt` on a thread of its own and panics unless it
+/// completes within `timeout` (after a stall the tests provoke: the runtime
+/// goes on).
+pub fn assert_collects_within(rt: &loam_runtime::Runtime, timeout: std::time::Duration) {
+    let before = rt.stats().cycles;
+    let (tx, rx) = std::sync::mpsc::channel();
+    let rt2 = rt.clone();
+    std::thread::spawn(move || {
+        rt2.collect();
+        let _ = tx.send(());
+    });
+    rx.recv_timeout(timeout)
+        .expect("a collection after the stall did not complete");
+    assert!(rt.stats().cycles > before);
+}
+
 /// `sched_setaffinity` for the calling thread: it and the threads it starts
 /// afterwards (a runtime's GC threads included) run on CPU `cpu` only.
 #[cfg(target_os = "linux")]

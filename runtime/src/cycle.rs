@@ -1219,12 +1219,19 @@ impl<'a> Cycle<'a> {
             }
         };
         self.sweep_time = sweep_start.elapsed();
+        // The dead objects with destructors count in the finalizer's
+        // backlog from here (`submit`), and only then come off the heap's
+        // count, so that the two together never fall short of what the
+        // heap holds: a mutator at the heap limit counts both, and took
+        // the room of objects on their way to the finalizer (25 MB under
+        // a 16 MiB limit in `tests/drops_brake.rs`). The pages' sweep took
+        // the rest of what it freed off as it went; a `GlobalAlloc`
+        // space's takes all of it off now.
         shared.finalizer.submit(finalizing);
-        // The pages' sweep took what it freed off the heap as it went; a
-        // `GlobalAlloc` space's does so now.
-        if matches!(shared.space, Space::Alloc(_)) {
-            shared.sweep_freed(swept.bytes);
-        }
+        shared.sweep_freed(match shared.space {
+            Space::Alloc(_) => swept.bytes,
+            Space::Pages => swept.held,
+        });
         shared.sweep_frees.store(0, Ordering::Relaxed);
         (swept, shared.heap_used.load(Ordering::Relaxed))
     }

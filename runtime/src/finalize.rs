@@ -26,6 +26,30 @@
 //! run (every dead object that sweep found in the page) and of the runs
 //! queued behind it, not their pages.
 //!
+//! # The brake
+//! The sweep counts what it hands the finalizer as freed, but those blocks
+//! come back only after their destructors: a program that makes garbage
+//! with drop glue faster than one thread runs the destructors grows a
+//! backlog that the heap's count does not see (with two threads making
+//! small objects that each own a `Vec`, 482 – 657 MiB resident under a
+//! 64 MiB heap limit). So the backlog is counted ([`Finalizer::pending`]), and a
+//! mutator waits for the finalizer ([`Finalizer::brake`]):
+//! - at a call's entry, while the heap and the backlog together are past
+//!   where pacing begins by more than the sweep's last batch (a program
+//!   that drops a large structure goes on while the finalizer works
+//!   through it, within the memory the structure held; one that keeps
+//!   making garbage faster than the destructors run waits for them);
+//! - inside a call, at the heap limit, which counts the backlog.
+//!
+//! That wait is the one place a mutator waits for user code it does not
+//! run, and a destructor may wait for anything but the finalizer: for a
+//! lock the braked thread holds, or for a cycle that waits for the braked
+//! call. So the wait is bounded by the finalizer's progress, not by the
+//! backlog: it ends once the finalizer has finished no page for
+//! [`BRAKE_PATIENCE`], and no brake waits again until it has finished one
+//! since ([`Finalizer::stuck`]). A stuck destructor then costs the program
+//! one patience, and its memory, never a deadlock.
+//!
 //! [`Runtime::wait_for_drops`]: crate::Runtime::wait_for_drops
 
 use crate::gc::TypeDesc;
@@ -34,7 +58,18 @@ use parking_lot::{Condvar, Mutex, MutexGuard};
 use std::collections::VecDeque;
 use crate::panics::PanicLog;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+/// How long a brake waits for the finalizer to finish a page before it
+/// gives up ([`Finalizer::brake`]): far longer than a page of ordinary
+/// destructors takes (a page holds at most a few thousand objects), and
+/// than a busy machine keeps a runnable thread off the CPUs (a brake that
+/// gives up on a running finalizer at the heap limit refuses live data
+/// that fits); short enough that a destructor blocked on the braked thread
+/// costs the program one short wait. Pacing gives a cycle stuck on a
+/// running call as long (`Handshake::stuck`).
+pub(crate) const BRAKE_PATIENCE: Duration = Duration::from_millis(250);
 
 /// One page's dead objects, for the finalizer: each with its descriptor
 /// (when the sweep read it) and its size.
@@ -46,6 +81,13 @@ pub(crate) struct PageWork {
     pub(crate) run: Option<HeldRun>,
 }
 
+impl PageWork {
+    /// The dead objects' accounting sizes.
+    fn bytes(&self) -> usize {
+        self.dead.iter().map(|d| d.2).sum()
+    }
+}
+
 #[derive(Default)]
 struct State {
     queue: VecDeque<PageWork>,
@@ -53,11 +95,13 @@ struct State {
     running: usize,
     /// No more work comes: finish the queue and exit.
     closed: bool,
+    /// Mutators waiting in [`Finalizer::brake`]: the thread tells them of
+    /// every page it finishes.
+    braked: usize,
 }
 
 /// The finalizer's queue, shared by the sweep (which fills it), the
-/// finalizer thread (which drains it) and `wait_for_drops`.
-#[derive(Default)]
+/// finalizer thread (which drains it), `wait_for_drops` and the brake.
 pub(crate) struct Finalizer {
     state: Mutex<State>,
     /// Signals new work or `closed` to the thread, and an empty queue to
@@ -67,17 +111,106 @@ pub(crate) struct Finalizer {
     panics: PanicLog,
     /// Destructors that panicked, in all (for `GcStats::user_panics`).
     pub(crate) panicked: AtomicU64,
+    /// Bytes of the dead objects queued and not yet sent back (their
+    /// accounting sizes, as the sweep took them off the heap's count):
+    /// added as they are queued, taken off once their run is sent.
+    pending: AtomicUsize,
+    /// Bytes the last `submit` queued: what the heap held of them before
+    /// their cycle may stay held while the finalizer works through them
+    /// (`Mutator::brake_for_drops`).
+    last_batch: AtomicUsize,
+    /// Pages finished, in all: the finalizer's progress.
+    done: AtomicU64,
+    /// `done` as a brake last gave up (`u64::MAX`: none has): until the
+    /// finalizer finishes another page, no brake waits.
+    stuck_at: AtomicU64,
+    /// Tells braked mutators of progress.
+    progress: Condvar,
+}
+
+impl Default for Finalizer {
+    fn default() -> Self {
+        Self {
+            state: Mutex::default(),
+            changed: Condvar::new(),
+            panics: PanicLog::default(),
+            panicked: AtomicU64::new(0),
+            pending: AtomicUsize::new(0),
+            last_batch: AtomicUsize::new(0),
+            done: AtomicU64::new(0),
+            stuck_at: AtomicU64::new(u64::MAX),
+            progress: Condvar::new(),
+        }
+    }
 }
 
 impl Finalizer {
-    /// Queues pages of dead objects; their destructors run soon after.
+    /// Queues pages of dead objects, counting them in the backlog; their
+    /// destructors run soon after. Before the sweep takes them off the
+    /// heap's count (`cycle.rs`).
     pub(crate) fn submit(&self, work: Vec<PageWork>) {
         if work.is_empty() {
             return;
         }
+        // Before the pages are queued: the thread takes it off after them.
+        let bytes = work.iter().map(PageWork::bytes).sum();
+        self.last_batch.store(bytes, Ordering::Relaxed);
+        self.pending.fetch_add(bytes, Ordering::Relaxed);
         let mut s = self.state.lock();
         s.queue.extend(work);
         self.changed.notify_all();
+    }
+
+    /// Bytes of dead objects whose destructors have not run yet, or whose
+    /// blocks are not yet sent back (`GcStats::drops_pending`).
+    #[inline]
+    pub(crate) fn pending(&self) -> usize {
+        self.pending.load(Ordering::Relaxed)
+    }
+
+    /// Bytes the sweep queued last (`last_batch`).
+    pub(crate) fn last_batch(&self) -> usize {
+        self.last_batch.load(Ordering::Relaxed)
+    }
+
+    /// Whether a brake has given up on the finalizer and it has finished
+    /// no page since: a destructor is blocked, or runs for a long time.
+    pub(crate) fn stuck(&self) -> bool {
+        self.stuck_at.load(Ordering::Relaxed) == self.done.load(Ordering::Relaxed)
+    }
+
+    /// Waits for the finalizer until `over(pending)` is false, the queue
+    /// has run dry, or the finalizer has finished no page for
+    /// [`BRAKE_PATIENCE`] (then it is [`stuck`](Self::stuck) until it
+    /// finishes one). Returns how long it waited, if it did. Not on the
+    /// finalizer thread, which would wait for itself.
+    pub(crate) fn brake(&self, over: impl Fn(usize) -> bool) -> Option<Duration> {
+        if !over(self.pending()) || self.stuck() {
+            return None;
+        }
+        let start = Instant::now();
+        let mut s = self.state.lock();
+        s.braked += 1;
+        let mut seen = self.done.load(Ordering::Relaxed);
+        let mut since = start;
+        loop {
+            if !over(self.pending()) || (s.queue.is_empty() && s.running == 0) {
+                break;
+            }
+            let now = Instant::now();
+            if now >= since + BRAKE_PATIENCE {
+                self.stuck_at.store(seen, Ordering::Relaxed);
+                break;
+            }
+            self.progress.wait_until(&mut s, since + BRAKE_PATIENCE);
+            let done = self.done.load(Ordering::Relaxed);
+            if done != seen {
+                seen = done;
+                since = Instant::now();
+            }
+        }
+        s.braked -= 1;
+        Some(start.elapsed())
     }
 
     /// No more work will come (the runtime's last cycle has swept).
@@ -134,6 +267,7 @@ impl Finalizer {
                 self.report();
                 return;
             };
+            let bytes = work.bytes();
             for &(addr, desc, size) in &work.dead {
                 // SAFETY: dead, ours alone (caller); each once.
                 unsafe { crate::sweep::finalize(addr, desc, size, id, verify, &self.panics) };
@@ -153,7 +287,14 @@ impl Finalizer {
                 unsafe { batch.push_held_page_run(held, &run) };
                 run.clear();
             }
+            // Sent (a run goes to its owner at once; a `GlobalAlloc`
+            // space's objects were freed one by one above).
+            self.pending.fetch_sub(bytes, Ordering::Relaxed);
+            self.done.fetch_add(1, Ordering::Relaxed);
             let mut s = self.state.lock();
+            if s.braked > 0 {
+                self.progress.notify_all();
+            }
             if s.queue.is_empty() {
                 // Idle next, most likely: the runs sent so far go to their
                 // owners now, and what panicked is told. Outside the lock,
@@ -170,6 +311,7 @@ impl Finalizer {
             s.running -= 1;
             if s.queue.is_empty() && s.running == 0 {
                 self.changed.notify_all();
+                self.progress.notify_all();
             }
         }
     }

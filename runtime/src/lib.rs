@@ -213,7 +213,10 @@
 //!    runs user code that may block, so `collect` returns without waiting
 //!    for destructors (`Runtime::wait_for_drops` does). Memory a
 //!    destructor lets go of (a `GlobalRoot` it drops) is garbage for the
-//!    next cycle: `wait_for_drops`, then `collect`, frees it.
+//!    next cycle: `wait_for_drops`, then `collect`, frees it. The objects
+//!    waiting for their destructors count against pacing and the heap
+//!    limit, and mutators that outrun the finalizer wait for it, for as
+//!    long as it makes progress (`finalize.rs`, "The brake").
 //!
 //! # What user code may do on the collector's threads
 //! Every call into user code there is contained (`panics.rs`): a panic is

@@ -31,6 +31,11 @@ const GONE_BEFORE_CYCLE: usize = 64;
 /// each such slice is a pause as the mutator sees it.
 const ASSIST_SLICE: Duration = Duration::from_micros(100);
 
+/// Bytes of dead objects waiting for their destructors that never brake a
+/// call (`Mutator::brake_for_drops`), however near the pace point the heap
+/// is: a few pages' worth of drops always runs soon.
+const BRAKE_MIN: usize = 1 << 20;
+
 /// Marking owed that waits for the next chunk rather than start a slice for
 /// so little.
 const ASSIST_MIN: usize = 16 << 10;
@@ -650,6 +655,10 @@ impl Mutator {
             // Outrunning the collector: let it catch up before growing on.
             self.pace();
         }
+        // Outrunning the destructors (`finalize.rs`, "The brake").
+        if shared.finalizer.pending() != 0 {
+            self.brake_for_drops();
+        }
         if shared.calls.now().window {
             self.wait_out_window();
         }
@@ -747,6 +756,36 @@ impl Mutator {
     /// ```
     pub fn pauses(&self) -> crate::PauseHistogram {
         self.me.holds.histogram()
+    }
+
+    /// Before a call, with dead objects waiting for their destructors:
+    /// waits for the finalizer while those and the heap together are past
+    /// where pacing begins (twice the goal, or seven eighths of the limit)
+    /// by more than the sweep's last batch for it (memory the heap held
+    /// anyway as those objects died; under a limit, no further than seven
+    /// eighths of it), and the objects are more than [`BRAKE_MIN`], for as
+    /// long as the finalizer makes progress (`Finalizer::brake`). A hold,
+    /// as pacing's. So the backlog passes the pace point by a batch at
+    /// most, however slow the destructors. Not on a GC thread, a
+    /// coordinator or a finalizer (one of any runtime: it would wait for
+    /// itself, or for a finalizer waiting for it).
+    #[cold]
+    #[inline(never)]
+    fn brake_for_drops(&self) {
+        if crate::collector::on_gc_thread() {
+            return;
+        }
+        let shared = self.shared();
+        let over = |pending: usize| {
+            let at = shared.pace_at(shared.pace_goal.load(Ordering::Relaxed));
+            let room = at.saturating_sub(shared.heap_used.load(Ordering::Relaxed));
+            // Under a limit, no further than pacing ever lets the heap go.
+            let batch = shared.finalizer.last_batch().min(shared.pace_cap.saturating_sub(at));
+            pending > room.max(BRAKE_MIN).saturating_add(batch)
+        };
+        if let Some(waited) = shared.finalizer.brake(over) {
+            self.held(Hold::Pacing, waited);
+        }
     }
 
     /// Before a call, with the heap at twice its goal: pays the marking
@@ -1120,11 +1159,18 @@ impl Mutator {
             // Without a limit, a plain add, unless the object is huge: two
             // requests near `isize::MAX` bytes at once (both to fail) must
             // not wrap the count round.
+            // Under a limit, dead objects whose destructors have not run
+            // count too: their blocks are not back yet (`finalize.rs`,
+            // "The brake").
             let charged = match shared.config.heap_limit {
                 None if chunk < 1 << 48 => Ok(shared.heap_used.fetch_add(chunk, Ordering::Relaxed)),
-                limit => shared.heap_used.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |u| {
-                    u.checked_add(chunk).filter(|&n| n <= limit.unwrap_or(usize::MAX))
-                }),
+                limit => {
+                    let pending = limit.map_or(0, |_| shared.finalizer.pending());
+                    let limit = limit.unwrap_or(usize::MAX);
+                    shared.heap_used.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |u| {
+                        u.checked_add(chunk).filter(|&n| n.saturating_add(pending) <= limit)
+                    })
+                }
             };
             let used = match charged {
                 Ok(before) => before + chunk,
@@ -1137,6 +1183,35 @@ impl Mutator {
                     if chunk > size {
                         chunk = size;
                         continue;
+                    }
+                    // Refused for dead objects whose destructors have not
+                    // run: wait for the finalizer, and try again as long
+                    // as it makes progress (`Finalizer::brake`; not on a
+                    // GC thread or a finalizer, as `brake_for_drops`).
+                    // Each round finds the refusal gone, or waits for the
+                    // finalizer to finish a page, or finds it stuck, which
+                    // ends the rounds.
+                    if let Some(limit) = shared.config.heap_limit {
+                        let fits = |pending: usize| {
+                            shared.heap_used.load(Ordering::Relaxed).saturating_add(chunk).saturating_add(pending)
+                                <= limit
+                        };
+                        let pending = shared.finalizer.pending();
+                        if fits(pending) {
+                            // Refused for a backlog the finalizer has
+                            // since cut.
+                            continue;
+                        }
+                        if pending != 0
+                            && fits(0)
+                            && !shared.finalizer.stuck()
+                            && !crate::collector::on_gc_thread()
+                        {
+                            if let Some(waited) = shared.finalizer.brake(|p| !fits(p)) {
+                                self.held(Hold::Memory, waited);
+                            }
+                            continue;
+                        }
                     }
                     // A sweep under way may free enough; a pause cannot
                     // happen while we are inside `mutate`. Nor can a

@@ -286,6 +286,10 @@ impl Shared {
     pub(crate) fn current_stats(&self) -> GcStats {
         let mut stats = self.stats.lock().clone();
         stats.user_panics += self.finalizer.panicked.load(Ordering::Relaxed);
+        // The backlog first: the cycle counts dead objects into it before
+        // it takes them off the heap's count (`Cycle::sweep`), so read
+        // this way round the two never count the same objects twice.
+        stats.drops_pending = self.finalizer.pending();
         stats.heap_size = self.heap_used.load(Ordering::Relaxed);
         stats.next_goal = self.next_goal.load(Ordering::Relaxed);
         // The list copied, and the histograms merged outside its lock: a

@@ -254,9 +254,11 @@ pub struct GcStats {
     /// them, and at a call's entry in a ragged cycle's window),
     pub held_at_safepoint: Duration,
     /// pacing: waiting for a cycle (or for the mark's work) because the heap
-    /// reached twice its goal (or seven eighths of its limit),
+    /// reached twice its goal (or seven eighths of its limit), or for the
+    /// finalizer because dead objects waiting for their destructors took
+    /// it further ([`drops_pending`](Self::drops_pending)),
     pub held_by_pacing: Duration,
-    /// at the heap limit, waiting for memory,
+    /// at the heap limit, waiting for memory (the finalizer's included),
     pub held_for_memory: Duration,
     /// and marking or sweeping for the collector: a mutator that
     /// allocates while a concurrent mark runs pays for it in marking work,
@@ -287,6 +289,13 @@ pub struct GcStats {
     /// Managed bytes allocated and not yet freed, now (allocation is counted
     /// in chunks per mutator, so this is at most 64 KiB per mutator high).
     pub heap_size: usize,
+    /// Bytes of dead objects the sweeps found whose destructors have not
+    /// run yet, or whose blocks are not yet back in the heap: the
+    /// finalizer's backlog, now. Counted in neither `heap_size` nor the
+    /// goal, but a mutator that would take the two together past where
+    /// pacing begins, or past the heap limit, waits for the finalizer
+    /// (README, "Pacing").
+    pub drops_pending: usize,
     /// Live bytes the last full cycle found.
     pub live_size: usize,
     /// Panics the collector contained in user code it ran on its threads:

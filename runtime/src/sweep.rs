@@ -70,6 +70,10 @@ pub(crate) struct Swept {
     /// class): whether large garbage is being made, for the large-object
     /// trigger (`Mutator::count_large`).
     pub(crate) large_bytes: usize,
+    /// Of `bytes`, those of dead objects left to the finalizer, whose
+    /// blocks come back after their destructors: reported to `freed`
+    /// (`parallel`) only once queued for it (`finalize.rs`, "The brake").
+    pub(crate) held: usize,
 }
 
 impl Swept {
@@ -78,6 +82,7 @@ impl Swept {
         self.bytes += other.bytes;
         self.objects += other.objects;
         self.large_bytes += other.large_bytes;
+        self.held += other.held;
     }
 }
 
@@ -188,7 +193,7 @@ impl Work {
         if i >= pages.len() {
             return false;
         }
-        let before = out.bytes;
+        let (before, held_before) = (out.bytes, out.held);
         for k in i..(i + CLAIM).min(pages.len()) {
             let (start, (from, to)) = (pages[k], ranges[k]);
             // SAFETY: the constructor's contract; each page is swept once
@@ -242,6 +247,7 @@ impl Work {
                     .collect();
                 let bytes = dead.iter().map(|d| d.2).sum::<usize>();
                 out.bytes += bytes;
+                out.held += bytes;
                 if bs > loam_heap::SMALL_MAX {
                     out.large_bytes += bytes;
                 }
@@ -278,7 +284,9 @@ impl Work {
             unsafe { batch.push_page_run(run) };
             run.clear();
         }
-        freed(out.bytes - before);
+        // Not what the finalizer holds: those blocks are not back yet
+        // (the cycle counts them over to it as it queues them).
+        freed(out.bytes - before - (out.held - held_before));
         true
     }
 }
@@ -364,7 +372,8 @@ struct Done {
 /// Returns what they freed, counting the pages they leave to the finalizer
 /// (returned too: dead objects with drop glue among them), and reports it
 /// as it goes: `freed` is called with the bytes of each claim of pages
-/// once they are freed (or handed to the finalizer), so that the heap's
+/// once they are freed (not those left to the finalizer, which the cycle
+/// counts over to it as it queues them: `Swept::held`), so that the heap's
 /// count falls as the sweep goes rather than at its end (pacing waits for
 /// it: `Shared::sweep_freed`). Helpers' claims are theirs to report
 /// ([`Helper::help`], [`Work::wait_for_helpers`]).

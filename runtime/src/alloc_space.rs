@@ -342,7 +342,7 @@ impl AllocSpace {
                 out.bytes += size;
                 out.objects += 1;
                 if desc.drop.is_some() {
-                    dead_with_drop.push((addr, Some(desc), bytes));
+                    dead_with_drop.push(((addr, Some(desc), bytes), size));
                 } else {
                     if verify {
                         // SAFETY: we own the dead object's `bytes` bytes.
@@ -372,10 +372,16 @@ impl AllocSpace {
             // (`LoamAlloc`) batched its frees for their owners, and a batch
             // not full yet would wait for this thread's next sweep.
             loam_heap::flush();
-            let work = (!dead_with_drop.is_empty()).then_some(PageWork {
-                dead: dead_with_drop,
-                run: None,
-            });
+            // In pieces: the finalizer frees, and a brake sees it move, a
+            // piece at a time. Each counts the objects' whole charge.
+            let work: Vec<PageWork> = dead_with_drop
+                .chunks(crate::finalize::OBJECTS_PER_WORK)
+                .map(|piece| PageWork {
+                    dead: piece.iter().map(|&(d, _)| d).collect(),
+                    run: None,
+                    bytes: piece.iter().map(|&(_, size)| size).sum(),
+                })
+                .collect();
             (out, survivors, work)
         });
         let mut swept = Swept::default();

@@ -27,25 +27,29 @@
 //! queued behind it, not their pages.
 //!
 //! # The brake
-//! The sweep counts what it hands the finalizer as freed, but those blocks
-//! come back only after their destructors: a program that makes garbage
-//! with drop glue faster than one thread runs the destructors grows a
-//! backlog that the heap's count does not see (with two threads making
-//! small objects that each own a `Vec`, 482 – 657 MiB resident under a
-//! 64 MiB heap limit). So the backlog is counted ([`Finalizer::pending`]), and a
-//! mutator waits for the finalizer ([`Finalizer::brake`]):
+//! The sweep used to count what it hands the finalizer as freed, but
+//! those blocks come back only after their destructors: a program that
+//! makes garbage with drop glue faster than one thread runs the
+//! destructors grew a backlog that the heap's count did not see (with two
+//! threads making small objects that each own a `Vec`, 482 – 657 MiB
+//! resident under a 64 MiB heap limit). So the backlog is counted
+//! ([`Finalizer::pending`], queued before the sweep takes it off the
+//! heap's count), and a mutator waits for the finalizer
+//! ([`Finalizer::brake`]):
 //! - at a call's entry, while the heap and the backlog together are past
-//!   where pacing begins by more than the sweep's last batch (a program
-//!   that drops a large structure goes on while the finalizer works
-//!   through it, within the memory the structure held; one that keeps
-//!   making garbage faster than the destructors run waits for them);
-//! - inside a call, at the heap limit, which counts the backlog.
+//!   where pacing begins by more than what is left of one sweep's batch
+//!   ([`Finalizer::allowance`]: a program that drops a large structure
+//!   goes on while the finalizer works through it, within the memory the
+//!   structure held; one that keeps making garbage faster than the
+//!   destructors run waits for them);
+//! - inside a call, at the heap limit, which counts the backlog: for one
+//!   patience in all, and not while a stop waits for the call.
 //!
 //! That wait is the one place a mutator waits for user code it does not
 //! run, and a destructor may wait for anything but the finalizer: for a
 //! lock the braked thread holds, or for a cycle that waits for the braked
 //! call. So the wait is bounded by the finalizer's progress, not by the
-//! backlog: it ends once the finalizer has finished no page for
+//! backlog: it ends once the finalizer has finished no object for
 //! [`BRAKE_PATIENCE`], and no brake waits again until it has finished one
 //! since ([`Finalizer::stuck`]). A stuck destructor then costs the program
 //! one patience, and its memory, never a deadlock.
@@ -57,19 +61,24 @@ use loam_heap::{FreeBatch, HeldRun};
 use parking_lot::{Condvar, Mutex, MutexGuard};
 use std::collections::VecDeque;
 use crate::panics::PanicLog;
+use crossbeam_utils::CachePadded;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-/// How long a brake waits for the finalizer to finish a page before it
-/// gives up ([`Finalizer::brake`]): far longer than a page of ordinary
-/// destructors takes (a page holds at most a few thousand objects), and
-/// than a busy machine keeps a runnable thread off the CPUs (a brake that
-/// gives up on a running finalizer at the heap limit refuses live data
-/// that fits); short enough that a destructor blocked on the braked thread
-/// costs the program one short wait. Pacing gives a cycle stuck on a
-/// running call as long (`Handshake::stuck`).
+/// How long a brake waits for the finalizer to finish an object before it
+/// gives up ([`Finalizer::brake`]): far longer than ordinary destructors
+/// take, and than a busy machine keeps a runnable thread off the CPUs (a
+/// brake that gave up on a running finalizer at the heap limit would
+/// refuse live data that fits); short enough that a destructor blocked on
+/// the braked thread costs the program one short wait. Pacing gives a
+/// cycle stuck on a running call as long (`Handshake::stuck`).
 pub(crate) const BRAKE_PATIENCE: Duration = Duration::from_millis(250);
+
+/// Dead objects of a `GlobalAlloc` space per [`PageWork`] (whose sweep
+/// finds them one by one, not by page): the finalizer sends back, and the
+/// brake sees progress, a piece of that size at a time.
+pub(crate) const OBJECTS_PER_WORK: usize = 1024;
 
 /// One page's dead objects, for the finalizer: each with its descriptor
 /// (when the sweep read it) and its size.
@@ -79,13 +88,10 @@ pub(crate) struct PageWork {
     /// `None` for a `GlobalAlloc` space's objects (freed one by one through
     /// it).
     pub(crate) run: Option<HeldRun>,
-}
-
-impl PageWork {
-    /// The dead objects' accounting sizes.
-    fn bytes(&self) -> usize {
-        self.dead.iter().map(|d| d.2).sum()
-    }
+    /// What the objects count for in the heap's size (their blocks; in a
+    /// `GlobalAlloc` space, with their prefixes): what the sweep takes off
+    /// the heap's count, and the backlog holds until they are freed.
+    pub(crate) bytes: usize,
 }
 
 #[derive(Default)]
@@ -98,11 +104,27 @@ struct State {
     /// Mutators waiting in [`Finalizer::brake`]: the thread tells them of
     /// every page it finishes.
     braked: usize,
+    /// Bytes left of each batch (one `submit`) still queued or running,
+    /// oldest first: the thread finishes pages in queue order, so a page
+    /// it finishes is of the first batch.
+    batches: VecDeque<usize>,
+}
+
+impl State {
+    /// The most bytes left of any batch (`Finalizer::allowance`).
+    fn largest_batch(&self) -> usize {
+        self.batches.iter().copied().max().unwrap_or(0)
+    }
 }
 
 /// The finalizer's queue, shared by the sweep (which fills it), the
 /// finalizer thread (which drains it), `wait_for_drops` and the brake.
 pub(crate) struct Finalizer {
+    /// Bytes of the dead objects queued and not yet sent back
+    /// (`PageWork::bytes`): added as they are queued, taken off once
+    /// their run is sent. Every `mutate` call reads it: on a line of its
+    /// own, away from the counters the thread writes per object.
+    pending: CachePadded<AtomicUsize>,
     state: Mutex<State>,
     /// Signals new work or `closed` to the thread, and an empty queue to
     /// those waiting for the drops.
@@ -111,18 +133,13 @@ pub(crate) struct Finalizer {
     panics: PanicLog,
     /// Destructors that panicked, in all (for `GcStats::user_panics`).
     pub(crate) panicked: AtomicU64,
-    /// Bytes of the dead objects queued and not yet sent back (their
-    /// accounting sizes, as the sweep took them off the heap's count):
-    /// added as they are queued, taken off once their run is sent.
-    pending: AtomicUsize,
-    /// Bytes the last `submit` queued: what the heap held of them before
-    /// their cycle may stay held while the finalizer works through them
-    /// (`Mutator::brake_for_drops`).
-    last_batch: AtomicUsize,
-    /// Pages finished, in all: the finalizer's progress.
+    /// `State::largest_batch`, for the brake to read without the lock.
+    allowance: AtomicUsize,
+    /// Objects finalized, in all: the thread's progress (written by the
+    /// thread alone, a store per object).
     done: AtomicU64,
     /// `done` as a brake last gave up (`u64::MAX`: none has): until the
-    /// finalizer finishes another page, no brake waits.
+    /// finalizer finishes another object, no brake waits.
     stuck_at: AtomicU64,
     /// Tells braked mutators of progress.
     progress: Condvar,
@@ -131,12 +148,12 @@ pub(crate) struct Finalizer {
 impl Default for Finalizer {
     fn default() -> Self {
         Self {
+            pending: CachePadded::new(AtomicUsize::new(0)),
             state: Mutex::default(),
             changed: Condvar::new(),
             panics: PanicLog::default(),
             panicked: AtomicU64::new(0),
-            pending: AtomicUsize::new(0),
-            last_batch: AtomicUsize::new(0),
+            allowance: AtomicUsize::new(0),
             done: AtomicU64::new(0),
             stuck_at: AtomicU64::new(u64::MAX),
             progress: Condvar::new(),
@@ -147,16 +164,18 @@ impl Default for Finalizer {
 impl Finalizer {
     /// Queues pages of dead objects, counting them in the backlog; their
     /// destructors run soon after. Before the sweep takes them off the
-    /// heap's count (`cycle.rs`).
+    /// heap's count (`Cycle::sweep`).
     pub(crate) fn submit(&self, work: Vec<PageWork>) {
         if work.is_empty() {
             return;
         }
-        // Before the pages are queued: the thread takes it off after them.
-        let bytes = work.iter().map(PageWork::bytes).sum();
-        self.last_batch.store(bytes, Ordering::Relaxed);
-        self.pending.fetch_add(bytes, Ordering::Relaxed);
+        let bytes: usize = work.iter().map(|w| w.bytes).sum();
         let mut s = self.state.lock();
+        // With the pages, under the lock: a brake never sees the backlog
+        // without the pages that make it up.
+        self.pending.fetch_add(bytes, Ordering::Relaxed);
+        s.batches.push_back(bytes);
+        self.allowance.store(s.largest_batch(), Ordering::Relaxed);
         s.queue.extend(work);
         self.changed.notify_all();
     }
@@ -168,27 +187,37 @@ impl Finalizer {
         self.pending.load(Ordering::Relaxed)
     }
 
-    /// Bytes the sweep queued last (`last_batch`).
-    pub(crate) fn last_batch(&self) -> usize {
-        self.last_batch.load(Ordering::Relaxed)
+    /// The most bytes left of any one batch the sweeps queued: memory the
+    /// heap held anyway as those objects died, which may stay held while
+    /// the finalizer works through it (`Mutator::brake_for_drops`).
+    pub(crate) fn allowance(&self) -> usize {
+        self.allowance.load(Ordering::Relaxed)
     }
 
     /// Whether a brake has given up on the finalizer and it has finished
-    /// no page since: a destructor is blocked, or runs for a long time.
+    /// no object since: a destructor is blocked, or runs for a long time.
     pub(crate) fn stuck(&self) -> bool {
         self.stuck_at.load(Ordering::Relaxed) == self.done.load(Ordering::Relaxed)
     }
 
-    /// Waits for the finalizer until `over(pending)` is false, the queue
-    /// has run dry, or the finalizer has finished no page for
-    /// [`BRAKE_PATIENCE`] (then it is [`stuck`](Self::stuck) until it
-    /// finishes one). Returns how long it waited, if it did. Not on the
+    /// Waits for the finalizer, a `slice` at a time, until `over(pending)`
+    /// is false, the queue has run dry, `give_up(waited)` holds, or the
+    /// finalizer has finished no object for [`BRAKE_PATIENCE`] (then it
+    /// is [`stuck`](Self::stuck) until it finishes one). `over` and
+    /// `give_up` are asked under the queue's lock, a leaf: they may read
+    /// atomics only. Returns how long it waited, if it did. Not on the
     /// finalizer thread, which would wait for itself.
-    pub(crate) fn brake(&self, over: impl Fn(usize) -> bool) -> Option<Duration> {
-        if !over(self.pending()) || self.stuck() {
+    pub(crate) fn brake(
+        &self,
+        over: impl Fn(usize) -> bool,
+        slice: Duration,
+        give_up: impl Fn(Duration) -> bool,
+    ) -> Option<Duration> {
+        if self.stuck() || !over(self.pending()) {
             return None;
         }
         let start = Instant::now();
+        let mut waited = false;
         let mut s = self.state.lock();
         s.braked += 1;
         let mut seen = self.done.load(Ordering::Relaxed);
@@ -198,11 +227,15 @@ impl Finalizer {
                 break;
             }
             let now = Instant::now();
+            if give_up(now - start) {
+                break;
+            }
             if now >= since + BRAKE_PATIENCE {
                 self.stuck_at.store(seen, Ordering::Relaxed);
                 break;
             }
-            self.progress.wait_until(&mut s, since + BRAKE_PATIENCE);
+            self.progress.wait_until(&mut s, (now + slice).min(since + BRAKE_PATIENCE));
+            waited = true;
             let done = self.done.load(Ordering::Relaxed);
             if done != seen {
                 seen = done;
@@ -210,7 +243,7 @@ impl Finalizer {
             }
         }
         s.braked -= 1;
-        Some(start.elapsed())
+        waited.then(|| start.elapsed())
     }
 
     /// No more work will come (the runtime's last cycle has swept).
@@ -245,6 +278,7 @@ impl Finalizer {
         // message instead.
         let mut batch = FreeBatch::new();
         let mut run: Vec<NonNull<u8>> = Vec::new();
+        let mut finalized = 0_u64;
         loop {
             let work = {
                 let mut s = self.state.lock();
@@ -267,10 +301,12 @@ impl Finalizer {
                 self.report();
                 return;
             };
-            let bytes = work.bytes();
+            let bytes = work.bytes;
             for &(addr, desc, size) in &work.dead {
                 // SAFETY: dead, ours alone (caller); each once.
                 unsafe { crate::sweep::finalize(addr, desc, size, id, verify, &self.panics) };
+                finalized += 1;
+                self.done.store(finalized, Ordering::Relaxed);
                 match (&work.run, space.alloc_space()) {
                     // SAFETY: live blocks are never at address 0.
                     (Some(_), _) => run.push(unsafe { NonNull::new_unchecked(addr as *mut u8) }),
@@ -288,10 +324,17 @@ impl Finalizer {
                 run.clear();
             }
             // Sent (a run goes to its owner at once; a `GlobalAlloc`
-            // space's objects were freed one by one above).
-            self.pending.fetch_sub(bytes, Ordering::Relaxed);
-            self.done.fetch_add(1, Ordering::Relaxed);
+            // space's objects were freed one by one above). Under the
+            // lock, with the batch it was of.
             let mut s = self.state.lock();
+            self.pending.fetch_sub(bytes, Ordering::Relaxed);
+            if let Some(left) = s.batches.front_mut() {
+                *left -= bytes.min(*left);
+                if *left == 0 {
+                    s.batches.pop_front();
+                }
+            }
+            self.allowance.store(s.largest_batch(), Ordering::Relaxed);
             if s.braked > 0 {
                 self.progress.notify_all();
             }

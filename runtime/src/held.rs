@@ -16,6 +16,10 @@
 //!   goal;
 //! - [`Hold::Memory`]: at the heap limit, waiting for a sweep inside a call,
 //!   or for the forced cycle before the next call;
+//! - [`Hold::Drops`]: before a call, or at the heap limit inside one,
+//!   waiting for the finalizer to run the destructors of dead objects
+//!   that hold more of the heap than the pace point or the limit leaves
+//!   (`finalize.rs`, "The brake");
 //! - [`Hold::Assist`]: marking for the collector, in slices of at most
 //!   [`ASSIST_SLICE`](crate::mutator) (a millisecond once the heap has
 //!   reached twice its goal; before a call, the slices that pay what the
@@ -48,6 +52,7 @@ pub(crate) enum Hold {
     Pacing = 1,
     Memory = 2,
     Assist = 3,
+    Drops = 4,
 }
 
 /// One mutator's holds.
@@ -80,7 +85,7 @@ pub(crate) struct HoldLog {
     /// The holds of mutators that detached.
     departed: Mutex<PauseHistogram>,
     /// Nanoseconds held, by [`Hold`] (relaxed: totals read by `stats`).
-    by_kind: [AtomicU64; 4],
+    by_kind: [AtomicU64; 5],
     since_event: Mutex<SinceEvent>,
 }
 
@@ -117,8 +122,8 @@ impl HoldLog {
         all
     }
 
-    /// Time held, by kind: safepoint, pacing, memory, assists.
-    pub(crate) fn by_kind(&self) -> [Duration; 4] {
+    /// Time held, by kind: safepoint, pacing, memory, assists, drops.
+    pub(crate) fn by_kind(&self) -> [Duration; 5] {
         self.by_kind
             .each_ref()
             .map(|a| Duration::from_nanos(a.load(Ordering::Relaxed)))

@@ -36,6 +36,14 @@ const ASSIST_SLICE: Duration = Duration::from_micros(100);
 /// is: a few pages' worth of drops always runs soon.
 const BRAKE_MIN: usize = 1 << 20;
 
+/// How often a brake before a call looks at the heap again while it waits
+/// for the finalizer (which wakes it at every page it finishes).
+const BRAKE_SLICE: Duration = Duration::from_millis(10);
+
+/// The same inside a call at the heap limit, where a stop may be waiting
+/// for the call: it gives up on one at once.
+const LIMIT_BRAKE_SLICE: Duration = Duration::from_millis(1);
+
 /// Marking owed that waits for the next chunk rather than start a slice for
 /// so little.
 const ASSIST_MIN: usize = 16 << 10;
@@ -235,7 +243,7 @@ fn take_counted<G>(shared: &crate::runtime::Shared, walked: Option<&AtomicBool>,
 #[derive(Clone, Copy, Default)]
 struct Stall {
     total: Duration,
-    parts: [Duration; 4],
+    parts: [Duration; 5],
 }
 
 /// A call's way in, from `mutate`'s entry to the handshake that begins
@@ -265,7 +273,7 @@ impl Drop for EntryStall<'_> {
         m.entering.set(false);
         if m.entry_stall.get().total > Duration::ZERO {
             let stall = m.entry_stall.take();
-            let parts = [Hold::Safepoint, Hold::Pacing, Hold::Memory, Hold::Assist]
+            let parts = [Hold::Safepoint, Hold::Pacing, Hold::Memory, Hold::Assist, Hold::Drops]
                 .map(|why| (why, stall.parts[why as usize]));
             m.shared().holds.record_parts(&m.me.holds, stall.total, &parts);
         }
@@ -759,32 +767,37 @@ impl Mutator {
     }
 
     /// Before a call, with dead objects waiting for their destructors:
-    /// waits for the finalizer while those and the heap together are past
-    /// where pacing begins (twice the goal, or seven eighths of the limit)
-    /// by more than the sweep's last batch for it (memory the heap held
-    /// anyway as those objects died; under a limit, no further than seven
-    /// eighths of it), and the objects are more than [`BRAKE_MIN`], for as
-    /// long as the finalizer makes progress (`Finalizer::brake`). A hold,
-    /// as pacing's. So the backlog passes the pace point by a batch at
-    /// most, however slow the destructors. Not on a GC thread, a
-    /// coordinator or a finalizer (one of any runtime: it would wait for
-    /// itself, or for a finalizer waiting for it).
+    /// waits for the finalizer while they hold more than the room the heap
+    /// leaves below where pacing begins (twice the goal, or seven eighths
+    /// of the limit), and more than [`BRAKE_MIN`], plus the most left of
+    /// one sweep's batch for the finalizer (memory the heap held anyway as
+    /// those objects died; under a limit, no further than seven eighths
+    /// of it), for as long as the finalizer makes progress
+    /// (`Finalizer::brake`). So the backlog passes the pace point by a
+    /// batch at most, however slow the destructors, and a program that
+    /// drops a large structure goes on while they run. With the gc
+    /// percent off there is no pace point, and only the heap limit brakes
+    /// (`Mutator::refill`). Not on a GC thread, a coordinator or a
+    /// finalizer (one of any runtime: it would wait for itself, or for a
+    /// finalizer waiting for it).
     #[cold]
     #[inline(never)]
     fn brake_for_drops(&self) {
-        if crate::collector::on_gc_thread() {
-            return;
-        }
         let shared = self.shared();
         let over = |pending: usize| {
             let at = shared.pace_at(shared.pace_goal.load(Ordering::Relaxed));
             let room = at.saturating_sub(shared.heap_used.load(Ordering::Relaxed));
-            // Under a limit, no further than pacing ever lets the heap go.
-            let batch = shared.finalizer.last_batch().min(shared.pace_cap.saturating_sub(at));
+            let batch = shared.finalizer.allowance().min(shared.pace_cap.saturating_sub(at));
             pending > room.max(BRAKE_MIN).saturating_add(batch)
         };
-        if let Some(waited) = shared.finalizer.brake(over) {
-            self.held(Hold::Pacing, waited);
+        if !over(shared.finalizer.pending()) || crate::collector::on_gc_thread() {
+            return;
+        }
+        // Outside any call: nothing waits for this thread but its own
+        // program, so a slice only re-reads the heap (a sweep may make
+        // room meanwhile).
+        if let Some(waited) = shared.finalizer.brake(over, BRAKE_SLICE, |_| false) {
+            self.held(Hold::Drops, waited);
         }
     }
 
@@ -1151,6 +1164,9 @@ impl Mutator {
         let paced = shared.over_pace();
         let mut chunk = size.max(if paced { PACED_CHUNK } else { CHUNK });
         let mut waited = false;
+        // The in-call brake's wait so far, and whether it is over.
+        let mut braked = Duration::ZERO;
+        let mut brake_spent = false;
         loop {
             // Under a limit the charge is made only if it fits (a
             // compare-and-swap): a charge made and taken back was seen by
@@ -1164,10 +1180,15 @@ impl Mutator {
             // "The brake").
             let charged = match shared.config.heap_limit {
                 None if chunk < 1 << 48 => Ok(shared.heap_used.fetch_add(chunk, Ordering::Relaxed)),
+                // The backlog read after the heap, which the sweep takes
+                // its objects off only once they are in the backlog (the
+                // acquire pairs with `sweep_freed`'s release): a batch
+                // moving from one to the other may count twice here,
+                // never zero times.
                 limit => {
-                    let pending = limit.map_or(0, |_| shared.finalizer.pending());
-                    let limit = limit.unwrap_or(usize::MAX);
-                    shared.heap_used.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |u| {
+                    let (limited, limit) = (limit.is_some(), limit.unwrap_or(usize::MAX));
+                    shared.heap_used.fetch_update(Ordering::Relaxed, Ordering::Acquire, |u| {
+                        let pending = if limited { shared.finalizer.pending() } else { 0 };
                         u.checked_add(chunk).filter(|&n| n.saturating_add(pending) <= limit)
                     })
                 }
@@ -1185,15 +1206,16 @@ impl Mutator {
                         continue;
                     }
                     // Refused for dead objects whose destructors have not
-                    // run: wait for the finalizer, and try again as long
-                    // as it makes progress (`Finalizer::brake`; not on a
-                    // GC thread or a finalizer, as `brake_for_drops`).
-                    // Each round finds the refusal gone, or waits for the
-                    // finalizer to finish a page, or finds it stuck, which
-                    // ends the rounds.
-                    if let Some(limit) = shared.config.heap_limit {
+                    // run: wait for the finalizer, and try again, for one
+                    // patience in all (`Finalizer::brake`; not on a GC
+                    // thread or a finalizer, as `brake_for_drops`). Not
+                    // while a stop waits for this call, nor past the
+                    // patience: then as for any refusal (below). Each
+                    // round finds the refusal gone, or waits for the
+                    // finalizer, or ends the rounds.
+                    if let (Some(limit), false) = (shared.config.heap_limit, brake_spent) {
                         let fits = |pending: usize| {
-                            shared.heap_used.load(Ordering::Relaxed).saturating_add(chunk).saturating_add(pending)
+                            shared.heap_used.load(Ordering::Acquire).saturating_add(chunk).saturating_add(pending)
                                 <= limit
                         };
                         let pending = shared.finalizer.pending();
@@ -1202,16 +1224,26 @@ impl Mutator {
                             // since cut.
                             continue;
                         }
-                        if pending != 0
-                            && fits(0)
-                            && !shared.finalizer.stuck()
-                            && !crate::collector::on_gc_thread()
-                        {
-                            if let Some(waited) = shared.finalizer.brake(|p| !fits(p)) {
-                                self.held(Hold::Memory, waited);
+                        if pending != 0 && fits(0) && !crate::collector::on_gc_thread() {
+                            let before = braked;
+                            let give_up = |waited: Duration| {
+                                before + waited >= crate::finalize::BRAKE_PATIENCE
+                                    || shared.handshake.stop_requested()
+                            };
+                            match shared.finalizer.brake(|p| !fits(p), LIMIT_BRAKE_SLICE, give_up) {
+                                Some(waited) => {
+                                    braked += waited;
+                                    self.held(Hold::Drops, waited);
+                                    if !give_up(waited) && !shared.finalizer.stuck() {
+                                        continue;
+                                    }
+                                }
+                                // Fits now, or the finalizer is stuck.
+                                None if !shared.finalizer.stuck() => continue,
+                                None => {}
                             }
-                            continue;
                         }
+                        brake_spent = true;
                     }
                     // A sweep under way may free enough; a pause cannot
                     // happen while we are inside `mutate`. Nor can a

@@ -288,7 +288,9 @@ impl Shared {
         stats.user_panics += self.finalizer.panicked.load(Ordering::Relaxed);
         // The backlog first: the cycle counts dead objects into it before
         // it takes them off the heap's count (`Cycle::sweep`), so read
-        // this way round the two never count the same objects twice.
+        // this way round a batch on its way may be missed for a moment,
+        // but is never counted twice (`Mutator::refill` reads the other
+        // way round, where missing one would let the heap pass its limit).
         stats.drops_pending = self.finalizer.pending();
         stats.heap_size = self.heap_used.load(Ordering::Relaxed);
         stats.next_goal = self.next_goal.load(Ordering::Relaxed);
@@ -304,6 +306,7 @@ impl Shared {
             stats.held_by_pacing,
             stats.held_for_memory,
             stats.held_assisting,
+            stats.held_for_drops,
         ] = self.holds.by_kind();
         stats
     }

@@ -254,19 +254,22 @@ pub struct GcStats {
     /// them, and at a call's entry in a ragged cycle's window),
     pub held_at_safepoint: Duration,
     /// pacing: waiting for a cycle (or for the mark's work) because the heap
-    /// reached twice its goal (or seven eighths of its limit), or for the
-    /// finalizer because dead objects waiting for their destructors took
-    /// it further ([`drops_pending`](Self::drops_pending)),
+    /// reached twice its goal (or seven eighths of its limit),
     pub held_by_pacing: Duration,
-    /// at the heap limit, waiting for memory (the finalizer's included),
+    /// at the heap limit, waiting for memory,
     pub held_for_memory: Duration,
-    /// and marking or sweeping for the collector: a mutator that
+    /// marking or sweeping for the collector: a mutator that
     /// allocates while a concurrent mark runs pays for it in marking work,
     /// in slices of at most 100 µs (1 ms past twice the heap goal; Go's
     /// mark assists), and one past twice the goal while the sweep runs
     /// sweeps pages of it, in slices of 1 ms, instead of waiting for the
-    /// cycle.
+    /// cycle,
     pub held_assisting: Duration,
+    /// and waiting for the finalizer, before a call or at the heap limit:
+    /// dead objects waiting for their destructors
+    /// ([`drops_pending`](Self::drops_pending)) held more of the heap than
+    /// the pace point or the limit left (README, "Pacing").
+    pub held_for_drops: Duration,
     /// Cycles whose mark went on concurrently ([`CycleEvent::concurrent`]:
     /// ragged cycles included).
     pub concurrent_cycles: u64,

@@ -255,6 +255,7 @@ impl Work {
                 finalizing.push(PageWork {
                     dead,
                     run: Some(held),
+                    bytes,
                 });
                 continue;
             }

@@ -27,7 +27,11 @@ fn a_wait_for_memory_at_the_heap_limit_is_a_hold() {
     assert!(s.held_for_memory > Duration::ZERO, "{s:?}");
     assert_eq!(s.mutator_pauses.count(), held.count());
     assert_eq!(
-        s.held_at_safepoint + s.held_by_pacing + s.held_for_memory + s.held_assisting,
+        s.held_at_safepoint
+            + s.held_by_pacing
+            + s.held_for_memory
+            + s.held_assisting
+            + s.held_for_drops,
         s.mutator_pauses.total()
     );
 }

@@ -110,7 +110,11 @@ fn mutators_finish_a_mark_the_gc_threads_are_too_slow_for() {
     // Every hold is filed under one cause, and the causes add up to the
     // holds (assists included).
     assert_eq!(
-        s.held_at_safepoint + s.held_by_pacing + s.held_for_memory + s.held_assisting,
+        s.held_at_safepoint
+            + s.held_by_pacing
+            + s.held_for_memory
+            + s.held_assisting
+            + s.held_for_drops,
         s.mutator_pauses.total(),
         "{s:?}"
     );

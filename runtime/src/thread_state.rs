@@ -518,18 +518,24 @@ mod tests {
             blocked,
             "a thread blocked on a channel never read as waiting on another"
         );
-        // Napping: awake between looks, so not waiting.
+        // Napping: awake between looks, so not waiting. Nearly always: a
+        // 200 µs nap that the VM's scheduler stretches past a millisecond
+        // (no wake-up between two looks) reads as a sleep (on the 2-core
+        // VM, four runs of ten in a row once met one, each failing here).
         tx.send(()).unwrap();
         std::thread::sleep(Duration::from_millis(5));
         let mut judged = Running::new(HOUR, Verdict::Younger);
-        for _ in 0..20 {
-            std::thread::sleep(Duration::from_millis(1));
-            assert_eq!(
-                judged.judge([tid]),
-                Verdict::Shut,
-                "a thread that naps read as waiting"
-            );
-        }
+        let verdicts: Vec<Verdict> = (0..20)
+            .map(|_| {
+                std::thread::sleep(Duration::from_millis(1));
+                judged.judge([tid])
+            })
+            .collect();
+        let waiting = verdicts.iter().filter(|&&v| v != Verdict::Shut).count();
+        assert!(
+            waiting <= 3 && !verdicts.contains(&Verdict::Anyone),
+            "a thread that naps read as waiting: {verdicts:?}"
+        );
         // A long sleep: waiting, but for no other thread. (It may end
         // before two looks fall in it on a busy machine: then the looks
         // find the thread gone, which reads as unknown.)

@@ -303,7 +303,8 @@ fn print_pauses(rt: &Runtime) {
     let h = &s.mutator_pauses;
     println!(
         "loam: {} cycles; mutators held {} times: p50 {:.3} ms, p99 {:.3} ms, max {:.3} ms, {:.1} ms in all \
-         ({:.1} at safepoints, {:.1} pacing, {:.1} for memory, {:.1} assisting); the collector's stops p99 {:.3}, max {:.3} ms; \
+         ({:.1} at safepoints, {:.1} pacing, {:.1} for memory, {:.1} assisting, {:.1} for destructors); \
+         the collector's stops p99 {:.3}, max {:.3} ms; \
          mark {:.1} ms, sweep {:.1} ms in all",
         s.cycles,
         h.count(),
@@ -315,6 +316,7 @@ fn print_pauses(rt: &Runtime) {
         ms(s.held_by_pacing),
         ms(s.held_for_memory),
         ms(s.held_assisting),
+        ms(s.held_for_drops),
         ms(s.pauses.p99()),
         ms(s.pauses.max()),
         ms(s.mark_time),

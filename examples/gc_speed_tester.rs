@@ -413,6 +413,10 @@ struct HeldBy {
     pacing_ms: f64,
     memory_ms: f64,
     assisting_ms: f64,
+    /// Waiting for the finalizer (reports written before it counted
+    /// read as none).
+    #[serde(default)]
+    drops_ms: f64,
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, Default)]
@@ -653,6 +657,7 @@ fn run(cli: &Cli, seconds: f64) -> Result<Report, String> {
             pacing_ms: stats.held_by_pacing.as_secs_f64() * 1e3,
             memory_ms: stats.held_for_memory.as_secs_f64() * 1e3,
             assisting_ms: stats.held_assisting.as_secs_f64() * 1e3,
+            drops_ms: stats.held_for_drops.as_secs_f64() * 1e3,
         },
         gc_max_pause_us: us(stats.pauses.max()),
         peak_rss_kb,
@@ -680,7 +685,7 @@ fn print_report(r: &Report) {
     );
     println!(
         "  {} GC cycles ({} ragged); workers held {} times, {:.1} ms in all ({:.1} at safepoints, {:.1} pacing, \
-         {:.1} for memory, {:.1} assisting), max {:.3} / p99 {:.3} / p50 {:.3} ms \
+         {:.1} for memory, {:.1} assisting, {:.1} for destructors), max {:.3} / p99 {:.3} / p50 {:.3} ms \
          (the collector's longest stop {:.3} ms)",
         r.gc_cycles,
         r.ragged_cycles,
@@ -690,6 +695,7 @@ fn print_report(r: &Report) {
         r.held_by.pacing_ms,
         r.held_by.memory_ms,
         r.held_by.assisting_ms,
+        r.held_by.drops_ms,
         r.max_pause_us as f64 / 1e3,
         r.p99_pause_us as f64 / 1e3,
         r.p50_pause_us as f64 / 1e3,

@@ -114,7 +114,7 @@ pub fn churn(
     );
     println!(
         "the mutator held {} times, max {:.3} ms, p99 {:.3} ms, {:.1} ms in all: {:.1} at safepoints, \
-         {:.1} pacing, {:.1} for memory, {:.1} assisting",
+         {:.1} pacing, {:.1} for memory, {:.1} assisting, {:.1} for destructors",
         held.count(),
         ms(held.max()),
         ms(held.quantile(0.99)),
@@ -123,5 +123,6 @@ pub fn churn(
         ms(s.held_by_pacing - before.held_by_pacing),
         ms(s.held_for_memory - before.held_for_memory),
         ms(s.held_assisting - before.held_assisting),
+        ms(s.held_for_drops - before.held_for_drops),
     );
 }

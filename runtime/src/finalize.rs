@@ -36,19 +36,22 @@
 //! ([`Finalizer::pending`], queued before the sweep takes it off the
 //! heap's count), and a mutator waits for the finalizer
 //! ([`Finalizer::brake`]):
-//! - at a call's entry, while the heap and the backlog together are past
-//!   where pacing begins by more than what is left of one sweep's batch
+//! - at a call's entry, while the backlog is more than the room the heap
+//!   leaves below where pacing begins (and than `BRAKE_MIN`, 1 MiB) by
+//!   more than what is left of one sweep's batch
 //!   ([`Finalizer::allowance`]: a program that drops a large structure
 //!   goes on while the finalizer works through it, within the memory the
 //!   structure held; one that keeps making garbage faster than the
 //!   destructors run waits for them);
-//! - inside a call, at the heap limit, which counts the backlog: for one
-//!   patience in all, and not while a stop waits for the call.
+//! - inside a call, at the heap limit, which counts the backlog: one
+//!   patience at most for each refused allocation, and not while a stop
+//!   waits for the call (a ragged start or end waiting for it holds no
+//!   mutator, and waits).
 //!
 //! That wait is the one place a mutator waits for user code it does not
 //! run, and a destructor may wait for anything but the finalizer: for a
 //! lock the braked thread holds, or for a cycle that waits for the braked
-//! call. So the wait is bounded by the finalizer's progress, not by the
+//! call (whose ragged start then waits a patience). So the wait is bounded by the finalizer's progress, not by the
 //! backlog: it ends once the finalizer has finished no object for
 //! [`BRAKE_PATIENCE`], and no brake waits again until it has finished one
 //! since ([`Finalizer::stuck`]). A stuck destructor then costs the program
@@ -79,6 +82,20 @@ pub(crate) const BRAKE_PATIENCE: Duration = Duration::from_millis(250);
 /// finds them one by one, not by page): the finalizer sends back, and the
 /// brake sees progress, a piece of that size at a time.
 pub(crate) const OBJECTS_PER_WORK: usize = 1024;
+
+/// Why [`Finalizer::brake`] ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum BrakeEnd {
+    /// The caller's condition no longer holds.
+    Enough,
+    /// The queue ran dry (the backlog is gone).
+    Drained,
+    /// The caller gave up (`give_up`).
+    GaveUp,
+    /// The finalizer has finished no object for a patience, now or since
+    /// an earlier brake gave up on it.
+    Stuck,
+}
 
 /// One page's dead objects, for the finalizer: each with its descriptor
 /// (when the sweep read it) and its size.
@@ -200,21 +217,25 @@ impl Finalizer {
         self.stuck_at.load(Ordering::Relaxed) == self.done.load(Ordering::Relaxed)
     }
 
-    /// Waits for the finalizer, a `slice` at a time, until `over(pending)`
-    /// is false, the queue has run dry, `give_up(waited)` holds, or the
-    /// finalizer has finished no object for [`BRAKE_PATIENCE`] (then it
-    /// is [`stuck`](Self::stuck) until it finishes one). `over` and
-    /// `give_up` are asked under the queue's lock, a leaf: they may read
-    /// atomics only. Returns how long it waited, if it did. Not on the
-    /// finalizer thread, which would wait for itself.
+    /// Waits for the finalizer, a `slice` at a time, while `over()` holds
+    /// (the caller's reading of the heap and the backlog), until the queue
+    /// runs dry, `give_up(waited)` holds, or the finalizer has finished no
+    /// object for [`BRAKE_PATIENCE`] (then it is [`stuck`](Self::stuck)
+    /// until it finishes one). `over` and `give_up` are asked under the
+    /// queue's lock, a leaf: they may read atomics only. Returns why it
+    /// ended, and how long it waited, if it did. Not on the finalizer
+    /// thread, which would wait for itself.
     pub(crate) fn brake(
         &self,
-        over: impl Fn(usize) -> bool,
+        over: impl Fn() -> bool,
         slice: Duration,
         give_up: impl Fn(Duration) -> bool,
-    ) -> Option<Duration> {
-        if self.stuck() || !over(self.pending()) {
-            return None;
+    ) -> (BrakeEnd, Option<Duration>) {
+        if self.stuck() {
+            return (BrakeEnd::Stuck, None);
+        }
+        if !over() {
+            return (BrakeEnd::Enough, None);
         }
         let start = Instant::now();
         let mut waited = false;
@@ -222,17 +243,20 @@ impl Finalizer {
         s.braked += 1;
         let mut seen = self.done.load(Ordering::Relaxed);
         let mut since = start;
-        loop {
-            if !over(self.pending()) || (s.queue.is_empty() && s.running == 0) {
-                break;
+        let end = loop {
+            if !over() {
+                break BrakeEnd::Enough;
+            }
+            if s.queue.is_empty() && s.running == 0 {
+                break BrakeEnd::Drained;
             }
             let now = Instant::now();
             if give_up(now - start) {
-                break;
+                break BrakeEnd::GaveUp;
             }
             if now >= since + BRAKE_PATIENCE {
                 self.stuck_at.store(seen, Ordering::Relaxed);
-                break;
+                break BrakeEnd::Stuck;
             }
             self.progress.wait_until(&mut s, (now + slice).min(since + BRAKE_PATIENCE));
             waited = true;
@@ -241,9 +265,9 @@ impl Finalizer {
                 seen = done;
                 since = Instant::now();
             }
-        }
+        };
         s.braked -= 1;
-        waited.then(|| start.elapsed())
+        (end, waited.then(|| start.elapsed()))
     }
 
     /// No more work will come (the runtime's last cycle has swept).
@@ -329,6 +353,9 @@ impl Finalizer {
             let mut s = self.state.lock();
             self.pending.fetch_sub(bytes, Ordering::Relaxed);
             if let Some(left) = s.batches.front_mut() {
+                // One thread, in queue order, and `submit` queues no
+                // empty batch: a page is of the first batch left.
+                debug_assert!(bytes <= *left, "finalizer: a page past its batch");
                 *left -= bytes.min(*left);
                 if *left == 0 {
                     s.batches.pop_front();

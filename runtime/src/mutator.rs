@@ -4,6 +4,7 @@
 
 use crate::alloc_space::AllocSpace;
 use crate::gc::{Gc, GcBox, Managed};
+use crate::finalize::BrakeEnd;
 use crate::handshake::Slot;
 use crate::held::{Hold, MutatorHolds};
 use crate::root::{GlobalRoot, Root, RootTable, Rootable};
@@ -784,19 +785,23 @@ impl Mutator {
     #[inline(never)]
     fn brake_for_drops(&self) {
         let shared = self.shared();
-        let over = |pending: usize| {
+        let over = || {
             let at = shared.pace_at(shared.pace_goal.load(Ordering::Relaxed));
-            let room = at.saturating_sub(shared.heap_used.load(Ordering::Relaxed));
-            let batch = shared.finalizer.allowance().min(shared.pace_cap.saturating_sub(at));
-            pending > room.max(BRAKE_MIN).saturating_add(batch)
+            // The heap before the backlog (`refill`).
+            let room = at.saturating_sub(shared.heap_used.load(Ordering::Acquire));
+            let pending = shared.finalizer.pending();
+            let floor = room.max(BRAKE_MIN);
+            // The allowance last: its line is the finalizer thread's.
+            pending > floor
+                && pending - floor > shared.finalizer.allowance().min(shared.pace_cap.saturating_sub(at))
         };
-        if !over(shared.finalizer.pending()) || crate::collector::on_gc_thread() {
+        if !over() || crate::collector::on_gc_thread() {
             return;
         }
         // Outside any call: nothing waits for this thread but its own
         // program, so a slice only re-reads the heap (a sweep may make
         // room meanwhile).
-        if let Some(waited) = shared.finalizer.brake(over, BRAKE_SLICE, |_| false) {
+        if let (_, Some(waited)) = shared.finalizer.brake(over, BRAKE_SLICE, |_| false) {
             self.held(Hold::Drops, waited);
         }
     }
@@ -1164,7 +1169,7 @@ impl Mutator {
         let paced = shared.over_pace();
         let mut chunk = size.max(if paced { PACED_CHUNK } else { CHUNK });
         let mut waited = false;
-        // The in-call brake's wait so far, and whether it is over.
+        // The in-call brake's wait so far, and whether it gave up.
         let mut braked = Duration::ZERO;
         let mut brake_spent = false;
         loop {
@@ -1207,43 +1212,42 @@ impl Mutator {
                     }
                     // Refused for dead objects whose destructors have not
                     // run: wait for the finalizer, and try again, for one
-                    // patience in all (`Finalizer::brake`; not on a GC
-                    // thread or a finalizer, as `brake_for_drops`). Not
-                    // while a stop waits for this call, nor past the
-                    // patience: then as for any refusal (below). Each
-                    // round finds the refusal gone, or waits for the
-                    // finalizer, or ends the rounds.
+                    // patience in all for this allocation
+                    // (`Finalizer::brake`; not on a GC thread or a
+                    // finalizer, as `brake_for_drops`), and not while a
+                    // stop waits for the call (every mutator with it):
+                    // then, as for a refusal by the heap alone, on below.
+                    // (A ragged start or end waiting for the call is let
+                    // wait: it holds no mutator, and giving up refused
+                    // 5,610 of 12,288 allocations that fitted in
+                    // `tests/drops_brake.rs`.)
                     if let (Some(limit), false) = (shared.config.heap_limit, brake_spent) {
-                        let fits = |pending: usize| {
-                            shared.heap_used.load(Ordering::Acquire).saturating_add(chunk).saturating_add(pending)
-                                <= limit
+                        // The heap before the backlog, as the charge
+                        // reads them.
+                        let fits = |backlog: bool| {
+                            let heap = shared.heap_used.load(Ordering::Acquire);
+                            let pending = if backlog { shared.finalizer.pending() } else { 0 };
+                            heap.saturating_add(chunk).saturating_add(pending) <= limit
                         };
-                        let pending = shared.finalizer.pending();
-                        if fits(pending) {
-                            // Refused for a backlog the finalizer has
-                            // since cut.
+                        if fits(true) {
+                            // Refused for a heap or a backlog since cut.
                             continue;
                         }
-                        if pending != 0 && fits(0) && !crate::collector::on_gc_thread() {
+                        if fits(false) && shared.finalizer.pending() != 0 && !crate::collector::on_gc_thread() {
                             let before = braked;
                             let give_up = |waited: Duration| {
-                                before + waited >= crate::finalize::BRAKE_PATIENCE
-                                    || shared.handshake.stop_requested()
+                                before + waited >= crate::finalize::BRAKE_PATIENCE || shared.handshake.stop_requested()
                             };
-                            match shared.finalizer.brake(|p| !fits(p), LIMIT_BRAKE_SLICE, give_up) {
-                                Some(waited) => {
-                                    braked += waited;
-                                    self.held(Hold::Drops, waited);
-                                    if !give_up(waited) && !shared.finalizer.stuck() {
-                                        continue;
-                                    }
-                                }
-                                // Fits now, or the finalizer is stuck.
-                                None if !shared.finalizer.stuck() => continue,
-                                None => {}
+                            let (end, waited) = shared.finalizer.brake(|| !fits(true), LIMIT_BRAKE_SLICE, give_up);
+                            if let Some(waited) = waited {
+                                braked += waited;
+                                self.held(Hold::Drops, waited);
+                            }
+                            match end {
+                                BrakeEnd::Enough | BrakeEnd::Drained => continue,
+                                BrakeEnd::GaveUp | BrakeEnd::Stuck => brake_spent = true,
                             }
                         }
-                        brake_spent = true;
                     }
                     // A sweep under way may free enough; a pause cannot
                     // happen while we are inside `mutate`. Nor can a

@@ -243,8 +243,9 @@ pub struct GcStats {
     /// safepoint while a stop was up (the wait for other mutators' calls to
     /// return included, as the JVM's safepoint log counts time-to-safepoint),
     /// waiting for a cycle when it outran the collector or doing a share
-    /// of its mark for it (assists), and waiting for memory at the heap
-    /// limit. A `collect` call is not counted (the
+    /// of its mark for it (assists), waiting for memory at the heap
+    /// limit, and waiting for the finalizer to run destructors. A
+    /// `collect` call is not counted (the
     /// program asked to wait); one mutator's are
     /// [`Mutator::pauses`](crate::Mutator::pauses).
     pub mutator_pauses: PauseHistogram,

@@ -166,6 +166,65 @@ fn pacing_counts_objects_waiting_for_their_destructors() {
 }
 
 #[test]
+fn an_allocation_at_the_limit_waits_inside_its_call_for_the_destructors() {
+    // A backlog of about 9 MiB (objects whose destructors take 4 µs, 0.4 s
+    // in all), then one call that keeps 12 MiB live under a 16 MiB limit:
+    // it fits, but not beside the backlog. At the call's entry the
+    // backlog is within the room below the pace point (14 MiB), so the
+    // call begins; its allocations meet the limit with the backlog in it,
+    // and wait inside the call for the finalizer to cut it.
+    const LIMIT: usize = 16 << 20;
+    let rt = Runtime::builder()
+        .ignore_env()
+        .gc_threads(1)
+        .heap_limit(LIMIT)
+        .build();
+    let drops = Arc::new(AtomicUsize::new(0));
+    let mut m = rt.attach();
+    for _ in 0..10 {
+        m.mutate(|mc| {
+            for _ in 0..10_000 {
+                mc.alloc(slow(Duration::from_micros(4), &drops));
+            }
+        });
+    }
+    // Sweeps them all into the backlog (and waits for no destructor).
+    m.collect();
+    let backlog = rt.stats().drops_pending;
+    let before = rt.stats().held_for_drops;
+    let refused = m.mutate(|mc| {
+        // Kept (live) to the call's end: 12,288 arrays of 1 KiB.
+        let mut kept = Vec::with_capacity(12 << 10);
+        let mut refused = 0;
+        for _ in 0..12 << 10 {
+            match mc.try_alloc([0_u64; 128]) {
+                Ok(a) => kept.push(a),
+                Err(_) => refused += 1,
+            }
+        }
+        refused
+    });
+    let s = rt.stats();
+    println!(
+        "backlog {:.1} MiB; 12 MiB kept in one call: {refused} refused, held {:?} for drops",
+        backlog as f64 / (1 << 20) as f64,
+        s.held_for_drops - before
+    );
+    assert!(
+        backlog > 6 << 20,
+        "the backlog was {backlog} bytes: case not met"
+    );
+    assert_eq!(refused, 0, "live data that fits was refused");
+    assert!(
+        s.held_for_drops > before,
+        "the call never waited for the finalizer: case not met"
+    );
+    rt.collect();
+    rt.wait_for_drops();
+    assert_eq!(drops.load(Ordering::Relaxed), 10 * 10_000);
+}
+
+#[test]
 fn a_destructor_blocked_on_the_braked_thread_does_not_hang_it() {
     // The mutator holds a lock across its calls that every destructor
     // takes: a brake that waited for the backlog to drain would wait for

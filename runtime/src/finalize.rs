@@ -70,13 +70,14 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 /// How long a brake waits for the finalizer to finish an object before it
-/// gives up ([`Finalizer::brake`]): far longer than ordinary destructors
-/// take, and than a busy machine keeps a runnable thread off the CPUs (a
-/// brake that gave up on a running finalizer at the heap limit would
-/// refuse live data that fits); short enough that a destructor blocked on
-/// the braked thread costs the program one short wait. Pacing gives a
-/// cycle stuck on a running call as long (`Handshake::stuck`).
-pub(crate) const BRAKE_PATIENCE: Duration = Duration::from_millis(250);
+/// gives up ([`Finalizer::brake`]): the patience a wait gives a call that
+/// runs on ([`RUNNING_PATIENCE`](crate::thread_state::RUNNING_PATIENCE)),
+/// for the same reasons. Far longer than ordinary destructors take, and
+/// than a busy machine keeps a runnable thread off the CPUs (a brake that
+/// gave up on a running finalizer at the heap limit would refuse live data
+/// that fits); short enough that a destructor blocked on the braked thread
+/// costs the program one short wait.
+pub(crate) const BRAKE_PATIENCE: Duration = crate::thread_state::RUNNING_PATIENCE;
 
 /// Dead objects of a `GlobalAlloc` space per [`PageWork`] (whose sweep
 /// finds them one by one, not by page): the finalizer sends back, and the

@@ -12,28 +12,11 @@ use loam_runtime::{
 };
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::mpsc::{channel, RecvTimeoutError};
+use std::sync::mpsc::channel;
 use std::sync::{Arc, Barrier, Mutex};
 use std::time::Duration;
 
-/// How long a test may take before it counts as deadlocked.
-const WATCHDOG: Duration = Duration::from_secs(120);
-
-/// Runs `f` on a thread of its own and returns its result; panics (as a
-/// test failure, not a hang) if it has not finished within the watchdog.
-fn within<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
-    let (tx, rx) = channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(f());
-    });
-    match rx.recv_timeout(WATCHDOG) {
-        Ok(v) => v,
-        Err(RecvTimeoutError::Timeout) => {
-            panic!("deadlock: {what} did not finish within {WATCHDOG:?}")
-        }
-        Err(RecvTimeoutError::Disconnected) => panic!("{what} panicked"),
-    }
-}
+use support::{within, WATCHDOG};
 
 fn rt() -> RuntimeBuilder {
     Runtime::builder().gc_threads(2).ignore_env().verify(true)

@@ -25,24 +25,10 @@ fn rt() -> RuntimeBuilder {
     Runtime::builder().gc_threads(2).ignore_env().verify(true)
 }
 
-/// Runs `f` on a thread of its own and fails the test if it has not
-/// finished in a minute: a deadlock is a failure, not a hung suite.
-fn within_a_minute<R: Send + 'static>(what: &str, f: impl FnOnce() -> R + Send + 'static) -> R {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(catch_unwind(AssertUnwindSafe(f)));
-    });
-    match rx.recv_timeout(Duration::from_secs(60)) {
-        Ok(Ok(r)) => r,
-        Ok(Err(payload)) => std::panic::resume_unwind(payload),
-        Err(_) => panic!("{what} did not finish in a minute: deadlock"),
-    }
-}
-
 /// Waits until `n` managed-pool workers (threads named `loam-mutator-*`:
 /// the tests hold `serial`, so they are this test's) sleep in the kernel,
 /// parked; elsewhere than Linux, 100 ms. No deadline of its own: callers
-/// run it under `within_a_minute`, which turns a hang into a failure.
+/// run it under `support::within`, which turns a hang into a failure.
 fn wait_parked(n: usize) {
     #[cfg(target_os = "linux")]
     {
@@ -185,10 +171,10 @@ fn a_collection_completes_while_every_worker_is_parked() {
     let drops = Arc::new(AtomicUsize::new(0));
     pool.broadcast(|m, _| list_sum(m, 1000, &drops));
     // Both workers out of spins, parked.
-    within_a_minute("the workers to park", || wait_parked(2));
+    support::within("the workers to park", || wait_parked(2));
     let before = rt.stats().cycles;
     let rt2 = rt.clone();
-    within_a_minute("a collection with parked workers", move || {
+    support::within("a collection with parked workers", move || {
         rt2.collect();
         rt2.wait_for_drops();
     });
@@ -226,7 +212,7 @@ fn a_collection_completes_while_a_worker_runs_a_long_task() {
         std::thread::yield_now();
     }
     let rt2 = rt.clone();
-    let cycles = within_a_minute("collections beside a long task", move || {
+    let cycles = support::within("collections beside a long task", move || {
         let before = rt2.stats().cycles;
         for _ in 0..5 {
             rt2.collect();
@@ -348,7 +334,7 @@ fn a_panicking_task_reaches_its_waiter_and_the_worker_stays_attached() {
         let sums = pool.broadcast(|m, _| m.mutate(|mc| *mc.alloc(2_u64)));
         assert_eq!(sums, vec![2, 2]);
         let rt2 = rt.clone();
-        within_a_minute("a collection after panics", move || rt2.collect());
+        support::within("a collection after panics", move || rt2.collect());
     }
     assert_eq!(pool.install(|m| fib(m, 22)), 17_711);
 }
@@ -388,7 +374,7 @@ fn waiting_on_a_pool_inside_mutate_panics_instead_of_deadlocking() {
     assert!(message(r).contains("outside a managed pool"));
     // All of it left the pool working.
     assert_eq!(pool.install(|m| fib(m, 20)), 6_765);
-    within_a_minute("a collection after refused calls", move || rt.collect());
+    support::within("a collection after refused calls", move || rt.collect());
 }
 
 #[test]
@@ -414,11 +400,11 @@ fn many_short_bursts_on_fresh_pools() {
         let pool = ManagedPool::builder(&rt).num_threads(2).build().unwrap();
         assert_eq!(pool.install(|m| fib(m, 18)), 2_584, "round {round}");
         if round % 5 == 0 {
-            within_a_minute("the workers to park", || wait_parked(2));
+            support::within("the workers to park", || wait_parked(2));
             assert_eq!(pool.join(|m| fib(m, 16), |m| fib(m, 15)), (987, 610));
         }
     }
-    within_a_minute("a collection after the pools", move || rt.collect());
+    support::within("a collection after the pools", move || rt.collect());
 }
 
 #[test]
@@ -450,7 +436,7 @@ fn dropping_a_pool_inside_mutate_does_not_wait_for_its_workers() {
         })
     };
     let rt2 = rt.clone();
-    within_a_minute("dropping a pool inside mutate", move || {
+    support::within("dropping a pool inside mutate", move || {
         let mut m = rt2.attach();
         m.mutate(move |mc| {
             // A stop is pending (it waits for this call), and the worker,

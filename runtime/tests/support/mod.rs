@@ -3,6 +3,25 @@
 // Each test binary takes the helpers it needs.
 #![allow(dead_code)]
 
+/// How long a test's step may take before it counts as deadlocked.
+pub const WATCHDOG: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// Runs `f` on a thread of its own and returns its result, or its panic
+/// (resumed here); fails the test if it has not finished within
+/// [`WATCHDOG`]: a deadlock is a failure, not a hung suite.
+pub fn within<R: Send + 'static>(what: &str, f: impl FnOnce() -> R + Send + 'static) -> R {
+    use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(catch_unwind(AssertUnwindSafe(f)));
+    });
+    match rx.recv_timeout(WATCHDOG) {
+        Ok(Ok(r)) => r,
+        Ok(Err(payload)) => resume_unwind(payload),
+        Err(_) => panic!("deadlock: {what} did not finish within {WATCHDOG:?}"),
+    }
+}
+
 /// Runs a collection of `rt` on a thread of its own and panics unless it
 /// completes within `timeout` (after a stall the tests provoke: the runtime
 /// goes on).

@@ -113,6 +113,7 @@ fn churn(rt: &Runtime) -> usize {
 
 #[test]
 fn the_heap_limit_counts_objects_waiting_for_their_destructors() {
+    let _serial = support::serial();
     const LIMIT: usize = 16 << 20;
     let rt = Runtime::builder()
         .ignore_env()
@@ -134,6 +135,7 @@ fn the_heap_limit_counts_objects_waiting_for_their_destructors() {
 
 #[test]
 fn pacing_counts_objects_waiting_for_their_destructors() {
+    let _serial = support::serial();
     // No limit: the brake holds heap and backlog to where pacing begins,
     // twice the goal (with the 4 MiB minimum heap, 8 MiB while nothing is
     // live), plus what is left of a sweep's batch for the finalizer (at
@@ -154,6 +156,7 @@ fn pacing_counts_objects_waiting_for_their_destructors() {
 
 #[test]
 fn an_allocation_at_the_limit_waits_inside_its_call_for_the_destructors() {
+    let _serial = support::serial();
     // A backlog of about 9 MiB (100,000 objects whose destructors take
     // about 6 µs each), then one call that keeps 12 MiB live under a 16
     // MiB limit: it fits, but not beside the backlog. At the call's entry the
@@ -213,6 +216,7 @@ fn an_allocation_at_the_limit_waits_inside_its_call_for_the_destructors() {
 
 #[test]
 fn a_destructor_blocked_on_the_braked_thread_does_not_hang_it() {
+    let _serial = support::serial();
     // The mutator holds a lock across its calls that every destructor
     // takes: a brake that waited for the backlog to drain would wait for
     // ever (the watchdog, `support::within`, would fail the test). It

@@ -14,12 +14,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
 
-/// One runtime at a time: drop counts after `collect` are exact only if no
-/// other test's thread holds a page run of ours (see `collector.rs`).
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    static SERIAL: Mutex<()> = Mutex::new(());
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
+use support::serial;
 
 fn rt() -> RuntimeBuilder {
     Runtime::builder().gc_threads(2).ignore_env().verify(true)

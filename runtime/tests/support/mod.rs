@@ -3,6 +3,18 @@
 // Each test binary takes the helpers it needs.
 #![allow(dead_code)]
 
+/// One test at a time in a binary whose tests it serves: runtimes in one
+/// process take turns at their cycles (one cycle lock), so a test whose
+/// runtime holds a call open, or collects slowly (a debug build beside a
+/// busy machine), holds up every other test's cycles, and their heaps
+/// grow past any bound they check; and drop counts after `collect` are
+/// exact only if no other test's thread holds a page run of ours (see
+/// `collector.rs`).
+pub fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// How long a test's step may take before it counts as deadlocked.
 pub const WATCHDOG: std::time::Duration = std::time::Duration::from_secs(120);
 

@@ -325,12 +325,15 @@ impl<'gc> Deref for GcString<'gc> {
 }
 
 impl AsRef<str> for GcString<'_> {
+    #[inline]
     fn as_ref(&self) -> &str {
         self.as_str()
     }
 }
 
+// Inline, as `Deref`: a dictionary's look-up compares keys through it.
 impl Borrow<str> for GcString<'_> {
+    #[inline]
     fn borrow(&self) -> &str {
         self.as_str()
     }

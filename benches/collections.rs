@@ -28,7 +28,12 @@
 //!   cycles the writes start must stay minor;
 //! - `strings`: 1,000 times, build a string of 200 pieces `item<i>=<n>;`,
 //!   split it on `;` and each piece on `=` (into managed strings against
-//!   `String`s), compare each name with the previous.
+//!   `String`s), compare each name with the previous;
+//! - `dict_get` (last: its tables stay live): look up each of the `dict`
+//!   keys once, in a fixed shuffled order, in a rooted dictionary built in
+//!   the case's warm-up, against `HashMap`s with SipHash and with foldhash
+//!   built the same way: the look-ups alone, which `dict` times together
+//!   with inserts and removals.
 //!
 //! Run: `cargo bench --bench collections` (criterion), or
 //! `LOAM_BENCH_PAIRED=<rounds> cargo bench --bench collections` for
@@ -444,6 +449,73 @@ fn loam_dict_chained(m: &mut Mutator, keys: &[String]) -> u64 {
     })
 }
 
+// ---- dict_get: look-ups alone
+
+type KeyDict = Rootable!['gc => GcDictionary<'gc, GcString<'gc>, u64>];
+
+/// The `dict_get` case's tables: the keys of `keys()` mapped to their
+/// index in a rooted `GcDictionary` and in `HashMap`s with SipHash and with
+/// foldhash, and the order of the look-ups, a fixed shuffle (in insertion
+/// order the dictionary's dense entries would be read one after another,
+/// which no `HashMap`'s layout matches). Built by the case's first run, in
+/// its warm-up, and the case runs last: made with the other inputs, their
+/// 80 MB of live managed data raised the heap goal under every other case,
+/// and with it the point at which a case's arrays ask for a cycle (a
+/// third as many cycles in `extend_iter`, whose arrays then came from
+/// fresh memory: 2.2x - 2.9x `Vec`'s time against 1.4x - 1.9x).
+struct Lookups {
+    dict: Root<KeyDict>,
+    sip: HashMap<String, u64>,
+    fold: HashMap<String, u64, foldhash::fast::RandomState>,
+    order: Vec<usize>,
+}
+
+fn lookups(m: &mut Mutator, keys: &[String]) -> Lookups {
+    let n = keys.len();
+    let mut order: Vec<usize> = (0..n).collect();
+    let mut x = 0x2545_f491_4f6c_dd1d_u64;
+    for i in (1..n).rev() {
+        order.swap(i, (xorshift(&mut x) % (i as u64 + 1)) as usize);
+    }
+    let dict = m.mutate(|mc| {
+        let d = GcDictionary::new(mc);
+        for (i, k) in keys.iter().enumerate() {
+            d.insert(mc, GcString::new(mc, k), i as u64);
+        }
+        mc.root(mc.alloc(d))
+    });
+    let entries = || keys.iter().cloned().zip(0..n as u64);
+    Lookups {
+        dict,
+        sip: entries().collect(),
+        fold: entries().collect(),
+        order,
+    }
+}
+
+fn loam_dict_get(m: &mut Mutator, keys: &[String], l: &Lookups) -> u64 {
+    m.mutate(|mc| {
+        let d = *l.dict.get(mc);
+        let mut sum = 0_u64;
+        for &i in &l.order {
+            sum = sum.wrapping_add(d.get(keys[i].as_str()).unwrap());
+        }
+        sum
+    })
+}
+
+fn std_dict_get<S: std::hash::BuildHasher>(
+    d: &HashMap<String, u64, S>,
+    keys: &[String],
+    order: &[usize],
+) -> u64 {
+    let mut sum = 0_u64;
+    for &i in order {
+        sum = sum.wrapping_add(d[keys[i].as_str()]);
+    }
+    sum
+}
+
 // ---- strings
 
 fn std_strings() -> u64 {
@@ -590,6 +662,7 @@ fn cases<'a>(
     refill: &'a (Root<U64List>, std::cell::RefCell<Vec<u64>>),
     v: &'a [u64],
     keys: &'a [String],
+    lookups: &'a std::cell::OnceCell<Lookups>,
 ) -> Vec<(&'static str, Contenders<'a>)> {
     let all: Vec<(&'static str, Contenders<'a>)> = vec![
         (
@@ -696,6 +769,32 @@ fn cases<'a>(
                 ("std", Box::new(std_strings)),
             ],
         ),
+        (
+            "dict_get",
+            vec![
+                (
+                    "loam",
+                    Box::new(move || {
+                        let l = lookups.get_or_init(|| self::lookups(&mut m.borrow_mut(), keys));
+                        loam_dict_get(&mut m.borrow_mut(), keys, l)
+                    }),
+                ),
+                (
+                    "std-sip",
+                    Box::new(move || {
+                        let l = lookups.get_or_init(|| self::lookups(&mut m.borrow_mut(), keys));
+                        std_dict_get(&l.sip, keys, &l.order)
+                    }),
+                ),
+                (
+                    "std-fold",
+                    Box::new(move || {
+                        let l = lookups.get_or_init(|| self::lookups(&mut m.borrow_mut(), keys));
+                        std_dict_get(&l.fold, keys, &l.order)
+                    }),
+                ),
+            ],
+        ),
     ];
     assert!(
         all.iter().map(|(c, _)| *c).eq(CASES),
@@ -705,7 +804,8 @@ fn cases<'a>(
 }
 
 /// The shared inputs: a rooted 1,000,000-element list and its `Vec`, the
-/// refilled list and `Vec`, and the dictionary's key texts; each left empty when `LOAM_BENCH_CASES`
+/// refilled list and `Vec`, the dictionary's key texts and a cell for
+/// `dict_get`'s tables (made by its first run); each left empty when `LOAM_BENCH_CASES`
 /// leaves out the case that reads it (making a million keys is a third of
 /// a profile of another case).
 type Inputs = (
@@ -714,6 +814,7 @@ type Inputs = (
     Vec<String>,
     (Root<Buckets>, std::cell::RefCell<Vec<Vec<Box<u64>>>>),
     (Root<U64List>, std::cell::RefCell<Vec<u64>>),
+    std::cell::OnceCell<Lookups>,
 );
 
 fn inputs(m: &mut Mutator) -> Inputs {
@@ -724,22 +825,27 @@ fn inputs(m: &mut Mutator) -> Inputs {
         .map(|b| (0..4).map(|i| Box::new(b as u64 + i)).collect())
         .collect();
     let locks = (make_buckets(m), std::cell::RefCell::new(std_buckets));
-    let keys = if wanted("dict") { keys() } else { Vec::new() };
+    let keys = if wanted("dict") || wanted("dict_get") {
+        keys()
+    } else {
+        Vec::new()
+    };
+    let lookups = std::cell::OnceCell::new();
     let room = if wanted("refill") { PUSHES as usize } else { 0 };
     let refill = (
         m.mutate(|mc| mc.root(mc.alloc(GcList::with_capacity(mc, room)))),
         std::cell::RefCell::new(Vec::with_capacity(room)),
     );
-    (list, v, keys, locks, refill)
+    (list, v, keys, locks, refill, lookups)
 }
 
 fn benches(c: &mut Criterion) {
     support::check_names("LOAM_BENCH_CASES", &CASES);
     let rt = Runtime::new();
     let mut m = rt.attach();
-    let (list, v, keys, locks, refill) = inputs(&mut m);
+    let (list, v, keys, locks, refill, lookups) = inputs(&mut m);
     let m = std::cell::RefCell::new(m);
-    for (case, contenders) in cases(&m, &locks, &list, &refill, &v, &keys) {
+    for (case, contenders) in cases(&m, &locks, &list, &refill, &v, &keys, &lookups) {
         let mut g = c.benchmark_group(case);
         g.sample_size(10);
         for (name, mut run) in contenders {
@@ -752,7 +858,7 @@ fn benches(c: &mut Criterion) {
 criterion_group!(collections, benches);
 
 /// The cases, as `LOAM_BENCH_CASES` names them.
-const CASES: [&str; 9] = [
+const CASES: [&str; 10] = [
     "push_iter",
     "writer_push",
     "refill",
@@ -762,6 +868,7 @@ const CASES: [&str; 9] = [
     "dict",
     "old_locks",
     "strings",
+    "dict_get",
 ];
 
 /// `LOAM_BENCH_PAIRED=<rounds>`: each case's contenders back to back,
@@ -778,7 +885,7 @@ fn paired(rounds: usize) {
     support::check_names("LOAM_BENCH_CASES", &CASES);
     let rt = Runtime::new();
     let mut m = rt.attach();
-    let (list, v, keys, locks, refill) = inputs(&mut m);
+    let (list, v, keys, locks, refill, lookups) = inputs(&mut m);
     let m = std::cell::RefCell::new(m);
     let warmup = std::time::Duration::from_millis(
         support::env(
@@ -792,7 +899,7 @@ fn paired(rounds: usize) {
         "{rounds} rounds after {} ms of warm-up; median ms, median per-round ratio loam/std and ratio of the rounds' totals (lower is better)",
         warmup.as_millis()
     );
-    for (case, mut contenders) in cases(&m, &locks, &list, &refill, &v, &keys) {
+    for (case, mut contenders) in cases(&m, &locks, &list, &refill, &v, &keys, &lookups) {
         let n = contenders.len();
         let mut times = vec![Vec::new(); n];
         let start = Instant::now();

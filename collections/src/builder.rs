@@ -58,6 +58,12 @@ pub struct GcStringBuilder<'gc> {
 // SAFETY: one `Gc`, a single pointer word with no padding.
 unsafe impl CellValue for GcStringBuilder<'_> {}
 
+// SAFETY: `Unbranded` is `GcStringBuilder` with its one lifetime, the
+// brand, bound by the `Rootable` parameter: its `Root` at `'gc` is `Self`.
+unsafe impl<'gc> loam_runtime::Rebrand<'gc> for GcStringBuilder<'gc> {
+    type Unbranded = dyn for<'a> loam_runtime::Rootable<'a, Root = GcStringBuilder<'a>>;
+}
+
 // SAFETY: reports the one managed pointer it holds (1, 2, 3); no `Drop` (4).
 unsafe impl Trace for GcStringBuilder<'_> {
     fn trace(&self, tracer: &mut Tracer) {

@@ -290,6 +290,20 @@ where
 {
 }
 
+// SAFETY: `Unbranded` is `GcDictionary` with its one lifetime, the brand,
+// bound by the `Rootable` parameter, and its `'static` key, value and
+// hasher types as they are: its `Root` at `'gc` is `Self`. (Keys or values
+// that carry the brand, such as `GcString`, need the `Rootable!` type
+// written out.)
+unsafe impl<'gc, K, V, S> loam_runtime::Rebrand<'gc> for GcDictionary<'gc, K, V, S>
+where
+    K: CellValue + Trace + 'static,
+    V: CellValue + Trace + 'static,
+    S: Send + Sync + 'static,
+{
+    type Unbranded = dyn for<'a> loam_runtime::Rootable<'a, Root = GcDictionary<'a, K, V, S>>;
+}
+
 // SAFETY: reports the one managed pointer it holds (1, 2, 3); no `Drop` (4).
 unsafe impl<'gc, K, V, S> Trace for GcDictionary<'gc, K, V, S>
 where
@@ -366,6 +380,14 @@ where
     /// ```
     pub fn with_capacity(mc: &Mutation<'gc>, capacity: usize) -> Self {
         Self::with_capacity_and_hasher(mc, capacity, FastHash::default())
+    }
+
+    /// A dictionary of the pairs of `iter`, with the default hasher (see
+    /// [`extend`](Self::extend)).
+    pub fn from_iter(mc: &Mutation<'gc>, iter: impl IntoIterator<Item = (K, V)>) -> Self {
+        let d = Self::new(mc);
+        d.extend(mc, iter);
+        d
     }
 }
 
@@ -561,6 +583,32 @@ where
     pub fn insert(&self, mc: &Mutation<'gc>, key: K, value: V) -> Option<V> {
         self.try_insert(mc, key, value)
             .unwrap_or_else(|e| alloc_failed("insert", e.map(|_| ())))
+    }
+
+    /// Inserts every pair of `iter`, in order: a later pair's value
+    /// replaces an earlier one's for the same key, as with
+    /// `HashMap::extend`.
+    ///
+    /// # Panics
+    /// At the heap limit, or if `iter` panics: the pairs inserted so far
+    /// stay.
+    ///
+    /// # Examples
+    /// ```
+    /// use loam_collections::GcDictionary;
+    /// let rt = loam_runtime::Runtime::builder().gc_threads(1).build();
+    /// let mut m = rt.attach();
+    /// m.mutate(|mc| {
+    ///     let squares = GcDictionary::from_iter(mc, (1..=3_u64).map(|i| (i, i * i)));
+    ///     squares.extend(mc, [(2, 0), (4, 16)]);
+    ///     assert_eq!(squares.len(), 4);
+    ///     assert_eq!(squares.get(&2), Some(0));
+    /// });
+    /// ```
+    pub fn extend(&self, mc: &Mutation<'gc>, iter: impl IntoIterator<Item = (K, V)>) {
+        for (key, value) in iter {
+            self.insert(mc, key, value);
+        }
     }
 
     /// [`insert`](Self::insert), or the heap-limit `Err` (holding the key

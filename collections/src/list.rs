@@ -1022,6 +1022,14 @@ impl<'gc, T: CellValue + Trace + 'gc> Copy for GcList<'gc, T> {}
 // SAFETY: one `Gc`, a single pointer word with no padding.
 unsafe impl<'gc, T: CellValue + Trace + 'gc> CellValue for GcList<'gc, T> {}
 
+// SAFETY: `Unbranded` is `GcList` with its one lifetime, the brand, bound
+// by the `Rootable` parameter, and its `'static` element type as it is:
+// its `Root` at `'gc` is `Self`. (Elements that carry the brand, such as
+// `GcString`, need the `Rootable!` type written out.)
+unsafe impl<'gc, T: CellValue + Trace + 'static> loam_runtime::Rebrand<'gc> for GcList<'gc, T> {
+    type Unbranded = dyn for<'a> loam_runtime::Rootable<'a, Root = GcList<'a, T>>;
+}
+
 // SAFETY: reports the one managed pointer it holds (1, 2, 3); no `Drop` (4).
 unsafe impl<'gc, T: CellValue + Trace + 'gc> Trace for GcList<'gc, T> {
     fn trace(&self, tracer: &mut Tracer) {
@@ -1338,16 +1346,41 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
     /// Inserts `value` at `index`, shifting the elements after it.
     ///
     /// # Panics
-    /// If `index > len()`, or at the heap limit (the list unchanged).
+    /// If `index > len()`, or at the heap limit (the list unchanged; see
+    /// [`try_insert`](Self::try_insert)).
     pub fn insert(&self, mc: &Mutation<'gc>, index: usize, value: T) {
+        if let Err(e) = self.try_insert(mc, index, value) {
+            alloc_failed("GcList::insert", e.map(drop));
+        }
+    }
+
+    /// Inserts `value` at `index`, shifting the elements after it, or gives
+    /// it back in `Err` at the heap limit, with the list unchanged.
+    ///
+    /// # Panics
+    /// If `index > len()`.
+    ///
+    /// # Examples
+    /// ```
+    /// use loam_collections::GcList;
+    /// let rt = loam_runtime::Runtime::builder().gc_threads(1).build();
+    /// let mut m = rt.attach();
+    /// m.mutate(|mc| {
+    ///     let l = GcList::from_slice(mc, &[1_u32, 3]);
+    ///     l.try_insert(mc, 1, 2).expect("room for one more");
+    ///     assert_eq!(l.to_vec(), [1, 2, 3]);
+    /// });
+    /// ```
+    pub fn try_insert(&self, mc: &Mutation<'gc>, index: usize, value: T) -> Result<(), AllocError<T>> {
         let w = ListWriter::new(self, mc);
         let len = w.len();
         if index > len {
             panic!("GcList::insert index (is {index}) should be <= len (is {len})");
         }
         let new_len = one_more(len, "insert");
-        self.grow_for(&w, new_len)
-            .unwrap_or_else(|e| panic!("loam-collections: GcList::insert: {e}"));
+        if let Err(e) = self.grow_for(&w, new_len) {
+            return Err(e.map(|()| value));
+        }
         let (_, used) = w.view();
         if index < len {
             w.fill(len, used[len - 1].get());
@@ -1359,6 +1392,7 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
             w.fill(len, value);
         }
         w.set_len(new_len);
+        Ok(())
     }
 
     /// Removes and returns element `index`, shifting the elements after it.

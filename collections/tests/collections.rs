@@ -593,6 +593,13 @@ fn a_heap_limit_err_leaves_the_collection_unchanged() {
         assert!(n > 1000, "{n}");
         assert_eq!(err.into_inner(), n as u64, "the value comes back");
         assert!(l.iter().eq(0..n as u64), "nothing lost, nothing added");
+        // The array is full: an insert needs the same growth.
+        let err = l.try_insert(mc, 0, 7).unwrap_err();
+        assert_eq!(err.into_inner(), 7, "the value comes back");
+        assert!(
+            l.iter().eq(0..n as u64),
+            "insert: nothing lost, nothing added"
+        );
         let d = GcDictionary::new(mc);
         let mut i = 0_u64;
         let err = loop {

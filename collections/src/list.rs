@@ -166,14 +166,16 @@ const PREFETCH_AHEAD: usize = 2048;
 /// `len` of `items`, if the array has one. A push loop fills a fresh
 /// array one slot at a time, and its stores wait for their lines: the
 /// hardware's prefetchers do not cross a 4 KiB page. `Vec`'s push, a
-/// handful of instructions, keeps enough stores in flight to hide that; a
-/// list's push, with its lock, keeps fewer. Measured with
+/// handful of instructions, seems to hide that with more stores in
+/// flight; a list's push, with its lock, does not. Measured with
 /// `benches/collections.rs` (builds alternated, runs of 31 rounds, each
 /// the median of per-round ratios to `Vec`): `push_iter` 1.45x - 1.62x
-/// without, 1.33x - 1.42x with 512 bytes ahead, 1.26x - 1.36x with 1 KiB,
-/// 1.23x - 1.30x with 2 KiB (four runs of each); `writer_push` 1.10x -
-/// 1.17x without, 0.95x - 1.08x with 1 or 2 KiB (`docs/perf-log.md`,
-/// session 54). Not for a push into a slot written before: the same
+/// without, 1.33x - 1.42x with 512 bytes ahead, 1.26x - 1.36x with 1 KiB
+/// (four runs each), 1.23x - 1.30x with 2 KiB (three); this form against
+/// the build before, four pairs: 1.44x - 1.60x before, 1.28x - 1.50x
+/// after (pinned, three pairs: 1.41x - 1.56x, 1.30x - 1.51x);
+/// `writer_push` 1.10x - 1.20x before, 1.05x - 1.20x after
+/// (`docs/perf-log.md`, session 54). Not for a push into a slot written before: the same
 /// prefetch there moved `refill` within the noise (1.57x - 1.82x against
 /// 1.67x - 1.78x, three runs). A prefetch changes nothing a program can
 /// observe.
@@ -182,12 +184,19 @@ fn prefetch_ahead<T: CellValue>(items: &[Slot<'_, T>], len: usize) {
     #[cfg(target_arch = "x86_64")]
     {
         use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        let ahead = len + PREFETCH_AHEAD / std::mem::size_of::<Slot<'_, T>>().max(1);
+        let size = std::mem::size_of::<Slot<'_, T>>();
+        if size == 0 {
+            return;
+        }
+        // No overflow: a list of sized slots holds under `isize::MAX`
+        // bytes of them.
+        let ahead = len + PREFETCH_AHEAD / size;
         if ahead < items.len() {
-            // In bounds: `ahead < items.len()`, just checked.
-            // SAFETY: as just said; a prefetch reads nothing the program
-            // sees and cannot fault.
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(items.as_ptr().add(ahead).cast()) };
+            let line = items.as_ptr().wrapping_add(ahead).cast();
+            // SAFETY: `_mm_prefetch` needs SSE, which every x86_64 target
+            // has; a prefetch reads nothing the program sees and cannot
+            // fault (here it is inside the array anyway).
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(line) };
         }
     }
     #[cfg(not(target_arch = "x86_64"))]

@@ -600,6 +600,8 @@ fn a_heap_limit_err_leaves_the_collection_unchanged() {
             l.iter().eq(0..n as u64),
             "insert: nothing lost, nothing added"
         );
+        // The writer lock was let go on the way out.
+        assert_eq!(l.pop(mc), Some(n as u64 - 1));
         let d = GcDictionary::new(mc);
         let mut i = 0_u64;
         let err = loop {

@@ -175,10 +175,10 @@ const PREFETCH_AHEAD: usize = 2048;
 /// the build before, four pairs: 1.44x - 1.60x before, 1.28x - 1.50x
 /// after (pinned, three pairs: 1.41x - 1.56x, 1.30x - 1.51x);
 /// `writer_push` 1.10x - 1.20x before, 1.05x - 1.20x after
-/// (`docs/perf-log.md`, session 54). Not for a push into a slot written before: the same
-/// prefetch there moved `refill` within the noise (1.57x - 1.82x against
-/// 1.67x - 1.78x, three runs). A prefetch changes nothing a program can
-/// observe.
+/// (`docs/perf-log.md`, session 54). Not for a push into a slot written
+/// before: the same prefetch there moved `refill` within the noise
+/// (1.57x - 1.82x against 1.67x - 1.78x, three runs). A prefetch changes
+/// nothing a program can observe.
 #[inline(always)]
 fn prefetch_ahead<T: CellValue>(items: &[Slot<'_, T>], len: usize) {
     #[cfg(target_arch = "x86_64")]

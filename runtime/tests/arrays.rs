@@ -3,18 +3,16 @@
 //! each element is dropped once, filling stops cleanly, the heap limit is an
 //! `Err`, and lock writes into old objects keep minor cycles minor.
 
+mod support;
+
 use loam_runtime::{
     AllocErrorKind, CycleEvent, Gc, GcCell, GcLock, Mutation, Root, Rootable, Runtime,
     RuntimeBuilder, Trace,
 };
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-
-/// One runtime at a time: drop counts after `collect` (see collector.rs).
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    static SERIAL: Mutex<()> = Mutex::new(());
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
+// One runtime at a time: drop counts after `collect` (see collector.rs).
+use support::serial;
 
 fn rt() -> RuntimeBuilder {
     Runtime::builder().gc_threads(2).ignore_env().verify(true)

@@ -65,15 +65,12 @@ const LEN: u64 = 6;
 /// mark's end to overtake it (`the_lost_object_race_of_the_handshake_window`).
 const HOLD_STEPS: u32 = 100_000;
 
-/// The tests run one at a time: two of them make a call wait for another
-/// thread's calls, and cycles are serialized across the process (a cycle
-/// of one runtime that waits for such a call holds every other runtime's
-/// cycle back, and with it the call the other test waits for).
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
+// The tests run one at a time (`support::serial`): two of them make a
+// call wait for another thread's calls, and cycles are serialized across
+// the process (a cycle of one runtime that waits for such a call holds
+// every other runtime's cycle back, and with it the call the other test
+// waits for).
+use support::serial;
 
 /// Aborts the process, naming `what`, unless dropped within five minutes.
 /// Some tests here wait for other threads, and a deadlock is their failure:

@@ -6,7 +6,7 @@
 
 mod support;
 
-use loam_runtime::{Runtime, Trace};
+use loam_runtime::{Runtime, RuntimeBuilder, Trace};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -111,15 +111,17 @@ fn churn(rt: &Runtime) -> usize {
     peak
 }
 
+/// One GC thread (one finalizer behind it, as every runtime has), the
+/// environment ignored: each test adds its heap bound.
+fn runtime() -> RuntimeBuilder {
+    Runtime::builder().ignore_env().gc_threads(1)
+}
+
 #[test]
 fn the_heap_limit_counts_objects_waiting_for_their_destructors() {
     let _serial = support::serial();
     const LIMIT: usize = 16 << 20;
-    let rt = Runtime::builder()
-        .ignore_env()
-        .gc_threads(1)
-        .heap_limit(LIMIT)
-        .build();
+    let rt = runtime().heap_limit(LIMIT).build();
     // The destructors take the finalizer about 2 s in all: far slower
     // than the mutators make them, so without the brake the backlog alone
     // passes the limit (heap and backlog 53 - 56 MB).
@@ -140,11 +142,7 @@ fn pacing_counts_objects_waiting_for_their_destructors() {
     // twice the goal (with the 4 MiB minimum heap, 8 MiB while nothing is
     // live), plus what is left of a sweep's batch for the finalizer (at
     // most the heap that cycle swept) and a call's allocation per mutator.
-    let rt = Runtime::builder()
-        .ignore_env()
-        .gc_threads(1)
-        .min_heap(4 << 20)
-        .build();
+    let rt = runtime().min_heap(4 << 20).build();
     let peak = churn(&rt);
     // 8 MiB, a batch of about as much, the brake's 1 MiB and slack:
     // without the brake, 52 - 55 MB.
@@ -164,11 +162,7 @@ fn an_allocation_at_the_limit_waits_inside_its_call_for_the_destructors() {
     // call begins; its allocations meet the limit with the backlog in it,
     // and wait inside the call for the finalizer to cut it.
     const LIMIT: usize = 16 << 20;
-    let rt = Runtime::builder()
-        .ignore_env()
-        .gc_threads(1)
-        .heap_limit(LIMIT)
-        .build();
+    let rt = runtime().heap_limit(LIMIT).build();
     let drops = Arc::new(AtomicUsize::new(0));
     let mut m = rt.attach();
     for _ in 0..10 {
@@ -222,11 +216,7 @@ fn a_destructor_blocked_on_the_braked_thread_does_not_hang_it() {
     // ever (the watchdog, `support::within`, would fail the test). It
     // gives up once the finalizer has finished no object for its
     // patience, and waits no more until the finalizer moves.
-    let rt = Runtime::builder()
-        .ignore_env()
-        .gc_threads(1)
-        .min_heap(4 << 20)
-        .build();
+    let rt = runtime().min_heap(4 << 20).build();
     let drops = Arc::new(AtomicUsize::new(0));
     struct GateDrop(Arc<Mutex<()>>, Arc<AtomicUsize>);
     impl Drop for GateDrop {

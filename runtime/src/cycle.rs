@@ -96,6 +96,11 @@ pub(crate) struct Generations {
     goal: usize,
     /// Whether a full cycle ever ran (the first cycle is full).
     started: bool,
+    /// How far the heap grows past the trigger before a cycle's mark ends,
+    /// smoothed over the cycles that passed it (`note_runway`): what the
+    /// mutators allocate while the cycle waits for the calls under way and
+    /// marks. The trigger is set that much below the goal (`trigger`).
+    runway: usize,
 }
 
 impl Generations {
@@ -113,6 +118,42 @@ impl Generations {
     /// cycle left between the live size and the goal.
     fn full_due(&self) -> bool {
         !self.started || self.old > self.live + (self.goal.saturating_sub(self.live)) / 2
+    }
+
+    /// A cycle asked for at the trigger ended its mark with the heap
+    /// `grown` bytes past it. A longer runway counts at once; a shorter
+    /// one halves the distance, so that one cycle with little to wait for
+    /// does not put the next trigger back at the goal.
+    fn note_runway(&mut self, grown: usize) {
+        self.runway = if grown >= self.runway {
+            grown
+        } else {
+            self.runway - (self.runway - grown) / 2
+        };
+    }
+
+    /// Where the next cycle is asked for, before the mutators' credit
+    /// (`Shared::credited`): the runway below the goal, so that the heap
+    /// peaks near the goal rather than a runway past it (the goal is the
+    /// peak aimed at, as Go's pacer sets its trigger). Never below halfway
+    /// from the live size to the goal, so the cycles stay as rare as half
+    /// the headroom allows, nor below the minimum heap: a goal there is
+    /// its own trigger, which keeps a small program's cycles as few as the
+    /// minimum heap promises. `usize::MAX` with the goal off.
+    ///
+    /// Why: at binary-trees depth 21 each call builds a tree of up to 50
+    /// MB, and a cycle asked for during one waits for it to end before it
+    /// can free anything, so with the trigger at the goal the heap peaked
+    /// up to a tree past it (`docs/perf-log.md`, session 55).
+    fn trigger(&self, config: &crate::options::Config) -> usize {
+        if self.goal == usize::MAX {
+            return usize::MAX;
+        }
+        let halfway = self.live + self.goal.saturating_sub(self.live) / 2;
+        self.goal
+            .saturating_sub(self.runway)
+            .max(halfway)
+            .max(config.min_heap.min(self.goal))
     }
 }
 
@@ -1099,8 +1140,15 @@ impl<'a> Cycle<'a> {
         // sweep.) The sweep takes its garbage off as it goes, claim by
         // claim (`Shared::sweep_freed`), so during the sweep this asks a
         // little later than that; no cycle can begin before the sweep
-        // ends anyway, and then the trigger is the goal (`event`).
+        // ends anyway, and then the trigger is set from the goal (`event`,
+        // `Generations::trigger`).
         let heap_at_end = shared.heap_used.load(Ordering::Relaxed);
+        // The runway, from a cycle the heap asked for: a forced one, or
+        // one for large objects, can begin below the trigger.
+        let trigger = shared.next_goal.load(Ordering::Relaxed);
+        if !self.forced && heap_at_end > trigger {
+            gen.note_runway(heap_at_end - trigger);
+        }
         // Large objects made since count towards the next large-object
         // trigger (`Mutator::count_large`), which stays off until this
         // cycle's sweep has said whether it found large ones dead (`event`):
@@ -1264,9 +1312,10 @@ impl<'a> Cycle<'a> {
     ) -> (CycleEvent, Vec<String>) {
         let shared = self.shared;
         // The garbage is off `heap_used` now (first, so that the lower
-        // trigger never meets the unswept count): the trigger is the goal
-        // itself.
-        shared.next_goal.store(goal, Ordering::Relaxed);
+        // trigger never meets the unswept count): the trigger is the
+        // runway below the goal (`Generations::trigger`).
+        let trigger = shared.credited(gen.trigger(&shared.config));
+        shared.next_goal.store(trigger, Ordering::Relaxed);
         // Large objects ask for cycles of their own while cycles find them
         // dead (`Mutator::count_large`).
         shared
@@ -1302,7 +1351,7 @@ impl<'a> Cycle<'a> {
             stats.objects_freed += swept.objects;
             stats.bytes_swept_by_mutators += self.swept_by_mutators as u64;
             stats.live_size = gen.live;
-            stats.next_goal = goal;
+            stats.next_goal = trigger;
             let held = shared.holds.take_since_event();
             let event = CycleEvent {
                 cycle: stats.cycles,
@@ -1330,7 +1379,8 @@ impl<'a> Cycle<'a> {
                 bytes_freed: swept.bytes,
                 objects_freed: swept.objects,
                 bytes_swept_by_mutators: self.swept_by_mutators,
-                next_goal: goal,
+                next_goal: trigger,
+                goal,
                 pace_goal: shared.pace_goal.load(Ordering::Relaxed),
                 old_bytes: gen.old,
                 gc_threads: self.pool.current_num_threads(),
@@ -1484,5 +1534,38 @@ mod tests {
         // A finished mark's zero stays; the floor is a quarter.
         assert_eq!(retuned_ratio(0, 96 * mib, 384 * mib, 117 * mib), None);
         assert_eq!(assist_ratio_for(mib, 1 << 40, 0), 256);
+    }
+
+    /// The trigger sits the runway below the goal, no lower than halfway
+    /// from the live size, nor than the minimum heap; a longer runway
+    /// counts at once and a shorter one halves the distance.
+    #[test]
+    fn the_trigger_leaves_the_runway_below_the_goal() {
+        let mib = 1 << 20;
+        let config = crate::options::Config {
+            min_heap: 32 * mib,
+            ..Default::default()
+        };
+        let mut gen = Generations::default();
+        gen.rebase(96 * mib, &config);
+        gen.started = true;
+        assert_eq!(gen.goal, 192 * mib);
+        assert_eq!(gen.trigger(&config), 192 * mib, "no runway yet");
+        gen.note_runway(30 * mib);
+        assert_eq!(gen.trigger(&config), 162 * mib);
+        gen.note_runway(10 * mib);
+        assert_eq!(gen.runway, 20 * mib, "a shorter runway halves the distance");
+        gen.note_runway(200 * mib);
+        assert_eq!(gen.trigger(&config), 144 * mib, "halfway from the live size");
+        // A goal at the minimum heap is its own trigger.
+        gen.rebase(4 * mib, &config);
+        assert_eq!(gen.trigger(&config), 32 * mib);
+        // The goal off.
+        let off = crate::options::Config {
+            gc_percent: u32::MAX,
+            ..config
+        };
+        gen.rebase(96 * mib, &off);
+        assert_eq!(gen.trigger(&off), usize::MAX);
     }
 }

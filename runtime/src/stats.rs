@@ -91,8 +91,17 @@ pub struct CycleEvent {
     /// Of `bytes_freed`, what mutators swept: a mutator that pacing holds
     /// while the sweep runs sweeps pages of it rather than wait for it.
     pub bytes_swept_by_mutators: usize,
-    /// The heap size that triggers the next cycle.
+    /// The heap size that triggers the next cycle: `goal` less what the
+    /// heap grew by during the last cycles, from their trigger to their
+    /// mark's end, so that the next cycle's heap peaks near `goal`; never
+    /// lower than halfway from the live size to `goal`, nor than the
+    /// minimum heap.
     pub next_goal: usize,
+    /// The heap goal after the cycle: the gc percent over the live size
+    /// the last full cycle measured, at least the minimum heap (and with
+    /// room for the mutators' unspent credit), `usize::MAX` with the goal
+    /// off. The heap is meant to peak there.
+    pub goal: usize,
     /// The goal pacing counts from after the cycle: a mutator helps or
     /// waits once the heap reaches twice it (or seven eighths of the heap
     /// limit). `next_goal` after a full cycle whose mark completed; after a minor one it can be
@@ -130,7 +139,8 @@ pub struct CycleEvent {
 /// objects)` for one the large objects made since the last mark asked for. A sweep that
 /// mutators helped has ` (1.5 MB by mutators)` after its time. A full cycle that
 /// cleared its marks before the stop has `clear 0.300 concurrent, ` before
-/// `stop`; a pace goal above the goal follows it: `24.0 MB goal (pace 64.0)`.
+/// `stop`; a trigger below the goal follows it, `24.0 MB goal (trigger 18.0)`,
+/// then a pace goal above the goal: `24.0 MB goal (pace 64.0)`.
 impl fmt::Display for CycleEvent {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
@@ -181,11 +191,14 @@ impl fmt::Display for CycleEvent {
             mb(self.bytes_marked),
             mb(self.old_bytes),
         )?;
-        if self.next_goal == usize::MAX {
+        if self.goal == usize::MAX {
             write!(f, "off goal")?;
         } else {
-            write!(f, "{:.1} MB goal", mb(self.next_goal))?;
-            if self.pace_goal > self.next_goal {
+            write!(f, "{:.1} MB goal", mb(self.goal))?;
+            if self.next_goal < self.goal {
+                write!(f, " (trigger {:.1})", mb(self.next_goal))?;
+            }
+            if self.pace_goal > self.goal {
                 write!(f, " (pace {:.1})", mb(self.pace_goal))?;
             }
         }

@@ -395,6 +395,57 @@ fn a_minor_cycle_with_remembered_objects_leaves_the_pace_goal_alone() {
     assert_eq!(e.pace_goal, e.next_goal, "{e}");
 }
 
+/// The trigger comes down from the goal by what the heap grew during the
+/// last cycles: each call here builds a 3 MiB tree and drops it, over 12
+/// MiB of live nodes (a 24 MiB goal over a 4 MiB minimum heap), and a
+/// cycle asked for in a call begins tracing only once the call has ended,
+/// so each mark ends with the heap past the trigger. The trigger never
+/// goes lower than halfway from the live size to the goal.
+#[test]
+fn the_trigger_comes_down_by_the_runway() {
+    let events = Arc::new(Mutex::new(Vec::new()));
+    let log = events.clone();
+    let rt = Runtime::builder()
+        .ignore_env()
+        .min_heap(4 << 20)
+        .on_cycle(move |e| log.lock().unwrap().push(e.clone()))
+        .build();
+    let mut m = rt.attach();
+    let _live: Root<TreeRoot> = m.mutate(|mc| mc.root(node_tree(mc, 18)));
+    m.collect();
+    let live = rt.stats().live_size;
+    assert!(live >= 11 << 20, "{:?}", rt.stats());
+    let before = events.lock().unwrap().len();
+    for _ in 0..200 {
+        m.mutate(|mc| {
+            node_tree(mc, 16);
+        });
+        let done = events.lock().unwrap()[before..]
+            .iter()
+            .filter(|e| !e.forced)
+            .count();
+        if done >= 8 {
+            break;
+        }
+    }
+    let events = events.lock().unwrap()[before..].to_vec();
+    assert!(
+        events.len() >= 8,
+        "{} cycles: {:?}",
+        events.len(),
+        rt.stats()
+    );
+    for e in &events {
+        assert!(e.next_goal <= e.goal, "{e}");
+        assert!(e.next_goal >= live + (e.goal - live) / 2, "{e}");
+    }
+    assert!(
+        events.iter().any(|e| e.next_goal < e.goal),
+        "the trigger stayed at the goal: {}",
+        events.last().unwrap()
+    );
+}
+
 /// A minimum heap of 0 is raised to the floor: with the goal at 0, the
 /// heap (which counts each mutator's unspent credit) was at its pace point
 /// whenever a call took more credit, and each of these calls, which take

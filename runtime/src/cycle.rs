@@ -1313,8 +1313,10 @@ impl<'a> Cycle<'a> {
         let shared = self.shared;
         // The garbage is off `heap_used` now (first, so that the lower
         // trigger never meets the unswept count): the trigger is the
-        // runway below the goal (`Generations::trigger`).
-        let trigger = shared.credited(gen.trigger(&shared.config));
+        // runway below the goal (`Generations::trigger`), counted from the
+        // goal with the mutators' credit as `resume` took it.
+        let below = gen.goal.saturating_sub(gen.trigger(&shared.config));
+        let trigger = goal.saturating_sub(below);
         shared.next_goal.store(trigger, Ordering::Relaxed);
         // Large objects ask for cycles of their own while cycles find them
         // dead (`Mutator::count_large`).

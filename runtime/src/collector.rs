@@ -2,7 +2,7 @@
 //! threads (a `loam-threadpool` pool) that mark and sweep in parallel.
 //!
 //! A cycle's phases are in `cycle.rs`. The coordinator runs them on
-//! demand (a goal reached, `collect`, the heap limit), then, outside the
+//! demand (the trigger reached, `collect`, the heap limit), then, outside the
 //! cycle lock, the `on_cycle` hook.
 //!
 //! The side bitmaps belong to the heap's pages, which every runtime in the

@@ -96,11 +96,13 @@ pub(crate) struct Generations {
     goal: usize,
     /// Whether a full cycle ever ran (the first cycle is full).
     started: bool,
-    /// How far the heap grows past the trigger before a cycle's mark ends,
-    /// smoothed over the cycles that passed it (`note_runway`): what the
-    /// mutators allocate while the cycle waits for the calls under way and
-    /// marks. The trigger is set that much below the goal (`trigger`).
+    /// How far the heap grows past the trigger before a cycle's mark ends
+    /// (`note_runway`): what the mutators allocate while the cycle waits
+    /// for the calls under way and marks. The trigger is set that much
+    /// below the goal (`trigger`).
     runway: usize,
+    /// The last cycle's measure of it (`note_runway`).
+    last_grown: usize,
 }
 
 impl Generations {
@@ -120,16 +122,17 @@ impl Generations {
         !self.started || self.old > self.live + (self.goal.saturating_sub(self.live)) / 2
     }
 
-    /// A cycle asked for at the trigger ended its mark with the heap
-    /// `grown` bytes past it. A longer runway counts at once; a shorter
-    /// one halves the distance, so that one cycle with little to wait for
-    /// does not put the next trigger back at the goal.
+    /// A cycle ended its mark with the heap `grown` bytes past the
+    /// trigger. The runway is the smaller of the last two such measures:
+    /// a call that builds a large structure once (a program's setup, a
+    /// tree built and dropped) makes one long one, which then lowers no
+    /// trigger, while calls that keep doing so make them in a row. (Taken
+    /// at once and halved after, one such call held the trigger at its
+    /// floor for the cycles after it, which then ran twice as often:
+    /// `docs/perf-log.md`, session 55.)
     fn note_runway(&mut self, grown: usize) {
-        self.runway = if grown >= self.runway {
-            grown
-        } else {
-            self.runway - (self.runway - grown) / 2
-        };
+        self.runway = grown.min(self.last_grown);
+        self.last_grown = grown;
     }
 
     /// Where the next cycle is asked for, before the mutators' credit
@@ -141,10 +144,11 @@ impl Generations {
     /// its own trigger, which keeps a small program's cycles as few as the
     /// minimum heap promises. `usize::MAX` with the goal off.
     ///
-    /// Why: at binary-trees depth 21 each call builds a tree of up to 50
-    /// MB, and a cycle asked for during one waits for it to end before it
-    /// can free anything, so with the trigger at the goal the heap peaked
-    /// up to a tree past it (`docs/perf-log.md`, session 55).
+    /// Why: a cycle asked for during a call begins tracing only once the
+    /// call has ended, and frees nothing before, so the heap grows past
+    /// the trigger by what the calls under way allocate meanwhile (a
+    /// program that builds a large structure per call, binary-trees at
+    /// depth 21, most; `docs/perf-log.md`, session 55).
     fn trigger(&self, config: &crate::options::Config) -> usize {
         if self.goal == usize::MAX {
             return usize::MAX;
@@ -1134,8 +1138,8 @@ impl<'a> Cycle<'a> {
         let goal = shared.credited(gen.goal);
         // Until the sweep has taken its garbage off `heap_used`, the
         // trigger counts from the heap as the mark ended: the next cycle
-        // is asked for once `goal - live` bytes were allocated since, as it
-        // would be after the sweep. (Setting `goal` itself here would ask
+        // is asked for once `goal - old` bytes were allocated since, about
+        // as it would be after the sweep. (Setting `goal` itself here would ask
         // for a second cycle at once whenever mutators allocate during the
         // sweep.) The sweep takes its garbage off as it goes, claim by
         // claim (`Shared::sweep_freed`), so during the sweep this asks a
@@ -1143,8 +1147,8 @@ impl<'a> Cycle<'a> {
         // ends anyway, and then the trigger is set from the goal (`event`,
         // `Generations::trigger`).
         let heap_at_end = shared.heap_used.load(Ordering::Relaxed);
-        // The runway, from a cycle the heap asked for: a forced one, or
-        // one for large objects, can begin below the trigger.
+        // The runway, from a cycle that ended its mark past the trigger:
+        // a forced one, which can begin anywhere, measures nothing.
         let trigger = shared.next_goal.load(Ordering::Relaxed);
         if !self.forced && heap_at_end > trigger {
             gen.note_runway(heap_at_end - trigger);
@@ -1539,8 +1543,8 @@ mod tests {
     }
 
     /// The trigger sits the runway below the goal, no lower than halfway
-    /// from the live size, nor than the minimum heap; a longer runway
-    /// counts at once and a shorter one halves the distance.
+    /// from the live size, nor than the minimum heap; the runway is the
+    /// smaller of the last two measures.
     #[test]
     fn the_trigger_leaves_the_runway_below_the_goal() {
         let mib = 1 << 20;
@@ -1554,9 +1558,13 @@ mod tests {
         assert_eq!(gen.goal, 192 * mib);
         assert_eq!(gen.trigger(&config), 192 * mib, "no runway yet");
         gen.note_runway(30 * mib);
+        assert_eq!(gen.trigger(&config), 192 * mib, "one long runway alone");
+        gen.note_runway(30 * mib);
         assert_eq!(gen.trigger(&config), 162 * mib);
         gen.note_runway(10 * mib);
-        assert_eq!(gen.runway, 20 * mib, "a shorter runway halves the distance");
+        assert_eq!(gen.trigger(&config), 182 * mib, "a shorter one at once");
+        gen.note_runway(200 * mib);
+        assert_eq!(gen.trigger(&config), 182 * mib);
         gen.note_runway(200 * mib);
         assert_eq!(gen.trigger(&config), 144 * mib, "halfway from the live size");
         // A goal at the minimum heap is its own trigger.

@@ -151,9 +151,12 @@
 //!   sweep already freed) unless the type opts in with an unsafe attribute.
 //!
 //! # Collector: parallel mark, concurrent past a pause budget; concurrent sweep
-//! 1. A cycle starts when the managed heap exceeds the goal, `gc_percent`
-//!    over the last live size (never below the minimum heap, unless a heap
-//!    limit keeps it lower: see "Pacing past the heap limit"), or on
+//! 1. A cycle starts when the managed heap reaches its trigger: the goal,
+//!    `gc_percent` over the last live size (never below the minimum heap,
+//!    unless a heap limit keeps it lower: see "Pacing past the heap
+//!    limit"), less how far the heap grew past the trigger during recent
+//!    cycles (no lower than halfway from the live size; `Generations::
+//!    trigger`), so that the heap peaks near the goal; or on
 //!    `collect()`; or sooner once the large objects (past 128 KiB) made
 //!    since the last mark pass an eighth of the goal, while the last cycle
 //!    freed at least half that of them (`Mutator::count_large`: the sweep's freed

@@ -140,8 +140,9 @@ pub(crate) struct Shared {
     /// not) when the cycle ends (`Cycle::event`): off during a sweep.
     /// Relaxed: a hint.
     pub(crate) large_armed: AtomicBool,
-    /// The goal pacing counts from: the last full cycle's goal (`next_goal`
-    /// is lower while a sweep runs), raised while a mark finds live data
+    /// The goal pacing counts from: the last full cycle's goal (which
+    /// `next_goal`, the trigger, sits up to half the headroom below, and
+    /// may pass while a sweep runs), raised while a mark finds live data
     /// past it (`saw_live`): a mutator that finds the heap where pacing begins for it
     /// (`pace_at`: twice it, or less under a heap limit) pays for what it
     /// allocates in marking, or waits for the cycle when there is no mark

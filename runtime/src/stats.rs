@@ -95,16 +95,17 @@ pub struct CycleEvent {
     /// heap grew by during the last cycles, from their trigger to their
     /// mark's end, so that the next cycle's heap peaks near `goal`; never
     /// lower than halfway from the live size to `goal`, nor than the
-    /// minimum heap.
+    /// minimum heap (`goal` itself when that is lower).
     pub next_goal: usize,
     /// The heap goal after the cycle: the gc percent over the live size
-    /// the last full cycle measured, at least the minimum heap (and with
-    /// room for the mutators' unspent credit), `usize::MAX` with the goal
-    /// off. The heap is meant to peak there.
+    /// the last full cycle measured, at least the minimum heap unless a
+    /// heap limit holds it lower (and with room for the mutators' unspent
+    /// credit), `usize::MAX` with the goal off. The heap is meant to peak
+    /// there.
     pub goal: usize,
     /// The goal pacing counts from after the cycle: a mutator helps or
     /// waits once the heap reaches twice it (or seven eighths of the heap
-    /// limit). `next_goal` after a full cycle whose mark completed; after a minor one it can be
+    /// limit). `goal` after a full cycle whose mark completed; after a minor one it can be
     /// higher: the goal for the live data a mark found, when that is more
     /// than the last full cycle measured (a structure built in one call),
     /// until the next full cycle.

@@ -126,10 +126,10 @@ impl Generations {
     /// trigger. The runway is the smaller of the last two such measures:
     /// a call that builds a large structure once (a program's setup, a
     /// tree built and dropped) makes one long one, which then lowers no
-    /// trigger, while calls that keep doing so make them in a row. (Taken
-    /// at once and halved after, one such call held the trigger at its
-    /// floor for the cycles after it, which then ran twice as often:
-    /// `docs/perf-log.md`, session 55.)
+    /// trigger, while calls that keep doing so make them in a row. (A
+    /// runway taken at once and halved after would hold the trigger at its
+    /// floor for several cycles after one such call, cycles that then run
+    /// twice as often: `docs/perf-log.md`, session 55.)
     fn note_runway(&mut self, grown: usize) {
         self.runway = grown.min(self.last_grown);
         self.last_grown = grown;

@@ -91,9 +91,10 @@ pub struct CycleEvent {
     /// Of `bytes_freed`, what mutators swept: a mutator that pacing holds
     /// while the sweep runs sweeps pages of it rather than wait for it.
     pub bytes_swept_by_mutators: usize,
-    /// The heap size that triggers the next cycle: `goal` less what the
-    /// heap grew by during the last cycles, from their trigger to their
-    /// mark's end, so that the next cycle's heap peaks near `goal`; never
+    /// The heap size that triggers the next cycle: `goal` less how far the
+    /// heap grew past the trigger by the end of a cycle's mark (the
+    /// smaller of the last two cycles' measures), so that the next cycle's
+    /// heap peaks near `goal`; never
     /// lower than halfway from the live size to `goal`, nor than the
     /// minimum heap (`goal` itself when that is lower).
     pub next_goal: usize,

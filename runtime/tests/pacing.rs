@@ -70,6 +70,7 @@ fn tree<'gc>(mc: &loam_runtime::Mutation<'gc>, depth: u32) -> Gc<'gc, Slow<'gc>>
 
 #[test]
 fn mutators_finish_a_mark_the_gc_threads_are_too_slow_for() {
+    let _serial = support::serial();
     // Every cycle full, so that every cycle marks the slow tree again.
     let rt = Runtime::builder()
         .ignore_env()
@@ -133,6 +134,7 @@ fn mutators_finish_a_mark_the_gc_threads_are_too_slow_for() {
 #[cfg(target_os = "linux")]
 #[test]
 fn the_heap_bound_holds_with_the_gc_thread_sharing_a_busy_cpu() {
+    let _serial = support::serial();
     let done = Arc::new(AtomicBool::new(false));
     let t = {
         let done = done.clone();
@@ -300,6 +302,7 @@ type Cell = Rootable!['gc => loam_runtime::GcLock<'gc, Option<Gc<'gc, Node<'gc>>
 /// the tree was let go. With `ragged`, the cycles begin and end their
 /// marks without stopping the world.
 fn burst(store: bool, ragged: bool) -> (loam_runtime::CycleEvent, loam_runtime::CycleEvent) {
+    let _serial = support::serial();
     let events = Arc::new(Mutex::new(Vec::new()));
     let log = events.clone();
     let rt = Runtime::builder()
@@ -403,6 +406,7 @@ fn a_minor_cycle_with_remembered_objects_leaves_the_pace_goal_alone() {
 /// goes lower than halfway from the live size to the goal.
 #[test]
 fn the_trigger_comes_down_by_the_runway() {
+    let _serial = support::serial();
     let events = Arc::new(Mutex::new(Vec::new()));
     let log = events.clone();
     let rt = Runtime::builder()

@@ -99,7 +99,7 @@ pub(crate) struct Generations {
     /// How far the heap grows past the trigger before a cycle's mark ends
     /// (`note_runway`): what the mutators allocate while the cycle waits
     /// for the calls under way and marks. The trigger is set that much
-    /// below the goal (`trigger`).
+    /// below the goal (`trigger_lead`).
     runway: usize,
     /// The last cycle's measure of it (`note_runway`).
     last_grown: usize,
@@ -135,29 +135,27 @@ impl Generations {
         self.last_grown = grown;
     }
 
-    /// Where the next cycle is asked for, before the mutators' credit
-    /// (`Shared::credited`): the runway below the goal, so that the heap
-    /// peaks near the goal rather than a runway past it (the goal is the
-    /// peak aimed at, as Go's pacer sets its trigger). Never below halfway
-    /// from the live size to the goal, so the cycles stay as rare as half
-    /// the headroom allows, nor below the minimum heap: a goal there is
-    /// its own trigger, which keeps a small program's cycles as few as the
-    /// minimum heap promises. `usize::MAX` with the goal off.
+    /// How far below the goal the next cycle is asked for: the runway, so
+    /// that the heap peaks near the goal rather than a runway past it (the
+    /// goal is the peak aimed at, as Go's pacer sets its trigger). The
+    /// trigger stays at least halfway from the live size to the goal, so
+    /// the cycles stay as rare as half the headroom allows, and at least
+    /// the minimum heap: a goal there is its own trigger, which keeps a
+    /// small program's cycles as few as the minimum heap promises. 0 with
+    /// the goal off.
     ///
     /// Why: a cycle asked for during a call begins tracing only once the
     /// call has ended, and frees nothing before, so the heap grows past
     /// the trigger by what the calls under way allocate meanwhile (a
     /// program that builds a large structure per call, binary-trees at
     /// depth 21, most; `docs/perf-log.md`, session 55).
-    fn trigger(&self, config: &crate::options::Config) -> usize {
+    fn trigger_lead(&self, config: &crate::options::Config) -> usize {
         if self.goal == usize::MAX {
-            return usize::MAX;
+            return 0;
         }
         let halfway = self.live + self.goal.saturating_sub(self.live) / 2;
-        self.goal
-            .saturating_sub(self.runway)
-            .max(halfway)
-            .max(config.min_heap.min(self.goal))
+        let floor = halfway.max(config.min_heap).min(self.goal);
+        self.runway.min(self.goal - floor)
     }
 }
 
@@ -1145,7 +1143,7 @@ impl<'a> Cycle<'a> {
         // claim (`Shared::sweep_freed`), so during the sweep this asks a
         // little later than that; no cycle can begin before the sweep
         // ends anyway, and then the trigger is set from the goal (`event`,
-        // `Generations::trigger`).
+        // `Generations::trigger_lead`).
         let heap_at_end = shared.heap_used.load(Ordering::Relaxed);
         // The runway, from a cycle that ended its mark past the trigger:
         // a forced one, which can begin anywhere, measures nothing.
@@ -1317,10 +1315,9 @@ impl<'a> Cycle<'a> {
         let shared = self.shared;
         // The garbage is off `heap_used` now (first, so that the lower
         // trigger never meets the unswept count): the trigger is the
-        // runway below the goal (`Generations::trigger`), counted from the
-        // goal with the mutators' credit as `resume` took it.
-        let below = gen.goal.saturating_sub(gen.trigger(&shared.config));
-        let trigger = goal.saturating_sub(below);
+        // runway below the goal (`Generations::trigger_lead`), counted from
+        // the goal with the mutators' credit as `resume` took it.
+        let trigger = goal.saturating_sub(gen.trigger_lead(&shared.config));
         shared.next_goal.store(trigger, Ordering::Relaxed);
         // Large objects ask for cycles of their own while cycles find them
         // dead (`Mutator::count_large`).
@@ -1556,26 +1553,27 @@ mod tests {
         gen.rebase(96 * mib, &config);
         gen.started = true;
         assert_eq!(gen.goal, 192 * mib);
-        assert_eq!(gen.trigger(&config), 192 * mib, "no runway yet");
+        let trigger = |gen: &Generations| gen.goal - gen.trigger_lead(&config);
+        assert_eq!(trigger(&gen), 192 * mib, "no runway yet");
         gen.note_runway(30 * mib);
-        assert_eq!(gen.trigger(&config), 192 * mib, "one long runway alone");
+        assert_eq!(trigger(&gen), 192 * mib, "one long runway alone");
         gen.note_runway(30 * mib);
-        assert_eq!(gen.trigger(&config), 162 * mib);
+        assert_eq!(trigger(&gen), 162 * mib);
         gen.note_runway(10 * mib);
-        assert_eq!(gen.trigger(&config), 182 * mib, "a shorter one at once");
+        assert_eq!(trigger(&gen), 182 * mib, "a shorter one at once");
         gen.note_runway(200 * mib);
-        assert_eq!(gen.trigger(&config), 182 * mib);
+        assert_eq!(trigger(&gen), 182 * mib);
         gen.note_runway(200 * mib);
-        assert_eq!(gen.trigger(&config), 144 * mib, "halfway from the live size");
+        assert_eq!(trigger(&gen), 144 * mib, "halfway from the live size");
         // A goal at the minimum heap is its own trigger.
         gen.rebase(4 * mib, &config);
-        assert_eq!(gen.trigger(&config), 32 * mib);
+        assert_eq!(trigger(&gen), 32 * mib);
         // The goal off.
         let off = crate::options::Config {
             gc_percent: u32::MAX,
             ..config
         };
         gen.rebase(96 * mib, &off);
-        assert_eq!(gen.trigger(&off), usize::MAX);
+        assert_eq!(gen.trigger_lead(&off), 0);
     }
 }

@@ -156,7 +156,7 @@
 //!    unless a heap limit keeps it lower: see "Pacing past the heap
 //!    limit"), less how far the heap grew past the trigger during recent
 //!    cycles (no lower than halfway from the live size; `Generations::
-//!    trigger`), so that the heap peaks near the goal; or on
+//!    trigger_lead`), so that the heap peaks near the goal; or on
 //!    `collect()`; or sooner once the large objects (past 128 KiB) made
 //!    since the last mark pass an eighth of the goal, while the last cycle
 //!    freed at least half that of them (`Mutator::count_large`: the sweep's freed

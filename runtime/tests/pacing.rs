@@ -287,6 +287,22 @@ fn node_tree<'gc>(mc: &loam_runtime::Mutation<'gc>, depth: u32) -> Gc<'gc, Node<
     })
 }
 
+/// `builder` with an `on_cycle` hook that keeps every cycle's event in the
+/// list it returns.
+fn logging_cycles(
+    builder: loam_runtime::RuntimeBuilder,
+) -> (
+    loam_runtime::RuntimeBuilder,
+    Arc<Mutex<Vec<loam_runtime::CycleEvent>>>,
+) {
+    let events = Arc::new(Mutex::new(Vec::new()));
+    let log = events.clone();
+    (
+        builder.on_cycle(move |e| log.lock().unwrap().push(e.clone())),
+        events,
+    )
+}
+
 type TreeRoot = Rootable!['gc => Node<'gc>];
 type Cell = Rootable!['gc => loam_runtime::GcLock<'gc, Option<Gc<'gc, Node<'gc>>>>];
 
@@ -303,14 +319,12 @@ type Cell = Rootable!['gc => loam_runtime::GcLock<'gc, Option<Gc<'gc, Node<'gc>>
 /// marks without stopping the world.
 fn burst(store: bool, ragged: bool) -> (loam_runtime::CycleEvent, loam_runtime::CycleEvent) {
     let _serial = support::serial();
-    let events = Arc::new(Mutex::new(Vec::new()));
-    let log = events.clone();
-    let rt = Runtime::builder()
+    let (builder, events) = logging_cycles(Runtime::builder());
+    let rt = builder
         .gc_threads(2)
         .ignore_env()
         .min_heap(4 << 20)
         .ragged_handshakes(ragged)
-        .on_cycle(move |e| log.lock().unwrap().push(e.clone()))
         .build();
     let mut m = rt.attach();
     let cell: Root<Cell> = m.mutate(|mc| mc.root(mc.alloc(loam_runtime::GcLock::new(None))));
@@ -407,13 +421,8 @@ fn a_minor_cycle_with_remembered_objects_leaves_the_pace_goal_alone() {
 #[test]
 fn the_trigger_comes_down_by_the_runway() {
     let _serial = support::serial();
-    let events = Arc::new(Mutex::new(Vec::new()));
-    let log = events.clone();
-    let rt = Runtime::builder()
-        .ignore_env()
-        .min_heap(4 << 20)
-        .on_cycle(move |e| log.lock().unwrap().push(e.clone()))
-        .build();
+    let (builder, events) = logging_cycles(Runtime::builder());
+    let rt = builder.ignore_env().min_heap(4 << 20).build();
     let mut m = rt.attach();
     let _live: Root<TreeRoot> = m.mutate(|mc| mc.root(node_tree(mc, 18)));
     m.collect();

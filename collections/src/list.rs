@@ -37,17 +37,25 @@
 //! the length shrinks, so a push stores nothing more than the length).
 //! Every slot a reader (or the collector's trace) touches is below
 //! `filled`:
-//! - An array is replaced only when it is full (`len == capacity`: a push,
-//!   an insert or an extend that needs room), so every array but the
-//!   current one is initialised throughout, and a new array starts with
-//!   `filled` at the old capacity (the copied elements). Capacities only
+//! - An array is replaced (a push, an insert or an extend that needs room,
+//!   or a `reserve`) by one that holds copies of its slots below `filled`,
+//!   and the new array starts with that `filled`. So `filled` never
+//!   shrinks from one array to the next, and an array, once replaced,
+//!   keeps its slots below its last `filled` written. Capacities only
 //!   grow.
 //! - A reader that loaded length `l` got it from a store made while some
 //!   array `A` was current, after the slots below `l` of `A` were written
 //!   (release / acquire through the length cell), and then loads `A` or a
 //!   later array (`A` was installed before that store). In `A`, `l` is at
 //!   most what was filled when `l` was stored; in a later array, `l` is at
-//!   most `A`'s capacity, which its copied prefix covers.
+//!   most `A`'s `filled` when it was replaced, which the copied prefix of
+//!   each array since covers.
+//!
+//! For a full array (`len == filled`) the copy is of the elements in use.
+//! A `reserve` after pops has `len < filled`: a copy of the elements in
+//! use alone would leave uninitialised, in the new array, slots that a
+//! reader holding a length from before the pops may read (the loom
+//! model's `ReserveInUse` variant).
 //!
 //! So the first store into a slot at `filled` has no reader: the writer
 //! makes it a plain write of a whole cell. A slot below `filled` and past
@@ -581,6 +589,26 @@ impl<'a, 'gc, T: CellValue + Trace + 'gc> ListWriter<'a, 'gc, T> {
         self.view().1.get(index).map(GcCell::get)
     }
 
+    /// Makes room for `additional` more elements at least, as
+    /// [`GcList::reserve`].
+    ///
+    /// # Panics
+    /// At the heap limit (the list unchanged; see
+    /// [`try_reserve`](Self::try_reserve)).
+    pub fn reserve(&self, additional: usize) {
+        if let Err(e) = self.try_reserve(additional) {
+            alloc_failed("GcList::reserve", e);
+        }
+    }
+
+    /// As [`GcList::try_reserve`]: the heap-limit `Err` leaves the list
+    /// unchanged.
+    pub fn try_reserve(&self, additional: usize) -> Result<(), AllocError<()>> {
+        // Saturated, the allocation refuses it as a capacity overflow.
+        let need = self.len().saturating_add(additional);
+        self.list.grow_for(self, need).map(drop)
+    }
+
     /// Appends `value`.
     ///
     /// # Panics
@@ -701,6 +729,17 @@ impl<'a, 'gc, T: CellValue + Trace + 'gc> ListWriter<'a, 'gc, T> {
         shade_cut(self.mc, &used[used.len() - 1..]);
         self.set_len(used.len() - 1);
         Some(value)
+    }
+
+    /// Keeps the first `len` elements (nothing happens if there are fewer).
+    fn cut_to(&self, len: usize) {
+        let (_, used) = self.view();
+        if len >= used.len() {
+            return;
+        }
+        // Shaded before the cut (module docs).
+        shade_cut(self.mc, &used[len..]);
+        self.set_len(len);
     }
 
     /// Replaces element `index` with `value`; returns the old one.
@@ -848,10 +887,11 @@ impl<'a, 'gc, T: CellValue + Trace + 'gc> ListWriter<'a, 'gc, T> {
         };
     }
 
-    /// Installs a new backing array whose first `len` slots (the length)
-    /// hold the elements in use, and nothing else is written.
-    fn set_items(&self, array: Items<'gc, T>) {
-        self.set_high(0);
+    /// Installs a new backing array whose first `filled` slots are copies
+    /// of the current one's (the elements in use and the slots pops left),
+    /// and nothing else is written.
+    fn set_items(&self, array: Items<'gc, T>, filled: usize) {
+        self.set_high(filled);
         let cell = &self.list.obj.items;
         // The log was recorded (`new`); the array cell is reported by the
         // list's trace, after its log; the writer lock is held; and the
@@ -1071,17 +1111,29 @@ fn out_of_range(what: &str, index: usize, len: usize) -> ! {
 
 impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
     /// An empty list (it allocates its array on the first push).
+    ///
+    /// # Panics
+    /// At the heap limit (see [`try_new`](Self::try_new)).
     pub fn new(mc: &Mutation<'gc>) -> Self {
         Self::with_capacity(mc, 0)
     }
 
+    /// [`new`](Self::new), or the heap-limit `Err`.
+    pub fn try_new(mc: &Mutation<'gc>) -> Result<Self, AllocError<()>> {
+        let items = mc.try_alloc_from_iter(std::iter::empty())?;
+        Self::try_make(mc, items, 0, 0)
+    }
+
     /// An empty list whose first array, allocated on the first push, holds
-    /// `capacity` elements at least.
+    /// `capacity` elements at least. (To allocate it now, with the
+    /// heap-limit `Err` if it does not fit: [`try_new`](Self::try_new) and
+    /// [`try_reserve`](Self::try_reserve).)
     ///
     /// # Panics
     /// If `capacity` elements cannot fit in the address space ("capacity
     /// overflow", as `Vec::with_capacity`): here, not at the first push,
-    /// whose `try_` form would then return a capacity-overflow `Err`.
+    /// whose `try_` form would then return a capacity-overflow `Err`. At
+    /// the heap limit.
     pub fn with_capacity(mc: &Mutation<'gc>, capacity: usize) -> Self {
         let slot = std::mem::size_of::<Slot<'gc, T>>().max(1);
         // The array's header words too (a few words; 64 bytes is more).
@@ -1089,42 +1141,65 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
             capacity <= (isize::MAX as usize - 64) / slot,
             "loam-collections: GcList::with_capacity({capacity}): capacity overflow"
         );
-        let items = mc.alloc_from_iter(std::iter::empty());
-        GcList {
-            obj: mc.alloc(ListObj {
-                log: GcLog::new(),
-                cards: GcCards::with_slots(capacity),
-                len: GcCell::new(0),
-                items: GcCell::new(items),
-                high: AtomicUsize::new(0),
-                min_capacity: capacity,
-                writer: WriterLock::default(),
-            }),
-        }
+        mc.try_alloc_from_iter(std::iter::empty())
+            .and_then(|items| Self::try_make(mc, items, 0, capacity))
+            .unwrap_or_else(|e| alloc_failed("GcList::new", e))
     }
 
     /// A list holding copies of `items`, in one array of exactly that size.
+    ///
+    /// # Panics
+    /// At the heap limit (see [`try_from_slice`](Self::try_from_slice)).
     pub fn from_slice(mc: &Mutation<'gc>, items: &[T]) -> Self {
+        Self::try_from_slice(mc, items).unwrap_or_else(|e| alloc_failed("GcList::from_slice", e))
+    }
+
+    /// [`from_slice`](Self::from_slice), or the heap-limit `Err`.
+    pub fn try_from_slice(mc: &Mutation<'gc>, items: &[T]) -> Result<Self, AllocError<()>> {
         let array =
-            mc.alloc_from_iter(items.iter().map(|&x| Slot(MaybeUninit::new(GcCell::new(x)))));
-        GcList {
-            obj: mc.alloc(ListObj {
-                log: GcLog::new(),
-                cards: GcCards::with_slots(items.len()),
-                len: GcCell::new(items.len()),
-                items: GcCell::new(array),
-                high: AtomicUsize::new(0),
-                min_capacity: 0,
-                writer: WriterLock::default(),
-            }),
-        }
+            mc.try_alloc_from_iter(items.iter().map(|&x| Slot(MaybeUninit::new(GcCell::new(x)))))?;
+        Self::try_make(mc, array, items.len(), 0)
     }
 
     /// A list holding the items of `iter`, in order.
+    ///
+    /// # Panics
+    /// At the heap limit (see [`try_from_iter`](Self::try_from_iter)), or
+    /// if `iter` panics.
     pub fn from_iter(mc: &Mutation<'gc>, iter: impl IntoIterator<Item = T>) -> Self {
         let list = Self::new(mc);
         list.extend(mc, iter);
         list
+    }
+
+    /// [`from_iter`](Self::from_iter), or the heap-limit `Err` (see
+    /// [`try_extend`](Self::try_extend) for what it takes from `iter`).
+    ///
+    /// # Panics
+    /// If `iter` panics.
+    pub fn try_from_iter(mc: &Mutation<'gc>, iter: impl IntoIterator<Item = T>) -> Result<Self, AllocError<()>> {
+        let list = Self::try_new(mc)?;
+        list.try_extend(mc, iter)?;
+        Ok(list)
+    }
+
+    /// The list object over `items`, whose first `len` slots are written.
+    fn try_make(
+        mc: &Mutation<'gc>,
+        items: Items<'gc, T>,
+        len: usize,
+        min_capacity: usize,
+    ) -> Result<Self, AllocError<()>> {
+        let obj = mc.try_alloc(ListObj {
+            log: GcLog::new(),
+            cards: GcCards::with_slots(len.max(min_capacity)),
+            len: GcCell::new(len),
+            items: GcCell::new(items),
+            high: AtomicUsize::new(0),
+            min_capacity,
+            writer: WriterLock::default(),
+        });
+        Ok(GcList { obj: obj.map_err(|e| e.map(drop))? })
     }
 
     /// Whether `a` and `b` are the same list.
@@ -1245,38 +1320,43 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
     }
 
     /// Makes room for `need` elements: a new array, twice as large (at
-    /// least), when the current one is full; its spare slots are left
-    /// uninitialised.
+    /// least), when the current one holds fewer; its spare slots are left
+    /// uninitialised. A heap-limit `Err` leaves the list as it was.
     fn grow_for(
         &self,
         w: &ListWriter<'_, 'gc, T>,
         need: usize,
     ) -> Result<Items<'gc, T>, AllocError<()>> {
-        let (items, used) = w.view();
+        let (items, filled) = (w.items.get(), w.filled());
         if need <= items.len() {
             return Ok(items);
         }
-        // Only a full array is replaced: the module docs' argument that
-        // readers never meet an unwritten slot rests on it.
-        assert_eq!(
-            used.len(),
-            items.len(),
-            "loam-collections: a list grown before its array is full"
-        );
         let cap = self.grown_capacity(items.len(), need);
         // Writes nothing: the slots are `MaybeUninit`.
         let array = w
             .mc
             .try_alloc_from_iter(std::iter::repeat_with(Slot::uninit).take(cap))?;
         let dst = Gc::get(array).as_ptr().cast::<GcCell<'gc, T>>().cast_mut();
+        // Every slot written so far is copied, not only those in use: a
+        // reader holding a length from before a pop may read the new array
+        // up to it (module docs, "Uninitialised slots"), so the new array
+        // starts with the old one's `filled`. A full array's are its
+        // elements; a `reserve` after pops copies the slots they left too.
         // `array` is fresh (no other thread can reach it before `set_items`
         // publishes it), its slots laid out as cells whose bytes are inside
-        // the cells' `UnsafeCell`s. The source cells are only read: every
-        // other writer of them waits for our lock, and the collector never
-        // writes. A bitwise copy of a cell of a `Copy` value is a copy of it.
-        // SAFETY: as just said; `cap >= used.len()` slots to write.
-        unsafe { std::ptr::copy_nonoverlapping(used.as_ptr(), dst, used.len()) };
-        w.set_items(array);
+        // the cells' `UnsafeCell`s. The source slots, below `filled`, are
+        // written, and only read here: every other writer of them waits
+        // for our lock, and the collector never writes. A bitwise copy of a
+        // cell of a `Copy` value is a copy of it (a stale one past the
+        // length is never read as more than a value a reader could have
+        // read in the old array, nor traced).
+        // SAFETY: as just said; `cap > items.len() >= filled` slots to
+        // write.
+        unsafe {
+            let src = Gc::get(items).as_ptr().cast::<GcCell<'gc, T>>();
+            std::ptr::copy_nonoverlapping(src, dst, filled);
+        }
+        w.set_items(array, filled);
         Ok(array)
     }
 
@@ -1454,14 +1534,7 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
 
     /// Keeps the first `len` elements (nothing happens if there are fewer).
     pub fn truncate(&self, mc: &Mutation<'gc>, len: usize) {
-        let w = ListWriter::new(self, mc);
-        let (_, used) = w.view();
-        if len >= used.len() {
-            return;
-        }
-        // Shaded before the cut (module docs).
-        shade_cut(mc, &used[len..]);
-        w.set_len(len);
+        ListWriter::new(self, mc).cut_to(len);
     }
 
     /// Keeps the elements for which `keep` is true, in order.
@@ -1524,10 +1597,52 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
     /// At the heap limit, or if `iter` panics: the items appended so far
     /// stay, as with `Vec::extend`.
     pub fn extend(&self, mc: &Mutation<'gc>, iter: impl IntoIterator<Item = T>) {
-        // `extend` ends at the first `None`, as `Vec::extend` does, even
-        // for an iterator that would yield again after it.
+        let w = ListWriter::new(self, mc);
+        if let Err(e) = self.extend_on(&w, &mut Ended::new(iter.into_iter())) {
+            alloc_failed("GcList::extend", e);
+        }
+    }
+
+    /// Appends every item of `iter`, or gives the heap-limit `Err` with the
+    /// list as it was (its capacity may have grown).
+    ///
+    /// Room for as many items as `iter`'s `size_hint` promises at least is
+    /// made before the first is taken: an iterator that knows its length
+    /// (a slice's, a range's, a `map` of one) fails, if it does, with
+    /// nothing taken from it. Items taken before a later growth failed are
+    /// dropped. To keep the rest of an iterator after an `Err`, pass it
+    /// `by_ref()`.
+    ///
+    /// # Panics
+    /// If `iter` panics: the items appended so far stay, as with
+    /// [`extend`](Self::extend).
+    ///
+    /// # Examples
+    /// ```
+    /// use loam_collections::GcList;
+    /// let rt = loam_runtime::Runtime::builder().heap_limit(4 << 20).gc_threads(1).build();
+    /// let mut m = rt.attach();
+    /// m.mutate(|mc| {
+    ///     let l = GcList::from_slice(mc, &[1_u64, 2]);
+    ///     l.try_extend(mc, 3..=4).expect("room for two more");
+    ///     let mut big = 0..(1_u64 << 20); // 8 MiB of elements
+    ///     assert!(l.try_extend(mc, big.by_ref()).is_err());
+    ///     assert_eq!(l.to_vec(), [1, 2, 3, 4], "unchanged");
+    ///     assert_eq!(big.next(), Some(0), "nothing taken");
+    /// });
+    /// ```
+    pub fn try_extend(&self, mc: &Mutation<'gc>, iter: impl IntoIterator<Item = T>) -> Result<(), AllocError<()>> {
         let mut iter = Ended::new(iter.into_iter());
         let w = ListWriter::new(self, mc);
+        let len = w.len();
+        self.grow_for(&w, len.saturating_add(iter.size_hint().0))?;
+        self.extend_on(&w, &mut iter).inspect_err(|_| w.cut_to(len))
+    }
+
+    /// `extend` with the writer `w`, until `iter` ends or growth fails.
+    fn extend_on(&self, w: &ListWriter<'_, 'gc, T>, iter: &mut Ended<impl Iterator<Item = T>>) -> Result<(), AllocError<()>> {
+        // `extend` ends at the first `None`, as `Vec::extend` does, even
+        // for an iterator that would yield again after it (`Ended`).
         while let Some(first) = iter.next() {
             let len = w.len();
             // Room for `first` and what the iterator promises at least, in
@@ -1536,8 +1651,8 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
                 .saturating_add(iter.size_hint().0)
                 .saturating_add(1);
             let items = if len == w.items.get().len() {
-                self.grow_for(&w, need)
-                    .unwrap_or_else(|e| panic!("loam-collections: GcList::extend: {e}"))
+                // `first` is dropped with the `Err`: `try_extend` says so.
+                self.grow_for(w, need)?
             } else {
                 w.items.get()
             };
@@ -1551,6 +1666,45 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
                 &mut run.n,
             );
         }
+        Ok(())
+    }
+
+    /// Makes room for `additional` more elements at least, so that pushing
+    /// them allocates nothing (as `Vec::reserve`, it may make more, to keep
+    /// growth amortised).
+    ///
+    /// # Panics
+    /// At the heap limit (the list unchanged; see
+    /// [`try_reserve`](Self::try_reserve)), or if the new capacity cannot
+    /// fit in the address space.
+    pub fn reserve(&self, mc: &Mutation<'gc>, additional: usize) {
+        if let Err(e) = self.try_reserve(mc, additional) {
+            alloc_failed("GcList::reserve", e);
+        }
+    }
+
+    /// [`reserve`](Self::reserve), or the heap-limit `Err` (or a
+    /// capacity-overflow one) with the list unchanged, its capacity
+    /// included.
+    ///
+    /// A list made by [`with_capacity`](Self::with_capacity) and not
+    /// pushed to yet has no array: this allocates it.
+    ///
+    /// # Examples
+    /// ```
+    /// use loam_collections::GcList;
+    /// let rt = loam_runtime::Runtime::builder().heap_limit(4 << 20).gc_threads(1).build();
+    /// let mut m = rt.attach();
+    /// m.mutate(|mc| {
+    ///     let l: GcList<u64> = GcList::new(mc);
+    ///     l.try_reserve(mc, 1000).expect("8 KB fit");
+    ///     assert!(l.capacity() >= 1000);
+    ///     assert!(l.try_reserve(mc, 1 << 20).is_err(), "8 MiB do not");
+    ///     assert!(l.capacity() < 1 << 20);
+    /// });
+    /// ```
+    pub fn try_reserve(&self, mc: &Mutation<'gc>, additional: usize) -> Result<(), AllocError<()>> {
+        ListWriter::new(self, mc).try_reserve(additional)
     }
 
     /// Sorts the list, stably, by `compare`.

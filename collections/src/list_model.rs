@@ -8,9 +8,10 @@
 //! `GcList`'s protocol with the writer lock held throughout (one writing
 //! thread): a push at `filled` writes the slot plainly and then publishes
 //! the length (release); a push below `filled` (after a pop) stores the
-//! value atomically; growth happens only when the array is full, copies
-//! the elements in use into a fresh array and publishes it before any
-//! length that reaches past the old capacity. The reader loads the length
+//! value atomically; growth (when the array is full, or a `reserve` after
+//! a pop) copies the slots written so far (`filled`) into a fresh array,
+//! which starts with that `filled`, and publishes it before any length
+//! that reaches past the old capacity. The reader loads the length
 //! (acquire), then the array (acquire), checks that the length is within
 //! the array (`GcList::cell` reads an element on that alone), and reads
 //! every slot below the length, as `GcList::view` does.
@@ -21,10 +22,12 @@
 //! fused iterator keeps its plain writes at or past `filled`), the lock
 //! handed between writers (its own models, `lock.rs`), panics and failed
 //! growth (both leave the list's cells as they were). The
-//! variants that publish the length before the write, grow an array that
-//! is not full, forget the high mark (writing a popped slot plainly
-//! while a reader holding the longer length may read it), or publish a
-//! grown array after the length that needs it, fail.
+//! variants that publish the length before the write, reserve copying
+//! only the elements in use (a slot a pop left is then unwritten in the
+//! new array, and written plainly while a reader holding the longer
+//! length may read it), forget the high mark (the same in the old
+//! array), or publish a grown array after the length that needs it,
+//! fail.
 //!
 //! A second model checks that a push during a concurrent mark is traced
 //! by the marker or shaded by the pusher (`shade_pushed`), and a third
@@ -58,8 +61,8 @@ enum Variant {
     Right,
     /// The length published before the slot is written.
     LenFirst,
-    /// The array replaced after a pop left it not full.
-    GrowEarly,
+    /// A `reserve` after a pop that copies only the elements in use.
+    ReserveInUse,
     /// No high mark: a slot a pop left is written plainly again.
     NoHigh,
     /// A grown array published after the length that needs it.
@@ -128,11 +131,16 @@ impl Writer {
         self.list.len.store(len, Ordering::Release);
     }
 
-    /// `GcList::grow_for`: a fresh array holding copies of the elements in
-    /// use, published before any longer length.
+    /// `GcList::grow_for`: a fresh array holding copies of the slots
+    /// written so far, published before any longer length.
     fn grow(&mut self) {
         let next = self.array + 1;
-        for i in 0..self.len {
+        let filled = if self.variant == Variant::ReserveInUse {
+            self.len
+        } else {
+            self.filled()
+        };
+        for i in 0..filled {
             let v = self.slots()[i].value.load(Ordering::Relaxed);
             let slot = &self.list.arrays[next][i];
             // SAFETY: as in `fill`: loom checks the write races with nothing.
@@ -140,15 +148,14 @@ impl Writer {
             slot.value.store(v, Ordering::Relaxed);
         }
         self.array = next;
-        self.high = 0;
+        self.high = filled;
         if self.variant != Variant::ArrayLate {
             self.list.items.store(next, Ordering::Release);
         }
     }
 
     fn push(&mut self, value: usize) {
-        let full = self.len == CAPS[self.array];
-        if full || (self.variant == Variant::GrowEarly && self.high > self.len) {
+        if self.len == CAPS[self.array] {
             self.grow();
         }
         let len = self.len;
@@ -206,8 +213,9 @@ fn model(variant: Variant) {
             w.push(1); // array 0, fresh
             w.push(2); // grows into array 1 (full), fresh slot 1
             w.pop(); // slot 1 stays written (the high mark)
+            w.grow(); // `reserve`: into array 2, slot 1 copied
             w.push(3); // slot 1 again, atomically
-            w.push(4); // grows into array 2, fresh slot 2
+            w.push(4); // fresh slot 2
         });
         writer.join().unwrap();
         reader.join().unwrap();
@@ -227,8 +235,8 @@ fn publishing_the_length_first_fails() {
 
 #[test]
 #[should_panic(expected = "Causality violation")]
-fn growing_an_array_that_is_not_full_fails() {
-    model(Variant::GrowEarly);
+fn reserving_with_a_copy_of_the_elements_in_use_fails() {
+    model(Variant::ReserveInUse);
 }
 
 #[test]

@@ -600,8 +600,56 @@ fn a_heap_limit_err_leaves_the_collection_unchanged() {
             l.iter().eq(0..n as u64),
             "insert: nothing lost, nothing added"
         );
+        // Every way to grow it fails alike, and takes nothing.
+        let cap = l.capacity();
+        assert!(l.try_reserve(mc, 1).is_err());
+        assert!(l.writer(mc).try_reserve(1).is_err());
+        let mut more = n as u64..n as u64 + 10;
+        assert!(l.try_extend(mc, more.by_ref()).is_err());
+        assert_eq!(
+            more.next(),
+            Some(n as u64),
+            "an exact-size iterator keeps its items"
+        );
+        let mut taken = 0;
+        let filtered = (0..10_u64).inspect(|_| taken += 1).filter(|_| true);
+        assert!(l.try_extend(mc, filtered).is_err());
+        assert_eq!(
+            taken, 1,
+            "growth waits for an item when the size is unknown"
+        );
+        assert_eq!(l.capacity(), cap, "capacity unchanged");
+        assert!(
+            l.iter().eq(0..n as u64),
+            "try_ forms: nothing lost, nothing added"
+        );
+        assert!(GcList::try_from_slice(mc, &vec![1_u64; 1 << 20]).is_err());
+        assert!(GcList::try_from_iter(mc, 0..1_u64 << 20).is_err());
         // The writer lock was let go on the way out.
         assert_eq!(l.pop(mc), Some(n as u64 - 1));
+        // After a pop, room for the one element fails too: a push needs
+        // none, and the list is unchanged again.
+        assert!(l.try_reserve(mc, 1).is_ok());
+        assert!(l.try_reserve(mc, 2).is_err());
+        assert!(l.try_extend(mc, [7, 8]).is_err());
+        assert!(l.iter().eq(0..n as u64 - 1), "after a pop: unchanged");
+        // An extend that fits only after growth it cannot have gives the
+        // items it appended back: the list as it was.
+        let mut k = 0;
+        let err = l.try_extend(
+            mc,
+            std::iter::from_fn(|| {
+                (k < 5).then(|| {
+                    k += 1;
+                    100 + k
+                })
+            }),
+        );
+        assert!(err.is_err());
+        assert!(
+            l.iter().eq(0..n as u64 - 1),
+            "a partial extend is cut off again"
+        );
         let d = GcDictionary::new(mc);
         let mut i = 0_u64;
         let err = loop {
@@ -1199,8 +1247,9 @@ fn collections_changed_during_concurrent_marks_lose_nothing() {
 /// A grown list's spare slots are left unwritten, and a slot a pop freed is
 /// written again by the next push while a reader on another thread may
 /// still hold the longer length: readers (and the collector's trace) must
-/// only ever meet values the list held. One thread pushes, pops, extends,
-/// truncates and starts fresh lists (so arrays grow from nothing again);
+/// only ever meet values the list held. One thread pushes, pops, reserves
+/// over the slots the pops left, extends, truncates and starts fresh lists
+/// (so arrays grow from nothing again);
 /// another reads every element of whatever list is current, and of the
 /// slots around its length, during concurrent marks, in verify mode.
 #[test]
@@ -1227,8 +1276,10 @@ fn readers_racing_pops_and_growth_meet_only_values_the_list_held() {
     let done = std::sync::atomic::AtomicBool::new(false);
     let read = AtomicUsize::new(0);
     let marking = AtomicUsize::new(0);
+    let reserved = AtomicUsize::new(0);
     std::thread::scope(|s| {
         let (rt, holder, done, read, marking) = (&rt, &holder, &done, &read, &marking);
+        let reserved = &reserved;
         s.spawn(move || {
             let mut m = rt.attach();
             let mut x = 0x2545_f491_4f6c_dd1d_u64;
@@ -1248,6 +1299,17 @@ fn readers_racing_pops_and_growth_meet_only_values_the_list_held() {
                             for _ in 0..(x >> 8) % 30 {
                                 l.pop(mc);
                             }
+                            // A new array over the slots the pops left,
+                            // which a reader may still read (each doubles
+                            // the capacity at least: a few only).
+                            if x & (1 << 20) != 0 && l.capacity() < 512 && l.len() < l.capacity() {
+                                l.reserve(mc, l.capacity() - l.len() + 1 + (x >> 24) as usize % 64);
+                                reserved.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                        3 if x & (1 << 20) != 0 => {
+                            let more = (0..(x >> 8) % 50).map(|i| value(mc, k + 100 + i));
+                            l.try_extend(mc, more.filter(|_| true)).unwrap();
                         }
                         3 => l.extend(mc, (0..(x >> 8) % 50).map(|i| value(mc, k + 100 + i))),
                         4 => l.truncate(mc, l.len() / 2),
@@ -1296,6 +1358,10 @@ fn readers_racing_pops_and_growth_meet_only_values_the_list_held() {
     assert!(
         marking.load(Ordering::Relaxed) > 0,
         "no read ran during a concurrent mark"
+    );
+    assert!(
+        reserved.load(Ordering::Relaxed) > 100,
+        "{reserved:?} reserves after pops"
     );
     let mut m = rt.attach();
     m.collect();

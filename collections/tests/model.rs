@@ -51,6 +51,9 @@ enum ListOp {
     Sort,
     SortByKeyRev,
     Extend(Vec<u64>),
+    /// `try_extend` with an iterator of unknown length.
+    TryExtendFiltered(Vec<u64>),
+    Reserve(usize),
     Clear,
     /// Through one `ListWriter`: `Some` pushes, `None` pops.
     WriterRun(Vec<Option<u64>>),
@@ -69,6 +72,8 @@ fn list_op() -> impl Strategy<Value = ListOp> {
         1 => Just(ListOp::Sort),
         1 => Just(ListOp::SortByKeyRev),
         1 => proptest::collection::vec(any::<u64>(), 0..20).prop_map(ListOp::Extend),
+        1 => proptest::collection::vec(any::<u64>(), 0..20).prop_map(ListOp::TryExtendFiltered),
+        1 => (0..70_usize).prop_map(ListOp::Reserve),
         1 => Just(ListOp::Clear),
         2 => proptest::collection::vec(proptest::option::weighted(0.7, any::<u64>()), 0..40).prop_map(ListOp::WriterRun),
     ]
@@ -125,6 +130,14 @@ proptest! {
                     ListOp::Extend(v) => {
                         l.extend(mc, v.iter().map(|&x| mc.alloc(x)));
                         model.extend(v);
+                    }
+                    ListOp::TryExtendFiltered(v) => {
+                        l.try_extend(mc, v.iter().filter(|&&x| x % 3 != 0).map(|&x| mc.alloc(x))).unwrap();
+                        model.extend(v.iter().filter(|&&x| x % 3 != 0));
+                    }
+                    ListOp::Reserve(n) => {
+                        l.reserve(mc, n);
+                        assert!(l.capacity() >= len + n, "{} < {len} + {n}", l.capacity());
                     }
                     ListOp::Clear => { l.clear(mc); model.clear(); }
                     ListOp::WriterRun(run) => {

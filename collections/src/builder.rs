@@ -159,8 +159,16 @@ impl<'gc> GcStringBuilder<'gc> {
     }
 
     /// Appends `c`.
+    ///
+    /// # Panics
+    /// At the heap limit (the builder unchanged; see [`try_push`](Self::try_push)).
     pub fn push(&self, mc: &Mutation<'gc>, c: char) {
         self.push_str(mc, c.encode_utf8(&mut [0; 4]))
+    }
+
+    /// Appends `c`, or gives the heap-limit `Err` with the builder unchanged.
+    pub fn try_push(&self, mc: &Mutation<'gc>, c: char) -> Result<(), AllocError<()>> {
+        self.try_push_str(mc, c.encode_utf8(&mut [0; 4]))
     }
 
     /// Appends `args` formatted (`format_args!`): the text is formatted
@@ -192,22 +200,49 @@ impl<'gc> GcStringBuilder<'gc> {
     }
 
     /// The text so far as a new [`GcString`]; the builder keeps it.
+    ///
+    /// # Panics
+    /// At the heap limit.
     pub fn to_gc_string(&self, mc: &Mutation<'gc>) -> GcString<'gc> {
         let _w = self.obj.writer.lock("GcStringBuilder");
         self.text(mc)
+            .unwrap_or_else(|e| panic!("loam-collections: GcStringBuilder::to_gc_string: {e}"))
     }
 
     /// The text as a new [`GcString`]; the builder is emptied (its buffer
     /// kept) for the next string.
+    ///
+    /// # Panics
+    /// At the heap limit (the builder unchanged; see [`try_finish`](Self::try_finish)).
     pub fn finish(&self, mc: &Mutation<'gc>) -> GcString<'gc> {
+        self.try_finish(mc)
+            .unwrap_or_else(|e| panic!("loam-collections: GcStringBuilder::finish: {e}"))
+    }
+
+    /// [`finish`](Self::finish), or the heap-limit `Err` with the builder
+    /// unchanged (its text kept, for a retry after the call).
+    ///
+    /// # Examples
+    /// ```
+    /// use loam_collections::GcStringBuilder;
+    /// let rt = loam_runtime::Runtime::builder().heap_limit(4 << 20).gc_threads(1).build();
+    /// let mut m = rt.attach();
+    /// m.mutate(|mc| {
+    ///     let b = GcStringBuilder::new(mc);
+    ///     b.push_str(mc, &"ab".repeat(1_100_000));
+    ///     assert!(b.try_finish(mc).is_err(), "a second copy of 2.2 MB does not fit");
+    ///     assert_eq!(b.len(), 2_200_000, "the text is kept");
+    /// });
+    /// ```
+    pub fn try_finish(&self, mc: &Mutation<'gc>) -> Result<GcString<'gc>, AllocError<()>> {
         let _w = self.obj.writer.lock("GcStringBuilder");
-        let s = self.text(mc);
+        let s = self.text(mc)?;
         self.obj.len.set(mc, 0);
-        s
+        Ok(s)
     }
 
     /// The text as a new string; the caller holds the writer lock.
-    fn text(&self, mc: &Mutation<'gc>) -> GcString<'gc> {
+    fn text(&self, mc: &Mutation<'gc>) -> Result<GcString<'gc>, AllocError<()>> {
         let len = self.obj.len.get();
         let buf = self.obj.buf.get();
         // SAFETY: under the writer lock the buffer is plain memory (above);
@@ -219,7 +254,7 @@ impl<'gc> GcStringBuilder<'gc> {
                 len,
             ))
         };
-        GcString::new(mc, text)
+        GcString::try_new(mc, text)
     }
 
     /// Empties the builder, keeping its buffer.

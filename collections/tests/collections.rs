@@ -623,6 +623,19 @@ fn a_heap_limit_err_leaves_the_collection_unchanged() {
             l.iter().eq(0..n as u64),
             "try_ forms: nothing lost, nothing added"
         );
+        let overflow = l.try_reserve(mc, usize::MAX).unwrap_err();
+        assert_eq!(
+            overflow.kind(),
+            loam_runtime::AllocErrorKind::CapacityOverflow
+        );
+        let panic =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| l.reserve(mc, usize::MAX)));
+        let panic = *panic.unwrap_err().downcast::<String>().unwrap();
+        assert!(panic.contains("GcList::reserve"), "{panic}");
+        assert!(
+            l.iter().eq(0..n as u64),
+            "a refused reserve changes nothing"
+        );
         assert!(GcList::try_from_slice(mc, &vec![1_u64; 1 << 20]).is_err());
         assert!(GcList::try_from_iter(mc, 0..1_u64 << 20).is_err());
         // The writer lock was let go on the way out.

@@ -6,7 +6,8 @@
 //! nothing past them. So a slot freed by a pop or a truncation needs no
 //! overwriting to let its value go (its stale value is never traced), and
 //! the spare slots of a grown array are left uninitialised, as `Vec`'s are:
-//! growth copies the elements in use (one `memcpy`) and nothing else.
+//! growth copies the slots written so far (one `memcpy`: the elements in
+//! use, and after pops the slots they left) and nothing else.
 //!
 //! Cutting elements off the end is a change the snapshot barrier must see:
 //! during a concurrent mark, a value reachable when the mark began must be
@@ -239,8 +240,12 @@ unsafe fn in_use<'gc, T: CellValue + Trace + 'gc>(items: Items<'gc, T>, len: usi
 ///   nothing reports (stale, possibly freed), slots `filled..` were never
 ///   written; both are written only by `ListWriter::fill` /
 ///   `ListWriter::fill_run` and the fast pushes (`push_at_filled`,
-///   `push_at_written`) before `len` grows over them.
-/// - Every array but `items` is initialised throughout (module docs).
+///   `push_at_written`) before `len` grows over them, and by the copy
+///   that fills a new array's slots `0..filled` before it is installed
+///   (`GcList::grow_for`).
+/// - Every array but `items` is initialised below the `filled` it had
+///   when it was replaced, which the next array's `filled` starts at
+///   (module docs).
 /// - Every store happens under the writer lock, after `log.record` in the
 ///   same `mutate` call (`ListWriter`); a push that does not grow a list
 ///   whose elements need no tracing skips the record (`GcList::try_push`:
@@ -259,9 +264,10 @@ pub(crate) struct ListObj<'gc, T: CellValue + Trace + 'gc> {
     len: GcCell<'gc, usize>,
     /// The backing array.
     items: GcCell<'gc, Items<'gc, T>>,
-    /// The longest length the list had before a shrink, since `items` was
-    /// installed (zero if it never shrank): slots below `max(len, high)`
-    /// are initialised. Read and written under the writer lock only, which
+    /// The longest length the list had before a shrink since `items` was
+    /// installed, or the `filled` it was installed with (the slots copied
+    /// from the array before): slots below `max(len, high)` are
+    /// initialised. Read and written under the writer lock only, which
     /// orders it; acquire / release besides, since a stale mark would
     /// make a plain write race with a reader.
     high: AtomicUsize,
@@ -1115,7 +1121,7 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
     /// # Panics
     /// At the heap limit (see [`try_new`](Self::try_new)).
     pub fn new(mc: &Mutation<'gc>) -> Self {
-        Self::with_capacity(mc, 0)
+        Self::try_new(mc).unwrap_or_else(|e| alloc_failed("GcList::new", e))
     }
 
     /// [`new`](Self::new), or the heap-limit `Err`.
@@ -1125,9 +1131,9 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
     }
 
     /// An empty list whose first array, allocated on the first push, holds
-    /// `capacity` elements at least. (To allocate it now, with the
-    /// heap-limit `Err` if it does not fit: [`try_new`](Self::try_new) and
-    /// [`try_reserve`](Self::try_reserve).)
+    /// `capacity` elements at least. (To allocate the array now, with the
+    /// heap-limit `Err` if it does not fit: [`try_new`](Self::try_new),
+    /// then [`try_reserve`](Self::try_reserve) of `capacity`.)
     ///
     /// # Panics
     /// If `capacity` elements cannot fit in the address space ("capacity
@@ -1143,7 +1149,7 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
         );
         mc.try_alloc_from_iter(std::iter::empty())
             .and_then(|items| Self::try_make(mc, items, 0, capacity))
-            .unwrap_or_else(|e| alloc_failed("GcList::new", e))
+            .unwrap_or_else(|e| alloc_failed("GcList::with_capacity", e))
     }
 
     /// A list holding copies of `items`, in one array of exactly that size.
@@ -1337,12 +1343,9 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
             .mc
             .try_alloc_from_iter(std::iter::repeat_with(Slot::uninit).take(cap))?;
         let dst = Gc::get(array).as_ptr().cast::<GcCell<'gc, T>>().cast_mut();
-        // Every slot written so far is copied, not only those in use: a
-        // reader holding a length from before a pop may read the new array
-        // up to it (module docs, "Uninitialised slots"), so the new array
-        // starts with the old one's `filled`. A full array's are its
-        // elements; a `reserve` after pops copies the slots they left too.
-        // `array` is fresh (no other thread can reach it before `set_items`
+        // Every slot written so far is copied, not only those in use, and
+        // the new array starts with that `filled` (module docs,
+        // "Uninitialised slots"). `array` is fresh (no other thread can reach it before `set_items`
         // publishes it), its slots laid out as cells whose bytes are inside
         // the cells' `UnsafeCell`s. The source slots, below `filled`, are
         // written, and only read here: every other writer of them waits
@@ -1597,8 +1600,9 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
     /// At the heap limit, or if `iter` panics: the items appended so far
     /// stay, as with `Vec::extend`.
     pub fn extend(&self, mc: &Mutation<'gc>, iter: impl IntoIterator<Item = T>) {
+        let mut iter = Ended::new(iter.into_iter());
         let w = ListWriter::new(self, mc);
-        if let Err(e) = self.extend_on(&w, &mut Ended::new(iter.into_iter())) {
+        if let Err(e) = self.extend_on(&w, &mut iter) {
             alloc_failed("GcList::extend", e);
         }
     }
@@ -1688,7 +1692,8 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
     /// included.
     ///
     /// A list made by [`with_capacity`](Self::with_capacity) and not
-    /// pushed to yet has no array: this allocates it.
+    /// pushed to yet has no array: a reserve of one element or more
+    /// allocates it.
     ///
     /// # Examples
     /// ```

@@ -25,9 +25,9 @@
 //! variants that publish the length before the write, reserve copying
 //! only the elements in use (a slot a pop left is then unwritten in the
 //! new array, and written plainly while a reader holding the longer
-//! length may read it), forget the high mark (the same in the old
-//! array), or publish a grown array after the length that needs it,
-//! fail.
+//! length may read it), forget the high mark (a popped slot written
+//! plainly again in the same array), or publish a grown array after the
+//! length that needs it, fail.
 //!
 //! A second model checks that a push during a concurrent mark is traced
 //! by the marker or shaded by the pusher (`shade_pushed`), and a third
@@ -213,9 +213,11 @@ fn model(variant: Variant) {
             w.push(1); // array 0, fresh
             w.push(2); // grows into array 1 (full), fresh slot 1
             w.pop(); // slot 1 stays written (the high mark)
-            w.grow(); // `reserve`: into array 2, slot 1 copied
             w.push(3); // slot 1 again, atomically
-            w.push(4); // fresh slot 2
+            w.pop();
+            w.grow(); // `reserve`: into array 2, slot 1 copied
+            w.push(4); // slot 1 of array 2, atomically
+            w.push(5); // fresh slot 2
         });
         writer.join().unwrap();
         reader.join().unwrap();

@@ -1345,9 +1345,9 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
         let dst = Gc::get(array).as_ptr().cast::<GcCell<'gc, T>>().cast_mut();
         // Every slot written so far is copied, not only those in use, and
         // the new array starts with that `filled` (module docs,
-        // "Uninitialised slots"). `array` is fresh (no other thread can reach it before `set_items`
-        // publishes it), its slots laid out as cells whose bytes are inside
-        // the cells' `UnsafeCell`s. The source slots, below `filled`, are
+        // "Uninitialised slots"). `array` is fresh (no other thread can
+        // reach it before `set_items` publishes it), its slots laid out as
+        // cells whose bytes are inside the cells' `UnsafeCell`s. The source slots, below `filled`, are
         // written, and only read here: every other writer of them waits
         // for our lock, and the collector never writes. A bitwise copy of a
         // cell of a `Copy` value is a copy of it (a stale one past the

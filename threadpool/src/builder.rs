@@ -55,6 +55,8 @@ pub struct ThreadPoolBuilder {
     num_threads: usize,
     thread_name: Option<Box<dyn FnMut(usize) -> String>>,
     stack_size: Option<usize>,
+    /// `spread_on_wake(false)` sets it.
+    stay_on_wake: bool,
     hooks: Hooks,
 }
 
@@ -128,6 +130,33 @@ impl ThreadPoolBuilder {
     /// ```
     pub fn stack_size(mut self, bytes: usize) -> Self {
         self.stack_size = Some(bytes);
+        self
+    }
+
+    /// Whether a worker that wakes on the CPU of another awake worker of
+    /// the pool moves itself to an allowed CPU no awake worker holds
+    /// (Linux only; on by default). The kernel queues a woken worker
+    /// behind its waker when every CPU looks busy, and its load balancer
+    /// moves it only a tick or more later: the move lets a fresh pool's
+    /// first burst run on every CPU at once. It costs two system calls
+    /// and a migration, which is more than a burst of a few tens of
+    /// microseconds gains from it: loam's GC threads, whose small cycles
+    /// are such bursts, turn it off (`loam-runtime`'s collector).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # loam_threadpool::doctest! {
+    /// let pool = loam_threadpool::ThreadPoolBuilder::new()
+    ///     .num_threads(2)
+    ///     .spread_on_wake(false)
+    ///     .build()
+    ///     .unwrap();
+    /// assert_eq!(pool.install(|| loam_threadpool::join(|| 1, || 2)), (1, 2));
+    /// # }
+    /// ```
+    pub fn spread_on_wake(mut self, spread: bool) -> Self {
+        self.stay_on_wake = !spread;
         self
     }
 
@@ -411,7 +440,7 @@ impl ThreadPoolBuilder {
         let deques: Vec<Worker<JobRef>> = (0..num_threads).map(|_| Worker::new_lifo()).collect();
         let stealers = deques.iter().map(Worker::stealer).collect();
         let hooks = std::mem::take(&mut self.hooks);
-        let registry = Arc::new(Registry::new(stealers, hooks));
+        let registry = Arc::new(Registry::new(stealers, hooks, !self.stay_on_wake));
         let mut threads = Vec::with_capacity(num_threads);
         for ((index, deque), name) in deques.into_iter().enumerate().zip(names) {
             let mut builder = thread::Builder::new().name(name);
@@ -483,6 +512,7 @@ impl fmt::Debug for ThreadPoolBuilder {
         f.debug_struct("ThreadPoolBuilder")
             .field("num_threads", &self.num_threads)
             .field("stack_size", &self.stack_size)
+            .field("spread_on_wake", &!self.stay_on_wake)
             .finish_non_exhaustive()
     }
 }

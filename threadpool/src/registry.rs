@@ -74,7 +74,11 @@ pub(crate) struct Registry {
 
 impl Registry {
     /// A registry for workers with the given deque stealers.
-    pub(crate) fn new(stealers: Vec<Stealer<JobRef>>, hooks: Hooks) -> Registry {
+    pub(crate) fn new(
+        stealers: Vec<Stealer<JobRef>>,
+        hooks: Hooks,
+        spread_on_wake: bool,
+    ) -> Registry {
         let num_threads = stealers.len();
         let registry = Registry {
             thread_infos: stealers
@@ -88,7 +92,7 @@ impl Registry {
                 .collect(),
             injector: Injector::new(),
             sleep: Sleep::new(num_threads),
-            spread: crate::spread::Spread::new(num_threads),
+            spread: crate::spread::Spread::new(num_threads, spread_on_wake),
             terminating: AtomicBool::new(false),
             exit: ExitCount::default(),
             hooks,

@@ -26,12 +26,16 @@ const NONE: usize = usize::MAX;
 /// The CPU each worker runs on while awake.
 pub(crate) struct Spread {
     cpus: Box<[AtomicUsize]>,
+    /// Whether woken workers move at all
+    /// (`ThreadPoolBuilder::spread_on_wake`).
+    moves: bool,
 }
 
 impl Spread {
-    pub(crate) fn new(workers: usize) -> Spread {
+    pub(crate) fn new(workers: usize, moves: bool) -> Spread {
         Spread {
             cpus: (0..workers).map(|_| AtomicUsize::new(NONE)).collect(),
+            moves,
         }
     }
 
@@ -46,6 +50,9 @@ impl Spread {
     /// a moment is woken onto its waker's CPU as readily. Measured on
     /// `tree_sum`, with and without the move, interleaved: no difference.)
     pub(crate) fn awake(&self, index: usize) {
+        if !self.moves {
+            return;
+        }
         let Some(mut cpu) = current_cpu() else {
             return;
         };
@@ -71,6 +78,9 @@ impl Spread {
     /// Worker `index` did not block after all (work came as it parked):
     /// it is still where it was.
     pub(crate) fn awake_again(&self, index: usize) {
+        if !self.moves {
+            return;
+        }
         if let Some(cpu) = current_cpu() {
             self.cpus[index].store(cpu, Ordering::SeqCst);
         }
@@ -156,7 +166,7 @@ mod tests {
     fn a_worker_woken_on_a_held_cpu_moves_and_keeps_its_affinity() {
         let before = affinity();
         let here = current_cpu().expect("sched_getcpu works on Linux");
-        let spread = Spread::new(2);
+        let spread = Spread::new(2, true);
         spread.cpus[0].store(here, Ordering::SeqCst);
         spread.awake(1);
         let recorded = spread.cpus[1].load(Ordering::SeqCst);
@@ -172,5 +182,21 @@ mod tests {
         assert_eq!(affinity(), before, "the affinity was not restored");
         spread.parked(1);
         assert_eq!(spread.cpus[1].load(Ordering::SeqCst), super::NONE);
+    }
+
+    /// With moves off (`ThreadPoolBuilder::spread_on_wake(false)`) a worker
+    /// woken on a held CPU stays where it is, and nothing is recorded.
+    #[test]
+    fn without_moves_a_worker_stays_where_it_woke() {
+        let before = affinity();
+        let here = current_cpu().expect("sched_getcpu works on Linux");
+        let spread = Spread::new(2, false);
+        spread.cpus[0].store(here, Ordering::SeqCst);
+        spread.awake(1);
+        spread.awake_again(1);
+        // (Where the thread runs now is the kernel's to change: only the
+        // record and the affinity say what `awake` did.)
+        assert_eq!(spread.cpus[1].load(Ordering::SeqCst), super::NONE);
+        assert_eq!(affinity(), before);
     }
 }

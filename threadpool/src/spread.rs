@@ -160,15 +160,22 @@ mod tests {
             .collect()
     }
 
+    /// Worker 1 of a two-worker `Spread` woken on the CPU worker 0 holds:
+    /// the spread, the affinity before, and that CPU.
+    fn woken_on_a_held_cpu(moves: bool) -> (Spread, Vec<usize>, usize) {
+        let before = affinity();
+        let here = current_cpu().expect("sched_getcpu works on Linux");
+        let spread = Spread::new(2, moves);
+        spread.cpus[0].store(here, Ordering::SeqCst);
+        spread.awake(1);
+        (spread, before, here)
+    }
+
     /// A worker that wakes on the CPU another awake worker holds records
     /// another allowed CPU, and its affinity is left as it was.
     #[test]
     fn a_worker_woken_on_a_held_cpu_moves_and_keeps_its_affinity() {
-        let before = affinity();
-        let here = current_cpu().expect("sched_getcpu works on Linux");
-        let spread = Spread::new(2, true);
-        spread.cpus[0].store(here, Ordering::SeqCst);
-        spread.awake(1);
+        let (spread, before, here) = woken_on_a_held_cpu(true);
         let recorded = spread.cpus[1].load(Ordering::SeqCst);
         if before.len() > 1 {
             assert_ne!(recorded, here, "it stayed on the held CPU");
@@ -188,11 +195,7 @@ mod tests {
     /// woken on a held CPU stays where it is, and nothing is recorded.
     #[test]
     fn without_moves_a_worker_stays_where_it_woke() {
-        let before = affinity();
-        let here = current_cpu().expect("sched_getcpu works on Linux");
-        let spread = Spread::new(2, false);
-        spread.cpus[0].store(here, Ordering::SeqCst);
-        spread.awake(1);
+        let (spread, before, _) = woken_on_a_held_cpu(false);
         spread.awake_again(1);
         // (Where the thread runs now is the kernel's to change: only the
         // record and the affinity say what `awake` did.)

@@ -1355,6 +1355,7 @@ impl<'a> Cycle<'a> {
             stats.bytes_swept_by_mutators += self.swept_by_mutators as u64;
             stats.live_size = gen.live;
             stats.next_goal = trigger;
+            stats.goal = goal;
             let held = shared.holds.take_since_event();
             let event = CycleEvent {
                 cycle: stats.cycles,

@@ -1691,6 +1691,7 @@ impl RuntimeBuilder {
             control_cv: Condvar::new(),
             stats: Mutex::new(GcStats {
                 next_goal: goal,
+                goal,
                 ..GcStats::default()
             }),
             holds: Default::default(),

@@ -321,8 +321,11 @@ pub struct GcStats {
     /// destructors, `Trace` impls and the `on_cycle` hook (each is also
     /// reported on stderr, once per type and cycle).
     pub user_panics: u64,
-    /// The heap size that triggers the next cycle.
+    /// The heap size that triggers the next cycle ([`CycleEvent::next_goal`]).
     pub next_goal: usize,
+    /// The heap goal after the last cycle ([`CycleEvent::goal`]): where the
+    /// heap is meant to peak, `next_goal` and the runway above it.
+    pub goal: usize,
     /// The last cycle's event.
     pub last: Option<CycleEvent>,
 }

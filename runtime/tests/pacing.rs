@@ -119,7 +119,7 @@ fn mutators_finish_a_mark_the_gc_threads_are_too_slow_for() {
         s.mutator_pauses.total(),
         "{s:?}"
     );
-    let goal = s.last.as_ref().map_or(s.next_goal, |e| e.goal).max(4 << 20);
+    let goal = s.goal.max(4 << 20);
     let bound = 2 * goal + goal / 4 + slack(64 * block(1024), s.live_size);
     assert!(
         worst <= bound,
@@ -175,7 +175,7 @@ fn the_heap_bound_holds_with_the_gc_thread_sharing_a_busy_cpu() {
         "{} cycles for 32 MiB over a 1 MiB goal",
         s.cycles
     );
-    let goal = s.last.as_ref().map_or(s.next_goal, |e| e.goal).max(1 << 20);
+    let goal = s.goal.max(1 << 20);
     let bound = 2 * goal + goal / 4 + slack(16 * block(512), s.live_size);
     assert!(
         worst <= bound,
@@ -441,7 +441,11 @@ fn the_trigger_comes_down_by_the_runway() {
             break;
         }
     }
+    rt.wait_for_cycle();
+    let s = rt.stats();
     let events = events.lock().unwrap()[before..].to_vec();
+    let last = events.last().expect("cycles ran");
+    assert_eq!((s.goal, s.next_goal), (last.goal, last.next_goal), "{s:?}");
     assert!(
         events.len() >= 8,
         "{} cycles: {:?}",
@@ -510,6 +514,7 @@ fn with_the_goal_off_no_cycle_runs_unasked() {
         "mutators were held with the goal off"
     );
     assert_eq!(s.next_goal, usize::MAX);
+    assert_eq!(s.goal, usize::MAX);
     m.collect();
     assert_eq!(rt.stats().cycles, 1);
 }

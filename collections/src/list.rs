@@ -1126,8 +1126,7 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
 
     /// [`new`](Self::new), or the heap-limit `Err`.
     pub fn try_new(mc: &Mutation<'gc>) -> Result<Self, AllocError<()>> {
-        let items = mc.try_alloc_from_iter(std::iter::empty())?;
-        Self::try_make(mc, items, 0, 0)
+        Self::try_empty(mc, 0)
     }
 
     /// An empty list whose first array, allocated on the first push, holds
@@ -1147,9 +1146,7 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
             capacity <= (isize::MAX as usize - 64) / slot,
             "loam-collections: GcList::with_capacity({capacity}): capacity overflow"
         );
-        mc.try_alloc_from_iter(std::iter::empty())
-            .and_then(|items| Self::try_make(mc, items, 0, capacity))
-            .unwrap_or_else(|e| alloc_failed("GcList::with_capacity", e))
+        Self::try_empty(mc, capacity).unwrap_or_else(|e| alloc_failed("GcList::with_capacity", e))
     }
 
     /// A list holding copies of `items`, in one array of exactly that size.
@@ -1187,6 +1184,13 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
         let list = Self::try_new(mc)?;
         list.try_extend(mc, iter)?;
         Ok(list)
+    }
+
+    /// An empty list over an empty array, whose first push allocates an
+    /// array of `min_capacity` at least.
+    fn try_empty(mc: &Mutation<'gc>, min_capacity: usize) -> Result<Self, AllocError<()>> {
+        let items = mc.try_alloc_from_iter(std::iter::empty())?;
+        Self::try_make(mc, items, 0, min_capacity)
     }
 
     /// The list object over `items`, whose first `len` slots are written.

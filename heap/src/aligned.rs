@@ -108,7 +108,7 @@ pub(crate) fn alloc(size: usize, align: usize) -> *mut u8 {
     // exceeds it by at least a page).
     let block = unsafe { base.add(os::OS_PAGE) };
     debug_assert!(block as usize % align == 0);
-    if crate::options::huge_pages() {
+    if crate::options::huge_pages(true) {
         // SAFETY: the block part of our fresh mapping.
         unsafe { os::advise_huge(block, size) };
     }

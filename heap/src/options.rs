@@ -3,7 +3,7 @@
 //! | option | type | default | environment |
 //! |---|---|---|---|
 //! | purge delay | milliseconds | 10 | `LOAM_PURGE_DELAY_MS` |
-//! | huge pages | 0 or 1 | 0 | `LOAM_HUGE_PAGES` |
+//! | huge pages | 0 or 1 | huge blocks only | `LOAM_HUGE_PAGES` |
 //! | guard pages | 0 or 1 | 1 with the `secure` feature, else 0 | `LOAM_GUARD_PAGES` |
 //!
 //! The purge delay is how long a freed slice stays resident before it is
@@ -11,12 +11,26 @@
 //! quick succession does not pay for `madvise` and page faults each time,
 //! short enough that an idle program's resident size falls back.
 //!
+//! Huge pages: which mappings ask the kernel for transparent huge pages
+//! (`MADV_HUGEPAGE`; a kernel in THP's `madvise` mode, the common default,
+//! backs nothing else with them). By default only the segments of one huge
+//! block each (past a segment's room, about 4 MiB), which their block fills
+//! but for its tail: a managed array of a million elements read at random
+//! misses the TLB on nearly every read in 4 KiB pages, and took 1.4x –
+//! 1.6x the time of a `Vec` that mimalloc (which advises its arenas so)
+//! backed with huge pages, against 1.2x – 1.3x with them; a growing list's
+//! copies fault 2 MiB at a time (`docs/perf-log.md`, session 57). Small
+//! and large pages' segments are left to the kernel's 4 KiB pages: a 2 MiB
+//! page there would be resident for a few blocks in use (a heap of 2 MiB
+//! in use would take 4 MiB a thread). `LOAM_HUGE_PAGES=1` asks for every
+//! segment, `0` for none.
+//!
 //! Guard pages: the last 4 KiB of every page and span is made inaccessible,
 //! so that a write running off the end of the last block faults at once
 //! (mimalloc's secure mode does the same). Read once, when the first heap
 //! is made: every page's geometry depends on it. See `guard.rs`.
 
-use crate::sync::{AtomicBool, AtomicU64, Ordering};
+use crate::sync::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::ffi::CStr;
 
 const DEFAULT_PURGE_DELAY_MS: u64 = 10;
@@ -24,7 +38,8 @@ const DEFAULT_PURGE_DELAY_MS: u64 = 10;
 static PURGE_DELAY_MS: AtomicU64 = AtomicU64::new(DEFAULT_PURGE_DELAY_MS);
 /// The floor a client that frees in bursts set ([`hold_freed_memory`]).
 static HOLD_MS: AtomicU64 = AtomicU64::new(0);
-static HUGE_PAGES: AtomicBool = AtomicBool::new(false);
+/// [`HugePages`] as a number (its discriminant).
+static HUGE_PAGES: AtomicU8 = AtomicU8::new(HugePages::HugeBlocks as u8);
 static GUARD_PAGES: AtomicBool = AtomicBool::new(cfg!(feature = "secure"));
 /// Read once, and every caller returns after the reading: a thread that
 /// came second used to return at once, before the values were stored, and
@@ -58,7 +73,10 @@ fn read_env() {
     }
     if let Some(v) = getenv(c"LOAM_HUGE_PAGES") {
         match v.to_str().ok().and_then(parse_flag) {
-            Some(on) => HUGE_PAGES.store(on, Ordering::Relaxed),
+            Some(on) => {
+                let mode = if on { HugePages::All } else { HugePages::Never };
+                HUGE_PAGES.store(mode as u8, Ordering::Relaxed);
+            }
             None => warn_value(b"LOAM_HUGE_PAGES", v, FLAG_VALUES),
         }
     }
@@ -179,10 +197,28 @@ pub(crate) fn warn(msg: &[u8]) {
     unsafe { libc::write(2, msg.as_ptr().cast(), msg.len()) };
 }
 
-/// Whether segments ask for transparent huge pages.
+/// Which mappings ask for transparent huge pages (module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum HugePages {
+    /// None (`LOAM_HUGE_PAGES=0`).
+    Never = 0,
+    /// The mappings of one huge block each: huge segments and aligned
+    /// spans (the default).
+    HugeBlocks = 1,
+    /// Every segment as well (`LOAM_HUGE_PAGES=1`).
+    All = 2,
+}
+
+/// Whether a fresh mapping asks for transparent huge pages: `huge_block`
+/// if it holds one huge block (a huge segment, an aligned span), else it
+/// is a segment of small and large pages.
 #[inline]
-pub(crate) fn huge_pages() -> bool {
-    HUGE_PAGES.load(Ordering::Relaxed)
+pub(crate) fn huge_pages(huge_block: bool) -> bool {
+    match HUGE_PAGES.load(Ordering::Relaxed) {
+        x if x == HugePages::All as u8 => true,
+        x if x == HugePages::HugeBlocks as u8 => huge_block,
+        _ => false,
+    }
 }
 
 /// Whether pages and spans end in a guard page (`guard.rs`). Constant once

@@ -464,7 +464,7 @@ impl Segment {
         if base.is_null() {
             return ptr::null_mut();
         }
-        if crate::options::huge_pages() {
+        if crate::options::huge_pages(kind == SegmentKind::Huge) {
             // SAFETY: the page part of our fresh mapping.
             unsafe { os::advise_huge(base, map_size) };
         }

@@ -40,7 +40,8 @@
 //! interleaved rounds (loam and std alternating, which goes first rotating)
 //! with the median of per-round ratios and each case's minor and full
 //! cycle counts, the figures the README quotes. `LOAM_BENCH_CASES=dict,sort_records`
-//! runs some cases only.
+//! runs some cases only. std runs on mimalloc, or on the system's
+//! allocator with `LOAM_BENCH_STD_ALLOC=system` ([`StdAlloc`]).
 
 // `criterion_group!` generates an undocumented `pub fn`.
 #![allow(missing_docs)]
@@ -59,7 +60,96 @@ use std::hint::black_box;
 use std::time::Instant;
 
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: StdAlloc = StdAlloc;
+
+/// The allocator of std's side (and of the bench's own buffers): mimalloc,
+/// or the system's (glibc's) with `LOAM_BENCH_STD_ALLOC=system`, a
+/// program's default. The two differ most on the push loop: glibc's
+/// `realloc` of a large block moves its pages (`mremap`) where mimalloc
+/// copies, so `Vec`'s million pushes take about two thirds of the time
+/// (README, "Collections"). Chosen at the first allocation, with
+/// `getenv` (which allocates nothing), and kept: every block is freed by
+/// the allocator that made it. `main` checks the value and says which.
+struct StdAlloc;
+
+/// 0 until the first allocation reads the variable; then `MIMALLOC` or
+/// `SYSTEM`.
+static STD_ALLOC: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+const MIMALLOC: u8 = 1;
+const SYSTEM: u8 = 2;
+
+impl StdAlloc {
+    #[inline]
+    fn system() -> bool {
+        use std::sync::atomic::Ordering::Relaxed;
+        match STD_ALLOC.load(Relaxed) {
+            0 => {
+                // SAFETY: a NUL-terminated name; a non-null result is a
+                // NUL-terminated string, read before anything can change
+                // the environment (the process's first allocations).
+                let system = unsafe {
+                    let v = libc::getenv(c"LOAM_BENCH_STD_ALLOC".as_ptr());
+                    !v.is_null() && std::ffi::CStr::from_ptr(v).to_bytes().trim_ascii() == b"system"
+                };
+                // Every thread that reads it reads the same value.
+                STD_ALLOC.store(if system { SYSTEM } else { MIMALLOC }, Relaxed);
+                system
+            }
+            x => x == SYSTEM,
+        }
+    }
+}
+
+// SAFETY: every call goes to one of two allocators, the same one for the
+// process's life (`system` is fixed by the first call), so each block is
+// freed, grown or shrunk by the allocator that made it.
+unsafe impl std::alloc::GlobalAlloc for StdAlloc {
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        // SAFETY: the caller's contract, passed on.
+        unsafe {
+            if Self::system() {
+                std::alloc::System.alloc(layout)
+            } else {
+                mimalloc::MiMalloc.alloc(layout)
+            }
+        }
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: std::alloc::Layout) -> *mut u8 {
+        // SAFETY: the caller's contract, passed on.
+        unsafe {
+            if Self::system() {
+                std::alloc::System.alloc_zeroed(layout)
+            } else {
+                mimalloc::MiMalloc.alloc_zeroed(layout)
+            }
+        }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+        // SAFETY: the caller's contract; the block is the chosen
+        // allocator's (impl comment).
+        unsafe {
+            if Self::system() {
+                std::alloc::System.dealloc(ptr, layout)
+            } else {
+                mimalloc::MiMalloc.dealloc(ptr, layout)
+            }
+        }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, new_size: usize) -> *mut u8 {
+        // SAFETY: the caller's contract; the block is the chosen
+        // allocator's (impl comment).
+        unsafe {
+            if Self::system() {
+                std::alloc::System.realloc(ptr, layout, new_size)
+            } else {
+                mimalloc::MiMalloc.realloc(ptr, layout, new_size)
+            }
+        }
+    }
+}
 
 const PUSHES: u64 = 1_000_000;
 const GETS: usize = 1_000_000;
@@ -892,8 +982,17 @@ fn paired(rounds: usize) {
         )
         .unwrap_or(300),
     );
+    let on = support::env("LOAM_BENCH_STD_ALLOC", "mimalloc or system", |v| {
+        ["mimalloc", "system"].contains(&v).then(|| v.to_string())
+    })
+    .unwrap_or_else(|| "mimalloc".into());
+    assert_eq!(
+        on == "system",
+        StdAlloc::system(),
+        "LOAM_BENCH_STD_ALLOC read twice differently"
+    );
     println!(
-        "{rounds} rounds after {} ms of warm-up; median ms, median per-round ratio loam/std and ratio of the rounds' totals (lower is better)",
+        "{rounds} rounds after {} ms of warm-up, std on {on} (LOAM_BENCH_STD_ALLOC); median ms, median per-round ratio loam/std and ratio of the rounds' totals (lower is better)",
         warmup.as_millis()
     );
     for (case, mut contenders) in cases(&m, &locks, &list, &refill, &v, &keys, &lookups) {

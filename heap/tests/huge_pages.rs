@@ -47,16 +47,27 @@ fn report() {
 /// unset) and returns what it printed.
 fn child(setting: Option<&str>) -> String {
     let mut cmd = Command::new(std::env::current_exe().unwrap());
-    cmd.args(["--exact", "the_default_advises_huge_blocks_only", "--nocapture"])
-        .env("LOAM_HUGE_PAGES_TEST_CHILD", "1")
-        .env_remove("LOAM_HUGE_PAGES");
+    cmd.args([
+        "--exact",
+        "the_default_advises_huge_blocks_only",
+        "--nocapture",
+    ])
+    .env("LOAM_HUGE_PAGES_TEST_CHILD", "1")
+    .env_remove("LOAM_HUGE_PAGES");
     if let Some(v) = setting {
         cmd.env("LOAM_HUGE_PAGES", v);
     }
     let out = cmd.output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "the child failed: {}", String::from_utf8_lossy(&out.stderr));
-    let line = stdout.lines().find(|l| l.starts_with("small=")).expect("the child's report");
+    assert!(
+        out.status.success(),
+        "the child failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with("small="))
+        .expect("the child's report");
     line.to_string()
 }
 
@@ -73,6 +84,14 @@ fn the_default_advises_huge_blocks_only() {
         return;
     }
     assert_eq!(child(None), "small=false huge=true", "the default");
-    assert_eq!(child(Some("1")), "small=true huge=true", "LOAM_HUGE_PAGES=1");
-    assert_eq!(child(Some("0")), "small=false huge=false", "LOAM_HUGE_PAGES=0");
+    assert_eq!(
+        child(Some("1")),
+        "small=true huge=true",
+        "LOAM_HUGE_PAGES=1"
+    );
+    assert_eq!(
+        child(Some("0")),
+        "small=false huge=false",
+        "LOAM_HUGE_PAGES=0"
+    );
 }

@@ -62,14 +62,18 @@ use std::time::Instant;
 #[global_allocator]
 static GLOBAL: StdAlloc = StdAlloc;
 
-/// The allocator of std's side (and of the bench's own buffers): mimalloc,
-/// or the system's (glibc's) with `LOAM_BENCH_STD_ALLOC=system`, a
-/// program's default. The two differ most on the push loop: glibc's
-/// `realloc` of a large block moves its pages (`mremap`) where mimalloc
-/// copies, so `Vec`'s million pushes take about two thirds of the time
-/// (README, "Collections"). Chosen at the first allocation, with
-/// `getenv` (which allocates nothing), and kept: every block is freed by
-/// the allocator that made it. `main` checks the value and says which.
+/// The process's global allocator: mimalloc, or the system's (glibc's)
+/// with `LOAM_BENCH_STD_ALLOC=system`, a program's default. It serves
+/// std's side, the bench's own buffers and loam's own Rust allocations
+/// (the collector's scratch, a builder's formatting), not the managed
+/// objects, which live in loam's pages. The two differ most on the push
+/// loop: glibc grows a large block in place (with `mremap` while it is a
+/// mapping of its own; at the top of its heap once a freed one has raised
+/// its mmap threshold) where mimalloc copies it, so `Vec`'s million
+/// pushes take about two thirds of the time (README, "Collections").
+/// Chosen at the first allocation, with `getenv` (which allocates
+/// nothing), and kept: every block is freed by the allocator that made
+/// it. `main` checks the value first; the paired table says which.
 struct StdAlloc;
 
 /// 0 until the first allocation reads the variable; then `MIMALLOC` or
@@ -982,15 +986,11 @@ fn paired(rounds: usize) {
         )
         .unwrap_or(300),
     );
-    let on = support::env("LOAM_BENCH_STD_ALLOC", "mimalloc or system", |v| {
-        ["mimalloc", "system"].contains(&v).then(|| v.to_string())
-    })
-    .unwrap_or_else(|| "mimalloc".into());
-    assert_eq!(
-        on == "system",
-        StdAlloc::system(),
-        "LOAM_BENCH_STD_ALLOC read twice differently"
-    );
+    let on = if StdAlloc::system() {
+        "system"
+    } else {
+        "mimalloc"
+    };
     println!(
         "{rounds} rounds after {} ms of warm-up, std on {on} (LOAM_BENCH_STD_ALLOC); median ms, median per-round ratio loam/std and ratio of the rounds' totals (lower is better)",
         warmup.as_millis()
@@ -1073,5 +1073,15 @@ fn paired(rounds: usize) {
 }
 
 fn main() {
+    // Checked before anything else (criterion's runs too): a misspelt
+    // value would otherwise run std on mimalloc without a word.
+    let on = support::env("LOAM_BENCH_STD_ALLOC", "mimalloc or system", |v| {
+        ["mimalloc", "system"].contains(&v).then(|| v == "system")
+    });
+    assert_eq!(
+        on.unwrap_or(false),
+        StdAlloc::system(),
+        "LOAM_BENCH_STD_ALLOC read twice differently"
+    );
     support::main(paired, collections);
 }

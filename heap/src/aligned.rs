@@ -108,9 +108,9 @@ pub(crate) fn alloc(size: usize, align: usize) -> *mut u8 {
     // exceeds it by at least a page).
     let block = unsafe { base.add(os::OS_PAGE) };
     debug_assert!(block as usize % align == 0);
-    if crate::options::huge_pages(true) {
+    if crate::options::huge_pages_for_blocks() {
         // SAFETY: the block part of our fresh mapping.
-        unsafe { os::advise_huge(block, size) };
+        unsafe { os::advise_huge_inside(block, size) };
     }
     let span = header_of(block);
     let mut spans = SPANS.lock();

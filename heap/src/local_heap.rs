@@ -372,7 +372,14 @@ impl LocalHeap {
         else {
             return ptr::null_mut();
         };
-        let (seg, zeroed) = Segment::create_huge(self, map_size);
+        // The block's whole 2 MiB units ask for huge pages; with the
+        // header's too when no alignment pads the block (the header's
+        // slices, then the block, fill that unit: only the header's
+        // untouched part becomes resident with it). Not a padded block's
+        // first unit, which would be resident 2 MiB at a time for a block
+        // that may be small.
+        let huge_from = if offset == HEADER_SLICES * SLICE_SIZE { 0 } else { offset };
+        let (seg, zeroed) = Segment::create_huge(self, map_size, huge_from);
         if seg.is_null() {
             return ptr::null_mut();
         }
@@ -443,7 +450,7 @@ impl LocalHeap {
         // A segment another heap gave up, still resident; else a new one.
         let mut seg = self.take_cached_segment();
         if seg.is_null() {
-            seg = Segment::create(self, SegmentKind::Normal, SEGMENT_SIZE);
+            seg = Segment::create(self, SegmentKind::Normal, SEGMENT_SIZE, &|_| ());
             if seg.is_null() {
                 return ptr::null_mut();
             }

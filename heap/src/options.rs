@@ -11,19 +11,24 @@
 //! quick succession does not pay for `madvise` and page faults each time,
 //! short enough that an idle program's resident size falls back.
 //!
-//! Huge pages: which mappings ask the kernel for transparent huge pages
+//! Huge pages: which memory asks the kernel for transparent huge pages
 //! (`MADV_HUGEPAGE`; a kernel in THP's `madvise` mode, the common default,
-//! backs nothing else with them). By default only the segments of one huge
-//! block each (past a segment's room, about 4 MiB), which their block fills
-//! but for its tail: a managed array of a million elements read at random
-//! misses the TLB on nearly every read in 4 KiB pages, and took 1.4x –
-//! 1.6x the time of a `Vec` that mimalloc (which advises its arenas so)
-//! backed with huge pages, against 1.2x – 1.3x with them; a growing list's
-//! copies fault 2 MiB at a time (`docs/perf-log.md`, session 57). Small
-//! and large pages' segments are left to the kernel's 4 KiB pages: a 2 MiB
-//! page there would be resident for a few blocks in use (a heap of 2 MiB
-//! in use would take 4 MiB a thread). `LOAM_HUGE_PAGES=1` asks for every
-//! segment, `0` for none.
+//! backs nothing else with them). By default the whole 2 MiB units inside
+//! a huge block (one of its own mapping: past a segment's room, about
+//! 4 MiB, or aligned past 64 KiB): a managed array of a million elements
+//! read at random missed the TLB on nearly every read in 4 KiB pages, and
+//! took 1.2x – 1.6x the time of a `Vec` that mimalloc (which advises its
+//! arenas so) backed with huge pages, against 1.2x – 1.35x with them; a
+//! growing list's copies fault 2 MiB at a time (`docs/perf-log.md`, "Huge
+//! blocks' mappings on transparent huge pages by default"). Only units
+//! inside the block: a segment header or an alignment's padding would
+//! otherwise be resident 2 MiB at a time. The cost is a block used
+//! sparsely (a large `alloc_zeroed` written here and there), resident in
+//! 2 MiB units where it is touched. Small and large pages' segments are
+//! left to the kernel's 4 KiB pages: a 2 MiB page there would be resident
+//! for a few blocks in use (a heap of 2 MiB in use would take 4 MiB a
+//! thread). `LOAM_HUGE_PAGES=1` asks for every segment, whole; `0` for
+//! nothing.
 //!
 //! Guard pages: the last 4 KiB of every page and span is made inaccessible,
 //! so that a write running off the end of the last block faults at once
@@ -202,23 +207,29 @@ pub(crate) fn warn(msg: &[u8]) {
 pub(crate) enum HugePages {
     /// None (`LOAM_HUGE_PAGES=0`).
     Never = 0,
-    /// The mappings of one huge block each: huge segments and aligned
-    /// spans (the default).
+    /// The 2 MiB units inside a huge block (the default).
     HugeBlocks = 1,
-    /// Every segment as well (`LOAM_HUGE_PAGES=1`).
+    /// Every segment, whole (`LOAM_HUGE_PAGES=1`).
     All = 2,
 }
 
-/// Whether a fresh mapping asks for transparent huge pages: `huge_block`
-/// if it holds one huge block (a huge segment, an aligned span), else it
-/// is a segment of small and large pages.
+fn huge_mode() -> u8 {
+    HUGE_PAGES.load(Ordering::Relaxed)
+}
+
+/// Whether every fresh segment asks for transparent huge pages, whole
+/// (`LOAM_HUGE_PAGES=1`).
 #[inline]
-pub(crate) fn huge_pages(huge_block: bool) -> bool {
-    match HUGE_PAGES.load(Ordering::Relaxed) {
-        x if x == HugePages::All as u8 => true,
-        x if x == HugePages::HugeBlocks as u8 => huge_block,
-        _ => false,
-    }
+pub(crate) fn huge_pages_everywhere() -> bool {
+    huge_mode() == HugePages::All as u8
+}
+
+/// Whether a huge block (a huge segment's, an aligned span's) asks for
+/// them for its whole 2 MiB units (`os::advise_huge_inside`): unless
+/// `LOAM_HUGE_PAGES=0`.
+#[inline]
+pub(crate) fn huge_pages_for_blocks() -> bool {
+    huge_mode() != HugePages::Never as u8
 }
 
 /// Whether pages and spans end in a guard page (`guard.rs`). Constant once

@@ -163,6 +163,25 @@ pub(crate) unsafe fn advise_huge(p: *mut u8, size: usize) {
     unsafe { libc::madvise(p.cast(), size, libc::MADV_HUGEPAGE) };
 }
 
+/// The size of a transparent huge page on x86-64 and most AArch64 kernels.
+pub(crate) const HUGE_PAGE: usize = 2 << 20;
+
+/// Asks for transparent huge pages behind the whole `HUGE_PAGE` units of
+/// `p..p+size` (none if it holds no whole one): a block's, so that what
+/// shares a unit with it (a segment header, an alignment's padding) is not
+/// made resident 2 MiB at a time.
+///
+/// # Safety
+/// The range lies in a live mapping of ours.
+pub(crate) unsafe fn advise_huge_inside(p: *mut u8, size: usize) {
+    let start = (p as usize).next_multiple_of(HUGE_PAGE);
+    let end = (p as usize + size) / HUGE_PAGE * HUGE_PAGE;
+    if end > start {
+        // SAFETY: a part of the caller's range.
+        unsafe { advise_huge(start as *mut u8, end - start) };
+    }
+}
+
 /// Milliseconds on the monotonic clock (vDSO, no syscall, no allocation).
 pub(crate) fn now_ms() -> u64 {
     let mut ts = libc::timespec {

@@ -426,9 +426,23 @@ impl Segment {
     /// owned by `owner`: a cached mapping if one fits (its header zeroed),
     /// or a fresh one. Returns null if the OS is out of memory, and whether
     /// the block part reads as zero (a fresh mapping).
-    pub(crate) fn create_huge(owner: *mut LocalHeap, map_size: usize) -> (*mut Segment, bool) {
+    ///
+    /// The mapping's whole 2 MiB units from `huge_from` bytes in ask for
+    /// transparent huge pages (`options::huge_pages_for_blocks`): a fresh
+    /// mapping's before its header is written, since a unit with a 4 KiB
+    /// page faulted in stays in 4 KiB pages (a million-element array's
+    /// first 2 MiB did, advised after).
+    pub(crate) fn create_huge(owner: *mut LocalHeap, map_size: usize, huge_from: usize) -> (*mut Segment, bool) {
+        let advise = |base: *mut u8| {
+            if crate::options::huge_pages_for_blocks() && huge_from < map_size {
+                // SAFETY: a part of our mapping of `map_size` bytes at
+                // `base`.
+                unsafe { os::advise_huge_inside(base.add(huge_from), map_size - huge_from) };
+            }
+        };
         match huge_cache_take(map_size) {
             Some((base, size)) => {
+                advise(base as *mut u8);
                 // The header's parts that hold state: the segment struct
                 // and the pending, mark and allocated bitmaps (not the whole
                 // header slices, so that the rest stays untouched and need
@@ -449,25 +463,29 @@ impl Segment {
                 let seg = unsafe { Self::register(base as *mut u8, owner, SegmentKind::Huge, size) };
                 (seg, false)
             }
-            None => (Self::create(owner, SegmentKind::Huge, map_size), true),
+            None => (Self::create(owner, SegmentKind::Huge, map_size, &advise), true),
         }
     }
 
     /// Maps and registers a segment of `map_size` bytes owned by `owner`.
     /// Returns null if the OS is out of memory.
+    /// `advise` is called with the fresh mapping's base before anything
+    /// is written to it (`create_huge`).
     pub(crate) fn create(
         owner: *mut LocalHeap,
         kind: SegmentKind,
         map_size: usize,
+        advise: &dyn Fn(*mut u8),
     ) -> *mut Segment {
         let base = os::map_aligned(map_size, SEGMENT_SIZE, kind == SegmentKind::Huge);
         if base.is_null() {
             return ptr::null_mut();
         }
-        if crate::options::huge_pages(kind == SegmentKind::Huge) {
+        if crate::options::huge_pages_everywhere() {
             // SAFETY: the page part of our fresh mapping.
             unsafe { os::advise_huge(base, map_size) };
         }
+        advise(base);
         crate::stats::COUNTERS
             .segments_mapped
             .fetch_add(1, Ordering::Relaxed);

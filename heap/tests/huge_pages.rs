@@ -1,8 +1,9 @@
-//! Which mappings ask for transparent huge pages (`MADV_HUGEPAGE`, seen as
+//! Which memory asks for transparent huge pages (`MADV_HUGEPAGE`, seen as
 //! `hg` in the mapping's `VmFlags` in `/proc/self/smaps`): by default the
-//! segment of a huge block and not a segment of small pages;
-//! `LOAM_HUGE_PAGES=1` every segment, `0` none. Each setting in a child
-//! process: the environment is read once, as the first heap is made.
+//! whole 2 MiB units inside a huge block, and not a segment of small
+//! pages; `LOAM_HUGE_PAGES=1` every segment, `0` nothing. Each setting in
+//! a child process: the environment is read once, as the first heap is
+//! made.
 
 use loam_heap::LoamAlloc;
 use std::alloc::{GlobalAlloc, Layout};
@@ -28,19 +29,41 @@ fn advised_huge(p: *const u8) -> bool {
     panic!("no mapping in /proc/self/smaps holds {p:?}");
 }
 
-/// In the child: allocates a small block and a huge one and prints which
-/// of their mappings are advised.
+/// In the child: allocates a small block, a huge one, a small one aligned
+/// to 2 MiB (a huge segment of its own, mostly padding), an aligned span
+/// (8 MiB at 4 MiB) and a small one (4 KiB at 4 MiB), and prints which
+/// of them lie in advised memory (each halfway in).
 fn report() {
-    let small = Layout::from_size_align(64, 8).unwrap();
-    let huge = Layout::from_size_align(16 << 20, 8).unwrap();
-    // SAFETY: non-zero sizes; each freed once with its layout below.
-    unsafe {
-        let (s, h) = (LoamAlloc.alloc(small), LoamAlloc.alloc(huge));
-        assert!(!s.is_null() && !h.is_null());
-        println!("small={} huge={}", advised_huge(s), advised_huge(h));
-        LoamAlloc.dealloc(s, small);
-        LoamAlloc.dealloc(h, huge);
+    let layouts = [
+        ("small", Layout::from_size_align(64, 8).unwrap()),
+        ("huge", Layout::from_size_align(16 << 20, 8).unwrap()),
+        (
+            "padded",
+            Layout::from_size_align(100 << 10, 2 << 20).unwrap(),
+        ),
+        (
+            "aligned",
+            Layout::from_size_align(8 << 20, 4 << 20).unwrap(),
+        ),
+        (
+            "aligned_small",
+            Layout::from_size_align(4 << 10, 4 << 20).unwrap(),
+        ),
+    ];
+    let mut line = Vec::new();
+    for (name, layout) in layouts {
+        // SAFETY: non-zero sizes; each block freed once with its layout,
+        // and only its address used before.
+        unsafe {
+            let p = LoamAlloc.alloc(layout);
+            assert!(!p.is_null(), "{name}: no memory");
+            line.push(format!("{name}={}", advised_huge(p.add(layout.size() / 2))));
+            LoamAlloc.dealloc(p, layout);
+        }
     }
+    // On a line of its own: libtest may have printed the test's name
+    // without a newline before it (one test thread).
+    println!("\nREPORT {}", line.join(" "));
 }
 
 /// Runs `report` in a child with `LOAM_HUGE_PAGES` set to `setting` (or
@@ -64,11 +87,10 @@ fn child(setting: Option<&str>) -> String {
         "the child failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let line = stdout
-        .lines()
-        .find(|l| l.starts_with("small="))
-        .expect("the child's report");
-    line.to_string()
+    let Some(line) = stdout.lines().find_map(|l| l.strip_prefix("REPORT ")) else {
+        panic!("no report from the child: {stdout}");
+    };
+    line.trim_end().to_string()
 }
 
 #[test]
@@ -80,18 +102,27 @@ fn the_default_advises_huge_blocks_only() {
     // A kernel built without transparent huge pages refuses the advice,
     // and no mapping is ever flagged.
     if !std::path::Path::new("/sys/kernel/mm/transparent_hugepage").exists() {
-        eprintln!("skipped: this kernel has no transparent huge pages");
+        eprintln!("skipped: this kernel has no transparent huge pages (/sys/kernel/mm/transparent_hugepage)");
         return;
     }
-    assert_eq!(child(None), "small=false huge=true", "the default");
+    // By default only the whole 2 MiB units inside huge blocks: not the
+    // padding around a small block aligned to 2 MiB, nor an aligned span
+    // of 4 KiB.
+    assert_eq!(
+        child(None),
+        "small=false huge=true padded=false aligned=true aligned_small=false",
+        "the default"
+    );
+    // Every segment, whole, with `1` (an aligned span is no segment: its
+    // whole units only, as by default).
     assert_eq!(
         child(Some("1")),
-        "small=true huge=true",
+        "small=true huge=true padded=true aligned=true aligned_small=false",
         "LOAM_HUGE_PAGES=1"
     );
     assert_eq!(
         child(Some("0")),
-        "small=false huge=false",
+        "small=false huge=false padded=false aligned=false aligned_small=false",
         "LOAM_HUGE_PAGES=0"
     );
 }

@@ -41,7 +41,7 @@
 //! with the median of per-round ratios and each case's minor and full
 //! cycle counts, the figures the README quotes. `LOAM_BENCH_CASES=dict,sort_records`
 //! runs some cases only. std runs on mimalloc, or on the system's
-//! allocator with `LOAM_BENCH_STD_ALLOC=system` ([`StdAlloc`]).
+//! allocator with `--features bench-std-system` ([`GLOBAL`]).
 
 // `criterion_group!` generates an undocumented `pub fn`.
 #![allow(missing_docs)]
@@ -59,101 +59,33 @@ use std::fmt::Write as _;
 use std::hint::black_box;
 use std::time::Instant;
 
-#[global_allocator]
-static GLOBAL: StdAlloc = StdAlloc;
-
 /// The process's global allocator: mimalloc, or the system's (glibc's)
-/// with `LOAM_BENCH_STD_ALLOC=system`, a program's default. It serves
-/// std's side, the bench's own buffers and loam's own Rust allocations
-/// (the collector's scratch, a builder's formatting), not the managed
-/// objects, which live in loam's pages. The two differ most on the push
-/// loop: glibc grows a large block in place (with `mremap` while it is a
+/// with the `bench-std-system` feature (`cargo bench --bench collections
+/// --features bench-std-system`), a program's default. It serves std's
+/// side, the bench's own buffers and loam's own Rust allocations (the
+/// collector's scratch, a builder's formatting), not the managed objects,
+/// which live in loam's pages. The two differ most on the push loop:
+/// glibc grows a large block in place (with `mremap` while it is a
 /// mapping of its own; at the top of its heap once a freed one has raised
 /// its mmap threshold) where mimalloc copies it, so `Vec`'s million
-/// pushes take about two thirds of the time (README, "Collections").
-/// Chosen at the first allocation, with `getenv` (which allocates
-/// nothing), and kept: every block is freed by the allocator that made
-/// it. `main` checks the value first; the paired table says which.
-struct StdAlloc;
+/// pushes take about two thirds of the time (README, "Collections"). A
+/// feature, not a variable read at run time: a global allocator that
+/// chose between the two on every call (one load and a branch, inlined)
+/// made the `GcLock` case's `Vec`s of `Box`es take 29 – 30 ms against 18
+/// – 19.5 with mimalloc alone, for a reason not found.
+#[cfg(not(feature = "bench-std-system"))]
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+#[cfg(feature = "bench-std-system")]
+#[global_allocator]
+static GLOBAL: std::alloc::System = std::alloc::System;
 
-/// 0 until the first allocation reads the variable; then `MIMALLOC` or
-/// `SYSTEM`.
-static STD_ALLOC: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
-const MIMALLOC: u8 = 1;
-const SYSTEM: u8 = 2;
-
-impl StdAlloc {
-    #[inline]
-    fn system() -> bool {
-        use std::sync::atomic::Ordering::Relaxed;
-        match STD_ALLOC.load(Relaxed) {
-            0 => {
-                // SAFETY: a NUL-terminated name; a non-null result is a
-                // NUL-terminated string, read before anything can change
-                // the environment (the process's first allocations).
-                let system = unsafe {
-                    let v = libc::getenv(c"LOAM_BENCH_STD_ALLOC".as_ptr());
-                    !v.is_null() && std::ffi::CStr::from_ptr(v).to_bytes().trim_ascii() == b"system"
-                };
-                // Every thread that reads it reads the same value.
-                STD_ALLOC.store(if system { SYSTEM } else { MIMALLOC }, Relaxed);
-                system
-            }
-            x => x == SYSTEM,
-        }
-    }
-}
-
-// SAFETY: every call goes to one of two allocators, the same one for the
-// process's life (`system` is fixed by the first call), so each block is
-// freed, grown or shrunk by the allocator that made it.
-unsafe impl std::alloc::GlobalAlloc for StdAlloc {
-    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
-        // SAFETY: the caller's contract, passed on.
-        unsafe {
-            if Self::system() {
-                std::alloc::System.alloc(layout)
-            } else {
-                mimalloc::MiMalloc.alloc(layout)
-            }
-        }
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: std::alloc::Layout) -> *mut u8 {
-        // SAFETY: the caller's contract, passed on.
-        unsafe {
-            if Self::system() {
-                std::alloc::System.alloc_zeroed(layout)
-            } else {
-                mimalloc::MiMalloc.alloc_zeroed(layout)
-            }
-        }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
-        // SAFETY: the caller's contract; the block is the chosen
-        // allocator's (impl comment).
-        unsafe {
-            if Self::system() {
-                std::alloc::System.dealloc(ptr, layout)
-            } else {
-                mimalloc::MiMalloc.dealloc(ptr, layout)
-            }
-        }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, new_size: usize) -> *mut u8 {
-        // SAFETY: the caller's contract; the block is the chosen
-        // allocator's (impl comment).
-        unsafe {
-            if Self::system() {
-                std::alloc::System.realloc(ptr, layout, new_size)
-            } else {
-                mimalloc::MiMalloc.realloc(ptr, layout, new_size)
-            }
-        }
-    }
-}
+/// What the paired table's header says std runs on.
+const STD_ON: &str = if cfg!(feature = "bench-std-system") {
+    "the system's allocator (feature bench-std-system)"
+} else {
+    "mimalloc"
+};
 
 const PUSHES: u64 = 1_000_000;
 const GETS: usize = 1_000_000;
@@ -986,13 +918,8 @@ fn paired(rounds: usize) {
         )
         .unwrap_or(300),
     );
-    let on = if StdAlloc::system() {
-        "system"
-    } else {
-        "mimalloc"
-    };
     println!(
-        "{rounds} rounds after {} ms of warm-up, std on {on} (LOAM_BENCH_STD_ALLOC); median ms, median per-round ratio loam/std and ratio of the rounds' totals (lower is better)",
+        "{rounds} rounds after {} ms of warm-up, std on {STD_ON}; median ms, median per-round ratio loam/std and ratio of the rounds' totals (lower is better)",
         warmup.as_millis()
     );
     for (case, mut contenders) in cases(&m, &locks, &list, &refill, &v, &keys, &lookups) {
@@ -1073,15 +1000,5 @@ fn paired(rounds: usize) {
 }
 
 fn main() {
-    // Checked before anything else (criterion's runs too): a misspelt
-    // value would otherwise run std on mimalloc without a word.
-    let on = support::env("LOAM_BENCH_STD_ALLOC", "mimalloc or system", |v| {
-        ["mimalloc", "system"].contains(&v).then(|| v == "system")
-    });
-    assert_eq!(
-        on.unwrap_or(false),
-        StdAlloc::system(),
-        "LOAM_BENCH_STD_ALLOC read twice differently"
-    );
     support::main(paired, collections);
 }

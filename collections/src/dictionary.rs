@@ -119,9 +119,10 @@ where
     indices: GcCell<'gc, Indices<'gc>>,
     /// `'static`, so it holds no managed pointer.
     hasher: S,
-    /// The entries the first array holds at least (`with_capacity`): the
-    /// array is made on the first insert, whose entry fills its spare slots.
-    min_capacity: usize,
+    /// The entries the next array holds at least (`with_capacity`, and
+    /// `reserve` on an empty dictionary): the array is made by an insert,
+    /// whose entry fills its spare slots.
+    min_capacity: GcCell<'gc, usize>,
     writer: WriterLock,
 }
 
@@ -421,7 +422,7 @@ where
                 entries: GcCell::new(mc.alloc_from_iter(std::iter::empty())),
                 indices: GcCell::new(mc.alloc_from_iter(std::iter::empty())),
                 hasher,
-                min_capacity: capacity,
+                min_capacity: GcCell::new(capacity),
                 writer: WriterLock::default(),
             }),
         };
@@ -440,8 +441,84 @@ where
     /// array doubled: counting the entries array alone said 8 where the
     /// seventh insert grew the index.
     pub fn capacity(&self) -> usize {
-        let entries = self.obj.entries.get().len().max(self.obj.min_capacity);
+        let entries = self.obj.entries.get().len().max(self.obj.min_capacity.get());
         entries.min(self.obj.indices.get().len() * 3 / 4)
+    }
+
+    /// Makes room for `additional` more entries at least, so that
+    /// inserting them allocates nothing, as `HashMap::reserve` (it may make
+    /// more, to keep growth amortised). On an empty dictionary it makes
+    /// the index now and the entries array at the next insert: a managed
+    /// array is initialised throughout, and its spare entries are copies
+    /// of an entry, which an empty dictionary does not have.
+    ///
+    /// # Panics
+    /// At the heap limit (the dictionary unchanged; see
+    /// [`try_reserve`](Self::try_reserve)), or past 4,294,967,294 entries
+    /// (capacity overflow; so does `try_reserve`).
+    ///
+    /// # Examples
+    /// ```
+    /// use loam_collections::GcDictionary;
+    /// let rt = loam_runtime::Runtime::builder().gc_threads(1).build();
+    /// let mut m = rt.attach();
+    /// m.mutate(|mc| {
+    ///     let d = GcDictionary::from_iter(mc, [(0_u64, 0_u64)]);
+    ///     d.reserve(mc, 1000);
+    ///     assert!(d.capacity() >= 1001);
+    ///     let before = d.capacity();
+    ///     d.extend(mc, (1..=1000).map(|i| (i, i * i)));
+    ///     assert_eq!(d.capacity(), before, "no growth");
+    /// });
+    /// ```
+    pub fn reserve(&self, mc: &Mutation<'gc>, additional: usize) {
+        self.try_reserve(mc, additional)
+            .unwrap_or_else(|e| alloc_failed("reserve", e));
+    }
+
+    /// [`reserve`](Self::reserve), or the heap-limit `Err` with the
+    /// dictionary unchanged, its capacity included.
+    pub fn try_reserve(&self, mc: &Mutation<'gc>, additional: usize) -> Result<(), AllocError<()>> {
+        let _w = self.write_lock(mc);
+        let len = self.obj.len.get();
+        let Some(need) = len.checked_add(additional).filter(|&n| n <= MAX_ENTRIES) else {
+            too_many_entries();
+        };
+        let entries = self.obj.entries.get();
+        // Both arrays are made before either is installed, as in
+        // `push_entry`.
+        let grown = match entries.first() {
+            Some(first) if len > 0 && need > entries.len() => {
+                let cap = need.max(entries.len() * 2).min(MAX_ENTRIES);
+                let spare = Entry::new(first.hash.get(), first.key.get(), first.value.get());
+                Some(mc.try_alloc_from_iter((0..cap).map(|i| match entries.get(i).filter(|_| i < len) {
+                    Some(e) => Entry::new(e.hash.get(), e.key.get(), e.value.get()),
+                    // Spare entries hold copies of the first (never traced).
+                    None => Entry::new(spare.hash.get(), spare.key.get(), spare.value.get()),
+                }))?)
+            }
+            _ => None,
+        };
+        let indices = self.obj.indices.get();
+        let fresh = if need * 4 > indices.len() * 3 {
+            let fresh: Indices<'gc> = mc
+                .try_alloc_slice_fill(index_size(need).max(indices.len()), GcCell::new(0))
+                .map_err(|e| e.map(|_| ()))?;
+            for (i, e) in entries[..len].iter().enumerate() {
+                Self::place(mc, fresh, e.hash.get(), i);
+            }
+            Some(fresh)
+        } else {
+            None
+        };
+        // The lock and the log (`write_lock`, above); the arrays made just
+        // above from the entries in use, as `install` asks.
+        // SAFETY: as just said.
+        unsafe { self.install(mc, grown, fresh) };
+        if len == 0 && need > self.obj.min_capacity.get() {
+            self.obj.min_capacity.set(mc, need);
+        }
+        Ok(())
     }
 
     /// Takes the writer lock and records the dictionary's log in this call:
@@ -646,14 +723,14 @@ where
         value: V,
     ) -> Result<(), AllocError<()>> {
         let len = self.obj.len.get();
-        let mut entries = self.obj.entries.get();
+        let entries = self.obj.entries.get();
         let grown = if len == entries.len() {
             // Arrays never pass `MAX_ENTRIES`, so only a full one at it
             // refuses (no check on an insert that does not grow).
             if len >= MAX_ENTRIES {
                 too_many_entries();
             }
-            let cap = (len * 2).max(4).max(self.obj.min_capacity).min(MAX_ENTRIES);
+            let cap = (len * 2).max(4).max(self.obj.min_capacity.get()).min(MAX_ENTRIES);
             Some(mc.try_alloc_from_iter((0..cap).map(
                 |i| match entries.get(i).filter(|_| i < len) {
                     // Spare entries hold the new one (never traced).
@@ -664,7 +741,7 @@ where
         } else {
             None
         };
-        let mut indices = self.obj.indices.get();
+        let indices = self.obj.indices.get();
         let fresh = if (len + 1) * 4 > indices.len() * 3 {
             let size = index_size(len + 1).max(indices.len() * 2);
             let fresh: Indices<'gc> = mc
@@ -678,31 +755,11 @@ where
         } else {
             None
         };
-        if let Some(grown) = grown {
-            let cell = &self.obj.entries;
-            // The log recorded (`write_lock`, which the caller holds); the
-            // cell is reported by the dictionary's trace, after its log;
-            // the new array is shaded just below unless no marker has met
-            // the dictionary.
-            // SAFETY: as just said.
-            unsafe { cell.set_unshaded(mc, grown) };
-            // SAFETY: the store just above.
-            unsafe { self.obj.log.after_unreported_stores(mc, || cell.set_recorded(mc, cell.get())) };
-            entries = grown;
-            // Every entry keeps its index; the cards' scale follows the
-            // capacity (`GcCards::rescale`).
-            if K::NEEDS_TRACE || V::NEEDS_TRACE {
-                self.obj.cards.rescale(grown.len());
-            }
-        }
-        if let Some(fresh) = fresh {
-            let cell = &self.obj.indices;
-            // SAFETY: as for the entries above.
-            unsafe { cell.set_unshaded(mc, fresh) };
-            // SAFETY: the store just above.
-            unsafe { self.obj.log.after_unreported_stores(mc, || cell.set_recorded(mc, cell.get())) };
-            indices = fresh;
-        }
+        // The lock and the log (`write_lock`, which the caller holds);
+        // the arrays made just above, as `install` asks.
+        // SAFETY: as just said.
+        unsafe { self.install(mc, grown, fresh) };
+        let (entries, indices) = (self.obj.entries.get(), self.obj.indices.get());
         let e = &entries[len];
         // SAFETY: the log recorded (`write_lock`); entry `len` is past the
         // length, which the dictionary's trace does not report, and the
@@ -733,6 +790,41 @@ where
             };
         }
         Ok(())
+    }
+
+    /// Installs a grown entries array and a fresh index, either or both
+    /// (`push_entry`, `try_reserve`, which made them, every allocation
+    /// first). Every entry keeps its index, and the fresh index places the
+    /// entries in use.
+    ///
+    /// # Safety
+    /// The writer lock is held and the log recorded in this call
+    /// (`write_lock`); `grown` holds copies of the entries in use, in
+    /// their places, and `fresh` places each of them.
+    unsafe fn install(&self, mc: &Mutation<'gc>, grown: Option<Entries<'gc, K, V>>, fresh: Option<Indices<'gc>>) {
+        if let Some(grown) = grown {
+            let cell = &self.obj.entries;
+            // The log recorded (`write_lock`, which the caller holds); the
+            // cell is reported by the dictionary's trace, after its log;
+            // the new array is shaded just below unless no marker has met
+            // the dictionary.
+            // SAFETY: as just said.
+            unsafe { cell.set_unshaded(mc, grown) };
+            // SAFETY: the store just above.
+            unsafe { self.obj.log.after_unreported_stores(mc, || cell.set_recorded(mc, cell.get())) };
+            // Every entry keeps its index; the cards' scale follows the
+            // capacity (`GcCards::rescale`).
+            if K::NEEDS_TRACE || V::NEEDS_TRACE {
+                self.obj.cards.rescale(grown.len());
+            }
+        }
+        if let Some(fresh) = fresh {
+            let cell = &self.obj.indices;
+            // SAFETY: as for the entries above.
+            unsafe { cell.set_unshaded(mc, fresh) };
+            // SAFETY: the store just above.
+            unsafe { self.obj.log.after_unreported_stores(mc, || cell.set_recorded(mc, cell.get())) };
+        }
     }
 
     /// Puts entry `e` of hash `h` in the first free slot of its probe run.

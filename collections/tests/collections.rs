@@ -674,6 +674,12 @@ fn a_heap_limit_err_leaves_the_collection_unchanged() {
         assert_eq!(err.into_inner(), (i, i));
         assert_eq!(d.len(), i as usize);
         assert!(d.iter().all(|(k, v)| k == v && k < i));
+        // A reserve past the limit leaves it as it was, its capacity too.
+        let cap = d.capacity();
+        assert!(d.try_reserve(mc, 1 << 20).is_err());
+        assert_eq!((d.len(), d.capacity()), (i as usize, cap));
+        d.assert_valid();
+        assert!((0..i).all(|k| d.get(&k) == Some(k)));
         assert!(GcString::try_new(mc, &"z".repeat(16 << 20)).is_err());
         let b = GcStringBuilder::new(mc);
         b.push_str(mc, "kept");
@@ -682,6 +688,64 @@ fn a_heap_limit_err_leaves_the_collection_unchanged() {
     });
     // Nothing was rooted: the next call collects first, and has room.
     m.mutate(|mc| GcList::from_slice(mc, &[1_u64; 1000]).len());
+}
+
+/// `GcDictionary::reserve` makes room for what it is asked, so that the
+/// inserts it was made for allocate nothing: on a dictionary with entries
+/// both arrays at once; on an empty one (new or cleared) the index now and
+/// the entries array at the first insert (its spares are copies of an
+/// entry). Through cycles, with readers checking every key.
+#[test]
+fn reserve_makes_room_for_the_inserts_it_was_asked_for() {
+    let rt = rt().build();
+    let mut m = rt.attach();
+    for start in [0_u64, 1, 5, 100] {
+        for additional in [0_usize, 1, 7, 1000, 5000] {
+            m.mutate(|mc| {
+                let d = GcDictionary::new(mc);
+                for k in 0..start {
+                    d.insert(mc, k, k + 1);
+                }
+                d.reserve(mc, additional);
+                let need = start as usize + additional;
+                assert!(
+                    d.capacity() >= need,
+                    "{start} + {additional}: {}",
+                    d.capacity()
+                );
+                d.assert_valid();
+                // The first insert into an empty dictionary makes its
+                // entries array, as big as was reserved.
+                let mut cap = d.capacity();
+                for k in start..need as u64 {
+                    d.insert(mc, k, k + 1);
+                    if k == 0 {
+                        cap = d.capacity();
+                        assert!(cap >= need, "{additional}: {cap}");
+                    }
+                    assert_eq!(d.capacity(), cap, "{start} + {additional}: grew at {k}");
+                }
+                d.assert_valid();
+                assert!((0..need as u64).all(|k| d.get(&k) == Some(k + 1)));
+            });
+            m.collect();
+        }
+    }
+    // A cleared dictionary keeps its arrays; a reserve past them makes
+    // the entries array at the first insert past the old one.
+    m.mutate(|mc| {
+        let d = GcDictionary::from_iter(mc, (0..10_u64).map(|k| (k, k)));
+        d.clear(mc);
+        d.reserve(mc, 3000);
+        assert!(d.capacity() >= 3000);
+        let cap = d.capacity();
+        for k in 0..3000_u64 {
+            d.insert(mc, k, k);
+            assert_eq!(d.capacity(), cap, "grew at {k}");
+        }
+        d.assert_valid();
+        assert!((0..3000).all(|k| d.get(&k) == Some(k)));
+    });
 }
 
 /// `GcDictionary::retain` at the heap limit: it compacts in place, as

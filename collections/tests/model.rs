@@ -189,6 +189,7 @@ enum DictOp {
     EntryOrInsert(u8, u64),
     RetainEven,
     Clear,
+    Reserve(u16),
 }
 
 fn dict_op() -> impl Strategy<Value = DictOp> {
@@ -199,6 +200,7 @@ fn dict_op() -> impl Strategy<Value = DictOp> {
         2 => (any::<u8>(), any::<u64>()).prop_map(|(k, v)| DictOp::EntryOrInsert(k, v)),
         1 => Just(DictOp::RetainEven),
         1 => Just(DictOp::Clear),
+        1 => any::<u16>().prop_map(|n| DictOp::Reserve(n % 600)),
     ]
 }
 
@@ -245,6 +247,11 @@ macro_rules! dict_step {
             DictOp::Clear => {
                 d.clear(mc);
                 model.clear();
+            }
+            DictOp::Reserve(n) => {
+                d.reserve(mc, usize::from(n));
+                assert!(d.capacity() >= d.len() + usize::from(n));
+                model.reserve(usize::from(n));
             }
         }
     }};

@@ -163,6 +163,17 @@ pub(crate) unsafe fn advise_huge(p: *mut u8, size: usize) {
     unsafe { libc::madvise(p.cast(), size, libc::MADV_HUGEPAGE) };
 }
 
+/// Takes back `advise_huge` for `p..p+size` (`MADV_NOHUGEPAGE`; pages
+/// already huge stay so until they are freed).
+///
+/// # Safety
+/// The range lies in a live mapping of ours.
+pub(crate) unsafe fn advise_no_huge(p: *mut u8, size: usize) {
+    // SAFETY: the caller guarantees the range is ours; MADV_NOHUGEPAGE
+    // only changes how the kernel backs it.
+    unsafe { libc::madvise(p.cast(), size, libc::MADV_NOHUGEPAGE) };
+}
+
 /// The size of a transparent huge page on x86-64 and most AArch64 kernels.
 pub(crate) const HUGE_PAGE: usize = 2 << 20;
 

@@ -433,8 +433,10 @@ impl Segment {
     /// page faulted in stays in 4 KiB pages (a million-element array's
     /// first 2 MiB did, advised after).
     pub(crate) fn create_huge(owner: *mut LocalHeap, map_size: usize, huge_from: usize) -> (*mut Segment, bool) {
+        // (With every segment advised whole, `create` has done it.)
+        let by_block = crate::options::huge_pages_for_blocks() && !crate::options::huge_pages_everywhere();
         let advise = |base: *mut u8| {
-            if crate::options::huge_pages_for_blocks() && huge_from < map_size {
+            if by_block && huge_from < map_size {
                 // SAFETY: a part of our mapping of `map_size` bytes at
                 // `base`.
                 unsafe { os::advise_huge_inside(base.add(huge_from), map_size - huge_from) };
@@ -442,6 +444,13 @@ impl Segment {
         };
         match huge_cache_take(map_size) {
             Some((base, size)) => {
+                if by_block {
+                    // A cached mapping keeps the advice of its last block,
+                    // which may have covered what is now a padded block's
+                    // header and padding: taken back first.
+                    // SAFETY: the whole of our cached mapping.
+                    unsafe { os::advise_no_huge(base as *mut u8, size) };
+                }
                 advise(base as *mut u8);
                 // The header's parts that hold state: the segment struct
                 // and the pending, mark and allocated bitmaps (not the whole

@@ -93,6 +93,11 @@ type Indices<'gc> = Gc<'gc, [GcCell<'gc, u64>]>;
 ///   probe run from `hash & mask` with no empty slot between.
 /// - `moves` is odd exactly while entries or slots are being moved.
 /// - Every store happens under the writer lock, after `log.record`.
+/// - `min_capacity` may pass `entries.len()` (`with_capacity`, `reserve`
+///   on an empty dictionary): `capacity` counts it, and the next insert
+///   into an empty dictionary, or into a full array, grows the array to
+///   it at least (an array's spare entries are copies of an entry, which
+///   an empty dictionary does not have to make one before).
 pub(crate) struct DictObj<'gc, K, V, S>
 where
     K: CellValue + Trace + 'gc,
@@ -447,15 +452,16 @@ where
 
     /// Makes room for `additional` more entries at least, so that
     /// inserting them allocates nothing, as `HashMap::reserve` (it may make
-    /// more, to keep growth amortised). On an empty dictionary it makes
-    /// the index now and the entries array at the next insert: a managed
-    /// array is initialised throughout, and its spare entries are copies
-    /// of an entry, which an empty dictionary does not have.
+    /// more, to keep growth amortised). Except on an empty dictionary:
+    /// there it makes the index now, and the first insert makes the
+    /// entries array, as big as reserved, and may meet the heap limit (a
+    /// managed array is initialised throughout, and its spare entries are
+    /// copies of an entry, which an empty dictionary does not have).
     ///
     /// # Panics
     /// At the heap limit (the dictionary unchanged; see
     /// [`try_reserve`](Self::try_reserve)), or past 4,294,967,294 entries
-    /// (capacity overflow; so does `try_reserve`).
+    /// (capacity overflow).
     ///
     /// # Examples
     /// ```
@@ -476,33 +482,56 @@ where
             .unwrap_or_else(|e| alloc_failed("reserve", e));
     }
 
-    /// [`reserve`](Self::reserve), or the heap-limit `Err` with the
-    /// dictionary unchanged, its capacity included.
+    /// [`reserve`](Self::reserve), or the heap-limit `Err` (or a
+    /// capacity-overflow one, past 4,294,967,294 entries) with the
+    /// dictionary unchanged, its capacity included. On a dictionary with
+    /// entries, an `Ok` means that the next `additional` inserts allocate
+    /// nothing, so none of them meets the heap limit.
+    ///
+    /// # Examples
+    /// ```
+    /// use loam_collections::GcDictionary;
+    /// let rt = loam_runtime::Runtime::builder().heap_limit(64 << 20).gc_threads(1).build();
+    /// let mut m = rt.attach();
+    /// m.mutate(|mc| {
+    ///     let d = GcDictionary::from_iter(mc, [(0_u64, 0_u64)]);
+    ///     d.try_reserve(mc, 10_000).expect("fits");
+    ///     assert!(d.try_reserve(mc, 100 << 20).is_err(), "too large for the limit");
+    ///     assert!(d.try_reserve(mc, usize::MAX).is_err(), "capacity overflow");
+    ///     assert!(d.capacity() >= 10_001 && d.capacity() < 100 << 20);
+    /// });
+    /// ```
     pub fn try_reserve(&self, mc: &Mutation<'gc>, additional: usize) -> Result<(), AllocError<()>> {
         let _w = self.write_lock(mc);
         let len = self.obj.len.get();
         let Some(need) = len.checked_add(additional).filter(|&n| n <= MAX_ENTRIES) else {
-            too_many_entries();
+            // The runtime's capacity-overflow `Err`, from a request that
+            // cannot be made (it allocates nothing).
+            match mc.try_alloc_slice_fill(usize::MAX, GcCell::new(0_u64)) {
+                Err(e) => return Err(e.map(drop)),
+                Ok(_) => unreachable!("an array of usize::MAX words was made"),
+            }
         };
         let entries = self.obj.entries.get();
         // Both arrays are made before either is installed, as in
         // `push_entry`.
         let grown = match entries.first() {
             Some(first) if len > 0 && need > entries.len() => {
-                let cap = need.max(entries.len() * 2).min(MAX_ENTRIES);
-                let spare = Entry::new(first.hash.get(), first.key.get(), first.value.get());
-                Some(mc.try_alloc_from_iter((0..cap).map(|i| match entries.get(i).filter(|_| i < len) {
-                    Some(e) => Entry::new(e.hash.get(), e.key.get(), e.value.get()),
+                let cap = need.max(entries.len().saturating_mul(2)).min(MAX_ENTRIES);
+                Some(mc.try_alloc_from_iter((0..cap).map(|i| {
                     // Spare entries hold copies of the first (never traced).
-                    None => Entry::new(spare.hash.get(), spare.key.get(), spare.value.get()),
+                    let e = entries.get(i).filter(|_| i < len).unwrap_or(first);
+                    Entry::new(e.hash.get(), e.key.get(), e.value.get())
                 }))?)
             }
             _ => None,
         };
         let indices = self.obj.indices.get();
-        let fresh = if need * 4 > indices.len() * 3 {
+        // `need` past three quarters of the slots (exact: 0 or a power of
+        // two of at least 8; no product to overflow).
+        let fresh = if need > indices.len() / 4 * 3 {
             let fresh: Indices<'gc> = mc
-                .try_alloc_slice_fill(index_size(need).max(indices.len()), GcCell::new(0))
+                .try_alloc_slice_fill(index_size(need), GcCell::new(0))
                 .map_err(|e| e.map(|_| ()))?;
             for (i, e) in entries[..len].iter().enumerate() {
                 Self::place(mc, fresh, e.hash.get(), i);
@@ -706,16 +735,22 @@ where
             unsafe { entry.value.set_recorded(mc, value) };
             return Ok(Some(old));
         }
-        self.push_entry(mc, h, key, value)
-            .map_err(|e| e.map(|()| (key, value)))?;
+        // Under the lock taken above, with the log recorded; the key was
+        // not found.
+        // SAFETY: as just said.
+        unsafe { self.push_entry(mc, h, key, value) }.map_err(|e| e.map(|()| (key, value)))?;
         Ok(None)
     }
 
-    /// Appends a new entry (the key is absent); the writer lock is held.
-    /// Everything that can fail (the two allocations) comes first, before
-    /// either array is installed: a heap-limit `Err` leaves the dictionary
-    /// as it was, its capacity included.
-    fn push_entry(
+    /// Appends a new entry (the key is absent). Everything that can fail
+    /// (the two allocations) comes first, before either array is
+    /// installed: a heap-limit `Err` leaves the dictionary as it was, its
+    /// capacity included.
+    ///
+    /// # Safety
+    /// The writer lock is held and the log recorded in this call
+    /// (`write_lock`), since the key was looked for (it is absent).
+    unsafe fn push_entry(
         &self,
         mc: &Mutation<'gc>,
         h: u64,
@@ -724,13 +759,16 @@ where
     ) -> Result<(), AllocError<()>> {
         let len = self.obj.len.get();
         let entries = self.obj.entries.get();
-        let grown = if len == entries.len() {
+        // A full array grows; so does a smaller one than reserved, when
+        // empty (the `min_capacity` invariant).
+        let min = self.obj.min_capacity.get();
+        let grown = if len == entries.len() || (len == 0 && min > entries.len()) {
             // Arrays never pass `MAX_ENTRIES`, so only a full one at it
             // refuses (no check on an insert that does not grow).
             if len >= MAX_ENTRIES {
                 too_many_entries();
             }
-            let cap = (len * 2).max(4).max(self.obj.min_capacity.get()).min(MAX_ENTRIES);
+            let cap = (len * 2).max(4).max(min).min(MAX_ENTRIES);
             Some(mc.try_alloc_from_iter((0..cap).map(
                 |i| match entries.get(i).filter(|_| i < len) {
                     // Spare entries hold the new one (never traced).
@@ -755,11 +793,15 @@ where
         } else {
             None
         };
-        // The lock and the log (`write_lock`, which the caller holds);
-        // the arrays made just above, as `install` asks.
-        // SAFETY: as just said.
-        unsafe { self.install(mc, grown, fresh) };
-        let (entries, indices) = (self.obj.entries.get(), self.obj.indices.get());
+        let (entries, indices) = if grown.is_some() || fresh.is_some() {
+            // The lock and the log (the caller's, `write_lock`); the
+            // arrays made just above, as `install` asks.
+            // SAFETY: as just said.
+            unsafe { self.install(mc, grown, fresh) };
+            (self.obj.entries.get(), self.obj.indices.get())
+        } else {
+            (entries, indices)
+        };
         let e = &entries[len];
         // SAFETY: the log recorded (`write_lock`); entry `len` is past the
         // length, which the dictionary's trace does not report, and the
@@ -1351,8 +1393,10 @@ where
     /// # Panics
     /// At the heap limit (the dictionary unchanged).
     pub fn insert(self, value: V) -> V {
-        self.dict
-            .push_entry(self.mc, self.hash, self.key, value)
+        // A vacant entry holds the writer lock, taken (with the log
+        // recorded) by `entry` in this call, which found the key absent.
+        // SAFETY: as just said.
+        unsafe { self.dict.push_entry(self.mc, self.hash, self.key, value) }
             .unwrap_or_else(|e| alloc_failed("entry", e));
         value
     }

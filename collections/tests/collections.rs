@@ -672,11 +672,17 @@ fn a_heap_limit_err_leaves_the_collection_unchanged() {
             }
         };
         assert_eq!(err.into_inner(), (i, i));
+        assert!(i > 0, "no insert fitted");
         assert_eq!(d.len(), i as usize);
         assert!(d.iter().all(|(k, v)| k == v && k < i));
         // A reserve past the limit leaves it as it was, its capacity too.
         let cap = d.capacity();
         assert!(d.try_reserve(mc, 1 << 20).is_err());
+        let overflow = d.try_reserve(mc, usize::MAX).unwrap_err();
+        assert_eq!(
+            overflow.kind(),
+            loam_runtime::AllocErrorKind::CapacityOverflow
+        );
         assert_eq!((d.len(), d.capacity()), (i as usize, cap));
         d.assert_valid();
         assert!((0..i).all(|k| d.get(&k) == Some(k)));
@@ -690,11 +696,12 @@ fn a_heap_limit_err_leaves_the_collection_unchanged() {
     m.mutate(|mc| GcList::from_slice(mc, &[1_u64; 1000]).len());
 }
 
-/// `GcDictionary::reserve` makes room for what it is asked, so that the
-/// inserts it was made for allocate nothing: on a dictionary with entries
-/// both arrays at once; on an empty one (new or cleared) the index now and
-/// the entries array at the first insert (its spares are copies of an
-/// entry). Through cycles, with readers checking every key.
+/// `GcDictionary::reserve` makes room for what it is asked: on a
+/// dictionary with entries both arrays at once, so that the inserts it
+/// was made for allocate nothing; on an empty one (new or cleared) the
+/// index now and the entries array at the first insert (its spares are
+/// copies of an entry). A collection between the cases. (Concurrent
+/// readers and marks: `collections_changed_during_concurrent_marks_lose_nothing`.)
 #[test]
 fn reserve_makes_room_for_the_inserts_it_was_asked_for() {
     let rt = rt().build();
@@ -746,6 +753,51 @@ fn reserve_makes_room_for_the_inserts_it_was_asked_for() {
         d.assert_valid();
         assert!((0..3000).all(|k| d.get(&k) == Some(k)));
     });
+}
+
+/// What `try_reserve` promises at the heap limit: on a dictionary with
+/// entries, an `Ok` means the reserved inserts need no memory, so they
+/// all succeed with the heap otherwise full; on an empty one, the first
+/// insert makes the entries array, and then the rest need none either.
+#[test]
+fn after_try_reserve_the_inserts_need_no_memory() {
+    let _serial = serial();
+    let rt = rt().heap_limit(8 << 20).build();
+    let mut m = rt.attach();
+    // `None`: a dictionary of 10 entries, cleared (its arrays kept, too
+    // small for the reserve).
+    for start in [Some(0_u64), Some(1), Some(40), None] {
+        m.mutate(|mc| {
+            let d = GcDictionary::new(mc);
+            for k in 0..start.unwrap_or(10) {
+                d.insert(mc, k, k);
+            }
+            if start.is_none() {
+                d.clear(mc);
+            }
+            let start = start.unwrap_or(0);
+            d.try_reserve(mc, 20_000).expect("room for 20,000 entries");
+            if start == 0 {
+                d.insert(mc, 0, 0);
+            }
+            // The rest of the heap, to the last small block (kept live by
+            // being allocated in this call).
+            let mut filler = 0;
+            while mc.try_alloc(0_u64).is_ok() {
+                filler += 1;
+            }
+            assert!(filler > 0 && mc.try_alloc(0_u64).is_err());
+            for k in start.max(1)..start + 20_000 {
+                assert!(
+                    d.try_insert(mc, k, k).is_ok(),
+                    "{start}: insert {k} needed memory"
+                );
+            }
+            d.assert_valid();
+            assert_eq!(d.len() as u64, start + 20_000);
+            assert!((0..start + 20_000).all(|k| d.get(&k) == Some(k)));
+        });
+    }
 }
 
 /// `GcDictionary::retain` at the heap limit: it compacts in place, as
@@ -1273,6 +1325,11 @@ fn collections_changed_during_concurrent_marks_lose_nothing() {
                                 4 => l.retain(mc, |v| v[0] % 3 != 0),
                                 5 => l.sort_by_key(mc, |v| std::cmp::Reverse(v[0])),
                                 6 => {
+                                    if round % 8 == 0 {
+                                        // New arrays installed under
+                                        // the other thread's reads.
+                                        d.reserve(mc, (x >> 40) as usize % 300);
+                                    }
                                     for i in 0..4 {
                                         let key = gc_format!(mc, "{}", (x >> (i * 8)) % 512);
                                         d.insert(mc, key, value(mc, k + i * 4));
@@ -1281,6 +1338,10 @@ fn collections_changed_during_concurrent_marks_lose_nothing() {
                                 _ => {
                                     for i in 0..4 {
                                         let key = format!("{}", (x >> (i * 8)) % 512);
+                                        // A lock-free read first.
+                                        if let Some(v) = d.get(key.as_str()) {
+                                            assert!(whole(&v), "a value read");
+                                        }
                                         if let Some(v) = d.remove(mc, key.as_str()) {
                                             held.push(mc.root(v));
                                         }

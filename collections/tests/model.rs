@@ -212,9 +212,12 @@ type DictRoot = Rootable!['gc => GcDictionary<'gc, GcString<'gc>, Gc<'gc, u64>>]
 type SipRoot = Rootable!['gc => GcDictionary<'gc, GcString<'gc>, Gc<'gc, u64>, SipHash>];
 
 /// Applies `op` to a dictionary of either hasher and to the model.
+/// `reserved` is the last reserve's promise, `(len + n, capacity)`: until
+/// the length passes its mark, the capacity stays (no growth).
 macro_rules! dict_step {
-    ($mc:expr, $d:expr, $model:expr, $op:expr) => {{
-        let (mc, d, model) = ($mc, $d, $model);
+    ($mc:expr, $d:expr, $model:expr, $op:expr, $reserved:expr) => {{
+        let (mc, d, model, reserved): (_, _, _, &mut Option<(usize, usize)>) =
+            ($mc, $d, $model, $reserved);
         match $op {
             DictOp::Insert(k, v) => {
                 let old = d.insert(mc, GcString::new(mc, &key(k)), mc.alloc(v));
@@ -252,6 +255,22 @@ macro_rules! dict_step {
                 d.reserve(mc, usize::from(n));
                 assert!(d.capacity() >= d.len() + usize::from(n));
                 model.reserve(usize::from(n));
+                // The promise of this reserve replaces the last one's;
+                // none on an empty dictionary, whose first insert makes
+                // its array.
+                *reserved = (!d.is_empty()).then(|| (d.len() + usize::from(n), d.capacity()));
+            }
+        }
+        if let Some((mark, cap)) = *reserved {
+            if d.len() <= mark {
+                assert_eq!(
+                    d.capacity(),
+                    cap,
+                    "grew before {mark} entries, at {}",
+                    d.len()
+                );
+            } else {
+                *reserved = None;
             }
         }
     }};
@@ -292,10 +311,11 @@ proptest! {
             m.mutate(|mc| mc.root(mc.alloc(GcDictionary::with_hasher(mc, SipHash::default()))));
         let mut model: HashMap<String, u64> = HashMap::new();
         let mut model2: HashMap<String, u64> = HashMap::new();
+        let (mut reserved, mut reserved2) = (None, None);
         for (step, op) in ops.into_iter().enumerate() {
             m.mutate(|mc| {
-                dict_step!(mc, *fast.get(mc), &mut model, op.clone());
-                dict_step!(mc, *sip.get(mc), &mut model2, op);
+                dict_step!(mc, *fast.get(mc), &mut model, op.clone(), &mut reserved);
+                dict_step!(mc, *sip.get(mc), &mut model2, op, &mut reserved2);
             });
             between_steps(&mut m, step);
             m.mutate(|mc| {

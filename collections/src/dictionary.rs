@@ -505,12 +505,7 @@ where
         let _w = self.write_lock(mc);
         let len = self.obj.len.get();
         let Some(need) = len.checked_add(additional).filter(|&n| n <= MAX_ENTRIES) else {
-            // The runtime's capacity-overflow `Err`, from a request that
-            // cannot be made (it allocates nothing).
-            match mc.try_alloc_slice_fill(usize::MAX, GcCell::new(0_u64)) {
-                Err(e) => return Err(e.map(drop)),
-                Ok(_) => unreachable!("an array of usize::MAX words was made"),
-            }
+            return Err(AllocError::capacity_overflow(()));
         };
         let entries = self.obj.entries.get();
         // Both arrays are made before either is installed, as in
@@ -518,11 +513,9 @@ where
         let grown = match entries.first() {
             Some(first) if len > 0 && need > entries.len() => {
                 let cap = need.max(entries.len().saturating_mul(2)).min(MAX_ENTRIES);
-                Some(mc.try_alloc_from_iter((0..cap).map(|i| {
-                    // Spare entries hold copies of the first (never traced).
-                    let e = entries.get(i).filter(|_| i < len).unwrap_or(first);
-                    Entry::new(e.hash.get(), e.key.get(), e.value.get())
-                }))?)
+                // Spare entries hold copies of the first.
+                let spare = (first.hash.get(), first.key.get(), first.value.get());
+                Some(Self::grown_entries(mc, entries, len, cap, spare)?)
             }
             _ => None,
         };
@@ -530,13 +523,7 @@ where
         // `need` past three quarters of the slots (exact: 0 or a power of
         // two of at least 8; no product to overflow).
         let fresh = if need > indices.len() / 4 * 3 {
-            let fresh: Indices<'gc> = mc
-                .try_alloc_slice_fill(index_size(need), GcCell::new(0))
-                .map_err(|e| e.map(|_| ()))?;
-            for (i, e) in entries[..len].iter().enumerate() {
-                Self::place(mc, fresh, e.hash.get(), i);
-            }
-            Some(fresh)
+            Some(Self::fresh_index(mc, entries, len, index_size(need))?)
         } else {
             None
         };
@@ -760,36 +747,23 @@ where
         let len = self.obj.len.get();
         let entries = self.obj.entries.get();
         // A full array grows; so does a smaller one than reserved, when
-        // empty (the `min_capacity` invariant).
-        let min = self.obj.min_capacity.get();
-        let grown = if len == entries.len() || (len == 0 && min > entries.len()) {
+        // empty (the `min_capacity` invariant; read only then).
+        let grown = if len == entries.len() || (len == 0 && self.obj.min_capacity.get() > entries.len()) {
             // Arrays never pass `MAX_ENTRIES`, so only a full one at it
             // refuses (no check on an insert that does not grow).
             if len >= MAX_ENTRIES {
                 too_many_entries();
             }
-            let cap = (len * 2).max(4).max(min).min(MAX_ENTRIES);
-            Some(mc.try_alloc_from_iter((0..cap).map(
-                |i| match entries.get(i).filter(|_| i < len) {
-                    // Spare entries hold the new one (never traced).
-                    Some(e) => Entry::new(e.hash.get(), e.key.get(), e.value.get()),
-                    None => Entry::new(h, key, value),
-                },
-            ))?)
+            let cap = (len * 2).max(4).max(self.obj.min_capacity.get()).min(MAX_ENTRIES);
+            // Spare entries hold the new one.
+            Some(Self::grown_entries(mc, entries, len, cap, (h, key, value))?)
         } else {
             None
         };
         let indices = self.obj.indices.get();
         let fresh = if (len + 1) * 4 > indices.len() * 3 {
             let size = index_size(len + 1).max(indices.len() * 2);
-            let fresh: Indices<'gc> = mc
-                .try_alloc_slice_fill(size, GcCell::new(0))
-                .map_err(|e| e.map(|_| ()))?;
-            // The first `len` entries' hashes, the same in both arrays.
-            for (i, e) in entries[..len].iter().enumerate() {
-                Self::place(mc, fresh, e.hash.get(), i);
-            }
-            Some(fresh)
+            Some(Self::fresh_index(mc, entries, len, size)?)
         } else {
             None
         };
@@ -832,6 +806,41 @@ where
             };
         }
         Ok(())
+    }
+
+    /// A new entries array of `cap` entries: copies of the first `len` of
+    /// `entries`, in their places, and copies of `spare` after them (a
+    /// managed array is initialised throughout; the spares are never
+    /// traced, `Entry`'s impl). For `install`.
+    fn grown_entries(
+        mc: &Mutation<'gc>,
+        entries: Entries<'gc, K, V>,
+        len: usize,
+        cap: usize,
+        spare: (u64, K, V),
+    ) -> Result<Entries<'gc, K, V>, AllocError<()>> {
+        mc.try_alloc_from_iter((0..cap).map(|i| match entries.get(i).filter(|_| i < len) {
+            Some(e) => Entry::new(e.hash.get(), e.key.get(), e.value.get()),
+            None => Entry::new(spare.0, spare.1, spare.2),
+        }))
+    }
+
+    /// A new index of `size` slots (a power of two, more than `len` * 4 /
+    /// 3) placing the first `len` of `entries`, whose hashes every entries
+    /// array of this dictionary holds alike. For `install`.
+    fn fresh_index(
+        mc: &Mutation<'gc>,
+        entries: Entries<'gc, K, V>,
+        len: usize,
+        size: usize,
+    ) -> Result<Indices<'gc>, AllocError<()>> {
+        let fresh = mc
+            .try_alloc_slice_fill(size, GcCell::new(0))
+            .map_err(|e| e.map(drop))?;
+        for (i, e) in entries[..len].iter().enumerate() {
+            Self::place(mc, fresh, e.hash.get(), i);
+        }
+        Ok(fresh)
     }
 
     /// Installs a grown entries array and a fresh index, either or both

@@ -450,7 +450,7 @@ impl LocalHeap {
         // A segment another heap gave up, still resident; else a new one.
         let mut seg = self.take_cached_segment();
         if seg.is_null() {
-            seg = Segment::create(self, SegmentKind::Normal, SEGMENT_SIZE, &|_| ());
+            seg = Segment::create(self, SegmentKind::Normal, SEGMENT_SIZE, None);
             if seg.is_null() {
                 return ptr::null_mut();
             }

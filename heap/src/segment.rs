@@ -433,25 +433,20 @@ impl Segment {
     /// page faulted in stays in 4 KiB pages (a million-element array's
     /// first 2 MiB did, advised after).
     pub(crate) fn create_huge(owner: *mut LocalHeap, map_size: usize, huge_from: usize) -> (*mut Segment, bool) {
-        // (With every segment advised whole, `create` has done it.)
-        let by_block = crate::options::huge_pages_for_blocks() && !crate::options::huge_pages_everywhere();
-        let advise = |base: *mut u8| {
-            if by_block && huge_from < map_size {
-                // SAFETY: a part of our mapping of `map_size` bytes at
-                // `base`.
-                unsafe { os::advise_huge_inside(base.add(huge_from), map_size - huge_from) };
-            }
-        };
         match huge_cache_take(map_size) {
             Some((base, size)) => {
-                if by_block {
+                // With every segment advised whole, it is already.
+                if crate::options::huge_pages_for_blocks() && !crate::options::huge_pages_everywhere() {
                     // A cached mapping keeps the advice of its last block,
                     // which may have covered what is now a padded block's
                     // header and padding: taken back first.
-                    // SAFETY: the whole of our cached mapping.
-                    unsafe { os::advise_no_huge(base as *mut u8, size) };
+                    // SAFETY: the whole of our cached mapping, and a part
+                    // of it.
+                    unsafe {
+                        os::advise_no_huge(base as *mut u8, size);
+                        Self::advise_block(base as *mut u8, map_size, huge_from);
+                    }
                 }
-                advise(base as *mut u8);
                 // The header's parts that hold state: the segment struct
                 // and the pending, mark and allocated bitmaps (not the whole
                 // header slices, so that the rest stays untouched and need
@@ -472,19 +467,31 @@ impl Segment {
                 let seg = unsafe { Self::register(base as *mut u8, owner, SegmentKind::Huge, size) };
                 (seg, false)
             }
-            None => (Self::create(owner, SegmentKind::Huge, map_size, &advise), true),
+            None => (Self::create(owner, SegmentKind::Huge, map_size, Some(huge_from)), true),
+        }
+    }
+
+    /// Advises the whole 2 MiB units of the mapping of `map_size` bytes at
+    /// `base` from `huge_from` bytes in (`create_huge`).
+    ///
+    /// # Safety
+    /// The mapping is ours and live.
+    unsafe fn advise_block(base: *mut u8, map_size: usize, huge_from: usize) {
+        if huge_from < map_size {
+            // SAFETY: a part of the caller's mapping.
+            unsafe { os::advise_huge_inside(base.add(huge_from), map_size - huge_from) };
         }
     }
 
     /// Maps and registers a segment of `map_size` bytes owned by `owner`.
-    /// Returns null if the OS is out of memory.
-    /// `advise` is called with the fresh mapping's base before anything
-    /// is written to it (`create_huge`).
+    /// Returns null if the OS is out of memory. A huge segment's block
+    /// advises its units from `huge_from` bytes in, before anything is
+    /// written to the mapping (`create_huge`).
     pub(crate) fn create(
         owner: *mut LocalHeap,
         kind: SegmentKind,
         map_size: usize,
-        advise: &dyn Fn(*mut u8),
+        huge_from: Option<usize>,
     ) -> *mut Segment {
         let base = os::map_aligned(map_size, SEGMENT_SIZE, kind == SegmentKind::Huge);
         if base.is_null() {
@@ -493,8 +500,10 @@ impl Segment {
         if crate::options::huge_pages_everywhere() {
             // SAFETY: the page part of our fresh mapping.
             unsafe { os::advise_huge(base, map_size) };
+        } else if let Some(from) = huge_from.filter(|_| crate::options::huge_pages_for_blocks()) {
+            // SAFETY: our fresh mapping of `map_size` bytes.
+            unsafe { Self::advise_block(base, map_size, from) };
         }
-        advise(base);
         crate::stats::COUNTERS
             .segments_mapped
             .fetch_add(1, Ordering::Relaxed);

@@ -1502,8 +1502,9 @@ pub enum AllocErrorKind {
     /// no heap limit that asks for more than it can count gets this too).
     OutOfMemory,
     /// An array of more elements than fit in an allocation, past
-    /// `isize::MAX` bytes (`Vec::try_reserve`'s capacity overflow): no
-    /// collection helps.
+    /// `isize::MAX` bytes (`Vec::try_reserve`'s capacity overflow), or
+    /// more than a collection can index
+    /// ([`AllocError::capacity_overflow`]): no collection helps.
     CapacityOverflow,
     /// The calling thread's heap is gone: an allocation from a
     /// thread-local destructor that ran after loam's heap's own.
@@ -1513,6 +1514,23 @@ pub enum AllocErrorKind {
 impl<T> AllocError<T> {
     pub(crate) fn new(value: T, size: usize, kind: AllocErrorKind) -> Self {
         AllocError { value, size, kind }
+    }
+
+    /// A capacity overflow holding `value`, for a managed collection whose
+    /// own limit a request passes (an index of 32 bits, say) before any
+    /// array is asked for: its `try_` methods report it as the runtime's
+    /// arrays report theirs. Its [`size`](Self::size) is `usize::MAX`.
+    ///
+    /// # Examples
+    /// ```
+    /// use loam_runtime::{AllocError, AllocErrorKind};
+    ///
+    /// let e = AllocError::capacity_overflow(7_u32);
+    /// assert_eq!(e.kind(), AllocErrorKind::CapacityOverflow);
+    /// assert_eq!(e.into_inner(), 7);
+    /// ```
+    pub fn capacity_overflow(value: T) -> Self {
+        AllocError::new(value, usize::MAX, AllocErrorKind::CapacityOverflow)
     }
 
     /// The same error holding `f(value)` (a collection's `try_` method
@@ -1558,7 +1576,8 @@ impl<T> fmt::Display for AllocError<T> {
         match self.kind {
             AllocErrorKind::CapacityOverflow => write!(
                 f,
-                "capacity overflow: a managed object larger than isize::MAX bytes"
+                "capacity overflow: a managed object larger than isize::MAX bytes, \
+                 or more than its collection can index"
             ),
             AllocErrorKind::ThreadExited => write!(
                 f,

@@ -234,6 +234,17 @@ impl AllocSpace {
         unsafe { Layout::from_size_align_unchecked(size, align) }
     }
 
+    /// Bytes the object at `addr` may use from its start: its allocation
+    /// less the prefix before it (`Mutation::try_grow_in_place`).
+    ///
+    /// # Safety
+    /// As [`mark`](Self::mark).
+    pub(crate) unsafe fn usable(addr: usize) -> usize {
+        // SAFETY: as the caller's.
+        let layout = unsafe { Self::layout_of(addr) };
+        layout.size() - prefix(layout.align())
+    }
+
     /// Frees the dead object at `addr` through the allocator, or in verify
     /// mode keeps it, poisoned by the caller, for a cycle.
     ///

@@ -2,12 +2,40 @@
 //! `Gc<'gc, str>` on [`Mutation`].
 //!
 //! An array is one allocation: the header word, the length word, then the
-//! elements (layout: `gc.rs`). Its length is fixed; what changes in place is
-//! what its elements let change, so an array of [`GcCell`](crate::GcCell)s
-//! is a mutable managed array whose every store is one barrier of O(1)
-//! work, and a growable collection is a small object pointing (through a
-//! cell) to an array it replaces when it grows: the old array is garbage
-//! for the collector, as in the seeds' allocate-here, free-there pattern.
+//! elements (layout: `gc.rs`). What changes in place is what its elements
+//! let change, so an array of [`GcCell`](crate::GcCell)s is a mutable
+//! managed array whose every store is one barrier of O(1) work, and a
+//! growable collection is a small object pointing (through a cell) to an
+//! array it replaces when it grows: the old array is garbage for the
+//! collector, as in the seeds' allocate-here, free-there pattern.
+//!
+//! # Lengthening in place
+//! Its length changes in one case: an array of elements that need no
+//! tracing may be lengthened into its block's room
+//! ([`Mutation::try_grow_in_place`]), as `realloc` grows a block where it
+//! is, and a collection then keeps its array instead of copying it. The
+//! block's room is its slack (a size class's, a span's last slice), or
+//! what [`Mutation::try_alloc_from_iter_with_room`] asked for. What holds:
+//! - One lengthening at a time: it claims the array by setting
+//!   [`GROWING`] in the length word (a compare-and-swap from the length it
+//!   read), writes the new elements past the length, where nobody else
+//!   reads or writes, and stores the new length (release), which ends the
+//!   claim. Every read of a length masks the claim bit off (`array_len`,
+//!   acquire), so a reader sees the old length or the new one with its
+//!   elements written.
+//! - No new managed pointer: elements that need tracing would be stores
+//!   into an object a concurrent mark may have traced already, and need
+//!   the barrier's work each; those arrays are never lengthened (so the
+//!   mark's chunks of a long traced array keep their geometry).
+//! - The accounting follows the length: a large block is charged for its
+//!   length when made and for what a lengthening adds, and the sweep
+//!   credits it what its length says (`TypeDesc::object_size`); a small
+//!   block's size class and a `GlobalAlloc` space's allocation were
+//!   charged whole.
+//! - The block does not change: the sweep, the mark bits and the heap see
+//!   the same object, only longer.
+//!
+//! The loom model `grow_model.rs` checks the claim and the publication.
 //!
 //! Publication: the allocated bit is set only once every element is
 //! written. If filling stops early (an iterator that panics, or yields fewer
@@ -15,7 +43,7 @@
 //! written and the object is published as it is, so that the sweep drops
 //! exactly those; nothing else can see the object before that.
 
-use crate::gc::{array_offset, ArrayDesc, Gc};
+use crate::gc::{array_len_word, array_offset, ArrayDesc, Gc, GROWING};
 use crate::mutator::{AllocError, AllocErrorKind, Mutation, Mutator};
 use crate::trace::Trace;
 use crate::alloc_space::AllocSpace;
@@ -404,6 +432,257 @@ impl<'gc> Mutation<'gc> {
             }
             Err(f) => Err(f.with(())),
         }
+    }
+
+    /// [`try_alloc_from_iter`](Self::try_alloc_from_iter) for an array
+    /// that will grow: its block has room for `room` elements in all, so
+    /// that [`try_grow_in_place`](Self::try_grow_in_place) can lengthen it
+    /// to that many without moving it.
+    ///
+    /// The room is address space until it is used: the array is charged
+    /// (to the heap limit and the pacing) for its length, and each
+    /// lengthening for what it adds; pages of the room that nothing wrote
+    /// are not resident, unless the block reuses a freed one (a huge
+    /// block's mapping waits in a cache for the next, dirty). So the room
+    /// is worth having for large arrays only: where its block would be a
+    /// small one (`loam_heap::SMALL_MAX` bytes or less), in a
+    /// `GlobalAlloc` space, where `room` is not above the length, or where
+    /// the OS refuses the room, the array is allocated as
+    /// `try_alloc_from_iter` would (a small block may still have a few
+    /// elements' room, its size class's).
+    ///
+    /// # Panics
+    /// As [`try_alloc_from_iter`](Self::try_alloc_from_iter): if the
+    /// iterator panics, or yields fewer items than its exact hint
+    /// promised.
+    ///
+    /// # Examples
+    /// ```
+    /// let rt = loam_runtime::Runtime::builder().gc_threads(1).build();
+    /// let mut m = rt.attach();
+    /// m.mutate(|mc| {
+    ///     // 64 KiB of bytes in a block of 1 MiB.
+    ///     let a = mc.try_alloc_from_iter_with_room(std::iter::repeat_n(7_u8, 1 << 16), 1 << 20).unwrap();
+    ///     assert_eq!(mc.try_grow_in_place(a, 1 << 20, || 9).unwrap(), true);
+    ///     assert_eq!((a.len(), a[0], a[(1 << 20) - 1]), (1 << 20, 7, 9));
+    /// });
+    /// ```
+    pub fn try_alloc_from_iter_with_room<T, I>(&self, iter: I, room: usize) -> Result<Gc<'gc, [T]>, AllocError<()>>
+    where
+        T: Trace + 'gc,
+        I: IntoIterator<Item = T>,
+    {
+        let iter = iter.into_iter();
+        match iter.size_hint() {
+            (lower, Some(upper)) if lower == upper => self.try_alloc_exact_with_room(lower, iter, room),
+            // As `try_alloc_from_iter`: gather, then allocate once.
+            _ => {
+                let items: Vec<T> = iter.collect();
+                self.try_alloc_exact_with_room(items.len(), items.into_iter(), room)
+            }
+        }
+    }
+
+    /// An array of the first `len` items of `iter`, with room for `room`.
+    fn try_alloc_exact_with_room<T: Trace + 'gc>(
+        &self,
+        len: usize,
+        iter: impl Iterator<Item = T>,
+        room: usize,
+    ) -> Result<Gc<'gc, [T]>, AllocError<()>> {
+        match self.reserve_array_with_room::<T>(ArrayDesc::<T>::header(self.shared().id), len, room) {
+            Some(Ok(r)) => {
+                let gc = self.fill_array(r, len, iter);
+                // As in `try_alloc_exact`.
+                assert!(
+                    gc.len() == len,
+                    "loam-runtime: alloc_from_iter_with_room: the iterator gave {} items where its \
+                     exact size_hint promised {len}",
+                    gc.len()
+                );
+                Ok(gc)
+            }
+            Some(Err(f)) => Err(f.with(())),
+            None => self.try_alloc_exact(len, iter),
+        }
+    }
+
+    /// [`reserve_array`](Self::reserve_array) of `len` elements in a block
+    /// of `room`, charged for `len` (the sweep credits a large object with
+    /// the bytes of its length, `TypeDesc::object_size`, and a lengthening
+    /// charges what it adds); `None` where the room is not worth it or
+    /// not to be had (see `try_alloc_from_iter_with_room`).
+    #[cold]
+    #[inline(never)]
+    fn reserve_array_with_room<T>(&self, header: usize, len: usize, room: usize) -> Option<Result<Reserved<'_>, Failure>> {
+        let m = self.mutator();
+        if m.alloc_space().is_some() || room <= len {
+            return None;
+        }
+        let (bytes, room_bytes) = (array_bytes::<T>(len)?, array_bytes::<T>(room)?);
+        let align = std::mem::align_of::<T>().max(std::mem::align_of::<usize>());
+        if room_bytes <= loam_heap::SMALL_MAX || align > crate::mutator::MAX_PAGE_ALIGN {
+            return None;
+        }
+        if !m.take_credit(bytes) {
+            return Some(Err(Failure { size: bytes, kind: crate::mutator::limit_kind(m) }));
+        }
+        let (p, bit) = loam_heap::alloc_object(room_bytes, align, drop_flags::<T>(), m.shared().id);
+        let Some(bit) = bit else {
+            // The OS refused the room: the array without it.
+            m.give_back(bytes);
+            return None;
+        };
+        crate::mutator::check_fresh(p);
+        // `p` is a fresh block of `room_bytes > bytes >= 16` bytes, aligned
+        // to at least a word, ours alone until published.
+        // SAFETY: as just said.
+        unsafe { write_array_words(p, header | self.window_made(), len) };
+        Some(Ok(Reserved::new::<T>(p, Some(bit), bytes, len, m)))
+    }
+
+    /// Lengthens `array` to `new_len` elements in place, the new ones made
+    /// by `fill`, if its block has room for them: `Ok(true)` when its
+    /// length is `new_len` (or more) now, `Ok(false)` when it could not
+    /// be lengthened, and the heap-limit `Err` (the array unchanged) when
+    /// what it would add does not fit.
+    ///
+    /// A block's room is what it holds past the array: a few elements'
+    /// worth in most (a size class's, a span's last slice), as much as was
+    /// asked for with
+    /// [`try_alloc_from_iter_with_room`](Self::try_alloc_from_iter_with_room).
+    /// A growable collection tries this before it copies its array into a
+    /// larger one (as `realloc` does): no copy, and nothing for the
+    /// collector to free.
+    ///
+    /// Only arrays of elements that need no tracing (numbers,
+    /// `MaybeUninit`s, a collection's own slot type) are lengthened: new
+    /// managed pointers in an object the collector may already have
+    /// traced would need the barrier's work, element by element. For any
+    /// other, `Ok(false)`. So is the answer while another thread
+    /// lengthens the same array (one at a time: the first claims it).
+    ///
+    /// Everyone holding the array sees the longer length from the next
+    /// time they read it (an acquire load, after the new elements were
+    /// written); a slice taken before keeps its length, and the elements
+    /// it covers do not move.
+    ///
+    /// # Panics
+    /// If `fill` panics: the array is then as long as the elements it
+    /// made.
+    ///
+    /// # Examples
+    /// ```
+    /// let rt = loam_runtime::Runtime::builder().gc_threads(1).build();
+    /// let mut m = rt.attach();
+    /// m.mutate(|mc| {
+    ///     let a = mc.try_alloc_from_iter_with_room(0..1000_u64, 1 << 20).unwrap();
+    ///     let mut next = 1000;
+    ///     let grown = mc.try_grow_in_place(a, 4000, || { next += 1; next - 1 }).unwrap();
+    ///     assert!(grown);
+    ///     assert!(a.iter().copied().eq(0..4000));
+    ///     // Past its room: not in place.
+    ///     assert!(!mc.try_grow_in_place(a, 2 << 20, || 0).unwrap());
+    ///     assert_eq!(a.len(), 4000);
+    /// });
+    /// ```
+    pub fn try_grow_in_place<T: Trace + 'gc>(
+        &self,
+        array: Gc<'gc, [T]>,
+        new_len: usize,
+        mut fill: impl FnMut() -> T,
+    ) -> Result<bool, AllocError<()>> {
+        if T::NEEDS_TRACE {
+            return Ok(false);
+        }
+        let addr = array.addr();
+        // SAFETY: `array` is a published array of ours, live for `'gc`.
+        let word = unsafe { array_len_word(addr) };
+        let old = word.load(std::sync::atomic::Ordering::Acquire);
+        if old & GROWING != 0 {
+            return Ok(false);
+        }
+        if new_len <= old {
+            return Ok(true);
+        }
+        let m = self.mutator();
+        let elem = std::mem::size_of::<T>();
+        let (usable, pages) = match m.alloc_space() {
+            // SAFETY: a live block of loam's heap (an object of ours).
+            None => (unsafe { loam_heap::usable_size(addr as *const u8) }, true),
+            // SAFETY: a live object of this space.
+            Some(_) => (unsafe { AllocSpace::usable(addr) }, false),
+        };
+        // Elements of no size take no room.
+        let room = (usable - array_offset::<T>())
+            .checked_div(elem)
+            .unwrap_or(isize::MAX as usize);
+        if new_len > room {
+            return Ok(false);
+        }
+        // One lengthening at a time: the claim, then the charge.
+        if word
+            .compare_exchange(
+                old,
+                old | GROWING,
+                std::sync::atomic::Ordering::Acquire,
+                std::sync::atomic::Ordering::Relaxed,
+            )
+            .is_err()
+        {
+            return Ok(false);
+        }
+        // A large block is charged for its length (the sweep credits what
+        // its length says); a small one (its whole size class) and a
+        // `GlobalAlloc` space's (its whole allocation) were charged whole.
+        let charge = if pages && usable > loam_heap::SMALL_MAX {
+            (new_len - old) * elem
+        } else {
+            0
+        };
+        if charge != 0 && !m.take_credit(charge) {
+            word.store(old, std::sync::atomic::Ordering::Release);
+            return Err(AllocError::new((), charge, crate::mutator::limit_kind(m)));
+        }
+        /// Stores the length over the elements written so far (all of
+        /// them, or those before a panic of `fill`), ending the claim, and
+        /// gives back the charge of any not written.
+        struct Growing<'a> {
+            word: &'a std::sync::atomic::AtomicUsize,
+            len: usize,
+            unwritten: usize,
+            charge_each: usize,
+            mutator: &'a crate::Mutator,
+        }
+        impl Drop for Growing<'_> {
+            fn drop(&mut self) {
+                self.word.store(self.len, std::sync::atomic::Ordering::Release);
+                if self.unwritten != 0 && self.charge_each != 0 {
+                    self.mutator.give_back(self.unwritten * self.charge_each);
+                }
+            }
+        }
+        let mut growing = Growing {
+            word,
+            len: old,
+            unwritten: new_len - old,
+            charge_each: if charge != 0 { elem } else { 0 },
+            mutator: m,
+        };
+        let elems = (addr + array_offset::<T>()) as *mut T;
+        while growing.len < new_len {
+            let value = fill();
+            // Element `len` is inside the block (`new_len <= room`), past
+            // the length every other thread reads (our claim keeps the
+            // length where it was), so nobody reads or writes it; it is
+            // written before the release store of a length covering it.
+            // SAFETY: as just said.
+            unsafe { elems.add(growing.len).write(value) };
+            growing.len += 1;
+            growing.unwritten -= 1;
+        }
+        drop(growing);
+        Ok(true)
     }
 
     /// Allocates a managed array holding the items of `iter`.

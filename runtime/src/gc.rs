@@ -6,7 +6,9 @@
 //! - a slice `[T]` (and `str`, as `[u8]`) is the header word, the length
 //!   word, then the elements from [`array_offset`]: `Gc<'gc, [T]>` stays one
 //!   word (so a [`GcCell`](crate::GcCell) can hold it), and the collector
-//!   reads an object's length where it reads its type.
+//!   reads an object's length where it reads its type. The length word is
+//!   atomic: an array of untraced elements can be lengthened in place
+//!   ([`array_len`]).
 
 use crate::trace::{Trace, Tracer};
 use std::fmt;
@@ -188,15 +190,43 @@ pub(crate) const fn array_offset<T>() -> usize {
     (2 * std::mem::size_of::<usize>() + align - 1) & !(align - 1)
 }
 
-/// The length of the array object at `addr`.
+/// Set in an array's length word while [`Mutation::try_grow_in_place`]
+/// lengthens it (`array.rs`): the claim that keeps a second one out. No
+/// length reaches it (no array is larger than `isize::MAX` bytes).
+///
+/// [`Mutation::try_grow_in_place`]: crate::Mutation::try_grow_in_place
+pub(crate) const GROWING: usize = 1 << (usize::BITS - 1);
+
+/// The length word of the array object at `addr`.
 ///
 /// # Safety
 /// `addr` is an allocated array object.
-#[inline]
+#[inline(always)]
+pub(crate) unsafe fn array_len_word<'a>(addr: usize) -> &'a std::sync::atomic::AtomicUsize {
+    // SAFETY: the length word follows the header, a word-aligned `usize`
+    // written before the object was published; once published, every
+    // access to it is atomic (`array_len`, and `try_grow_in_place`'s
+    // claim and store).
+    unsafe { std::sync::atomic::AtomicUsize::from_ptr((addr + std::mem::size_of::<usize>()) as *mut usize) }
+}
+
+/// The length of the array object at `addr`.
+///
+/// A published array's length changes only where
+/// [`Mutation::try_grow_in_place`] lengthens an array of elements that
+/// need no tracing, in place: its new elements are written before the
+/// length that covers them is stored (release), so this acquire load
+/// finds them written. A length read once stays valid: the elements
+/// below it stay where they are.
+///
+/// [`Mutation::try_grow_in_place`]: crate::Mutation::try_grow_in_place
+///
+/// # Safety
+/// `addr` is an allocated array object.
+#[inline(always)]
 pub(crate) unsafe fn array_len(addr: usize) -> usize {
-    // SAFETY: the length word follows the header, written before the
-    // object was published and never changed once it was (caller).
-    unsafe { *((addr + std::mem::size_of::<usize>()) as *const usize) }
+    // SAFETY: as the caller vouches.
+    unsafe { array_len_word(addr) }.load(std::sync::atomic::Ordering::Acquire) & !GROWING
 }
 
 /// The descriptor of `[T]` objects.

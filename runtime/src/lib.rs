@@ -351,6 +351,8 @@ mod assist_model;
 mod call_entry_model;
 mod calls;
 mod cards;
+#[cfg(all(test, loom))]
+mod grow_model;
 mod handshake;
 mod log_owner;
 #[cfg(all(test, loom))]

@@ -218,8 +218,10 @@ const CHUNK_FANOUT: usize = 64;
 /// `addr` is an allocated array of `desc`.
 #[inline]
 unsafe fn chunk(desc: &TypeDesc, addr: usize, k: usize, push: &mut impl FnMut(usize)) -> Option<Range<usize>> {
-    // An array (caller), whose length never changes once it is
-    // published: every chunk of it finds the same geometry.
+    // An array (caller) of traced elements (`trace_elems`), whose length
+    // never changes once it is published (only arrays of untraced
+    // elements are lengthened, `try_grow_in_place`): every chunk of it
+    // finds the same geometry.
     // SAFETY: as just said.
     let len = unsafe { array_len(addr) };
     // Most arrays are short: they are told apart with a multiplication,

@@ -837,3 +837,244 @@ fn a_long_array_of_locks_keeps_what_its_writers_store() {
         drop(root);
     }
 }
+
+/// An element that needs no tracing and counts its drops.
+struct Dropped {
+    _drops: Counted,
+}
+
+// SAFETY: holds no managed pointer; reports nothing.
+unsafe impl Trace for Dropped {
+    const NEEDS_TRACE: bool = false;
+    fn trace(&self, _: &mut loam_runtime::Tracer) {}
+}
+
+type Words = Rootable!['gc => [u64]];
+
+/// An array made with room grows into it in place, as often as it fits:
+/// its elements stay, the new ones are what `fill` made, a slice taken
+/// before keeps its length; past the room, or for elements that need
+/// tracing, it does not grow. The heap is charged for the length alone,
+/// and the sweep credits back exactly what was charged.
+#[test]
+fn an_array_made_with_room_grows_in_place() {
+    let _serial = serial();
+    let rt = rt().build();
+    let mut m = rt.attach();
+    m.collect();
+    let before = rt.stats().heap_size;
+    let kept: Root<Words> = m.mutate(|mc| {
+        let a = mc
+            .try_alloc_from_iter_with_room(0..1000_u64, 1 << 20)
+            .unwrap();
+        assert_eq!(a.len(), 1000);
+        let early: &[u64] = &a;
+        let mut next = 1000;
+        for len in [4000, 100_000, 1 << 20] {
+            let grown = mc.try_grow_in_place(a, len, || {
+                next += 1;
+                next - 1
+            });
+            assert!(grown.unwrap(), "to {len}");
+            assert_eq!(a.len(), len);
+        }
+        assert_eq!(early.len(), 1000, "a slice keeps the length it had");
+        assert!(a.iter().copied().eq(0..1 << 20));
+        // Past the room (a block holds what was asked for, up to the end
+        // of its last page, or of a cached mapping up to twice its size);
+        // shorter (nothing to do); elements that need tracing.
+        assert!(!mc.try_grow_in_place(a, 3 << 20, || 0).unwrap());
+        assert!(mc.try_grow_in_place(a, 10, || 0).unwrap());
+        assert_eq!(a.len(), 1 << 20);
+        let traced = mc
+            .try_alloc_from_iter_with_room((0..10).map(|_| mc.alloc(1_u8)), 1 << 20)
+            .unwrap();
+        assert!(!mc.try_grow_in_place(traced, 20, || mc.alloc(2)).unwrap());
+        mc.root(a)
+    });
+    m.collect();
+    let held = rt.stats().heap_size;
+    assert!(
+        held >= before + (8 << 20),
+        "{held} bytes held, {before} before"
+    );
+    assert!(
+        held < before + (9 << 20),
+        "{held} bytes held, {before} before: the room charged?"
+    );
+    m.mutate(|mc| assert!(kept.get(mc).iter().copied().eq(0..1 << 20)));
+    drop(kept);
+    m.collect();
+    let after = rt.stats().heap_size;
+    assert!(
+        after.abs_diff(before) < 64 << 10,
+        "{after} bytes after, {before} before: growth charged what the sweep did not credit"
+    );
+}
+
+/// Room is for large blocks: a small array made "with room" is a plain
+/// one (room only its size class's), and so is every array in a
+/// `GlobalAlloc` space, which grows in place only within its allocation.
+#[test]
+fn room_is_for_large_blocks_of_the_heap() {
+    let _serial = serial();
+    for space in [false, true] {
+        let mut b = rt();
+        if space {
+            b = b.global_alloc(std::alloc::System);
+        }
+        let rt = b.build();
+        let mut m = rt.attach();
+        m.mutate(|mc| {
+            let small = mc.try_alloc_from_iter_with_room(0..3_u64, 100).unwrap();
+            assert!(small.iter().copied().eq(0..3));
+            assert!(!mc.try_grow_in_place(small, 100, || 0).unwrap());
+            let large = mc.try_alloc_from_iter_with_room(0..3_u64, 1 << 20).unwrap();
+            let grew = mc.try_grow_in_place(large, 1 << 20, || 7).unwrap();
+            assert_eq!(grew, !space, "in a GlobalAlloc space: {space}");
+            assert_eq!(large.len(), if space { 3 } else { 1 << 20 });
+        });
+    }
+}
+
+/// At the heap limit a lengthening is the limit's `Err`, and the array is
+/// as it was; what fits still grows.
+#[test]
+fn growing_in_place_past_the_heap_limit_is_an_err() {
+    let _serial = serial();
+    let rt = rt().heap_limit(16 << 20).build();
+    let mut m = rt.attach();
+    m.mutate(|mc| {
+        let a = mc
+            .try_alloc_from_iter_with_room(0..1000_u64, 4 << 20)
+            .unwrap();
+        let e = mc.try_grow_in_place(a, 3 << 20, || 1).unwrap_err();
+        assert_eq!(e.kind(), AllocErrorKind::HeapLimit { limit: 16 << 20 });
+        assert_eq!(a.len(), 1000);
+        assert!(a.iter().copied().eq(0..1000));
+        assert!(mc.try_grow_in_place(a, 1 << 20, || 1).unwrap());
+        assert_eq!(a.len(), 1 << 20);
+        // The room is not charged: a second such array fits.
+        let b = mc
+            .try_alloc_from_iter_with_room(0..1000_u64, 4 << 20)
+            .unwrap();
+        assert_eq!(b.len(), 1000);
+    });
+}
+
+/// A `fill` that panics leaves the array as long as the elements it made,
+/// each dropped once with the array.
+#[test]
+fn a_fill_that_panics_leaves_the_elements_it_made() {
+    let _serial = serial();
+    let drops = Arc::new(AtomicUsize::new(0));
+    let rt = rt().build();
+    let mut m = rt.attach();
+    m.mutate(|mc| {
+        let d = || Dropped {
+            _drops: Counted(drops.clone()),
+        };
+        let a = mc
+            .try_alloc_from_iter_with_room((0..100).map(|_| d()), 1 << 16)
+            .unwrap();
+        let mut made = 0;
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            mc.try_grow_in_place(a, 1000, || {
+                made += 1;
+                assert!(made <= 10, "fill gives up");
+                d()
+            })
+        }));
+        assert!(r.is_err());
+        assert_eq!(a.len(), 110);
+        // Lengthening goes on from there.
+        assert!(mc.try_grow_in_place(a, 200, d).unwrap());
+        assert_eq!(a.len(), 200);
+    });
+    m.collect();
+    m.runtime().wait_for_drops();
+    assert_eq!(drops.load(Ordering::Relaxed), 200);
+}
+
+/// Two threads lengthen one array while a third reads it: every element
+/// below a length read is one a lengthening wrote (none is zero), and the
+/// lengthenings take turns (each writes its run of the same number).
+#[test]
+fn threads_lengthening_one_array_take_turns_and_readers_see_written_elements() {
+    let _serial = serial();
+    let rt = rt().build();
+    const ROOM: usize = 1 << 21;
+    let root = {
+        let mut m = rt.attach();
+        m.mutate(|mc| {
+            mc.global_root::<Words>(mc.try_alloc_from_iter_with_room([1_u64], ROOM).unwrap())
+        })
+    };
+    let done = std::sync::atomic::AtomicBool::new(false);
+    // The three start together: the lengthenings alone took less time
+    // than the reader's first pass.
+    let start = std::sync::Barrier::new(3);
+    std::thread::scope(|s| {
+        let grower = |t: u64| {
+            let (rt, root, start) = (&rt, &root, &start);
+            move || {
+                let mut m = rt.attach();
+                start.wait();
+                let mut run = 0_u64;
+                loop {
+                    let full = m.mutate(|mc| {
+                        let a = root.get(mc);
+                        let len = a.len();
+                        if len + 100 > ROOM {
+                            return true;
+                        }
+                        run += 1;
+                        let tag = (t << 32) | run;
+                        let _ = mc.try_grow_in_place(a, len + 100, || tag).unwrap();
+                        false
+                    });
+                    if full {
+                        break;
+                    }
+                }
+            }
+        };
+        let a = s.spawn(grower(1));
+        let b = s.spawn(grower(2));
+        let (rt, root, done, start) = (&rt, &root, &done, &start);
+        let reader = s.spawn(move || {
+            let mut m = rt.attach();
+            let mut reads = 0_u64;
+            start.wait();
+            while !done.load(Ordering::Relaxed) {
+                m.mutate(|mc| {
+                    let a = root.get(mc);
+                    let len = a.len();
+                    assert!(
+                        a[..len].iter().all(|&x| x != 0),
+                        "an element read unwritten"
+                    );
+                });
+                reads += 1;
+            }
+            reads
+        });
+        a.join().unwrap();
+        b.join().unwrap();
+        done.store(true, Ordering::Relaxed);
+        assert!(reader.join().unwrap() > 0);
+    });
+    let mut m = rt.attach();
+    m.collect();
+    m.mutate(|mc| {
+        let a = root.get(mc);
+        assert!(a.len() + 100 > ROOM);
+        // Runs of 100 of one tag, after the first element.
+        for run in a[1..].chunks(100) {
+            assert!(
+                run.iter().all(|&x| x == run[0]),
+                "two lengthenings interleaved"
+            );
+        }
+    });
+}

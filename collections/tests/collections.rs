@@ -1506,6 +1506,95 @@ fn readers_racing_pops_and_growth_meet_only_values_the_list_held() {
     m.mutate(|mc| assert!(holder.get(mc).list.get().iter().all(|v| whole(&v))));
 }
 
+/// A list past 1 MiB of slots grows in place into room its array was made
+/// with (`Mutation::try_grow_in_place`) rather than by copying: its values
+/// keep their indices, and a reader on another thread, during concurrent
+/// marks, in verify mode, meets only values the list held, its pops and
+/// pushes near the end included. Holds managed values (slots the list
+/// traces, with cards rescaled as the array grows) and ends near 400,000.
+#[test]
+fn a_large_list_grows_in_place_under_readers_and_marks() {
+    let _serial = serial();
+    let rt = concurrent_rt();
+    #[derive(Trace)]
+    struct Holder<'gc> {
+        list: GcList<'gc, Gc<'gc, [u64]>>,
+    }
+    type H = Rootable!['gc => Holder<'gc>];
+    let holder: GlobalRoot<H> = rt.attach().mutate(|mc| {
+        mc.global_root(mc.alloc(Holder {
+            list: GcList::new(mc),
+        }))
+    });
+    fn value<'gc>(mc: &loam_runtime::Mutation<'gc>, k: u64) -> Gc<'gc, [u64]> {
+        mc.alloc_slice(&[k, !k])
+    }
+    fn whole(v: &[u64]) -> bool {
+        v.len() == 2 && v[1] == !v[0]
+    }
+    const END: usize = 400_000;
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let marking = AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        let (rt, holder, done, marking) = (&rt, &holder, &done, &marking);
+        s.spawn(move || {
+            let mut m = rt.attach();
+            let mut x = 0x9e37_79b9_7f4a_7c15_u64;
+            while m.mutate(|mc| holder.get(mc).list.len()) < END {
+                m.mutate(|mc| {
+                    let l = holder.get(mc).list;
+                    xorshift(&mut x);
+                    for _ in 0..(x >> 8) % 20 {
+                        l.pop(mc);
+                    }
+                    for _ in 0..2000 {
+                        let k = l.len() as u64;
+                        l.push(mc, value(mc, k));
+                    }
+                });
+            }
+            done.store(true, Ordering::Relaxed);
+        });
+        s.spawn(move || {
+            let mut m = rt.attach();
+            let mut pass = 0;
+            while (!done.load(Ordering::Relaxed) || marking.load(Ordering::Relaxed) == 0)
+                && pass < 1_000_000
+            {
+                pass += 1;
+                m.mutate(|mc| {
+                    marking.fetch_add(usize::from(mc.is_marking()), Ordering::Relaxed);
+                    let l = holder.get(mc).list;
+                    let len = l.len();
+                    // Every 97th element, and those around the length.
+                    for i in (0..len).step_by(97).chain(len.saturating_sub(8)..len + 8) {
+                        if let Some(v) = l.get(i) {
+                            assert!(
+                                whole(&v) && (i >= len || v[0] == i as u64),
+                                "element {i} of {len}: {v:?}"
+                            );
+                        }
+                    }
+                });
+            }
+        });
+    });
+    assert!(
+        marking.load(Ordering::Relaxed) > 0,
+        "no read ran during a concurrent mark"
+    );
+    let mut m = rt.attach();
+    m.collect();
+    m.mutate(|mc| {
+        let l = holder.get(mc).list;
+        assert!(l.len() >= END);
+        assert!(l
+            .iter()
+            .enumerate()
+            .all(|(i, v)| whole(&v) && v[0] == i as u64));
+    });
+}
+
 /// `with_capacity` sizes what the first inserts fill: a dictionary's
 /// entries array as well as its index (the entries grew from 4, nine
 /// times, on the way to 1,000), with either hasher; a capacity no address

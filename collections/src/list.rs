@@ -165,6 +165,8 @@ unsafe fn shade_pushed<'gc, T: CellValue + Trace + 'gc>(mc: &Mutation<'gc>, log:
 // array. No `Drop` (4).
 unsafe impl<T: CellValue + Trace> Trace for Slot<'_, T> {
     const NEEDS_TRACE: bool = false;
+    /// A list's array grows in place where its block has room.
+    const GROWS_IN_PLACE: bool = true;
 
     fn trace(&self, _: &mut Tracer) {}
 }

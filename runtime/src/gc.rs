@@ -190,13 +190,6 @@ pub(crate) const fn array_offset<T>() -> usize {
     (2 * std::mem::size_of::<usize>() + align - 1) & !(align - 1)
 }
 
-/// Set in an array's length word while [`Mutation::try_grow_in_place`]
-/// lengthens it (`array.rs`): the claim that keeps a second one out. No
-/// length reaches it (no array is larger than `isize::MAX` bytes).
-///
-/// [`Mutation::try_grow_in_place`]: crate::Mutation::try_grow_in_place
-pub(crate) const GROWING: usize = 1 << (usize::BITS - 1);
-
 /// The length word of the array object at `addr`.
 ///
 /// # Safety
@@ -206,18 +199,19 @@ pub(crate) unsafe fn array_len_word<'a>(addr: usize) -> &'a std::sync::atomic::A
     // SAFETY: the length word follows the header, a word-aligned `usize`
     // written before the object was published; once published, every
     // access to it is atomic (`array_len`, and `try_grow_in_place`'s
-    // claim and store).
+    // load and store).
     unsafe { std::sync::atomic::AtomicUsize::from_ptr((addr + std::mem::size_of::<usize>()) as *mut usize) }
 }
 
 /// The length of the array object at `addr`.
 ///
 /// A published array's length changes only where
-/// [`Mutation::try_grow_in_place`] lengthens an array of elements that
-/// need no tracing, in place: its new elements are written before the
-/// length that covers them is stored (release), so this acquire load
-/// finds them written. A length read once stays valid: the elements
-/// below it stay where they are.
+/// [`Mutation::try_grow_in_place`] lengthens an array whose elements need
+/// no tracing and say [`Trace::GROWS_IN_PLACE`], in place: its new
+/// elements are written before the length that covers them is stored
+/// (release), so this acquire load finds them written. A length read
+/// once stays valid: the elements below it stay where they are. (A
+/// `Gc<[T]>` of another type reads its length with a plain load.)
 ///
 /// [`Mutation::try_grow_in_place`]: crate::Mutation::try_grow_in_place
 ///
@@ -226,7 +220,7 @@ pub(crate) unsafe fn array_len_word<'a>(addr: usize) -> &'a std::sync::atomic::A
 #[inline(always)]
 pub(crate) unsafe fn array_len(addr: usize) -> usize {
     // SAFETY: as the caller vouches.
-    unsafe { array_len_word(addr) }.load(std::sync::atomic::Ordering::Acquire) & !GROWING
+    unsafe { array_len_word(addr) }.load(std::sync::atomic::Ordering::Acquire)
 }
 
 /// The descriptor of `[T]` objects.
@@ -340,7 +334,14 @@ impl<T: Trace> Managed for [T] {
         // SAFETY: a live `[T]` object (caller): its `len` elements are
         // initialised from `array_offset`, only ever accessed shared.
         unsafe {
-            let len = array_len(addr);
+            let len = if T::GROWS_IN_PLACE {
+                array_len(addr)
+            } else {
+                // Never lengthened (`try_grow_in_place` refuses such
+                // arrays): the word written before publication, which
+                // nothing writes again, so a plain load races nothing.
+                *((addr + std::mem::size_of::<usize>()) as *const usize)
+            };
             std::slice::from_raw_parts((addr + array_offset::<T>()) as *const T, len)
         }
     }

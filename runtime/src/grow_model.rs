@@ -4,12 +4,12 @@
 //! The array is a length word and four element slots, each a plain cell
 //! (loom checks every plain access against the others for races), the
 //! first written before the model starts. Two threads lengthen it by one
-//! element each, as `try_grow_in_place` does: load the length, claim the
-//! word with a compare-and-swap from that length to it with `GROWING` set
-//! (giving up if it fails), write the element past the length plainly,
-//! and store the new length (release), which ends the claim. A reader
-//! loads the length (acquire, the claim bit masked) and reads every
-//! element below it plainly, as a `Gc<[T]>` deref and a loop over it do.
+//! element each, as `try_grow_in_place` does: take the claim (a
+//! compare-and-swap of a flag from false to true, acquire, giving up if
+//! it fails), load the length (relaxed), write the element past it
+//! plainly, store the new length (release) and let the claim go
+//! (release). A reader loads the length (acquire) and reads every element
+//! below it plainly, as a `Gc<[T]>` deref and a loop over it do.
 //!
 //! In every interleaving no plain access races another, the reader meets
 //! only written elements (each holds its index plus one), and the final
@@ -24,10 +24,8 @@
 //! read, and every variant passed.
 
 use loom::cell::UnsafeCell;
-use loom::sync::atomic::{AtomicUsize, Ordering};
+use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use loom::sync::Arc;
-
-const GROWING: usize = 1 << (usize::BITS - 1);
 
 #[derive(Clone, Copy, PartialEq)]
 enum Variant {
@@ -41,6 +39,7 @@ enum Variant {
 }
 
 struct Array {
+    claim: AtomicBool,
     len: AtomicUsize,
     slots: [UnsafeCell<usize>; 4],
 }
@@ -48,28 +47,32 @@ struct Array {
 impl Array {
     /// `try_grow_in_place` by one element; true if it lengthened.
     fn grow(&self, variant: Variant) -> bool {
-        let old = self.len.load(Ordering::Acquire);
-        if old & GROWING != 0 || old >= self.slots.len() {
-            return false;
-        }
-        if variant != Variant::NoClaim
+        let claimed = variant != Variant::NoClaim;
+        if claimed
             && self
-                .len
-                .compare_exchange(old, old | GROWING, Ordering::Acquire, Ordering::Relaxed)
+                .claim
+                .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
                 .is_err()
         {
             return false;
         }
-        // SAFETY: past the length, claimed: loom checks that no other
-        // access overlaps.
-        self.slots[old].with_mut(|p| unsafe { *p = old + 1 });
-        let order = if variant == Variant::RelaxedStore {
-            Ordering::Relaxed
-        } else {
-            Ordering::Release
-        };
-        self.len.store(old + 1, order);
-        true
+        let old = self.len.load(Ordering::Relaxed);
+        let grew = old < self.slots.len();
+        if grew {
+            // SAFETY: past the length, claimed: loom checks that no other
+            // access overlaps.
+            self.slots[old].with_mut(|p| unsafe { *p = old + 1 });
+            let order = if variant == Variant::RelaxedStore {
+                Ordering::Relaxed
+            } else {
+                Ordering::Release
+            };
+            self.len.store(old + 1, order);
+        }
+        if claimed {
+            self.claim.store(false, Ordering::Release);
+        }
+        grew
     }
 
     /// The elements below the length, as a reader sees them.
@@ -79,7 +82,7 @@ impl Array {
         } else {
             Ordering::Acquire
         };
-        let len = self.len.load(order) & !GROWING;
+        let len = self.len.load(order);
         for i in 0..len {
             // SAFETY: below a length read with acquire: written before its
             // release store (loom checks it).
@@ -93,6 +96,7 @@ impl Array {
 fn model(variant: Variant) {
     loom::model(move || {
         let a = Arc::new(Array {
+            claim: AtomicBool::new(false),
             len: AtomicUsize::new(1),
             slots: [
                 UnsafeCell::new(1),

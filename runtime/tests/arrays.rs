@@ -838,7 +838,8 @@ fn a_long_array_of_locks_keeps_what_its_writers_store() {
     }
 }
 
-/// An element that needs no tracing and counts its drops.
+/// An element that needs no tracing, of arrays that grow in place, and
+/// counts its drops.
 struct Dropped {
     _drops: Counted,
 }
@@ -846,10 +847,27 @@ struct Dropped {
 // SAFETY: holds no managed pointer; reports nothing.
 unsafe impl Trace for Dropped {
     const NEEDS_TRACE: bool = false;
+    const GROWS_IN_PLACE: bool = true;
     fn trace(&self, _: &mut loam_runtime::Tracer) {}
 }
 
-type Words = Rootable!['gc => [u64]];
+/// A number, of arrays that grow in place.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct W(u64);
+
+// SAFETY: holds no managed pointer; reports nothing.
+unsafe impl Trace for W {
+    const NEEDS_TRACE: bool = false;
+    const GROWS_IN_PLACE: bool = true;
+    fn trace(&self, _: &mut loam_runtime::Tracer) {}
+}
+
+/// `W`s from a range.
+fn ws(r: std::ops::Range<u64>) -> impl Iterator<Item = W> + Clone {
+    r.map(W)
+}
+
+type Words = Rootable!['gc => [W]];
 
 /// An array made with room grows into it in place, as often as it fits:
 /// its elements stay, the new ones are what `fill` made, a slice taken
@@ -865,31 +883,36 @@ fn an_array_made_with_room_grows_in_place() {
     let before = rt.stats().heap_size;
     let kept: Root<Words> = m.mutate(|mc| {
         let a = mc
-            .try_alloc_from_iter_with_room(0..1000_u64, 1 << 20)
+            .try_alloc_from_iter_with_room(ws(0..1000), 1 << 20)
             .unwrap();
         assert_eq!(a.len(), 1000);
-        let early: &[u64] = &a;
+        let early: &[W] = &a;
         let mut next = 1000;
         for len in [4000, 100_000, 1 << 20] {
             let grown = mc.try_grow_in_place(a, len, || {
                 next += 1;
-                next - 1
+                W(next - 1)
             });
             assert!(grown.unwrap(), "to {len}");
             assert_eq!(a.len(), len);
         }
         assert_eq!(early.len(), 1000, "a slice keeps the length it had");
-        assert!(a.iter().copied().eq(0..1 << 20));
+        assert!(a.iter().copied().eq(ws(0..1 << 20)));
         // Past the room (a block holds what was asked for, up to the end
         // of its last page, or of a cached mapping up to twice its size);
-        // shorter (nothing to do); elements that need tracing.
-        assert!(!mc.try_grow_in_place(a, 3 << 20, || 0).unwrap());
-        assert!(mc.try_grow_in_place(a, 10, || 0).unwrap());
+        // shorter (nothing to do); elements that need tracing, or that do
+        // not say they grow in place.
+        assert!(!mc.try_grow_in_place(a, 3 << 20, || W(0)).unwrap());
+        assert!(mc.try_grow_in_place(a, 10, || W(0)).unwrap());
         assert_eq!(a.len(), 1 << 20);
         let traced = mc
             .try_alloc_from_iter_with_room((0..10).map(|_| mc.alloc(1_u8)), 1 << 20)
             .unwrap();
         assert!(!mc.try_grow_in_place(traced, 20, || mc.alloc(2)).unwrap());
+        let fixed = mc
+            .try_alloc_from_iter_with_room(0..10_u64, 1 << 20)
+            .unwrap();
+        assert!(!mc.try_grow_in_place(fixed, 20, || 0).unwrap());
         mc.root(a)
     });
     m.collect();
@@ -902,7 +925,7 @@ fn an_array_made_with_room_grows_in_place() {
         held < before + (9 << 20),
         "{held} bytes held, {before} before: the room charged?"
     );
-    m.mutate(|mc| assert!(kept.get(mc).iter().copied().eq(0..1 << 20)));
+    m.mutate(|mc| assert!(kept.get(mc).iter().copied().eq(ws(0..1 << 20))));
     drop(kept);
     m.collect();
     let after = rt.stats().heap_size;
@@ -926,11 +949,11 @@ fn room_is_for_large_blocks_of_the_heap() {
         let rt = b.build();
         let mut m = rt.attach();
         m.mutate(|mc| {
-            let small = mc.try_alloc_from_iter_with_room(0..3_u64, 100).unwrap();
-            assert!(small.iter().copied().eq(0..3));
-            assert!(!mc.try_grow_in_place(small, 100, || 0).unwrap());
-            let large = mc.try_alloc_from_iter_with_room(0..3_u64, 1 << 20).unwrap();
-            let grew = mc.try_grow_in_place(large, 1 << 20, || 7).unwrap();
+            let small = mc.try_alloc_from_iter_with_room(ws(0..3), 100).unwrap();
+            assert!(small.iter().copied().eq(ws(0..3)));
+            assert!(!mc.try_grow_in_place(small, 100, || W(0)).unwrap());
+            let large = mc.try_alloc_from_iter_with_room(ws(0..3), 1 << 20).unwrap();
+            let grew = mc.try_grow_in_place(large, 1 << 20, || W(7)).unwrap();
             assert_eq!(grew, !space, "in a GlobalAlloc space: {space}");
             assert_eq!(large.len(), if space { 3 } else { 1 << 20 });
         });
@@ -946,17 +969,17 @@ fn growing_in_place_past_the_heap_limit_is_an_err() {
     let mut m = rt.attach();
     m.mutate(|mc| {
         let a = mc
-            .try_alloc_from_iter_with_room(0..1000_u64, 4 << 20)
+            .try_alloc_from_iter_with_room(ws(0..1000), 4 << 20)
             .unwrap();
-        let e = mc.try_grow_in_place(a, 3 << 20, || 1).unwrap_err();
+        let e = mc.try_grow_in_place(a, 3 << 20, || W(1)).unwrap_err();
         assert_eq!(e.kind(), AllocErrorKind::HeapLimit { limit: 16 << 20 });
         assert_eq!(a.len(), 1000);
-        assert!(a.iter().copied().eq(0..1000));
-        assert!(mc.try_grow_in_place(a, 1 << 20, || 1).unwrap());
+        assert!(a.iter().copied().eq(ws(0..1000)));
+        assert!(mc.try_grow_in_place(a, 1 << 20, || W(1)).unwrap());
         assert_eq!(a.len(), 1 << 20);
         // The room is not charged: a second such array fits.
         let b = mc
-            .try_alloc_from_iter_with_room(0..1000_u64, 4 << 20)
+            .try_alloc_from_iter_with_room(ws(0..1000), 4 << 20)
             .unwrap();
         assert_eq!(b.len(), 1000);
     });
@@ -1007,7 +1030,7 @@ fn threads_lengthening_one_array_take_turns_and_readers_see_written_elements() {
     let root = {
         let mut m = rt.attach();
         m.mutate(|mc| {
-            mc.global_root::<Words>(mc.try_alloc_from_iter_with_room([1_u64], ROOM).unwrap())
+            mc.global_root::<Words>(mc.try_alloc_from_iter_with_room([W(1)], ROOM).unwrap())
         })
     };
     let done = std::sync::atomic::AtomicBool::new(false);
@@ -1030,7 +1053,7 @@ fn threads_lengthening_one_array_take_turns_and_readers_see_written_elements() {
                         }
                         run += 1;
                         let tag = (t << 32) | run;
-                        let _ = mc.try_grow_in_place(a, len + 100, || tag).unwrap();
+                        let _ = mc.try_grow_in_place(a, len + 100, || W(tag)).unwrap();
                         false
                     });
                     if full {
@@ -1051,7 +1074,7 @@ fn threads_lengthening_one_array_take_turns_and_readers_see_written_elements() {
                     let a = root.get(mc);
                     let len = a.len();
                     assert!(
-                        a[..len].iter().all(|&x| x != 0),
+                        a[..len].iter().all(|&x| x != W(0)),
                         "an element read unwritten"
                     );
                 });

@@ -8,8 +8,10 @@
 //! entries and index, a builder's bytes. Growth allocates a new array and
 //! leaves the old one to the collector, which frees it on its own threads
 //! and returns the memory to the thread that allocated it: the
-//! allocate-here, free-there pattern of the seeds' framework. A string is
-//! one allocation (length, cached hash, bytes).
+//! allocate-here, free-there pattern of the seeds' framework (a list's
+//! array past 1 MiB lengthens in place instead, into room it was made
+//! with: `Mutation::try_grow_in_place`). A string is one allocation
+//! (length, cached hash, bytes).
 //!
 //! The crate uses only `loam-runtime`'s public API (never `loam-heap`): it
 //! is also the example of how to write a managed collection of your own

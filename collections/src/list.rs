@@ -250,7 +250,8 @@ unsafe fn in_use<'gc, T: CellValue + Trace + 'gc>(items: Items<'gc, T>, len: usi
 /// # Invariants
 /// - `len <= items.len()` and `high <= items.len()`: a length is stored
 ///   only over an array that holds it, and an array is replaced only by a
-///   larger one, so a length read before the array (acquire, over the
+///   larger one or lengthened in place (its length stored, release, before
+///   any list length over it), so a length read before the array (acquire, over the
 ///   release that stored it) is at most the array's length, whatever was
 ///   stored since: `GcList::cell` reads an element on that alone. (The
 ///   traces clamp with `min` all the same: there, a broken invariant would
@@ -1032,7 +1033,9 @@ impl<'gc, T: CellValue + Trace + 'gc> Drop for Run<'_, '_, 'gc, T> {
 /// it). Elements are values that fit a cell: managed pointers (`Gc<'gc, R>`
 /// for records of any size), `GcString`s, other collections' handles, and
 /// primitives. Growth allocates a new array of twice the capacity and leaves
-/// the old one to the collector.
+/// the old one to the collector, or, where the array's block has room (an
+/// array doubled past 1 MiB is made with room for eight times its slots),
+/// lengthens it in place.
 ///
 /// Every change takes the list's `Mutation`: a store is one barrier of O(1)
 /// work, so a large old list changed in place keeps the collector's cycles
@@ -1349,9 +1352,10 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
             .max(4)
     }
 
-    /// Makes room for `need` elements: a new array, twice as large (at
-    /// least), when the current one holds fewer; its spare slots are left
-    /// uninitialised. A heap-limit `Err` leaves the list as it was.
+    /// Makes room for `need` elements when the array holds fewer: twice as
+    /// many slots (at least), in place if its block has room, else in a new
+    /// array; the spare slots are left uninitialised. A heap-limit `Err`
+    /// leaves the list as it was.
     fn grow_for(
         &self,
         w: &ListWriter<'_, 'gc, T>,
@@ -1434,8 +1438,8 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
         // which saves a push three to five of its twelve loads and their
         // branches (`refill`, three alternations on a noisy VM: 1.71x -
         // 1.90x `Vec` before, 1.53x - 1.76x after; `docs/perf-log.md`,
-        // session 45). Growth, in `push_cold`, installs a new array and
-        // records as every writer.
+        // session 45). Growth, in `push_cold`, lengthens the array or
+        // installs a new one, and records as every writer.
         if T::NEEDS_TRACE {
             obj.log.record(mc);
         }

@@ -21,7 +21,11 @@
 //! every value pushed is). Not modelled: `extend`'s runs (`fill_run`, whose
 //! fused iterator keeps its plain writes at or past `filled`), the lock
 //! handed between writers (its own models, `lock.rs`), panics and failed
-//! growth (both leave the list's cells as they were). The
+//! growth (both leave the list's cells as they were), and growth in place
+//! (the array's own model is loam-runtime's `grow_model.rs`; for the list
+//! it is the current array getting more slots past `filled`, its length
+//! stored before any list length that needs them, as a grown array is
+//! published before such a length here). The
 //! variants that publish the length before the write, reserve copying
 //! only the elements in use (a slot a pop left is then unwritten in the
 //! new array, and written plainly while a reader holding the longer

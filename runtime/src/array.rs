@@ -21,8 +21,10 @@
 //!   striped by address, tried once: `Ok(false)` if taken), writes the new
 //!   elements past the length, where nobody else reads or writes, and
 //!   stores the new length (release) before it lets the claim go. Every
-//!   read of a length is an acquire load (`array_len`), so a reader sees
-//!   the old length or the new one with its elements written. (The first
+//!   read of such an array's length is an acquire load (`array_len`), so
+//!   a reader sees the old length or the new one with its elements
+//!   written; other arrays' lengths never change, and `Deref` reads them
+//!   with a plain load. (The first
 //!   version claimed the array with a bit in the length word, which every
 //!   read then masked off: one more instruction in every push loop and
 //!   string operation, `refill` 1.3 – 1.5 ms a million pushes against 1.2
@@ -73,6 +75,11 @@ struct Reserved<'m> {
     bit: Option<AllocatedBit>,
     /// What the heap accounting was charged, and the array's geometry.
     charged: usize,
+    /// Whether the block is a large one (past `loam_heap::SMALL_MAX`),
+    /// which the sweep credits with its length's bytes: a cut gives back
+    /// the rest of the charge. A block's charge says so, except an array
+    /// made with room, charged for its length in a larger block.
+    large: bool,
     len: usize,
     offset: usize,
     elem: usize,
@@ -88,6 +95,7 @@ impl<'m> Reserved<'m> {
             addr: p as usize,
             bit,
             charged: size,
+            large: size > loam_heap::SMALL_MAX,
             len,
             offset: array_offset::<T>(),
             elem: std::mem::size_of::<T>(),
@@ -123,7 +131,7 @@ impl<'m> Reserved<'m> {
         // its charge back now.
         // (A `GlobalAlloc` space charges and credits the whole allocation.)
         let pages = self.mutator.alloc_space().is_none();
-        if pages && self.charged > loam_heap::SMALL_MAX {
+        if pages && self.large {
             let bytes = self.offset + len * self.elem;
             self.mutator.give_back(self.charged - bytes);
         }
@@ -258,9 +266,13 @@ unsafe fn copy_parts<T: Copy>(at: usize, parts: &[&[T]]) {
 }
 
 /// The claims of arrays being lengthened in place, one per stripe of
-/// addresses: lengthenings are rare (each doubles an array, at most), so
-/// 64 stripes let unrelated ones run at once, and a claim in the length
-/// word itself would cost every read of every length a mask.
+/// addresses (hashed): lengthenings are rare (each doubles an array, at
+/// most), so 64 stripes let unrelated ones run at once, and a claim in the
+/// length word itself would cost every read of every length a mask. A
+/// claim is held across the charge (`take_credit`, which may assist the
+/// collector) and the `fill`; one held when a process forks stays held in
+/// the child, whose lengthenings of arrays of that stripe then answer
+/// `Ok(false)` (their callers copy).
 static CLAIMS: [std::sync::atomic::AtomicBool; 64] = [const { std::sync::atomic::AtomicBool::new(false) }; 64];
 
 /// A held claim of [`CLAIMS`]; released when dropped, a panic included.
@@ -269,8 +281,12 @@ struct Claim(&'static std::sync::atomic::AtomicBool);
 impl Claim {
     /// The claim of the stripe of the object at `addr`, if no one holds it.
     fn take(addr: usize) -> Option<Claim> {
-        // Objects are 16-byte aligned at least: the bits above those.
-        let stripe = &CLAIMS[(addr >> 4) % CLAIMS.len()];
+        // A hash of the address (Fibonacci's), its top six bits: the low
+        // bits of the arrays that grow are all zero (a large block starts
+        // on a 64 KiB slice, a huge one at its segment's header's end),
+        // and a stripe taken from them put every one on claim 0.
+        const _: () = assert!(CLAIMS.len() == 64);
+        let stripe = &CLAIMS[(addr.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58) % CLAIMS.len()];
         stripe
             .compare_exchange(
                 false,
@@ -579,7 +595,12 @@ impl<'gc> Mutation<'gc> {
         // to at least a word, ours alone until published.
         // SAFETY: as just said.
         unsafe { write_array_words(p, header | self.window_made(), len) };
-        Some(Ok(Reserved::new::<T>(p, Some(bit), bytes, len, m)))
+        let mut r = Reserved::new::<T>(p, Some(bit), bytes, len, m);
+        // The block is large (`room_bytes` past `SMALL_MAX`) whatever the
+        // charge for the length says: a cut gives back what it did not
+        // fill (the sweep credits its length).
+        r.large = true;
+        Some(Ok(r))
     }
 
     /// Lengthens `array` to `new_len` elements in place, the new ones made

@@ -6,9 +6,10 @@
 //! - a slice `[T]` (and `str`, as `[u8]`) is the header word, the length
 //!   word, then the elements from [`array_offset`]: `Gc<'gc, [T]>` stays one
 //!   word (so a [`GcCell`](crate::GcCell) can hold it), and the collector
-//!   reads an object's length where it reads its type. The length word is
-//!   atomic: an array of untraced elements can be lengthened in place
-//!   ([`array_len`]).
+//!   reads an object's length where it reads its type. An array of
+//!   untraced elements that say `Trace::GROWS_IN_PLACE` can be lengthened
+//!   in place, so the collector reads every length word atomically
+//!   ([`array_len`]), and so does `Deref` for those types.
 
 use crate::trace::{Trace, Tracer};
 use std::fmt;
@@ -197,9 +198,11 @@ pub(crate) const fn array_offset<T>() -> usize {
 #[inline(always)]
 pub(crate) unsafe fn array_len_word<'a>(addr: usize) -> &'a std::sync::atomic::AtomicUsize {
     // SAFETY: the length word follows the header, a word-aligned `usize`
-    // written before the object was published; once published, every
-    // access to it is atomic (`array_len`, and `try_grow_in_place`'s
-    // load and store).
+    // written before the object was published. Once published it is
+    // written only by `try_grow_in_place`, atomically, for
+    // `GROWS_IN_PLACE` element types, whose every read is atomic too; an
+    // array of any other type is only ever read after, plainly by `Deref`
+    // and atomically here, which races nothing.
     unsafe { std::sync::atomic::AtomicUsize::from_ptr((addr + std::mem::size_of::<usize>()) as *mut usize) }
 }
 

@@ -126,8 +126,10 @@ fn wait_for_cycle_waits_for_the_one_under_way_and_forces_none() {
     // Outgrow the goal: pacing asks for cycles; each wait returns with the
     // cycle it found under way or asked for done, and forces none.
     // At least 50 calls, and until three ended with a cycle under way.
+    // (5,000 calls at most let one run in twelve beside a busy loop meet
+    // none: descheduled in a call, the mutator found each cycle done.)
     let (mut waited, mut calls) = (0, 0);
-    while calls < 50 || (waited < 3 && calls < 5000) {
+    while calls < 50 || (waited < 3 && calls < 50_000) {
         calls += 1;
         let (under_way, seen) = m.mutate(|mc| {
             for _ in 0..1000 {

@@ -186,6 +186,20 @@ fn an_array_of_cells_is_written_in_place_through_the_barrier() {
     });
 }
 
+/// An iterator that lies about its length: `size_hint` says exactly the
+/// second field, whatever the first yields.
+struct Short<I>(I, usize);
+
+impl<I: Iterator> Iterator for Short<I> {
+    type Item = I::Item;
+    fn next(&mut self) -> Option<I::Item> {
+        self.0.next()
+    }
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (self.1, Some(self.1))
+    }
+}
+
 #[test]
 fn an_iterator_that_panics_or_runs_short_leaves_no_array() {
     let _serial = serial();
@@ -205,17 +219,6 @@ fn an_iterator_that_panics_or_runs_short_leaves_no_array() {
             }))
         }));
         assert!(r.is_err());
-        // An iterator that lies about its length.
-        struct Short<I>(I, usize);
-        impl<I: Iterator> Iterator for Short<I> {
-            type Item = I::Item;
-            fn next(&mut self) -> Option<I::Item> {
-                self.0.next()
-            }
-            fn size_hint(&self) -> (usize, Option<usize>) {
-                (self.1, Some(self.1))
-            }
-        }
         // One that gives fewer items than its exact hint promised panics,
         // as one that gives up: handed out cut, a large one kept its
         // whole span under the charge of its cut length, past the heap
@@ -1139,16 +1142,6 @@ fn room_arrays_grown_or_cut_leave_the_accounting_as_it_was() {
     let mut m = rt.attach();
     m.collect();
     let before = rt.stats().heap_size;
-    struct Short<I>(I, usize);
-    impl<I: Iterator> Iterator for Short<I> {
-        type Item = I::Item;
-        fn next(&mut self) -> Option<I::Item> {
-            self.0.next()
-        }
-        fn size_hint(&self) -> (usize, Option<usize>) {
-            (self.1, Some(self.1))
-        }
-    }
     for _ in 0..16 {
         m.mutate(|mc| {
             let a = mc

@@ -1402,12 +1402,20 @@ where
     /// # Panics
     /// At the heap limit (the dictionary unchanged).
     pub fn insert(self, value: V) -> V {
+        self.try_insert(value)
+            .unwrap_or_else(|e| alloc_failed("entry", e.map(drop)))
+    }
+
+    /// [`insert`](Self::insert), or the heap-limit `Err` with the value
+    /// given back and the dictionary unchanged.
+    pub fn try_insert(self, value: V) -> Result<V, AllocError<V>> {
         // A vacant entry holds the writer lock, taken (with the log
         // recorded) by `entry` in this call, which found the key absent.
         // SAFETY: as just said.
-        unsafe { self.dict.push_entry(self.mc, self.hash, self.key, value) }
-            .unwrap_or_else(|e| alloc_failed("entry", e));
-        value
+        match unsafe { self.dict.push_entry(self.mc, self.hash, self.key, value) } {
+            Ok(()) => Ok(value),
+            Err(e) => Err(e.map(|()| value)),
+        }
     }
 }
 
@@ -1418,6 +1426,10 @@ where
     S: BuildHasher + Send + Sync + 'static,
 {
     /// The value, inserting `default` first if the key is absent.
+    ///
+    /// # Panics
+    /// At the heap limit (the dictionary unchanged; see
+    /// [`try_or_insert`](Self::try_or_insert)).
     pub fn or_insert(self, default: V) -> V {
         match self {
             DictEntry::Occupied(o) => o.get(),
@@ -1430,6 +1442,24 @@ where
         match self {
             DictEntry::Occupied(o) => o.get(),
             DictEntry::Vacant(v) => v.insert(f()),
+        }
+    }
+
+    /// [`or_insert`](Self::or_insert), or the heap-limit `Err` with
+    /// `default` given back and the dictionary unchanged.
+    pub fn try_or_insert(self, default: V) -> Result<V, AllocError<V>> {
+        match self {
+            DictEntry::Occupied(o) => Ok(o.get()),
+            DictEntry::Vacant(v) => v.try_insert(default),
+        }
+    }
+
+    /// [`or_insert_with`](Self::or_insert_with), or the heap-limit `Err`
+    /// with the value `f` made and the dictionary unchanged.
+    pub fn try_or_insert_with(self, f: impl FnOnce() -> V) -> Result<V, AllocError<V>> {
+        match self {
+            DictEntry::Occupied(o) => Ok(o.get()),
+            DictEntry::Vacant(v) => v.try_insert(f()),
         }
     }
 

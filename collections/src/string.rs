@@ -140,6 +140,14 @@ impl<'gc> GcString<'gc> {
     /// If the range is out of bounds or does not fall on `char` boundaries
     /// (as `&s[range]` does), or at the heap limit.
     pub fn substring(&self, mc: &Mutation<'gc>, range: impl RangeBounds<usize>) -> Self {
+        self.try_substring(mc, range).unwrap_or_else(|e| alloc_failed(e))
+    }
+
+    /// [`substring`](Self::substring), or the heap-limit `Err`.
+    ///
+    /// # Panics
+    /// As `substring`, for a range out of bounds or off a `char` boundary.
+    pub fn try_substring(&self, mc: &Mutation<'gc>, range: impl RangeBounds<usize>) -> Result<Self, AllocError<()>> {
         let s = self.as_str();
         let (start, end) = (range.start_bound().cloned(), range.end_bound().cloned());
         // Out of range: the bounds and the length, as `Vec`'s messages
@@ -156,9 +164,9 @@ impl<'gc> GcString<'gc> {
         // where `i + 1` wrapped to the whole string in a release build.
         let piece = &s[(start, end)];
         if piece.len() == s.len() {
-            return *self;
+            return Ok(*self);
         }
-        Self::new(mc, piece)
+        Self::try_new(mc, piece)
     }
 
     /// The pieces between occurrences of `sep`, as a list of new strings
@@ -173,30 +181,97 @@ impl<'gc> GcString<'gc> {
     }
 
     /// [`split`](Self::split) on a string separator.
+    ///
+    /// # Panics
+    /// At the heap limit.
     pub fn split_str(&self, mc: &Mutation<'gc>, sep: &str) -> GcList<'gc, GcString<'gc>> {
         let list = GcList::new(mc);
         list.extend(mc, self.as_str().split(sep).map(|p| GcString::new(mc, p)));
         list
     }
 
+    /// [`split`](Self::split), or the heap-limit `Err` (the pieces made
+    /// so far are left to the collector).
+    pub fn try_split(&self, mc: &Mutation<'gc>, sep: char) -> Result<GcList<'gc, GcString<'gc>>, AllocError<()>> {
+        Self::try_pieces(mc, self.as_str().split(sep))
+    }
+
+    /// [`split_str`](Self::split_str), or the heap-limit `Err`.
+    pub fn try_split_str(&self, mc: &Mutation<'gc>, sep: &str) -> Result<GcList<'gc, GcString<'gc>>, AllocError<()>> {
+        Self::try_pieces(mc, self.as_str().split(sep))
+    }
+
+    /// A list of new strings of `pieces`, or the first heap-limit `Err`.
+    fn try_pieces<'s>(
+        mc: &Mutation<'gc>,
+        pieces: impl Iterator<Item = &'s str>,
+    ) -> Result<GcList<'gc, GcString<'gc>>, AllocError<()>> {
+        let list = GcList::try_new(mc)?;
+        for p in pieces {
+            let piece = GcString::try_new(mc, p)?;
+            list.try_push(mc, piece).map_err(|e| e.map(drop))?;
+        }
+        Ok(list)
+    }
+
     /// The text without leading and trailing whitespace (this string itself
     /// when there is none).
+    ///
+    /// # Panics
+    /// At the heap limit.
     pub fn trim(&self, mc: &Mutation<'gc>) -> Self {
         self.reuse_or_new(mc, self.as_str().trim())
     }
 
     /// The text without leading whitespace.
+    ///
+    /// # Panics
+    /// At the heap limit.
     pub fn trim_start(&self, mc: &Mutation<'gc>) -> Self {
         self.reuse_or_new(mc, self.as_str().trim_start())
     }
 
     /// The text without trailing whitespace.
+    ///
+    /// # Panics
+    /// At the heap limit.
     pub fn trim_end(&self, mc: &Mutation<'gc>) -> Self {
         self.reuse_or_new(mc, self.as_str().trim_end())
     }
 
+    /// [`trim`](Self::trim), or the heap-limit `Err`.
+    pub fn try_trim(&self, mc: &Mutation<'gc>) -> Result<Self, AllocError<()>> {
+        self.try_reuse_or_new(mc, self.as_str().trim())
+    }
+
+    /// [`trim_start`](Self::trim_start), or the heap-limit `Err`.
+    pub fn try_trim_start(&self, mc: &Mutation<'gc>) -> Result<Self, AllocError<()>> {
+        self.try_reuse_or_new(mc, self.as_str().trim_start())
+    }
+
+    /// [`trim_end`](Self::trim_end), or the heap-limit `Err`.
+    pub fn try_trim_end(&self, mc: &Mutation<'gc>) -> Result<Self, AllocError<()>> {
+        self.try_reuse_or_new(mc, self.as_str().trim_end())
+    }
+
     /// The text in upper case (Unicode's mapping, as `str::to_uppercase`).
+    ///
+    /// # Panics
+    /// At the heap limit.
     pub fn to_uppercase(&self, mc: &Mutation<'gc>) -> Self {
+        self.try_to_uppercase(mc).unwrap_or_else(|e| alloc_failed(e))
+    }
+
+    /// The text in lower case (Unicode's mapping, as `str::to_lowercase`).
+    ///
+    /// # Panics
+    /// At the heap limit.
+    pub fn to_lowercase(&self, mc: &Mutation<'gc>) -> Self {
+        self.try_to_lowercase(mc).unwrap_or_else(|e| alloc_failed(e))
+    }
+
+    /// [`to_uppercase`](Self::to_uppercase), or the heap-limit `Err`.
+    pub fn try_to_uppercase(&self, mc: &Mutation<'gc>) -> Result<Self, AllocError<()>> {
         self.map_case(
             mc,
             |b| b.is_ascii_lowercase(),
@@ -205,8 +280,8 @@ impl<'gc> GcString<'gc> {
         )
     }
 
-    /// The text in lower case (Unicode's mapping, as `str::to_lowercase`).
-    pub fn to_lowercase(&self, mc: &Mutation<'gc>) -> Self {
+    /// [`to_lowercase`](Self::to_lowercase), or the heap-limit `Err`.
+    pub fn try_to_lowercase(&self, mc: &Mutation<'gc>) -> Result<Self, AllocError<()>> {
         self.map_case(
             mc,
             |b| b.is_ascii_uppercase(),
@@ -224,39 +299,55 @@ impl<'gc> GcString<'gc> {
         changes: impl Fn(u8) -> bool,
         ascii: impl FnOnce(&mut str),
         unicode: impl FnOnce(&str) -> String,
-    ) -> Self {
+    ) -> Result<Self, AllocError<()>> {
         let s = self.as_str();
         if !s.is_ascii() {
-            return Self::new(mc, &unicode(s));
+            return Self::try_new(mc, &unicode(s));
         }
         if !s.bytes().any(changes) {
-            return *self;
+            return Ok(*self);
         }
         with_scratch(|buf| {
             buf.push_str(s);
             ascii(buf.as_mut_str());
-            Self::new(mc, buf)
+            Self::try_new(mc, buf)
         })
     }
 
     /// `part` as a string: this one when it is the whole text.
     fn reuse_or_new(&self, mc: &Mutation<'gc>, part: &str) -> Self {
+        self.try_reuse_or_new(mc, part).unwrap_or_else(|e| alloc_failed(e))
+    }
+
+    /// [`reuse_or_new`](Self::reuse_or_new), or the heap-limit `Err`.
+    fn try_reuse_or_new(&self, mc: &Mutation<'gc>, part: &str) -> Result<Self, AllocError<()>> {
         if part.len() == self.len() {
-            *self
+            Ok(*self)
         } else {
-            Self::new(mc, part)
+            Self::try_new(mc, part)
         }
     }
 
     /// Formats `args` into a new string (what [`gc_format!`](crate::gc_format)
     /// calls).
+    ///
+    /// # Panics
+    /// At the heap limit, or if a `Display` impl returns an error.
     pub fn format(mc: &Mutation<'gc>, args: fmt::Arguments<'_>) -> Self {
+        Self::try_format(mc, args).unwrap_or_else(|e| alloc_failed(e))
+    }
+
+    /// [`format`](Self::format), or the heap-limit `Err`.
+    ///
+    /// # Panics
+    /// If a `Display` impl returns an error.
+    pub fn try_format(mc: &Mutation<'gc>, args: fmt::Arguments<'_>) -> Result<Self, AllocError<()>> {
         if let Some(s) = args.as_str() {
-            return Self::new(mc, s);
+            return Self::try_new(mc, s);
         }
         with_scratch(|buf| {
             fmt::write(buf, args).expect("a Display impl returned an error");
-            Self::new(mc, buf)
+            Self::try_new(mc, buf)
         })
     }
 }

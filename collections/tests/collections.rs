@@ -696,6 +696,77 @@ fn a_heap_limit_err_leaves_the_collection_unchanged() {
     m.mutate(|mc| GcList::from_slice(mc, &[1_u64; 1000]).len());
 }
 
+/// The `try_` forms of a string's derived operations and of a dictionary
+/// entry's inserts give the heap limit's `Err` (the entry its value back)
+/// where the plain forms panic, and change nothing; an operation that
+/// needs no memory (a whole-string substring, a case conversion that
+/// changes no byte, a present key) still succeeds at the limit.
+#[test]
+fn string_and_entry_try_forms_give_the_limit_err() {
+    let _serial = serial();
+    let rt = rt().heap_limit(8 << 20).build();
+    let mut m = rt.attach();
+    m.mutate(|mc| {
+        let text = format!(" {} ", "ab".repeat(3 << 19));
+        let s = GcString::new(mc, &text);
+        let d = GcDictionary::new(mc);
+        let mut k = 0_u64;
+        while d.len() < d.capacity() || d.is_empty() {
+            d.insert(mc, k, k);
+            k += 1;
+        }
+        // Fill the heap to within a kilobyte of the limit.
+        let mut held = Vec::new();
+        for chunk in [1 << 20, 64 << 10, 4 << 10, 1 << 10] {
+            while let Ok(a) = mc.try_alloc_slice_fill(chunk, 0_u8) {
+                held.push(a);
+            }
+        }
+        assert!(!held.is_empty());
+        let limited = |e: loam_runtime::AllocErrorKind| {
+            matches!(e, loam_runtime::AllocErrorKind::HeapLimit { .. })
+        };
+        assert!(limited(
+            s.try_substring(mc, 1..s.len() - 1).unwrap_err().kind()
+        ));
+        assert!(limited(s.try_trim(mc).unwrap_err().kind()));
+        assert!(limited(s.try_trim_start(mc).unwrap_err().kind()));
+        assert!(limited(s.try_trim_end(mc).unwrap_err().kind()));
+        assert!(limited(s.try_to_uppercase(mc).unwrap_err().kind()));
+        assert!(limited(s.try_split(mc, 'b').unwrap_err().kind()));
+        assert!(limited(s.try_split_str(mc, "ab").unwrap_err().kind()));
+        let e = GcString::try_format(mc, format_args!("{}{}", text, 7)).unwrap_err();
+        assert!(limited(e.kind()));
+        // No memory needed: the string itself.
+        assert!(GcString::ptr_eq(s.try_substring(mc, ..).unwrap(), s));
+        assert!(GcString::ptr_eq(s.try_to_lowercase(mc).unwrap(), s));
+        assert_eq!(s, text.as_str(), "the string is unchanged");
+        // A vacant entry of a full dictionary needs growth: its value
+        // comes back; a present key needs nothing.
+        let (len, cap) = (d.len(), d.capacity());
+        let e = d.entry(mc, k).try_or_insert(99).unwrap_err();
+        assert!(limited(e.kind()));
+        assert_eq!(e.into_inner(), 99);
+        let e = d.entry(mc, k).try_or_insert_with(|| 98).unwrap_err();
+        assert_eq!(e.into_inner(), 98);
+        match d.entry(mc, k) {
+            loam_collections::DictEntry::Vacant(v) => {
+                assert_eq!(v.try_insert(97).unwrap_err().into_inner(), 97)
+            }
+            loam_collections::DictEntry::Occupied(_) => panic!("key {k} present"),
+        }
+        assert_eq!((d.len(), d.capacity()), (len, cap));
+        assert_eq!(d.entry(mc, 0).try_or_insert(5).unwrap(), 0);
+        d.assert_valid();
+        assert!((0..k).all(|i| d.get(&i) == Some(i)));
+        // The plain forms panic with the limit's message.
+        let panic = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| s.trim(mc)));
+        let panic = *panic.unwrap_err().downcast::<String>().unwrap();
+        assert!(panic.contains("limit"), "{panic}");
+        drop(held);
+    });
+}
+
 /// `GcDictionary::reserve` makes room for what it is asked: on a
 /// dictionary with entries both arrays at once, so that the inserts it
 /// was made for allocate nothing; on an empty one (new or cleared) the

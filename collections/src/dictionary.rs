@@ -1400,7 +1400,9 @@ where
     /// Inserts the key with `value`; returns `value`.
     ///
     /// # Panics
-    /// At the heap limit (the dictionary unchanged).
+    /// At the heap limit (the dictionary unchanged; see
+    /// [`try_insert`](Self::try_insert)), or with 4,294,967,294 entries
+    /// already (capacity overflow, as `GcDictionary::insert`).
     pub fn insert(self, value: V) -> V {
         self.try_insert(value)
             .unwrap_or_else(|e| alloc_failed("entry", e.map(drop)))
@@ -1408,6 +1410,10 @@ where
 
     /// [`insert`](Self::insert), or the heap-limit `Err` with the value
     /// given back and the dictionary unchanged.
+    ///
+    /// # Panics
+    /// With 4,294,967,294 entries already (capacity overflow, as
+    /// `GcDictionary::try_insert`).
     pub fn try_insert(self, value: V) -> Result<V, AllocError<V>> {
         // A vacant entry holds the writer lock, taken (with the log
         // recorded) by `entry` in this call, which found the key absent.
@@ -1428,8 +1434,9 @@ where
     /// The value, inserting `default` first if the key is absent.
     ///
     /// # Panics
-    /// At the heap limit (the dictionary unchanged; see
-    /// [`try_or_insert`](Self::try_or_insert)).
+    /// As [`VacantEntry::insert`] if the key is absent: at the heap limit
+    /// (the dictionary unchanged; see [`try_or_insert`](Self::try_or_insert)),
+    /// or on a capacity overflow.
     pub fn or_insert(self, default: V) -> V {
         match self {
             DictEntry::Occupied(o) => o.get(),
@@ -1438,6 +1445,9 @@ where
     }
 
     /// The value, inserting `f()` first if the key is absent.
+    ///
+    /// # Panics
+    /// As [`or_insert`](Self::or_insert).
     pub fn or_insert_with(self, f: impl FnOnce() -> V) -> V {
         match self {
             DictEntry::Occupied(o) => o.get(),
@@ -1447,6 +1457,9 @@ where
 
     /// [`or_insert`](Self::or_insert), or the heap-limit `Err` with
     /// `default` given back and the dictionary unchanged.
+    ///
+    /// # Panics
+    /// On a capacity overflow, as [`VacantEntry::try_insert`].
     pub fn try_or_insert(self, default: V) -> Result<V, AllocError<V>> {
         match self {
             DictEntry::Occupied(o) => Ok(o.get()),
@@ -1456,6 +1469,9 @@ where
 
     /// [`or_insert_with`](Self::or_insert_with), or the heap-limit `Err`
     /// with the value `f` made and the dictionary unchanged.
+    ///
+    /// # Panics
+    /// On a capacity overflow, as [`VacantEntry::try_insert`].
     pub fn try_or_insert_with(self, f: impl FnOnce() -> V) -> Result<V, AllocError<V>> {
         match self {
             DictEntry::Occupied(o) => Ok(o.get()),
@@ -1464,6 +1480,9 @@ where
     }
 
     /// The value, inserting `V::default()` first if the key is absent.
+    ///
+    /// # Panics
+    /// As [`or_insert`](Self::or_insert).
     pub fn or_default(self) -> V
     where
         V: Default,

@@ -139,6 +139,7 @@ impl<'gc> GcString<'gc> {
     /// # Panics
     /// If the range is out of bounds or does not fall on `char` boundaries
     /// (as `&s[range]` does), or at the heap limit.
+    #[inline]
     pub fn substring(&self, mc: &Mutation<'gc>, range: impl RangeBounds<usize>) -> Self {
         self.try_substring(mc, range).unwrap_or_else(|e| alloc_failed(e))
     }
@@ -196,7 +197,8 @@ impl<'gc> GcString<'gc> {
         Self::try_pieces(mc, self.as_str().split(sep))
     }
 
-    /// [`split_str`](Self::split_str), or the heap-limit `Err`.
+    /// [`split_str`](Self::split_str), or the heap-limit `Err` (the pieces
+    /// made so far are left to the collector).
     pub fn try_split_str(&self, mc: &Mutation<'gc>, sep: &str) -> Result<GcList<'gc, GcString<'gc>>, AllocError<()>> {
         Self::try_pieces(mc, self.as_str().split(sep))
     }
@@ -207,10 +209,13 @@ impl<'gc> GcString<'gc> {
         pieces: impl Iterator<Item = &'s str>,
     ) -> Result<GcList<'gc, GcString<'gc>>, AllocError<()>> {
         let list = GcList::try_new(mc)?;
+        // One writer: the lock taken once, not per piece.
+        let w = list.writer(mc);
         for p in pieces {
             let piece = GcString::try_new(mc, p)?;
-            list.try_push(mc, piece).map_err(|e| e.map(drop))?;
+            w.try_push(piece).map_err(|e| e.map(drop))?;
         }
+        drop(w);
         Ok(list)
     }
 
@@ -219,6 +224,7 @@ impl<'gc> GcString<'gc> {
     ///
     /// # Panics
     /// At the heap limit.
+    #[inline]
     pub fn trim(&self, mc: &Mutation<'gc>) -> Self {
         self.reuse_or_new(mc, self.as_str().trim())
     }
@@ -227,6 +233,7 @@ impl<'gc> GcString<'gc> {
     ///
     /// # Panics
     /// At the heap limit.
+    #[inline]
     pub fn trim_start(&self, mc: &Mutation<'gc>) -> Self {
         self.reuse_or_new(mc, self.as_str().trim_start())
     }
@@ -235,6 +242,7 @@ impl<'gc> GcString<'gc> {
     ///
     /// # Panics
     /// At the heap limit.
+    #[inline]
     pub fn trim_end(&self, mc: &Mutation<'gc>) -> Self {
         self.reuse_or_new(mc, self.as_str().trim_end())
     }
@@ -258,6 +266,7 @@ impl<'gc> GcString<'gc> {
     ///
     /// # Panics
     /// At the heap limit.
+    #[inline]
     pub fn to_uppercase(&self, mc: &Mutation<'gc>) -> Self {
         self.try_to_uppercase(mc).unwrap_or_else(|e| alloc_failed(e))
     }
@@ -266,6 +275,7 @@ impl<'gc> GcString<'gc> {
     ///
     /// # Panics
     /// At the heap limit.
+    #[inline]
     pub fn to_lowercase(&self, mc: &Mutation<'gc>) -> Self {
         self.try_to_lowercase(mc).unwrap_or_else(|e| alloc_failed(e))
     }
@@ -315,6 +325,7 @@ impl<'gc> GcString<'gc> {
     }
 
     /// `part` as a string: this one when it is the whole text.
+    #[inline]
     fn reuse_or_new(&self, mc: &Mutation<'gc>, part: &str) -> Self {
         self.try_reuse_or_new(mc, part).unwrap_or_else(|e| alloc_failed(e))
     }
@@ -333,6 +344,7 @@ impl<'gc> GcString<'gc> {
     ///
     /// # Panics
     /// At the heap limit, or if a `Display` impl returns an error.
+    #[inline]
     pub fn format(mc: &Mutation<'gc>, args: fmt::Arguments<'_>) -> Self {
         Self::try_format(mc, args).unwrap_or_else(|e| alloc_failed(e))
     }

@@ -709,13 +709,19 @@ fn string_and_entry_try_forms_give_the_limit_err() {
     m.mutate(|mc| {
         let text = format!(" {} ", "ab".repeat(3 << 19));
         let s = GcString::new(mc, &text);
+        // Upper case, to go lower; not ASCII, for the Unicode mapping.
+        let upper = GcString::new(mc, "AB");
+        let accents = GcString::new(mc, "été");
         let d = GcDictionary::new(mc);
         let mut k = 0_u64;
         while d.len() < d.capacity() || d.is_empty() {
             d.insert(mc, k, k);
             k += 1;
         }
-        // Fill the heap to within a kilobyte of the limit.
+        // Fill the heap to the limit: arrays of smaller and smaller sizes,
+        // then 16-byte objects until one fails (what is left then is less
+        // than any string or dictionary growth needs, whichever check runs
+        // first).
         let mut held = Vec::new();
         for chunk in [1 << 20, 64 << 10, 4 << 10, 1 << 10] {
             while let Ok(a) = mc.try_alloc_slice_fill(chunk, 0_u8) {
@@ -723,6 +729,10 @@ fn string_and_entry_try_forms_give_the_limit_err() {
             }
         }
         assert!(!held.is_empty());
+        let mut words = Vec::new();
+        while let Ok(w) = mc.try_alloc(0_u64) {
+            words.push(w);
+        }
         let limited = |e: loam_runtime::AllocErrorKind| {
             matches!(e, loam_runtime::AllocErrorKind::HeapLimit { .. })
         };
@@ -735,12 +745,15 @@ fn string_and_entry_try_forms_give_the_limit_err() {
         assert!(limited(s.try_to_uppercase(mc).unwrap_err().kind()));
         assert!(limited(s.try_split(mc, 'b').unwrap_err().kind()));
         assert!(limited(s.try_split_str(mc, "ab").unwrap_err().kind()));
+        assert!(limited(upper.try_to_lowercase(mc).unwrap_err().kind()));
+        assert!(limited(accents.try_to_uppercase(mc).unwrap_err().kind()));
         let e = GcString::try_format(mc, format_args!("{}{}", text, 7)).unwrap_err();
+        assert!(limited(e.kind()));
+        let e = GcString::try_format(mc, format_args!("a literal")).unwrap_err();
         assert!(limited(e.kind()));
         // No memory needed: the string itself.
         assert!(GcString::ptr_eq(s.try_substring(mc, ..).unwrap(), s));
         assert!(GcString::ptr_eq(s.try_to_lowercase(mc).unwrap(), s));
-        assert_eq!(s, text.as_str(), "the string is unchanged");
         // A vacant entry of a full dictionary needs growth: its value
         // comes back; a present key needs nothing.
         let (len, cap) = (d.len(), d.capacity());
@@ -748,10 +761,13 @@ fn string_and_entry_try_forms_give_the_limit_err() {
         assert!(limited(e.kind()));
         assert_eq!(e.into_inner(), 99);
         let e = d.entry(mc, k).try_or_insert_with(|| 98).unwrap_err();
+        assert!(limited(e.kind()));
         assert_eq!(e.into_inner(), 98);
         match d.entry(mc, k) {
             loam_collections::DictEntry::Vacant(v) => {
-                assert_eq!(v.try_insert(97).unwrap_err().into_inner(), 97)
+                let e = v.try_insert(97).unwrap_err();
+                assert!(limited(e.kind()));
+                assert_eq!(e.into_inner(), 97)
             }
             loam_collections::DictEntry::Occupied(_) => panic!("key {k} present"),
         }
@@ -759,11 +775,22 @@ fn string_and_entry_try_forms_give_the_limit_err() {
         assert_eq!(d.entry(mc, 0).try_or_insert(5).unwrap(), 0);
         d.assert_valid();
         assert!((0..k).all(|i| d.get(&i) == Some(i)));
-        // The plain forms panic with the limit's message.
+        // The plain forms panic with the limit's message (and let the
+        // dictionary's lock go: the checks after use it).
         let panic = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| s.trim(mc)));
         let panic = *panic.unwrap_err().downcast::<String>().unwrap();
         assert!(panic.contains("limit"), "{panic}");
-        drop(held);
+        let panic = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            d.entry(mc, k).or_insert(96)
+        }));
+        let panic = *panic.unwrap_err().downcast::<String>().unwrap();
+        assert!(
+            panic.contains("GcDictionary::entry") && panic.contains("limit"),
+            "{panic}"
+        );
+        assert_eq!(d.get(&k), None);
+        assert_eq!(d.entry(mc, 1).or_insert(5), 1);
+        drop((held, words));
     });
 }
 

@@ -77,8 +77,10 @@ struct Reserved<'m> {
     charged: usize,
     /// Whether the block is a large one (past `loam_heap::SMALL_MAX`),
     /// which the sweep credits with its length's bytes: a cut gives back
-    /// the rest of the charge. A block's charge says so, except an array
-    /// made with room, charged for its length in a larger block.
+    /// the rest of the charge. A block's charge says so (`good_size`),
+    /// except an array made with room, charged for its length in a larger
+    /// block, and a span for elements aligned past 64 KiB, whose charge
+    /// is its bytes (as before this field).
     large: bool,
     len: usize,
     offset: usize,

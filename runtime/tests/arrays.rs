@@ -156,11 +156,12 @@ fn an_array_of_cells_is_written_in_place_through_the_barrier() {
     type Slots = Rootable!['gc => [GcCell<'gc, Option<Gc<'gc, u64>>>]];
     const SLOTS: usize = 20_000;
     let slots: Root<Slots> = m.mutate(|mc| mc.root(mc.alloc_slice_fill(SLOTS, GcCell::new(None))));
-    m.collect(); // the array is old now
-                 // 4,000 rounds, and on until three minor cycles ran among them (one
-                 // run in about fifteen of the whole file had fewer in 4,000: the
-                 // values stored turn old, and once they take half the headroom the
-                 // cycles due are full ones).
+    // The array is old now.
+    m.collect();
+    // 4,000 rounds, and on until three minor cycles ran among them (one
+    // run in about fifteen of the whole file had fewer in 4,000: the
+    // values stored turn old, and once they take half the headroom the
+    // cycles due are full ones).
     let mut rounds = 0;
     while rounds < 4000 || (minors.load(Ordering::Relaxed) < 3 && rounds < 400_000) {
         let round = rounds;

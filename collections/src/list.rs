@@ -1370,7 +1370,12 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
         // some, below): no copy, and no old array for the collector. Its
         // slots past `filled` stay uninitialised, as a new array's would,
         // and every value keeps its index.
-        if w.mc.try_grow_in_place(items, cap, Slot::uninit)? {
+        // (Only an array of `ROOM_FROM` bytes or more can have room for
+        // twice its slots: a smaller one's block holds at most a slice's
+        // slack, so it is not asked, which saves its growth a claim and a
+        // look at its block.)
+        let large = items.len().saturating_mul(size_of::<Slot<'gc, T>>()) >= ROOM_FROM;
+        if large && w.mc.try_grow_in_place(items, cap, Slot::uninit)? {
             if T::NEEDS_TRACE {
                 self.obj.cards.rescale(Gc::get(items).len());
             }

@@ -275,36 +275,17 @@ unsafe fn copy_parts<T: Copy>(at: usize, parts: &[&[T]]) {
 /// collector) and the `fill`; one held when a process forks stays held in
 /// the child, whose lengthenings of arrays of that stripe then answer
 /// `Ok(false)` (their callers copy).
-static CLAIMS: [std::sync::atomic::AtomicBool; 64] = [const { std::sync::atomic::AtomicBool::new(false) }; 64];
+static CLAIMS: [parking_lot::Mutex<()>; 64] = [const { parking_lot::Mutex::new(()) }; 64];
 
-/// A held claim of [`CLAIMS`]; released when dropped, a panic included.
-struct Claim(&'static std::sync::atomic::AtomicBool);
-
-impl Claim {
-    /// The claim of the stripe of the object at `addr`, if no one holds it.
-    fn take(addr: usize) -> Option<Claim> {
-        // A hash of the address (Fibonacci's), its top six bits: the low
-        // bits of the arrays that grow are all zero (a large block starts
-        // on a 64 KiB slice, a huge one at its segment's header's end),
-        // and a stripe taken from them put every one on claim 0.
-        const _: () = assert!(CLAIMS.len() == 64);
-        let stripe = &CLAIMS[(addr.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58) % CLAIMS.len()];
-        stripe
-            .compare_exchange(
-                false,
-                true,
-                std::sync::atomic::Ordering::Acquire,
-                std::sync::atomic::Ordering::Relaxed,
-            )
-            .ok()
-            .map(|_| Claim(stripe))
-    }
-}
-
-impl Drop for Claim {
-    fn drop(&mut self) {
-        self.0.store(false, std::sync::atomic::Ordering::Release);
-    }
+/// The claim of the stripe of the object at `addr`, if no one holds it
+/// (tried once); released when the guard drops, a panic included.
+fn claim(addr: usize) -> Option<parking_lot::MutexGuard<'static, ()>> {
+    // A hash of the address (Fibonacci's), its top six bits: the low bits
+    // of the arrays that grow are all zero (a large block starts on a 64
+    // KiB slice, a huge one at its segment's header's end), and a stripe
+    // taken from them put every one on claim 0.
+    const _: () = assert!(CLAIMS.len() == 64);
+    CLAIMS[(addr.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58) % CLAIMS.len()].try_lock()
 }
 
 impl<'gc> Mutation<'gc> {
@@ -673,22 +654,10 @@ impl<'gc> Mutation<'gc> {
             return Ok(false);
         }
         let addr = array.addr();
-        // One lengthening of an array at a time: its stripe's claim,
-        // tried once (a `fill` that lengthens an array of the same stripe
-        // finds it taken, and waits for nothing).
-        let Some(_claim) = Claim::take(addr) else {
-            return Ok(false);
-        };
-        // SAFETY: `array` is a published array of ours, live for `'gc`.
-        let word = unsafe { array_len_word(addr) };
-        // Only lengthenings store it, and the claim orders us after the
-        // last one.
-        let old = word.load(std::sync::atomic::Ordering::Relaxed);
-        if new_len <= old {
-            return Ok(true);
-        }
         let m = self.mutator();
         let elem = std::mem::size_of::<T>();
+        // The room first: most blocks have none to speak of, and a caller
+        // asking for more than there is takes no claim.
         let (usable, pages) = match m.alloc_space() {
             // SAFETY: a live block of loam's heap (an object of ours).
             None => (unsafe { loam_heap::usable_size(addr as *const u8) }, true),
@@ -701,6 +670,20 @@ impl<'gc> Mutation<'gc> {
             .unwrap_or(isize::MAX as usize);
         if new_len > room {
             return Ok(false);
+        }
+        // One lengthening of an array at a time: its stripe's claim,
+        // tried once (a `fill` that lengthens an array of the same stripe
+        // finds it taken, and waits for nothing).
+        let Some(_claim) = claim(addr) else {
+            return Ok(false);
+        };
+        // SAFETY: `array` is a published array of ours, live for `'gc`.
+        let word = unsafe { array_len_word(addr) };
+        // Only lengthenings store it, and the claim orders us after the
+        // last one.
+        let old = word.load(std::sync::atomic::Ordering::Relaxed);
+        if new_len <= old {
+            return Ok(true);
         }
         // A large block is charged for its length (the sweep credits what
         // its length says); a small one (its whole size class) and a

@@ -193,17 +193,19 @@ pub(crate) const fn array_offset<T>() -> usize {
 
 /// The length word of the array object at `addr`.
 ///
+/// Once published the word is written only by `try_grow_in_place`,
+/// atomically, for `GROWS_IN_PLACE` element types, whose every read is
+/// atomic too; an array of any other type is only read after, plainly by
+/// `Deref` and atomically here, which races nothing.
+///
 /// # Safety
 /// `addr` is an allocated array object.
 #[inline(always)]
 pub(crate) unsafe fn array_len_word<'a>(addr: usize) -> &'a std::sync::atomic::AtomicUsize {
-    // SAFETY: the length word follows the header, a word-aligned `usize`
-    // written before the object was published. Once published it is
-    // written only by `try_grow_in_place`, atomically, for
-    // `GROWS_IN_PLACE` element types, whose every read is atomic too; an
-    // array of any other type is only ever read after, plainly by `Deref`
-    // and atomically here, which races nothing.
-    unsafe { std::sync::atomic::AtomicUsize::from_ptr((addr + std::mem::size_of::<usize>()) as *mut usize) }
+    let word = (addr + std::mem::size_of::<usize>()) as *mut usize;
+    // SAFETY: a word-aligned `usize` after the header, written before the
+    // object was published, every access since atomic or race-free (above).
+    unsafe { std::sync::atomic::AtomicUsize::from_ptr(word) }
 }
 
 /// The length of the array object at `addr`.

@@ -541,6 +541,31 @@ impl<T: ?Sized + Managed> Deref for Gc<'_, T> {
     }
 }
 
+impl<'gc, T: Trace> Gc<'gc, [T]> {
+    /// The address of the array's first element, as `<[T]>::as_ptr`, but
+    /// found without reading the length: `Gc::get(a).as_ptr()` builds the
+    /// slice first, and for a type that says [`Trace::GROWS_IN_PLACE`]
+    /// that is an acquire load of the length, which the compiler may not
+    /// drop even where only the address is used. A loop that has read the
+    /// length once (a list's push) uses this for the rest.
+    ///
+    /// The pointer is valid for reads of the array's length's worth of
+    /// elements for `'gc`, shared as every managed object.
+    ///
+    /// ```
+    /// # let rt = loam_runtime::Runtime::builder().gc_threads(1).build();
+    /// # let mut m = rt.attach();
+    /// m.mutate(|mc| {
+    ///     let a = mc.alloc_slice(&[1_u32, 2, 3]);
+    ///     assert_eq!(loam_runtime::Gc::as_ptr(a), loam_runtime::Gc::get(a).as_ptr());
+    /// });
+    /// ```
+    #[inline(always)]
+    pub fn as_ptr(this: Self) -> *const T {
+        (this.addr() + array_offset::<T>()) as *const T
+    }
+}
+
 impl<T: ?Sized + Managed + fmt::Debug> fmt::Debug for Gc<'_, T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         fmt::Debug::fmt(Gc::get(*self), f)

@@ -192,7 +192,7 @@ const ROOM_FACTOR: usize = 8;
 const PREFETCH_AHEAD: usize = 2048;
 
 /// Asks the CPU for the line of the slot `PREFETCH_AHEAD` bytes past slot
-/// `len` of `items`, if the array has one. A push loop fills a fresh
+/// `len` of the array at `items`, if the array (of `cap` slots) has one. A push loop fills a fresh
 /// array one slot at a time, and its stores wait for their lines: the
 /// hardware's prefetchers do not cross a 4 KiB page. `Vec`'s push, a
 /// handful of instructions, seems to hide that with more stores in
@@ -209,7 +209,7 @@ const PREFETCH_AHEAD: usize = 2048;
 /// (1.57x - 1.82x against 1.67x - 1.78x, three runs). A prefetch changes
 /// nothing a program can observe.
 #[inline(always)]
-fn prefetch_ahead<T: CellValue>(items: &[Slot<'_, T>], len: usize) {
+fn prefetch_ahead<T: CellValue>(items: *const Slot<'_, T>, cap: usize, len: usize) {
     #[cfg(target_arch = "x86_64")]
     {
         use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
@@ -220,8 +220,8 @@ fn prefetch_ahead<T: CellValue>(items: &[Slot<'_, T>], len: usize) {
         // No overflow: a list of sized slots holds under `isize::MAX`
         // bytes of them.
         let ahead = len + PREFETCH_AHEAD / size;
-        if ahead < items.len() {
-            let line = items.as_ptr().wrapping_add(ahead).cast();
+        if ahead < cap {
+            let line = items.wrapping_add(ahead).cast();
             // SAFETY: `_mm_prefetch` needs SSE, which every x86_64 target
             // has; a prefetch reads nothing the program sees and cannot
             // fault (here it is inside the array anyway).
@@ -229,7 +229,7 @@ fn prefetch_ahead<T: CellValue>(items: &[Slot<'_, T>], len: usize) {
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = (items, len);
+    let _ = (items, cap, len);
 }
 
 /// The first `len` slots of `items`, as the cells they are.
@@ -444,19 +444,23 @@ impl<'gc, T: CellValue + Trace + 'gc> ListObj<'gc, T> {
     /// `GcList::try_push` and `ListWriter::try_push` make.
     ///
     /// # Safety
-    /// `len` is the list's length, `len < items.len()` and `len >=
-    /// high` (so slot `len` is at `filled`), `items` is the list's array,
+    /// `len` is the list's length, `cap` is `items.len()` (read under the
+    /// lock, which every lengthening of the array holds), `len < cap` and
+    /// `len >= high` (so slot `len` is at `filled`), `items` is the list's array,
     /// the caller holds the writer lock, and the log was recorded in this
     /// `mutate` call if `T::NEEDS_TRACE` (elements that need no tracing
     /// store no managed pointer: nothing to record, `GcList::try_push`).
     #[inline(always)]
-    unsafe fn push_at_filled(&self, mc: &Mutation<'gc>, items: Items<'gc, T>, len: usize, value: T) {
-        // In bounds: `len < items.len()` (caller). A raw pointer, not
+    unsafe fn push_at_filled(&self, mc: &Mutation<'gc>, items: Items<'gc, T>, cap: usize, len: usize, value: T) {
+        // In bounds: `len < cap` (caller). A raw pointer, not
         // `get_unchecked`: through the slice the writer's push loop ran
         // about 15% slower (1.5 - 1.6 ms against 1.4 ms a million pushes).
+        // And `Gc::as_ptr`, not the slice's: building the slice loads the
+        // length again, an acquire load of a growable array's length that
+        // the compiler keeps even unused.
         // SAFETY: as just said.
-        let slot = unsafe { &*Gc::get(items).as_ptr().add(len) };
-        prefetch_ahead(Gc::get(items), len);
+        let slot = unsafe { &*Gc::as_ptr(items).add(len) };
+        prefetch_ahead(Gc::as_ptr(items), cap, len);
         // At `filled`, under the lock, after the record (caller); shaded
         // below once the length covers it.
         // SAFETY: as just said.
@@ -485,9 +489,10 @@ impl<'gc, T: CellValue + Trace + 'gc> ListObj<'gc, T> {
     /// `mutate` call if `T::NEEDS_TRACE` (as `push_at_filled`).
     #[inline(always)]
     unsafe fn push_at_written(&self, mc: &Mutation<'gc>, items: Items<'gc, T>, len: usize, value: T) {
-        // In bounds: `len < high <= items.len()` (caller).
+        // In bounds: `len < high <= items.len()` (caller). `Gc::as_ptr`
+        // reads no length (`push_at_filled`).
         // SAFETY: as just said.
-        let slot = unsafe { &*Gc::get(items).as_ptr().add(len) };
+        let slot = unsafe { &*Gc::as_ptr(items).add(len) };
         // Touched before the store's shade, as every store is: a panic in
         // it (a `Trace` impl breaking its rule 5) leaves the card changed.
         self.touch(len);
@@ -571,9 +576,28 @@ impl<'a, 'gc, T: CellValue + Trace + 'gc> ListWriter<'a, 'gc, T> {
     // Always inlined: a single-change method of `GcList` is a writer made
     // and dropped around one store, and a call here costs more than the
     // store (the facade crate's inliner left it out of line).
+    //
+    // For an operation that runs none of its caller's code while the
+    // writer lives (`WriterLock::try_lock_leaf` counts on it): one that does
+    // makes its writer with `for_callbacks`.
     #[inline(always)]
     fn new(list: &'a GcList<'gc, T>, mc: &'a Mutation<'gc>) -> Self {
-        let _guard = list.obj.writer.lock("GcList");
+        Self::with_guard(list, mc, list.obj.writer.lock("GcList"))
+    }
+
+    /// A writer for an operation that runs its caller's code while it
+    /// lives (a callback, an iterator, or the caller's own code around a
+    /// writer it asked for): its lock is taken with
+    /// `WriterLock::lock_for_callbacks`, so that the list changed from
+    /// that code panics, a `push` included. Always inlined, as `new`
+    /// (see `GcList::writer`).
+    #[inline(always)]
+    fn for_callbacks(list: &'a GcList<'gc, T>, mc: &'a Mutation<'gc>) -> Self {
+        Self::with_guard(list, mc, list.obj.writer.lock_for_callbacks("GcList"))
+    }
+
+    #[inline(always)]
+    fn with_guard(list: &'a GcList<'gc, T>, mc: &'a Mutation<'gc>, _guard: WriterGuard<'a>) -> Self {
         list.obj.log.record(mc);
         let (items, used) = list.view();
         ListWriter {
@@ -652,7 +676,8 @@ impl<'a, 'gc, T: CellValue + Trace + 'gc> ListWriter<'a, 'gc, T> {
     #[inline]
     pub fn try_push(&self, value: T) -> Result<(), AllocError<T>> {
         let (items, len, high) = (self.items.get(), self.len.get(), self.high.get());
-        if len >= items.len() {
+        let cap = items.len();
+        if len >= cap {
             return self.push_cold(value);
         }
         if len < high {
@@ -667,7 +692,7 @@ impl<'a, 'gc, T: CellValue + Trace + 'gc> ListWriter<'a, 'gc, T> {
             // `len >= high`, just checked); the lock is held and the log
             // recorded (`new`).
             // SAFETY: as just said.
-            unsafe { self.list.obj.push_at_filled(self.mc, items, len, value) };
+            unsafe { self.list.obj.push_at_filled(self.mc, items, cap, len, value) };
         }
         self.len.set(len + 1);
         Ok(())
@@ -1194,7 +1219,16 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
     /// if `iter` panics.
     pub fn from_iter(mc: &Mutation<'gc>, iter: impl IntoIterator<Item = T>) -> Self {
         let list = Self::new(mc);
-        list.extend(mc, iter);
+        // A writer that does not call out (`ListWriter::new`), though
+        // `iter` runs under it: `iter` was made before the list, and no
+        // code can reach a list but through the value this returns. A
+        // fresh list's `extend` would cost a split (`GcString::split`)
+        // two more compare-and-swaps.
+        let w = ListWriter::new(&list, mc);
+        if let Err(e) = list.extend_on(&w, &mut Ended::new(iter.into_iter())) {
+            alloc_failed("GcList::from_iter", e);
+        }
+        drop(w);
         list
     }
 
@@ -1205,7 +1239,8 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
     /// If `iter` panics.
     pub fn try_from_iter(mc: &Mutation<'gc>, iter: impl IntoIterator<Item = T>) -> Result<Self, AllocError<()>> {
         let list = Self::try_new(mc)?;
-        list.try_extend(mc, iter)?;
+        // As `from_iter`: `iter` cannot reach the new list.
+        list.try_extend_by(ListWriter::new(&list, mc), iter)?;
         Ok(list)
     }
 
@@ -1340,7 +1375,25 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
     ///
     /// # Panics
     /// If this thread holds the list's writer already.
+    // Always inlined: a writer returned from an out-of-line call is made
+    // at an address, and its push loop kept its length in memory (1.6 ms a
+    // million pushes against 1.3 – 1.4).
+    #[inline(always)]
     pub fn writer<'a>(&'a self, mc: &'a Mutation<'gc>) -> ListWriter<'a, 'gc, T> {
+        ListWriter::for_callbacks(self, mc)
+    }
+
+    /// [`writer`](Self::writer) for a list made by the caller and not yet
+    /// handed to any code, which the caller's code run while the writer
+    /// lives therefore cannot reach: its lock does not mark the bias
+    /// (`WriterLock::lock_for_callbacks`), which saves two
+    /// compare-and-swaps.
+    ///
+    /// # Safety
+    /// No code run while the writer lives changes this list but through
+    /// the writer (a `push` that did would take `WriterLock::try_lock_leaf`'s
+    /// fast path while the writer holds the lock).
+    pub(crate) unsafe fn writer_of_fresh<'a>(&'a self, mc: &'a Mutation<'gc>) -> ListWriter<'a, 'gc, T> {
         ListWriter::new(self, mc)
     }
 
@@ -1435,7 +1488,14 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
         // fields: a writer built for one push was kept in memory around the
         // call of its slow path, about 1.5 ns a push.
         let obj = &*self.obj;
-        let guard = obj.writer.lock("GcList");
+        // A push runs none of its caller's code under the lock (growth
+        // allocates, and the collector's assist runs no code that holds a
+        // `Mutation`), so it skips `lock`'s re-entrance check. Any other
+        // thread than the owner, and an owner inside an operation that
+        // calls out, push through `push_cold`'s writer, whose `lock` checks.
+        let Some(guard) = obj.writer.try_lock_leaf() else {
+            return Self::push_cold(self, mc, value);
+        };
         // A push that does not grow stores an element and the length, no
         // managed pointer unless the element is one: for elements that
         // need no tracing (numbers, say) the log has nothing to record and
@@ -1450,13 +1510,14 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
         }
         let items = obj.items.get();
         let len = obj.len.get();
-        if len < items.len() {
+        let cap = items.len();
+        if len < cap {
             if len >= obj.high.load(MemOrder::Acquire) {
-                // Slot `len` is in bounds and at `filled` (`len <
-                // items.len()`, `len >= high`, just checked); the lock is
-                // held and the log recorded just above if it must be.
+                // Slot `len` is in bounds and at `filled` (`len < cap`,
+                // the array's length, `len >= high`, just checked); the
+                // lock is held and the log recorded just above if it must be.
                 // SAFETY: as just said.
-                unsafe { obj.push_at_filled(mc, items, len, value) };
+                unsafe { obj.push_at_filled(mc, items, cap, len, value) };
             } else {
                 // `len < high` (just checked); the lock is held and the
                 // log recorded just above if it must be.
@@ -1470,7 +1531,8 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
         Self::push_cold(self, mc, value)
     }
 
-    /// A push that grows the array.
+    /// A push that grows the array, or that did not find the list's lock
+    /// biased to this thread.
     #[cold]
     #[inline(never)]
     fn push_cold(&self, mc: &Mutation<'gc>, value: T) -> Result<(), AllocError<T>> {
@@ -1618,7 +1680,7 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
                 }
             }
         }
-        let w = ListWriter::new(self, mc);
+        let w = ListWriter::for_callbacks(self, mc);
         let (_, used) = w.view();
         let len = used.len();
         let mut g = Compact {
@@ -1650,7 +1712,7 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
     /// stay, as with `Vec::extend`.
     pub fn extend(&self, mc: &Mutation<'gc>, iter: impl IntoIterator<Item = T>) {
         let mut iter = Ended::new(iter.into_iter());
-        let w = ListWriter::new(self, mc);
+        let w = ListWriter::for_callbacks(self, mc);
         if let Err(e) = self.extend_on(&w, &mut iter) {
             alloc_failed("GcList::extend", e);
         }
@@ -1685,8 +1747,12 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
     /// });
     /// ```
     pub fn try_extend(&self, mc: &Mutation<'gc>, iter: impl IntoIterator<Item = T>) -> Result<(), AllocError<()>> {
+        self.try_extend_by(ListWriter::for_callbacks(self, mc), iter)
+    }
+
+    /// `try_extend` with the writer `w`.
+    fn try_extend_by(&self, w: ListWriter<'_, 'gc, T>, iter: impl IntoIterator<Item = T>) -> Result<(), AllocError<()>> {
         let mut iter = Ended::new(iter.into_iter());
-        let w = ListWriter::new(self, mc);
         let len = w.len();
         self.grow_for(&w, len.saturating_add(iter.size_hint().0))?;
         self.extend_on(&w, &mut iter).inspect_err(|_| w.cut_to(len))
@@ -1767,7 +1833,7 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
     /// If `compare` changes this list (it may read it). A `compare` that
     /// panics leaves the list as it was.
     pub fn sort_by(&self, mc: &Mutation<'gc>, mut compare: impl FnMut(&T, &T) -> Ordering) {
-        let w = ListWriter::new(self, mc);
+        let w = ListWriter::for_callbacks(self, mc);
         let (_, used) = w.view();
         let mut v: Vec<T> = used.iter().map(GcCell::get).collect();
         // A panicking `compare` leaves the list as it was: nothing is

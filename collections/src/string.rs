@@ -176,9 +176,7 @@ impl<'gc> GcString<'gc> {
     /// # Panics
     /// At the heap limit.
     pub fn split(&self, mc: &Mutation<'gc>, sep: char) -> GcList<'gc, GcString<'gc>> {
-        let list = GcList::new(mc);
-        list.extend(mc, self.as_str().split(sep).map(|p| GcString::new(mc, p)));
-        list
+        GcList::from_iter(mc, self.as_str().split(sep).map(|p| GcString::new(mc, p)))
     }
 
     /// [`split`](Self::split) on a string separator.
@@ -186,9 +184,7 @@ impl<'gc> GcString<'gc> {
     /// # Panics
     /// At the heap limit.
     pub fn split_str(&self, mc: &Mutation<'gc>, sep: &str) -> GcList<'gc, GcString<'gc>> {
-        let list = GcList::new(mc);
-        list.extend(mc, self.as_str().split(sep).map(|p| GcString::new(mc, p)));
-        list
+        GcList::from_iter(mc, self.as_str().split(sep).map(|p| GcString::new(mc, p)))
     }
 
     /// [`split`](Self::split), or the heap-limit `Err` (the pieces made
@@ -209,8 +205,10 @@ impl<'gc> GcString<'gc> {
         pieces: impl Iterator<Item = &'s str>,
     ) -> Result<GcList<'gc, GcString<'gc>>, AllocError<()>> {
         let list = GcList::try_new(mc)?;
-        // One writer: the lock taken once, not per piece.
-        let w = list.writer(mc);
+        // One writer: the lock taken once, not per piece. The list was
+        // made just above, and `pieces` (a `str` iterator) cannot reach it.
+        // SAFETY: as just said.
+        let w = unsafe { list.writer_of_fresh(mc) };
         for p in pieces {
             let piece = GcString::try_new(mc, p)?;
             w.try_push(piece).map_err(|e| e.map(drop))?;

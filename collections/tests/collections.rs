@@ -576,6 +576,110 @@ fn out_of_range_indices_panic_with_the_index_and_the_length() {
     });
 }
 
+/// A `push` (the one change that skips the re-entrance check on its fast
+/// path) from inside each operation that runs the caller's code under the
+/// list's lock panics, leaves the list as the operation left it, and the
+/// lock works after, on its fast path and from another thread.
+#[test]
+fn a_push_from_inside_the_lists_own_callbacks_panics() {
+    let rt = rt().build();
+    let mut m = rt.attach();
+    m.mutate(|mc| {
+        let msg = |f: &dyn Fn()| {
+            let e = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_err();
+            e.downcast_ref::<String>().cloned().unwrap_or_default()
+        };
+        const REFUSED: &str = "changed from inside one of its own callbacks";
+        let l = GcList::from_slice(mc, &[3_u64, 1, 2]);
+        l.push(mc, 4); // this thread owns the bias
+        let pushing = |what: &str, op: &dyn Fn()| {
+            let before = l.to_vec();
+            let m = msg(op);
+            assert!(m.contains(REFUSED), "{what}: {m}");
+            assert_eq!(l.to_vec(), before, "{what}: the list is unchanged");
+            l.push(mc, 5);
+            assert_eq!(l.pop(mc), Some(5), "{what}: the lock works after");
+        };
+        pushing("sort_by", &|| {
+            l.sort_by(mc, |a, b| {
+                l.push(mc, 9);
+                a.cmp(b)
+            })
+        });
+        pushing("sort_by_key", &|| {
+            l.sort_by_key(mc, |a| {
+                l.push(mc, 9);
+                *a
+            })
+        });
+        pushing("retain", &|| {
+            l.retain(mc, |_| {
+                l.push(mc, 9);
+                true
+            })
+        });
+        pushing("a writer", &|| {
+            let w = l.writer(mc);
+            l.push(mc, 9);
+            drop(w);
+        });
+        pushing("a writer's own push, then the list's", &|| {
+            let w = l.writer(mc);
+            w.push(8);
+            w.pop();
+            l.push(mc, 9);
+        });
+        let pushing_extend = |what: &str, op: &dyn Fn()| {
+            // The iterator's first item is appended before it pushes.
+            let before = l.to_vec();
+            let m = msg(op);
+            assert!(m.contains(REFUSED), "{what}: {m}");
+            assert_eq!(l.to_vec()[..before.len()], before[..], "{what}");
+            l.truncate(mc, before.len());
+        };
+        pushing_extend("extend", &|| {
+            l.extend(mc, (0..3_u64).inspect(|_| l.push(mc, 9)));
+        });
+        pushing_extend("try_extend", &|| {
+            let _ = l.try_extend(mc, (0..3_u64).inspect(|_| l.push(mc, 9)));
+        });
+        // Nested operations that call out, too.
+        pushing("retain inside sort_by", &|| {
+            l.sort_by(mc, |a, b| {
+                l.retain(mc, |_| true);
+                a.cmp(b)
+            })
+        });
+        // A push from a callback of another list is no re-entrance.
+        let other = GcList::from_slice(mc, &[1_u64, 2]);
+        other.push(mc, 3);
+        l.sort_by(mc, |a, b| {
+            other.push(mc, 0);
+            a.cmp(b)
+        });
+        assert!(other.len() > 3);
+        assert_eq!(l.to_vec(), [1, 2, 3, 4]);
+    });
+    // And another thread can still take the lock (revoking the bias).
+    type L = Rootable!['gc => GcList<'gc, u64>];
+    let kept: GlobalRoot<L> = m.mutate(|mc| {
+        let l = GcList::from_slice(mc, &[1_u64]);
+        l.push(mc, 2);
+        mc.global_root(mc.alloc(l))
+    });
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let mut m2 = rt.attach();
+            m2.mutate(|mc| kept.get(mc).push(mc, 3));
+        });
+    });
+    m.mutate(|mc| {
+        let l = kept.get(mc);
+        l.push(mc, 4);
+        assert_eq!(l.to_vec(), [1, 2, 3, 4]);
+    });
+}
+
 #[test]
 fn a_heap_limit_err_leaves_the_collection_unchanged() {
     let _serial = serial();

@@ -192,24 +192,28 @@ const ROOM_FACTOR: usize = 8;
 const PREFETCH_AHEAD: usize = 2048;
 
 /// Asks the CPU for the line of the slot `PREFETCH_AHEAD` bytes past slot
-/// `len` of the array at `items`, if the array (of `cap` slots) has one. A push loop fills a fresh
-/// array one slot at a time, and its stores wait for their lines: the
-/// hardware's prefetchers do not cross a 4 KiB page. `Vec`'s push, a
-/// handful of instructions, seems to hide that with more stores in
-/// flight; a list's push, with its lock, does not. Measured with
-/// `benches/collections.rs` (builds alternated, runs of 31 rounds, each
-/// the median of per-round ratios to `Vec`): `push_iter` 1.45x - 1.62x
-/// without, 1.33x - 1.42x with 512 bytes ahead, 1.26x - 1.36x with 1 KiB
-/// (four runs each), 1.23x - 1.30x with 2 KiB (three); this form against
-/// the build before, four pairs: 1.44x - 1.60x before, 1.28x - 1.50x
-/// after (pinned, three pairs: 1.41x - 1.56x, 1.30x - 1.51x);
-/// `writer_push` 1.10x - 1.20x before, 1.05x - 1.20x after
-/// (`docs/perf-log.md`, session 54). Not for a push into a slot written
-/// before: the same prefetch there moved `refill` within the noise
-/// (1.57x - 1.82x against 1.67x - 1.78x, three runs). A prefetch changes
-/// nothing a program can observe.
+/// `len` of the array at `items`. A push loop fills a fresh array one slot
+/// at a time, and its stores wait for their lines: the hardware's
+/// prefetchers do not cross a 4 KiB page. `Vec`'s push, a handful of
+/// instructions, seems to hide that with more stores in flight; a list's
+/// push, with its lock, does not. Measured with `benches/collections.rs`
+/// (builds alternated, runs of 31 rounds, each the median of per-round
+/// ratios to `Vec`): `push_iter` 1.45x - 1.62x without, 1.33x - 1.42x
+/// with 512 bytes ahead, 1.26x - 1.36x with 1 KiB (four runs each),
+/// 1.23x - 1.30x with 2 KiB (three); this form against the build before,
+/// four pairs: 1.44x - 1.60x before, 1.28x - 1.50x after (pinned, three
+/// pairs: 1.41x - 1.56x, 1.30x - 1.51x); `writer_push` 1.10x - 1.20x
+/// before, 1.05x - 1.20x after (`docs/perf-log.md`, session 54). Not for
+/// a push into a slot written before: the same prefetch there moved
+/// `refill` within the noise (1.57x - 1.82x against 1.67x - 1.78x, three
+/// runs). A prefetch changes nothing a program can observe.
+///
+/// Past the array's end too (its last 2 KiB of pushes), rather than test
+/// for it: a prefetch is a hint that never faults, whatever the address,
+/// and the test was a tenth of a push loop's time (1.44 – 1.46 ms a
+/// million against 1.54 – 1.57, three alternations of a scratch loop).
 #[inline(always)]
-fn prefetch_ahead<T: CellValue>(items: *const Slot<'_, T>, cap: usize, len: usize) {
+fn prefetch_ahead<T: CellValue>(items: *const Slot<'_, T>, len: usize) {
     #[cfg(target_arch = "x86_64")]
     {
         use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
@@ -218,18 +222,15 @@ fn prefetch_ahead<T: CellValue>(items: *const Slot<'_, T>, cap: usize, len: usiz
             return;
         }
         // No overflow: a list of sized slots holds under `isize::MAX`
-        // bytes of them.
-        let ahead = len + PREFETCH_AHEAD / size;
-        if ahead < cap {
-            let line = items.wrapping_add(ahead).cast();
-            // SAFETY: `_mm_prefetch` needs SSE, which every x86_64 target
-            // has; a prefetch reads nothing the program sees and cannot
-            // fault (here it is inside the array anyway).
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(line) };
-        }
+        // bytes of them. `wrapping_add`: the address may be past the
+        // array, and is never dereferenced.
+        let line = items.wrapping_add(len + PREFETCH_AHEAD / size).cast();
+        // SAFETY: `_mm_prefetch` needs SSE, which every x86_64 target has;
+        // a prefetch reads nothing the program sees and never faults.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(line) };
     }
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = (items, cap, len);
+    let _ = (items, len);
 }
 
 /// The first `len` slots of `items`, as the cells they are.
@@ -444,15 +445,14 @@ impl<'gc, T: CellValue + Trace + 'gc> ListObj<'gc, T> {
     /// `GcList::try_push` and `ListWriter::try_push` make.
     ///
     /// # Safety
-    /// `len` is the list's length, `cap` is `items.len()` (read under the
-    /// lock, which every lengthening of the array holds), `len < cap` and
-    /// `len >= high` (so slot `len` is at `filled`), `items` is the list's array,
+    /// `len` is the list's length, `len < items.len()` and `len >=
+    /// high` (so slot `len` is at `filled`), `items` is the list's array,
     /// the caller holds the writer lock, and the log was recorded in this
     /// `mutate` call if `T::NEEDS_TRACE` (elements that need no tracing
     /// store no managed pointer: nothing to record, `GcList::try_push`).
     #[inline(always)]
-    unsafe fn push_at_filled(&self, mc: &Mutation<'gc>, items: Items<'gc, T>, cap: usize, len: usize, value: T) {
-        // In bounds: `len < cap` (caller). A raw pointer, not
+    unsafe fn push_at_filled(&self, mc: &Mutation<'gc>, items: Items<'gc, T>, len: usize, value: T) {
+        // In bounds: `len < items.len()` (caller). A raw pointer, not
         // `get_unchecked`: through the slice the writer's push loop ran
         // about 15% slower (1.5 - 1.6 ms against 1.4 ms a million pushes).
         // And `Gc::as_ptr`, not the slice's: building the slice loads the
@@ -460,7 +460,7 @@ impl<'gc, T: CellValue + Trace + 'gc> ListObj<'gc, T> {
         // the compiler keeps even unused.
         // SAFETY: as just said.
         let slot = unsafe { &*Gc::as_ptr(items).add(len) };
-        prefetch_ahead(Gc::as_ptr(items), cap, len);
+        prefetch_ahead(Gc::as_ptr(items), len);
         // At `filled`, under the lock, after the record (caller); shaded
         // below once the length covers it.
         // SAFETY: as just said.
@@ -676,8 +676,7 @@ impl<'a, 'gc, T: CellValue + Trace + 'gc> ListWriter<'a, 'gc, T> {
     #[inline]
     pub fn try_push(&self, value: T) -> Result<(), AllocError<T>> {
         let (items, len, high) = (self.items.get(), self.len.get(), self.high.get());
-        let cap = items.len();
-        if len >= cap {
+        if len >= items.len() {
             return self.push_cold(value);
         }
         if len < high {
@@ -692,7 +691,7 @@ impl<'a, 'gc, T: CellValue + Trace + 'gc> ListWriter<'a, 'gc, T> {
             // `len >= high`, just checked); the lock is held and the log
             // recorded (`new`).
             // SAFETY: as just said.
-            unsafe { self.list.obj.push_at_filled(self.mc, items, cap, len, value) };
+            unsafe { self.list.obj.push_at_filled(self.mc, items, len, value) };
         }
         self.len.set(len + 1);
         Ok(())
@@ -1510,14 +1509,13 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
         }
         let items = obj.items.get();
         let len = obj.len.get();
-        let cap = items.len();
-        if len < cap {
+        if len < items.len() {
             if len >= obj.high.load(MemOrder::Acquire) {
-                // Slot `len` is in bounds and at `filled` (`len < cap`,
-                // the array's length, `len >= high`, just checked); the
-                // lock is held and the log recorded just above if it must be.
+                // Slot `len` is in bounds and at `filled` (`len <
+                // items.len()`, `len >= high`, just checked); the lock is
+                // held and the log recorded just above if it must be.
                 // SAFETY: as just said.
-                unsafe { obj.push_at_filled(mc, items, cap, len, value) };
+                unsafe { obj.push_at_filled(mc, items, len, value) };
             } else {
                 // `len < high` (just checked); the lock is held and the
                 // log recorded just above if it must be.

@@ -573,15 +573,22 @@ pub struct ListWriter<'a, 'gc, T: CellValue + Trace + 'gc> {
 }
 
 impl<'a, 'gc, T: CellValue + Trace + 'gc> ListWriter<'a, 'gc, T> {
+    /// A writer whose lock is taken with `WriterLock::lock`, for an
+    /// operation of this crate's own.
+    ///
+    /// # Safety
+    /// The operation runs none of its caller's code while the writer lives
+    /// (no callback or iterator of the caller's, nor the drop glue of one;
+    /// the elements, `CellValue`s, are `Copy`), and hands the writer to no
+    /// caller: `WriterLock::try_lock_leaf` counts on it. A `push` from such
+    /// code would take the owner's fast path while this writer holds the
+    /// lock, and let `busy` go under it. An operation that runs its
+    /// caller's code makes its writer with `for_callbacks`.
     // Always inlined: a single-change method of `GcList` is a writer made
     // and dropped around one store, and a call here costs more than the
     // store (the facade crate's inliner left it out of line).
-    //
-    // For an operation that runs none of its caller's code while the
-    // writer lives (`WriterLock::try_lock_leaf` counts on it): one that does
-    // makes its writer with `for_callbacks`.
     #[inline(always)]
-    fn new(list: &'a GcList<'gc, T>, mc: &'a Mutation<'gc>) -> Self {
+    unsafe fn new(list: &'a GcList<'gc, T>, mc: &'a Mutation<'gc>) -> Self {
         Self::with_guard(list, mc, list.obj.writer.lock("GcList"))
     }
 
@@ -682,14 +689,14 @@ impl<'a, 'gc, T: CellValue + Trace + 'gc> ListWriter<'a, 'gc, T> {
         if len < high {
             // `fill`'s store into a slot written before, without its
             // checks: `len < high` (just checked); the lock is held and
-            // the log recorded (`new`).
+            // the log recorded (`with_guard`).
             // SAFETY: as just said.
             unsafe { self.list.obj.push_at_written(self.mc, items, len, value) };
         } else {
             // `fill`'s first store into a slot, without its checks.
             // Slot `len` is in bounds and at `filled` (`len < items.len()`,
             // `len >= high`, just checked); the lock is held and the log
-            // recorded (`new`).
+            // recorded (`with_guard`).
             // SAFETY: as just said.
             unsafe { self.list.obj.push_at_filled(self.mc, items, len, value) };
         }
@@ -816,7 +823,7 @@ impl<'a, 'gc, T: CellValue + Trace + 'gc> ListWriter<'a, 'gc, T> {
             panic!("loam-collections: slot {i} is not in use (len {})", used.len());
         };
         self.list.obj.touch(i);
-        // SAFETY: the list's log was recorded in this call (`new`), and
+        // SAFETY: the list's log was recorded in this call (`with_guard`), and
         // slot `i` is in use, so the list's trace reports it, now and
         // after (we hold the writer lock).
         unsafe { cell.set_recorded(self.mc, value) };
@@ -835,7 +842,7 @@ impl<'a, 'gc, T: CellValue + Trace + 'gc> ListWriter<'a, 'gc, T> {
         self.list.obj.touch(i);
         if i < filled {
             // SAFETY: below `filled`, so written before. The log was
-            // recorded (`new`); slot `i` is past the length, so the list's
+            // recorded (`with_guard`); slot `i` is past the length, so the list's
             // trace does not report it, and the length grows over it only
             // after this store, under the writer lock.
             unsafe { (*slot.0.as_ptr()).fill_recorded(self.mc, value) };
@@ -843,7 +850,7 @@ impl<'a, 'gc, T: CellValue + Trace + 'gc> ListWriter<'a, 'gc, T> {
         }
         // The first store into slot `filled`, which no reader and no trace
         // touches until the length grows over it (module docs).
-        // SAFETY: at `filled`, under the lock, the log recorded (`new`).
+        // SAFETY: at `filled`, under the lock, the log recorded (`with_guard`).
         unsafe { slot.write_first(self.mc, value) };
     }
 
@@ -923,7 +930,7 @@ impl<'a, 'gc, T: CellValue + Trace + 'gc> ListWriter<'a, 'gc, T> {
         }
         let items = self.items.get();
         // The slots were written first by `fill_run` in this call, after
-        // the record (`new`), unreachable until the length just grown over
+        // the record (`with_guard`), unreachable until the length just grown over
         // them, and nothing shaded them; the shade reads each (below the
         // length, so written) and stores it again through the barrier;
         // the list's trace reads its log first.
@@ -944,7 +951,7 @@ impl<'a, 'gc, T: CellValue + Trace + 'gc> ListWriter<'a, 'gc, T> {
     fn set_items(&self, array: Items<'gc, T>, filled: usize) {
         self.set_high(filled);
         let cell = &self.list.obj.items;
-        // The log was recorded (`new`); the array cell is reported by the
+        // The log was recorded (`with_guard`); the array cell is reported by the
         // list's trace, after its log; the writer lock is held; and the
         // new array is shaded below unless no marker has met the list (a
         // young list's grown arrays are not promoted).
@@ -1217,14 +1224,15 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
     /// At the heap limit (see [`try_from_iter`](Self::try_from_iter)), or
     /// if `iter` panics.
     pub fn from_iter(mc: &Mutation<'gc>, iter: impl IntoIterator<Item = T>) -> Self {
+        let mut iter = Ended::new(iter.into_iter());
         let list = Self::new(mc);
-        // A writer that does not call out (`ListWriter::new`), though
-        // `iter` runs under it: `iter` was made before the list, and no
-        // code can reach a list but through the value this returns. A
-        // fresh list's `extend` would cost a split (`GcString::split`)
-        // two more compare-and-swaps.
-        let w = ListWriter::new(&list, mc);
-        if let Err(e) = list.extend_on(&w, &mut Ended::new(iter.into_iter())) {
+        // A writer that does not call out, though `iter` runs under it: a
+        // fresh list's `extend` would cost a split (`GcString::split`) two
+        // more compare-and-swaps. `iter` was made before the list, and no
+        // code reaches a list but through the value this returns.
+        // SAFETY: as just said.
+        let w = unsafe { list.writer_of_fresh(mc) };
+        if let Err(e) = list.extend_on(&w, &mut iter) {
             alloc_failed("GcList::from_iter", e);
         }
         drop(w);
@@ -1237,9 +1245,11 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
     /// # Panics
     /// If `iter` panics.
     pub fn try_from_iter(mc: &Mutation<'gc>, iter: impl IntoIterator<Item = T>) -> Result<Self, AllocError<()>> {
+        let mut iter = Ended::new(iter.into_iter());
         let list = Self::try_new(mc)?;
         // As `from_iter`: `iter` cannot reach the new list.
-        list.try_extend_by(ListWriter::new(&list, mc), iter)?;
+        // SAFETY: as just said.
+        list.try_extend_by(unsafe { list.writer_of_fresh(mc) }, &mut iter)?;
         Ok(list)
     }
 
@@ -1366,7 +1376,8 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
     // store is split into registers only where it is inlined.
     #[inline(always)]
     pub fn set(&self, mc: &Mutation<'gc>, index: usize, value: T) -> T {
-        ListWriter::new(self, mc).set(index, value)
+        // SAFETY: a set runs no caller code.
+        unsafe { ListWriter::new(self, mc) }.set(index, value)
     }
 
     /// Exclusive access for a run of changes, the writer lock taken once
@@ -1393,7 +1404,9 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
     /// the writer (a `push` that did would take `WriterLock::try_lock_leaf`'s
     /// fast path while the writer holds the lock).
     pub(crate) unsafe fn writer_of_fresh<'a>(&'a self, mc: &'a Mutation<'gc>) -> ListWriter<'a, 'gc, T> {
-        ListWriter::new(self, mc)
+        // SAFETY: no code the writer's holder runs reaches this list (the
+        // caller vouches), so none of it can re-enter.
+        unsafe { ListWriter::new(self, mc) }
     }
 
     /// The capacity of the array that replaces one of `cap` slots when
@@ -1492,7 +1505,10 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
         // `Mutation`), so it skips `lock`'s re-entrance check. Any other
         // thread than the owner, and an owner inside an operation that
         // calls out, push through `push_cold`'s writer, whose `lock` checks.
-        let Some(guard) = obj.writer.try_lock_leaf() else {
+        // SAFETY: a push runs no caller code, and every operation on the
+        // list that does takes `lock_for_callbacks` (`ListWriter::new`'s
+        // callers vouch for theirs; the rest use `for_callbacks`).
+        let Some(guard) = (unsafe { obj.writer.try_lock_leaf() }) else {
             return Self::push_cold(self, mc, value);
         };
         // A push that does not grow stores an element and the length, no
@@ -1534,14 +1550,16 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
     #[cold]
     #[inline(never)]
     fn push_cold(&self, mc: &Mutation<'gc>, value: T) -> Result<(), AllocError<T>> {
-        ListWriter::new(self, mc).try_push(value)
+        // SAFETY: a push runs no caller code.
+        unsafe { ListWriter::new(self, mc) }.try_push(value)
     }
 
     /// Removes and returns the last element.
     // Always inlined, as `set`.
     #[inline(always)]
     pub fn pop(&self, mc: &Mutation<'gc>) -> Option<T> {
-        ListWriter::new(self, mc).pop()
+        // SAFETY: a pop runs no caller code.
+        unsafe { ListWriter::new(self, mc) }.pop()
     }
 
     /// Inserts `value` at `index`, shifting the elements after it.
@@ -1573,7 +1591,8 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
     /// });
     /// ```
     pub fn try_insert(&self, mc: &Mutation<'gc>, index: usize, value: T) -> Result<(), AllocError<T>> {
-        let w = ListWriter::new(self, mc);
+        // SAFETY: an insert runs no caller code.
+        let w = unsafe { ListWriter::new(self, mc) };
         let len = w.len();
         if index > len {
             panic!("GcList::insert index (is {index}) should be <= len (is {len})");
@@ -1601,7 +1620,8 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
     /// # Panics
     /// If `index >= len()`.
     pub fn remove(&self, mc: &Mutation<'gc>, index: usize) -> T {
-        let w = ListWriter::new(self, mc);
+        // SAFETY: a removal runs no caller code.
+        let w = unsafe { ListWriter::new(self, mc) };
         let (_, used) = w.view();
         let len = used.len();
         if index >= len {
@@ -1623,7 +1643,8 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
     /// # Panics
     /// If `index >= len()`.
     pub fn swap_remove(&self, mc: &Mutation<'gc>, index: usize) -> T {
-        let w = ListWriter::new(self, mc);
+        // SAFETY: a removal runs no caller code.
+        let w = unsafe { ListWriter::new(self, mc) };
         let (_, used) = w.view();
         let len = used.len();
         if index >= len {
@@ -1646,7 +1667,8 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
 
     /// Keeps the first `len` elements (nothing happens if there are fewer).
     pub fn truncate(&self, mc: &Mutation<'gc>, len: usize) {
-        ListWriter::new(self, mc).cut_to(len);
+        // SAFETY: a truncation runs no caller code.
+        unsafe { ListWriter::new(self, mc) }.cut_to(len);
     }
 
     /// Keeps the elements for which `keep` is true, in order.
@@ -1745,15 +1767,18 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
     /// });
     /// ```
     pub fn try_extend(&self, mc: &Mutation<'gc>, iter: impl IntoIterator<Item = T>) -> Result<(), AllocError<()>> {
-        self.try_extend_by(ListWriter::for_callbacks(self, mc), iter)
+        // Made before the writer, so dropped after it: the iterator's drop
+        // glue runs without the lock (it may push to this list, as after
+        // `extend`).
+        let mut iter = Ended::new(iter.into_iter());
+        self.try_extend_by(ListWriter::for_callbacks(self, mc), &mut iter)
     }
 
     /// `try_extend` with the writer `w`.
-    fn try_extend_by(&self, w: ListWriter<'_, 'gc, T>, iter: impl IntoIterator<Item = T>) -> Result<(), AllocError<()>> {
-        let mut iter = Ended::new(iter.into_iter());
+    fn try_extend_by(&self, w: ListWriter<'_, 'gc, T>, iter: &mut Ended<impl Iterator<Item = T>>) -> Result<(), AllocError<()>> {
         let len = w.len();
         self.grow_for(&w, len.saturating_add(iter.size_hint().0))?;
-        self.extend_on(&w, &mut iter).inspect_err(|_| w.cut_to(len))
+        self.extend_on(&w, iter).inspect_err(|_| w.cut_to(len))
     }
 
     /// `extend` with the writer `w`, until `iter` ends or growth fails.
@@ -1822,7 +1847,8 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
     /// });
     /// ```
     pub fn try_reserve(&self, mc: &Mutation<'gc>, additional: usize) -> Result<(), AllocError<()>> {
-        ListWriter::new(self, mc).try_reserve(additional)
+        // SAFETY: a reserve runs no caller code.
+        unsafe { ListWriter::new(self, mc) }.try_reserve(additional)
     }
 
     /// Sorts the list, stably, by `compare`.

@@ -76,8 +76,8 @@
 //! code a caller passes can re-enter (only it holds a `Mutation`), and the
 //! list's operations that run such code mark the bias while they do
 //! (`lock_for_callbacks`): a push from inside them misses the fast path
-//! and panics in `lock`. Other collections have no such operation, and
-//! check in `lock` always.
+//! and panics in `lock_slow`. Other collections have no such operation,
+//! and check in `lock` always.
 //!
 //! A writer holds the lock only for one operation
 //! (or one `ListWriter`), which waits for the collector at most at the heap
@@ -146,8 +146,11 @@ impl Default for WriterLock {
 fn token() -> usize {
     #[cfg(not(loom))]
     {
-        thread_local!(static TOKEN: u64 = const { 0 });
-        TOKEN.with(|t| t as *const u64 as usize)
+        /// 8-aligned on every target (a `u64` is 4-aligned on some).
+        #[repr(align(8))]
+        struct Token(#[allow(dead_code)] u8);
+        thread_local!(static TOKEN: Token = const { Token(0) });
+        TOKEN.with(|t| t as *const Token as usize)
     }
     #[cfg(loom)]
     {
@@ -199,18 +202,32 @@ impl WriterLock {
     /// The guard is always the owner's, so the caller's release is known
     /// at compile time (a test and a branch fewer a push).
     ///
-    /// Only code its caller passed (a callback, or the code between the
-    /// making and the dropping of a writer) can re-enter an operation, as
-    /// only that code holds the `Mutation` every change takes (`mutate`
-    /// calls do not nest, so no drop glue or `Trace` impl can reach one).
-    /// The operations of this lock's collection that run such code take
-    /// the lock with [`lock_for_callbacks`](Self::lock_for_callbacks), so
-    /// that an operation entered from it finds the bias marked here, and
-    /// panics in `lock`.
+    /// Only code its caller passed (a callback, an iterator, their drop
+    /// glue, or the code between the making and the dropping of a writer)
+    /// can re-enter an operation, as only that code can hold the
+    /// `Mutation` every change takes (`mutate` calls do not nest, and no
+    /// managed object can hold a `&Mutation`, so no `Drop` or `Trace` impl
+    /// the collector runs can reach one). The operations of this lock's
+    /// collection that run such code take the lock with
+    /// [`lock_for_callbacks`](Self::lock_for_callbacks), so that an
+    /// operation entered from it finds the bias marked, misses this fast
+    /// path, and panics in `lock_slow`.
+    ///
+    /// # Safety
+    /// Every operation on this lock's collection that runs its caller's
+    /// code (or its drop glue) while it holds the lock took it with
+    /// `lock_for_callbacks`, and the caller's operation runs none.
+    /// Otherwise a leaf operation entered from that code would take the
+    /// lock while the outer one holds it, and let `busy` go under it.
     #[inline(always)]
-    pub(crate) fn try_lock_leaf(&self) -> Option<WriterGuard<'_>> {
+    pub(crate) unsafe fn try_lock_leaf(&self) -> Option<WriterGuard<'_>> {
         let me = token();
         if self.bias.load(Ordering::Relaxed) == me {
+            debug_assert!(
+                !self.busy.load(Ordering::Relaxed),
+                "a leaf operation entered from inside an operation on its \
+                 collection that did not mark the bias"
+            );
             return self.lock_biased(me);
         }
         None
@@ -523,7 +540,9 @@ mod tests {
         /// One operation that runs no caller's code, as `GcList::push`
         /// takes it: the owner's leaf fast path, else `lock`.
         fn bump_leaf(&self) {
-            let _g = match self.0 .0.try_lock_leaf() {
+            // SAFETY: the model's operations that call out take
+            // `lock_for_callbacks`.
+            let _g = match unsafe { self.0 .0.try_lock_leaf() } {
                 Some(g) => g,
                 None => self.0 .0.lock("model"),
             };
@@ -536,7 +555,9 @@ mod tests {
         fn bump_calling_out(&self) {
             let _g = self.0 .0.lock_for_callbacks("model");
             assert!(
-                self.0 .0.try_lock_leaf().is_none(),
+                // SAFETY: as in `bump_leaf`; this is the re-entrance the
+                // mark must refuse.
+                unsafe { self.0 .0.try_lock_leaf() }.is_none(),
                 "a leaf operation re-entered from a callback took the lock"
             );
             // SAFETY: as in `bump`.
@@ -647,10 +668,9 @@ mod tests {
                 0,
                 "the mark is cleared"
             );
-            assert!(
-                lock.try_lock_leaf().is_some(),
-                "the fast path is open again"
-            );
+            // SAFETY: as in `bump_leaf`.
+            let open = unsafe { lock.try_lock_leaf() }.is_some();
+            assert!(open, "the fast path is open again");
         });
     }
 

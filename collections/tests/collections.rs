@@ -630,7 +630,7 @@ fn a_push_from_inside_the_lists_own_callbacks_panics() {
             l.push(mc, 9);
         });
         let pushing_extend = |what: &str, op: &dyn Fn()| {
-            // The iterator's first item is appended before it pushes.
+            // The iterator pushes before it yields: nothing is appended.
             let before = l.to_vec();
             let m = msg(op);
             assert!(m.contains(REFUSED), "{what}: {m}");

@@ -1,6 +1,7 @@
 //! Each collection against its std model (Vec, HashMap, String), through
-//! random operation sequences, one `mutate` call per step with a collection
-//! between steps (verify mode on), compared after every step.
+//! random operation sequences, one `mutate` call per step with a forced
+//! full collection between steps (verify mode on) and paced minor cycles
+//! inside them (a 64 KiB heap), compared after every step.
 //!
 //! `PROPTEST_CASES` sets the number of sequences (default 48).
 
@@ -30,12 +31,13 @@ fn config() -> ProptestConfig {
     }
 }
 
-/// Every third step forces a full cycle; the others leave the collector to
-/// its pacing (minor cycles, with the small heap).
-fn between_steps(m: &mut Mutator, step: usize) {
-    if step % 3 == 0 {
-        m.collect();
-    }
+/// A full cycle between every two steps, and a check that it ran (a
+/// cycle counted since the step before). The small heap's pacing runs
+/// minor cycles inside the steps, while they change the collections.
+fn between_steps(m: &mut Mutator, _step: usize) {
+    let before = m.runtime().stats().cycles;
+    m.collect();
+    assert!(m.runtime().stats().cycles > before, "no cycle ran");
 }
 
 #[derive(Clone, Debug)]
@@ -57,6 +59,15 @@ enum ListOp {
     Clear,
     /// Through one `ListWriter`: `Some` pushes, `None` pops.
     WriterRun(Vec<Option<u64>>),
+    /// `n` more elements (past 512: the mark traces such a list's slots
+    /// in parts, and its array is large).
+    ExtendMany(usize),
+    /// `get`, `at`, `first` and `last` at index `i` (in range or not).
+    Read(usize),
+    /// `contains` and `index_of` of a value in the list (its `i`th) or not.
+    Find(usize, u64),
+    /// Sorts, then `binary_search` for a value in the list or not.
+    SortedSearch(usize, u64),
 }
 
 fn list_op() -> impl Strategy<Value = ListOp> {
@@ -76,6 +87,10 @@ fn list_op() -> impl Strategy<Value = ListOp> {
         1 => (0..70_usize).prop_map(ListOp::Reserve),
         1 => Just(ListOp::Clear),
         2 => proptest::collection::vec(proptest::option::weighted(0.7, any::<u64>()), 0..40).prop_map(ListOp::WriterRun),
+        1 => (300..700_usize).prop_map(ListOp::ExtendMany),
+        2 => (0..50_usize).prop_map(ListOp::Read),
+        2 => (0..50_usize, any::<u64>()).prop_map(|(i, v)| ListOp::Find(i, v)),
+        1 => (0..50_usize, any::<u64>()).prop_map(|(i, v)| ListOp::SortedSearch(i, v)),
     ]
 }
 
@@ -151,6 +166,42 @@ proptest! {
                         }
                         assert_eq!(w.get(model.len().wrapping_sub(1)).map(|g| *g), model.last().copied());
                     }
+                    ListOp::ExtendMany(n) => {
+                        let from = model.len() as u64;
+                        l.extend(mc, (from..from + n as u64).map(|x| mc.alloc(x)));
+                        model.extend(from..from + n as u64);
+                    }
+                    ListOp::Read(i) => {
+                        assert_eq!(l.get(i).map(|g| *g), model.get(i).copied());
+                        if i < len {
+                            assert_eq!(*l.at(i), model[i]);
+                        } else {
+                            out_of_range(i, len, || {
+                                l.at(i);
+                            });
+                        }
+                        assert_eq!(l.first().map(|g| *g), model.first().copied());
+                        assert_eq!(l.last().map(|g| *g), model.last().copied());
+                    }
+                    ListOp::Find(i, v) => {
+                        // A value in the list half the time, when it has one.
+                        let v = if i % 2 == 0 && len > 0 { model[i % len] } else { v };
+                        let x = mc.alloc(v);
+                        assert_eq!(l.contains(&x), model.contains(&v));
+                        assert_eq!(l.index_of(&x), model.iter().position(|&y| y == v));
+                    }
+                    ListOp::SortedSearch(i, v) => {
+                        l.sort(mc);
+                        model.sort();
+                        let v = if i % 2 == 0 && len > 0 { model[i % len] } else { v };
+                        let got = l.binary_search_by(|x| (**x).cmp(&v));
+                        match (got, model.binary_search(&v)) {
+                            // Either match of a value held more than once.
+                            (Ok(a), Ok(_)) => assert_eq!(model[a], v),
+                            (got, want) => assert_eq!(got, want),
+                        }
+                        assert_eq!(l.binary_search(&mc.alloc(v)).is_ok(), model.contains(&v));
+                    }
                     // Out of range: the list panics as a Vec does, with the
                     // index and then the length, and is unchanged (each
                     // operation its own call: they check apart).
@@ -190,6 +241,11 @@ enum DictOp {
     RetainEven,
     Clear,
     Reserve(u16),
+    RemoveEntry(u8),
+    /// Through the occupied entry: `Some` stores the value, `None` removes.
+    Occupied(u8, Option<u64>),
+    Extend(Vec<(u8, u64)>),
+    Lookups(u8),
 }
 
 fn dict_op() -> impl Strategy<Value = DictOp> {
@@ -201,6 +257,10 @@ fn dict_op() -> impl Strategy<Value = DictOp> {
         1 => Just(DictOp::RetainEven),
         1 => Just(DictOp::Clear),
         1 => any::<u16>().prop_map(|n| DictOp::Reserve(n % 600)),
+        2 => any::<u8>().prop_map(DictOp::RemoveEntry),
+        2 => (any::<u8>(), proptest::option::of(any::<u64>())).prop_map(|(k, v)| DictOp::Occupied(k, v)),
+        1 => proptest::collection::vec((any::<u8>(), any::<u64>()), 0..40).prop_map(DictOp::Extend),
+        2 => any::<u8>().prop_map(DictOp::Lookups),
     ]
 }
 
@@ -251,6 +311,50 @@ macro_rules! dict_step {
                 d.clear(mc);
                 model.clear();
             }
+            DictOp::RemoveEntry(k) => {
+                let got = d.remove_entry(mc, key(k).as_str());
+                assert_eq!(
+                    got.map(|(k, v)| (k.to_string(), *v)),
+                    model.remove_entry(&key(k))
+                );
+            }
+            DictOp::Occupied(k, v) => {
+                let got = match d.entry(mc, GcString::new(mc, &key(k))) {
+                    loam_collections::DictEntry::Occupied(o) => {
+                        assert_eq!(o.key(), key(k).as_str());
+                        Some(match v {
+                            Some(v) => *o.insert(mc.alloc(v)),
+                            None => *o.remove().1,
+                        })
+                    }
+                    loam_collections::DictEntry::Vacant(_) => None,
+                };
+                let want = match (model.entry(key(k)), v) {
+                    (std::collections::hash_map::Entry::Occupied(mut o), Some(v)) => {
+                        Some(o.insert(v))
+                    }
+                    (std::collections::hash_map::Entry::Occupied(o), None) => Some(o.remove()),
+                    (std::collections::hash_map::Entry::Vacant(_), _) => None,
+                };
+                assert_eq!(got, want);
+            }
+            DictOp::Extend(pairs) => {
+                d.extend(
+                    mc,
+                    pairs
+                        .iter()
+                        .map(|&(k, v)| (GcString::new(mc, &key(k)), mc.alloc(v))),
+                );
+                model.extend(pairs.iter().map(|&(k, v)| (key(k), v)));
+            }
+            DictOp::Lookups(k) => {
+                assert_eq!(d.contains_key(key(k).as_str()), model.contains_key(&key(k)));
+                assert_eq!(
+                    d.get_key_value(key(k).as_str())
+                        .map(|(k, v)| (k.to_string(), *v)),
+                    model.get_key_value(&key(k)).map(|(k, v)| (k.clone(), *v))
+                );
+            }
             DictOp::Reserve(n) => {
                 d.reserve(mc, usize::from(n));
                 assert!(d.capacity() >= d.len() + usize::from(n));
@@ -288,6 +392,16 @@ macro_rules! dict_check {
             seen += 1;
         }
         assert_eq!(seen, model.len());
+        let mut keys: Vec<String> = d.keys().map(|k| k.to_string()).collect();
+        let mut want: Vec<&String> = model.keys().collect();
+        keys.sort();
+        want.sort();
+        assert!(keys.iter().eq(want), "keys");
+        let mut values: Vec<u64> = d.values().map(|v| *v).collect();
+        let mut want: Vec<u64> = model.values().copied().collect();
+        values.sort_unstable();
+        want.sort_unstable();
+        assert_eq!(values, want, "values");
         for k in 0..=255_u8 {
             assert_eq!(
                 d.get(key(k).as_str()).map(|g| *g),
@@ -330,6 +444,8 @@ proptest! {
 enum StrOp {
     Push(String),
     PushChar(char),
+    /// A number's digits, so that some finished strings parse.
+    PushNum(u32),
     Finish,
 }
 
@@ -337,6 +453,7 @@ fn str_op() -> impl Strategy<Value = StrOp> {
     prop_oneof![
         5 => "[a-zé=; 世]{0,12}".prop_map(StrOp::Push),
         2 => any::<char>().prop_map(StrOp::PushChar),
+        1 => any::<u32>().prop_map(StrOp::PushNum),
         1 => Just(StrOp::Finish),
     ]
 }
@@ -363,6 +480,10 @@ proptest! {
                 match op {
                     StrOp::Push(s) => { b.push_str(mc, &s); model.push_str(&s); }
                     StrOp::PushChar(c) => { b.push(mc, c); model.push(c); }
+                    StrOp::PushNum(n) => {
+                        b.push_fmt(mc, format_args!("{n}"));
+                        model.push_str(&n.to_string());
+                    }
                     StrOp::Finish => {
                         let s = b.finish(mc);
                         assert_eq!(s, model.as_str());
@@ -393,6 +514,26 @@ proptest! {
                         assert_eq!(s.substring(mc, i + 1..), &want[i + 1..]);
                     }
                     assert_eq!(s.cmp(&GcString::new(mc, "m")), want.as_str().cmp("m"));
+                    assert_eq!(s.parse::<u64>().ok(), want.parse::<u64>().ok());
+                    // Separators, patterns and ranges from the string
+                    // itself: its chars, its prefixes and suffixes, and
+                    // every pair of its char boundaries (a few of them).
+                    let bounds: Vec<usize> =
+                        want.char_indices().map(|(i, _)| i).chain([want.len()]).collect();
+                    for (n, c) in want.chars().take(3).enumerate() {
+                        let parts: Vec<String> = s.split(mc, c).iter().map(|p| p.to_string()).collect();
+                        assert_eq!(parts, want.split(c).collect::<Vec<_>>());
+                        let (from, to) = (bounds[n], bounds[(n + 2).min(bounds.len() - 1)]);
+                        let pat = &want[from..to];
+                        assert_eq!(s.find(pat), want.find(pat));
+                        assert_eq!(s.substring(mc, from..to), pat);
+                        assert_eq!(s.substring(mc, from..), &want[from..]);
+                        assert!(s.starts_with(&want[..to]) && s.ends_with(&want[from..]));
+                        let other = GcString::new(mc, pat);
+                        assert_eq!(s == other, want == pat);
+                        assert_eq!(s.cmp(&other), want.as_str().cmp(pat));
+                        assert_eq!(s.concat(mc, pat), format!("{want}{pat}"));
+                    }
                 }
             });
         }

@@ -28,7 +28,9 @@
 //!   cycles the writes start must stay minor;
 //! - `strings`: 1,000 times, build a string of 200 pieces `item<i>=<n>;`,
 //!   split it on `;` and each piece on `=` (into managed strings against
-//!   `String`s), compare each name with the previous;
+//!   `String`s), join each value and name again (`GcString::concat`
+//!   against `str`'s `concat`, one allocation each), compare each name
+//!   with the previous;
 //! - `dict_get` (last: its tables stay live): look up each of the `dict`
 //!   keys once, in a fixed shuffled order, in a rooted dictionary built in
 //!   the case's warm-up, against `HashMap`s with SipHash and with foldhash
@@ -562,7 +564,9 @@ fn std_strings() -> u64 {
         for p in parts.iter().filter(|p| !p.is_empty()) {
             let eq = p.find('=').unwrap();
             let (name, value) = (p[..eq].to_string(), p[eq + 1..].to_string());
-            checks += value.len() as u64 + u64::from(prev.as_ref() == Some(&name));
+            // The two joined again, in one allocation as `concat`.
+            let joined = [value.as_str(), name.as_str()].concat();
+            checks += joined.len() as u64 + u64::from(prev.as_ref() == Some(&name));
             prev = Some(name);
         }
     }
@@ -583,7 +587,8 @@ fn loam_strings(m: &mut Mutator) -> u64 {
             for p in parts.iter().filter(|p| !p.is_empty()) {
                 let eq = p.find('=').unwrap();
                 let (name, value) = (p.substring(mc, ..eq), p.substring(mc, eq + 1..));
-                checks += value.len() as u64 + u64::from(prev == Some(name));
+                let joined = value.concat(mc, &name);
+                checks += joined.len() as u64 + u64::from(prev == Some(name));
                 prev = Some(name);
             }
         }

@@ -231,7 +231,9 @@ not_under_loom! {
         AllocatedBit, ObjectClass, PageInfo, PageRef, RUN_PENDING, TAG_MIXED,
     };
     pub use seal::SealEpoch;
-    pub use options::{hold_freed_memory, parse_flag, parse_size, purge_delay, set_purge_delay};
+    pub use options::{
+        hold_freed_memory, parse_flag, parse_size, prefer_huge_pages, purge_delay, set_purge_delay,
+    };
     pub use segment::{SEGMENT_SIZE, SLICE_SIZE};
     pub use size_class::{class_page_size, worst_case_waste, CLASS_SIZE, NUM_CLASSES, SMALL_MAX};
     pub use stats::{stats, ClassStats, HeapStats};

@@ -3,7 +3,7 @@
 //! | option | type | default | environment |
 //! |---|---|---|---|
 //! | purge delay | milliseconds | 10 | `LOAM_PURGE_DELAY_MS` |
-//! | huge pages | 0 or 1 | huge blocks only | `LOAM_HUGE_PAGES` |
+//! | huge pages | 0 or 1 | huge blocks only; every segment once a runtime is built ([`prefer_huge_pages`]) | `LOAM_HUGE_PAGES` |
 //! | guard pages | 0 or 1 | 1 with the `secure` feature, else 0 | `LOAM_GUARD_PAGES` |
 //!
 //! The purge delay is how long a freed slice stays resident before it is
@@ -45,6 +45,9 @@ static PURGE_DELAY_MS: AtomicU64 = AtomicU64::new(DEFAULT_PURGE_DELAY_MS);
 static HOLD_MS: AtomicU64 = AtomicU64::new(0);
 /// [`HugePages`] as a number (its discriminant).
 static HUGE_PAGES: AtomicU8 = AtomicU8::new(HugePages::HugeBlocks as u8);
+/// Whether `LOAM_HUGE_PAGES` set [`HUGE_PAGES`]: [`prefer_huge_pages`]
+/// then leaves it.
+static HUGE_PAGES_FROM_ENV: AtomicBool = AtomicBool::new(false);
 static GUARD_PAGES: AtomicBool = AtomicBool::new(cfg!(feature = "secure"));
 /// Read once, and every caller returns after the reading: a thread that
 /// came second used to return at once, before the values were stored, and
@@ -81,6 +84,7 @@ fn read_env() {
             Some(on) => {
                 let mode = if on { HugePages::All } else { HugePages::Never };
                 HUGE_PAGES.store(mode as u8, Ordering::Relaxed);
+                HUGE_PAGES_FROM_ENV.store(true, Ordering::Relaxed);
             }
             None => warn_value(b"LOAM_HUGE_PAGES", v, FLAG_VALUES),
         }
@@ -222,6 +226,34 @@ fn huge_mode() -> u8 {
 #[inline]
 pub(crate) fn huge_pages_everywhere() -> bool {
     huge_mode() == HugePages::All as u8
+}
+
+/// Asks for transparent huge pages for every segment mapped from now on,
+/// whole, as `LOAM_HUGE_PAGES=1` does, unless `LOAM_HUGE_PAGES` says
+/// otherwise. loam's runtime calls it as it is built: a managed heap is
+/// large and read all over by its collector and its programs, and on 4
+/// KiB pages it missed the TLB where `Box`es and `String`s on mimalloc
+/// (which advises its arenas) did not. On this repository's 2-core VM,
+/// in a phase where page walks were slow, binary-trees took 0.83x –
+/// 0.95x `Box`'s time with them against 1.16x – 1.26x without (one
+/// thread, depths 16 and 21), and the collections bench's small-object
+/// cases 25 – 45% less; the cost is peak RSS, 5 – 8% at depth 21
+/// (`docs/perf-log.md`, "Huge pages for every segment under a runtime").
+/// A program that uses the heap alone (`LoamAlloc`) keeps the default,
+/// huge blocks only, for its resident size. Segments mapped before the
+/// call keep their pages.
+///
+/// # Examples
+/// ```
+/// loam_heap::prefer_huge_pages();
+/// let v = vec![0_u8; 64]; // on whatever global allocator the program has
+/// assert_eq!(v.len(), 64);
+/// ```
+pub fn prefer_huge_pages() {
+    init();
+    if !HUGE_PAGES_FROM_ENV.load(Ordering::Relaxed) {
+        HUGE_PAGES.store(HugePages::All as u8, Ordering::Relaxed);
+    }
 }
 
 /// Whether a huge block (a huge segment's, an aligned span's) asks for

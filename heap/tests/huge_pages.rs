@@ -1,7 +1,8 @@
 //! Which memory asks for transparent huge pages (`MADV_HUGEPAGE`, seen as
 //! `hg` in the mapping's `VmFlags` in `/proc/self/smaps`): by default the
 //! whole 2 MiB units inside a huge block, and not a segment of small
-//! pages; `LOAM_HUGE_PAGES=1` every segment, `0` nothing. Each setting in
+//! pages; `LOAM_HUGE_PAGES=1` every segment, `0` nothing; after
+//! `prefer_huge_pages`, every segment unless `LOAM_HUGE_PAGES` is `0`. Each setting in
 //! a child process: the environment is read once, as the first heap is
 //! made.
 
@@ -35,6 +36,9 @@ fn advised_huge(p: *const u8) -> bool {
 /// block again in a cached mapping, and prints which of them lie in
 /// advised memory (each halfway in).
 fn report() {
+    if std::env::var_os("LOAM_HUGE_PAGES_TEST_PREFER").is_some() {
+        loam_heap::prefer_huge_pages();
+    }
     let layouts = [
         ("small", Layout::from_size_align(64, 8).unwrap()),
         ("huge", Layout::from_size_align(16 << 20, 8).unwrap()),
@@ -92,8 +96,9 @@ fn report() {
 }
 
 /// Runs `report` in a child with `LOAM_HUGE_PAGES` set to `setting` (or
-/// unset) and returns what it printed.
-fn child(setting: Option<&str>) -> String {
+/// unset), after `prefer_huge_pages` if `prefer`, and returns what it
+/// printed.
+fn child(setting: Option<&str>, prefer: bool) -> String {
     let mut cmd = Command::new(std::env::current_exe().unwrap());
     cmd.args([
         "--exact",
@@ -104,6 +109,9 @@ fn child(setting: Option<&str>) -> String {
     .env_remove("LOAM_HUGE_PAGES");
     if let Some(v) = setting {
         cmd.env("LOAM_HUGE_PAGES", v);
+    }
+    if prefer {
+        cmd.env("LOAM_HUGE_PAGES_TEST_PREFER", "1");
     }
     let out = cmd.output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -133,21 +141,28 @@ fn the_default_advises_huge_blocks_only() {
     // By default only the whole 2 MiB units inside huge blocks: not the
     // padding around a small block aligned to 2 MiB, nor an aligned span
     // of 4 KiB.
-    assert_eq!(
-        child(None),
-        "small=false huge=true padded=false aligned=true aligned_small=false padded_reused=false",
-        "the default"
-    );
+    const DEFAULT: &str =
+        "small=false huge=true padded=false aligned=true aligned_small=false padded_reused=false";
     // Every segment, whole, with `1` (an aligned span is no segment: its
     // whole units only, as by default).
+    const ALL: &str =
+        "small=true huge=true padded=true aligned=true aligned_small=false padded_reused=true";
+    const NONE: &str =
+        "small=false huge=false padded=false aligned=false aligned_small=false padded_reused=false";
+    assert_eq!(child(None, false), DEFAULT, "the default");
+    assert_eq!(child(Some("1"), false), ALL, "LOAM_HUGE_PAGES=1");
+    assert_eq!(child(Some("0"), false), NONE, "LOAM_HUGE_PAGES=0");
+    // `prefer_huge_pages` (what a runtime calls as it is built): every
+    // segment, unless the environment says otherwise.
+    assert_eq!(child(None, true), ALL, "prefer_huge_pages");
     assert_eq!(
-        child(Some("1")),
-        "small=true huge=true padded=true aligned=true aligned_small=false padded_reused=true",
-        "LOAM_HUGE_PAGES=1"
+        child(Some("0"), true),
+        NONE,
+        "prefer_huge_pages, LOAM_HUGE_PAGES=0"
     );
     assert_eq!(
-        child(Some("0")),
-        "small=false huge=false padded=false aligned=false aligned_small=false padded_reused=false",
-        "LOAM_HUGE_PAGES=0"
+        child(Some("1"), true),
+        ALL,
+        "prefer_huge_pages, LOAM_HUGE_PAGES=1"
     );
 }

@@ -1650,6 +1650,12 @@ impl RuntimeBuilder {
         // every cycle (`goal_for`), or the first would come at the minimum heap.
         let goal = crate::cycle::goal_for(0, &config);
         let pace_cap = config.pace_cap();
+        // A managed heap on 2 MiB pages (`loam_heap::prefer_huge_pages`:
+        // unless `LOAM_HUGE_PAGES` says otherwise), when its objects are
+        // in loam's pages.
+        if !matches!(self.space, Some(crate::space::Space::Alloc(_))) {
+            loam_heap::prefer_huge_pages();
+        }
         // Registers the asymmetric fence now, not in the first `GcList`
         // written by a second thread inside a call (a first registration
         // can wait out a kernel grace period).

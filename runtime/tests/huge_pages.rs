@@ -1,0 +1,81 @@
+//! A runtime asks for transparent huge pages for its heap's segments as it
+//! is built (`loam_heap::prefer_huge_pages`), so that its small objects are
+//! on 2 MiB pages, unless `LOAM_HUGE_PAGES=0`. Checked in a child process
+//! per setting (the heap reads the environment once), by the `hg` flag in
+//! `/proc/self/smaps`'s `VmFlags` of the mapping that holds an object.
+
+use loam_runtime::{Gc, Runtime};
+use std::process::Command;
+
+/// Whether the mapping that holds `addr` has `MADV_HUGEPAGE` set.
+fn advised_huge(addr: usize) -> bool {
+    let smaps = std::fs::read_to_string("/proc/self/smaps").expect("read /proc/self/smaps");
+    let mut inside = false;
+    for line in smaps.lines() {
+        let first = line.split_whitespace().next().unwrap_or("");
+        if let Some((lo, hi)) = first.split_once('-').filter(|_| !first.ends_with(':')) {
+            let lo = usize::from_str_radix(lo, 16).expect("a mapping's start");
+            let hi = usize::from_str_radix(hi, 16).expect("a mapping's end");
+            inside = (lo..hi).contains(&addr);
+        } else if inside {
+            if let Some(flags) = line.strip_prefix("VmFlags:") {
+                return flags.split_whitespace().any(|f| f == "hg");
+            }
+        }
+    }
+    panic!("no mapping in /proc/self/smaps holds {addr:#x}");
+}
+
+/// In the child: builds a runtime, makes a small object and reports
+/// whether its mapping asks for huge pages.
+fn report() {
+    let rt = Runtime::builder().gc_threads(1).ignore_env().build();
+    let mut m = rt.attach();
+    let huge = m.mutate(|mc| {
+        let x: Gc<'_, u64> = mc.alloc(7);
+        advised_huge(&*x as *const u64 as usize)
+    });
+    // On a line of its own: libtest may have printed the test's name
+    // without a newline before it.
+    println!("\nREPORT small_object={huge}");
+}
+
+fn child(setting: Option<&str>) -> String {
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.args([
+        "--exact",
+        "a_runtimes_objects_are_on_huge_pages_unless_told_not",
+        "--nocapture",
+    ])
+    .env("LOAM_RT_HUGE_PAGES_TEST_CHILD", "1")
+    .env_remove("LOAM_HUGE_PAGES");
+    if let Some(v) = setting {
+        cmd.env("LOAM_HUGE_PAGES", v);
+    }
+    let out = cmd.output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "the child failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let Some(line) = stdout.lines().find_map(|l| l.strip_prefix("REPORT ")) else {
+        panic!("no report from the child: {stdout}");
+    };
+    line.trim_end().to_string()
+}
+
+#[test]
+fn a_runtimes_objects_are_on_huge_pages_unless_told_not() {
+    if std::env::var_os("LOAM_RT_HUGE_PAGES_TEST_CHILD").is_some() {
+        report();
+        return;
+    }
+    if !std::path::Path::new("/sys/kernel/mm/transparent_hugepage").exists() {
+        eprintln!("skipped: this kernel has no transparent huge pages (/sys/kernel/mm/transparent_hugepage)");
+        return;
+    }
+    assert_eq!(child(None), "small_object=true", "the default");
+    assert_eq!(child(Some("1")), "small_object=true", "LOAM_HUGE_PAGES=1");
+    assert_eq!(child(Some("0")), "small_object=false", "LOAM_HUGE_PAGES=0");
+}

@@ -3,7 +3,7 @@
 //! | option | type | default | environment |
 //! |---|---|---|---|
 //! | purge delay | milliseconds | 10 | `LOAM_PURGE_DELAY_MS` |
-//! | huge pages | 0 or 1 | huge blocks only; every segment once a runtime is built ([`prefer_huge_pages`]) | `LOAM_HUGE_PAGES` |
+//! | huge pages | 0 or 1 | huge blocks only; every segment once a runtime is built over loam's pages ([`prefer_huge_pages`]) | `LOAM_HUGE_PAGES` |
 //! | guard pages | 0 or 1 | 1 with the `secure` feature, else 0 | `LOAM_GUARD_PAGES` |
 //!
 //! The purge delay is how long a freed slice stays resident before it is
@@ -28,7 +28,9 @@
 //! left to the kernel's 4 KiB pages: a 2 MiB page there would be resident
 //! for a few blocks in use (a heap of 2 MiB in use would take 4 MiB a
 //! thread). `LOAM_HUGE_PAGES=1` asks for every segment, whole; `0` for
-//! nothing.
+//! nothing. A program that builds loam's runtime gets every segment too
+//! ([`prefer_huge_pages`], which the variable overrides): there the heap
+//! is a managed heap, large and read all over.
 //!
 //! Guard pages: the last 4 KiB of every page and span is made inaccessible,
 //! so that a write running off the end of the last block faults at once
@@ -230,18 +232,33 @@ pub(crate) fn huge_pages_everywhere() -> bool {
 
 /// Asks for transparent huge pages for every segment mapped from now on,
 /// whole, as `LOAM_HUGE_PAGES=1` does, unless `LOAM_HUGE_PAGES` says
-/// otherwise. loam's runtime calls it as it is built: a managed heap is
-/// large and read all over by its collector and its programs, and on 4
-/// KiB pages it missed the TLB where `Box`es and `String`s on mimalloc
-/// (which advises its arenas) did not. On this repository's 2-core VM,
-/// in a phase where page walks were slow, binary-trees took 0.83x –
-/// 0.95x `Box`'s time with them against 1.16x – 1.26x without (one
-/// thread, depths 16 and 21), and the collections bench's small-object
-/// cases 25 – 45% less; the cost is peak RSS, 5 – 8% at depth 21
-/// (`docs/perf-log.md`, "Huge pages for every segment under a runtime").
-/// A program that uses the heap alone (`LoamAlloc`) keeps the default,
-/// huge blocks only, for its resident size. Segments mapped before the
-/// call keep their pages.
+/// otherwise, or guard pages are on (`secure`: a guard every 64 KiB page
+/// splits every 2 MiB unit, so the advice would buy nothing and cost the
+/// header's unit). loam's runtime calls it as it is built over loam's
+/// pages: a managed heap is large and read all over by its collector and
+/// its program, and on 4 KiB pages it missed the TLB where `Box`es and
+/// `String`s on mimalloc (which advises its arenas) did not.
+///
+/// On this repository's 2-core VM, in a phase where page walks were slow:
+/// binary-trees at one thread took 0.83x – 0.95x `Box`'s time with them
+/// against 1.16x – 1.26x without (depths 16 and 21); the collections
+/// bench's small-object cases took 15 – 57% less time. The cost is
+/// resident memory:
+/// - every thread that allocates has its first segment's header unit
+///   resident, 2 MiB, where 4 KiB pages held a few pages;
+/// - peak RSS 5 – 8% more at depth 21, 11 – 27% at depth 16 with two
+///   threads (`docs/perf-log.md`, "Huge pages for every segment under a
+///   runtime");
+/// - freed slices are still decommitted after the purge delay, which
+///   splits the huge page they are in, but the kernel's `khugepaged` may
+///   later collapse a mostly free 2 MiB range into a huge page again.
+///
+/// The setting is the process's, for good: it outlives the runtime that
+/// asked, a forked child inherits it, and with `LoamAlloc` as the global
+/// allocator the program's own blocks share the runtime's segments, and
+/// so its huge pages. A program that uses the heap alone keeps the
+/// default, huge blocks only, for its resident size. Segments mapped
+/// before the call keep their pages. `LOAM_HUGE_PAGES=0` turns it off.
 ///
 /// # Examples
 /// ```
@@ -251,7 +268,7 @@ pub(crate) fn huge_pages_everywhere() -> bool {
 /// ```
 pub fn prefer_huge_pages() {
     init();
-    if !HUGE_PAGES_FROM_ENV.load(Ordering::Relaxed) {
+    if !HUGE_PAGES_FROM_ENV.load(Ordering::Relaxed) && !guard_pages() {
         HUGE_PAGES.store(HugePages::All as u8, Ordering::Relaxed);
     }
 }

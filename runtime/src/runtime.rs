@@ -1553,7 +1553,9 @@ impl RuntimeBuilder {
     }
 
     /// Ignore the `LOAM_*` environment variables (for tests that must not
-    /// depend on the caller's environment).
+    /// depend on the caller's environment). The runtime's own: the heap's
+    /// (`LOAM_PURGE_DELAY_MS`, `LOAM_HUGE_PAGES`, `LOAM_GUARD_PAGES`) are
+    /// the process's, read once as the first heap is made.
     pub fn ignore_env(mut self) -> Self {
         self.env = false;
         self
@@ -1651,8 +1653,8 @@ impl RuntimeBuilder {
         let goal = crate::cycle::goal_for(0, &config);
         let pace_cap = config.pace_cap();
         // A managed heap on 2 MiB pages (`loam_heap::prefer_huge_pages`:
-        // unless `LOAM_HUGE_PAGES` says otherwise), when its objects are
-        // in loam's pages.
+        // unless `LOAM_HUGE_PAGES` says otherwise; for the whole process,
+        // from now on), when its objects are in loam's pages.
         if !matches!(self.space, Some(crate::space::Space::Alloc(_))) {
             loam_heap::prefer_huge_pages();
         }

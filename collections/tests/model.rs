@@ -88,9 +88,9 @@ fn list_op() -> impl Strategy<Value = ListOp> {
         1 => Just(ListOp::Clear),
         2 => proptest::collection::vec(proptest::option::weighted(0.7, any::<u64>()), 0..40).prop_map(ListOp::WriterRun),
         1 => (300..700_usize).prop_map(ListOp::ExtendMany),
-        2 => (0..50_usize).prop_map(ListOp::Read),
-        2 => (0..50_usize, any::<u64>()).prop_map(|(i, v)| ListOp::Find(i, v)),
-        1 => (0..50_usize, any::<u64>()).prop_map(|(i, v)| ListOp::SortedSearch(i, v)),
+        2 => (0..1000_usize).prop_map(ListOp::Read),
+        2 => (0..1000_usize, any::<u64>()).prop_map(|(i, v)| ListOp::Find(i, v)),
+        1 => (0..1000_usize, any::<u64>()).prop_map(|(i, v)| ListOp::SortedSearch(i, v)),
     ]
 }
 
@@ -516,8 +516,9 @@ proptest! {
                     assert_eq!(s.cmp(&GcString::new(mc, "m")), want.as_str().cmp("m"));
                     assert_eq!(s.parse::<u64>().ok(), want.parse::<u64>().ok());
                     // Separators, patterns and ranges from the string
-                    // itself: its chars, its prefixes and suffixes, and
-                    // every pair of its char boundaries (a few of them).
+                    // itself: its first three chars, and the text from
+                    // each of them to two chars on; and a pattern it may
+                    // not hold.
                     let bounds: Vec<usize> =
                         want.char_indices().map(|(i, _)| i).chain([want.len()]).collect();
                     for (n, c) in want.chars().take(3).enumerate() {
@@ -529,6 +530,10 @@ proptest! {
                         assert_eq!(s.substring(mc, from..to), pat);
                         assert_eq!(s.substring(mc, from..), &want[from..]);
                         assert!(s.starts_with(&want[..to]) && s.ends_with(&want[from..]));
+                        let absent = format!("{pat};=");
+                        assert_eq!(s.find(absent.as_str()), want.find(absent.as_str()));
+                        assert_eq!(s.starts_with(pat), want.starts_with(pat));
+                        assert_eq!(s.ends_with(pat), want.ends_with(pat));
                         let other = GcString::new(mc, pat);
                         assert_eq!(s == other, want == pat);
                         assert_eq!(s.cmp(&other), want.as_str().cmp(pat));

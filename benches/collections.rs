@@ -565,7 +565,9 @@ fn std_strings() -> u64 {
             let eq = p.find('=').unwrap();
             let (name, value) = (p[..eq].to_string(), p[eq + 1..].to_string());
             // The two joined again, in one allocation as `concat`.
-            let joined = [value.as_str(), name.as_str()].concat();
+            // `black_box`: only its length is read, and the compiler could
+            // otherwise drop the allocation and the copy.
+            let joined = black_box([value.as_str(), name.as_str()].concat());
             checks += joined.len() as u64 + u64::from(prev.as_ref() == Some(&name));
             prev = Some(name);
         }

@@ -435,8 +435,14 @@ impl Segment {
     pub(crate) fn create_huge(owner: *mut LocalHeap, map_size: usize, huge_from: usize) -> (*mut Segment, bool) {
         match huge_cache_take(map_size) {
             Some((base, size)) => {
-                // With every segment advised whole, it is already.
-                if crate::options::huge_pages_for_blocks() && !crate::options::huge_pages_everywhere() {
+                if crate::options::huge_pages_everywhere() {
+                    // Advised whole when it was mapped, unless that was
+                    // before a runtime asked for every segment
+                    // (`options::prefer_huge_pages`): advised again, a
+                    // system call on the reuse of megabytes.
+                    // SAFETY: the whole of our cached mapping.
+                    unsafe { os::advise_huge(base as *mut u8, size) };
+                } else if crate::options::huge_pages_for_blocks() {
                     // A cached mapping keeps the advice of its last block,
                     // which may have covered what is now a padded block's
                     // header and padding: taken back first.

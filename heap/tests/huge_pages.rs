@@ -66,6 +66,22 @@ fn report() {
             LoamAlloc.dealloc(p, layout);
         }
     }
+    // A runtime built now, with the padded block's mapping cached under
+    // the default (advised nowhere): its reuse is advised whole.
+    if std::env::var_os("LOAM_HUGE_PAGES_TEST_PREFER_LATE").is_some() {
+        loam_heap::prefer_huge_pages();
+        let padded = layouts[2].1;
+        // SAFETY: as above.
+        unsafe {
+            let p = LoamAlloc.alloc(padded);
+            assert!(!p.is_null());
+            line.push(format!(
+                "padded_late={}",
+                advised_huge(p.add(padded.size() / 2))
+            ));
+            LoamAlloc.dealloc(p, padded);
+        }
+    }
     // A padded block in a cached mapping whose last block, unpadded,
     // had its first unit advised: taken back (kept under
     // `LOAM_HUGE_PAGES=1`, where every segment is advised whole).
@@ -99,6 +115,12 @@ fn report() {
 /// unset), after `prefer_huge_pages` if `prefer`, and returns what it
 /// printed.
 fn child(setting: Option<&str>, prefer: bool) -> String {
+    child_with(setting, prefer, false)
+}
+
+/// `child`, and `prefer_huge_pages` just before the cached mapping's
+/// reuse if `late`.
+fn child_with(setting: Option<&str>, prefer: bool, late: bool) -> String {
     let mut cmd = Command::new(std::env::current_exe().unwrap());
     cmd.args([
         "--exact",
@@ -112,6 +134,9 @@ fn child(setting: Option<&str>, prefer: bool) -> String {
     }
     if prefer {
         cmd.env("LOAM_HUGE_PAGES_TEST_PREFER", "1");
+    }
+    if late {
+        cmd.env("LOAM_HUGE_PAGES_TEST_PREFER_LATE", "1");
     }
     let out = cmd.output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -164,5 +189,12 @@ fn the_default_advises_huge_blocks_only() {
         child(Some("1"), true),
         ALL,
         "prefer_huge_pages, LOAM_HUGE_PAGES=1"
+    );
+    // Asked for after a huge mapping was cached under the default: its
+    // reuse is advised whole.
+    let late = child_with(None, false, true);
+    assert!(
+        late.contains("padded_late=true"),
+        "prefer_huge_pages after a mapping was cached: {late}"
     );
 }

@@ -6,29 +6,12 @@
 //! a child process: the environment is read once, as the first heap is
 //! made.
 
+#[path = "support/huge_pages.rs"]
+mod huge_pages;
+
+use huge_pages::{advised_huge, child_report, kernel_has_them, print_report};
 use loam_heap::LoamAlloc;
 use std::alloc::{GlobalAlloc, Layout};
-use std::process::Command;
-
-/// Whether the mapping that holds `p` has `MADV_HUGEPAGE` set.
-fn advised_huge(p: *const u8) -> bool {
-    let addr = p as usize;
-    let smaps = std::fs::read_to_string("/proc/self/smaps").expect("read /proc/self/smaps");
-    let mut inside = false;
-    for line in smaps.lines() {
-        let first = line.split_whitespace().next().unwrap_or("");
-        if let Some((lo, hi)) = first.split_once('-').filter(|_| !first.ends_with(':')) {
-            let lo = usize::from_str_radix(lo, 16).expect("a mapping's start");
-            let hi = usize::from_str_radix(hi, 16).expect("a mapping's end");
-            inside = (lo..hi).contains(&addr);
-        } else if inside {
-            if let Some(flags) = line.strip_prefix("VmFlags:") {
-                return flags.split_whitespace().any(|f| f == "hg");
-            }
-        }
-    }
-    panic!("no mapping in /proc/self/smaps holds {p:?}");
-}
 
 /// In the child: allocates a small block, a huge one, a small one aligned
 /// to 2 MiB (a huge segment of its own, mostly padding), an aligned span
@@ -62,7 +45,10 @@ fn report() {
         unsafe {
             let p = LoamAlloc.alloc(layout);
             assert!(!p.is_null(), "{name}: no memory");
-            line.push(format!("{name}={}", advised_huge(p.add(layout.size() / 2))));
+            line.push(format!(
+                "{name}={}",
+                advised_huge(p.add(layout.size() / 2) as usize)
+            ));
             LoamAlloc.dealloc(p, layout);
         }
     }
@@ -77,7 +63,7 @@ fn report() {
             assert!(!p.is_null());
             line.push(format!(
                 "padded_late={}",
-                advised_huge(p.add(padded.size() / 2))
+                advised_huge(p.add(padded.size() / 2) as usize)
             ));
             LoamAlloc.dealloc(p, padded);
         }
@@ -102,14 +88,14 @@ fn report() {
         assert_eq!(base(p), seg, "the cached mapping was not reused");
         line.push(format!(
             "padded_reused={}",
-            advised_huge(p.add(padded.size() / 2))
+            advised_huge(p.add(padded.size() / 2) as usize)
         ));
         LoamAlloc.dealloc(p, padded);
     }
-    // On a line of its own: libtest may have printed the test's name
-    // without a newline before it (one test thread).
-    println!("\nREPORT {}", line.join(" "));
+    print_report(&line.join(" "));
 }
+
+const TEST: &str = "the_default_advises_huge_blocks_only";
 
 /// Runs `report` in a child with `LOAM_HUGE_PAGES` set to `setting` (or
 /// unset), after `prefer_huge_pages` if `prefer`, and returns what it
@@ -121,34 +107,14 @@ fn child(setting: Option<&str>, prefer: bool) -> String {
 /// `child`, and `prefer_huge_pages` just before the cached mapping's
 /// reuse if `late`.
 fn child_with(setting: Option<&str>, prefer: bool, late: bool) -> String {
-    let mut cmd = Command::new(std::env::current_exe().unwrap());
-    cmd.args([
-        "--exact",
-        "the_default_advises_huge_blocks_only",
-        "--nocapture",
-    ])
-    .env("LOAM_HUGE_PAGES_TEST_CHILD", "1")
-    .env_remove("LOAM_HUGE_PAGES");
-    if let Some(v) = setting {
-        cmd.env("LOAM_HUGE_PAGES", v);
-    }
+    let mut env = vec!["LOAM_HUGE_PAGES_TEST_CHILD"];
     if prefer {
-        cmd.env("LOAM_HUGE_PAGES_TEST_PREFER", "1");
+        env.push("LOAM_HUGE_PAGES_TEST_PREFER");
     }
     if late {
-        cmd.env("LOAM_HUGE_PAGES_TEST_PREFER_LATE", "1");
+        env.push("LOAM_HUGE_PAGES_TEST_PREFER_LATE");
     }
-    let out = cmd.output().unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "the child failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let Some(line) = stdout.lines().find_map(|l| l.strip_prefix("REPORT ")) else {
-        panic!("no report from the child: {stdout}");
-    };
-    line.trim_end().to_string()
+    child_report(TEST, setting, &env)
 }
 
 #[test]
@@ -157,9 +123,7 @@ fn the_default_advises_huge_blocks_only() {
         report();
         return;
     }
-    // A kernel built without transparent huge pages refuses the advice,
-    // and no mapping is ever flagged.
-    if !std::path::Path::new("/sys/kernel/mm/transparent_hugepage").exists() {
+    if !kernel_has_them() {
         eprintln!("skipped: this kernel has no transparent huge pages (/sys/kernel/mm/transparent_hugepage)");
         return;
     }

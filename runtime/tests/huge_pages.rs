@@ -4,29 +4,13 @@
 //! per setting (the heap reads the environment once), by the `hg` flag in
 //! `/proc/self/smaps`'s `VmFlags` of the mapping that holds an object.
 
+#[path = "../../heap/tests/support/huge_pages.rs"]
+mod huge_pages;
+
+use huge_pages::{advised_huge, child_report, kernel_has_them, print_report};
 use loam_heap::LoamAlloc;
 use loam_runtime::{Gc, Runtime};
 use std::alloc::{GlobalAlloc, Layout};
-use std::process::Command;
-
-/// Whether the mapping that holds `addr` has `MADV_HUGEPAGE` set.
-fn advised_huge(addr: usize) -> bool {
-    let smaps = std::fs::read_to_string("/proc/self/smaps").expect("read /proc/self/smaps");
-    let mut inside = false;
-    for line in smaps.lines() {
-        let first = line.split_whitespace().next().unwrap_or("");
-        if let Some((lo, hi)) = first.split_once('-').filter(|_| !first.ends_with(':')) {
-            let lo = usize::from_str_radix(lo, 16).expect("a mapping's start");
-            let hi = usize::from_str_radix(hi, 16).expect("a mapping's end");
-            inside = (lo..hi).contains(&addr);
-        } else if inside {
-            if let Some(flags) = line.strip_prefix("VmFlags:") {
-                return flags.split_whitespace().any(|f| f == "hg");
-            }
-        }
-    }
-    panic!("no mapping in /proc/self/smaps holds {addr:#x}");
-}
 
 /// In the child: builds a runtime, makes a small object and reports
 /// whether its mapping asks for huge pages.
@@ -63,36 +47,17 @@ fn report() {
         let x: Gc<'_, u64> = mc.alloc(7);
         advised_huge(&*x as *const u64 as usize)
     });
-    // On a line of its own: libtest may have printed the test's name
-    // without a newline before it.
     drop(done_tx);
     holder.join().unwrap();
-    println!("\nREPORT before={before_huge} small_object={huge}");
+    print_report(&format!("before={before_huge} small_object={huge}"));
 }
 
 fn child(setting: Option<&str>) -> String {
-    let mut cmd = Command::new(std::env::current_exe().unwrap());
-    cmd.args([
-        "--exact",
+    child_report(
         "a_runtimes_objects_are_on_huge_pages_unless_told_not",
-        "--nocapture",
-    ])
-    .env("LOAM_RT_HUGE_PAGES_TEST_CHILD", "1")
-    .env_remove("LOAM_HUGE_PAGES");
-    if let Some(v) = setting {
-        cmd.env("LOAM_HUGE_PAGES", v);
-    }
-    let out = cmd.output().unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "the child failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let Some(line) = stdout.lines().find_map(|l| l.strip_prefix("REPORT ")) else {
-        panic!("no report from the child: {stdout}");
-    };
-    line.trim_end().to_string()
+        setting,
+        &["LOAM_RT_HUGE_PAGES_TEST_CHILD"],
+    )
 }
 
 #[test]
@@ -101,7 +66,7 @@ fn a_runtimes_objects_are_on_huge_pages_unless_told_not() {
         report();
         return;
     }
-    if !std::path::Path::new("/sys/kernel/mm/transparent_hugepage").exists() {
+    if !kernel_has_them() {
         eprintln!("skipped: this kernel has no transparent huge pages (/sys/kernel/mm/transparent_hugepage)");
         return;
     }

@@ -1224,19 +1224,7 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
     /// At the heap limit (see [`try_from_iter`](Self::try_from_iter)), or
     /// if `iter` panics.
     pub fn from_iter(mc: &Mutation<'gc>, iter: impl IntoIterator<Item = T>) -> Self {
-        let mut iter = Ended::new(iter.into_iter());
-        let list = Self::new(mc);
-        // A writer that does not call out, though `iter` runs under it: a
-        // fresh list's `extend` would cost a split (`GcString::split`) two
-        // more compare-and-swaps. `iter` was made before the list, and no
-        // code reaches a list but through the value this returns.
-        // SAFETY: as just said.
-        let w = unsafe { list.writer_of_fresh(mc) };
-        if let Err(e) = list.extend_on(&w, &mut iter) {
-            alloc_failed("GcList::from_iter", e);
-        }
-        drop(w);
-        list
+        Self::try_from_iter(mc, iter).unwrap_or_else(|e| alloc_failed("GcList::from_iter", e))
     }
 
     /// [`from_iter`](Self::from_iter), or the heap-limit `Err` (see
@@ -1247,7 +1235,10 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
     pub fn try_from_iter(mc: &Mutation<'gc>, iter: impl IntoIterator<Item = T>) -> Result<Self, AllocError<()>> {
         let mut iter = Ended::new(iter.into_iter());
         let list = Self::try_new(mc)?;
-        // As `from_iter`: `iter` cannot reach the new list.
+        // A writer that does not call out, though `iter` runs under it: a
+        // fresh list's `try_extend` would cost a split (`GcString::split`)
+        // two more compare-and-swaps. `iter` was made before the list, and
+        // no code reaches a list but through the value this returns.
         // SAFETY: as just said.
         list.try_extend_by(unsafe { list.writer_of_fresh(mc) }, &mut iter)?;
         Ok(list)

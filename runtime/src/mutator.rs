@@ -49,6 +49,25 @@ const LIMIT_BRAKE_SLICE: Duration = Duration::from_millis(1);
 /// so little.
 const ASSIST_MIN: usize = 16 << 10;
 
+/// How long an assist that found no work to take may last without
+/// counting as a hold ([`counts_as_hold`]).
+const IDLE_ASSIST: Duration = Duration::from_micros(10);
+
+/// Whether an assist (`Mutator::assist`) that `took` this long is a hold:
+/// every one that took work, an array's later chunks or objects traced
+/// again included (they mark no object); and one that found none only if
+/// it lasted past [`IDLE_ASSIST`]. An unhindered look that finds no work
+/// (a lock, a failed steal) takes well under a microsecond, and counting
+/// each would add thousands of such holds that flatter the quantiles; but
+/// a look can be held for milliseconds (its lock's holder or a queue's
+/// pusher preempted, the vCPU descheduled): at binary-trees depth 21 such
+/// looks held a mutator 1 – 4 ms, and went unreported while only slices
+/// that took work counted (`docs/perf-log.md`, "Assists that found no
+/// work, counted").
+fn counts_as_hold(worked: bool, took: Duration) -> bool {
+    worked || took > IDLE_ASSIST
+}
+
 // "Twice the goal", here and below, is where pacing begins: under a heap
 // limit it may be lower, seven eighths of the limit (`Shared::pace_at`).
 
@@ -1345,8 +1364,9 @@ impl Mutator {
     /// mark's queues for at most [`ASSIST_SLICE`]. Debt the queues had no
     /// work for is forgiven (the GC threads are ahead); debt left when the
     /// slice ran out carries to the next chunk, up to a few slices' worth.
-    /// The slice is a hold (`held.rs`): the mutator marks instead of
-    /// running its own code, but never waits for the cycle to end.
+    /// The slice is a hold (`held.rs`, [`counts_as_hold`]): the mutator
+    /// marks instead of running its own code, but never waits for the
+    /// cycle to end.
     ///
     /// `paced` (the heap has reached twice its goal): the slice is
     /// [`PACED_SLICE`] and the whole debt carries, whether or not the
@@ -1362,37 +1382,43 @@ impl Mutator {
             return;
         }
         let shared = self.shared();
-        let Some(share) = crate::mark::offered(&shared.assist) else {
+        // The look at the offer is part of the hold: its lock's holder can
+        // lose its CPU.
+        let start = Instant::now();
+        let (worked, left) = match crate::mark::offered(&shared.assist) {
             // Between the mark's rounds, or at its end: paced debt is kept
             // for the next round, or this call's successor (`pace`); a new
             // mark starts from none (`owed`).
-            self.assist_debt.set(if paced { debt } else { 0 });
-            return;
+            None => (false, if paced { debt } else { 0 }),
+            Some(share) => {
+                let slice = if paced { PACED_SLICE } else { ASSIST_SLICE };
+                // Inside a `mutate` call (allocation happens only there) of
+                // the runtime whose mark `share` is, with its gray queue.
+                // SAFETY: as just said.
+                let (m, worked) =
+                    unsafe { crate::mark::assist(&shared.space, &share, &shared.gray, debt, start + slice) };
+                shared.saw_live(m.bytes);
+                let left = debt.saturating_sub(m.work);
+                (
+                    worked,
+                    if paced {
+                        // Owed in full: the next chunk, or the next call's
+                        // pacing, pays it (or waits for the cycle, if the GC
+                        // threads hold the mark's rest).
+                        left
+                    } else if start.elapsed() < slice {
+                        0
+                    } else {
+                        left.min(4 * CHUNK)
+                    },
+                )
+            }
         };
-        let slice = if paced { PACED_SLICE } else { ASSIST_SLICE };
-        let start = Instant::now();
-        // Inside a `mutate` call (allocation happens only there) of
-        // the runtime whose mark `share` is, with its gray queue.
-        // SAFETY: as just said.
-        let (m, worked) = unsafe { crate::mark::assist(&shared.space, &share, &shared.gray, debt, start + slice) };
-        shared.saw_live(m.bytes);
         let took = start.elapsed();
-        // Every slice that took work held the call, an array's later
-        // chunks or objects traced again included (they mark no object).
-        if worked {
+        if counts_as_hold(worked, took) {
             self.held(Hold::Assist, took);
         }
-        let left = debt.saturating_sub(m.work);
-        self.assist_debt.set(if paced {
-            // Owed in full: the next chunk, or the next call's pacing,
-            // pays it (or waits for the cycle, if the GC threads hold the
-            // mark's rest).
-            left
-        } else if took < slice {
-            0
-        } else {
-            left.min(4 * CHUNK)
-        });
+        self.assist_debt.set(left);
     }
 
     /// The marking debt this mutator owes the mark under way: none if it
@@ -2010,7 +2036,7 @@ pub(crate) fn alloc_failed<T>(e: AllocError<T>) -> ! {
 
 #[cfg(all(test, not(loom)))]
 mod tests {
-    use super::{EntryStall, Hold, GONE_BEFORE_CYCLE};
+    use super::{EntryStall, Hold, ASSIST_MIN, GONE_BEFORE_CYCLE};
     use std::time::Duration;
 
     /// The holds of a call's way in are one hold, split by cause only in
@@ -2035,6 +2061,44 @@ mod tests {
         assert_eq!(s.held_assisting, ms(2));
         assert_eq!(s.held_by_pacing, ms(3));
         assert_eq!(s.held_at_safepoint, ms(5));
+    }
+
+    /// A look for assist work that waited is a hold, though it found no
+    /// mark to help: here it waits on the offer's lock, which the test
+    /// holds until the mutator's thread sleeps on it, and 2 ms more.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn an_assist_held_up_without_work_is_a_hold() {
+        let rt = crate::Runtime::builder().gc_threads(1).ignore_env().build();
+        let m = rt.attach();
+        let ms = Duration::from_millis;
+        let before = m.pauses().count();
+        let handle = rt.handle.clone();
+        let tid = crate::thread_state::current();
+        let (ready, go) = std::sync::mpsc::channel();
+        let holder = std::thread::spawn(move || {
+            let offer = handle.shared.assist.lock();
+            ready.send(()).unwrap();
+            let stat = format!("/proc/self/task/{tid}/stat");
+            while !std::fs::read_to_string(&stat)
+                .unwrap()
+                .rsplit(')')
+                .next()
+                .is_some_and(|rest| rest.trim_start().starts_with('S'))
+            {
+                std::thread::yield_now();
+            }
+            std::thread::sleep(ms(2));
+            drop(offer);
+        });
+        go.recv().unwrap();
+        m.assist(ASSIST_MIN, false);
+        holder.join().unwrap();
+        assert_eq!(m.pauses().count(), before + 1, "the wait is one hold");
+        assert!(rt.stats().held_assisting >= ms(2), "{:?}", rt.stats().held_assisting);
+        // Unhindered, a look that finds no mark is no hold.
+        m.assist(ASSIST_MIN, false);
+        assert_eq!(m.pauses().count(), before + 1);
     }
 
     /// A root made while its table is locked (the collector locks it while

@@ -295,6 +295,14 @@ pub(crate) fn start(shared: Arc<Shared>) -> JoinHandle<()> {
         // (the cycle after a million pushes kept its caller 0.21 ms with
         // the moves and 0.12 without, `docs/perf-log.md`, session 56).
         .spread_on_wake(false)
+        // A GC thread parks as soon as it runs out of work, rather than
+        // yielding its CPU 32 times first: the mutators want both CPUs of
+        // the 2-core VM while the collector's threads go idle after every
+        // phase, and each yield of a runnable GC thread was a switch away
+        // from a mutator and back (binary-trees depth 16, two threads: 1.8
+        // thousand yields in a run of three rounds; `docs/perf-log.md`,
+        // "GC threads that park at once").
+        .idle_spins(0)
         .start_handler(move |_| {
             GC_THREAD_OF.with(|c| c.set(id));
             crate::panics::install_quiet_hook();

@@ -10,7 +10,7 @@ use crossbeam_deque::Worker;
 use crate::job::JobRef;
 use crate::registry::{Hooks, Registry, GLOBAL_POOL};
 use crate::sync::Arc;
-use crate::worker::WorkerThread;
+use crate::worker::{WorkerThread, DEFAULT_IDLE_SPINS};
 use crate::ThreadPool;
 
 /// The environment variable that overrides the default thread count.
@@ -27,6 +27,8 @@ const MAX_THREADS: usize = 1 << 16;
 /// | [`num_threads`](Self::num_threads) | `LOAM_NUM_THREADS`, else the number of CPUs | worker count |
 /// | [`thread_name`](Self::thread_name) | `loam-worker-{index}` | OS thread names |
 /// | [`stack_size`](Self::stack_size) | the platform default | worker stack size |
+/// | [`spread_on_wake`](Self::spread_on_wake) | on (Linux) | a woken worker moves off a busy CPU |
+/// | [`idle_spins`](Self::idle_spins) | 32 | yields of an idle worker before it parks |
 /// | [`start_handler`](Self::start_handler) | none | runs first on each worker |
 /// | [`exit_handler`](Self::exit_handler) | none | runs last on each worker |
 /// | [`between_tasks`](Self::between_tasks) | none | after every task (safepoint) |
@@ -57,6 +59,8 @@ pub struct ThreadPoolBuilder {
     stack_size: Option<usize>,
     /// `spread_on_wake(false)` sets it.
     stay_on_wake: bool,
+    /// `idle_spins`; `None`: [`DEFAULT_IDLE_SPINS`].
+    idle_spins: Option<u32>,
     hooks: Hooks,
 }
 
@@ -157,6 +161,32 @@ impl ThreadPoolBuilder {
     /// ```
     pub fn spread_on_wake(mut self, spread: bool) -> Self {
         self.stay_on_wake = !spread;
+        self
+    }
+
+    /// How many times a worker that finds no work looks again, yielding
+    /// its CPU between looks, before it parks (32 by default). Parking
+    /// and waking cost system calls, so a worker that runs dry between two
+    /// bursts of a join tree stays awake across the gap. But a yielding
+    /// worker is still a runnable thread: where other threads of the
+    /// program want every CPU, each yield takes one of them for a switch
+    /// and back. loam's GC threads, which run beside the mutators and go
+    /// idle after every phase of a cycle, park at once (`0`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # loam_threadpool::doctest! {
+    /// let pool = loam_threadpool::ThreadPoolBuilder::new()
+    ///     .num_threads(2)
+    ///     .idle_spins(0)
+    ///     .build()
+    ///     .unwrap();
+    /// assert_eq!(pool.install(|| loam_threadpool::join(|| 1, || 2)), (1, 2));
+    /// # }
+    /// ```
+    pub fn idle_spins(mut self, rounds: u32) -> Self {
+        self.idle_spins = Some(rounds);
         self
     }
 
@@ -440,7 +470,13 @@ impl ThreadPoolBuilder {
         let deques: Vec<Worker<JobRef>> = (0..num_threads).map(|_| Worker::new_lifo()).collect();
         let stealers = deques.iter().map(Worker::stealer).collect();
         let hooks = std::mem::take(&mut self.hooks);
-        let registry = Arc::new(Registry::new(stealers, hooks, !self.stay_on_wake));
+        let idle_spins = self.idle_spins.unwrap_or(DEFAULT_IDLE_SPINS);
+        let registry = Arc::new(Registry::new(
+            stealers,
+            hooks,
+            !self.stay_on_wake,
+            idle_spins,
+        ));
         let mut threads = Vec::with_capacity(num_threads);
         for ((index, deque), name) in deques.into_iter().enumerate().zip(names) {
             let mut builder = thread::Builder::new().name(name);
@@ -513,6 +549,7 @@ impl fmt::Debug for ThreadPoolBuilder {
             .field("num_threads", &self.num_threads)
             .field("stack_size", &self.stack_size)
             .field("spread_on_wake", &!self.stay_on_wake)
+            .field("idle_spins", &self.idle_spins.unwrap_or(DEFAULT_IDLE_SPINS))
             .finish_non_exhaustive()
     }
 }

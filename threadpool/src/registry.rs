@@ -70,6 +70,9 @@ pub(crate) struct Registry {
     /// The process's fork count as the pool was built: a child forked
     /// since has none of its workers (`forked.rs`).
     pub(crate) born: u64,
+    /// Failed looks for work (each followed by a yield) before a worker
+    /// parks (`ThreadPoolBuilder::idle_spins`).
+    pub(crate) idle_spins: u32,
 }
 
 impl Registry {
@@ -78,6 +81,7 @@ impl Registry {
         stealers: Vec<Stealer<JobRef>>,
         hooks: Hooks,
         spread_on_wake: bool,
+        idle_spins: u32,
     ) -> Registry {
         let num_threads = stealers.len();
         let registry = Registry {
@@ -97,6 +101,7 @@ impl Registry {
             exit: ExitCount::default(),
             hooks,
             born: crate::forked::generation(),
+            idle_spins,
         };
         registry.assert_valid();
         registry

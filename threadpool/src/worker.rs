@@ -14,9 +14,10 @@ use crate::sync::Arc;
 use crate::unwind::AbortIfPanic;
 
 /// Failed look-ups for work (each followed by `yield_now`) before a worker
-/// parks. Parking and waking cost system calls, so a worker that runs dry
-/// between two bursts of a join tree should stay awake across the gap.
-const SPIN_ROUNDS: u32 = 32;
+/// parks, unless the pool says otherwise (`ThreadPoolBuilder::idle_spins`).
+/// Parking and waking cost system calls, so a worker that runs dry between
+/// two bursts of a join tree should stay awake across the gap.
+pub(crate) const DEFAULT_IDLE_SPINS: u32 = 32;
 
 /// A victim deque at least this long is robbed in a batch (up to half of it,
 /// at most 32 jobs) rather than one job at a time. Long deques come from
@@ -231,7 +232,7 @@ impl WorkerThread {
                     return;
                 }
                 idle_rounds = 0;
-            } else if idle_rounds < SPIN_ROUNDS {
+            } else if idle_rounds < self.registry.idle_spins {
                 idle_rounds += 1;
                 thread::yield_now();
             } else {
@@ -282,7 +283,7 @@ impl WorkerThread {
             if let Some(job) = self.find_work() {
                 self.execute(job);
                 idle_rounds = 0;
-            } else if idle_rounds < SPIN_ROUNDS {
+            } else if idle_rounds < self.registry.idle_spins {
                 idle_rounds += 1;
                 thread::yield_now();
             } else {

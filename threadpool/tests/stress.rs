@@ -62,8 +62,29 @@ fn work(seed: u64, budget: u64, total: &Arc<AtomicU64>, other: &ThreadPool) {
 
 #[test]
 fn random_nested_operations_conserve_work() {
-    let main = ThreadPoolBuilder::new().num_threads(3).build().unwrap();
-    let side = ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+    nested_operations_conserve_work(None);
+}
+
+/// The same with workers that park as soon as they find no work
+/// (`idle_spins(0)`, as loam's GC threads do): every gap in the work is a
+/// park and a wake, so a lost wake-up hangs the test.
+#[test]
+fn random_nested_operations_conserve_work_with_workers_that_park_at_once() {
+    nested_operations_conserve_work(Some(0));
+}
+
+fn nested_operations_conserve_work(idle_spins: Option<u32>) {
+    let build = |n| {
+        let b = ThreadPoolBuilder::new().num_threads(n);
+        match idle_spins {
+            Some(rounds) => b.idle_spins(rounds),
+            None => b,
+        }
+        .build()
+        .unwrap()
+    };
+    let main = build(3);
+    let side = build(2);
     for seed in 1..=40u64 {
         let total = Arc::new(AtomicU64::new(0));
         let budget = 2_000 + seed * 37;

@@ -75,7 +75,7 @@
 //! `loom` checks the handshake
 //! (`handshake_model`).
 
-use crate::sync::{fence, AtomicU32, AtomicU64, Ordering};
+use crate::sync::{fence, AtomicBool, AtomicU32, AtomicU64, Ordering};
 use crate::thread_state::{Running, Verdict};
 #[cfg(loom)]
 use loom::sync::{Condvar, Mutex, MutexGuard};
@@ -90,7 +90,8 @@ const PATIENCE: Duration = Duration::from_millis(1);
 /// `Handshake::state`: a stop is requested (entering mutators wait).
 const STOP: u32 = 1;
 /// `Handshake::state`: the collector waits for calls under way to end
-/// (`wait_for_calls`); leaving mutators wake it. Entering ones go on.
+/// (`wait_for_calls`); leaving mutators whose call it waits for wake it
+/// (`Slot::watched`). Entering ones go on.
 const WATCH: u32 = 2;
 
 /// One mutator's side of the handshake.
@@ -121,6 +122,14 @@ pub(crate) struct Slot {
     /// that call began in a ragged start's window (`confirm_window`), so
     /// the mark's end waits for it; anything else otherwise.
     window_seq: AtomicU64,
+    /// Written by the collector only: it waits for this slot's call
+    /// (`wait_for_listed`), so the call's leave, or its confirmation of
+    /// the window, wakes it. Set before the wait's fence and read after
+    /// the mutator's (Dekker): either the mutator sees it, or the
+    /// collector sees the slot's new sequence. Cleared as the wait ends;
+    /// set for a later call than the one waited for, it only costs that
+    /// call's leave a wake.
+    watched: AtomicBool,
     /// The kernel id of the mutator's thread, set once by
     /// [`Handshake::attach`] (a `Mutator` never leaves its thread): a wait
     /// past its patience looks up whether the call it waits for is running
@@ -222,9 +231,9 @@ impl Slot {
 /// The collector's side, shared by all mutators of a runtime.
 #[derive(Debug)]
 pub(crate) struct Handshake {
-    /// `STOP` and `WATCH`, written by the collector only; read by every
-    /// entering mutator (`STOP`) and every leaving one (either) after its
-    /// fence.
+    /// `STOP` and `WATCH`, written by the collector only; `STOP` read by
+    /// every entering and every leaving mutator after its fence (a leaving
+    /// one reads its slot's `watched` too), `WATCH` by polls.
     state: AtomicU32,
     /// `Gate::open` and `Gate::admit_after`, readable without the mutex (a
     /// hint for threads that wait for the collector elsewhere, see
@@ -337,9 +346,9 @@ fn wait_for<'a>(_: &Condvar, g: MutexGuard<'a, Gate>, _: Duration) -> (MutexGuar
 /// same way: [`wait`](Self::wait) until a look is due, then
 /// [`admits`](Self::admits), which says whom the gate lets in now, if
 /// anyone. The clock is the clock's, not a quiet timeout: a condition variable's
-/// timed wait is woken by every mutator that leaves a call (under
-/// `WATCH`), so a timeout alone never comes while other mutators come and
-/// go.
+/// timed wait is woken by every mutator that leaves a call under a stop
+/// (or a watched call, `Slot::watched`), so a timeout alone never comes
+/// while other mutators come and go.
 struct GateClock {
     /// How long a wait lasts before the first look: [`PATIENCE`],
     /// doubling each time the gate opens, up to a second.
@@ -526,15 +535,24 @@ impl Handshake {
         self.state.load(Ordering::Acquire) & STOP != 0
     }
 
-    /// Marks `slot` outside, waking a collector that waits for it.
+    /// Marks `slot` outside, waking a collector that waits for it: a stop
+    /// (which waits for every call), or a wait for calls under way that
+    /// listed this one (`Slot::watched`). Only those: a ragged window's
+    /// wait woken by every call that ended meanwhile was woken hundreds of
+    /// times by the short calls of binary-trees at two threads, each wake
+    /// a system call and a switch on a mutator's CPU (`docs/perf-log.md`,
+    /// "GC threads that park at once"). Returns whether it woke one.
     #[inline]
-    pub(crate) fn leave(&self, slot: &Slot) {
+    pub(crate) fn leave(&self, slot: &Slot) -> bool {
         slot.set_outside();
         fence(Ordering::SeqCst);
-        if self.state.load(Ordering::Relaxed) != 0 {
+        let wake =
+            self.state.load(Ordering::Relaxed) & STOP != 0 || slot.watched.load(Ordering::Relaxed);
+        if wake {
             let _g = lock(&self.lock);
             self.left.notify_all();
         }
+        wake
     }
 
     /// The mutator of `slot` starts waiting for the collector outside
@@ -632,9 +650,9 @@ impl Handshake {
         slot.window_seq.store(seq, Ordering::Relaxed);
         fence(Ordering::SeqCst);
         if still_open() {
-            if self.state.load(Ordering::Relaxed) & WATCH != 0 {
-                // The start's wait, which may have listed this call as
-                // one that began before the mark, need not wait for it.
+            if slot.watched.load(Ordering::Relaxed) {
+                // The start's wait, which listed this call as one that
+                // began before the mark, need not wait for it.
                 let _g = lock(&self.lock);
                 self.left.notify_all();
             }
@@ -676,6 +694,30 @@ impl Handshake {
             .collect()
     }
 
+    /// Watches the slots of the calls of `listed` (`Slot::watched`), then
+    /// returns those still under way (`still`) after a fence: a call that
+    /// leaves, or confirms the window, after that read sees its slot
+    /// watched and wakes the waiter under the gate's mutex; one that did
+    /// before is not returned (Dekker; the loom model
+    /// `a_watched_call_that_leaves_wakes_the_wait_or_is_seen`).
+    fn watch<'s, S: AsRef<Slot>>(
+        &self,
+        slots: &'s [S],
+        listed: &[(usize, u64)],
+        still: impl Fn(&Slot, u64) -> bool,
+    ) -> Vec<(&'s Slot, u64)> {
+        for &(i, _) in listed {
+            slots[i].as_ref().watched.store(true, Ordering::Relaxed);
+        }
+        self.state.fetch_or(WATCH, Ordering::Relaxed);
+        fence(Ordering::SeqCst);
+        listed
+            .iter()
+            .map(|&(i, seq)| (slots[i].as_ref(), seq))
+            .filter(|&(s, seq)| still(s, seq))
+            .collect()
+    }
+
     /// Waits until each call of `listed` (from
     /// [`calls_under_way`](Self::calls_under_way) over the same `slots`,
     /// with the same `windowed`) has ended, or with `windowed` has taken
@@ -694,16 +736,7 @@ impl Handshake {
             s.seq.load(Ordering::Acquire) == seq
                 && (s.window_seq.load(Ordering::Acquire) == seq) == windowed
         };
-        // Before the fence: a call that leaves after our read of its
-        // sequence sees `WATCH` and wakes us; one that left before it is
-        // seen to have left, by the reads below or under the mutex.
-        self.state.fetch_or(WATCH, Ordering::Relaxed);
-        fence(Ordering::SeqCst);
-        let under_way: Vec<(&Slot, u64)> = listed
-            .iter()
-            .map(|&(i, seq)| (slots[i].as_ref(), seq))
-            .filter(|&(s, seq)| listed_still(s, seq))
-            .collect();
+        let under_way = self.watch(slots, listed, listed_still);
         if !under_way.is_empty() {
             let mut g = lock(&self.lock);
             let mut clock = GateClock::new(self.running_patience, self.unknown_verdict);
@@ -725,8 +758,9 @@ impl Handshake {
             };
             // What the hint says: for which oldest call, admitting whom.
             let mut told: Option<(u64, u64)> = None;
-            // A leave stores its sequence, fences, sees `WATCH` and
-            // notifies under the mutex: after this check, or it is seen.
+            // A leave stores its sequence, fences, sees its slot watched
+            // and notifies under the mutex: after this check, or it is
+            // seen.
             while let Some(after) = oldest() {
                 match told {
                     // Every mutator told: wait for a leave.
@@ -761,6 +795,9 @@ impl Handshake {
                 }
             }
             self.hint(u64::MAX);
+        }
+        for &(i, _) in listed {
+            slots[i].as_ref().watched.store(false, Ordering::Relaxed);
         }
         self.state.fetch_and(!WATCH, Ordering::Relaxed);
     }
@@ -933,6 +970,46 @@ mod handshake_model {
     use loom::sync::atomic::{AtomicBool, AtomicUsize};
     use loom::sync::Arc;
 
+    /// A call the collector waits for either is seen to have left by the
+    /// wait's first read (`watch`), or wakes the wait as it leaves: never
+    /// neither, which would leave the wait to its clock (1 ms, then
+    /// doubling). Storing the watch after the fence, or reading it before
+    /// the leave's, makes this fail.
+    #[test]
+    fn a_watched_call_that_leaves_wakes_the_wait_or_is_seen() {
+        loom::model(|| {
+            let hs = Arc::new(Handshake::default());
+            let slots = Arc::new([Slot::default()]);
+            hs.attach(&slots[0]);
+            hs.enter(&slots[0]);
+            let listed = hs.calls_under_way(&slots[..], false);
+            assert_eq!(listed.len(), 1);
+            let mutator = {
+                let (hs, slots) = (hs.clone(), slots.clone());
+                loom::thread::spawn(move || hs.leave(&slots[0]))
+            };
+            let seen = hs
+                .watch(&slots[..], &listed, |s, seq| {
+                    s.seq.load(Ordering::Acquire) == seq
+                })
+                .is_empty();
+            let woke = mutator.join().unwrap();
+            assert!(woke || seen, "a watched call left unseen and woke nobody");
+        });
+    }
+
+    /// A call that leaves while nothing waits for it wakes nobody.
+    #[test]
+    fn an_unwatched_call_wakes_nobody() {
+        loom::model(|| {
+            let hs = Handshake::default();
+            let slot = Slot::default();
+            hs.attach(&slot);
+            hs.enter(&slot);
+            assert!(!hs.leave(&slot));
+        });
+    }
+
     /// Two mutators enter and leave while the collector stops the world and
     /// resumes it: while stopped, no mutator is ever inside. (Dropping the
     /// fence in `enter`, or marking an admitted mutator inside after the
@@ -1055,7 +1132,7 @@ mod handshake_model {
     /// each reading the flag as it begins. Once the wait returns, no call
     /// that read the flag unset is still running: the collector's next
     /// store (tracing begins) is never seen by such a call. (Dropping the
-    /// fence in `wait_for_calls`, or setting `WATCH` after it, makes this
+    /// fence in `wait_for_calls`, or watching the slots after it, makes this
     /// fail: the first as a call the wait missed, the second as a lost
     /// wake-up, which loom reports as a deadlock.)
     #[test]

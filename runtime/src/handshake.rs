@@ -642,26 +642,42 @@ impl Handshake {
     /// must not count as a window call of the next one.
     /// The fence pairs with the one in
     /// [`calls_under_way`](Self::calls_under_way) (Dekker): a call that
-    /// the window's close does not list reads it closed here. Rare (calls
-    /// that begin while a mark waits for older ones); a take-back wakes
-    /// the end, which may be waiting for this call.
+    /// the window's close does not list reads it closed here. A
+    /// confirmation, or a take-back, wakes a wait that listed the call
+    /// (`Slot::watched`): the start's, for which it is not an old call
+    /// after all, or the end's, which need not wait for it.
     pub(crate) fn confirm_window(&self, slot: &Slot, still_open: impl FnOnce() -> bool) -> bool {
         let seq = slot.seq.load(Ordering::Relaxed);
         slot.window_seq.store(seq, Ordering::Relaxed);
         fence(Ordering::SeqCst);
         if still_open() {
-            if slot.watched.load(Ordering::Relaxed) {
-                // The start's wait, which listed this call as one that
-                // began before the mark, need not wait for it.
-                let _g = lock(&self.lock);
-                self.left.notify_all();
-            }
+            self.wake_if_watched(slot);
             return true;
         }
-        slot.window_seq.store(0, Ordering::Release);
-        let _g = lock(&self.lock);
-        self.left.notify_all();
+        self.take_back(slot);
         false
+    }
+
+    /// A window call takes back that it began in the window
+    /// ([`confirm_window`](Self::confirm_window)), waking the mark's end
+    /// if it listed the call. The fence pairs with the wait's
+    /// ([`watch`](Self::watch)): either the wait reads the call taken back,
+    /// or the call sees its slot watched. Returns whether it woke one.
+    fn take_back(&self, slot: &Slot) -> bool {
+        slot.window_seq.store(0, Ordering::Release);
+        fence(Ordering::SeqCst);
+        self.wake_if_watched(slot)
+    }
+
+    /// Wakes the wait that watches `slot`, if one does (after the caller's
+    /// fence); returns whether it did.
+    fn wake_if_watched(&self, slot: &Slot) -> bool {
+        let watched = slot.watched.load(Ordering::Relaxed);
+        if watched {
+            let _g = lock(&self.lock);
+            self.left.notify_all();
+        }
+        watched
     }
 
     /// The calls under way after a fence that follows the caller's last
@@ -995,6 +1011,37 @@ mod handshake_model {
                 .is_empty();
             let woke = mutator.join().unwrap();
             assert!(woke || seen, "a watched call left unseen and woke nobody");
+        });
+    }
+
+    /// The same for a window call that takes back that it began in the
+    /// window while the mark's end watches it (`take_back`): the end sees
+    /// it taken back, or is woken. Taking the fence out of `take_back`
+    /// makes this fail.
+    #[test]
+    fn a_watched_take_back_wakes_the_wait_or_is_seen() {
+        loom::model(|| {
+            let hs = Arc::new(Handshake::default());
+            let slots = Arc::new([Slot::default()]);
+            hs.attach(&slots[0]);
+            hs.enter(&slots[0]);
+            assert!(hs.confirm_window(&slots[0], || true));
+            let listed = hs.calls_under_way(&slots[..], true);
+            assert_eq!(listed.len(), 1);
+            let mutator = {
+                let (hs, slots) = (hs.clone(), slots.clone());
+                loom::thread::spawn(move || hs.take_back(&slots[0]))
+            };
+            let seen = hs
+                .watch(&slots[..], &listed, |s, seq| {
+                    s.window_seq.load(Ordering::Acquire) == seq
+                })
+                .is_empty();
+            let woke = mutator.join().unwrap();
+            assert!(
+                woke || seen,
+                "a watched take-back went unseen and woke nobody"
+            );
         });
     }
 

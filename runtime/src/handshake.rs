@@ -345,10 +345,10 @@ fn wait_for<'a>(_: &Condvar, g: MutexGuard<'a, Gate>, _: Duration) -> (MutexGuar
 /// gate (or sets the hint). One per stop or wait; both waits use it the
 /// same way: [`wait`](Self::wait) until a look is due, then
 /// [`admits`](Self::admits), which says whom the gate lets in now, if
-/// anyone. The clock is the clock's, not a quiet timeout: a condition variable's
-/// timed wait is woken by every mutator that leaves a call under a stop
-/// (or a watched call, `Slot::watched`), so a timeout alone never comes
-/// while other mutators come and go.
+/// anyone. The clock is the clock's, not a quiet timeout: a stop's timed
+/// wait is woken by every mutator that leaves a call, so a timeout alone
+/// never comes while other mutators come and go (a ragged wait is woken
+/// only by the calls it listed, `Slot::watched`).
 struct GateClock {
     /// How long a wait lasts before the first look: [`PATIENCE`],
     /// doubling each time the gate opens, up to a second.
@@ -723,7 +723,10 @@ impl Handshake {
         still: impl Fn(&Slot, u64) -> bool,
     ) -> Vec<(&'s Slot, u64)> {
         for &(i, _) in listed {
-            slots[i].as_ref().watched.store(true, Ordering::Relaxed);
+            // One such wait at a time per handshake (the coordinator's, one
+            // cycle after another): its end clears what it set.
+            let was = slots[i].as_ref().watched.swap(true, Ordering::Relaxed);
+            debug_assert!(!was, "loam: two waits watch one call");
         }
         self.state.fetch_or(WATCH, Ordering::Relaxed);
         fence(Ordering::SeqCst);

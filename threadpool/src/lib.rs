@@ -45,8 +45,9 @@
 //! 1. A thief ran `b`, stored its result and set its latch.
 //! 2. Meanwhile the waiter runs other jobs (own deque, inbox, a random peer,
 //!    the injector; a peer whose deque holds 64 jobs or more, as a spawn loop
-//!    leaves it, is robbed in a batch); after 32 fruitless rounds it parks on
-//!    the latch, and the thief's `set` wakes it.
+//!    leaves it, is robbed in a batch); after `idle_spins` fruitless rounds
+//!    (32 by default, `ThreadPoolBuilder::idle_spins`) it parks on the
+//!    latch, and the thief's `set` wakes it.
 //! 3. From outside the pool (`install`, or `join`/`scope` with no current
 //!    pool), the call is wrapped in a `StackJob`, injected, and the thread
 //!    blocks on a thread-local `LockLatch`. From a worker of another pool, the

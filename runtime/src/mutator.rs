@@ -2062,6 +2062,22 @@ mod tests {
         assert_eq!(s.held_at_safepoint, ms(5));
     }
 
+    /// Returns once thread `tid` of this process sleeps (`S` in its
+    /// `/proc` stat): a test's lock holder waits for the mutator to block
+    /// on the lock before it lets go.
+    #[cfg(target_os = "linux")]
+    fn until_asleep(tid: u32) {
+        let stat = format!("/proc/self/task/{tid}/stat");
+        while !std::fs::read_to_string(&stat)
+            .unwrap()
+            .rsplit(')')
+            .next()
+            .is_some_and(|rest| rest.trim_start().starts_with('S'))
+        {
+            std::thread::yield_now();
+        }
+    }
+
     /// A look for assist work that waited is a hold, though it found no
     /// mark to help: here it waits on the offer's lock, which the test
     /// holds until the mutator's thread sleeps on it, and 2 ms more.
@@ -2078,15 +2094,7 @@ mod tests {
         let holder = std::thread::spawn(move || {
             let offer = handle.shared.assist.lock();
             ready.send(()).unwrap();
-            let stat = format!("/proc/self/task/{tid}/stat");
-            while !std::fs::read_to_string(&stat)
-                .unwrap()
-                .rsplit(')')
-                .next()
-                .is_some_and(|rest| rest.trim_start().starts_with('S'))
-            {
-                std::thread::yield_now();
-            }
+            until_asleep(tid);
             std::thread::sleep(ms(2));
             drop(offer);
         });
@@ -2123,15 +2131,7 @@ mod tests {
             let table = me.roots.alloc.lock();
             ready.send(()).unwrap();
             // Until the mutator's thread sleeps (on the table's lock).
-            let stat = format!("/proc/self/task/{tid}/stat");
-            while !std::fs::read_to_string(&stat)
-                .unwrap()
-                .rsplit(')')
-                .next()
-                .is_some_and(|rest| rest.trim_start().starts_with('S'))
-            {
-                std::thread::yield_now();
-            }
+            until_asleep(tid);
             drop(table);
         });
         go.recv().unwrap();

@@ -541,7 +541,8 @@ impl Handshake {
     /// wait woken by every call that ended meanwhile was woken hundreds of
     /// times by the short calls of binary-trees at two threads, each wake
     /// a system call and a switch on a mutator's CPU (`docs/perf-log.md`,
-    /// "GC threads that park at once"). Returns whether it woke one.
+    /// "... ragged waits woken by their own calls"). Returns whether it
+    /// woke one.
     #[inline]
     pub(crate) fn leave(&self, slot: &Slot) -> bool {
         slot.set_outside();

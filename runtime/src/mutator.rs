@@ -1382,8 +1382,9 @@ impl Mutator {
             return;
         }
         let shared = self.shared();
-        // The look at the offer is part of the hold: its lock's holder can
-        // lose its CPU.
+        // The look at the offer is part of the hold, and of the slice: its
+        // lock's holder can lose its CPU, and a look held up that long
+        // leaves the slice less time to trace (the rest carries).
         let start = Instant::now();
         let (worked, left) = match crate::mark::offered(&shared.assist) {
             // Between the mark's rounds, or at its end: paced debt is kept

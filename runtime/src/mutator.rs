@@ -1386,39 +1386,45 @@ impl Mutator {
         // lock's holder can lose its CPU, and a look held up that long
         // leaves the slice less time to trace (the rest carries).
         let start = Instant::now();
-        let (worked, left) = match crate::mark::offered(&shared.assist) {
-            // Between the mark's rounds, or at its end: paced debt is kept
-            // for the next round, or this call's successor (`pace`); a new
-            // mark starts from none (`owed`).
-            None => (false, if paced { debt } else { 0 }),
-            Some(share) => {
-                let end = start + if paced { PACED_SLICE } else { ASSIST_SLICE };
-                // Inside a `mutate` call (allocation happens only there) of
-                // the runtime whose mark `share` is, with its gray queue.
-                // SAFETY: as just said.
-                let (m, worked) = unsafe { crate::mark::assist(&shared.space, &share, &shared.gray, debt, end) };
-                shared.saw_live(m.bytes);
-                let left = debt.saturating_sub(m.work);
-                (
-                    worked,
-                    if paced {
-                        // Owed in full: the next chunk, or the next call's
-                        // pacing, pays it (or waits for the cycle, if the GC
-                        // threads hold the mark's rest).
-                        left
-                    } else if Instant::now() < end {
-                        0
-                    } else {
-                        left.min(4 * CHUNK)
-                    },
-                )
-            }
-        };
+        let slice = if paced { PACED_SLICE } else { ASSIST_SLICE };
+        // What the slice traced: `None` between the mark's rounds, or at
+        // its end.
+        let traced = crate::mark::offered(&shared.assist).map(|share| {
+            // Inside a `mutate` call (allocation happens only there) of the
+            // runtime whose mark `share` is, with its gray queue.
+            // SAFETY: as just said.
+            let (m, worked) = unsafe { crate::mark::assist(&shared.space, &share, &shared.gray, debt, start + slice) };
+            shared.saw_live(m.bytes);
+            (m.work, worked)
+        });
         let took = start.elapsed();
-        if counts_as_hold(worked, took) {
+        if counts_as_hold(traced.is_some_and(|(_, worked)| worked), took) {
             self.held(Hold::Assist, took);
         }
-        self.assist_debt.set(left);
+        self.assist_debt.set(match traced {
+            // Paced debt is kept for the mark's next round, or this call's
+            // successor (`pace`); a new mark starts from none (`owed`).
+            None => {
+                if paced {
+                    debt
+                } else {
+                    0
+                }
+            }
+            Some((work, _)) => {
+                let left = debt.saturating_sub(work);
+                if paced {
+                    // Owed in full: the next chunk, or the next call's
+                    // pacing, pays it (or waits for the cycle, if the GC
+                    // threads hold the mark's rest).
+                    left
+                } else if took < slice {
+                    0
+                } else {
+                    left.min(4 * CHUNK)
+                }
+            }
+        });
     }
 
     /// The marking debt this mutator owes the mark under way: none if it

@@ -1394,7 +1394,7 @@ impl<'gc, T: CellValue + Trace + 'gc> GcList<'gc, T> {
     /// No code run while the writer lives changes this list but through
     /// the writer (a `push` that did would take `WriterLock::try_lock_leaf`'s
     /// fast path while the writer holds the lock).
-    pub(crate) unsafe fn writer_of_fresh<'a>(&'a self, mc: &'a Mutation<'gc>) -> ListWriter<'a, 'gc, T> {
+    unsafe fn writer_of_fresh<'a>(&'a self, mc: &'a Mutation<'gc>) -> ListWriter<'a, 'gc, T> {
         // SAFETY: no code the writer's holder runs reaches this list (the
         // caller vouches), so none of it can re-enter.
         unsafe { ListWriter::new(self, mc) }

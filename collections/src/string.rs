@@ -199,22 +199,20 @@ impl<'gc> GcString<'gc> {
         Self::try_pieces(mc, self.as_str().split(sep))
     }
 
-    /// A list of new strings of `pieces`, or the first heap-limit `Err`.
+    /// A list of new strings of `pieces`, or the first heap-limit `Err`:
+    /// the list's own `try_from_iter` (one writer, runs of slots), ended
+    /// at the first string the limit refuses.
     fn try_pieces<'s>(
         mc: &Mutation<'gc>,
         pieces: impl Iterator<Item = &'s str>,
     ) -> Result<GcList<'gc, GcString<'gc>>, AllocError<()>> {
-        let list = GcList::try_new(mc)?;
-        // One writer: the lock taken once, not per piece. The list was
-        // made just above, and `pieces` (a `str` iterator) cannot reach it.
-        // SAFETY: as just said.
-        let w = unsafe { list.writer_of_fresh(mc) };
-        for p in pieces {
-            let piece = GcString::try_new(mc, p)?;
-            w.try_push(piece).map_err(|e| e.map(drop))?;
+        let mut refused = None;
+        let strings = pieces.map_while(|p| GcString::try_new(mc, p).map_err(|e| refused = Some(e)).ok());
+        let list = GcList::try_from_iter(mc, strings)?;
+        match refused {
+            Some(e) => Err(e),
+            None => Ok(list),
         }
-        drop(w);
-        Ok(list)
     }
 
     /// The text without leading and trailing whitespace (this string itself

@@ -509,6 +509,12 @@ proptest! {
                     assert_eq!(parts, want.split(';').collect::<Vec<_>>());
                     let parts: Vec<String> = s.split_str(mc, "=;").iter().map(|p| p.to_string()).collect();
                     assert_eq!(parts, want.split("=;").collect::<Vec<_>>());
+                    // The `try_` forms build their lists another way.
+                    let parts: Vec<String> = s.try_split(mc, ';').unwrap().iter().map(|p| p.to_string()).collect();
+                    assert_eq!(parts, want.split(';').collect::<Vec<_>>());
+                    let parts: Vec<String> =
+                        s.try_split_str(mc, "=;").unwrap().iter().map(|p| p.to_string()).collect();
+                    assert_eq!(parts, want.split("=;").collect::<Vec<_>>());
                     if let Some(i) = want.find('=') {
                         assert_eq!(s.substring(mc, ..i), &want[..i]);
                         assert_eq!(s.substring(mc, i + 1..), &want[i + 1..]);

@@ -8,11 +8,11 @@
 //! block's segment was adopted meanwhile, forwards it to the new owner. Each
 //! block is on exactly one list at every moment, so none is lost or freed twice.
 //!
-//! Lock order: the fallback heap's lock, then the orphan lock, then the
-//! free-segment cache's lock (a tidy gives its wholly free segments there)
-//! or the segment registry lock (releasing a segment while draining an
-//! orphan). Nothing takes them the other way, and the cache's lock is
-//! never held while another is taken.
+//! Lock order: the fallback heap's lock, then the orphan lock or the lent
+//! lock (`lend.rs`; never both), then the free-segment cache's lock (a
+//! tidy gives its wholly free segments there) or the segment registry lock
+//! (releasing a segment while draining an orphan). Nothing takes them the
+//! other way, and the cache's lock is never held while another is taken.
 
 use crate::local_heap::LocalHeap;
 use crate::spin::SpinLock;

@@ -11,11 +11,21 @@ use std::ptr;
 /// heap and frees are remote. Never a valid heap address.
 pub(crate) const EXITED: usize = 1;
 
+/// `HEAP` while the thread's heap is lent (`lend.rs`; the heap is in
+/// `LENT_HEAP`): frees are remote, and an allocation takes the heap back
+/// first (`alloc_while_lent`, [`thread_init`]). Never a valid heap address.
+pub(crate) const LENT: usize = 2;
+
 thread_local! {
-    /// This thread's heap: null before first use, `EXITED` after exit.
-    /// Const-initialized and without `Drop`, so reading it never allocates
-    /// nor registers anything.
+    /// This thread's heap: null before first use, `EXITED` after exit,
+    /// `LENT` while lent. Const-initialized and without `Drop`, so reading
+    /// it never allocates nor registers anything.
     static HEAP: Cell<*mut LocalHeap> = const { Cell::new(ptr::null_mut()) };
+    /// The heap this thread lent, while `HEAP` is `LENT`.
+    static LENT_HEAP: Cell<*mut LocalHeap> = const { Cell::new(ptr::null_mut()) };
+    /// Allocated bits this thread was handed ([`crate::alloc_object`])
+    /// and has not set yet: while any is out, the thread lends no heap.
+    static UNSET_BITS: Cell<usize> = const { Cell::new(0) };
     /// Its `Drop` is the thread-exit hook that abandons the heap.
     static EXIT_HOOK: ExitHook = const { ExitHook };
 }
@@ -24,8 +34,11 @@ struct ExitHook;
 
 impl Drop for ExitHook {
     fn drop(&mut self) {
+        // A thread that ends inside `lend` (its closure never returned:
+        // `pthread_exit`) takes its heap back to abandon it.
+        take_back_lent();
         let heap = HEAP.with(|h| h.replace(EXITED as *mut LocalHeap));
-        if heap as usize > EXITED {
+        if is_live(heap) {
             // SAFETY: the heap was this thread's, and `HEAP` no longer
             // names it, so this thread will never touch it again.
             unsafe { crate::abandon::abandon(heap) };
@@ -33,16 +46,85 @@ impl Drop for ExitHook {
     }
 }
 
-/// The calling thread's heap, or null/`EXITED`.
+/// The calling thread's heap, or null/`EXITED`/`LENT`.
 #[inline(always)]
 pub(crate) fn current_heap() -> *mut LocalHeap {
     HEAP.with(Cell::get)
 }
 
+/// The calling thread's heap, taken back first if the thread lent it (for
+/// the entry points that act on a thread's own heap), or null/`EXITED`.
+#[inline]
+pub(crate) fn settled_heap() -> *mut LocalHeap {
+    let heap = current_heap();
+    if heap as usize != LENT {
+        return heap;
+    }
+    take_back_lent();
+    current_heap()
+}
+
 /// Whether `heap` (from [`current_heap`]) is a usable heap.
 #[inline(always)]
 pub(crate) fn is_live(heap: *mut LocalHeap) -> bool {
-    heap as usize > EXITED
+    heap as usize > LENT
+}
+
+/// Counts an allocated bit handed out to this thread's caller.
+#[inline(always)]
+pub(crate) fn bit_out() {
+    UNSET_BITS.with(|c| c.set(c.get().wrapping_add(1)));
+}
+
+/// Counts an allocated bit set (one [`bit_out`] counted).
+#[inline(always)]
+pub(crate) fn bit_in() {
+    UNSET_BITS.with(|c| c.set(c.get().wrapping_sub(1)));
+}
+
+/// Whether this thread holds an allocated bit it has not set: the block's
+/// allocated word is its heap's owner's to write without a
+/// read-modify-write, so the heap is lent to no other thread meanwhile
+/// (a borrower's drain or allocation would race the `set`).
+pub(crate) fn bits_out() -> bool {
+    UNSET_BITS.with(Cell::get) != 0
+}
+
+/// Lends the calling thread's heap (`lend.rs`), if it has one, has not
+/// lent it already and holds no allocated bit unset: returns whether it
+/// did. Until [`take_back_lent`], the thread's frees are remote and its
+/// allocations take the heap back first.
+///
+/// # Safety
+/// Nothing on the calling thread holds a reference into its heap (no
+/// heap method is under way on this thread).
+pub(crate) unsafe fn lend_current() -> bool {
+    let heap = current_heap();
+    if !is_live(heap) || bits_out() {
+        return false;
+    }
+    // `HEAP` first, so that nothing of this thread's reaches the heap once
+    // it is listed.
+    LENT_HEAP.with(|h| h.set(heap));
+    HEAP.with(|h| h.set(LENT as *mut LocalHeap));
+    // SAFETY: the heap is this thread's, no reference into it is live
+    // (caller), and `HEAP` no longer names it.
+    unsafe { crate::lend::list(heap) };
+    true
+}
+
+/// Takes back the heap this thread lent, if it lent one (waiting for a
+/// thread that borrows it): `HEAP` names it again.
+#[cold]
+pub(crate) fn take_back_lent() {
+    if current_heap() as usize != LENT {
+        return;
+    }
+    let heap = LENT_HEAP.with(|h| h.replace(ptr::null_mut()));
+    // SAFETY: `HEAP` is `LENT` only between `lend_current`, which listed
+    // `LENT_HEAP`'s heap, and here.
+    unsafe { crate::lend::withdraw(heap) };
+    HEAP.with(|h| h.set(heap));
 }
 
 /// Allocates `size` bytes aligned to `align` (a power of two); null when out
@@ -166,6 +248,9 @@ unsafe impl Send for FallbackHeap {}
 #[cold]
 #[inline(never)]
 fn alloc_cold(size: usize, align: usize) -> *mut u8 {
+    if current_heap() as usize == LENT {
+        return alloc_while_lent(size, align);
+    }
     if let Some(heap) = thread_init() {
         // SAFETY: the heap was just installed for this thread.
         return unsafe { (*heap).alloc_general(size, align) };
@@ -174,6 +259,21 @@ fn alloc_cold(size: usize, align: usize) -> *mut u8 {
         .fallback_allocs
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     with_fallback(|heap| heap.alloc_general(size, align)).unwrap_or(ptr::null_mut())
+}
+
+/// A plain allocation of a thread whose heap is lent (`lend.rs`): takes
+/// the heap back for it and lends it again. A waiting thread allocates a
+/// little (a thread's spawn, a channel's node); taken back for good at
+/// the first, the heap was lent only until then.
+#[cold]
+#[inline(never)]
+fn alloc_while_lent(size: usize, align: usize) -> *mut u8 {
+    take_back_lent();
+    let p = alloc(size, align);
+    // SAFETY: the allocation has returned: no reference into the heap is
+    // live on this thread.
+    unsafe { lend_current() };
+    p
 }
 
 /// Runs `f` on the fallback heap under its lock (creating it on first use).
@@ -220,8 +320,13 @@ pub(crate) fn thread_init_for_free() -> Option<*mut LocalHeap> {
 }
 
 fn thread_init_with(take_orphan: bool) -> Option<*mut LocalHeap> {
-    if current_heap() as usize == EXITED {
-        return None;
+    match current_heap() as usize {
+        EXITED => return None,
+        LENT => {
+            take_back_lent();
+            return Some(current_heap());
+        }
+        _ => {}
     }
     crate::fork::install();
     let orphan = if take_orphan {

@@ -2,7 +2,7 @@
 //!
 //! A child has one thread, the one that forked; every lock another thread
 //! held at that instant stays held in the child for ever. The heap's global
-//! spin locks (the orphan list, the fallback heap, the cache of free
+//! spin locks (the orphan list, the lent list, the fallback heap, the cache of free
 //! segments, the segment registry, the huge-segment cache, the spans
 //! aligned past a segment) are taken around `fork` by `pthread_atfork`
 //! handlers, in the order the heap nests them (the fallback heap's lock is
@@ -56,6 +56,7 @@ extern "C" fn prepare() {
     crate::options::init();
     crate::alloc::FALLBACK.lock_for_fork();
     crate::abandon::ORPHANS.lock_for_fork();
+    crate::lend::LENT.lock_for_fork();
     crate::segment_cache::SEGMENT_CACHE.lock_for_fork();
     crate::segment::REGISTRY.lock_for_fork();
     crate::segment::HUGE_CACHE.lock_for_fork();
@@ -81,6 +82,7 @@ extern "C" fn release() {
         crate::segment::HUGE_CACHE.unlock_after_fork();
         crate::segment::REGISTRY.unlock_after_fork();
         crate::segment_cache::SEGMENT_CACHE.unlock_after_fork();
+        crate::lend::LENT.unlock_after_fork();
         crate::abandon::ORPHANS.unlock_after_fork();
         crate::alloc::FALLBACK.unlock_after_fork();
     }

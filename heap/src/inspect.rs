@@ -2,7 +2,6 @@
 //! iteration over every page, so a collector can mark and sweep with no second
 //! object table.
 
-use crate::alloc::current_heap;
 use crate::page::{Page, PageState};
 use crate::segment::{
     self, Segment, HEADER_SLICES, MARK_BYTES_PER_SLICE, PENDING_BYTES_PER_SLICE, SLICES, SLICE_SHIFT,
@@ -669,7 +668,10 @@ impl AllocatedBit {
     /// Sets the allocated bit (publishing the block: it is white, its mark
     /// bit untouched). The store is a release: a sweeper that sees the
     /// allocated bit (acquire) sees every write made to the block before.
-    /// Call it on the thread that allocated the block.
+    /// Call it on the thread that allocated the block. Until then the
+    /// thread lends its heap to no other ([`crate::lend`] only hands
+    /// over), and a bit dropped without being set keeps it from lending
+    /// for good.
     ///
     /// (There is no "allocate black" here: with sticky marks a block marked
     /// at allocation counts as old, which turned every later cycle full in
@@ -680,7 +682,23 @@ impl AllocatedBit {
         // while the block is allocated (the caller holds it).
         unsafe {
             // Only the owning thread writes allocated words (the run drain
-            // clears them), so a load and a store suffice.
+            // clears them), so a load and a store suffice. Its heap is lent
+            // to no other thread while the bit is out (`alloc::bits_out`).
+            let w = (*self.alloc).load(Ordering::Relaxed);
+            (*self.alloc).store(w | self.bit, Ordering::Release);
+        }
+        crate::alloc::bit_in();
+    }
+
+    /// [`set`](Self::set) for a bit from [`alloc_object_in_unlendable`],
+    /// which its thread did not count as out. (On a counted bit its thread
+    /// keeps counting it, and lends its heap no more: safe, but
+    /// [`alloc_object_in_unlendable`]'s contract is to set its bits so, and
+    /// only its bits.)
+    #[inline(always)]
+    pub fn set_uncounted(self) {
+        // SAFETY: as in `set`.
+        unsafe {
             let w = (*self.alloc).load(Ordering::Relaxed);
             (*self.alloc).store(w | self.bit, Ordering::Release);
         }
@@ -904,6 +922,7 @@ pub fn alloc_object(size: usize, align: usize, flags: u8, tag: u16) -> (*mut u8,
             (*page).set_user_flags(flags);
         }
         (*page).note_user_tag(tag);
+        crate::alloc::bit_out();
         (p, Some(AllocatedBit::of(page, p)))
     }
 }
@@ -983,6 +1002,49 @@ impl ObjectClass {
 /// with no class lookup and no division; anything else goes out of line.
 #[inline(always)]
 pub fn alloc_object_in(class: ObjectClass, flags: u8, tag: u16) -> (*mut u8, Option<AllocatedBit>) {
+    let got = alloc_object_in_uncounted(class, flags, tag);
+    if got.1.is_some() {
+        crate::alloc::bit_out();
+    }
+    got
+}
+
+/// [`alloc_object_in`] for a caller that sets the bit with
+/// [`AllocatedBit::set_uncounted`] before anything else runs on its
+/// thread: the bit is not counted among those its thread holds unset
+/// (which keep the thread from lending its heap, [`crate::lend`]), which
+/// saves a collector's allocation path two thread-local updates.
+///
+/// # Safety
+/// The bit is set with [`AllocatedBit::set_uncounted`] (`set` would take
+/// another bit off the count), and nothing that lends the calling thread's
+/// heap ([`crate::lend`], loam's `Mutator::blocking`) runs on this thread
+/// between this call and that set: another thread could then write the
+/// bit's word alongside it.
+///
+/// # Examples
+/// ```
+/// let class = loam_heap::ObjectClass::of(24, 8).unwrap();
+/// // SAFETY: the bit is set at once.
+/// let (p, bit) = unsafe { loam_heap::alloc_object_in_unlendable(class, 0, 0) };
+/// assert!(!p.is_null());
+/// // SAFETY: a fresh 24-byte block.
+/// unsafe { p.cast::<u64>().write(7) };
+/// bit.unwrap().set_uncounted();
+/// # // Leaked: a block with its allocated bit set goes back through a page run.
+/// ```
+#[inline(always)]
+pub unsafe fn alloc_object_in_unlendable(
+    class: ObjectClass,
+    flags: u8,
+    tag: u16,
+) -> (*mut u8, Option<AllocatedBit>) {
+    alloc_object_in_uncounted(class, flags, tag)
+}
+
+/// [`alloc_object_in`] without counting the bit.
+#[inline(always)]
+fn alloc_object_in_uncounted(class: ObjectClass, flags: u8, tag: u16) -> (*mut u8, Option<AllocatedBit>) {
     let (p, page) = match crate::alloc::alloc_class_fast(class.class) {
         Some(hit) => hit,
         None => {
@@ -1073,7 +1135,7 @@ impl PageInfo {
 /// drop(b);
 /// ```
 pub fn for_each_local_page(mut f: impl FnMut(PageInfo)) {
-    let heap = current_heap();
+    let heap = crate::alloc::settled_heap();
     if !crate::alloc::is_live(heap) {
         return;
     }

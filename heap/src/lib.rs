@@ -211,6 +211,7 @@ not_under_loom! {
     mod global_alloc;
     mod guard;
     mod inspect;
+    mod lend;
     mod local_heap;
     mod options;
     mod os;
@@ -227,8 +228,9 @@ not_under_loom! {
     pub use batch::{FreeBatch, HeldRun};
     pub use global_alloc::{good_size, usable_size, LoamAlloc};
     pub use inspect::{
-        alloc_object, alloc_object_in, for_each_local_page, for_each_page, mark_block, mark_blocks,
-        AllocatedBit, ObjectClass, PageInfo, PageRef, RUN_PENDING, TAG_MIXED,
+        alloc_object, alloc_object_in, alloc_object_in_unlendable, for_each_local_page,
+        for_each_page, mark_block, mark_blocks, AllocatedBit, ObjectClass, PageInfo, PageRef,
+        RUN_PENDING, TAG_MIXED,
     };
     pub use seal::SealEpoch;
     pub use options::{
@@ -272,7 +274,8 @@ pub(crate) fn fatal(msg: &str) -> ! {
 /// when they fill, on this thread's allocation slow path, and at thread exit.
 /// An allocating thread also keeps the small blocks it freed lately for its
 /// own next allocations (`thread_cache.rs`), for up to about a purge delay.
-/// Call this when a thread that freed blocks is about to idle.
+/// Call this when a thread that freed blocks is about to idle. (A thread
+/// whose heap is lent, [`lend`], sends its frees at once and keeps none.)
 ///
 /// # Examples
 /// ```
@@ -314,7 +317,9 @@ pub fn thread_heap_exited() -> bool {
 /// their frees gather): one relaxed load when there are none. A
 /// collector's mutator calls it between steps, so that the blocks its
 /// sweeper freed are reused soon (a page whose run is out is swept all the
-/// same: its blocks are pending, see [`PageRef::pending_words`]).
+/// same: its blocks are pending, see [`PageRef::pending_words`]). A thread
+/// whose heap is lent ([`lend`]) leaves them to the threads that borrow
+/// it.
 ///
 /// # Examples
 /// ```
@@ -351,8 +356,8 @@ pub fn drain_orphans() {
 
 /// Gives back everything that can be given back, now: sends this thread's
 /// pending remote frees, drains its remote queue, drains the queues of exited
-/// threads' heaps, releases empty pages and decommits free memory without
-/// waiting for the purge delay.
+/// threads' heaps and of lent ones ([`lend`]), releases empty pages and
+/// decommits free memory without waiting for the purge delay.
 ///
 /// The heap does this on its own as it runs; call `collect` when a thread
 /// goes idle after freeing much, so that the process's resident size falls
@@ -390,6 +395,7 @@ pub fn collect() {
         if alloc::fallback_exists() {
             drained += alloc::with_fallback(|h| h.tidy(true)).unwrap_or(0);
         }
+        lend::for_each_lent(|h| drained += h.tidy(true));
         if drained == 0 {
             break;
         }
@@ -422,7 +428,7 @@ pub fn collect() {
 /// ```
 #[cfg(not(loom))]
 pub fn release() {
-    let heap = alloc::current_heap();
+    let heap = alloc::settled_heap();
     if alloc::is_live(heap) {
         // SAFETY: the calling thread's own heap.
         unsafe { (*heap).tidy(true) };
@@ -460,11 +466,84 @@ pub fn release() {
 /// ```
 #[cfg(not(loom))]
 pub fn hand_over() {
-    let heap = alloc::current_heap();
+    let heap = alloc::settled_heap();
     if alloc::is_live(heap) {
         // SAFETY: the calling thread's own heap.
         unsafe { (*heap).hand_over() };
     }
+}
+
+/// Lends the calling thread's heap to the other threads while `f` runs,
+/// for a thread that waits for them. It first hands over what the heap
+/// holds freed, as [`hand_over`] does, but decommits nothing. While `f`
+/// runs, a thread that would map memory drains what was freed to the heap
+/// meanwhile (a collector's sweeps, other threads' frees) and takes the
+/// segments that leaves wholly free, or, if none, all the heap's segments,
+/// as it takes an exited thread's. Once the heap has been lent as long as
+/// the process-wide cache keeps a segment (ten purge delays, at most a
+/// second), [`trim`] drains it too and decommits its slices idle that
+/// long. loam's `Mutator::blocking` calls it.
+///
+/// The thread takes its heap back when `f` returns or unwinds, waiting if
+/// another thread is tidying it then; wherever its memory went, it then
+/// takes more as a new thread does, and its frees of blocks left in
+/// segments another heap took are remote. Inside `f`, a plain allocation
+/// takes the heap back for its time and lends it again, a collector's
+/// object ([`alloc_object`]) takes it back until `f` returns, and a free
+/// goes to the heap's queue, as another thread's would. A thread that
+/// holds an [`AllocatedBit`] it has not set lends nothing (the bit's word
+/// is its heap's alone to write): it only hands over, as [`hand_over`].
+///
+/// # Examples
+/// ```
+/// # #[global_allocator] static A: loam_heap::LoamAlloc = loam_heap::LoamAlloc;
+/// use std::sync::mpsc;
+/// // Nothing goes back to the OS while the threads run.
+/// loam_heap::set_purge_delay(std::time::Duration::from_secs(3600));
+/// let (tx, rx) = mpsc::channel();
+/// let freer = std::thread::spawn(move || {
+///     let blocks: Vec<Box<[u8; 64]>> = rx.recv().unwrap();
+///     drop(blocks); // sent back to the lending thread's heap
+/// });
+/// let blocks: Vec<Box<[u8; 64]>> = (0..100_000).map(|_| Box::new([1; 64])).collect();
+/// let mapped = loam_heap::stats().segments_mapped_total;
+/// loam_heap::lend(|| {
+///     tx.send(blocks).unwrap();
+///     freer.join().unwrap();
+///     // Another thread needs memory: it takes the segments the frees
+///     // emptied in the lent heap instead of mapping its own.
+///     std::thread::spawn(|| drop(vec![[0u8; 64]; 10_000])).join().unwrap();
+/// });
+/// assert_eq!(loam_heap::stats().segments_mapped_total, mapped);
+/// ```
+#[cfg(not(loom))]
+pub fn lend<R>(f: impl FnOnce() -> R) -> R {
+    /// Takes the heap back when `f` returns or unwinds.
+    struct TakeBack;
+    impl Drop for TakeBack {
+        fn drop(&mut self) {
+            alloc::take_back_lent();
+        }
+    }
+    let heap = alloc::current_heap();
+    if !alloc::is_live(heap) {
+        return f();
+    }
+    // SAFETY: the calling thread's own heap, no method of which is under
+    // way: lending it needs no reference into it to be live.
+    let lent = unsafe {
+        if alloc::bits_out() {
+            // A block's allocated bit is out ([`AllocatedBit::set`]): its
+            // word is this thread's alone to write until it is set.
+            (*heap).hand_over();
+            false
+        } else {
+            (*heap).give_back();
+            alloc::lend_current()
+        }
+    };
+    let _back = lent.then_some(TakeBack);
+    f()
 }
 
 /// Gives back to the OS what the process-wide caches have held past their
@@ -472,7 +551,10 @@ pub fn hand_over() {
 /// they went idle ([`hand_over`]) or exited, which wait for another
 /// thread's need for ten purge delays (at most a second, or one purge
 /// delay if that is longer) from their last
-/// free, and freed huge mappings, which wait for one purge delay. Heaps do
+/// free, and freed huge mappings, which wait for one purge delay; and the
+/// heaps lent that long by threads waiting in [`lend`], which it drains,
+/// whose wholly free segments it caches and whose free slices idle that
+/// long it decommits. Heaps do
 /// this on their own slow paths that purge; a program whose threads may
 /// all sit idle calls it so that the memory still goes back (loam's
 /// garbage collector does, after each cycle and `Mutator::blocking`).
@@ -490,11 +572,13 @@ pub fn hand_over() {
 /// ```
 #[cfg(not(loom))]
 pub fn trim() -> Option<std::time::Duration> {
+    let lent = lend::tidy_lent();
     let segments = segment_cache::expire(false);
     let huge = segment::expire_huge_cache();
     segments
         .into_iter()
         .chain(huge)
+        .chain(lent)
         .min()
         .map(std::time::Duration::from_millis)
 }
@@ -504,7 +588,7 @@ pub fn trim() -> Option<std::time::Duration> {
 /// metadata: for tests and debugging.
 #[cfg(not(loom))]
 pub fn assert_valid() {
-    let heap = alloc::current_heap();
+    let heap = alloc::settled_heap();
     if alloc::is_live(heap) {
         // SAFETY: the calling thread's own heap.
         unsafe { (*heap).assert_valid() };

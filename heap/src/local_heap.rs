@@ -70,6 +70,10 @@ pub(crate) struct LocalHeap {
     pub(crate) page_count: usize,
     /// Next heap on the orphan list (under the orphan lock).
     pub(crate) orphan_next: *mut LocalHeap,
+    /// Next heap on the lent list (under the lent lock, `lend.rs`).
+    pub(crate) lent_next: *mut LocalHeap,
+    /// When the heap was last lent (`os::now_ms`; under the lent lock).
+    pub(crate) lent_at_ms: u64,
     /// Next heap ever created (written once before publication).
     pub(crate) all_next: *mut LocalHeap,
     /// Whether `page_alloc` may adopt exited threads' segments: not the
@@ -123,6 +127,8 @@ impl LocalHeap {
                 slow_count: 0,
                 page_count: 0,
                 orphan_next: ptr::null_mut(),
+                lent_next: ptr::null_mut(),
+                lent_at_ms: 0,
                 all_next: ptr::null_mut(),
                 adopts: true,
             });
@@ -424,10 +430,11 @@ impl LocalHeap {
     }
 
     /// Takes `slices` free slices from our segments (adopting an orphan's,
-    /// taking a cached one or mapping a new segment if none has room) and
-    /// sets them up as a page.
+    /// taking a cached one, borrowing a lent heap's or mapping a new
+    /// segment if none has room) and sets them up as a page.
     fn page_alloc(&mut self, spec: PageSpec) -> *mut Page {
         let mut tried_orphans = false;
+        let mut tried_lent = false;
         loop {
             let mut seg = self.segments.first;
             // SAFETY: segments on our list are live and ours.
@@ -441,21 +448,31 @@ impl LocalHeap {
                     seg = (*seg).next;
                 }
             }
-            if tried_orphans || !self.adopts || crate::abandon::orphan_count() == 0 {
-                break;
+            if !tried_orphans && self.adopts && crate::abandon::orphan_count() > 0 {
+                tried_orphans = true;
+                self.visit_orphans(true, false);
+                continue;
             }
-            tried_orphans = true;
-            self.visit_orphans(true, false);
+            // A segment another heap gave up, still resident.
+            let seg = self.take_cached_segment();
+            if !seg.is_null() {
+                return self.page_init_in(seg, HEADER_SLICES, spec);
+            }
+            // What a waiting thread's heap holds free (`lend.rs`): its
+            // wholly free segments to the cache, else its segments.
+            if !tried_lent && crate::lend::lent_count() > 0 {
+                tried_lent = true;
+                if crate::lend::borrow(self) {
+                    continue;
+                }
+            }
+            break;
         }
-        // A segment another heap gave up, still resident; else a new one.
-        let mut seg = self.take_cached_segment();
+        let seg = Segment::create(self, SegmentKind::Normal, SEGMENT_SIZE, None);
         if seg.is_null() {
-            seg = Segment::create(self, SegmentKind::Normal, SEGMENT_SIZE, None);
-            if seg.is_null() {
-                return ptr::null_mut();
-            }
-            self.link_segment(seg);
+            return ptr::null_mut();
         }
+        self.link_segment(seg);
         self.page_init_in(seg, HEADER_SLICES, spec)
     }
 

@@ -187,7 +187,7 @@ pub(crate) fn cached_bytes() -> usize {
 /// between one worker's exit and the next thread's need: 102,000 page
 /// faults in ten rounds against 74,000 at 100 ms and 167,000 with no
 /// cache (docs/perf-log.md).
-fn expiry_ms() -> u64 {
+pub(crate) fn expiry_ms() -> u64 {
     let delay = crate::options::purge_delay_ms();
     (delay.saturating_mul(10)).min(1000).max(delay)
 }

@@ -104,6 +104,8 @@ pub struct HeapStats {
     pub pages_adopted: u64,
     /// Heaps abandoned by exiting threads.
     pub heaps_abandoned: u64,
+    /// Heaps lent now by threads waiting in [`crate::lend`].
+    pub heaps_lent: u64,
     /// Thread heaps ever created (they are reused, never unmapped).
     pub heaps_created: u64,
     /// Segments mapped since start.
@@ -167,6 +169,7 @@ pub fn stats() -> HeapStats {
         pages_abandoned: COUNTERS.pages_abandoned.load(Ordering::Relaxed),
         pages_adopted: COUNTERS.pages_adopted.load(Ordering::Relaxed),
         heaps_abandoned: COUNTERS.heaps_abandoned.load(Ordering::Relaxed),
+        heaps_lent: crate::lend::lent_count() as u64,
         heaps_created: 0,
         segments_mapped_total: COUNTERS.segments_mapped.load(Ordering::Relaxed),
         segments_unmapped_total: COUNTERS.segments_unmapped.load(Ordering::Relaxed),

@@ -38,6 +38,11 @@ impl LocalHeap {
     /// Decommits free slices that have been idle for the purge delay (all of
     /// them when `force`), and unmaps segments left entirely free.
     pub(crate) fn purge(&mut self, force: bool) {
+        self.purge_idle_for(force, options::purge_delay_ms());
+    }
+
+    /// [`purge`](Self::purge), of the slices idle for `delay` ms.
+    fn purge_idle_for(&mut self, force: bool, delay: u64) {
         let _ = segment::expire_huge_cache();
         let _ = segment_cache::expire(false);
         if self.dirty_segments == 0 {
@@ -47,7 +52,6 @@ impl LocalHeap {
         if !force && now < self.next_purge_ms {
             return;
         }
-        let delay = options::purge_delay_ms();
         self.next_purge_ms = now.saturating_add((delay / 2).max(1));
         let mut seg = self.segments.first;
         // Dirty slices are free ones: none past the first segment without
@@ -79,6 +83,50 @@ impl LocalHeap {
                 seg = next;
             }
         }
+    }
+
+    /// For a lent heap (`lend.rs`), which the caller holds: takes back and
+    /// gives back as [`tidy`](Self::tidy) does, but decommits only the
+    /// slices idle as long as the process-wide cache keeps a wholly free
+    /// segment (ten purge delays, at most a second): they wait for
+    /// another thread's need, as the cache's segments do, and a thread
+    /// that borrows them finds them resident. Returns in how many
+    /// milliseconds the next of those left is due, if any is left.
+    pub(crate) fn tidy_lent(&mut self) -> Option<u64> {
+        self.take_back();
+        let delay = segment_cache::expiry_ms();
+        self.purge_idle_for(false, delay);
+        self.give_empty_segments();
+        self.purge_due_in(delay)
+    }
+
+    /// Milliseconds until a purge of the slices idle for `delay` ms has
+    /// any to decommit (zero if some are due now), or `None` if no slice
+    /// is free and resident.
+    fn purge_due_in(&self, delay: u64) -> Option<u64> {
+        if self.dirty_segments == 0 {
+            return None;
+        }
+        let now = os::now_ms();
+        // A purge runs at most every half delay (`next_purge_ms`): none is
+        // due before that, whatever its slices' age.
+        let earliest = self.next_purge_ms.saturating_sub(now);
+        let mut due = None::<u64>;
+        let mut seg = self.segments.first;
+        // SAFETY: segments on our list are ours (the caller holds the heap),
+        // and dirty ones come before the first without room.
+        while !seg.is_null() && unsafe { super::has_room(seg) } {
+            // SAFETY: as just said.
+            unsafe {
+                if (*seg).dirty.load(Ordering::Relaxed) != 0 {
+                    let age = now.saturating_sub((*seg).last_free_ms);
+                    let left = delay.saturating_sub(age).max(earliest);
+                    due = Some(due.map_or(left, |d| d.min(left)));
+                }
+                seg = (*seg).next;
+            }
+        }
+        due
     }
 
     /// Walks orphaned heaps: drains each one's queue (freeing into its pages
@@ -145,10 +193,28 @@ impl LocalHeap {
         drained
     }
 
+    /// For a heap being lent (`lend.rs`: its owner, before it lists it, or
+    /// a borrower, under the lent lock): takes back what others sent it,
+    /// releases its empty pages and gives its wholly free segments to the
+    /// process-wide cache, decommitting nothing (a borrower is about to use
+    /// them). Returns how many it gave.
+    pub(crate) fn give_back(&mut self) -> usize {
+        self.take_back();
+        self.give_empty_segments()
+    }
+
+    /// Whether some segment of ours has a free slice.
+    pub(crate) fn has_free_slices(&self) -> bool {
+        let first = self.segments.first;
+        // SAFETY: segments on our list are ours; those with room first.
+        !first.is_null() && unsafe { super::has_room(first) }
+    }
+
     /// Gives every wholly free segment of ours to the process-wide cache
     /// (`segment_cache.rs`), as resident as it is: this heap is going idle
-    /// or away, and another may need the memory soon.
-    fn give_empty_segments(&mut self) {
+    /// or away, and another may need the memory soon. Returns how many.
+    fn give_empty_segments(&mut self) -> usize {
+        let mut given = 0;
         let mut seg = self.segments.first;
         // An empty segment has room: none past the first without.
         // SAFETY: segments on our list are ours.
@@ -166,10 +232,12 @@ impl LocalHeap {
                         self.dirty_segments -= 1;
                     }
                     segment_cache::put(seg);
+                    given += 1;
                 }
                 seg = next;
             }
         }
+        given
     }
 
     /// Takes a wholly free segment from the process-wide cache into our
@@ -193,8 +261,9 @@ impl LocalHeap {
         seg
     }
 
-    /// Takes every segment and page of abandoned heap `o`.
-    fn adopt(&mut self, o: &mut LocalHeap) {
+    /// Takes every segment and page of heap `o`, abandoned or lent, which
+    /// the caller holds alone (under the orphan or the lent lock).
+    pub(crate) fn adopt(&mut self, o: &mut LocalHeap) {
         let me: *mut LocalHeap = self;
         let mut seg = o.segments.first;
         while !seg.is_null() {

@@ -1,0 +1,233 @@
+//! `loam_heap::lend`: a thread that waits lends its heap, and the threads
+//! that run meanwhile drain it and take its memory instead of mapping
+//! their own; the lender takes its heap back when it runs again, on every
+//! path out. The tests share the process's heap figures: they take turns.
+//! The churn's size is `LOAM_LEND_TEST_ROUNDS` (default 40).
+
+mod support;
+
+use loam_heap::LoamAlloc;
+use std::sync::mpsc;
+use std::sync::{Arc, Barrier, Mutex};
+use std::time::Duration;
+
+#[global_allocator]
+static GLOBAL: LoamAlloc = LoamAlloc;
+
+/// One test at a time: the heap's figures are the whole process's.
+static TURN: Mutex<()> = Mutex::new(());
+
+fn turn() -> std::sync::MutexGuard<'static, ()> {
+    TURN.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// About 32 MiB of 64-byte blocks, each stamped with its index (boxed
+/// one by one: each its own block).
+#[allow(clippy::vec_box)]
+fn stamped() -> Vec<Box<[u64; 8]>> {
+    (0..500_000_u64).map(|i| Box::new([i; 8])).collect()
+}
+
+#[test]
+fn what_others_free_to_a_lent_heap_serves_the_threads_that_run() {
+    let _t = turn();
+    // Nothing goes back to the OS while the test runs.
+    loam_heap::set_purge_delay(Duration::from_secs(3600));
+    let (tx, rx) = mpsc::channel::<Vec<Box<[u64; 8]>>>();
+    let freer = std::thread::spawn(move || {
+        for (i, b) in rx.recv().unwrap().into_iter().enumerate() {
+            assert_eq!(b[7], i as u64);
+        }
+    });
+    let blocks = stamped();
+    let before = loam_heap::stats();
+    let (lent, mapped) = loam_heap::lend(|| {
+        let lent = loam_heap::stats().heaps_lent;
+        // Freed by another thread while this one waits: the blocks go back
+        // to this thread's heap, which it does not run.
+        tx.send(blocks).unwrap();
+        freer.join().unwrap();
+        // A thread that needs 24 MiB takes them rather than map its own.
+        std::thread::spawn(|| {
+            let v: Vec<Box<[u64; 8]>> = (0..400_000_u64).map(|i| Box::new([i; 8])).collect();
+            assert!(v.iter().enumerate().all(|(i, b)| b[0] == i as u64));
+        })
+        .join()
+        .unwrap();
+        (lent, loam_heap::stats().segments_mapped_total)
+    });
+    assert_eq!(lent, 1, "the heap was not lent");
+    assert!(
+        mapped <= before.segments_mapped_total + 1,
+        "the other thread mapped {} segments beside a lent heap of 32 MiB freed",
+        mapped - before.segments_mapped_total
+    );
+    // Back, this thread allocates as before, wherever its memory went.
+    assert_eq!(loam_heap::stats().heaps_lent, 0);
+    let again = stamped();
+    assert!(again.iter().enumerate().all(|(i, b)| b[3] == i as u64));
+    drop(again);
+    loam_heap::assert_valid();
+    loam_heap::set_purge_delay(Duration::from_millis(10));
+}
+
+#[test]
+fn the_lender_takes_its_heap_back_on_every_way_out() {
+    let _t = turn();
+    // Warm: the thread has a heap to lend.
+    drop(std::hint::black_box(vec![1_u8; 100]));
+    // A plain allocation inside takes the heap back for its time, and
+    // lends it again; a collector's object takes it back for good (its
+    // allocated bit is out, and once set, the heap stays the thread's
+    // until `lend` returns).
+    let (inside, after_alloc, after_object) = loam_heap::lend(|| {
+        let inside = loam_heap::stats().heaps_lent;
+        let v = vec![7_u8; 1000];
+        assert_eq!(v[999], 7);
+        let after_alloc = loam_heap::stats().heaps_lent;
+        let (p, bit) = loam_heap::alloc_object(48, 8, 0, 0);
+        assert!(!p.is_null());
+        bit.unwrap().set();
+        (inside, after_alloc, loam_heap::stats().heaps_lent)
+    });
+    assert_eq!((inside, after_alloc, after_object), (1, 1, 0));
+    // A free inside does not: it goes to the heap's queue, as another
+    // thread's would, and the heap stays lent.
+    let v = vec![3_u64; 4096];
+    let (before_free, after_free) = loam_heap::lend(|| {
+        let before = loam_heap::stats().heaps_lent;
+        drop(v);
+        (before, loam_heap::stats().heaps_lent)
+    });
+    assert_eq!((before_free, after_free), (1, 1));
+    assert_eq!(loam_heap::stats().heaps_lent, 0);
+    // Lending twice over lends once.
+    let nested = loam_heap::lend(|| loam_heap::lend(|| loam_heap::stats().heaps_lent));
+    assert_eq!(nested, 1);
+    assert_eq!(loam_heap::stats().heaps_lent, 0);
+    // A panic inside: taken back as it unwinds (`catch_unwind` allocates
+    // the payload's box, after the guard ran or before it: both take it
+    // back).
+    let r = std::panic::catch_unwind(|| loam_heap::lend(|| panic!("inside lend")));
+    assert!(r.is_err());
+    assert_eq!(loam_heap::stats().heaps_lent, 0);
+    // The heap is this thread's again: its pages are seen from here.
+    let keep = vec![5_u8; 200];
+    let mut pages = 0;
+    loam_heap::for_each_local_page(|p| pages += usize::from(p.used > 0));
+    assert!(pages > 0);
+    drop(keep);
+    loam_heap::assert_valid();
+}
+
+#[test]
+fn a_thread_with_an_allocated_bit_unset_lends_nothing() {
+    let _t = turn();
+    let (p, bit) = loam_heap::alloc_object(64, 8, 0, 0);
+    assert!(!p.is_null());
+    // The bit's word is this thread's to write until it is set: no other
+    // thread may drain or adopt its page meanwhile.
+    assert_eq!(loam_heap::lend(|| loam_heap::stats().heaps_lent), 0);
+    bit.unwrap().set();
+    assert_eq!(loam_heap::lend(|| loam_heap::stats().heaps_lent), 1);
+    // One bit of a class, counted too.
+    let class = loam_heap::ObjectClass::of(32, 8).unwrap();
+    let (q, bit) = loam_heap::alloc_object_in(class, 0, 0);
+    assert!(!q.is_null());
+    assert_eq!(loam_heap::lend(|| loam_heap::stats().heaps_lent), 0);
+    bit.unwrap().set();
+    assert_eq!(loam_heap::lend(|| loam_heap::stats().heaps_lent), 1);
+    // (Both blocks are leaked: a block whose bit is set goes back through a
+    // collector's page run.)
+}
+
+/// Threads that each, in turn, allocate stamped blocks, pass half to the
+/// next thread (whose frees are remote), and lend their heaps while they
+/// wait at a barrier for the others, who allocate meanwhile; every block
+/// is checked before it is freed, and the heaps' invariants at the end.
+#[test]
+fn lent_heaps_drained_and_adopted_under_churn_stay_whole() {
+    let _t = turn();
+    let rounds = support::knob("LOAM_LEND_TEST_ROUNDS", 40, 1);
+    const THREADS: usize = 4;
+    let barrier = Arc::new(Barrier::new(THREADS));
+    let (txs, rxs): (Vec<_>, Vec<_>) = (0..THREADS)
+        .map(|_| mpsc::channel::<Vec<Vec<u32>>>())
+        .unzip();
+    let mut rxs: Vec<_> = rxs.into_iter().map(Some).collect();
+    let threads: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let barrier = barrier.clone();
+            let next = txs[(t + 1) % THREADS].clone();
+            let rx = rxs[t].take().unwrap();
+            std::thread::spawn(move || {
+                for r in 0..rounds {
+                    let stamp = (t * 1_000_000 + r) as u32;
+                    let mut mine: Vec<Vec<u32>> = (0..2_000)
+                        .map(|i| vec![stamp; 4 + (i * 7 + r) % 300])
+                        .collect();
+                    let theirs = mine.split_off(1_000);
+                    next.send(theirs).unwrap();
+                    // Waiting: the others allocate into what this heap
+                    // holds free, and the blocks it sent come back to it.
+                    let got = loam_heap::lend(|| {
+                        if t % 2 == r % 2 {
+                            barrier.wait();
+                        }
+                        let got = rx.recv().unwrap();
+                        if t % 2 != r % 2 {
+                            barrier.wait();
+                        }
+                        got
+                    });
+                    let from = ((t + THREADS - 1) % THREADS * 1_000_000 + r) as u32;
+                    assert!(
+                        got.iter().all(|v| v.iter().all(|&x| x == from)),
+                        "a block changed"
+                    );
+                    assert!(
+                        mine.iter().all(|v| v.iter().all(|&x| x == stamp)),
+                        "a block changed"
+                    );
+                    drop(got);
+                }
+                loam_heap::assert_valid();
+            })
+        })
+        .collect();
+    drop(txs);
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert_eq!(loam_heap::stats().heaps_lent, 0);
+    loam_heap::collect();
+    loam_heap::assert_valid();
+}
+
+/// `fork` from inside `lend`: the child, whose heap is lent, allocates and
+/// frees (taking its heap back) and exits.
+#[test]
+fn a_child_forked_inside_lend_allocates() {
+    let _t = turn();
+    drop(std::hint::black_box(vec![1_u8; 100]));
+    let status = loam_heap::lend(|| {
+        // SAFETY: the child only allocates, frees and `_exit`s.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork failed");
+        if pid == 0 {
+            let v: Vec<Vec<u8>> = (0..1000).map(|i| vec![i as u8; 16 + i % 500]).collect();
+            let ok = v.iter().enumerate().all(|(i, b)| b[0] == i as u8);
+            drop(v);
+            // SAFETY: ends the child without the parent's atexit handlers.
+            unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+        }
+        let mut status = 0;
+        // SAFETY: waits for our own child.
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        status
+    });
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "child status {status}"
+    );
+}

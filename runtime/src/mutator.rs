@@ -1094,25 +1094,22 @@ impl Mutator {
     /// waiting for it. Every mutator outside `mutate` is blocked; this names
     /// the state where it matters.
     ///
-    /// Over loam's pages, it first hands the memory this thread's heap
-    /// holds freed over to the other threads ([`loam_heap::hand_over`]):
-    /// the page runs the collector's sweeps sent it, and the pages they
-    /// emptied, which only this thread can take back and which it would
-    /// otherwise keep while `f` runs (README, "Memory a sweep frees waits
-    /// for the thread that allocated it"). Its wholly free segments go,
-    /// still resident, to the heap's cache, where the threads `f` waits
-    /// for take them before they map memory of their own; the collector
-    /// gives back to the OS what nobody takes (after ten purge delays, at
-    /// most a second or one purge delay if that is longer), and its other
-    /// free slices are decommitted at once.
-    /// Once, on entry: what sweeps send it during `f` waits for its next
-    /// call. Binary-trees, whose main thread waits for its worker threads
-    /// so: at depth 21, peak RSS 434 – 469 MiB against 682 – 710 when it
-    /// waited outside `blocking`; at depth 16 with two threads, 1.05x – 1.15x box's time
-    /// against 1.23x – 1.46x when this gave the segments back to the OS,
-    /// which the workers then faulted in again (docs/perf-log.md). That
-    /// costs a lock and system calls when there is memory to hand over:
-    /// use it around waits, not around short work.
+    /// Over loam's pages, it lends this thread's heap to the other threads
+    /// while `f` runs ([`loam_heap::lend`]): the page runs the collector's
+    /// sweeps send it, before and during `f`, and the pages they empty,
+    /// which only this thread could otherwise take back, serve the threads
+    /// `f` waits for, which take its wholly free segments, or else all its
+    /// segments, before they map memory of their own (README, "Memory a
+    /// sweep frees waits for the thread that allocated it"). The collector
+    /// drains the lent heap after each cycle and gives back to the OS what
+    /// nobody takes (after ten purge delays, at most a second or one purge
+    /// delay if that is longer). The heap is this thread's again when `f`
+    /// returns. Binary-trees, whose main thread waits for its worker threads
+    /// so: at depth 16 with two threads, 0.79x the page faults of handing
+    /// over at entry alone (the median of five alternations, 0.54x –
+    /// 1.00x); at depth 21, peak RSS 434 – 469 MiB against 682 – 710 when
+    /// it waited outside `blocking` (docs/perf-log.md). That costs a lock and system calls when there is
+    /// memory to hand over: use it around waits, not around short work.
     ///
     /// # Examples
     /// ```
@@ -1127,11 +1124,13 @@ impl Mutator {
     /// assert_eq!(answer, 42);
     /// ```
     pub fn blocking<R>(&mut self, f: impl FnOnce() -> R) -> R {
-        if self.shared().space.alloc_space().is_none() {
-            loam_heap::hand_over();
-            self.shared().trim_later(loam_heap::trim());
+        if self.shared().space.alloc_space().is_some() {
+            return f();
         }
-        f()
+        loam_heap::lend(|| {
+            self.shared().trim_later(loam_heap::trim());
+            f()
+        })
     }
 
     /// Runs a full collection now and waits for it (see
@@ -1778,8 +1777,14 @@ impl<'gc> Mutation<'gc> {
         if !m.take_credit(size) {
             return Err(over_limit(m, value, size));
         }
+        // A class's block, the common case, with its bit not counted as out
+        // (it is set below, before any code of the caller's can lend the
+        // thread's heap); a span's, counted.
         let (p, bit) = match class {
-            Some(class) => loam_heap::alloc_object_in(class, flags, m.shared().id),
+            // SAFETY: set with `set_uncounted` below, and nothing between
+            // here and there lends this thread's heap: no code of the
+            // caller's runs in between.
+            Some(class) => unsafe { loam_heap::alloc_object_in_unlendable(class, flags, m.shared().id) },
             None => loam_heap::alloc_object(bytes, align, flags, m.shared().id),
         };
         let Some(bit) = bit else {
@@ -1805,7 +1810,11 @@ impl<'gc> Mutation<'gc> {
         // Minor cycles take a marked object for old: a fresh block must not
         // carry a mark (freed blocks were unmarked when freed).
         check_fresh(p);
-        bit.set();
+        if class.is_some() {
+            bit.set_uncounted();
+        } else {
+            bit.set();
+        }
         // A live `GcBox<T>`, live for `'gc`: no cycle frees what a `mutate`
         // call holds before the call returns (`barrier.rs`).
         // SAFETY: as just said.

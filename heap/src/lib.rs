@@ -151,8 +151,17 @@
 //!   after ten purge delays (at most a second, or one purge delay if that
 //!   is longer), on any slow path that purges or
 //!   [`trim`].
-//! - The six global spin locks (orphan list, fallback heap, free-segment
-//!   cache, segment registry, huge-segment cache, aligned spans) are taken around `fork` by
+//! - A thread about to wait *lends* its heap ([`lend`], `lend.rs`): it
+//!   lists the heap under a lock and points its own heap pointer at a
+//!   sentinel, so that none of its paths touch the heap until it takes it
+//!   back. A thread that would map a segment first drains the lent heaps
+//!   (what sweeps and frees sent them meanwhile) and takes the segments
+//!   that leaves wholly free, or adopts a lent heap's segments as an
+//!   orphan's. A thread holding an allocated bit it has not set lends
+//!   nothing: that word is its alone to write.
+//! - The seven global spin locks (orphan list, lent list, fallback heap,
+//!   free-segment cache, segment registry, huge-segment cache, aligned
+//!   spans) are taken around `fork` by
 //!   `pthread_atfork` handlers (`fork.rs`), so a child of a multithreaded
 //!   program inherits them free and can allocate.
 //!

@@ -1105,8 +1105,8 @@ impl Mutator {
     /// nobody takes (after ten purge delays, at most a second or one purge
     /// delay if that is longer). The heap is this thread's again when `f`
     /// returns. Binary-trees, whose main thread waits for its worker threads
-    /// so: at depth 16 with two threads, 0.79x the page faults of handing
-    /// over at entry alone (the median of five alternations, 0.54x –
+    /// so: at depth 16 with two threads, 0.72x the page faults of handing
+    /// over at entry alone (the median of five alternations, 0.60x –
     /// 1.00x); at depth 21, peak RSS 434 – 469 MiB against 682 – 710 when
     /// it waited outside `blocking` (docs/perf-log.md). That costs a lock and system calls when there is
     /// memory to hand over: use it around waits, not around short work.

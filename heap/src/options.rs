@@ -300,7 +300,7 @@ pub(crate) fn purge_delay_ms() -> u64 {
 /// Keeps freed memory resident for at least `hold`, whatever the purge delay
 /// (which stays as set; the larger of the two is in effect). For a client
 /// that frees in bursts and reuses the memory before the next burst: loam's
-/// garbage collector sets it to about twice its cycle interval, so that
+/// garbage collector sets it to about ten times its cycle interval, so that
 /// memory one sweep frees is not decommitted and faulted in again before
 /// the mutators reuse it. `Duration::ZERO` lifts the hold.
 ///

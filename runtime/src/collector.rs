@@ -489,14 +489,19 @@ pub(crate) fn trim_within(c: &mut Control, due: Option<Duration>) -> bool {
 }
 
 /// Asks the heap to keep what a sweep frees resident until the mutators
-/// reuse it: twice the interval between cycles, up to a second. The heap's
-/// purge delay (10 ms by default) is shorter than a cycle interval, so
-/// without this the pages a sweep frees are given back and faulted in again
-/// by the next allocations (a fifth of binary-trees' time, when measured:
-/// docs/perf-log.md). With several runtimes, the one that collected last
-/// sets it; a runtime's end lifts it.
+/// reuse it: ten times the interval between cycles, up to a second. The
+/// heap's purge delay (10 ms by default) is shorter than a cycle interval,
+/// so without this the pages a sweep frees are given back and faulted in
+/// again by the next allocations (a fifth of binary-trees' time, when
+/// measured: docs/perf-log.md). Twice the interval was too short for
+/// memory that comes back a phase later: binary-trees at depth 16 with
+/// two threads reuses what one round's trees freed in the next round's,
+/// about ten cycles on, and faulted in four times the pages it does now
+/// (docs/perf-log.md, "The hold on freed memory: ten cycle intervals").
+/// With several runtimes, the one that collected last sets it; a runtime's
+/// end lifts it.
 fn hold_freed_memory(interval: Duration) {
-    loam_heap::hold_freed_memory((interval * 2).min(Duration::from_secs(1)));
+    loam_heap::hold_freed_memory((interval * 10).min(Duration::from_secs(1)));
 }
 
 #[cfg(all(test, not(loom), unix))]

@@ -93,12 +93,12 @@ pub(crate) fn bits_out() -> bool {
 /// Lends the calling thread's heap (`lend.rs`), if it has one, has not
 /// lent it already and holds no allocated bit unset: returns whether it
 /// did. Until [`take_back_lent`], the thread's frees are remote and its
-/// allocations take the heap back first.
+/// allocations take the heap back first. `since`: as `lend::list`'s.
 ///
 /// # Safety
 /// Nothing on the calling thread holds a reference into its heap (no
 /// heap method is under way on this thread).
-pub(crate) unsafe fn lend_current() -> bool {
+pub(crate) unsafe fn lend_current(since: Option<u64>) -> bool {
     let heap = current_heap();
     if !is_live(heap) || bits_out() {
         return false;
@@ -109,7 +109,7 @@ pub(crate) unsafe fn lend_current() -> bool {
     HEAP.with(|h| h.set(LENT as *mut LocalHeap));
     // SAFETY: the heap is this thread's, no reference into it is live
     // (caller), and `HEAP` no longer names it.
-    unsafe { crate::lend::list(heap) };
+    unsafe { crate::lend::list(heap, since) };
     true
 }
 
@@ -117,14 +117,23 @@ pub(crate) unsafe fn lend_current() -> bool {
 /// thread that borrows it): `HEAP` names it again.
 #[cold]
 pub(crate) fn take_back_lent() {
+    let _ = take_back_lent_since();
+}
+
+/// [`take_back_lent`], returning when the heap was lent, if it was.
+#[cold]
+fn take_back_lent_since() -> Option<u64> {
     if current_heap() as usize != LENT {
-        return;
+        return None;
     }
-    let heap = LENT_HEAP.with(|h| h.replace(ptr::null_mut()));
+    let heap = LENT_HEAP.with(Cell::get);
     // SAFETY: `HEAP` is `LENT` only between `lend_current`, which listed
     // `LENT_HEAP`'s heap, and here.
-    unsafe { crate::lend::withdraw(heap) };
+    let since = unsafe { crate::lend::withdraw(heap) };
+    // Named again only once unlisted: `LENT_HEAP` stays set until then.
+    LENT_HEAP.with(|h| h.set(ptr::null_mut()));
     HEAP.with(|h| h.set(heap));
+    Some(since)
 }
 
 /// Allocates `size` bytes aligned to `align` (a power of two); null when out
@@ -268,11 +277,11 @@ fn alloc_cold(size: usize, align: usize) -> *mut u8 {
 #[cold]
 #[inline(never)]
 fn alloc_while_lent(size: usize, align: usize) -> *mut u8 {
-    take_back_lent();
+    let since = take_back_lent_since();
     let p = alloc(size, align);
     // SAFETY: the allocation has returned: no reference into the heap is
     // live on this thread.
-    unsafe { lend_current() };
+    unsafe { lend_current(since) };
     p
 }
 

@@ -60,44 +60,52 @@ pub(crate) fn lent_count() -> usize {
     LENT_COUNT.load(Ordering::Relaxed)
 }
 
-/// Lists `heap` as lent.
+/// Lists `heap` as lent, since `since` (`os::now_ms`; now if `None`: a
+/// heap taken back for one allocation keeps the time it was first lent,
+/// [`crate::trim`]'s measure of how long it has waited).
 ///
 /// # Safety
 /// The calling thread owns `heap`, is not listed yet, and touches it no
 /// more until [`withdraw`] returns.
-pub(crate) unsafe fn list(heap: *mut LocalHeap) {
-    let now = crate::os::now_ms();
+pub(crate) unsafe fn list(heap: *mut LocalHeap, since: Option<u64>) {
+    let since = since.unwrap_or_else(crate::os::now_ms);
     let mut lent = LENT.lock();
     // SAFETY: ours (caller) until listed, which happens under the lock.
     unsafe {
         (*heap).lent_next = lent.0;
-        (*heap).lent_at_ms = now;
+        (*heap).lent_at_ms = since;
     }
     lent.0 = heap;
     LENT_COUNT.fetch_add(1, Ordering::Relaxed);
 }
 
 /// Unlists `heap`, waiting for a borrower that holds it: from the return
-/// on, it is the caller's alone again.
+/// on, it is the caller's alone again. Returns when it was lent.
 ///
 /// # Safety
 /// `heap` was listed by the calling thread ([`list`]) and not withdrawn.
-pub(crate) unsafe fn withdraw(heap: *mut LocalHeap) {
+pub(crate) unsafe fn withdraw(heap: *mut LocalHeap) -> u64 {
     let mut lent = LENT.lock();
     let mut link: *mut *mut LocalHeap = &mut lent.0;
     // Under the lent lock the listed heaps and their links are ours;
     // `link` points at the list's head or at a listed heap's `lent_next`,
-    // and `heap` is listed (caller), so the walk finds it.
+    // and `heap` is listed (caller), so the walk finds it. (Not a panic if
+    // it did not: its message would allocate on this thread, whose heap
+    // is lent, and wait for the lock it holds.)
     // SAFETY: as just said.
     unsafe {
         while *link != heap {
-            assert!(!(*link).is_null(), "heap: a lent heap missing from the lent list");
+            if (*link).is_null() {
+                crate::fatal("heap: a lent heap missing from the lent list");
+            }
             link = &mut (**link).lent_next;
         }
         *link = (*heap).lent_next;
         (*heap).lent_next = ptr::null_mut();
     }
     LENT_COUNT.fetch_sub(1, Ordering::Relaxed);
+    // SAFETY: unlisted under the lock: the caller's alone.
+    unsafe { (*heap).lent_at_ms }
 }
 
 /// Runs `f` on each lent heap while holding the lent lock: a heap's owner
@@ -144,25 +152,51 @@ pub(crate) fn tidy_lent() -> Option<u64> {
     due
 }
 
-/// For heap `me`, about to map memory: drains each lent heap, releases
-/// its empty pages and gives its wholly free segments to the process-wide
-/// cache (for `me` to take next), and if none had any, takes every
-/// segment and page of the first lent heap with a free slice, as from an
-/// exited thread's (`LocalHeap::adopt`): their free slices are what the
-/// lent heap's sweeps emptied, and its owner, which waits, could not use
-/// them before it comes back. Returns whether it found any memory.
+/// For heap `me`, about to map memory: drains the lent heaps, releasing
+/// their empty pages and giving their wholly free segments to the
+/// process-wide cache (for `me` to take next), until one gives any; if
+/// none does, takes every segment and page of the lent heap with the most
+/// free slices, as from an exited thread's (`LocalHeap::adopt`), if they
+/// come to a segment's worth: its free slices are what its sweeps emptied
+/// while its owner waited, which the owner could not use before it comes
+/// back. Returns whether it found any memory.
 ///
-/// Its owner, back, finds its heap without them and takes memory as a
-/// new thread does (the cache, exited threads' heaps); its frees of the
-/// blocks it left there are remote.
+/// The owner, back, finds its heap without them and takes memory as a new
+/// thread does (the cache, exited threads' heaps, a lent heap); its frees
+/// of the blocks it left there are remote. (Only the segments with room,
+/// with their pages, would leave it its full ones; but a waiting thread's
+/// segments have room where its sweeps freed, which is most of them, and
+/// finding a segment's pages walks every page queue.)
 pub(crate) fn borrow(me: &mut LocalHeap) -> bool {
-    let mut found = false;
-    for_each_lent(|h| {
-        found |= h.give_back() > 0;
-        if !found && me.adopts && h.has_free_slices() {
-            me.adopt(h);
-            found = true;
+    if lent_count() == 0 {
+        return false;
+    }
+    let lent = LENT.lock();
+    let mut richest: Option<(usize, *mut LocalHeap)> = None;
+    let mut h = lent.0;
+    while !h.is_null() {
+        // SAFETY: listed heaps are the lock holder's alone, and stay
+        // listed while it is held; heaps are never unmapped. `me` is not
+        // listed: its thread is running.
+        unsafe {
+            if (*h).give_back() > 0 {
+                crate::stats::COUNTERS.lent_borrows.fetch_add(1, Ordering::Relaxed);
+                return true;
+            }
+            let free = (*h).free_slices();
+            if richest.map_or(true, |(most, _)| free > most) {
+                richest = Some((free, h));
+            }
+            h = (*h).lent_next;
         }
-    });
-    found
+    }
+    match richest {
+        Some((free, h)) if me.adopts && free >= crate::segment::USABLE_SLICES => {
+            // SAFETY: as above.
+            me.adopt(unsafe { &mut *h });
+            crate::stats::COUNTERS.lent_borrows.fetch_add(1, Ordering::Relaxed);
+            true
+        }
+        _ => false,
+    }
 }

@@ -487,8 +487,9 @@ pub fn hand_over() {
 /// holds freed, as [`hand_over`] does, but decommits nothing. While `f`
 /// runs, a thread that would map memory drains what was freed to the heap
 /// meanwhile (a collector's sweeps, other threads' frees) and takes the
-/// segments that leaves wholly free, or, if none, all the heap's segments,
-/// as it takes an exited thread's. Once the heap has been lent as long as
+/// segments that leaves wholly free, or, if none, all the heap's segments
+/// (if they hold a segment's worth of free slices), as it takes an exited
+/// thread's. Once the heap has been lent as long as
 /// the process-wide cache keeps a segment (ten purge delays, at most a
 /// second), [`trim`] drains it too and decommits its slices idle that
 /// long. loam's `Mutator::blocking` calls it.
@@ -499,9 +500,12 @@ pub fn hand_over() {
 /// segments another heap took are remote. Inside `f`, a plain allocation
 /// takes the heap back for its time and lends it again, a collector's
 /// object ([`alloc_object`]) takes it back until `f` returns, and a free
-/// goes to the heap's queue, as another thread's would. A thread that
-/// holds an [`AllocatedBit`] it has not set lends nothing (the bit's word
-/// is its heap's alone to write): it only hands over, as [`hand_over`].
+/// goes to the heap's queue, as another thread's would. [`release`],
+/// [`hand_over`], [`for_each_local_page`] and [`assert_valid`] inside `f`
+/// take the heap back until `f` returns; [`flush`] and [`reclaim_runs`]
+/// leave it lent. A thread that holds an [`AllocatedBit`] it has not set
+/// lends nothing (the bit's word is its heap's alone to write): it only
+/// hands over, as [`hand_over`].
 ///
 /// # Examples
 /// ```
@@ -523,7 +527,8 @@ pub fn hand_over() {
 ///     // emptied in the lent heap instead of mapping its own.
 ///     std::thread::spawn(|| drop(vec![[0u8; 64]; 10_000])).join().unwrap();
 /// });
-/// assert_eq!(loam_heap::stats().segments_mapped_total, mapped);
+/// // (At most one for the threads' own first needs.)
+/// assert!(loam_heap::stats().segments_mapped_total <= mapped + 1);
 /// ```
 #[cfg(not(loom))]
 pub fn lend<R>(f: impl FnOnce() -> R) -> R {
@@ -548,7 +553,7 @@ pub fn lend<R>(f: impl FnOnce() -> R) -> R {
             false
         } else {
             (*heap).give_back();
-            alloc::lend_current()
+            alloc::lend_current(None)
         }
     };
     let _back = lent.then_some(TakeBack);

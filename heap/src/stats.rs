@@ -21,6 +21,7 @@ pub(crate) struct Counters {
     pub(crate) fallback_allocs: AtomicU64,
     pub(crate) unguarded: AtomicU64,
     pub(crate) unmaps_refused: AtomicU64,
+    pub(crate) lent_borrows: AtomicU64,
 }
 
 pub(crate) static COUNTERS: Counters = Counters {
@@ -33,6 +34,7 @@ pub(crate) static COUNTERS: Counters = Counters {
     fallback_allocs: AtomicU64::new(0),
     unguarded: AtomicU64::new(0),
     unmaps_refused: AtomicU64::new(0),
+    lent_borrows: AtomicU64::new(0),
 };
 
 /// One size class in a [`HeapStats`] snapshot.
@@ -100,12 +102,17 @@ pub struct HeapStats {
     pub remote_freed_runs: u64,
     /// Pages left behind by exiting threads.
     pub pages_abandoned: u64,
-    /// Pages taken over from exited threads, by live or new threads.
+    /// Pages taken over from exited threads, by live or new threads, and
+    /// from the lent heaps of waiting threads ([`crate::lend`]).
     pub pages_adopted: u64,
     /// Heaps abandoned by exiting threads.
     pub heaps_abandoned: u64,
     /// Heaps lent now by threads waiting in [`crate::lend`].
     pub heaps_lent: u64,
+    /// Times a thread about to map memory found it in a lent heap instead
+    /// (wholly free segments the heap's drain gave to the cache, or the
+    /// heap's segments, adopted).
+    pub lent_borrows: u64,
     /// Thread heaps ever created (they are reused, never unmapped).
     pub heaps_created: u64,
     /// Segments mapped since start.
@@ -170,6 +177,7 @@ pub fn stats() -> HeapStats {
         pages_adopted: COUNTERS.pages_adopted.load(Ordering::Relaxed),
         heaps_abandoned: COUNTERS.heaps_abandoned.load(Ordering::Relaxed),
         heaps_lent: crate::lend::lent_count() as u64,
+        lent_borrows: COUNTERS.lent_borrows.load(Ordering::Relaxed),
         heaps_created: 0,
         segments_mapped_total: COUNTERS.segments_mapped.load(Ordering::Relaxed),
         segments_unmapped_total: COUNTERS.segments_unmapped.load(Ordering::Relaxed),

@@ -1099,11 +1099,12 @@ impl Mutator {
     /// sweeps send it, before and during `f`, and the pages they empty,
     /// which only this thread could otherwise take back, serve the threads
     /// `f` waits for, which take its wholly free segments, or else all its
-    /// segments, before they map memory of their own (README, "Memory a
-    /// sweep frees waits for the thread that allocated it"). The collector
-    /// drains the lent heap after each cycle and gives back to the OS what
-    /// nobody takes (after ten purge delays, at most a second or one purge
-    /// delay if that is longer). The heap is this thread's again when `f`
+    /// segments if they hold a segment's worth free, before they map memory
+    /// of their own (README, "Memory a sweep frees waits for the thread
+    /// that allocated it"). Once the heap has been lent ten purge delays
+    /// (at most a second, or one purge delay if that is longer), the
+    /// collector drains it after each cycle and gives back to the OS what
+    /// nobody takes after that long again. The heap is this thread's again when `f`
     /// returns. Binary-trees, whose main thread waits for its worker threads
     /// so: at depth 16 with two threads, 0.72x the page faults of handing
     /// over at entry alone (the median of five alternations, 0.60x –

@@ -87,8 +87,9 @@ impl LocalHeap {
 
     /// For a lent heap (`lend.rs`), which the caller holds: takes back and
     /// gives back as [`tidy`](Self::tidy) does, but decommits only the
-    /// slices idle as long as the process-wide cache keeps a wholly free
-    /// segment (ten purge delays, at most a second): they wait for
+    /// slices (and unmaps only the wholly free segments) idle as long as
+    /// the process-wide cache keeps a wholly free segment (ten purge
+    /// delays, at most a second): they wait for
     /// another thread's need, as the cache's segments do, and a thread
     /// that borrows them finds them resident. Returns in how many
     /// milliseconds the next of those left is due, if any is left.
@@ -203,11 +204,20 @@ impl LocalHeap {
         self.give_empty_segments()
     }
 
-    /// Whether some segment of ours has a free slice.
-    pub(crate) fn has_free_slices(&self) -> bool {
-        let first = self.segments.first;
-        // SAFETY: segments on our list are ours; those with room first.
-        !first.is_null() && unsafe { super::has_room(first) }
+    /// How many free slices our segments have.
+    pub(crate) fn free_slices(&self) -> usize {
+        let mut free = 0;
+        let mut seg = self.segments.first;
+        // SAFETY: segments on our list are ours (the caller holds the heap),
+        // those with room first.
+        while !seg.is_null() && unsafe { super::has_room(seg) } {
+            // SAFETY: as just said.
+            unsafe {
+                free += ((*seg).free_slices.load(Ordering::Relaxed) & USABLE_MASK).count_ones() as usize;
+                seg = (*seg).next;
+            }
+        }
+        free
     }
 
     /// Gives every wholly free segment of ours to the process-wide cache
@@ -267,7 +277,7 @@ impl LocalHeap {
         let me: *mut LocalHeap = self;
         let mut seg = o.segments.first;
         while !seg.is_null() {
-            // SAFETY: `o` is held exclusively (orphan lock), so its segments
+            // SAFETY: `o` is held exclusively (orphan or lent lock), so its segments
             // are ours to re-own. The Release store pairs with nothing in
             // particular: senders only need *some* owner whose queue is drained.
             unsafe {

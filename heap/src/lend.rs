@@ -54,6 +54,15 @@ pub(crate) static LENT: SpinLock<Lent> = SpinLock::new(Lent(ptr::null_mut()));
 /// whether to take it (a hint).
 static LENT_COUNT: AtomicUsize = AtomicUsize::new(0);
 
+/// The fewest free slices (1 MiB) for which [`borrow`] takes a lent heap's
+/// segments. Adopting a waiting thread's heap makes its owner's frees of
+/// what it left there remote, for good: worth it for a megabyte, not for
+/// a page. (A segment's worth, 60 slices, was asked first: at binary-trees
+/// depth 16 with two threads most borrows then found 35 – 59 slices free
+/// in the main thread's heap, took none, and the workers faulted in 1.1x –
+/// 2.6x the pages.)
+pub(crate) const MIN_ADOPTED_SLICES: usize = 16;
+
 /// How many heaps are lent (a hint).
 #[inline]
 pub(crate) fn lent_count() -> usize {
@@ -157,9 +166,10 @@ pub(crate) fn tidy_lent() -> Option<u64> {
 /// process-wide cache (for `me` to take next), until one gives any; if
 /// none does, takes every segment and page of the lent heap with the most
 /// free slices, as from an exited thread's (`LocalHeap::adopt`), if they
-/// come to a segment's worth: its free slices are what its sweeps emptied
-/// while its owner waited, which the owner could not use before it comes
-/// back. Returns whether it found any memory.
+/// come to `need` slices and at least [`MIN_ADOPTED_SLICES`]: its free
+/// slices are what its sweeps emptied while its owner waited, which the
+/// owner could not use before it comes back. Returns whether it found
+/// any memory.
 ///
 /// The owner, back, finds its heap without them and takes memory as a new
 /// thread does (the cache, exited threads' heaps, a lent heap); its frees
@@ -167,7 +177,7 @@ pub(crate) fn tidy_lent() -> Option<u64> {
 /// with their pages, would leave it its full ones; but a waiting thread's
 /// segments have room where its sweeps freed, which is most of them, and
 /// finding a segment's pages walks every page queue.)
-pub(crate) fn borrow(me: &mut LocalHeap) -> bool {
+pub(crate) fn borrow(me: &mut LocalHeap, need: usize) -> bool {
     if lent_count() == 0 {
         return false;
     }
@@ -191,7 +201,7 @@ pub(crate) fn borrow(me: &mut LocalHeap) -> bool {
         }
     }
     match richest {
-        Some((free, h)) if me.adopts && free >= crate::segment::USABLE_SLICES => {
+        Some((free, h)) if me.adopts && free >= need.max(MIN_ADOPTED_SLICES) => {
             // SAFETY: as above.
             me.adopt(unsafe { &mut *h });
             crate::stats::COUNTERS.lent_borrows.fetch_add(1, Ordering::Relaxed);

@@ -488,7 +488,7 @@ pub fn hand_over() {
 /// runs, a thread that would map memory drains what was freed to the heap
 /// meanwhile (a collector's sweeps, other threads' frees) and takes the
 /// segments that leaves wholly free, or, if none, all the heap's segments
-/// (if they hold a segment's worth of free slices), as it takes an exited
+/// (if they hold a megabyte of free slices), as it takes an exited
 /// thread's. Once the heap has been lent as long as
 /// the process-wide cache keeps a segment (ten purge delays, at most a
 /// second), [`trim`] drains it too and decommits its slices idle that

@@ -462,7 +462,7 @@ impl LocalHeap {
             // wholly free segments to the cache, else its segments.
             if !tried_lent && crate::lend::lent_count() > 0 {
                 tried_lent = true;
-                if crate::lend::borrow(self) {
+                if crate::lend::borrow(self, spec.slices) {
                     continue;
                 }
             }

@@ -1099,7 +1099,7 @@ impl Mutator {
     /// sweeps send it, before and during `f`, and the pages they empty,
     /// which only this thread could otherwise take back, serve the threads
     /// `f` waits for, which take its wholly free segments, or else all its
-    /// segments if they hold a segment's worth free, before they map memory
+    /// segments if they hold a megabyte free, before they map memory
     /// of their own (README, "Memory a sweep frees waits for the thread
     /// that allocated it"). Once the heap has been lent ten purge delays
     /// (at most a second, or one purge delay if that is longer), the

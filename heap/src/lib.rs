@@ -489,10 +489,10 @@ pub fn hand_over() {
 /// meanwhile (a collector's sweeps, other threads' frees) and takes the
 /// segments that leaves wholly free, or, if none, all the heap's segments
 /// (if they hold a megabyte of free slices), as it takes an exited
-/// thread's. Once the heap has been lent as long as
-/// the process-wide cache keeps a segment (ten purge delays, at most a
-/// second), [`trim`] drains it too and decommits its slices idle that
-/// long. loam's `Mutator::blocking` calls it.
+/// thread's. Once the heap has been lent as long as the process-wide cache
+/// keeps a segment (ten purge delays, at most a second), [`trim`] drains
+/// it too and decommits its slices idle that long. loam's
+/// `Mutator::blocking` calls it.
 ///
 /// The thread takes its heap back when `f` returns or unwinds, waiting if
 /// another thread is tidying it then; wherever its memory went, it then

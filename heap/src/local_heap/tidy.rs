@@ -89,10 +89,10 @@ impl LocalHeap {
     /// gives back as [`tidy`](Self::tidy) does, but decommits only the
     /// slices (and unmaps only the wholly free segments) idle as long as
     /// the process-wide cache keeps a wholly free segment (ten purge
-    /// delays, at most a second): they wait for
-    /// another thread's need, as the cache's segments do, and a thread
-    /// that borrows them finds them resident. Returns in how many
-    /// milliseconds the next of those left is due, if any is left.
+    /// delays, at most a second): they wait for another thread's need, as
+    /// the cache's segments do, and a thread that borrows them finds them
+    /// resident. Returns in how many milliseconds the next of those left
+    /// is due, if any is left.
     pub(crate) fn tidy_lent(&mut self) -> Option<u64> {
         self.take_back();
         let delay = segment_cache::expiry_ms();

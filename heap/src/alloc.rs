@@ -11,9 +11,9 @@ use std::ptr;
 /// heap and frees are remote. Never a valid heap address.
 pub(crate) const EXITED: usize = 1;
 
-/// `HEAP` while the thread's heap is lent (`lend.rs`; the heap is in
-/// `LENT_HEAP`): frees are remote, and an allocation takes the heap back
-/// first (`alloc_while_lent`, [`thread_init`]). Never a valid heap address.
+/// `HEAP` while the thread's heap is lent (`lend.rs`, which keeps the heap):
+/// frees are remote, and an allocation takes the heap back first
+/// (`lend::alloc_lent`, [`thread_init`]). Never a valid heap address.
 pub(crate) const LENT: usize = 2;
 
 thread_local! {
@@ -21,11 +21,6 @@ thread_local! {
     /// `LENT` while lent. Const-initialized and without `Drop`, so reading
     /// it never allocates nor registers anything.
     static HEAP: Cell<*mut LocalHeap> = const { Cell::new(ptr::null_mut()) };
-    /// The heap this thread lent, while `HEAP` is `LENT`.
-    static LENT_HEAP: Cell<*mut LocalHeap> = const { Cell::new(ptr::null_mut()) };
-    /// Allocated bits this thread was handed ([`crate::alloc_object`])
-    /// and has not set yet: while any is out, the thread lends no heap.
-    static UNSET_BITS: Cell<usize> = const { Cell::new(0) };
     /// Its `Drop` is the thread-exit hook that abandons the heap.
     static EXIT_HOOK: ExitHook = const { ExitHook };
 }
@@ -36,7 +31,7 @@ impl Drop for ExitHook {
     fn drop(&mut self) {
         // A thread that ends inside `lend` (its closure never returned:
         // `pthread_exit`) takes its heap back to abandon it.
-        take_back_lent();
+        crate::lend::take_back();
         let heap = HEAP.with(|h| h.replace(EXITED as *mut LocalHeap));
         if is_live(heap) {
             // SAFETY: the heap was this thread's, and `HEAP` no longer
@@ -60,80 +55,21 @@ pub(crate) fn settled_heap() -> *mut LocalHeap {
     if heap as usize != LENT {
         return heap;
     }
-    take_back_lent();
+    crate::lend::take_back();
     current_heap()
+}
+
+/// Points this thread's `HEAP` at `heap` (`lend.rs`: a heap lent or taken
+/// back, or the `LENT` sentinel).
+#[inline]
+pub(crate) fn set_current_heap(heap: *mut LocalHeap) {
+    HEAP.with(|h| h.set(heap));
 }
 
 /// Whether `heap` (from [`current_heap`]) is a usable heap.
 #[inline(always)]
 pub(crate) fn is_live(heap: *mut LocalHeap) -> bool {
     heap as usize > LENT
-}
-
-/// Counts an allocated bit handed out to this thread's caller.
-#[inline(always)]
-pub(crate) fn bit_out() {
-    UNSET_BITS.with(|c| c.set(c.get().wrapping_add(1)));
-}
-
-/// Counts an allocated bit set (one [`bit_out`] counted).
-#[inline(always)]
-pub(crate) fn bit_in() {
-    UNSET_BITS.with(|c| c.set(c.get().wrapping_sub(1)));
-}
-
-/// Whether this thread holds an allocated bit it has not set: the block's
-/// allocated word is its heap's owner's to write without a
-/// read-modify-write, so the heap is lent to no other thread meanwhile
-/// (a borrower's drain or allocation would race the `set`).
-pub(crate) fn bits_out() -> bool {
-    UNSET_BITS.with(Cell::get) != 0
-}
-
-/// Lends the calling thread's heap (`lend.rs`), if it has one, has not
-/// lent it already and holds no allocated bit unset: returns whether it
-/// did. Until [`take_back_lent`], the thread's frees are remote and its
-/// allocations take the heap back first. `since`: as `lend::list`'s.
-///
-/// # Safety
-/// Nothing on the calling thread holds a reference into its heap (no
-/// heap method is under way on this thread).
-pub(crate) unsafe fn lend_current(since: Option<u64>) -> bool {
-    let heap = current_heap();
-    if !is_live(heap) || bits_out() {
-        return false;
-    }
-    // `HEAP` first, so that nothing of this thread's reaches the heap once
-    // it is listed.
-    LENT_HEAP.with(|h| h.set(heap));
-    HEAP.with(|h| h.set(LENT as *mut LocalHeap));
-    // SAFETY: the heap is this thread's, no reference into it is live
-    // (caller), and `HEAP` no longer names it.
-    unsafe { crate::lend::list(heap, since) };
-    true
-}
-
-/// Takes back the heap this thread lent, if it lent one (waiting for a
-/// thread that borrows it): `HEAP` names it again.
-#[cold]
-pub(crate) fn take_back_lent() {
-    let _ = take_back_lent_since();
-}
-
-/// [`take_back_lent`], returning when the heap was lent, if it was.
-#[cold]
-fn take_back_lent_since() -> Option<u64> {
-    if current_heap() as usize != LENT {
-        return None;
-    }
-    let heap = LENT_HEAP.with(Cell::get);
-    // SAFETY: `HEAP` is `LENT` only between `lend_current`, which listed
-    // `LENT_HEAP`'s heap, and here.
-    let since = unsafe { crate::lend::withdraw(heap) };
-    // Named again only once unlisted: `LENT_HEAP` stays set until then.
-    LENT_HEAP.with(|h| h.set(ptr::null_mut()));
-    HEAP.with(|h| h.set(heap));
-    Some(since)
 }
 
 /// Allocates `size` bytes aligned to `align` (a power of two); null when out
@@ -258,7 +194,7 @@ unsafe impl Send for FallbackHeap {}
 #[inline(never)]
 fn alloc_cold(size: usize, align: usize) -> *mut u8 {
     if current_heap() as usize == LENT {
-        return alloc_while_lent(size, align);
+        return crate::lend::alloc_lent(size, align);
     }
     if let Some(heap) = thread_init() {
         // SAFETY: the heap was just installed for this thread.
@@ -268,21 +204,6 @@ fn alloc_cold(size: usize, align: usize) -> *mut u8 {
         .fallback_allocs
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     with_fallback(|heap| heap.alloc_general(size, align)).unwrap_or(ptr::null_mut())
-}
-
-/// A plain allocation of a thread whose heap is lent (`lend.rs`): takes
-/// the heap back for it and lends it again. A waiting thread allocates a
-/// little (a thread's spawn, a channel's node); taken back for good at
-/// the first, the heap was lent only until then.
-#[cold]
-#[inline(never)]
-fn alloc_while_lent(size: usize, align: usize) -> *mut u8 {
-    let since = take_back_lent_since();
-    let p = alloc(size, align);
-    // SAFETY: the allocation has returned: no reference into the heap is
-    // live on this thread.
-    unsafe { lend_current(since) };
-    p
 }
 
 /// Runs `f` on the fallback heap under its lock (creating it on first use).
@@ -332,7 +253,7 @@ fn thread_init_with(take_orphan: bool) -> Option<*mut LocalHeap> {
     match current_heap() as usize {
         EXITED => return None,
         LENT => {
-            take_back_lent();
+            crate::lend::take_back();
             return Some(current_heap());
         }
         _ => {}

@@ -56,7 +56,7 @@ extern "C" fn prepare() {
     crate::options::init();
     crate::alloc::FALLBACK.lock_for_fork();
     crate::abandon::ORPHANS.lock_for_fork();
-    crate::lend::LENT.lock_for_fork();
+    crate::lend::LENT_LIST.lock_for_fork();
     crate::segment_cache::SEGMENT_CACHE.lock_for_fork();
     crate::segment::REGISTRY.lock_for_fork();
     crate::segment::HUGE_CACHE.lock_for_fork();
@@ -82,7 +82,7 @@ extern "C" fn release() {
         crate::segment::HUGE_CACHE.unlock_after_fork();
         crate::segment::REGISTRY.unlock_after_fork();
         crate::segment_cache::SEGMENT_CACHE.unlock_after_fork();
-        crate::lend::LENT.unlock_after_fork();
+        crate::lend::LENT_LIST.unlock_after_fork();
         crate::abandon::ORPHANS.unlock_after_fork();
         crate::alloc::FALLBACK.unlock_after_fork();
     }

@@ -683,11 +683,11 @@ impl AllocatedBit {
         unsafe {
             // Only the owning thread writes allocated words (the run drain
             // clears them), so a load and a store suffice. Its heap is lent
-            // to no other thread while the bit is out (`alloc::bits_out`).
+            // to no other thread while the bit is out (`lend::bits_out`).
             let w = (*self.alloc).load(Ordering::Relaxed);
             (*self.alloc).store(w | self.bit, Ordering::Release);
         }
-        crate::alloc::bit_in();
+        crate::lend::bit_in();
     }
 
     /// [`set`](Self::set) for a bit from [`alloc_object_in_unlendable`],
@@ -695,6 +695,18 @@ impl AllocatedBit {
     /// keeps counting it, and lends its heap no more: safe, but
     /// [`alloc_object_in_unlendable`]'s contract is to set its bits so, and
     /// only its bits.)
+    ///
+    /// # Examples
+    /// ```
+    /// let class = loam_heap::ObjectClass::of(32, 8).unwrap();
+    /// // SAFETY: set with `set_uncounted` right below, nothing in between.
+    /// let (p, bit) = unsafe { loam_heap::alloc_object_in_unlendable(class, 0, 0) };
+    /// assert!(!p.is_null());
+    /// bit.unwrap().set_uncounted();
+    /// // No bit is counted out: the thread may lend its heap.
+    /// assert_eq!(loam_heap::lend(|| loam_heap::stats().heaps_lent), 1);
+    /// # // Leaked: a block with its allocated bit set goes back through a page run.
+    /// ```
     #[inline(always)]
     pub fn set_uncounted(self) {
         // SAFETY: as in `set`.
@@ -922,7 +934,7 @@ pub fn alloc_object(size: usize, align: usize, flags: u8, tag: u16) -> (*mut u8,
             (*page).set_user_flags(flags);
         }
         (*page).note_user_tag(tag);
-        crate::alloc::bit_out();
+        crate::lend::bit_out();
         (p, Some(AllocatedBit::of(page, p)))
     }
 }
@@ -1004,7 +1016,7 @@ impl ObjectClass {
 pub fn alloc_object_in(class: ObjectClass, flags: u8, tag: u16) -> (*mut u8, Option<AllocatedBit>) {
     let got = alloc_object_in_uncounted(class, flags, tag);
     if got.1.is_some() {
-        crate::alloc::bit_out();
+        crate::lend::bit_out();
     }
     got
 }

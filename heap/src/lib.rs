@@ -236,6 +236,7 @@ not_under_loom! {
 
     pub use batch::{FreeBatch, HeldRun};
     pub use global_alloc::{good_size, usable_size, LoamAlloc};
+    pub use lend::lend;
     pub use inspect::{
         alloc_object, alloc_object_in, alloc_object_in_unlendable, for_each_local_page,
         for_each_page, mark_block, mark_blocks, AllocatedBit, ObjectClass, PageInfo, PageRef,
@@ -480,84 +481,6 @@ pub fn hand_over() {
         // SAFETY: the calling thread's own heap.
         unsafe { (*heap).hand_over() };
     }
-}
-
-/// Lends the calling thread's heap to the other threads while `f` runs,
-/// for a thread that waits for them. It first hands over what the heap
-/// holds freed, as [`hand_over`] does, but decommits nothing. While `f`
-/// runs, a thread that would map memory drains what was freed to the heap
-/// meanwhile (a collector's sweeps, other threads' frees) and takes the
-/// segments that leaves wholly free, or, if none, all the heap's segments
-/// (if they hold a megabyte of free slices), as it takes an exited
-/// thread's. Once the heap has been lent as long as the process-wide cache
-/// keeps a segment (ten purge delays, at most a second), [`trim`] drains
-/// it too and decommits its slices idle that long. loam's
-/// `Mutator::blocking` calls it.
-///
-/// The thread takes its heap back when `f` returns or unwinds, waiting if
-/// another thread is tidying it then; wherever its memory went, it then
-/// takes more as a new thread does, and its frees of blocks left in
-/// segments another heap took are remote. Inside `f`, a plain allocation
-/// takes the heap back for its time and lends it again, a collector's
-/// object ([`alloc_object`]) takes it back until `f` returns, and a free
-/// goes to the heap's queue, as another thread's would. [`release`],
-/// [`hand_over`], [`for_each_local_page`] and [`assert_valid`] inside `f`
-/// take the heap back until `f` returns; [`flush`] and [`reclaim_runs`]
-/// leave it lent. A thread that holds an [`AllocatedBit`] it has not set
-/// lends nothing (the bit's word is its heap's alone to write): it only
-/// hands over, as [`hand_over`].
-///
-/// # Examples
-/// ```
-/// # #[global_allocator] static A: loam_heap::LoamAlloc = loam_heap::LoamAlloc;
-/// use std::sync::mpsc;
-/// // Nothing goes back to the OS while the threads run.
-/// loam_heap::set_purge_delay(std::time::Duration::from_secs(3600));
-/// let (tx, rx) = mpsc::channel();
-/// let freer = std::thread::spawn(move || {
-///     let blocks: Vec<Box<[u8; 64]>> = rx.recv().unwrap();
-///     drop(blocks); // sent back to the lending thread's heap
-/// });
-/// let blocks: Vec<Box<[u8; 64]>> = (0..100_000).map(|_| Box::new([1; 64])).collect();
-/// let mapped = loam_heap::stats().segments_mapped_total;
-/// loam_heap::lend(|| {
-///     tx.send(blocks).unwrap();
-///     freer.join().unwrap();
-///     // Another thread needs memory: it takes the segments the frees
-///     // emptied in the lent heap instead of mapping its own.
-///     std::thread::spawn(|| drop(vec![[0u8; 64]; 10_000])).join().unwrap();
-/// });
-/// // (At most one for the threads' own first needs.)
-/// assert!(loam_heap::stats().segments_mapped_total <= mapped + 1);
-/// ```
-#[cfg(not(loom))]
-pub fn lend<R>(f: impl FnOnce() -> R) -> R {
-    /// Takes the heap back when `f` returns or unwinds.
-    struct TakeBack;
-    impl Drop for TakeBack {
-        fn drop(&mut self) {
-            alloc::take_back_lent();
-        }
-    }
-    let heap = alloc::current_heap();
-    if !alloc::is_live(heap) {
-        return f();
-    }
-    // SAFETY: the calling thread's own heap, no method of which is under
-    // way: lending it needs no reference into it to be live.
-    let lent = unsafe {
-        if alloc::bits_out() {
-            // A block's allocated bit is out ([`AllocatedBit::set`]): its
-            // word is this thread's alone to write until it is set.
-            (*heap).hand_over();
-            false
-        } else {
-            (*heap).give_back();
-            alloc::lend_current(None)
-        }
-    };
-    let _back = lent.then_some(TakeBack);
-    f()
 }
 
 /// Gives back to the OS what the process-wide caches have held past their

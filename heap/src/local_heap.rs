@@ -34,8 +34,9 @@ use std::ptr;
 /// - `current[c]` is null or `queues[c].first`.
 /// - `dirty_segments` counts segments in `segments` with a non-zero `dirty`.
 /// - All fields but `queue` are touched only by the thread that owns the heap,
-///   or by whoever holds it exclusively once abandoned (the orphan lock),
-///   with two exceptions for walkers of all heaps (`stats`): `all_next`,
+///   or by whoever holds it exclusively once abandoned (the orphan lock) or
+///   while lent (the lent lock, `lend.rs`: its owner's `HEAP` names it no
+///   more until it is unlisted), with two exceptions for walkers of all heaps (`stats`): `all_next`,
 ///   written once before the heap is published, and the thread cache's
 ///   per-class words, with their counts of other heaps' blocks kept
 ///   (`ThreadCache::foreign_kept`), atomics read through a pointer to
@@ -76,8 +77,8 @@ pub(crate) struct LocalHeap {
     pub(crate) lent_at_ms: u64,
     /// Next heap ever created (written once before publication).
     pub(crate) all_next: *mut LocalHeap,
-    /// Whether `page_alloc` may adopt exited threads' segments: not the
-    /// fallback heap's (`alloc::with_fallback`), which is never abandoned:
+    /// Whether `page_alloc` may adopt exited threads' and lent heaps'
+    /// segments: not the fallback heap's (`alloc::with_fallback`), which is never abandoned:
     /// segments it took stayed with it for good, out of reach of the
     /// thread that takes the exited heap next.
     pub(crate) adopts: bool,

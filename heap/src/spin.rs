@@ -1,11 +1,16 @@
-//! A test-and-test-and-set lock for the heap's cold paths (the orphan list and
-//! the segment registry), which must never allocate or park.
+//! A test-and-test-and-set lock for the heap's cold paths (the orphan and
+//! lent lists, the segment registry and caches), which must never allocate
+//! or park.
 //!
 //! parking_lot and std's Mutex are off limits inside an allocator: parking can
 //! allocate (parking_lot's hash table grows through the global allocator), and
 //! an allocation that re-enters the heap while a lock is held would deadlock.
-//! The critical sections behind this lock are a handful of pointer writes, so
-//! spinning (with a yield after a short burst) is the right tool.
+//! Most critical sections behind these locks are a handful of pointer
+//! writes, so spinning (with a yield after a short burst) is the right tool.
+//! The orphan and lent locks are also held through a heap's tidy (its queues
+//! drained, its empty pages released, a purge's system calls): a thread that
+//! waits for one of them then yields its CPU every burst, which is what a
+//! cold path can afford.
 
 use crate::sync::{yield_now, AtomicBool, Ordering};
 use std::cell::UnsafeCell;

@@ -22,6 +22,7 @@ pub(crate) struct Counters {
     pub(crate) unguarded: AtomicU64,
     pub(crate) unmaps_refused: AtomicU64,
     pub(crate) lent_borrows: AtomicU64,
+    pub(crate) lent_adoptions: AtomicU64,
 }
 
 pub(crate) static COUNTERS: Counters = Counters {
@@ -35,6 +36,7 @@ pub(crate) static COUNTERS: Counters = Counters {
     unguarded: AtomicU64::new(0),
     unmaps_refused: AtomicU64::new(0),
     lent_borrows: AtomicU64::new(0),
+    lent_adoptions: AtomicU64::new(0),
 };
 
 /// One size class in a [`HeapStats`] snapshot.
@@ -109,10 +111,14 @@ pub struct HeapStats {
     pub heaps_abandoned: u64,
     /// Heaps lent now by threads waiting in [`crate::lend`].
     pub heaps_lent: u64,
-    /// Times a thread about to map memory found it in a lent heap instead
-    /// (wholly free segments the heap's drain gave to the cache, or the
-    /// heap's segments, adopted).
+    /// Times a thread about to map memory found some in a lent heap:
+    /// wholly free segments the heap's drain gave to the cache (which
+    /// another thread may take first), or the heap's segments, adopted.
     pub lent_borrows: u64,
+    /// Of `lent_borrows`, the lent heaps whose segments and pages another
+    /// thread took (its owner's frees of what it left there are remote;
+    /// the pages count in `pages_adopted` too).
+    pub lent_adoptions: u64,
     /// Thread heaps ever created (they are reused, never unmapped).
     pub heaps_created: u64,
     /// Segments mapped since start.
@@ -178,6 +184,7 @@ pub fn stats() -> HeapStats {
         heaps_abandoned: COUNTERS.heaps_abandoned.load(Ordering::Relaxed),
         heaps_lent: crate::lend::lent_count() as u64,
         lent_borrows: COUNTERS.lent_borrows.load(Ordering::Relaxed),
+        lent_adoptions: COUNTERS.lent_adoptions.load(Ordering::Relaxed),
         heaps_created: 0,
         segments_mapped_total: COUNTERS.segments_mapped.load(Ordering::Relaxed),
         segments_unmapped_total: COUNTERS.segments_unmapped.load(Ordering::Relaxed),

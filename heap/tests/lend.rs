@@ -2,8 +2,7 @@
 //! that run meanwhile drain it and take its memory instead of mapping
 //! their own; the lender takes its heap back when it runs again, on every
 //! path out. The tests share the process's heap figures: they take turns.
-//! The churn's size is `LOAM_LEND_TEST_ROUNDS` (default 200; at 40 no
-//! lent heap was adopted in four runs, at 200 every time).
+//! The churn's size is `LOAM_LEND_TEST_ROUNDS` (default 200).
 
 mod support;
 
@@ -263,39 +262,75 @@ fn lent_heaps_drained_and_adopted_under_churn_stay_whole() {
     drop(txs);
     let after = loam_heap::stats();
     assert_eq!(after.heaps_lent, 0);
-    assert!(
-        after.lent_borrows > before.lent_borrows,
-        "no thread found memory in a lent heap ({} segments mapped)",
-        after.segments_mapped_total - before.segments_mapped_total
-    );
+    // Borrowed, and adopted: 26 – 40 borrows and 6 – 14 adoptions in four
+    // runs of 40 rounds, 43 – 83 and 12 – 43 in six of 200 (a scaled-down
+    // run checks the blocks only).
+    if rounds >= 40 {
+        assert!(
+            after.lent_borrows > before.lent_borrows
+                && after.lent_adoptions > before.lent_adoptions,
+            "{} borrows, {} adoptions of lent heaps, {} segments mapped",
+            after.lent_borrows - before.lent_borrows,
+            after.lent_adoptions - before.lent_adoptions,
+            after.segments_mapped_total - before.segments_mapped_total
+        );
+    }
     loam_heap::collect();
     loam_heap::assert_valid();
 }
 
-/// `fork` from inside `lend`: the child, whose heap is lent, allocates and
-/// frees (taking its heap back) and exits.
+/// `fork` from inside `lend`, while another thread lends and borrows: the
+/// child, whose heap is lent (and whose lent lock the other thread may
+/// have held at the fork), allocates and frees, taking its heap back, and
+/// exits. (Without the fork handlers' hold of the lent lock, a child
+/// forked while the other thread held it spins for ever: its alarm kills
+/// it, and the parent sees the signal.)
 #[test]
 fn a_child_forked_inside_lend_allocates() {
     let _t = turn();
     drop(std::hint::black_box(vec![1_u8; 100]));
-    let status = loam_heap::lend(|| {
-        // SAFETY: the child only allocates, frees and `_exit`s.
-        let pid = unsafe { libc::fork() };
-        assert!(pid >= 0, "fork failed");
-        if pid == 0 {
-            let v: Vec<Vec<u8>> = (0..1000).map(|i| vec![i as u8; 16 + i % 500]).collect();
-            let ok = v.iter().enumerate().all(|(i, b)| b[0] == i as u8);
-            drop(v);
-            // SAFETY: ends the child without the parent's atexit handlers.
-            unsafe { libc::_exit(if ok { 0 } else { 1 }) };
-        }
-        let mut status = 0;
-        // SAFETY: waits for our own child.
-        unsafe { libc::waitpid(pid, &mut status, 0) };
-        status
-    });
-    assert!(
-        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
-        "child status {status}"
-    );
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let churn = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut kept: Vec<Vec<u8>> = Vec::new();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                loam_heap::lend(|| {
+                    // A thread's memory freed and taken while lent.
+                    let v: Vec<Vec<u8>> = (0..200).map(|i| vec![i as u8; 5_000]).collect();
+                    drop(v);
+                });
+                kept.push(vec![7; 70_000]);
+                if kept.len() > 64 {
+                    kept.clear();
+                }
+            }
+        })
+    };
+    for _ in 0..support::knob("LOAM_LEND_TEST_FORKS", 50, 1) {
+        let status = loam_heap::lend(|| {
+            // SAFETY: the child only allocates, frees and `_exit`s.
+            let pid = unsafe { libc::fork() };
+            assert!(pid >= 0, "fork failed");
+            if pid == 0 {
+                // SAFETY: `alarm` only schedules a signal for this process.
+                unsafe { libc::alarm(30) };
+                let v: Vec<Vec<u8>> = (0..1000).map(|i| vec![i as u8; 16 + i % 500]).collect();
+                let ok = v.iter().enumerate().all(|(i, b)| b[0] == i as u8);
+                drop(v);
+                // SAFETY: ends the child without the parent's atexit handlers.
+                unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+            }
+            let mut status = 0;
+            // SAFETY: waits for our own child.
+            unsafe { libc::waitpid(pid, &mut status, 0) };
+            status
+        });
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "child status {status}"
+        );
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    churn.join().unwrap();
 }

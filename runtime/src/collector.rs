@@ -492,11 +492,9 @@ pub(crate) fn trim_within(c: &mut Control, due: Option<Duration>) -> bool {
 /// reuse it: ten times the interval between cycles, up to a second. The
 /// heap's purge delay (10 ms by default) is shorter than a cycle interval,
 /// so without this the pages a sweep frees are given back and faulted in
-/// again by the next allocations (a fifth of binary-trees' time, when
-/// measured: docs/perf-log.md). Twice the interval was too short for
-/// memory that comes back a phase later: binary-trees at depth 16 with
-/// two threads reuses what one round's trees freed in the next round's,
-/// about ten cycles on, and faulted in four times the pages it does now
+/// again by the next allocations; and a program's memory often comes back
+/// a phase later, several cycles on (a round of binary-trees reuses what
+/// the last one's trees freed), which twice the interval did not cover
 /// (docs/perf-log.md, "The hold on freed memory: ten cycle intervals").
 /// With several runtimes, the one that collected last sets it; a runtime's
 /// end lifts it.

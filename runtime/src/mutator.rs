@@ -1099,18 +1099,18 @@ impl Mutator {
     /// sweeps send it, before and during `f`, and the pages they empty,
     /// which only this thread could otherwise take back, serve the threads
     /// `f` waits for, which take its wholly free segments, or else all its
-    /// segments if they hold a megabyte free, before they map memory
-    /// of their own (README, "Memory a sweep frees waits for the thread
-    /// that allocated it"). Once the heap has been lent ten purge delays
-    /// (at most a second, or one purge delay if that is longer), the
-    /// collector drains it after each cycle and gives back to the OS what
-    /// nobody takes after that long again. The heap is this thread's again when `f`
-    /// returns. Binary-trees, whose main thread waits for its worker threads
-    /// so: at depth 16 with two threads, 0.72x the page faults of handing
-    /// over at entry alone (the median of five alternations, 0.60x –
-    /// 1.00x); at depth 21, peak RSS 434 – 469 MiB against 682 – 710 when
-    /// it waited outside `blocking` (docs/perf-log.md). That costs a lock and system calls when there is
-    /// memory to hand over: use it around waits, not around short work.
+    /// segments if they hold a megabyte free, before they map memory of
+    /// their own (README, "Memory a sweep frees waits for the thread that
+    /// allocated it"). Once the heap has been lent ten purge delays (at
+    /// most a second, or one purge delay if that is longer), the collector
+    /// drains it after each cycle and gives back to the OS what nobody
+    /// takes after that long again. The heap is this thread's again when
+    /// `f` returns. Inside `f`, each allocation of this thread takes the
+    /// heap back for its time (a lock's turn, which may wait for a thread
+    /// draining it) and each free goes to the heap's queue, as another
+    /// thread's would: use it around waits, not around work. (What it
+    /// saved binary-trees: `docs/perf-log.md`, "A waiting thread's heap
+    /// lent to the threads that run".)
     ///
     /// # Examples
     /// ```

@@ -89,7 +89,8 @@ impl LocalHeap {
     /// gives back as [`tidy`](Self::tidy) does, but decommits only the
     /// slices (and unmaps only the wholly free segments) idle as long as
     /// the process-wide cache keeps a wholly free segment (ten purge
-    /// delays, at most a second): they wait for another thread's need, as
+    /// delays, at most a second, or one purge delay if that is longer):
+    /// they wait for another thread's need, as
     /// the cache's segments do, and a thread that borrows them finds them
     /// resident. Returns in how many milliseconds the next of those left
     /// is due, if any is left.
@@ -204,20 +205,23 @@ impl LocalHeap {
         self.give_empty_segments()
     }
 
-    /// How many free slices our segments have.
-    pub(crate) fn free_slices(&self) -> usize {
-        let mut free = 0;
+    /// How many free slices our segments have, and whether one of them
+    /// has a run of `need`.
+    pub(crate) fn free_slices(&self, need: usize) -> (usize, bool) {
+        let (mut free, mut fits) = (0, false);
         let mut seg = self.segments.first;
         // SAFETY: segments on our list are ours (the caller holds the heap),
         // those with room first.
         while !seg.is_null() && unsafe { super::has_room(seg) } {
             // SAFETY: as just said.
             unsafe {
-                free += ((*seg).free_slices.load(Ordering::Relaxed) & USABLE_MASK).count_ones() as usize;
+                let slices = (*seg).free_slices.load(Ordering::Relaxed);
+                free += (slices & USABLE_MASK).count_ones() as usize;
+                fits |= Segment::find_free_run(slices, need).is_some();
                 seg = (*seg).next;
             }
         }
-        free
+        (free, fits)
     }
 
     /// Gives every wholly free segment of ours to the process-wide cache

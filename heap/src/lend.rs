@@ -111,9 +111,10 @@ impl Drop for Locked {
 /// a panic's message most likely).
 fn not_under_the_lock() {
     if HOLDS_LOCK.with(Cell::get) {
-        crate::fatal(
-            "heap: the lent lock taken again by its holder: an allocation while tidying a lent heap (a panic there?)",
-        );
+        crate::fatal(concat!(
+            "heap: the lent lock taken again by its holder: ",
+            "an allocation while tidying a lent heap (a panic there?)"
+        ));
     }
 }
 
@@ -127,30 +128,33 @@ pub(crate) fn lent_count() -> usize {
 
 /// Lends the calling thread's heap to the other threads while `f` runs,
 /// for a thread that waits for them. It first hands over what the heap
-/// holds freed, as [`hand_over`](crate::hand_over) does, but decommits nothing. While `f`
-/// runs, a thread that would map memory drains what was freed to the heap
-/// meanwhile (a collector's sweeps, other threads' frees) and takes the
-/// segments that leaves wholly free, or, if none, all the heap's segments
-/// (if they hold a megabyte of free slices and a run of what it needs; the
-/// shared heap of exited threads' late allocations never takes them), as
-/// it takes an exited thread's. Once the heap has been lent as long as the
-/// process-wide cache keeps a segment (ten purge delays, at most a second,
-/// or one purge delay if that is longer), [`trim`](crate::trim) drains it
-/// too and decommits its slices idle that long. loam's
-/// `Mutator::blocking` calls it.
+/// holds freed, as [`hand_over`](crate::hand_over) does, but decommits
+/// nothing. While `f` runs, a thread that would map memory drains what
+/// was freed to the heap meanwhile (a collector's sweeps, other threads'
+/// frees) and takes the segments that leaves wholly free, or, if none, all
+/// the heap's segments (if they hold a megabyte of free slices and a run
+/// of what it needs; the shared heap of exited threads' late allocations
+/// never takes them), as it takes an exited thread's. Once the heap has
+/// been lent as long as the process-wide cache keeps a segment (ten purge
+/// delays, at most a second, or one purge delay if that is longer),
+/// [`trim`](crate::trim) drains it too and decommits its slices idle that
+/// long. loam's `Mutator::blocking` calls it.
 ///
 /// The thread takes its heap back when `f` returns or unwinds, waiting if
 /// another thread is tidying it then; wherever its memory went, it then
 /// takes more as a new thread does, and its frees of blocks left in
 /// segments another heap took are remote. Inside `f`, a plain allocation
 /// takes the heap back for its time and lends it again, a collector's
-/// object ([`alloc_object`](crate::alloc_object)) takes it back until `f` returns, and a free
-/// goes to the heap's queue, as another thread's would. [`release`](crate::release),
-/// [`hand_over`](crate::hand_over), [`for_each_local_page`](crate::for_each_local_page) and [`assert_valid`](crate::assert_valid) inside `f`
-/// take the heap back until `f` returns; [`flush`](crate::flush) and [`reclaim_runs`](crate::reclaim_runs)
-/// leave it lent. A thread that holds an [`AllocatedBit`](crate::AllocatedBit) it has not set
-/// lends nothing (the bit's word is its heap's alone to write): it only
-/// hands over, as [`hand_over`](crate::hand_over).
+/// object ([`alloc_object`](crate::alloc_object)) takes it back until `f`
+/// returns, and a free goes to the heap's queue, as another thread's
+/// would. [`release`](crate::release), [`hand_over`](crate::hand_over),
+/// [`for_each_local_page`](crate::for_each_local_page) and
+/// [`assert_valid`](crate::assert_valid) inside `f` take the heap back
+/// until `f` returns; [`flush`](crate::flush) and
+/// [`reclaim_runs`](crate::reclaim_runs) leave it lent. A thread that holds
+/// an [`AllocatedBit`](crate::AllocatedBit) it has not set lends nothing
+/// (the bit's word is its heap's alone to write): it only hands over, as
+/// [`hand_over`](crate::hand_over).
 ///
 /// # Examples
 /// ```
@@ -221,7 +225,11 @@ pub(crate) fn bit_out() {
 #[inline(always)]
 pub(crate) fn bit_in() {
     UNSET_BITS.with(|c| {
-        debug_assert!(c.get() != 0, "heap: an allocated bit set that was never counted out (`set` on a bit of `alloc_object_in_unlendable`?)");
+        debug_assert!(
+            c.get() != 0,
+            "heap: an allocated bit set that was never counted out \
+             (`set` on a bit of `alloc_object_in_unlendable`?)"
+        );
         c.set(c.get().wrapping_sub(1));
     });
 }

@@ -39,13 +39,14 @@ impl Drop for PurgeDelay {
     }
 }
 
-/// A barrier whose wait gives up with a panic after a minute (a thread
-/// that panicked never arrives), so that a failure ends the test instead
-/// of hanging it.
+/// A barrier that a thread's panic breaks: its waiters panic too instead
+/// of waiting for ever for the thread that will not come (the threads hold
+/// a [`Breaks`] while they run).
 struct Barrier {
     state: Mutex<(usize, u64)>,
     cv: Condvar,
     n: usize,
+    broken: std::sync::atomic::AtomicBool,
 }
 
 impl Barrier {
@@ -54,6 +55,7 @@ impl Barrier {
             state: Mutex::new((0, 0)),
             cv: Condvar::new(),
             n,
+            broken: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -66,12 +68,13 @@ impl Barrier {
             self.cv.notify_all();
             return;
         }
-        let (s, timeout) = self
-            .cv
-            .wait_timeout_while(s, Duration::from_secs(60), |s| s.1 == generation)
-            .unwrap_or_else(|e| e.into_inner());
-        drop(s);
-        assert!(!timeout.timed_out(), "a thread never reached the barrier");
+        while s.1 == generation {
+            assert!(
+                !self.broken.load(std::sync::atomic::Ordering::Relaxed),
+                "another thread panicked"
+            );
+            s = self.cv.wait(s).unwrap_or_else(|e| e.into_inner());
+        }
     }
 }
 
@@ -80,6 +83,21 @@ impl Barrier {
 #[allow(clippy::vec_box)]
 fn stamped() -> Vec<Box<[u64; 8]>> {
     (0..500_000_u64).map(|i| Box::new([i; 8])).collect()
+}
+
+/// Breaks its barrier if dropped by a panic.
+struct Breaks<'a>(&'a Barrier);
+
+impl Drop for Breaks<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let _s = self.0.state.lock().unwrap_or_else(|e| e.into_inner());
+            self.0
+                .broken
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+            self.0.cv.notify_all();
+        }
+    }
 }
 
 #[test]
@@ -228,6 +246,7 @@ fn lent_heaps_drained_and_adopted_under_churn_stay_whole() {
             let next = txs[(t + 1) % THREADS].clone();
             let rx = rxs[t].take().unwrap();
             s.spawn(move || {
+                let _breaks = Breaks(&barrier);
                 for r in 0..rounds {
                     if t % 2 != r % 2 {
                         loam_heap::lend(|| barrier.wait());

@@ -54,35 +54,28 @@ fn what_a_sweep_frees_here_during_blocking_serves_the_other_threads() {
     assert_eq!(loam_heap::stats().heaps_lent, 0);
 
     // With nobody to take it, what a sweep frees into the lent heap goes
-    // back to the OS: once the heap has been lent ten purge delays (at
-    // most a second), the collector drains it after each cycle and caches
-    // its wholly free segments, and gives them back when they have waited
-    // that long again.
-    loam_heap::set_purge_delay(Duration::from_millis(10));
+    // back to the OS: `trim` (the collector's, after each cycle) drains a
+    // heap lent as long as the cache keeps a segment and caches its wholly
+    // free segments, then gives back those that waited that long. With no
+    // delay and no hold (the collector sets the hold again as its next
+    // cycle begins; none begins here) that is at once, with no clock.
     m.mutate(|mc| {
         for i in 0..(1_u64 << 20) {
             mc.alloc([i; 4]);
         }
     });
     let before = loam_heap::stats().committed_bytes;
-    let (during, waited) = m.blocking(|| {
+    let during = m.blocking(|| {
         rt.collect(); // sweeps the 40 MiB into the lent heap
-                      // After a second the heap is drained after each cycle, its free
-                      // segments cached, and a second later given back: looked at every
-                      // 100 ms, for up to 20 s on a busy machine.
-        let start = std::time::Instant::now();
-        loop {
-            std::thread::sleep(Duration::from_millis(100));
-            rt.collect();
-            let now = loam_heap::stats().committed_bytes;
-            if before >= now + 24 * MIB || start.elapsed() > Duration::from_secs(20) {
-                break (now, start.elapsed());
-            }
-        }
+        loam_heap::set_purge_delay(Duration::ZERO);
+        loam_heap::hold_freed_memory(Duration::ZERO);
+        assert_eq!(loam_heap::stats().heaps_lent, 1);
+        let _ = loam_heap::trim();
+        loam_heap::stats().committed_bytes
     });
     assert!(
         before >= during + 24 * MIB,
-        "committed {} MiB before, {} MiB after {waited:?} of a lent heap's garbage",
+        "committed {} MiB before, {} MiB once a lent heap's garbage was trimmed",
         before / MIB,
         during / MIB
     );

@@ -990,6 +990,35 @@ mod handshake_model {
     use loom::sync::atomic::{AtomicBool, AtomicUsize};
     use loom::sync::Arc;
 
+    /// A call under way (one that began in the window, with `window`) that
+    /// `release` ends while the collector waits for it (`watch`, its
+    /// sequence word read by `still`): the wait either sees it ended by its
+    /// first read, or is woken by it: never neither.
+    fn watched_release_wakes_the_wait_or_is_seen(
+        window: bool,
+        release: fn(&Handshake, &Slot) -> bool,
+        still: fn(&Slot, u64) -> bool,
+    ) {
+        loom::model(move || {
+            let hs = Arc::new(Handshake::default());
+            let slots = Arc::new([Slot::default()]);
+            hs.attach(&slots[0]);
+            hs.enter(&slots[0]);
+            if window {
+                assert!(hs.confirm_window(&slots[0], || true));
+            }
+            let listed = hs.calls_under_way(&slots[..], window);
+            assert_eq!(listed.len(), 1);
+            let mutator = {
+                let (hs, slots) = (hs.clone(), slots.clone());
+                loom::thread::spawn(move || release(&hs, &slots[0]))
+            };
+            let seen = hs.watch(&slots[..], &listed, still).is_empty();
+            let woke = mutator.join().unwrap();
+            assert!(woke || seen, "a watched call ended unseen and woke nobody");
+        });
+    }
+
     /// A call the collector waits for either is seen to have left by the
     /// wait's first read (`watch`), or wakes the wait as it leaves: never
     /// neither, which would leave the wait to its clock (1 ms, then
@@ -997,24 +1026,8 @@ mod handshake_model {
     /// the leave's, makes this fail.
     #[test]
     fn a_watched_call_that_leaves_wakes_the_wait_or_is_seen() {
-        loom::model(|| {
-            let hs = Arc::new(Handshake::default());
-            let slots = Arc::new([Slot::default()]);
-            hs.attach(&slots[0]);
-            hs.enter(&slots[0]);
-            let listed = hs.calls_under_way(&slots[..], false);
-            assert_eq!(listed.len(), 1);
-            let mutator = {
-                let (hs, slots) = (hs.clone(), slots.clone());
-                loom::thread::spawn(move || hs.leave(&slots[0]))
-            };
-            let seen = hs
-                .watch(&slots[..], &listed, |s, seq| {
-                    s.seq.load(Ordering::Acquire) == seq
-                })
-                .is_empty();
-            let woke = mutator.join().unwrap();
-            assert!(woke || seen, "a watched call left unseen and woke nobody");
+        watched_release_wakes_the_wait_or_is_seen(false, Handshake::leave, |s, seq| {
+            s.seq.load(Ordering::Acquire) == seq
         });
     }
 
@@ -1024,28 +1037,8 @@ mod handshake_model {
     /// makes this fail.
     #[test]
     fn a_watched_take_back_wakes_the_wait_or_is_seen() {
-        loom::model(|| {
-            let hs = Arc::new(Handshake::default());
-            let slots = Arc::new([Slot::default()]);
-            hs.attach(&slots[0]);
-            hs.enter(&slots[0]);
-            assert!(hs.confirm_window(&slots[0], || true));
-            let listed = hs.calls_under_way(&slots[..], true);
-            assert_eq!(listed.len(), 1);
-            let mutator = {
-                let (hs, slots) = (hs.clone(), slots.clone());
-                loom::thread::spawn(move || hs.take_back(&slots[0]))
-            };
-            let seen = hs
-                .watch(&slots[..], &listed, |s, seq| {
-                    s.window_seq.load(Ordering::Acquire) == seq
-                })
-                .is_empty();
-            let woke = mutator.join().unwrap();
-            assert!(
-                woke || seen,
-                "a watched take-back went unseen and woke nobody"
-            );
+        watched_release_wakes_the_wait_or_is_seen(true, Handshake::take_back, |s, seq| {
+            s.window_seq.load(Ordering::Acquire) == seq
         });
     }
 

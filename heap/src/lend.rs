@@ -430,7 +430,7 @@ pub(crate) fn borrow(me: &mut LocalHeap, need: usize) -> bool {
         // listed while it is held; heaps are never unmapped. `me` is not
         // listed: its thread is running.
         unsafe {
-            if (*h).give_back() > 0 {
+            if (*h).give_back_lent() > 0 {
                 crate::stats::COUNTERS.lent_borrows.fetch_add(1, Ordering::Relaxed);
                 return true;
             }

@@ -95,11 +95,29 @@ impl LocalHeap {
     /// resident. Returns in how many milliseconds the next of those left
     /// is due, if any is left.
     pub(crate) fn tidy_lent(&mut self) -> Option<u64> {
-        self.take_back();
         let delay = segment_cache::expiry_ms();
+        let drained = self.drain_lent();
         self.purge_idle_for(false, delay);
-        self.give_empty_segments();
+        if drained {
+            self.give_empty_segments();
+        }
         self.purge_due_in(delay)
+    }
+
+    /// For a lent heap, listed (the caller holds the lent lock): drains
+    /// what others sent it and, if that was anything, releases the pages it
+    /// emptied. Returns whether it drained any. Its thread sent its caches
+    /// as it lent the heap and frees nothing into them while it is lent,
+    /// and only what comes through its queue empties a page meanwhile: a
+    /// drain that finds none leaves nothing to release, and the walk of
+    /// every page queue is skipped (a borrower asks each lent heap as it
+    /// maps, the collector's trim after each cycle).
+    fn drain_lent(&mut self) -> bool {
+        let drained = self.drain_remote() > 0;
+        if drained {
+            self.retire_empty_pages();
+        }
+        drained
     }
 
     /// Milliseconds until a purge of the slices idle for `delay` ms has
@@ -195,14 +213,24 @@ impl LocalHeap {
         drained
     }
 
-    /// For a heap being lent (`lend.rs`: its owner, before it lists it, or
-    /// a borrower, under the lent lock): takes back what others sent it,
-    /// releases its empty pages and gives its wholly free segments to the
-    /// process-wide cache, decommitting nothing (a borrower is about to use
-    /// them). Returns how many it gave.
+    /// For a heap about to be lent (`lend.rs`, its owner): takes back what
+    /// others sent it, releases its empty pages and gives its wholly free
+    /// segments to the process-wide cache, decommitting nothing (another
+    /// thread may need them soon). Returns how many it gave.
     pub(crate) fn give_back(&mut self) -> usize {
         self.take_back();
         self.give_empty_segments()
+    }
+
+    /// [`give_back`](Self::give_back) for a lent heap, listed (a borrower,
+    /// under the lent lock): only what a drain emptied can have become
+    /// free since (`drain_lent`).
+    pub(crate) fn give_back_lent(&mut self) -> usize {
+        if self.drain_lent() {
+            self.give_empty_segments()
+        } else {
+            0
+        }
     }
 
     /// How many free slices our segments have, and whether one of them

@@ -1060,9 +1060,12 @@ impl Mutator {
             return;
         }
         let start = Instant::now();
+        let cpu = loam_threadpool::current_cpu().map_or(usize::MAX, |c| c + 1);
+        shared.window_waiter.store(cpu, Ordering::Relaxed);
         while shared.calls.now().window && start.elapsed() < WINDOW_WAIT {
             std::thread::yield_now();
         }
+        shared.window_waiter.store(0, Ordering::Relaxed);
         self.held(Hold::Safepoint, start.elapsed());
     }
 

@@ -119,6 +119,12 @@ pub(crate) struct Shared {
     /// waited for it behind a collector thread off its CPU was held for a
     /// scheduler slice).
     pub(crate) live_mutators: AtomicUsize,
+    /// While the runtime's one mutator waits for a ragged start's window
+    /// to close (`Mutator::wait_out_window`), one more than the CPU it
+    /// waits on (`usize::MAX` if unknown), else 0: a collector thread that
+    /// closes the window on that CPU steps off it for a moment
+    /// (`Cycle::mark_ragged`). Speed only.
+    pub(crate) window_waiter: AtomicUsize,
     pub(crate) globals: RootTable,
     /// The live weak cells.
     pub(crate) weak: Mutex<crate::weak::WeakCells>,
@@ -1667,6 +1673,7 @@ impl RuntimeBuilder {
             born: crate::forked::generation(),
             gone_look_at: AtomicUsize::new(0),
             live_mutators: AtomicUsize::new(0),
+            window_waiter: AtomicUsize::new(0),
             handshake: Handshake::for_runtime(id),
             mutators: Mutex::new(Vec::new()),
             globals: RootTable::default(),

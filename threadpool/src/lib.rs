@@ -154,6 +154,26 @@ pub use crate::{
     spawn::spawn,
 };
 
+/// The CPU the current thread runs on, as the OS last placed it, or
+/// `None` where it cannot tell (other systems than Linux). A hint: the
+/// thread may move at any moment. The runtime reads it to learn whether
+/// a thread it waits for shares its CPU.
+///
+/// # Examples
+///
+/// ```
+/// # loam_threadpool::doctest! {
+/// let cpu = loam_threadpool::current_cpu();
+/// if cfg!(target_os = "linux") {
+///     assert!(cpu.is_some());
+/// }
+/// # }
+/// ```
+#[cfg(not(loom))]
+pub fn current_cpu() -> Option<usize> {
+    spread::current_cpu()
+}
+
 /// The index of the current thread in its pool (`0..num_threads`), or `None`
 /// if it is not a worker of any pool.
 ///

@@ -97,14 +97,14 @@ impl std::fmt::Debug for Spread {
 
 /// The CPU this thread runs on.
 #[cfg(all(target_os = "linux", not(miri)))]
-fn current_cpu() -> Option<usize> {
+pub(crate) fn current_cpu() -> Option<usize> {
     // SAFETY: `sched_getcpu` has no preconditions.
     let cpu = unsafe { libc::sched_getcpu() };
     usize::try_from(cpu).ok()
 }
 
 #[cfg(not(all(target_os = "linux", not(miri))))]
-fn current_cpu() -> Option<usize> {
+pub(crate) fn current_cpu() -> Option<usize> {
     None
 }
 

@@ -76,6 +76,9 @@ thread_local! {
     static UNSET_BITS: Cell<usize> = const { Cell::new(0) };
     /// Whether this thread holds the lent lock ([`Locked`]).
     static HOLDS_LOCK: Cell<bool> = const { Cell::new(false) };
+    /// Whether [`lend_idle`] lent the heap this thread lent, for
+    /// [`take_back_idle`] to take back (and not an enclosing [`lend`]'s).
+    static IDLE_LENT: Cell<bool> = const { Cell::new(false) };
 }
 
 /// The fewest free slices (1 MiB) for which [`borrow`] takes a lent heap's
@@ -215,6 +218,58 @@ pub fn lend<R>(f: impl FnOnce() -> R) -> R {
     f()
 }
 
+/// Lends this thread's heap for an idle spell that no closure spans, as
+/// [`lend`] does, until [`take_back_idle`]: a thread pool's worker lends
+/// it as it parks and takes it back as it wakes (loam's `ManagedPool`
+/// does, in its park hooks). What other threads free into the heap while
+/// the thread sleeps, a collector's sweeps most of all, then serves the
+/// threads that run, as it does for a thread waiting in [`lend`].
+///
+/// Unlike [`lend`], it gives nothing back first (its thread cache, the
+/// blocks it holds for other heaps, its wholly free segments): a worker
+/// parks and wakes often, and what it holds is what it allocates from
+/// when it wakes. A borrower that needs memory drains the heap, or adopts
+/// it if it holds a megabyte free.
+///
+/// A no-op where [`lend`] lends nothing (no heap yet, lent already, an
+/// allocated bit unset). Until [`take_back_idle`], this thread's frees are
+/// remote, and its allocations take the heap back first (a plain one for
+/// its length, a collector object's for good); a thread that exits takes
+/// it back to hand it on.
+///
+/// # Examples
+/// ```
+/// # #[global_allocator] static A: loam_heap::LoamAlloc = loam_heap::LoamAlloc;
+/// drop(std::hint::black_box(vec![0_u8; 64])); // this thread has a heap
+/// loam_heap::lend_idle();
+/// assert_eq!(loam_heap::stats().heaps_lent, 1);
+/// // ... the thread parks; other threads may take what is freed into
+/// // its heap meanwhile ...
+/// loam_heap::take_back_idle();
+/// assert_eq!(loam_heap::stats().heaps_lent, 0);
+/// ```
+pub fn lend_idle() {
+    if IDLE_LENT.with(Cell::get) {
+        return;
+    }
+    // SAFETY: called from outside the heap's code (a public entry point
+    // the heap never calls itself): no reference into this thread's heap
+    // is live.
+    if unsafe { lend_current(None) } {
+        IDLE_LENT.with(|i| i.set(true));
+    }
+}
+
+/// Takes back the heap [`lend_idle`] lent, waiting for a thread that
+/// borrows it; a no-op if it lent none, or if the heap came back
+/// meanwhile. A heap lent by an enclosing [`lend`] stays lent: that call
+/// takes it back as it returns.
+pub fn take_back_idle() {
+    if IDLE_LENT.with(Cell::get) {
+        take_back();
+    }
+}
+
 /// Counts an allocated bit handed out to this thread's caller.
 #[inline(always)]
 pub(crate) fn bit_out() {
@@ -269,6 +324,9 @@ unsafe fn lend_current(since: Option<u64>) -> bool {
 /// thread that borrows it): `HEAP` names it again.
 #[cold]
 pub(crate) fn take_back() {
+    // For good: whichever lending lent it, [`take_back_idle`] has
+    // nothing left to take back.
+    IDLE_LENT.with(|i| i.set(false));
     let _ = take_back_since();
 }
 

@@ -158,7 +158,9 @@
 //!   (what sweeps and frees sent them meanwhile) and takes the segments
 //!   that leaves wholly free, or adopts a lent heap's segments as an
 //!   orphan's. A thread holding an allocated bit it has not set lends
-//!   nothing: that word is its alone to write.
+//!   nothing: that word is its alone to write. A thread idle between two
+//!   hooks (a pool worker's park) lends with [`lend_idle`] until
+//!   [`take_back_idle`].
 //! - The seven global spin locks (orphan list, lent list, fallback heap,
 //!   free-segment cache, segment registry, huge-segment cache, aligned
 //!   spans) are taken around `fork` by
@@ -236,7 +238,7 @@ not_under_loom! {
 
     pub use batch::{FreeBatch, HeldRun};
     pub use global_alloc::{good_size, usable_size, LoamAlloc};
-    pub use lend::lend;
+    pub use lend::{lend, lend_idle, take_back_idle};
     pub use inspect::{
         alloc_object, alloc_object_in, alloc_object_in_unlendable, for_each_local_page,
         for_each_page, mark_block, mark_blocks, AllocatedBit, ObjectClass, PageInfo, PageRef,

@@ -193,6 +193,61 @@ fn the_lender_takes_its_heap_back_on_every_way_out() {
 }
 
 #[test]
+fn an_idle_lend_lasts_until_taken_back_and_leaves_an_enclosing_lend_alone() {
+    let _t = turn();
+    let lent = || loam_heap::stats().heaps_lent;
+    // Warm: the thread has a heap to lend.
+    drop(std::hint::black_box(vec![1_u8; 100]));
+    // Lent until taken back, once however often asked.
+    loam_heap::lend_idle();
+    loam_heap::lend_idle();
+    assert_eq!(lent(), 1);
+    // A plain allocation takes it back for its length only, and a `lend`
+    // inside finds it lent and leaves it so.
+    let v = vec![7_u8; 1000];
+    assert_eq!(lent(), 1);
+    assert_eq!(loam_heap::lend(lent), 1);
+    assert_eq!(lent(), 1);
+    loam_heap::take_back_idle();
+    assert_eq!(lent(), 0);
+    loam_heap::take_back_idle(); // nothing lent: nothing to do
+    assert_eq!(lent(), 0);
+    // Inside `lend`, an idle lend lends nothing more and takes back
+    // nothing: the heap is `lend`'s until it returns.
+    let inside = loam_heap::lend(|| {
+        loam_heap::lend_idle();
+        loam_heap::take_back_idle();
+        lent()
+    });
+    assert_eq!(inside, 1);
+    assert_eq!(lent(), 0);
+    // A collector's object takes the heap back for good: a later take-back
+    // has nothing of the idle lend's to take, and leaves a `lend` alone.
+    loam_heap::lend_idle();
+    let (p, bit) = loam_heap::alloc_object(48, 8, 0, 0);
+    assert!(!p.is_null());
+    bit.unwrap().set();
+    assert_eq!(lent(), 0);
+    let inside = loam_heap::lend(|| {
+        loam_heap::take_back_idle();
+        lent()
+    });
+    assert_eq!(inside, 1);
+    assert_eq!(lent(), 0);
+    // Frees while lent go to the heap's queue, and the heap is whole.
+    loam_heap::lend_idle();
+    drop(v);
+    assert_eq!(lent(), 1);
+    loam_heap::take_back_idle();
+    let w = vec![9_u8; 1000];
+    assert!(w.iter().all(|&b| b == 9));
+    assert_eq!(lent(), 0);
+    loam_heap::assert_valid();
+    // (The object's block is leaked: a block whose bit is set goes back
+    // through a collector's page run.)
+}
+
+#[test]
 fn a_thread_with_an_allocated_bit_unset_lends_nothing() {
     let _t = turn();
     let (p, bit) = loam_heap::alloc_object(64, 8, 0, 0);

@@ -287,7 +287,10 @@
 //! the worker runs while it waits (`pool.rs`). A worker waiting on a pool
 //! inside `mutate` would deadlock against a pause (the pause waits for it, the
 //! job it waits for may be waiting for the pause), so `mutate` forbids pool
-//! waits on its thread (`loam_threadpool::forbid_waits`): they panic.
+//! waits on its thread (`loam_threadpool::forbid_waits`): they panic. A
+//! parked worker lends its heap (`loam_heap::lend_idle`, in the pool's
+//! park hooks), so that what the sweeps free into it serves the workers
+//! that run.
 //!
 //! Why page runs (measured on binary-trees, loam/Box time): sending dead
 //! blocks one by one through the owner's remote queue cost a cache miss per

@@ -611,8 +611,18 @@ impl ManagedPoolBuilder {
             })
             // Take back the page runs the GC threads freed into before
             // parking, so that the blocks are reused: a parked worker
-            // reaches no `mutate` entry to take them.
-            .before_park(|_| loam_heap::reclaim_runs())
+            // reaches no `mutate` entry to take them. Then lend the heap
+            // while parked: what the sweeps free into it meanwhile serves
+            // the workers that run (or any thread), as a wait in
+            // `Mutator::blocking` lends it. Every park is followed by
+            // `after_unpark`, which takes it back before a task runs.
+            // (In a park inside `blocking`, the heap is lent already and
+            // both are no-ops.)
+            .before_park(|_| {
+                loam_heap::reclaim_runs();
+                loam_heap::lend_idle();
+            })
+            .after_unpark(|_| loam_heap::take_back_idle())
             .exit_handler(|_| {
                 let own = OWN.with(|o| o.replace(ptr::null_mut()));
                 let available = AVAILABLE.with(|a| a.replace(ptr::null_mut()));

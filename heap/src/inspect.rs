@@ -1030,7 +1030,8 @@ pub fn alloc_object_in(class: ObjectClass, flags: u8, tag: u16) -> (*mut u8, Opt
 /// # Safety
 /// The bit is set with [`AllocatedBit::set_uncounted`] (`set` would take
 /// another bit off the count), and nothing that lends the calling thread's
-/// heap ([`crate::lend`], loam's `Mutator::blocking`) runs on this thread
+/// heap ([`crate::lend`], loam's `Mutator::blocking`, [`crate::lend_idle`],
+/// so a managed pool's park: a `join` that waits) runs on this thread
 /// between this call and that set: another thread could then write the
 /// bit's word alongside it.
 ///

@@ -1,5 +1,7 @@
 //! Lending: a thread about to wait ([`lend`], which loam's
-//! `Mutator::blocking` calls) lends its heap to the threads still running.
+//! `Mutator::blocking` calls), or idle between two hooks ([`lend_idle`],
+//! a managed pool's parked worker), lends its heap to the threads still
+//! running.
 //! While it waits they drain the heap's queues and take its wholly free
 //! segments, or its segments, when they would otherwise map memory of
 //! their own; the owner takes the heap back when it runs again. The whole
@@ -211,7 +213,9 @@ pub fn lend<R>(f: impl FnOnce() -> R) -> R {
             false
         } else {
             (*heap).give_back();
-            lend_current(None)
+            // Tidied just now: a borrower's drain need not walk it.
+            (*heap).lent_untidy = false;
+            lend_current(None, false)
         }
     };
     let _back = lent.then_some(TakeBack);
@@ -226,16 +230,22 @@ pub fn lend<R>(f: impl FnOnce() -> R) -> R {
 /// threads that run, as it does for a thread waiting in [`lend`].
 ///
 /// Unlike [`lend`], it gives nothing back first (its thread cache, the
-/// blocks it holds for other heaps, its wholly free segments): a worker
-/// parks and wakes often, and what it holds is what it allocates from
-/// when it wakes. A borrower that needs memory drains the heap, or adopts
-/// it if it holds a megabyte free.
+/// blocks it holds for other heaps, its empty pages and wholly free
+/// segments): a worker parks and wakes often, and what it holds is what
+/// it allocates from when it wakes. The first thread that borrows the
+/// heap releases its empty pages and takes the segments that leaves
+/// wholly free, as it does with what a drain empties, or adopts the heap
+/// if it holds a megabyte free. (The thread cache stays counted as used
+/// until a tidy of the heap, `collect`'s, flushes it.)
 ///
 /// A no-op where [`lend`] lends nothing (no heap yet, lent already, an
 /// allocated bit unset). Until [`take_back_idle`], this thread's frees are
 /// remote, and its allocations take the heap back first (a plain one for
-/// its length, a collector object's for good); a thread that exits takes
-/// it back to hand it on.
+/// its length, a collector object's for good), as do the calls that act
+/// on this thread's heap ([`release`](crate::release),
+/// [`hand_over`](crate::hand_over), [`for_each_local_page`](crate::for_each_local_page),
+/// [`assert_valid`](crate::assert_valid)), for good; a thread that exits
+/// takes it back to hand it on.
 ///
 /// # Examples
 /// ```
@@ -255,7 +265,7 @@ pub fn lend_idle() {
     // SAFETY: called from outside the heap's code (a public entry point
     // the heap never calls itself): no reference into this thread's heap
     // is live.
-    if unsafe { lend_current(None) } {
+    if unsafe { lend_current(None, true) } {
         IDLE_LENT.with(|i| i.set(true));
     }
 }
@@ -300,15 +310,23 @@ pub(crate) fn bits_out() -> bool {
 /// Lends the calling thread's heap, if it has one, has not lent it already
 /// and holds no allocated bit unset: returns whether it did. Until
 /// [`take_back`], the thread's frees are remote and its allocations take
-/// the heap back first. `since`: as [`list`]'s.
+/// the heap back first. `since`: as [`list`]'s. `untidy`: the heap was
+/// not tidied for the lend (`lend_idle`), and the first borrower's drain
+/// walks it (`LocalHeap::lent_untidy`, which stays set otherwise until
+/// a drain or a `lend` clears it).
 ///
 /// # Safety
 /// Nothing on the calling thread holds a reference into its heap (no
 /// heap method is under way on this thread).
-unsafe fn lend_current(since: Option<u64>) -> bool {
+unsafe fn lend_current(since: Option<u64>, untidy: bool) -> bool {
     let heap = alloc::current_heap();
     if !alloc::is_live(heap) || bits_out() {
         return false;
+    }
+    if untidy {
+        // SAFETY: the heap is this thread's and not listed yet (the
+        // caller): nothing else reads it.
+        unsafe { (*heap).lent_untidy = true };
     }
     // `HEAP` first, so that nothing of this thread's reaches the heap once
     // it is listed.
@@ -358,7 +376,7 @@ pub(crate) fn alloc_lent(size: usize, align: usize) -> *mut u8 {
     let p = alloc::alloc(size, align);
     // SAFETY: the allocation has returned: no reference into the heap is
     // live on this thread.
-    unsafe { lend_current(since) };
+    unsafe { lend_current(since, false) };
     p
 }
 

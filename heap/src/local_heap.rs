@@ -75,6 +75,13 @@ pub(crate) struct LocalHeap {
     pub(crate) lent_next: *mut LocalHeap,
     /// When the heap was last lent (`os::now_ms`; under the lent lock).
     pub(crate) lent_at_ms: u64,
+    /// Lent without being tidied first (`lend::lend_idle`): its empty
+    /// pages and wholly free segments are not yet where a borrower can
+    /// take them, so the next borrower's drain releases and gives them
+    /// whether or not it finds anything in the queue (`drain_lent`).
+    /// Written by the owner before it lists the heap, and under the lent
+    /// lock.
+    pub(crate) lent_untidy: bool,
     /// Next heap ever created (written once before publication).
     pub(crate) all_next: *mut LocalHeap,
     /// Whether `page_alloc` may adopt exited threads' and lent heaps'
@@ -130,6 +137,7 @@ impl LocalHeap {
                 orphan_next: ptr::null_mut(),
                 lent_next: ptr::null_mut(),
                 lent_at_ms: 0,
+                lent_untidy: false,
                 all_next: ptr::null_mut(),
                 adopts: true,
             });

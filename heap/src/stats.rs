@@ -109,7 +109,8 @@ pub struct HeapStats {
     pub pages_adopted: u64,
     /// Heaps abandoned by exiting threads.
     pub heaps_abandoned: u64,
-    /// Heaps lent now by threads waiting in [`crate::lend`].
+    /// Heaps lent now by threads waiting in [`crate::lend`] or idle in
+    /// [`crate::lend_idle`].
     pub heaps_lent: u64,
     /// Times a thread about to map memory found some in a lent heap:
     /// wholly free segments the heap's drain gave to the cache (which

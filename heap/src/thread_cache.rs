@@ -21,8 +21,10 @@
 //!   (nobody told the page it was freed), so the page stays live, with its
 //!   geometry, while the block is here.
 //! - `held(c) <= LIMIT[c]` blocks of class `c` are held, in `c`'s run of
-//!   `slots`; only this thread touches them, and the cache never reads or
-//!   writes a block's memory (the allocator's checks aside).
+//!   `slots`; only this thread touches them (or, while its heap is lent
+//!   with the cache unflushed, `lend_idle`, the holder of the lent lock,
+//!   whose tidy flushes it), and the cache never reads or writes a
+//!   block's memory (the allocator's checks aside).
 //! - Served only to plain allocations (`LocalHeap::alloc_class`), never to
 //!   `alloc_object`, whose allocated bit is written without atomics and
 //!   belongs to the page's owner alone; a collector's sweep frees through

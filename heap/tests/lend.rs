@@ -234,10 +234,13 @@ fn an_idle_lend_lasts_until_taken_back_and_leaves_an_enclosing_lend_alone() {
     });
     assert_eq!(inside, 1);
     assert_eq!(lent(), 0);
-    // Frees while lent go to the heap's queue, and the heap is whole.
+    // Frees while lent are remote (the heap's queue), and the heap is
+    // whole.
     loam_heap::lend_idle();
+    let sent = loam_heap::stats().remote_frees_sent;
     drop(v);
     assert_eq!(lent(), 1);
+    assert!(loam_heap::stats().remote_frees_sent > sent);
     loam_heap::take_back_idle();
     let w = vec![9_u8; 1000];
     assert!(w.iter().all(|&b| b == 9));

@@ -603,6 +603,9 @@ impl ManagedPoolBuilder {
             inner = inner.thread_name(|i| format!("loam-mutator-{i}"));
         }
         let runtime = self.runtime.clone();
+        // Over a `GlobalAlloc` space the objects are not in loam's pages,
+        // and a parked worker lends nothing, as `Mutator::blocking` does.
+        let lends = self.runtime.handle.shared.space.alloc_space().is_none();
         let pool = inner
             .start_handler(move |_| {
                 let own = Box::into_raw(Box::new(runtime.attach()));
@@ -617,12 +620,20 @@ impl ManagedPoolBuilder {
             // `Mutator::blocking` lends it. Every park is followed by
             // `after_unpark`, which takes it back before a task runs.
             // (In a park inside `blocking`, the heap is lent already and
-            // both are no-ops.)
-            .before_park(|_| {
+            // both are no-ops.) Lent untidied, which costs a park nothing:
+            // the first thread that borrows it releases the pages the
+            // reclaimed runs emptied (`loam_heap::lend_idle`).
+            .before_park(move |_| {
                 loam_heap::reclaim_runs();
-                loam_heap::lend_idle();
+                if lends {
+                    loam_heap::lend_idle();
+                }
             })
-            .after_unpark(|_| loam_heap::take_back_idle())
+            .after_unpark(move |_| {
+                if lends {
+                    loam_heap::take_back_idle();
+                }
+            })
             .exit_handler(|_| {
                 let own = OWN.with(|o| o.replace(ptr::null_mut()));
                 let available = AVAILABLE.with(|a| a.replace(ptr::null_mut()));

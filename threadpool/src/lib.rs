@@ -155,7 +155,8 @@ pub use crate::{
 };
 
 /// The CPU the current thread runs on, as the OS last placed it, or
-/// `None` where it cannot tell (other systems than Linux). A hint: the
+/// `None` where it cannot tell (other systems than Linux, Miri, or a
+/// failed `sched_getcpu`). A hint: the
 /// thread may move at any moment. The runtime reads it to learn whether
 /// a thread it waits for shares its CPU.
 ///

@@ -106,18 +106,23 @@ impl LocalHeap {
 
     /// For a lent heap, listed (the caller holds the lent lock): drains
     /// what others sent it and, if that was anything, releases the pages it
-    /// emptied. Returns whether it drained any. Its thread sent its caches
-    /// as it lent the heap and frees nothing into them while it is lent,
-    /// and only what comes through its queue empties a page meanwhile: a
-    /// drain that finds none leaves nothing to release, and the walk of
-    /// every page queue is skipped (a borrower asks each lent heap as it
-    /// maps, the collector's trim after each cycle).
+    /// emptied. Returns whether it drained any, or released what the heap
+    /// was lent with. A heap lent by `lend` was tidied as it was lent (its
+    /// thread sent its caches and released its empty pages), and its
+    /// thread frees nothing into it while it is lent, so only what comes
+    /// through its queue empties a page meanwhile: a drain that finds none
+    /// leaves nothing to release, and the walk of every page queue is
+    /// skipped (a borrower asks each lent heap as it maps, the collector's
+    /// trim after each cycle). A heap lent untidied (`lend_idle`: a parked
+    /// worker, whose last frees and reclaimed page runs may have emptied
+    /// pages) is walked once, by the first drain.
     fn drain_lent(&mut self) -> bool {
         let drained = self.drain_remote() > 0;
-        if drained {
+        let untidy = std::mem::take(&mut self.lent_untidy);
+        if drained || untidy {
             self.retire_empty_pages();
         }
-        drained
+        drained || untidy
     }
 
     /// Milliseconds until a purge of the slices idle for `delay` ms has

@@ -4,6 +4,8 @@
 //! thread to run again while they map memory of their own. Its own
 //! process, and one test: the heap's figures are the whole process's.
 
+mod support;
+
 use loam_runtime::Runtime;
 use std::time::Duration;
 
@@ -27,21 +29,7 @@ fn what_a_sweep_frees_here_during_blocking_serves_the_other_threads() {
         let lent = loam_heap::stats().heaps_lent;
         // The sweep frees them now, into this thread's heap, lent.
         rt.collect();
-        let rt = rt.clone();
-        std::thread::spawn(move || {
-            // About 24 MiB, live until the call ends.
-            let mut w = rt.attach();
-            w.mutate(|mc| {
-                let mut sum = 0;
-                for i in 0..600_000_u64 {
-                    sum += mc.alloc([i; 4])[3];
-                }
-                assert_eq!(sum, 600_000 * 599_999 / 2);
-            });
-        })
-        .join()
-        .unwrap();
-        (lent, loam_heap::stats().segments_mapped_total)
+        (lent, support::another_thread_allocates(&rt))
     });
     assert_eq!(lent, 1, "blocking lent no heap");
     assert!(

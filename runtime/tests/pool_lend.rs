@@ -4,18 +4,13 @@
 //! instead of waiting for a task to wake it while they map memory of their
 //! own. The tests share the process's heap figures: they take turns.
 
+mod support;
+
 use loam_runtime::{ManagedPool, Mutator, Runtime};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
+use support::another_thread_allocates;
 
 const MIB: u64 = 1 << 20;
-
-/// One test at a time: the heap's figures are the whole process's.
-static TURN: Mutex<()> = Mutex::new(());
-
-fn turn() -> std::sync::MutexGuard<'static, ()> {
-    TURN.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 /// About 40 MiB of objects in `m`'s pages, garbage once the call ends.
 fn garbage(m: &mut Mutator) {
@@ -26,36 +21,18 @@ fn garbage(m: &mut Mutator) {
     });
 }
 
-/// Waits for the pool's one worker to park and lend its heap. (A guard
-/// against a hang, not a measure: the park comes within milliseconds.)
+/// Waits for the pool's one worker to park and lend its heap. (The
+/// watchdog guards against a hang; it measures nothing: the park comes
+/// within milliseconds.)
 fn wait_for_the_park() {
     let since = Instant::now();
     while loam_heap::stats().heaps_lent == 0 {
         assert!(
-            since.elapsed() < Duration::from_secs(60),
+            since.elapsed() < support::WATCHDOG,
             "the idle worker lent no heap"
         );
         std::thread::sleep(Duration::from_millis(1));
     }
-}
-
-/// Another thread allocates about 24 MiB, live until its call ends;
-/// returns the segments mapped in all since the process began.
-fn another_thread_allocates(rt: &Runtime) -> u64 {
-    let rt = rt.clone();
-    std::thread::spawn(move || {
-        let mut w = rt.attach();
-        w.mutate(|mc| {
-            let mut sum = 0;
-            for i in 0..600_000_u64 {
-                sum += mc.alloc([i; 4])[3];
-            }
-            assert_eq!(sum, 600_000 * 599_999 / 2);
-        });
-        loam_heap::stats().segments_mapped_total
-    })
-    .join()
-    .unwrap()
 }
 
 /// The worker runs its next task with its heap taken back, whatever was
@@ -89,7 +66,7 @@ fn assert_served(before: &loam_heap::HeapStats, mapped: u64, when: &str) {
 
 #[test]
 fn what_a_sweep_frees_into_a_parked_worker_serves_the_other_threads() {
-    let _t = turn();
+    let _t = support::serial();
     let rt = Runtime::builder().ignore_env().gc_threads(1).build();
     // Nothing goes back to the OS while the test runs.
     loam_heap::set_purge_delay(Duration::from_secs(3600));
@@ -111,7 +88,7 @@ fn what_a_sweep_frees_into_a_parked_worker_serves_the_other_threads() {
 
 #[test]
 fn what_a_sweep_frees_into_a_worker_before_it_parks_serves_the_other_threads() {
-    let _t = turn();
+    let _t = support::serial();
     let rt = Runtime::builder().ignore_env().gc_threads(1).build();
     loam_heap::set_purge_delay(Duration::from_secs(3600));
     let pool = ManagedPool::builder(&rt).num_threads(1).build().unwrap();

@@ -192,3 +192,24 @@ impl Drop for Counted {
         self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 }
+
+/// What the lending tests ask of another thread: it attaches to `rt` and
+/// allocates about 24 MiB in one call, live until the call ends, then
+/// returns the segments the process has mapped in all
+/// (`loam_heap::HeapStats::segments_mapped_total`).
+pub fn another_thread_allocates(rt: &loam_runtime::Runtime) -> u64 {
+    let rt = rt.clone();
+    std::thread::spawn(move || {
+        let mut w = rt.attach();
+        w.mutate(|mc| {
+            let mut sum = 0;
+            for i in 0..600_000_u64 {
+                sum += mc.alloc([i; 4])[3];
+            }
+            assert_eq!(sum, 600_000 * 599_999 / 2);
+        });
+        loam_heap::stats().segments_mapped_total
+    })
+    .join()
+    .unwrap()
+}

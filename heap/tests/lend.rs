@@ -286,6 +286,10 @@ fn lent_heaps_drained_and_adopted_under_churn_stay_whole() {
     // Nothing goes back to the OS meanwhile: the memory the threads find
     // is what the others freed.
     let _delay = PurgeDelay::set(Duration::from_secs(3600));
+    // Nor is any left from the tests before, in the cache or in exited
+    // threads' heaps: the threads would take it before they borrow, and
+    // a run after a test that left enough borrowed nothing.
+    loam_heap::collect();
     let before = loam_heap::stats();
     const THREADS: usize = 4;
     type Batch = (u32, Vec<Vec<u32>>);

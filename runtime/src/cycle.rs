@@ -271,7 +271,16 @@ impl Snapshot {
 /// garbage goes out as a further run), so a run its owner is slow to take
 /// back (a thread that sits idle, or serves another runtime), or a
 /// finalizer's slow destructor, holds back nothing but its own blocks.
-fn snapshot_pages(snap: &mut Snapshot, full: bool, clear_marks: bool, seal: loam_heap::SealEpoch) {
+/// With the mutators running (`aside`), every [`ASIDE_PAGES`] pages the
+/// walk steps off a CPU that a held mutator waits for (`step_aside.rs`: a
+/// full heap's walk takes milliseconds).
+fn snapshot_pages(
+    snap: &mut Snapshot,
+    full: bool,
+    clear_marks: bool,
+    seal: loam_heap::SealEpoch,
+    aside: Option<&crate::step_aside::WorkingMutators>,
+) {
     if clear_marks {
         MARK_CLEARS.fetch_add(1, Ordering::Relaxed);
     }
@@ -290,7 +299,12 @@ fn snapshot_pages(snap: &mut Snapshot, full: bool, clear_marks: bool, seal: loam
     // as the OS kept a preempted owner off its CPU, with this thread
     // spinning on the other one.
     let mut busy: Vec<usize> = Vec::new();
+    let mut visited = 0usize;
     let mut visit = |p: loam_heap::PageRef<'_>, busy: &mut Vec<usize>, again: bool| {
+        visited += 1;
+        if let Some(aside) = aside.filter(|_| visited % ASIDE_PAGES == 0) {
+            aside.step_aside();
+        }
         if p.used() == 0 || (again && busy.binary_search(&(p.start() as usize)).is_err()) {
             return;
         }
@@ -380,23 +394,34 @@ pub(crate) fn card_epoch() -> (u64, u64) {
     (CYCLES.load(Ordering::Relaxed), MARK_CLEARS.load(Ordering::Relaxed))
 }
 
+/// Pages a walk of every page visits between two looks at whether a held
+/// mutator waits for its CPU (`step_aside.rs`): a few dozen microseconds.
+const ASIDE_PAGES: usize = 256;
+
 /// Phase 0 of a full cycle in loam's pages: clears every page's marks and
 /// `sweep::OLD` flag with the mutators running, so that no pause does work
 /// proportional to the heap. The argument that this is sound is in
 /// `barrier.rs` ("Clearing the marks with the mutators running"); the stop
-/// then clears the marks the barrier set meanwhile. Returns how long it
+/// then clears the marks the barrier set meanwhile. Steps off a CPU that a
+/// held mutator waits for every [`ASIDE_PAGES`] pages. Returns how long it
 /// took.
-fn clear_marks_running() -> Duration {
+fn clear_marks_running(aside: &crate::step_aside::WorkingMutators) -> Duration {
     let start = Instant::now();
+    let mut visited = 0usize;
     MARK_CLEARS.fetch_add(1, Ordering::Relaxed);
     // A page released and set up again meanwhile has its marks cleared
     // too, which is harmless: clearing a mark between cycles only makes an
     // object young again (`barrier.rs`).
     // SAFETY: the closure keeps no PageRef and touches only atomics (`used`,
     // the flags, the mark words, whose count comes from the atomic capacity
-    // and stays within the slice's bitmap whatever the page's geometry).
+    // and stays within the slice's bitmap whatever the page's geometry);
+    // its naps hold no lock (`for_each_page` holds none either).
     unsafe {
         loam_heap::for_each_page(|p| {
+            visited += 1;
+            if visited % ASIDE_PAGES == 0 {
+                aside.step_aside();
+            }
             if p.used() == 0 {
                 return;
             }
@@ -635,7 +660,7 @@ pub(crate) fn cycle(
             clearing: true,
             ..shared.calls.now()
         });
-        clear_marks_running()
+        clear_marks_running(&shared.working_mutators)
     });
     // 1 – 3, raggedly where it may (`ragged.rs`), or with the world
     // stopped at the mark's start and end.
@@ -885,6 +910,7 @@ impl<'a> Cycle<'a> {
                 self.full,
                 self.full && !self.marks_cleared,
                 self.seal,
+                (!in_pause).then_some(&self.shared.working_mutators),
             ),
             Space::Alloc(space) => {
                 if self.full {
@@ -1195,6 +1221,7 @@ impl<'a> Cycle<'a> {
             let mut c = shared.control.lock();
             c.phase = Phase::Sweep;
             shared.control_cv.notify_all();
+            shared.working_mutators.woken(crate::step_aside::GRACE);
         }
         // A pause is a stopped world: from the last mutator's leaving to
         // the resume. Waiting for the mutators to leave is reported apart,
@@ -1255,8 +1282,14 @@ impl<'a> Cycle<'a> {
                 });
                 // Mutators that pacing holds sweep too (`Mutator::pace`).
                 shared.offer_sweep(&work);
-                let (mut swept, mut finalizing) =
-                    sweep::parallel(self.pool, &work, &|bytes| shared.sweep_freed(bytes));
+                let (mut swept, mut finalizing) = sweep::parallel(
+                    self.pool,
+                    &work,
+                    &|bytes| shared.sweep_freed(bytes),
+                    &|| {
+                        shared.working_mutators.step_aside();
+                    },
+                );
                 shared.withdraw_sweep();
                 let (helped, mut helpers_finalizing, vecs) = work.wait_for_helpers();
                 self.swept_by_mutators = helped.bytes;

@@ -372,6 +372,7 @@ mod runtime_count;
 mod runtime_count_model;
 #[cfg(all(test, loom))]
 mod snapshot_model;
+mod step_aside;
 #[cfg(all(test, loom))]
 mod sweep_help_model;
 mod sync;

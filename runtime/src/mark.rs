@@ -749,6 +749,7 @@ pub(crate) unsafe fn parallel(
         .then(|| Instant::now() + CONCURRENT_SERIAL_TIME);
     let mut looks = Looks::default();
     let mut scans = 0;
+    let mut serial_looks = 0u32;
     loop {
         if scans == budget {
             // A pause whose deadline is near traces alone to it: waking
@@ -765,6 +766,14 @@ pub(crate) unsafe fn parallel(
         if looks.due() {
             if expired(serial_until) || (limits.concurrent && paced()) {
                 break;
+            }
+            // With the mutators running, every sixteenth look: a held
+            // mutator may wait for this thread's CPU (`step_aside.rs`).
+            serial_looks += 1;
+            if limits.concurrent && serial_looks % 16 == 0 {
+                if let Some(shared) = limits.progress {
+                    shared.working_mutators.step_aside();
+                }
             }
             if expired(limits.deadline) {
                 leftover.append(&mut gray);
@@ -864,6 +873,11 @@ pub(crate) unsafe fn parallel(
                         share.add_credit(out.work - credited, shared);
                     }
                     (reported, credited) = (out.bytes, out.work);
+                    // A mutator assisting on this thread's CPU is held
+                    // while this thread runs (`step_aside.rs`).
+                    if limits.concurrent {
+                        shared.working_mutators.step_aside();
+                    }
                 }
             }
             if limits.deadline.is_some()

@@ -80,8 +80,10 @@ enum Waiter<'a> {
     /// A mutator between its own calls: gives up when the gate opens.
     Gate(&'a crate::handshake::Slot),
     /// A mutator that pacing holds between its calls: gives up when the
-    /// gate opens, and whenever the collector is stuck on a call.
-    Pacing(&'a crate::handshake::Slot),
+    /// gate opens, and whenever the collector is stuck on a call. With its
+    /// hold's slot in `working_mutators`, where it says how long each sleep
+    /// lasts (`step_aside.rs`).
+    Pacing(&'a crate::handshake::Slot, &'a crate::step_aside::Held<'a>),
     /// A call at the heap limit, whose `done` gives up on a stuck cycle.
     Call,
     /// A thread with no call of its own to go on with (the program's
@@ -119,12 +121,11 @@ pub(crate) struct Shared {
     /// waited for it behind a collector thread off its CPU was held for a
     /// scheduler slice).
     pub(crate) live_mutators: AtomicUsize,
-    /// While the runtime's one mutator waits for a ragged start's window
-    /// to close (`Mutator::wait_out_window`), one more than the CPU it
-    /// waits on (`usize::MAX` if unknown), else 0: a collector thread that
-    /// closes the window on that CPU steps off it for a moment
-    /// (`Cycle::mark_ragged`). Speed only.
-    pub(crate) window_waiter: AtomicUsize,
+    /// The CPUs on which mutators work for the collector (assists, paced
+    /// slices, sweep help, the wait for a ragged start's window): a GC
+    /// thread that runs on one steps off it for a moment (`step_aside.rs`).
+    /// Speed only.
+    pub(crate) working_mutators: crate::step_aside::WorkingMutators,
     pub(crate) globals: RootTable,
     /// The live weak cells.
     pub(crate) weak: Mutex<crate::weak::WeakCells>,
@@ -440,8 +441,8 @@ impl Shared {
         // all the same).
         let reclaim = loam_heap::reclaim_runs;
         let what = match waiter {
-            Waiter::Gate(slot) => return self.wait_at_gate(slot, false, done),
-            Waiter::Pacing(slot) => return self.wait_at_gate(slot, true, done),
+            Waiter::Gate(slot) => return self.wait_at_gate(slot, None, done),
+            Waiter::Pacing(slot, held) => return self.wait_at_gate(slot, Some(held), done),
             Waiter::Call => None,
             Waiter::Program(what) => Some(what),
         };
@@ -468,11 +469,11 @@ impl Shared {
     }
 
     /// `wait_control` for a mutator between its own calls; `pacing`, for
-    /// one that pacing holds.
+    /// one that pacing holds, with its hold's slot in `working_mutators`.
     fn wait_at_gate(
         &self,
         slot: &crate::handshake::Slot,
-        pacing: bool,
+        pacing: Option<&crate::step_aside::Held<'_>>,
         mut done: impl FnMut(&Control) -> bool,
     ) -> bool {
         let reclaim = loam_heap::reclaim_runs;
@@ -492,13 +493,19 @@ impl Shared {
                 // Or another runtime's cycle, which this one's waits behind,
                 // is stuck on its calls: one may be waiting for this thread.
                 if self.handshake.gate_admits(slot)
-                    || (pacing && self.handshake.stuck())
+                    || (pacing.is_some() && self.handshake.stuck())
                     || crate::collector::other_holder_stuck(self.id)
                 {
                     break false;
                 }
-                self.control_cv
-                    .wait_for(&mut c, std::time::Duration::from_millis(1));
+                let poll = std::time::Duration::from_millis(1);
+                if let Some(held) = pacing {
+                    held.sleeps(poll);
+                }
+                self.control_cv.wait_for(&mut c, poll);
+                if let Some(held) = pacing {
+                    held.running();
+                }
             }
         };
         self.handshake.end_wait(slot);
@@ -666,6 +673,9 @@ impl Shared {
     pub(crate) fn wake_pacers(&self) {
         let _c = self.control.lock();
         self.control_cv.notify_all();
+        // A waiter on this thread's CPU may not run until this thread
+        // steps aside (`step_aside.rs`).
+        self.working_mutators.woken(crate::step_aside::GRACE);
     }
 
     /// Whether the sweep under way frees enough to take the heap under
@@ -813,7 +823,13 @@ impl Shared {
     /// and its sweep is set to take the heap under the pace point
     /// (`sweep_brings_under_pace`): the caller goes on without waiting for
     /// the sweep.
-    pub(crate) fn pace(&self, slot: &crate::handshake::Slot, seen: u64, may_pass: bool) -> bool {
+    pub(crate) fn pace(
+        &self,
+        slot: &crate::handshake::Slot,
+        held: &crate::step_aside::Held<'_>,
+        seen: u64,
+        may_pass: bool,
+    ) -> bool {
         {
             let mut c = self.control.lock();
             if !c.requested && !matches!(c.phase, Phase::Stop | Phase::Mark | Phase::MarkTermination) {
@@ -827,7 +843,7 @@ impl Shared {
             crate::mark::offered(&self.assist).is_some() || c.sweep.as_ref().is_some_and(|w| w.has_pages())
         };
         let mut help = false;
-        self.wait_control(Waiter::Pacing(slot), |c| {
+        self.wait_control(Waiter::Pacing(slot, held), |c| {
             progress = c.completed != seen
                 || c.shutdown
                 || !self.over_pace()
@@ -862,6 +878,7 @@ impl Shared {
     pub(crate) fn pace_briefly(
         &self,
         slot: &crate::handshake::Slot,
+        held: &crate::step_aside::Held<'_>,
         seen: u64,
         d: std::time::Duration,
         share: &crate::mark::Share,
@@ -873,7 +890,7 @@ impl Shared {
         // Counted before the first read of the credit (`mark::Share`,
         // "Why a wake is never lost for long").
         share.wait_for_credit(true);
-        let waited = self.wait_control(Waiter::Pacing(slot), |c| {
+        let waited = self.wait_control(Waiter::Pacing(slot, held), |c| {
             over = c.completed != seen || c.shutdown || !self.over_pace();
             // A round ends when its work runs out, and the next one (what
             // the barriers shaded meanwhile) is offered anew: 1.3 ms later
@@ -1673,7 +1690,7 @@ impl RuntimeBuilder {
             born: crate::forked::generation(),
             gone_look_at: AtomicUsize::new(0),
             live_mutators: AtomicUsize::new(0),
-            window_waiter: AtomicUsize::new(0),
+            working_mutators: crate::step_aside::WorkingMutators::new(),
             handshake: Handshake::for_runtime(id),
             mutators: Mutex::new(Vec::new()),
             globals: RootTable::default(),

@@ -377,13 +377,23 @@ struct Done {
 /// counts over to it as it queues them: `Swept::held`), so that the heap's
 /// count falls as the sweep goes rather than at its end (pacing waits for
 /// it: `Shared::sweep_freed`). Helpers' claims are theirs to report
-/// ([`Helper::help`], [`Work::wait_for_helpers`]).
-pub(crate) fn parallel(pool: &ThreadPool, work: &Work, freed: &(dyn Fn(usize) + Sync)) -> (Swept, Vec<PageWork>) {
+/// ([`Helper::help`], [`Work::wait_for_helpers`]). Between claims each
+/// thread calls `aside` (`HeldOnCpu::step_aside`: the mutators run, and
+/// one that helps the sweep on this thread's CPU is held while this
+/// thread runs).
+pub(crate) fn parallel(
+    pool: &ThreadPool,
+    work: &Work,
+    freed: &(dyn Fn(usize) + Sync),
+    aside: &(dyn Fn() + Sync),
+) -> (Swept, Vec<PageWork>) {
     let results = pool.broadcast(|_| {
         let mut done = Done::default();
         // SAFETY: one of the sweep's GC threads (`Work::new`'s contract
         // covers the pages).
-        while unsafe { work.claim(&mut done, freed) } {}
+        while unsafe { work.claim(&mut done, freed) } {
+            aside();
+        }
         done.batch.flush();
         (done.out, done.finalizing)
     });

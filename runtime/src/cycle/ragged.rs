@@ -232,13 +232,10 @@ impl<'a> Cycle<'a> {
         // binary-trees at depth 16 was held 0.3 - 0.9 ms a time for a
         // close that takes 0.04 ms, while the mark went on (a yield here
         // did not hand the CPU back: the mutator had spent its share).
-        // Stepping off the CPU for a moment (50 µs asked, more with the
-        // timer's slack) lets the mutator go on; the mark then shares the
-        // CPU with it as any concurrent mark does.
-        let waiter = shared.window_waiter.load(Ordering::Relaxed);
-        if waiter != 0 && loam_threadpool::current_cpu().map(|c| c + 1) == Some(waiter) {
-            std::thread::sleep(Duration::from_micros(50));
-        }
+        // Stepping off the CPU for a moment lets the mutator go on; the
+        // mark then shares the CPU with it as any concurrent mark does.
+        shared.working_mutators.woken(Duration::ZERO);
+        shared.working_mutators.step_aside();
         // As in `mark_concurrently`: the work expected over the headroom
         // (in a minor cycle, what survives of the young heap is unknown:
         // a quarter of it, guessed).

@@ -272,14 +272,14 @@ impl Snapshot {
 /// back (a thread that sits idle, or serves another runtime), or a
 /// finalizer's slow destructor, holds back nothing but its own blocks.
 /// With the mutators running (`aside`), every [`ASIDE_PAGES`] pages the
-/// walk steps off a CPU that a held mutator waits for (`step_aside.rs`: a
+/// walk steps off a CPU that a held mutator waits for (`held_cpus.rs`: a
 /// full heap's walk takes milliseconds).
 fn snapshot_pages(
     snap: &mut Snapshot,
     full: bool,
     clear_marks: bool,
     seal: loam_heap::SealEpoch,
-    aside: Option<&crate::step_aside::WorkingMutators>,
+    aside: Option<&crate::held_cpus::HeldCpus>,
 ) {
     if clear_marks {
         MARK_CLEARS.fetch_add(1, Ordering::Relaxed);
@@ -395,7 +395,7 @@ pub(crate) fn card_epoch() -> (u64, u64) {
 }
 
 /// Pages a walk of every page visits between two looks at whether a held
-/// mutator waits for its CPU (`step_aside.rs`): a few dozen microseconds.
+/// mutator waits for its CPU (`held_cpus.rs`): a few dozen microseconds.
 const ASIDE_PAGES: usize = 256;
 
 /// Phase 0 of a full cycle in loam's pages: clears every page's marks and
@@ -405,7 +405,7 @@ const ASIDE_PAGES: usize = 256;
 /// then clears the marks the barrier set meanwhile. Steps off a CPU that a
 /// held mutator waits for every [`ASIDE_PAGES`] pages. Returns how long it
 /// took.
-fn clear_marks_running(aside: &crate::step_aside::WorkingMutators) -> Duration {
+fn clear_marks_running(aside: &crate::held_cpus::HeldCpus) -> Duration {
     let start = Instant::now();
     let mut visited = 0usize;
     MARK_CLEARS.fetch_add(1, Ordering::Relaxed);
@@ -660,7 +660,7 @@ pub(crate) fn cycle(
             clearing: true,
             ..shared.calls.now()
         });
-        clear_marks_running(&shared.working_mutators)
+        clear_marks_running(&shared.held_cpus)
     });
     // 1 – 3, raggedly where it may (`ragged.rs`), or with the world
     // stopped at the mark's start and end.
@@ -910,7 +910,7 @@ impl<'a> Cycle<'a> {
                 self.full,
                 self.full && !self.marks_cleared,
                 self.seal,
-                (!in_pause).then_some(&self.shared.working_mutators),
+                (!in_pause).then_some(&self.shared.held_cpus),
             ),
             Space::Alloc(space) => {
                 if self.full {
@@ -1220,8 +1220,7 @@ impl<'a> Cycle<'a> {
         {
             let mut c = shared.control.lock();
             c.phase = Phase::Sweep;
-            shared.control_cv.notify_all();
-            shared.working_mutators.woken(crate::step_aside::GRACE);
+            shared.control_cv_notify(c);
         }
         // A pause is a stopped world: from the last mutator's leaving to
         // the resume. Waiting for the mutators to leave is reported apart,
@@ -1287,7 +1286,7 @@ impl<'a> Cycle<'a> {
                     &work,
                     &|bytes| shared.sweep_freed(bytes),
                     &|| {
-                        shared.working_mutators.step_aside();
+                        shared.held_cpus.step_aside();
                     },
                 );
                 shared.withdraw_sweep();

@@ -372,7 +372,6 @@ mod runtime_count;
 mod runtime_count_model;
 #[cfg(all(test, loom))]
 mod snapshot_model;
-mod step_aside;
 #[cfg(all(test, loom))]
 mod sweep_help_model;
 mod sync;
@@ -392,6 +391,7 @@ not_under_loom! {
     mod forked;
     mod gc;
     mod held;
+    mod held_cpus;
     mod histogram;
     mod log;
     mod mark;

@@ -768,11 +768,11 @@ pub(crate) unsafe fn parallel(
                 break;
             }
             // With the mutators running, every sixteenth look: a held
-            // mutator may wait for this thread's CPU (`step_aside.rs`).
+            // mutator may wait for this thread's CPU (`held_cpus.rs`).
             serial_looks += 1;
             if limits.concurrent && serial_looks % 16 == 0 {
                 if let Some(shared) = limits.progress {
-                    shared.working_mutators.step_aside();
+                    shared.held_cpus.step_aside();
                 }
             }
             if expired(limits.deadline) {
@@ -874,9 +874,9 @@ pub(crate) unsafe fn parallel(
                     }
                     (reported, credited) = (out.bytes, out.work);
                     // A mutator assisting on this thread's CPU is held
-                    // while this thread runs (`step_aside.rs`).
+                    // while this thread runs (`held_cpus.rs`).
                     if limits.concurrent {
-                        shared.working_mutators.step_aside();
+                        shared.held_cpus.step_aside();
                     }
                 }
             }

@@ -463,9 +463,9 @@ pub struct Mutator {
     /// The mark (`Calls::mark_epoch`) `assist_debt` is owed to: debt is
     /// never carried into another mark (`owed`).
     assist_mark: Cell<u64>,
-    /// This mutator's slot in `Shared::working_mutators`, set while the
-    /// collector holds it (`step_aside.rs`).
-    aside: usize,
+    /// This mutator's slot in `Shared::held_cpus`, set while the collector
+    /// holds it (`held_cpus.rs`); given back as it is dropped.
+    cpu_slot: crate::held_cpus::SlotIndex,
     /// The cycles completed (`Shared::completed`) when this mutator last
     /// went on past the pace point without waiting for a sweep that frees
     /// enough (`pace`): once a cycle.
@@ -596,7 +596,7 @@ impl Mutator {
                 shared.request(false);
             }
         }
-        let aside = handle.shared.working_mutators.claim();
+        let cpu_slot = handle.shared.held_cpus.claim();
         Mutator {
             handle,
             me,
@@ -607,7 +607,7 @@ impl Mutator {
             limit_roots: Cell::new(None),
             assist_debt: Cell::new(0),
             assist_mark: Cell::new(0),
-            aside,
+            cpu_slot,
             sweep_pass: Cell::new(u64::MAX),
             entering: Cell::new(false),
             entry_stall: Cell::new(Stall::default()),
@@ -875,14 +875,14 @@ impl Mutator {
         // minimum partly paid is still forgiven when there is no work.
         let mut owing: Option<(u64, usize, bool)> = None;
         // Published for the whole hold, what it does as it goes
-        // (`step_aside.rs`).
-        let held_on = shared.working_mutators.held(self.aside);
+        // (`held_cpus.rs`).
+        let on_cpu = shared.held_cpus.hold(self.cpu_slot);
         let seen = shared.completed();
         // Whether this hold has swept a slice of pages (below).
         let mut swept = false;
         while shared.over_pace() {
             // Where it runs now (the OS may have moved it).
-            held_on.running();
+            on_cpu.running();
             let offered = crate::mark::offered(&shared.assist);
             // The mark is over and its sweep will take the heap under the
             // pace point: the next call need not wait for it, once a cycle
@@ -926,7 +926,7 @@ impl Mutator {
                 // Otherwise (the cycle has not begun, or every page of the
                 // sweep is taken): wait for the cycle, or for a mark or a
                 // sweep to help, or (as above) a sweep that frees enough.
-                if shared.pace(&self.me.slot, &held_on, seen, may_pass) {
+                if shared.pace(&self.me.slot, &on_cpu, seen, may_pass) {
                     continue;
                 }
                 // Whatever ended the wait, this cycle's pass is used: the
@@ -956,12 +956,12 @@ impl Mutator {
             // the message `mutate` gives, instead of waiting for a cycle
             // that waits for this slot.
             // A wait for a stop here is no GC thread's to step aside for
-            // (`step_aside.rs`): published as a sleep with no end in sight.
-            held_on.sleeps(Duration::from_secs(3600));
+            // (`held_cpus.rs`).
+            on_cpu.unseen();
             if let Some(waited) = shared.handshake.enter(&self.me.slot) {
                 stopped += waited;
             }
-            held_on.running();
+            on_cpu.running();
             let slice = Instant::now();
             let (m, took) = {
                 let _inside = Inside {
@@ -1008,7 +1008,7 @@ impl Mutator {
                 // GC threads did, 1.4 ms at the start of a ragged mark
                 // that found the long-lived tree, the longest hold of the
                 // run.)
-                if shared.pace_briefly(&self.me.slot, &held_on, seen, PACED_SLICE, &share, debt) {
+                if shared.pace_briefly(&self.me.slot, &on_cpu, seen, PACED_SLICE, &share, debt) {
                     self.assist_debt.set(0);
                     break;
                 }
@@ -1074,19 +1074,19 @@ impl Mutator {
             return;
         }
         let start = Instant::now();
-        // Published as a sleep that the close ends (`step_aside.rs`): until
+        // Published as a sleep that the close ends (`held_cpus.rs`): until
         // then this thread waits for the collector, whose threads must not
         // step aside for it; then the collector thread that closed the
         // window steps off this CPU if it runs on it. (This thread yields
         // it the CPU, and under EEVDF the thread that woke with credit
         // runs on: pinned to one CPU, binary-trees at depth 16 was held
         // 0.3 - 0.9 ms a time for a close that takes 0.04 ms.)
-        let held_on = shared.working_mutators.held(self.aside);
-        held_on.sleeps(WINDOW_WAIT);
+        let on_cpu = shared.held_cpus.hold(self.cpu_slot);
+        on_cpu.spins_for_window(WINDOW_WAIT);
         while shared.calls.now().window && start.elapsed() < WINDOW_WAIT {
             std::thread::yield_now();
         }
-        drop(held_on);
+        drop(on_cpu);
         self.held(Hold::Safepoint, start.elapsed());
     }
 
@@ -1413,8 +1413,8 @@ impl Mutator {
         let slice = if paced { PACED_SLICE } else { ASSIST_SLICE };
         // Published from the start of the hold: the look takes the offer's
         // lock, and a mutator preempted holding it held the other one,
-        // asleep on the lock, as long (`step_aside.rs`).
-        let held_on = shared.working_mutators.held(self.aside);
+        // asleep on the lock, as long (`held_cpus.rs`).
+        let on_cpu = shared.held_cpus.hold(self.cpu_slot);
         // What the slice traced: `None` between the mark's rounds, or at
         // its end.
         let traced = crate::mark::offered(&shared.assist).map(|share| {
@@ -1426,7 +1426,7 @@ impl Mutator {
             (m.work, worked)
         });
         let took = start.elapsed();
-        drop(held_on);
+        drop(on_cpu);
         if counts_as_hold(traced.is_some_and(|(_, worked)| worked), took) {
             self.held(Hold::Assist, took);
         }
@@ -1513,6 +1513,7 @@ impl Drop for Mutator {
         }
         self.me.detached.store(true, Ordering::Release);
         shared.live_mutators.fetch_sub(1, Ordering::Relaxed);
+        shared.held_cpus.release(self.cpu_slot);
         let id = shared.id;
         with_attached(|a| a.retain(|&x| x != id));
     }

@@ -7,7 +7,7 @@ use crate::mutator::{Mutator, MutatorShared};
 use crate::options::{Config, ConfigError};
 use crate::root::RootTable;
 use crate::stats::{CycleEvent, FinalStats, GcStats, StatsHandle};
-use parking_lot::{Condvar, Mutex};
+use parking_lot::{Condvar, Mutex, MutexGuard};
 use std::fmt;
 use crossbeam_deque::Injector;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -81,9 +81,9 @@ enum Waiter<'a> {
     Gate(&'a crate::handshake::Slot),
     /// A mutator that pacing holds between its calls: gives up when the
     /// gate opens, and whenever the collector is stuck on a call. With its
-    /// hold's slot in `working_mutators`, where it says how long each sleep
-    /// lasts (`step_aside.rs`).
-    Pacing(&'a crate::handshake::Slot, &'a crate::step_aside::Held<'a>),
+    /// hold's slot in `held_cpus`, where it says how long each sleep lasts
+    /// (`held_cpus.rs`).
+    Pacing(&'a crate::handshake::Slot, &'a crate::held_cpus::HeldSlot<'a>),
     /// A call at the heap limit, whose `done` gives up on a stuck cycle.
     Call,
     /// A thread with no call of its own to go on with (the program's
@@ -121,11 +121,12 @@ pub(crate) struct Shared {
     /// waited for it behind a collector thread off its CPU was held for a
     /// scheduler slice).
     pub(crate) live_mutators: AtomicUsize,
-    /// The CPUs on which mutators work for the collector (assists, paced
-    /// slices, sweep help, the wait for a ragged start's window): a GC
-    /// thread that runs on one steps off it for a moment (`step_aside.rs`).
-    /// Speed only.
-    pub(crate) working_mutators: crate::step_aside::WorkingMutators,
+    /// The CPUs of the mutators the collector holds (assists, paced
+    /// slices, sweep help, pacing's sleeps, the spin for a ragged start's
+    /// window), and until when those asleep sleep: a GC thread on the CPU
+    /// of one that is awake, or due, steps off it for a moment
+    /// (`held_cpus.rs`). Speed only.
+    pub(crate) held_cpus: crate::held_cpus::HeldCpus,
     pub(crate) globals: RootTable,
     /// The live weak cells.
     pub(crate) weak: Mutex<crate::weak::WeakCells>,
@@ -469,11 +470,11 @@ impl Shared {
     }
 
     /// `wait_control` for a mutator between its own calls; `pacing`, for
-    /// one that pacing holds, with its hold's slot in `working_mutators`.
+    /// one that pacing holds, with its hold's slot in `held_cpus`.
     fn wait_at_gate(
         &self,
         slot: &crate::handshake::Slot,
-        pacing: Option<&crate::step_aside::Held<'_>>,
+        pacing: Option<&crate::held_cpus::HeldSlot<'_>>,
         mut done: impl FnMut(&Control) -> bool,
     ) -> bool {
         let reclaim = loam_heap::reclaim_runs;
@@ -671,11 +672,17 @@ impl Shared {
     /// control mutex, which a waiter holds from its check to its wait, so
     /// that none misses it (they would otherwise sleep out their 1 ms poll).
     pub(crate) fn wake_pacers(&self) {
-        let _c = self.control.lock();
+        self.control_cv_notify(self.control.lock());
+    }
+
+    /// Wakes every wait on the control block, under its mutex (`c`), and
+    /// tells the GC threads that the mutators pacing holds were woken: one
+    /// on a GC thread's CPU may not run until that thread steps aside
+    /// (`held_cpus.rs`). Every wake of a pacing wait goes through here.
+    pub(crate) fn control_cv_notify(&self, c: MutexGuard<'_, Control>) {
         self.control_cv.notify_all();
-        // A waiter on this thread's CPU may not run until this thread
-        // steps aside (`step_aside.rs`).
-        self.working_mutators.woken(crate::step_aside::GRACE);
+        drop(c);
+        self.held_cpus.pacers_woken();
     }
 
     /// Whether the sweep under way frees enough to take the heap under
@@ -721,7 +728,7 @@ impl Shared {
     pub(crate) fn offer_sweep(&self, work: &Arc<crate::sweep::Work>) {
         let mut c = self.control.lock();
         c.sweep = Some(work.clone());
-        self.control_cv.notify_all();
+        self.control_cv_notify(c);
     }
 
     /// Withdraws the sweep offered: no mutator registers as its helper
@@ -826,7 +833,7 @@ impl Shared {
     pub(crate) fn pace(
         &self,
         slot: &crate::handshake::Slot,
-        held: &crate::step_aside::Held<'_>,
+        held: &crate::held_cpus::HeldSlot<'_>,
         seen: u64,
         may_pass: bool,
     ) -> bool {
@@ -878,7 +885,7 @@ impl Shared {
     pub(crate) fn pace_briefly(
         &self,
         slot: &crate::handshake::Slot,
-        held: &crate::step_aside::Held<'_>,
+        held: &crate::held_cpus::HeldSlot<'_>,
         seen: u64,
         d: std::time::Duration,
         share: &crate::mark::Share,
@@ -1690,7 +1697,7 @@ impl RuntimeBuilder {
             born: crate::forked::generation(),
             gone_look_at: AtomicUsize::new(0),
             live_mutators: AtomicUsize::new(0),
-            working_mutators: crate::step_aside::WorkingMutators::new(),
+            held_cpus: crate::held_cpus::HeldCpus::new(),
             handshake: Handshake::for_runtime(id),
             mutators: Mutex::new(Vec::new()),
             globals: RootTable::default(),

@@ -378,7 +378,7 @@ struct Done {
 /// count falls as the sweep goes rather than at its end (pacing waits for
 /// it: `Shared::sweep_freed`). Helpers' claims are theirs to report
 /// ([`Helper::help`], [`Work::wait_for_helpers`]). Between claims each
-/// thread calls `aside` (`HeldOnCpu::step_aside`: the mutators run, and
+/// thread calls `aside` (`HeldCpus::step_aside`: the mutators run, and
 /// one that helps the sweep on this thread's CPU is held while this
 /// thread runs).
 pub(crate) fn parallel(

@@ -234,8 +234,8 @@ impl<'a> Cycle<'a> {
         // did not hand the CPU back: the mutator had spent its share).
         // Stepping off the CPU for a moment lets the mutator go on; the
         // mark then shares the CPU with it as any concurrent mark does.
-        shared.working_mutators.woken(Duration::ZERO);
-        shared.working_mutators.step_aside();
+        shared.held_cpus.window_closed();
+        shared.held_cpus.step_aside();
         // As in `mark_concurrently`: the work expected over the headroom
         // (in a minor cycle, what survives of the young heap is unknown:
         // a quarter of it, guessed).

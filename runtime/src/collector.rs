@@ -425,7 +425,7 @@ fn coordinator(shared: &Arc<Shared>, pool: &ThreadPool) {
             let mut c = shared.control.lock();
             c.ragged_epoch = 0;
             c.phase = Phase::Report;
-            shared.control_cv.notify_all();
+            shared.control_cv_notify(c);
         }
         // Here, with no lock held: stderr may block (a pipe nobody reads),
         // and the cycle lock held meanwhile would stop every runtime's
@@ -461,9 +461,11 @@ fn coordinator(shared: &Arc<Shared>, pool: &ThreadPool) {
         let mut c = shared.control.lock();
         c.phase = Phase::Idle;
         c.completed += 1;
-        shared.control_cv.notify_all();
         if last {
             c.shutdown = true;
+        }
+        shared.control_cv_notify(c);
+        if last {
             return;
         }
     }

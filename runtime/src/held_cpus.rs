@@ -15,15 +15,16 @@
 //! yielding every 100 µs of marking changed nothing: "Assists that found no
 //! work, counted; GC threads that park at once"). Sleeping does.
 //!
-//! What `perf sched timehist` showed, at depth 21 with two threads:
+//! What `perf sched timehist` showed, at depth 21 with two threads (and,
+//! for the window, pinned at depth 16 with one):
 //! - *A GC thread preempted the held mutator on its CPU*, in an assist, or
 //!   holding the lock of the mark's offer (the other mutator, asleep on
 //!   that lock, was held as long), or in the collector thread's walks of
 //!   every page with the mutators running (a full heap's snapshot takes
 //!   7 ms). Pinned to one CPU, the collector thread that closes a ragged
-//!   start's window ran on because the one mutator waiting for the close
-//!   had yielded it the CPU (0.3 – 0.9 ms a time, for a close that takes
-//!   0.04).
+//!   start's window ran on because the runtime's one mutator, waiting for
+//!   the close, had yielded it the CPU (0.3 – 0.9 ms a time, for a close
+//!   that takes 0.04 ms).
 //! - *A held mutator woke and could not preempt the GC thread.* Pacing
 //!   holds a mutator in sleeps of up to a millisecond, waiting for the GC
 //!   threads' marking (`Shared::pace_briefly`) or a cycle's progress
@@ -46,8 +47,9 @@
 //! ([`HeldCpus::step_aside`]) and naps for a moment, a few times at most,
 //! while a held mutator on its own CPU is either awake (then it is not
 //! running, since this thread is) or past the end of its sleep (then it
-//! is runnable and waits behind this thread). A GC thread that wakes the
-//! sleepers brings their ends forward ([`HeldCpus::pacers_woken`]); the
+//! is runnable and waits behind this thread). Whoever wakes the sleepers
+//! brings their ends forward ([`HeldCpus::pacers_woken`], from
+//! `Shared::control_cv_notify`); the
 //! window's close does so for the mutator that spins for it
 //! ([`HeldCpus::window_closed`]). A sleeper not yet due is left alone:
 //! this thread's work is what it waits for. The GC threads' work pauses
@@ -83,11 +85,13 @@ const SLOTS: usize = 64;
 
 /// How long after a wake a sleeper may take to run before a GC thread on
 /// its CPU takes it to be waiting behind it.
-pub(crate) const GRACE: Duration = Duration::from_micros(100);
+const GRACE: Duration = Duration::from_micros(100);
 
 /// A slot's low bits: one more than the held mutator's CPU (0: none, or
-/// unknown, which no GC thread's CPU matches).
-const CPU_BITS: u32 = 16;
+/// unknown, which no GC thread's CPU matches; CPUs past 4,094 share
+/// values, a needless nap now and then). Twelve leave the end 50 bits of
+/// microseconds, 35 years of a runtime's life.
+const CPU_BITS: u32 = 12;
 /// A slot's flag: the held mutator sleeps (or spins) until the end in the
 /// bits above; before it, no GC thread steps aside for it.
 const ASLEEP: u64 = 1 << CPU_BITS;
@@ -115,13 +119,22 @@ pub(crate) struct HeldCpus {
     /// them (a CAS that leaves a slot written meanwhile alone). Padded: the
     /// mutators write their own at every assist.
     slots: Box<[CachePadded<AtomicU64>]>,
-    /// Slots set (holds under way): a GC thread's look is this one load
-    /// while no mutator is held. Each hold adds one as it begins and takes
-    /// it off as it ends.
+    /// Slots set (holds under way): a look ([`step_aside`]) or a wake
+    /// ([`bring_forward`]) is this one load while no mutator is held. Each
+    /// hold adds one as it begins ([`hold`]) and takes it off as it ends
+    /// (its guard's drop).
+    ///
+    /// [`step_aside`]: Self::step_aside
+    /// [`bring_forward`]: Self::bring_forward
+    /// [`hold`]: Self::hold
     held: CachePadded<AtomicU32>,
-    /// The slots live mutators own, one bit each.
+    /// The slots live mutators own, one bit each: set by
+    /// [`claim`](Self::claim) as a mutator attaches, cleared by
+    /// [`release`](Self::release) as it is dropped (a mutator forgotten, or
+    /// dropped in a forked child, keeps its bit).
     owned: AtomicU64,
-    /// Mutators past [`SLOTS`] live share slots, handed out in turn.
+    /// Mutators past [`SLOTS`] live share slots, handed out in turn by
+    /// [`claim`](Self::claim).
     shared_next: AtomicUsize,
 }
 
@@ -381,7 +394,7 @@ mod tests {
     }
 
     #[test]
-    fn a_held_mutator_on_this_cpu_makes_a_look_nap_until_its_hold_ends() {
+    fn a_look_naps_for_a_held_mutator_awake_on_its_cpu_and_not_for_a_sleeper() {
         let table = HeldCpus::new();
         let me = table.claim();
         let held = table.hold(me);
@@ -409,7 +422,7 @@ mod tests {
     /// cannot be done.
     fn pin_here() -> bool {
         #[cfg(all(target_os = "linux", not(miri)))]
-        if let Some(cpu) = loam_threadpool::current_cpu() {
+        if let Some(cpu) = loam_threadpool::current_cpu().filter(|&c| c < libc::CPU_SETSIZE as usize) {
             // SAFETY: a zeroed `cpu_set_t` is a valid empty set; the call
             // reads the set passed and changes this thread's affinity only.
             return unsafe {

@@ -678,11 +678,15 @@ impl Shared {
     /// Wakes every wait on the control block, under its mutex (`c`), and
     /// tells the GC threads that the mutators pacing holds were woken: one
     /// on a GC thread's CPU may not run until that thread steps aside
-    /// (`held_cpus.rs`). Every wake of a pacing wait goes through here.
+    /// (`held_cpus.rs`). Every wake that can end a pacing wait goes
+    /// through here; the others (a request, a trim) are for the collector
+    /// thread's idle wait. Under the mutex, which a waiter holds as it
+    /// publishes its next sleep (`wait_at_gate`), so the ends brought
+    /// forward are those of sleeps this wake ends, not of the next ones.
     pub(crate) fn control_cv_notify(&self, c: MutexGuard<'_, Control>) {
         self.control_cv.notify_all();
-        drop(c);
         self.held_cpus.pacers_woken();
+        drop(c);
     }
 
     /// Whether the sweep under way frees enough to take the heap under
@@ -1032,7 +1036,7 @@ impl Drop for Handle {
         {
             let mut c = self.shared.control.lock();
             c.shutdown = true;
-            self.shared.control_cv.notify_all();
+            self.shared.control_cv_notify(c);
         }
         // On a GC thread (a sweep ran the drop glue of an object holding the
         // last handle) joining could wait for ourselves, or, for another

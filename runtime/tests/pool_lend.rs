@@ -32,9 +32,21 @@ fn wait_for_the_park() {
     });
 }
 
+/// A pool of one worker over `rt`; nothing goes back to the OS while the
+/// test runs.
+fn one_worker(rt: &Runtime) -> ManagedPool {
+    loam_heap::set_purge_delay(Duration::from_secs(3600));
+    ManagedPool::builder(rt).num_threads(1).build().unwrap()
+}
+
+/// A runtime with one GC thread, the environment ignored.
+fn runtime() -> Runtime {
+    Runtime::builder().ignore_env().gc_threads(1).build()
+}
+
 /// The worker runs its next task with its heap taken back, whatever was
-/// taken from it.
-fn the_worker_runs_on(pool: &ManagedPool) {
+/// taken from it; then the pool goes, and the heap is checked.
+fn the_worker_runs_on(rt: &Runtime, pool: ManagedPool) {
     let sum = pool.install(|m| {
         // Before anything allocates (which would take the heap back
         // anyway): `after_unpark` took it back.
@@ -49,6 +61,9 @@ fn the_worker_runs_on(pool: &ManagedPool) {
         })
     });
     assert_eq!(sum, 100_000 * 99_999 / 2);
+    drop(pool);
+    rt.collect();
+    loam_heap::assert_valid();
 }
 
 fn assert_served(before: &loam_heap::HeapStats, mapped: u64, when: &str) {
@@ -64,10 +79,8 @@ fn assert_served(before: &loam_heap::HeapStats, mapped: u64, when: &str) {
 #[test]
 fn what_a_sweep_frees_into_a_parked_worker_serves_the_other_threads() {
     let _t = support::serial();
-    let rt = Runtime::builder().ignore_env().gc_threads(1).build();
-    // Nothing goes back to the OS while the test runs.
-    loam_heap::set_purge_delay(Duration::from_secs(3600));
-    let pool = ManagedPool::builder(&rt).num_threads(1).build().unwrap();
+    let rt = runtime();
+    let pool = one_worker(&rt);
     // (A cycle the 40 MiB asks for may free part of it before the park:
     // the next test's case.)
     pool.install(garbage);
@@ -77,18 +90,14 @@ fn what_a_sweep_frees_into_a_parked_worker_serves_the_other_threads() {
     rt.collect();
     let mapped = another_thread_allocates(&rt);
     assert_served(&before, mapped, "while it slept");
-    the_worker_runs_on(&pool);
-    drop(pool);
-    rt.collect();
-    loam_heap::assert_valid();
+    the_worker_runs_on(&rt, pool);
 }
 
 #[test]
 fn what_a_sweep_frees_into_a_worker_before_it_parks_serves_the_other_threads() {
     let _t = support::serial();
-    let rt = Runtime::builder().ignore_env().gc_threads(1).build();
-    loam_heap::set_purge_delay(Duration::from_secs(3600));
-    let pool = ManagedPool::builder(&rt).num_threads(1).build().unwrap();
+    let rt = runtime();
+    let pool = one_worker(&rt);
     // The sweep frees them before the worker parks: it takes the page
     // runs back as it parks (`reclaim_runs`), which empties its pages
     // without releasing them, and lends its heap so, untidied. The first
@@ -111,8 +120,5 @@ fn what_a_sweep_frees_into_a_worker_before_it_parks_serves_the_other_threads() {
         before.lent_adoptions,
         "the other thread adopted the parked worker's heap"
     );
-    the_worker_runs_on(&pool);
-    drop(pool);
-    rt.collect();
-    loam_heap::assert_valid();
+    the_worker_runs_on(&rt, pool);
 }

@@ -65,7 +65,7 @@
 //! held.
 
 use crossbeam_utils::CachePadded;
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 /// How long one nap asks for (the timer's slack adds to it, about 50 µs
@@ -119,19 +119,13 @@ pub(crate) struct HeldCpus {
     /// them (a CAS that leaves a slot written meanwhile alone). Padded: the
     /// mutators write their own at every assist.
     slots: Box<[CachePadded<AtomicU64>]>,
-    /// Slots set (holds under way): a look ([`step_aside`]) or a wake
-    /// ([`bring_forward`]) is this one load while no mutator is held. Each
-    /// hold adds one as it begins ([`hold`]) and takes it off as it ends
-    /// (its guard's drop).
-    ///
-    /// [`step_aside`]: Self::step_aside
-    /// [`bring_forward`]: Self::bring_forward
-    /// [`hold`]: Self::hold
-    held: CachePadded<AtomicU32>,
     /// The slots live mutators own, one bit each: set by
     /// [`claim`](Self::claim) as a mutator attaches, cleared by
     /// [`release`](Self::release) as it is dropped (a mutator forgotten, or
-    /// dropped in a forked child, keeps its bit).
+    /// dropped in a forked child, keeps its bit). A look or a wake reads
+    /// only these slots (all of them once mutators share). No count of
+    /// holds under way: a hold writes its own slot and nothing shared, so
+    /// that an assist costs the mutators no contended line.
     owned: AtomicU64,
     /// Mutators past [`SLOTS`] live share slots, handed out in turn by
     /// [`claim`](Self::claim).
@@ -156,7 +150,6 @@ impl HeldCpus {
         HeldCpus {
             base: Instant::now(),
             slots: (0..SLOTS).map(|_| CachePadded::new(AtomicU64::new(0))).collect(),
-            held: CachePadded::new(AtomicU32::new(0)),
             owned: AtomicU64::new(0),
             shared_next: AtomicUsize::new(0),
         }
@@ -206,7 +199,6 @@ impl HeldCpus {
             slot: &self.slots[slot.index],
         };
         held.running();
-        self.held.fetch_add(1, Ordering::Relaxed);
         held
     }
 
@@ -226,17 +218,22 @@ impl HeldCpus {
     /// others) forward to `grace` from now. A slot cleared or published
     /// anew meanwhile is left as it is.
     fn bring_forward(&self, grace: Duration, window: bool) {
-        if self.held.load(Ordering::Relaxed) == 0 {
-            return;
-        }
         let end = self.end_bits(Instant::now() + grace);
-        for s in self.slots.iter() {
+        for s in self.live_slots() {
             let v = s.load(Ordering::Relaxed);
             let kind = if window { ASLEEP | WINDOW } else { ASLEEP };
             if v & (ASLEEP | WINDOW) == kind && v & !LOW > end {
                 let _ = s.compare_exchange(v, end | (v & LOW), Ordering::Relaxed, Ordering::Relaxed);
             }
         }
+    }
+
+    /// The slots of live mutators (all of them once mutators share).
+    fn live_slots(&self) -> impl Iterator<Item = &AtomicU64> {
+        let owned = self.owned.load(Ordering::Relaxed);
+        (0..SLOTS)
+            .filter(move |&i| owned & 1 << i != 0)
+            .map(|i| &*self.slots[i])
     }
 
     /// Whether a held mutator on `cpu` is awake, or past its sleep's end.
@@ -246,7 +243,7 @@ impl HeldCpus {
             return false;
         }
         let now = self.end_bits(Instant::now());
-        self.slots.iter().any(|s| {
+        self.live_slots().any(|s| {
             let v = s.load(Ordering::Relaxed);
             v & (ASLEEP - 1) == mine && (v & ASLEEP == 0 || v & !LOW <= now)
         })
@@ -260,7 +257,6 @@ impl HeldCpus {
         let mut naps = 0;
         // The CPU read again after each nap: the thread may wake elsewhere.
         while naps < MAX_NAPS
-            && self.held.load(Ordering::Relaxed) != 0
             && self.waits_on(loam_threadpool::current_cpu())
         {
             std::thread::sleep(NAP);
@@ -318,7 +314,6 @@ impl Drop for HeldSlot<'_> {
     #[inline]
     fn drop(&mut self) {
         self.slot.store(0, Ordering::Relaxed);
-        self.table.held.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -389,7 +384,6 @@ mod tests {
             assert!(table.waits_on(spinner_cpu));
         }
         drop((p, s, w));
-        assert_eq!(table.held.load(Ordering::Relaxed), 0);
         assert!(table.slots.iter().all(|s| s.load(Ordering::Relaxed) == 0));
     }
 
@@ -398,7 +392,6 @@ mod tests {
         let table = HeldCpus::new();
         let me = table.claim();
         let held = table.hold(me);
-        assert_eq!(table.held.load(Ordering::Relaxed), 1);
         // Pinned to the CPU it runs on, so that the slot and the look name
         // the same one (where the CPU is known and affinity can be set).
         if pin_here() {
@@ -414,7 +407,6 @@ mod tests {
         assert!(!table.step_aside());
         drop(held);
         assert_eq!(slot(&table, me), 0);
-        assert_eq!(table.held.load(Ordering::Relaxed), 0);
         assert!(!table.step_aside(), "no mutator is held any more");
     }
 

@@ -32,18 +32,20 @@
 //!   ends (or a GC thread wakes it) the scheduler lets the GC thread run
 //!   on to the next tick: sleeps of 1 ms took 3.7 – 5.3 ms.
 //! - *The other mutator preempted it*, the two mutators sharing one CPU in
-//!   4 ms turns while a GC thread ran alone on the other. Nothing here
-//!   helps with that: a GC thread that napped there (tried: napping for
-//!   any held mutator past the end of its slice, wherever it ran) left its
-//!   CPU idle for 60 ms in turns of 0.1 ms, and the scheduler never moved
-//!   the waiting mutator over (its idle balancing skips a CPU whose idle
-//!   spells average under half a millisecond).
+//!   4 ms turns while a GC thread ran alone on the other. A GC thread that
+//!   napped there (tried: napping for any held mutator past the end of its
+//!   slice, wherever it ran) left its CPU idle for 60 ms in turns of 0.1
+//!   ms, and the scheduler never moved the waiting mutator over (its idle
+//!   balancing skips a CPU whose idle spells average under half a
+//!   millisecond).
 //!
 //! So a held mutator publishes its CPU for as long as the hold lasts
 //! ([`HeldCpus::hold`]), and says when it goes to sleep and for how long
 //! ([`HeldSlot::sleeps`]). A GC thread, between units of its own work (a
 //! concurrent mark's progress report, a sweep's claim of pages, a few
-//! hundred pages of a walk, a ragged window's close), looks
+//! hundred pages of a walk, a ragged window's close) and as it waits for
+//! the mark's last work (`mark::idle`: the work may be an assist it
+//! preempted), looks
 //! ([`HeldCpus::step_aside`]) and naps for a moment, a few times at most,
 //! while a held mutator on its own CPU is either awake (then it is not
 //! running, since this thread is) or past the end of its sleep (then it
@@ -57,15 +59,34 @@
 //! the other GC threads' (a nap of the collector thread, in its serial
 //! mark or its walks, delays that step by as much).
 //!
-//! Speed only: the slots decide naps and nothing else. A slot read stale
-//! (a mutator that moved to another CPU) or shared (past 64 live
-//! mutators) costs a GC thread needless naps, [`MAX_NAPS`] a look at most,
-//! never a missed object. The JVM's safepoint log counts time-to-safepoint
-//! for the same reason this exists: a thread the OS does not run is still
-//! held.
+//! For the third kind the look also *moves* a held mutator that has
+//! waited on another CPU for [`OVERRUN`] onto its own CPU, and naps for it
+//! there. A held mutator that works (a slice of an assist or of the
+//! sweep) beats as it goes ([`HeldSlot::beat`]: at each look at its
+//! deadline, each claim of pages), so "waited" means awake with no beat
+//! for that long, or asleep and that long past its sleep's end. Beats, not
+//! the hold's length: the kernel's clock of a running thread moves only at
+//! its ticks, so from outside a long slice that runs looks like a wait,
+//! and moving a mutator that runs a paced slice (up to a millisecond) naps
+//! the GC thread whose marking that slice waits for. The move narrows the
+//! mutator's affinity to this CPU and restores it at once, as a woken pool
+//! worker moves itself (`loam_threadpool`'s `spread.rs`): the kernel
+//! migrates a thread at the narrowing, and the restored mask leaves it
+//! where it is. Only onto a CPU the mutator's own mask allows, and with
+//! that mask left as it was (a mask another thread sets on the mutator in
+//! the few microseconds between the two calls is lost: the one thing a
+//! move can undo).
+//!
+//! Speed only: the slots decide naps and moves and nothing else. A slot
+//! read stale (a mutator that moved to another CPU) or shared (past 64
+//! live mutators) costs a GC thread needless naps, [`MAX_NAPS`] a look at
+//! most, or a mutator a needless move, never a missed object. The JVM's
+//! safepoint log counts time-to-safepoint for the same reason this exists:
+//! a thread the OS does not run is still held.
 
 use crossbeam_utils::CachePadded;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::cell::Cell;
+use std::sync::atomic::{AtomicI32, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 /// How long one nap asks for (the timer's slack adds to it, about 50 µs
@@ -87,6 +108,13 @@ const SLOTS: usize = 64;
 /// its CPU takes it to be waiting behind it.
 const GRACE: Duration = Duration::from_micros(100);
 
+/// How long a held mutator on another CPU may wait (awake, or past its
+/// sleep's end) before a GC thread's look moves it onto its own CPU. An
+/// assist's slice is 100 µs: past three of them it most likely waits
+/// behind another thread, and a move then still ends the hold well under a
+/// millisecond (a look comes about every 100 µs).
+const OVERRUN: Duration = Duration::from_micros(300);
+
 /// A slot's low bits: one more than the held mutator's CPU (0: none, or
 /// unknown, which no GC thread's CPU matches; CPUs past 4,094 share
 /// values, a needless nap now and then). Twelve leave the end 50 bits of
@@ -98,7 +126,8 @@ const ASLEEP: u64 = 1 << CPU_BITS;
 /// A slot's flag, with [`ASLEEP`]: it spins for a ragged window's close,
 /// which alone brings its end forward ([`HeldCpus::window_closed`]).
 const WINDOW: u64 = ASLEEP << 1;
-/// A slot's end of sleep, in microseconds since `HeldCpus::base`.
+/// A slot's end of sleep (with [`ASLEEP`]), or the start of its awake
+/// spell (without), in microseconds since `HeldCpus::base`.
 const END_SHIFT: u32 = CPU_BITS + 2;
 /// The bits below the end.
 const LOW: u64 = (1 << END_SHIFT) - 1;
@@ -114,11 +143,21 @@ pub(crate) struct HeldCpus {
     base: Instant,
     /// Per mutator ([`claim`](Self::claim)): 0 when not held, else its CPU
     /// ([`CPU_BITS`]) and, while it sleeps, [`ASLEEP`] (and [`WINDOW`])
-    /// with the end of its sleep ([`END_SHIFT`]). Written by its mutator
+    /// with the end of its sleep ([`END_SHIFT`]), or while it is awake the
+    /// start of that spell. Written by its mutator
     /// ([`HeldSlot`]) and, for sleepers, brought forward by whoever wakes
-    /// them (a CAS that leaves a slot written meanwhile alone). Padded: the
+    /// them, and given a new CPU by whoever moves it (CASes that leave a
+    /// slot written meanwhile alone). Padded: the
     /// mutators write their own at every assist.
     slots: Box<[CachePadded<AtomicU64>]>,
+    /// Per slot, the thread id of the mutator that owns it, for a move
+    /// (written by [`claim`](Self::claim) under `moving`).
+    tids: Box<[AtomicI32]>,
+    /// Held while a GC thread moves a mutator, and while a mutator claims
+    /// or gives back its slot: so a move reads the thread id its slot's
+    /// owner wrote, and a mutator's thread cannot end (and its id name
+    /// another thread) during a move.
+    moving: parking_lot::Mutex<()>,
     /// The slots live mutators own, one bit each: set by
     /// [`claim`](Self::claim) as a mutator attaches, cleared by
     /// [`release`](Self::release) as it is dropped (a mutator forgotten, or
@@ -150,14 +189,17 @@ impl HeldCpus {
         HeldCpus {
             base: Instant::now(),
             slots: (0..SLOTS).map(|_| CachePadded::new(AtomicU64::new(0))).collect(),
+            tids: (0..SLOTS).map(|_| AtomicI32::new(0)).collect(),
+            moving: parking_lot::Mutex::new(()),
             owned: AtomicU64::new(0),
             shared_next: AtomicUsize::new(0),
         }
     }
 
-    /// A slot for a new mutator: a free one, or (past [`SLOTS`] live
-    /// mutators) one it shares.
+    /// A slot for a new mutator, on the mutator's own thread: a free one,
+    /// or (past [`SLOTS`] live mutators) one it shares.
     pub(crate) fn claim(&self) -> SlotIndex {
+        let _moving = self.moving.lock();
         let mut owned = self.owned.load(Ordering::Relaxed);
         while owned != u64::MAX {
             let index = (!owned).trailing_zeros() as usize;
@@ -165,7 +207,10 @@ impl HeldCpus {
                 .owned
                 .compare_exchange_weak(owned, owned | 1 << index, Ordering::Relaxed, Ordering::Relaxed)
             {
-                Ok(_) => return SlotIndex { index, owned: true },
+                Ok(_) => {
+                    self.tids[index].store(this_thread_id(), Ordering::Relaxed);
+                    return SlotIndex { index, owned: true };
+                }
                 Err(now) => owned = now,
             }
         }
@@ -179,6 +224,7 @@ impl HeldCpus {
     /// way).
     pub(crate) fn release(&self, slot: SlotIndex) {
         if slot.owned {
+            let _moving = self.moving.lock();
             self.owned.fetch_and(!(1 << slot.index), Ordering::Relaxed);
         }
     }
@@ -197,6 +243,7 @@ impl HeldCpus {
         let held = HeldSlot {
             table: self,
             slot: &self.slots[slot.index],
+            awake_since: Cell::new(None),
         };
         held.running();
         held
@@ -250,10 +297,12 @@ impl HeldCpus {
     }
 
     /// From a GC thread, or the collector thread, between units of its work
-    /// with the mutators running: naps while a held mutator waits for this
-    /// thread's CPU (at most [`MAX_NAPS`] times). Returns whether it
-    /// napped.
+    /// with the mutators running: moves onto this thread's CPU a held
+    /// mutator that has waited on another for [`OVERRUN`], then naps while a
+    /// held mutator waits for this thread's CPU (at most [`MAX_NAPS`]
+    /// times). Returns whether it napped.
     pub(crate) fn step_aside(&self) -> bool {
+        self.move_overrun_here(loam_threadpool::current_cpu());
         let mut naps = 0;
         // The CPU read again after each nap: the thread may wake elsewhere.
         while naps < MAX_NAPS
@@ -266,18 +315,141 @@ impl HeldCpus {
     }
 }
 
+impl HeldCpus {
+    /// Moves onto `here` (this thread's CPU) the first held mutator found
+    /// that has waited on another CPU for [`OVERRUN`], if its affinity
+    /// allows `here`; its slot then names `here`, so that this thread's
+    /// look naps for it. Skipped while mutators share slots (a slot's
+    /// thread id is its owner's alone) and while another thread moves one.
+    fn move_overrun_here(&self, here: Option<usize>) {
+        let Some(here) = here else { return };
+        let mine = cpu_bits(Some(here));
+        let owned = self.owned.load(Ordering::Relaxed);
+        if owned == u64::MAX {
+            return;
+        }
+        let overrun = self.end_bits(Instant::now() - OVERRUN);
+        let waited = |v: u64| {
+            let cpu = v & (ASLEEP - 1);
+            // Asleep: since its end; awake: since the spell's start.
+            cpu != 0 && cpu != mine && v & !LOW <= overrun && v & !LOW != 0
+        };
+        let Some(index) = (0..SLOTS)
+            .filter(|&i| owned & 1 << i != 0)
+            .find(|&i| waited(self.slots[i].load(Ordering::Relaxed)))
+        else {
+            return;
+        };
+        let Some(_moving) = self.moving.try_lock() else { return };
+        let slot = &self.slots[index];
+        let v = slot.load(Ordering::Relaxed);
+        // Under `moving`: the slot is still owned (its thread lives on
+        // until the lock is let go) and still waits.
+        if self.owned.load(Ordering::Relaxed) & 1 << index == 0 || !waited(v) {
+            return;
+        }
+        if move_thread(self.tids[index].load(Ordering::Relaxed), here) {
+            let _ = slot.compare_exchange(v, (v & !(ASLEEP - 1)) | mine, Ordering::Relaxed, Ordering::Relaxed);
+        }
+    }
+}
+
+/// The calling thread's id, for [`move_thread`] (0 where there is none).
+fn this_thread_id() -> i32 {
+    #[cfg(all(target_os = "linux", not(miri)))]
+    {
+        // SAFETY: `gettid` has no preconditions.
+        unsafe { libc::gettid() }
+    }
+    #[cfg(not(all(target_os = "linux", not(miri))))]
+    {
+        0
+    }
+}
+
+/// Moves the thread `tid` of this process onto `cpu`, if its affinity
+/// allows that CPU, and leaves its affinity as it was: narrowed to `cpu`,
+/// the kernel migrates it at once (a running thread through the CPU's
+/// stopper, which the call waits for), and the mask restored leaves it
+/// there. Returns whether it moved.
+#[cfg(all(target_os = "linux", not(miri)))]
+fn move_thread(tid: i32, cpu: usize) -> bool {
+    if tid <= 0 || cpu >= libc::CPU_SETSIZE as usize {
+        return false;
+    }
+    let size = std::mem::size_of::<libc::cpu_set_t>();
+    // SAFETY: a zeroed `cpu_set_t` is the empty set.
+    let mut allowed: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `allowed` is a `cpu_set_t` of `size` bytes; the call writes
+    // `tid`'s mask into it.
+    if unsafe { libc::sched_getaffinity(tid, size, &mut allowed) } != 0 {
+        return false;
+    }
+    // SAFETY: `cpu < CPU_SETSIZE`, inside the set.
+    if !unsafe { libc::CPU_ISSET(cpu, &allowed) } {
+        return false;
+    }
+    // SAFETY: as above.
+    let mut only: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `cpu < CPU_SETSIZE`.
+    unsafe { libc::CPU_SET(cpu, &mut only) };
+    // SAFETY: both sets are `cpu_set_t`s of `size` bytes, and both allow a
+    // CPU `tid` may run on (`cpu` is in its mask); the calls change only
+    // that thread's affinity, and the second puts back what it was.
+    let moved = unsafe { libc::sched_setaffinity(tid, size, &only) } == 0;
+    // The mask put back, whatever the narrowing did: a thread left pinned
+    // to one CPU would be worse than any hold. The kernel refuses a mask
+    // it accepted a moment ago only if the thread is gone.
+    for _ in 0..3 {
+        // SAFETY: as above.
+        if unsafe { libc::sched_setaffinity(tid, size, &allowed) } == 0 {
+            break;
+        }
+    }
+    moved
+}
+
+#[cfg(not(all(target_os = "linux", not(miri))))]
+fn move_thread(_tid: i32, _cpu: usize) -> bool {
+    false
+}
+
 /// A held mutator's slot ([`HeldCpus::hold`]), cleared on drop.
 pub(crate) struct HeldSlot<'a> {
     table: &'a HeldCpus,
     slot: &'a AtomicU64,
+    /// When the awake spell under way began, as end bits (`None` before
+    /// the first, and after a sleep).
+    awake_since: Cell<Option<u64>>,
 }
 
 impl HeldSlot<'_> {
-    /// The mutator runs (works for the collector), on this CPU.
+    /// The mutator runs (works for the collector), on this CPU: since the
+    /// hold began, or its last sleep ended.
     #[inline]
     pub(crate) fn running(&self) {
+        let since = match self.awake_since.get() {
+            Some(since) => since,
+            None => {
+                let now = self.table.end_bits(Instant::now());
+                self.awake_since.set(Some(now));
+                now
+            }
+        };
         self.slot
-            .store(cpu_bits(loam_threadpool::current_cpu()), Ordering::Relaxed);
+            .store(since | cpu_bits(loam_threadpool::current_cpu()), Ordering::Relaxed);
+    }
+
+    /// The mutator's work for the collector still runs (a look at its
+    /// slice's deadline, a claim of sweep pages), at `now`: a new awake
+    /// spell begins, on the CPU it runs on now. A mutator awake without a
+    /// beat for [`OVERRUN`] is taken to wait for its CPU.
+    #[inline]
+    pub(crate) fn beat(&self, now: Instant) {
+        let since = self.table.end_bits(now);
+        self.awake_since.set(Some(since));
+        self.slot
+            .store(since | cpu_bits(loam_threadpool::current_cpu()), Ordering::Relaxed);
     }
 
     /// The mutator goes to sleep, on this CPU, for at most `d`, waiting for
@@ -300,10 +472,12 @@ impl HeldSlot<'_> {
     pub(crate) fn unseen(&self) {
         // Asleep, with no CPU that a GC thread's could match, and an end
         // that no wake brings forward.
+        self.awake_since.set(None);
         self.slot.store(ASLEEP, Ordering::Relaxed);
     }
 
     fn publish_sleep(&self, d: Duration, flags: u64) {
+        self.awake_since.set(None);
         let end = self.table.end_bits(Instant::now() + d + GRACE);
         let cpu = cpu_bits(loam_threadpool::current_cpu());
         self.slot.store(end | flags | cpu, Ordering::Relaxed);
@@ -320,9 +494,19 @@ impl Drop for HeldSlot<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::AtomicBool;
 
     fn slot(table: &HeldCpus, s: SlotIndex) -> u64 {
         table.slots[s.index].load(Ordering::Relaxed)
+    }
+
+    /// A table whose clock began a second ago: an end or a beat at its
+    /// start (`end_bits(base + NAP)`) is long past `OVERRUN`, however soon
+    /// the test looks.
+    fn aged_table() -> HeldCpus {
+        let mut table = HeldCpus::new();
+        table.base = table.base.checked_sub(Duration::from_secs(1)).expect("a clock a second old");
+        table
     }
 
     #[test]
@@ -408,6 +592,162 @@ mod tests {
         drop(held);
         assert_eq!(slot(&table, me), 0);
         assert!(!table.step_aside(), "no mutator is held any more");
+    }
+
+    /// The calling thread's affinity: the CPUs it may run on (empty where
+    /// that cannot be read).
+    fn allowed_cpus() -> Vec<usize> {
+        #[cfg(all(target_os = "linux", not(miri)))]
+        // SAFETY: a zeroed `cpu_set_t` is a valid empty set, which the call
+        // fills with this thread's mask.
+        unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) == 0 {
+                return (0..libc::CPU_SETSIZE as usize)
+                    .filter(|&c| libc::CPU_ISSET(c, &set))
+                    .collect();
+            }
+        }
+        Vec::new()
+    }
+
+    /// Narrows the calling thread's affinity to `cpus`.
+    fn allow_only(cpus: &[usize]) {
+        #[cfg(all(target_os = "linux", not(miri)))]
+        // SAFETY: a zeroed `cpu_set_t` is a valid empty set; every CPU set
+        // is below `CPU_SETSIZE` (read from a mask); the call changes this
+        // thread's affinity only.
+        unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            for &c in cpus {
+                libc::CPU_SET(c, &mut set);
+            }
+            assert_eq!(
+                libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set),
+                0
+            );
+        }
+        #[cfg(not(all(target_os = "linux", not(miri))))]
+        let _ = cpus;
+    }
+
+    /// Runs `held` on a thread of its own (allowed only `held_only_on`, if
+    /// given) that owns a slot of `table`, published (by this test) as held awake on `other` since the table's
+    /// start; this thread, pinned to `mine`, then looks. Returns the slot
+    /// as the look left it (read by the held thread once `held`, which
+    /// waits for the look, returns) and what `held` returned.
+    fn look_at_one_held_on<T: Send>(
+        table: &HeldCpus,
+        mine: usize,
+        other: usize,
+        held_only_on: Option<usize>,
+        held: impl FnOnce(&AtomicBool) -> T + Send,
+    ) -> (u64, T) {
+        let looked = AtomicBool::new(false);
+        let published = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            let t = s.spawn(|| {
+                if let Some(cpu) = held_only_on {
+                    allow_only(&[cpu]);
+                }
+                let me = table.claim();
+                let _held = table.hold(me);
+                // Awake on `other` since long before `OVERRUN`.
+                table.slots[me.index].store(table.end_bits(table.base + NAP) | cpu_bits(Some(other)), Ordering::Relaxed);
+                published.store(true, Ordering::Release);
+                let out = held(&looked);
+                // Read while still held: the guard clears it.
+                (slot(table, me), out)
+            });
+            while !published.load(Ordering::Acquire) {
+                std::thread::yield_now();
+            }
+            // Pinned only now: the held thread keeps the mask it was
+            // spawned with.
+            allow_only(&[mine]);
+            table.step_aside();
+            looked.store(true, Ordering::Release);
+            t.join().unwrap()
+        })
+    }
+
+    #[test]
+    fn a_look_moves_a_mutator_that_waited_on_another_cpu_onto_its_own_and_leaves_its_mask() {
+        let cpus = allowed_cpus();
+        let [mine, other, ..] = cpus[..] else {
+            return; // one CPU: nowhere to move from
+        };
+        let table = aged_table();
+        let (after, (mask_after, ran_here)) = look_at_one_held_on(&table, mine, other, None, |looked| {
+            // Spins until the look is over, noting whether it ran on the
+            // looker's CPU meanwhile (it did if it moved: the looker naps
+            // for it there).
+            let mut ran_here = false;
+            while !looked.load(Ordering::Acquire) {
+                ran_here |= loam_threadpool::current_cpu() == Some(mine);
+            }
+            (allowed_cpus(), ran_here)
+        });
+        assert_eq!(after & (ASLEEP - 1), cpu_bits(Some(mine)), "the slot names the CPU it was moved to");
+        assert!(ran_here, "the moved mutator ran on the looker's CPU");
+        assert_eq!(mask_after, cpus, "the moved mutator's affinity is as it was");
+        allow_only(&cpus);
+    }
+
+    #[test]
+    fn a_look_leaves_a_mutator_that_beat_lately_or_is_not_due_where_it_is() {
+        let cpus = allowed_cpus();
+        let [mine, other, ..] = cpus[..] else {
+            return;
+        };
+        // This thread is the held mutator, allowed on both CPUs: a look
+        // from `mine` would move it there (and say so in its slot) if it
+        // took it to have waited on `other`.
+        let table = aged_table();
+        let me = table.claim();
+        let held = table.hold(me);
+        let on_other = |v: u64| (v & !(ASLEEP - 1)) | cpu_bits(Some(other));
+        // Awake, with its last beat later than OVERRUN ago (a beat dated
+        // ahead, so that no stall of this test's thread ages it).
+        held.beat(Instant::now() + Duration::from_secs(60));
+        let v = on_other(slot(&table, me));
+        table.slots[me.index].store(v, Ordering::Relaxed);
+        table.move_overrun_here(Some(mine));
+        assert_eq!(slot(&table, me), v, "a beat within OVERRUN: not moved");
+        // Asleep, not yet due.
+        held.sleeps(Duration::from_secs(60));
+        let v = on_other(slot(&table, me));
+        table.slots[me.index].store(v, Ordering::Relaxed);
+        table.move_overrun_here(Some(mine));
+        assert_eq!(slot(&table, me), v, "a sleep not yet due: not moved");
+        // The same slots aged past OVERRUN are moved (the look's CPU
+        // named in the slot after).
+        for flags in [0, ASLEEP] {
+            let v = table.end_bits(table.base + NAP) | flags | cpu_bits(Some(other));
+            table.slots[me.index].store(v, Ordering::Relaxed);
+            table.move_overrun_here(Some(mine));
+            assert_eq!(slot(&table, me), (v & !(ASLEEP - 1)) | cpu_bits(Some(mine)));
+        }
+        drop(held);
+        allow_only(&cpus);
+    }
+
+    #[test]
+    fn a_look_moves_no_mutator_whose_mask_leaves_out_its_cpu() {
+        let cpus = allowed_cpus();
+        let [mine, other, ..] = cpus[..] else {
+            return;
+        };
+        let table = aged_table();
+        let (after, mask_after) = look_at_one_held_on(&table, mine, other, Some(other), |looked| {
+            while !looked.load(Ordering::Acquire) {
+                std::hint::spin_loop();
+            }
+            allowed_cpus()
+        });
+        assert_eq!(after & (ASLEEP - 1), cpu_bits(Some(other)), "not moved");
+        assert_eq!(mask_after, [other]);
+        allow_only(&cpus);
     }
 
     /// Pins the calling thread to the CPU it runs on; false where that

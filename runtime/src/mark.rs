@@ -568,7 +568,8 @@ pub(crate) fn offered(slot: &AssistSlot) -> Option<Arc<Share>> {
 /// result) and whether it took any work: a slice that traced only later
 /// chunks of arrays, or objects again, marks no new object and may count
 /// no bytes, yet held the mutator. See [`Share`] for why this cannot end
-/// the mark early.
+/// the mark early. `beat` hears at each look at the deadline that the
+/// slice still runs (`held_cpus.rs`: a held mutator that does not is moved).
 ///
 /// # Safety
 /// Called inside a `mutate` call of the runtime whose mark `share` is, with
@@ -580,6 +581,7 @@ pub(crate) unsafe fn assist(
     gray: &Injector<usize>,
     budget: usize,
     deadline: Instant,
+    beat: &dyn Fn(Instant),
 ) -> (Marked, bool) {
     let mut out = Marked::default();
     // 1. Join while the mark is not over.
@@ -607,7 +609,14 @@ pub(crate) unsafe fn assist(
     let mut tracer = Tracer::new();
     let mut looks = Looks::default();
     let mut took = false;
-    while out.work < budget && !(looks.due() && Instant::now() >= deadline) {
+    while out.work < budget {
+        if looks.due() {
+            let now = Instant::now();
+            if now >= deadline {
+                break;
+            }
+            beat(now);
+        }
         let next = stack
             .pop_own()
             .or_else(|| local.pop())

@@ -918,7 +918,7 @@ impl Mutator {
                 // quarter of a millisecond at binary-trees depth 16 with
                 // two and three threads, up to 5 ms.)
                 let t = Instant::now();
-                if shared.help_sweep(seen, t + PACED_SLICE) {
+                if shared.help_sweep(seen, t + PACED_SLICE, &|| on_cpu.beat(Instant::now())) {
                     assisting += t.elapsed();
                     swept = true;
                     continue;
@@ -976,7 +976,8 @@ impl Mutator {
                 // Inside (above), for the runtime whose mark
                 // `share` is, with its gray queue.
                 // SAFETY: as just said.
-                let (m, took) = unsafe { crate::mark::assist(&shared.space, &share, &shared.gray, debt, end) };
+                let (m, took) =
+                    unsafe { crate::mark::assist(&shared.space, &share, &shared.gray, debt, end, &|now| on_cpu.beat(now)) };
                 // While still inside: the stop that begins the next mark
                 // waits for this report (`Shared::saw_live`).
                 shared.saw_live(m.bytes);
@@ -1421,7 +1422,9 @@ impl Mutator {
             // Inside a `mutate` call (allocation happens only there) of the
             // runtime whose mark `share` is, with its gray queue.
             // SAFETY: as just said.
-            let (m, worked) = unsafe { crate::mark::assist(&shared.space, &share, &shared.gray, debt, start + slice) };
+            let (m, worked) = unsafe {
+                crate::mark::assist(&shared.space, &share, &shared.gray, debt, start + slice, &|now| on_cpu.beat(now))
+            };
             shared.saw_live(m.bytes);
             (m.work, worked)
         });

@@ -758,13 +758,13 @@ impl Shared {
     /// A mutator that pacing holds, with no mark to help: sweeps pages of
     /// the sweep under way, if any are left and no cycle has completed
     /// since `seen`, until `until` or until the heap is under the pace
-    /// point. Returns whether it swept any.
+    /// point; `beat` before each claim. Returns whether it swept any.
     ///
     /// The cycle waits for it to finish its claim of pages (at most
     /// `sweep::CLAIM`) before the sweep ends: the one wait of the
     /// collector for a mutator outside a call, as short as a claim unless
     /// the mutator's thread is descheduled meanwhile.
-    pub(crate) fn help_sweep(&self, seen: u64, until: Instant) -> bool {
+    pub(crate) fn help_sweep(&self, seen: u64, until: Instant, beat: &dyn Fn()) -> bool {
         let helper = {
             let c = self.control.lock();
             match &c.sweep {
@@ -778,7 +778,12 @@ impl Shared {
                 _ => return false,
             }
         };
-        helper.help(until, &|| !self.over_pace(), &|bytes| self.sweep_freed(bytes))
+        // `beat` before each claim: the help still runs (`held_cpus.rs`).
+        let enough = || {
+            beat();
+            !self.over_pace()
+        };
+        helper.help(until, &enough, &|bytes| self.sweep_freed(bytes))
     }
 
     /// The sweep freed `bytes` (a claim of pages, or a `GlobalAlloc`

@@ -72,10 +72,12 @@
 //! mutator's affinity to this CPU and restores it at once, as a woken pool
 //! worker moves itself (`loam_threadpool`'s `spread.rs`): the kernel
 //! migrates a thread at the narrowing, and the restored mask leaves it
-//! where it is. Only onto a CPU the mutator's own mask allows, and with
-//! that mask left as it was (a mask another thread sets on the mutator in
-//! the few microseconds between the two calls is lost: the one thing a
-//! move can undo).
+//! where it is. Only onto a CPU the mutator's own mask allows, never a
+//! mutator allowed only one CPU, and with its mask put back as it was
+//! read (a mask another thread sets on the mutator in the few
+//! microseconds between the calls is lost, and since Linux 6.2 the kernel
+//! keeps the mask put back as the one the thread asked for: a cpuset
+//! widened later no longer widens it). Not while mutators share slots.
 //!
 //! Speed only: the slots decide naps and moves and nothing else. A slot
 //! read stale (a mutator that moved to another CPU) or shared (past 64
@@ -108,10 +110,11 @@ const SLOTS: usize = 64;
 /// its CPU takes it to be waiting behind it.
 const GRACE: Duration = Duration::from_micros(100);
 
-/// How long a held mutator on another CPU may wait (awake, or past its
-/// sleep's end) before a GC thread's look moves it onto its own CPU. An
-/// assist's slice is 100 µs: past three of them it most likely waits
-/// behind another thread, and a move then still ends the hold well under a
+/// How long a held mutator on another CPU may wait (awake with no beat, or
+/// past its sleep's end) before a GC thread's look moves it onto its own
+/// CPU. A working mutator beats every few dozen microseconds: three times
+/// an assist's whole slice without one, it most likely waits behind
+/// another thread, and a move then still ends the hold well under a
 /// millisecond (a look comes about every 100 µs).
 const OVERRUN: Duration = Duration::from_micros(300);
 
@@ -169,6 +172,10 @@ pub(crate) struct HeldCpus {
     /// Mutators past [`SLOTS`] live share slots, handed out in turn by
     /// [`claim`](Self::claim).
     shared_next: AtomicUsize,
+    /// How many live mutators share a slot (changed under `moving`): while
+    /// any does, a slot's thread id may not be the thread that writes it,
+    /// and no mutator is moved.
+    sharers: AtomicUsize,
 }
 
 /// A mutator's slot in [`HeldCpus`] ([`HeldCpus::claim`]).
@@ -193,6 +200,7 @@ impl HeldCpus {
             moving: parking_lot::Mutex::new(()),
             owned: AtomicU64::new(0),
             shared_next: AtomicUsize::new(0),
+            sharers: AtomicUsize::new(0),
         }
     }
 
@@ -214,6 +222,7 @@ impl HeldCpus {
                 Err(now) => owned = now,
             }
         }
+        self.sharers.fetch_add(1, Ordering::Relaxed);
         SlotIndex {
             index: self.shared_next.fetch_add(1, Ordering::Relaxed) % SLOTS,
             owned: false,
@@ -223,9 +232,11 @@ impl HeldCpus {
     /// Gives back a mutator's slot as it goes (no hold of its own under
     /// way).
     pub(crate) fn release(&self, slot: SlotIndex) {
+        let _moving = self.moving.lock();
         if slot.owned {
-            let _moving = self.moving.lock();
             self.owned.fetch_and(!(1 << slot.index), Ordering::Relaxed);
+        } else {
+            self.sharers.fetch_sub(1, Ordering::Relaxed);
         }
     }
 
@@ -277,10 +288,15 @@ impl HeldCpus {
 
     /// The slots of live mutators (all of them once mutators share).
     fn live_slots(&self) -> impl Iterator<Item = &AtomicU64> {
+        self.live_slots_indexed().map(|(_, s)| s)
+    }
+
+    /// [`live_slots`](Self::live_slots), with their indices.
+    fn live_slots_indexed(&self) -> impl Iterator<Item = (usize, &AtomicU64)> {
         let owned = self.owned.load(Ordering::Relaxed);
         (0..SLOTS)
             .filter(move |&i| owned & 1 << i != 0)
-            .map(|i| &*self.slots[i])
+            .map(|i| (i, &*self.slots[i]))
     }
 
     /// Whether a held mutator on `cpu` is awake, or past its sleep's end.
@@ -316,40 +332,46 @@ impl HeldCpus {
 }
 
 impl HeldCpus {
-    /// Moves onto `here` (this thread's CPU) the first held mutator found
-    /// that has waited on another CPU for [`OVERRUN`], if its affinity
-    /// allows `here`; its slot then names `here`, so that this thread's
-    /// look naps for it. Skipped while mutators share slots (a slot's
-    /// thread id is its owner's alone) and while another thread moves one.
+    /// Moves onto `here` (this thread's CPU) a held mutator that has
+    /// waited on another CPU for [`OVERRUN`] (the first found whose
+    /// affinity allows `here`); its slot then names `here`, so that this
+    /// thread's look naps for it. Skipped while any mutators share slots
+    /// (a slot's thread id is its owner's alone) and while another thread
+    /// moves one.
     fn move_overrun_here(&self, here: Option<usize>) {
         let Some(here) = here else { return };
         let mine = cpu_bits(Some(here));
-        let owned = self.owned.load(Ordering::Relaxed);
-        if owned == u64::MAX {
+        if self.sharers.load(Ordering::Relaxed) != 0 {
             return;
         }
         let overrun = self.end_bits(Instant::now() - OVERRUN);
         let waited = |v: u64| {
             let cpu = v & (ASLEEP - 1);
-            // Asleep: since its end; awake: since the spell's start.
+            // Asleep: since its end; awake: since the spell's last start.
             cpu != 0 && cpu != mine && v & !LOW <= overrun && v & !LOW != 0
         };
-        let Some(index) = (0..SLOTS)
-            .filter(|&i| owned & 1 << i != 0)
-            .find(|&i| waited(self.slots[i].load(Ordering::Relaxed)))
-        else {
-            return;
-        };
-        let Some(_moving) = self.moving.try_lock() else { return };
-        let slot = &self.slots[index];
-        let v = slot.load(Ordering::Relaxed);
-        // Under `moving`: the slot is still owned (its thread lives on
-        // until the lock is let go) and still waits.
-        if self.owned.load(Ordering::Relaxed) & 1 << index == 0 || !waited(v) {
+        let mut waiting = self.live_slots_indexed().filter(|&(_, s)| waited(s.load(Ordering::Relaxed))).peekable();
+        if waiting.peek().is_none() {
             return;
         }
-        if move_thread(self.tids[index].load(Ordering::Relaxed), here) {
-            let _ = slot.compare_exchange(v, (v & !(ASLEEP - 1)) | mine, Ordering::Relaxed, Ordering::Relaxed);
+        let Some(_moving) = self.moving.try_lock() else { return };
+        // Under `moving`: no mutator shares a slot, and each slot still
+        // owned has a thread that lives on until the lock is let go.
+        if self.sharers.load(Ordering::Relaxed) != 0 {
+            return;
+        }
+        let owned = self.owned.load(Ordering::Relaxed);
+        // Each that still waits, in turn, until one moves (another's mask
+        // may leave this CPU out).
+        for (index, slot) in waiting {
+            let v = slot.load(Ordering::Relaxed);
+            if owned & 1 << index == 0 || !waited(v) {
+                continue;
+            }
+            if move_thread(self.tids[index].load(Ordering::Relaxed), here) {
+                let _ = slot.compare_exchange(v, (v & !(ASLEEP - 1)) | mine, Ordering::Relaxed, Ordering::Relaxed);
+                return;
+            }
         }
     }
 }
@@ -367,11 +389,16 @@ fn this_thread_id() -> i32 {
     }
 }
 
-/// Moves the thread `tid` of this process onto `cpu`, if its affinity
-/// allows that CPU, and leaves its affinity as it was: narrowed to `cpu`,
+/// Moves the thread `tid` (a live mutator's, [`HeldCpus::moving`]) onto
+/// `cpu`, if its affinity allows that CPU and another: narrowed to `cpu`,
 /// the kernel migrates it at once (a running thread through the CPU's
-/// stopper, which the call waits for), and the mask restored leaves it
-/// there. Returns whether it moved.
+/// stopper, which the call waits for), and the mask put back leaves it
+/// there. Returns whether it moved with its mask put back.
+///
+/// A mask of one CPU is left alone: the thread runs nowhere else anyway,
+/// and it may be one that a thread narrows for a moment to move itself
+/// (`loam_threadpool`'s `spread.rs`), which this would then put back
+/// after that thread had restored its own, pinning it for good.
 #[cfg(all(target_os = "linux", not(miri)))]
 fn move_thread(tid: i32, cpu: usize) -> bool {
     if tid <= 0 || cpu >= libc::CPU_SETSIZE as usize {
@@ -385,8 +412,9 @@ fn move_thread(tid: i32, cpu: usize) -> bool {
     if unsafe { libc::sched_getaffinity(tid, size, &mut allowed) } != 0 {
         return false;
     }
-    // SAFETY: `cpu < CPU_SETSIZE`, inside the set.
-    if !unsafe { libc::CPU_ISSET(cpu, &allowed) } {
+    // SAFETY: `cpu < CPU_SETSIZE`, inside the set; `CPU_COUNT` reads the
+    // set only.
+    if !unsafe { libc::CPU_ISSET(cpu, &allowed) } || unsafe { libc::CPU_COUNT(&allowed) } < 2 {
         return false;
     }
     // SAFETY: as above.
@@ -397,16 +425,22 @@ fn move_thread(tid: i32, cpu: usize) -> bool {
     // CPU `tid` may run on (`cpu` is in its mask); the calls change only
     // that thread's affinity, and the second puts back what it was.
     let moved = unsafe { libc::sched_setaffinity(tid, size, &only) } == 0;
-    // The mask put back, whatever the narrowing did: a thread left pinned
-    // to one CPU would be worse than any hold. The kernel refuses a mask
-    // it accepted a moment ago only if the thread is gone.
-    for _ in 0..3 {
-        // SAFETY: as above.
-        if unsafe { libc::sched_setaffinity(tid, size, &allowed) } == 0 {
-            break;
-        }
+    // SAFETY: as above.
+    if unsafe { libc::sched_setaffinity(tid, size, &allowed) } == 0 {
+        return moved;
     }
-    moved
+    // The mask read is refused (the cpuset shrank meanwhile): every CPU
+    // instead, which the kernel cuts to the cpuset's. A thread left pinned
+    // to one CPU would be worse than any hold.
+    // SAFETY: as above (every CPU below `CPU_SETSIZE`).
+    unsafe {
+        let mut all: libc::cpu_set_t = std::mem::zeroed();
+        for c in 0..libc::CPU_SETSIZE as usize {
+            libc::CPU_SET(c, &mut all);
+        }
+        libc::sched_setaffinity(tid, size, &all);
+    }
+    false
 }
 
 #[cfg(not(all(target_os = "linux", not(miri))))]
@@ -660,6 +694,7 @@ mod tests {
                 (slot(table, me), out)
             });
             while !published.load(Ordering::Acquire) {
+                assert!(!t.is_finished(), "the held thread ended before it published its hold");
                 std::thread::yield_now();
             }
             // Pinned only now: the held thread keeps the mask it was
@@ -675,7 +710,8 @@ mod tests {
     fn a_look_moves_a_mutator_that_waited_on_another_cpu_onto_its_own_and_leaves_its_mask() {
         let cpus = allowed_cpus();
         let [mine, other, ..] = cpus[..] else {
-            return; // one CPU: nowhere to move from
+            eprintln!("skipped: one CPU allowed, nowhere to move from");
+            return;
         };
         let table = aged_table();
         // Where the moved thread then runs is the kernel's to say (on a
@@ -696,6 +732,7 @@ mod tests {
     fn a_look_leaves_a_mutator_that_beat_lately_or_is_not_due_where_it_is() {
         let cpus = allowed_cpus();
         let [mine, other, ..] = cpus[..] else {
+            eprintln!("skipped: one CPU allowed");
             return;
         };
         // This thread is the held mutator, allowed on both CPUs: a look
@@ -731,11 +768,24 @@ mod tests {
     }
 
     #[test]
-    fn a_look_moves_no_mutator_whose_mask_leaves_out_its_cpu() {
+    fn a_look_moves_no_mutator_whose_mask_leaves_out_its_cpu_or_has_one_cpu() {
         let cpus = allowed_cpus();
         let [mine, other, ..] = cpus[..] else {
+            eprintln!("skipped: one CPU allowed");
             return;
         };
+        // Allowed only the looker's CPU, its slot naming another (stale,
+        // or that thread narrowing its own mask for a moment): left alone.
+        let table = aged_table();
+        let (after, mask_after) = look_at_one_held_on(&table, mine, other, Some(mine), |looked| {
+            while !looked.load(Ordering::Acquire) {
+                std::hint::spin_loop();
+            }
+            allowed_cpus()
+        });
+        assert_eq!(after & (ASLEEP - 1), cpu_bits(Some(other)), "a one-CPU mask: not moved");
+        assert_eq!(mask_after, [mine]);
+        allow_only(&cpus);
         let table = aged_table();
         let (after, mask_after) = look_at_one_held_on(&table, mine, other, Some(other), |looked| {
             while !looked.load(Ordering::Acquire) {
@@ -766,7 +816,7 @@ mod tests {
 
     #[test]
     fn slots_are_owned_while_they_are_free_and_shared_past_them() {
-        let table = HeldCpus::new();
+        let mut table = HeldCpus::new();
         let all: Vec<SlotIndex> = (0..SLOTS).map(|_| table.claim()).collect();
         assert!(all.iter().all(|s| s.owned));
         let mut indices: Vec<usize> = all.iter().map(|s| s.index).collect();
@@ -775,7 +825,16 @@ mod tests {
         assert_eq!(indices.len(), SLOTS, "each live mutator owns its own");
         let extra = table.claim();
         assert!(!extra.owned, "past the table's size, mutators share");
+        // While one shares, no look moves a mutator (a slot's thread id
+        // may not be the thread that writes it), even once a slot is free.
+        table.release(all[9]);
+        let v = table.end_bits(table.base) | cpu_bits(Some(1));
+        table.slots[extra.index].store(v, Ordering::Relaxed);
+        table.base = table.base.checked_sub(Duration::from_secs(1)).expect("a clock a second old");
+        table.move_overrun_here(Some(0));
+        assert_eq!(slot(&table, extra), v, "not moved while slots are shared");
         table.release(extra);
+        assert_eq!(table.sharers.load(Ordering::Relaxed), 0);
         table.release(all[5]);
         let again = table.claim();
         assert!(again.owned);

@@ -569,7 +569,8 @@ pub(crate) fn offered(slot: &AssistSlot) -> Option<Arc<Share>> {
 /// chunks of arrays, or objects again, marks no new object and may count
 /// no bytes, yet held the mutator. See [`Share`] for why this cannot end
 /// the mark early. `beat` hears at each look at the deadline that the
-/// slice still runs (`held_cpus.rs`: a held mutator that does not is moved).
+/// slice still runs (`held_cpus.rs`: a held mutator that has not beat for
+/// a while may be moved to another CPU).
 ///
 /// # Safety
 /// Called inside a `mutate` call of the runtime whose mark `share` is, with

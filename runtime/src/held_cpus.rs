@@ -361,6 +361,11 @@ impl HeldCpus {
             return;
         }
         let owned = self.owned.load(Ordering::Relaxed);
+        // Not onto a CPU where a held mutator already runs (or waits):
+        // two held mutators would take turns there.
+        if self.live_slots().any(|s| s.load(Ordering::Relaxed) & (ASLEEP | (ASLEEP - 1)) == mine) {
+            return;
+        }
         // Each that still waits, in turn, until one moves (another's mask
         // may leave this CPU out).
         for (index, slot) in waiting {
@@ -368,12 +373,34 @@ impl HeldCpus {
             if owned & 1 << index == 0 || !waited(v) {
                 continue;
             }
-            if move_thread(self.tids[index].load(Ordering::Relaxed), here) {
+            let tid = self.tids[index].load(Ordering::Relaxed);
+            // Only a thread that waits for a CPU: one blocked on a lock
+            // or a wake would wait as long here, while this thread naps.
+            if !runnable(tid) {
+                continue;
+            }
+            if move_thread(tid, here) {
                 let _ = slot.compare_exchange(v, (v & !(ASLEEP - 1)) | mine, Ordering::Relaxed, Ordering::Relaxed);
                 return;
             }
         }
     }
+}
+
+/// Whether the thread `tid` of this process is running or waits for a
+/// CPU (state `R` in `/proc`), rather than blocked; false where that
+/// cannot be read.
+fn runnable(tid: i32) -> bool {
+    if !cfg!(target_os = "linux") || tid <= 0 {
+        return false;
+    }
+    let Ok(stat) = std::fs::read(format!("/proc/self/task/{tid}/stat")) else {
+        return false;
+    };
+    // `pid (comm) S ...`: the state follows the last `)`, as the name may
+    // hold one.
+    let state = stat.iter().rposition(|&b| b == b')').and_then(|i| stat.get(i + 2));
+    state == Some(&b'R')
 }
 
 /// The calling thread's id, for [`move_thread`] (0 where there is none).
@@ -666,7 +693,8 @@ mod tests {
     }
 
     /// Runs `held` on a thread of its own (allowed only `held_only_on`, if
-    /// given) that owns a slot of `table`, published (by this test) as held awake on `other` since the table's
+    /// given; looked at once blocked, if `held_blocks`, and unparked after
+    /// the look) that owns a slot of `table`, published (by this test) as held awake on `other` since the table's
     /// start; this thread, pinned to `mine`, then looks. Returns the slot
     /// as the look left it (read by the held thread once `held`, which
     /// waits for the look, returns) and what `held` returned.
@@ -675,6 +703,7 @@ mod tests {
         mine: usize,
         other: usize,
         held_only_on: Option<usize>,
+        held_blocks: bool,
         held: impl FnOnce(&AtomicBool) -> T + Send,
     ) -> (u64, T) {
         let looked = AtomicBool::new(false);
@@ -697,11 +726,16 @@ mod tests {
                 assert!(!t.is_finished(), "the held thread ended before it published its hold");
                 std::thread::yield_now();
             }
+            // A held thread that blocks is looked at once it has.
+            while held_blocks && runnable(table.tids[table.owned.load(Ordering::Relaxed).trailing_zeros() as usize].load(Ordering::Relaxed)) {
+                std::thread::yield_now();
+            }
             // Pinned only now: the held thread keeps the mask it was
             // spawned with.
             allow_only(&[mine]);
             table.step_aside();
             looked.store(true, Ordering::Release);
+            t.thread().unpark();
             t.join().unwrap()
         })
     }
@@ -717,7 +751,7 @@ mod tests {
         // Where the moved thread then runs is the kernel's to say (on a
         // busy machine the balancer may take it back at once): the slot
         // names the looker's CPU only if both calls succeeded.
-        let (after, mask_after) = look_at_one_held_on(&table, mine, other, None, |looked| {
+        let (after, mask_after) = look_at_one_held_on(&table, mine, other, None, false, |looked| {
             while !looked.load(Ordering::Acquire) {
                 std::hint::spin_loop();
             }
@@ -725,6 +759,24 @@ mod tests {
         });
         assert_eq!(after & (ASLEEP - 1), cpu_bits(Some(mine)), "the slot names the CPU it was moved to");
         assert_eq!(mask_after, cpus, "the moved mutator's affinity is as it was");
+        allow_only(&cpus);
+    }
+
+    #[test]
+    fn a_look_moves_no_mutator_blocked_rather_than_waiting_for_a_cpu() {
+        let cpus = allowed_cpus();
+        let [mine, other, ..] = cpus[..] else {
+            eprintln!("skipped: one CPU allowed");
+            return;
+        };
+        let table = aged_table();
+        let (after, ()) = look_at_one_held_on(&table, mine, other, None, true, |looked| {
+            while !looked.load(Ordering::Acquire) {
+                std::thread::park();
+            }
+        });
+        assert_eq!(after & (ASLEEP - 1), cpu_bits(Some(other)), "blocked: not moved");
+        assert!(runnable(this_thread_id()), "a running thread reads as runnable");
         allow_only(&cpus);
     }
 
@@ -777,7 +829,7 @@ mod tests {
         // Allowed only the looker's CPU, its slot naming another (stale,
         // or that thread narrowing its own mask for a moment): left alone.
         let table = aged_table();
-        let (after, mask_after) = look_at_one_held_on(&table, mine, other, Some(mine), |looked| {
+        let (after, mask_after) = look_at_one_held_on(&table, mine, other, Some(mine), false, |looked| {
             while !looked.load(Ordering::Acquire) {
                 std::hint::spin_loop();
             }
@@ -787,7 +839,7 @@ mod tests {
         assert_eq!(mask_after, [mine]);
         allow_only(&cpus);
         let table = aged_table();
-        let (after, mask_after) = look_at_one_held_on(&table, mine, other, Some(other), |looked| {
+        let (after, mask_after) = look_at_one_held_on(&table, mine, other, Some(other), false, |looked| {
             while !looked.load(Ordering::Acquire) {
                 std::hint::spin_loop();
             }

@@ -344,7 +344,7 @@ impl HeldCpus {
         if self.sharers.load(Ordering::Relaxed) != 0 {
             return;
         }
-        let overrun = self.end_bits(Instant::now() - OVERRUN);
+        let overrun = self.end_bits(Instant::now().checked_sub(OVERRUN).unwrap_or(self.base));
         let waited = |v: u64| {
             let cpu = v & (ASLEEP - 1);
             // Asleep: since its end; awake: since the spell's last start.
@@ -672,6 +672,25 @@ mod tests {
         Vec::new()
     }
 
+    /// The calling thread's allowed CPUs and the first two of them, or
+    /// `None` (said on stderr) where it is allowed only one: the tests of
+    /// moves need somewhere to move from.
+    fn two_cpus() -> Option<(Vec<usize>, usize, usize)> {
+        let cpus = allowed_cpus();
+        let [mine, other, ..] = cpus[..] else {
+            eprintln!("skipped: one CPU allowed, nowhere to move from");
+            return None;
+        };
+        Some((cpus, mine, other))
+    }
+
+    /// Spins until `flag` is set.
+    fn spin_until(flag: &AtomicBool) {
+        while !flag.load(Ordering::Acquire) {
+            std::hint::spin_loop();
+        }
+    }
+
     /// Narrows the calling thread's affinity to `cpus`.
     fn allow_only(cpus: &[usize]) {
         #[cfg(all(target_os = "linux", not(miri)))]
@@ -742,19 +761,13 @@ mod tests {
 
     #[test]
     fn a_look_moves_a_mutator_that_waited_on_another_cpu_onto_its_own_and_leaves_its_mask() {
-        let cpus = allowed_cpus();
-        let [mine, other, ..] = cpus[..] else {
-            eprintln!("skipped: one CPU allowed, nowhere to move from");
-            return;
-        };
+        let Some((cpus, mine, other)) = two_cpus() else { return };
         let table = aged_table();
         // Where the moved thread then runs is the kernel's to say (on a
         // busy machine the balancer may take it back at once): the slot
         // names the looker's CPU only if both calls succeeded.
         let (after, mask_after) = look_at_one_held_on(&table, mine, other, None, false, |looked| {
-            while !looked.load(Ordering::Acquire) {
-                std::hint::spin_loop();
-            }
+            spin_until(looked);
             allowed_cpus()
         });
         assert_eq!(after & (ASLEEP - 1), cpu_bits(Some(mine)), "the slot names the CPU it was moved to");
@@ -764,11 +777,7 @@ mod tests {
 
     #[test]
     fn a_look_moves_no_mutator_blocked_rather_than_waiting_for_a_cpu() {
-        let cpus = allowed_cpus();
-        let [mine, other, ..] = cpus[..] else {
-            eprintln!("skipped: one CPU allowed");
-            return;
-        };
+        let Some((cpus, mine, other)) = two_cpus() else { return };
         let table = aged_table();
         let (after, ()) = look_at_one_held_on(&table, mine, other, None, true, |looked| {
             while !looked.load(Ordering::Acquire) {
@@ -782,11 +791,7 @@ mod tests {
 
     #[test]
     fn a_look_leaves_a_mutator_that_beat_lately_or_is_not_due_where_it_is() {
-        let cpus = allowed_cpus();
-        let [mine, other, ..] = cpus[..] else {
-            eprintln!("skipped: one CPU allowed");
-            return;
-        };
+        let Some((cpus, mine, other)) = two_cpus() else { return };
         // This thread is the held mutator, allowed on both CPUs: a look
         // from `mine` would move it there (and say so in its slot) if it
         // took it to have waited on `other`.
@@ -821,33 +826,20 @@ mod tests {
 
     #[test]
     fn a_look_moves_no_mutator_whose_mask_leaves_out_its_cpu_or_has_one_cpu() {
-        let cpus = allowed_cpus();
-        let [mine, other, ..] = cpus[..] else {
-            eprintln!("skipped: one CPU allowed");
-            return;
-        };
+        let Some((cpus, mine, other)) = two_cpus() else { return };
         // Allowed only the looker's CPU, its slot naming another (stale,
-        // or that thread narrowing its own mask for a moment): left alone.
-        let table = aged_table();
-        let (after, mask_after) = look_at_one_held_on(&table, mine, other, Some(mine), false, |looked| {
-            while !looked.load(Ordering::Acquire) {
-                std::hint::spin_loop();
-            }
-            allowed_cpus()
-        });
-        assert_eq!(after & (ASLEEP - 1), cpu_bits(Some(other)), "a one-CPU mask: not moved");
-        assert_eq!(mask_after, [mine]);
-        allow_only(&cpus);
-        let table = aged_table();
-        let (after, mask_after) = look_at_one_held_on(&table, mine, other, Some(other), false, |looked| {
-            while !looked.load(Ordering::Acquire) {
-                std::hint::spin_loop();
-            }
-            allowed_cpus()
-        });
-        assert_eq!(after & (ASLEEP - 1), cpu_bits(Some(other)), "not moved");
-        assert_eq!(mask_after, [other]);
-        allow_only(&cpus);
+        // or that thread narrowing its own mask for a moment); or allowed
+        // only the other: left alone either way, its mask as it was.
+        for only in [mine, other] {
+            let table = aged_table();
+            let (after, mask_after) = look_at_one_held_on(&table, mine, other, Some(only), false, |looked| {
+                spin_until(looked);
+                allowed_cpus()
+            });
+            assert_eq!(after & (ASLEEP - 1), cpu_bits(Some(other)), "allowed only CPU {only}: not moved");
+            assert_eq!(mask_after, [only]);
+            allow_only(&cpus);
+        }
     }
 
     /// Pins the calling thread to the CPU it runs on; false where that

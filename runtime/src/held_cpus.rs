@@ -77,7 +77,14 @@
 //! read (a mask another thread sets on the mutator in the few
 //! microseconds between the calls is lost, and since Linux 6.2 the kernel
 //! keeps the mask put back as the one the thread asked for: a cpuset
-//! widened later no longer widens it). Not while mutators share slots.
+//! widened later no longer widens it). Only a thread that waits for a
+//! CPU (state R in `/proc`; one blocked on a lock or a wake would wait as
+//! long on this CPU), never onto a CPU where a held mutator is awake (the
+//! two would take turns there while the CPU left idled), and not while
+//! mutators share slots. Without those two checks, moves held mutators 8 –
+//! 46 ms in three runs of six at depth 21 with two threads
+//! (`docs/perf-log.md`, "A GC thread moves a held mutator that waits for a
+//! CPU onto its own").
 //!
 //! Speed only: the slots decide naps and moves and nothing else. A slot
 //! read stale (a mutator that moved to another CPU) or shared (past 64
